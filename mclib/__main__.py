@@ -1,0 +1,57 @@
+"""Command line: `python -m mclib train --params cpu` (see README)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_profile, profile_path
+
+
+def default_run_dir(profile) -> Path:
+    return Path("runs") / f"{profile.name}-seed{profile.seed}"
+
+
+def cmd_train(args) -> None:
+    from .metrics import find_drop
+    from .plots import loss_curve
+    from .train import load_metrics, train
+
+    overrides = {}
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.steps is not None:
+        overrides["train.steps"] = args.steps
+    profile = load_profile(profile_path(args.params), **overrides)
+    run_dir = Path(args.out) if args.out else default_run_dir(profile)
+    train(profile, run_dir, progress=not args.quiet)
+    metrics = load_metrics(run_dir)
+    drop = find_drop(metrics, rank=profile.data.rank)
+    fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
+    fig.savefig(run_dir / "loss_curve.png", dpi=120)
+    last = metrics.iloc[-1]
+    print(f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
+          f"drop {'at step ' + str(drop) if drop else 'not reached'}; plot: {run_dir / 'loss_curve.png'}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("train", help="train (or resume) a profile")
+    p.add_argument("--params", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
+    p.add_argument("--out", help="run folder (default runs/<profile>-seed<seed>); rerun to resume")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--steps", type=int, help="override train.steps")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train)
+    args = parser.parse_args(argv)
+    try:
+        args.func(args)
+    except ConfigError as e:
+        print(f"mclib: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""Profiles: one YAML file per setting (params/*.yaml), loaded into typed dataclasses.
+
+Every key is validated when the profile loads; a bad one raises `ConfigError` with a
+one-line message that names the key and the value (the CLI prints it and exits 2).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad profile value; the message is one line naming the key and the value."""
+
+
+@dataclass
+class DataConfig:
+    n: int = 7              # matrices are n×n
+    rank: int = 2
+    p_mask: float = 0.3     # probability that an entry is masked
+    dist: str = "uniform"   # factor distribution, see mclib.data.sample_matrices
+
+
+@dataclass
+class ModelConfig:
+    layers: int = 4
+    heads: int = 8
+    hidden: int = 768
+    intermediate: int = 3072
+    init_std: float = 0.02                  # BERT's initializer_range
+    position_init_std: float | None = None  # None: same as init_std
+    attn_logit_scale: float = 1.0           # multiplies 1/sqrt(d_head)
+    attention: str = "sdpa"                 # HF attention implementation used in training
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 50_000
+    batch: int = 256
+    lr: float = 1e-4
+    warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
+    precision: str = "fp32"    # "fp32" or "bf16" (autocast, fp32 master weights)
+    device: str = "auto"       # "auto" = cuda if available, else cpu
+    threads: int = 0           # CPU threads for torch (0 = torch's default)
+    eval_every: int = 100      # eval L on fresh matrices every this many steps
+    eval_batch: int = 64
+    save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
+    log_every: int = 50        # metrics are read from the device every this many steps
+
+
+@dataclass
+class Checkpoints:
+    """The steps the analyses use; each profile names its own."""
+    pre: int = 4000
+    transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
+    post: int = 50_000
+
+    def all_steps(self) -> list[int]:
+        return sorted({self.pre, *self.transition, self.post})
+
+
+@dataclass
+class Profile:
+    name: str = "paper"
+    seed: int = 1
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    notes: str = ""            # free text: how this profile deviates from the paper
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **overrides) -> "Profile":
+        """A validated copy with dotted overrides, e.g. replace(**{"train.steps": 10})."""
+        d = self.to_dict()
+        for key, value in overrides.items():
+            *parents, leaf = key.split(".")
+            node = d
+            for p in parents:
+                node = node[p]
+            node[leaf] = value
+        return profile_from_dict(d)
+
+
+_CHOICES = {
+    ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
+    ("model", "attention"): ("sdpa", "eager"),
+    ("train", "precision"): ("fp32", "bf16"),
+    ("train", "device"): ("auto", "cpu", "cuda"),
+}
+_POSITIVE = {
+    "data": ("n", "rank"),
+    "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
+    "train": ("steps", "batch", "lr", "eval_every", "eval_batch", "save_every", "log_every"),
+}
+
+
+def _coerce(where: str, value: Any, typ: Any) -> Any:
+    """Check a YAML value against a dataclass field type (int, float, str, list[int], optional)."""
+    typ = str(typ)
+    if value is None and "None" in typ:
+        return None
+    if typ.startswith("int") or typ.startswith("float"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if typ.startswith("int"):
+            ok = ok and float(value).is_integer()
+        if not ok:
+            raise ConfigError(f"{where} = {value!r} is not {'an integer' if typ.startswith('int') else 'a number'}")
+        return int(value) if typ.startswith("int") else float(value)
+    if typ.startswith("list"):
+        if not isinstance(value, list):
+            value = [value]
+        return [_coerce(where, v, "int") for v in value]
+    if typ == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} = {value!r} is not a string")
+    return value
+
+
+def _section(cls, raw: Any, where: str):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} = {raw!r} is not a mapping")
+    known = {f.name: f for f in fields(cls)}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"unknown key {where + '.' if where else ''}{key} (known: {', '.join(known)})")
+    kwargs = {}
+    for key, value in raw.items():
+        f = known[key]
+        sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
+               "checkpoints": Checkpoints}.get(key) if cls is Profile else None
+        kwargs[key] = _section(sub, value, key) if sub else _coerce(f"{where + '.' if where else ''}{key}", value, f.type)
+    return cls(**kwargs)
+
+
+def _validate(p: Profile) -> None:
+    for section, keys in _POSITIVE.items():
+        for key in keys:
+            value = getattr(getattr(p, section), key)
+            if value <= 0:
+                raise ConfigError(f"{section}.{key} = {value!r} must be positive")
+    for (section, key), choices in _CHOICES.items():
+        value = getattr(getattr(p, section), key)
+        if value not in choices:
+            raise ConfigError(f"{section}.{key} = {value!r} is not one of {', '.join(choices)}")
+    d, m, t = p.data, p.model, p.train
+    if d.rank > d.n:
+        raise ConfigError(f"data.rank = {d.rank} is larger than data.n = {d.n}")
+    if not 0 <= d.p_mask < 1:
+        raise ConfigError(f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
+    if m.hidden % m.heads:
+        raise ConfigError(f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}")
+    if m.position_init_std is not None and m.position_init_std <= 0:
+        raise ConfigError(f"model.position_init_std = {m.position_init_std!r} must be positive")
+    if t.warmup < 0 or t.threads < 0:
+        bad = "warmup" if t.warmup < 0 else "threads"
+        raise ConfigError(f"train.{bad} = {getattr(t, bad)!r} must not be negative")
+    for step in p.checkpoints.all_steps():
+        if not 0 < step <= t.steps:
+            raise ConfigError(f"checkpoints step {step} is outside 1..train.steps = {t.steps}")
+    if p.seed < 0:
+        raise ConfigError(f"seed = {p.seed!r} must not be negative")
+
+
+def profile_from_dict(raw: Any) -> Profile:
+    profile = _section(Profile, raw, "")
+    _validate(profile)
+    return profile
+
+
+def load_profile(path: str | Path, **overrides) -> Profile:
+    """Load and validate params/<name>.yaml; `overrides` are dotted keys (see Profile.replace)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"profile file {str(path)!r} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"profile file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    try:
+        profile = profile_from_dict(raw)
+        return profile.replace(**overrides) if overrides else profile
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def profile_path(name_or_path: str) -> Path:
+    """`cpu` -> params/cpu.yaml (next to the package); a path is returned as is."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        return p
+    return Path(__file__).resolve().parent.parent / "params" / f"{name_or_path}.yaml"

@@ -1,0 +1,66 @@
+"""Losses of EXPERIMENTS.md §1 and the operational definition of "the drop".
+
+All means are pooled over every entry of the batch (not per-matrix means).
+Shapes: pred, x, mask `[batch, n, n]` (or `[batch, n*n]`; they are flattened).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .data import copy_baseline_mse
+
+LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
+
+
+def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    # NaN when `where` is empty (e.g. p_mask = 0), rather than a silent 0.
+    return (values * where).sum() / where.sum()
+
+
+def losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ), as 0-d tensors."""
+    pred, x, mask = pred.float().flatten(1), x.flatten(1), mask.flatten(1)
+    sq = (pred - x) ** 2
+    return {
+        "L": sq.mean(),
+        "L_obs": _masked_mean(sq, ~mask),
+        "L_mask": _masked_mean(sq, mask),
+        "mask_value": _masked_mean(pred.abs(), mask),
+    }
+
+
+def mse_to(pred: torch.Tensor, target: torch.Tensor, where: torch.Tensor) -> float:
+    """Pooled MSE between pred and any target over the entries in `where` (e.g. L'_mask)."""
+    return _masked_mean((pred.float().flatten(1) - target.flatten(1)) ** 2, where.flatten(1)).item()
+
+
+def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = 0.5, window: int = 50,
+              column: str = "L_mask") -> int | None:
+    """The step of the drop, or None if there is none.
+
+    Definition (used everywhere in the project): the first step at which the trailing
+    mean of `column` over `window` steps falls below `frac` × the copying plateau,
+    the plateau being E[X²] = rank/9 (the L_mask of a model that outputs 0 at masked
+    entries; measured plateaus sit within a few percent of it). The trailing mean
+    makes a single lucky batch not count; it delays the reported step by up to
+    `window`/2 steps compared with the unsmoothed curve.
+    """
+    threshold = frac * copy_baseline_mse(rank)
+    smooth = metrics[column].rolling(window, min_periods=window).mean()
+    below = np.flatnonzero((smooth < threshold).to_numpy())
+    return int(metrics["step"].iloc[below[0]]) if len(below) else None
+
+
+def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int = 0) -> dict[str, float]:
+    """Mean L_obs and L_mask over the plateau (steps in (copy_from, drop)) and over the last 10% of steps."""
+    end = drop if drop is not None else int(metrics["step"].max()) + 1
+    plateau = metrics[(metrics["step"] > copy_from) & (metrics["step"] < end)]
+    tail = metrics.tail(max(1, len(metrics) // 10))
+    return {
+        "plateau_L_obs": float(plateau["L_obs"].mean()),
+        "plateau_L_mask": float(plateau["L_mask"].mean()),
+        "final_L_obs": float(tail["L_obs"].mean()),
+        "final_L_mask": float(tail["L_mask"].mean()),
+    }

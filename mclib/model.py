@@ -1,0 +1,97 @@
+"""The model: HuggingFace `BertModel` (no pooler) + a linear read-out on every token.
+
+Faithful details (EXPERIMENTS.md §1), each tested in tests/test_model.py:
+- no token-type contribution: the single token-type embedding is zero and frozen;
+- MASK (id 0) is the padding index: its embedding is zero and receives no gradient;
+- the attention mask is all ones (masked tokens are attended to like any other);
+- the read-out keeps PyTorch's default `nn.Linear` init (BERT's 0.02 normal init
+  is applied to everything else).
+
+Two optional levers for the CPU profile search (issue 3) live in the config so that
+`from_pretrained` rebuilds them: `attn_logit_scale` multiplies every head's
+1/sqrt(d_head) logit scale, `position_init_std` overrides the init std of the
+position embeddings. Both default to the paper's values (1.0, initializer_range).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import BertConfig, BertModel, BertPreTrainedModel
+from transformers.utils import logging as hf_logging
+
+from .config import ModelConfig
+from .data import MASK_ID, VOCAB_SIZE
+
+hf_logging.disable_progress_bar()  # one bar per checkpoint load/save is noise in notebooks
+
+
+def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
+    return BertConfig(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=cfg.hidden,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        intermediate_size=cfg.intermediate,
+        hidden_act="gelu",
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        max_position_embeddings=n * n,
+        type_vocab_size=1,
+        initializer_range=cfg.init_std,
+        layer_norm_eps=1e-12,
+        pad_token_id=MASK_ID,
+        attn_logit_scale=cfg.attn_logit_scale,
+        position_init_std=cfg.position_init_std,
+        matrix_n=n,
+    )
+
+
+class MatrixBert(BertPreTrainedModel):
+    """`tokens [batch, n*n] -> predictions [batch, n*n]` (one real number per entry)."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.readout = nn.Linear(config.hidden_size, 1)
+        self.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
+        scale = getattr(config, "attn_logit_scale", 1.0)
+        for layer in self.bert.encoder.layer:
+            layer.attention.self.scaling = scale * layer.attention.self.attention_head_size ** -0.5
+        self.post_init()
+        # BertModel initialises its own sub-modules (our _init_weights is not called for
+        # them), so the two deviations from its init are applied here, after it.
+        emb = self.bert.embeddings
+        with torch.no_grad():
+            emb.token_type_embeddings.weight.zero_()
+            if getattr(config, "position_init_std", None):
+                emb.position_embeddings.weight.normal_(0.0, config.position_init_std)
+
+    def _init_weights(self, module):
+        if module is self.readout:
+            return  # keep PyTorch's default nn.Linear init, as the authors' code does
+        super()._init_weights(module)
+
+    def forward(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+        # All-ones attention mask and zero token types: passing none gives exactly that.
+        hidden = self.bert(input_ids=tokens, **kwargs).last_hidden_state  # [batch, seq, hidden]
+        return self.readout(hidden).squeeze(-1)                            # [batch, seq]
+
+    def hidden_states(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Embedding output and every layer's output, each `[batch, seq, hidden]`."""
+        return self.bert(input_ids=tokens, output_hidden_states=True).hidden_states
+
+
+def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
+    """A freshly initialised model; the seed fixes the init."""
+    torch.manual_seed(seed)
+    config = bert_config(cfg, n)
+    config._attn_implementation = cfg.attention
+    return MatrixBert(config)
+
+
+def load_model(path, attention: str = "sdpa") -> MatrixBert:
+    """A saved model (a folder with config.json + model.safetensors), in eval mode."""
+    model = MatrixBert.from_pretrained(path, attn_implementation=attention)
+    # from_pretrained turns requires_grad back on; the token types stay frozen.
+    model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
+    return model.eval()

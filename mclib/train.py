@@ -1,0 +1,218 @@
+"""Online training (EXPERIMENTS.md §1) that survives interruption.
+
+A run lives in one folder:
+
+    run_dir/profile.yaml          the profile it was started with
+    run_dir/metrics.csv           one row per step (pandas.read_csv reads it)
+    run_dir/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
+
+Every checkpoint is written to a temporary folder and renamed into place, so a
+folder that exists is complete. Running `train` again on the same folder resumes
+from the newest checkpoint; on the CPU the result is bit-identical to a run that was
+never interrupted (the data generator, Adam's state and the step are all restored).
+
+Metrics are those of the training batch itself, from the forward pass that computes
+the gradient (before the update). The authors instead re-ran the model on the same
+batch after the update; our numbers are therefore one update "older" and cost no
+extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from .config import ConfigError, Profile, profile_from_dict
+from .data import sample_batch
+from .metrics import LOSS_NAMES, losses
+from .model import MatrixBert, build_model, load_model
+
+EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device = 'cuda' but no CUDA device is available")
+    return torch.device(name)
+
+
+def autocast(device: torch.device, precision: str):
+    """bf16 autocast (fp32 master weights) or nothing."""
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def lr_at(step: int, base_lr: float, warmup: int) -> float:
+    """Constant lr after a linear warm-up of `warmup` steps (step counts from 1)."""
+    return base_lr * min(1.0, step / warmup) if warmup else base_lr
+
+
+def checkpoint_dir(run_dir: Path, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
+
+
+def saved_steps(run_dir: Path) -> list[int]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "train_state.pt").is_file())
+
+
+def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa") -> MatrixBert:
+    """The model saved at `step` of a run, in eval mode."""
+    path = checkpoint_dir(run_dir, step)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
+    return load_model(path, attention)
+
+
+def load_metrics(run_dir: Path) -> pd.DataFrame:
+    return pd.read_csv(Path(run_dir) / "metrics.csv")
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    if tmp.is_dir():
+        shutil.rmtree(tmp)
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def _save(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float) -> None:
+    # metrics first: on resume rows past the checkpoint are dropped, so a kill between
+    # the two writes loses nothing.
+    _write_atomic(run_dir / "metrics.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+
+    def write(tmp: Path):
+        model.save_pretrained(tmp)
+        torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
+                    "gens": {k: g.get_state() for k, g in gens.items()}}, tmp / "train_state.pt")
+
+    final = checkpoint_dir(run_dir, step)
+    if final.exists():
+        shutil.rmtree(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(final, write)
+
+
+def _check_same_profile(run_dir: Path, profile: Profile) -> None:
+    """A run folder may only be resumed with the profile it was started with (steps may grow)."""
+    saved = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text())).to_dict()
+    mine = profile.to_dict()
+    for d in (saved, mine):
+        d["train"].pop("steps")
+        d["checkpoints"].pop("post")
+        d["checkpoints"].pop("transition")
+        d.pop("notes")
+    for section in mine:
+        if mine[section] != saved[section]:
+            diff = section if not isinstance(mine[section], dict) else next(
+                f"{section}.{k}" for k in mine[section] if mine[section][k] != saved[section].get(k))
+            raise ConfigError(f"run folder {str(run_dir)!r} was started with a different profile "
+                              f"({diff} differs); use another --out")
+
+
+def train(profile: Profile, run_dir: str | Path, progress: bool = True,
+          stop: Callable[[list[dict]], bool] | None = None) -> Path:
+    """Train (or resume) `profile` in `run_dir`; returns run_dir.
+
+    stop: called with the metric rows at every log flush; returning True ends the run
+    early with a checkpoint (used by the profile sweep to stop soon after the drop).
+    """
+    run_dir = Path(run_dir)
+    t = profile.train
+    device = resolve_device(t.device)
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    if (run_dir / "profile.yaml").is_file():
+        _check_same_profile(run_dir, profile)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(run_dir / "profile.yaml", lambda p: p.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+
+    gens = {"data": torch.Generator(device).manual_seed(profile.seed),
+            "eval": torch.Generator(device).manual_seed(profile.seed + EVAL_SEED_OFFSET)}
+    done = saved_steps(run_dir)
+    if done:
+        start = done[-1]
+        model = load_checkpoint(run_dir, start, profile.model.attention).to(device)
+        state = torch.load(checkpoint_dir(run_dir, start) / "train_state.pt", map_location="cpu", weights_only=False)
+        for k, g in gens.items():
+            g.set_state(state["gens"][k])
+        rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= start]
+        wall = state["wall"]
+    else:
+        start, wall, rows, state = 0, 0.0, [], None
+        model = build_model(profile.model, profile.data.n, profile.seed).to(device)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=t.lr, fused=device.type == "cuda" or None)
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])
+    if start >= t.steps:
+        return run_dir
+
+    save_at = set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps}
+    d = profile.data
+    pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
+    evals: dict[int, dict[str, float]] = {}
+    bar = tqdm(total=t.steps, initial=start, desc=f"train {profile.name}", disable=not progress,
+               unit="step", dynamic_ncols=True)
+    tick = time.perf_counter()
+    for step in range(start + 1, t.steps + 1):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step, t.lr, t.warmup)
+        batch = sample_batch(t.batch, d.n, d.rank, d.p_mask, gens["data"], d.dist)
+        with autocast(device, t.precision):
+            pred = model(batch.tokens)
+        ls = losses(pred.view_as(batch.x), batch.x, batch.mask)
+        opt.zero_grad(set_to_none=True)
+        ls["L"].backward()
+        opt.step()
+        pending.append(torch.stack([ls[k].detach() for k in LOSS_NAMES]))
+        if step % t.eval_every == 0:
+            evals[step] = evaluate_loss(model, profile, gens["eval"], t.eval_batch)
+            model.train()
+        if step % t.log_every == 0 or step in save_at:
+            now = time.perf_counter()
+            wall, tick = wall + now - tick, now
+            values = torch.stack(pending).cpu().tolist()  # the one host sync per flush
+            first = step - len(values) + 1
+            for i, v in enumerate(values):
+                s = first + i
+                row = {"step": s, **dict(zip(LOSS_NAMES, v)), "wall": wall if s == step else math.nan}
+                row.update({f"eval_{k}": evals.get(s, {}).get(k, math.nan) for k in LOSS_NAMES})
+                rows.append(row)
+            pending.clear()
+            evals.clear()
+            bar.update(len(values))
+            bar.set_postfix(L_obs=f"{values[-1][1]:.2e}", L_mask=f"{values[-1][2]:.3f}")
+            stopping = stop is not None and stop(rows)
+            if step in save_at or stopping:
+                _save(run_dir, step, model, opt, gens, rows, wall)
+                tick = time.perf_counter()  # checkpoint I/O is not training time
+            if stopping:
+                break
+    bar.close()
+    return run_dir
+
+
+@torch.no_grad()
+def evaluate_loss(model: MatrixBert, profile: Profile, gen: torch.Generator, batch: int) -> dict[str, float]:
+    """Losses on fresh matrices, in eval mode and fp32."""
+    model.eval()
+    d = profile.data
+    b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist)
+    pred = model(b.tokens).view_as(b.x)
+    return {k: v.item() for k, v in losses(pred, b.x, b.mask).items()}

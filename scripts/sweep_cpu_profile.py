@@ -1,0 +1,88 @@
+"""The default-profile search (issue 3): run a list of settings, each under a wall-time
+cap, and append one row per run to a results table.
+
+    python scripts/sweep_cpu_profile.py sweeps/round1.yaml [--jobs 2] [--results docs/data/cpu_sweep.csv]
+
+A sweep file is YAML: `base` (a profile name), `cap_minutes`, `seeds`, and `settings`, a
+list of {name, overrides} with dotted profile keys. A run stops at its cap, at its
+profile's steps, or `after_drop` steps after the drop (mclib.metrics.find_drop).
+With --jobs 2 two runs share the cores, one thread each: ms per step in the table is
+then the one-thread figure; docs/cpu-profile.md gives the clean two-thread timings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+import yaml
+
+from mclib.config import load_profile, profile_path
+from mclib.metrics import find_drop, plateau_stats
+from mclib.train import load_metrics, train
+
+
+def run_one(job: dict) -> dict:
+    torch.set_num_threads(job["threads"])
+    overrides = {**job["overrides"], "seed": job["seed"], "train.threads": job["threads"]}
+    profile = load_profile(profile_path(job["base"]), **overrides)
+    run_dir = Path(job["run_root"]) / f"{job['name']}-seed{job['seed']}"
+    if run_dir.exists():
+        shutil.rmtree(run_dir)  # a sweep row is one fresh run
+    rank, cap = profile.data.rank, job["cap_minutes"] * 60
+    start = time.perf_counter()
+
+    def stop(rows):
+        if time.perf_counter() - start > cap:
+            return True
+        df = pd.DataFrame(rows, columns=["step", "L_mask"])
+        drop = find_drop(df, rank)
+        return drop is not None and rows[-1]["step"] >= drop + job["after_drop"]
+
+    train(profile, run_dir, progress=False, stop=stop)
+    m = load_metrics(run_dir)
+    drop = find_drop(m, rank)
+    walls = m["wall"].dropna()
+    ms_per_step = 1000 * walls.iloc[-1] / m["step"].iloc[-1]
+    stats = plateau_stats(m, drop, copy_from=min(200, int(m.step.max()) // 4))
+    row = {"setting": job["name"], "seed": job["seed"], "overrides": json.dumps(job["overrides"]),
+           "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
+           "steps_run": int(m["step"].iloc[-1]), "ms_per_step": round(ms_per_step, 1),
+           "threads": job["threads"], **{k: round(v, 5) for k, v in stats.items()},
+           "cap_minutes": job["cap_minutes"], "date": time.strftime("%Y-%m-%d")}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("sweep")
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--results", default="docs/data/cpu_sweep.csv")
+    ap.add_argument("--run-root", default="runs/sweep")
+    args = ap.parse_args()
+    spec = yaml.safe_load(Path(args.sweep).read_text())
+    threads = max(1, (os.cpu_count() or 2) // args.jobs)
+    jobs = [{"base": spec.get("base", "cpu"), "name": s["name"], "overrides": s.get("overrides", {}),
+             "seed": seed, "cap_minutes": spec["cap_minutes"], "after_drop": spec.get("after_drop", 300),
+             "threads": threads, "run_root": args.run_root}
+            for s in spec["settings"] for seed in s.get("seeds", spec.get("seeds", [1]))]
+    results = Path(args.results)
+    results.parent.mkdir(parents=True, exist_ok=True)
+    with mp.get_context("spawn").Pool(args.jobs) as pool:
+        for row in pool.imap_unordered(run_one, jobs):
+            row["sweep"] = Path(args.sweep).name
+            old = pd.read_csv(results) if results.exists() else pd.DataFrame()
+            tmp = results.with_name(".tmp-" + results.name)
+            pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
+            os.replace(tmp, results)
+
+
+if __name__ == "__main__":
+    main()

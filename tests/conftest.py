@@ -1,0 +1,23 @@
+import pytest
+import torch
+
+from mclib.config import load_profile, profile_path
+from mclib.train import train
+
+
+@pytest.fixture(scope="session")
+def smoke_profile():
+    return load_profile(profile_path("smoke"))
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory, smoke_profile):
+    """A trained smoke run (seconds): checkpoints at the profile's pre/transition/post steps."""
+    run_dir = tmp_path_factory.mktemp("smoke_run")
+    train(smoke_profile, run_dir, progress=False)
+    return run_dir
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(0)

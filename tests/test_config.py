@@ -1,0 +1,50 @@
+import subprocess
+import sys
+
+import pytest
+
+from mclib.config import ConfigError, load_profile, profile_from_dict, profile_path
+
+
+@pytest.mark.parametrize("name", ["paper", "cpu", "smoke"])
+def test_shipped_profiles_load(name):
+    p = load_profile(profile_path(name))
+    assert p.name == name and p.data.n == 7 and p.data.rank == 2 and p.data.p_mask == 0.3
+
+
+def test_paper_profile_is_the_paper():
+    p = load_profile(profile_path("paper"))
+    assert (p.model.layers, p.model.heads, p.model.hidden, p.model.intermediate) == (4, 8, 768, 3072)
+    assert (p.train.lr, p.train.batch, p.train.steps, p.train.warmup) == (1e-4, 256, 50_000, 0)
+    assert p.train.precision == "fp32"
+    assert p.checkpoints.all_steps() == [4000, 10_000, 14_000, 16_000, 20_000, 50_000]
+
+
+@pytest.mark.parametrize("raw,match", [
+    ({"model": {"hedas": 8}}, "unknown key model.hedas"),
+    ({"colour": 1}, "unknown key colour"),
+    ({"data": {"rank": 9}}, "data.rank = 9"),
+    ({"data": {"p_mask": 1.0}}, "data.p_mask = 1.0"),
+    ({"data": {"p_mask": -0.1}}, "data.p_mask = -0.1"),
+    ({"model": {"hidden": 0}}, "model.hidden = 0"),
+    ({"train": {"batch": -4}}, "train.batch = -4"),
+    ({"model": {"heads": 5, "hidden": 64}}, "model.heads = 5 does not divide model.hidden = 64"),
+    ({"train": {"steps": 2.5}}, "train.steps = 2.5"),
+    ({"train": {"precision": "fp8"}}, "train.precision = 'fp8'"),
+    ({"train": {"lr": "fast"}}, "train.lr = 'fast'"),
+    ({"train": {"steps": 100}, "checkpoints": {"pre": 50, "transition": [60], "post": 200}}, "200"),
+])
+def test_bad_values_are_named(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        profile_from_dict(raw)
+
+
+def test_cli_reports_bad_profile_in_one_line_and_touches_nothing(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: {heads: 3, hidden: 64}\n")
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "mclib", "train", "--params", str(bad), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "model.heads = 3" in r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()

@@ -1,0 +1,103 @@
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pandas as pd
+import pytest
+import torch
+
+from mclib.config import ConfigError
+from mclib.metrics import find_drop
+from mclib.train import checkpoint_dir, load_checkpoint, load_metrics, saved_steps, train
+
+
+def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
+    m = load_metrics(smoke_run)
+    assert list(m["step"]) == list(range(1, smoke_profile.train.steps + 1))
+    assert m["L_obs"].tail(10).mean() < 0.2 * m["L_obs"].head(5).mean()
+    assert m["eval_L"].notna().sum() == smoke_profile.train.steps // smoke_profile.train.eval_every
+    assert set(smoke_profile.checkpoints.all_steps()) <= set(saved_steps(smoke_run))
+    assert (smoke_run / "profile.yaml").is_file()
+
+
+def _state(run_dir, step):
+    model = load_checkpoint(run_dir, step)
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
+
+
+def test_resume_is_bit_identical(tmp_path, smoke_profile):
+    whole = train(smoke_profile, tmp_path / "whole", progress=False)
+    part = tmp_path / "part"
+    # stop after the first checkpoint (step 20), then resume to the end
+    train(smoke_profile, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
+    assert saved_steps(part) == [20]
+    train(smoke_profile, part, progress=False)
+    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS])
+    a, b = _state(whole, 60), _state(part, 60)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _train_in_child(profile, run_dir):
+    torch.set_num_threads(1)
+    train(profile, run_dir, progress=False)
+
+
+def test_resume_after_a_hard_kill(tmp_path, smoke_profile):
+    """SIGKILL mid-run at an arbitrary moment, then rerun: same result as uninterrupted."""
+    profile = smoke_profile.replace(**{"train.steps": 400, "train.save_every": 40,
+                                      "checkpoints.post": 400})
+    whole = train(profile, tmp_path / "whole", progress=False)
+    run = tmp_path / "killed"
+    child = mp.get_context("spawn").Process(target=_train_in_child, args=(profile, run))
+    child.start()
+    deadline = time.time() + 120
+    while len(saved_steps(run)) < 2 and time.time() < deadline and child.is_alive():
+        time.sleep(0.05)
+    os.kill(child.pid, signal.SIGKILL)
+    child.join()
+    assert 0 < len(saved_steps(run)) and saved_steps(run)[-1] < 400, "kill came too late to test resume"
+    train(profile, run, progress=False)
+    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS])
+    a, b = _state(whole, 400), _state(run, 400)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_finished_run_is_not_retrained(smoke_run, smoke_profile):
+    before = (checkpoint_dir(smoke_run, 60) / "model.safetensors").stat().st_mtime_ns
+    train(smoke_profile, smoke_run, progress=False)
+    assert (checkpoint_dir(smoke_run, 60) / "model.safetensors").stat().st_mtime_ns == before
+
+
+def test_resume_with_another_profile_is_refused(smoke_run, smoke_profile):
+    with pytest.raises(ConfigError, match="model.hidden differs"):
+        train(smoke_profile.replace(**{"model.hidden": 32}), smoke_run, progress=False)
+
+
+def test_bf16_autocast_runs(tmp_path, smoke_profile):
+    p = smoke_profile.replace(**{"train.precision": "bf16", "train.steps": 20,
+                                "checkpoints.transition": [20], "checkpoints.post": 20})
+    m = load_metrics(train(p, tmp_path, progress=False))
+    assert m["L"].notna().all() and m["L"].iloc[-1] < m["L"].iloc[0]
+
+
+def test_paper_profile_runs_a_step_on_cpu(tmp_path):
+    from mclib.config import load_profile, profile_path
+    p = load_profile(profile_path("paper")).replace(**{
+        "train.steps": 2, "train.batch": 4, "train.eval_every": 1, "train.eval_batch": 4,
+        "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 2})
+    m = load_metrics(train(p, tmp_path, progress=False))
+    assert len(m) == 2 and m["L"].notna().all()
+
+
+def test_find_drop_definition():
+    steps = list(range(1, 301))
+    l_mask = [0.222] * 150 + [0.02] * 150
+    df = pd.DataFrame({"step": steps, "L_mask": l_mask})
+    # trailing mean over 50 steps with k low steps: (0.222 (50 - k) + 0.02 k) / 50 < (2/9) / 2
+    # first holds at k = 28, i.e. step 178
+    assert find_drop(df, rank=2, window=50) == 150 + 28
+    assert find_drop(df.head(150), rank=2) is None
