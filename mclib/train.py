@@ -19,6 +19,7 @@ extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
 import shutil
@@ -125,11 +126,15 @@ def _check_same_profile(run_dir: Path, profile: Profile) -> None:
 
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
-          stop: Callable[[list[dict]], bool] | None = None) -> Path:
+          stop: Callable[[list[dict]], bool] | None = None,
+          init_model: MatrixBert | None = None) -> Path:
     """Train (or resume) `profile` in `run_dir`; returns run_dir.
 
     stop: called with the metric rows at every log flush; returning True ends the run
     early with a checkpoint (used by the profile sweep to stop soon after the drop).
+    init_model: start from this model instead of a fresh one (E15: a model with one
+    component re-initialised and the rest frozen); its frozen parameters stay frozen,
+    also after a resume.
     """
     run_dir = Path(run_dir)
     t = profile.train
@@ -152,9 +157,14 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
             g.set_state(state["gens"][k])
         rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= start]
         wall = state["wall"]
+        if init_model is not None:  # from_pretrained made every weight trainable again
+            frozen = {n for n, p in init_model.named_parameters() if not p.requires_grad}
+            for n, p in model.named_parameters():
+                p.requires_grad_(n not in frozen)
     else:
         start, wall, rows, state = 0, 0.0, [], None
-        model = build_model(profile.model, profile.data.n, profile.seed).to(device)
+        model = (copy.deepcopy(init_model) if init_model is not None
+                 else build_model(profile.model, profile.data.n, profile.seed)).to(device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=t.lr, fused=device.type == "cuda" or None)

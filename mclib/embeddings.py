@@ -1,0 +1,217 @@
+"""Token and position embeddings (E12–E14), and their progress across checkpoints.
+
+Token embeddings: the rows of the values -1.50 … 1.50 (ids 851 … 1151, 301 rows),
+the range where almost every entry of X = U Vᵀ falls. E12: ℓ2 norm against value,
+PCA(2). E13: PCA(2) fitted on the final checkpoint's rows, every earlier
+checkpoint projected onto those two components.
+
+Position embeddings: the first n² rows of the position table. E14: t-SNE coloured by
+column, ℓ2 norm per position. "Same-column positions cluster, only after the drop"
+becomes a number per checkpoint: the silhouette of the n² rows grouped by column
+(and, as a control, by row).
+
+`embedding_progress(run_dir)` gathers the scores of every saved checkpoint.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.decomposition import PCA
+from sklearn.manifold import TSNE
+from sklearn.metrics import silhouette_score
+
+from .data import tokenize
+from .train import load_checkpoint, saved_steps
+
+VALUE_LO, VALUE_HI = -1.5, 1.5
+# t-SNE's perplexity is the effective number of neighbours; sklearn's default 30 (the
+# authors') is most of the 49 points. 7 = one column's worth of neighbours.
+TSNE_PERPLEXITY = 7.0
+# Cosine: the silhouette should measure how positions are arranged in direction,
+# not the slow drift of their norms (E14's dip in the middle row).
+SILHOUETTE_METRIC = "cosine"
+
+
+# ---- token embeddings (E12, E13) -------------------------------------------------
+
+def token_values(lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
+    """The values lo, lo + 0.01, …, hi (301 of them by default)."""
+    k_lo, k_hi = round(lo * 100), round(hi * 100)
+    if k_lo > k_hi:
+        raise ValueError(f"lo = {lo:g} is above hi = {hi:g}")
+    return np.arange(k_lo, k_hi + 1) / 100
+
+
+def token_ids(lo: float = VALUE_LO, hi: float = VALUE_HI) -> torch.Tensor:
+    """Token ids of `token_values` (851 … 1151 by default)."""
+    return tokenize(torch.tensor(token_values(lo, hi)))
+
+
+def token_rows(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
+    """`[values, hidden]` word-embedding rows of the values lo … hi."""
+    table = model.bert.embeddings.word_embeddings.weight.detach().cpu()
+    return table[token_ids(lo, hi)].double().numpy()
+
+
+def token_norms(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
+    """E12a: value, id, ℓ2 norm of its embedding row."""
+    return pd.DataFrame({"value": token_values(lo, hi), "id": token_ids(lo, hi).numpy(),
+                         "norm": np.linalg.norm(token_rows(model, lo, hi), axis=1)})
+
+
+def norm_symmetry(values: np.ndarray, norms: np.ndarray) -> float:
+    """Pearson correlation of norm(x) with norm(-x) over x > 0 (1 = symmetric about 0)."""
+    index = {round(v * 100): i for i, v in enumerate(values)}
+    pairs = [(index[k], index[-k]) for k in index if k > 0 and -k in index]
+    if len(pairs) < 2:
+        raise ValueError("values hold fewer than 2 pairs (x, -x)")
+    a, b = np.array(pairs).T
+    return float(np.corrcoef(norms[a], norms[b])[0, 1])
+
+
+def fit_pca(rows: np.ndarray) -> PCA:
+    """PCA(2) of `[values, hidden]` rows. The full SVD solver: the randomized one that
+    sklearn picks for wide inputs would make the components depend on the run."""
+    return PCA(n_components=2, svd_solver="full").fit(rows)
+
+
+def project(rows: np.ndarray, pca: PCA, centred: bool = False) -> np.ndarray:
+    """`[values, hidden]` -> `[values, 2]` coordinates on the PCA's two components.
+
+    centred=False is the authors' E13 (rows @ componentsᵀ, no mean removed);
+    centred=True removes the rows' own mean first, so only their arrangement counts.
+    """
+    if rows.shape[1] != pca.components_.shape[1]:
+        raise ValueError(f"rows have hidden size {rows.shape[1]}, the PCA was fitted on {pca.components_.shape[1]}")
+    if centred:
+        rows = rows - rows.mean(0)
+    return rows @ pca.components_.T
+
+
+def alignment(proj: np.ndarray, final_proj: np.ndarray) -> float:
+    """Mean over the two components of cos(earlier coordinates, final coordinates).
+
+    Scale-free, so the growth of the embeddings does not count. With centred
+    projections it is the Pearson correlation along each final axis: 1 means the
+    earlier rows are already laid out like the final ones.
+    """
+    if proj.shape != final_proj.shape:
+        raise ValueError(f"projection shapes differ: {proj.shape} vs {final_proj.shape}")
+    num = (proj * final_proj).sum(0)
+    den = np.linalg.norm(proj, axis=0) * np.linalg.norm(final_proj, axis=0)
+    return float(np.mean(num / np.where(den > 0, den, np.nan)))
+
+
+def captured_variance(rows: np.ndarray, pca: PCA) -> float:
+    """Fraction of the rows' (centred) variance that lies in the PCA's plane."""
+    centred = rows - rows.mean(0)
+    total = (centred**2).sum()
+    return float(((centred @ pca.components_.T) ** 2).sum() / total) if total > 0 else float("nan")
+
+
+def component_tracks(proj: np.ndarray, values: np.ndarray) -> pd.DataFrame:
+    """|Pearson r| of each coordinate with x, |x| and sign(x): E12's "one component
+    tracks |x|, the other the sign" as numbers."""
+    feats = {"x": values, "abs_x": np.abs(values), "sign_x": np.sign(values)}
+    return pd.DataFrame([{"component": k + 1, **{f: abs(np.corrcoef(proj[:, k], v)[0, 1]) for f, v in feats.items()}}
+                         for k in range(proj.shape[1])])
+
+
+# ---- position embeddings (E14) ---------------------------------------------------
+
+def _matrix_n(model, n: int | None) -> int:
+    n = n or getattr(model.config, "matrix_n", None)
+    if n is None:
+        raise ValueError("the model config has no matrix_n: pass n")
+    return n
+
+
+def position_rows(model, n: int | None = None) -> np.ndarray:
+    """`[n², hidden]`: the first n² rows of the position table (the positions used)."""
+    n = _matrix_n(model, n)
+    table = model.bert.embeddings.position_embeddings.weight.detach().cpu()
+    if table.shape[0] < n * n:
+        raise ValueError(f"n = {n} needs {n * n} positions, the table has {table.shape[0]}")
+    return table[: n * n].double().numpy()
+
+
+def position_frame(n: int) -> pd.DataFrame:
+    pos = np.arange(n * n)
+    return pd.DataFrame({"position": pos, "row": pos // n, "column": pos % n})
+
+
+def position_norms(rows: np.ndarray, n: int) -> pd.DataFrame:
+    """E14: position, row, column, ℓ2 norm."""
+    _check_positions(rows, n)
+    return position_frame(n).assign(norm=np.linalg.norm(rows, axis=1))
+
+
+def position_tsne(rows: np.ndarray, n: int, seed: int = 0,
+                  perplexity: float = TSNE_PERPLEXITY) -> pd.DataFrame:
+    """E14: 2-D t-SNE of the n² position rows: position, row, column, x, y (colour by column)."""
+    _check_positions(rows, n)
+    xy = TSNE(n_components=2, perplexity=perplexity, random_state=seed, init="pca").fit_transform(rows)
+    return position_frame(n).assign(x=xy[:, 0], y=xy[:, 1])
+
+
+def position_silhouette(rows: np.ndarray, n: int, by: str = "column",
+                        metric: str = SILHOUETTE_METRIC) -> float:
+    """Silhouette of the n² position rows grouped by column (or row): near 1 for tight
+    separate groups, near 0 when the grouping says nothing about where the rows are."""
+    _check_positions(rows, n)
+    if by not in ("column", "row"):
+        raise ValueError(f"by {by!r} is not 'column' or 'row'")
+    labels = position_frame(n)[by].to_numpy()
+    return float(silhouette_score(rows, labels, metric=metric))
+
+
+def _check_positions(rows: np.ndarray, n: int) -> None:
+    if rows.ndim != 2 or rows.shape[0] != n * n:
+        raise ValueError(f"n = {n} does not match the {rows.shape[0]} position rows (expected {n * n})")
+
+
+# ---- progress over a run ---------------------------------------------------------
+
+def embedding_progress(run_dir: str | Path, final_step: int | None = None, centred: bool = True,
+                       metric: str = SILHOUETTE_METRIC) -> pd.DataFrame:
+    """One row per saved checkpoint of a run.
+
+    Columns: step; column_silhouette, row_silhouette (position rows, `metric`);
+    position_norm (mean ℓ2), middle_row_norm (mean ℓ2 of the middle row / position_norm,
+    E14's dip); token_norm_symmetry (`norm_symmetry`); token_alignment (`alignment` of
+    the step's projection onto the final PCA plane with the final projection; centred
+    by default, because uncentred cosines are dominated by the rows' common mean);
+    token_captured (`captured_variance` of the step's rows in the final plane).
+    final_step: the checkpoint whose PCA is the reference (default: the last saved).
+    """
+    steps = saved_steps(Path(run_dir))
+    if not steps:
+        raise ValueError(f"run_dir {str(run_dir)!r} has no saved checkpoint")
+    final_step = steps[-1] if final_step is None else final_step
+    if final_step not in steps:
+        raise ValueError(f"final_step {final_step} is not a saved step ({steps})")
+    values = token_values()
+    final_rows = token_rows(load_checkpoint(run_dir, final_step))
+    pca = fit_pca(final_rows)
+    final_proj = project(final_rows, pca, centred)
+    out = []
+    for step in steps:
+        model = load_checkpoint(run_dir, step)
+        n = _matrix_n(model, None)
+        pos = position_rows(model, n)
+        norms = np.linalg.norm(pos, axis=1)
+        tok = token_rows(model)
+        out.append({
+            "step": step,
+            "column_silhouette": position_silhouette(pos, n, "column", metric),
+            "row_silhouette": position_silhouette(pos, n, "row", metric),
+            "position_norm": norms.mean(),
+            "middle_row_norm": norms[(n // 2) * n:(n // 2 + 1) * n].mean() / norms.mean(),
+            "token_norm_symmetry": norm_symmetry(values, np.linalg.norm(tok, axis=1)),
+            "token_alignment": alignment(project(tok, pca, centred), final_proj),
+            "token_captured": captured_variance(tok, pca),
+        })
+    return pd.DataFrame(out)

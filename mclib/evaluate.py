@@ -1,0 +1,111 @@
+"""Evaluation on fresh matrices: every table of the book is one call.
+
+    evaluate(model, profile, 256, seed=0)                                # L, L_obs, L_mask, mask_value
+    evaluate(model, profile, 512, seed=0, fill_value=0.44)               # + L'_mask (E2)
+    evaluate(model, profile, 256, seed=0,
+             hooks=lambda h: h.ablate(heads, mode="uniform"))            # E3-E5
+    activation_patching(model, profile, 256, seed=0, layers="last")      # E8
+
+The same seed gives the same matrices and masks, so two calls that differ only in the
+intervention compare the model on the same batch. Always eval mode, no gradients,
+fp32; the model's train/eval mode is restored afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+
+import torch
+
+from .attention import AttentionHooks
+from .data import Batch, make_batch, random_mask, sample_matrices
+from .interventions import l_prime_mask
+from .metrics import losses, mse_to
+
+
+def sample_eval_batch(data, n_matrices: int, seed: int, dist: str | None = None,
+                      mask: torch.Tensor | None = None, fill_value: float | None = None) -> Batch:
+    """Fresh matrices from `torch.Generator().manual_seed(seed)`.
+
+    data: a Profile or a DataConfig (n, rank, p_mask, dist). dist: None = data.dist.
+    mask: None = random masks with data.p_mask; `[n, n]` bool = that mask for every
+    matrix (E10); `[n_matrices, n, n]` = one per matrix. fill_value: see make_batch (E2).
+    """
+    data = getattr(data, "data", data)
+    gen = torch.Generator().manual_seed(seed)
+    x = sample_matrices(n_matrices, data.n, data.rank, gen, dist or data.dist)  # [batch, n, n]
+    if mask is None:
+        mask = random_mask(n_matrices, data.n, data.p_mask, gen)
+    elif mask.shape not in ((data.n, data.n), (n_matrices, data.n, data.n)):
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, {data.n}]")
+    return make_batch(x, mask.bool(), fill_value)
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def predict(model, batch: Batch, hooks: Callable[[AttentionHooks], None] | None = None) -> torch.Tensor:
+    """`[batch, n, n]` predictions (fp32, eval mode, no grad). hooks: called with an active
+    AttentionHooks before the forward pass (to capture, ablate or patch)."""
+    device = next(model.parameters()).device
+    with _eval_mode(model):
+        if hooks is None:
+            pred = model(batch.tokens.to(device))
+        else:
+            with AttentionHooks(model) as h:
+                hooks(h)
+                pred = model(batch.tokens.to(device))
+    return pred.float().cpu().view_as(batch.x)
+
+
+def evaluate(model, data, n_matrices: int, seed: int, dist: str | None = None,
+             mask: torch.Tensor | None = None, fill_value: float | None = None,
+             hooks: Callable[[AttentionHooks], None] | None = None) -> dict[str, float]:
+    """L, L_obs, L_mask, mask_value on fresh matrices (and L'_mask when fill_value is given).
+    Arguments as in `sample_eval_batch` and `predict`."""
+    batch = sample_eval_batch(data, n_matrices, seed, dist, mask, fill_value)
+    pred = predict(model, batch, hooks)
+    out = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
+    if fill_value is not None:
+        out["L'_mask"] = l_prime_mask(pred, batch, fill_value)
+    return out
+
+
+def activation_patching(model, data, n_matrices: int, seed: int,
+                        layers: Sequence[int] | str = "all") -> dict[str, float]:
+    """E8: run X, keep every layer's per-head outputs z, run −X (same mask) with the z of
+    `layers` written in. layers: "all" (the paper's text), "last" (the authors' code), or
+    0-indexed layer numbers ([] = the plain −X run).
+
+    Returns MSE of the patched output f to X and to −X, at masked and at observed entries.
+    """
+    n_layers = model.config.num_hidden_layers
+    if isinstance(layers, str):
+        if layers not in ("all", "last"):
+            raise ValueError(f"layers {layers!r} is not 'all', 'last' or a list of layer numbers")
+        layers = list(range(n_layers)) if layers == "all" else [n_layers - 1]
+    clean = sample_eval_batch(data, n_matrices, seed)
+    corrupt = make_batch(-clean.x, clean.mask)  # −X is on the same 0.01 grid; same mask
+
+    device = next(model.parameters()).device
+    with _eval_mode(model), AttentionHooks(model) as hooks:
+        hooks.capture()
+        model(clean.tokens.to(device))
+        clean_z = hooks.z                                    # [layer] -> [batch, head, query, d_head]
+        hooks.reset().patch(clean_z, layers)
+        f = model(corrupt.tokens.to(device)).float().cpu().view_as(clean.x)
+    mask = clean.mask
+    return {
+        "masked_vs_X": mse_to(f, clean.x, mask),
+        "masked_vs_negX": mse_to(f, corrupt.x, mask),
+        "observed_vs_X": mse_to(f, clean.x, ~mask),
+        "observed_vs_negX": mse_to(f, corrupt.x, ~mask),
+    }

@@ -1,0 +1,193 @@
+"""Scores for attention heads (E9), their classification, and the groups of E5.
+
+Input: attention probabilities `[batch, head, query, key]`, one tensor per layer,
+over the n² positions of the matrix read row by row (position p is row p // n,
+column p % n). How they are captured is not this file's business.
+
+Every score is a mass: the probability a head puts on a set of keys, averaged over
+queries and over the batch. A uniform head (every key 1/n²) puts
+(n-1)/n² on the other keys of the query's row, as much on its column, 1/n² on
+itself, and the masked share of the keys on masked keys: `chance_levels(n)`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import torch
+
+LABELS = ("row", "column", "identity", "mask-aware", "other")
+
+# A structural score counts when it is at least half-way from chance to pure:
+# excess = (mass - chance) / (1 - chance) >= 0.5. Row, column and self keys are
+# disjoint and masses sum to 1, so at 0.5 no two excesses can both pass (two
+# masses of >= 0.5 + chance/2 sum to more than 1): the label never depends on
+# the order in which the scores are tested.
+STRUCTURE_THRESHOLD = 0.5
+# Same idea for masked vs observed keys: mask_preference runs from -1 (only
+# observed keys) through 0 (the keys' masked share, i.e. chance) to +1 (only
+# masked keys); half-way to either end makes a head mask-aware.
+MASK_THRESHOLD = 0.5
+
+
+def chance_levels(n: int) -> dict[str, float]:
+    """Masses of a uniform head on an n×n matrix (row, column exclude the query itself)."""
+    return {"row": (n - 1) / n**2, "column": (n - 1) / n**2, "self": 1 / n**2}
+
+
+def mean_attention(probs: torch.Tensor) -> torch.Tensor:
+    """`[batch, head, q, k]` -> `[head, q, k]`: the batch-mean map of every head (E9)."""
+    if probs.ndim != 4:
+        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+    return probs.float().mean(0)
+
+
+def attention_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """`[batch, head, q, k]` -> `[head]`: mean entropy (nats) of each query's attention.
+
+    log(n²) for a uniform head, 0 for a head that looks at one key: a progress
+    measure that needs no idea of what the structure should be.
+    """
+    if probs.ndim != 4:
+        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+    p = probs.double()
+    return -(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean((0, 2)).float()
+
+
+def _as_layers(probs) -> dict[int, torch.Tensor]:
+    """One tensor `[batch, head, q, k]` (layer 0), a stack `[layer, batch, head, q, k]`,
+    a sequence of per-layer tensors, or a {layer: tensor} mapping -> {layer: tensor}."""
+    if isinstance(probs, torch.Tensor):
+        if probs.ndim == 4:
+            return {0: probs}
+        if probs.ndim == 5:
+            return dict(enumerate(probs))
+        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+    if isinstance(probs, Mapping):
+        return dict(probs)
+    if isinstance(probs, Sequence):
+        return dict(enumerate(probs))
+    raise ValueError(f"probs of type {type(probs).__name__} is not a tensor, sequence or mapping of tensors")
+
+
+def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch.Tensor:
+    """Validate shapes; returns the mask as `[batch, n*n]` bool."""
+    if not layers:
+        raise ValueError("probs holds no layer")
+    first_layer, first = next(iter(layers.items()))
+    for layer, p in layers.items():
+        if p.ndim != 4:
+            raise ValueError(f"layer {layer} probs has shape {tuple(p.shape)}, expected [batch, head, query, key]")
+        if p.shape != first.shape:
+            raise ValueError(f"layer {layer} probs has shape {tuple(p.shape)}, "
+                             f"layer {first_layer} has {tuple(first.shape)}")
+    batch, _, q, k = first.shape
+    if q != k or q != n * n:
+        raise ValueError(f"n = {n} does not match the attention's {q} queries × {k} keys (expected {n * n})")
+    if mask.ndim == 2:
+        mask = mask.expand(batch, *mask.shape)  # one fixed mask for the batch (E10)
+    if mask.ndim != 3 or mask.shape[1:] != (n, n):
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [batch, {n}, {n}] or [{n}, {n}]")
+    if mask.shape[0] != batch:
+        raise ValueError(f"mask batch {mask.shape[0]} does not match the probs batch {batch}")
+    row_sum = first[:1].sum(-1)
+    if not torch.allclose(row_sum, torch.ones_like(row_sum), atol=1e-3):
+        raise ValueError(f"layer {first_layer} rows sum to {row_sum.flatten()[0].item():.4g}, not 1: "
+                         "pass softmax probabilities, not logits")
+    return mask.reshape(batch, n * n).bool()
+
+
+def position_masks(n: int) -> dict[str, torch.Tensor]:
+    """`[n², n²]` bool key sets per query: same row (not itself), same column (not itself), itself."""
+    pos = torch.arange(n * n)
+    row, col = pos // n, pos % n
+    eye = torch.eye(n * n, dtype=torch.bool)
+    return {"row": (row[:, None] == row[None]) & ~eye,
+            "column": (col[:, None] == col[None]) & ~eye,
+            "self": eye}
+
+
+def _mask_preference(masked: float, share: float) -> float:
+    # -1 only observed keys, 0 chance (the keys' masked share), +1 only masked keys.
+    if not 0 < share < 1:
+        return math.nan
+    return (masked - share) / (1 - share) if masked >= share else (masked - share) / share
+
+
+def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
+    """One row per (layer, head): masses on row / column / self / observed / masked keys.
+
+    probs: see `_as_layers`; each layer `[batch, head, n², n²]`.
+    mask: `[batch, n, n]` (or `[n, n]` for one fixed mask), True = masked.
+    Columns: layer, head, row, column, self, observed, masked (masses, averaged over
+    queries and batch; observed + masked = 1), masked_share (fraction of keys masked,
+    the chance level of `masked`), row_excess, column_excess, self_excess
+    ((mass - chance) / (1 - chance): 0 uniform, 1 pure), mask_preference (see
+    MASK_THRESHOLD) and entropy (nats; log(n²) is uniform). Layers keep the caller's
+    numbering (a list is numbered from 0, like `model.bert.encoder.layer`).
+    """
+    layers = _as_layers(probs)
+    mask = _check(layers, mask, n)
+    keysets = position_masks(n)
+    chance = chance_levels(n)
+    share = mask.double().mean().item()
+    rows = []
+    for layer, p in layers.items():
+        p = p.double()                                                    # [batch, head, q, k]
+        m = mask.to(p.device, p.dtype)                                    # [batch, k]
+        mass = {name: (p * keys.to(p.device)).sum(-1).mean((0, 2))        # [head]
+                for name, keys in keysets.items()}
+        mass["masked"] = torch.einsum("bhqk,bk->bhq", p, m).mean((0, 2))  # [head]
+        entropy = attention_entropy(p)
+        for h in range(p.shape[1]):
+            r = {"layer": layer, "head": h, **{k: v[h].item() for k, v in mass.items()}}
+            r["observed"] = 1 - r["masked"]
+            r["masked_share"] = share
+            for name in ("row", "column", "self"):
+                r[f"{name}_excess"] = (r[name] - chance[name]) / (1 - chance[name])
+            r["mask_preference"] = _mask_preference(r["masked"], share)
+            r["entropy"] = entropy[h].item()
+            rows.append(r)
+    cols = ["layer", "head", "row", "column", "self", "observed", "masked", "masked_share",
+            "row_excess", "column_excess", "self_excess", "mask_preference", "entropy"]
+    return pd.DataFrame(rows)[cols]
+
+
+def classify_heads(scores: pd.DataFrame, threshold: float = STRUCTURE_THRESHOLD,
+                   mask_threshold: float = MASK_THRESHOLD) -> pd.Series:
+    """A label per head, as a Series indexed by (layer, head).
+
+    The structural labels come first (the paper's E9 claim is about them): the
+    largest of row / column / self excess, if it reaches `threshold`, names the head
+    ('row', 'column', 'identity'). Otherwise |mask_preference| >= mask_threshold
+    makes it 'mask-aware' (the sign of mask_preference says which way). Else 'other'.
+    """
+    for col in ("layer", "head", "row_excess", "column_excess", "self_excess", "mask_preference"):
+        if col not in scores:
+            raise ValueError(f"scores has no column {col!r}: pass the output of head_scores")
+    excess = scores[["row_excess", "column_excess", "self_excess"]].to_numpy()
+    names = ("row", "column", "identity")
+    labels = []
+    for ex, pref in zip(excess, scores["mask_preference"]):
+        best = int(ex.argmax())
+        if ex[best] >= threshold:
+            labels.append(names[best])
+        elif abs(pref) >= mask_threshold:  # NaN (no masked keys) compares False
+            labels.append("mask-aware")
+        else:
+            labels.append("other")
+    index = pd.MultiIndex.from_frame(scores[["layer", "head"]])
+    return pd.Series(labels, index=index, name="label")
+
+
+def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
+    """label -> sorted [(layer, head), ...] for every label in LABELS (empty if none):
+    our run's version of E5's head groups, since head numbers differ between runs."""
+    if labels.index.nlevels != 2:
+        raise ValueError(f"labels index has {labels.index.nlevels} levels, expected (layer, head)")
+    unknown = set(labels) - set(LABELS)
+    if unknown:
+        raise ValueError(f"label {sorted(unknown)[0]!r} is not one of {LABELS}")
+    return {name: sorted((int(l), int(h)) for (l, h), lab in labels.items() if lab == name)
+            for name in LABELS}

@@ -1,0 +1,140 @@
+"""Interventions on inputs and weights: the copy check (E2), model switching (E6),
+permuted positions (E7) and component re-initialisation (E15).
+
+Every function that changes a model returns a changed deep copy; the model passed in
+is never touched. Interventions on attention itself (ablation, patching) live in
+mclib.attention.
+"""
+from __future__ import annotations
+
+import copy
+import re
+
+import torch
+
+from .data import Batch, make_batch, round2
+from .metrics import mse_to
+
+# --- E2: the copy check ------------------------------------------------------------------
+
+
+def replace_masked_tokens(batch: Batch, value: float | None) -> Batch:
+    """The same matrices and mask with every masked token replaced by the token of
+    `value` (None: the MASK token, as in training)."""
+    return make_batch(batch.x, batch.mask, fill_value=value)
+
+
+def l_prime_mask(pred: torch.Tensor, batch: Batch, value: float | None) -> float:
+    """L'_mask: mean over masked entries of (X̂ − m)², m the value whose token filled the
+    masks (0 for MASK). A model that copies its input has L'_mask ≈ 0."""
+    m = 0.0 if value is None else float(round2(torch.tensor(float(value))))  # the token's value
+    return mse_to(pred, torch.full_like(batch.x, m), batch.mask)
+
+
+# --- E6: model switching -----------------------------------------------------------------
+
+QKV = ("query", "key", "value")
+
+
+def switch_qkv(target, source):
+    """A copy of `target` whose every layer takes its query, key and value weights and
+    biases from `source` (not the attention output projection, not the layer norms)."""
+    t, s = target.config, source.config
+    for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
+        if getattr(t, key) != getattr(s, key):
+            raise ValueError(f"models differ in {key}: target {getattr(t, key)}, source {getattr(s, key)}")
+    model = copy.deepcopy(target)
+    with torch.no_grad():
+        for dst, src in zip(model.bert.encoder.layer, source.bert.encoder.layer):
+            for name in QKV:
+                getattr(dst.attention.self, name).load_state_dict(getattr(src.attention.self, name).state_dict())
+    return model
+
+
+# --- E7: permuted positional embeddings ----------------------------------------------------
+
+
+def n_positions(model) -> int:
+    """n², the number of matrix entries: the position rows the model actually uses."""
+    n = getattr(model.config, "matrix_n", None)
+    return n * n if n else model.config.max_position_embeddings
+
+
+def position_permutation(n_pos: int, seed: int) -> torch.Tensor:
+    """The seeded random permutation `permute_positions` applies, `[n_pos]` long."""
+    return torch.randperm(n_pos, generator=torch.Generator().manual_seed(seed))
+
+
+def permute_positions(model, seed: int):
+    """A copy of `model` whose first n² position embeddings are reordered: position p
+    gets the row of position perm[p], perm = position_permutation(n², seed)."""
+    model = copy.deepcopy(model)
+    table = model.bert.embeddings.position_embeddings.weight  # [max_positions, hidden]
+    perm = position_permutation(n_positions(model), seed).to(table.device)
+    with torch.no_grad():
+        table[: len(perm)] = table[perm].clone()
+    return model
+
+
+# --- E15: component re-initialisation ------------------------------------------------------
+
+# The four groups of E15, defined once, by parameter name (full match). "attention" is
+# the whole attention sub-layer: query, key, value and its output projection (E6's
+# switch, by contrast, takes query, key and value only); "mlp" is the feed-forward
+# sub-layer's two projections.
+GROUPS = {
+    "attention": r"bert\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.(weight|bias)",
+    "mlp": r"bert\.encoder\.layer\.\d+\.(intermediate|output)\.dense\.(weight|bias)",
+    "positional": r"bert\.embeddings\.position_embeddings\.weight",
+    "token": r"bert\.embeddings\.word_embeddings\.weight",
+}
+# Everything else is "other" and is always loaded and frozen: the layer norms
+# (embeddings, after attention, after the MLP), the read-out, and the token-type row
+# (zero and frozen anyway). The authors' released code picks groups by substring
+# ("attention" in name), which would also sweep in the post-attention layer norm; we
+# keep every layer norm out of every group.
+OTHER = "other"
+
+
+def group_of(name: str) -> str:
+    matches = [g for g, pattern in GROUPS.items() if re.fullmatch(pattern, name)]
+    if len(matches) > 1:  # cannot happen with the patterns above; guards future edits
+        raise ValueError(f"parameter {name} matches several groups: {matches}")
+    return matches[0] if matches else OTHER
+
+
+def component_groups(model) -> dict[str, str]:
+    """Every parameter name of `model` -> its E15 group, or "other"."""
+    return {name: group_of(name) for name, _ in model.named_parameters()}
+
+
+def reinit_component(model, group: str, seed: int):
+    """A copy of `model` (the frozen source, e.g. the post checkpoint) whose `group` is
+    re-initialised with BERT's own init and trainable, every other parameter frozen.
+
+    BERT's own init is the model's `_init_weights`: normal(0, initializer_range) weights,
+    zero biases, zero padding (MASK) row of the token embeddings; for the position
+    embeddings the model's `position_init_std` when the profile sets it (the init the
+    model was built with). Not PyTorch's defaults.
+    """
+    if group not in GROUPS:
+        raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
+    model = copy.deepcopy(model)
+    groups = component_groups(model)
+    owners = sorted({name.rsplit(".", 1)[0] for name, g in groups.items() if g == group})
+    with torch.random.fork_rng(), torch.no_grad():  # seeded, without touching the global RNG
+        torch.manual_seed(seed)
+        for owner in owners:
+            module = model.get_submodule(owner)
+            for p in module.parameters(recurse=False):
+                # Weights loaded by from_pretrained carry this flag, and HF's init
+                # functions silently skip flagged tensors.
+                if hasattr(p, "_is_hf_initialized"):
+                    del p._is_hf_initialized
+            model._init_weights(module)
+        std = getattr(model.config, "position_init_std", None)
+        if group == "positional" and std:
+            model.bert.embeddings.position_embeddings.weight.normal_(0.0, std)
+    for name, p in model.named_parameters():
+        p.requires_grad_(groups[name] == group)
+    return model

@@ -1,0 +1,165 @@
+"""Linear probes on hidden states (E11).
+
+A probe is a least-squares map W with no intercept from one layer's hidden state
+at a position to a target at that position, fitted on one set of matrices and
+scored on fresh ones. Targets, per position p = (i, j) of matrix X:
+
+- "row":      row i of the *input*: X[i, :] with its masked entries set to 0
+              (n-vector). EXPERIMENTS.md says "the masked row that position
+              belongs to (7-vector, masked entries 0)"; the authors' probe.py builds
+              it as (X * mask)[:, i, :] where their mask is True = observed, so the
+              masked entries are the ones zeroed. Every position of row i shares it.
+- "value":    X[i, j], the true (rounded) value, scalar.
+- "singular": u₁, the first left singular vector of X (n-vector), the same for all
+              49 positions. Its sign is arbitrary; svd_sign="canonical" flips it so
+              that its largest-|.| entry is positive (a function of X, so a linear
+              probe has a fair chance); "raw" keeps torch's sign (the authors'),
+              which is not reproducible across LAPACK builds.
+
+Scores per layer: test MSE (mean over positions and target entries, as
+F.mse_loss), mse_zero (the MSE of predicting 0, the scale to read MSE against),
+and abs_cos: mean over positions of |cos(prediction, target)|, NaN for the scalar
+target (as the authors, who report no cosine for it); positions whose target is
+the zero vector are left out of the cosine mean.
+
+Layer numbering is `model.hidden_states`: 0 is the embedding output, l = 1..L the
+output of layer l (the authors probe 1..L).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from .config import DataConfig
+from .data import sample_batch
+
+TARGETS = ("row", "value", "singular")
+POSITIONS = ("all", "masked", "observed")
+TEST_SEED_OFFSET = 7_919  # the test matrices come from their own generator
+
+
+@dataclass
+class ProbeSet:
+    hidden: tuple[torch.Tensor, ...]  # per layer [batch, n*n, hidden]
+    x: torch.Tensor                   # [batch, n, n] rounded values
+    mask: torch.Tensor                # [batch, n, n] bool, True = masked
+
+    def __post_init__(self):
+        batch, n = self.x.shape[0], self.x.shape[-1]
+        if self.x.ndim != 3 or self.x.shape[1] != n:
+            raise ValueError(f"x has shape {tuple(self.x.shape)}, expected [batch, n, n]")
+        if self.mask.shape != self.x.shape:
+            raise ValueError(f"mask has shape {tuple(self.mask.shape)}, x has {tuple(self.x.shape)}")
+        for layer, h in enumerate(self.hidden):
+            if h.ndim != 3 or h.shape[0] != batch:
+                raise ValueError(f"layer {layer} hidden has shape {tuple(h.shape)}, expected [{batch}, {n * n}, hidden]")
+            if h.shape[1] != n * n:
+                raise ValueError(f"n = {n} does not match layer {layer}'s sequence length {h.shape[1]} (expected {n * n})")
+
+
+def probe_target(x: torch.Tensor, mask: torch.Tensor, target: str,
+                 svd_sign: str = "canonical") -> torch.Tensor:
+    """`[batch, n, n]` -> `[batch, n*n, dim]` target of every position (see module doc)."""
+    batch, n = x.shape[0], x.shape[-1]
+    rows = torch.arange(n * n) // n                                   # [seq] row of each position
+    if target == "row":
+        observed = x.masked_fill(mask, 0.0)                           # [batch, n, n]
+        return observed[:, rows, :]                                   # [batch, seq, n]
+    if target == "value":
+        return x.reshape(batch, n * n, 1)                             # [batch, seq, 1]
+    if target == "singular":
+        u = torch.linalg.svd(x.double())[0][..., 0]                   # [batch, n]
+        if svd_sign == "canonical":
+            top = u.abs().argmax(-1, keepdim=True)
+            u = u * torch.sign(u.gather(-1, top))
+        elif svd_sign != "raw":
+            raise ValueError(f"svd_sign {svd_sign!r} is not 'canonical' or 'raw'")
+        return u.float()[:, None, :].expand(batch, n * n, n)          # [batch, seq, n]
+    raise ValueError(f"target {target!r} is not one of {TARGETS}")
+
+
+def fit_probe(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Least squares, no intercept: `h [N, hidden]`, `y [N, dim]` -> `W [hidden, dim]`.
+    float64 with the SVD-based driver, so rank-deficient h (dead dimensions) is fine."""
+    if h.shape[0] != y.shape[0]:
+        raise ValueError(f"h has {h.shape[0]} rows, y has {y.shape[0]}")
+    return torch.linalg.lstsq(h.double(), y.double(), driver="gelsd").solution
+
+
+def probe_metrics(h: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
+    """MSE, MSE of predicting 0, and mean |cosine| (NaN if dim = 1) of `h @ w` against y."""
+    pred, y = h.double() @ w, y.double()                              # [N, dim]
+    cos = float("nan")
+    if y.shape[1] > 1:
+        keep = y.norm(dim=1) > 0  # a zero target has no direction
+        cos = torch.nn.functional.cosine_similarity(pred[keep], y[keep], dim=1).abs().mean().item()
+    return {"mse": ((pred - y) ** 2).mean().item(), "mse_zero": (y**2).mean().item(), "abs_cos": cos}
+
+
+def _where(mask: torch.Tensor, positions: str) -> torch.Tensor:
+    """`[batch, n, n]` -> `[batch*n*n]` bool selecting the positions."""
+    flat = mask.reshape(-1)
+    if positions == "all":
+        return torch.ones_like(flat)
+    if positions == "masked":
+        return flat
+    if positions == "observed":
+        return ~flat
+    raise ValueError(f"positions {positions!r} is not one of {POSITIONS}")
+
+
+def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSITIONS,
+                 fit_on: str = "all", svd_sign: str = "canonical") -> pd.DataFrame:
+    """Fit one probe per (layer, target) on `fit`, score it on `test` at each kind of position.
+
+    fit_on: the positions the probe is fitted on ("all", as the authors, who then split
+    the test MSE into masked / observed; or "masked" / "observed" to fit on those only).
+    Returns a tidy frame: layer, target, positions, mse, mse_zero, abs_cos, n_fit, n_test.
+    """
+    if len(fit.hidden) != len(test.hidden):
+        raise ValueError(f"fit has {len(fit.hidden)} layers, test has {len(test.hidden)}")
+    if fit.x.shape[-1] != test.x.shape[-1]:
+        raise ValueError(f"fit n = {fit.x.shape[-1]} differs from test n = {test.x.shape[-1]}")
+    keep_fit = _where(fit.mask, fit_on)
+    rows = []
+    for target in targets:
+        y_fit = probe_target(fit.x, fit.mask, target, svd_sign).flatten(0, 1)[keep_fit]     # [N, dim]
+        y_test = probe_target(test.x, test.mask, target, svd_sign).flatten(0, 1)            # [M, dim]
+        for layer, (h_fit, h_test) in enumerate(zip(fit.hidden, test.hidden)):
+            w = fit_probe(h_fit.flatten(0, 1)[keep_fit], y_fit)
+            h_test = h_test.flatten(0, 1)
+            for where in positions:
+                keep = _where(test.mask, where)
+                rows.append({"layer": layer, "target": target, "positions": where,
+                             **probe_metrics(h_test[keep], y_test[keep], w),
+                             "n_fit": int(keep_fit.sum()), "n_test": int(keep.sum())})
+    return pd.DataFrame(rows)
+
+
+@torch.no_grad()
+def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, ...]:
+    """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`.
+    Memory: 4·batch·seq·hidden bytes per layer (2 048 × 49 × 768 ≈ 0.3 GB)."""
+    was_training = model.training
+    model.eval()
+    parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
+    model.train(was_training)
+    return tuple(torch.cat([p[layer] for p in parts]).float().cpu() for layer in range(len(parts[0])))
+
+
+def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0,
+               chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
+    """Fresh fit and test matrices (E11: 2 048 / 256) from two seeded generators, and the
+    model's hidden states on them."""
+    model_n = getattr(model.config, "matrix_n", data.n)
+    if model_n != data.n:
+        raise ValueError(f"data n = {data.n} does not match the model's n = {model_n}")
+    device = next(model.parameters()).device
+    sets = []
+    for size, s in ((n_fit, seed), (n_test, seed + TEST_SEED_OFFSET)):
+        gen = torch.Generator().manual_seed(s)
+        b = sample_batch(size, data.n, data.rank, data.p_mask, gen, data.dist)
+        sets.append(ProbeSet(collect_hidden(model, b.tokens.to(device), chunk), b.x, b.mask))
+    return sets[0], sets[1]

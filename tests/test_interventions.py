@@ -1,0 +1,182 @@
+import re
+
+import pytest
+import torch
+
+from mclib.attention import AttentionHooks
+from mclib.config import ModelConfig
+from mclib.data import MASK_ID, make_batch, sample_batch, tokenize
+from mclib.evaluate import activation_patching, evaluate, predict, sample_eval_batch
+from mclib.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions,
+                                 position_permutation, reinit_component, replace_masked_tokens, switch_qkv)
+from mclib.metrics import losses
+from mclib.model import build_model
+from mclib.train import load_checkpoint, train
+
+SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
+QKV_NAME = re.compile(r".*\.attention\.self\.(query|key|value)\.(weight|bias)")
+
+
+def tiny(seed=0):
+    return build_model(SMALL, 7, seed=seed).eval()
+
+
+def tokens(batch=8, seed=0):
+    return sample_batch(batch, 7, 2, 0.3, torch.Generator().manual_seed(seed)).tokens
+
+
+@pytest.fixture
+def post(smoke_run, smoke_profile):
+    return load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
+
+
+# --- E2 ----------------------------------------------------------------------------------
+
+def test_replace_masked_tokens_and_l_prime_mask():
+    b = sample_batch(16, 7, 2, 0.3, torch.Generator().manual_seed(0))
+    r = replace_masked_tokens(b, 0.44)
+    m = b.mask.flatten(1)
+    assert (r.tokens[m] == tokenize(torch.tensor(0.44))).all() and torch.equal(r.tokens[~m], b.tokens[~m])
+    assert torch.equal(replace_masked_tokens(b, None).tokens, b.tokens) and (b.tokens[m] == MASK_ID).all()
+    zeros = torch.zeros_like(b.x)
+    assert l_prime_mask(zeros, r, 0.44) == pytest.approx(0.44 ** 2)
+    assert l_prime_mask(zeros, b, None) == 0.0
+
+
+# --- E6 ----------------------------------------------------------------------------------
+
+def test_switch_qkv_touches_exactly_query_key_value():
+    target, source = tiny(0), tiny(1)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    switched = switch_qkv(target, source).state_dict()
+    n_qkv = 0
+    for name, value in switched.items():
+        expected = source.state_dict()[name] if QKV_NAME.fullmatch(name) else before[name]
+        n_qkv += bool(QKV_NAME.fullmatch(name))
+        assert torch.equal(value, expected), name
+    assert n_qkv == 2 * 3 * 2  # layers × {q, k, v} × {weight, bias}
+    assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())  # target untouched
+
+
+def test_switching_a_model_with_itself_changes_nothing(post):
+    t = tokens()
+    with torch.no_grad():
+        assert torch.equal(switch_qkv(post, post)(t), post(t))
+
+
+# --- E7 ----------------------------------------------------------------------------------
+
+def test_permute_positions_is_a_seeded_reordering_of_the_first_n2_rows():
+    m = tiny()
+    perm = position_permutation(49, seed=3)
+    assert torch.equal(perm.sort().values, torch.arange(49)) and not torch.equal(perm, torch.arange(49))
+    assert torch.equal(perm, position_permutation(49, seed=3))
+    assert not torch.equal(perm, position_permutation(49, seed=4))
+    original = m.bert.embeddings.position_embeddings.weight.clone()
+    permuted = permute_positions(m, seed=3)
+    assert torch.equal(permuted.bert.embeddings.position_embeddings.weight, original[perm])
+    assert torch.equal(m.bert.embeddings.position_embeddings.weight, original)  # source untouched
+    # reading position p from row perm[p] of the original table is the same model
+    t = tokens()
+    with torch.no_grad():
+        assert torch.allclose(permuted(t), m(t, position_ids=perm.expand(8, -1)), atol=1e-6)
+        assert not torch.allclose(permuted(t), m(t), atol=1e-3)
+
+
+# --- E15 ---------------------------------------------------------------------------------
+
+def test_groups_partition_the_trainable_parameters():
+    m = tiny()
+    groups = component_groups(m)
+    trainable = {n for n, p in m.named_parameters() if p.requires_grad}
+    assert trainable <= set(groups) and set(groups.values()) == {*GROUPS, OTHER}
+    for name in groups:  # no name matches two patterns
+        assert sum(bool(re.fullmatch(p, name)) for p in GROUPS.values()) <= 1, name
+    by_group = {g: sorted(n for n in groups if groups[n] == g) for g in (*GROUPS, OTHER)}
+    assert len(by_group["attention"]) == 2 * 8 and len(by_group["mlp"]) == 2 * 4
+    assert by_group["positional"] == ["bert.embeddings.position_embeddings.weight"]
+    assert by_group["token"] == ["bert.embeddings.word_embeddings.weight"]
+    assert all("LayerNorm" in n or n.startswith("readout") or "token_type" in n for n in by_group[OTHER])
+    assert "readout.weight" in by_group[OTHER] and "bert.encoder.layer.0.attention.output.LayerNorm.weight" in by_group[OTHER]
+
+
+@pytest.mark.parametrize("group", list(GROUPS))
+def test_reinit_changes_exactly_one_group_and_freezes_the_rest(post, group):
+    for p in post.parameters():  # what from_pretrained leaves on loaded weights; must not block the init
+        p._is_hf_initialized = True
+    source = {k: v.clone() for k, v in post.named_parameters()}
+    model = reinit_component(post, group, seed=0)
+    groups = component_groups(model)
+    std = post.config.initializer_range
+    for name, p in model.named_parameters():
+        if groups[name] == group:
+            assert p.requires_grad and not torch.equal(p, source[name]), name
+            if name.endswith("bias"):
+                assert not p.any(), name
+            elif p.numel() >= 256:
+                assert abs(p.std().item() - std) < 0.3 * std, name
+        else:
+            assert not p.requires_grad and torch.equal(p, source[name]), name
+    assert not model.bert.embeddings.word_embeddings.weight[MASK_ID].any()
+    assert all(torch.equal(p, source[n]) for n, p in post.named_parameters())  # source untouched
+    again, other_seed = reinit_component(post, group, seed=0), reinit_component(post, group, seed=1)
+    name = next(n for n in groups if groups[n] == group and n.endswith("weight"))
+    assert torch.equal(dict(again.named_parameters())[name], dict(model.named_parameters())[name])
+    assert not torch.equal(dict(other_seed.named_parameters())[name], dict(model.named_parameters())[name])
+
+
+def test_reinit_rejects_an_unknown_group():
+    with pytest.raises(ValueError, match="'layernorm'"):
+        reinit_component(tiny(), "layernorm", seed=0)
+
+
+def test_reinit_model_trains_with_the_training_loop(tmp_path, post, smoke_profile):
+    model = reinit_component(post, "mlp", seed=0)
+    start = {k: v.clone() for k, v in model.named_parameters()}
+    profile = smoke_profile.replace(**{"train.steps": 3, "train.save_every": 3, "train.log_every": 1,
+                                       "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 3})
+    run = train(profile, tmp_path / "e15", progress=False, init_model=model)
+    trained = load_checkpoint(run, 3)
+    groups = component_groups(trained)
+    for name, p in trained.named_parameters():
+        assert torch.equal(p, start[name]) == (groups[name] != "mlp"), name
+
+
+# --- evaluate / E8 -----------------------------------------------------------------------
+
+def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
+    post.train()
+    a = evaluate(post, smoke_profile, 64, seed=5)
+    assert post.training
+    assert a == evaluate(post, smoke_profile, 64, seed=5)
+    assert a != evaluate(post, smoke_profile, 64, seed=6)
+    assert set(a) == {"L", "L_obs", "L_mask", "mask_value"}
+    e2 = evaluate(post, smoke_profile, 64, seed=5, fill_value=0.44, dist="random")
+    assert set(e2) == {"L", "L_obs", "L_mask", "mask_value", "L'_mask"}
+    fixed = torch.zeros(7, 7, dtype=torch.bool)
+    fixed[3] = True
+    assert evaluate(post, smoke_profile, 8, seed=5, mask=fixed)["L_mask"] >= 0
+    with pytest.raises(ValueError, match="mask has shape"):
+        evaluate(post, smoke_profile, 8, seed=5, mask=torch.zeros(6, 6, dtype=torch.bool))
+
+
+def test_evaluate_with_hooks_ablates_on_the_same_batch(post, smoke_profile):
+    all_heads = {(l, h) for l in range(2) for h in range(2)}
+    plain = evaluate(post, smoke_profile, 64, seed=0)
+    ablated = evaluate(post, smoke_profile, 64, seed=0, hooks=lambda h: h.ablate(all_heads, "uniform"))
+    nothing = evaluate(post, smoke_profile, 64, seed=0, hooks=lambda h: None)
+    assert ablated != plain and nothing == pytest.approx(plain, rel=1e-5)
+    assert post.config._attn_implementation == "sdpa"
+
+
+def test_patching_no_layer_is_the_plain_minus_x_run(post, smoke_profile):
+    none = activation_patching(post, smoke_profile, 32, seed=0, layers=[])
+    clean = sample_eval_batch(smoke_profile, 32, seed=0)
+    minus = make_batch(-clean.x, clean.mask)
+    plain = losses(predict(post, minus), minus.x, minus.mask)
+    assert none["masked_vs_negX"] == pytest.approx(plain["L_mask"].item(), rel=1e-5)
+    assert none["observed_vs_negX"] == pytest.approx(plain["L_obs"].item(), rel=1e-5)
+    last, every = (activation_patching(post, smoke_profile, 32, seed=0, layers=k) for k in ("last", "all"))
+    assert last != none and every != last
+    with pytest.raises(ValueError, match="'first'"):
+        activation_patching(post, smoke_profile, 32, seed=0, layers="first")
