@@ -1,10 +1,19 @@
 """mclib: the library behind the book "Abrupt Learning in Transformers: matrix completion".
 
 Where things are:
-    config.py   profiles (params/*.yaml) as typed dataclasses, validated
-    data.py     low-rank matrices, masks, the tokenizer
-    model.py    BertModel + linear read-out, checkpoints via from_pretrained
-    metrics.py  L, L_obs, L_mask, mask value; `find_drop`, the definition of the drop
-    train.py    online training with atomic checkpoints and exact resume
-    plots.py    figures
+    config.py         profiles (params/*.yaml) as typed dataclasses, validated
+    data.py           low-rank matrices, masks, the tokenizer
+    model.py          BertModel + linear read-out, checkpoints via from_pretrained
+    metrics.py        L, L_obs, L_mask, mask value; `find_drop`, the definition of the drop
+    train.py          online training with atomic checkpoints and exact resume
+    attention.py      hook points inside attention: capture, ablate (uniform / batch-mean), patch
+    interventions.py  token replacement (E2), QKV switching (E6), position permutation (E7),
+                      component re-initialisation (E15)
+    evaluate.py       L, L_obs, L_mask of any model + intervention on fresh matrices; E8 patching
+    heads.py          attention maps, head scores (row / column / self / mask), head classes
+    probes.py         linear probes on hidden states (E11)
+    embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
+    baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
+    paper.py          the numbers the paper reports
+    plots.py          figures
 """

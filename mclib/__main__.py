@@ -1,4 +1,4 @@
-"""Command line: `python -m mclib train --params cpu` (see README)."""
+"""Command line: `python -m mclib train --params cpu`, `python -m mclib book --profile cpu` (see README)."""
 from __future__ import annotations
 
 import argparse
@@ -34,6 +34,13 @@ def cmd_train(args) -> None:
           f"drop {'at step ' + str(drop) if drop else 'not reached'}; plot: {run_dir / 'loss_curve.png'}")
 
 
+def cmd_book(args) -> None:
+    from .book import build
+
+    build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
+          device=args.device, timeout=args.timeout)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -44,12 +51,25 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
+    p = sub.add_parser("book", help="execute the chapters (training first) and build the HTML book")
+    p.add_argument("--profile", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
+    p.add_argument("--seed", type=int, help="override the profile's seed")
+    p.add_argument("--out-dir", help="where book/_executed/, _build/html/ and runs/ go (default: the repository)")
+    p.add_argument("--run-dir", help="the run the chapters use (default OUT_DIR/runs/<profile>-seed<seed>)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the profile's train.device")
+    p.add_argument("--timeout", type=float, help="seconds a notebook cell may run (default: no limit)")
+    p.set_defaults(func=cmd_book)
     args = parser.parse_args(argv)
+    from .book import BookError  # light: papermill and nbformat are imported when a chapter runs
+
     try:
         args.func(args)
     except ConfigError as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
+    except BookError as e:
+        print(f"mclib: error: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -191,3 +191,28 @@ def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
         raise ValueError(f"label {sorted(unknown)[0]!r} is not one of {LABELS}")
     return {name: sorted((int(l), int(h)) for (l, h), lab in labels.items() if lab == name)
             for name in LABELS}
+
+
+def capture_probs(model, batch) -> dict[int, torch.Tensor]:
+    """Every layer's attention probabilities on `batch`: {layer: [batch, head, query, key]}."""
+    from .attention import AttentionHooks  # attention imports nothing from here; keep it lazy anyway
+    with AttentionHooks(model) as hooks:
+        hooks.capture()
+        with torch.no_grad():
+            model(batch.tokens.to(next(model.parameters()).device))
+        probs = {layer: p.cpu() for layer, p in hooks.probs.items()}
+    return probs
+
+
+def attention_progress(run_dir, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+    """Head scores at every saved checkpoint of a run, on one fixed batch:
+    one row per (step, layer, head), columns as `head_scores` plus `step`.
+    A progress measure: how far each head is from uniform attention over training."""
+    from .evaluate import sample_eval_batch
+    from .train import load_checkpoint, saved_steps
+    batch = sample_eval_batch(data, n_matrices, seed)
+    frames = []
+    for step in saved_steps(run_dir):
+        scores = head_scores(capture_probs(load_checkpoint(run_dir, step), batch), batch.mask, batch.n)
+        frames.append(scores.assign(step=step))
+    return pd.concat(frames, ignore_index=True)

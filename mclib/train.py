@@ -113,7 +113,8 @@ def _check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text())).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        d["train"].pop("steps")
+        for key in ("steps", "device", "threads"):  # where and how long it runs, not what it is
+            d["train"].pop(key)
         d["checkpoints"].pop("post")
         d["checkpoints"].pop("transition")
         d.pop("notes")

@@ -46,6 +46,13 @@ def run_one(job: dict) -> dict:
         return drop is not None and rows[-1]["step"] >= drop + job["after_drop"]
 
     train(profile, run_dir, progress=False, stop=stop)
+    return summarise(run_dir, job)
+
+
+def summarise(run_dir: Path, job: dict) -> dict:
+    """One results row from a run folder (also for a run that was stopped by hand)."""
+    profile = load_profile(profile_path(job["base"]), **job["overrides"], seed=job["seed"])
+    rank = profile.data.rank
     m = load_metrics(run_dir)
     drop = find_drop(m, rank)
     walls = m["wall"].dropna()
@@ -66,6 +73,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--results", default="docs/data/cpu_sweep.csv")
     ap.add_argument("--run-root", default="runs/sweep")
+    ap.add_argument("--collect", action="store_true",
+                    help="do not train: add rows for runs of this sweep that were stopped before finishing")
     args = ap.parse_args()
     spec = yaml.safe_load(Path(args.sweep).read_text())
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
@@ -75,13 +84,25 @@ def main():
             for s in spec["settings"] for seed in s.get("seeds", spec.get("seeds", [1]))]
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
+
+    def append(row):
+        row["sweep"] = Path(args.sweep).name
+        old = pd.read_csv(results) if results.exists() else pd.DataFrame()
+        tmp = results.with_name(".tmp-" + results.name)
+        pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
+        os.replace(tmp, results)
+
+    if args.collect:
+        old = pd.read_csv(results) if results.exists() else pd.DataFrame(columns=["sweep", "setting", "seed"])
+        have = set(zip(old["sweep"], old["setting"], old["seed"]))
+        for job in jobs:
+            run_dir = Path(job["run_root"]) / f"{job['name']}-seed{job['seed']}"
+            if (Path(args.sweep).name, job["name"], job["seed"]) not in have and (run_dir / "metrics.csv").exists():
+                append({**summarise(run_dir, job), "note": "stopped by hand before its cap"})
+        return
     with mp.get_context("spawn").Pool(args.jobs) as pool:
         for row in pool.imap_unordered(run_one, jobs):
-            row["sweep"] = Path(args.sweep).name
-            old = pd.read_csv(results) if results.exists() else pd.DataFrame()
-            tmp = results.with_name(".tmp-" + results.name)
-            pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
-            os.replace(tmp, results)
+            append(row)
 
 
 if __name__ == "__main__":

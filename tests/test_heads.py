@@ -123,3 +123,12 @@ def test_runs_on_a_real_models_attention(gen):
     assert len(scores) == 4 and scores[["row", "column", "self", "masked"]].stack().between(0, 1).all()
     # an untrained model is close to uniform
     assert scores["row"].to_numpy() == pytest.approx(6 / 49, abs=0.02)
+
+
+def test_attention_progress_has_a_row_per_checkpoint_layer_and_head(smoke_run, smoke_profile):
+    from mclib.heads import attention_progress
+    from mclib.train import saved_steps
+    df = attention_progress(smoke_run, smoke_profile, n_matrices=8)
+    m = smoke_profile.model
+    assert len(df) == len(saved_steps(smoke_run)) * m.layers * m.heads
+    assert df[["row", "column", "self"]].notna().all().all()

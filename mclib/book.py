@@ -1,0 +1,303 @@
+"""The book: a profile in, a browsable HTML report out (`python -m mclib book --profile cpu`).
+
+    _toc.yml               the chapters in order; the one list (`chapters()` reads it)
+    _config.yml            Jupyter Book 1 settings (offline: no launch buttons, no math)
+    book/NAME.ipynb        chapter templates, stored without outputs
+    OUT/runs/P-seedS/      the run every chapter reads; the first chapter trains it
+    OUT/book/_executed/    executed chapters + manifest.json   (OUT = --out-dir, default
+    OUT/_build/html/       the site                             the repository itself)
+
+Papermill runs every template with the same parameters (profile, seed, run_dir,
+device); the training chapter calls `mclib.train.train`, which resumes or returns at
+once if the run is complete, and every later chapter reads that run_dir.
+
+Incremental: a chapter's key hashes its template, its parameters, the profile's
+content, the mclib sources and the run's state (checkpoint list + metrics.csv; the
+scorecard page also hashes scorecard.json). The key is taken right after the chapter
+ran and stored in the manifest; the next build reuses the executed copy if the key
+taken now is the same and the copy is untouched. Measuring after (not before) the run
+is what lets the training chapter, which creates the run, be reused.
+
+Failure: papermill saves the notebook and may mark it complete after a timeout or a
+dead kernel, so its exception is what counts (and any error output, to be sure): the
+manifest marks the chapter failed, nothing after it runs, no site is built, and
+`BookError` names the chapter.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from .config import load_profile, profile_path
+
+# mclib.train (torch, tqdm) is imported inside the functions: notebooks import this
+# module for `notebook_setup`, which must run before tqdm is first imported.
+
+REPO = Path(__file__).resolve().parent.parent
+EXECUTED = Path("book") / "_executed"
+SCORECARD_PAGE = "99_scorecard"  # the one chapter that reads what the others recorded
+SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (EXPERIMENTS.md §4)
+
+
+class BookError(RuntimeError):
+    """A chapter or the site build failed; the message is one line."""
+
+
+def notebook_setup() -> None:
+    """First line of every chapter: figures can be glued as PNG, and no stderr noise
+    (tqdm warns that ipywidgets is missing; the chapters show no progress bars)."""
+    import warnings
+
+    from IPython import get_ipython
+
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    if get_ipython() is not None:
+        # registers IPython's PNG formatter for figures (mclib.plots then picks the Agg
+        # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
+        get_ipython().run_line_magic("matplotlib", "inline")
+
+
+def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
+    """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
+    def files(node):
+        if isinstance(node, dict):
+            if "file" in node:
+                yield node["file"]
+            for v in node.values():
+                if isinstance(v, (dict, list)):
+                    yield from files(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from files(v)
+
+    out = []
+    for f in files(yaml.safe_load(toc.read_text())):
+        if Path(f).parent == EXECUTED:
+            template = REPO / "book" / f"{Path(f).name}.ipynb"
+            if not template.is_file():
+                raise BookError(f"{toc.name} lists {f} but {template.relative_to(REPO)} does not exist")
+            out.append(template)
+    return out
+
+
+# --- hashes -------------------------------------------------------------------------
+
+def _sha(*parts) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode())
+    return h.hexdigest()[:16]
+
+
+def _file_sha(path: Path) -> str | None:
+    return _sha(path.read_bytes()) if path.is_file() else None
+
+
+def mclib_sha() -> str:
+    files = sorted((REPO / "mclib").rglob("*.py"))  # all of it: a chapter may import any module
+    return _sha(*[f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes() for f in files])
+
+
+def run_state(run_dir: Path) -> str:
+    from .train import saved_steps
+
+    return _sha(saved_steps(run_dir), _file_sha(run_dir / "metrics.csv"))
+
+
+def git_revision() -> str:
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
+                                        check=True).stdout.strip()
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# --- one chapter --------------------------------------------------------------------
+
+def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -> str:
+    extra = _file_sha(run_dir / "scorecard.json") if template.stem == SCORECARD_PAGE else None
+    return _sha(_file_sha(template), params, profile, src, run_state(run_dir), extra)
+
+
+@contextlib.contextmanager
+def _kernel_stderr_to(log: Path):
+    """The kernel inherits file descriptor 2: point it at a log file (its warnings and a
+    dying kernel's traceback are kept there), while our own sys.stderr (messages,
+    papermill's progress bar) stays on the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "wb") as f:
+        os.dup2(f.fileno(), 2)
+    old = sys.stderr
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # e.g. pytest's capture has no fd
+        if sys.stderr.fileno() == 2:
+            sys.stderr = open(saved, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = old
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _why(e: BaseException) -> str:
+    """One line: the cell's exception for a cell error, else the exception's first line."""
+    if hasattr(e, "ename"):  # PapermillExecutionError
+        return f"{e.ename}: {e.evalue}"[:200]
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:200]
+
+
+def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool) -> None:
+    import nbformat
+    import papermill as pm
+
+    with _kernel_stderr_to(output.with_suffix(".kernel.log")):
+        pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
+                            execution_timeout=timeout, progress_bar=progress)
+    nb = nbformat.read(output, as_version=4)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":  # belt and braces: papermill should have raised
+                raise RuntimeError(f"cell output {out.ename}: {out.evalue}")
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")  # the reader sees the settings table, not the raw paths
+    nbformat.write(nb, output)
+
+
+# --- the whole book -----------------------------------------------------------------
+
+def _stage(out: Path) -> list[Path]:
+    """Copy the book's non-notebook sources into `out` (a no-op when out is the repo)."""
+    sources = [REPO / "_config.yml", REPO / "_toc.yml"] + sorted(
+        p for p in (REPO / "book").iterdir() if p.is_file() and p.suffix != ".ipynb")
+    staged = [out / p.relative_to(REPO) for p in sources]
+    if out != REPO:
+        for src, dst in zip(sources, staged):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    return staged
+
+
+def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
+    from .train import saved_steps
+
+    paper = load_profile(profile_path("paper"))
+    if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
+        left = profile.train.steps - (saved_steps(run_dir) or [0])[-1]
+        if left > 0:
+            days = left * SECONDS_PER_PAPER_STEP_CPU / 86400
+            print(f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
+                  f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)",
+                  file=sys.stderr)
+
+
+def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
+          run_dir: str | Path | None = None, device: str | None = None, timeout: float | None = None,
+          templates: list[Path] | None = None, progress: bool = True) -> dict:
+    """Execute the chapters and build the site; returns the manifest (raises BookError)."""
+    from .train import resolve_device
+
+    t_start = time.time()
+    ppath = profile_path(profile).resolve()
+    cfg = load_profile(ppath, **({} if seed is None else {"seed": seed}))
+    out = Path(out_dir or REPO).resolve()
+    run_dir = Path(run_dir or out / "runs" / f"{cfg.name}-seed{cfg.seed}").resolve()
+    device = device or cfg.train.device
+    resolved = resolve_device(device).type
+    _warn_if_slow(cfg, resolved, run_dir)
+
+    staged = _stage(out)
+    exe = out / EXECUTED
+    exe.mkdir(parents=True, exist_ok=True)
+    manifest_path = exe / "manifest.json"
+    prev = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
+    prev_nb = {r["name"]: r for r in prev.get("notebooks", [])}
+    params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
+    src = mclib_sha()
+    manifest = {"profile": cfg.name, "seed": cfg.seed, "run_dir": str(run_dir), "device": resolved,
+                "git": git_revision(), "mclib": src, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "notebooks": [], "site": None}
+
+    def save():
+        manifest["duration_s"] = round(time.time() - t_start, 1)
+        manifest_path.write_text(json.dumps(manifest, indent=1))
+
+    templates = chapters() if templates is None else [Path(t) for t in templates]
+    for i, template in enumerate(templates, 1):
+        name, output = template.stem, exe / f"{template.stem}.ipynb"
+        old = prev_nb.get(name, {})
+        rec = {"name": name, "template": str(template), "output": str(output), "device": resolved,
+               "parameters": params, "git": manifest["git"]}
+        manifest["notebooks"].append(rec)
+        if (old.get("complete") and old.get("key") == _key(template, params, cfg.to_dict(), run_dir, src)
+                and old.get("output_sha") == _file_sha(output)):
+            rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
+            print(f"[{i}/{len(templates)}] {name}: unchanged, reused")
+            continue
+        print(f"[{i}/{len(templates)}] {name}: running ({cfg.name}, seed {cfg.seed}, {resolved})", flush=True)
+        t0 = time.time()
+        try:
+            _execute(template, output, params, timeout, progress)
+        except (Exception, KeyboardInterrupt) as e:
+            rec.update({"status": "failed", "complete": False, "error": _why(e),
+                        "duration_s": round(time.time() - t0, 1)})
+            # later chapters did not run; keep their last records so the next build can still reuse them
+            manifest["notebooks"] += [{**prev_nb[t.stem], "status": "not run"} for t in templates[i:] if t.stem in prev_nb]
+            save()
+            raise BookError(f"notebook {name} failed ({_why(e)}); see {output}") from None
+        took = round(time.time() - t0, 1)
+        rec.update({"status": "executed", "complete": True, "duration_s": took, "execution_s": took,
+                    "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "key": _key(template, params, cfg.to_dict(), run_dir, src), "output_sha": _file_sha(output)})
+        save()
+
+    # the site: skipped when its inputs are exactly those of the last good build
+    site_key = _sha([_file_sha(p) for p in staged], [r["output_sha"] for r in manifest["notebooks"]])
+    html = out / "_build" / "html"
+    if (prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
+        manifest["site"] = {**prev["site"], "status": "reused"}
+        print("site: unchanged, reused")
+    else:
+        print("site: jupyter-book build", flush=True)
+        manifest["site"] = _build_site(out)
+        if manifest["site"]["status"] != "ok":
+            save()
+            raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
+        manifest["site"]["key"] = site_key
+    save()
+    print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
+    return manifest
+
+
+def _build_site(out: Path) -> dict:
+    """Jupyter Book 1, every page re-read (--all: an incremental Sphinx build would not
+    repeat the warnings of unchanged pages), warnings are errors."""
+    t0 = time.time()
+    log = out / "_build" / "jupyter-book.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no stale pages or images
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(out), "--path-output", str(out), "-W", "-n", "--keep-going", "--all"]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    log.write_text(p.stdout + p.stderr)
+    warnings = [l for l in (p.stdout + p.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
+    for w in warnings:
+        print(w, file=sys.stderr)
+    rec = {"status": "ok" if p.returncode == 0 else "failed", "duration_s": round(time.time() - t0, 1),
+           "log": str(log), "warnings": len(warnings)}
+    if p.returncode:
+        rec["error"] = f"exit {p.returncode}, {len(warnings)} warnings/errors"
+    return rec

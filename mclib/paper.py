@@ -1,0 +1,43 @@
+"""The numbers the paper reports (EXPERIMENTS.md §2), in one place.
+
+Keys are (experiment, quantity). (W) = workshop version, (N) = NeurIPS version.
+These are facts to compare against; nothing in the project is tuned toward them.
+"""
+
+PAPER = {
+    ("E1", "drop step"): 15_000,
+    ("E1", "final L (W)"): 4e-3,
+    ("E3", "pre L_obs"): 3.4e-4, ("E3", "pre L_mask"): 0.2236,
+    ("E3", "pre ablated L_obs"): 3.2e-4, ("E3", "pre ablated L_mask"): 0.2236,
+    ("E3", "post L_obs"): 9.2e-5, ("E3", "post L_mask"): 0.0128,
+    ("E3", "post ablated L_obs"): 3.7e-3, ("E3", "post ablated L_mask"): 0.2183,
+    ("E4", "L_obs"): 9.44e-5, ("E4", "L_mask"): 0.01428,
+    ("E4", "ablated L_obs"): 9.36e-5, ("E4", "ablated L_mask"): 0.01575,
+    ("E6", "post-QKV into pre L_obs"): 5e-3, ("E6", "post-QKV into pre L_mask"): 0.2246,
+    ("E6", "pre-QKV into post L_obs"): 9.5e-4,
+    ("E7", "L_obs"): 2.4e-4, ("E7", "L_mask"): 0.5687,
+    ("E8", "masked MSE to X"): 0.014, ("E8", "masked MSE to -X"): 0.8066,
+}
+
+# E2 (W, pre-shift): L'_mask / L_obs for each replacement value, rank-2 and random matrices.
+PAPER_E2 = {
+    ("rank-2", None): (3e-4, 3.3e-4), ("rank-2", 0.44): (4e-4, 2.8e-4), ("rank-2", -0.24): (3.7e-4, 2.7e-4),
+    ("random", None): (2.8e-4, 3.5e-4), ("random", 0.44): (3.7e-4, 3e-4), ("random", -0.24): (3.6e-4, 2.8e-4),
+}
+
+# E17: lambda -> (L_obs, L_mask, L)
+PAPER_E17 = {
+    5e-4: (1.015e-5, 0.040728, 0.012173), 1e-3: (3.686e-5, 0.040456, 0.01211),
+    1.5e-3: (7.959e-5, 0.040505, 0.012155), 2e-3: (1.3769e-4, 0.040734, 0.012264),
+    5e-3: (7.8591e-4, 0.043402, 0.013516),
+}
+
+# The authors' head numbers (1-indexed layer, head) of E4 and E5; a new run's heads differ.
+PAPER_HEADS = {
+    "uninterpretable": [(3, 3), (4, 2), (4, 5), (4, 6), (4, 7)],
+    "masked-row": [(2, 1), (3, 4), (4, 8)],
+    "observed-copy": [(4, 3), (4, 4)],
+    "mask-ignore": [(2, 2), (2, 3), (2, 4), (2, 6), (3, 1), (3, 2), (3, 3), (3, 5), (3, 6)],
+    "longest-contiguous-column": [(2, 5), (2, 7), (2, 8)],
+    "input-processing": [(1, 1), (1, 2), (1, 5), (1, 6), (1, 7), (1, 8)],
+}

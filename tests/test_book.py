@@ -1,0 +1,148 @@
+"""The book pipeline on the smoke profile: every chapter executes, the site builds with
+warnings as errors and works offline, a re-run reuses everything, a failing chapter
+stops the command with a non-zero exit that names it. About a minute on 2 cores."""
+import json
+import re
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from mclib import book, scorecard
+from mclib.__main__ import main
+from mclib.config import load_profile, profile_path
+
+
+def _manifest(out: Path) -> dict:
+    return json.loads((out / "book" / "_executed" / "manifest.json").read_text())
+
+
+def _page(out: Path, name: str) -> str:
+    return (out / "_build" / "html" / "book" / "_executed" / f"{name}.html").read_text()
+
+
+def _scorecard_rows_on_page(html: str) -> int:
+    table = re.search(r"<table.*?</table>", html[html.index("The scorecard:") - 2000:], re.S).group(0)
+    return len(re.findall(r"<tr>", table.split("<tbody>")[1]))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("book")
+    assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
+    return out
+
+
+# --- cheap checks -------------------------------------------------------------------
+
+def test_verdict():
+    assert scorecard.verdict(1.0, 1.4) == "matches"
+    assert scorecard.verdict(1.0, 1.6) == "differs"
+    assert scorecard.verdict(1.0, 1.6, spread=0.1) == "matches"         # two spreads widen the band
+    assert scorecard.verdict(4e-3, 2e-2, reference=0.07) == "same direction"
+    assert scorecard.verdict(4e-3, 0.1, reference=0.07) == "differs"
+    assert scorecard.verdict(0.3, None, reference=1.0) == "differs"      # no number (no drop) is a finding
+    assert scorecard.verdict(None, 0.3) == "n/a"
+
+
+def test_record_replaces_its_row(tmp_path):
+    scorecard.record(tmp_path, "E10", "x", 1.0, 2.0, reading="")
+    scorecard.record(tmp_path, "E2", "y", 1.0, float("nan"), reading="")
+    scorecard.record(tmp_path, "E10", "x", 1.0, 1.1, reading="again")
+    rows = scorecard.load(tmp_path)
+    assert [(r["id"], r["ours"], r["verdict"]) for r in rows] == [("E2", None, "differs"), ("E10", 1.1, "matches")]
+
+
+def test_templates_follow_the_toc_and_have_no_outputs():
+    toc = yaml.safe_load((book.REPO / "_toc.yml").read_text())
+    assert [c["file"].split("/")[-1] for c in toc["chapters"]] == [t.stem for t in book.chapters()]
+    for template in book.chapters():
+        nb = nbformat.read(template, as_version=4)
+        assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code")
+        params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+        assert len(params) == 1 and all(f"{k} =" in params[0].source for k in ("profile", "seed", "run_dir", "device"))
+
+
+def test_paper_profile_on_cpu_warns(tmp_path, capsys):
+    book._warn_if_slow(load_profile(profile_path("paper")), "cpu", tmp_path)
+    assert "days" in capsys.readouterr().err
+    book._warn_if_slow(load_profile(profile_path("smoke")), "cpu", tmp_path)
+    assert capsys.readouterr().err == ""
+
+
+# --- the whole book ----------------------------------------------------------------
+
+def test_every_chapter_executes(built):
+    m = _manifest(built)
+    assert [r["name"] for r in m["notebooks"]] == [t.stem for t in book.chapters()]
+    assert {r["status"] for r in m["notebooks"]} == {"executed"} and m["site"]["status"] == "ok"
+    for r in m["notebooks"]:
+        assert r["device"] == "cpu" and r["parameters"]["seed"] == 1 and r["git"] and r["duration_s"] > 0
+        nb = nbformat.read(r["output"], as_version=4)
+        errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+        assert not errors, f"{r['name']}: {errors}"
+
+
+def test_every_chapter_page_has_a_figure(built):
+    for t in book.chapters():
+        assert "<img" in _page(built, t.stem), t.stem
+
+
+def test_no_remote_scripts_or_math(built):
+    for page in (built / "_build" / "html").rglob("*.html"):
+        html = page.read_text()
+        remote = re.findall(r"<(?:script|link)[^>]*(?:src|href)=\"(?:https?:)?//[^\"]*\"", html)
+        assert not remote, (page.name, remote)
+        assert "mathjax" not in html.lower() and "unpkg.com" not in html, page.name
+
+
+def test_scorecard_page_has_a_row_per_number(built):
+    rows = scorecard.load(built / "runs" / "smoke-seed1")
+    assert [r["quantity"] for r in rows if r["id"] == "E1"] and all(r["verdict"] in scorecard.VERDICTS for r in rows)
+    assert _scorecard_rows_on_page(_page(built, "99_scorecard")) == len(rows)
+
+
+def test_rerun_reuses_everything(built):
+    t0 = time.time()
+    m = book.build("smoke", out_dir=built, progress=False)
+    assert {r["status"] for r in m["notebooks"]} == {"reused"} and m["site"]["status"] == "reused"
+    assert time.time() - t0 < 30  # imports only (torch); executing a chapter takes longer than that here
+
+
+def test_a_new_number_reruns_only_the_scorecard(built):
+    run = built / "runs" / "smoke-seed1"
+    n = len(scorecard.load(run))
+    scorecard.record(run, "E99", "a test number", 1.0, 1.0, reading="test")
+    m = book.build("smoke", out_dir=built, progress=False)
+    assert [r["status"] for r in m["notebooks"]] == ["reused"] * (len(m["notebooks"]) - 1) + ["executed"]
+    assert m["site"]["status"] == "ok"
+    assert _scorecard_rows_on_page(_page(built, "99_scorecard")) == n + 1
+
+
+# --- failures ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("cell, why", [
+    ("raise RuntimeError('boom')", "RuntimeError: boom"),
+    ("import os; os._exit(1)", "DeadKernelError"),          # papermill would save it as if complete
+    ("import time; time.sleep(60)", "CellTimeoutError"),    # likewise, after --timeout
+])
+def test_failing_chapter_stops_the_book(tmp_path, monkeypatch, capsys, cell, why):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    params = nbformat.v4.new_code_cell('profile = "smoke"\nseed = 1\nrun_dir = ""\ndevice = "auto"')
+    params.metadata["tags"] = ["parameters"]
+    nb.cells = [params, nbformat.v4.new_code_cell(cell)]
+    bad = tmp_path / "50_broken.ipynb"
+    nbformat.write(nb, bad)
+    later = book.chapters()[-1]
+    monkeypatch.setattr(book, "chapters", lambda: [bad, later])
+
+    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--timeout", "5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    assert "notebook 50_broken failed" in err[-1] and why in err[-1]
+    m = _manifest(tmp_path / "out")
+    assert [(r["name"], r["status"]) for r in m["notebooks"]] == [("50_broken", "failed")]  # nothing after it ran
+    assert not (tmp_path / "out" / "_build" / "html").exists()
