@@ -64,6 +64,24 @@ class Checkpoints:
 
 
 @dataclass
+class Analysis:
+    """Sample sizes and settings of the book's experiments (EXPERIMENTS.md §2); the
+    paper's values are the defaults, small profiles shrink them."""
+    seed: int = 0                   # seed of every evaluation batch
+    eval_matrices: int = 256        # E3-E10, E18 per line
+    copy_matrices: int = 512        # E2
+    probe_fit: int = 2048           # E11
+    probe_test: int = 256
+    freeze_steps: int = 50_000      # E15: training steps per re-initialised component
+    nuclear_matrices: int = 512     # E16, per p_mask
+    nuclear_p_masks: list[float] = field(default_factory=lambda: [0.1, 0.15, 0.2, 0.25, 0.3, 0.35,
+                                                                  0.4, 0.45, 0.5, 0.55, 0.6])
+    regularised_matrices: int = 256  # E17
+    ood_matrices: int = 1024        # E18
+    seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
+
+
+@dataclass
 class Profile:
     name: str = "paper"
     seed: int = 1
@@ -71,6 +89,7 @@ class Profile:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
+    analysis: Analysis = field(default_factory=Analysis)
     notes: str = ""            # free text: how this profile deviates from the paper
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,6 +117,8 @@ _POSITIVE = {
     "data": ("n", "rank"),
     "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
     "train": ("steps", "batch", "lr", "eval_every", "eval_batch", "save_every", "log_every"),
+    "analysis": ("eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
+                 "nuclear_matrices", "regularised_matrices", "ood_matrices"),
 }
 
 
@@ -116,7 +137,7 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
     if typ.startswith("list"):
         if not isinstance(value, list):
             value = [value]
-        return [_coerce(where, v, "int") for v in value]
+        return [_coerce(where, v, typ[5:-1]) for v in value]  # list[int] / list[float]
     if typ == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where} = {value!r} is not a string")
@@ -136,7 +157,7 @@ def _section(cls, raw: Any, where: str):
     for key, value in raw.items():
         f = known[key]
         sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
-               "checkpoints": Checkpoints}.get(key) if cls is Profile else None
+               "checkpoints": Checkpoints, "analysis": Analysis}.get(key) if cls is Profile else None
         kwargs[key] = _section(sub, value, key) if sub else _coerce(f"{where + '.' if where else ''}{key}", value, f.type)
     return cls(**kwargs)
 
@@ -166,6 +187,11 @@ def _validate(p: Profile) -> None:
     for step in p.checkpoints.all_steps():
         if not 0 < step <= t.steps:
             raise ConfigError(f"checkpoints step {step} is outside 1..train.steps = {t.steps}")
+    for q in p.analysis.nuclear_p_masks:
+        if not 0 < q < 1:
+            raise ConfigError(f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
+    if not p.analysis.seeds:
+        raise ConfigError("analysis.seeds = [] must name at least one seed")
     if p.seed < 0:
         raise ConfigError(f"seed = {p.seed!r} must not be negative")
 

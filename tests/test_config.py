@@ -48,3 +48,12 @@ def test_cli_reports_bad_profile_in_one_line_and_touches_nothing(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "model.heads = 3" in r.stderr
     assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_analysis_section_validates():
+    p = profile_from_dict({"analysis": {"nuclear_p_masks": [0.1, 0.5], "seeds": [4]}})
+    assert p.analysis.nuclear_p_masks == [0.1, 0.5] and p.analysis.seeds == [4]
+    with pytest.raises(ConfigError, match="1.5"):
+        profile_from_dict({"analysis": {"nuclear_p_masks": [0.1, 1.5]}})
+    with pytest.raises(ConfigError, match="analysis.eval_matrices = 0"):
+        profile_from_dict({"analysis": {"eval_matrices": 0}})
