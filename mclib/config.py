@@ -50,6 +50,7 @@ class TrainConfig:
     eval_batch: int = 64
     save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
     log_every: int = 50        # metrics are read from the device every this many steps
+    compile: bool = False      # wrap the model in torch.compile for the training step
 
 
 @dataclass
@@ -123,7 +124,7 @@ _POSITIVE = {
 
 
 def _coerce(where: str, value: Any, typ: Any) -> Any:
-    """Check a YAML value against a dataclass field type (int, float, str, list[int], optional)."""
+    """Check a YAML value against a dataclass field type (int, float, bool, str, list[int], optional)."""
     typ = str(typ)
     if value is None and "None" in typ:
         return None
@@ -138,6 +139,10 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
         if not isinstance(value, list):
             value = [value]
         return [_coerce(where, v, typ[5:-1]) for v in value]  # list[int] / list[float]
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} = {value!r} is not true or false")
+        return value
     if typ == "str":
         if not isinstance(value, str):
             raise ConfigError(f"{where} = {value!r} is not a string")

@@ -15,6 +15,12 @@ Metrics are those of the training batch itself, from the forward pass that compu
 the gradient (before the update). The authors instead re-ran the model on the same
 batch after the update; our numbers are therefore one update "older" and cost no
 extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
+
+The update itself is `train_step` (benchmarks/train_step.py times the same function).
+On a CUDA device (docs/performance.md): TF32 matmuls, fused Adam, data sampled on the
+device, no host sync inside the step (losses stay on the device until the flush every
+`log_every` steps); `train.compile: true` runs the step through torch.compile. None of
+this changes anything on the CPU.
 """
 from __future__ import annotations
 
@@ -33,7 +39,7 @@ import yaml
 from tqdm.auto import tqdm
 
 from .config import ConfigError, Profile, profile_from_dict
-from .data import sample_batch
+from .data import Batch, sample_batch
 from .metrics import LOSS_NAMES, losses
 from .model import MatrixBert, build_model, load_model
 
@@ -53,6 +59,28 @@ def autocast(device: torch.device, precision: str):
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def use_tf32(device: torch.device) -> None:
+    """On a CUDA device, fp32 matmuls and convolutions run on the TF32 tensor cores
+    (fp32 storage and accumulation, 10-bit-mantissa products). A no-op on the CPU."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
+def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
+               device: torch.device) -> torch.Tensor:
+    """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
+    backward, Adam. Returns the losses of this forward pass as a tensor
+    `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step."""
+    with autocast(device, precision):
+        pred = model(batch.tokens)
+    ls = losses(pred.view_as(batch.x), batch.x, batch.mask)
+    opt.zero_grad(set_to_none=True)
+    ls["L"].backward()
+    opt.step()
+    return torch.stack([ls[k].detach() for k in LOSS_NAMES])
 
 
 def lr_at(step: int, base_lr: float, warmup: int) -> float:
@@ -113,7 +141,7 @@ def _check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text())).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "device", "threads"):  # where and how long it runs, not what it is
+        for key in ("steps", "device", "threads", "compile"):  # where, how and how long it runs, not what it is
             d["train"].pop(key)
         d["checkpoints"].pop("post")
         d["checkpoints"].pop("transition")
@@ -141,6 +169,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     run_dir = Path(run_dir)
     t = profile.train
     device = resolve_device(t.device)
+    use_tf32(device)
     if t.threads:
         torch.set_num_threads(t.threads)
     if (run_dir / "profile.yaml").is_file():
@@ -168,6 +197,8 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
         model = (copy.deepcopy(init_model) if init_model is not None
                  else build_model(profile.model, profile.data.n, profile.seed)).to(device)
     model.train()
+    # the step runs the compiled wrapper; saving and evaluation use `model` (same weights)
+    step_model = torch.compile(model) if t.compile else model
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=t.lr, fused=device.type == "cuda" or None)
     if state is not None:
@@ -186,13 +217,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
         for group in opt.param_groups:
             group["lr"] = lr_at(step, t.lr, t.warmup)
         batch = sample_batch(t.batch, d.n, d.rank, d.p_mask, gens["data"], d.dist)
-        with autocast(device, t.precision):
-            pred = model(batch.tokens)
-        ls = losses(pred.view_as(batch.x), batch.x, batch.mask)
-        opt.zero_grad(set_to_none=True)
-        ls["L"].backward()
-        opt.step()
-        pending.append(torch.stack([ls[k].detach() for k in LOSS_NAMES]))
+        pending.append(train_step(step_model, opt, batch, t.precision, device))
         if step % t.eval_every == 0:
             evals[step] = evaluate_loss(model, profile, gens["eval"], t.eval_batch)
             model.train()

@@ -57,3 +57,13 @@ def test_analysis_section_validates():
         profile_from_dict({"analysis": {"nuclear_p_masks": [0.1, 1.5]}})
     with pytest.raises(ConfigError, match="analysis.eval_matrices = 0"):
         profile_from_dict({"analysis": {"eval_matrices": 0}})
+
+
+def test_compile_is_off_by_default_and_validated():
+    assert profile_from_dict({}).train.compile is False
+    for name in ("paper", "cpu", "smoke"):
+        assert load_profile(profile_path(name)).train.compile is False
+    assert profile_from_dict({"train": {"compile": True}}).train.compile is True
+    for bad in ("yes", 1):
+        with pytest.raises(ConfigError, match=f"train.compile = {bad!r} is not true or false"):
+            profile_from_dict({"train": {"compile": bad}})

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from mclib.config import ConfigError
-from mclib.metrics import find_drop
-from mclib.train import checkpoint_dir, load_checkpoint, load_metrics, saved_steps, train
+from mclib.data import sample_batch
+from mclib.metrics import LOSS_NAMES, find_drop
+from mclib.model import build_model
+from mclib.train import checkpoint_dir, load_checkpoint, load_metrics, saved_steps, train, train_step
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
@@ -91,6 +93,19 @@ def test_paper_profile_runs_a_step_on_cpu(tmp_path):
         "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 2})
     m = load_metrics(train(p, tmp_path, progress=False))
     assert len(m) == 2 and m["L"].notna().all()
+
+
+def test_train_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profile):
+    """With fused Adam (what train uses on cuda) the step never reads a tensor to the host."""
+    model = build_model(smoke_profile.model, 7, seed=0)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+    batch = sample_batch(8, 7, 2, 0.3, torch.Generator().manual_seed(0))
+    train_step(model, opt, batch, "fp32", torch.device("cpu"))  # Adam's state is created here
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, lambda *a, _n=name, **k: pytest.fail(f"host read: Tensor.{_n}"))
+    out = train_step(model, opt, batch, "fp32", torch.device("cpu"))
+    monkeypatch.undo()
+    assert out.shape == (len(LOSS_NAMES),) and torch.isfinite(out).all()
 
 
 def test_find_drop_definition():

@@ -1,0 +1,324 @@
+"""Time one training step four ways, for the paper model and the default CPU model.
+
+    python benchmarks/train_step.py [--quick] [--dry-run] [--out docs/data/performance.csv]
+
+In one process and one run (docs/performance.md explains every column):
+
+1. the machine's ceilings: fp32 and bf16 matmul GFLOP/s at a size that fills the cores;
+2. for each profile (params/paper.yaml, params/cpu.yaml as they are now), at its batch:
+   (a) stock   the stock HuggingFace way: BertModel (default attention) + Linear read-out,
+               Adam, MSE, loss.item() each step; no mclib trainer;
+   (b) authors the authors' protocol: our update, then the model re-run on the training
+               batch after the update and on 64 fresh matrices, every metric of those
+               two passes read to the host each step;
+   (c) ours    mclib.train.train_step in fp32 (the function the training loop calls);
+   (d) ours    the same in bf16 autocast (fp32 master weights);
+   the paths run in alternation (a, b, c, d, then rotated) for several rounds after
+   warm-up rounds, so that machine noise hits all of them alike; each ratio is the
+   median over rounds of the ratio within a round.
+3. FLOPs per step from mclib.flops (the one place they are counted), achieved GFLOP/s
+   and its fraction of the measured ceiling, and the peak resident memory.
+
+The table is printed; rows are appended to --out with the date and the machine.
+--quick: batch ≤ 32, fewer rounds, a smaller matmul (a sanity run, minutes).
+--dry-run: one step of every path at batch 4, nothing timed, nothing written.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout, installed or not
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from torch import nn  # noqa: E402
+from transformers import BertConfig, BertModel  # noqa: E402
+
+from mclib.config import Profile, load_profile, profile_path  # noqa: E402
+from mclib.data import VOCAB_SIZE, sample_batch  # noqa: E402
+from mclib.flops import authors_step_flops, train_step_flops  # noqa: E402
+from mclib.metrics import losses  # noqa: E402
+from mclib.model import build_model  # noqa: E402
+from mclib.train import resolve_device, train_step  # noqa: E402
+
+PATHS = {  # key: (label, precision, counts the authors' extra passes)
+    "a": ("stock HF fp32", "fp32", False),
+    "b": ("authors' protocol fp32", "fp32", True),
+    "c": ("ours fp32", "fp32", False),
+    "d": ("ours bf16 autocast", "bf16", False),
+    "e": ("ours fp32 + torch.compile", "fp32", False),
+}
+
+CSV_COLUMNS = [  # fixed, so that appended runs line up
+    "date", "profile", "model", "batch", "path", "ms_step", "ms_min", "ms_max", "tokens_s",
+    "gflop_step", "gflops", "frac_peak", "peak_used", "t_over_a", "t_over_b", "rounds",
+    "steps_per_sample", "attention_a", "peak_fp32_gflops", "peak_bf16_gflops", "matmul_size",
+    "peak_rss_mb", "cpu", "bf16_flags", "cores", "threads", "device", "gpu", "torch", "transformers", "quick"]
+
+
+# ---------------------------------------------------------------- machine
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def bf16_hardware() -> str:
+    """The CPU flags that give bf16 matmuls hardware support (none: bf16 is emulated)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
+    return " ".join(f for f in flags if f in ("amx_bf16", "amx_tile", "avx512_bf16", "avx512_fp16")) or "none"
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def matmul_ceilings(size: int, reps: int, device: torch.device) -> dict[str, float]:
+    """Best GFLOP/s of a size³ matmul in fp32 and in bf16, alternating the two."""
+    out = {}
+    mats = {dt: [torch.randn(size, size, device=device, dtype=dt) for _ in range(2)]
+            for dt in (torch.float32, torch.bfloat16)}
+    best = {dt: 0.0 for dt in mats}
+    for rep in range(reps + 1):  # the first repetition is a warm-up
+        for dt, (x, y) in mats.items():
+            sync(device)
+            t0 = time.perf_counter()
+            x @ y
+            sync(device)
+            if rep:
+                best[dt] = max(best[dt], 2 * size**3 / (time.perf_counter() - t0) / 1e9)
+    out["fp32"], out["bf16"] = best[torch.float32], best[torch.bfloat16]
+    return out
+
+
+# ---------------------------------------------------------------- the paths
+def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) -> dict:
+    """key -> a function that runs one full step (data sampling included)."""
+    d, m, t = profile.data, profile.model, profile.train
+    gen = torch.Generator(device).manual_seed(profile.seed)
+
+    def data(size=batch):
+        return sample_batch(size, d.n, d.rank, d.p_mask, gen, d.dist)
+
+    def ours(precision, compile_=False):
+        model = build_model(m, d.n, profile.seed).to(device).train()
+        # the optimiser exactly as mclib.train.train builds it
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t.lr,
+                               fused=device.type == "cuda" or None)
+        step_model = torch.compile(model) if compile_ else model
+        return lambda: train_step(step_model, opt, data(), precision, device)
+
+    def stock():
+        torch.manual_seed(profile.seed)
+        cfg = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=m.hidden, num_hidden_layers=m.layers,
+                         num_attention_heads=m.heads, intermediate_size=m.intermediate,
+                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         max_position_embeddings=d.n * d.n)
+        bert = BertModel(cfg, add_pooling_layer=False).to(device).train()
+        readout = nn.Linear(m.hidden, 1).to(device)
+        opt = torch.optim.Adam([*bert.parameters(), *readout.parameters()], lr=t.lr)
+
+        def step():
+            b = data()
+            pred = readout(bert(input_ids=b.tokens).last_hidden_state).squeeze(-1)
+            loss = nn.functional.mse_loss(pred, b.x.flatten(1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            return loss.item()  # a plain loop logs its loss every step
+        return step, bert.config._attn_implementation
+
+    def authors():
+        model = build_model(m, d.n, profile.seed).to(device)
+        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t.lr)
+
+        def step():
+            b = data()
+            model.train()
+            train_step(model, opt, b, "fp32", device)
+            model.eval()
+            with torch.no_grad():  # metrics from two extra passes, read every step
+                after = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
+                e = data(t.eval_batch)
+                fresh = losses(model(e.tokens).view_as(e.x), e.x, e.mask)
+            return {**{k: v.item() for k, v in after.items()},
+                    **{f"eval_{k}": v.item() for k, v in fresh.items()}}
+        return step
+
+    paths, notes = {}, {}
+    for k in keys:
+        if k == "a":
+            paths[k], notes["attention_a"] = stock()
+        elif k == "b":
+            paths[k] = authors()
+        elif k in "cd":
+            paths[k] = ours(PATHS[k][1])
+        elif k == "e":
+            paths[k] = ours("fp32", compile_=True)
+    return paths, notes
+
+
+def run_path(key: str, fn, inner: int, device: torch.device) -> float:
+    """Seconds per step, averaged over `inner` consecutive steps."""
+    if device.type == "cuda":  # the stock and authors' paths run plain fp32 matmuls
+        torch.backends.cuda.matmul.allow_tf32 = key not in "ab"
+    sync(device)
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    sync(device)
+    return (time.perf_counter() - t0) / inner
+
+
+def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) -> list[dict]:
+    keys = "abcd" + ("e" if args.compile else "")
+    paths, notes = make_paths(profile, batch, device, keys)
+    m, n = profile.model, profile.data.n
+    flops = {k: (authors_step_flops(m, n, batch, profile.train.eval_batch) if PATHS[k][2]
+                 else train_step_flops(m, n, batch)) for k in keys}
+    tokens = batch * n * n
+
+    if args.dry_run:
+        for k, fn in paths.items():
+            out = fn()
+            ok = out.isfinite().all().item() if torch.is_tensor(out) else all(map(math.isfinite, (
+                out.values() if isinstance(out, dict) else [out])))
+            print(f"  dry run {name} ({k}) {PATHS[k][0]}: one step at batch {batch}, finite losses: {ok}")
+        return []
+
+    # the warm-up rounds also size the run: a sample is `inner` steps lasting ≥ min_sample s,
+    # and a model whose step takes over a second (the paper's) gets few rounds
+    warm = {k: [] for k in keys}
+    for r in range(args.warmup):
+        for k in keys:
+            warm[k].append(run_path(k, paths[k], 1, device))
+    inner = {k: max(1, math.ceil(args.min_sample / min(warm[k]))) for k in keys}
+    if args.rounds is None:
+        args.rounds = 2 if args.quick else 3 if min(warm["c"]) > 1.0 else 10
+    times = {k: [] for k in keys}
+    for r in range(args.rounds):
+        order = keys[r % len(keys):] + keys[:r % len(keys)]  # rotate, so no path always runs first
+        for k in order:
+            times[k].append(run_path(k, paths[k], inner[k], device))
+        print(f"  {name} round {r + 1}/{args.rounds}: " +
+              ", ".join(f"{k} {1000 * times[k][-1]:.1f} ms" for k in keys), flush=True)
+
+    def ratio(k, ref):
+        return statistics.median(x / y for x, y in zip(times[k], times[ref]))
+
+    rows = []
+    for k in keys:
+        label, precision, _ = PATHS[k]
+        sec = statistics.median(times[k])
+        gflops = flops[k] / sec / 1e9
+        rows.append({
+            "profile": name, "model": f"{m.layers}L {m.heads}H h{m.hidden} i{m.intermediate}",
+            "batch": batch, "path": f"({k}) {label}", "ms_step": 1000 * sec,
+            "ms_min": 1000 * min(times[k]), "ms_max": 1000 * max(times[k]),
+            "tokens_s": tokens / sec, "gflop_step": flops[k] / 1e9, "gflops": gflops,
+            "frac_peak": gflops / peaks[precision], "peak_used": precision,
+            "t_over_a": ratio(k, "a"), "t_over_b": ratio(k, "b"),
+            "rounds": args.rounds, "steps_per_sample": inner[k],
+            "attention_a": notes.get("attention_a", ""),
+        })
+    print(f"  {name}: peak RSS so far {peak_rss_mb():.0f} MB", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- main
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="batch ≤ 32, fewer rounds: a sanity run")
+    ap.add_argument("--dry-run", action="store_true", help="one step of each path at batch 4; no timings")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "data" / "performance.csv"),
+                    help="CSV the rows are appended to (not written by --dry-run)")
+    ap.add_argument("--profiles", default="paper,cpu", help="comma-separated profile names or YAML paths")
+    ap.add_argument("--rounds", type=int,
+                    help="timed alternations (default: 3 if a step takes over 1 s, as the paper's, else 10; quick 2)")
+    ap.add_argument("--warmup", type=int, help="warm-up alternations (default 2; quick 1)")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    ap.add_argument("--compile", action="store_true", help="also time (e): ours fp32 through torch.compile")
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = resolve_device(args.device)
+
+    machine = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
+               "bf16_flags": bf16_hardware(), "cores": os.cpu_count(), "threads": torch.get_num_threads(), "device": str(device),
+               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "",
+               "torch": torch.__version__, "transformers": transformers.__version__,
+               "quick": args.quick}
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
+
+    size, reps = (128, 1) if args.dry_run else (1024, 3) if args.quick else (2048, 5)
+    peaks = matmul_ceilings(size, reps, device)
+    if args.dry_run:
+        print(f"ceilings: dry run, one {size}³ matmul in fp32 and in bf16 ran (not a measurement)")
+    else:
+        print(f"ceilings: matmul {size}³, best of {reps}: fp32 {peaks['fp32']:.0f} GFLOP/s, "
+              f"bf16 {peaks['bf16']:.0f} GFLOP/s", flush=True)
+
+    rows = []
+    for name in args.profiles.split(","):
+        profile = load_profile(profile_path(name))
+        batch = 4 if args.dry_run else min(profile.train.batch, 32) if args.quick else profile.train.batch
+        args_p = argparse.Namespace(**vars(args))
+        args_p.warmup = max(1, args.warmup if args.warmup is not None else (1 if args.quick else 2))
+        args_p.min_sample = 0.3 if args.quick else 1.0
+        print(f"{name}: batch {batch}" + ("" if args.dry_run else f", {args_p.warmup} warm-up alternations") + "; "
+              f"FLOPs/step {train_step_flops(profile.model, profile.data.n, batch) / 1e9:.2f} G "
+              f"(authors' step {authors_step_flops(profile.model, profile.data.n, batch, profile.train.eval_batch) / 1e9:.2f} G)",
+              flush=True)
+        rows += bench_profile(profile.name, profile, batch, args_p, device, peaks)
+
+    rss = peak_rss_mb()
+    if args.dry_run:
+        print(f"dry run: every path ran; nothing timed, nothing written. peak RSS {rss:.0f} MB")
+        return
+    df = pd.DataFrame(rows)
+    show = df[["profile", "batch", "path", "ms_step", "tokens_s", "gflops", "frac_peak", "t_over_a", "t_over_b"]]
+    print()
+    print(show.to_markdown(index=False, floatfmt=".3g"))
+    print()
+    for p in df["profile"].unique():
+        r = df[df["profile"] == p].set_index(df["path"].str[1])
+        print(f"{p}: t(c)/t(a) = {r.at['c', 't_over_a']:.3f}, t(d)/t(a) = {r.at['d', 't_over_a']:.3f}, "
+              f"t(d)/t(b) = {r.at['d', 't_over_b']:.3f}  (medians of per-round ratios; < 1 = faster)")
+    print(f"ceilings: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s; peak RSS {rss:.0f} MB")
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df = df.assign(**machine, peak_fp32_gflops=peaks["fp32"], peak_bf16_gflops=peaks["bf16"],
+                   matmul_size=size, peak_rss_mb=rss).reindex(columns=CSV_COLUMNS)
+    df.to_csv(out, mode="a", header=not out.exists(), index=False)
+    print(f"appended {len(df)} rows to {out}")
+
+
+if __name__ == "__main__":
+    main()
