@@ -43,6 +43,8 @@ class TrainConfig:
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
+    optimizer: str = "adam"    # "adam" (the paper) or "muon" (Muon on encoder matrices, Adam elsewhere)
+    muon_lr: float = 0.02      # Muon's lr, used only with optimizer: muon
     precision: str = "fp32"    # "fp32" or "bf16" (autocast, fp32 master weights)
     device: str = "auto"       # "auto" = cuda if available, else cpu
     threads: int = 0           # CPU threads for torch (0 = torch's default)
@@ -112,12 +114,13 @@ _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
     ("model", "attention"): ("sdpa", "eager"),
     ("train", "precision"): ("fp32", "bf16"),
+    ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
 }
 _POSITIVE = {
     "data": ("n", "rank"),
     "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
-    "train": ("steps", "batch", "lr", "eval_every", "eval_batch", "save_every", "log_every"),
+    "train": ("steps", "batch", "lr", "muon_lr", "eval_every", "eval_batch", "save_every", "log_every"),
     "analysis": ("eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
                  "nuclear_matrices", "regularised_matrices", "ood_matrices"),
 }

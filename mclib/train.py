@@ -69,6 +69,49 @@ def use_tf32(device: torch.device) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
+class MuonAdam(torch.optim.Optimizer):
+    """Muon on the encoder's 2-D weight matrices, Adam on everything else (embeddings,
+    biases, layer norms, read-out), stepped together. Muon orthogonalises each update,
+    so every singular direction of a weight grows at the same rate, including the
+    small ones that attention needs to leave the uniform-attention plateau."""
+
+    def __init__(self, muon_params, adam_params, muon_lr: float, adam_lr: float):
+        self.muon = torch.optim.Muon(muon_params, lr=muon_lr, weight_decay=0.0)
+        self.adam = torch.optim.Adam(adam_params, lr=adam_lr)
+        self.param_groups = self.muon.param_groups + self.adam.param_groups
+        self.defaults, self.state = {}, {}
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.muon.zero_grad(set_to_none)
+        self.adam.zero_grad(set_to_none)
+
+    def step(self):
+        self.muon.step()
+        self.adam.step()
+
+    def state_dict(self):
+        return {"muon": self.muon.state_dict(), "adam": self.adam.state_dict()}
+
+    def load_state_dict(self, state):
+        self.muon.load_state_dict(state["muon"])
+        self.adam.load_state_dict(state["adam"])
+
+
+def make_optimizer(model, t, device: torch.device) -> torch.optim.Optimizer:
+    """Adam (the paper) or MuonAdam over the trainable parameters; every param group
+    carries its `base_lr`, which the warm-up scales."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if t.optimizer == "adam":
+        opt = torch.optim.Adam([p for _, p in named], lr=t.lr, fused=device.type == "cuda" or None)
+    else:
+        is_matrix = lambda n, p: p.ndim == 2 and ".encoder." in n
+        opt = MuonAdam([p for n, p in named if is_matrix(n, p)], [p for n, p in named if not is_matrix(n, p)],
+                       muon_lr=t.muon_lr, adam_lr=t.lr)
+    for group in opt.param_groups:
+        group.setdefault("base_lr", group["lr"])
+    return opt
+
+
 def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
                device: torch.device) -> torch.Tensor:
     """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
@@ -199,8 +242,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     model.train()
     # the step runs the compiled wrapper; saving and evaluation use `model` (same weights)
     step_model = torch.compile(model) if t.compile else model
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(params, lr=t.lr, fused=device.type == "cuda" or None)
+    opt = make_optimizer(model, t, device)
     if state is not None:
         opt.load_state_dict(state["optimizer"])
     if start >= t.steps:
@@ -215,7 +257,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     tick = time.perf_counter()
     for step in range(start + 1, t.steps + 1):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, t.lr, t.warmup)
+            group["lr"] = lr_at(step, group["base_lr"], t.warmup)
         batch = sample_batch(t.batch, d.n, d.rank, d.p_mask, gens["data"], d.dist)
         pending.append(train_step(step_model, opt, batch, t.precision, device))
         if step % t.eval_every == 0:

@@ -116,3 +116,14 @@ def test_find_drop_definition():
     # first holds at k = 28, i.e. step 178
     assert find_drop(df, rank=2, window=50) == 150 + 28
     assert find_drop(df.head(150), rank=2) is None
+
+
+def test_muon_optimizer_trains_and_resumes_bit_identically(tmp_path, smoke_profile):
+    p = smoke_profile.replace(**{"train.optimizer": "muon", "train.warmup": 5})
+    whole = train(p, tmp_path / "whole", progress=False)
+    part = tmp_path / "part"
+    train(p, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
+    train(p, part, progress=False)
+    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS])
+    m = load_metrics(whole)
+    assert m["L_obs"].tail(10).mean() < 0.5 * m["L_obs"].head(5).mean()
