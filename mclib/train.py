@@ -78,8 +78,11 @@ class MuonAdam(torch.optim.Optimizer):
     def __init__(self, muon_params, adam_params, muon_lr: float, adam_lr: float):
         self.muon = torch.optim.Muon(muon_params, lr=muon_lr, weight_decay=0.0)
         self.adam = torch.optim.Adam(adam_params, lr=adam_lr)
-        self.param_groups = self.muon.param_groups + self.adam.param_groups
         self.defaults, self.state = {}, {}
+
+    @property
+    def param_groups(self):  # a property: load_state_dict replaces the inner lists
+        return self.muon.param_groups + self.adam.param_groups
 
     def zero_grad(self, set_to_none: bool = True):
         self.muon.zero_grad(set_to_none)
@@ -97,9 +100,10 @@ class MuonAdam(torch.optim.Optimizer):
         self.adam.load_state_dict(state["adam"])
 
 
-def make_optimizer(model, t, device: torch.device) -> torch.optim.Optimizer:
-    """Adam (the paper) or MuonAdam over the trainable parameters; every param group
-    carries its `base_lr`, which the warm-up scales."""
+def make_optimizer(model, t, device: torch.device, state: dict | None = None) -> torch.optim.Optimizer:
+    """Adam (the paper) or MuonAdam over the trainable parameters, with a saved `state`
+    loaded; every param group carries its `base_lr` (from the profile, not the state),
+    which the warm-up scales."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if t.optimizer == "adam":
         opt = torch.optim.Adam([p for _, p in named], lr=t.lr, fused=device.type == "cuda" or None)
@@ -107,8 +111,11 @@ def make_optimizer(model, t, device: torch.device) -> torch.optim.Optimizer:
         is_matrix = lambda n, p: p.ndim == 2 and ".encoder." in n
         opt = MuonAdam([p for n, p in named if is_matrix(n, p)], [p for n, p in named if not is_matrix(n, p)],
                        muon_lr=t.muon_lr, adam_lr=t.lr)
-    for group in opt.param_groups:
-        group.setdefault("base_lr", group["lr"])
+    base = [group["lr"] for group in opt.param_groups]
+    if state is not None:
+        opt.load_state_dict(state)
+    for group, lr in zip(opt.param_groups, base):
+        group["base_lr"] = lr
     return opt
 
 
@@ -242,9 +249,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     model.train()
     # the step runs the compiled wrapper; saving and evaluation use `model` (same weights)
     step_model = torch.compile(model) if t.compile else model
-    opt = make_optimizer(model, t, device)
-    if state is not None:
-        opt.load_state_dict(state["optimizer"])
+    opt = make_optimizer(model, t, device, state["optimizer"] if state is not None else None)
     if start >= t.steps:
         return run_dir
 

@@ -4,7 +4,9 @@ cap, and append one row per run to a results table.
     python scripts/sweep_cpu_profile.py sweeps/round1.yaml [--jobs 2] [--results docs/data/cpu_sweep.csv]
 
 A sweep file is YAML: `base` (a profile name), `cap_minutes`, `seeds`, and `settings`, a
-list of {name, overrides} with dotted profile keys. A run stops at its cap, at its
+list of {name, overrides} with dotted profile keys. `resume: true` continues runs of an
+earlier sweep with the same setting names (their folders) instead of starting afresh;
+the cap then counts from the restart. A run stops at its cap, at its
 profile's steps, or `after_drop` steps after the drop (mclib.metrics.find_drop).
 With --jobs 2 two runs share the cores, one thread each: ms per step in the table is
 then the one-thread figure; docs/cpu-profile.md gives the clean two-thread timings.
@@ -33,8 +35,8 @@ def run_one(job: dict) -> dict:
     overrides = {**job["overrides"], "seed": job["seed"], "train.threads": job["threads"]}
     profile = load_profile(profile_path(job["base"]), **overrides)
     run_dir = Path(job["run_root"]) / f"{job['name']}-seed{job['seed']}"
-    if run_dir.exists():
-        shutil.rmtree(run_dir)  # a sweep row is one fresh run
+    if run_dir.exists() and not job["resume"]:
+        shutil.rmtree(run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
     rank, cap = profile.data.rank, job["cap_minutes"] * 60
     start = time.perf_counter()
 
@@ -80,7 +82,7 @@ def main():
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
     jobs = [{"base": spec.get("base", "cpu"), "name": s["name"], "overrides": s.get("overrides", {}),
              "seed": seed, "cap_minutes": spec["cap_minutes"], "after_drop": spec.get("after_drop", 300),
-             "threads": threads, "run_root": args.run_root}
+             "threads": threads, "run_root": args.run_root, "resume": spec.get("resume", False)}
             for s in spec["settings"] for seed in s.get("seeds", spec.get("seeds", [1]))]
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
