@@ -51,7 +51,7 @@ def main():
     doc = Path(args.doc)
     if doc.exists():
         text = doc.read_text()
-        new = re.sub(r"(<!-- SWEEP TABLE -->\n).*?(\n<!-- /SWEEP TABLE -->)", lambda m: m[1] + md + m[2], text, flags=re.S)
+        new = re.sub(r"(<!-- SWEEP TABLE -->).*?(<!-- /SWEEP TABLE -->)", lambda m: f"{m[1]}\n{md}\n{m[2]}", text, flags=re.S)
         doc.write_text(new)
     print(md)
 
