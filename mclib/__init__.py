@@ -12,8 +12,13 @@ Where things are:
     evaluate.py       L, L_obs, L_mask of any model + intervention on fresh matrices; E8 patching
     heads.py          attention maps, head scores (row / column / self / mask), head classes
     probes.py         linear probes on hidden states (E11)
+    experiments.py    the tables of the copying and heads chapters (E2-E10): one call each
     embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
     baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
+    comparisons.py    BERT against those methods on the same matrices (E16-E18 tables)
+    freezing.py       the four E15 runs: re-initialise one group, train it, the rest frozen
+    readings.py       the closing sentences and scorecard rows of chapters 04-06
+    progress.py       progress measures per checkpoint (heads, embeddings, gradients); lead times
     paper.py          the numbers the paper reports
     plots.py          figures
 """

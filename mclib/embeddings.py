@@ -10,7 +10,8 @@ column, ℓ2 norm per position. "Same-column positions cluster, only after the d
 becomes a number per checkpoint: the silhouette of the n² rows grouped by column
 (and, as a control, by row).
 
-`embedding_progress(run_dir)` gathers the scores of every saved checkpoint.
+`embedding_progress(run_dir)` gathers the scores of every saved checkpoint;
+`token_projections(run_dir, steps)` gives E13's coordinates at chosen checkpoints.
 """
 from __future__ import annotations
 
@@ -215,3 +216,40 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
             "token_captured": captured_variance(tok, pca),
         })
     return pd.DataFrame(out)
+
+
+def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
+                      initial=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """E13 at chosen checkpoints: the rows of the values −1.50 … 1.50 of each step in
+    `steps`, projected onto the PCA(2) plane of the final checkpoint's rows, both
+    uncentred (the authors) and centred.
+
+    Returns (coords, summary). coords: step, centred, value, pc1, pc2 (one row per value).
+    summary: step, alignment_uncentred, alignment_centred (`alignment` with the final
+    projection of the same kind), captured (`captured_variance` in the final plane).
+    final_step: default the run's last saved step. initial: a model to include as step 0
+    (the run's initialisation, `build_model(cfg.model, n, cfg.seed)`): the control, since
+    embeddings that barely move from their init are "aligned" from the start.
+    """
+    saved = saved_steps(Path(run_dir))
+    final_step = saved[-1] if final_step is None and saved else final_step
+    missing = [s for s in [*steps, final_step] if s not in saved]
+    if missing:
+        raise ValueError(f"steps {missing} are not saved checkpoints ({saved})")
+    values = token_values()
+    final = token_rows(load_checkpoint(run_dir, final_step))
+    pca = fit_pca(final)
+    finals = {c: project(final, pca, c) for c in (False, True)}
+    coords, summary = [], []
+    models = ([(0, initial)] if initial is not None else []) + [(s, None) for s in steps]
+    for step, model in models:
+        rows = token_rows(model if model is not None else load_checkpoint(run_dir, step))
+        out = {"step": step}
+        for centred in (False, True):
+            proj = project(rows, pca, centred)
+            coords.append(pd.DataFrame({"step": step, "centred": centred, "value": values,
+                                        "pc1": proj[:, 0], "pc2": proj[:, 1]}))
+            out[f"alignment_{'centred' if centred else 'uncentred'}"] = alignment(proj, finals[centred])
+        out["captured"] = captured_variance(rows, pca)
+        summary.append(out)
+    return pd.concat(coords, ignore_index=True), pd.DataFrame(summary)

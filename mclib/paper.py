@@ -32,6 +32,14 @@ PAPER_E17 = {
     5e-3: (7.8591e-4, 0.043402, 0.013516),
 }
 
+# E15 (N §4, Fig. 8) gives curves, no numbers: what each re-initialised group's loss did.
+PAPER_E15 = {
+    "attention": "a plateau, then a drop",
+    "mlp": "no plateau",
+    "positional": "the longest plateau, then a drop",
+    "token": "no plateau",
+}
+
 # The authors' head numbers (1-indexed layer, head) of E4 and E5; a new run's heads differ.
 PAPER_HEADS = {
     "uninterpretable": [(3, 3), (4, 2), (4, 5), (4, 6), (4, 7)],

@@ -4,7 +4,8 @@ import pytest
 from mclib.config import ModelConfig
 from mclib.embeddings import (alignment, captured_variance, component_tracks, embedding_progress, fit_pca,
                               norm_symmetry, position_norms, position_rows, position_silhouette,
-                              position_tsne, project, token_ids, token_norms, token_rows, token_values)
+                              position_tsne, project, token_ids, token_norms, token_projections, token_rows,
+                              token_values)
 from mclib.model import build_model
 from mclib.train import saved_steps
 
@@ -101,3 +102,19 @@ def test_progress_has_one_row_per_saved_step(smoke_run):
     assert df[["column_silhouette", "row_silhouette"]].abs().le(1).all().all()
     with pytest.raises(ValueError, match="final_step 7"):
         embedding_progress(smoke_run, final_step=7)
+
+
+def test_token_projections_at_chosen_steps(smoke_run):
+    steps = saved_steps(smoke_run)
+    coords, summary = token_projections(smoke_run, steps[:2] + steps[-1:])
+    assert summary["step"].tolist() == steps[:2] + steps[-1:] and len(coords) == 3 * 2 * 301
+    last = summary.iloc[-1]
+    assert last["alignment_uncentred"] == pytest.approx(1) and last["alignment_centred"] == pytest.approx(1)
+    assert summary["captured"].between(0, 1).all()
+    final = coords[(coords.step == steps[-1]) & coords.centred]
+    assert final[["pc1", "pc2"]].mean().abs().max() < 1e-9          # centred coordinates have mean 0
+    with pytest.raises(ValueError, match=r"\[7\]"):
+        token_projections(smoke_run, [7])
+    init = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32), N, seed=1)  # the smoke init
+    coords, summary = token_projections(smoke_run, steps[-1:], initial=init)
+    assert summary["step"].tolist() == [0, steps[-1]] and summary["alignment_centred"].iloc[0] < 1

@@ -1,0 +1,151 @@
+"""E15, component re-initialisation: one training run per component group.
+
+For each group of `mclib.interventions.GROUPS` ("attention", "mlp", "positional",
+"token") the post checkpoint of the main run is copied, that group is re-initialised
+with BERT's own init and trained, every other parameter loaded from the post
+checkpoint and frozen (`reinit_component`). Each run is an ordinary run folder:
+
+    run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json}
+
+so it resumes after an interruption and returns at once when complete, like the main
+run. `source.json` names the checkpoint the run started from; a folder started from
+another checkpoint (e.g. the main run was trained further since) is refused rather
+than silently continued.
+
+    runs = freeze_runs(cfg, run_dir)          # {group: folder}, trains what is missing
+    table = freeze_summary(runs, cfg)          # steps to the drop, losses
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from .config import Profile
+from .data import copy_baseline_mse
+from .interventions import GROUPS, component_groups, reinit_component
+from .metrics import find_drop
+from .train import load_checkpoint, load_metrics, saved_steps, train
+
+SOURCE = "source.json"
+# What each group holds (the patterns are mclib.interventions.GROUPS; layer norms and the
+# read-out belong to no group and stay frozen). What the paper saw: mclib.paper.PAPER_E15.
+DESCRIPTIONS = {
+    "attention": "query, key, value and output projection of every layer",
+    "mlp": "both feed-forward projections of every layer",
+    "positional": "the position-embedding table",
+    "token": "the token-embedding table",
+}
+
+
+def freeze_profile(cfg: Profile, group: str) -> Profile:
+    """The main profile, trained for `cfg.analysis.freeze_steps` steps.
+
+    Same data, model, optimiser and seed (so the data stream is the main run's); the
+    analysis checkpoints are those of the main run that fall within the shorter run,
+    and the last step is the post checkpoint. The name says which group is trained.
+    """
+    if group not in GROUPS:
+        raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
+    steps = cfg.analysis.freeze_steps
+    ck = cfg.checkpoints
+    return cfg.replace(**{
+        "name": f"{cfg.name}-freeze-{group}",
+        "train.steps": steps,
+        "checkpoints.pre": min(ck.pre, steps),
+        "checkpoints.transition": [s for s in ck.transition if s <= steps],
+        "checkpoints.post": steps,
+    })
+
+
+def freeze_run_dir(run_dir: str | Path, group: str) -> Path:
+    return Path(run_dir) / "freeze" / group
+
+
+def _check_source(folder: Path, source: dict) -> None:
+    path = folder / SOURCE
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved != source:
+            raise ValueError(f"{folder} was started from {saved}, not {source}; delete the folder to redo it")
+    elif saved_steps(folder):
+        raise ValueError(f"{folder} has checkpoints but no {SOURCE}; delete the folder to redo it")
+
+
+def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
+               seed: int | None = None, progress: bool = False) -> Path:
+    """Train (or resume, or find complete) the E15 run of one group; returns its folder.
+
+    source_step: the main run's checkpoint to start from (default: its post checkpoint).
+    seed: of the re-initialisation (default: the profile's seed).
+    """
+    run_dir = Path(run_dir)
+    source_step = cfg.checkpoints.post if source_step is None else source_step
+    seed = cfg.seed if seed is None else seed
+    folder = freeze_run_dir(run_dir, group)
+    source = {"step": source_step, "group": group, "seed": seed}
+    _check_source(folder, source)
+    model = reinit_component(load_checkpoint(run_dir, source_step), group, seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / SOURCE).write_text(json.dumps(source))
+    return train(freeze_profile(cfg, group), folder, progress=progress, init_model=model)
+
+
+def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), progress: bool = False) -> dict[str, Path]:
+    """`freeze_run` for every group, in order: {group: folder}."""
+    return {g: freeze_run(cfg, run_dir, g, progress=progress) for g in groups}
+
+
+def trainable_count(model, group: str) -> int:
+    """Number of parameters in `group` (what an E15 run trains)."""
+    groups = component_groups(model)
+    return sum(p.numel() for name, p in model.named_parameters() if groups[name] == group)
+
+
+def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.DataFrame:
+    """One row per group: the drop (`find_drop`, None if none), the steps trained, the
+    mean L_mask over the first and the last `window` steps, L_obs over the last, and
+    whether the run starts on the copying plateau (first-window L_mask within 20 % of E[X²])."""
+    plateau = copy_baseline_mse(cfg.data.rank)
+    rows = []
+    for group, folder in runs.items():
+        m = load_metrics(folder)
+        drop = find_drop(m, rank=cfg.data.rank, window=window)
+        head, tail = m.head(window), m.tail(window)
+        rows.append({
+            "group": group,
+            "steps": int(m["step"].max()),
+            "drop": drop,
+            "first_L_mask": float(head["L_mask"].mean()),
+            "final_L_mask": float(tail["L_mask"].mean()),
+            "final_L_obs": float(tail["L_obs"].mean()),
+            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < 0.2),
+        })
+    table = pd.DataFrame(rows)
+    table["drop"] = pd.array([r["drop"] for r in rows], dtype="Int64")  # a missing drop is <NA>, not a float NaN
+    return table
+
+
+def _drop(d) -> int | None:
+    return None if d is None or pd.isna(d) else int(d)
+
+
+def drop_text(drop: int | None, steps: int) -> str:
+    """"drop at step 1,234" or "no drop by step N" (drop None or NA)."""
+    drop = _drop(drop)
+    return f"drop at step {drop:,}" if drop is not None else f"no drop by step {steps:,}"
+
+
+def paper_pattern(table: pd.DataFrame) -> dict[str, bool]:
+    """The paper's E15 picture, checked on `freeze_summary`'s table (a run with no drop
+    counts as dropping after every run that did):
+    fast_first        the mlp and token runs both drop, and before the attention and positional runs
+    positional_last   the positional run drops strictly after every other run (or alone never drops)
+    """
+    key = {g: float("inf") if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
+    slow = [key.get("attention", float("inf")), key.get("positional", float("inf"))]
+    fast = [key.get("mlp", float("inf")), key.get("token", float("inf"))]
+    others = [v for g, v in key.items() if g != "positional"]
+    return {"fast_first": max(fast) < float("inf") and max(fast) < min(slow),
+            "positional_last": "positional" in key and all(key["positional"] > v for v in others)}

@@ -1,0 +1,267 @@
+"""Progress measures over training: can the drop be seen coming?
+
+The paper leaves open whether the sudden drop of the loss can be predicted. This module
+puts every scalar measure of a run on the same footing, one value per saved checkpoint
+(`progress_table`), and asks of each one when it first crosses a threshold, compared
+with the drop (`lead_times`).
+
+Measures (columns of `progress_table`):
+
+    max_row_excess, max_column_excess   the most row- / column-structured head
+                                        (heads.head_scores; 0 uniform, 1 pure)
+    attention_entropy                   mean over heads of the attention entropy (nats;
+                                        log(n²) for uniform heads)
+    column_silhouette                   position embeddings grouped by column (E14)
+    token_alignment                     token embeddings vs the final checkpoint's PCA
+                                        plane (E13; 1 at the final checkpoint by
+                                        construction: it knows the end of the run)
+    grad_attention, grad_mlp, grad_positional, grad_token, grad_other
+                                        ℓ2 norm of the training loss's gradient per
+                                        component group (interventions.component_groups)
+    L_mask                              the control: the training L_mask, mean over the
+                                        `find_drop` window ending at the checkpoint
+
+The threshold rule (`default_thresholds`), the same for every measure: a measure has
+crossed once it has made half of its largest move away from its first value, i.e. it
+is past first + ½(extreme − first), where the extreme is the value farthest from the
+first one. For a measure that moves one way this is half-way between its first and last
+values; for one that peaks and comes back (gradient norms often peak at the drop) it is
+half-way up the peak, where "half-way to the last value" would be crossed at once or
+never. What is fair about it, and what is not:
+
+- one rule for all, with no knob tuned per measure, and the loss itself (L_mask) goes
+  through the same rule: its crossing sits at the drop (half of its move is about
+  `find_drop`'s threshold, half the copying plateau), so it calibrates the rest. A
+  measure leads only if it crosses earlier than L_mask does.
+- it uses hindsight: the extreme (and token_alignment's reference) is known only once
+  the run is over. A lead time says a measure moves first, not that a threshold fixed
+  in advance would have raised an alarm.
+- half-way is a midpoint: a measure that drifts steadily over the whole run crosses in
+  the middle of training whatever the loss does; a lead means something only when the
+  measure is flat before it moves (look at the curves, not only at the number).
+- a crossing must hold for `persist` consecutive checkpoints (default 2; fewer if the
+  run ends first), so one noisy checkpoint does not make a lead. The step reported is
+  the first of them: persistence filters, it does not delay.
+
+Resolution: measures exist only at saved checkpoints (every `train.save_every` steps),
+so a crossing at checkpoint s happened somewhere in (previous checkpoint, s]. The lead
+time drop − s is a lower bound; the true one is less than `resolution` (the gap to the
+previous checkpoint) larger. `find_drop` itself is per step, but its trailing mean puts
+it up to half its window after the unsmoothed fall.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .interventions import component_groups
+from .metrics import losses
+
+GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
+DIRECTIONS = ("above", "below")
+PERSIST = 2          # checkpoints a crossing must hold for
+DROP_WINDOW = 50     # = find_drop's window: L_mask at a checkpoint is the mean over it
+HALF = 0.5           # the default threshold: half of the largest move from the first value
+
+
+# ---- the measures -------------------------------------------------------------------
+
+def gradient_norms(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+    """ℓ2 norm of the gradient of the training loss (pooled MSE over all entries, L of
+    mclib.metrics.losses) per component group, at every saved checkpoint, on one fixed
+    batch (`sample_eval_batch(data, n_matrices, seed)`; data: a Profile or DataConfig).
+
+    Tidy: columns step, group, grad_norm; the groups are GROUP_ORDER (every parameter
+    that receives a gradient belongs to exactly one; the frozen token-type row none)
+    plus "total" (the norm over all of them).
+    """
+    from .evaluate import sample_eval_batch
+    from .train import load_checkpoint, saved_steps
+
+    steps = saved_steps(Path(run_dir))
+    if not steps:
+        raise ValueError(f"run_dir {str(run_dir)!r} has no saved checkpoint")
+    batch = sample_eval_batch(data, n_matrices, seed)
+    rows = []
+    for step in steps:
+        model = load_checkpoint(run_dir, step)  # eval mode: dropout off (the profiles use 0 anyway)
+        groups = component_groups(model)
+        model.zero_grad(set_to_none=True)
+        pred = model(batch.tokens).view_as(batch.x)
+        losses(pred, batch.x, batch.mask)["L"].backward()
+        sq = dict.fromkeys(GROUP_ORDER, 0.0)
+        for name, p in model.named_parameters():
+            if p.grad is not None:
+                sq[groups[name]] += float(p.grad.double().pow(2).sum())
+        rows += [{"step": step, "group": g, "grad_norm": math.sqrt(sq[g])} for g in GROUP_ORDER]
+        rows.append({"step": step, "group": "total", "grad_norm": math.sqrt(sum(sq.values()))})
+    return pd.DataFrame(rows, columns=["step", "group", "grad_norm"])
+
+
+def loss_at_checkpoints(metrics: pd.DataFrame, steps, column: str = "L_mask",
+                        window: int = DROP_WINDOW) -> pd.Series:
+    """`column` averaged over the `window` steps ending at each of `steps` (the same
+    trailing mean as `find_drop`), indexed by step."""
+    smooth = metrics.set_index("step")[column].rolling(window, min_periods=1).mean()
+    return smooth.reindex(list(steps)).rename(column)
+
+
+def progress_table(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+    """One row per saved checkpoint: step and the measures listed in the module
+    docstring (head scores and gradients on one fixed batch of `n_matrices`)."""
+    from .embeddings import embedding_progress
+    from .heads import attention_progress
+    from .train import load_metrics
+
+    heads = attention_progress(run_dir, data, n_matrices, seed)
+    table = heads.groupby("step").agg(max_row_excess=("row_excess", "max"),
+                                      max_column_excess=("column_excess", "max"),
+                                      attention_entropy=("entropy", "mean"))
+    emb = embedding_progress(run_dir).set_index("step")[["column_silhouette", "token_alignment"]]
+    grads = gradient_norms(run_dir, data, n_matrices, seed)
+    grads = grads[grads["group"] != "total"].pivot(index="step", columns="group", values="grad_norm")
+    grads = grads[list(GROUP_ORDER)].add_prefix("grad_")
+    table = table.join(emb).join(grads)
+    table["L_mask"] = loss_at_checkpoints(load_metrics(run_dir), table.index)
+    table.columns.name = None
+    return table.reset_index()
+
+
+def measures(table: pd.DataFrame) -> list[str]:
+    """The measure columns of a progress table: every numeric column but step."""
+    return [c for c in table.columns if c != "step" and pd.api.types.is_numeric_dtype(table[c])]
+
+
+# ---- thresholds and lead times --------------------------------------------------------
+
+def excursion(values) -> tuple[float, float]:
+    """(first, extreme) of a series: its first finite value and the finite value
+    farthest from it (the first such, on ties); NaNs if there is no finite value."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return math.nan, math.nan
+    return float(v[0]), float(v[np.argmax(np.abs(v - v[0]))])
+
+
+def default_thresholds(table: pd.DataFrame, frac: float = HALF) -> dict[str, tuple[float, str]]:
+    """measure -> (value, direction): `frac` of the way from the measure's first value
+    to its extreme, "above" if the extreme is above the first value, else "below".
+    A measure that never moves gets (NaN, "above"): it never crosses."""
+    out = {}
+    for m in measures(table):
+        first, extreme = excursion(table.sort_values("step")[m])
+        if not np.isfinite(extreme) or extreme == first:
+            out[m] = (math.nan, "above")
+        else:
+            out[m] = (first + frac * (extreme - first), "above" if extreme > first else "below")
+    return out
+
+
+def normalised(table: pd.DataFrame) -> pd.DataFrame:
+    """Tidy (step, measure, value, progress): progress = (value − first) / (extreme − first),
+    0 at the first checkpoint, 1 at the extreme, so the default threshold is 0.5 for
+    every measure (NaN for a measure that never moves)."""
+    table = table.sort_values("step")
+    frames = []
+    for m in measures(table):
+        first, extreme = excursion(table[m])
+        span = extreme - first
+        prog = (table[m] - first) / span + 0.0 if np.isfinite(span) and span != 0 else np.nan  # + 0.0: no -0
+        frames.append(pd.DataFrame({"step": table["step"].to_numpy(), "measure": m,
+                                    "value": table[m].to_numpy(), "progress": np.asarray(prog, dtype=float)}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def crossing_step(steps, values, threshold: float, direction: str, persist: int = PERSIST) -> float:
+    """The first step at which `values` is past `threshold` (>= for "above", <= for
+    "below") and stays past it for `persist` consecutive checkpoints (or up to the end
+    of the run, if fewer are left); NaN if never (or if the threshold is NaN)."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction {direction!r} is not one of {DIRECTIONS}")
+    if persist < 1:
+        raise ValueError(f"persist = {persist} must be at least 1")
+    if threshold is None or not np.isfinite(threshold):
+        return math.nan
+    v = np.asarray(values, dtype=float)
+    past = (v >= threshold) if direction == "above" else (v <= threshold)  # NaN compares False
+    for i in range(len(v)):
+        if past[i: i + persist].all():
+            return float(np.asarray(steps)[i])
+    return math.nan
+
+
+def lead_times(table: pd.DataFrame, drop_step: int | float | None,
+               thresholds: dict[str, tuple[float, str]] | None = None,
+               persist: int = PERSIST) -> pd.DataFrame:
+    """One row per measure: when it crosses its threshold, and how long before the drop.
+
+    table: one row per checkpoint, a `step` column and one column per measure
+    (`progress_table`). drop_step: `find_drop`'s step, None / NaN if there is no drop.
+    thresholds: measure -> (value, "above" | "below"); measures not named get
+    `default_thresholds` (half of the largest move from the first value).
+    Columns: measure, threshold, direction, first, extreme, cross_step (NaN if never),
+    resolution (the gap from the previous checkpoint to cross_step: the crossing happened
+    within it), lead_time = drop_step − cross_step (NaN if never crossed or no drop;
+    > 0 means the measure moved first; a lower bound, the true lead is less than
+    `resolution` larger).
+    """
+    if "step" not in table:
+        raise ValueError("table has no 'step' column: pass the output of progress_table")
+    table = table.sort_values("step").reset_index(drop=True)
+    th = {**default_thresholds(table), **(thresholds or {})}
+    unknown = [m for m in th if m not in table]
+    if unknown:
+        raise ValueError(f"thresholds name {unknown[0]!r}, which is not a column of the table")
+    steps = table["step"].to_numpy()
+    previous = np.concatenate([[0], steps[:-1]])  # training starts at step 0
+    no_drop = drop_step is None or not np.isfinite(drop_step)
+    rows = []
+    for m, (value, direction) in th.items():
+        first, extreme = excursion(table[m])
+        cross = crossing_step(steps, table[m], value, direction, persist)
+        res = float(cross - previous[steps == cross][0]) if np.isfinite(cross) else math.nan
+        rows.append({"measure": m, "threshold": value, "direction": direction, "first": first,
+                     "extreme": extreme, "cross_step": cross, "resolution": res,
+                     "lead_time": math.nan if no_drop or not np.isfinite(cross) else float(drop_step) - cross})
+    return pd.DataFrame(rows, columns=["measure", "threshold", "direction", "first", "extreme", "cross_step",
+                                       "resolution", "lead_time"])
+
+
+def leaders(leads: pd.DataFrame, control: str = "L_mask") -> pd.DataFrame:
+    """The measures that cross strictly before the control (the loss itself) does, and
+    before the drop, sorted by lead time (largest first). Empty when there is no drop."""
+    d = leads[(leads["measure"] != control) & (leads["lead_time"] > 0)]
+    ctrl = leads.loc[leads["measure"] == control, "cross_step"]
+    if len(ctrl) and np.isfinite(ctrl.iloc[0]):
+        d = d[d["cross_step"] < ctrl.iloc[0]]
+    return d.sort_values("lead_time", ascending=False)
+
+
+def lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
+                 control: str = "L_mask") -> str:
+    """One sentence for the book: does any measure lead the loss, by how much, at the
+    checkpoint resolution (`resolution`: the largest gap between checkpoints, i.e.
+    `train.save_every` unless extra checkpoints are named)? Reads correctly with and
+    without a drop."""
+    if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
+        return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
+                "the lead times are undefined, and the curves only show how far each measure moved")
+    lead = leaders(leads, control)
+    ctrl = leads.loc[leads["measure"] == control, "cross_step"]
+    ctrl_text = (f"the loss itself crosses at step {int(ctrl.iloc[0]):,}" if len(ctrl) and np.isfinite(ctrl.iloc[0])
+                 else "the loss itself never crosses its threshold")
+    if lead.empty:
+        return (f"No measure crosses its threshold before the loss does ({ctrl_text}, the drop is at step "
+                f"{drop_step:,}): at a resolution of {resolution:,} steps, none of them moves first")
+    best = lead.iloc[0]
+    others = ", ".join(f"{r.measure} (by {r.lead_time:,.0f} steps)" for r in lead.iloc[1:].itertuples())
+    return (f"{len(lead)} measure{'s' if len(lead) > 1 else ''} cross{'' if len(lead) > 1 else 'es'} "
+            f"before the loss does ({ctrl_text}, the drop is at step {drop_step:,}); the earliest is "
+            f"{best.measure}, at step {int(best.cross_step):,}, at least {best.lead_time:,.0f} and less than "
+            f"{best.lead_time + best.resolution:,.0f} steps before the drop "
+            f"(checkpoints at most {resolution:,} steps apart)"
+            + (f"; then {others}" if others else ""))

@@ -1,0 +1,96 @@
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from mclib import experiments as ex
+from mclib.data import structured_mask
+from mclib.evaluate import activation_patching, evaluate, predict, sample_eval_batch
+from mclib.heads import head_scores, position_masks
+from mclib.train import load_checkpoint
+
+N = 7
+
+
+@pytest.fixture
+def post(smoke_run, smoke_profile):
+    return load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
+
+
+def test_head_name_is_one_indexed_and_all_heads_covers_the_model(post):
+    assert ex.head_name((0, 0)) == "L1 H1" and ex.head_name((3, 7)) == "L4 H8"
+    c = post.config
+    assert len(ex.all_heads(post)) == c.num_hidden_layers * c.num_attention_heads
+
+
+def test_copy_check_rows_and_l_prime_mask(post, smoke_profile):
+    table = ex.copy_check(post, smoke_profile, 16, seed=3)
+    assert list(zip(table.matrices, table.token)) == [(m, t) for m in ("rank-2", "random") for t in ("MASK", "0.44", "-0.24")]
+    batch = sample_eval_batch(smoke_profile, 16, 3)
+    pred = predict(post, batch)
+    row = table.iloc[0]  # rank-2, MASK: the plain evaluation, and L'_mask = mean X̂² at masked entries
+    assert row["L_mask"] == pytest.approx(evaluate(post, smoke_profile, 16, 3)["L_mask"])
+    assert row["L'_mask"] == pytest.approx((pred[batch.mask] ** 2).mean().item(), rel=1e-5)
+    filled = sample_eval_batch(smoke_profile, 16, 3, fill_value=0.44)
+    assert table.iloc[1]["L'_mask"] == pytest.approx(((predict(post, filled)[filled.mask] - 0.44) ** 2).mean().item(), rel=1e-5)
+
+
+def test_ablation_table_compares_on_one_batch(post, smoke_profile):
+    heads = ex.all_heads(post)
+    table = ex.ablation_table(post, smoke_profile, 16, 0, {"all": heads, "empty": [], "one": [heads[0]]})
+    assert list(zip(table.ablated, table.reading)) == [("none", "—"), ("all", "uniform"), ("all", "batch_mean"),
+                                                       ("one", "uniform"), ("one", "batch_mean")]
+    assert table.iloc[0]["L"] == pytest.approx(evaluate(post, smoke_profile, 16, 0)["L"])
+    hooked = evaluate(post, smoke_profile, 16, 0, hooks=lambda h: h.ablate(heads, mode="batch_mean"))
+    assert ex.lookup(table, "L_mask", ablated="all", reading="batch_mean") == pytest.approx(hooked["L_mask"])
+    assert ex.lookup(table, "heads", ablated="one", reading="uniform") == 1
+    assert math.isnan(ex.lookup(table, "L", ablated="empty"))
+    with pytest.raises(ValueError, match="2 rows match"):
+        ex.lookup(table, "L", ablated="all")
+
+
+def test_model_table_and_patching_table(post, smoke_profile):
+    table = ex.model_table({"a": post, "b": post}, smoke_profile, 16, 0)
+    assert list(table.model) == ["a", "b"]
+    assert table.iloc[0][ex.LOSS_COLUMNS].tolist() == table.iloc[1][ex.LOSS_COLUMNS].tolist()
+    patch = ex.patching_table(post, smoke_profile, 8, 0)
+    assert list(patch.patched) == ["none", "last layer", "all layers"]
+    assert patch.iloc[0]["masked_vs_X"] == pytest.approx(activation_patching(post, smoke_profile, 8, 0, layers=[])["masked_vs_X"])
+
+
+def test_checkpoint_maps_are_batch_mean_probabilities(smoke_run, smoke_profile):
+    batch = sample_eval_batch(smoke_profile, 4, 0)
+    steps = smoke_profile.checkpoints.all_steps()[:2]
+    maps = ex.checkpoint_maps(smoke_run, steps, batch)
+    m = smoke_profile.model
+    assert list(maps) == steps and maps[steps[0]].shape == (m.layers, m.heads, N * N, N * N)
+    assert torch.allclose(maps[steps[0]].sum(-1), torch.ones(m.layers, m.heads, N * N), atol=1e-4)
+
+
+def test_pick_heads_takes_distinct_heads():
+    scores = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "a": [3.0, 2.0, 1.0], "b": [3.0, 0.0, 2.0]})
+    picks = ex.pick_heads(scores, {"top a": ("a", True), "top b": ("b", True), "low a": ("a", False), "more": ("a", True)})
+    assert picks == {"top a": (0, 0), "top b": (1, 0), "low a": (0, 1)}  # "more": every head is taken
+
+
+def test_structured_scores_on_synthetic_heads():
+    mask = structured_mask(N)
+    batch = 3
+    flat = mask.reshape(-1)
+    row = torch.arange(N * N) // N
+    lone = ((row[:, None] == row[None]) & ~flat[None]).double()           # own row's observed keys
+    lone = torch.where(lone.sum(-1, keepdim=True) > 0, lone, torch.ones_like(lone))
+    lone = lone / lone.sum(-1, keepdim=True)
+    uniform = torch.full((N * N, N * N), 1 / N**2, dtype=torch.double)
+    ident = position_masks(N)["self"].double()
+    probs = torch.stack([lone, uniform, ident])[None].expand(batch, -1, -1, -1)  # [batch, 3 heads, q, k]
+    scores = ex.structured_scores(probs, mask, N)
+    chance = scores.attrs["chance"]
+    assert list(scores.columns[:len(head_scores(probs, mask, N).columns)]) == list(head_scores(probs, mask, N).columns)
+    assert scores.loc[0, "lone_entry"] == pytest.approx(1.0)               # the lone entry of masked rows
+    assert scores.loc[1, "lone_entry"] == pytest.approx(chance["lone_entry"]) == pytest.approx(1 / N**2)
+    assert scores.loc[1, "masked_rows"] == pytest.approx(chance["masked_rows"]) == pytest.approx(2 / N)
+    assert scores.loc[2, "lone_entry"] == 0 and scores.loc[2, "masked_rows"] == pytest.approx(1.0)  # self, in a masked row
+    with pytest.raises(ValueError, match="one \\[7, 7\\] mask"):
+        ex.structured_scores(probs, mask.expand(batch, N, N), N)

@@ -1,0 +1,74 @@
+import shutil
+
+import pytest
+import torch
+
+from mclib.freezing import (drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs, freeze_summary,
+                            trainable_count)
+from mclib.interventions import GROUPS, component_groups
+from mclib.train import load_checkpoint, load_metrics, saved_steps
+
+STEPS = 4
+
+
+@pytest.fixture
+def run(tmp_path, smoke_run):
+    """A private copy of the smoke run: the freeze runs are written inside it."""
+    return shutil.copytree(smoke_run, tmp_path / "run")
+
+
+@pytest.fixture
+def cfg(smoke_profile):
+    return smoke_profile.replace(**{"analysis.freeze_steps": STEPS})
+
+
+def test_profile_is_the_main_one_shortened(smoke_profile):
+    p = freeze_profile(smoke_profile, "mlp")  # smoke: freeze_steps 20, checkpoints 20, [30, 40], 60
+    assert p.train.steps == 20 and p.name == "smoke-freeze-mlp"
+    assert (p.checkpoints.pre, p.checkpoints.transition, p.checkpoints.post) == (20, [], 20)
+    assert (p.data, p.model, p.seed, p.train.lr) == (smoke_profile.data, smoke_profile.model, smoke_profile.seed,
+                                                    smoke_profile.train.lr)
+    with pytest.raises(ValueError, match="'layernorm'"):
+        freeze_profile(smoke_profile, "layernorm")
+
+
+def test_four_runs_train_only_their_group_and_resume(run, cfg):
+    runs = freeze_runs(cfg, run)
+    assert list(runs) == list(GROUPS) and all(runs[g] == freeze_run_dir(run, g) for g in GROUPS)
+    post = load_checkpoint(run, cfg.checkpoints.post)
+    groups = component_groups(post)
+    for group, folder in runs.items():
+        assert saved_steps(folder) == [STEPS] and len(load_metrics(folder)) == STEPS
+        trained = dict(load_checkpoint(folder, STEPS).named_parameters())
+        for name, p in post.named_parameters():
+            assert torch.equal(trained[name], p) == (groups[name] != group), (group, name)
+    before = {g: (f / "metrics.csv").read_bytes() for g, f in runs.items()}
+    assert freeze_runs(cfg, run) == runs                                    # complete: nothing trains
+    assert {g: (f / "metrics.csv").read_bytes() for g, f in runs.items()} == before
+    table = freeze_summary(runs, cfg)
+    assert table["group"].tolist() == list(GROUPS) and table["drop"].isna().all()  # 4 steps: no drop
+    assert (table["steps"] == STEPS).all()
+    assert trainable_count(post, "positional") == post.bert.embeddings.position_embeddings.weight.numel()
+
+
+def test_a_run_from_another_source_is_refused(run, cfg):
+    freeze_run(cfg, run, "token")
+    with pytest.raises(ValueError, match="delete the folder"):
+        freeze_run(cfg, run, "token", source_step=cfg.checkpoints.pre)
+
+
+def test_drop_text():
+    assert drop_text(1234, 5000) == "drop at step 1,234"
+    assert drop_text(None, 5000) == drop_text(float("nan"), 5000) == "no drop by step 5,000"
+
+
+def test_paper_pattern():
+    import pandas as pd
+    from mclib.freezing import paper_pattern
+
+    table = lambda drops: pd.DataFrame({"group": list(GROUPS), "drop": drops})  # attention, mlp, positional, token
+    assert paper_pattern(table([500, 60, 900, 80])) == {"fast_first": True, "positional_last": True}
+    assert paper_pattern(table([500, 60, None, 80])) == {"fast_first": True, "positional_last": True}
+    assert paper_pattern(table([None, 60, None, 80])) == {"fast_first": True, "positional_last": False}
+    assert paper_pattern(table([50, 60, 40, None])) == {"fast_first": False, "positional_last": False}
+    assert paper_pattern(table([None] * 4)) == {"fast_first": False, "positional_last": False}

@@ -1,0 +1,88 @@
+"""The closing sentences of chapters 04-06 read right in every branch (drop or not,
+the paper's result or not), and the scorecard rows carry the paper's numbers."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from mclib import comparisons as C
+from mclib import scorecard
+from mclib.interventions import GROUPS
+from mclib.paper import PAPER_E17
+from mclib.readings import baseline_readings, embedding_readings, freeze_readings
+from mclib.train import load_checkpoint
+
+STEPS = [100, 200, 300, 400]
+TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})
+
+
+def _progress(columns):
+    return pd.DataFrame({"step": STEPS, "column_silhouette": columns, "row_silhouette": [0.0] * 4,
+                         "middle_row_norm": [1.0, 1.0, 0.9, 0.9], "token_alignment": [0.5, 0.95, 0.99, 1.0]})
+
+
+def _summary(init):
+    return pd.DataFrame({"step": [0, 100, 400], "alignment_centred": [init, 0.5, 1.0]})
+
+
+def test_embeddings_as_in_the_paper():
+    glue, rows = embedding_readings(_progress([0.0, 0.05, 0.6, 0.7]), _summary(0.1), TRACKS, 0.97, drop=250, post_step=400)
+    assert glue["tracks_claim"].endswith("as in the paper") and glue["symmetry_text"] == "symmetric about 0"
+    assert glue["align_text"].startswith("reached 0.9 at step 200") and glue["align_claim"].endswith("as the paper says")
+    assert "0.05 at step 200, the last checkpoint before the drop" in glue["cluster_text"]
+    assert glue["cluster_claim"] == "the columns cluster only after the drop, as in the paper"
+    assert [r["id"] for r in rows] == ["E12"] * 3 + ["E13", "E14", "E14"] and all(r["paper"] is None for r in rows)
+    assert rows[3]["ours"] == 200 and rows[5]["reading"].startswith("a dip")
+
+
+def test_embeddings_without_a_drop_or_against_the_paper():
+    glue, rows = embedding_readings(_progress([0.0] * 4), _summary(0.1), TRACKS.assign(abs_x=[0.3, 0.1]), 0.2,
+                                    drop=None, post_step=400)
+    assert glue["align_claim"] == "with no drop to compare against"
+    assert "cannot be tested without a drop" in glue["cluster_claim"] and "went from" in glue["cluster_text"]
+    assert glue["tracks_claim"] == "not what the paper shows (no component tracks |x|)"
+    glue, _ = embedding_readings(_progress([0.5] * 4), _summary(0.95), TRACKS, 0.9, drop=250, post_step=400)
+    assert glue["align_claim"].startswith("but the embeddings start that close")
+    assert glue["cluster_claim"] == "the columns already cluster before the drop, unlike the paper"
+
+
+def _table(drops):
+    return pd.DataFrame({"group": list(GROUPS), "drop": pd.array(drops, dtype="Int64")})
+
+
+def test_freeze_sentences():
+    glue, rows = freeze_readings(_table([500, 60, 900, 80]), 1000, main_drop=700)
+    assert glue["found"].startswith("the runs dropped in the order mlp (step 60), token (step 80)")
+    assert glue["verdict_text"].endswith("the positional run takes longest, as in the paper")
+    assert [r["ours"] for r in rows] == [500, 60, 900, 80] and "paper: no plateau" in rows[1]["reading"]
+    glue, rows = freeze_readings(_table([None] * 4), 20, main_drop=None)
+    assert glue["found"] == "none of the four runs dropped within its 20 steps"
+    assert glue["verdict_text"] == "too short to check the paper's ordering"
+    assert rows[0]["ours"] is None and rows[0]["reading"].startswith("no drop by step 20")
+    glue, _ = freeze_readings(_table([60, 500, None, None]), 1000, main_drop=700)
+    assert "positional, token did not drop within 1,000 steps" in glue["found"]
+    assert glue["verdict_text"].startswith("which is not the paper's picture")
+
+
+@pytest.fixture(scope="module")
+def tables(smoke_run, smoke_profile):
+    post = load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
+    sweep = C.nuclear_sweep(post, smoke_profile, [0.2, 0.3], 6, seed=0)
+    reg = C.regularised_table(smoke_profile, list(PAPER_E17), 6, seed=0, model=post)
+    ood = C.ood_table(post, smoke_profile, 6, seed=0, solver_matrices=2)
+    classical, per = C.classical_table(post, smoke_profile, 6, seed=0)
+    classical["BERT better on"] = [np.nan if m == "BERT" else float(np.mean(per["BERT"] < per[m]))
+                                   for m in classical["method"]]
+    return sweep, reg, ood, classical
+
+
+def test_baseline_sentences_and_rows(tables):
+    glue, rows = baseline_readings(*tables, p_train=0.3, rank=2, n_regularised=6)
+    assert set(glue) == {"e16", "e17", "e18", "classical"} and all(isinstance(v, str) for v in glue.values())
+    assert glue["e16"].startswith("At the training p_mask 0.3 BERT's L is")
+    assert "gaussian factors" in glue["e18"] and "laplace factors" in glue["e18"]
+    ids = [r["id"] for r in rows]
+    assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
+    e17 = [r for r in rows if r["id"] == "E17"]
+    assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
+    assert all(scorecard.verdict(r["paper"], r["ours"]) in scorecard.VERDICTS for r in rows)
+    assert "(s.e., 6 matrices)" in e17[0]["reading"]
