@@ -17,6 +17,10 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
+from .attention import AttentionHooks
+from .evaluate import sample_eval_batch
+from .train import load_checkpoint, saved_steps
+
 LABELS = ("row", "column", "identity", "mask-aware", "other")
 
 # A structural score counts when it is at least half-way from chance to pure:
@@ -195,7 +199,6 @@ def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
 
 def capture_probs(model, batch) -> dict[int, torch.Tensor]:
     """Every layer's attention probabilities on `batch`: {layer: [batch, head, query, key]}."""
-    from .attention import AttentionHooks  # attention imports nothing from here; keep it lazy anyway
     with AttentionHooks(model) as hooks:
         hooks.capture()
         with torch.no_grad():
@@ -208,8 +211,6 @@ def attention_progress(run_dir, data, n_matrices: int = 64, seed: int = 0) -> pd
     """Head scores at every saved checkpoint of a run, on one fixed batch:
     one row per (step, layer, head), columns as `head_scores` plus `step`.
     A progress measure: how far each head is from uniform attention over training."""
-    from .evaluate import sample_eval_batch
-    from .train import load_checkpoint, saved_steps
     batch = sample_eval_batch(data, n_matrices, seed)
     frames = []
     for step in saved_steps(run_dir):
