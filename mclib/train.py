@@ -122,7 +122,7 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
 def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
                device: torch.device) -> torch.Tensor:
     """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
-    backward, Adam. Returns the losses of this forward pass as a tensor
+    backward, optimiser step (Adam or MuonAdam). Returns the losses of this forward pass as a tensor
     `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step."""
     with autocast(device, precision):
         pred = model(batch.tokens)
