@@ -45,6 +45,9 @@ class TrainConfig:
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
     optimizer: str = "adam"    # "adam" (the paper) or "muon" (Muon on encoder matrices, Adam elsewhere)
     muon_lr: float = 0.02      # Muon's lr, used only with optimizer: muon
+    beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
+    grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
+    embedding_lr: float | None = None  # lr of the token and position embeddings (None: train.lr)
     precision: str = "fp32"    # "fp32" or "bf16" (autocast, fp32 master weights)
     device: str = "auto"       # "auto" = cuda if available, else cpu
     threads: int = 0           # CPU threads for torch (0 = torch's default)
@@ -189,6 +192,12 @@ def _validate(p: Profile) -> None:
         raise ConfigError(f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}")
     if m.position_init_std is not None and m.position_init_std <= 0:
         raise ConfigError(f"model.position_init_std = {m.position_init_std!r} must be positive")
+    if not 0 <= t.beta2 < 1:
+        raise ConfigError(f"train.beta2 = {t.beta2!r} is outside [0, 1)")
+    if t.grad_clip < 0:
+        raise ConfigError(f"train.grad_clip = {t.grad_clip!r} must not be negative")
+    if t.embedding_lr is not None and t.embedding_lr <= 0:
+        raise ConfigError(f"train.embedding_lr = {t.embedding_lr!r} must be positive")
     if t.warmup < 0 or t.threads < 0:
         bad = "warmup" if t.warmup < 0 else "threads"
         raise ConfigError(f"train.{bad} = {getattr(t, bad)!r} must not be negative")

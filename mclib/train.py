@@ -75,9 +75,9 @@ class MuonAdam(torch.optim.Optimizer):
     so every singular direction of a weight grows at the same rate, including the
     small ones that attention needs to leave the uniform-attention plateau."""
 
-    def __init__(self, muon_params, adam_params, muon_lr: float, adam_lr: float):
+    def __init__(self, muon_params, adam_params, muon_lr: float, adam_lr: float, betas=(0.9, 0.999)):
         self.muon = torch.optim.Muon(muon_params, lr=muon_lr, weight_decay=0.0)
-        self.adam = torch.optim.Adam(adam_params, lr=adam_lr)
+        self.adam = torch.optim.Adam(adam_params, lr=adam_lr, betas=betas)
         self.defaults, self.state = {}, {}
 
     @property
@@ -103,14 +103,24 @@ class MuonAdam(torch.optim.Optimizer):
 def make_optimizer(model, t, device: torch.device, state: dict | None = None) -> torch.optim.Optimizer:
     """Adam (the paper) or MuonAdam over the trainable parameters, with a saved `state`
     loaded; every param group carries its `base_lr` (from the profile, not the state),
-    which the warm-up scales."""
+    which the warm-up scales. With `train.embedding_lr` the token and position
+    embeddings form their own Adam group at that lr."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    is_embedding = lambda n: ".embeddings." in n and n.endswith("embeddings.weight")
+    emb_lr = t.embedding_lr if t.embedding_lr is not None else t.lr
+
+    def adam_groups(params):
+        groups = [{"params": [p for n, p in params if not is_embedding(n)], "lr": t.lr},
+                  {"params": [p for n, p in params if is_embedding(n)], "lr": emb_lr}]
+        return [g for g in groups if g["params"]]
+
+    betas = (0.9, t.beta2)
     if t.optimizer == "adam":
-        opt = torch.optim.Adam([p for _, p in named], lr=t.lr, fused=device.type == "cuda" or None)
+        opt = torch.optim.Adam(adam_groups(named), lr=t.lr, betas=betas, fused=device.type == "cuda" or None)
     else:
         is_matrix = lambda n, p: p.ndim == 2 and ".encoder." in n
-        opt = MuonAdam([p for n, p in named if is_matrix(n, p)], [p for n, p in named if not is_matrix(n, p)],
-                       muon_lr=t.muon_lr, adam_lr=t.lr)
+        opt = MuonAdam([p for n, p in named if is_matrix(n, p)], adam_groups([(n, p) for n, p in named if not is_matrix(n, p)]),
+                       muon_lr=t.muon_lr, adam_lr=t.lr, betas=betas)
     base = [group["lr"] for group in opt.param_groups]
     if state is not None:
         opt.load_state_dict(state)
@@ -120,15 +130,19 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
 
 
 def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
-               device: torch.device) -> torch.Tensor:
+               device: torch.device, grad_clip: float = 0.0) -> torch.Tensor:
     """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
-    backward, optimiser step (Adam or MuonAdam). Returns the losses of this forward pass as a tensor
+    backward, optional clipping of the global gradient norm, optimiser step (Adam or
+    MuonAdam). Returns the losses of this forward pass as a tensor
     `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step."""
     with autocast(device, precision):
         pred = model(batch.tokens)
     ls = losses(pred.view_as(batch.x), batch.x, batch.mask)
     opt.zero_grad(set_to_none=True)
     ls["L"].backward()
+    if grad_clip:
+        params = [p for group in opt.param_groups for p in group["params"]]
+        torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
     opt.step()
     return torch.stack([ls[k].detach() for k in LOSS_NAMES])
 
@@ -264,7 +278,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
         for group in opt.param_groups:
             group["lr"] = lr_at(step, group["base_lr"], t.warmup)
         batch = sample_batch(t.batch, d.n, d.rank, d.p_mask, gens["data"], d.dist)
-        pending.append(train_step(step_model, opt, batch, t.precision, device))
+        pending.append(train_step(step_model, opt, batch, t.precision, device, t.grad_clip))
         if step % t.eval_every == 0:
             evals[step] = evaluate_loss(model, profile, gens["eval"], t.eval_batch)
             model.train()

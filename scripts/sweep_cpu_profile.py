@@ -18,6 +18,8 @@ import json
 import multiprocessing as mp
 import os
 import shutil
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -51,6 +53,16 @@ def run_one(job: dict) -> dict:
     return summarise(run_dir, job)
 
 
+def setting_columns(profile) -> dict:
+    """The levers of a run, resolved (the base profile may change between rounds, so a
+    row names its whole setting, not only its overrides)."""
+    m, t = profile.model, profile.train
+    return {"layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
+            "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
+            "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
+            "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
+
+
 def summarise(run_dir: Path, job: dict) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand)."""
     profile = load_profile(profile_path(job["base"]), **job["overrides"], seed=job["seed"])
@@ -63,8 +75,9 @@ def summarise(run_dir: Path, job: dict) -> dict:
     row = {"setting": job["name"], "seed": job["seed"], "overrides": json.dumps(job["overrides"]),
            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
            "steps_run": int(m["step"].iloc[-1]), "ms_per_step": round(ms_per_step, 1),
-           "threads": job["threads"], **{k: round(v, 5) for k, v in stats.items()},
-           "cap_minutes": job["cap_minutes"], "date": time.strftime("%Y-%m-%d")}
+           "threads": yaml.safe_load((run_dir / "profile.yaml").read_text())["train"]["threads"], **{k: round(v, 5) for k, v in stats.items()},
+           "cap_minutes": job["cap_minutes"], "date": time.strftime("%Y-%m-%d"),
+           "matrices": int(m["step"].iloc[-1]) * profile.train.batch, **setting_columns(profile)}
     print(json.dumps(row), flush=True)
     return row
 
@@ -102,6 +115,9 @@ def main():
             if (Path(args.sweep).name, job["name"], job["seed"]) not in have and (run_dir / "metrics.csv").exists():
                 append({**summarise(run_dir, job), "note": "stopped by hand before its cap"})
         return
+    # SIGTERM (kill, pkill) must end the workers too: leaving the `with` block by an
+    # exception terminates the pool, whereas dying on the signal would orphan them.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("sweep stopped by SIGTERM"))
     with mp.get_context("spawn").Pool(args.jobs) as pool:
         for row in pool.imap_unordered(run_one, jobs):
             append(row)

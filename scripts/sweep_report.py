@@ -17,23 +17,48 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 
+COLLAPSED_L_OBS = 0.05  # a run whose final L_obs is this high has lost even copying
+
+
+def outcome(df: pd.DataFrame) -> pd.Series:
+    """drop / plateau (still copying, no drop) / collapsed (lost copying: L_obs back near E[X²])."""
+    return pd.Series(["drop" if pd.notna(d) else "collapsed" if o > COLLAPSED_L_OBS else "plateau"
+                      for d, o in zip(df.drop_step, df.final_L_obs)], index=df.index)
+
+
 def table(df: pd.DataFrame) -> str:
-    cols = ["sweep", "setting", "seed", "drop_step", "drop_minutes", "steps_run", "ms_per_step", "threads",
-            "plateau_L_mask", "final_L_obs", "final_L_mask"]
-    out = df[cols].copy()
+    cols = ["sweep", "setting", "seed", "outcome", "drop_step", "drop_minutes", "steps_run", "matrices",
+            "ms_per_step", "threads", "plateau_L_mask", "final_L_obs", "final_L_mask"]
+    out = df.assign(outcome=outcome(df))[cols].copy()
     out["drop_step"] = [("none by %d" % s) if pd.isna(d) else int(d) for d, s in zip(df.drop_step, df.steps_run)]
     out["drop_minutes"] = out["drop_minutes"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     return out.to_markdown(index=False, floatfmt=".4g")
 
 
 def figure(df: pd.DataFrame, path: Path) -> None:
-    lr = df.overrides.map(lambda s: json.loads(s).get("train.lr", 1e-3))
-    fig, ax = plt.subplots(figsize=(6, 3.6))
-    dropped = df.drop_step.notna()
-    ax.scatter(lr[dropped], df.drop_step[dropped], label="drop", color="C0")
-    ax.scatter(lr[~dropped], df.steps_run[~dropped], marker="^", color="C3", label="no drop by this step")
-    ax.set(xscale="log", xlabel="peak learning rate", ylabel="step", title="Drop step against learning rate (4 L, 8 H)")
-    ax.legend(fontsize=8)
+    """Matrices trained on (steps x batch) against the peak lr, one marker per run: the
+    drop, or how far a run got without one. The paper's run dropped after ~15 000 x 256
+    = 3.8M matrices at lr 1e-4 (hidden 768)."""
+    kind = outcome(df)
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    styles = {"drop": dict(marker="o", color="C0", label="drop (at that many matrices)"),
+              "plateau": dict(marker="^", color="C1", label="plateau, no drop by then"),
+              "collapsed": dict(marker="x", color="C3", label="collapsed (lost copying)")}
+    for k, style in styles.items():
+        sel = kind == k
+        if sel.any():
+            y = df.drop_step[sel] * df.batch[sel] if k == "drop" else df.matrices[sel]
+            ax.scatter(df.lr[sel], y, **style)
+    ax.axhline(15_000 * 256, color="grey", ls=":", lw=1)
+    ax.text(df.lr.min(), 15_000 * 256 * 1.12, "the paper's drop: 3.8M matrices (hidden 768, lr 1e-4)",
+            fontsize=7, color="grey")
+    mup = 1e-4 * 768 / 64  # Adam's lr for hidden matrices scales as 1/width (muP)
+    ax.axvline(mup, color="grey", ls="--", lw=1)
+    ax.text(mup * 1.05, 7e4, "the paper's lr,\nmuP-scaled to hidden 64", fontsize=7, color="grey")
+    ax.set(xscale="log", yscale="log", xlabel="peak learning rate (Adam; Muon runs at their Adam lr)",
+           ylabel="matrices trained on", title="The CPU-profile search: how far each run got",
+           ylim=(3e4, 8e6))
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

@@ -33,6 +33,9 @@ def test_paper_profile_is_the_paper():
     ({"train": {"precision": "fp8"}}, "train.precision = 'fp8'"),
     ({"train": {"lr": "fast"}}, "train.lr = 'fast'"),
     ({"train": {"steps": 100}, "checkpoints": {"pre": 50, "transition": [60], "post": 200}}, "200"),
+    ({"train": {"beta2": 1.0}}, "train.beta2 = 1.0 is outside"),
+    ({"train": {"grad_clip": -1}}, "train.grad_clip = -1.0 must not be negative"),
+    ({"train": {"embedding_lr": 0}}, "train.embedding_lr = 0.0 must be positive"),
 ])
 def test_bad_values_are_named(raw, match):
     with pytest.raises(ConfigError, match=match):

@@ -2,6 +2,7 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -11,7 +12,8 @@ from mclib.config import ConfigError
 from mclib.data import sample_batch
 from mclib.metrics import LOSS_NAMES, find_drop
 from mclib.model import build_model
-from mclib.train import checkpoint_dir, load_checkpoint, load_metrics, saved_steps, train, train_step
+from mclib.train import (checkpoint_dir, load_checkpoint, load_metrics, make_optimizer, saved_steps, train,
+                         train_step)
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
@@ -31,14 +33,20 @@ def _state(run_dir, step):
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 
 
-def test_resume_is_bit_identical(tmp_path, smoke_profile):
-    whole = train(smoke_profile, tmp_path / "whole", progress=False)
+def _whole_and_resumed(profile, tmp_path) -> tuple[Path, Path]:
+    """One run straight through; one stopped after its first checkpoint (step 20) and
+    resumed to the end. Their metrics must be the same to the bit."""
+    whole = train(profile, tmp_path / "whole", progress=False)
     part = tmp_path / "part"
-    # stop after the first checkpoint (step 20), then resume to the end
-    train(smoke_profile, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
+    train(profile, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
     assert saved_steps(part) == [20]
-    train(smoke_profile, part, progress=False)
+    train(profile, part, progress=False)
     pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS], check_exact=True)
+    return whole, part
+
+
+def test_resume_is_bit_identical(tmp_path, smoke_profile):
+    whole, part = _whole_and_resumed(smoke_profile, tmp_path)
     a, b = _state(whole, 60), _state(part, 60)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -123,10 +131,35 @@ def test_find_drop_definition():
 def test_muon_optimizer_trains_and_resumes_bit_identically(tmp_path, smoke_profile):
     # warm-up past the resume point: the lr after resuming must follow the schedule
     p = smoke_profile.replace(**{"train.optimizer": "muon", "train.warmup": 40})
-    whole = train(p, tmp_path / "whole", progress=False)
-    part = tmp_path / "part"
-    train(p, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
-    train(p, part, progress=False)
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS], check_exact=True)
+    whole, _ = _whole_and_resumed(p, tmp_path)
     m = load_metrics(whole)
     assert m["L_obs"].tail(10).mean() < 0.5 * m["L_obs"].head(5).mean()
+
+
+def test_optimiser_levers(tmp_path, smoke_profile):
+    """embedding_lr gives the token and position embeddings their own Adam group; beta2
+    reaches Adam; grad_clip bounds the global gradient norm of the step; the levers
+    resume bit-identically like everything else."""
+    p = smoke_profile.replace(**{"train.embedding_lr": 3e-4, "train.beta2": 0.98, "train.grad_clip": 0.01,
+                                 "train.warmup": 30})
+    model = build_model(p.model, 7, seed=0)
+    opt = make_optimizer(model, p.train, torch.device("cpu"))
+    groups = [(g["lr"], g["betas"], {n for n, q in model.named_parameters() if any(q is x for x in g["params"])})
+              for g in opt.param_groups]
+    assert [lr for lr, _, _ in groups] == [p.train.lr, 3e-4] and all(b == (0.9, 0.98) for _, b, _ in groups)
+    assert groups[1][2] == {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight"}
+
+    batch = sample_batch(8, 7, 2, 0.3, torch.Generator().manual_seed(0))
+    seen = []
+    orig = torch.optim.Adam.step
+    def spy(self, *a, **k):  # the gradient Adam sees, after clipping
+        seen.append(torch.cat([q.grad.flatten() for g in self.param_groups for q in g["params"]]).norm().item())
+        return orig(self, *a, **k)
+    torch.optim.Adam.step = spy
+    try:
+        train_step(model, opt, batch, "fp32", torch.device("cpu"), grad_clip=0.01)
+    finally:
+        torch.optim.Adam.step = orig
+    assert seen[0] == pytest.approx(0.01, rel=1e-4)
+
+    _whole_and_resumed(p, tmp_path)
