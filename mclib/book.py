@@ -182,7 +182,8 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
 def _stage(out: Path) -> list[Path]:
     """Copy the book's non-notebook sources into `out` (a no-op when out is the repo)."""
     sources = [REPO / "_config.yml", REPO / "_toc.yml"] + sorted(
-        p for p in (REPO / "book").iterdir() if p.is_file() and p.suffix != ".ipynb")
+        p for p in (REPO / "book").rglob("*")
+        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts)
     staged = [out / p.relative_to(REPO) for p in sources]
     if out != REPO:
         for src, dst in zip(sources, staged):

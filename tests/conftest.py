@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from mclib.__main__ import main
 from mclib.config import load_profile, profile_path
 from mclib.train import train
 
@@ -21,3 +22,12 @@ def smoke_run(tmp_path_factory, smoke_profile):
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """The smoke book, built once for the session (tests/test_book.py, test_book_browser.py):
+    OUT/book/_executed/, OUT/_build/html/, OUT/runs/smoke-seed1/."""
+    out = tmp_path_factory.mktemp("book")
+    assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
+    return out

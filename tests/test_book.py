@@ -28,13 +28,6 @@ def _scorecard_rows_on_page(html: str) -> int:
     return len(re.findall(r"<tr>", table.split("<tbody>")[1]))
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("book")
-    assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
-    return out
-
-
 # --- cheap checks -------------------------------------------------------------------
 
 def test_verdict():

@@ -1,0 +1,56 @@
+"""The smoke book as a reader's browser loads it: scripts/check_book_html.py opens pages in
+headless Chromium and fails on any request to another host, any local 404 and any <img>
+whose file is missing. Here: the built book passes, and a page broken on purpose fails,
+naming both problems. Needs Debian's `chromium` (apt-get install -y chromium); skipped
+without it. The book is the session's smoke build (conftest.py); a few seconds a page."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
+                                reason="needs Chromium for the browser check (Debian: apt-get install -y chromium)")
+
+CHECKER = Path(__file__).resolve().parents[1] / "scripts" / "check_book_html.py"
+PAGES = ["index.html", "book/_executed/01_train.html", "book/_executed/99_scorecard.html"]
+
+
+def _check(site: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CHECKER), str(site), *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def site(built):
+    return built / "_build" / "html"
+
+
+def test_built_book_loads_offline_with_every_figure(site, tmp_path):
+    r = _check(site, "--screenshots", str(tmp_path))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert [line.split()[:2] for line in r.stdout.splitlines()] == [["OK", p] for p in PAGES]
+    for page in PAGES:
+        png = tmp_path / (page.removesuffix(".html").replace("/", "-") + ".png")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000, png
+
+
+def test_checker_fails_on_a_remote_request_and_a_missing_figure(site, tmp_path):
+    broken = tmp_path / "html"
+    shutil.copytree(site, broken)
+    page = broken / "book" / "_executed" / "01_train.html"
+    html = page.read_text()
+    assert "<h1>" in html
+    page.write_text(html.replace("<h1>", '<img src="https://example.com/x.png">'
+                                         '<img src="../../_images/no-such-figure.png"><h1>', 1))
+
+    r = _check(broken)
+    assert r.returncode == 1, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    assert "FAIL  book/_executed/01_train.html" in lines
+    assert "request to another host: https://example.com/x.png" in r.stdout        # seen by the browser,
+    assert "HTTP 404: /_images/no-such-figure.png" in r.stdout                     # by the server,
+    assert "missing file: ../../_images/no-such-figure.png" in r.stdout            # and in the HTML
+    assert [line.split()[:2] for line in lines if line.startswith("OK")] == [["OK", PAGES[0]], ["OK", PAGES[2]]]
