@@ -65,7 +65,10 @@ def test_checkpoint_round_trip_through_from_pretrained(tmp_path):
     assert r.bert.encoder.layer[0].attention.self.scaling == m.bert.encoder.layer[0].attention.self.scaling
     toks = torch.randint(1, 2002, (2, 49))
     with torch.no_grad():
-        assert torch.equal(m.eval()(toks), r(toks))
+        # the weights are equal to the bit (above); the outputs of two model objects can
+        # differ in the last bit on some CPUs (seen on an AVX2-only EPYC: 3e-8), where
+        # the fused attention kernel's path depends on memory layout
+        torch.testing.assert_close(m.eval()(toks), r(toks), rtol=0, atol=1e-6)
 
 
 def test_same_seed_same_init_and_levers_apply():
