@@ -27,7 +27,7 @@ import pandas as pd
 import torch
 import yaml
 
-from mclib.config import load_profile, profile_path
+from mclib.config import load_profile, profile_from_dict, profile_path
 from mclib.metrics import find_drop, plateau_stats
 from mclib.train import load_metrics, train
 
@@ -64,8 +64,9 @@ def setting_columns(profile) -> dict:
 
 
 def summarise(run_dir: Path, job: dict) -> dict:
-    """One results row from a run folder (also for a run that was stopped by hand)."""
-    profile = load_profile(profile_path(job["base"]), **job["overrides"], seed=job["seed"])
+    """One results row from a run folder (also for a run that was stopped by hand). The
+    setting is the one the run saved, not the base profile as it is now."""
+    profile = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text()))
     rank = profile.data.rank
     m = load_metrics(run_dir)
     drop = find_drop(m, rank)
@@ -75,7 +76,7 @@ def summarise(run_dir: Path, job: dict) -> dict:
     row = {"setting": job["name"], "seed": job["seed"], "overrides": json.dumps(job["overrides"]),
            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
            "steps_run": int(m["step"].iloc[-1]), "ms_per_step": round(ms_per_step, 1),
-           "threads": yaml.safe_load((run_dir / "profile.yaml").read_text())["train"]["threads"], **{k: round(v, 5) for k, v in stats.items()},
+           "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
            "cap_minutes": job["cap_minutes"], "date": time.strftime("%Y-%m-%d"),
            "matrices": int(m["step"].iloc[-1]) * profile.train.batch, **setting_columns(profile)}
     print(json.dumps(row), flush=True)

@@ -6,7 +6,6 @@ Prints the markdown table that docs/cpu-profile.md embeds (between its SWEEP TAB
 markers, which this script rewrites), so the doc never holds a hand-typed number.
 """
 import argparse
-import json
 import re
 from pathlib import Path
 
