@@ -66,6 +66,19 @@ def notebook_setup() -> None:
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
+def departures_table(profile, caption: str):
+    """The keys where `profile` departs from the paper's task and recipe
+    (`mclib.config.deviations`), as a styled table: key, this profile's value, the paper's."""
+    import pandas as pd
+
+    from .config import deviations
+
+    rows = deviations(profile, load_profile(profile_path("paper")))
+    table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
+    return (table.style.hide(axis="index").set_caption(caption)
+            .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
+
+
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
     def files(node):

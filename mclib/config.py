@@ -241,3 +241,25 @@ def profile_path(name_or_path: str) -> Path:
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
     return Path(__file__).resolve().parent.parent / "params" / f"{name_or_path}.yaml"
+
+
+# What a deviation from the paper's recipe can be: the task and how the model is built and
+# trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
+RECIPE = ("data", "model", "train")
+_NOT_RECIPE = {"train": ("precision", "device", "threads", "eval_every", "eval_batch", "save_every",
+                         "log_every", "compile"), "model": ("attention",)}
+
+
+def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:
+    """Every recipe key (task, model, optimisation) where `profile` differs from `reference`
+    (normally the paper's profile): [{"key": "data.n", "profile": 5, "paper": 7}, ...]."""
+    out = []
+    for section in RECIPE:
+        ours, theirs = getattr(profile, section), getattr(reference, section)
+        for f in fields(ours):
+            if f.name in _NOT_RECIPE.get(section, ()):
+                continue
+            a, b = getattr(ours, f.name), getattr(theirs, f.name)
+            if a != b:
+                out.append({"key": f"{section}.{f.name}", "profile": a, "paper": b})
+    return out

@@ -79,9 +79,17 @@ def random_mask(batch: int, n: int, p_mask: float, gen: torch.Generator) -> torc
     return torch.rand(batch, n, n, generator=gen, device=gen.device) < p_mask
 
 
-def structured_mask(n: int = 7, rows: tuple[int, ...] = (3, 6),
-                    keep: tuple[tuple[int, int], ...] = ((3, 1), (6, 5))) -> torch.Tensor:
-    """`[n, n]` bool: the given rows fully masked except the `keep` entries (E10's mask)."""
+def structured_mask(n: int = 7, rows: tuple[int, ...] | None = None,
+                    keep: tuple[tuple[int, int], ...] | None = None) -> torch.Tensor:
+    """`[n, n]` bool: the given rows fully masked except the `keep` entries (E10's mask).
+
+    The paper's mask (n = 7) masks rows 3 and 6 except (3, 1) and (6, 5); by default
+    another n gets the same shape: the middle and last rows, kept at their second and
+    second-to-last columns."""
+    if rows is None:
+        rows = (n // 2, n - 1)
+    if keep is None:
+        keep = ((n // 2, 1), (n - 1, n - 2))
     for r in rows:
         if not 0 <= r < n:
             raise ValueError(f"row {r} is out of range for n = {n}")

@@ -6,7 +6,8 @@ cap, and append one row per run to a results table.
 A sweep file is YAML: `base` (a profile name), `cap_minutes`, `seeds`, and `settings`, a
 list of {name, overrides} with dotted profile keys. `resume: true` continues runs of an
 earlier sweep with the same setting names (their folders) instead of starting afresh;
-the cap then counts from the restart. A run stops at its cap, at its
+the cap then counts from the restart. `cap_minutes`, `after_drop`, `resume` and `seeds`
+may also be given per setting. A run stops at its cap, at its
 profile's steps, or `after_drop` steps after the drop (mclib.metrics.find_drop).
 With --jobs 2 two runs share the cores, one thread each: ms per step in the table is
 then the one-thread figure; docs/cpu-profile.md gives the clean two-thread timings.
@@ -56,8 +57,8 @@ def run_one(job: dict) -> dict:
 def setting_columns(profile) -> dict:
     """The levers of a run, resolved (the base profile may change between rounds, so a
     row names its whole setting, not only its overrides)."""
-    m, t = profile.model, profile.train
-    return {"layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
+    d, m, t = profile.data, profile.model, profile.train
+    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
             "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
             "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
             "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
@@ -94,9 +95,11 @@ def main():
     args = ap.parse_args()
     spec = yaml.safe_load(Path(args.sweep).read_text())
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
+    # cap_minutes, after_drop, resume and seeds: per setting, else the sweep's
     jobs = [{"base": spec.get("base", "cpu"), "name": s["name"], "overrides": s.get("overrides", {}),
-             "seed": seed, "cap_minutes": spec["cap_minutes"], "after_drop": spec.get("after_drop", 300),
-             "threads": threads, "run_root": args.run_root, "resume": spec.get("resume", False)}
+             "seed": seed, "cap_minutes": s.get("cap_minutes", spec["cap_minutes"]),
+             "after_drop": s.get("after_drop", spec.get("after_drop", 300)),
+             "threads": threads, "run_root": args.run_root, "resume": s.get("resume", spec.get("resume", False))}
             for s in spec["settings"] for seed in s.get("seeds", spec.get("seeds", [1]))]
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)

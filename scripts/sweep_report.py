@@ -25,10 +25,16 @@ def outcome(df: pd.DataFrame) -> pd.Series:
                       for d, o in zip(df.drop_step, df.final_L_obs)], index=df.index)
 
 
+def task(df: pd.DataFrame) -> pd.Series:
+    """The task a row trained on, e.g. "7x7 r2" (the paper's; p_mask 0.3 unless stated)."""
+    return pd.Series([f"{n:.0f}x{n:.0f} r{r:.0f}" + ("" if p == 0.3 else f" p{p:g}")
+                      for n, r, p in zip(df.n, df["rank"], df.p_mask)], index=df.index)
+
+
 def table(df: pd.DataFrame) -> str:
-    cols = ["sweep", "setting", "seed", "outcome", "drop_step", "drop_minutes", "steps_run", "matrices",
+    cols = ["sweep", "task", "setting", "seed", "outcome", "drop_step", "drop_minutes", "steps_run", "matrices",
             "ms_per_step", "threads", "plateau_L_mask", "final_L_obs", "final_L_mask"]
-    out = df.assign(outcome=outcome(df))[cols].copy()
+    out = df.assign(outcome=outcome(df), task=task(df))[cols].copy()
     out["drop_step"] = [("none by %d" % s) if pd.isna(d) else int(d) for d, s in zip(df.drop_step, df.steps_run)]
     out["drop_minutes"] = out["drop_minutes"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     return out.to_markdown(index=False, floatfmt=".4g")
@@ -38,18 +44,21 @@ def figure(df: pd.DataFrame, path: Path) -> None:
     """Matrices trained on (steps x batch) against the peak lr, one marker per run: the
     drop, or how far a run got without one. The paper's run dropped after ~15 000 x 256
     = 3.8M matrices at lr 1e-4 (hidden 768)."""
-    kind = outcome(df)
+    kind, tasks = outcome(df), task(df)
     fig, ax = plt.subplots(figsize=(6.4, 3.8))
-    styles = {"drop": dict(marker="o", color="C0", label="drop (at that many matrices)"),
-              "plateau": dict(marker="^", color="C1", label="plateau, no drop by then"),
-              "collapsed": dict(marker="x", color="C3", label="collapsed (lost copying)")}
-    for k, style in styles.items():
-        sel = kind == k
-        if sel.any():
-            y = df.drop_step[sel] * df.batch[sel] if k == "drop" else df.matrices[sel]
-            ax.scatter(df.lr[sel], y, **style)
+    markers = {"drop": "o", "plateau": "^", "collapsed": "x"}
+    words = {"drop": "drop (at that many matrices)", "plateau": "no drop by then", "collapsed": "collapsed"}
+    colours = {t: f"C{i}" for i, t in enumerate(sorted(tasks.unique(), key=lambda t: t != "7x7 r2"))}
+    for t, colour in colours.items():
+        for k, marker in markers.items():
+            sel = (kind == k) & (tasks == t)
+            if sel.any():
+                y = df.drop_step[sel] * df.batch[sel] if k == "drop" else df.matrices[sel]
+                label = f"{t}{' (paper)' if t == '7x7 r2' else ''}: {words[k]}"
+                ax.scatter(df.lr[sel], y, marker=marker, color=colour, label=label,
+                           s=60 if k == "drop" else 30)
     ax.axhline(15_000 * 256, color="grey", ls=":", lw=1)
-    ax.text(df.lr.min(), 15_000 * 256 * 1.12, "the paper's drop: 3.8M matrices (hidden 768, lr 1e-4)",
+    ax.text(df.lr.min(), 15_000 * 256 * 1.12, "the paper's drop (7x7 r2): 3.8M matrices (hidden 768, lr 1e-4)",
             fontsize=7, color="grey")
     mup = 1e-4 * 768 / 64  # Adam's lr for hidden matrices scales as 1/width (muP)
     ax.axvline(mup, color="grey", ls="--", lw=1)

@@ -139,3 +139,11 @@ def test_failing_chapter_stops_the_book(tmp_path, monkeypatch, capsys, cell, why
     m = _manifest(tmp_path / "out")
     assert [(r["name"], r["status"]) for r in m["notebooks"]] == [("50_broken", "failed")]  # nothing after it ran
     assert not (tmp_path / "out" / "_build" / "html").exists()
+
+
+def test_departures_table_lists_the_keys_with_plain_numbers():
+    cfg = load_profile(profile_path("cpu"))
+    html = book.departures_table(cfg, "caption").to_html()
+    for text in ("data.n", "data.rank", "train.lr", ">0.001<", ">0.0001<", ">768<", ">64<"):
+        assert text in html, text
+    assert "000000" not in html  # no float padding such as 64.000000

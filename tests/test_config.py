@@ -3,13 +3,22 @@ import sys
 
 import pytest
 
-from mclib.config import ConfigError, load_profile, profile_from_dict, profile_path
+from mclib.config import ConfigError, deviations, load_profile, profile_from_dict, profile_path
 
 
-@pytest.mark.parametrize("name", ["paper", "cpu", "smoke"])
+SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
+
+
+def test_the_shipped_profiles_are_the_documented_ones():
+    assert SHIPPED == ["cpu", "cpu-7x7", "paper", "smoke"]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_load(name):
     p = load_profile(profile_path(name))
-    assert p.name == name and p.data.n == 7 and p.data.rank == 2 and p.data.p_mask == 0.3
+    assert p.name == name and p.data.p_mask == 0.3
+    # every profile keeps the paper's task except the default one, which is smaller (params/cpu.yaml)
+    assert (p.data.n, p.data.rank) == ((5, 1) if name == "cpu" else (7, 2))
 
 
 def test_paper_profile_is_the_paper():
@@ -64,9 +73,18 @@ def test_analysis_section_validates():
 
 def test_compile_is_off_by_default_and_validated():
     assert profile_from_dict({}).train.compile is False
-    for name in ("paper", "cpu", "smoke"):
+    for name in SHIPPED:
         assert load_profile(profile_path(name)).train.compile is False
     assert profile_from_dict({"train": {"compile": True}}).train.compile is True
     for bad in ("yes", 1):
         with pytest.raises(ConfigError, match=f"train.compile = {bad!r} is not true or false"):
             profile_from_dict({"train": {"compile": bad}})
+
+
+def test_deviations_name_recipe_keys_only():
+    paper = load_profile(profile_path("paper"))
+    assert deviations(paper, paper) == []
+    other = paper.replace(**{"data.n": 5, "train.lr": 1e-3, "train.threads": 1, "train.log_every": 7,
+                             "checkpoints.pre": 10})
+    assert deviations(other, paper) == [{"key": "data.n", "profile": 5, "paper": 7},
+                                        {"key": "train.lr", "profile": 1e-3, "paper": 1e-4}]

@@ -68,6 +68,14 @@ def test_batch_puts_mask_token_or_fill_value():
 def test_structured_mask_of_e10():
     m = structured_mask()
     assert m.sum() == 12 and m[3].sum() == 6 and not m[3, 1] and not m[6, 5] and not m[0].any()
+    assert torch.equal(m, structured_mask(7, rows=(3, 6), keep=((3, 1), (6, 5))))
+
+
+def test_structured_mask_on_a_smaller_grid_keeps_the_shape():
+    m = structured_mask(5)  # middle and last rows, kept at the second and second-to-last columns
+    assert m.sum() == 8 and m[2].sum() == 4 and m[4].sum() == 4 and not m[2, 1] and not m[4, 3]
+    with pytest.raises(ValueError, match="row 6 is out of range for n = 5"):
+        structured_mask(5, rows=(3, 6))
 
 
 @pytest.mark.parametrize("kwargs,match", [(dict(rank=8), "rank 8"), (dict(dist="cauchy"), "cauchy")])
