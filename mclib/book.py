@@ -130,7 +130,10 @@ def git_revision() -> str:
     try:
         git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
                                         check=True).stdout.strip()
-        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain") else "")
+        # dirty = a tracked file changed (as `git describe --dirty`); untracked files such
+        # as a virtualenv in the clone do not make the revision's code different
+        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain",
+                                                                      "--untracked-files=no") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

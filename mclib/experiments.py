@@ -28,7 +28,7 @@ from .metrics import losses
 LOSS_COLUMNS = ["L", "L_obs", "L_mask", "mask_value"]
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
-E2_MATRICES = {"rank-2": None, "random": "random"}  # label -> dist (None: the profile's)
+E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
 
 
 def head_name(pair: tuple[int, int]) -> str:

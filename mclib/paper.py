@@ -19,9 +19,9 @@ PAPER = {
     ("E8", "masked MSE to X"): 0.014, ("E8", "masked MSE to -X"): 0.8066,
 }
 
-# E2 (W, pre-shift): L'_mask / L_obs for each replacement value, rank-2 and random matrices.
+# E2 (W, pre-shift): L'_mask / L_obs for each replacement value, low-rank (the paper: rank 2) and random matrices.
 PAPER_E2 = {
-    ("rank-2", None): (3e-4, 3.3e-4), ("rank-2", 0.44): (4e-4, 2.8e-4), ("rank-2", -0.24): (3.7e-4, 2.7e-4),
+    ("low-rank", None): (3e-4, 3.3e-4), ("low-rank", 0.44): (4e-4, 2.8e-4), ("low-rank", -0.24): (3.7e-4, 2.7e-4),
     ("random", None): (2.8e-4, 3.5e-4), ("random", 0.44): (3.7e-4, 3e-4), ("random", -0.24): (3.6e-4, 2.8e-4),
 }
 

@@ -147,3 +147,19 @@ def test_departures_table_lists_the_keys_with_plain_numbers():
     for text in ("data.n", "data.rank", "train.lr", ">0.001<", ">0.0001<", ">768<", ">64<"):
         assert text in html, text
     assert "000000" not in html  # no float padding such as 64.000000
+
+
+def test_git_revision_is_dirty_only_for_tracked_changes(tmp_path, monkeypatch):
+    import subprocess
+    run = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True, capture_output=True)
+    run("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    run("add", "a.txt")
+    run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    monkeypatch.setattr(book, "REPO", tmp_path)
+    clean = book.git_revision()
+    assert re.fullmatch(r"[0-9a-f]{7,}", clean)
+    (tmp_path / "untracked.txt").write_text("x")
+    assert book.git_revision() == clean
+    (tmp_path / "a.txt").write_text("2")
+    assert book.git_revision() == clean + "-dirty"

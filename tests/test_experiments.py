@@ -26,10 +26,10 @@ def test_head_name_is_one_indexed_and_all_heads_covers_the_model(post):
 
 def test_copy_check_rows_and_l_prime_mask(post, smoke_profile):
     table = ex.copy_check(post, smoke_profile, 16, seed=3)
-    assert list(zip(table.matrices, table.token)) == [(m, t) for m in ("rank-2", "random") for t in ("MASK", "0.44", "-0.24")]
+    assert list(zip(table.matrices, table.token)) == [(m, t) for m in ("low-rank", "random") for t in ("MASK", "0.44", "-0.24")]
     batch = sample_eval_batch(smoke_profile, 16, 3)
     pred = predict(post, batch)
-    row = table.iloc[0]  # rank-2, MASK: the plain evaluation, and L'_mask = mean X̂² at masked entries
+    row = table.iloc[0]  # low-rank, MASK: the plain evaluation, and L'_mask = mean X̂² at masked entries
     assert row["L_mask"] == pytest.approx(evaluate(post, smoke_profile, 16, 3)["L_mask"])
     assert row["L'_mask"] == pytest.approx((pred[batch.mask] ** 2).mean().item(), rel=1e-5)
     filled = sample_eval_batch(smoke_profile, 16, 3, fill_value=0.44)
