@@ -37,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from . import scorecard
 from .config import load_profile, profile_path
 
 # mclib.train (torch, tqdm) is imported inside the functions: notebooks import this
@@ -266,6 +267,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
             continue
         print(f"[{i}/{len(templates)}] {name}: running ({cfg.name}, seed {cfg.seed}, {resolved})", flush=True)
         t0 = time.time()
+        scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
         try:
             _execute(template, output, params, timeout, progress)
         except (Exception, KeyboardInterrupt) as e:

@@ -58,6 +58,21 @@ def _order(row: dict):
     return int(m.group(1)) if m else math.inf
 
 
+def _write(run_dir: str | Path, rows: list[dict]) -> None:
+    path = Path(run_dir) / FILE
+    tmp = path.with_name(f".tmp-{FILE}")
+    tmp.write_text(json.dumps(rows, indent=1))
+    os.replace(tmp, path)  # a reader never sees half a file
+
+
+def forget_chapter(run_dir: str | Path, chapter: str) -> None:
+    """Drop the rows a chapter recorded: called before the chapter runs again, so that a
+    row it no longer records (a renamed quantity, an experiment removed) does not linger."""
+    rows = load(run_dir)
+    if any(r["chapter"] == chapter for r in rows):
+        _write(run_dir, [r for r in rows if r["chapter"] != chapter])
+
+
 def record(run_dir: str | Path, id: str, quantity: str, paper: float | None, ours: float | None,
            reading: str, spread: float | None = None, chapter: str = "", **verdict_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here. Returns the row."""
@@ -67,8 +82,5 @@ def record(run_dir: str | Path, id: str, quantity: str, paper: float | None, our
            "verdict": verdict(paper, ours, spread=spread, **verdict_kw), "chapter": chapter}
     rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
-    path = Path(run_dir) / FILE
-    tmp = path.with_name(f".tmp-{FILE}")
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, path)  # a reader never sees half a file
+    _write(run_dir, rows)
     return row

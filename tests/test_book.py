@@ -24,7 +24,9 @@ def _page(out: Path, name: str) -> str:
 
 
 def _scorecard_rows_on_page(html: str) -> int:
-    table = re.search(r"<table.*?</table>", html[html.index("The scorecard:") - 2000:], re.S).group(0)
+    caption = html.index("<caption>The scorecard:")
+    start = html.rindex("<table", 0, caption)  # the table whose caption it is (not the departures above it)
+    table = html[start:html.index("</table>", caption)]
     return len(re.findall(r"<tr>", table.split("<tbody>")[1]))
 
 
@@ -163,3 +165,11 @@ def test_git_revision_is_dirty_only_for_tracked_changes(tmp_path, monkeypatch):
     assert book.git_revision() == clean
     (tmp_path / "a.txt").write_text("2")
     assert book.git_revision() == clean + "-dirty"
+
+
+def test_a_chapter_that_runs_again_leaves_no_stale_row(tmp_path):
+    scorecard.record(tmp_path, "E2", "rank-2, MASK: L_obs", 1.0, 1.0, reading="old name", chapter="02_copying")
+    scorecard.record(tmp_path, "E3", "post L_mask", 1.0, 1.0, reading="other chapter", chapter="03_heads")
+    scorecard.forget_chapter(tmp_path, "02_copying")  # what build() does before the chapter runs
+    scorecard.record(tmp_path, "E2", "low-rank, MASK: L_obs", 1.0, 1.0, reading="new name", chapter="02_copying")
+    assert [r["quantity"] for r in scorecard.load(tmp_path)] == ["low-rank, MASK: L_obs", "post L_mask"]
