@@ -80,6 +80,23 @@ def departures_table(profile, caption: str):
             .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
 
 
+def task_note(profile) -> str:
+    """One sentence for the scorecard: whether `profile` trains the paper's task, and if
+    not, the task keys it changes and the two copying levels E[X²] that losses sit on."""
+    from .config import deviations
+    from .data import copy_baseline_mse
+
+    paper = load_profile(profile_path("paper"))
+    task_keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
+    if not task_keys:
+        return "This profile's task is the paper's, so its losses are on the paper's scale."
+    return (f"This profile's task is not the paper's (it differs in {', '.join(task_keys)}): its copying "
+            f"level E[X²] is {copy_baseline_mse(profile.data.rank):.3f}, the paper's "
+            f"{copy_baseline_mse(paper.data.rank):.3f}. A loss marked 'matches' is close to the paper's in raw "
+            "value, which on another task is not the same as close in meaning: read each loss against its own "
+            "copying level, as the chapters do.")
+
+
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
     def files(node):

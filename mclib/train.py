@@ -119,7 +119,8 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
         opt = torch.optim.Adam(adam_groups(named), lr=t.lr, betas=betas, fused=device.type == "cuda" or None)
     else:
         is_matrix = lambda n, p: p.ndim == 2 and ".encoder." in n
-        opt = MuonAdam([p for n, p in named if is_matrix(n, p)], adam_groups([(n, p) for n, p in named if not is_matrix(n, p)]),
+        opt = MuonAdam([p for n, p in named if is_matrix(n, p)],
+                       adam_groups([(n, p) for n, p in named if not is_matrix(n, p)]),
                        muon_lr=t.muon_lr, adam_lr=t.lr, betas=betas)
     base = [group["lr"] for group in opt.param_groups]
     if state is not None:

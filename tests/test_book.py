@@ -173,3 +173,9 @@ def test_a_chapter_that_runs_again_leaves_no_stale_row(tmp_path):
     scorecard.forget_chapter(tmp_path, "02_copying")  # what build() does before the chapter runs
     scorecard.record(tmp_path, "E2", "low-rank, MASK: L_obs", 1.0, 1.0, reading="new name", chapter="02_copying")
     assert [r["quantity"] for r in scorecard.load(tmp_path)] == ["low-rank, MASK: L_obs", "post L_mask"]
+
+
+def test_task_note_names_the_changed_task_keys_and_both_copying_levels():
+    assert "is the paper's" in book.task_note(load_profile(profile_path("cpu-7x7")))
+    note = book.task_note(load_profile(profile_path("cpu")))
+    assert "data.n, data.rank" in note and "E[X²] is 0.111, the paper's 0.222" in note
