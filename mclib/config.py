@@ -85,6 +85,7 @@ class Analysis:
     regularised_matrices: int = 256  # E17
     ood_matrices: int = 1024        # E18
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
+    after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
 
 
 @dataclass
@@ -209,6 +210,8 @@ def _validate(p: Profile) -> None:
             raise ConfigError(f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
     if not p.analysis.seeds:
         raise ConfigError("analysis.seeds = [] must name at least one seed")
+    if p.analysis.after_drop is not None and p.analysis.after_drop < 0:
+        raise ConfigError(f"analysis.after_drop = {p.analysis.after_drop!r} must not be negative")
     if p.seed < 0:
         raise ConfigError(f"seed = {p.seed!r} must not be negative")
 

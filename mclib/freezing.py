@@ -26,7 +26,7 @@ from .config import Profile
 from .data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
 from .metrics import find_drop
-from .train import load_checkpoint, load_metrics, saved_steps, train
+from .train import load_checkpoint, load_metrics, parallel_runs, saved_steps, side_by_side, train
 
 SOURCE = "source.json"
 # What each group holds (the patterns are mclib.interventions.GROUPS; layer norms and the
@@ -92,9 +92,11 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     return train(freeze_profile(cfg, group), folder, progress=progress, init_model=model)
 
 
-def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), progress: bool = False) -> dict[str, Path]:
-    """`freeze_run` for every group, in order: {group: folder}."""
-    return {g: freeze_run(cfg, run_dir, g, progress=progress) for g in groups}
+def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, Path]:
+    """`freeze_run` for every group, side by side as `mclib.train.parallel_runs` allows:
+    {group: folder}, in the order of `groups`."""
+    folders = side_by_side(freeze_run, [(cfg, run_dir, g) for g in groups], parallel_runs(cfg))
+    return dict(zip(groups, folders))
 
 
 def trainable_count(model, group: str) -> int:

@@ -53,6 +53,12 @@ def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = 0.5, window: i
     return int(metrics["step"].iloc[below[0]]) if len(below) else None
 
 
+def window_mean(metrics: pd.DataFrame, step: int, window: int = 50) -> pd.Series:
+    """Every column's mean over the `window` steps ending at `step` (one batch is noisy);
+    NaN where the run has no step in that window."""
+    return metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)].mean(numeric_only=True)
+
+
 def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int = 0) -> dict[str, float]:
     """Mean L_obs and L_mask over the plateau (steps in (copy_from, drop)) and over the last 10% of steps."""
     end = drop if drop is not None else int(metrics["step"].max()) + 1

@@ -27,9 +27,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import multiprocessing
 import os
 import shutil
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -40,7 +43,7 @@ from tqdm.auto import tqdm
 
 from .config import ConfigError, Profile, profile_from_dict
 from .data import Batch, sample_batch
-from .metrics import LOSS_NAMES, losses
+from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model, load_model
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
@@ -225,6 +228,9 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           init_model: MatrixBert | None = None) -> Path:
     """Train (or resume) `profile` in `run_dir`; returns run_dir.
 
+    One trainer at a time per folder: a second process that tries to train the same
+    folder gets a one-line error instead of interleaving its checkpoints with the first's.
+
     stop: called with the metric rows at every log flush; returning True ends the run
     early with a checkpoint (used by the profile sweep to stop soon after the drop).
     init_model: start from this model instead of a fresh one (E15: a model with one
@@ -232,6 +238,36 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     also after a resume.
     """
     run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    threads = torch.get_num_threads()
+    try:
+        with _only_trainer(run_dir):
+            return _train(profile, run_dir, progress, stop, init_model)
+    finally:
+        torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
+
+
+@contextlib.contextmanager
+def _only_trainer(run_dir: Path):
+    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
+    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
+    try:
+        import fcntl
+    except ImportError:  # not on Windows: no guard there
+        yield
+        return
+    with open(run_dir / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _train(profile: Profile, run_dir: Path, progress: bool, stop, init_model) -> Path:
     t = profile.train
     device = resolve_device(t.device)
     use_tf32(device)
@@ -239,7 +275,6 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
         torch.set_num_threads(t.threads)
     if (run_dir / "profile.yaml").is_file():
         _check_same_profile(run_dir, profile)
-    run_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(run_dir / "profile.yaml", lambda p: p.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
 
     gens = {"data": torch.Generator(device).manual_seed(profile.seed),
@@ -265,7 +300,7 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     # the step runs the compiled wrapper; saving and evaluation use `model` (same weights)
     step_model = torch.compile(model) if t.compile else model
     opt = make_optimizer(model, t, device, state["optimizer"] if state is not None else None)
-    if start >= t.steps:
+    if start >= t.steps or (stop is not None and rows and stop(rows)):  # complete, or stopped early before
         return run_dir
 
     save_at = set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps}
@@ -315,3 +350,75 @@ def evaluate_loss(model: MatrixBert, profile: Profile, gen: torch.Generator, bat
     b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist)
     pred = model(b.tokens).view_as(b.x)
     return {k: v.item() for k, v in losses(pred, b.x, b.mask).items()}
+
+
+def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
+    """A `stop` for `train`: true once the run is `after` steps past its drop
+    (`mclib.metrics.find_drop`); a run that never drops trains to its last step."""
+    def stop(rows: list[dict]) -> bool:
+        curve = pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
+        drop = find_drop(curve, rank=rank)
+        return drop is not None and rows[-1]["step"] >= drop + after
+    return stop
+
+
+# --- several runs side by side --------------------------------------------------------------
+
+def parallel_runs(profile: Profile) -> int:
+    """How many runs of `profile` train at once. On the CPU with `train.threads` pinned,
+    as many as the cores hold at that many threads each: the cpu profile's matrices are
+    too small to keep two threads busy, so two one-thread runs side by side finish a pair
+    sooner than one two-thread run after another (benchmarks/cores.py, docs/performance.md).
+    On a GPU, or with torch's default threads (0), one run at a time: it has the whole device."""
+    t = profile.train
+    if resolve_device(t.device).type != "cpu" or not t.threads:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // t.threads)
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Worker initialiser: end this worker if the process that started it dies (a killed
+    kernel must not leave orphans training a folder that the next build resumes)."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(2)
+        os._exit(1)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def side_by_side(fn: Callable, jobs: list[tuple], processes: int) -> list:
+    """`[fn(*job) for job in jobs]`, `processes` jobs at a time, each in a fresh process
+    (spawn: no copy of this process's threads or torch state); in this process when
+    `processes` is 1. `fn` must be importable (a module-level function). Results keep
+    the order of `jobs`; the first job that fails raises here."""
+    if processes <= 1 or len(jobs) <= 1:
+        return [fn(*job) for job in jobs]
+    with ProcessPoolExecutor(min(processes, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
+        return list(pool.map(fn, *zip(*jobs)))
+
+
+def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
+    """The book's run (`profile.seed`, in run_dir) first, then every other seed of
+    `analysis.seeds`, each in a sibling folder NAME-seedS."""
+    run_dir = Path(run_dir)
+    seeds = dict.fromkeys([profile.seed, *profile.analysis.seeds])
+    return {s: run_dir if s == profile.seed else run_dir.parent / f"{profile.name}-seed{s}" for s in seeds}
+
+
+def _train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
+    stop = stop_after_drop(profile.data.rank, after_drop) if after_drop is not None else None
+    return train(profile, run_dir, progress=False, stop=stop)
+
+
+def train_seeds(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
+    """Train (resume, or find complete) the book's run and the other seeds' runs, side by
+    side (`parallel_runs`): {seed: folder}. The book's run trains to the profile's last
+    step; the others stop `analysis.after_drop` steps after their drop (None: they too
+    train to the last step), since what the book reads from them is the drop."""
+    dirs = seed_run_dirs(profile, run_dir)
+    after = profile.analysis.after_drop
+    jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after) for s, d in dirs.items()]
+    side_by_side(_train_seed, jobs, parallel_runs(profile))
+    return dirs

@@ -30,7 +30,7 @@ import yaml
 
 from mclib.config import load_profile, profile_from_dict, profile_path
 from mclib.metrics import find_drop, plateau_stats
-from mclib.train import load_metrics, train
+from mclib.train import load_metrics, stop_after_drop, train
 
 
 def run_one(job: dict) -> dict:
@@ -43,12 +43,10 @@ def run_one(job: dict) -> dict:
     rank, cap = profile.data.rank, job["cap_minutes"] * 60
     start = time.perf_counter()
 
+    past_drop = stop_after_drop(rank, job["after_drop"])
+
     def stop(rows):
-        if time.perf_counter() - start > cap:
-            return True
-        df = pd.DataFrame(rows, columns=["step", "L_mask"])
-        drop = find_drop(df, rank)
-        return drop is not None and rows[-1]["step"] >= drop + job["after_drop"]
+        return time.perf_counter() - start > cap or past_drop(rows)
 
     train(profile, run_dir, progress=False, stop=stop)
     return summarise(run_dir, job)

@@ -45,6 +45,8 @@ def test_paper_profile_is_the_paper():
     ({"train": {"beta2": 1.0}}, "train.beta2 = 1.0 is outside"),
     ({"train": {"grad_clip": -1}}, "train.grad_clip = -1.0 must not be negative"),
     ({"train": {"embedding_lr": 0}}, "train.embedding_lr = 0.0 must be positive"),
+    ({"analysis": {"after_drop": -5}}, "analysis.after_drop = -5 must not be negative"),
+    ({"analysis": {"after_drop": "soon"}}, "analysis.after_drop = 'soon' is not an integer"),
 ])
 def test_bad_values_are_named(raw, match):
     with pytest.raises(ConfigError, match=match):

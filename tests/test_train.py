@@ -12,7 +12,11 @@ from mclib.config import ConfigError
 from mclib.data import sample_batch
 from mclib.metrics import LOSS_NAMES, find_drop
 from mclib.model import build_model
-from mclib.train import (checkpoint_dir, load_checkpoint, load_metrics, make_optimizer, saved_steps, train,
+from mclib import train as train_module
+from mclib.data import copy_baseline_mse
+from mclib.metrics import window_mean
+from mclib.train import (_only_trainer, checkpoint_dir, load_checkpoint, load_metrics, make_optimizer,
+                         parallel_runs, saved_steps, seed_run_dirs, stop_after_drop, train, train_seeds,
                          train_step)
 
 
@@ -163,3 +167,71 @@ def test_optimiser_levers(tmp_path, smoke_profile):
     assert seen[0] == pytest.approx(0.01, rel=1e-4)
 
     _whole_and_resumed(p, tmp_path)
+
+
+def test_stop_after_drop_counts_from_the_drop():
+    plateau = copy_baseline_mse(1)
+    rows = [{"step": s, "L_mask": plateau if s <= 100 else 0.0} for s in range(1, 301)]
+    drop = find_drop(pd.DataFrame(rows), rank=1)
+    assert 100 < drop <= 150
+    stop = stop_after_drop(rank=1, after=100)
+    assert not stop(rows[:drop + 99]) and stop(rows[:drop + 100])
+    assert not stop(rows[:100])  # no drop yet: never stops
+
+
+def test_a_run_stopped_early_is_not_continued(tmp_path, smoke_profile):
+    stop = lambda rows: rows[-1]["step"] >= 20
+    train(smoke_profile, tmp_path, progress=False, stop=stop)
+    before = load_metrics(tmp_path)
+    train(smoke_profile, tmp_path, progress=False, stop=stop)  # the same stop: complete as it is
+    assert saved_steps(tmp_path) == [20]
+    pd.testing.assert_frame_equal(before, load_metrics(tmp_path))
+
+
+def test_one_trainer_per_folder(tmp_path, smoke_profile):
+    with _only_trainer(tmp_path):  # as if another process were training this folder
+        with pytest.raises(RuntimeError, match="being trained by another process"):
+            train(smoke_profile, tmp_path, progress=False)
+    train(smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
+          tmp_path, progress=False)  # released: now it trains
+
+
+def test_train_leaves_the_callers_thread_count(tmp_path, smoke_profile):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert smoke_profile.train.threads == 1
+        train(smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
+              tmp_path, progress=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_parallel_runs(smoke_profile):
+    assert parallel_runs(smoke_profile.replace(**{"train.threads": 0})) == 1  # torch's default: the whole machine
+    cores = len(os.sched_getaffinity(0))
+    assert parallel_runs(smoke_profile) == cores  # one thread each
+    assert parallel_runs(smoke_profile.replace(**{"train.threads": 2 * cores})) == 1
+
+
+def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profile, monkeypatch):
+    """Two processes at once (spawned) give the numbers of one run after the other, to the bit;
+    the book's seed comes first and lives in run_dir, the others in sibling folders."""
+    profile = smoke_profile.replace(**{"analysis.seeds": [3, 1], "seed": 1})
+    monkeypatch.setattr(train_module, "parallel_runs", lambda p: 2)
+    apart = train_seeds(profile, tmp_path / "a" / "smoke-seed1")
+    monkeypatch.setattr(train_module, "parallel_runs", lambda p: 1)
+    together = train_seeds(profile, tmp_path / "b" / "smoke-seed1")
+    assert list(apart) == [1, 3] and apart[3] == tmp_path / "a" / "smoke-seed3"
+    assert apart == seed_run_dirs(profile, tmp_path / "a" / "smoke-seed1")
+    for s in (1, 3):
+        pd.testing.assert_frame_equal(load_metrics(apart[s])[LOSS_COLS], load_metrics(together[s])[LOSS_COLS],
+                                      check_exact=True)
+    assert not load_metrics(apart[1])[LOSS_COLS].equals(load_metrics(apart[3])[LOSS_COLS])  # seeds differ
+
+
+def test_window_mean():
+    m = pd.DataFrame({"step": range(1, 101), "L": [float(s) for s in range(1, 101)]})
+    assert window_mean(m, 100, window=10)["L"] == pytest.approx(95.5)
+    assert pd.isna(window_mean(m, 500, window=10)["L"])
