@@ -67,6 +67,28 @@ def notebook_setup() -> None:
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
+def train_runs(cfg, run_dir) -> dict:
+    """Every training run the book reads, for its first chapter, side by side
+    (`mclib.train.parallel_runs`): the book's run and the other seeds
+    (`mclib.train.seed_jobs`), and, as soon as the book's run is complete, E15's
+    re-initialised runs from its last checkpoint (`mclib.freezing.pending_groups`), which
+    then use the cores that the shorter seed runs leave. Complete runs are skipped, cut
+    ones resume. Returns {seed: folder} (`mclib.train.seed_run_dirs`)."""
+    from .freezing import freeze_run, pending_groups
+    from .train import parallel_runs, run_pool, seed_jobs, seed_run_dirs, train_seed
+
+    jobs = seed_jobs(cfg, run_dir)
+    with run_pool(parallel_runs(cfg)) as pool:
+        seeds = [pool.submit(train_seed, *job) for job in jobs]
+        for job, future in zip(jobs, seeds):
+            if job[0].seed == cfg.seed:
+                future.result()  # E15 starts from this run's last checkpoint
+        e15 = [pool.submit(freeze_run, cfg, run_dir, g) for g in pending_groups(cfg, run_dir)]
+        for future in seeds + e15:
+            future.result()  # a run that failed raises here
+    return seed_run_dirs(cfg, run_dir)
+
+
 def departures_table(profile, caption: str):
     """The keys where `profile` departs from the paper's task and recipe
     (`mclib.config.deviations`), as a styled table: key, this profile's value, the paper's."""
@@ -90,11 +112,15 @@ def task_note(profile) -> str:
     task_keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
     if not task_keys:
         return "This profile's task is the paper's, so its losses are on the paper's scale."
+    from .scorecard import loss_scale
+
     return (f"This profile's task is not the paper's (it differs in {', '.join(task_keys)}): its copying "
             f"level E[X²] is {copy_baseline_mse(profile.data.rank):.3f}, the paper's "
-            f"{copy_baseline_mse(paper.data.rank):.3f}. A loss marked 'matches' is close to the paper's in raw "
-            "value, which on another task is not the same as close in meaning: read each loss against its own "
-            "copying level, as the chapters do.")
+            f"{copy_baseline_mse(paper.data.rank):.3f}. So every loss is compared with the paper's as a fraction of "
+            f"its own task's copying level: our loss times {loss_scale(profile):g} (the column 'ours on the paper's "
+            "scale'), and a reference level of a chapter is scaled alike. Losses of two tasks agree this way "
+            "only as far as a loss relative to E[X²] means the same on both, so a verdict on a loss says less "
+            "here than on the paper's own task.")
 
 
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:

@@ -26,7 +26,8 @@ from .config import Profile
 from .data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
 from .metrics import find_drop
-from .train import load_checkpoint, load_metrics, parallel_runs, saved_steps, side_by_side, train
+from .train import (is_complete, load_checkpoint, load_metrics, parallel_runs, saved_steps, side_by_side,
+                    train)
 
 SOURCE = "source.json"
 # What each group holds (the patterns are mclib.interventions.GROUPS; layer norms and the
@@ -73,6 +74,11 @@ def _check_source(folder: Path, source: dict) -> None:
         raise ValueError(f"{folder} has checkpoints but no {SOURCE}; delete the folder to redo it")
 
 
+def _source(cfg: Profile, group: str, source_step: int | None = None, seed: int | None = None) -> dict:
+    return {"step": cfg.checkpoints.post if source_step is None else source_step, "group": group,
+            "seed": cfg.seed if seed is None else seed}
+
+
 def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
                seed: int | None = None, progress: bool = False) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
@@ -81,22 +87,27 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     seed: of the re-initialisation (default: the profile's seed).
     """
     run_dir = Path(run_dir)
-    source_step = cfg.checkpoints.post if source_step is None else source_step
-    seed = cfg.seed if seed is None else seed
-    folder = freeze_run_dir(run_dir, group)
-    source = {"step": source_step, "group": group, "seed": seed}
+    folder, source = freeze_run_dir(run_dir, group), _source(cfg, group, source_step, seed)
     _check_source(folder, source)
-    model = reinit_component(load_checkpoint(run_dir, source_step), group, seed)
+    model = reinit_component(load_checkpoint(run_dir, source["step"]), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group), folder, progress=progress, init_model=model)
 
 
+def pending_groups(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> list[str]:
+    """The groups whose E15 run is not complete (each folder's source is checked, also
+    for a complete run, which is then skipped)."""
+    for g in groups:
+        _check_source(freeze_run_dir(run_dir, g), _source(cfg, g))
+    return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_run_dir(run_dir, g))]
+
+
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, Path]:
-    """`freeze_run` for every group, side by side as `mclib.train.parallel_runs` allows:
-    {group: folder}, in the order of `groups`."""
-    folders = side_by_side(freeze_run, [(cfg, run_dir, g) for g in groups], parallel_runs(cfg))
-    return dict(zip(groups, folders))
+    """`freeze_run` for every group that is not complete, side by side as
+    `mclib.train.parallel_runs` allows: {group: folder}, in the order of `groups`."""
+    side_by_side(freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], parallel_runs(cfg))
+    return {g: freeze_run_dir(run_dir, g) for g in groups}
 
 
 def trainable_count(model, group: str) -> int:

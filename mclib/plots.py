@@ -40,8 +40,9 @@ VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:orange", "diffe
 
 
 def scorecard_plot(rows: list[dict]) -> plt.Figure:
-    """Our value / the paper's, one line per scorecard row, coloured by verdict (log scale,
-    centred on 1). Rows without two positive numbers get a hollow marker at 1, labelled."""
+    """Our value (on the paper's scale: times the row's `scale`) / the paper's, one line per
+    scorecard row, coloured by verdict (log scale, centred on 1). Rows without two positive
+    numbers get a hollow marker at 1, labelled."""
     import numpy as np
 
     sns.set_theme(style="whitegrid", context="notebook")
@@ -49,7 +50,7 @@ def scorecard_plot(rows: list[dict]) -> plt.Figure:
     ratios = []
     for i, r in enumerate(rows):
         ok = bool(r["paper"] and r["ours"] and r["paper"] > 0 and r["ours"] > 0)
-        ratio = r["ours"] / r["paper"] if ok else 1.0
+        ratio = r["ours"] * r.get("scale", 1.0) / r["paper"] if ok else 1.0
         ratios.append(ratio)
         color = VERDICT_COLORS.get(r["verdict"], "grey")
         ax.plot([ratio], [i], "o", ms=8, color=color, mfc=color if ok else "none")
@@ -59,7 +60,8 @@ def scorecard_plot(rows: list[dict]) -> plt.Figure:
     ax.axvline(1, color="grey", ls=":")
     ax.set_yticks(range(len(rows)), [f"{r['id']}: {r['quantity']}" for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set(xscale="log", xlim=(10 ** -span, 10 ** span), xlabel="our value / the paper's (log scale; 1 = equal)",
+    ax.set(xscale="log", xlim=(10 ** -span, 10 ** span),
+           xlabel="our value (on the paper's scale) / the paper's (log scale; 1 = equal)",
            title="Our numbers against the paper's")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLORS.items()]
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)

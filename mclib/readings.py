@@ -25,8 +25,8 @@ DIP = 0.95        # middle-row norm / mean norm below this: "a dip"
 E17_LOSSES = ("L_obs", "L_mask", "L")  # the order of PAPER_E17's tuples
 
 
-def _row(id, quantity, ours, reading, paper=None) -> dict:
-    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading}
+def _row(id, quantity, ours, reading, paper=None, scale=1.0) -> dict:
+    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading, "scale": scale}
 
 
 # --- 04: embeddings (E12-E14) ------------------------------------------------------------
@@ -137,9 +137,11 @@ def freeze_readings(table: pd.DataFrame, steps: int, main_drop: int | None) -> t
 # --- 06: baselines (E16-E18, classical methods) --------------------------------------------
 
 def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
-                      p_train: float, rank: int, n_regularised: int) -> tuple[dict, list[dict]]:
+                      p_train: float, rank: int, n_regularised: int,
+                      scale: float = 1.0) -> tuple[dict, list[dict]]:
     """The tables of `mclib.comparisons`: nuclear_sweep, regularised_table (with its BERT
-    row), ood_table, classical_table (with a "BERT better on" column)."""
+    row), ood_table, classical_table (with a "BERT better on" column). scale: the
+    profile's `mclib.scorecard.loss_scale`, for E17's losses."""
     at = classical.set_index("method")
     bert, nuc = at.loc["BERT"], at.loc["nuclear norm"]
     true_nuc = float(sweep.loc[sweep["method"] == "truth", "nuclear"].iloc[0])  # the same X at every p_mask
@@ -166,16 +168,19 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
         for i, q in enumerate(E17_LOSSES):
             paper = PAPER_E17[r["lam"]][i]
             rows.append(_row("E17", f"λ = {r['lam']:g}: {q}", float(r[q]),
-                             f"{r[q]:.3g} ± {r[q + '_se']:.1g} (s.e., {n_regularised} matrices)", paper=paper))
-            ok[q].append(verdict(paper, r[q]) == "matches")  # the verdict scorecard.record gives the row
-        obs_dev = max(obs_dev, abs(r["L_obs"] / PAPER_E17[r["lam"]][0] - 1))
+                             f"{r[q]:.3g} ± {r[q + '_se']:.1g} (s.e., {n_regularised} matrices)", paper=paper,
+                             scale=scale))
+            ok[q].append(verdict(paper, r[q], scale=scale) == "matches")  # the verdict scorecard.record gives the row
+        obs_dev = max(obs_dev, abs(r["L_obs"] * scale / PAPER_E17[r["lam"]][0] - 1))
     bert_reg = reg.set_index("method").loc["BERT"]
     paper_mask = [v[1] for v in PAPER_E17.values()]
     e17 = (f"L_obs {'matches' if all(ok['L_obs']) else 'does not match'} the paper's at every λ (largest deviation "
            f"{obs_dev:.0%}): it measures how far the regulariser pulls U off the observed entries, which is set "
            f"mostly by λ. L_mask, the error on the entries that matter, is {lam_rows.L_mask.iloc[0]:.3f} at the "
            f"smallest λ and {lam_rows.L_mask.iloc[-1]:.3f} at the largest (range {lam_rows.L_mask.min():.3f}–"
-           f"{lam_rows.L_mask.max():.3f}; paper {min(paper_mask):.3f}–{max(paper_mask):.3f}; {sum(ok['L_mask'])} of "
+           f"{lam_rows.L_mask.max():.3f}; paper {min(paper_mask):.3f}–{max(paper_mask):.3f}"
+           + (f", to be compared with ours ×{scale:g}, the ratio of the two tasks' copying levels" if scale != 1 else "")
+           + f"; {sum(ok['L_mask'])} of "
            f"{len(ok['L_mask'])} within the tolerance); BERT's on the same matrices is {bert_reg.L_mask:.3f}, "
            + ("below every λ" if bert_reg.L_mask < lam_rows.L_mask.min() else
               "above every λ" if bert_reg.L_mask > lam_rows.L_mask.max() else "within the range of the λ"))

@@ -32,7 +32,7 @@ import os
 import shutil
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -387,16 +387,38 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def side_by_side(fn: Callable, jobs: list[tuple], processes: int) -> list:
-    """`[fn(*job) for job in jobs]`, `processes` jobs at a time, each in a fresh process
-    (spawn: no copy of this process's threads or torch state); in this process when
-    `processes` is 1. `fn` must be importable (a module-level function). Results keep
-    the order of `jobs`; the first job that fails raises here."""
-    if processes <= 1 or len(jobs) <= 1:
-        return [fn(*job) for job in jobs]
-    with ProcessPoolExecutor(min(processes, len(jobs)), mp_context=multiprocessing.get_context("spawn"),
+class _InProcess:
+    """What `run_pool` gives for one process: each job runs here, when it is submitted."""
+
+    def submit(self, fn: Callable, *args) -> Future:
+        future = Future()
+        try:
+            future.set_result(fn(*args))
+        except Exception as e:  # raised by .result(), as from a process pool
+            future.set_exception(e)
+        return future
+
+
+@contextlib.contextmanager
+def run_pool(processes: int):
+    """Where training jobs run: `processes` fresh worker processes (spawn: no copy of this
+    process's threads or torch state; each ends if this process dies), or this process
+    when `processes` is 1. `pool.submit(fn, *args)` returns a future; leaving the block
+    waits for every job. `fn` must be importable (a module-level function)."""
+    if processes <= 1:
+        yield _InProcess()
+        return
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
                              initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
-        return list(pool.map(fn, *zip(*jobs)))
+        yield pool
+
+
+def side_by_side(fn: Callable, jobs: list[tuple], processes: int) -> list:
+    """`[fn(*job) for job in jobs]`, `processes` jobs at a time (`run_pool`). Results keep
+    the order of `jobs`; a job that failed raises here."""
+    with run_pool(min(processes, len(jobs))) as pool:
+        futures = [pool.submit(fn, *job) for job in jobs]
+        return [f.result() for f in futures]
 
 
 def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
@@ -407,18 +429,41 @@ def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
     return {s: run_dir if s == profile.seed else run_dir.parent / f"{profile.name}-seed{s}" for s in seeds}
 
 
-def _train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
-    stop = stop_after_drop(profile.data.rank, after_drop) if after_drop is not None else None
-    return train(profile, run_dir, progress=False, stop=stop)
+def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
+    """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
+    checkpoint is at the profile's last step, or `stop` was already true there. Cheap (no
+    model is loaded), so a finished run costs no process to find finished."""
+    done = saved_steps(run_dir)
+    if not done:
+        return False
+    if done[-1] >= profile.train.steps:
+        return True
+    rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
+    return stop is not None and bool(rows) and stop(rows)
+
+
+def _seed_stop(profile: Profile, after_drop: int | None):
+    return stop_after_drop(profile.data.rank, after_drop) if after_drop is not None else None
+
+
+def train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
+    """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its drop."""
+    return train(profile, run_dir, progress=False, stop=_seed_stop(profile, after_drop))
+
+
+def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path, int | None]]:
+    """The runs of `seed_run_dirs` that are not complete, as `train_seed` arguments
+    (profile, folder, after_drop), the book's run first. The book's run trains to the
+    profile's last step; the others stop `analysis.after_drop` steps after their drop
+    (None: they too train to the last step), since what the book reads from them is the drop."""
+    after = profile.analysis.after_drop
+    jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after)
+            for s, d in seed_run_dirs(profile, run_dir).items()]
+    return [job for job in jobs if not is_complete(job[0], job[1], _seed_stop(job[0], job[2]))]
 
 
 def train_seeds(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
-    """Train (resume, or find complete) the book's run and the other seeds' runs, side by
-    side (`parallel_runs`): {seed: folder}. The book's run trains to the profile's last
-    step; the others stop `analysis.after_drop` steps after their drop (None: they too
-    train to the last step), since what the book reads from them is the drop."""
-    dirs = seed_run_dirs(profile, run_dir)
-    after = profile.analysis.after_drop
-    jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after) for s, d in dirs.items()]
-    side_by_side(_train_seed, jobs, parallel_runs(profile))
-    return dirs
+    """Train (resume, or find complete) every run of `seed_run_dirs`, side by side
+    (`parallel_runs`); returns {seed: folder}."""
+    side_by_side(train_seed, seed_jobs(profile, run_dir), parallel_runs(profile))
+    return seed_run_dirs(profile, run_dir)

@@ -40,6 +40,13 @@ def test_verdict():
     assert scorecard.verdict(4e-3, 0.1, reference=0.07) == "differs"
     assert scorecard.verdict(0.3, None, reference=1.0) == "differs"      # no number (no drop) is a finding
     assert scorecard.verdict(None, 0.3) == "n/a"
+    # on another task a loss is compared on the paper's scale: ours x scale, the reference alike
+    assert scorecard.verdict(0.2, 0.09) == "differs" and scorecard.verdict(0.2, 0.09, scale=2) == "matches"
+    assert scorecard.verdict(0.08, 0.01, reference=0.05) == "differs"                  # 0.08 above 0.05, 0.01 below
+    assert scorecard.verdict(0.08, 0.01, reference=0.05, scale=2) == "same direction"  # 0.08 below 0.05 x 2
+    # the spread is in our units too: 3.4 x 0.5 = 1.7 is within 0.5 + 2 x 0.25 x 0.5 of 1, not 0.5 + 2 x 0.15 x 0.5
+    assert scorecard.verdict(1.0, 3.4, spread=0.25, scale=0.5) == "matches"
+    assert scorecard.verdict(1.0, 3.4, spread=0.15, scale=0.5) == "differs"
 
 
 def test_record_replaces_its_row(tmp_path):
@@ -179,3 +186,10 @@ def test_task_note_names_the_changed_task_keys_and_both_copying_levels():
     assert "is the paper's" in book.task_note(load_profile(profile_path("cpu-7x7")))
     note = book.task_note(load_profile(profile_path("cpu")))
     assert "data.n, data.rank" in note and "E[X²] is 0.111, the paper's 0.222" in note
+    assert "our loss times 2 " in note
+
+
+def test_loss_scale_is_the_ratio_of_copying_levels():
+    assert scorecard.loss_scale(load_profile(profile_path("paper"))) == 1
+    assert scorecard.loss_scale(load_profile(profile_path("cpu-7x7"))) == 1
+    assert scorecard.loss_scale(load_profile(profile_path("cpu"))) == pytest.approx(2)

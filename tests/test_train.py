@@ -15,7 +15,7 @@ from mclib.model import build_model
 from mclib import train as train_module
 from mclib.data import copy_baseline_mse
 from mclib.metrics import window_mean
-from mclib.train import (_only_trainer, checkpoint_dir, load_checkpoint, load_metrics, make_optimizer,
+from mclib.train import (_only_trainer, checkpoint_dir, is_complete, load_checkpoint, load_metrics, make_optimizer,
                          parallel_runs, saved_steps, seed_run_dirs, stop_after_drop, train, train_seeds,
                          train_step)
 
@@ -179,9 +179,11 @@ def test_stop_after_drop_counts_from_the_drop():
     assert not stop(rows[:100])  # no drop yet: never stops
 
 
-def test_a_run_stopped_early_is_not_continued(tmp_path, smoke_profile):
+def test_a_run_stopped_early_is_not_continued(tmp_path, smoke_profile, smoke_run):
+    assert is_complete(smoke_profile, smoke_run) and not is_complete(smoke_profile, tmp_path)
     stop = lambda rows: rows[-1]["step"] >= 20
     train(smoke_profile, tmp_path, progress=False, stop=stop)
+    assert is_complete(smoke_profile, tmp_path, stop) and not is_complete(smoke_profile, tmp_path)
     before = load_metrics(tmp_path)
     train(smoke_profile, tmp_path, progress=False, stop=stop)  # the same stop: complete as it is
     assert saved_steps(tmp_path) == [20]
@@ -235,3 +237,31 @@ def test_window_mean():
     m = pd.DataFrame({"step": range(1, 101), "L": [float(s) for s in range(1, 101)]})
     assert window_mean(m, 100, window=10)["L"] == pytest.approx(95.5)
     assert pd.isna(window_mean(m, 500, window=10)["L"])
+
+
+def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile):
+    """mclib.book.train_runs: the seeds and E15's runs, all complete after one call; a
+    second call trains nothing (and starts no process)."""
+    from mclib.book import train_runs
+    from mclib.freezing import freeze_run_dir, pending_groups
+    from mclib.interventions import GROUPS
+
+    cfg = smoke_profile.replace(**{"analysis.freeze_steps": 4})
+    dirs = train_runs(cfg, tmp_path / "smoke-seed1")
+    assert list(dirs) == [1, 2] and all(is_complete(cfg, d) for d in dirs.values())
+    assert pending_groups(cfg, dirs[1]) == []
+    files = sorted((tmp_path).rglob("metrics.csv"))
+    assert len(files) == 2 + len(GROUPS) and freeze_run_dir(dirs[1], "mlp") / "metrics.csv" in files
+    before = [f.read_bytes() for f in files]
+    train_runs(cfg, tmp_path / "smoke-seed1")
+    assert [f.read_bytes() for f in files] == before
+
+
+def test_a_failing_run_side_by_side_raises_here(tmp_path, smoke_profile):
+    """A seed folder started with another profile: the worker's one-line error reaches the caller."""
+    profile = smoke_profile.replace(**{"analysis.seeds": [1, 2]})
+    other = smoke_profile.replace(**{"seed": 2, "model.hidden": 32, "train.steps": 20,
+                                     "checkpoints.transition": [20], "checkpoints.post": 20})
+    train(other, tmp_path / "smoke-seed2", progress=False)
+    with pytest.raises(ConfigError, match="model.hidden differs"):
+        train_seeds(profile, tmp_path / "smoke-seed1")
