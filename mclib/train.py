@@ -16,6 +16,10 @@ the gradient (before the update). The authors instead re-ran the model on the sa
 batch after the update; our numbers are therefore one update "older" and cost no
 extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
 
+Several runs (seeds, E15's runs) train side by side in worker processes, one thread
+each when the profile pins `train.threads: 1` (`parallel_runs`, `run_pool`,
+`train_seeds`); a run's numbers do not depend on which process trains it.
+
 The update itself is `train_step` (benchmarks/train_step.py times the same function).
 On a CUDA device (docs/performance.md): TF32 matmuls, fused Adam, data sampled on the
 device, no host sync inside the step (losses stay on the device until the flush every
@@ -253,7 +257,7 @@ def _only_trainer(run_dir: Path):
     (the OS drops it when the process dies, so a killed run never leaves it stale)."""
     try:
         import fcntl
-    except ImportError:  # not on Windows: no guard there
+    except ImportError:  # Windows has no fcntl: no guard there
         yield
         return
     with open(run_dir / ".lock", "w") as f:
