@@ -112,12 +112,10 @@ def task_note(profile) -> str:
     task_keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
     if not task_keys:
         return "This profile's task is the paper's, so its losses are on the paper's scale."
-    from .scorecard import loss_scale
-
     return (f"This profile's task is not the paper's (it differs in {', '.join(task_keys)}): its copying "
             f"level E[X²] is {copy_baseline_mse(profile.data.rank):.3f}, the paper's "
             f"{copy_baseline_mse(paper.data.rank):.3f}. So every loss is compared with the paper's as a fraction of "
-            f"its own task's copying level: our loss times {loss_scale(profile):g} (the column 'ours on the paper's "
+            f"its own task's copying level: our loss times {scorecard.loss_scale(profile):g} (the column 'ours on the paper's "
             "scale'), and a reference level of a chapter is scaled alike. Losses of two tasks agree this way "
             "only as far as a loss relative to E[X²] means the same on both, so a verdict on a loss says less "
             "here than on the paper's own task.")
