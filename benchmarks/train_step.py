@@ -1,6 +1,6 @@
 """Time one training step four ways, for the paper model and the default CPU model.
 
-    python benchmarks/train_step.py [--quick] [--dry-run] [--out docs/data/performance.csv]
+    python benchmarks/train_step.py [--quick] [--dry-run] [--paths abcd] [--out docs/data/performance.csv]
 
 In one process and one run (docs/performance.md explains every column):
 
@@ -22,6 +22,9 @@ In one process and one run (docs/performance.md explains every column):
 The table is printed; rows are appended to --out with the date and the machine.
 --quick: batch ≤ 32, fewer rounds, a smaller matmul (a sanity run, minutes).
 --dry-run: one step of every path at batch 4, nothing timed, nothing written.
+--paths: the paths to time (default abcd; path (a) is every ratio's reference and always runs).
+A machine without bf16 hardware can leave out (d): emulated bf16 takes minutes a step on
+the paper model, and its ceiling is then not measured either.
 """
 from __future__ import annotations
 
@@ -98,11 +101,14 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def matmul_ceilings(size: int, reps: int, device: torch.device) -> dict[str, float]:
-    """Best GFLOP/s of a size³ matmul in fp32 and in bf16, alternating the two."""
-    out = {}
-    mats = {dt: [torch.randn(size, size, device=device, dtype=dt) for _ in range(2)]
-            for dt in (torch.float32, torch.bfloat16)}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def matmul_ceilings(size: int, reps: int, device: torch.device,
+                    precisions=("fp32", "bf16")) -> dict[str, float]:
+    """Best GFLOP/s of a size³ matmul in each precision, alternating them (NaN: not measured)."""
+    mats = {DTYPES[p]: [torch.randn(size, size, device=device, dtype=DTYPES[p]) for _ in range(2)]
+            for p in precisions}
     best = {dt: 0.0 for dt in mats}
     for rep in range(reps + 1):  # the first repetition is a warm-up
         for dt, (x, y) in mats.items():
@@ -112,8 +118,7 @@ def matmul_ceilings(size: int, reps: int, device: torch.device) -> dict[str, flo
             sync(device)
             if rep:
                 best[dt] = max(best[dt], 2 * size**3 / (time.perf_counter() - t0) / 1e9)
-    out["fp32"], out["bf16"] = best[torch.float32], best[torch.bfloat16]
-    return out
+    return {p: best.get(dt, math.nan) for p, dt in DTYPES.items()}
 
 
 # ---------------------------------------------------------------- the paths
@@ -196,7 +201,7 @@ def run_path(key: str, fn, inner: int, device: torch.device) -> float:
 
 
 def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) -> list[dict]:
-    keys = "abcd" + ("e" if args.compile else "")
+    keys = args.paths
     paths, notes = make_paths(profile, batch, device, keys)
     m, n = profile.model, profile.data.n
     flops = {k: (authors_step_flops(m, n, batch, profile.train.eval_batch) if PATHS[k][2]
@@ -219,7 +224,7 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
             warm[k].append(run_path(k, paths[k], 1, device))
     inner = {k: max(1, math.ceil(args.min_sample / min(warm[k]))) for k in keys}
     if args.rounds is None:
-        args.rounds = 2 if args.quick else 3 if min(warm["c"]) > 1.0 else 10
+        args.rounds = 2 if args.quick else 3 if min(warm["a"]) > 1.0 else 10
     times = {k: [] for k in keys}
     for r in range(args.rounds):
         order = keys[r % len(keys):] + keys[:r % len(keys)]  # rotate, so no path always runs first
@@ -229,6 +234,8 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
               ", ".join(f"{k} {1000 * times[k][-1]:.1f} ms" for k in keys), flush=True)
 
     def ratio(k, ref):
+        if ref not in times:
+            return math.nan
         return statistics.median(x / y for x, y in zip(times[k], times[ref]))
 
     rows = []
@@ -264,7 +271,14 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--compile", action="store_true", help="also time (e): ours fp32 through torch.compile")
+    ap.add_argument("--paths", default="abcd",
+                    help="which paths to time, e.g. abc to leave out bf16 (default abcd; (a) always runs)")
     args = ap.parse_args(argv)
+    bad = sorted(set(args.paths) - set(PATHS))
+    if bad or not args.paths:
+        ap.error(f"--paths {args.paths!r}: unknown path {''.join(bad)!r}; choose from {''.join(PATHS)}")
+    # (a) is every ratio's reference; the order is fixed so that rounds rotate alike
+    args.paths = "".join(k for k in PATHS if k in set(args.paths) | {"a"} | ({"e"} if args.compile else set()))
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
@@ -277,7 +291,7 @@ def main(argv=None) -> None:
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
 
     size, reps = (128, 1) if args.dry_run else (1024, 3) if args.quick else (2048, 5)
-    peaks = matmul_ceilings(size, reps, device)
+    peaks = matmul_ceilings(size, reps, device, sorted({PATHS[k][1] for k in args.paths}))
     if args.dry_run:
         print(f"ceilings: dry run, one {size}³ matmul in fp32 and in bf16 ran (not a measurement)")
     else:
@@ -308,8 +322,9 @@ def main(argv=None) -> None:
     print()
     for p in df["profile"].unique():
         r = df[df["profile"] == p].set_index(df["path"].str[1])
-        print(f"{p}: t(c)/t(a) = {r.at['c', 't_over_a']:.3f}, t(d)/t(a) = {r.at['d', 't_over_a']:.3f}, "
-              f"t(d)/t(b) = {r.at['d', 't_over_b']:.3f}  (medians of per-round ratios; < 1 = faster)")
+        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b")) if k in r.index and ref in r.index]
+        print(f"{p}: " + ", ".join(f"t({k})/t({ref}) = {r.at[k, f't_over_{ref}']:.3f}" for k, ref in pairs)
+              + "  (medians of per-round ratios; < 1 = faster)")
     print(f"ceilings: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s; peak RSS {rss:.0f} MB")
 
     out = Path(args.out)

@@ -38,7 +38,7 @@ def cmd_book(args) -> None:
     from .book import build
 
     build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
-          device=args.device, timeout=args.timeout)
+          device=args.device, timeout=args.timeout, progress=not args.quiet)
 
 
 def main(argv=None) -> int:
@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     p.add_argument("--run-dir", help="the run the chapters use (default OUT_DIR/runs/<profile>-seed<seed>)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the profile's train.device")
     p.add_argument("--timeout", type=float, help="seconds a notebook cell may run (default: no limit)")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress: neither papermill's cell bar nor the training runs' steps")
     p.set_defaults(func=cmd_book)
     args = parser.parse_args(argv)
     from .book import BookError  # light: papermill and nbformat are imported when a chapter runs

@@ -32,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -235,6 +236,50 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
     nbformat.write(nb, output)
 
 
+# --- what the training chapter is doing ---------------------------------------------
+
+def training_status(root: Path, since: float) -> list[str]:
+    """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
+    that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
+    that stops after its drop ends before its `steps`."""
+    from .train import checkpoint_dir, saved_steps
+
+    out = []
+    for prof in sorted(Path(root).glob("**/profile.yaml")):
+        folder = prof.parent
+        steps = saved_steps(folder)
+        if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
+            total = yaml.safe_load(prof.read_text())["train"]["steps"]
+            out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")
+    return out
+
+
+@contextlib.contextmanager
+def _report_training(root: Path, every: float = 60.0):
+    """While a chapter runs, print on the terminal where the runs under `root` are, when
+    that changed, at most every `every` seconds. Runs train in the kernel or its workers,
+    whose progress bars nobody sees; their checkpoints are what this process can see."""
+    from tqdm.auto import tqdm
+
+    done, since = threading.Event(), time.time()
+
+    def watch():
+        last = None
+        while not done.wait(every):
+            status = training_status(root, since)
+            if status and status != last:
+                tqdm.write("  training: " + ", ".join(status), file=sys.stdout)
+                last = status
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
 # --- the whole book -----------------------------------------------------------------
 
 def _stage(out: Path) -> list[Path]:
@@ -310,7 +355,8 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         t0 = time.time()
         scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
         try:
-            _execute(template, output, params, timeout, progress)
+            with _report_training(run_dir.parent) if progress else contextlib.nullcontext():
+                _execute(template, output, params, timeout, progress)
         except (Exception, KeyboardInterrupt) as e:
             rec.update({"status": "failed", "complete": False, "error": _why(e),
                         "duration_s": round(time.time() - t0, 1)})

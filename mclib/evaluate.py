@@ -5,6 +5,7 @@
     evaluate(model, profile, 256, seed=0,
              hooks=lambda h: h.ablate(heads, mode="uniform"))            # E3-E5
     activation_patching(model, profile, 256, seed=0, layers="last")      # E8
+    compare_runs({"fp32": run_a, "bf16": run_b})                        # runs of one task side by side
 
 The same seed gives the same matrices and masks, so two calls that differ only in the
 intervention compare the model on the same batch. Always eval mode, no gradients,
@@ -13,7 +14,9 @@ fp32; the model's train/eval mode is restored afterwards.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -109,3 +112,39 @@ def activation_patching(model, data, n_matrices: int, seed: int,
         "observed_vs_X": mse_to(f, clean.x, ~mask),
         "observed_vs_negX": mse_to(f, corrupt.x, ~mask),
     }
+
+
+def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,
+                 seed: int = 0) -> "pd.DataFrame":
+    """Runs of one task side by side (`runs`: label -> run folder), one row each:
+    steps trained, the drop (`find_drop`, NaN if none), the training L_mask on the
+    plateau and over the last 10 % of steps (`plateau_stats`), the training L_mask
+    (50-step mean) `k` steps after the drop for each k in `after` (NaN where the run
+    stopped sooner), and the last checkpoint's L_mask on `n_matrices` fresh matrices in
+    fp32: the same matrices for every run, whatever precision it trained in."""
+    import pandas as pd
+    import yaml
+
+    from .config import profile_from_dict
+    from .metrics import find_drop, plateau_stats, window_mean
+    from .train import load_checkpoint, load_metrics, saved_steps
+
+    rows = {}
+    for label, folder in runs.items():
+        profile = profile_from_dict(yaml.safe_load((Path(folder) / "profile.yaml").read_text()))
+        m = load_metrics(folder)
+        last = int(m["step"].max())
+        drop = find_drop(m, profile.data.rank)
+        stats = plateau_stats(m, drop, copy_from=min(200, last // 4))
+        row = {"steps": last, "drop": math.nan if drop is None else drop,
+               "plateau_L_mask": stats["plateau_L_mask"]}
+        for k in after:
+            ok = drop is not None and drop + k <= last
+            row[f"L_mask_drop+{k}"] = float(window_mean(m, drop + k)["L_mask"]) if ok else math.nan
+        row["final_L_mask"] = stats["final_L_mask"]
+        step = saved_steps(folder)[-1]
+        model = load_checkpoint(folder, step, profile.model.attention)
+        row["checkpoint_step"] = step
+        row["checkpoint_L_mask_fp32"] = evaluate(model, profile, n_matrices, seed)["L_mask"]
+        rows[label] = row
+    return pd.DataFrame.from_dict(rows, orient="index")

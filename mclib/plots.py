@@ -481,17 +481,17 @@ def per_matrix_plot(per_matrix: dict, title: str = "Error per matrix at the trai
 
 # --- beyond the paper (07): the drop over seeds, progress measures -------------------------
 
-def seed_loss_curves(curves: dict[int, pd.DataFrame], drops: dict[int, int | None], rank: int = 2,
-                     smooth: int = 50, title: str = "L_mask over seeds") -> plt.Figure:
-    """L_mask against step (log scale, mean over `smooth` steps), one line per seed
-    (`curves`: seed -> metrics), each seed's drop (if any) a dashed line in its colour;
-    the copying plateau E[X²] dotted."""
+def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 50,
+                     title: str = "L_mask over seeds", label: str = "seed {}") -> plt.Figure:
+    """L_mask against step (log scale, mean over `smooth` steps), one line per run
+    (`curves`: key -> metrics; a key is a seed, or with label="{}" any name), each run's
+    drop (if any) a dashed line in its colour; the copying plateau E[X²] dotted."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (seed, m) in enumerate(curves.items()):
         drop = drops.get(seed)
         ax.plot(m["step"], m["L_mask"].rolling(smooth, min_periods=1).mean(), color=f"C{i}",
-                label=f"seed {seed}: " + (f"drop at step {drop:,}" if drop is not None else "no drop"))
+                label=label.format(seed) + ": " + (f"drop at step {drop:,}" if drop is not None else "no drop"))
         if drop is not None:
             ax.axvline(drop, color=f"C{i}", ls="--", lw=1)
     ax.axhline(copy_baseline_mse(rank), color="grey", ls=":", label=f"E[X²] = {copy_baseline_mse(rank):.3f} (copying)")

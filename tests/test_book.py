@@ -2,6 +2,7 @@
 warnings as errors and works offline, a re-run reuses everything, a failing chapter
 stops the command with a non-zero exit that names it. About a minute on 2 cores."""
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -193,3 +194,32 @@ def test_loss_scale_is_the_ratio_of_copying_levels():
     assert scorecard.loss_scale(load_profile(profile_path("paper"))) == 1
     assert scorecard.loss_scale(load_profile(profile_path("cpu-7x7"))) == 1
     assert scorecard.loss_scale(load_profile(profile_path("cpu"))) == pytest.approx(2)
+
+
+def _fake_run(folder: Path, steps: int, saved: list[int]) -> None:
+    folder.mkdir(parents=True)
+    (folder / "profile.yaml").write_text(yaml.safe_dump({"train": {"steps": steps}}))
+    for s in saved:
+        ck = folder / "checkpoints" / f"step_{s:06d}"
+        ck.mkdir(parents=True)
+        (ck / "train_state.pt").write_bytes(b"")
+
+
+def test_training_status_names_the_runs_that_moved(tmp_path):
+    since = time.time()
+    _fake_run(tmp_path / "old-seed1", 100, [50, 100])  # e.g. a sweep's run, finished before the build
+    _fake_run(tmp_path / "cpu-seed2", 14000, [500, 1000])
+    _fake_run(tmp_path / "cpu-seed1" / "freeze" / "mlp", 1000, [500])
+    for ck, t in [(tmp_path / "old-seed1" / "checkpoints" / "step_000100", since - 60),
+                  (tmp_path / "cpu-seed2" / "checkpoints" / "step_001000", since + 5),
+                  (tmp_path / "cpu-seed1" / "freeze" / "mlp" / "checkpoints" / "step_000500", since + 5)]:
+        os.utime(ck, (t, t))
+    assert book.training_status(tmp_path, since) == ["cpu-seed1/freeze/mlp 500/1,000", "cpu-seed2 1,000/14,000"]
+
+
+def test_the_build_reports_training_while_a_chapter_runs(tmp_path, capsys):
+    with book._report_training(tmp_path, every=0.05):
+        _fake_run(tmp_path / "cpu-seed1", 200, [100])
+        time.sleep(0.5)
+    out = capsys.readouterr().out
+    assert out.count("  training: cpu-seed1 100/200") == 1  # printed once: only changes are printed

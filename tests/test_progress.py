@@ -144,3 +144,5 @@ def test_the_chapter_figures_have_titles_and_labels():
     ax = fig.axes[0]
     assert ax.get_title() == "seeds" and ax.get_xlabel() and ax.get_ylabel()
     assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["seed 1: drop at step 5,000", "seed 2: no drop"]
+    named = plots.seed_loss_curves({"fp32": curves[1], "bf16": curves[2]}, {"fp32": 5000}, label="{}")
+    assert [t.get_text() for t in named.axes[0].get_legend().get_texts()][:2] == ["fp32: drop at step 5,000", "bf16: no drop"]

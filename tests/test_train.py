@@ -1,5 +1,6 @@
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -98,6 +99,22 @@ def test_bf16_autocast_runs(tmp_path, smoke_profile):
                                 "checkpoints.transition": [20], "checkpoints.post": 20})
     m = load_metrics(train(p, tmp_path, progress=False))
     assert m["L"].notna().all() and m["L"].iloc[-1] < m["L"].iloc[0]
+
+
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler")
+def test_compiled_step_trains_like_the_eager_step(tmp_path, smoke_profile):
+    """train.compile (meant for a GPU) computes the same losses as the plain step, and the
+    checkpoints it writes load into the uncompiled model (no `_orig_mod.` in the names)."""
+    short = {"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}
+    eager = load_metrics(train(smoke_profile.replace(**short), tmp_path / "eager", progress=False))
+    torch._dynamo.reset()
+    compiled_run = train(smoke_profile.replace(**short, **{"train.compile": True}), tmp_path / "compiled", progress=False)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the step did run through the compiler
+    compiled = load_metrics(compiled_run)
+    # fused kernels reorder float sums: close, not bit-identical
+    pd.testing.assert_frame_equal(eager[LOSS_COLS], compiled[LOSS_COLS], check_exact=False, rtol=1e-3)
+    a, b = _state(tmp_path / "eager", 20), _state(compiled_run, 20)
+    assert a.keys() == b.keys()
 
 
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
