@@ -247,10 +247,13 @@ def training_status(root: Path, since: float) -> list[str]:
     out = []
     for prof in sorted(Path(root).glob("**/profile.yaml")):
         folder = prof.parent
-        steps = saved_steps(folder)
-        if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
-            total = yaml.safe_load(prof.read_text())["train"]["steps"]
-            out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")
+        try:  # a run may be writing its folder right now: skip what is not there yet
+            steps = saved_steps(folder)
+            if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
+                total = yaml.safe_load(prof.read_text())["train"]["steps"]
+                out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")
+        except (OSError, TypeError, KeyError, yaml.YAMLError):
+            continue
     return out
 
 

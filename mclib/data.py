@@ -68,7 +68,8 @@ def sample_matrices(batch: int, n: int, rank: int, gen: torch.Generator,
     else:  # laplace by inverse CDF, so that the generator drives it
         u = torch.rand(shape, generator=gen, device=dev) - 0.5
         uv = -0.25 * torch.sign(u) * torch.log1p(-2 * u.abs().clamp(max=0.5 - 1e-7))
-    x = uv[0] @ uv[1].transpose(1, 2)
+    with torch.autocast(dev.type, enabled=False):  # an autocast around the caller must not round X in bf16
+        x = uv[0] @ uv[1].transpose(1, 2)
     return round2(x.clamp(VALUE_MIN, VALUE_MAX))
 
 

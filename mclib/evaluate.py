@@ -115,19 +115,21 @@ def activation_patching(model, data, n_matrices: int, seed: int,
 
 
 def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,
-                 seed: int = 0) -> "pd.DataFrame":
+                 seed: int = 0, precisions: Sequence[str] = ("fp32",)) -> "pd.DataFrame":
     """Runs of one task side by side (`runs`: label -> run folder), one row each:
     steps trained, the drop (`find_drop`, NaN if none), the training L_mask on the
     plateau and over the last 10 % of steps (`plateau_stats`), the training L_mask
     (50-step mean) `k` steps after the drop for each k in `after` (NaN where the run
-    stopped sooner), and the last checkpoint's L_mask on `n_matrices` fresh matrices in
-    fp32: the same matrices for every run, whatever precision it trained in."""
+    stopped sooner), and the last checkpoint's L_mask on `n_matrices` fresh matrices,
+    the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
+    under bf16 autocast, which tells a model that is worse from a forward pass that is
+    less precise)."""
     import pandas as pd
     import yaml
 
     from .config import profile_from_dict
     from .metrics import find_drop, plateau_stats, window_mean
-    from .train import load_checkpoint, load_metrics, saved_steps
+    from .train import autocast, load_checkpoint, load_metrics, saved_steps
 
     rows = {}
     for label, folder in runs.items():
@@ -145,6 +147,10 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
         step = saved_steps(folder)[-1]
         model = load_checkpoint(folder, step, profile.model.attention)
         row["checkpoint_step"] = step
-        row["checkpoint_L_mask_fp32"] = evaluate(model, profile, n_matrices, seed)["L_mask"]
+        batch = sample_eval_batch(profile, n_matrices, seed)
+        for precision in precisions:
+            with autocast(next(model.parameters()).device, precision):  # the forward pass only
+                pred = predict(model, batch)
+            row[f"checkpoint_L_mask_{precision}"] = losses(pred, batch.x, batch.mask)["L_mask"].item()
         rows[label] = row
     return pd.DataFrame.from_dict(rows, orient="index")

@@ -1,7 +1,7 @@
 """Runs of one task side by side: drop, plateau, L_mask after the drop and at the end.
 
     python scripts/compare_runs.py fp32=runs/sweep/cpu-fp32-seed2 bf16=runs/sweep/cpu-bf16-seed2 \
-        [--after 500,1000] [--matrices 4096] [--fig docs/figures/bf16_vs_fp32.png]
+        [--after 500,1000] [--matrices 4096] [--eval-precisions fp32,bf16] [--fig docs/figures/bf16_vs_fp32.png]
 
 Prints a markdown table with a row per run (`mclib.evaluate.compare_runs`) and, for every
 run after the first, its ratio to the first; --fig also saves their L_mask curves.
@@ -32,6 +32,8 @@ def main(argv=None):
     ap.add_argument("--after", default="500,1000", help="steps after the drop at which L_mask is read")
     ap.add_argument("--matrices", type=int, default=4096, help="fresh matrices for the last checkpoints' L_mask")
     ap.add_argument("--seed", type=int, default=0, help="seed of those matrices")
+    ap.add_argument("--eval-precisions", default="fp32",
+                    help="evaluate the last checkpoints in each of these (fp32, bf16: autocast)")
     ap.add_argument("--fig", help="save the L_mask curves here")
     args = ap.parse_args(argv)
     runs = {}
@@ -41,7 +43,10 @@ def main(argv=None):
             ap.error(f"{arg!r} is not LABEL=RUN_DIR with a metrics.csv in RUN_DIR")
         runs[label] = Path(folder)
 
-    table = compare_runs(runs, [int(k) for k in args.after.split(",")], args.matrices, args.seed)
+    precisions = args.eval_precisions.split(",")
+    if set(precisions) - {"fp32", "bf16"}:
+        ap.error(f"--eval-precisions {args.eval_precisions!r}: each must be fp32 or bf16")
+    table = compare_runs(runs, [int(k) for k in args.after.split(",")], args.matrices, args.seed, precisions)
     ratios = (table / table.iloc[0]).iloc[1:].drop(columns=["steps", "checkpoint_step"])
     ratios.index = [f"{label} / {table.index[0]}" for label in ratios.index]
     # step counts as integers, losses to 4 significant digits

@@ -88,3 +88,12 @@ def test_bad_sampling_arguments(gen, kwargs, match):
 def test_bad_p_mask(gen):
     with pytest.raises(ValueError, match="1.2"):
         random_mask(2, 7, 1.2, gen)
+
+
+def test_an_autocast_around_the_caller_does_not_change_the_data():
+    """In bf16 the product U Vᵀ rounds before round2, and half the tokens would move bins."""
+    plain = sample_batch(256, 5, 1, 0.3, torch.Generator().manual_seed(4))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        cast = sample_batch(256, 5, 1, 0.3, torch.Generator().manual_seed(4))
+    assert cast.x.dtype == torch.float32
+    assert torch.equal(plain.x, cast.x) and torch.equal(plain.tokens, cast.tokens)

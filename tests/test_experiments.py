@@ -110,7 +110,8 @@ def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_ru
     m["L_mask"] = [0.22 if s <= 30 else 0.01 for s in m["step"]]
     m.to_csv(dropped / "metrics.csv", index=False)
 
-    table = compare_runs({"a": smoke_run, "b": dropped}, after=(2, 10), n_matrices=64, seed=3)
+    table = compare_runs({"a": smoke_run, "b": dropped}, after=(2, 10), n_matrices=64, seed=3,
+                         precisions=("fp32", "bf16"))
     assert list(table.index) == ["a", "b"]
     assert table.at["b", "steps"] == 60 and table.at["b", "drop"] == 56
     assert math.isnan(table.at["a", "drop"]) and math.isnan(table.at["a", "L_mask_drop+2"])
@@ -119,3 +120,6 @@ def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_ru
     # the last checkpoints on the same fresh matrices, in fp32: equal weights, equal losses
     expected = evaluate(load_checkpoint(smoke_run, 60), smoke_profile, 64, seed=3)["L_mask"]
     assert table.at["a", "checkpoint_L_mask_fp32"] == table.at["b", "checkpoint_L_mask_fp32"] == expected
+    # bf16 autocast: the same model, a less precise forward pass: close, not equal
+    assert table.at["a", "checkpoint_L_mask_bf16"] == pytest.approx(expected, rel=0.05)
+    assert table.at["a", "checkpoint_L_mask_bf16"] != expected
