@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
+import pandas as pd
 import torch
 
 from .attention import AttentionHooks
@@ -115,7 +115,7 @@ def activation_patching(model, data, n_matrices: int, seed: int,
 
 
 def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,
-                 seed: int = 0, precisions: Sequence[str] = ("fp32",)) -> "pd.DataFrame":
+                 seed: int = 0, precisions: Sequence[str] = ("fp32",)) -> pd.DataFrame:
     """Runs of one task side by side (`runs`: label -> run folder), one row each:
     steps trained, the drop (`find_drop`, NaN if none), the training L_mask on the
     plateau and over the last 10 % of steps (`plateau_stats`), the training L_mask
@@ -124,16 +124,16 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
     under bf16 autocast, which tells a model that is worse from a forward pass that is
     less precise)."""
-    import pandas as pd
-    import yaml
-
-    from .config import profile_from_dict
     from .metrics import find_drop, plateau_stats, window_mean
-    from .train import autocast, load_checkpoint, load_metrics, saved_steps
+    from .train import autocast, load_checkpoint, load_metrics, run_profile, saved_steps
+
+    for precision in precisions:
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision {precision!r} is not fp32 or bf16")
 
     rows = {}
     for label, folder in runs.items():
-        profile = profile_from_dict(yaml.safe_load((Path(folder) / "profile.yaml").read_text()))
+        profile = run_profile(folder)
         m = load_metrics(folder)
         last = int(m["step"].max())
         drop = find_drop(m, profile.data.rank)

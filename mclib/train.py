@@ -208,9 +208,14 @@ def _save(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: fl
     _write_atomic(final, write)
 
 
+def run_profile(run_dir: str | Path) -> Profile:
+    """The profile a run folder was started with (its profile.yaml)."""
+    return profile_from_dict(yaml.safe_load((Path(run_dir) / "profile.yaml").read_text()))
+
+
 def _check_same_profile(run_dir: Path, profile: Profile) -> None:
     """A run folder may only be resumed with the profile it was started with (steps may grow)."""
-    saved = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text())).to_dict()
+    saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
         for key in ("steps", "device", "threads", "compile"):  # where, how and how long it runs, not what it is

@@ -12,18 +12,16 @@ import sys
 from pathlib import Path
 
 import matplotlib
-import yaml
 
 matplotlib.use("Agg")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mclib.config import profile_from_dict  # noqa: E402
 from mclib.evaluate import compare_runs  # noqa: E402
 from mclib.metrics import find_drop  # noqa: E402
 from mclib.plots import seed_loss_curves  # noqa: E402
-from mclib.train import load_metrics  # noqa: E402
+from mclib.train import load_metrics, run_profile  # noqa: E402
 
 
 def main(argv=None):
@@ -57,7 +55,7 @@ def main(argv=None):
 
     if args.fig:
         curves = {label: load_metrics(folder) for label, folder in runs.items()}
-        rank = profile_from_dict(yaml.safe_load((runs[table.index[0]] / "profile.yaml").read_text())).data.rank
+        rank = run_profile(runs[table.index[0]]).data.rank
         fig = seed_loss_curves(curves, {k: find_drop(m, rank) for k, m in curves.items()}, rank,
                                title="L_mask: " + " vs ".join(runs), label="{}")
         Path(args.fig).parent.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,11 @@ Excess = (mass - chance) / (1 - chance) on same-row, same-column and self keys
 """
 import sys
 
-import yaml
-
-from mclib.config import profile_from_dict
 from mclib.heads import attention_progress
+from mclib.train import run_profile
 
 run = sys.argv[1]
-profile = profile_from_dict(yaml.safe_load(open(f"{run}/profile.yaml")))
+profile = run_profile(run)
 df = attention_progress(run, profile)
 summary = df.groupby("step")[["row_excess", "column_excess", "self_excess"]].max()
 print(f"{run}: largest excess over any head, per checkpoint")

@@ -8,13 +8,10 @@ shows them (issue 4, "done means"). All on the same 256 fresh matrices per line.
 import argparse
 from pathlib import Path
 
-import yaml
-
-from mclib.config import profile_from_dict
 from mclib.evaluate import activation_patching, evaluate
 from mclib.interventions import permute_positions, switch_qkv
 from mclib.paper import PAPER
-from mclib.train import load_checkpoint
+from mclib.train import load_checkpoint, run_profile
 
 
 def main():
@@ -24,7 +21,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     run = Path(args.run_dir)
-    profile = profile_from_dict(yaml.safe_load((run / "profile.yaml").read_text()))
+    profile = run_profile(run)
     cp = profile.checkpoints
     pre, post = load_checkpoint(run, cp.pre), load_checkpoint(run, cp.post)
     layers, heads = profile.model.layers, profile.model.heads

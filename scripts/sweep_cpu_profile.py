@@ -28,9 +28,9 @@ import pandas as pd
 import torch
 import yaml
 
-from mclib.config import load_profile, profile_from_dict, profile_path
+from mclib.config import load_profile, profile_path
 from mclib.metrics import find_drop, plateau_stats
-from mclib.train import load_metrics, stop_after_drop, train
+from mclib.train import load_metrics, run_profile, stop_after_drop, train
 
 
 def run_one(job: dict) -> dict:
@@ -66,7 +66,7 @@ def setting_columns(profile) -> dict:
 def summarise(run_dir: Path, job: dict) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
-    profile = profile_from_dict(yaml.safe_load((run_dir / "profile.yaml").read_text()))
+    profile = run_profile(run_dir)
     rank = profile.data.rank
     m = load_metrics(run_dir)
     drop = find_drop(m, rank)

@@ -3,7 +3,6 @@ import re
 import pytest
 import torch
 
-from mclib.attention import AttentionHooks
 from mclib.config import ModelConfig
 from mclib.data import MASK_ID, make_batch, sample_batch, tokenize
 from mclib.evaluate import activation_patching, evaluate, predict, sample_eval_batch
