@@ -264,7 +264,9 @@ def _report_training(root: Path, every: float = 60.0):
     whose progress bars nobody sees; their checkpoints are what this process can see."""
     from tqdm.auto import tqdm
 
-    done, since = threading.Event(), time.time()
+    # file times come from a coarser clock than time.time() and can lag it by a tick:
+    # a second of slack, so a checkpoint saved just after the start is not missed
+    done, since = threading.Event(), time.time() - 1.0
 
     def watch():
         last = None
