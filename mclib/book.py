@@ -259,9 +259,10 @@ def training_status(root: Path, since: float) -> list[str]:
 
 @contextlib.contextmanager
 def _report_training(root: Path, every: float = 60.0):
-    """While a chapter runs, print on the terminal where the runs under `root` are, when
-    that changed, at most every `every` seconds. Runs train in the kernel or its workers,
-    whose progress bars nobody sees; their checkpoints are what this process can see."""
+    """While a chapter runs, print on the terminal, at most every `every` seconds, the runs
+    under `root` that saved a checkpoint since the last line (a finished run is named once,
+    at its last step). Runs train in the kernel or its workers, whose progress bars nobody
+    sees; their checkpoints are what this process can see."""
     from tqdm.auto import tqdm
 
     # file times come from a coarser clock than time.time() and can lag it by a tick:
@@ -269,12 +270,12 @@ def _report_training(root: Path, every: float = 60.0):
     done, since = threading.Event(), time.time() - 1.0
 
     def watch():
-        last = None
+        shown: set[str] = set()
         while not done.wait(every):
-            status = training_status(root, since)
-            if status and status != last:
-                tqdm.write("  training: " + ", ".join(status), file=sys.stdout)
-                last = status
+            moved = [s for s in training_status(root, since) if s not in shown]  # a finished run drops out
+            if moved:
+                tqdm.write("  training: " + ", ".join(moved), file=sys.stdout)
+                shown.update(moved)
 
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()

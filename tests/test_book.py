@@ -220,6 +220,9 @@ def test_training_status_names_the_runs_that_moved(tmp_path):
 def test_the_build_reports_training_while_a_chapter_runs(tmp_path, capsys):
     with book._report_training(tmp_path, every=0.05):
         _fake_run(tmp_path / "cpu-seed1", 200, [100])
-        time.sleep(0.5)
-    out = capsys.readouterr().out
-    assert out.count("  training: cpu-seed1 100/200") == 1  # printed once: only changes are printed
+        time.sleep(0.3)
+        _fake_run(tmp_path / "cpu-seed2", 200, [100])
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    # each line names what moved since the one before: seed 1 once, then only seed 2
+    assert lines == ["  training: cpu-seed1 100/200", "  training: cpu-seed2 100/200"]
