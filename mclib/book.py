@@ -39,7 +39,7 @@ from pathlib import Path
 import yaml
 
 from . import scorecard
-from .config import load_profile, profile_path
+from .config import ConfigError, load_profile, profile_path
 
 # mclib.train (torch, tqdm) is imported inside the functions: notebooks import this
 # module for `notebook_setup`, which must run before tqdm is first imported.
@@ -242,17 +242,17 @@ def training_status(root: Path, since: float) -> list[str]:
     """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
     that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
     that stops after its drop ends before its `steps`."""
-    from .train import checkpoint_dir, saved_steps
+    from .train import checkpoint_dir, run_profile, saved_steps
 
     out = []
     for prof in sorted(Path(root).glob("**/profile.yaml")):
         folder = prof.parent
-        try:  # a run may be writing its folder right now: skip what is not there yet
+        try:  # a run may be writing its folder right now, or be an old one that no longer loads: skip it
             steps = saved_steps(folder)
             if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
-                total = yaml.safe_load(prof.read_text())["train"]["steps"]
+                total = run_profile(folder).train.steps
                 out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")
-        except (OSError, TypeError, KeyError, yaml.YAMLError):
+        except (OSError, ConfigError, yaml.YAMLError):
             continue
     return out
 

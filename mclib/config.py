@@ -114,10 +114,12 @@ class Profile:
         return profile_from_dict(d)
 
 
+PRECISIONS = ("fp32", "bf16")  # of training (train.precision) and of mclib.train.autocast
+
 _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
     ("model", "attention"): ("sdpa", "eager"),
-    ("train", "precision"): ("fp32", "bf16"),
+    ("train", "precision"): PRECISIONS,
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
 }

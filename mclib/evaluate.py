@@ -127,17 +127,13 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     from .metrics import find_drop, plateau_stats, window_mean
     from .train import autocast, load_checkpoint, load_metrics, run_profile, saved_steps
 
-    for precision in precisions:
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision {precision!r} is not fp32 or bf16")
-
     rows = {}
     for label, folder in runs.items():
         profile = run_profile(folder)
         m = load_metrics(folder)
         last = int(m["step"].max())
         drop = find_drop(m, profile.data.rank)
-        stats = plateau_stats(m, drop, copy_from=min(200, last // 4))
+        stats = plateau_stats(m, drop)
         row = {"steps": last, "drop": math.nan if drop is None else drop,
                "plateau_L_mask": stats["plateau_L_mask"]}
         for k in after:

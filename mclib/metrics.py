@@ -59,9 +59,13 @@ def window_mean(metrics: pd.DataFrame, step: int, window: int = 50) -> pd.Series
     return metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)].mean(numeric_only=True)
 
 
-def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int = 0) -> dict[str, float]:
-    """Mean L_obs and L_mask over the plateau (steps in (copy_from, drop)) and over the last 10% of steps."""
-    end = drop if drop is not None else int(metrics["step"].max()) + 1
+def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None = None) -> dict[str, float]:
+    """Mean L_obs and L_mask over the plateau (steps in (copy_from, drop)) and over the last 10% of steps.
+    copy_from None: min(200, a quarter of the run), past the first fall to the copying level."""
+    last = int(metrics["step"].max())
+    if copy_from is None:
+        copy_from = min(200, last // 4)
+    end = drop if drop is not None else last + 1
     plateau = metrics[(metrics["step"] > copy_from) & (metrics["step"] < end)]
     tail = metrics.tail(max(1, len(metrics) // 10))
     return {

@@ -488,10 +488,10 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 50,
     drop (if any) a dashed line in its colour; the copying plateau E[X²] dotted."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 4))
-    for i, (seed, m) in enumerate(curves.items()):
-        drop = drops.get(seed)
+    for i, (key, m) in enumerate(curves.items()):
+        drop = drops.get(key)
         ax.plot(m["step"], m["L_mask"].rolling(smooth, min_periods=1).mean(), color=f"C{i}",
-                label=label.format(seed) + ": " + (f"drop at step {drop:,}" if drop is not None else "no drop"))
+                label=label.format(key) + ": " + (f"drop at step {drop:,}" if drop is not None else "no drop"))
         if drop is not None:
             ax.axvline(drop, color=f"C{i}", ls="--", lw=1)
     ax.axhline(copy_baseline_mse(rank), color="grey", ls=":", label=f"E[X²] = {copy_baseline_mse(rank):.3f} (copying)")

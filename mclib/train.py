@@ -45,7 +45,7 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from .config import ConfigError, Profile, profile_from_dict
+from .config import PRECISIONS, ConfigError, Profile, profile_from_dict
 from .data import Batch, sample_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model, load_model
@@ -62,7 +62,9 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast (fp32 master weights) or nothing."""
+    """bf16 autocast (fp32 master weights) or nothing (fp32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

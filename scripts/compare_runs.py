@@ -18,6 +18,7 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from mclib.config import PRECISIONS  # noqa: E402
 from mclib.evaluate import compare_runs  # noqa: E402
 from mclib.metrics import find_drop  # noqa: E402
 from mclib.plots import seed_loss_curves  # noqa: E402
@@ -42,8 +43,8 @@ def main(argv=None):
         runs[label] = Path(folder)
 
     precisions = args.eval_precisions.split(",")
-    if set(precisions) - {"fp32", "bf16"}:
-        ap.error(f"--eval-precisions {args.eval_precisions!r}: each must be fp32 or bf16")
+    if set(precisions) - set(PRECISIONS):
+        ap.error(f"--eval-precisions {args.eval_precisions!r}: each must be one of {PRECISIONS}")
     table = compare_runs(runs, [int(k) for k in args.after.split(",")], args.matrices, args.seed, precisions)
     ratios = (table / table.iloc[0]).iloc[1:].drop(columns=["steps", "checkpoint_step"])
     ratios.index = [f"{label} / {table.index[0]}" for label in ratios.index]

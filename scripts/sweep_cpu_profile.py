@@ -72,7 +72,7 @@ def summarise(run_dir: Path, job: dict) -> dict:
     drop = find_drop(m, rank)
     walls = m["wall"].dropna()
     ms_per_step = 1000 * walls.iloc[-1] / m["step"].iloc[-1]
-    stats = plateau_stats(m, drop, copy_from=min(200, int(m.step.max()) // 4))
+    stats = plateau_stats(m, drop)
     row = {"setting": job["name"], "seed": job["seed"], "overrides": json.dumps(job["overrides"]),
            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
            "steps_run": int(m["step"].iloc[-1]), "ms_per_step": round(ms_per_step, 1),

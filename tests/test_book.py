@@ -198,7 +198,8 @@ def test_loss_scale_is_the_ratio_of_copying_levels():
 
 def _fake_run(folder: Path, steps: int, saved: list[int]) -> None:
     folder.mkdir(parents=True)
-    (folder / "profile.yaml").write_text(yaml.safe_dump({"train": {"steps": steps}}))
+    profile = load_profile(profile_path("smoke")).replace(**{"train.steps": steps})
+    (folder / "profile.yaml").write_text(yaml.safe_dump(profile.to_dict()))
     for s in saved:
         ck = folder / "checkpoints" / f"step_{s:06d}"
         ck.mkdir(parents=True)

@@ -117,6 +117,11 @@ def test_compiled_step_trains_like_the_eager_step(tmp_path, smoke_profile):
     assert a.keys() == b.keys()
 
 
+def test_autocast_names_an_unknown_precision():
+    with pytest.raises(ValueError, match="precision 'fp16' is not one of"):
+        train_module.autocast(torch.device("cpu"), "fp16")
+
+
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
     from mclib.config import load_profile, profile_path
     p = load_profile(profile_path("paper")).replace(**{
