@@ -47,7 +47,7 @@ from .config import ConfigError, load_profile, profile_path
 REPO = Path(__file__).resolve().parent.parent
 EXECUTED = Path("book") / "_executed"
 SCORECARD_PAGE = "99_scorecard"  # the one chapter that reads what the others recorded
-SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (EXPERIMENTS.md §4)
+SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
 class BookError(RuntimeError):

@@ -71,7 +71,7 @@ class Checkpoints:
 
 @dataclass
 class Analysis:
-    """Sample sizes and settings of the book's experiments (EXPERIMENTS.md §2); the
+    """Sample sizes and settings of the book's experiments (docs/protocol.md, §2); the
     paper's values are the defaults, small profiles shrink them."""
     seed: int = 0                   # seed of every evaluation batch
     eval_matrices: int = 256        # E3-E10, E18 per line

@@ -1,4 +1,4 @@
-"""Matrices, masks and tokens: the data of EXPERIMENTS.md §1.
+"""Matrices, masks and tokens: the data of docs/protocol.md, §1.1-1.2.
 
 A batch is a set of n×n matrices X (rounded to 2 decimals), a boolean mask
 (True = masked, i.e. in the complement of Ω) and the token sequence the model

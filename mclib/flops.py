@@ -44,5 +44,5 @@ def train_step_flops(cfg: ModelConfig, n: int, batch: int) -> int:
 
 def authors_step_flops(cfg: ModelConfig, n: int, batch: int, eval_batch: int = 64) -> int:
     """The authors' step: a training step, then a forward pass on the same batch after the
-    update and one on `eval_batch` fresh matrices (EXPERIMENTS.md §1)."""
+    update and one on `eval_batch` fresh matrices (docs/protocol.md, §1.4)."""
     return train_step_flops(cfg, n, batch) + forward_flops(cfg, n, batch) + forward_flops(cfg, n, eval_batch)

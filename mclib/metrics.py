@@ -1,4 +1,4 @@
-"""Losses of EXPERIMENTS.md §1 and the operational definition of "the drop".
+"""Losses of docs/protocol.md §1.6 and the operational definition of "the drop".
 
 All means are pooled over every entry of the batch (not per-matrix means).
 Shapes: pred, x, mask `[batch, n, n]` (or `[batch, n*n]`; they are flattened).

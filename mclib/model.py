@@ -1,6 +1,6 @@
 """The model: HuggingFace `BertModel` (no pooler) + a linear read-out on every token.
 
-Faithful details (EXPERIMENTS.md §1), each tested in tests/test_model.py:
+Faithful details (docs/protocol.md, §1.3), each tested in tests/test_model.py:
 - no token-type contribution: the single token-type embedding is zero and frozen;
 - MASK (id 0) is the padding index: its embedding is zero and receives no gradient;
 - the attention mask is all ones (masked tokens are attended to like any other);

@@ -1,4 +1,4 @@
-"""The numbers the paper reports (EXPERIMENTS.md §2), in one place.
+"""The numbers the paper reports (docs/protocol.md, §2), in one place.
 
 Keys are (experiment, quantity). (W) = workshop version, (N) = NeurIPS version.
 These are facts to compare against; nothing in the project is tuned toward them.

@@ -5,7 +5,7 @@ at a position to a target at that position, fitted on one set of matrices and
 scored on fresh ones. Targets, per position p = (i, j) of matrix X:
 
 - "row":      row i of the *input*: X[i, :] with its masked entries set to 0
-              (n-vector). EXPERIMENTS.md says "the masked row that position
+              (n-vector). The source protocol (docs/protocol.md, §2 E11) says "the masked row that position
               belongs to (7-vector, masked entries 0)"; the authors' probe.py builds
               it as (X * mask)[:, i, :] where their mask is True = observed, so the
               masked entries are the ones zeroed. Every position of row i shares it.

@@ -1,4 +1,4 @@
-"""Online training (EXPERIMENTS.md §1) that survives interruption.
+"""Online training (docs/protocol.md, §1.4) that survives interruption.
 
 A run lives in one folder:
 
