@@ -1,9 +1,11 @@
 import subprocess
 import sys
+from dataclasses import fields
 
 import pytest
 
-from mclib.config import ConfigError, deviations, load_profile, profile_from_dict, profile_path
+from mclib.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
+                          deviations, load_profile, profile_from_dict, profile_path)
 
 
 SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
@@ -90,3 +92,133 @@ def test_deviations_name_recipe_keys_only():
                              "checkpoints.pre": 10})
     assert deviations(other, paper) == [{"key": "data.n", "profile": 5, "paper": 7},
                                         {"key": "train.lr", "profile": 1e-3, "paper": 1e-4}]
+
+
+# --- every key, every check ------------------------------------------------------------
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "checkpoints": Checkpoints,
+            "analysis": Analysis}
+ALL_KEYS = [f.name for f in fields(Profile) if f.name not in SECTIONS] + [
+    f"{s}.{f.name}" for s, cls in SECTIONS.items() for f in fields(cls)]
+
+
+def _raw(key: str, value) -> dict:
+    *section, leaf = key.split(".")
+    return {section[0]: {leaf: value}} if section else {leaf: value}
+
+
+def _wrong_type(key: str):
+    """A value of the wrong type for `key` and the words of the message it must give."""
+    typ = str(next(f.type for f in fields(SECTIONS.get(key.split(".")[0], Profile)) if f.name == key.split(".")[-1]))
+    if typ.startswith("list"):
+        return ["x"], "'x' is not an integer" if "int" in typ else "'x' is not a number"
+    if typ.startswith("int"):
+        return "x", "'x' is not an integer"
+    if typ.startswith("float"):
+        return "x", "'x' is not a number"
+    if typ == "bool":
+        return "yes", "'yes' is not true or false"
+    return 5, "5 is not a string"
+
+
+def _one_line_error(raw) -> str:
+    with pytest.raises(ConfigError) as e:
+        profile_from_dict(raw)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("key", ALL_KEYS)
+def test_every_key_rejects_a_value_of_the_wrong_type(key):
+    value, words = _wrong_type(key)
+    assert _one_line_error(_raw(key, value)) == f"{key} = {words}"
+
+
+@pytest.mark.parametrize("section", list(SECTIONS))
+def test_a_section_that_is_not_a_mapping_is_named(section):
+    assert _one_line_error({section: [1, 2]}) == f"{section} = [1, 2] is not a mapping"
+
+
+# Every key checked beyond its type: (key, bad value, the message). Written out here rather
+# than read from config._POSITIVE / _CHOICES, so that a check removed there fails a test.
+POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hidden", "model.intermediate",
+                "train.steps", "train.batch", "train.eval_every", "train.eval_batch", "train.save_every",
+                "train.log_every", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
+                "analysis.probe_test", "analysis.freeze_steps", "analysis.nuclear_matrices",
+                "analysis.regularised_matrices", "analysis.ood_matrices"]
+POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]
+CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device"]
+RANGE_CHECKS = (
+    [(k, 0, f"{k} = 0 must be positive") for k in POSITIVE_INT]
+    + [(k, -1, f"{k} = -1.0 must be positive") for k in POSITIVE_FLOAT]
+    + [(k, "bogus", f"{k} = 'bogus' is not one of") for k in CHOICES]
+    + [
+        ("data.p_mask", 1.0, "data.p_mask = 1.0 is outside [0, 1)"),
+        ("data.p_mask", -0.1, "data.p_mask = -0.1 is outside [0, 1)"),
+        ("model.position_init_std", 0, "model.position_init_std = 0.0 must be positive"),
+        ("train.beta2", 1.0, "train.beta2 = 1.0 is outside [0, 1)"),
+        ("train.grad_clip", -1, "train.grad_clip = -1.0 must not be negative"),
+        ("train.embedding_lr", 0, "train.embedding_lr = 0.0 must be positive"),
+        ("train.warmup", -1, "train.warmup = -1 must not be negative"),
+        ("train.threads", -1, "train.threads = -1 must not be negative"),
+        ("checkpoints.pre", 0, "checkpoints step 0 is outside 1..train.steps = 50000"),
+        ("checkpoints.transition", [10, 60_000], "checkpoints step 60000 is outside 1..train.steps = 50000"),
+        ("checkpoints.post", 50_001, "checkpoints step 50001 is outside 1..train.steps = 50000"),
+        ("analysis.nuclear_p_masks", [0.3, 1.0], "analysis.nuclear_p_masks has 1.0, outside (0, 1)"),
+        ("analysis.nuclear_p_masks", [0.0], "analysis.nuclear_p_masks has 0.0, outside (0, 1)"),
+        ("analysis.seeds", [], "analysis.seeds = [] must name at least one seed"),
+        ("analysis.after_drop", -1, "analysis.after_drop = -1 must not be negative"),
+        ("seed", -1, "seed = -1 must not be negative"),
+    ])
+# keys whose only check is their type (any value of it is valid)
+TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile"}
+
+
+@pytest.mark.parametrize("key, value, message", RANGE_CHECKS, ids=[f"{k}={v!r}" for k, v, _ in RANGE_CHECKS])
+def test_every_checked_key_rejects_a_bad_value(key, value, message):
+    assert _one_line_error(_raw(key, value)).startswith(message)
+
+
+def test_every_key_is_either_range_checked_or_type_only():
+    # a new profile key must get a line in RANGE_CHECKS (or be declared type-only here)
+    checked = {k for k, _, _ in RANGE_CHECKS}
+    assert set(ALL_KEYS) - checked == TYPE_ONLY
+
+
+def test_checks_across_keys():
+    assert _one_line_error({"data": {"n": 3, "rank": 4}}) == "data.rank = 4 is larger than data.n = 3"
+    assert _one_line_error({"model": {"heads": 5, "hidden": 64}}) == "model.heads = 5 does not divide model.hidden = 64"
+    assert _one_line_error({"train": {"steps": 2.5}}) == "train.steps = 2.5 is not an integer"
+    # the same limits just inside are fine
+    p = profile_from_dict({"data": {"n": 3, "rank": 3, "p_mask": 0.0}, "train": {"beta2": 0.0, "grad_clip": 0}})
+    assert (p.data.rank, p.data.p_mask, p.train.beta2) == (3, 0.0, 0.0)
+
+
+def test_a_bad_value_in_a_file_names_the_file_and_the_key(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("data: {n: 0}\n")
+    with pytest.raises(ConfigError) as e:
+        load_profile(path)
+    assert str(e.value) == f"{path}: data.n = 0 must be positive"
+
+
+def test_malformed_yaml_is_one_line_naming_the_file(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text("data: {n: 7\nmodel: [\n")
+    with pytest.raises(ConfigError) as e:
+        load_profile(path)
+    assert str(e.value).startswith(f"profile file {str(path)!r} is not valid YAML: ") and "\n" not in str(e.value)
+
+
+def test_a_missing_file_is_named(tmp_path):
+    path = tmp_path / "nowhere.yaml"
+    with pytest.raises(ConfigError) as e:
+        load_profile(path)
+    assert str(e.value) == f"profile file {str(path)!r} does not exist"
+
+
+def test_a_yaml_file_that_is_not_a_mapping_is_refused(tmp_path):
+    path = tmp_path / "list.yaml"
+    path.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match=r"is not a mapping"):
+        load_profile(path)
