@@ -145,7 +145,7 @@ POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hid
                 "train.steps", "train.batch", "train.eval_every", "train.eval_batch", "train.save_every",
                 "train.log_every", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
                 "analysis.probe_test", "analysis.freeze_steps", "analysis.nuclear_matrices",
-                "analysis.regularised_matrices", "analysis.ood_matrices"]
+                "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]
 CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device"]
 RANGE_CHECKS = (
