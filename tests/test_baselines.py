@@ -152,3 +152,26 @@ def _xm(shape=(2, 7, 7), mask_shape=None, dtype=bool):
 def test_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def _svt(x: np.ndarray, tau: float) -> np.ndarray:
+    """Singular-value thresholding: the prox of tau·‖·‖_*, i.e. argmin ½‖U − X‖² + tau‖U‖_*."""
+    u, s, vt = np.linalg.svd(x)
+    return (u * np.maximum(s - tau, 0.0)) @ vt
+
+
+@pytest.mark.parametrize("method", ["cvxpy", "soft_impute"])
+def test_regularised_with_every_entry_observed_is_singular_value_thresholding(method):
+    # With Ω = every entry, (1/n²)‖U − X‖² + λ‖U‖_* is n²/2 × (½‖U − X‖² + (λn²/2)‖U‖_*),
+    # so the minimiser is X's SVD with every singular value lowered by λn²/2 (and cut at 0).
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (2, 7, 7))
+    mask = np.zeros(x.shape, bool)
+    s = np.linalg.svd(x[0], compute_uv=False)
+    tau = (s[2] + s[3]) / 2                       # keeps 3 singular values of the first matrix
+    lam = 2 * tau / 49
+    out = (B.regularised_nuclear_norm(x, mask, lam) if method == "cvxpy"
+           else B.soft_impute(x, mask, lam, tol=1e-12))
+    expected = np.stack([_svt(xi, tau) for xi in x])
+    assert np.linalg.matrix_rank(expected[0], tol=1e-9) == 3
+    assert np.abs(out - expected).max() < 1e-6
