@@ -190,7 +190,15 @@ def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     if tmp.is_dir():
         shutil.rmtree(tmp)
     write(tmp)
-    os.replace(tmp, path)
+    if path.is_dir():  # a folder cannot be renamed over a full one: set the old aside only now the new is complete
+        old = path.with_name(f".old-{path.name}")
+        if old.is_dir():
+            shutil.rmtree(old)
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
 
 
 def _save(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float) -> None:
@@ -204,8 +212,6 @@ def _save(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: fl
                     "gens": {k: g.get_state() for k, g in gens.items()}}, tmp / "train_state.pt")
 
     final = checkpoint_dir(run_dir, step)
-    if final.exists():
-        shutil.rmtree(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     _write_atomic(final, write)
 

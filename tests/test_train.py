@@ -287,3 +287,139 @@ def test_a_failing_run_side_by_side_raises_here(tmp_path, smoke_profile):
     train(other, tmp_path / "smoke-seed2", progress=False)
     with pytest.raises(ConfigError, match="model.hidden differs"):
         train_seeds(profile, tmp_path / "smoke-seed1")
+
+
+# --- kills and crashes at several moments ------------------------------------------------
+
+class Killed(Exception):
+    """Stands for the process dying: raised from inside `train`."""
+
+
+def _kill_at(step: int):
+    def stop(rows):  # called at every log flush, before that step's checkpoint is written
+        if rows[-1]["step"] >= step:
+            raise Killed(step)
+        return False
+    return stop
+
+
+@pytest.fixture(scope="module")
+def short(smoke_profile):
+    """30 steps, a checkpoint every 10, metrics flushed every 5."""
+    return smoke_profile.replace(**{"train.steps": 30, "train.save_every": 10, "train.log_every": 5,
+                                    "train.eval_every": 5, "checkpoints.pre": 10, "checkpoints.transition": [20],
+                                    "checkpoints.post": 30})
+
+
+@pytest.fixture(scope="module")
+def whole(short, tmp_path_factory):
+    return train(short, tmp_path_factory.mktemp("whole"), progress=False)
+
+
+def _same_run(a: Path, b: Path, step: int = 30) -> None:
+    pd.testing.assert_frame_equal(load_metrics(a)[LOSS_COLS], load_metrics(b)[LOSS_COLS], check_exact=True)
+    x, y = _state(a, step), _state(b, step)
+    assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
+
+
+@pytest.mark.parametrize("kill, saved", [(5, []), (10, []), (15, [10]), (25, [10, 20])])
+def test_resume_after_a_kill_at_several_steps(tmp_path, short, whole, kill, saved):
+    # at step 10 the kill comes before that step's checkpoint: the run restarts from nothing
+    with pytest.raises(Killed):
+        train(short, tmp_path, progress=False, stop=_kill_at(kill))
+    assert saved_steps(tmp_path) == saved
+    train(short, tmp_path, progress=False)
+    _same_run(whole, tmp_path)
+
+
+def _fail_on(name: str, real):
+    def fail(*args, **kwargs):
+        if any(Path(a).name == name for a in args if isinstance(a, (str, Path))):
+            raise Killed(name)
+        return real(*args, **kwargs)
+    return fail
+
+
+@pytest.mark.parametrize("where", ["save_pretrained", "rename"])
+def test_a_crash_inside_the_checkpoint_write_loses_nothing(tmp_path, short, whole, monkeypatch, where):
+    """The step-20 checkpoint dies half-written (in save_pretrained) or complete in its
+    temporary folder (at the rename): metrics.csv already holds rows 11-20, past the
+    newest checkpoint (10); the resumed run drops them, redoes them, ends as if never stopped."""
+    from mclib.model import MatrixBert
+
+    if where == "save_pretrained":
+        monkeypatch.setattr(MatrixBert, "save_pretrained",
+                            _fail_on(".tmp-step_000020", MatrixBert.save_pretrained))
+    else:
+        monkeypatch.setattr(os, "replace", _fail_on("step_000020", os.replace))
+    with pytest.raises(Killed):
+        train(short, tmp_path, progress=False)
+    monkeypatch.undo()
+    assert saved_steps(tmp_path) == [10]
+    assert load_metrics(tmp_path)["step"].max() == 20  # rows written after the last complete checkpoint
+    train(short, tmp_path, progress=False)
+    assert saved_steps(tmp_path) == [10, 20, 30]
+    _same_run(whole, tmp_path)
+
+
+def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_complete(tmp_path, short, whole,
+                                                                                     monkeypatch):
+    # A step whose checkpoint exists written again (a folder left by an earlier trainer):
+    # a crash while the new one is written must leave the old one whole, not a missing step.
+    from mclib.model import MatrixBert
+
+    run = shutil.copytree(whole, tmp_path / "run")
+    before = _state(run, 30)
+    model = load_checkpoint(run, 30).train()
+    opt = make_optimizer(model, short.train, torch.device("cpu"))
+    gens = {"data": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(1)}
+    rows = load_metrics(run).to_dict("records")
+    monkeypatch.setattr(MatrixBert, "save_pretrained", _fail_on(".tmp-step_000030", MatrixBert.save_pretrained))
+    with pytest.raises(Killed):
+        train_module._save(run, 30, model, opt, gens, rows, 0.0)
+    monkeypatch.undo()
+    assert saved_steps(run) == [10, 20, 30]
+    after = _state(run, 30)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    train_module._save(run, 30, model, opt, gens, rows, 0.0)  # and without a crash it is replaced
+    assert saved_steps(run) == [10, 20, 30] and sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "step_000010", "step_000020", "step_000030"]  # no temporary folder left behind
+
+
+def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_path, short, whole, monkeypatch):
+    # the one moment a step saved again has no folder: the run resumes from the step before
+    run = shutil.copytree(whole, tmp_path / "run")
+    model = load_checkpoint(run, 30).train()
+    opt = make_optimizer(model, short.train, torch.device("cpu"))
+    gens = {"data": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(1)}
+    monkeypatch.setattr(os, "replace", _fail_on(".tmp-step_000030", os.replace))
+    with pytest.raises(Killed):
+        train_module._save(run, 30, model, opt, gens, load_metrics(run).to_dict("records"), 0.0)
+    monkeypatch.undo()
+    assert saved_steps(run) == [10, 20]
+    train(short, run, progress=False)
+    _same_run(whole, run)
+
+
+def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smoke_run, smoke_profile, monkeypatch):
+    """E15: the resumed run re-freezes what the re-initialisation froze (from_pretrained
+    makes every weight trainable again), and ends exactly as the uninterrupted run."""
+    from mclib import freezing
+    from mclib.interventions import component_groups
+
+    cfg = smoke_profile.replace(**{"analysis.freeze_steps": 8, "train.save_every": 4, "train.log_every": 2})
+    runs = {k: shutil.copytree(smoke_run, tmp_path / k) for k in ("whole", "killed")}
+    freezing.freeze_run(cfg, runs["whole"], "mlp")
+    monkeypatch.setattr(freezing, "train", lambda *a, **k: train(*a, **k, stop=_kill_at(6)))
+    with pytest.raises(Killed):
+        freezing.freeze_run(cfg, runs["killed"], "mlp")
+    monkeypatch.undo()
+    folder = freezing.freeze_run_dir(runs["killed"], "mlp")
+    assert saved_steps(folder) == [4]
+    freezing.freeze_run(cfg, runs["killed"], "mlp")
+    _same_run(freezing.freeze_run_dir(runs["whole"], "mlp"), folder, step=8)
+    post = dict(load_checkpoint(smoke_run, smoke_profile.checkpoints.post).named_parameters())
+    trained = load_checkpoint(folder, 8)
+    groups = component_groups(trained)
+    for name, p in trained.named_parameters():
+        assert torch.equal(p, post[name]) == (groups[name] != "mlp"), name
