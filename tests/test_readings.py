@@ -5,7 +5,6 @@ import pandas as pd
 import pytest
 
 from mclib import comparisons as C
-from mclib import scorecard
 from mclib.interventions import GROUPS
 from mclib.paper import PAPER_E17
 from mclib.readings import baseline_readings, embedding_readings, freeze_readings
@@ -84,5 +83,4 @@ def test_baseline_sentences_and_rows(tables):
     assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
     e17 = [r for r in rows if r["id"] == "E17"]
     assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
-    assert all(scorecard.verdict(r["paper"], r["ours"]) in scorecard.VERDICTS for r in rows)
     assert "(s.e., 6 matrices)" in e17[0]["reading"]
