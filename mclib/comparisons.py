@@ -1,19 +1,34 @@
-"""BERT against classical matrix completion on the same matrices (E16, E17, E18 and
-two stronger methods). One call per table of the baselines chapter:
+"""BERT against classical matrix completion (E16, E17, E18 and two stronger methods), and
+the solvers alone on the paper's task. One call per table of the baselines chapter:
 
-    nuclear_sweep(model, cfg.data, p_masks, 512, seed)           # E16: BERT vs min ‖U‖_*
-    regularised_table(cfg.data, lams, 256, seed, model)          # E17 (+ BERT on the same matrices)
+    task = paper_task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
+    nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task
+    regularised_table(task, lams, 2048, seed)                    # E17, the paper's task
+    classical_table(None, task, 1024, seed)                      # nuclear norm, soft-impute, ALS, the paper's task
+    nuclear_sweep(model, cfg.data, p_masks, 512, seed)           # E16: BERT vs min ‖U‖_*, the profile's task
+    classical_table(model, cfg.data, 512, seed)                  # BERT beside the classical methods, same matrices
     ood_table(model, cfg.data, 1024, seed, solver_matrices=512)  # E18: Gaussian, Laplace vs uniform
-    classical_table(model, cfg.data, 512, seed)                  # BERT, nuclear norm, soft-impute, ALS
+
+The solvers need no model, so their tables are computed on the paper's task whatever the
+profile, and compared with the paper's numbers as they are. BERT is compared with a solver
+only on the matrices of its own (the profile's) task, matrix by matrix.
 
 Every method sees the batch `sample_eval_batch(data, n, seed)`: the same seed gives the
 same matrices, so BERT and a solver are compared matrix by matrix. Across the p_masks of
 E16 the matrices are the same too, and the masks are nested (an entry masked at p is
 masked at every larger p), because masks come from the same uniform draws.
 
-Losses are pooled over entries, as everywhere in the book; the standard error ("_se")
-treats matrices as the independent units (the ratio estimator's delta-method error:
-entries of one matrix are not independent).
+Errors. Losses are pooled over entries, as everywhere in the book; every estimate comes
+with a standard error ("_se") that treats matrices as the independent units (entries of
+one matrix are not independent):
+  - a pooled mean R = Σ s_i / Σ c_i (s_i: matrix i's sum of squared errors over the
+    entries in question, c_i: their number) has the ratio estimator's delta-method error
+    se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)  (`pooled`);
+  - a difference of two methods on the same matrices is pooled from the per-matrix
+    differences s_i^a − s_i^b, so it has the paired error (`paired`), much smaller than
+    the two separate errors combined when the methods fail on the same matrices;
+  - a mean over matrices (the nuclear norm) has std / √b; a share of matrices √(p(1−p)/b);
+    a median over matrices the distribution-free order-statistic error (`median_se`).
 """
 from __future__ import annotations
 
@@ -24,6 +39,7 @@ import numpy as np
 import pandas as pd
 
 from . import baselines as B
+from .config import load_profile, profile_path
 from .evaluate import predict, sample_eval_batch
 
 LOSSES = ("L", "L_obs", "L_mask")
@@ -44,6 +60,31 @@ def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
     return float(r), float(se)
 
 
+def paper_task():
+    """The paper's task: the data section of params/paper.yaml (a fresh `DataConfig`;
+    n 7, rank 2, p_mask 0.3, uniform factors; mclib.data rounds every X to 2 decimals)."""
+    return load_profile(profile_path("paper")).data
+
+
+def median_se(values: np.ndarray, z: float = 1.96) -> float:
+    """Distribution-free standard error of the median of `values` (one per matrix): the
+    order statistics at ranks b/2 ∓ z√b/2 bound an approximate 95 % interval for the
+    median (binomial argument), and the error is that interval's half-width over z.
+    NaN for fewer than 2 values."""
+    v = np.sort(np.asarray(values, dtype=float))
+    b = len(v)
+    if b < 2:
+        return float("nan")
+    lo = int(np.clip(np.floor(b / 2 - z * np.sqrt(b) / 2), 0, b - 1))
+    hi = int(np.clip(np.ceil(b / 2 + z * np.sqrt(b) / 2), 0, b - 1))
+    return float((v[hi] - v[lo]) / (2 * z))
+
+
+def share_se(share: float, b: int) -> float:
+    """Binomial standard error √(p(1−p)/b) of a share p of b matrices (NaN for b < 2)."""
+    return float(np.sqrt(share * (1 - share) / b)) if b > 1 else float("nan")
+
+
 def per_matrix_l_mask(pred: np.ndarray, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """`[matrices with a masked entry]`: each matrix's own mean squared error over its masked entries."""
     sq = ((pred - x) ** 2 * mask).reshape(len(x), -1).sum(1)
@@ -51,19 +92,97 @@ def per_matrix_l_mask(pred: np.ndarray, x: np.ndarray, mask: np.ndarray) -> np.n
     return sq[c > 0] / c[c > 0]
 
 
+def _arrays(*arrays):
+    return [np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=float) for a in arrays]
+
+
 def completion_row(pred, x, mask) -> dict[str, float]:
-    """L, L_obs, L_mask with standard errors, the median per-matrix L_mask, and the mean
-    nuclear norm (with its standard error) of the completed matrices."""
-    pred, x, mask = (np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=float) for a in (pred, x, mask))
+    """L, L_obs, L_mask with standard errors, the median per-matrix L_mask (and its
+    `median_se`), and the mean nuclear norm (with its standard error) of the completed
+    matrices."""
+    pred, x, mask = _arrays(pred, x, mask)
     mask = mask.astype(bool)
     sq = (pred - x) ** 2
     row = {}
     for name, where in (("L", np.ones_like(mask)), ("L_obs", ~mask), ("L_mask", mask)):
         row[name], row[f"{name}_se"] = pooled(sq, where)
-    row["median_L_mask"] = float(np.median(per_matrix_l_mask(pred, x, mask)))
+    per = per_matrix_l_mask(pred, x, mask)
+    row["median_L_mask"], row["median_L_mask_se"] = float(np.median(per)), median_se(per)
     nuc = B.nuclear_norm(pred)
     row["nuclear"], row["nuclear_se"] = float(nuc.mean()), float(nuc.std(ddof=1) / np.sqrt(len(nuc)))
     return row
+
+
+def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
+    """Method a minus method b on the same matrices, with paired standard errors:
+    d_L, d_L_mask (pooled over the per-matrix differences of squared-error sums, see
+    `pooled`; negative = a better) and their _se; a_better (± a_better_se): the share of
+    matrices with a masked entry whose own L_mask is strictly lower with a."""
+    pred_a, pred_b, x, mask = _arrays(pred_a, pred_b, x, mask)
+    mask = mask.astype(bool)
+    diff = (pred_a - x) ** 2 - (pred_b - x) ** 2
+    row = {}
+    for name, where in (("d_L", np.ones_like(mask)), ("d_L_mask", mask)):
+        row[name], row[f"{name}_se"] = pooled(diff, where)
+    better = per_matrix_l_mask(pred_a, x, mask) < per_matrix_l_mask(pred_b, x, mask)
+    row["a_better"] = float(better.mean()) if len(better) else float("nan")
+    row["a_better_se"] = share_se(row["a_better"], len(better))
+    return row
+
+
+def within_error(diff: float, se: float, k: float = 2.0) -> bool:
+    """True when a difference is within k (2) standard errors of zero: the data cannot tell
+    the two apart."""
+    return bool(abs(diff) <= k * se)
+
+
+def pm(value: float, se: float) -> str:
+    """"value ± se" with the error to 2 significant figures and the value to the same
+    decimal place, e.g. 0.0350 ± 0.0015 or (1.0153 ± 0.0039)e-05 for small values."""
+    if not np.isfinite(value):
+        return "—"
+    if not (np.isfinite(se) and se > 0):
+        return f"{value:.4g}"
+    e = int(np.floor(np.log10(max(abs(value), se))))  # the larger sets the notation
+    shift = e if not -3 <= e < 3 else 0  # scientific notation outside 0.001-999
+    v, s = value / 10 ** shift, se / 10 ** shift
+    places = max(0, 1 - int(np.floor(np.log10(s))))
+    text = f"{v:.{places}f} ± {s:.{places}f}"
+    return f"({text})e{shift:+03d}" if shift else text
+
+
+def describe_task(data) -> str:
+    """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
+    for a DataConfig or a Profile (mclib.data rounds every X to the 0.01 grid)."""
+    d = getattr(data, "data", data)
+    return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
+
+
+def with_errors(table: pd.DataFrame, quantities, keep=()) -> pd.DataFrame:
+    """A copy of `table` for display: the `keep` columns as they are, then every quantity q
+    as the text "value ± s.e." (`pm`) from the columns q and q_se."""
+    out = table[list(keep)].copy()
+    for q in quantities:
+        out[q] = [pm(v, e) for v, e in zip(table[q], table[f"{q}_se"])]
+    return out
+
+
+def sweep_shown(sweep: pd.DataFrame) -> pd.DataFrame:
+    """`nuclear_sweep` as one row per p_mask for display: L and the mean nuclear norm of each
+    method ± s.e., the true X's nuclear norm, and (with BERT) BERT − solver, paired."""
+    methods = [m for m in dict.fromkeys(sweep["method"]) if m != "truth"]
+    out = pd.DataFrame({"p_mask": sorted(set(sweep["p_mask"]))}).set_index("p_mask")
+    by = sweep.set_index(["method", "p_mask"])
+    for m in methods:
+        out[f"L, {m}"] = [pm(by.loc[(m, p), "L"], by.loc[(m, p), "L_se"]) for p in out.index]
+    if "BERT" in methods:
+        out["L, BERT − solver (paired)"] = [pm(by.loc[("BERT", p), "d_L"], by.loc[("BERT", p), "d_L_se"])
+                                            for p in out.index]
+    for m in methods:
+        out[f"‖·‖_*, {m}"] = [pm(by.loc[(m, p), "nuclear"], by.loc[(m, p), "nuclear_se"]) for p in out.index]
+    out["‖·‖_*, true X"] = [pm(by.loc[("truth", p), "nuclear"], by.loc[("truth", p), "nuclear_se"]) for p in out.index]
+    out.index = [f"{p:g}" for p in out.index]
+    return out.rename_axis("p_mask").reset_index()
 
 
 def _batch(data, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
@@ -93,15 +212,22 @@ def _nuclear(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
 
 
 def nuclear_sweep(model, data, p_masks, n_matrices: int, seed: int) -> pd.DataFrame:
-    """E16: for each p_mask, BERT and min ‖U‖_* s.t. U = X on Ω on the same matrices.
+    """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
 
     One row per (p_mask, method) with `completion_row`'s columns; method "truth" is X
-    itself (its nuclear norm is the reference; its losses are 0)."""
+    itself (its nuclear norm is the reference; its losses are 0). model None: the solver
+    alone (e.g. on `paper_task()`, which BERT of another task cannot read). BERT's rows
+    also carry `paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
+    the share of matrices where BERT's L_mask is lower; NaN on the other rows)."""
     rows = []
     for p in p_masks:
         batch, x, mask = _batch(data, n_matrices, seed, p_mask=p)
-        for method, pred in (("BERT", _bert(model, batch)), ("nuclear norm", _nuclear(x, mask)),
-                             ("truth", x)):
+        solver = _nuclear(x, mask)
+        if model is not None:
+            bert = _bert(model, batch)
+            rows.append({"p_mask": p, "method": "BERT", **completion_row(bert, x, mask),
+                         **paired(bert, solver, x, mask)})
+        for method, pred in (("nuclear norm", solver), ("truth", x)):
             rows.append({"p_mask": p, "method": method, **completion_row(pred, x, mask)})
     return pd.DataFrame(rows)
 
@@ -115,6 +241,38 @@ def regularised_table(data, lams, n_matrices: int, seed: int, model=None) -> pd.
     if model is not None:
         rows.append({"method": "BERT", "lam": float("nan"), **completion_row(_bert(model, batch), x, mask)})
     return pd.DataFrame(rows)
+
+
+E17_LOSSES = ("L_obs", "L_mask", "L")  # the order of mclib.paper.PAPER_E17's tuples
+
+
+def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
+    """`regularised_table`'s λ rows beside the paper's E17 numbers, one row per (λ, loss):
+    lam, quantity, ours, se, paper, rel_dev = ours / paper − 1, z = (ours − paper) / se
+    (how many of our standard errors the paper's value lies away). λs the paper does not
+    report are left out."""
+    from .paper import PAPER_E17
+
+    rows = []
+    for r in reg[reg["method"] != "BERT"].to_dict("records"):
+        if r["lam"] not in PAPER_E17:
+            continue
+        for q, paper in zip(E17_LOSSES, PAPER_E17[r["lam"]]):
+            rows.append({"lam": r["lam"], "quantity": q, "ours": r[q], "se": r[f"{q}_se"], "paper": paper,
+                         "rel_dev": r[q] / paper - 1, "z": (r[q] - paper) / r[f"{q}_se"]})
+    return pd.DataFrame(rows)
+
+
+def e17_shown(reg: pd.DataFrame) -> pd.DataFrame:
+    """`e17_beside_paper` for display: one row per λ, each loss as "ours ± s.e." beside the paper's."""
+    t = e17_beside_paper(reg)
+    out = pd.DataFrame({"λ": [f"{lam:g}" for lam in dict.fromkeys(t["lam"])]})
+    for q in E17_LOSSES:
+        part = t[t["quantity"] == q]
+        out[f"{q}, ours"] = [pm(v, e) for v, e in zip(part["ours"], part["se"])]
+        out[f"{q}, paper"] = [f"{v:.5g}" if v >= 1e-3 else np.format_float_scientific(v, trim="-") for v in part["paper"]]
+        out[f"{q}, ours − paper (s.e.)"] = [f"{z:+.1f}" for z in part["z"]]
+    return out
 
 
 def copy_level(dist: str, rank: int) -> float:
@@ -160,13 +318,49 @@ def classical_methods(rank: int) -> dict:
 
 
 def classical_table(model, data, n_matrices: int, seed: int) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """BERT and the classical methods on the same matrices at the profile's p_mask.
+    """The classical methods (nuclear norm, soft-impute and ALS with the task's rank) and
+    BERT on the same matrices at the task's p_mask; model None: the methods alone (e.g. on
+    `paper_task()`).
 
-    Returns the table (one row per method, `completion_row`'s columns) and, per method,
-    the per-matrix L_mask (`per_matrix_l_mask`) for a distribution plot."""
+    Returns the table (one row per method, `completion_row`'s columns; with a model, each
+    method's row also has `paired`'s columns for BERT minus that method, as BERT_d_L,
+    BERT_d_L_se, BERT_d_L_mask, BERT_d_L_mask_se, BERT_better, BERT_better_se) and, per
+    method, the per-matrix L_mask (`per_matrix_l_mask`) for a distribution plot."""
     d = getattr(data, "data", data)
     batch, x, mask = _batch(data, n_matrices, seed)
     methods = {**classical_methods(d.rank), "nuclear norm": _nuclear}  # same order; the E16 solution, if computed
-    preds = {"BERT": _bert(model, batch), **{k: f(x, mask) for k, f in methods.items()}}
-    table = pd.DataFrame([{"method": k, **completion_row(p, x, mask)} for k, p in preds.items()])
-    return table, {k: per_matrix_l_mask(p, x, mask) for k, p in preds.items()}
+    preds = {} if model is None else {"BERT": _bert(model, batch)}
+    preds.update({k: f(x, mask) for k, f in methods.items()})
+    rows = []
+    for k, p in preds.items():
+        row = {"method": k, **completion_row(p, x, mask)}
+        if model is not None and k != "BERT":
+            row.update({f"BERT_{q.replace('a_better', 'better')}": v for q, v in paired(preds["BERT"], p, x, mask).items()})
+        rows.append(row)
+    return pd.DataFrame(rows), {k: per_matrix_l_mask(p, x, mask) for k, p in preds.items()}
+
+
+def main(argv=None) -> None:
+    """`python -m mclib.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
+    (CVXPY, Clarabel), printed beside the paper's table (a few minutes for 2048 matrices)."""
+    import argparse
+
+    from .paper import PAPER_E17
+
+    ap = argparse.ArgumentParser(prog="python -m mclib.comparisons", description=main.__doc__)
+    ap.add_argument("--matrices", type=int, default=2048)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    task = paper_task()
+    reg = regularised_table(task, list(PAPER_E17), args.matrices, args.seed)
+    t = e17_beside_paper(reg)
+    t["ours ± se"] = [pm(v, e) for v, e in zip(t["ours"], t["se"])]
+    print(f"E17 on the paper's task ({task.n}x{task.n}, rank {task.rank}, p_mask {task.p_mask:g}, {task.dist} "
+          f"factors), {args.matrices} matrices, evaluation seed {args.seed}")
+    print(t[["lam", "quantity", "ours ± se", "paper", "rel_dev", "z"]].to_string(
+        index=False, formatters={"lam": "{:g}".format, "paper": "{:.5g}".format, "rel_dev": "{:+.1%}".format,
+                                 "z": "{:+.1f}".format}))
+
+
+if __name__ == "__main__":
+    main()

@@ -14,15 +14,21 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .comparisons import E17_LOSSES, e17_beside_paper, pm, within_error
 from .freezing import drop_text, paper_pattern
-from .paper import PAPER_E15, PAPER_E17
+from .paper import PAPER_E15, PAPER_E17_MATRICES
 from .scorecard import verdict
 
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
 CLUSTERED = 0.25  # a silhouette above this: visible clusters
 ALIGNED = 0.9     # centred alignment above this: "the final arrangement"
 DIP = 0.95        # middle-row norm / mean norm below this: "a dip"
-E17_LOSSES = ("L_obs", "L_mask", "L")  # the order of PAPER_E17's tuples
+# A solver's number on the paper's task "matches" the paper's when the paper's value lies
+# within ours ± (2 standard errors + SOLVER_RTOL of the paper's value). 10 %: about the
+# sampling error of the paper's own 256-matrix L_mask (our per-matrix spread gives 8-9 %),
+# which the paper does not report; two significant figures of a number, give or take one.
+SOLVER_RTOL = 0.10
+SE_TARGET = 0.05  # sample sizes aim at a standard error under 5 % of the value
 
 
 def _row(id, quantity, ours, reading, paper=None, scale=1.0) -> dict:
@@ -136,55 +142,135 @@ def freeze_readings(table: pd.DataFrame, steps: int, main_drop: int | None) -> t
 
 # --- 06: baselines (E16-E18, classical methods) --------------------------------------------
 
-def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
-                      p_train: float, rank: int, n_regularised: int,
-                      scale: float = 1.0) -> tuple[dict, list[dict]]:
-    """The tables of `mclib.comparisons`: nuclear_sweep, regularised_table (with its BERT
-    row), ood_table, classical_table (with a "BERT better on" column). scale: the
-    profile's `mclib.scorecard.loss_scale`, for E17's losses."""
+def _e16_same_matrices(sweep: pd.DataFrame, classical: pd.DataFrame, p_train: float) -> tuple[str, list[dict]]:
+    """E16 on the profile's task: BERT and the solver on the same matrices (paired errors)."""
     at = classical.set_index("method")
     bert, nuc = at.loc["BERT"], at.loc["nuclear norm"]
+    d, d_se = nuc.BERT_d_L, nuc.BERT_d_L_se
+    if within_error(d, d_se):
+        diff = ("within two standard errors of zero, so these matrices cannot tell the two apart (the paper: "
+                "BERT lower)")
+    elif d < 0:
+        diff = "BERT lower by more than two standard errors, as in the paper"
+    else:
+        diff = "BERT higher by more than two standard errors, unlike the paper"
+    share, share_se = nuc.BERT_better, nuc.BERT_better_se
+    most = "lower" if share - 2 * share_se > 0.5 else "higher" if share + 2 * share_se < 0.5 else None
+    pooled_says = None if within_error(d, d_se) else "lower" if d < 0 else "higher"
+    if most == pooled_says:
+        per_matrix = "the same story as the pooled means"
+    else:
+        per_matrix = (f"{'on most matrices BERT is ' + most if most else 'neither is better on most matrices'}, "
+                      "another story than the pooled means tell, which the matrices with the largest errors dominate")
     true_nuc = float(sweep.loc[sweep["method"] == "truth", "nuclear"].iloc[0])  # the same X at every p_mask
-    by_p = sweep.pivot(index="p_mask", columns="method", values="L")
-    below = [f"{p:g}" for p in by_p.index if by_p.loc[p, "BERT"] < by_p.loc[p, "nuclear norm"]]
-    e16 = (f"At the training p_mask {p_train:g} BERT's L is {bert.L:.2e} against the solver's {nuc.L:.2e}, "
-           + ("lower, as in the paper" if bert.L < nuc.L else "higher, unlike the paper")
-           + "; across mask rates BERT is below the solver "
-           + (f"at p_mask {', '.join(below)}" if below else "at no mask rate")
-           + f". The mean nuclear norm of BERT's outputs is {bert.nuclear:.3f} against the solver's {nuc.nuclear:.3f} "
-           + f"(true X: {true_nuc:.3f}): "
-           + ("larger, as in the paper" if bert.nuclear > nuc.nuclear else "smaller, unlike the paper"))
-    rows = [_row("E16", f"BERT L / solver L at p_mask {p_train:g}", float(bert.L / nuc.L),
-                 f"BERT {'lower' if bert.L < nuc.L else 'higher'} (paper: lower)"),
-            _row("E16", f"BERT ‖X̂‖_* / solver ‖U‖_* at p_mask {p_train:g}", float(bert.nuclear / nuc.nuclear),
-                 f"BERT {'larger' if bert.nuclear > nuc.nuclear else 'smaller'} (paper: larger)")]
+    b = sweep[sweep["method"] == "BERT"].set_index("p_mask")
+    groups = {"below": [], "above": [], "within error of": []}
+    for p, r in b.iterrows():
+        key = "within error of" if within_error(r.d_L, r.d_L_se) else "below" if r.d_L < 0 else "above"
+        groups[key].append(f"{p:g}")
+    across = "; ".join(f"{k} it at p_mask {', '.join(v)}" for k, v in groups.items() if v)
+    text = (f"At the training p_mask {p_train:g}, on the same matrices, BERT's L is {pm(bert.L, bert.L_se)} and the "
+            f"solver's {pm(nuc.L, nuc.L_se)}; the paired difference BERT − solver is {pm(d, d_se)}: {diff}. "
+            f"Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} for "
+            f"BERT and {pm(nuc.median_L_mask, nuc.median_L_mask_se)} for the solver, and BERT's own L_mask is the "
+            f"lower on {nuc.BERT_better:.0%} ± {nuc.BERT_better_se:.0%} of the matrices: {per_matrix}. "
+            f"Across mask rates (paired differences, two standard errors) BERT is "
+            f"{across}. The mean nuclear norm of BERT's outputs is {pm(bert.nuclear, bert.nuclear_se)} against the "
+            f"solver's {pm(nuc.nuclear, nuc.nuclear_se)} (true X: {true_nuc:.3f}): "
+            + ("larger, as in the paper" if bert.nuclear > nuc.nuclear else "smaller, unlike the paper"))
+    rows = [_row("E16", f"BERT L / solver L at p_mask {p_train:g} (profile's task, same matrices)",
+                 float(bert.L / nuc.L),
+                 f"BERT − solver {pm(d, d_se)} (paired s.e.): {diff.split(',')[0]}; BERT's per-matrix L_mask lower "
+                 f"on {nuc.BERT_better:.0%} of the matrices"),
+            _row("E16", f"BERT ‖X̂‖_* / solver ‖U‖_* at p_mask {p_train:g} (profile's task, same matrices)",
+                 float(bert.nuclear / nuc.nuclear),
+                 f"BERT {'larger' if bert.nuclear > nuc.nuclear else 'smaller'} (paper: larger); "
+                 f"{pm(bert.nuclear, bert.nuclear_se)} vs {pm(nuc.nuclear, nuc.nuclear_se)}")]
+    return text, rows
 
-    lam_rows = reg[reg["method"] != "BERT"]
-    ok = {q: [] for q in E17_LOSSES}
-    obs_dev = 0.0
-    for r in lam_rows.to_dict("records"):
-        if r["lam"] not in PAPER_E17:
-            continue
-        for i, q in enumerate(E17_LOSSES):
-            paper = PAPER_E17[r["lam"]][i]
-            rows.append(_row("E17", f"λ = {r['lam']:g}: {q}", float(r[q]),
-                             f"{r[q]:.3g} ± {r[q + '_se']:.1g} (s.e., {n_regularised} matrices)", paper=paper,
-                             scale=scale))
-            ok[q].append(verdict(paper, r[q], scale=scale) == "matches")  # the verdict scorecard.record gives the row
-        obs_dev = max(obs_dev, abs(r["L_obs"] * scale / PAPER_E17[r["lam"]][0] - 1))
-    bert_reg = reg.set_index("method").loc["BERT"]
-    paper_mask = [v[1] for v in PAPER_E17.values()]
-    e17 = (f"L_obs {'matches' if all(ok['L_obs']) else 'does not match'} the paper's at every λ (largest deviation "
-           f"{obs_dev:.0%}): it measures how far the regulariser pulls U off the observed entries, which is set "
-           f"mostly by λ. L_mask, the error on the entries that matter, is {lam_rows.L_mask.iloc[0]:.3f} at the "
-           f"smallest λ and {lam_rows.L_mask.iloc[-1]:.3f} at the largest (range {lam_rows.L_mask.min():.3f}–"
-           f"{lam_rows.L_mask.max():.3f}; paper {min(paper_mask):.3f}–{max(paper_mask):.3f}"
-           + (f", to be compared with ours ×{scale:g}, the ratio of the two tasks' copying levels" if scale != 1 else "")
-           + f"; {sum(ok['L_mask'])} of "
-           f"{len(ok['L_mask'])} within the tolerance); BERT's on the same matrices is {bert_reg.L_mask:.3f}, "
-           + ("below every λ" if bert_reg.L_mask < lam_rows.L_mask.min() else
-              "above every λ" if bert_reg.L_mask > lam_rows.L_mask.max() else "within the range of the λ"))
 
+def _e16_solver(solver_sweep: pd.DataFrame, task) -> str:
+    """E16's solver curve on the paper's task (no model): L ± s.e. across p_mask."""
+    s = solver_sweep[solver_sweep["method"] == "nuclear norm"].set_index("p_mask").sort_index()
+    lo, hi = s.iloc[0], s.iloc[-1]
+    noisy = [f"{p:g}" for p, r in s.iterrows() if r.L_se > SE_TARGET * r.L]
+    text = (f"On the paper's task the solver's L rises from {pm(lo.L, lo.L_se)} at p_mask {s.index[0]:g} to "
+            f"{pm(hi.L, hi.L_se)} at {s.index[-1]:g}")
+    if task.p_mask in s.index:
+        at = s.loc[task.p_mask]
+        text += f"; at the paper's p_mask {task.p_mask:g} it is {pm(at.L, at.L_se)} (L_mask {pm(at.L_mask, at.L_mask_se)})"
+    return text + (f". The standard error is under {SE_TARGET:.0%} of the value at every p_mask" if not noisy else
+                   f". The standard error is above {SE_TARGET:.0%} of the value at p_mask {', '.join(noisy)}: "
+                   "there the solver completes almost every matrix exactly and a few matrices it gets wrong "
+                   "make most of the mean")
+
+
+def _z_range(z: pd.Series) -> str:
+    """'1.2 to 1.4 standard errors below' (or above, or 'between −0.5 and +0.8 standard errors from')."""
+    if (z < 0).all() or (z > 0).all():
+        a = z.abs()
+        return f"{a.min():.1f} to {a.max():.1f} standard errors {'below' if (z < 0).all() else 'above'}"
+    return f"between {z.min():+.1f} and {z.max():+.1f} standard errors from"
+
+
+def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
+    """E17 on the paper's task against the paper's table: verdict rows (rule: SOLVER_RTOL)."""
+    beside = e17_beside_paper(reg)
+    rows, ok = [], {q: [] for q in E17_LOSSES}
+    for r in beside.to_dict("records"):
+        v = verdict(r["paper"], r["ours"], rtol=SOLVER_RTOL, spread=r["se"])  # what scorecard.record gives the row
+        ok[r["quantity"]].append(v == "matches")
+        rows.append({**_row("E17", f"λ = {r['lam']:g}: {r['quantity']} (paper's task)", float(r["ours"]),
+                            f"{pm(r['ours'], r['se'])} (s.e. over {n_regularised} matrices of the paper's task); "
+                            f"{abs(r['z']):.1f} s.e. {'below' if r['z'] < 0 else 'above'} the paper's value "
+                            f"({r['rel_dev']:+.1%} of it)",
+                            paper=r["paper"]),
+                     "spread": float(r["se"]), "rtol": SOLVER_RTOL})
+    obs, mask = (beside[beside["quantity"] == q] for q in ("L_obs", "L_mask"))
+    own_se = mask["se"] * (n_regularised / PAPER_E17_MATRICES) ** 0.5 / mask["ours"]  # the paper's sample's error
+    text = (f"L_obs {'matches' if all(ok['L_obs']) else 'does not match'} the paper's at every λ "
+            f"({sum(ok['L_obs'])} of {len(ok['L_obs'])} within the rule; deviations {obs.rel_dev.min():+.1%} to "
+            f"{obs.rel_dev.max():+.1%}): it measures how far the regulariser pulls U off the observed entries, "
+            f"which λ sets. L_mask, the error on the entries that matter, is {pm(mask.ours.iloc[0], mask.se.iloc[0])} "
+            f"at the smallest λ and {pm(mask.ours.iloc[-1], mask.se.iloc[-1])} at the largest, against the paper's "
+            f"{mask.paper.iloc[0]:.4f} and {mask.paper.iloc[-1]:.4f}: ours lie {_z_range(mask.z)} the paper's "
+            f"({mask.rel_dev.min():+.0%} to {mask.rel_dev.max():+.0%}), {sum(ok['L_mask'])} of {len(ok['L_mask'])} "
+            f"within the rule. The paper's own means, over "
+            f"{PAPER_E17_MATRICES} matrices, carry a sampling error of about {own_se.mean():.0%} (our per-matrix spread "
+            f"at their sample size), and every λ sees the same matrices, so the five L_mask move together")
+    if (reg["method"] == "BERT").any():  # only when BERT was trained on these matrices' task
+        bert = reg.set_index("method").loc["BERT"]
+        lam = reg[reg["method"] != "BERT"]
+        text += (f"; BERT's L_mask on the same matrices is {pm(bert.L_mask, bert.L_mask_se)}, "
+                 + ("below every λ" if bert.L_mask < lam.L_mask.min() else
+                    "above every λ" if bert.L_mask > lam.L_mask.max() else "within the range of the λ"))
+    return text, rows
+
+
+def _solvers(solvers: pd.DataFrame, task) -> str:
+    """The classical methods on the paper's task (no model)."""
+    at = solvers.set_index("method")
+    return (f"On the paper's task at p_mask {task.p_mask:g} the pooled L_mask is "
+            + ", ".join(f"{pm(r.L_mask, r.L_mask_se)} for {m}" for m, r in at.iterrows())
+            + "; the median matrix's L_mask is "
+            + ", ".join(f"{pm(r.median_L_mask, r.median_L_mask_se)} for {m}" for m, r in at.iterrows()))
+
+
+def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
+                      p_train: float, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
+                      solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
+    """The tables of `mclib.comparisons`. On the profile's task, with BERT on the same
+    matrices: sweep (nuclear_sweep), ood (ood_table), classical (classical_table). On the
+    paper's task `task` (`comparisons.paper_task()`), solvers alone, whatever the profile:
+    reg (regularised_table, E17), solver_sweep (nuclear_sweep without a model),
+    solvers (classical_table without a model). No number is rescaled across tasks.
+
+    E17's rows compare a number with the paper's on the same task: the verdict is
+    "matches" when |ours − paper| ≤ 2·s.e. + SOLVER_RTOL·|paper| (`scorecard.verdict` with
+    spread = our standard error over matrices), else "differs"."""
+    e16, rows = _e16_same_matrices(sweep, classical, p_train)
+    e17, e17_rows = _e17(reg, n_regularised)
+    rows += e17_rows
     bert_ood = ood[ood["method"] == "BERT"].set_index("dist")
     uni = bert_ood.loc["uniform"]
     e18 = []
@@ -197,14 +283,21 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
                          f"{'similar' if 0.5 <= ratio <= 2 else 'not similar'} (paper: similar); L_mask / E[X²] "
                          f"{o.L_mask_rel:.2f} vs {uni.L_mask_rel:.2f}"))
 
+    at = classical.set_index("method")
+    bert = at.loc["BERT"]
     als, soft = f"ALS, rank {rank}", f"soft-impute, rank {rank}"
     best = at["L_mask"].idxmin()
-    classical_text = (f"pooled over all masked entries BERT's L_mask ({bert.L_mask:.2e}) ranks "
-                      f"{int((at['L_mask'] < bert.L_mask).sum()) + 1} of {len(at)}"
-                      + ("" if best == "BERT" else f", behind {best} ({at.loc[best, 'L_mask']:.2e})")
-                      + f". Matrix by matrix, the median matrix's L_mask is {bert.median_L_mask:.1e} for BERT, "
-                      f"{at.loc[als, 'median_L_mask']:.1e} for ALS and {at.loc[soft, 'median_L_mask']:.1e} for "
-                      f"soft-impute (rounding to 0.01 alone costs about 1e-5), and BERT is better than ALS on "
-                      f"{at.loc[als, 'BERT better on']:.0%} of the matrices")
-    glue = {"e16": e16, "e17": e17, "e18": "; ".join(e18), "classical": classical_text}
+    a = at.loc[als]
+    classical_text = (f"on the profile's task, pooled over all masked entries, BERT's L_mask "
+                      f"({pm(bert.L_mask, bert.L_mask_se)}) ranks {int((at['L_mask'] < bert.L_mask).sum()) + 1} of "
+                      f"{len(at)}" + ("" if best == "BERT" else f", behind {best} ({pm(at.loc[best, 'L_mask'], at.loc[best, 'L_mask_se'])})")
+                      + f"; BERT − ALS on the same matrices is {pm(a.BERT_d_L_mask, a.BERT_d_L_mask_se)}"
+                      + (" (within error)" if within_error(a.BERT_d_L_mask, a.BERT_d_L_mask_se) else "")
+                      + f". Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} "
+                      f"for BERT, {pm(a.median_L_mask, a.median_L_mask_se)} for ALS and "
+                      f"{pm(at.loc[soft, 'median_L_mask'], at.loc[soft, 'median_L_mask_se'])} for soft-impute (rounding "
+                      f"to 0.01 alone costs about 1e-5), and BERT is better than ALS on {a.BERT_better:.0%} ± "
+                      f"{a.BERT_better_se:.0%} of the matrices")
+    glue = {"e16": e16, "e16_solver": _e16_solver(solver_sweep, task), "e17": e17, "e18": "; ".join(e18),
+            "classical": classical_text, "solvers": _solvers(solvers, task)}
     return glue, rows

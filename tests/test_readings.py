@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 from mclib import comparisons as C
+from mclib import scorecard
 from mclib.interventions import GROUPS
 from mclib.paper import PAPER_E17
 from mclib.readings import baseline_readings, embedding_readings, freeze_readings
@@ -66,21 +67,65 @@ def test_freeze_sentences():
 def tables(smoke_run, smoke_profile):
     post = load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
     sweep = C.nuclear_sweep(post, smoke_profile, [0.2, 0.3], 6, seed=0)
-    reg = C.regularised_table(smoke_profile, list(PAPER_E17), 6, seed=0, model=post)
+    task = C.paper_task()
+    reg = C.regularised_table(task, list(PAPER_E17), 6, seed=0)
     ood = C.ood_table(post, smoke_profile, 6, seed=0, solver_matrices=2)
-    classical, per = C.classical_table(post, smoke_profile, 6, seed=0)
-    classical["BERT better on"] = [np.nan if m == "BERT" else float(np.mean(per["BERT"] < per[m]))
-                                   for m in classical["method"]]
-    return sweep, reg, ood, classical
+    classical, _ = C.classical_table(post, smoke_profile, 6, seed=0)
+    solver_sweep = C.nuclear_sweep(None, task, [0.2, 0.3], 6, seed=0)
+    solvers, _ = C.classical_table(None, task, 6, seed=0)
+    return sweep, reg, ood, classical, solver_sweep, solvers, task
+
+
+def _readings(tables, **kw):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    return baseline_readings(sweep, kw.get("reg", reg), ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                             solver_sweep=solver_sweep, solvers=solvers, task=task)
 
 
 def test_baseline_sentences_and_rows(tables):
-    glue, rows = baseline_readings(*tables, p_train=0.3, rank=2, n_regularised=6)
-    assert set(glue) == {"e16", "e17", "e18", "classical"} and all(isinstance(v, str) for v in glue.values())
-    assert glue["e16"].startswith("At the training p_mask 0.3 BERT's L is")
+    glue, rows = _readings(tables)
+    assert set(glue) == {"e16", "e16_solver", "e17", "e18", "classical", "solvers"}
+    assert all(isinstance(v, str) for v in glue.values())
+    assert glue["e16"].startswith("At the training p_mask 0.3, on the same matrices, BERT's L is")
+    assert "paired difference BERT − solver" in glue["e16"]
+    assert glue["e16_solver"].startswith("On the paper's task the solver's L rises from")
+    assert glue["solvers"].startswith("On the paper's task at p_mask 0.3")
     assert "gaussian factors" in glue["e18"] and "laplace factors" in glue["e18"]
     ids = [r["id"] for r in rows]
     assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
     e17 = [r for r in rows if r["id"] == "E17"]
     assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
-    assert "(s.e., 6 matrices)" in e17[0]["reading"]
+    assert all(r["scale"] == 1.0 for r in e17)  # the paper's task: no loss scale
+    assert "s.e. over 6 matrices of the paper's task" in e17[0]["reading"]
+
+
+def _reg_like_paper(se_rel: float, change: dict | None = None) -> pd.DataFrame:
+    """A regularised_table whose numbers are the paper's (times `change[(lam, q)]`), with
+    standard errors se_rel of the value."""
+    rows = []
+    for lam, values in PAPER_E17.items():
+        row = {"method": f"λ = {lam:g}", "lam": lam}
+        for q, v in zip(("L_obs", "L_mask", "L"), values):
+            row[q] = v * (change or {}).get((lam, q), 1.0)
+            row[f"{q}_se"] = se_rel * row[q]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _e17_verdicts(tmp_path, tables, reg):
+    _, rows = _readings(tables, reg=reg)
+    return {r["quantity"]: scorecard.record(tmp_path, **r, chapter="06")["verdict"] for r in rows if r["id"] == "E17"}
+
+
+def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_ones(tmp_path, tables):
+    assert set(_e17_verdicts(tmp_path, tables, _reg_like_paper(0.01)).values()) == {"matches"}
+    # L_mask 37 % below the paper's (what the loss scale once hid): differs, whatever the rest
+    v = _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, {(5e-4, "L_mask"): 0.63}))
+    assert v["λ = 0.0005: L_mask (paper's task)"] == "differs"
+    assert [k for k, x in v.items() if x == "differs"] == ["λ = 0.0005: L_mask (paper's task)"]
+    # 15 % off: beyond the 10 % margin with a small error, within it once 2 s.e. cover the rest
+    off = {(1e-3, "L_obs"): 1.15}
+    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, off))["λ = 0.001: L_obs (paper's task)"] == "differs"
+    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == "matches"
+    glue, _ = _readings(tables, reg=_reg_like_paper(0.01, {(5e-4, "L_obs"): 2.0}))
+    assert glue["e17"].startswith("L_obs does not match the paper's at every λ (4 of 5 within the rule")
