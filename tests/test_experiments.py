@@ -50,10 +50,18 @@ def test_ablation_table_compares_on_one_batch(post, smoke_profile):
         ex.lookup(table, "L", ablated="all")
 
 
-def test_model_table_and_patching_table(post, smoke_profile):
-    table = ex.model_table({"a": post, "b": post}, smoke_profile, 16, 0)
-    assert list(table.model) == ["a", "b"]
-    assert table.iloc[0][ex.LOSS_COLUMNS].tolist() == table.iloc[1][ex.LOSS_COLUMNS].tolist()
+def test_model_table_and_patching_table(post, smoke_run, smoke_profile):
+    pre = load_checkpoint(smoke_run, smoke_profile.checkpoints.pre)
+    table = ex.model_table({"post": post, "pre": pre}, smoke_profile, 16, 0).set_index("model")
+    assert list(table.index) == ["post", "pre"]
+    batch = sample_eval_batch(smoke_profile, 16, 0)
+    for name, model in (("post", post), ("pre", pre)):  # each row: that model's losses on the one batch, by hand
+        with torch.no_grad():
+            err = (model.eval()(batch.tokens).view(16, N, N) - batch.x) ** 2
+        assert table.at[name, "L_mask"] == pytest.approx(err[batch.mask].mean().item(), rel=1e-5)
+        assert table.at[name, "L_obs"] == pytest.approx(err[~batch.mask].mean().item(), rel=1e-5)
+        assert table.at[name, "L"] == pytest.approx(err.mean().item(), rel=1e-5)
+    assert table.at["post", "L"] != table.at["pre", "L"]
     patch = ex.patching_table(post, smoke_profile, 8, 0)
     assert list(patch.patched) == ["none", "last layer", "all layers"]
     assert patch.iloc[0]["masked_vs_X"] == pytest.approx(activation_patching(post, smoke_profile, 8, 0, layers=[])["masked_vs_X"])

@@ -1,10 +1,11 @@
+import copy
 import re
 
 import pytest
 import torch
 
 from mclib.config import ModelConfig
-from mclib.data import MASK_ID, make_batch, sample_batch, tokenize
+from mclib.data import MASK_ID, make_batch, sample_batch, sample_matrices, tokenize
 from mclib.evaluate import activation_patching, evaluate, predict, sample_eval_batch
 from mclib.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions,
                                  position_permutation, reinit_component, replace_masked_tokens, switch_qkv)
@@ -57,10 +58,17 @@ def test_switch_qkv_touches_exactly_query_key_value():
     assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())  # target untouched
 
 
-def test_switching_a_model_with_itself_changes_nothing(post):
-    t = tokens()
+def test_switched_model_computes_with_the_source_qkv_modules():
+    # the expected model is built another way: the source's query/key/value modules put in a copy of the target
+    target, source, t = tiny(0), tiny(1), tokens()
+    expected = copy.deepcopy(target)
+    for mine, theirs in zip(expected.bert.encoder.layer, source.bert.encoder.layer):
+        for name in ("query", "key", "value"):
+            setattr(mine.attention.self, name, copy.deepcopy(getattr(theirs.attention.self, name)))
     with torch.no_grad():
-        assert torch.equal(switch_qkv(post, post)(t), post(t))
+        out = switch_qkv(target, source)(t)
+        assert torch.allclose(out, expected(t), atol=1e-6)
+        assert not torch.allclose(out, target(t), atol=1e-3) and not torch.allclose(out, source(t), atol=1e-3)
 
 
 # --- E7 ----------------------------------------------------------------------------------
@@ -154,7 +162,13 @@ def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     assert set(e2) == {"L", "L_obs", "L_mask", "mask_value", "L'_mask"}
     fixed = torch.zeros(7, 7, dtype=torch.bool)
     fixed[3] = True
-    assert evaluate(post, smoke_profile, 8, seed=5, mask=fixed)["L_mask"] >= 0
+    # one fixed mask for every matrix: L_mask is the error on row 3, the tokens built here by hand
+    x = sample_matrices(8, 7, 2, torch.Generator().manual_seed(5))  # the matrices of seed 5
+    t = tokenize(x)
+    t[:, 3] = MASK_ID
+    with torch.no_grad():
+        by_hand = ((post.eval()(t.flatten(1)).view(8, 7, 7)[:, 3] - x[:, 3]) ** 2).mean().item()
+    assert evaluate(post, smoke_profile, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(by_hand, rel=1e-5)
     with pytest.raises(ValueError, match="mask has shape"):
         evaluate(post, smoke_profile, 8, seed=5, mask=torch.zeros(6, 6, dtype=torch.bool))
 
