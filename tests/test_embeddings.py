@@ -7,7 +7,7 @@ from mclib.embeddings import (alignment, captured_variance, component_tracks, em
                               position_tsne, project, token_ids, token_norms, token_projections, token_rows,
                               token_values)
 from mclib.model import build_model
-from mclib.train import saved_steps
+from mclib.train import load_checkpoint, saved_steps
 
 N = 7
 
@@ -42,13 +42,29 @@ def test_pca_projection_alignment_and_tracks():
     assert np.allclose(project(rows, pca), rows @ pca.components_.T)            # the authors: no centring
     assert np.allclose(project(rows + 5.0, pca, centred=True), project(rows, pca, centred=True))
     final = project(rows, pca, centred=True)
-    assert alignment(final, final) == pytest.approx(1)
-    assert alignment(3 * final, final) == pytest.approx(1)                       # scale-free
     assert abs(alignment(project(rng.normal(size=rows.shape), pca, True), final)) < 0.3
-    assert captured_variance(rows, pca) == pytest.approx(pca.explained_variance_ratio_.sum())
     tracks = component_tracks(final, x).set_index("component")
     assert max(tracks["abs_x"]) > 0.9 and max(tracks["sign_x"]) > 0.9
     assert norm_symmetry(x, np.linalg.norm(rows, axis=1)) > 0.99                # |x| and sign²: symmetric
+
+
+def test_alignment_by_hand():
+    final = np.array([[1.0, 0.0], [0.0, 1.0]])
+    earlier = np.array([[1.0, 1.0], [1.0, 0.0]])
+    # column 1: cos([1, 1], [1, 0]) = 1/√2; column 2: cos([1, 0], [0, 1]) = 0; the mean of the two
+    assert alignment(earlier, final) == pytest.approx(1 / (2 * np.sqrt(2)))
+    assert alignment(3 * earlier, final) == pytest.approx(1 / (2 * np.sqrt(2)))  # scale-free
+    assert alignment(-final, final) == pytest.approx(-1)
+
+
+def test_captured_variance_by_hand():
+    # 8 points ±2, ±1, ±0.5 along three axes: variances 4, 1, 0.25; the PCA plane holds the first two
+    corners = np.array([[a, b, c] for a in (-2, 2) for b in (-1, 1) for c in (-0.5, 0.5)], dtype=float)
+    pca = fit_pca(corners)
+    assert captured_variance(corners, pca) == pytest.approx(5 / 5.25)
+    # other rows in that plane: ±0.1 in the plane, ±3 across it
+    flat = corners * [0.05, 0.1, 6]
+    assert captured_variance(flat, pca) == pytest.approx((0.01 + 0.01) / (0.01 + 0.01 + 9))
 
 
 def _column_clustered(rng, noise=0.05):
@@ -94,11 +110,27 @@ def test_bad_inputs_name_the_value(model):
         project(np.zeros((301, 8)), fit_pca(token_rows(model)))
 
 
+def _by_hand(run, step, final_step, centred):
+    """E13's numbers at `step` from numpy alone: the final rows' top-2 principal axes by
+    SVD, the step's rows projected on them, cosine per axis with the final projection."""
+    rows = lambda s: load_checkpoint(run, s).bert.embeddings.word_embeddings.weight.detach()[851:1152].double().numpy()
+    final, mine = rows(final_step), rows(step)
+    axes = np.linalg.svd(final - final.mean(0), full_matrices=False)[2][:2].T   # [hidden, 2]
+    shift = lambda r: r - r.mean(0) if centred else r
+    p, q = shift(mine) @ axes, shift(final) @ axes
+    cos = (p * q).sum(0) / (np.linalg.norm(p, axis=0) * np.linalg.norm(q, axis=0))
+    c = mine - mine.mean(0)
+    return cos.mean(), ((c @ axes) ** 2).sum() / (c ** 2).sum()
+
+
 def test_progress_has_one_row_per_saved_step(smoke_run):
     df = embedding_progress(smoke_run)
-    assert df["step"].tolist() == saved_steps(smoke_run)
-    last = df.iloc[-1]
-    assert last["token_alignment"] == pytest.approx(1)
+    steps = saved_steps(smoke_run)
+    assert df["step"].tolist() == steps
+    first = df.iloc[0]
+    aligned, captured = _by_hand(smoke_run, steps[0], steps[-1], centred=True)
+    assert first["token_alignment"] == pytest.approx(aligned, abs=1e-6) and first["token_captured"] == pytest.approx(captured)
+    assert first["token_alignment"] < 0.999  # not the last step compared with itself
     assert df[["column_silhouette", "row_silhouette"]].abs().le(1).all().all()
     with pytest.raises(ValueError, match="final_step 7"):
         embedding_progress(smoke_run, final_step=7)
@@ -108,8 +140,11 @@ def test_token_projections_at_chosen_steps(smoke_run):
     steps = saved_steps(smoke_run)
     coords, summary = token_projections(smoke_run, steps[:2] + steps[-1:])
     assert summary["step"].tolist() == steps[:2] + steps[-1:] and len(coords) == 3 * 2 * 301
-    last = summary.iloc[-1]
-    assert last["alignment_uncentred"] == pytest.approx(1) and last["alignment_centred"] == pytest.approx(1)
+    first = summary.iloc[0]
+    for centred in (False, True):
+        aligned, captured = _by_hand(smoke_run, steps[0], steps[-1], centred)
+        assert first[f"alignment_{'centred' if centred else 'uncentred'}"] == pytest.approx(aligned, abs=1e-6)
+    assert first["captured"] == pytest.approx(captured)
     assert summary["captured"].between(0, 1).all()
     final = coords[(coords.step == steps[-1]) & coords.centred]
     assert final[["pc1", "pc2"]].mean().abs().max() < 1e-9          # centred coordinates have mean 0

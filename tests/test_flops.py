@@ -4,8 +4,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mclib.config import load_profile, profile_path
 from mclib.data import sample_batch
-from mclib.flops import authors_step_flops, forward_flops, matmul_params, train_step_flops
-from mclib.model import build_model
+from mclib.flops import authors_step_flops, matmul_params, train_step_flops
+from mclib.model import MatrixBert, bert_config, build_model
 
 
 def test_flop_formula_matches_torch_flop_counter(smoke_profile):
@@ -18,8 +18,30 @@ def test_flop_formula_matches_torch_flop_counter(smoke_profile):
     assert counter.get_total_flops() == train_step_flops(cfg, 7, 3)
 
 
+@pytest.mark.parametrize("name", ["smoke", "paper"])
+def test_matmul_params_counts_the_model_s_weight_matrices(name):
+    # counted on the model itself (on the meta device: no memory): every 2-D encoder weight and the read-out
+    cfg = load_profile(profile_path(name)).model
+    with torch.device("meta"):
+        model = MatrixBert(bert_config(cfg, 7))
+    counted = sum(p.numel() for n, p in model.named_parameters()
+                  if (".encoder." in n and p.ndim == 2) or n == "readout.weight")
+    assert matmul_params(cfg) == counted
+
+
+def test_authors_step_is_a_step_and_two_forward_passes_by_the_flop_counter(smoke_profile):
+    cfg = smoke_profile.replace(**{"model.attention": "eager"}).model
+    model = build_model(cfg, 7, seed=0)
+    gen = torch.Generator().manual_seed(0)
+    batch, fresh = sample_batch(3, 7, 2, 0.3, gen), sample_batch(2, 7, 2, 0.3, gen)
+    with FlopCounterMode(display=False) as counter:
+        model(batch.tokens).sum().backward()   # the step
+        with torch.no_grad():
+            model(batch.tokens)                # the same batch after the update
+            model(fresh.tokens)                # the eval batch
+    assert counter.get_total_flops() == authors_step_flops(cfg, 7, 3, eval_batch=2)
+
+
 def test_paper_step_is_about_2_tflop():
     cfg = load_profile(profile_path("paper")).model
-    assert matmul_params(cfg) == 4 * (4 * 768**2 + 2 * 768 * 3072) + 768
     assert train_step_flops(cfg, 7, 256) == pytest.approx(2.15e12, rel=0.01)
-    assert authors_step_flops(cfg, 7, 256, 64) == train_step_flops(cfg, 7, 256) + forward_flops(cfg, 7, 320)
