@@ -1,4 +1,5 @@
-"""Every figure function returns a Figure with a title, from small made-up data."""
+"""The figure functions draw their data: points, lines, bars and images are read back
+from the returned Figure and compared with the made-up input."""
 import matplotlib
 
 matplotlib.use("Agg")
@@ -14,32 +15,103 @@ def _title(fig):
     return fig._suptitle.get_text() if fig._suptitle else fig.axes[0].get_title()
 
 
-def test_copying_figures():
+def _points(ax) -> np.ndarray:
+    return np.concatenate([c.get_offsets() for c in ax.collections])
+
+
+def test_prediction_scatter_puts_observed_left_and_masked_right():
     gen = torch.Generator().manual_seed(0)
     x = torch.rand(4, 7, 7, generator=gen) * 2 - 1
     mask = torch.rand(4, 7, 7, generator=gen) < 0.3
-    assert _title(plots.prediction_scatter(x, x * ~mask, mask, title="t")) == "t"
-    metrics = pd.DataFrame({"step": range(1, 51), "mask_value": np.linspace(0.5, 0.01, 50)})
-    assert _title(plots.mask_value_curve(metrics, 0.35, drop=30, mark={"pre": 10}, title="m")) == "m"
+    pred = x * ~mask  # a copying model: X at observed entries, 0 at masked ones
+    fig = plots.prediction_scatter(x, pred, mask, title="t")
+    left, right = fig.axes[:2]
+    assert _title(fig) == "t"
+    obs, hid = _points(left), _points(right)
+    assert len(obs) == (~mask).sum() and len(hid) == mask.sum()
+    assert np.allclose(obs[:, 0], obs[:, 1])                     # on the diagonal
+    assert np.allclose(hid[:, 1], 0) and np.allclose(np.sort(hid[:, 0]), np.sort(x[mask].numpy()))
+
+
+def test_prediction_scatter_samples_at_most_max_points():
+    x = torch.zeros(10, 7, 7)
+    mask = torch.zeros(10, 7, 7, dtype=torch.bool)
+    fig = plots.prediction_scatter(x, x, mask, max_points=100)
+    assert len(_points(fig.axes[0])) == 100 and len(_points(fig.axes[1])) == 0
+
+
+def test_mask_value_curve_draws_the_smoothed_curve_and_the_marks():
+    values = np.linspace(0.5, 0.01, 50)
+    metrics = pd.DataFrame({"step": range(1, 51), "mask_value": values})
+    fig = plots.mask_value_curve(metrics, 0.35, drop=30, mark={"pre": 10}, smooth=1, title="m")
+    ax = fig.axes[0]
+    curve, reference, drop, pre = ax.get_lines()
+    assert np.array_equal(curve.get_xdata(), np.arange(1, 51)) and np.allclose(curve.get_ydata(), values)
+    assert list(reference.get_ydata()) == [0.35, 0.35]
+    assert list(drop.get_xdata()) == [30, 30] and list(pre.get_xdata()) == [10, 10]
+    smoothed = plots.mask_value_curve(metrics, 0.35, smooth=5).axes[0].get_lines()[0].get_ydata()
+    assert smoothed[10] == pytest.approx(values[6:11].mean())     # the mean of the 5 steps ending there
+
+
+def test_loss_bars_draw_one_bar_per_value_on_a_log_scale():
     fig = plots.loss_bars(["a", "b"], {"L_obs": [1e-3, 0.0], "L_mask": [0.2, 0.1]},
                           paper={"L_obs": [2e-3, None]}, title="bars", reference=(0.22, "E[X²]"))
-    assert _title(fig) == "bars"
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log" and _title(fig) == "bars"
+    widths = [p.get_width() for p in ax.patches]
+    assert widths[:2] == [1e-3, pytest.approx(np.nan, nan_ok=True)] and widths[2:] == [0.2, 0.1]  # 0: no bar on a log axis
+    diamonds = [l for l in ax.get_lines() if l.get_marker() == "D"]
+    assert len(diamonds) == 1 and list(diamonds[0].get_xdata()) == [2e-3]
+    assert any(list(l.get_xdata()) == [0.22, 0.22] for l in ax.get_lines())
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
 
 
-def test_head_figures():
-    maps = torch.softmax(torch.randn(2, 3, 49, 49), -1)
+def test_attention_grid_shows_each_map():
+    maps = torch.softmax(torch.randn(2, 3, 49, 49, generator=torch.Generator().manual_seed(0)), -1)
     fig = plots.attention_grid(maps, row_labels=["r1", "r2"], col_labels=["a", "b", "c"], title="grid",
                                query_bands=[(21, 27)], key_marks=[22])
     assert _title(fig) == "grid" and len(fig.axes) == 6
+    for i, ax in enumerate(fig.axes):
+        (image,) = ax.get_images()
+        assert np.allclose(image.get_array(), maps[i // 3, i % 3].numpy())
+        assert image.get_clim() == (0, pytest.approx(max(maps[i // 3, i % 3].max().item(), 3 / 49)))
+    assert [ax.get_title() for ax in fig.axes[:3]] == ["a", "b", "c"] and fig.axes[3].get_ylabel() == "r2"
+    uniform = plots.attention_grid(torch.full((1, 1, 49, 49), 1 / 49))
+    assert uniform.axes[0].get_images()[0].get_clim() == (0, pytest.approx(3 / 49))  # a flat head stays dark
     with pytest.raises(ValueError, match="expected \\[rows, cols, query, key\\]"):
         plots.attention_grid(maps[0])
+
+
+def test_head_label_heatmap_colours_each_head_by_its_label():
     labels = pd.Series(["row", "column", "identity", "other"],
                        index=pd.MultiIndex.from_tuples([(0, 0), (0, 1), (1, 0), (1, 1)], names=["layer", "head"]))
-    assert _title(plots.head_label_heatmap(labels, title="labels")) == "labels"
+    fig = plots.head_label_heatmap(labels, title="labels")
+    ax = fig.axes[0]
+    names = list(plots.LABEL_COLORS)
+    grid = ax.get_images()[0].get_array()
+    assert grid.tolist() == [[names.index("row"), names.index("column")],
+                             [names.index("identity"), names.index("other")]]
+    assert [t.get_text() for t in ax.texts] == ["row", "col", "ide", "oth"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "2"]  # 1-indexed, as in the paper
+
+
+def test_progress_lines_draw_every_head_and_the_largest():
     progress = pd.DataFrame([{"step": s, "layer": 0, "head": h, "row_excess": s / 10 * h, "column_excess": 0.0,
                               "self_excess": 0.1} for s in (1, 2, 3) for h in (0, 1)])
-    assert _title(plots.progress_lines(progress, drop=2, mark={"pre": 1}, title="progress")) == "progress"
-    probes = pd.DataFrame([{"layer": l, "target": t, "positions": p, "mse": 0.5, "mse_zero": 1.0,
+    fig = plots.progress_lines(progress, drop=2, mark={"pre": 1}, title="progress")
+    row_ax = fig.axes[0]
+    lines = row_ax.get_lines()
+    assert np.allclose(lines[0].get_ydata(), [0, 0, 0]) and np.allclose(lines[1].get_ydata(), [0.1, 0.2, 0.3])
+    assert np.allclose(lines[2].get_ydata(), [0.1, 0.2, 0.3])   # the largest over heads is head 1
+    assert any(list(l.get_xdata()) == [2, 2] for l in lines)     # the drop
+
+
+def test_probe_lines_plot_mse_relative_to_zero():
+    probes = pd.DataFrame([{"layer": l, "target": t, "positions": p, "mse": 0.1 * (l + 1), "mse_zero": 1.0,
                             "abs_cos": float("nan") if t == "value" else 0.5}
                            for l in range(3) for t in ("row", "value") for p in ("all", "masked")])
-    assert _title(plots.probe_lines(probes, title="probes")) == "probes"
+    fig = plots.probe_lines(probes, title="probes")
+    assert _title(fig) == "probes" and len(fig.axes) == 4
+    mse_row = fig.axes[0].get_lines()
+    assert len(mse_row) == 2 and np.allclose(mse_row[0].get_ydata(), [0.1, 0.2, 0.3])
+    assert any("no cosine" in t.get_text() for t in fig.axes[3].texts)  # the value target has no cosine
