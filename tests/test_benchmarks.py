@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts a Python process that imports torch and trains
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 
-pytestmark = pytest.mark.skipif(shutil.which("chromium") is None,
-                                reason="needs Chromium for the browser check (Debian: apt-get install -y chromium)")
+pytestmark = [pytest.mark.slow,  # the smoke book, then a browser
+              pytest.mark.skipif(shutil.which("chromium") is None,
+                                 reason="needs Chromium for the browser check (Debian: apt-get install -y chromium)")]
 
 CHECKER = Path(__file__).resolve().parents[1] / "scripts" / "check_book_html.py"
 PAGES = ["index.html", "book/_executed/01_train.html", "book/_executed/99_scorecard.html"]

@@ -83,6 +83,7 @@ def test_silhouette_high_for_columns_and_zero_for_random(metric):
     assert abs(position_silhouette(noise, N, "row", metric)) < 0.1
 
 
+@pytest.mark.slow
 def test_tsne_is_seeded_and_keeps_columns_apart():
     rows = _column_clustered(np.random.default_rng(1))
     a, b = position_tsne(rows, N, seed=0), position_tsne(rows, N, seed=0)

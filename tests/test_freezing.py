@@ -32,6 +32,7 @@ def test_profile_is_the_main_one_shortened(smoke_profile):
         freeze_profile(smoke_profile, "layernorm")
 
 
+@pytest.mark.slow
 def test_four_runs_train_only_their_group_and_resume(run, cfg):
     runs = freeze_runs(cfg, run)
     assert list(runs) == list(GROUPS) and all(runs[g] == freeze_run_dir(run, g) for g in GROUPS)

@@ -18,6 +18,7 @@ MEASURES = ["max_row_excess", "max_column_excess", "attention_entropy", "column_
 
 # --- the measures on the smoke run ---------------------------------------------------
 
+@pytest.mark.slow
 def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
     g = progress.gradient_norms(smoke_run, smoke_profile, n_matrices=16, seed=3)
     steps = saved_steps(smoke_run)
@@ -37,6 +38,7 @@ def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
     assert wide.loc[steps[-1], "total"] == pytest.approx(total, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_progress_table_on_the_smoke_run(smoke_run, smoke_profile):
     table = progress.progress_table(smoke_run, smoke_profile, n_matrices=16)
     assert list(table.columns) == ["step"] + MEASURES

@@ -50,6 +50,7 @@ def _whole_and_resumed(profile, tmp_path) -> tuple[Path, Path]:
     return whole, part
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path, smoke_profile):
     whole, part = _whole_and_resumed(smoke_profile, tmp_path)
     a, b = _state(whole, 60), _state(part, 60)
@@ -63,6 +64,7 @@ def _train_in_child(profile, run_dir, threads):
     train(profile, run_dir, progress=False)
 
 
+@pytest.mark.slow
 def test_resume_after_a_hard_kill(tmp_path, smoke_profile):
     """SIGKILL mid-run at an arbitrary moment, then rerun: same result as uninterrupted."""
     profile = smoke_profile.replace(**{"train.steps": 400, "train.save_every": 40,
@@ -101,6 +103,7 @@ def test_bf16_autocast_runs(tmp_path, smoke_profile):
     assert m["L"].notna().all() and m["L"].iloc[-1] < m["L"].iloc[0]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler")
 def test_compiled_step_trains_like_the_eager_step(tmp_path, smoke_profile):
     """train.compile (meant for a GPU) computes the same losses as the plain step, and the
@@ -122,6 +125,7 @@ def test_autocast_names_an_unknown_precision():
         train_module.autocast(torch.device("cpu"), "fp16")
 
 
+@pytest.mark.slow
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
     from mclib.config import load_profile, profile_path
     p = load_profile(profile_path("paper")).replace(**{
@@ -154,6 +158,7 @@ def test_find_drop_definition():
     assert find_drop(df.head(150), rank=2) is None
 
 
+@pytest.mark.slow
 def test_muon_optimizer_trains_and_resumes_bit_identically(tmp_path, smoke_profile):
     # warm-up past the resume point: the lr after resuming must follow the schedule
     p = smoke_profile.replace(**{"train.optimizer": "muon", "train.warmup": 40})
@@ -162,6 +167,7 @@ def test_muon_optimizer_trains_and_resumes_bit_identically(tmp_path, smoke_profi
     assert m["L_obs"].tail(10).mean() < 0.5 * m["L_obs"].head(5).mean()
 
 
+@pytest.mark.slow
 def test_optimiser_levers(tmp_path, smoke_profile):
     """embedding_lr gives the token and position embeddings their own Adam group; beta2
     reaches Adam; grad_clip bounds the global gradient norm of the step; the levers
@@ -239,6 +245,7 @@ def test_parallel_runs(smoke_profile):
     assert parallel_runs(smoke_profile.replace(**{"train.threads": 2 * cores})) == 1
 
 
+@pytest.mark.slow
 def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profile, monkeypatch):
     """Two processes at once (spawned) give the numbers of one run after the other, to the bit;
     the book's seed comes first and lives in run_dir, the others in sibling folders."""
@@ -261,6 +268,7 @@ def test_window_mean():
     assert pd.isna(window_mean(m, 500, window=10)["L"])
 
 
+@pytest.mark.slow
 def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile):
     """mclib.book.train_runs: the seeds and E15's runs, all complete after one call; a
     second call trains nothing (and starts no process)."""
@@ -279,6 +287,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile):
     assert [f.read_bytes() for f in files] == before
 
 
+@pytest.mark.slow
 def test_a_failing_run_side_by_side_raises_here(tmp_path, smoke_profile):
     """A seed folder started with another profile: the worker's one-line error reaches the caller."""
     profile = smoke_profile.replace(**{"analysis.seeds": [1, 2]})
@@ -322,7 +331,8 @@ def _same_run(a: Path, b: Path, step: int = 30) -> None:
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
-@pytest.mark.parametrize("kill, saved", [(5, []), (10, []), (15, [10]), (25, [10, 20])])
+@pytest.mark.parametrize("kill, saved", [pytest.param(5, [], marks=pytest.mark.slow), (10, []),
+                                         pytest.param(15, [10], marks=pytest.mark.slow), (25, [10, 20])])
 def test_resume_after_a_kill_at_several_steps(tmp_path, short, whole, kill, saved):
     # at step 10 the kill comes before that step's checkpoint: the run restarts from nothing
     with pytest.raises(Killed):
