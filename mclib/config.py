@@ -55,7 +55,8 @@ class TrainConfig:
     eval_batch: int = 64
     save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
     log_every: int = 50        # metrics are read from the device every this many steps
-    compile: bool = False      # wrap the model in torch.compile for the training step
+    compile: bool = False      # run the training step through torch.compile
+    fast: bool = True          # the stacked training path (mclib.stacked); false: HF MatrixBert's own forward
 
 
 @dataclass
@@ -253,7 +254,7 @@ def profile_path(name_or_path: str) -> Path:
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
 RECIPE = ("data", "model", "train")
 _NOT_RECIPE = {"train": ("precision", "device", "threads", "eval_every", "eval_batch", "save_every",
-                         "log_every", "compile"), "model": ("attention",)}
+                         "log_every", "compile", "fast"), "model": ("attention",)}
 
 
 def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:

@@ -34,9 +34,11 @@ import math
 import multiprocessing
 import os
 import shutil
+import sys
 import threading
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -46,9 +48,11 @@ import yaml
 from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile, profile_from_dict
-from .data import Batch, sample_batch
+from .data import MASK_ID, Batch, sample_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model, load_model
+from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
+from .stacked import forward as stacked_forward
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -226,7 +230,7 @@ def _check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "device", "threads", "compile"):  # where, how and how long it runs, not what it is
+        for key in ("steps", "device", "threads", "compile", "fast"):  # where, how and how long it runs, not what it is
             d["train"].pop(key)
         d["checkpoints"].pop("post")
         d["checkpoints"].pop("transition")
@@ -254,12 +258,45 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     component re-initialised and the rest frozen); its frozen parameters stay frozen,
     also after a resume.
     """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    return train_group([Job(profile, Path(run_dir), stop, init_model)], progress=progress)[0]
+
+
+@dataclass
+class Job:
+    """One run of a `train_group` call: what `train` takes."""
+    profile: Profile
+    run_dir: Path
+    stop: Callable[[list[dict]], bool] | None = None
+    init_model: MatrixBert | None = None
+
+
+def stack_key(profile: Profile) -> tuple:
+    """Runs whose profiles share this key can train as one stack (`train_group`): the same
+    architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
+    counts and frozen groups may differ."""
+    m, d, t = profile.model, profile.data, profile.train
+    return (m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, d.n, t.batch, t.precision,
+            str(resolve_device(t.device)), t.fast, t.compile, t.threads)
+
+
+def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
+    """Train (or resume) several runs at once, as one stacked model (`mclib.stacked`) when
+    their profiles allow it (`train.fast`, equal `stack_key`), else on the reference
+    path (HF `MatrixBert`, `train_step`), which takes one run. Each run's numbers do not
+    depend on which runs it trained beside (tests/test_stacked.py). Returns the folders."""
+    if not jobs:
+        return []
+    if len({stack_key(j.profile) for j in jobs}) > 1:
+        raise ValueError("runs trained as one stack need equal stack_key(profile): "
+                         + ", ".join(f"{j.run_dir}" for j in jobs))
     threads = torch.get_num_threads()
     try:
-        with _only_trainer(run_dir):
-            return _train(profile, run_dir, progress, stop, init_model)
+        with contextlib.ExitStack() as locks:
+            for j in jobs:
+                j.run_dir.mkdir(parents=True, exist_ok=True)
+                locks.enter_context(_only_trainer(j.run_dir))
+            _train(jobs, progress)
+        return [j.run_dir for j in jobs]
     finally:
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
 
@@ -284,89 +321,250 @@ def _only_trainer(run_dir: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _train(profile: Profile, run_dir: Path, progress: bool, stop, init_model) -> Path:
-    t = profile.train
+def fast_path_refusal(profile: Profile) -> str | None:
+    """Why `profile` cannot take the stacked path (None: it can). A refusal is printed
+    once, as a one-line notice, and the run trains on the reference path."""
+    if profile.train.optimizer != "adam":
+        return f"train.fast: optimizer {profile.train.optimizer!r} runs on the reference path (the stacked path has Adam only)"
+    return None
+
+
+class _Run:
+    """One run's bookkeeping in the loop: its folder, generators, step, metric rows."""
+
+    def __init__(self, job: Job, device: torch.device):
+        p = job.profile
+        self.job, self.profile, self.t, self.dir = job, p, p.train, job.run_dir
+        if (self.dir / "profile.yaml").is_file():
+            _check_same_profile(self.dir, p)
+        _write_atomic(self.dir / "profile.yaml", lambda f: f.write_text(yaml.safe_dump(p.to_dict(), sort_keys=False)))
+        self.gens = {"data": torch.Generator(device).manual_seed(p.seed),
+                     "eval": torch.Generator(device).manual_seed(p.seed + EVAL_SEED_OFFSET)}
+        done = saved_steps(self.dir)
+        self.state = None
+        if done:
+            self.step = done[-1]
+            self.model = load_checkpoint(self.dir, self.step, p.model.attention).to(device)
+            self.state = torch.load(checkpoint_dir(self.dir, self.step) / "train_state.pt", map_location="cpu",
+                                    weights_only=False)
+            for k, g in self.gens.items():
+                g.set_state(self.state["gens"][k])
+            self.rows = [r for r in load_metrics(self.dir).to_dict("records") if r["step"] <= self.step]
+            self.wall = self.state["wall"]
+            if job.init_model is not None:  # from_pretrained made every weight trainable again
+                frozen = {n for n, q in job.init_model.named_parameters() if not q.requires_grad}
+                for n, q in self.model.named_parameters():
+                    q.requires_grad_(n not in frozen)
+        else:
+            self.step, self.wall, self.rows = 0, 0.0, []
+            self.model = (copy.deepcopy(job.init_model) if job.init_model is not None
+                          else build_model(p.model, p.data.n, p.seed)).to(device)
+        self.model.train()
+        self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
+                        | {self.t.steps})
+        self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
+        self.evals: dict[int, dict[str, float]] = {}
+        self.finished = self.step >= self.t.steps or bool(job.stop is not None and self.rows and job.stop(self.rows))
+
+    def batch(self) -> Batch:
+        d = self.profile.data
+        return sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], d.dist)
+
+    def eval_batch(self) -> Batch:
+        d = self.profile.data
+        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], d.dist)
+
+    def flush(self) -> bool:
+        """Move pending losses into rows; True if the run's `stop` says to end it here."""
+        values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
+        first = self.step - len(values) + 1
+        for i, v in enumerate(values):
+            s = first + i
+            row = {"step": s, **dict(zip(LOSS_NAMES, v)), "wall": self.wall if s == self.step else math.nan}
+            row.update({f"eval_{k}": self.evals.get(s, {}).get(k, math.nan) for k in LOSS_NAMES})
+            self.rows.append(row)
+        self.pending.clear()
+        self.evals.clear()
+        return self.job.stop is not None and self.job.stop(self.rows)
+
+
+class _ReferenceEngine:
+    """The HF path: `MatrixBert` + `make_optimizer` + `train_step`, one run."""
+
+    def __init__(self, runs: list[_Run], device: torch.device):
+        (run,) = runs
+        t = run.t
+        self.run, self.device = run, device
+        self.opt = make_optimizer(run.model, t, device, run.state["optimizer"] if run.state is not None else None)
+        self.step_model = torch.compile(run.model) if t.compile else run.model
+
+    def step(self, batches: list[Batch]) -> torch.Tensor:
+        for group in self.opt.param_groups:
+            group["lr"] = lr_at(self.run.step + 1, group["base_lr"], self.run.t.warmup)
+        return train_step(self.step_model, self.opt, batches[0], self.run.t.precision, self.device,
+                          self.run.t.grad_clip).unsqueeze(0)
+
+    @torch.no_grad()
+    def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
+        model = self.run.model.eval()
+        pred = model(batches[0].tokens).view_as(batches[0].x)
+        model.train()
+        return torch.stack([v for v in losses(pred, batches[0].x, batches[0].mask).values()]).unsqueeze(0)
+
+    def checkpoint(self, position: int):
+        return self.run.model, self.opt
+
+    def remove(self, positions: list[int]) -> None:
+        pass
+
+
+class _StackedEngine:
+    """The fast path: every run of the group in one `mclib.stacked.Stack`."""
+
+    def __init__(self, runs: list[_Run], device: torch.device):
+        t = runs[0].t
+        self.runs, self.device, self.precision = list(runs), device, t.precision
+        self.stack = Stack([r.model for r in runs]).to(device)
+        # per run: an optimizer of the reference path, the format its checkpoints are saved in
+        self.ref_opts = [make_optimizer(r.model, r.t, device, r.state["optimizer"] if r.state is not None else None)
+                         for r in runs]
+        self.adam = StackedAdam(self.stack, betas=(0.9, t.beta2), foreach=True)
+        for i, r in enumerate(runs):
+            self.adam.load(i, r.model, self.ref_opts[i])
+        self._compile = t.compile
+        self._step_fn = self._make_step_fn()
+
+    def _make_step_fn(self):
+        stack = self.stack
+
+        def forward_backward(tokens, x, mask):
+            with autocast(self.device, self.precision):
+                pred = stacked_forward(stack, tokens)
+            ls = run_losses(pred, x, mask)                                   # [run, 4]
+            ls[:, 0].sum().backward()  # each run's parameters get the gradient of its own loss
+            return ls.detach()
+        return torch.compile(forward_backward) if self._compile else forward_backward
+
+    def _groups(self, i: int) -> list[tuple[list[str], float]]:
+        """Run i's param groups as (stacked names, lr now), in `make_optimizer`'s grouping."""
+        run, ref = self.runs[i], self.ref_opts[i]
+        by_param = {p: n for n, p in run.model.named_parameters()}
+        out = []
+        for group in ref.param_groups:
+            names = list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"]))
+            out.append((names, lr_at(run.step + 1, group["base_lr"], run.t.warmup)))
+        return out
+
+    def step(self, batches: list[Batch]) -> torch.Tensor:
+        for p in self.stack.params.values():
+            p.grad = None
+        args = (torch.stack([b.tokens for b in batches]), torch.stack([b.x for b in batches]),
+                torch.stack([b.mask for b in batches]))
+        try:
+            ls = self._step_fn(*args)
+        except Exception as e:  # torch.compile cannot run here (no C++ compiler, unsupported backend...)
+            if not self._compile:
+                raise
+            print(f"mclib: train.compile: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                  "the step runs eagerly", file=sys.stderr)
+            self._compile = False
+            self._step_fn = self._make_step_fn()
+            for p in self.stack.params.values():
+                p.grad = None
+            ls = self._step_fn(*args)
+        word = self.stack.params[WORD]
+        if word.grad is not None:
+            word.grad[:, MASK_ID] = 0  # MASK is the padding index: its embedding stays zero
+        for i, run in enumerate(self.runs):
+            grads = [p.grad[i] for n, p in self.stack.params.items() if p.grad is not None and self.stack.trainable[n][i]]
+            if run.t.grad_clip:  # clip_grad_norm_'s arithmetic, on this run's slices of the gradients
+                coef = (run.t.grad_clip / (torch.nn.utils.get_total_norm(grads, foreach=True) + 1e-6)).clamp(max=1.0)
+                torch._foreach_mul_(grads, coef)
+            self.adam.step(i, self._groups(i))
+        return ls
+
+    @torch.no_grad()
+    def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
+        pred = stacked_forward(self.stack, torch.stack([b.tokens for b in batches]), runs=positions)
+        return run_losses(pred, torch.stack([b.x for b in batches]), torch.stack([b.mask for b in batches]))
+
+    def checkpoint(self, position: int):
+        run = self.runs[position]
+        self.stack.copy_into(position, run.model)
+        self.adam.export(position, run.model, self.ref_opts[position])
+        return run.model, self.ref_opts[position]
+
+    def remove(self, positions: list[int]) -> None:
+        keep = [i for i in range(len(self.runs)) if i not in positions]
+        if not keep:
+            return
+        self.stack = self.stack.select(keep)
+        self.adam = self.adam.select(self.stack, keep)
+        self.runs = [self.runs[i] for i in keep]
+        self.ref_opts = [self.ref_opts[i] for i in keep]
+        self._step_fn = self._make_step_fn()
+
+
+def _engine(runs: list[_Run], device: torch.device):
+    t = runs[0].t
+    refusal = fast_path_refusal(runs[0].profile) if t.fast else "off"
+    if refusal is None:
+        return _StackedEngine(runs, device)
+    if refusal != "off":
+        print(f"mclib: {refusal}", file=sys.stderr)
+    if len(runs) > 1:
+        raise ValueError(f"{len(runs)} runs on the reference path: it trains one run at a time")
+    return _ReferenceEngine(runs, device)
+
+
+def _train(jobs: list[Job], progress: bool) -> None:
+    t = jobs[0].profile.train
     device = resolve_device(t.device)
     use_tf32(device)
     if t.threads:
         torch.set_num_threads(t.threads)
-    if (run_dir / "profile.yaml").is_file():
-        _check_same_profile(run_dir, profile)
-    _write_atomic(run_dir / "profile.yaml", lambda p: p.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
-
-    gens = {"data": torch.Generator(device).manual_seed(profile.seed),
-            "eval": torch.Generator(device).manual_seed(profile.seed + EVAL_SEED_OFFSET)}
-    done = saved_steps(run_dir)
-    if done:
-        start = done[-1]
-        model = load_checkpoint(run_dir, start, profile.model.attention).to(device)
-        state = torch.load(checkpoint_dir(run_dir, start) / "train_state.pt", map_location="cpu", weights_only=False)
-        for k, g in gens.items():
-            g.set_state(state["gens"][k])
-        rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= start]
-        wall = state["wall"]
-        if init_model is not None:  # from_pretrained made every weight trainable again
-            frozen = {n for n, p in init_model.named_parameters() if not p.requires_grad}
-            for n, p in model.named_parameters():
-                p.requires_grad_(n not in frozen)
-    else:
-        start, wall, rows, state = 0, 0.0, [], None
-        model = (copy.deepcopy(init_model) if init_model is not None
-                 else build_model(profile.model, profile.data.n, profile.seed)).to(device)
-    model.train()
-    # the step runs the compiled wrapper; saving and evaluation use `model` (same weights)
-    step_model = torch.compile(model) if t.compile else model
-    opt = make_optimizer(model, t, device, state["optimizer"] if state is not None else None)
-    if start >= t.steps or (stop is not None and rows and stop(rows)):  # complete, or stopped early before
-        return run_dir
-
-    save_at = set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps}
-    d = profile.data
-    pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
-    evals: dict[int, dict[str, float]] = {}
-    bar = tqdm(total=t.steps, initial=start, desc=f"train {profile.name}", disable=not progress,
+    runs = [r for r in (_Run(j, device) for j in jobs) if not r.finished]
+    if not runs:
+        return
+    engine = _engine(runs, device)
+    lead = runs[0]
+    bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}", disable=not progress,
                unit="step", dynamic_ncols=True)
     tick = time.perf_counter()
-    for step in range(start + 1, t.steps + 1):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step, group["base_lr"], t.warmup)
-        batch = sample_batch(t.batch, d.n, d.rank, d.p_mask, gens["data"], d.dist)
-        pending.append(train_step(step_model, opt, batch, t.precision, device, t.grad_clip))
-        if step % t.eval_every == 0:
-            evals[step] = evaluate_loss(model, profile, gens["eval"], t.eval_batch)
-            model.train()
-        if step % t.log_every == 0 or step in save_at:
-            now = time.perf_counter()
-            wall, tick = wall + now - tick, now
-            values = torch.stack(pending).cpu().tolist()  # the one host sync per flush
-            first = step - len(values) + 1
-            for i, v in enumerate(values):
-                s = first + i
-                row = {"step": s, **dict(zip(LOSS_NAMES, v)), "wall": wall if s == step else math.nan}
-                row.update({f"eval_{k}": evals.get(s, {}).get(k, math.nan) for k in LOSS_NAMES})
-                rows.append(row)
-            pending.clear()
-            evals.clear()
-            bar.update(len(values))
-            bar.set_postfix(L_obs=f"{values[-1][1]:.2e}", L_mask=f"{values[-1][2]:.3f}")
-            stopping = stop is not None and stop(rows)
-            if step in save_at or stopping:
-                _save(run_dir, step, model, opt, gens, rows, wall)
-                tick = time.perf_counter()  # checkpoint I/O is not training time
-            if stopping:
-                break
+    while runs:
+        losses_now = engine.step([r.batch() for r in runs])               # [run, 4] on the device
+        due = []
+        for i, r in enumerate(runs):
+            r.step += 1
+            r.pending.append(losses_now[i])
+            if r.step % r.t.eval_every == 0:
+                due.append(i)
+        if due:
+            ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
+            for i, values in zip(due, ev):
+                runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
+        now = time.perf_counter()
+        for r in runs:
+            r.wall += now - tick
+        tick = now
+        ended = []
+        for i, r in enumerate(runs):
+            if r.step % r.t.log_every and r.step not in r.save_at:
+                continue
+            stopping = r.flush()
+            if r is lead:
+                bar.update(r.step - bar.n)
+                bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
+            if r.step in r.save_at or stopping:
+                model, opt = engine.checkpoint(i)
+                _save(r.dir, r.step, model, opt, r.gens, r.rows, r.wall)
+            if stopping or r.step >= r.t.steps:
+                ended.append(i)
+        if ended:
+            engine.remove(ended)
+            runs = [r for i, r in enumerate(runs) if i not in ended]
+        tick = time.perf_counter()  # checkpoint I/O is not training time
     bar.close()
-    return run_dir
-
-
-@torch.no_grad()
-def evaluate_loss(model: MatrixBert, profile: Profile, gen: torch.Generator, batch: int) -> dict[str, float]:
-    """Losses on fresh matrices, in eval mode and fp32."""
-    model.eval()
-    d = profile.data
-    b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist)
-    pred = model(b.tokens).view_as(b.x)
-    return {k: v.item() for k, v in losses(pred, b.x, b.mask).items()}
 
 
 def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
