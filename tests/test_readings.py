@@ -129,3 +129,17 @@ def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_one
     assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == "matches"
     glue, _ = _readings(tables, reg=_reg_like_paper(0.01, {(5e-4, "L_obs"): 2.0}))
     assert glue["e17"].startswith("L_obs does not match the paper's at every λ (4 of 5 within the rule")
+
+
+@pytest.mark.parametrize("d, se, words", [(-0.0013, 0.002, "within two standard errors of zero"),
+                                          (-0.01, 0.002, "BERT lower by more than two standard errors, as in"),
+                                          (0.01, 0.002, "BERT higher by more than two standard errors, unlike")])
+def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se, words):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    classical = classical.copy()
+    at = classical["method"] == "nuclear norm"
+    classical.loc[at, "BERT_d_L"], classical.loc[at, "BERT_d_L_se"] = d, se
+    glue, rows = baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    assert words in glue["e16"]
+    assert rows[0]["reading"].startswith(f"BERT − solver {C.pm(d, se)} (paired s.e.)")
