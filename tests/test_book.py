@@ -77,6 +77,7 @@ def test_paper_profile_on_cpu_warns(tmp_path, capsys):
 
 # --- the whole book ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_every_chapter_executes(built):
     m = _manifest(built)
     assert [r["name"] for r in m["notebooks"]] == [t.stem for t in book.chapters()]
@@ -88,11 +89,13 @@ def test_every_chapter_executes(built):
         assert not errors, f"{r['name']}: {errors}"
 
 
+@pytest.mark.slow
 def test_every_chapter_page_has_a_figure(built):
     for t in book.chapters():
         assert "<img" in _page(built, t.stem), t.stem
 
 
+@pytest.mark.slow
 def test_no_remote_scripts_or_math(built):
     for page in (built / "_build" / "html").rglob("*.html"):
         html = page.read_text()
@@ -101,19 +104,25 @@ def test_no_remote_scripts_or_math(built):
         assert "mathjax" not in html.lower() and "unpkg.com" not in html, page.name
 
 
+@pytest.mark.slow
 def test_scorecard_page_has_a_row_per_number(built):
     rows = scorecard.load(built / "runs" / "smoke-seed1")
-    assert [r["quantity"] for r in rows if r["id"] == "E1"] and all(r["verdict"] in scorecard.VERDICTS for r in rows)
+    assert [r["quantity"] for r in rows if r["id"] == "E1"]
+    for r in rows:  # the verdicts that need no tolerance: no paper number, or none of ours
+        if r["paper"] is None:
+            assert r["verdict"] == "n/a", r
+        elif r["ours"] is None:
+            assert r["verdict"] == "differs", r
     assert _scorecard_rows_on_page(_page(built, "99_scorecard")) == len(rows)
 
 
+@pytest.mark.slow
 def test_rerun_reuses_everything(built):
-    t0 = time.time()
     m = book.build("smoke", out_dir=built, progress=False)
     assert {r["status"] for r in m["notebooks"]} == {"reused"} and m["site"]["status"] == "reused"
-    assert time.time() - t0 < 30  # imports only (torch); executing a chapter takes longer than that here
 
 
+@pytest.mark.slow
 def test_a_new_number_reruns_only_the_scorecard(built):
     run = built / "runs" / "smoke-seed1"
     n = len(scorecard.load(run))
@@ -121,11 +130,15 @@ def test_a_new_number_reruns_only_the_scorecard(built):
     m = book.build("smoke", out_dir=built, progress=False)
     assert [r["status"] for r in m["notebooks"]] == ["reused"] * (len(m["notebooks"]) - 1) + ["executed"]
     assert m["site"]["status"] == "ok"
-    assert _scorecard_rows_on_page(_page(built, "99_scorecard")) == n + 1
+    page = _page(built, "99_scorecard")
+    assert _scorecard_rows_on_page(page) == n + 1
+    row = page[page.rindex("<tr>", 0, page.index("a test number")):]
+    assert "matches" in row[:row.index("</tr>")]  # 1.0 against the paper's 1.0
 
 
 # --- failures ----------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cell, why", [
     ("raise RuntimeError('boom')", "RuntimeError: boom"),
     ("import os; os._exit(1)", "DeadKernelError"),          # papermill would save it as if complete
@@ -227,3 +240,94 @@ def test_the_build_reports_training_while_a_chapter_runs(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     # each line names what moved since the one before: seed 1 once, then only seed 2
     assert lines == ["  training: cpu-seed1 100/200", "  training: cpu-seed2 100/200"]
+
+
+# --- failures of the pipeline, with the chapters and the site faked (seconds) -------------
+
+def _templates(folder: Path, names: list[str]) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for name in names:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(f"# {name}")]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+        out.append(folder / f"{name}.ipynb")
+    return out
+
+
+@pytest.fixture
+def fake_chapters(monkeypatch):
+    """book._execute copies the template (a chapter whose source says 'boom' fails);
+    the site build succeeds unless `site["fail"]`. Returns (ran, site): the chapters run, in order."""
+    ran, site = [], {"fail": False, "builds": 0}
+
+    def execute(template, output, params, timeout, progress):
+        ran.append(template.stem)
+        if "boom" in template.read_text():
+            raise RuntimeError("boom in a cell")
+        output.write_text(template.read_text())
+
+    def build_site(out):
+        site["builds"] += 1
+        if site["fail"]:
+            return {"status": "failed", "duration_s": 0.0, "log": str(out / "_build" / "jupyter-book.log"),
+                    "warnings": 1, "error": "exit 2, 1 warnings/errors"}
+        (out / "_build" / "html").mkdir(parents=True, exist_ok=True)
+        (out / "_build" / "html" / "index.html").write_text("<html></html>")
+        return {"status": "ok", "duration_s": 0.0, "log": "", "warnings": 0}
+
+    monkeypatch.setattr(book, "_execute", execute)
+    monkeypatch.setattr(book, "_build_site", build_site)
+    return ran, site
+
+
+def test_a_chapter_failing_after_others_ran_keeps_their_work(tmp_path, fake_chapters):
+    ran, site = fake_chapters
+    out = tmp_path / "out"
+    a, b, c, d = _templates(tmp_path / "t", ["10_a", "20_b", "30_c", "40_d"])
+    build = lambda: book.build("smoke", out_dir=out, templates=[a, b, c, d], progress=False)
+    build()
+    c.write_text(c.read_text().replace("# 30_c", "# boom"))  # chapter c now fails
+    ran.clear()
+    with pytest.raises(book.BookError, match=r"notebook 30_c failed \(RuntimeError: boom in a cell\)"):
+        build()
+    assert ran == ["30_c"]  # a and b reused, d not started
+    m = _manifest(out)
+    assert [(r["name"], r["status"]) for r in m["notebooks"]] == [
+        ("10_a", "reused"), ("20_b", "reused"), ("30_c", "failed"), ("40_d", "not run")]
+    assert site["builds"] == 1  # no site after a failure
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# 30_c fixed")]), c)
+    ran.clear()
+    m = build()
+    # d kept its last record through the failed build, so it is reused, not run again
+    assert ran == ["30_c"] and [r["status"] for r in m["notebooks"]] == ["reused", "reused", "executed", "reused"]
+    assert m["site"]["status"] == "ok" and site["builds"] == 2
+
+
+def test_a_failing_site_build_stops_the_book_and_is_retried(tmp_path, fake_chapters):
+    ran, site = fake_chapters
+    out = tmp_path / "out"
+    templates = _templates(tmp_path / "t", ["10_a", "20_b"])
+    site["fail"] = True
+    with pytest.raises(book.BookError, match=r"jupyter-book build failed \(exit 2, 1 warnings/errors\); see .*jupyter-book.log"):
+        book.build("smoke", out_dir=out, templates=templates, progress=False)
+    m = _manifest(out)
+    assert [r["status"] for r in m["notebooks"]] == ["executed", "executed"]
+    assert m["site"]["status"] == "failed" and "key" not in m["site"]
+    site["fail"] = False
+    ran.clear()
+    m = book.build("smoke", out_dir=out, templates=templates, progress=False)
+    assert ran == [] and m["site"]["status"] == "ok" and site["builds"] == 2  # chapters reused, site built again
+
+
+def test_build_site_reports_a_failing_jupyter_book(tmp_path, monkeypatch):
+    # the real _build_site, with jupyter-book's process replaced by one that fails
+    import subprocess
+
+    def fake_run(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 2, stdout="WARNING: a bad reference\n", stderr="ERROR: x\n")
+
+    monkeypatch.setattr(book.subprocess, "run", fake_run)
+    rec = book._build_site(tmp_path)
+    assert rec["status"] == "failed" and rec["error"] == "exit 2, 2 warnings/errors" and rec["warnings"] == 2
+    assert "a bad reference" in (tmp_path / "_build" / "jupyter-book.log").read_text()
