@@ -13,6 +13,10 @@ In one process and one run (docs/performance.md explains every column):
                two passes read to the host each step;
    (c) ours    mclib.train.train_step in fp32 (the function the training loop calls);
    (d) ours    the same in bf16 autocast (fp32 master weights);
+   (e) ours    (c) through torch.compile (--compile);
+   (f) stacked the training loop's default path since 2026-11-23 (mclib.stacked, one
+               run): (c) is the step it replaced, kept here as the reference;
+   (g) stacked (f) through torch.compile (its compile time is printed, not timed);
    the paths run in alternation (a, b, c, d, then rotated) for several rounds after
    warm-up rounds, so that machine noise hits all of them alike; each ratio is the
    median over rounds of the ratio within a round.
@@ -53,7 +57,7 @@ from mclib.data import VOCAB_SIZE, sample_batch  # noqa: E402
 from mclib.flops import authors_step_flops, train_step_flops  # noqa: E402
 from mclib.metrics import losses  # noqa: E402
 from mclib.model import build_model  # noqa: E402
-from mclib.train import resolve_device, train_step  # noqa: E402
+from mclib.train import lr_at, make_optimizer, resolve_device, stacked_step, train_step  # noqa: E402
 
 PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "a": ("stock HF fp32", "fp32", False),
@@ -61,11 +65,13 @@ PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "c": ("ours fp32", "fp32", False),
     "d": ("ours bf16 autocast", "bf16", False),
     "e": ("ours fp32 + torch.compile", "fp32", False),
+    "f": ("stacked fp32", "fp32", False),
+    "g": ("stacked fp32 + torch.compile", "fp32", False),
 }
 
 CSV_COLUMNS = [  # fixed, so that appended runs line up
     "date", "profile", "model", "batch", "path", "ms_step", "ms_min", "ms_max", "tokens_s",
-    "gflop_step", "gflops", "frac_peak", "peak_used", "t_over_a", "t_over_b", "rounds",
+    "gflop_step", "gflops", "frac_peak", "peak_used", "t_over_a", "t_over_b", "t_over_c", "rounds",
     "steps_per_sample", "attention_a", "peak_fp32_gflops", "peak_bf16_gflops", "matmul_size",
     "peak_rss_mb", "cpu", "bf16_flags", "cores", "threads", "device", "gpu", "torch", "transformers", "quick"]
 
@@ -185,7 +191,31 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
             paths[k] = ours(PATHS[k][1])
         elif k == "e":
             paths[k] = ours("fp32", compile_=True)
+        elif k in "fg":  # the training loop's default path (mclib.stacked), one run
+            paths[k] = stacked_step(profile.replace(**{"train.batch": batch}), device, compile=k == "g")
     return paths, notes
+
+
+def same_losses(profile: Profile, batch: int, device: torch.device, steps: int = 3) -> float:
+    """The reference step (c) and the stacked step (f) from the same initial weights on the
+    same batches: prints both paths' losses step by step and returns the largest relative
+    difference (they must agree to fp32 tolerance)."""
+    d = profile.data
+    ref_model = build_model(profile.model, d.n, profile.seed).to(device).train()
+    ref_opt = make_optimizer(ref_model, profile.train, device)
+    fast = stacked_step(profile.replace(**{"train.batch": batch}), device)  # builds the same seed's model
+    gen = torch.Generator(device).manual_seed(profile.seed)  # the stacked step's own data stream
+    worst = 0.0
+    for s in range(steps):
+        for group in ref_opt.param_groups:
+            group["lr"] = lr_at(s + 1, group["base_lr"], profile.train.warmup)
+        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist)
+        a = train_step(ref_model, ref_opt, b, "fp32", device).cpu()
+        f = fast()[0].cpu()
+        worst = max(worst, ((a - f).abs() / a.abs()).max().item())
+        print(f"  losses step {s + 1} (L, L_obs, L_mask): reference {a[:3].tolist()}, stacked {f[:3].tolist()}")
+    print(f"  largest relative difference: {worst:.1e}", flush=True)
+    return worst
 
 
 def run_path(key: str, fn, inner: int, device: torch.device) -> float:
@@ -202,6 +232,8 @@ def run_path(key: str, fn, inner: int, device: torch.device) -> float:
 
 def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) -> list[dict]:
     keys = args.paths
+    if set(keys) & set("fg"):
+        same_losses(profile, batch, device)
     paths, notes = make_paths(profile, batch, device, keys)
     m, n = profile.model, profile.data.n
     flops = {k: (authors_step_flops(m, n, batch, profile.train.eval_batch) if PATHS[k][2]
@@ -249,7 +281,7 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
             "ms_min": 1000 * min(times[k]), "ms_max": 1000 * max(times[k]),
             "tokens_s": tokens / sec, "gflop_step": flops[k] / 1e9, "gflops": gflops,
             "frac_peak": gflops / peaks[precision], "peak_used": precision,
-            "t_over_a": ratio(k, "a"), "t_over_b": ratio(k, "b"),
+            "t_over_a": ratio(k, "a"), "t_over_b": ratio(k, "b"), "t_over_c": ratio(k, "c"),
             "rounds": args.rounds, "steps_per_sample": inner[k],
             "attention_a": notes.get("attention_a", ""),
         })
@@ -316,13 +348,16 @@ def main(argv=None) -> None:
         print(f"dry run: every path ran; nothing timed, nothing written. peak RSS {rss:.0f} MB")
         return
     df = pd.DataFrame(rows)
-    show = df[["profile", "batch", "path", "ms_step", "tokens_s", "gflops", "frac_peak", "t_over_a", "t_over_b"]]
+    show = df[["profile", "batch", "path", "ms_step", "tokens_s", "gflops", "frac_peak", "t_over_a", "t_over_b",
+               "t_over_c"]]
     print()
     print(show.to_markdown(index=False, floatfmt=".3g"))
     print()
     for p in df["profile"].unique():
         r = df[df["profile"] == p].set_index(df["path"].str[1])
-        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b")) if k in r.index and ref in r.index]
+        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("f", "a"), ("g", "a"))
+                 if k in r.index and ref in r.index]
+        pairs += [(k, "c") for k in "fg" if k in r.index and "c" in r.index]
         print(f"{p}: " + ", ".join(f"t({k})/t({ref}) = {r.at[k, f't_over_{ref}']:.3f}" for k, ref in pairs)
               + "  (medians of per-round ratios; < 1 = faster)")
     print(f"ceilings: fp32 {peaks['fp32']:.0f}, bf16 {peaks['bf16']:.0f} GFLOP/s; peak RSS {rss:.0f} MB")

@@ -23,6 +23,8 @@ class DataConfig:
     rank: int = 2
     p_mask: float = 0.3     # probability that an entry is masked
     dist: str = "uniform"   # factor distribution, see mclib.data.sample_matrices
+    mix_rank: int = 1       # rank of the matrices mixed into training (used when mix_fraction > 0)
+    mix_fraction: float = 0.0  # share of each training batch with rank mix_rank; metrics and evaluation use only the task's rank
 
 
 @dataclass
@@ -193,6 +195,10 @@ def _validate(p: Profile) -> None:
     d, m, t = p.data, p.model, p.train
     if d.rank > d.n:
         raise ConfigError(f"data.rank = {d.rank} is larger than data.n = {d.n}")
+    if not 0 <= d.mix_fraction < 1:
+        raise ConfigError(f"data.mix_fraction = {d.mix_fraction!r} is outside [0, 1)")
+    if d.mix_fraction and not 1 <= d.mix_rank <= d.n:
+        raise ConfigError(f"data.mix_rank = {d.mix_rank!r} is outside 1..data.n = {d.n}")
     if not 0 <= d.p_mask < 1:
         raise ConfigError(f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
     if m.hidden % m.heads:

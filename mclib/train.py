@@ -45,10 +45,11 @@ from typing import Callable
 import pandas as pd
 import torch
 import yaml
+from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile, profile_from_dict
-from .data import MASK_ID, Batch, sample_batch
+from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model, load_model
 from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
@@ -144,16 +145,18 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
 
 
 def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
-               device: torch.device, grad_clip: float = 0.0) -> torch.Tensor:
+               device: torch.device, grad_clip: float = 0.0, task_from: int = 0) -> torch.Tensor:
     """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
     backward, optional clipping of the global gradient norm, optimiser step (Adam or
     MuonAdam). Returns the losses of this forward pass as a tensor
-    `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step."""
+    `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step.
+    task_from: the losses returned are those of matrices task_from... (the profile's task
+    when an easier one is mixed into the first rows); the gradient is the whole batch's."""
     with autocast(device, precision):
-        pred = model(batch.tokens)
-    ls = losses(pred.view_as(batch.x), batch.x, batch.mask)
+        pred = model(batch.tokens).view_as(batch.x)
+    ls = losses(pred[task_from:], batch.x[task_from:], batch.mask[task_from:])
     opt.zero_grad(set_to_none=True)
-    ls["L"].backward()
+    (ls["L"] if not task_from else ((pred.float() - batch.x) ** 2).mean()).backward()
     if grad_clip:
         params = [p for group in opt.param_groups for p in group["params"]]
         torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
@@ -275,7 +278,7 @@ def stack_key(profile: Profile) -> tuple:
     architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
     counts and frozen groups may differ."""
     m, d, t = profile.model, profile.data, profile.train
-    return (m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, d.n, t.batch, t.precision,
+    return (m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, d.n, d.mix_fraction, t.batch, t.precision,
             str(resolve_device(t.device)), t.fast, t.compile, t.threads)
 
 
@@ -368,7 +371,9 @@ class _Run:
 
     def batch(self) -> Batch:
         d = self.profile.data
-        return sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], d.dist)
+        with record_function("mclib::data"):  # named for benchmarks/step_profile.py
+            return sample_training_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], d.dist,
+                                         d.mix_rank, d.mix_fraction)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
@@ -401,8 +406,9 @@ class _ReferenceEngine:
     def step(self, batches: list[Batch]) -> torch.Tensor:
         for group in self.opt.param_groups:
             group["lr"] = lr_at(self.run.step + 1, group["base_lr"], self.run.t.warmup)
+        d = self.run.profile.data
         return train_step(self.step_model, self.opt, batches[0], self.run.t.precision, self.device,
-                          self.run.t.grad_clip).unsqueeze(0)
+                          self.run.t.grad_clip, mixed_rows(self.run.t.batch, d.mix_fraction)).unsqueeze(0)
 
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
@@ -431,29 +437,35 @@ class _StackedEngine:
         self.adam = StackedAdam(self.stack, betas=(0.9, t.beta2), foreach=True)
         for i, r in enumerate(runs):
             self.adam.load(i, r.model, self.ref_opts[i])
+        self.group_names = [self._group_names(i) for i in range(len(runs))]
         self._compile = t.compile
+        self.task_from = mixed_rows(t.batch, runs[0].profile.data.mix_fraction)
         self._step_fn = self._make_step_fn()
 
     def _make_step_fn(self):
         stack = self.stack
 
+        k = self.task_from
+
         def forward_backward(tokens, x, mask):
             with autocast(self.device, self.precision):
                 pred = stacked_forward(stack, tokens)
-            ls = run_losses(pred, x, mask)                                   # [run, 4]
-            ls[:, 0].sum().backward()  # each run's parameters get the gradient of its own loss
+            ls = run_losses(pred[:, k:], x[:, k:], mask[:, k:])             # [run, 4], the task's matrices
+            loss = ls[:, 0] if not k else ((pred.float() - x.flatten(2)) ** 2).mean((1, 2))
+            loss.sum().backward()  # each run's parameters get the gradient of its own loss
             return ls.detach()
         return torch.compile(forward_backward) if self._compile else forward_backward
 
+    def _group_names(self, i: int) -> list[tuple[list[str], float]]:
+        """Run i's param groups as (stacked names, base lr), in `make_optimizer`'s grouping."""
+        by_param = {p: n for n, p in self.runs[i].model.named_parameters()}
+        return [(list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"])), group["base_lr"])
+                for group in self.ref_opts[i].param_groups]
+
     def _groups(self, i: int) -> list[tuple[list[str], float]]:
-        """Run i's param groups as (stacked names, lr now), in `make_optimizer`'s grouping."""
-        run, ref = self.runs[i], self.ref_opts[i]
-        by_param = {p: n for n, p in run.model.named_parameters()}
-        out = []
-        for group in ref.param_groups:
-            names = list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"]))
-            out.append((names, lr_at(run.step + 1, group["base_lr"], run.t.warmup)))
-        return out
+        """Run i's param groups as (stacked names, lr at its next step)."""
+        run = self.runs[i]
+        return [(names, lr_at(run.step + 1, base, run.t.warmup)) for names, base in self.group_names[i]]
 
     def step(self, batches: list[Batch]) -> torch.Tensor:
         for p in self.stack.params.values():
@@ -475,13 +487,17 @@ class _StackedEngine:
         word = self.stack.params[WORD]
         if word.grad is not None:
             word.grad[:, MASK_ID] = 0  # MASK is the padding index: its embedding stays zero
+        with record_function("mclib::optimiser"):
+            self._update()
+        return ls
+
+    def _update(self) -> None:
         for i, run in enumerate(self.runs):
             grads = [p.grad[i] for n, p in self.stack.params.items() if p.grad is not None and self.stack.trainable[n][i]]
             if run.t.grad_clip:  # clip_grad_norm_'s arithmetic, on this run's slices of the gradients
                 coef = (run.t.grad_clip / (torch.nn.utils.get_total_norm(grads, foreach=True) + 1e-6)).clamp(max=1.0)
                 torch._foreach_mul_(grads, coef)
             self.adam.step(i, self._groups(i))
-        return ls
 
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
@@ -502,7 +518,31 @@ class _StackedEngine:
         self.adam = self.adam.select(self.stack, keep)
         self.runs = [self.runs[i] for i in keep]
         self.ref_opts = [self.ref_opts[i] for i in keep]
+        self.group_names = [self.group_names[i] for i in keep]
         self._step_fn = self._make_step_fn()
+
+
+def stacked_step(profile: Profile, device: torch.device, runs: int = 1,
+                 compile: bool | None = None) -> Callable[[], torch.Tensor]:
+    """A function that runs one step of the stacked path on `runs` fresh models of
+    `profile` (seeds profile.seed, +1, ...), each with its own data, exactly as the
+    training loop does (benchmarks/train_step.py times it). Returns the `[run, 4]` losses."""
+    stubs = []
+    for r in range(runs):
+        p = profile.replace(seed=profile.seed + r, **({} if compile is None else {"train.compile": compile}))
+        stub = _Run.__new__(_Run)
+        stub.profile, stub.t, stub.step, stub.state = p, p.train, 0, None
+        stub.model = build_model(p.model, p.data.n, p.seed).to(device).train()
+        stub.gens = {"data": torch.Generator(device).manual_seed(p.seed)}
+        stubs.append(stub)
+    engine = _StackedEngine(stubs, device)
+
+    def step() -> torch.Tensor:
+        out = engine.step([s.batch() for s in stubs])
+        for s in stubs:
+            s.step += 1
+        return out
+    return step
 
 
 def _engine(runs: list[_Run], device: torch.device):

@@ -56,7 +56,8 @@ def setting_columns(profile) -> dict:
     """The levers of a run, resolved (the base profile may change between rounds, so a
     row names its whole setting, not only its overrides)."""
     d, m, t = profile.data, profile.model, profile.train
-    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask,
+    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask, "mix_rank": d.mix_rank if d.mix_fraction else None,
+            "mix_fraction": d.mix_fraction,
             "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
             "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
             "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,

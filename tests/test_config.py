@@ -156,6 +156,7 @@ RANGE_CHECKS = (
     + [
         ("data.p_mask", 1.0, "data.p_mask = 1.0 is outside [0, 1)"),
         ("data.p_mask", -0.1, "data.p_mask = -0.1 is outside [0, 1)"),
+        ("data.mix_fraction", 1.0, "data.mix_fraction = 1.0 is outside [0, 1)"),
         ("model.position_init_std", 0, "model.position_init_std = 0.0 must be positive"),
         ("train.beta2", 1.0, "train.beta2 = 1.0 is outside [0, 1)"),
         ("train.grad_clip", -1, "train.grad_clip = -1.0 must not be negative"),
@@ -173,6 +174,8 @@ RANGE_CHECKS = (
     ])
 # keys whose only check is their type (any value of it is valid)
 TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast"}
+# keys checked only together with another key (test_checks_across_keys)
+CROSS_CHECKED = {"data.mix_rank"}
 
 
 @pytest.mark.parametrize("key, value, message", RANGE_CHECKS, ids=[f"{k}={v!r}" for k, v, _ in RANGE_CHECKS])
@@ -183,11 +186,13 @@ def test_every_checked_key_rejects_a_bad_value(key, value, message):
 def test_every_key_is_either_range_checked_or_type_only():
     # a new profile key must get a line in RANGE_CHECKS (or be declared type-only here)
     checked = {k for k, _, _ in RANGE_CHECKS}
-    assert set(ALL_KEYS) - checked - TYPE_ONLY == set() and checked <= set(ALL_KEYS)
+    assert set(ALL_KEYS) - checked - TYPE_ONLY - CROSS_CHECKED == set() and checked <= set(ALL_KEYS)
 
 
 def test_checks_across_keys():
     assert _one_line_error({"data": {"n": 3, "rank": 4}}) == "data.rank = 4 is larger than data.n = 3"
+    assert _one_line_error({"data": {"mix_fraction": 0.5, "mix_rank": 8}}) == "data.mix_rank = 8 is outside 1..data.n = 7"
+    profile_from_dict({"data": {"mix_rank": 8}})  # no mixing: the mixed rank is not used, so not checked
     assert _one_line_error({"model": {"heads": 5, "hidden": 64}}) == "model.heads = 5 does not divide model.hidden = 64"
     assert _one_line_error({"train": {"steps": 2.5}}) == "train.steps = 2.5 is not an integer"
     # the same limits just inside are fine

@@ -170,3 +170,26 @@ def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
     assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
+
+
+def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, smoke_profile):
+    """data.mix_fraction: the first matrices of a training batch have rank mix_rank; the
+    logged losses are those of the profile's task only, on both paths alike."""
+    from mclib.data import sample_training_batch
+    b = sample_training_batch(32, 7, 2, 0.3, torch.Generator().manual_seed(0), mix_rank=1, mix_fraction=0.25)
+    ranks = torch.linalg.matrix_rank(b.x, atol=0.05)  # rounding to 0.01 leaves tiny singular values
+    assert ranks[:8].tolist() == [1] * 8 and (ranks[8:] == 2).all()
+    p = smoke_profile.replace(**{"data.mix_fraction": 0.25, "train.steps": 20, "checkpoints.post": 20,
+                                 "checkpoints.transition": [20]})
+    fast = load_metrics(train(p, tmp_path / "fast", progress=False))
+    ref = load_metrics(train(p.replace(**{"train.fast": False}), tmp_path / "ref", progress=False))
+    pd.testing.assert_frame_equal(fast[LOSS_COLS], ref[LOSS_COLS], check_exact=False, rtol=1e-4)
+    # step 1's losses recomputed by hand from the initial model on the task's rows
+    gen = torch.Generator().manual_seed(p.seed)
+    first = sample_training_batch(p.train.batch, 7, 2, 0.3, gen, mix_rank=1, mix_fraction=0.25)
+    with torch.no_grad():
+        pred = build_model(p.model, 7, p.seed)(first.tokens).view_as(first.x)
+    k = 8  # round(32 * 0.25)
+    want = ((pred[k:] - first.x[k:]) ** 2)[first.mask[k:]].mean().item()
+    assert fast["L_mask"].iloc[0] == pytest.approx(want, rel=1e-5)
+    assert fast["L_mask"].iloc[0] != pytest.approx(((pred - first.x) ** 2)[first.mask].mean().item(), rel=1e-5)

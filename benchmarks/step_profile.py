@@ -1,0 +1,169 @@
+"""Where a training step's time goes, and what one core's matrix products reach at the
+model's own shapes (the realistic ceiling).
+
+    python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--threads 1] [--steps 30] [--out docs/data/step_profile.csv]
+
+For each profile and each path (ref: the HF step `mclib.train.train_step`; fast: the
+stacked step, `mclib.train.stacked_step`), torch.profiler records `--steps` steps after
+a warm-up, and every operator's self time goes into one bucket:
+
+    matmul       mm, addmm, bmm, baddbmm (forward and backward products)
+    attention    the attention kernels (sdpa, softmax) and their backward
+    elementwise  GELU, layer norm, adds, multiplies, copies, reductions (forward and backward)
+    optimiser    Adam (the time inside the optimiser's step, its own ops included)
+    data         sampling the batch (matrices, masks, tokens)
+    overhead     the rest of the wall time: Python, dispatch, autograd bookkeeping
+
+plus the count of host syncs (`aten::item` / `_local_scalar_dense`) per step.
+
+The ceiling: one-thread GFLOP/s of `[rows, in] @ [in, out]` for every product a step
+makes (forward `x Wᵀ`, backward `g W` and `gᵀ x`), weighted by its FLOPs. A step cannot
+beat (matmul FLOPs / that rate). Prints a table; appends rows to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+
+from mclib.config import load_profile, profile_path  # noqa: E402
+from mclib.data import sample_batch  # noqa: E402
+from mclib.flops import train_step_flops  # noqa: E402
+from mclib.model import build_model  # noqa: E402
+from mclib.train import lr_at, make_optimizer, stacked_step, train_step  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from train_step import cpu_model  # noqa: E402
+
+MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+ATTENTION = ("scaled_dot_product", "softmax")
+SYNC = ("aten::item", "aten::_local_scalar_dense")
+BUCKETS = ("matmul", "attention", "elementwise", "optimiser", "data", "overhead")
+
+
+def bucket_of(name: str) -> str:
+    if name in MATMUL:
+        return "matmul"
+    if any(a in name for a in ATTENTION):
+        return "attention"
+    return "elementwise"
+
+
+def step_fns(profile, device: torch.device):
+    """ref / fast: functions running one step, with the data and the optimiser in
+    `record_function` regions so the profile can tell them apart."""
+    d, t = profile.data, profile.train
+    gen = torch.Generator(device).manual_seed(0)
+    model = build_model(profile.model, d.n, profile.seed).to(device).train()
+    opt = make_optimizer(model, t, device)
+    inner_step = opt.step
+
+    def labelled_step(*a, **k):
+        with record_function("mclib::optimiser"):
+            return inner_step(*a, **k)
+    opt.step = labelled_step
+
+    def ref():
+        with record_function("mclib::data"):
+            b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, d.dist)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(10_000, g["base_lr"], t.warmup)
+        return train_step(model, opt, b, "fp32", device)
+
+    fast = stacked_step(profile, device)
+    return {"ref": ref, "fast": fast}
+
+
+def profile_step(fn, steps: int) -> dict:
+    for _ in range(5):
+        fn()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            fn()
+        wall = (time.perf_counter() - t0) / steps * 1000
+    out = dict.fromkeys(BUCKETS, 0.0)
+    syncs = 0
+    for ev in prof.events():
+        if ev.name.startswith("mclib::"):
+            continue  # a region's time is its ops' time, counted below
+        syncs += ev.name in SYNC
+        region, parent = None, ev.cpu_parent
+        while parent is not None and region is None:
+            region = parent.name[7:] if parent.name.startswith("mclib::") else None
+            parent = parent.cpu_parent
+        out[region or bucket_of(ev.name)] += ev.self_cpu_time_total / 1000 / steps
+    profiled = sum(out[b] for b in BUCKETS if b != "overhead")
+    out["overhead"] = max(0.0, wall - profiled)
+    out["ms_step_profiled"] = wall
+    out["syncs_per_step"] = syncs / steps
+    return out
+
+
+def ceiling(profile, reps: int = 30) -> tuple[float, float]:
+    """FLOP-weighted one-thread GFLOP/s over every product of a step, and the step's matmul GFLOP."""
+    m, d, t = profile.model, profile.data, profile.train
+    rows = t.batch * d.n * d.n
+    shapes = [(m.hidden, 3 * m.hidden), (m.hidden, m.hidden), (m.hidden, m.intermediate), (m.intermediate, m.hidden)]
+    total_flop, total_time = 0.0, 0.0
+    for fan_in, fan_out in shapes:
+        x, w, g = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(rows, fan_out)
+        for a, b in ((x, w.t()), (g, w), (g.t(), x)):  # forward, input gradient, weight gradient
+            flop = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+            for _ in range(3):
+                a @ b
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                a @ b
+            sec = (time.perf_counter() - t0) / reps
+            total_flop += flop * m.layers
+            total_time += sec * m.layers
+    return total_flop / total_time / 1e9, total_flop / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--profiles", default="cpu,cpu-7x7")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--out", default=str(ROOT / "docs" / "data" / "step_profile.csv"))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cpu")
+    stamp = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
+             "threads": args.threads, "torch": torch.__version__}
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in stamp.items()), flush=True)
+    rows = []
+    for name in args.profiles.split(","):
+        p = load_profile(profile_path(name))
+        rate, mm_gflop = ceiling(p)
+        flops = train_step_flops(p.model, p.data.n, p.train.batch) / 1e9
+        print(f"{name}: matmul ceiling at the model's shapes {rate:.1f} GFLOP/s; a step's products "
+              f"{mm_gflop:.2f} GFLOP of {flops:.2f} -> at least {1000 * mm_gflop / rate:.1f} ms", flush=True)
+        for path, fn in step_fns(p, device).items():
+            r = profile_step(fn, args.steps)
+            rows.append({"profile": name, "path": path, **{b: r[b] for b in BUCKETS},
+                         "ms_step_profiled": r["ms_step_profiled"], "syncs_per_step": r["syncs_per_step"],
+                         "ceiling_gflops": rate, "matmul_floor_ms": 1000 * mm_gflop / rate,
+                         "gflop_step": flops, **stamp})
+    df = pd.DataFrame(rows)
+    print()
+    print(df[["profile", "path", *BUCKETS, "ms_step_profiled", "syncs_per_step", "matmul_floor_ms"]]
+          .to_markdown(index=False, floatfmt=".1f"))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out, mode="a", header=not out.exists(), index=False)
+    print(f"appended {len(df)} rows to {out}")
+
+
+if __name__ == "__main__":
+    main()
