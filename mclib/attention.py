@@ -44,6 +44,8 @@ def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     layout BertSelfAttention expects from any attention implementation.
     """
     scaling = query.size(-1) ** -0.5 if scaling is None else scaling  # module.scaling, passed by BERT
+    if hasattr(module, "q_norm"):  # QK-LayerNorm (model.qk_norm): normalise each head's queries and keys
+        query, key = module.q_norm(query), module.k_norm(key)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling   # [batch, head, query, key]
     if attention_mask is not None:
         scores = scores + attention_mask                          # 0 or dtype min, [batch, 1, query, key]

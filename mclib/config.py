@@ -37,6 +37,7 @@ class ModelConfig:
     position_init_std: float | None = None  # None: same as init_std
     attn_logit_scale: float = 1.0           # multiplies 1/sqrt(d_head)
     attention: str = "sdpa"                 # HF attention implementation used in training
+    qk_norm: bool = False                   # LayerNorm on each head's queries and keys (a lever; not the paper's)
 
 
 @dataclass

@@ -7,10 +7,13 @@ Faithful details (docs/protocol.md, §1.3), each tested in tests/test_model.py:
 - the read-out keeps PyTorch's default `nn.Linear` init (BERT's 0.02 normal init
   is applied to everything else).
 
-Two optional levers for the CPU profile search (issue 3) live in the config so that
+Three optional levers for the CPU profile search live in the config so that
 `from_pretrained` rebuilds them: `attn_logit_scale` multiplies every head's
 1/sqrt(d_head) logit scale, `position_init_std` overrides the init std of the
-position embeddings. Both default to the paper's values (1.0, initializer_range).
+position embeddings, `qk_norm` puts a LayerNorm (over the head dimension, with its own
+gain and bias, shared by the heads of a layer) on queries and keys before their product
+(QK-LayerNorm; such a model always runs mclib's attention function). They default to
+the paper's recipe (1.0, initializer_range, off).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
         pad_token_id=MASK_ID,
         attn_logit_scale=cfg.attn_logit_scale,
         position_init_std=cfg.position_init_std,
+        qk_norm=cfg.qk_norm,
         matrix_n=n,
     )
 
@@ -56,7 +60,11 @@ class MatrixBert(BertPreTrainedModel):
         self.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
         scale = getattr(config, "attn_logit_scale", 1.0)
         for layer in self.bert.encoder.layer:
-            layer.attention.self.scaling = scale * layer.attention.self.attention_head_size ** -0.5
+            attn = layer.attention.self
+            attn.scaling = scale * attn.attention_head_size ** -0.5
+            if getattr(config, "qk_norm", False):  # read by mclib.attention.mclib_attention
+                attn.q_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
+                attn.k_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
         self.post_init()
         # BertModel initialises its own sub-modules (our _init_weights is not called for
         # them), so the two deviations from its init are applied here, after it.
@@ -85,13 +93,20 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
     """A freshly initialised model; the seed fixes the init."""
     torch.manual_seed(seed)
     config = bert_config(cfg, n)
-    config._attn_implementation = cfg.attention
+    config._attn_implementation = attention_for(config, cfg.attention)
     return MatrixBert(config)
+
+
+def attention_for(config: BertConfig, wanted: str) -> str:
+    """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
+    model with QK-LayerNorm needs mclib's own attention function, the one that applies it."""
+    from .attention import IMPL  # registers the function with transformers
+    return IMPL if getattr(config, "qk_norm", False) else wanted
 
 
 def load_model(path, attention: str = "sdpa") -> MatrixBert:
     """A saved model (a folder with config.json + model.safetensors), in eval mode."""
-    model = MatrixBert.from_pretrained(path, attn_implementation=attention)
+    model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(BertConfig.from_pretrained(path), attention))
     # from_pretrained turns requires_grad back on; the token types stay frozen.
     model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
     return model.eval()

@@ -20,10 +20,16 @@ def _batch(p, seed, batch=16):
     return sample_batch(batch, p.data.n, p.data.rank, p.data.p_mask, torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("logit_scale", [1.0, 4.0])
-def test_forward_equals_matrixbert_for_every_run_of_a_stack(smoke_profile, logit_scale):
-    p = smoke_profile.replace(**{"model.attn_logit_scale": logit_scale})
+@pytest.mark.parametrize("logit_scale, qk_norm", [(1.0, False), (4.0, False), (1.0, True)])
+def test_forward_equals_matrixbert_for_every_run_of_a_stack(smoke_profile, logit_scale, qk_norm):
+    p = smoke_profile.replace(**{"model.attn_logit_scale": logit_scale, "model.qk_norm": qk_norm})
     models = [build_model(p.model, p.data.n, seed) for seed in (1, 2, 3)]
+    if qk_norm:  # away from their init (gain 1, bias 0), so that a norm read from the wrong run shows
+        with torch.no_grad():
+            for m in models:
+                for name, q in m.named_parameters():
+                    if "_norm." in name:
+                        q.add_(0.3 * torch.randn_like(q))
     batches = [_batch(p, seed) for seed in (11, 12, 13)]
     with torch.no_grad():
         out = forward(Stack(models), torch.stack([b.tokens for b in batches]))
@@ -193,3 +199,31 @@ def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, sm
     want = ((pred[k:] - first.x[k:]) ** 2)[first.mask[k:]].mean().item()
     assert fast["L_mask"].iloc[0] == pytest.approx(want, rel=1e-5)
     assert fast["L_mask"].iloc[0] != pytest.approx(((pred - first.x) ** 2)[first.mask].mean().item(), rel=1e-5)
+
+
+def test_qk_norm_is_saved_loaded_and_seen_by_the_attention_hooks(tmp_path, smoke_profile):
+    """model.qk_norm: the norms are part of the HF checkpoint, a loaded model applies them
+    (it runs mclib's attention function), and the captured attention is the normalised one."""
+    from mclib.attention import AttentionHooks
+    p = smoke_profile.replace(**{"model.qk_norm": True})
+    model = build_model(p.model, p.data.n, 1)
+    with torch.no_grad():
+        model.bert.encoder.layer[0].attention.self.q_norm.weight.mul_(3.0)
+    model.save_pretrained(tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    b = _batch(p, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(b.tokens), model.eval()(b.tokens), rtol=0, atol=1e-6)
+        plain = build_model(smoke_profile.model, p.data.n, 1).eval()
+        plain.load_state_dict({k: v for k, v in model.state_dict().items() if "_norm." not in k})
+        assert not torch.allclose(plain(b.tokens), loaded(b.tokens), atol=1e-4)  # the norms do act
+        with AttentionHooks(loaded) as hooks:
+            hooks.capture()
+            loaded(b.tokens)
+        attn = loaded.bert.encoder.layer[0].attention.self
+        x = loaded.bert.embeddings(input_ids=b.tokens)
+        heads, d = attn.num_attention_heads, attn.attention_head_size
+        split = lambda t: t.view(t.shape[0], t.shape[1], heads, d).transpose(1, 2)
+        q, k = attn.q_norm(split(attn.query(x))), attn.k_norm(split(attn.key(x)))
+        want = torch.softmax(q @ k.transpose(-1, -2) * attn.scaling, dim=-1)
+        torch.testing.assert_close(hooks.probs[0], want, rtol=1e-5, atol=1e-6)
