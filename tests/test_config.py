@@ -173,7 +173,7 @@ RANGE_CHECKS = (
         ("seed", -1, "seed = -1 must not be negative"),
     ])
 # keys whose only check is their type (any value of it is valid)
-TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast"}
+TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm"}
 # keys checked only together with another key (test_checks_across_keys)
 CROSS_CHECKED = {"data.mix_rank"}
 
