@@ -12,12 +12,13 @@ Where the paper states a result in words only (E12-E16, E18), a row's `paper` is
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .comparisons import E17_LOSSES, e17_beside_paper, pm, within_error
 from .freezing import drop_text, paper_pattern
 from .paper import PAPER_E15, PAPER_E17_MATRICES
-from .scorecard import verdict
+from .scorecard import MARGINS, number, ratio
 
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
 CLUSTERED = 0.25  # a silhouette above this: visible clusters
@@ -29,10 +30,15 @@ DIP = 0.95        # middle-row norm / mean norm below this: "a dip"
 # which the paper does not report; two significant figures of a number, give or take one.
 SOLVER_RTOL = 0.10
 SE_TARGET = 0.05  # sample sizes aim at a standard error under 5 % of the value
+CUT = 0.0  # the direction rule's margin for a cut-off this module defines (STRONG, ALIGNED, ...): the cut-off is the claim
+E15_QUICK = 0.1   # a re-initialised run dropping within a tenth of the main run's drop step has "no plateau"
+E15_ORDER = [["mlp", "token"], ["attention"], ["positional"]]  # the paper's order of the re-initialised runs' drops
 
 
-def _row(id, quantity, ours, reading, paper=None, scale=1.0) -> dict:
-    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading, "scale": scale}
+def _row(id, quantity, ours, reading, paper=None, kind="number", **rule) -> dict:
+    """Keyword arguments for `scorecard.record`: rule holds se, spread, margin, reference and
+    sense (a direction), values and order (an ordering) or na (nothing to test)."""
+    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading, "kind": kind, **rule}
 
 
 # --- 04: embeddings (E12-E14) ------------------------------------------------------------
@@ -92,20 +98,38 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
             "tracks_text": tracks_text, "tracks_claim": tracks_claim, "align_text": align_text,
             "align_claim": align_claim, "cluster_text": cluster_text, "cluster_claim": cluster_claim,
             "mid_norm": float(mid), "post_step": f"{post_step:,}"}
+    before_drop = (progress[progress["step"] < drop].iloc[-1] if drop is not None and (progress["step"] < drop).any()
+                   else None)
+    no_before = ("no drop in this run" if drop is None else
+                 None if before_drop is not None else "no saved checkpoint before the drop")
+    early = (f"the embeddings start that close to their final layout (centred alignment {init_align:.2f} at "
+             "initialisation), so reaching it says nothing about the drop"
+             if init_align is not None and init_align >= ALIGNED else None)
     rows = [
         _row("E12", "token-norm symmetry: corr(‖e(x)‖, ‖e(−x)‖), post", float(symmetry),
-             f"{'symmetric' if symmetry > STRONG else 'not symmetric'} about 0 (paper: symmetric)"),
+             f"{'symmetric' if symmetry > STRONG else 'not symmetric'} about 0 (paper: symmetric)",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
         _row("E12", "|r| of a token PCA component with |x|, post", float(abs_r),
-             f"{'tracks' if abs_r > STRONG else 'does not track'} |x| (paper: one component does)"),
+             f"{'tracks' if abs_r > STRONG else 'does not track'} |x| (paper: one component does)",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
         _row("E12", "|r| of the other component with sign(x), post", float(sign_r),
-             f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}"),
-        _row("E13", f"first step with centred token alignment ≥ {ALIGNED}", aligned_at,
-             f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop)"),
+             f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
+        _row("E13", "centred token alignment with the final layout, last checkpoint before the drop",
+             None if before_drop is None else float(before_drop.token_alignment),
+             f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
+             f"above {ALIGNED} counts)", kind="direction", reference=ALIGNED, sense="above", margin=CUT, na=no_before or early),
+        _row("E14", "column silhouette of the position embeddings, last checkpoint before the drop",
+             None if before_drop is None else float(before_drop.column_silhouette),
+             f"{cluster_claim} (paper: no column clusters before the drop; below {CLUSTERED} counts)",
+             kind="direction", reference=CLUSTERED, sense="below", margin=CUT, na=no_before),
         _row("E14", "column silhouette of the position embeddings, post", float(col_post),
              f"{'columns cluster' if col_post >= CLUSTERED else 'no column clusters'} (row: {row_post:.2f}); "
-             f"{cluster_claim}"),
+             f"paper: they cluster after the drop; above {CLUSTERED} counts", kind="direction", reference=CLUSTERED,
+             sense="above", margin=CUT),
         _row("E14", "middle-row position norm / mean position norm, post", float(mid),
-             f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26)"),
+             f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
+             f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
     ]
     return glue, rows
 
@@ -135,8 +159,21 @@ def freeze_readings(table: pd.DataFrame, steps: int, main_drop: int | None) -> t
     main_text = (f"The main run, trained from scratch, dropped at step {main_drop:,}." if main_drop is not None
                  else "The main run, trained from scratch, did not drop.")
     glue = {"found": found, "verdict_text": verdict_text, "main_text": main_text, "freeze_steps": f"{steps:,}"}
-    rows = [_row("E15", f"steps to the drop, {g} re-initialised", d,
-                 f"{drop_text(d, steps)} (paper: {PAPER_E15.get(g, 'not reported')})") for g, d in drops.items()]
+    # The paper's picture (Fig. 8, NeurIPS version) as claims: mlp and token runs have no plateau (they drop
+    # within a tenth of the main run's plateau), attention and positional runs sit on one and then drop, and
+    # the positional run is the last.
+    rows = []
+    for g, d in drops.items():
+        quick = g in ("mlp", "token")
+        rows.append(_row("E15", f"steps to the drop / main run's drop step, {g} re-initialised",
+                         None if d is None or not main_drop else d / main_drop,
+                         f"{drop_text(d, steps)} (paper: {PAPER_E15.get(g, 'not reported')}); "
+                         f"{'below' if quick else 'above'} {E15_QUICK:g} counts",
+                         kind="direction", reference=E15_QUICK, sense="below" if quick else "above",
+                         na=None if main_drop else "the main run has no drop to measure against"))
+    rows.append(_row("E15", "order of the drops: mlp and token, then attention, then positional", None,
+                     ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
+                     kind="ordering", values=dict(drops), order=E15_ORDER))
     return glue, rows
 
 
@@ -179,11 +216,14 @@ def _e16_same_matrices(sweep: pd.DataFrame, classical: pd.DataFrame, p_train: fl
             f"solver's {pm(nuc.nuclear, nuc.nuclear_se)} (true X: {true_nuc:.3f}): "
             + ("larger, as in the paper" if bert.nuclear > nuc.nuclear else "smaller, unlike the paper"))
     rows = [_row("E16", f"BERT L / solver L at p_mask {p_train:g} (profile's task, same matrices)",
-                 float(bert.L / nuc.L),
+                 float(bert.L / nuc.L), kind="direction", reference=1.0, sense="below", se=float(d_se / nuc.L),
+                 reading=
                  f"BERT − solver {pm(d, d_se)} (paired s.e.): {diff.split(',')[0]}; BERT's per-matrix L_mask lower "
                  f"on {nuc.BERT_better:.0%} of the matrices"),
             _row("E16", f"BERT ‖X̂‖_* / solver ‖U‖_* at p_mask {p_train:g} (profile's task, same matrices)",
-                 float(bert.nuclear / nuc.nuclear),
+                 float(bert.nuclear / nuc.nuclear), kind="direction", reference=1.0, sense="above",
+                 se=float(bert.nuclear / nuc.nuclear * np.hypot(bert.nuclear_se / bert.nuclear, nuc.nuclear_se / nuc.nuclear)),
+                 reading=
                  f"BERT {'larger' if bert.nuclear > nuc.nuclear else 'smaller'} (paper: larger); "
                  f"{pm(bert.nuclear, bert.nuclear_se)} vs {pm(nuc.nuclear, nuc.nuclear_se)}")]
     return text, rows
@@ -223,14 +263,14 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
     beside = e17_beside_paper(reg)
     rows, ok = [], {q: [] for q in E17_LOSSES}
     for r in beside.to_dict("records"):
-        v = verdict(r["paper"], r["ours"], rtol=SOLVER_RTOL, spread=r["se"])  # what scorecard.record gives the row
+        v = number(r["paper"], r["ours"], se=r["se"], margin=SOLVER_RTOL)  # what scorecard.record gives the row
         ok[r["quantity"]].append(v == "matches")
         rows.append({**_row("E17", f"λ = {r['lam']:g}: {r['quantity']} (paper's task)", float(r["ours"]),
                             f"{pm(r['ours'], r['se'])} (s.e. over {n_regularised} matrices of the paper's task); "
                             f"{abs(r['z']):.1f} s.e. {'below' if r['z'] < 0 else 'above'} the paper's value "
                             f"({r['rel_dev']:+.1%} of it)",
                             paper=r["paper"]),
-                     "spread": float(r["se"]), "rtol": SOLVER_RTOL})
+                     "se": float(r["se"]), "margin": SOLVER_RTOL})
     obs, mask = (beside[beside["quantity"] == q] for q in ("L_obs", "L_mask"))
     own_se = mask["se"] * (n_regularised / PAPER_E17_MATRICES) ** 0.5 / mask["ours"]  # the paper's sample's error
     text = (f"L_obs {'matches' if all(ok['L_obs']) else 'does not match'} the paper's at every λ "
@@ -271,8 +311,8 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
     solvers (classical_table without a model). No number is rescaled across tasks.
 
     E17's rows compare a number with the paper's on the same task: the verdict is
-    "matches" when |ours − paper| ≤ 2·s.e. + SOLVER_RTOL·|paper| (`scorecard.verdict` with
-    spread = our standard error over matrices), else "differs"."""
+    "matches" when |ours − paper| ≤ 2·s.e. + SOLVER_RTOL·|paper| (`scorecard.number` with
+    se = our standard error over matrices), else "differs"."""
     e16, rows = _e16_same_matrices(sweep, classical, p_train)
     e17, e17_rows = _e17(reg, n_regularised)
     rows += e17_rows
@@ -281,12 +321,17 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
     e18 = []
     for dist in [d for d in bert_ood.index if d != "uniform"]:
         o = bert_ood.loc[dist]
-        ratio = o.L / uni.L
-        e18.append(f"{dist} factors: L {o.L:.2e} ({ratio:.2f} × uniform's {uni.L:.2e}), L_mask / E[X²] "
-                   f"{o.L_mask_rel:.2f} against uniform's {uni.L_mask_rel:.2f}")
-        rows.append(_row("E18", f"BERT L, {dist} / uniform factors", float(ratio),
-                         f"{'similar' if 0.5 <= ratio <= 2 else 'not similar'} (paper: similar); L_mask / E[X²] "
-                         f"{o.L_mask_rel:.2f} vs {uni.L_mask_rel:.2f}"))
+        rel = o.L_mask_rel / uni.L_mask_rel  # L_mask / E[X²] of this distribution over uniform's: scale-free
+        rel_se = rel * np.hypot(o.L_mask_se / o.L_mask, uni.L_mask_se / uni.L_mask)
+        v = ratio(1.0, rel, se=rel_se)  # the paper: "close to" uniform's, i.e. a ratio of 1 (scorecard's ratio rule)
+        said = {"matches": "similar, as the paper says", "differs": "not similar, unlike the paper"}[v]
+        e18.append(f"{dist} factors: L_mask / E[X²] {pm(o.L_mask_rel, o.L_mask_rel * o.L_mask_se / o.L_mask)} against "
+                   f"uniform's {pm(uni.L_mask_rel, uni.L_mask_rel * uni.L_mask_se / uni.L_mask)}, a ratio of "
+                   f"{pm(rel, rel_se)}: {said} (the ratio rule: within a factor {1 + MARGINS['ratio']:g} of 1, "
+                   "widened by two standard errors)")
+        rows.append(_row("E18", f"BERT (L_mask / E[X²]), {dist} over uniform factors", float(rel),
+                         f"{said}; L_mask / E[X²] {o.L_mask_rel:.3f} vs {uni.L_mask_rel:.3f}",
+                         paper=1.0, kind="ratio", se=float(rel_se)))
 
     at = classical.set_index("method")
     bert = at.loc["BERT"]

@@ -1,11 +1,19 @@
-"""The scorecard: every number the book compares with the paper, in one table.
+"""The scorecard: every claim of the paper the book tests, one row each, with a verdict.
 
-A chapter records a row per quantity with `record(run_dir, ...)`; rows live in
+A chapter records a row per claim with `record(run_dir, ...)`; rows live in
 `run_dir/scorecard.json`, keyed by (experiment id, quantity), so re-running a chapter
 replaces its rows instead of adding duplicates. `book/99_scorecard.ipynb` renders them.
 
-The verdict (see `verdict`) is deliberately crude; the "reading" column says in words
-what the number means, and the chapter says the rest.
+Each row names its *kind* of claim, and the kind's rule (one function per kind, in
+`RULES`) gives the verdict. Every rule can come out "differs": the tolerance is two
+standard errors of our measurement plus a stated relative margin (`MARGINS`), never a
+blanket factor. `rules_table()` prints the rules from the functions' docstrings, so the
+book states them without typing them twice.
+
+No number is multiplied across tasks into a verdict. When the profile's task is not the
+paper's, a row compares a scale-free quantity (a loss over its own task's copying level
+E[X²], a ratio of two losses on the same matrices, a step as a fraction of another
+step), and says which in its quantity.
 """
 from __future__ import annotations
 
@@ -16,50 +24,165 @@ import re
 from pathlib import Path
 
 FILE = "scorecard.json"
-FIELDS = ("id", "quantity", "paper", "ours", "scale", "spread", "reading", "verdict", "chapter")
-VERDICTS = ("matches", "same direction", "differs", "n/a")
+FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter")
+SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
+
+# The relative margins of the rules, each added to two standard errors of our number.
+MARGINS = {
+    # A number: 10 %, about the sampling error of the paper's own means (256 matrices; our
+    # per-matrix spread gives 8-9 % at that size, and the paper reports no error), i.e. two
+    # significant figures give or take one.
+    "number": 0.10,
+    # A ratio of two losses measured on the same matrices (ablated / unablated, switched /
+    # unswitched): 25 % on the log scale (a factor 1.25 either way). The ratio is the
+    # scale-free part of an intervention's effect; a quarter allows for the paper's two
+    # sampling errors (~10 % each) and a model of another size, no more.
+    "ratio": 0.25,
+    # A direction (ours above or below a stated reference): beyond the reference by 10 %
+    # of it, so a value sitting on the reference does not count either way.
+    "direction": 0.10,
+    # An ordering of events (steps): each later item later by 10 % of its step, so two
+    # events at about the same checkpoint are not an ordering.
+    "ordering": 0.10,
+}
+POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
+            "by construction": "cannot fail"}
+VERDICTS = ("matches", "same direction", "same order", "differs", "n/a", "cannot fail")
 
 
 def _missing(x) -> bool:
     return x is None or (isinstance(x, float) and math.isnan(x))
 
 
-def verdict(paper: float | None, ours: float | None, rtol: float = 0.5,
-            spread: float | None = None, reference: float | None = None, scale: float = 1.0) -> str:
-    """Compare our number with the paper's.
+def _se(*errors) -> float:
+    """Errors combined in quadrature; missing ones count 0."""
+    return math.sqrt(sum(0.0 if _missing(e) else float(e) ** 2 for e in errors))
 
-    matches         |ours·scale - paper| <= rtol·|paper| + 2·spread·scale
-                    (spread: the std across seeds, 0 with one seed)
-    same direction  not within tolerance, but both on the same side of `reference`
-                    (ours against reference, the paper's against reference·scale; e.g.
-                    both losses far below the copying plateau, both drops before the
-                    end of training): the paper's claim holds, not its number
-    differs         otherwise, or we have no number (e.g. no drop happened)
-    n/a             the paper gives no number
 
-    scale: what our number (and a reference in our units) is multiplied by to be on the
-    paper's scale; `loss_scale` for a loss, 1 for anything else.
-    """
+def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
+           margin: float | None = None) -> str:
+    """A number, as the paper reports it (on the same task, or a scale-free quantity of
+    the profile's task): *matches* when |ours − paper| ≤ 2·√(se² + spread²) + margin·|paper|,
+    with se our standard error, spread the standard deviation over seeds (a single run of
+    the paper is one draw), margin 10 %; *differs* otherwise or when we have no number
+    (e.g. no drop); *n/a* when the paper gives none."""
     if _missing(paper):
         return "n/a"
     if _missing(ours):
         return "differs"
-    if abs(ours * scale - paper) <= rtol * abs(paper) + 2 * scale * (0.0 if _missing(spread) else spread):
-        return "matches"
-    if reference is not None and (ours < reference) == (paper < reference * scale):
-        return "same direction"
-    return "differs"
+    m = MARGINS["number"] if margin is None else margin
+    return "matches" if abs(ours - paper) <= 2 * _se(se, spread) + m * abs(paper) else "differs"
+
+
+def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
+          margin: float | None = None) -> str:
+    """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask):
+    compared on the log scale, *matches* when |ln(ours / paper)| ≤ ln(1 + margin) +
+    2·√(se² + spread²) / ours, margin 25 %; *differs* otherwise, or when ours is missing or
+    not positive; *n/a* when the paper gives none. A claim of "no effect" is a ratio of 1
+    (or the paper's measured ratio)."""
+    if _missing(paper):
+        return "n/a"
+    if _missing(ours) or ours <= 0 or paper <= 0:
+        return "differs"
+    m = MARGINS["ratio"] if margin is None else margin
+    return "matches" if abs(math.log(ours / paper)) <= math.log1p(m) + 2 * _se(se, spread) / ours else "differs"
+
+
+def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
+              spread: float | None = None, margin: float | None = None, paper: float | None = None) -> str:
+    """A direction: the paper says the quantity lies *above* or *below* a stated reference
+    (a copying level, a ratio of 1, a threshold the chapter names). *same direction* when
+    ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
+    margin·|reference|, margin 10 % (0 when the reference is a cut-off the book defines
+    as the claim itself, e.g. |r| > 0.8 for "tracks"; the row says so); *differs* otherwise (on the other side, or too close to
+    tell), or when we have no number. The paper's own value, if given, must lie on the
+    claimed side (a check of the row, not of our run)."""
+    if sense not in ("above", "below"):
+        raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
+    s = 1.0 if sense == "above" else -1.0
+    if not _missing(paper) and s * (paper - reference) <= 0:
+        raise ValueError(f"the paper's value {paper} is not {sense} the reference {reference}")
+    if _missing(ours):
+        return "differs"
+    m = MARGINS["direction"] if margin is None else margin
+    return "same direction" if s * (ours - reference) > 2 * _se(se, spread) + m * abs(reference) else "differs"
+
+
+def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:
+    """An ordering of events by step (e.g. which re-initialised run drops first): `order`
+    lists tiers, earliest first; a missing value (the event did not happen within the
+    run) is later than any that did. *same order* when every item of an earlier tier comes
+    before every item of a later one by more than margin·(the later step) + 2·se, margin
+    10 %; *differs* otherwise (a pair reversed, tied, or neither happened)."""
+    m = MARGINS["ordering"] if margin is None else margin
+    at = {k: math.inf if _missing(v) else float(v) for k, v in values.items()}
+    for i, early in enumerate(order):
+        for late in order[i + 1:]:
+            for a in early:
+                for b in late:
+                    if math.isinf(at[a]) or not (at[b] - at[a] > m * abs(at[b] if math.isfinite(at[b]) else at[a])
+                                                 + 2 * _se(se)):
+                        return "differs"
+    return "same order"
+
+
+def by_construction(*_, **__) -> str:
+    """A reading that equals another number by construction (e.g. E8 with every layer
+    patched: at a masked position the token and the position are the same for X and −X,
+    so the patched run's masked states are the source run's and its MSE to X is the
+    unpatched L_mask): *cannot fail*, shown for completeness and never counted as
+    agreement."""
+    return "cannot fail"
+
+
+RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": ordering,
+         "by construction": by_construction}
+
+
+def verdict(paper: float | None, ours: float | None, rtol: float | None = None, spread: float | None = None,
+            se: float | None = None) -> str:
+    """The number rule (`number`) with the old argument names: rtol is the margin."""
+    return number(paper, ours, se=se, spread=spread, margin=rtol)
+
+
+def rules_table():
+    """The rules as a table (kind, the positive verdict, margin, rule), from the rule
+    functions' docstrings: what the scorecard page shows."""
+    import pandas as pd
+
+    def text(f):
+        return " ".join(f.__doc__.split())
+    return pd.DataFrame([{"kind": k, "positive verdict": POSITIVE[k],
+                          "margin": f"{MARGINS[k]:.0%}" if k in MARGINS else "—", "rule": text(f)}
+                         for k, f in RULES.items()])
 
 
 def loss_scale(profile) -> float:
-    """The paper's copying level E[X²] over `profile`'s: a loss of this profile times this
-    is on the paper's scale (1 on the paper's task; 2 on rank-1 matrices, whose E[X²] is
-    1/9 against the paper's 2/9). A loss is compared as a fraction of its own task's
-    copying level, the one reading that means the same on both tasks."""
+    """The paper's copying level E[X²] over `profile`'s. For orientation only (a label on a
+    shown number); no verdict uses it: a loss is compared as a fraction of its own task's
+    copying level instead."""
     from .config import load_profile, profile_path
     from .data import copy_baseline_mse
 
     return copy_baseline_mse(load_profile(profile_path("paper")).data.rank) / copy_baseline_mse(profile.data.rank)
+
+
+def task_note(profile) -> str:
+    """One sentence for the scorecard page: whether `profile` trains the paper's task, and
+    if not, how the model rows compare (scale-free quantities, no rescaling)."""
+    from .config import deviations, load_profile, profile_path
+    from .data import copy_baseline_mse
+
+    paper = load_profile(profile_path("paper"))
+    keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
+    if not keys:
+        return "This profile's task is the paper's: every row compares like with like."
+    return (f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
+            f"{copy_baseline_mse(profile.data.rank):.3f}, the paper's {copy_baseline_mse(paper.data.rank):.3f}. "
+            "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
+            "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
+            "same matrices, a step over another step), and no number is multiplied across tasks.")
 
 
 def load(run_dir: str | Path) -> list[dict]:
@@ -88,16 +211,57 @@ def forget_chapter(run_dir: str | Path, chapter: str) -> None:
         _write(run_dir, [r for r in rows if r["chapter"] != chapter])
 
 
-def record(run_dir: str | Path, id: str, quantity: str, paper: float | None, ours: float | None,
-           reading: str, spread: float | None = None, chapter: str = "", scale: float = 1.0,
-           **verdict_kw) -> dict:
-    """Add or replace the row (id, quantity); the verdict is computed here (`scale`: see
-    `verdict`; the row keeps our number as measured, and the scale). Returns the row."""
+def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, margin=None, reference=None,
+          sense=None, values=None, order=None, na: str | None = None, rtol=None) -> str:
+    """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
+    "n/a" (e.g. an empty group: nothing to test)."""
+    if na:
+        return "n/a"
+    margin = rtol if margin is None else margin
+    if kind in ("number", "ratio"):
+        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
+    if kind == "direction":
+        return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
+    if kind == "ordering":
+        return ordering(values, order, margin=margin, se=se)
+    if kind == "by construction":
+        return by_construction()
+    raise ValueError(f"unknown kind of claim {kind!r}; one of {', '.join(RULES)}")
+
+
+def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, reading: str = "",
+           kind: str = "number", se=None, spread=None, chapter: str = "", **rule_kw) -> dict:
+    """Add or replace the row (id, quantity); the verdict is computed here by `judge`
+    (rule_kw: margin, reference and sense for a direction, values and order for an
+    ordering, na for a claim with nothing to test). Returns the row."""
     clean = lambda x: None if _missing(x) else float(x)  # JSON has no NaN
-    row = {"id": id, "quantity": quantity, "paper": clean(paper), "ours": clean(ours), "scale": float(scale),
-           "spread": clean(spread), "reading": reading,
-           "verdict": verdict(paper, ours, spread=spread, scale=scale, **verdict_kw), "chapter": chapter}
+    v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
+    if rule_kw.get("na"):
+        reading = f"{reading}; n/a: {rule_kw['na']}" if reading else f"n/a: {rule_kw['na']}"
+    row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
+           "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter}
     rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
     _write(run_dir, rows)
     return row
+
+
+# --- the findings table ------------------------------------------------------------------
+
+def findings(rows: list[dict]):
+    """The landing table: one line per experiment, what reproduced and what did not.
+    Columns: experiment, rows, reproduced (the positive verdicts), differs, the claims that
+    differ (quantity: our reading), and the rows that cannot fail or have nothing to test."""
+    import pandas as pd
+
+    out = []
+    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+        rs = [r for r in rows if r["id"] == e]
+        pos = [r for r in rs if r["verdict"] in ("matches", "same direction", "same order")]
+        bad = [r for r in rs if r["verdict"] == "differs"]
+        rest = [r for r in rs if r["verdict"] in ("n/a", "cannot fail")]
+        out.append({"experiment": e, "rows": len(rs), "reproduced": len(pos), "differs": len(bad),
+                    "what differs, and our reading": "; ".join(f"{r['quantity']}: {r['reading']}" for r in bad) or "—",
+                    "not tested": len(rest)})
+    return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
+                                      "not tested"])

@@ -24,40 +24,59 @@ def _summary(init):
     return pd.DataFrame({"step": [0, 100, 400], "alignment_centred": [init, 0.5, 1.0]})
 
 
-def test_embeddings_as_in_the_paper():
+def test_embeddings_as_in_the_paper(tmp_path):
     glue, rows = embedding_readings(_progress([0.0, 0.05, 0.6, 0.7]), _summary(0.1), TRACKS, 0.97, drop=250, post_step=400)
     assert glue["tracks_claim"].endswith("as in the paper") and glue["symmetry_text"] == "symmetric about 0"
     assert glue["align_text"].startswith("reached 0.9 at step 200") and glue["align_claim"].endswith("as the paper says")
     assert "0.05 at step 200, the last checkpoint before the drop" in glue["cluster_text"]
     assert glue["cluster_claim"] == "the columns cluster only after the drop, as in the paper"
-    assert [r["id"] for r in rows] == ["E12"] * 3 + ["E13", "E14", "E14"] and all(r["paper"] is None for r in rows)
-    assert rows[3]["ours"] == 200 and rows[5]["reading"].startswith("a dip")
+    assert [r["id"] for r in rows] == ["E12"] * 3 + ["E13"] + ["E14"] * 3 and all(r["paper"] is None for r in rows)
+    assert rows[3]["ours"] == 0.95 and rows[6]["reading"].startswith("a dip")  # step 200: the last before the drop
+    verdicts = [_verdict(tmp_path, r) for r in rows]
+    assert verdicts == ["same direction"] * 7  # every claim holds on these numbers
 
 
-def test_embeddings_without_a_drop_or_against_the_paper():
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
     glue, rows = embedding_readings(_progress([0.0] * 4), _summary(0.1), TRACKS.assign(abs_x=[0.3, 0.1]), 0.2,
                                     drop=None, post_step=400)
+    assert [_verdict(tmp_path, r) for r in rows] == ["differs", "differs", "same direction", "n/a", "n/a", "differs",
+                                                     "same direction"]  # no drop: E13 and E14's timing untestable
     assert glue["align_claim"] == "with no drop to compare against"
     assert "cannot be tested without a drop" in glue["cluster_claim"] and "went from" in glue["cluster_text"]
     assert glue["tracks_claim"] == "not what the paper shows (no component tracks |x|)"
     glue, _ = embedding_readings(_progress([0.5] * 4), _summary(0.95), TRACKS, 0.9, drop=250, post_step=400)
     assert glue["align_claim"].startswith("but the embeddings start that close")
     assert glue["cluster_claim"] == "the columns already cluster before the drop, unlike the paper"
+    glue, rows = embedding_readings(_progress([0.5] * 4), _summary(0.1), TRACKS, 0.9, drop=250, post_step=400)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
+    assert v["column silhouette of the position embeddings, last checkpoint before the drop"] == "differs"
+    assert _verdict(tmp_path, {**rows[3], "ours": 0.5}) == "differs"  # not aligned before the drop
 
 
 def _table(drops):
     return pd.DataFrame({"group": list(GROUPS), "drop": pd.array(drops, dtype="Int64")})
 
 
-def test_freeze_sentences():
-    glue, rows = freeze_readings(_table([500, 60, 900, 80]), 1000, main_drop=700)
-    assert glue["found"].startswith("the runs dropped in the order mlp (step 60), token (step 80)")
+def test_freeze_sentences(tmp_path):
+    glue, rows = freeze_readings(_table([500, 40, 900, 60]), 1000, main_drop=700)
+    assert glue["found"].startswith("the runs dropped in the order mlp (step 40), token (step 60)")
     assert glue["verdict_text"].endswith("the positional run takes longest, as in the paper")
-    assert [r["ours"] for r in rows] == [500, 60, 900, 80] and "paper: no plateau" in rows[1]["reading"]
+    assert [r["ours"] for r in rows[:4]] == [500 / 700, 40 / 700, 900 / 700, 60 / 700]
+    assert "paper: no plateau" in rows[1]["reading"]
+    assert [_verdict(tmp_path, r) for r in rows] == ["same direction"] * 4 + ["same order"]
+    _, rows = freeze_readings(_table([500, 40, 300, 60]), 1000, main_drop=700)  # positional before attention
+    assert _verdict(tmp_path, rows[-1]) == "differs"
+    _, rows = freeze_readings(_table([500, 600, 900, 60]), 1000, main_drop=700)  # the mlp run sits on a plateau, drops after attention
+    assert _verdict(tmp_path, rows[1]) == "differs" and _verdict(tmp_path, rows[-1]) == "differs"
     glue, rows = freeze_readings(_table([None] * 4), 20, main_drop=None)
     assert glue["found"] == "none of the four runs dropped within its 20 steps"
     assert glue["verdict_text"] == "too short to check the paper's ordering"
     assert rows[0]["ours"] is None and rows[0]["reading"].startswith("no drop by step 20")
+    assert [_verdict(tmp_path, r) for r in rows] == ["n/a"] * 4 + ["differs"]
     glue, _ = freeze_readings(_table([60, 500, None, None]), 1000, main_drop=700)
     assert "positional, token did not drop within 1,000 steps" in glue["found"]
     assert glue["verdict_text"].startswith("which is not the paper's picture")
@@ -95,7 +114,9 @@ def test_baseline_sentences_and_rows(tables):
     assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
     e17 = [r for r in rows if r["id"] == "E17"]
     assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
-    assert all(r["scale"] == 1.0 for r in e17)  # the paper's task: no loss scale
+    assert all("scale" not in r for r in rows)  # no loss scale anywhere
+    e18 = [r for r in rows if r["id"] == "E18"]
+    assert all(r["kind"] == "ratio" and r["paper"] == 1.0 for r in e18)
     assert "s.e. over 6 matrices of the paper's task" in e17[0]["reading"]
 
 
@@ -110,6 +131,29 @@ def _reg_like_paper(se_rel: float, change: dict | None = None) -> pd.DataFrame:
             row[f"{q}_se"] = se_rel * row[q]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    ood = ood.copy()
+    bert = ood["method"] == "BERT"
+    ood.loc[bert, "L_mask_se"] = 0.001 * ood.loc[bert, "L_mask"]
+    ood.loc[bert, "L_mask_rel"] = ood.loc[bert].dist.map({"uniform": 0.11, "gaussian": 0.18, "laplace": 0.12}).values
+    ood.loc[bert, "L_mask"] = ood.loc[bert, "L_mask_rel"]
+    glue, rows = baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E18"}
+    assert v == {"BERT (L_mask / E[X²]), gaussian over uniform factors": "differs",   # 0.18 vs 0.11: 1.6x
+                 "BERT (L_mask / E[X²]), laplace over uniform factors": "matches"}    # 0.12 vs 0.11
+    assert "gaussian factors" in glue["e18"] and "not similar, unlike the paper" in glue["e18"]
+
+
+def test_e16_rows_are_directions(tmp_path, tables):
+    _, rows = _readings(tables)
+    e16 = [r for r in rows if r["id"] == "E16"]
+    assert [(r["kind"], r["sense"]) for r in e16] == [("direction", "below"), ("direction", "above")]
+    assert _verdict(tmp_path, {**e16[0], "ours": 0.5, "se": 0.01}) == "same direction"
+    assert _verdict(tmp_path, {**e16[0], "ours": 0.95, "se": 0.01}) == "differs"  # within the margin of 1
 
 
 def _e17_verdicts(tmp_path, tables, reg):

@@ -1,0 +1,82 @@
+"""Every kind of claim has a rule that can fail: a consistent value gets the positive
+verdict, a contradicting one "differs"."""
+import math
+
+import pytest
+
+from mclib import scorecard as S
+
+
+def test_number_rule():
+    assert S.number(0.30, 0.31) == "matches"                       # within 10 % of the paper's value
+    assert S.number(0.30, 0.45) == "differs"                       # 50 % off: the old blanket tolerance is gone
+    assert S.number(0.30, 0.45, se=0.05) == "differs"              # 0.15 > 2 x 0.05 + 0.03
+    assert S.number(0.30, 0.45, se=0.07) == "matches"              # 0.15 <= 2 x 0.07 + 0.03
+    assert S.number(0.30, 0.45, spread=0.07) == "matches"          # seed spread widens the band alike
+    assert S.number(0.30, None) == "differs" and S.number(None, 0.3) == "n/a"
+
+
+def test_ratio_rule():
+    assert S.ratio(1.10, 1.2) == "matches"                         # E4's "no significant effect" (paper: 1.10)
+    assert S.ratio(1.10, 4.4) == "differs"                         # ablating raises L_mask 4.4x
+    assert S.ratio(17.0, 11.0) == "differs" and S.ratio(17.0, 11.0, se=2.0) == "matches"
+    assert S.ratio(1.0, 0.5) == "differs"                          # symmetric on the log scale
+    assert S.ratio(1.0, -1.0) == "differs" and S.ratio(None, 2.0) == "n/a"
+
+
+def test_direction_rule():
+    assert S.direction(0.05, 0.5, "below") == "same direction"
+    assert S.direction(0.9, 0.5, "below") == "differs"             # the other side
+    assert S.direction(0.46, 0.5, "below") == "differs"            # within the 10 % margin: too close to tell
+    assert S.direction(0.40, 0.5, "below", se=0.04) == "differs"   # 0.10 < 2 x 0.04 + 0.05
+    assert S.direction(2.0, 1.0, "above") == "same direction" and S.direction(None, 1.0, "above") == "differs"
+    with pytest.raises(ValueError):
+        S.direction(0.1, 0.5, "below", paper=0.7)                  # the row misstates the paper's claim
+    with pytest.raises(ValueError):
+        S.direction(0.1, 0.5, "under")
+
+
+def test_ordering_rule():
+    order = [["mlp", "token"], ["attention"], ["positional"]]
+    assert S.ordering({"mlp": 10, "token": 20, "attention": 300, "positional": 900}, order) == "same order"
+    assert S.ordering({"mlp": 10, "token": 20, "attention": 900, "positional": 300}, order) == "differs"
+    assert S.ordering({"mlp": 10, "token": 20, "attention": 300, "positional": None}, order) == "same order"
+    assert S.ordering({"mlp": 10, "token": 20, "attention": None, "positional": None}, order) == "differs"
+    assert S.ordering({"mlp": 10, "token": 20, "attention": 300, "positional": 320}, order) == "differs"  # a tie
+    assert S.ordering({"aligned": 200, "drop": 250}, [["aligned"], ["drop"]]) == "same order"
+    assert S.ordering({"aligned": 260, "drop": 250}, [["aligned"], ["drop"]]) == "differs"
+
+
+def test_by_construction_and_na(tmp_path):
+    assert S.judge("by construction", paper=0.014, ours=0.009) == "cannot fail"
+    row = S.record(tmp_path, "E4", "ablated / unablated L_mask", 1.1, None, kind="ratio", na="no head is labelled 'other'")
+    assert row["verdict"] == "n/a" and "no head" in row["reading"]
+    with pytest.raises(ValueError):
+        S.judge("vibes", paper=1.0, ours=1.0)
+
+
+def test_record_uses_the_kind(tmp_path):
+    S.record(tmp_path, "E3", "r", 17.0, 4.4, kind="ratio")
+    S.record(tmp_path, "E1", "d", ours=0.05, kind="direction", reference=0.5, sense="below")
+    S.record(tmp_path, "E15", "o", kind="ordering", values={"a": 1, "b": 9}, order=[["b"], ["a"]])
+    rows = S.load(tmp_path)
+    assert [(r["id"], r["kind"], r["verdict"]) for r in rows] == [
+        ("E1", "direction", "same direction"), ("E3", "ratio", "differs"), ("E15", "ordering", "differs")]
+    assert all(set(r) == set(S.FIELDS) for r in rows)
+
+
+def test_rules_table_states_every_rule():
+    t = S.rules_table()
+    assert list(t["kind"]) == list(S.RULES) and all(len(r) > 80 for r in t["rule"])
+    assert t.set_index("kind").loc["ratio", "margin"] == "25%"
+    assert "10 %" in t.set_index("kind").loc["number", "rule"]
+
+
+def test_findings_table():
+    rows = [{"id": "E4", "quantity": "q", "verdict": "differs", "reading": "4.4x"},
+            {"id": "E3", "quantity": "p", "verdict": "matches", "reading": ""},
+            {"id": "E8", "quantity": "all", "verdict": "cannot fail", "reading": ""}]
+    f = S.findings(rows)
+    assert list(f["experiment"]) == ["E3", "E4", "E8"]
+    assert f.set_index("experiment").loc["E4", "what differs, and our reading"] == "q: 4.4x"
+    assert f.set_index("experiment").loc["E8", "not tested"] == 1 and math.isclose(f["rows"].sum(), 3)
