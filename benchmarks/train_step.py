@@ -354,7 +354,8 @@ def main(argv=None) -> None:
     print(show.to_markdown(index=False, floatfmt=".3g"))
     print()
     for p in df["profile"].unique():
-        r = df[df["profile"] == p].set_index(df["path"].str[1])
+        r = df[df["profile"] == p]
+        r = r.set_index(r["path"].str[1])
         pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("f", "a"), ("g", "a"))
                  if k in r.index and ref in r.index]
         pairs += [(k, "c") for k in "fg" if k in r.index and "c" in r.index]
