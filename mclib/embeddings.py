@@ -38,6 +38,14 @@ SILHOUETTE_METRIC = "cosine"
 
 # ---- token embeddings (E12, E13) -------------------------------------------------
 
+def value_range(rank: int) -> tuple[float, float]:
+    """The token values E12 and E13 read: those the task can produce, within the paper's
+    window −1.50 … 1.50. X = U Vᵀ with Unif[−1, 1] factors has |x| ≤ rank, so on rank 1 the
+    rows of |x| > 1 never occur in training and stay at their initialisation: (lo, hi) =
+    (−min(rank, 1.5), min(rank, 1.5))."""
+    return max(VALUE_LO, -float(rank)), min(VALUE_HI, float(rank))
+
+
 def token_values(lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
     """The values lo, lo + 0.01, …, hi (301 of them by default)."""
     k_lo, k_hi = round(lo * 100), round(hi * 100)
@@ -177,7 +185,7 @@ def _check_positions(rows: np.ndarray, n: int) -> None:
 # ---- progress over a run ---------------------------------------------------------
 
 def embedding_progress(run_dir: str | Path, final_step: int | None = None, centred: bool = True,
-                       metric: str = SILHOUETTE_METRIC) -> pd.DataFrame:
+                       metric: str = SILHOUETTE_METRIC, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
     """One row per saved checkpoint of a run.
 
     Columns: step; column_silhouette, row_silhouette (position rows, `metric`);
@@ -187,6 +195,7 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
     by default, because uncentred cosines are dominated by the rows' common mean);
     token_captured (`captured_variance` of the step's rows in the final plane).
     final_step: the checkpoint whose PCA is the reference (default: the last saved).
+    lo, hi: the token values read (`value_range(rank)`: those the task produces).
     """
     steps = saved_steps(Path(run_dir))
     if not steps:
@@ -194,8 +203,8 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
     final_step = steps[-1] if final_step is None else final_step
     if final_step not in steps:
         raise ValueError(f"final_step {final_step} is not a saved step ({steps})")
-    values = token_values()
-    final_rows = token_rows(load_checkpoint(run_dir, final_step))
+    values = token_values(lo, hi)
+    final_rows = token_rows(load_checkpoint(run_dir, final_step), lo, hi)
     pca = fit_pca(final_rows)
     final_proj = project(final_rows, pca, centred)
     out = []
@@ -204,7 +213,7 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
         n = _matrix_n(model, None)
         pos = position_rows(model, n)
         norms = np.linalg.norm(pos, axis=1)
-        tok = token_rows(model)
+        tok = token_rows(model, lo, hi)
         out.append({
             "step": step,
             "column_silhouette": position_silhouette(pos, n, "column", metric),
@@ -219,7 +228,7 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
 
 
 def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
-                      initial=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      initial=None, lo: float = VALUE_LO, hi: float = VALUE_HI) -> tuple[pd.DataFrame, pd.DataFrame]:
     """E13 at chosen checkpoints: the rows of the values −1.50 … 1.50 of each step in
     `steps`, projected onto the PCA(2) plane of the final checkpoint's rows, both
     uncentred (the authors) and centred.
@@ -230,20 +239,21 @@ def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
     final_step: default the run's last saved step. initial: a model to include as step 0
     (the run's initialisation, `build_model(cfg.model, n, cfg.seed)`): the control, since
     embeddings that barely move from their init are "aligned" from the start.
+    lo, hi: the token values read (`value_range(rank)`).
     """
     saved = saved_steps(Path(run_dir))
     final_step = saved[-1] if final_step is None and saved else final_step
     missing = [s for s in [*steps, final_step] if s not in saved]
     if missing:
         raise ValueError(f"steps {missing} are not saved checkpoints ({saved})")
-    values = token_values()
-    final = token_rows(load_checkpoint(run_dir, final_step))
+    values = token_values(lo, hi)
+    final = token_rows(load_checkpoint(run_dir, final_step), lo, hi)
     pca = fit_pca(final)
     finals = {c: project(final, pca, c) for c in (False, True)}
     coords, summary = [], []
     models = ([(0, initial)] if initial is not None else []) + [(s, None) for s in steps]
     for step, model in models:
-        rows = token_rows(model if model is not None else load_checkpoint(run_dir, step))
+        rows = token_rows(model if model is not None else load_checkpoint(run_dir, step), lo, hi)
         out = {"step": step}
         for centred in (False, True):
             proj = project(rows, pca, centred)

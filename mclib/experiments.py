@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -46,7 +47,23 @@ def fill_label(value: float | None) -> str:
 
 
 def _loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
-    return {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
+    """L, L_obs, L_mask, mask_value, and the standard errors L_se, L_obs_se, L_mask_se over
+    matrices (`comparisons.pooled`: the matrices are the units)."""
+    from .comparisons import pooled
+
+    row = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
+    sq = ((pred.float() - batch.x.float()) ** 2).cpu().numpy()
+    mask = batch.mask.cpu().numpy().astype(bool)
+    for name, where in (("L", np.ones_like(mask)), ("L_obs", ~mask), ("L_mask", mask)):
+        row[f"{name}_se"] = pooled(sq, where)[1]
+    return row
+
+
+def ratio_se(a: float, a_se: float, b: float, b_se: float) -> float:
+    """The standard error of a / b from the two errors, taken as independent (on the same
+    matrices the two are positively correlated, so this overstates the error: the rules
+    that use it err towards "matches" by at most that)."""
+    return float(abs(a / b) * np.hypot(a_se / a, b_se / b)) if a and b else float("nan")
 
 
 # --- E2 --------------------------------------------------------------------------------------
@@ -58,13 +75,19 @@ def copy_check(model, data, n_matrices: int, seed: int, fills: Sequence[float | 
     One row per (matrices, m): L'_mask (mean (X̂ − m)² over the masked entries), L_obs,
     L_mask and mask_value. The same matrices and masks for every m of one kind.
     """
+    from .comparisons import pooled
+    from .data import round2
+
     rows = []
     for label, dist in matrices.items():
         for value in fills:
             batch = sample_eval_batch(data, n_matrices, seed, dist=dist, fill_value=value)
             pred = predict(model, batch)
+            m = 0.0 if value is None else float(round2(torch.tensor(float(value))))
+            sq = ((pred.float() - m) ** 2).cpu().numpy()
             rows.append({"matrices": label, "token": fill_label(value),
-                         "L'_mask": l_prime_mask(pred, batch, value), **_loss_row(pred, batch)})
+                         "L'_mask": l_prime_mask(pred, batch, value),
+                         "L'_mask_se": pooled(sq, batch.mask.cpu().numpy().astype(bool))[1], **_loss_row(pred, batch)})
     return pd.DataFrame(rows)
 
 

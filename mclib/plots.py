@@ -36,21 +36,26 @@ def mark_checkpoints(fig: plt.Figure, pre: int, transition: list[int], post: int
     return fig
 
 
-VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:orange", "differs": "tab:red", "n/a": "grey"}
+VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same order": "tab:cyan", "differs": "tab:red",
+                  "n/a": "grey", "cannot fail": "silver"}
 
 
 def scorecard_plot(rows: list[dict]) -> plt.Figure:
-    """Our value (on the paper's scale: times the row's `scale`) / the paper's, one line per
-    scorecard row, coloured by verdict (log scale, centred on 1). Rows without two positive
-    numbers get a hollow marker at 1, labelled."""
+    """Our value / the paper's for every scorecard row that compares a number or a ratio
+    (kinds "number" and "ratio"; both are the same scale-free quantity on both sides),
+    coloured by verdict (log scale, centred on 1). Rows without two positive numbers get a
+    hollow marker at 1, labelled."""
     import numpy as np
+
+    rows = [r for r in rows if r.get("kind", "number") in ("number", "ratio")] or [
+        {"id": "—", "quantity": "no number or ratio rows", "paper": None, "ours": None, "verdict": "n/a"}]
 
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.8))
     ratios = []
     for i, r in enumerate(rows):
         ok = bool(r["paper"] and r["ours"] and r["paper"] > 0 and r["ours"] > 0)
-        ratio = r["ours"] * r.get("scale", 1.0) / r["paper"] if ok else 1.0
+        ratio = r["ours"] / r["paper"] if ok else 1.0
         ratios.append(ratio)
         color = VERDICT_COLORS.get(r["verdict"], "grey")
         ax.plot([ratio], [i], "o", ms=8, color=color, mfc=color if ok else "none")
@@ -61,7 +66,7 @@ def scorecard_plot(rows: list[dict]) -> plt.Figure:
     ax.set_yticks(range(len(rows)), [f"{r['id']}: {r['quantity']}" for r in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set(xscale="log", xlim=(10 ** -span, 10 ** span),
-           xlabel="our value (on the paper's scale) / the paper's (log scale; 1 = equal)",
+           xlabel="our value / the paper's, the same scale-free quantity (log scale; 1 = equal)",
            title="Our numbers against the paper's")
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLORS.items()]
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
@@ -157,8 +162,9 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
                    key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
                    panel: float = 1.7) -> plt.Figure:
     """A grid of attention maps `maps [rows, cols, n², n²]` (queries down, keys across),
-    each panel on its own colour scale from 0 to its maximum, but at least 3/n² (so a
-    uniform head, 1/n² everywhere, shows as a flat dark map). Thin lines separate the
+    all panels on one colour scale, from 0 to the largest probability of any panel but at
+    least 3/n² (so a uniform head, 1/n² everywhere, shows as a flat dark map), with a
+    colour bar. Thin lines separate the
     matrix rows (blocks of n positions). query_bands: [(first, last)] query positions
     to outline (e.g. masked rows); key_marks: key positions marked with a triangle;
     titles: a title per panel ([rows][cols]), else col_labels over the top row."""
@@ -170,11 +176,12 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
         raise ValueError(f"maps has shape {maps.shape}, expected [rows, cols, query, key]")
     rows, cols, q, _ = maps.shape
     sns.set_theme(style="white", context="notebook")
-    fig, axes = plt.subplots(rows, cols, figsize=(panel * cols + 0.6, panel * rows + 0.8), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(panel * cols + 1.4, panel * rows + 0.8), squeeze=False)
+    vmax = max(float(maps.max()), 3 / q)  # one scale for every panel: maps compare by colour
     for r in range(rows):
         for c in range(cols):
             ax = axes[r, c]
-            ax.imshow(maps[r, c], cmap="viridis", vmin=0, vmax=max(maps[r, c].max(), 3 / q), interpolation="nearest")
+            image = ax.imshow(maps[r, c], cmap="viridis", vmin=0, vmax=vmax, interpolation="nearest")
             for b in range(n, q, n):
                 ax.axhline(b - 0.5, color="white", lw=0.3, alpha=0.6)
                 ax.axvline(b - 0.5, color="white", lw=0.3, alpha=0.6)
@@ -194,6 +201,7 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
                 ax.set_ylabel(row_labels[r], fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
+    fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.8, pad=0.02, label="attention probability")
     return fig
 
 

@@ -154,3 +154,12 @@ def test_token_projections_at_chosen_steps(smoke_run):
     init = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32), N, seed=1)  # the smoke init
     coords, summary = token_projections(smoke_run, steps[-1:], initial=init)
     assert summary["step"].tolist() == [0, steps[-1]] and summary["alignment_centred"].iloc[0] < 1
+
+
+def test_value_range_keeps_the_values_the_task_produces(smoke_run):
+    from mclib import embeddings as E
+    assert E.value_range(1) == (-1.0, 1.0) and E.value_range(2) == (-1.5, 1.5)
+    assert len(E.token_values(*E.value_range(1))) == 201
+    progress = E.embedding_progress(smoke_run, lo=-1.0, hi=1.0)
+    coords, _ = E.token_projections(smoke_run, saved_steps(smoke_run)[:1], lo=-1.0, hi=1.0)
+    assert coords["value"].abs().max() == 1.0 and len(progress)

@@ -70,11 +70,12 @@ def test_attention_grid_shows_each_map():
     maps = torch.softmax(torch.randn(2, 3, 49, 49, generator=torch.Generator().manual_seed(0)), -1)
     fig = plots.attention_grid(maps, row_labels=["r1", "r2"], col_labels=["a", "b", "c"], title="grid",
                                query_bands=[(21, 27)], key_marks=[22])
-    assert _title(fig) == "grid" and len(fig.axes) == 6
-    for i, ax in enumerate(fig.axes):
+    assert _title(fig) == "grid" and len(fig.axes) == 7  # six maps and a colour bar
+    for i, ax in enumerate(fig.axes[:6]):
         (image,) = ax.get_images()
         assert np.allclose(image.get_array(), maps[i // 3, i % 3].numpy())
-        assert image.get_clim() == (0, pytest.approx(max(maps[i // 3, i % 3].max().item(), 3 / 49)))
+        assert image.get_clim() == (0, pytest.approx(max(maps.max().item(), 3 / 49)))  # one scale for all
+    assert fig.axes[6].get_ylabel() == "attention probability"
     assert [ax.get_title() for ax in fig.axes[:3]] == ["a", "b", "c"] and fig.axes[3].get_ylabel() == "r2"
     uniform = plots.attention_grid(torch.full((1, 1, 49, 49), 1 / 49))
     assert uniform.axes[0].get_images()[0].get_clim() == (0, pytest.approx(3 / 49))  # a flat head stays dark

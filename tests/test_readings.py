@@ -187,3 +187,113 @@ def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se
                                    solver_sweep=solver_sweep, solvers=solvers, task=task)
     assert words in glue["e16"]
     assert rows[0]["reading"].startswith(f"BERT − solver {C.pm(d, se)} (paired s.e.)")
+
+
+# --- 01-03: training, copying and heads rows ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def model_tables(smoke_run, smoke_profile):
+    from mclib import experiments as ex
+    from mclib.heads import capture_probs, classify_heads, head_groups, head_scores
+    from mclib.evaluate import sample_eval_batch
+    from mclib.interventions import permute_positions, switch_qkv
+    from mclib.probes import probe_layers, probe_sets
+
+    ck = smoke_profile.checkpoints
+    post, pre = load_checkpoint(smoke_run, ck.post), load_checkpoint(smoke_run, ck.pre)
+    e2 = ex.copy_check(pre, smoke_profile, 8, 0)
+    e3 = ex.ablation_table(pre, smoke_profile, 8, 0, {"all heads": ex.all_heads(pre)})
+    e6 = ex.model_table({"pre with post's QKV": switch_qkv(pre, post)}, smoke_profile, 8, 0)
+    batch = sample_eval_batch(smoke_profile, 8, 0)
+    scores = head_scores(capture_probs(post, batch), batch.mask, batch.n)
+    labels = classify_heads(scores)
+    groups = head_groups(labels)
+    from mclib.heads import LABELS
+    abl = ex.ablation_table(post, smoke_profile, 8, 0, {"all heads": ex.all_heads(post),
+                                                        **{f"{l} heads": groups[l] for l in LABELS}})
+    e67 = ex.model_table({"post": post, "post with pre's QKV (E6)": switch_qkv(post, pre),
+                          **{f"positions permuted (E7), permutation {s}": permute_positions(post, s) for s in (0, 1)}},
+                         smoke_profile, 8, 0)
+    perm = e67[e67.model.str.startswith("positions permuted")]
+    e8 = ex.patching_table(post, smoke_profile, 8, 0)
+    fit, test = probe_sets(post, smoke_profile.data, 16, 8, seed=0)
+    return dict(e2=e2, e3=e3, e6=e6, abl=abl, e67=e67, perm=perm, e8=e8, groups=groups, scores=scores,
+                probes=probe_layers(fit, test))
+
+
+def test_loss_tables_carry_standard_errors(model_tables):
+    for t in ("e2", "e3", "abl", "e67"):
+        assert (model_tables[t]["L_mask_se"] > 0).all()
+    assert (model_tables["e2"]["L'_mask_se"] >= 0).all()
+
+
+def test_copying_rows_are_scale_free_and_can_fail(tmp_path, model_tables, smoke_profile):
+    from mclib.readings import copying_readings, copy_levels
+    t = model_tables
+    glue, rows = copying_readings(t["e2"], t["e3"], t["e6"], smoke_profile.data.rank)
+    assert "uniform (the paper's text) reading" in glue["e3_match"]
+    assert "batch mean (the released code) reading" in glue["e3_match"]
+    e2 = [r for r in rows if r["id"] == "E2"]
+    random = [r for r in e2 if r["quantity"].startswith("random")]
+    level = copy_levels(smoke_profile.data.rank)["random"]
+    assert level == (1 / 3, 1 / 3) and len(random) == 6  # random rows: E[X²] = 1/3 on both tasks, not rescaled
+    assert all(r["kind"] == "direction" for r in e2)
+    assert _verdict(tmp_path, {**e2[0], "ours": 0.5, "se": 0.01}) == "differs"  # L'_mask half of E[X²]: not copying
+    assert _verdict(tmp_path, {**e2[0], "ours": 0.001, "se": 0.0001}) == "same direction"
+    e3 = [r for r in rows if r["id"] == "E3"]
+    assert len(e3) == 4 and all(r["kind"] == "ratio" and r["paper"] > 0 for r in e3)
+    assert _verdict(tmp_path, {**e3[0], "ours": 2.0, "se": 0.05}) == "differs"   # ablation doubles L_mask
+    assert _verdict(tmp_path, {**e3[0], "ours": 1.02, "se": 0.01}) == "matches"
+
+
+def test_heads_rows(tmp_path, model_tables, smoke_profile):
+    from mclib.readings import heads_readings
+    t = model_tables
+    glue, rows = heads_readings(t["abl"], t["e67"], t["perm"], t["e8"], t["groups"], t["scores"], t["scores"],
+                                0.3, 0.05, t["probes"], smoke_profile.data.rank, smoke_profile.model.layers)
+    ids = {r["id"] for r in rows}
+    assert {"E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "E11"} <= ids
+    assert not any("scale" in r for r in rows)
+    by_q = {r["quantity"]: r for r in rows}
+    every = by_q["every layer patched: masked MSE to X / E[X²]"]
+    assert _verdict(tmp_path, every) == "cannot fail"
+    # E8 with every layer patched equals the unpatched L_mask, by construction
+    assert every["ours"] == pytest.approx(by_q["post L_mask / E[X²]"]["ours"], rel=1e-4)
+    e4 = [r for r in rows if r["id"] == "E4"]
+    if t["groups"]["other"]:
+        assert _verdict(tmp_path, {**e4[0], "ours": 4.4, "se": 0.1}) == "differs"
+        assert _verdict(tmp_path, {**e4[0], "ours": 1.1, "se": 0.01}) == "matches"
+    else:
+        assert all(_verdict(tmp_path, r) == "n/a" for r in e4)
+    g2 = dict(t["groups"], other=[])
+    _, rows2 = heads_readings(t["abl"], t["e67"], t["perm"], t["e8"], g2, t["scores"], None, 0.3, 0.05, t["probes"],
+                              smoke_profile.data.rank, smoke_profile.model.layers)
+    assert all(_verdict(tmp_path, r) == "n/a" for r in rows2 if r["id"] == "E4")  # an empty group: n/a, not differs
+    e11 = by_q["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]
+    assert f"layer {glue['e11_layer']} of" in e11["reading"] and f"best at layer {glue['e11_layer']} of" in glue["e11_text"]
+    assert _verdict(tmp_path, {**e11, "ours": 0.9}) == "differs" and "does not hold" in heads_readings(
+        t["abl"], t["e67"], t["perm"], t["e8"], t["groups"], t["scores"], None, 0.3, 0.05,
+        t["probes"].assign(mse=t["probes"].mse_zero * 0.9), 1, 2)[0]["e11_text"]
+    assert _verdict(tmp_path, {**by_q["structured mask: the best head's mass on the lone observed entry"],
+                               "ours": 0.2}) == "differs"
+    assert "batch mean keeps what every input shares" in glue["e5_text"]
+
+
+def test_training_rows(tmp_path):
+    from mclib.readings import training_rows
+    pre = {"L_mask": 0.111, "L_obs": 1e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
+    rows = training_rows(2000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
+    assert v["pre-shift L_mask / E[X²]"] == "matches" and v["pre-shift L_obs / E[X²]"] == "same direction"
+    assert v["drop step / training steps"] == "differs"          # 0.14 against the paper's 0.3
+    rows = training_rows(4200, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
+    assert _verdict(tmp_path, rows[-1]) == "matches"
+    assert _verdict(tmp_path, training_rows(None, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)[-1]) == "differs"
+    seeds = training_rows(4000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000, seeds={"mean": 0.4, "std": 0.05})
+    assert _verdict(tmp_path, seeds[-1]) == "matches"  # 0.1 <= 2 x 0.05 + 0.03
+
+
+def test_shown_path_is_never_absolute(tmp_path):
+    from mclib.readings import shown_path
+    assert not shown_path(tmp_path / "runs" / "cpu-seed1").startswith("/")
+    assert shown_path(tmp_path / "runs" / "cpu-seed1") == "runs/cpu-seed1"
