@@ -68,25 +68,32 @@ def notebook_setup() -> None:
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
-def train_runs(cfg, run_dir) -> dict:
-    """Every training run the book reads, for its first chapter, side by side
-    (`mclib.train.parallel_runs`): the book's run and the other seeds
-    (`mclib.train.seed_jobs`), and, as soon as the book's run is complete, E15's
-    re-initialised runs from its last checkpoint (`mclib.freezing.pending_groups`), which
-    then use the cores that the shorter seed runs leave. Complete runs are skipped, cut
-    ones resume. Returns {seed: folder} (`mclib.train.seed_run_dirs`)."""
+def train_runs(cfg, run_dir, cluster: str | None = None) -> dict:
+    """Every training run the book reads, for its first chapter, side by side on a Dask
+    cluster (`mclib.jobs`: the local one, or `cluster` / $MCLIB_CLUSTER): the book's run
+    and the other seeds (`mclib.train.seed_jobs`), and, as soon as the book's run is
+    complete, E15's re-initialised runs from its last checkpoint
+    (`mclib.freezing.pending_groups`), which then use the workers that the shorter seed
+    runs leave. Complete runs are skipped, cut ones resume; when every run is complete no
+    cluster starts. Returns {seed: folder} (`mclib.train.seed_run_dirs`)."""
     from .freezing import freeze_run, pending_groups
-    from .train import parallel_runs, run_pool, seed_jobs, seed_run_dirs, train_seed
+    from .jobs import cluster as dask_cluster
+    from .jobs import needs_gpu, resources_for, results, submit
+    from .train import seed_jobs, seed_run_dirs, train_seed
 
     jobs = seed_jobs(cfg, run_dir)
-    with run_pool(parallel_runs(cfg)) as pool:
-        seeds = [pool.submit(train_seed, *job) for job in jobs]
-        for job, future in zip(jobs, seeds):
-            if job[0].seed == cfg.seed:
-                future.result()  # E15 starts from this run's last checkpoint
-        e15 = [pool.submit(freeze_run, cfg, run_dir, g) for g in pending_groups(cfg, run_dir)]
-        for future in seeds + e15:
-            future.result()  # a run that failed raises here
+    main_pending = any(job[0].seed == cfg.seed for job in jobs)
+    if not jobs and not pending_groups(cfg, run_dir):
+        return seed_run_dirs(cfg, run_dir)
+    resources = resources_for(cfg)
+    with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
+        seeds = submit(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
+        if main_pending:
+            seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
+        groups = pending_groups(cfg, run_dir)
+        e15 = submit(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
+                     [f"freeze-{g}" for g in groups])
+        results(seeds + e15)  # a run that failed raises here, once the others have ended
     return seed_run_dirs(cfg, run_dir)
 
 

@@ -26,8 +26,7 @@ from .config import Profile
 from .data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
 from .metrics import find_drop
-from .train import (is_complete, load_checkpoint, load_metrics, parallel_runs, saved_steps, side_by_side,
-                    train)
+from .train import is_complete, load_checkpoint, load_metrics, saved_steps, train
 
 SOURCE = "source.json"
 # What each group holds (the patterns are mclib.interventions.GROUPS; layer norms and the
@@ -103,10 +102,14 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> l
     return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_run_dir(run_dir, g))]
 
 
-def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, Path]:
-    """`freeze_run` for every group that is not complete, side by side as
-    `mclib.train.parallel_runs` allows: {group: folder}, in the order of `groups`."""
-    side_by_side(freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], parallel_runs(cfg))
+def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
+    """`freeze_run` for every group that is not complete, side by side on a Dask cluster
+    (`mclib.jobs.run_profile_jobs`; cluster: its address, default the local one or
+    $MCLIB_CLUSTER): {group: folder}, in the order of `groups`. Nothing starts when all
+    are complete."""
+    from .jobs import run_profile_jobs
+
+    run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], cluster)
     return {g: freeze_run_dir(run_dir, g) for g in groups}
 
 

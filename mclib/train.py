@@ -16,9 +16,10 @@ the gradient (before the update). The authors instead re-ran the model on the sa
 batch after the update; our numbers are therefore one update "older" and cost no
 extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
 
-Several runs (seeds, E15's runs) train side by side in worker processes, one thread
-each when the profile pins `train.threads: 1` (`parallel_runs`, `run_pool`,
-`train_seeds`); a run's numbers do not depend on which process trains it.
+Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
+(`mclib.jobs`: worker processes on this machine, one thread each when the profile pins
+`train.threads: 1`, or a cluster's workers); a run's numbers do not depend on which
+process trains it.
 
 The update itself is `train_step` (benchmarks/train_step.py times the same function).
 On a CUDA device (docs/performance.md): TF32 matmuls, fused Adam, data sampled on the
@@ -31,13 +32,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import multiprocessing
 import os
 import shutil
 import sys
-import threading
 import time
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -618,62 +616,16 @@ def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
 
 
 # --- several runs side by side --------------------------------------------------------------
+# On a Dask cluster (mclib.jobs): the local one by default, a running scheduler or a batch
+# system when $MCLIB_CLUSTER (the CLI's --cluster) names one.
 
 def parallel_runs(profile: Profile) -> int:
-    """How many runs of `profile` train at once. On the CPU with `train.threads` pinned,
-    as many as the cores hold at that many threads each: the cpu profile's matrices are
-    too small to keep two threads busy, so two one-thread runs side by side finish a pair
-    sooner than one two-thread run after another (benchmarks/cores.py, docs/performance.md).
-    On a GPU, or with torch's default threads (0), one run at a time: it has the whole device."""
-    t = profile.train
-    if resolve_device(t.device).type != "cpu" or not t.threads:
-        return 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // t.threads)
+    """How many runs of `profile` train at once on the local cluster (`mclib.jobs.local_workers`):
+    on the CPU with `train.threads` pinned, as many as the cores hold at that many threads
+    each; on a GPU, or with torch's default threads (0), one run at a time."""
+    from .jobs import local_workers, needs_gpu
 
-
-def _exit_with_parent(parent: int) -> None:
-    """Worker initialiser: end this worker if the process that started it dies (a killed
-    kernel must not leave orphans training a folder that the next build resumes)."""
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(2)
-        os._exit(1)
-    threading.Thread(target=watch, daemon=True).start()
-
-
-class _InProcess:
-    """What `run_pool` gives for one process: each job runs here, when it is submitted."""
-
-    def submit(self, fn: Callable, *args) -> Future:
-        future = Future()
-        try:
-            future.set_result(fn(*args))
-        except Exception as e:  # raised by .result(), as from a process pool
-            future.set_exception(e)
-        return future
-
-
-@contextlib.contextmanager
-def run_pool(processes: int):
-    """Where training jobs run: `processes` fresh worker processes (spawn: no copy of this
-    process's threads or torch state; each ends if this process dies), or this process
-    when `processes` is 1. `pool.submit(fn, *args)` returns a future; leaving the block
-    waits for every job. `fn` must be importable (a module-level function)."""
-    if processes <= 1:
-        yield _InProcess()
-        return
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
-        yield pool
-
-
-def side_by_side(fn: Callable, jobs: list[tuple], processes: int) -> list:
-    """`[fn(*job) for job in jobs]`, `processes` jobs at a time (`run_pool`). Results keep
-    the order of `jobs`; a job that failed raises here."""
-    with run_pool(min(processes, len(jobs))) as pool:
-        futures = [pool.submit(fn, *job) for job in jobs]
-        return [f.result() for f in futures]
+    return local_workers(profile.train.threads, needs_gpu(profile))
 
 
 def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
@@ -717,8 +669,11 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
     return [job for job in jobs if not is_complete(job[0], job[1], _seed_stop(job[0], job[2]))]
 
 
-def train_seeds(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
-    """Train (resume, or find complete) every run of `seed_run_dirs`, side by side
-    (`parallel_runs`); returns {seed: folder}."""
-    side_by_side(train_seed, seed_jobs(profile, run_dir), parallel_runs(profile))
+def train_seeds(profile: Profile, run_dir: str | Path, cluster: str | None = None) -> dict[int, Path]:
+    """Train (resume, or find complete) every run of `seed_run_dirs`, side by side on a
+    Dask cluster (`mclib.jobs.run_profile_jobs`; cluster: its address, default the local
+    one or $MCLIB_CLUSTER); returns {seed: folder}. Nothing starts when all are complete."""
+    from .jobs import run_profile_jobs
+
+    run_profile_jobs(profile, train_seed, seed_jobs(profile, run_dir), cluster)
     return seed_run_dirs(profile, run_dir)

@@ -246,14 +246,17 @@ def test_parallel_runs(smoke_profile):
 
 
 @pytest.mark.slow
-def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profile, monkeypatch):
-    """Two processes at once (spawned) give the numbers of one run after the other, to the bit;
-    the book's seed comes first and lives in run_dir, the others in sibling folders."""
+def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profile):
+    """The seeds trained on the local Dask cluster (two worker processes) give the numbers of
+    each run trained alone in this process, to the bit; the book's seed comes first and
+    lives in run_dir, the others in sibling folders."""
+    from mclib.train import seed_jobs, train_seed
+
     profile = smoke_profile.replace(**{"analysis.seeds": [3, 1], "seed": 1})
-    monkeypatch.setattr(train_module, "parallel_runs", lambda p: 2)
     apart = train_seeds(profile, tmp_path / "a" / "smoke-seed1")
-    monkeypatch.setattr(train_module, "parallel_runs", lambda p: 1)
-    together = train_seeds(profile, tmp_path / "b" / "smoke-seed1")
+    for job in seed_jobs(profile, tmp_path / "b" / "smoke-seed1"):
+        train_seed(*job)
+    together = seed_run_dirs(profile, tmp_path / "b" / "smoke-seed1")
     assert list(apart) == [1, 3] and apart[3] == tmp_path / "a" / "smoke-seed3"
     assert apart == seed_run_dirs(profile, tmp_path / "a" / "smoke-seed1")
     for s in (1, 3):
@@ -269,9 +272,9 @@ def test_window_mean():
 
 
 @pytest.mark.slow
-def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile):
+def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch):
     """mclib.book.train_runs: the seeds and E15's runs, all complete after one call; a
-    second call trains nothing (and starts no process)."""
+    second call trains nothing (and starts no cluster)."""
     from mclib.book import train_runs
     from mclib.freezing import freeze_run_dir, pending_groups
     from mclib.interventions import GROUPS
@@ -283,6 +286,10 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile):
     files = sorted((tmp_path).rglob("metrics.csv"))
     assert len(files) == 2 + len(GROUPS) and freeze_run_dir(dirs[1], "mlp") / "metrics.csv" in files
     before = [f.read_bytes() for f in files]
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started with every run complete")
+    monkeypatch.setattr("mclib.jobs.cluster", no_cluster)
     train_runs(cfg, tmp_path / "smoke-seed1")
     assert [f.read_bytes() for f in files] == before
 
