@@ -35,10 +35,27 @@ def cmd_train(args) -> None:
 
 
 def cmd_book(args) -> None:
+    import os
+
     from .book import build
+    from .jobs import ENV
+
+    if args.cluster:
+        os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.jobs.cluster reads it)
 
     build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
           device=args.device, timeout=args.timeout, progress=not args.quiet)
+
+
+CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
+                "(SLURM, PBS: README), or 'local' (default: $MCLIB_CLUSTER, else worker processes on this machine)")
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+
+    return 1 if run_sweep(args.file, cluster=args.cluster, runs=args.runs, results=args.results, figure=args.figure,
+                          threads=args.threads, progress_every=args.progress_every) else 0
 
 
 def main(argv=None) -> int:
@@ -60,19 +77,34 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, help="seconds a notebook cell may run (default: no limit)")
     p.add_argument("--quiet", action="store_true",
                    help="no progress: neither papermill's cell bar nor the training runs' steps")
+    p.add_argument("--cluster", help=CLUSTER_HELP)
     p.set_defaults(func=cmd_book)
+    p = sub.add_parser("sweep", help="train profile overrides x seeds on a Dask cluster; a results table and a figure")
+    p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/sweep.py)")
+    p.add_argument("--cluster", help=CLUSTER_HELP + " (default: the sweep file's `cluster`, else this machine)")
+    p.add_argument("--runs", default="runs/sweep", help="where the run folders go (default runs/sweep)")
+    p.add_argument("--results", help="the results table, CSV; rows are appended (default RUNS/<file stem>.csv)")
+    p.add_argument("--figure", help="the figure, PNG (default RUNS/<file stem>.png)")
+    p.add_argument("--threads", type=int, help="torch threads a run (default: the sweep's `threads`, else the base "
+                                               "profile's train.threads, else 1)")
+    p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)")
+    p.set_defaults(func=cmd_sweep)
     args = parser.parse_args(argv)
     from .book import BookError  # light: papermill and nbformat are imported when a chapter runs
+    from .jobs import ClusterError
 
     try:
-        args.func(args)
+        status = args.func(args)
     except ConfigError as e:
+        print(f"mclib: error: {e}", file=sys.stderr)
+        return 2
+    except ClusterError as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
     except BookError as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 1
-    return 0
+    return status or 0
 
 
 if __name__ == "__main__":

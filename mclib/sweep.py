@@ -1,0 +1,390 @@
+"""Sweeps: profile overrides x seeds on a Dask cluster (`python -m mclib sweep FILE.yaml`).
+
+A sweep file (sweeps/*.yaml):
+
+    base: cpu-7x7            # a profile name (params/NAME.yaml) or a YAML path
+    cap_minutes: 30          # optional: a run stops after this much training time
+    after_drop: 300          # optional: a run stops this many steps after its drop
+    seeds: [1, 2]
+    resume: false            # true: continue runs of an earlier sweep with the same names
+    threads: 1               # optional: torch threads a run (default: the base profile's, else 1)
+    cluster: tcp://HOST:8786 # optional: where the runs go (default: this machine)
+    settings:
+      - {name: h64-lr1e-3, overrides: {train.lr: 1.0e-3}}
+      - {name: wide, overrides: {model.hidden: 128}, seeds: [1], cap_minutes: 60}
+
+`cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Every
+key and every profile the sweep would train is checked before anything runs: a bad one
+is a one-line `ConfigError` naming it. A run stops at its profile's steps, at its cap or
+`after_drop` steps past its drop (`mclib.metrics.find_drop`), whichever comes first.
+
+Runs live in RUNS/NAME-seedS (default runs/sweep/), each an ordinary run folder with a
+`sweep.json` naming the sweep that trains it. One row per finished run is appended to
+the results table (default RUNS/STEM.csv; `scripts/sweep_cpu_profile.py` appends to
+docs/data/cpu_sweep.csv) the moment it finishes, and a figure (default RUNS/STEM.png)
+is drawn at the end.
+
+Resumable: a run that already has its row (same sweep file name, setting and seed) is
+skipped; a run that was cut (sweep killed, worker lost) continues from its newest
+checkpoint, and its cap counts training time since the sweep first started it. A folder
+left by another sweep is started afresh unless `resume: true`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import ConfigError, Profile, load_profile, profile_path
+
+TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
+SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
+MARKER = "sweep.json"
+EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
+
+
+@dataclass
+class SweepRun:
+    """One run of a sweep: what a worker needs to train it and to write its row."""
+    sweep: str                  # the sweep file's name (the results table's `sweep` column)
+    setting: str
+    seed: int
+    overrides: dict[str, Any]
+    profile: Profile            # base + overrides + seed + threads
+    run_dir: Path
+    cap_minutes: float | None = None
+    after_drop: int | None = None
+    resume: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting} s{self.seed}"
+
+
+def _check_keys(raw: Any, known: tuple, where: str) -> None:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} is not a mapping")
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{where}: unknown key {key} (known: {', '.join(known)})")
+
+
+def _number(value, key: str, where: str, kind=float, allow_none=True):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
+        raise ConfigError(f"{where}: {key} = {value!r} is not {'an integer' if kind is int else 'a number'}")
+    if value < 0:
+        raise ConfigError(f"{where}: {key} = {value!r} must not be negative")
+    return kind(value)
+
+
+def _seeds(value, where: str) -> list[int]:
+    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
+        raise ConfigError(f"{where}: seeds = {value!r} is not a non-empty list of integers")
+    return value
+
+
+def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int | None = None) -> list[SweepRun]:
+    """Every run of the sweep file at `path`, checked (keys, values, each run's profile)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"sweep file {str(path)!r} does not exist")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"sweep file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    where = str(path)
+    _check_keys(spec, TOP_KEYS, where)
+    if not isinstance(spec.get("settings"), list) or not spec["settings"]:
+        raise ConfigError(f"{where}: settings must be a non-empty list of {{name, overrides}}")
+    base = load_profile(profile_path(str(spec.get("base", "cpu"))))
+    threads = threads if threads is not None else _number(spec.get("threads"), "threads", where, int)
+    if threads is None:
+        threads = base.train.threads or 1
+    top = {"cap_minutes": _number(spec.get("cap_minutes"), "cap_minutes", where),
+           "after_drop": _number(spec.get("after_drop"), "after_drop", where, int),
+           "resume": bool(spec.get("resume", False)),
+           "seeds": _seeds(spec.get("seeds", [base.seed]), where)}
+    out, names = [], set()
+    for i, s in enumerate(spec["settings"]):
+        here = f"{where}: settings[{i}]"
+        _check_keys(s, SETTING_KEYS, here)
+        name = s.get("name")
+        if not isinstance(name, str) or not name or "/" in name:
+            raise ConfigError(f"{here}: name = {name!r} is not a folder name")
+        if name in names:
+            raise ConfigError(f"{here}: name {name!r} is used twice")
+        names.add(name)
+        overrides = s.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{here} ({name}): overrides = {overrides!r} is not a mapping")
+        cap = _number(s.get("cap_minutes", top["cap_minutes"]), "cap_minutes", here)
+        after = _number(s.get("after_drop", top["after_drop"]), "after_drop", here, int)
+        seeds = _seeds(s.get("seeds", top["seeds"]), here)
+        for seed in seeds:
+            try:
+                profile = base.replace(**{**overrides, "seed": seed, "train.threads": threads})
+            except ConfigError as e:
+                raise ConfigError(f"{here} ({name}): {e}") from None
+            except (TypeError, KeyError, AttributeError) as e:  # an override whose section is not a profile's
+                raise ConfigError(f"{here} ({name}): overrides: unknown key {e}") from None
+            out.append(SweepRun(path.name, name, seed, overrides, profile, Path(runs) / f"{name}-seed{seed}",
+                                cap, after, bool(s.get("resume", top["resume"]))))
+    return out
+
+
+def sweep_cluster(path: str | Path) -> str | None:
+    """The `cluster` key of a sweep file (None: not given)."""
+    spec = yaml.safe_load(Path(path).read_text())
+    return spec.get("cluster") if isinstance(spec, dict) else None
+
+
+# --- in a worker --------------------------------------------------------------------------
+
+def _report(run: SweepRun, step: int, state: str) -> None:
+    """Tell the client this run's step (a Dask event; nothing outside a worker)."""
+    try:
+        from distributed import get_worker
+
+        get_worker().log_event(EVENT, {"run": run.label, "step": step, "steps": run.profile.train.steps,
+                                       "state": state})
+    except (ImportError, ValueError):
+        pass
+
+
+def _start_wall(run: SweepRun) -> float:
+    """The run's training time when this sweep first started it (its cap counts from there),
+    kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
+    from .train import checkpoint_dir, saved_steps
+
+    import torch
+
+    marker = run.run_dir / MARKER
+    mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
+    if marker.is_file():
+        saved = json.loads(marker.read_text())
+        if {k: saved.get(k) for k in mine} == mine:
+            return float(saved["wall0"])  # cut earlier in this sweep: continue
+    if run.run_dir.exists() and not run.resume:
+        shutil.rmtree(run.run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
+    done = saved_steps(run.run_dir)
+    wall0 = 0.0
+    if done:
+        wall0 = float(torch.load(checkpoint_dir(run.run_dir, done[-1]) / "train_state.pt", map_location="cpu",
+                                 weights_only=False)["wall"])
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(".tmp-" + MARKER)
+    tmp.write_text(json.dumps({**mine, "wall0": wall0}))
+    os.replace(tmp, marker)
+    return wall0
+
+
+def train_sweep_run(run: SweepRun) -> dict:
+    """Train (or resume, or find stopped) one run of a sweep; its results row. Runs on a worker."""
+    from .train import stop_after_drop, train
+
+    wall0 = _start_wall(run)
+    past_drop = stop_after_drop(run.profile.data.rank, run.after_drop) if run.after_drop is not None else None
+    cap = None if run.cap_minutes is None else 60 * run.cap_minutes
+    told = [0.0]
+
+    def stop(rows) -> bool:
+        now = time.monotonic()
+        if now - told[0] > 2:
+            told[0] = now
+            _report(run, int(rows[-1]["step"]), "running")
+        wall = rows[-1].get("wall")
+        capped = cap is not None and wall == wall and wall - wall0 > cap  # wall is NaN between flushes
+        return capped or (past_drop is not None and past_drop(rows))
+
+    _report(run, 0, "running")
+    train(run.profile, run.run_dir, progress=False, stop=stop)
+    row = summarise(run)
+    _report(run, row["steps_run"], "done")
+    return row
+
+
+def setting_columns(profile: Profile) -> dict:
+    """The levers of a run, resolved (the base profile may change between rounds, so a
+    row names its whole setting, not only its overrides)."""
+    d, m, t = profile.data, profile.model, profile.train
+    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask, "mix_rank": d.mix_rank if d.mix_fraction else None,
+            "mix_fraction": d.mix_fraction,
+            "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
+            "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
+            "qk_norm": m.qk_norm,
+            "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
+            "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
+
+
+def summarise(run: SweepRun) -> dict:
+    """One results row from a run folder (also for a run that was stopped by hand). The
+    setting is the one the run saved, not the base profile as it is now."""
+    from .metrics import find_drop, plateau_stats
+    from .train import load_metrics, run_profile
+
+    profile = run_profile(run.run_dir)
+    m = load_metrics(run.run_dir)
+    drop = find_drop(m, profile.data.rank)
+    wall = float(m["wall"].dropna().iloc[-1])
+    steps = int(m["step"].iloc[-1])
+    ms_per_step = 1000 * wall / steps
+    stats = plateau_stats(m, drop)
+    return {"setting": run.setting, "seed": run.seed, "overrides": json.dumps(run.overrides),
+            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
+            "steps_run": steps, "ms_per_step": round(ms_per_step, 1),
+            "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
+            "cap_minutes": run.cap_minutes, "date": time.strftime("%Y-%m-%d"),
+            "matrices": steps * profile.train.batch, **setting_columns(profile),
+            "wall_minutes": round(wall / 60, 2), "sweep": run.sweep, **run.extra}
+
+
+# --- in the client ----------------------------------------------------------------------
+
+def finished(results: Path, runs: list[SweepRun]) -> set[tuple[str, str, int]]:
+    """(sweep, setting, seed) of the runs that already have a row in `results`."""
+    if not results.is_file():
+        return set()
+    import pandas as pd
+
+    old = pd.read_csv(results)
+    if not {"sweep", "setting", "seed"} <= set(old.columns):
+        return set()
+    return {(str(a), str(b), int(c)) for a, b, c in zip(old["sweep"], old["setting"], old["seed"])}
+
+
+def append_row(results: Path, row: dict) -> None:
+    """Add one row to the results table (written whole to a temporary file, then renamed)."""
+    import pandas as pd
+
+    results.parent.mkdir(parents=True, exist_ok=True)
+    old = pd.read_csv(results) if results.exists() else pd.DataFrame()
+    tmp = results.with_name(".tmp-" + results.name)
+    pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
+    os.replace(tmp, results)
+
+
+def _progress_line(name: str, done: int, failed: int, waiting: int, running: dict[str, tuple[int, int]]) -> str:
+    each = ", ".join(f"{label} step {step}/{steps}" for label, (step, steps) in sorted(running.items()))
+    return (f"sweep {name}: {done} done, {len(running)} running{f' ({each})' if each else ''}, "
+            f"{failed} failed, {waiting} waiting")
+
+
+def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "runs/sweep",
+              results: str | Path | None = None, figure: str | Path | None = None, threads: int | None = None,
+              progress_every: float = 30.0, out=None) -> int:
+    """Run a sweep file (module doc); returns the number of runs that failed (0: all done).
+    Progress lines go to `out` (default: sys.stdout)."""
+    out = out or sys.stdout
+    from .jobs import cluster as dask_cluster
+    from .jobs import needs_gpu
+
+    path = Path(path)
+    todo = load_sweep(path, runs, threads)  # every key and profile checked before anything runs
+    if cluster is None:
+        cluster = sweep_cluster(path)
+    results = Path(results) if results else Path(runs) / f"{path.stem}.csv"
+    figure = Path(figure) if figure else Path(runs) / f"{path.stem}.png"
+    have = finished(results, todo)
+    pending = [r for r in todo if (r.sweep, r.setting, r.seed) not in have]
+    done, failed = len(todo) - len(pending), []
+    print(f"sweep {path.name}: {len(todo)} runs, {done} already in {results}, {len(pending)} to train", file=out,
+          flush=True)
+    if pending:
+        gpu = any(needs_gpu(r.profile) for r in pending)
+        with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
+            done, failed = _drive(client, pending, results, path.name, done, progress_every, out)
+    draw_figure(results, path.name, figure, Path(runs))
+    for label, error in failed:
+        print(f"sweep {path.name}: {label} failed: {error}", file=out)
+    print(f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
+          f"figure {figure}", file=out, flush=True)
+    return len(failed)
+
+
+def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, every: float, out):
+    from .jobs import resources_for
+
+    futures = {client.submit(train_sweep_run, r, key=f"sweep-{r.setting}-seed{r.seed}-{os.urandom(4).hex()}",
+                             pure=False, resources=resources_for(r.profile)): r for r in pending}
+    left, failed, last = set(futures), [], 0.0
+    while left:
+        time.sleep(0.5)
+        finished_now = {f for f in left if f.done()}
+        left -= finished_now
+        for f in finished_now:
+            run = futures[f]
+            if f.status == "finished":
+                append_row(results, f.result())
+                done += 1
+            else:
+                error = f.exception()
+                failed.append((run.label, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"))
+        if finished_now or time.monotonic() - last >= every:
+            last = time.monotonic()
+            steps: dict[str, tuple[int, int]] = {}
+            for _, event in client.get_events(EVENT):
+                steps[event["run"]] = (event["step"], event["steps"]) if event["state"] == "running" else None
+            running = {futures[f].label: steps[futures[f].label] for f in left if steps.get(futures[f].label)}
+            print(_progress_line(name, done, len(failed), len(left) - len(running), running), file=out, flush=True)
+    return done, failed
+
+
+def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/sweep")) -> Path | None:
+    """The runs of `sweep` in the results table: L_mask against matrices seen, one line per
+    run (a colour per setting, a dot at the drop), beside each run's drop (or how far it got
+    without one) by setting. Run folders that are not here (another machine's disk) are skipped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from .train import load_metrics
+
+    if not results.is_file():
+        return None
+    df = pd.read_csv(results)
+    df = df[df["sweep"] == sweep] if "sweep" in df.columns else df
+    if df.empty:
+        return None
+    settings = list(dict.fromkeys(df["setting"]))
+    colours = {s: f"C{i % 10}" for i, s in enumerate(settings)}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    drawn = 0
+    for row in df.itertuples():
+        folder = runs / f"{row.setting}-seed{row.seed}"
+        if (folder / "metrics.csv").is_file():
+            drawn += 1
+            m = load_metrics(folder)
+            smooth = m["L_mask"].rolling(50, min_periods=1).mean()  # find_drop's window
+            left.plot(m["step"] * row.batch, smooth, color=colours[row.setting], lw=0.8, alpha=0.8)
+        if pd.notna(row.drop_step):
+            right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
+        else:
+            right.scatter([settings.index(row.setting)], [row.matrices], color=colours[row.setting], marker="^",
+                          facecolors="none", s=40)
+    for s in settings:
+        left.plot([], [], color=colours[s], label=s)
+    left.set(xlabel="matrices seen", ylabel="L_mask (training batch, 50-step mean)", title=f"{sweep}: every run")
+    if drawn:
+        left.set(xscale="log", yscale="log")
+        left.legend(fontsize=7)
+    else:
+        left.text(0.5, 0.5, f"no run folder in {runs}", ha="center", transform=left.transAxes)
+    right.set_xticks(range(len(settings)), settings, rotation=30, ha="right", fontsize=7)
+    right.set(yscale="log", ylabel="matrices seen", title="drop (dot) or none by (triangle)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,325 @@
+"""mclib.jobs and the sweep command on Dask: the local cluster, a real scheduler and two real
+workers on 127.0.0.1 (started here, as separate processes), a worker killed mid-run, an
+unreachable scheduler, bad sweep and jobqueue files. Every process a test starts is
+stopped by that test (its process group, in a finally)."""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mclib.__main__ import main
+from mclib.config import ConfigError
+from mclib.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
+from mclib.sweep import load_sweep
+from mclib.train import load_checkpoint, load_metrics, saved_steps, train, train_seed
+
+LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
+REPO = Path(__file__).resolve().parent.parent
+DASK = str(Path(sys.executable).parent / "dask") if (Path(sys.executable).parent / "dask").is_file() else "dask"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen:
+    """A niced process in its own process group (so that killing the group ends its children)."""
+    with open(log, "w") as out:
+        return subprocess.Popen(["nice", "-n", "19", *args], stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def dask_processes(tmp: Path, workers: int = 2):
+    """A `dask scheduler` and `workers` `dask worker` processes (one thread each, no
+    dashboard) on 127.0.0.1; yields (address, {worker name: Popen}). Stops them all."""
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    procs: dict[str, subprocess.Popen] = {}
+    try:
+        procs["scheduler"] = _start([DASK, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                     "--no-dashboard"], tmp / "scheduler.log")
+        for i in range(workers):
+            procs[f"w{i}"] = _start([DASK, "worker", address, "--nthreads", "1", "--no-dashboard",
+                                     "--host", "127.0.0.1", "--name", f"w{i}"], tmp / f"w{i}.log")
+        with cluster(address, connect_timeout=60) as client:
+            client.wait_for_workers(workers, timeout=120)
+        yield address, procs
+    finally:
+        for proc in procs.values():
+            _stop(proc)
+
+
+def _sweep_file(path: Path, body: str) -> Path:
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+SMOKE_SWEEP = """\
+    base: smoke
+    seeds: [1, 2]
+    settings:
+      - {name: base, overrides: {}}
+      - {name: lr2e-3, overrides: {train.lr: 2.0e-3}}
+"""
+
+
+# --- fast: no process ------------------------------------------------------------------------
+
+def test_local_workers_and_gpu_resource(smoke_profile):
+    cores = len(os.sched_getaffinity(0))
+    assert local_workers(1) == cores and local_workers(0) == 1 and local_workers(2 * cores) == 1
+    assert local_workers(1, gpu=True) == 1  # a GPU run has the whole device
+    assert resources_for(smoke_profile.replace(**{"train.device": "cpu"})) is None
+    assert resources_for(smoke_profile.replace(**{"train.device": "cuda"})) == {"GPU": 1}
+
+
+def test_unreachable_scheduler_is_one_line_naming_it_within_the_timeout():
+    address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(ClusterError) as e:
+        with cluster(address, connect_timeout=2):
+            pass
+    assert time.monotonic() - start < 10
+    assert address in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("body, key", [
+    ("base: smoke\nsetings: []\n", "setings"),
+    ("base: smoke\nsettings:\n  - {name: a, overides: {}}\n", "overides"),
+    ("base: smoke\nsettings:\n  - {name: a, overrides: {train.lrr: 1.0}}\n", "train.lrr"),
+    ("base: smoke\nsettings:\n  - {name: a, overrides: {trian.lr: 1.0}}\n", "trian"),
+    ("base: smoke\nseeds: one\nsettings:\n  - {name: a}\n", "seeds"),
+])
+def test_a_bad_sweep_key_is_one_line_naming_it_before_anything_runs(tmp_path, capsys, body, key):
+    path = _sweep_file(tmp_path / "bad.yaml", body)
+    assert main(["sweep", str(path), "--runs", str(tmp_path / "runs"), "--cluster", "tcp://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert key in err and len(err.splitlines()) == 1 and err.startswith("mclib: error:")
+    assert not (tmp_path / "runs").exists()  # nothing ran, no cluster was reached for
+
+
+def test_sweep_file_format(tmp_path):
+    path = _sweep_file(tmp_path / "s.yaml", """\
+        base: smoke
+        cap_minutes: 5
+        after_drop: 100
+        seeds: [1, 2]
+        settings:
+          - {name: a, overrides: {train.lr: 2.0e-3}}
+          - {name: b, overrides: {}, seeds: [7], cap_minutes: 1}
+    """)
+    runs = load_sweep(path, tmp_path / "runs", threads=1)
+    assert [(r.setting, r.seed) for r in runs] == [("a", 1), ("a", 2), ("b", 7)]
+    assert runs[0].profile.train.lr == 2.0e-3 and runs[0].profile.seed == 1 and runs[0].profile.train.threads == 1
+    assert (runs[0].cap_minutes, runs[2].cap_minutes, runs[2].after_drop) == (5, 1, 100)
+    assert runs[2].run_dir == tmp_path / "runs" / "b-seed7"
+
+
+def test_every_sweep_file_of_the_repository_loads():
+    for path in sorted((REPO / "sweeps").glob("*.yaml")):
+        if path.name.endswith(".example.yaml"):
+            continue
+        assert load_sweep(path), path
+
+
+def test_jobqueue_yaml(tmp_path):
+    from dask_jobqueue import PBSCluster, SLURMCluster
+
+    cls, options, workers = jobqueue_spec(REPO / "sweeps" / "slurm.example.yaml")
+    assert cls is SLURMCluster and workers >= 1 and options["cores"] >= 1
+    assert "GPU=1" in options["worker_extra_args"]
+    path = tmp_path / "pbs.yaml"
+    path.write_text("jobqueue: pbs\nworkers: 3\noptions: {cores: 2, memory: 4GB}\n")
+    assert jobqueue_spec(path) == (PBSCluster, {"cores": 2, "memory": "4GB"}, 3)
+    for body, word in [("jobqueue: slurm\nworkrs: 2\n", "workrs"), ("jobqueue: kubernetes\n", "kubernetes"),
+                       ("jobqueue: slurm\nworkers: 0\n", "workers")]:
+        path.write_text(body)
+        with pytest.raises(ClusterError, match=word):
+            jobqueue_spec(path)
+
+
+# --- slow: real processes ------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_local_cluster_one_single_threaded_worker_per_core_on_loopback():
+    with cluster(None, threads_per_run=1) as client:
+        info = client.scheduler_info()
+        assert client.scheduler.address.startswith("tcp://127.0.0.1:")
+        assert len(info["workers"]) == len(os.sched_getaffinity(0))
+        assert all(w["nthreads"] == 1 for w in info["workers"].values())
+        assert client.dashboard_link is None or "8787" not in client.dashboard_link
+        import psutil
+
+        me = psutil.Process()
+        for proc in [me, *me.children(recursive=True)]:  # every socket listens on loopback only
+            for conn in proc.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    assert conn.laddr.ip == "127.0.0.1", (proc.pid, conn)
+
+
+@pytest.mark.slow
+def test_unreachable_scheduler_on_the_command_line(tmp_path, capsys):
+    address = f"tcp://127.0.0.1:{free_port()}"
+    path = _sweep_file(tmp_path / "s.yaml", SMOKE_SWEEP)
+    start = time.monotonic()
+    assert main(["sweep", str(path), "--cluster", address, "--runs", str(tmp_path / "runs")]) == 2
+    assert time.monotonic() - start < 20  # the default timeout is 10 s
+    err = capsys.readouterr().err.strip()
+    assert address in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_smoke_sweep_on_a_scheduler_and_two_workers_equals_runs_alone(tmp_path, capsys):
+    path = _sweep_file(tmp_path / "smoke.yaml", SMOKE_SWEEP)
+    runs = tmp_path / "runs"
+    with dask_processes(tmp_path) as (address, _):
+        args = ["sweep", str(path), "--cluster", address, "--runs", str(runs), "--progress-every", "5"]
+        assert main(args) == 0
+        out = capsys.readouterr().out
+        assert "4 of 4 runs done, 0 failed" in out and "running (" in out
+        table = pd.read_csv(runs / "smoke.csv")
+        assert sorted(zip(table.setting, table.seed)) == [("base", 1), ("base", 2), ("lr2e-3", 1), ("lr2e-3", 2)]
+        assert {"drop_step", "matrices", "wall_minutes", "final_L_obs", "final_L_mask"} <= set(table.columns)
+        assert (runs / "smoke.png").is_file()
+        before = (runs / "smoke.csv").read_bytes()
+        assert main(args) == 0                                      # resumable: finished runs are skipped
+        assert "4 already in" in capsys.readouterr().out and (runs / "smoke.csv").read_bytes() == before
+    for run in load_sweep(path, runs, threads=1):                   # each run alone, in this process
+        alone = train(run.profile, tmp_path / "alone" / run.run_dir.name, progress=False)
+        pd.testing.assert_frame_equal(load_metrics(run.run_dir)[LOSS_COLS], load_metrics(alone)[LOSS_COLS],
+                                      check_exact=True)
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_run_the_run_finishes_on_the_other_from_its_checkpoint(tmp_path, smoke_profile):
+    steps = 600
+    profile = smoke_profile.replace(**{"train.steps": steps, "train.save_every": 20, "train.log_every": 10,
+                                       "checkpoints.post": steps})
+    folder = tmp_path / "run"
+    with dask_processes(tmp_path) as (address, procs), cluster(address) as client:
+        future = client.submit(train_seed, profile, folder, None, key="train-killed", pure=False)
+        deadline = time.monotonic() + 300
+        while not [s for s in saved_steps(folder) if s >= 60] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        processing = {w: keys for w, keys in client.processing().items() if "train-killed" in keys}
+        (worker,) = processing
+        name = client.scheduler_info()["workers"][worker]["name"]
+        kept = {s: os.stat(folder / "checkpoints" / f"step_{s:06d}").st_ino for s in saved_steps(folder)}
+        assert 60 <= max(kept) < steps  # the kill lands mid-run
+        os.killpg(procs[name].pid, signal.SIGKILL)
+        assert future.result(timeout=600) == folder
+        (survivor,) = client.who_has(future)["train-killed"]
+        assert client.scheduler_info()["workers"][survivor]["name"] != name
+    for s, inode in kept.items():  # continued from its checkpoints: none of them was written again
+        assert os.stat(folder / "checkpoints" / f"step_{s:06d}").st_ino == inode
+    alone = train(profile, tmp_path / "alone", progress=False)
+    pd.testing.assert_frame_equal(load_metrics(folder)[LOSS_COLS], load_metrics(alone)[LOSS_COLS], check_exact=True)
+    a, b = load_checkpoint(folder, steps).state_dict(), load_checkpoint(alone, steps).state_dict()
+    assert all((a[k] == b[k]).all() for k in a)
+
+
+@pytest.mark.slow
+def test_local_workers_end_with_the_process_that_started_them(tmp_path):
+    """The old pool's incident: workers that outlived their parent. Kill the parent (-9):
+    the local cluster's worker processes end too."""
+    script = tmp_path / "parent.py"
+    script.write_text(textwrap.dedent("""\
+        import os, sys, time
+        from mclib.jobs import cluster
+        if __name__ == "__main__":
+            with cluster(None, threads_per_run=1) as client:
+                pids = client.run(os.getpid)
+                print(" ".join(str(p) for p in pids.values()), flush=True)
+                time.sleep(600)
+    """))
+    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert pids
+        os.kill(proc.pid, signal.SIGKILL)  # the parent alone, not its group
+        proc.wait(timeout=30)
+
+        def alive(pid):
+            try:
+                os.kill(pid, 0)
+                return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+            except (ProcessLookupError, FileNotFoundError):
+                return False
+        deadline = time.monotonic() + 60
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(p) for p in pids)
+    finally:
+        _stop(proc)
+
+
+def test_the_paper_sizes_are_gpu_runs_of_12_layers_by_12_heads():
+    runs = load_sweep(REPO / "sweeps" / "sizes-gpu.yaml")
+    assert [(r.profile.data.n, r.profile.data.rank) for r in runs] == [(7, 2), (10, 3), (12, 3), (15, 4)]
+    for r in runs:
+        m = r.profile.model
+        assert (m.layers, m.heads, m.hidden, r.profile.train.device) == (12, 12, 768, "cuda")
+        assert resources_for(r.profile) == {"GPU": 1}
+
+
+@pytest.mark.slow
+def test_the_paper_sizes_train_a_few_steps_on_the_cpu(tmp_path):
+    """Each setting of sweeps/sizes-gpu.yaml, on the CPU at smoke size (width 48, 3 steps of
+    4 matrices), through the sweep's own worker function: its task, depth and heads train."""
+    import dataclasses
+
+    from mclib.sweep import train_sweep_run
+
+    small = {"train.device": "cpu", "model.hidden": 48, "model.intermediate": 96, "train.batch": 4,
+             "train.eval_batch": 4, "train.steps": 3, "train.save_every": 3, "train.log_every": 1,
+             "train.eval_every": 1, "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 3}
+    for run in load_sweep(REPO / "sweeps" / "sizes-gpu.yaml", tmp_path, threads=1):
+        run = dataclasses.replace(run, profile=run.profile.replace(**small))
+        row = train_sweep_run(run)
+        assert (row["n"], row["layers"], row["heads"], row["steps_run"]) == (run.profile.data.n, 12, 12, 3)
+        assert row["final_L_mask"] == row["final_L_mask"]  # a number, not NaN
+
+
+@pytest.mark.slow
+def test_a_cut_sweep_run_continues_and_a_folder_of_another_sweep_starts_afresh(tmp_path):
+    """The sweep's worker function: a run cut in this sweep (here: trained to step 20 first)
+    continues from its checkpoint and ends as an uninterrupted run; a folder that another
+    sweep left is removed first (unless `resume: true`)."""
+    import dataclasses
+
+    from mclib.sweep import train_sweep_run
+
+    path = _sweep_file(tmp_path / "s.yaml", "base: smoke\nseeds: [1]\nsettings:\n  - {name: a}\n")
+    (run,) = load_sweep(path, tmp_path / "runs", threads=1)
+    cut = dataclasses.replace(run, profile=run.profile.replace(**{"train.steps": 20, "checkpoints.transition": [],
+                                                                  "checkpoints.post": 20}))
+    train_sweep_run(cut)
+    inode = os.stat(run.run_dir / "checkpoints" / "step_000020").st_ino
+    row = train_sweep_run(run)
+    assert row["steps_run"] == 60 and os.stat(run.run_dir / "checkpoints" / "step_000020").st_ino == inode
+    alone = train(run.profile, tmp_path / "alone", progress=False)
+    pd.testing.assert_frame_equal(load_metrics(run.run_dir)[LOSS_COLS], load_metrics(alone)[LOSS_COLS],
+                                  check_exact=True)
+    other = dataclasses.replace(cut, sweep="other.yaml")
+    assert train_sweep_run(other)["steps_run"] == 20  # started afresh: not the 60-step folder resumed
+    assert saved_steps(run.run_dir) == [20]
