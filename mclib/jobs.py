@@ -180,17 +180,22 @@ def _local(threads_per_run: int, gpu: bool):
     import dask
     from distributed import Client, LocalCluster
 
-    threads = threads_per_run or cores()
-    # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker's environment; a run
-    # with torch's default threads (0) should have the cores it was given instead.
-    environ = {f"distributed.nanny.pre-spawn-environ.{k}": threads
-               for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
-    with dask.config.set(environ):
+    threads = str(threads_per_run or cores())
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker. Any explicit malloc setting
+    # turns off glibc's adaptive mmap threshold, so every large tensor of every training
+    # step is mapped and faulted in afresh: 1.4x the cpu profile's step time (sys time
+    # 3 -> 30 ms a step; docs/performance.md). The workers keep glibc's own behaviour.
+    spawn_env = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
+                 if k != "MALLOC_TRIM_THRESHOLD_"}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
         local = LocalCluster(n_workers=local_workers(threads_per_run, gpu), threads_per_worker=1, processes=True,
                              host="127.0.0.1", dashboard_address=None, memory_limit=0, silence_logs=logging.ERROR,
                              resources={"GPU": 1} if gpu else None,
                              # no dashboard; the scheduler's small HTTP server (health) on any free loopback port
-                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                             # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker; a run with
+                             # torch's default threads (0) should have the cores instead
+                             env={k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
     with local, Client(local, set_as_default=False) as client:
         yield client
 
