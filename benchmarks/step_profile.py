@@ -14,7 +14,9 @@ a warm-up, and every operator's self time goes into one bucket:
     data         sampling the batch (matrices, masks, tokens)
     overhead     the rest of the wall time: Python, dispatch, autograd bookkeeping
 
-plus the count of host syncs (`aten::item` / `_local_scalar_dense`) per step.
+plus the count of scalar reads to Python (`aten::item`, `_local_scalar_dense`) per step: on the
+CPU these are Adam reading its step counters, which live on the CPU on every device, so
+none of them waits for a device (the losses stay on the device until a log flush).
 
 The ceiling: one-thread GFLOP/s of `[rows, in] @ [in, out]` for every product a step
 makes (forward `x Wᵀ`, backward `g W` and `gᵀ x`), weighted by its FLOPs. A step cannot
@@ -46,7 +48,7 @@ from train_step import cpu_model  # noqa: E402
 
 MATMUL = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 ATTENTION = ("scaled_dot_product", "softmax")
-SYNC = ("aten::item", "aten::_local_scalar_dense")
+SCALAR_READS = ("aten::item", "aten::_local_scalar_dense")
 BUCKETS = ("matmul", "attention", "elementwise", "optimiser", "data", "overhead")
 
 
@@ -92,11 +94,11 @@ def profile_step(fn, steps: int) -> dict:
             fn()
         wall = (time.perf_counter() - t0) / steps * 1000
     out = dict.fromkeys(BUCKETS, 0.0)
-    syncs = 0
+    reads = 0
     for ev in prof.events():
         if ev.name.startswith("mclib::"):
             continue  # a region's time is its ops' time, counted below
-        syncs += ev.name in SYNC
+        reads += ev.name in SCALAR_READS
         region, parent = None, ev.cpu_parent
         while parent is not None and region is None:
             region = parent.name[7:] if parent.name.startswith("mclib::") else None
@@ -105,7 +107,7 @@ def profile_step(fn, steps: int) -> dict:
     profiled = sum(out[b] for b in BUCKETS if b != "overhead")
     out["overhead"] = max(0.0, wall - profiled)
     out["ms_step_profiled"] = wall
-    out["syncs_per_step"] = syncs / steps
+    out["scalar_reads_per_step"] = reads / steps
     return out
 
 
@@ -152,12 +154,12 @@ def main(argv=None):
         for path, fn in step_fns(p, device).items():
             r = profile_step(fn, args.steps)
             rows.append({"profile": name, "path": path, **{b: r[b] for b in BUCKETS},
-                         "ms_step_profiled": r["ms_step_profiled"], "syncs_per_step": r["syncs_per_step"],
+                         "ms_step_profiled": r["ms_step_profiled"], "scalar_reads_per_step": r["scalar_reads_per_step"],
                          "ceiling_gflops": rate, "matmul_floor_ms": 1000 * mm_gflop / rate,
                          "gflop_step": flops, **stamp})
     df = pd.DataFrame(rows)
     print()
-    print(df[["profile", "path", *BUCKETS, "ms_step_profiled", "syncs_per_step", "matmul_floor_ms"]]
+    print(df[["profile", "path", *BUCKETS, "ms_step_profiled", "scalar_reads_per_step", "matmul_floor_ms"]]
           .to_markdown(index=False, floatfmt=".1f"))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ Where things are:
     model.py          BertModel + linear read-out, checkpoints via from_pretrained
     metrics.py        L, L_obs, L_mask, mask value; `find_drop`, the definition of the drop
     train.py          online training with atomic checkpoints and exact resume
+    stacked.py        the fast training path: R runs as one stacked model (fused QKV, batched products)
     attention.py      hook points inside attention: capture, ablate (uniform / batch-mean), patch
     interventions.py  token replacement (E2), QKV switching (E6), position permutation (E7),
                       component re-initialisation (E15)
