@@ -117,6 +117,20 @@ def test_a_bad_sweep_key_is_one_line_naming_it_before_anything_runs(tmp_path, ca
     assert not (tmp_path / "runs").exists()  # nothing ran, no cluster was reached for
 
 
+def test_book_cluster_option_reaches_the_chapters(monkeypatch):
+    """`book --cluster X` sets $MCLIB_CLUSTER, which the chapters' kernels inherit and
+    mclib.jobs.cluster reads."""
+    from mclib import book
+    from mclib.jobs import ENV, resolve_address
+
+    seen = {}
+    monkeypatch.setenv(ENV, "local")  # restored after the test (main sets it)
+    monkeypatch.setattr(book, "build", lambda *a, **k: seen.setdefault("env", os.environ.get(ENV)))
+    assert main(["book", "--profile", "smoke", "--cluster", "tcp://192.0.2.1:8786"]) == 0
+    assert seen["env"] == "tcp://192.0.2.1:8786" == resolve_address(None)
+    assert resolve_address("local") is None and resolve_address("tcp://h:1") == "tcp://h:1"
+
+
 def test_sweep_file_format(tmp_path):
     path = _sweep_file(tmp_path / "s.yaml", """\
         base: smoke
@@ -166,6 +180,7 @@ def test_local_cluster_one_single_threaded_worker_per_core_on_loopback():
         assert client.scheduler.address.startswith("tcp://127.0.0.1:")
         assert len(info["workers"]) == len(os.sched_getaffinity(0))
         assert all(w["nthreads"] == 1 for w in info["workers"].values())
+        assert set(client.run(os.environ.get, "OMP_NUM_THREADS").values()) == {"1"}  # torch's threads: the run's
         assert client.dashboard_link is None or "8787" not in client.dashboard_link
         import psutil
 
