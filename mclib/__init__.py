@@ -7,6 +7,8 @@ Where things are:
     metrics.py        L, L_obs, L_mask, mask value; `find_drop`, the definition of the drop
     train.py          online training with atomic checkpoints and exact resume
     stacked.py        the fast training path: R runs as one stacked model (fused QKV, batched products)
+    jobs.py           several runs at once on Dask: a local cluster, a scheduler's address, or SLURM/PBS
+    sweep.py          `python -m mclib sweep FILE.yaml`: settings x seeds, resumable, one results table
     attention.py      hook points inside attention: capture, ablate (uniform / batch-mean), patch
     interventions.py  token replacement (E2), QKV switching (E6), position permutation (E7),
                       component re-initialisation (E15)
