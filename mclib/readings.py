@@ -364,6 +364,7 @@ MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its atten
 PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
 READING_NAMES = {"uniform": "uniform (the paper's text)", "batch_mean": "batch mean (the released code)"}
+SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
 
 
 def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
@@ -388,11 +389,18 @@ def _ratio(table, col, num: dict, den: dict):
     return a / b, ratio_se(a, a_se, b, b_se)
 
 
-def _which_match(rows: list[dict], verdicts: list[str]) -> str:
-    """'the uniform reading (...) matches the paper's number; the batch-mean reading (...) does not'."""
-    said = [f"the {READING_NAMES[r]} reading {'matches' if v == 'matches' else 'does not match'}"
-            for r, v in zip(("uniform", "batch_mean"), verdicts)]
-    return "; ".join(said)
+def _which_match(verdicts: list[str], what: str) -> str:
+    """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
+    batch mean) rows: e.g. 'the uniform reading (the paper's text) matches the paper's X;
+    the batch-mean reading (the released code) does not'."""
+    names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}
+    ok = [m for m, v in zip(("uniform", "batch_mean"), verdicts) if v == "matches"]
+    if len(ok) == 2:
+        return f"both readings match {what}"
+    if not ok:
+        return f"neither reading matches {what}"
+    other = "batch_mean" if ok[0] == "uniform" else "uniform"
+    return f"{names[ok[0]]} matches {what}; {names[other]} does not"
 
 
 def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float, p_mask: float, rank: int,
@@ -464,7 +472,7 @@ def copying_readings(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank:
     ours, se = sw["L_obs"][0] / base[0], ratio_se(*sw["L_obs"], *base)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", ours, "how much the switch disturbs copying",
                      paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio", se=se))
-    glue = {"e3_match": _which_match(rows, verdicts) + " the paper's ratio of ablated to unablated L_mask (ratio rule)"}
+    glue = {"e3_match": _which_match(verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")}
     return glue, rows
 
 
@@ -509,7 +517,7 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
         rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: ablated / unablated L_obs", r,
                          f"{r:.3g} ± {se:.2g}", paper=PAPER[("E3", "post ablated L_obs")] / PAPER[("E3", "post L_obs")],
                          kind="ratio", se=se))
-    glue["e3_match"] = _which_match(rows, verdicts) + " the paper's ablated L_mask / E[X²] (number rule)"
+    glue["e3_match"] = _which_match(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")
 
     # E4: our 'other' heads in place of the authors' five; the paper: no significant effect (its ratio 1.10)
     n_other = len(groups.get("other", []))
@@ -526,10 +534,10 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
     glue["e4_text"] = ("no head of this run is labelled 'other', so there is nothing to ablate (n/a)" if not e4 else
                        f"ablating our {n_other} 'other' heads multiplies L_mask by "
-                       + " and ".join(f"{r:.3g} ({READING_NAMES[m]})" for m, r, _ in e4)
+                       + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
                        + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
                        + ("the same, by the ratio rule" if all(v == "matches" for *_, v in e4) else
-                          "a different result: " + ", ".join(f"the {READING_NAMES[m]} reading {v}" for m, _, v in e4)))
+                          "a different result (" + "; ".join(f"{SHORT[m]}: {v}" for m, _, v in e4) + ", ratio rule)"))
 
     # E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1
     parts = []
@@ -552,7 +560,7 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
         "mean keeps what every input shares: a head that always attends along the query's row or column has about "
         "the same map on every input, so its batch mean is that map and ablating it changes little; this reading "
         "tests only the input-dependent part of the attention. L_mask, ablated over unablated: "
-        + ("; ".join(parts) if parts else "no group of our labels is non-empty"))
+        + ("; ".join(parts) if parts else "every group of our labels is empty in this run"))
 
     # E6, E7
     post = {"model": "post"}
@@ -637,9 +645,9 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
         f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
         f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
         f"{1 - best.rel:.0%} of the target's variance. "
-        + ("The paper's claim that a linear probe recovers the row holds here." if holds else
+        + ("The paper's claim that a linear probe recovers the row holds here" if holds else
            "The paper's claim that a linear probe recovers the row does not hold here: the row is at most weakly, "
-           "and not linearly, present in the masked positions' hidden states."))
+           "and not linearly, present in the masked positions' hidden states"))
     return glue, rows
 
 

@@ -248,6 +248,14 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, r
 
 # --- the findings table ------------------------------------------------------------------
 
+def _why(r: dict) -> str:
+    """'quantity: ours 0.95 vs the paper's 0.058 (reading)' for a findings cell."""
+    num = lambda x: "none" if x is None else f"{x:.3g}"
+    vs = "" if r.get("paper") is None else f" vs the paper's {num(r['paper'])}"
+    return f"{r['quantity']}: ours {num(r.get('ours'))}{vs} ({r['reading']})" if "ours" in r else \
+        f"{r['quantity']}: {r['reading']}"
+
+
 def findings(rows: list[dict]):
     """The landing table: one line per experiment, what reproduced and what did not.
     Columns: experiment, rows, reproduced (the positive verdicts), differs, the claims that
@@ -261,7 +269,7 @@ def findings(rows: list[dict]):
         bad = [r for r in rs if r["verdict"] == "differs"]
         rest = [r for r in rs if r["verdict"] in ("n/a", "cannot fail")]
         out.append({"experiment": e, "rows": len(rs), "reproduced": len(pos), "differs": len(bad),
-                    "what differs, and our reading": "; ".join(f"{r['quantity']}: {r['reading']}" for r in bad) or "—",
+                    "what differs, and our reading": "; ".join(_why(r) for r in bad) or "—",
                     "not tested": len(rest)})
     return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
                                       "not tested"])

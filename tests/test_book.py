@@ -3,6 +3,7 @@ warnings as errors and works offline, a re-run reuses everything, a failing chap
 stops the command with a non-zero exit that names it. About a minute on 2 cores."""
 import json
 import os
+import html
 import re
 import time
 from pathlib import Path
@@ -91,12 +92,32 @@ def test_no_remote_scripts_or_math(built):
 def test_scorecard_page_has_a_row_per_number(built):
     rows = scorecard.load(built / "runs" / "smoke-seed1")
     assert [r["quantity"] for r in rows if r["id"] == "E1"]
-    for r in rows:  # the verdicts that need no tolerance: no paper number, or none of ours
-        if r["paper"] is None and r["kind"] in ("number", "ratio"):
+    for r in rows:  # the verdicts that need no tolerance: no paper number, nothing to test, or none of ours
+        if (r["paper"] is None and r["kind"] in ("number", "ratio")) or "n/a: " in r["reading"]:
             assert r["verdict"] == "n/a", r
+        elif r["kind"] == "by construction":
+            assert r["verdict"] == "cannot fail", r
         elif r["ours"] is None:
             assert r["verdict"] == "differs", r
     assert _scorecard_rows_on_page(_page(built, "99_scorecard")) == len(rows)
+
+
+@pytest.mark.slow
+def test_no_absolute_machine_path_on_any_page(built):
+    roots = {str(built.resolve()), str(book.REPO.resolve())}
+    for page in (built / "_build" / "html").rglob("*.html"):
+        text = page.read_text()
+        for root in roots:
+            assert root not in text, (page.name, root)
+
+
+@pytest.mark.slow
+def test_scorecard_page_opens_with_findings_and_states_the_rules(built):
+    page = _page(built, "99_scorecard")
+    assert page.index("<caption>Findings, profile smoke") < page.index("<caption>The rules, one per kind of claim") \
+        < page.index("<caption>The scorecard:")  # captions: the code (folded) names them too
+    for rule in scorecard.RULES.values():  # the rules' text is their docstrings, as the page shows them
+        assert " ".join(rule.__doc__.split())[:50] in html.unescape(page), rule.__name__
 
 
 @pytest.mark.slow

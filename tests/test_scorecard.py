@@ -73,10 +73,10 @@ def test_rules_table_states_every_rule():
 
 
 def test_findings_table():
-    rows = [{"id": "E4", "quantity": "q", "verdict": "differs", "reading": "4.4x"},
+    rows = [{"id": "E4", "quantity": "q", "verdict": "differs", "reading": "4.4x", "paper": 1.1, "ours": 4.4},
             {"id": "E3", "quantity": "p", "verdict": "matches", "reading": ""},
             {"id": "E8", "quantity": "all", "verdict": "cannot fail", "reading": ""}]
     f = S.findings(rows)
     assert list(f["experiment"]) == ["E3", "E4", "E8"]
-    assert f.set_index("experiment").loc["E4", "what differs, and our reading"] == "q: 4.4x"
+    assert f.set_index("experiment").loc["E4", "what differs, and our reading"] == "q: ours 4.4 vs the paper's 1.1 (4.4x)"
     assert f.set_index("experiment").loc["E8", "not tested"] == 1 and math.isclose(f["rows"].sum(), 3)
