@@ -367,6 +367,16 @@ class _Run:
         self.evals: dict[int, dict[str, float]] = {}
         self.finished = self.step >= self.t.steps or bool(job.stop is not None and self.rows and job.stop(self.rows))
 
+    @classmethod
+    def in_memory(cls, profile: Profile, device: torch.device) -> "_Run":
+        """A fresh run with no folder, for timing the step (`stacked_step`): the model, the
+        data stream and the step, nothing saved."""
+        run = cls.__new__(cls)
+        run.profile, run.t, run.step, run.state = profile, profile.train, 0, None
+        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device).train()
+        run.gens = {"data": torch.Generator(device).manual_seed(profile.seed)}
+        return run
+
     def batch(self) -> Batch:
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
@@ -525,14 +535,8 @@ def stacked_step(profile: Profile, device: torch.device, runs: int = 1,
     """A function that runs one step of the stacked path on `runs` fresh models of
     `profile` (seeds profile.seed, +1, ...), each with its own data, exactly as the
     training loop does (benchmarks/train_step.py times it). Returns the `[run, 4]` losses."""
-    stubs = []
-    for r in range(runs):
-        p = profile.replace(seed=profile.seed + r, **({} if compile is None else {"train.compile": compile}))
-        stub = _Run.__new__(_Run)
-        stub.profile, stub.t, stub.step, stub.state = p, p.train, 0, None
-        stub.model = build_model(p.model, p.data.n, p.seed).to(device).train()
-        stub.gens = {"data": torch.Generator(device).manual_seed(p.seed)}
-        stubs.append(stub)
+    overrides = {} if compile is None else {"train.compile": compile}
+    stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r, **overrides), device) for r in range(runs)]
     engine = _StackedEngine(stubs, device)
 
     def step() -> torch.Tensor:
