@@ -78,8 +78,9 @@ def test_analysis_section_validates():
 
 def test_compile_is_off_by_default_and_validated():
     assert profile_from_dict({}).train.compile is False
-    for name in SHIPPED:
-        assert load_profile(profile_path(name)).train.compile is False
+    # on only where the benchmark measured a gain (cpu: 0.84x the step, docs/performance.md);
+    # the tests' smoke profile and the GPU paper profile stay eager
+    assert {name for name in SHIPPED if load_profile(profile_path(name)).train.compile} == {"cpu"}
     assert profile_from_dict({"train": {"compile": True}}).train.compile is True
     for bad in ("yes", 1):
         with pytest.raises(ConfigError, match=f"train.compile = {bad!r} is not true or false"):

@@ -35,9 +35,9 @@ def free_port() -> int:
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    """A niced process in its own process group (so that killing the group ends its children)."""
+    """A process in its own process group (so that killing the group ends its children)."""
     with open(log, "w") as out:
-        return subprocess.Popen(["nice", "-n", "19", *args], stdout=out, stderr=subprocess.STDOUT,
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
 
 
@@ -268,7 +268,7 @@ def test_local_workers_end_with_the_process_that_started_them(tmp_path):
                 print(" ".join(str(p) for p in pids.values()), flush=True)
                 time.sleep(600)
     """))
-    proc = subprocess.Popen(["nice", "-n", "19", sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
         pids = [int(p) for p in proc.stdout.readline().split()]
