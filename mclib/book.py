@@ -110,25 +110,6 @@ def departures_table(profile, caption: str):
             .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
 
 
-def task_note(profile) -> str:
-    """One sentence for the scorecard: whether `profile` trains the paper's task, and if
-    not, the task keys it changes and the two copying levels E[X²] that losses sit on."""
-    from .config import deviations
-    from .data import copy_baseline_mse
-
-    paper = load_profile(profile_path("paper"))
-    task_keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
-    if not task_keys:
-        return "This profile's task is the paper's, so its losses are on the paper's scale."
-    return (f"This profile's task is not the paper's (it differs in {', '.join(task_keys)}): its copying "
-            f"level E[X²] is {copy_baseline_mse(profile.data.rank):.3f}, the paper's "
-            f"{copy_baseline_mse(paper.data.rank):.3f}. So every loss is compared with the paper's as a fraction of "
-            f"its own task's copying level: our loss times {scorecard.loss_scale(profile):g} (the column 'ours on the paper's "
-            "scale'), and a reference level of a chapter is scaled alike. Losses of two tasks agree this way "
-            "only as far as a loss relative to E[X²] means the same on both, so a verdict on a loss says less "
-            "here than on the paper's own task.")
-
-
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
     def files(node):

@@ -158,16 +158,6 @@ def rules_table():
                          for k, f in RULES.items()])
 
 
-def loss_scale(profile) -> float:
-    """The paper's copying level E[X²] over `profile`'s. For orientation only (a label on a
-    shown number); no verdict uses it: a loss is compared as a fraction of its own task's
-    copying level instead."""
-    from .config import load_profile, profile_path
-    from .data import copy_baseline_mse
-
-    return copy_baseline_mse(load_profile(profile_path("paper")).data.rank) / copy_baseline_mse(profile.data.rank)
-
-
 def task_note(profile) -> str:
     """One sentence for the scorecard page: whether `profile` trains the paper's task, and
     if not, how the model rows compare (scale-free quantities, no rescaling)."""

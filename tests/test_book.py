@@ -200,18 +200,11 @@ def test_a_chapter_that_runs_again_leaves_no_stale_row(tmp_path):
     assert [r["quantity"] for r in scorecard.load(tmp_path)] == ["low-rank, MASK: L_obs", "post L_mask"]
 
 
-def test_task_note_names_the_changed_task_keys_and_both_copying_levels():
-    assert "is the paper's" in book.task_note(load_profile(profile_path("cpu-7x7")))
-    note = book.task_note(load_profile(profile_path("cpu")))
+def test_task_note_names_the_changed_task_keys_and_says_nothing_is_rescaled():
+    assert "is the paper's" in scorecard.task_note(load_profile(profile_path("cpu-7x7")))
+    note = scorecard.task_note(load_profile(profile_path("cpu")))
     assert "data.n, data.rank" in note and "E[X²] is 0.111, the paper's 0.222" in note
-    assert "our loss times 2 " in note
-
-
-def test_loss_scale_is_the_ratio_of_copying_levels():
-    assert scorecard.loss_scale(load_profile(profile_path("paper"))) == 1
-    assert scorecard.loss_scale(load_profile(profile_path("cpu-7x7"))) == 1
-    assert scorecard.loss_scale(load_profile(profile_path("cpu"))) == pytest.approx(2)
-
+    assert "no number is multiplied across tasks" in note and "times 2" not in note
 
 def _fake_run(folder: Path, steps: int, saved: list[int]) -> None:
     folder.mkdir(parents=True)
