@@ -235,15 +235,22 @@ def profile_from_dict(raw: Any) -> Profile:
     return profile
 
 
+def read_yaml(path: str | Path, what: str, error: type[Exception] = ConfigError) -> Any:
+    """The parsed YAML file at `path`; a missing file or bad YAML raises `error` with one
+    line naming it ("{what} file 'x.yaml' does not exist")."""
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{what} file {str(path)!r} does not exist")
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise error(f"{what} file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+
+
 def load_profile(path: str | Path, **overrides) -> Profile:
     """Load and validate params/<name>.yaml; `overrides` are dotted keys (see Profile.replace)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"profile file {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"profile file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    raw = read_yaml(path, "profile")
     try:
         profile = profile_from_dict(raw)
         return profile.replace(**overrides) if overrides else profile

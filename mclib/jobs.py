@@ -95,15 +95,10 @@ def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
           worker_extra_args: ["--resources", "GPU=1"]
 
     A missing file, an unknown key or kind raises ClusterError naming it."""
-    import yaml
+    from .config import read_yaml
 
     path = Path(path)
-    if not path.is_file():
-        raise ClusterError(f"jobqueue file {str(path)!r} does not exist")
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ClusterError(f"jobqueue file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    raw = read_yaml(path, "jobqueue", ClusterError)
     if not isinstance(raw, dict):
         raise ClusterError(f"jobqueue file {str(path)!r} is not a mapping")
     for key in raw:

@@ -40,9 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from .config import ConfigError, Profile, load_profile, profile_path
+from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
 
 TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
 SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
@@ -96,12 +95,7 @@ def _seeds(value, where: str) -> list[int]:
 def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int | None = None) -> list[SweepRun]:
     """Every run of the sweep file at `path`, checked (keys, values, each run's profile)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"sweep file {str(path)!r} does not exist")
-    try:
-        spec = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"sweep file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
+    spec = read_yaml(path, "sweep")
     where = str(path)
     _check_keys(spec, TOP_KEYS, where)
     if not isinstance(spec.get("settings"), list) or not spec["settings"]:
@@ -144,7 +138,7 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
 
 def sweep_cluster(path: str | Path) -> str | None:
     """The `cluster` key of a sweep file (None: not given)."""
-    spec = yaml.safe_load(Path(path).read_text())
+    spec = read_yaml(path, "sweep")
     return spec.get("cluster") if isinstance(spec, dict) else None
 
 
