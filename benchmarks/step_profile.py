@@ -3,8 +3,8 @@ model's own shapes (the realistic ceiling).
 
     python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--threads 1] [--steps 30] [--out docs/data/step_profile.csv]
 
-For each profile and each path (ref: the HF step `mclib.train.train_step`; fast: the
-stacked step, `mclib.train.stacked_step`), torch.profiler records `--steps` steps after
+For each profile and each path (ref: the HF step `mclib.core.train.train_step`; fast: the
+stacked step, `mclib.core.train.stacked_step`), torch.profiler records `--steps` steps after
 a warm-up, and every operator's self time goes into one bucket:
 
     matmul       mm, addmm, bmm, baddbmm (forward and backward products)
@@ -37,11 +37,11 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
 
-from mclib.config import load_profile, profile_path  # noqa: E402
-from mclib.data import sample_batch  # noqa: E402
-from mclib.flops import train_step_flops  # noqa: E402
-from mclib.model import build_model  # noqa: E402
-from mclib.train import lr_at, make_optimizer, stacked_step, train_step  # noqa: E402
+from mclib.core.config import load_profile, profile_path  # noqa: E402
+from mclib.core.data import sample_batch  # noqa: E402
+from mclib.core.flops import train_step_flops  # noqa: E402
+from mclib.core.model import build_model  # noqa: E402
+from mclib.core.train import lr_at, make_optimizer, stacked_step, train_step  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from train_step import cpu_model  # noqa: E402

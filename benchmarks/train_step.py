@@ -11,16 +11,16 @@ In one process and one run (docs/performance.md explains every column):
    (b) authors the authors' protocol: our update, then the model re-run on the training
                batch after the update and on 64 fresh matrices, every metric of those
                two passes read to the host each step;
-   (c) ours    mclib.train.train_step in fp32 (the function the training loop calls);
+   (c) ours    mclib.core.train.train_step in fp32 (the function the training loop calls);
    (d) ours    the same in bf16 autocast (fp32 master weights);
    (e) ours    (c) through torch.compile (--compile);
-   (f) stacked the training loop's default path since 2026-11-23 (mclib.stacked, one
+   (f) stacked the training loop's default path since 2026-11-23 (mclib.core.stacked, one
                run): (c) is the step it replaced, kept here as the reference;
    (g) stacked (f) through torch.compile (its compile time is printed, not timed);
    the paths run in alternation (a, b, c, d, then rotated) for several rounds after
    warm-up rounds, so that machine noise hits all of them alike; each ratio is the
    median over rounds of the ratio within a round.
-3. FLOPs per step from mclib.flops (the one place they are counted), achieved GFLOP/s
+3. FLOPs per step from mclib.core.flops (the one place they are counted), achieved GFLOP/s
    and its fraction of the measured ceiling, and the peak resident memory.
 
 The table is printed; rows are appended to --out with the date and the machine.
@@ -52,12 +52,12 @@ import transformers  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers import BertConfig, BertModel  # noqa: E402
 
-from mclib.config import Profile, load_profile, profile_path  # noqa: E402
-from mclib.data import VOCAB_SIZE, sample_batch  # noqa: E402
-from mclib.flops import authors_step_flops, train_step_flops  # noqa: E402
-from mclib.metrics import losses  # noqa: E402
-from mclib.model import build_model  # noqa: E402
-from mclib.train import lr_at, make_optimizer, resolve_device, stacked_step, train_step  # noqa: E402
+from mclib.core.config import Profile, load_profile, profile_path  # noqa: E402
+from mclib.core.data import VOCAB_SIZE, sample_batch  # noqa: E402
+from mclib.core.flops import authors_step_flops, train_step_flops  # noqa: E402
+from mclib.core.metrics import losses  # noqa: E402
+from mclib.core.model import build_model  # noqa: E402
+from mclib.core.train import lr_at, make_optimizer, resolve_device, stacked_step, train_step  # noqa: E402
 
 PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "a": ("stock HF fp32", "fp32", False),
@@ -138,7 +138,7 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
 
     def ours(precision, compile_=False):
         model = build_model(m, d.n, profile.seed).to(device).train()
-        # the optimiser exactly as mclib.train.train builds it
+        # the optimiser exactly as mclib.core.train.train builds it
         opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t.lr,
                                fused=device.type == "cuda" or None)
         step_model = torch.compile(model) if compile_ else model
@@ -191,7 +191,7 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
             paths[k] = ours(PATHS[k][1])
         elif k == "e":
             paths[k] = ours("fp32", compile_=True)
-        elif k in "fg":  # the training loop's default path (mclib.stacked), one run
+        elif k in "fg":  # the training loop's default path (mclib.core.stacked), one run
             paths[k] = stacked_step(profile.replace(**{"train.batch": batch}), device, compile=k == "g")
     return paths, notes
 

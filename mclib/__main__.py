@@ -5,7 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .config import ConfigError, load_profile, profile_path
+from .core.config import ConfigError, load_profile, profile_path
 
 
 def default_run_dir(profile) -> Path:
@@ -13,9 +13,9 @@ def default_run_dir(profile) -> Path:
 
 
 def cmd_train(args) -> None:
-    from .metrics import find_drop
-    from .plots import loss_curve
-    from .train import load_metrics, train
+    from .core.metrics import find_drop
+    from .book.plots import loss_curve
+    from .core.train import load_metrics, train
 
     overrides = {}
     if args.seed is not None:
@@ -37,11 +37,11 @@ def cmd_train(args) -> None:
 def cmd_book(args) -> None:
     import os
 
-    from .book import build
-    from .jobs import ENV
+    from .book.runner import build
+    from .core.jobs import ENV
 
     if args.cluster:
-        os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.jobs.cluster reads it)
+        os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.core.jobs.cluster reads it)
 
     build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
           device=args.device, timeout=args.timeout, progress=not args.quiet)
@@ -52,7 +52,7 @@ CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask sched
 
 
 def cmd_sweep(args) -> int:
-    from .sweep import run_sweep
+    from .core.sweep import run_sweep
 
     return 1 if run_sweep(args.file, cluster=args.cluster, runs=args.runs, results=args.results, figure=args.figure,
                           threads=args.threads, progress_every=args.progress_every) else 0
@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--cluster", help=CLUSTER_HELP)
     p.set_defaults(func=cmd_book)
     p = sub.add_parser("sweep", help="train profile overrides x seeds on a Dask cluster; a results table and a figure")
-    p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/sweep.py)")
+    p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/core/sweep.py)")
     p.add_argument("--cluster", help=CLUSTER_HELP + " (default: the sweep file's `cluster`, else this machine)")
     p.add_argument("--runs", default="runs/sweep", help="where the run folders go (default runs/sweep)")
     p.add_argument("--results", help="the results table, CSV; rows are appended (default RUNS/<file stem>.csv)")
@@ -90,8 +90,8 @@ def main(argv=None) -> int:
     p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)")
     p.set_defaults(func=cmd_sweep)
     args = parser.parse_args(argv)
-    from .book import BookError  # light: papermill and nbformat are imported when a chapter runs
-    from .jobs import ClusterError
+    from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
+    from .core.jobs import ClusterError
 
     try:
         status = args.func(args)

@@ -3,7 +3,7 @@
     python scripts/compare_runs.py fp32=runs/sweep/cpu-fp32-seed2 bf16=runs/sweep/cpu-bf16-seed2 \
         [--after 500,1000] [--matrices 4096] [--eval-precisions fp32,bf16] [--fig docs/figures/bf16_vs_fp32.png]
 
-Prints a markdown table with a row per run (`mclib.evaluate.compare_runs`) and, for every
+Prints a markdown table with a row per run (`mclib.analyses.evaluate.compare_runs`) and, for every
 run after the first, its ratio to the first; --fig also saves their L_mask curves.
 docs/performance.md ("Does bf16 change the science?") is this command's output.
 """
@@ -18,11 +18,11 @@ matplotlib.use("Agg")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mclib.config import PRECISIONS  # noqa: E402
-from mclib.evaluate import compare_runs  # noqa: E402
-from mclib.metrics import find_drop  # noqa: E402
-from mclib.plots import seed_loss_curves  # noqa: E402
-from mclib.train import load_metrics, run_profile  # noqa: E402
+from mclib.core.config import PRECISIONS  # noqa: E402
+from mclib.analyses.evaluate import compare_runs  # noqa: E402
+from mclib.core.metrics import find_drop  # noqa: E402
+from mclib.book.plots import seed_loss_curves  # noqa: E402
+from mclib.core.train import load_metrics, run_profile  # noqa: E402
 
 
 def main(argv=None):

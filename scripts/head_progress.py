@@ -3,12 +3,12 @@
     python scripts/head_progress.py runs/sweep/h64-lr1e-3-seed1
 
 Excess = (mass - chance) / (1 - chance) on same-row, same-column and self keys
-(mclib.heads.head_scores): 0 for a uniform head, 1 for a pure one.
+(mclib.analyses.heads.head_scores): 0 for a uniform head, 1 for a pure one.
 """
 import sys
 
-from mclib.heads import attention_progress
-from mclib.train import run_profile
+from mclib.analyses.heads import attention_progress
+from mclib.core.train import run_profile
 
 run = sys.argv[1]
 profile = run_profile(run)

@@ -17,11 +17,11 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from mclib.config import load_profile, profile_path
-from mclib.data import sample_batch
-from mclib.metrics import losses
-from mclib.model import build_model
-from mclib.train import lr_at
+from mclib.core.config import load_profile, profile_path
+from mclib.core.data import sample_batch
+from mclib.core.metrics import losses
+from mclib.core.model import build_model
+from mclib.core.train import lr_at
 
 
 def oracle_patterns(n: int, heads: int) -> torch.Tensor:

@@ -8,10 +8,10 @@ shows them (issue 4, "done means"). All on the same 256 fresh matrices per line.
 import argparse
 from pathlib import Path
 
-from mclib.evaluate import activation_patching, evaluate
-from mclib.interventions import permute_positions, switch_qkv
-from mclib.paper import PAPER
-from mclib.train import load_checkpoint, run_profile
+from mclib.analyses.evaluate import activation_patching, evaluate
+from mclib.analyses.interventions import permute_positions, switch_qkv
+from mclib.core.paper import PAPER
+from mclib.core.train import load_checkpoint, run_profile
 
 
 def main():

@@ -1,5 +1,5 @@
 """The default-profile search (issue 3), on the sweep command (`python -m mclib sweep`,
-mclib/sweep.py): run a list of settings, each under a wall-time cap, and append one row
+mclib/core/sweep.py): run a list of settings, each under a wall-time cap, and append one row
 per run to the search's results table.
 
     python scripts/sweep_cpu_profile.py sweeps/round1.yaml [--jobs 2] [--results docs/data/cpu_sweep.csv]
@@ -9,7 +9,7 @@ is `python -m mclib sweep FILE --results docs/data/cpu_sweep.csv --runs runs/swe
 --threads CORES/JOBS`: --jobs 2 trains two runs at once on this machine, one thread each
 (ms per step in the table is then the one-thread figure; docs/cpu-profile.md gives the
 clean two-thread timings). The sweep file's format, caps, `after_drop` and `resume`: see
-mclib/sweep.py. `--collect` trains nothing: it adds rows for runs of the sweep that were
+mclib/core/sweep.py. `--collect` trains nothing: it adds rows for runs of the sweep that were
 stopped by hand before finishing.
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 from mclib.__main__ import main as mclib_main
-from mclib.jobs import cores
-from mclib.sweep import append_row, finished, load_sweep, summarise
+from mclib.core.jobs import cores
+from mclib.core.sweep import append_row, finished, load_sweep, summarise
 
 
 def collect(sweep: str, results: Path, runs: str) -> None:

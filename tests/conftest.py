@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from mclib.__main__ import main
-from mclib.config import load_profile, profile_path
-from mclib.train import train
+from mclib.core.config import load_profile, profile_path
+from mclib.core.train import train
 
 
 @pytest.fixture(scope="session")

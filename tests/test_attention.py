@@ -1,11 +1,11 @@
 import pytest
 import torch
 
-from mclib.attention import AttentionHooks, paper_heads
-from mclib.config import ModelConfig
-from mclib.data import sample_batch
-from mclib.model import build_model
-from mclib.train import load_checkpoint
+from mclib.analyses.attention import AttentionHooks, paper_heads
+from mclib.core.config import ModelConfig
+from mclib.core.data import sample_batch
+from mclib.core.model import build_model
+from mclib.core.train import load_checkpoint
 
 SEQ = 49
 

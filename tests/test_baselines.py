@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from mclib import baselines as B
-from mclib.data import random_mask, sample_matrices
-from mclib.metrics import losses
+from mclib.analyses import baselines as B
+from mclib.core.data import random_mask, sample_matrices
+from mclib.core.metrics import losses
 
 # Five masked entries in distinct rows and columns of a 7×7 matrix.
 HOLES = ([0, 1, 2, 4, 6], [3, 5, 0, 6, 2])

@@ -12,9 +12,9 @@ import nbformat
 import pytest
 import yaml
 
-from mclib import book, scorecard
+from mclib.book import runner as book, scorecard
 from mclib.__main__ import main
-from mclib.config import load_profile, profile_path
+from mclib.core.config import load_profile, profile_path
 
 
 def _manifest(out: Path) -> dict:

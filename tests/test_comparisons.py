@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 import torch
 
-from mclib import comparisons as C
-from mclib.data import sample_matrices
-from mclib.evaluate import sample_eval_batch
-from mclib.train import load_checkpoint
+from mclib.book import comparisons as C
+from mclib.core.data import sample_matrices
+from mclib.analyses.evaluate import sample_eval_batch
+from mclib.core.train import load_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,7 @@ def test_bert_rows_of_the_sweep_carry_the_paired_difference(post, smoke_profile)
 def test_e17_reproduces_the_paper_s_l_obs_on_its_task():
     # L_obs is set mostly by λ, so 64 matrices pin it to ~2 %; the paper's values (256
     # matrices) agree to 2 significant figures. A wrong λ scaling (e.g. without the 1/|Ω|) fails.
-    from mclib.paper import PAPER_E17
+    from mclib.core.paper import PAPER_E17
 
     reg = C.regularised_table(C.paper_task(), list(PAPER_E17), 64, seed=0)
     t = C.e17_beside_paper(reg)

@@ -4,7 +4,7 @@ from dataclasses import fields
 
 import pytest
 
-from mclib.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
+from mclib.core.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
                           deviations, load_profile, profile_from_dict, profile_path)
 
 

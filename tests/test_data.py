@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from mclib.data import (MASK_ID, VOCAB_SIZE, copy_baseline_mse, detokenize, make_batch, random_mask,
+from mclib.core.data import (MASK_ID, VOCAB_SIZE, copy_baseline_mse, detokenize, make_batch, random_mask,
                         sample_batch, sample_matrices, structured_mask, tokenize)
 
 

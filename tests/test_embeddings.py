@@ -1,13 +1,13 @@
 import numpy as np
 import pytest
 
-from mclib.config import ModelConfig
-from mclib.embeddings import (alignment, captured_variance, component_tracks, embedding_progress, fit_pca,
+from mclib.core.config import ModelConfig
+from mclib.analyses.embeddings import (alignment, captured_variance, component_tracks, embedding_progress, fit_pca,
                               norm_symmetry, position_norms, position_rows, position_silhouette,
                               position_tsne, project, token_ids, token_norms, token_projections, token_rows,
                               token_values)
-from mclib.model import build_model
-from mclib.train import load_checkpoint, saved_steps
+from mclib.core.model import build_model
+from mclib.core.train import load_checkpoint, saved_steps
 
 N = 7
 
@@ -157,7 +157,7 @@ def test_token_projections_at_chosen_steps(smoke_run):
 
 
 def test_value_range_keeps_the_values_the_task_produces(smoke_run):
-    from mclib import embeddings as E
+    from mclib.analyses import embeddings as E
     assert E.value_range(1) == (-1.0, 1.0) and E.value_range(2) == (-1.5, 1.5)
     assert len(E.token_values(*E.value_range(1))) == 201
     progress = E.embedding_progress(smoke_run, lo=-1.0, hi=1.0)

@@ -2,10 +2,10 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mclib.config import load_profile, profile_path
-from mclib.data import sample_batch
-from mclib.flops import authors_step_flops, matmul_params, train_step_flops
-from mclib.model import MatrixBert, bert_config, build_model
+from mclib.core.config import load_profile, profile_path
+from mclib.core.data import sample_batch
+from mclib.core.flops import authors_step_flops, matmul_params, train_step_flops
+from mclib.core.model import MatrixBert, bert_config, build_model
 
 
 def test_flop_formula_matches_torch_flop_counter(smoke_profile):

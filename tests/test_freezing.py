@@ -3,10 +3,10 @@ import shutil
 import pytest
 import torch
 
-from mclib.freezing import (drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs, freeze_summary,
+from mclib.analyses.freezing import (drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs, freeze_summary,
                             trainable_count)
-from mclib.interventions import GROUPS, component_groups
-from mclib.train import load_checkpoint, load_metrics, saved_steps
+from mclib.analyses.interventions import GROUPS, component_groups
+from mclib.core.train import load_checkpoint, load_metrics, saved_steps
 
 STEPS = 4
 
@@ -65,7 +65,7 @@ def test_drop_text():
 
 def test_paper_pattern():
     import pandas as pd
-    from mclib.freezing import paper_pattern
+    from mclib.analyses.freezing import paper_pattern
 
     table = lambda drops: pd.DataFrame({"group": list(GROUPS), "drop": drops})  # attention, mlp, positional, token
     assert paper_pattern(table([500, 60, 900, 80])) == {"fast_first": True, "positional_last": True}

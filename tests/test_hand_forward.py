@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mclib.config import DataConfig, ModelConfig
-from mclib.data import make_batch
-from mclib.evaluate import activation_patching, predict, sample_eval_batch
-from mclib.model import build_model
+from mclib.core.config import DataConfig, ModelConfig
+from mclib.core.data import make_batch
+from mclib.analyses.evaluate import activation_patching, predict, sample_eval_batch
+from mclib.core.model import build_model
 
 DATA = DataConfig(n=7, rank=2, p_mask=0.3)
 SEQ = 49

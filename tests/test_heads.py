@@ -3,11 +3,11 @@ import math
 import pytest
 import torch
 
-from mclib.config import ModelConfig
-from mclib.data import sample_batch
-from mclib.heads import (LABELS, attention_entropy, chance_levels, classify_heads, head_groups,
+from mclib.core.config import ModelConfig
+from mclib.core.data import sample_batch
+from mclib.analyses.heads import (LABELS, attention_entropy, chance_levels, classify_heads, head_groups,
                          head_scores, mean_attention, position_masks)
-from mclib.model import build_model
+from mclib.core.model import build_model
 
 N = 7
 
@@ -126,8 +126,8 @@ def test_runs_on_a_real_models_attention(gen):
 
 
 def test_attention_progress_has_a_row_per_checkpoint_layer_and_head(smoke_run, smoke_profile):
-    from mclib.heads import attention_progress
-    from mclib.train import saved_steps
+    from mclib.analyses.heads import attention_progress
+    from mclib.core.train import saved_steps
     df = attention_progress(smoke_run, smoke_profile, n_matrices=8)
     m = smoke_profile.model
     assert len(df) == len(saved_steps(smoke_run)) * m.layers * m.heads

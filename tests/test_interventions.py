@@ -4,14 +4,14 @@ import re
 import pytest
 import torch
 
-from mclib.config import ModelConfig
-from mclib.data import MASK_ID, make_batch, sample_batch, sample_matrices, tokenize
-from mclib.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from mclib.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions,
+from mclib.core.config import ModelConfig
+from mclib.core.data import MASK_ID, make_batch, sample_batch, sample_matrices, tokenize
+from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
+from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions,
                                  position_permutation, reinit_component, replace_masked_tokens, switch_qkv)
-from mclib.metrics import losses
-from mclib.model import build_model
-from mclib.train import load_checkpoint, train
+from mclib.core.metrics import losses
+from mclib.core.model import build_model
+from mclib.core.train import load_checkpoint, train
 
 SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
 QKV_NAME = re.compile(r".*\.attention\.self\.(query|key|value)\.(weight|bias)")

@@ -1,4 +1,4 @@
-"""mclib.jobs and the sweep command on Dask: the local cluster, a real scheduler and two real
+"""mclib.core.jobs and the sweep command on Dask: the local cluster, a real scheduler and two real
 workers on 127.0.0.1 (started here, as separate processes), a worker killed mid-run, an
 unreachable scheduler, bad sweep and jobqueue files. Every process a test starts is
 stopped by that test (its process group, in a finally)."""
@@ -18,10 +18,10 @@ import pandas as pd
 import pytest
 
 from mclib.__main__ import main
-from mclib.config import ConfigError
-from mclib.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
-from mclib.sweep import load_sweep
-from mclib.train import load_checkpoint, load_metrics, saved_steps, train, train_seed
+from mclib.core.config import ConfigError
+from mclib.core.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
+from mclib.core.sweep import load_sweep
+from mclib.core.train import load_checkpoint, load_metrics, saved_steps, train, train_seed
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 REPO = Path(__file__).resolve().parent.parent
@@ -119,9 +119,9 @@ def test_a_bad_sweep_key_is_one_line_naming_it_before_anything_runs(tmp_path, ca
 
 def test_book_cluster_option_reaches_the_chapters(monkeypatch):
     """`book --cluster X` sets $MCLIB_CLUSTER, which the chapters' kernels inherit and
-    mclib.jobs.cluster reads."""
-    from mclib import book
-    from mclib.jobs import ENV, resolve_address
+    mclib.core.jobs.cluster reads."""
+    from mclib.book import runner as book
+    from mclib.core.jobs import ENV, resolve_address
 
     seen = {}
     monkeypatch.setenv(ENV, "local")  # restored after the test (main sets it)
@@ -261,7 +261,7 @@ def test_local_workers_end_with_the_process_that_started_them(tmp_path):
     script = tmp_path / "parent.py"
     script.write_text(textwrap.dedent("""\
         import os, sys, time
-        from mclib.jobs import cluster
+        from mclib.core.jobs import cluster
         if __name__ == "__main__":
             with cluster(None, threads_per_run=1) as client:
                 pids = client.run(os.getpid)
@@ -305,7 +305,7 @@ def test_the_paper_sizes_train_a_few_steps_on_the_cpu(tmp_path):
     4 matrices), through the sweep's own worker function: its task, depth and heads train."""
     import dataclasses
 
-    from mclib.sweep import train_sweep_run
+    from mclib.core.sweep import train_sweep_run
 
     small = {"train.device": "cpu", "model.hidden": 48, "model.intermediate": 96, "train.batch": 4,
              "train.eval_batch": 4, "train.steps": 3, "train.save_every": 3, "train.log_every": 1,
@@ -324,7 +324,7 @@ def test_a_cut_sweep_run_continues_and_a_folder_of_another_sweep_starts_afresh(t
     sweep left is removed first (unless `resume: true`)."""
     import dataclasses
 
-    from mclib.sweep import train_sweep_run
+    from mclib.core.sweep import train_sweep_run
 
     path = _sweep_file(tmp_path / "s.yaml", "base: smoke\nseeds: [1]\nsettings:\n  - {name: a}\n")
     (run,) = load_sweep(path, tmp_path / "runs", threads=1)

@@ -1,9 +1,9 @@
 import torch
 
-from mclib.config import ModelConfig
-from mclib.data import MASK_ID, sample_batch
-from mclib.metrics import losses
-from mclib.model import build_model, load_model
+from mclib.core.config import ModelConfig
+from mclib.core.data import MASK_ID, sample_batch
+from mclib.core.metrics import losses
+from mclib.core.model import build_model, load_model
 
 SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
 

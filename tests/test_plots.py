@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mclib import plots  # noqa: E402
+from mclib.book import plots  # noqa: E402
 
 
 def _title(fig):

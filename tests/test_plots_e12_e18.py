@@ -6,7 +6,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mclib import plots  # noqa: E402
+from mclib.book import plots  # noqa: E402
 
 N = 7
 

@@ -1,4 +1,4 @@
-"""Progress measures and lead times (mclib.progress): the measures on the smoke run,
+"""Progress measures and lead times (mclib.analyses.progress): the measures on the smoke run,
 the threshold rule and the lead times on synthetic tables whose answer is known."""
 import math
 
@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 import torch
 
-from mclib import progress
-from mclib.evaluate import sample_eval_batch
-from mclib.metrics import losses
-from mclib.train import load_checkpoint, load_metrics, saved_steps
+from mclib.analyses import progress
+from mclib.analyses.evaluate import sample_eval_batch
+from mclib.core.metrics import losses
+from mclib.core.train import load_checkpoint, load_metrics, saved_steps
 
 MEASURES = ["max_row_excess", "max_column_excess", "attention_entropy", "column_silhouette", "token_alignment",
             "grad_attention", "grad_mlp", "grad_positional", "grad_token", "grad_other", "L_mask"]
@@ -133,7 +133,7 @@ def test_lead_summary_reads_with_and_without_a_drop():
 def test_the_chapter_figures_have_titles_and_labels():
     import matplotlib
     matplotlib.use("Agg")
-    from mclib import plots
+    from mclib.book import plots
 
     table = pd.DataFrame({"step": STEPS, "rises": _step_up(3000), "L_mask": _step_up(5000, 0.22, 0.01)})
     leads = progress.lead_times(table, 5000)

@@ -4,12 +4,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mclib import comparisons as C
-from mclib import scorecard
-from mclib.interventions import GROUPS
-from mclib.paper import PAPER_E17
-from mclib.readings import baseline_readings, embedding_readings, freeze_readings
-from mclib.train import load_checkpoint
+from mclib.book import comparisons as C
+from mclib.book import scorecard
+from mclib.analyses.interventions import GROUPS
+from mclib.core.paper import PAPER_E17
+from mclib.book.readings import baseline_readings, embedding_readings, freeze_readings
+from mclib.core.train import load_checkpoint
 
 STEPS = [100, 200, 300, 400]
 TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})
@@ -193,11 +193,11 @@ def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se
 
 @pytest.fixture(scope="module")
 def model_tables(smoke_run, smoke_profile):
-    from mclib import experiments as ex
-    from mclib.heads import capture_probs, classify_heads, head_groups, head_scores
-    from mclib.evaluate import sample_eval_batch
-    from mclib.interventions import permute_positions, switch_qkv
-    from mclib.probes import probe_layers, probe_sets
+    from mclib.book import experiments as ex
+    from mclib.analyses.heads import capture_probs, classify_heads, head_groups, head_scores
+    from mclib.analyses.evaluate import sample_eval_batch
+    from mclib.analyses.interventions import permute_positions, switch_qkv
+    from mclib.analyses.probes import probe_layers, probe_sets
 
     ck = smoke_profile.checkpoints
     post, pre = load_checkpoint(smoke_run, ck.post), load_checkpoint(smoke_run, ck.pre)
@@ -208,7 +208,7 @@ def model_tables(smoke_run, smoke_profile):
     scores = head_scores(capture_probs(post, batch), batch.mask, batch.n)
     labels = classify_heads(scores)
     groups = head_groups(labels)
-    from mclib.heads import LABELS
+    from mclib.analyses.heads import LABELS
     abl = ex.ablation_table(post, smoke_profile, 8, 0, {"all heads": ex.all_heads(post),
                                                         **{f"{l} heads": groups[l] for l in LABELS}})
     e67 = ex.model_table({"post": post, "post with pre's QKV (E6)": switch_qkv(post, pre),
@@ -228,12 +228,12 @@ def test_loss_tables_carry_standard_errors(model_tables):
 
 
 def test_copying_rows_are_scale_free_and_can_fail(tmp_path, model_tables, smoke_profile):
-    from mclib.readings import copying_readings, copy_levels
+    from mclib.book.readings import copying_readings, copy_levels
     t = model_tables
     glue, rows = copying_readings(t["e2"], t["e3"], t["e6"], smoke_profile.data.rank)
     assert glue["e3_match"].startswith(("both readings", "neither reading", "the uniform reading (the paper's text)",
                                         "the batch-mean reading (the released code)"))
-    from mclib.readings import _which_match
+    from mclib.book.readings import _which_match
     assert _which_match(["matches", "differs"], "X") == ("the uniform reading (the paper's text) matches X; "
                                                           "the batch-mean reading (the released code) does not")
     e2 = [r for r in rows if r["id"] == "E2"]
@@ -250,7 +250,7 @@ def test_copying_rows_are_scale_free_and_can_fail(tmp_path, model_tables, smoke_
 
 
 def test_heads_rows(tmp_path, model_tables, smoke_profile):
-    from mclib.readings import heads_readings
+    from mclib.book.readings import heads_readings
     t = model_tables
     glue, rows = heads_readings(t["abl"], t["e67"], t["perm"], t["e8"], t["groups"], t["scores"], t["scores"],
                                 0.3, 0.05, t["probes"], smoke_profile.data.rank, smoke_profile.model.layers)
@@ -283,7 +283,7 @@ def test_heads_rows(tmp_path, model_tables, smoke_profile):
 
 
 def test_training_rows(tmp_path):
-    from mclib.readings import training_rows
+    from mclib.book.readings import training_rows
     pre = {"L_mask": 0.111, "L_obs": 1e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
     rows = training_rows(2000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
@@ -297,6 +297,6 @@ def test_training_rows(tmp_path):
 
 
 def test_shown_path_is_never_absolute(tmp_path):
-    from mclib.readings import shown_path
+    from mclib.book.readings import shown_path
     assert not shown_path(tmp_path / "runs" / "cpu-seed1").startswith("/")
     assert shown_path(tmp_path / "runs" / "cpu-seed1") == "runs/cpu-seed1"

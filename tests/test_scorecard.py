@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from mclib import scorecard as S
+from mclib.book import scorecard as S
 
 
 def test_number_rule():

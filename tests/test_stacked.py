@@ -1,16 +1,16 @@
-"""The stacked training path (mclib.stacked) against HF's MatrixBert, and runs trained together."""
+"""The stacked training path (mclib.core.stacked) against HF's MatrixBert, and runs trained together."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 import torch
 
-from mclib.data import sample_batch
-from mclib.interventions import reinit_component
-from mclib.model import build_model, load_model
-from mclib.stacked import Stack, forward, run_losses
-from mclib.metrics import losses
-from mclib.train import (Job, checkpoint_dir, load_checkpoint, load_metrics, make_optimizer, train, train_group,
+from mclib.core.data import sample_batch
+from mclib.analyses.interventions import reinit_component
+from mclib.core.model import build_model, load_model
+from mclib.core.stacked import Stack, forward, run_losses
+from mclib.core.metrics import losses
+from mclib.core.train import (Job, checkpoint_dir, load_checkpoint, load_metrics, make_optimizer, train, train_group,
                          train_step)
 
 LOSS_COLS = ["L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
@@ -181,7 +181,7 @@ def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_pat
 def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, smoke_profile):
     """data.mix_fraction: the first matrices of a training batch have rank mix_rank; the
     logged losses are those of the profile's task only, on both paths alike."""
-    from mclib.data import sample_training_batch
+    from mclib.core.data import sample_training_batch
     b = sample_training_batch(32, 7, 2, 0.3, torch.Generator().manual_seed(0), mix_rank=1, mix_fraction=0.25)
     ranks = torch.linalg.matrix_rank(b.x, atol=0.05)  # rounding to 0.01 leaves tiny singular values
     assert ranks[:8].tolist() == [1] * 8 and (ranks[8:] == 2).all()
@@ -204,7 +204,7 @@ def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, sm
 def test_qk_norm_is_saved_loaded_and_seen_by_the_attention_hooks(tmp_path, smoke_profile):
     """model.qk_norm: the norms are part of the HF checkpoint, a loaded model applies them
     (it runs mclib's attention function), and the captured attention is the normalised one."""
-    from mclib.attention import AttentionHooks
+    from mclib.analyses.attention import AttentionHooks
     p = smoke_profile.replace(**{"model.qk_norm": True})
     model = build_model(p.model, p.data.n, 1)
     with torch.no_grad():

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 import torch
 
-from mclib.config import ConfigError
-from mclib.data import sample_batch
-from mclib.metrics import LOSS_NAMES, find_drop
-from mclib.model import build_model
-from mclib import train as train_module
-from mclib.data import copy_baseline_mse
-from mclib.metrics import window_mean
-from mclib.train import (_only_trainer, checkpoint_dir, is_complete, load_checkpoint, load_metrics, make_optimizer,
+from mclib.core.config import ConfigError
+from mclib.core.data import sample_batch
+from mclib.core.metrics import LOSS_NAMES, find_drop
+from mclib.core.model import build_model
+from mclib.core import train as train_module
+from mclib.core.data import copy_baseline_mse
+from mclib.core.metrics import window_mean
+from mclib.core.train import (_only_trainer, checkpoint_dir, is_complete, load_checkpoint, load_metrics, make_optimizer,
                          parallel_runs, saved_steps, seed_run_dirs, stop_after_drop, train, train_seeds,
                          train_step)
 
@@ -127,7 +127,7 @@ def test_autocast_names_an_unknown_precision():
 
 @pytest.mark.slow
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
-    from mclib.config import load_profile, profile_path
+    from mclib.core.config import load_profile, profile_path
     p = load_profile(profile_path("paper")).replace(**{
         "train.steps": 2, "train.batch": 4, "train.eval_every": 1, "train.eval_batch": 4,
         "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 2})
@@ -250,7 +250,7 @@ def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profil
     """The seeds trained on the local Dask cluster (two worker processes) give the numbers of
     each run trained alone in this process, to the bit; the book's seed comes first and
     lives in run_dir, the others in sibling folders."""
-    from mclib.train import seed_jobs, train_seed
+    from mclib.core.train import seed_jobs, train_seed
 
     profile = smoke_profile.replace(**{"analysis.seeds": [3, 1], "seed": 1})
     apart = train_seeds(profile, tmp_path / "a" / "smoke-seed1")
@@ -273,11 +273,11 @@ def test_window_mean():
 
 @pytest.mark.slow
 def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch):
-    """mclib.book.train_runs: the seeds and E15's runs, all complete after one call; a
+    """mclib.book.runner.train_runs: the seeds and E15's runs, all complete after one call; a
     second call trains nothing (and starts no cluster)."""
-    from mclib.book import train_runs
-    from mclib.freezing import freeze_run_dir, pending_groups
-    from mclib.interventions import GROUPS
+    from mclib.book.runner import train_runs
+    from mclib.analyses.freezing import freeze_run_dir, pending_groups
+    from mclib.analyses.interventions import GROUPS
 
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 4})
     dirs = train_runs(cfg, tmp_path / "smoke-seed1")
@@ -289,7 +289,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
 
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started with every run complete")
-    monkeypatch.setattr("mclib.jobs.cluster", no_cluster)
+    monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
     train_runs(cfg, tmp_path / "smoke-seed1")
     assert [f.read_bytes() for f in files] == before
 
@@ -362,7 +362,7 @@ def test_a_crash_inside_the_checkpoint_write_loses_nothing(tmp_path, short, whol
     """The step-20 checkpoint dies half-written (in save_pretrained) or complete in its
     temporary folder (at the rename): metrics.csv already holds rows 11-20, past the
     newest checkpoint (10); the resumed run drops them, redoes them, ends as if never stopped."""
-    from mclib.model import MatrixBert
+    from mclib.core.model import MatrixBert
 
     if where == "save_pretrained":
         monkeypatch.setattr(MatrixBert, "save_pretrained",
@@ -383,7 +383,7 @@ def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_compl
                                                                                      monkeypatch):
     # A step whose checkpoint exists written again (a folder left by an earlier trainer):
     # a crash while the new one is written must leave the old one whole, not a missing step.
-    from mclib.model import MatrixBert
+    from mclib.core.model import MatrixBert
 
     run = shutil.copytree(whole, tmp_path / "run")
     before = _state(run, 30)
@@ -421,8 +421,8 @@ def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_pat
 def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smoke_run, smoke_profile, monkeypatch):
     """E15: the resumed run re-freezes what the re-initialisation froze (from_pretrained
     makes every weight trainable again), and ends exactly as the uninterrupted run."""
-    from mclib import freezing
-    from mclib.interventions import component_groups
+    from mclib.analyses import freezing
+    from mclib.analyses.interventions import component_groups
 
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 8, "train.save_every": 4, "train.log_every": 2})
     runs = {k: shutil.copytree(smoke_run, tmp_path / k) for k in ("whole", "killed")}

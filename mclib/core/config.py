@@ -22,7 +22,7 @@ class DataConfig:
     n: int = 7              # matrices are n×n
     rank: int = 2
     p_mask: float = 0.3     # probability that an entry is masked
-    dist: str = "uniform"   # factor distribution, see mclib.data.sample_matrices
+    dist: str = "uniform"   # factor distribution, see mclib.core.data.sample_matrices
     mix_rank: int = 1       # rank of the matrices mixed into training (used when mix_fraction > 0)
     mix_fraction: float = 0.0  # share of each training batch with rank mix_rank; metrics and evaluation use only the task's rank
 
@@ -59,7 +59,7 @@ class TrainConfig:
     save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
     log_every: int = 50        # metrics are read from the device every this many steps
     compile: bool = False      # run the training step through torch.compile
-    fast: bool = True          # the stacked training path (mclib.stacked); false: HF MatrixBert's own forward
+    fast: bool = True          # the stacked training path (mclib.core.stacked); false: HF MatrixBert's own forward
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Profile:
         return profile_from_dict(d)
 
 
-PRECISIONS = ("fp32", "bf16")  # of training (train.precision) and of mclib.train.autocast
+PRECISIONS = ("fp32", "bf16")  # of training (train.precision) and of mclib.core.train.autocast
 
 _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
@@ -263,7 +263,7 @@ def profile_path(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
-    return Path(__file__).resolve().parent.parent / "params" / f"{name_or_path}.yaml"
+    return Path(__file__).resolve().parents[2] / "params" / f"{name_or_path}.yaml"
 
 
 # What a deviation from the paper's recipe can be: the task and how the model is built and

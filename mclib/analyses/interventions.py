@@ -3,7 +3,7 @@ permuted positions (E7) and component re-initialisation (E15).
 
 Every function that changes a model returns a changed deep copy; the model passed in
 is never touched. Interventions on attention itself (ablation, patching) live in
-mclib.attention.
+mclib.analyses.attention.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import re
 
 import torch
 
-from .data import Batch, make_batch, round2
-from .metrics import mse_to
+from ..core.data import Batch, make_batch, round2
+from ..core.metrics import mse_to
 
 # --- E2: the copy check ------------------------------------------------------------------
 

@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .attention import ABLATION_MODES
-from .evaluate import activation_patching, predict, sample_eval_batch
-from .heads import _as_layers, capture_probs, head_scores, mean_attention
-from .interventions import l_prime_mask
-from .metrics import losses
+from ..analyses.attention import ABLATION_MODES
+from ..analyses.evaluate import activation_patching, predict, sample_eval_batch
+from ..analyses.heads import _as_layers, capture_probs, head_scores, mean_attention
+from ..analyses.interventions import l_prime_mask
+from ..core.metrics import losses
 
 LOSS_COLUMNS = ["L", "L_obs", "L_mask", "mask_value"]
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
@@ -76,7 +76,7 @@ def copy_check(model, data, n_matrices: int, seed: int, fills: Sequence[float | 
     L_mask and mask_value. The same matrices and masks for every m of one kind.
     """
     from .comparisons import pooled
-    from .data import round2
+    from ..core.data import round2
 
     rows = []
     for label, dist in matrices.items():
@@ -150,7 +150,7 @@ def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
 
 def checkpoint_maps(run_dir, steps: Iterable[int], batch) -> dict[int, torch.Tensor]:
     """step -> `[layer, head, n², n²]` batch-mean attention of every head on `batch`."""
-    from .train import load_checkpoint
+    from ..core.train import load_checkpoint
 
     out = {}
     for step in steps:

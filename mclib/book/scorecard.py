@@ -161,8 +161,8 @@ def rules_table():
 def task_note(profile) -> str:
     """One sentence for the scorecard page: whether `profile` trains the paper's task, and
     if not, how the model rows compare (scale-free quantities, no rescaling)."""
-    from .config import deviations, load_profile, profile_path
-    from .data import copy_baseline_mse
+    from ..core.config import deviations, load_profile, profile_path
+    from ..core.data import copy_baseline_mse
 
     paper = load_profile(profile_path("paper"))
     keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]

@@ -21,9 +21,9 @@ import pandas as pd
 import torch
 
 from .attention import AttentionHooks
-from .data import Batch, make_batch, random_mask, sample_matrices
+from ..core.data import Batch, make_batch, random_mask, sample_matrices
 from .interventions import l_prime_mask
-from .metrics import losses, mse_to
+from ..core.metrics import losses, mse_to
 
 
 def sample_eval_batch(data, n_matrices: int, seed: int, dist: str | None = None,
@@ -124,8 +124,8 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
     under bf16 autocast, which tells a model that is worse from a forward pass that is
     less precise)."""
-    from .metrics import find_drop, plateau_stats, window_mean
-    from .train import autocast, load_checkpoint, load_metrics, run_profile, saved_steps
+    from ..core.metrics import find_drop, plateau_stats, window_mean
+    from ..core.train import autocast, load_checkpoint, load_metrics, run_profile, saved_steps
 
     rows = {}
     for label, folder in runs.items():

@@ -8,7 +8,7 @@
     OUT/_build/html/       the site                             the repository itself)
 
 Papermill runs every template with the same parameters (profile, seed, run_dir,
-device); the training chapter calls `mclib.train.train`, which resumes or returns at
+device); the training chapter calls `mclib.core.train.train`, which resumes or returns at
 once if the run is complete, and every later chapter reads that run_dir.
 
 Incremental: a chapter's key hashes its template, its parameters, the profile's
@@ -39,12 +39,12 @@ from pathlib import Path
 import yaml
 
 from . import scorecard
-from .config import ConfigError, load_profile, profile_path
+from ..core.config import ConfigError, load_profile, profile_path
 
-# mclib.train (torch, tqdm) is imported inside the functions: notebooks import this
+# mclib.core.train (torch, tqdm) is imported inside the functions: notebooks import this
 # module for `notebook_setup`, which must run before tqdm is first imported.
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EXECUTED = Path("book") / "_executed"
 SCORECARD_PAGE = "99_scorecard"  # the one chapter that reads what the others recorded
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
@@ -63,23 +63,23 @@ def notebook_setup() -> None:
 
     warnings.filterwarnings("ignore", message="IProgress not found")
     if get_ipython() is not None:
-        # registers IPython's PNG formatter for figures (mclib.plots then picks the Agg
+        # registers IPython's PNG formatter for figures (mclib.book.plots then picks the Agg
         # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
 def train_runs(cfg, run_dir, cluster: str | None = None) -> dict:
     """Every training run the book reads, for its first chapter, side by side on a Dask
-    cluster (`mclib.jobs`: the local one, or `cluster` / $MCLIB_CLUSTER): the book's run
-    and the other seeds (`mclib.train.seed_jobs`), and, as soon as the book's run is
+    cluster (`mclib.core.jobs`: the local one, or `cluster` / $MCLIB_CLUSTER): the book's run
+    and the other seeds (`mclib.core.train.seed_jobs`), and, as soon as the book's run is
     complete, E15's re-initialised runs from its last checkpoint
-    (`mclib.freezing.pending_groups`), which then use the workers that the shorter seed
+    (`mclib.analyses.freezing.pending_groups`), which then use the workers that the shorter seed
     runs leave. Complete runs are skipped, cut ones resume; when every run is complete no
-    cluster starts. Returns {seed: folder} (`mclib.train.seed_run_dirs`)."""
-    from .freezing import freeze_run, pending_groups
-    from .jobs import cluster as dask_cluster
-    from .jobs import needs_gpu, resources_for, results, submit
-    from .train import seed_jobs, seed_run_dirs, train_seed
+    cluster starts. Returns {seed: folder} (`mclib.core.train.seed_run_dirs`)."""
+    from ..analyses.freezing import freeze_run, pending_groups
+    from ..core.jobs import cluster as dask_cluster
+    from ..core.jobs import needs_gpu, resources_for, results, submit
+    from ..core.train import seed_jobs, seed_run_dirs, train_seed
 
     jobs = seed_jobs(cfg, run_dir)
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
@@ -99,10 +99,10 @@ def train_runs(cfg, run_dir, cluster: str | None = None) -> dict:
 
 def departures_table(profile, caption: str):
     """The keys where `profile` departs from the paper's task and recipe
-    (`mclib.config.deviations`), as a styled table: key, this profile's value, the paper's."""
+    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's."""
     import pandas as pd
 
-    from .config import deviations
+    from ..core.config import deviations
 
     rows = deviations(profile, load_profile(profile_path("paper")))
     table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
@@ -152,7 +152,7 @@ def mclib_sha() -> str:
 
 
 def run_state(run_dir: Path) -> str:
-    from .train import saved_steps
+    from ..core.train import saved_steps
 
     return _sha(saved_steps(run_dir), _file_sha(run_dir / "metrics.csv"))
 
@@ -230,7 +230,7 @@ def training_status(root: Path, since: float) -> list[str]:
     """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
     that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
     that stops after its drop ends before its `steps`."""
-    from .train import checkpoint_dir, run_profile, saved_steps
+    from ..core.train import checkpoint_dir, run_profile, saved_steps
 
     out = []
     for prof in sorted(Path(root).glob("**/profile.yaml")):
@@ -290,7 +290,7 @@ def _stage(out: Path) -> list[Path]:
 
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from .train import saved_steps
+    from ..core.train import saved_steps
 
     paper = load_profile(profile_path("paper"))
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
@@ -306,7 +306,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
           run_dir: str | Path | None = None, device: str | None = None, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True) -> dict:
     """Execute the chapters and build the site; returns the manifest (raises BookError)."""
-    from .train import resolve_device
+    from ..core.train import resolve_device
 
     t_start = time.time()
     ppath = profile_path(profile).resolve()

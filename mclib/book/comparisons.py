@@ -38,9 +38,9 @@ import hashlib
 import numpy as np
 import pandas as pd
 
-from . import baselines as B
-from .config import load_profile, profile_path
-from .evaluate import predict, sample_eval_batch
+from ..analyses import baselines as B
+from ..core.config import load_profile, profile_path
+from ..analyses.evaluate import predict, sample_eval_batch
 
 LOSSES = ("L", "L_obs", "L_mask")
 FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 ** 2}  # Var of one factor entry
@@ -62,7 +62,7 @@ def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
 
 def paper_task():
     """The paper's task: the data section of params/paper.yaml (a fresh `DataConfig`;
-    n 7, rank 2, p_mask 0.3, uniform factors; mclib.data rounds every X to 2 decimals)."""
+    n 7, rank 2, p_mask 0.3, uniform factors; mclib.core.data rounds every X to 2 decimals)."""
     return load_profile(profile_path("paper")).data
 
 
@@ -153,7 +153,7 @@ def pm(value: float, se: float) -> str:
 
 def describe_task(data) -> str:
     """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
-    for a DataConfig or a Profile (mclib.data rounds every X to the 0.01 grid)."""
+    for a DataConfig or a Profile (mclib.core.data rounds every X to the 0.01 grid)."""
     d = getattr(data, "data", data)
     return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
 
@@ -243,7 +243,7 @@ def regularised_table(data, lams, n_matrices: int, seed: int, model=None) -> pd.
     return pd.DataFrame(rows)
 
 
-E17_LOSSES = ("L_obs", "L_mask", "L")  # the order of mclib.paper.PAPER_E17's tuples
+E17_LOSSES = ("L_obs", "L_mask", "L")  # the order of mclib.core.paper.PAPER_E17's tuples
 
 
 def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
@@ -251,7 +251,7 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
     lam, quantity, ours, se, paper, rel_dev = ours / paper − 1, z = (ours − paper) / se
     (how many of our standard errors the paper's value lies away). λs the paper does not
     report are left out."""
-    from .paper import PAPER_E17
+    from ..core.paper import PAPER_E17
 
     rows = []
     for r in reg[reg["method"] != "BERT"].to_dict("records"):
@@ -341,13 +341,13 @@ def classical_table(model, data, n_matrices: int, seed: int) -> tuple[pd.DataFra
 
 
 def main(argv=None) -> None:
-    """`python -m mclib.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
+    """`python -m mclib.book.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
     (CVXPY, Clarabel), printed beside the paper's table (a few minutes for 2048 matrices)."""
     import argparse
 
-    from .paper import PAPER_E17
+    from ..core.paper import PAPER_E17
 
-    ap = argparse.ArgumentParser(prog="python -m mclib.comparisons", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m mclib.book.comparisons", description=main.__doc__)
     ap.add_argument("--matrices", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from .config import DataConfig
-from .data import sample_batch
+from ..core.config import DataConfig
+from ..core.data import sample_batch
 
 TARGETS = ("row", "value", "singular")
 POSITIONS = ("all", "masked", "observed")

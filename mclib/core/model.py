@@ -62,7 +62,7 @@ class MatrixBert(BertPreTrainedModel):
         for layer in self.bert.encoder.layer:
             attn = layer.attention.self
             attn.scaling = scale * attn.attention_head_size ** -0.5
-            if getattr(config, "qk_norm", False):  # read by mclib.attention.mclib_attention
+            if getattr(config, "qk_norm", False):  # read by mclib.analyses.attention.mclib_attention
                 attn.q_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
                 attn.k_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
         self.post_init()
@@ -100,7 +100,7 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
 def attention_for(config: BertConfig, wanted: str) -> str:
     """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
     model with QK-LayerNorm needs mclib's own attention function, the one that applies it."""
-    from .attention import IMPL  # registers the function with transformers
+    from ..analyses.attention import IMPL  # registers the function with transformers
     return IMPL if getattr(config, "qk_norm", False) else wanted
 
 

@@ -1,7 +1,7 @@
 """Classical matrix completion: the paper's convex baselines (E16, E17) and two stronger ones.
 
 Every public function takes a batch X `[batch, n, n]` and a boolean mask `[batch, n, n]`
-(True = masked, i.e. in Ωᶜ; the convention of mclib.data) and returns the completed batch
+(True = masked, i.e. in Ωᶜ; the convention of mclib.core.data) and returns the completed batch
 `[batch, n, n]` of the same kind as X (numpy in, numpy out; torch in, torch out with X's
 dtype and device). Work is done in float64 numpy. Values of X at masked entries are never
 read, so they may be anything, NaN included (e.g. `detokenize` output).
@@ -218,7 +218,7 @@ def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers:
     x, mask `[batch, n, n]` → U `[batch, n, n]` like x. Observed entries are fitted, not
     kept: at the optimum |U − X| on Ω is of order λ|Ω|/2 · (an entry of a subgradient of
     ‖·‖_*), which is what E17's L_obs measures. Measured on 2048 matrices of the paper's
-    task (7×7, rank 2, p_mask 0.3; `python -m mclib.comparisons`, evaluation seed 0):
+    task (7×7, rank 2, p_mask 0.3; `python -m mclib.book.comparisons`, evaluation seed 0):
     L_obs (1.0009 ± 0.0027)e-5 at λ = 5e-4 and (7.814 ± 0.025)e-4 at 5e-3 (paper 1.015e-5,
     7.86e-4, over its 256 matrices).
     """

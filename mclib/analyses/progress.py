@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from .interventions import component_groups
-from .metrics import losses
+from ..core.metrics import losses
 
 GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
 DIRECTIONS = ("above", "below")
@@ -71,7 +71,7 @@ HALF = 0.5           # the default threshold: half of the largest move from the 
 
 def gradient_norms(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
     """ℓ2 norm of the gradient of the training loss (pooled MSE over all entries, L of
-    mclib.metrics.losses) per component group, at every saved checkpoint, on one fixed
+    mclib.core.metrics.losses) per component group, at every saved checkpoint, on one fixed
     batch (`sample_eval_batch(data, n_matrices, seed)`; data: a Profile or DataConfig).
 
     Tidy: columns step, group, grad_norm; the groups are GROUP_ORDER (every parameter
@@ -79,7 +79,7 @@ def gradient_norms(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 
     plus "total" (the norm over all of them).
     """
     from .evaluate import sample_eval_batch
-    from .train import load_checkpoint, saved_steps
+    from ..core.train import load_checkpoint, saved_steps
 
     steps = saved_steps(Path(run_dir))
     if not steps:
@@ -114,7 +114,7 @@ def progress_table(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 
     docstring (head scores and gradients on one fixed batch of `n_matrices`)."""
     from .embeddings import embedding_progress
     from .heads import attention_progress
-    from .train import load_metrics
+    from ..core.train import load_metrics
 
     heads = attention_progress(run_dir, data, n_matrices, seed)
     table = heads.groupby("step").agg(max_row_excess=("row_excess", "max"),

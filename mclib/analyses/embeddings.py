@@ -24,8 +24,8 @@ from sklearn.decomposition import PCA
 from sklearn.manifold import TSNE
 from sklearn.metrics import silhouette_score
 
-from .data import tokenize
-from .train import load_checkpoint, saved_steps
+from ..core.data import tokenize
+from ..core.train import load_checkpoint, saved_steps
 
 VALUE_LO, VALUE_HI = -1.5, 1.5
 # t-SNE's perplexity is the effective number of neighbours; sklearn's default 30 (the

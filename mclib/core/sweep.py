@@ -16,7 +16,7 @@ A sweep file (sweeps/*.yaml):
 `cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Every
 key and every profile the sweep would train is checked before anything runs: a bad one
 is a one-line `ConfigError` naming it. A run stops at its profile's steps, at its cap or
-`after_drop` steps past its drop (`mclib.metrics.find_drop`), whichever comes first.
+`after_drop` steps past its drop (`mclib.core.metrics.find_drop`), whichever comes first.
 
 Runs live in RUNS/NAME-seedS (default runs/sweep/), each an ordinary run folder with a
 `sweep.json` naming the sweep that trains it. One row per finished run is appended to

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from .data import copy_baseline_mse
+from ..core.data import copy_baseline_mse
 
 
 def loss_curve(metrics: pd.DataFrame, drop: int | None = None, rank: int = 2,
@@ -366,7 +366,7 @@ def position_norm_plot(norms: pd.DataFrame, title: str = "ℓ2 norm of each posi
 
 def embedding_progress_plot(progress: pd.DataFrame, drop: int | None = None, initial_alignment: float | None = None,
                             title: str = "Embeddings across training") -> plt.Figure:
-    """E13/E14 over every checkpoint (progress: `mclib.embeddings.embedding_progress`):
+    """E13/E14 over every checkpoint (progress: `mclib.analyses.embeddings.embedding_progress`):
     column and row silhouette of the position embeddings, and the centred alignment of
     the token embeddings with their final layout (dotted: its value at initialisation,
     if given); the drop (if any) marked."""
@@ -427,7 +427,7 @@ def _method_colour(method: str, i: int):
 
 def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
                             title: str = "BERT against nuclear-norm minimisation") -> plt.Figure:
-    """E16 (table: `mclib.comparisons.nuclear_sweep`): L over all entries and the mean
+    """E16 (table: `mclib.book.comparisons.nuclear_sweep`): L over all entries and the mean
     nuclear norm against p_mask, BERT and the solver (± 2 s.e.); the true matrices'
     nuclear norm dotted; the training p_mask marked."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -450,7 +450,7 @@ def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
 
 
 def ood_plot(table: pd.DataFrame, title: str = "Other factor distributions (E18)") -> plt.Figure:
-    """E18 (table: `mclib.comparisons.ood_table`): L_mask / E[X²] per distribution and
+    """E18 (table: `mclib.book.comparisons.ood_table`): L_mask / E[X²] per distribution and
     method (± 2 s.e.): 1 is the error of outputting 0 at every masked entry."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 3.8))

@@ -1,6 +1,6 @@
 """Where several training runs go: Dask distributed, on this machine or on many.
 
-    from mclib.jobs import cluster, run_all
+    from mclib.core.jobs import cluster, run_all
     with cluster() as client:                     # or cluster("tcp://HOST:8786"), cluster("slurm.yaml")
         folders = run_all(client, train_seed, [(profile, folder, None), ...])
 

@@ -3,7 +3,7 @@ their scorecard rows, computed from the chapters' numbers.
 
 Each function returns (glue, rows): `glue` maps the names the chapter's "What we
 found" paragraph glues to strings or floats; `rows` are keyword arguments for
-`mclib.scorecard.record(run_dir, **row, chapter=...)`. The sentences are built here, not
+`mclib.book.scorecard.record(run_dir, **row, chapter=...)`. The sentences are built here, not
 typed in the chapter, so that they read right whatever the run did: with a drop or
 without (the smoke profile), with the paper's result or against it.
 
@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from .comparisons import E17_LOSSES, e17_beside_paper, pm, within_error
-from .freezing import drop_text, paper_pattern
-from .paper import PAPER_E15, PAPER_E17_MATRICES
+from ..analyses.freezing import drop_text, paper_pattern
+from ..core.paper import PAPER_E15, PAPER_E17_MATRICES
 from .scorecard import MARGINS, number, ratio
 
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
@@ -304,7 +304,7 @@ def _solvers(solvers: pd.DataFrame, task) -> str:
 def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
                       p_train: float, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
                       solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
-    """The tables of `mclib.comparisons`. On the profile's task, with BERT on the same
+    """The tables of `mclib.book.comparisons`. On the profile's task, with BERT on the same
     matrices: sweep (nuclear_sweep), ood (ood_table), classical (classical_table). On the
     paper's task `task` (`comparisons.paper_task()`), solvers alone, whatever the profile:
     reg (regularised_table, E17), solver_sweep (nuclear_sweep without a model),
@@ -371,7 +371,7 @@ def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
     """kind of matrix -> (our E[X²], the paper's): low-rank matrices have E[X²] = rank/9, E2's
     random matrices 1/3 on both tasks (their rows are not rescaled)."""
     from .comparisons import paper_task
-    from .data import copy_baseline_mse
+    from ..core.data import copy_baseline_mse
 
     return {"low-rank": (copy_baseline_mse(rank), copy_baseline_mse(paper_task().rank)),
             "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
@@ -409,7 +409,7 @@ def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float
     is the copying level), its L_obs / E[X²] (below COPIES: the model copies), a drop at all
     (final L_mask below COMPLETES·E[X²]), the final L over a copying model's L (p_mask·E[X²]),
     and the drop step as a fraction of training (number; `seeds`: mean and spread over seeds)."""
-    from .paper import PAPER
+    from ..core.paper import PAPER
 
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
     frac, spread = (drop / steps if drop else None), None
@@ -438,7 +438,7 @@ def copying_readings(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank:
     the pre-shift checkpoint (ablated / unablated L_mask and L_obs, ratio rule, both
     readings), E6 (pre with post's QKV: L_mask / E[X²] a number, L_obs over the pre model's a
     ratio). glue: e3_match, the sentence naming the reading that matches."""
-    from .paper import PAPER, PAPER_E2
+    from ..core.paper import PAPER, PAPER_E2
 
     levels = copy_levels(rank)
     rows = []
@@ -493,8 +493,8 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     mass on the lone observed entry (lone_chance: a uniform head's); probes: `probe_layers`.
     glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_text, e11_text, e11_layer."""
     from .experiments import lookup, ratio_se
-    from .heads import LABELS
-    from .paper import PAPER
+    from ..analyses.heads import LABELS
+    from ..core.paper import PAPER
 
     level, paper_level = copy_levels(rank)["low-rank"]
     none = {"ablated": "none", "reading": "—"}
@@ -657,7 +657,7 @@ def shown_path(path) -> str:
     from pathlib import Path
 
     p = Path(path).resolve()
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     try:
         return str(p.relative_to(repo))
     except ValueError:

@@ -17,7 +17,7 @@ batch after the update; our numbers are therefore one update "older" and cost no
 extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
 
 Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
-(`mclib.jobs`: worker processes on this machine, one thread each when the profile pins
+(`mclib.core.jobs`: worker processes on this machine, one thread each when the profile pins
 `train.threads: 1`, or a cluster's workers); a run's numbers do not depend on which
 process trains it.
 
@@ -281,7 +281,7 @@ def stack_key(profile: Profile) -> tuple:
 
 
 def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
-    """Train (or resume) several runs at once, as one stacked model (`mclib.stacked`) when
+    """Train (or resume) several runs at once, as one stacked model (`mclib.core.stacked`) when
     their profiles allow it (`train.fast`, equal `stack_key`), else on the reference
     path (HF `MatrixBert`, `train_step`), which takes one run. Each run's numbers do not
     depend on which runs it trained beside (tests/test_stacked.py). Returns the folders."""
@@ -433,7 +433,7 @@ class _ReferenceEngine:
 
 
 class _StackedEngine:
-    """The fast path: every run of the group in one `mclib.stacked.Stack`."""
+    """The fast path: every run of the group in one `mclib.core.stacked.Stack`."""
 
     def __init__(self, runs: list[_Run], device: torch.device):
         t = runs[0].t
@@ -611,7 +611,7 @@ def _train(jobs: list[Job], progress: bool) -> None:
 
 def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
     """A `stop` for `train`: true once the run is `after` steps past its drop
-    (`mclib.metrics.find_drop`); a run that never drops trains to its last step."""
+    (`mclib.core.metrics.find_drop`); a run that never drops trains to its last step."""
     def stop(rows: list[dict]) -> bool:
         curve = pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
         drop = find_drop(curve, rank=rank)
@@ -620,11 +620,11 @@ def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
 
 
 # --- several runs side by side --------------------------------------------------------------
-# On a Dask cluster (mclib.jobs): the local one by default, a running scheduler or a batch
+# On a Dask cluster (mclib.core.jobs): the local one by default, a running scheduler or a batch
 # system when $MCLIB_CLUSTER (the CLI's --cluster) names one.
 
 def parallel_runs(profile: Profile) -> int:
-    """How many runs of `profile` train at once on the local cluster (`mclib.jobs.local_workers`):
+    """How many runs of `profile` train at once on the local cluster (`mclib.core.jobs.local_workers`):
     on the CPU with `train.threads` pinned, as many as the cores hold at that many threads
     each; on a GPU, or with torch's default threads (0), one run at a time."""
     from .jobs import local_workers, needs_gpu
@@ -675,7 +675,7 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
 
 def train_seeds(profile: Profile, run_dir: str | Path, cluster: str | None = None) -> dict[int, Path]:
     """Train (resume, or find complete) every run of `seed_run_dirs`, side by side on a
-    Dask cluster (`mclib.jobs.run_profile_jobs`; cluster: its address, default the local
+    Dask cluster (`mclib.core.jobs.run_profile_jobs`; cluster: its address, default the local
     one or $MCLIB_CLUSTER); returns {seed: folder}. Nothing starts when all are complete."""
     from .jobs import run_profile_jobs
 

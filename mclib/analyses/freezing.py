@@ -1,6 +1,6 @@
 """E15, component re-initialisation: one training run per component group.
 
-For each group of `mclib.interventions.GROUPS` ("attention", "mlp", "positional",
+For each group of `mclib.analyses.interventions.GROUPS` ("attention", "mlp", "positional",
 "token") the post checkpoint of the main run is copied, that group is re-initialised
 with BERT's own init and trained, every other parameter loaded from the post
 checkpoint and frozen (`reinit_component`). Each run is an ordinary run folder:
@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from .config import Profile
-from .data import copy_baseline_mse
+from ..core.config import Profile
+from ..core.data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
-from .metrics import find_drop
-from .train import is_complete, load_checkpoint, load_metrics, saved_steps, train
+from ..core.metrics import find_drop
+from ..core.train import is_complete, load_checkpoint, load_metrics, saved_steps, train
 
 SOURCE = "source.json"
-# What each group holds (the patterns are mclib.interventions.GROUPS; layer norms and the
-# read-out belong to no group and stay frozen). What the paper saw: mclib.paper.PAPER_E15.
+# What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
+# read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
 DESCRIPTIONS = {
     "attention": "query, key, value and output projection of every layer",
     "mlp": "both feed-forward projections of every layer",
@@ -104,10 +104,10 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> l
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
     """`freeze_run` for every group that is not complete, side by side on a Dask cluster
-    (`mclib.jobs.run_profile_jobs`; cluster: its address, default the local one or
+    (`mclib.core.jobs.run_profile_jobs`; cluster: its address, default the local one or
     $MCLIB_CLUSTER): {group: folder}, in the order of `groups`. Nothing starts when all
     are complete."""
-    from .jobs import run_profile_jobs
+    from ..core.jobs import run_profile_jobs
 
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], cluster)
     return {g: freeze_run_dir(run_dir, g) for g in groups}

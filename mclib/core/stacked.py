@@ -201,7 +201,7 @@ def forward(stack: Stack, tokens: torch.Tensor, runs: list[int] | None = None) -
 
 
 def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`[run, 4]`: L, L_obs, L_mask, mask value of each run (`mclib.metrics.losses`, per run).
+    """`[run, 4]`: L, L_obs, L_mask, mask value of each run (`mclib.core.metrics.losses`, per run).
     pred `[run, batch, seq]`, x and mask `[run, batch, n, n]`."""
     pred, x, mask = pred.float().flatten(1), x.flatten(1), mask.flatten(1)
     sq = (pred - x) ** 2
@@ -216,7 +216,7 @@ class StackedAdam:
     """Adam for a `Stack`, run by run: each run keeps its own step count and lrs, so
     runs resumed from different steps train in one stack. The arithmetic is PyTorch's
     own (`torch.optim.adam.adam` on the run's slices), and the state converts to and from
-    the `state_dict` of `mclib.train.make_optimizer` for that run's HF model, so a
+    the `state_dict` of `mclib.core.train.make_optimizer` for that run's HF model, so a
     checkpoint resumes on either path.
 
     groups(r): the run's param groups as (names, lr at this step), from `param_groups`.

@@ -1,0 +1,139 @@
+"""How the code is laid out, as numbers: the figures issue 16 asks for before and after a move.
+
+    python benchmarks/layout.py              # import graph, notebook cells, duplicates
+    python benchmarks/layout.py --tests      # also time the fast test tier
+
+Prints one table per measure:
+- the import graph of mclib: files, arrows (module -> module it imports, lazy imports
+  included), the largest file, and the modules most imported (fan-in);
+- lines per notebook code cell (non-blank lines), longest and mean, per notebook and overall;
+- the duplicate pairs over mclib, scripts, benchmarks, tests AND the notebooks' code (each
+  notebook exported to a .py with nbconvert), through the `duplicates` command when it is on
+  PATH;
+- with --tests, the wall time of `python -m pytest -m "not slow" -q`.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def imported_modules(path: Path, known: set[str]) -> set[str]:
+    """The mclib modules a file imports, anywhere in it (top level or inside functions)."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            # `from . import x` names modules; `from .x import f` names module x
+            names = [f"{stem}.{a.name}" for a in node.names] + [stem]
+        else:
+            continue
+        for name in names:
+            if name in known and name != me:
+                found.add(name)
+    return found
+
+
+def import_graph() -> None:
+    files = sorted((ROOT / "mclib").rglob("*.py"))
+    known = {module_name(f) for f in files}
+    arrows = {(module_name(f), m) for f in files for m in imported_modules(f, known)}
+    # a package's __init__ re-exporting its modules is not a dependency between layers
+    arrows = {(a, b) for a, b in arrows if not b.startswith(a + ".")}
+    lines = {f: len(f.read_text().splitlines()) for f in files}
+    largest = max(lines, key=lines.get)
+    fan_in = Counter(b for _, b in arrows)
+    print("| import graph of mclib | value |\n|---|---|")
+    print(f"| files | {len(files)} |")
+    print(f"| arrows (distinct module -> module) | {len(arrows)} |")
+    print(f"| lines, all files | {sum(lines.values())} |")
+    print(f"| largest file | {largest.relative_to(ROOT)} ({lines[largest]} lines) |")
+    top = ", ".join(f"{m} ({k})" for m, k in fan_in.most_common(5))
+    print(f"| most imported | {top} |\n")
+
+
+def notebook_cells() -> None:
+    rows, every = [], []
+    for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
+        nb = nbformat.read(nb_path, as_version=4)
+        sizes = [len([l for l in c.source.splitlines() if l.strip()])
+                 for c in nb.cells if c.cell_type == "code"]
+        every += sizes
+        rows.append((nb_path.name, len(sizes), max(sizes, default=0),
+                     statistics.mean(sizes) if sizes else 0.0, sum(sizes)))
+    print("| notebook | code cells | longest cell | mean cell | code lines |\n|---|---|---|---|---|")
+    for name, k, longest, mean, total in rows:
+        print(f"| {name} | {k} | {longest} | {mean:.1f} | {total} |")
+    print(f"| all | {len(every)} | {max(every, default=0)} | "
+          f"{statistics.mean(every) if every else 0:.1f} | {sum(every)} |\n")
+
+
+def duplicate_pairs() -> None:
+    if shutil.which("duplicates") is None:
+        print("duplicates: command not on PATH, skipped\n")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for folder in ("mclib", "scripts", "benchmarks", "tests"):
+            shutil.copytree(ROOT / folder, tmp / folder,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        (tmp / "notebooks").mkdir()
+        for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
+            nb = nbformat.read(nb_path, as_version=4)
+            code = "\n\n".join(c.source for c in nb.cells if c.cell_type == "code")
+            (tmp / "notebooks" / f"nb_{nb_path.stem}.py").write_text(code + "\n")
+        out = subprocess.run(["duplicates", "--repo", str(tmp), "--most", "40"],
+                             capture_output=True, text=True).stdout
+    print("duplicates over mclib, scripts, benchmarks, tests and the notebooks' code:")
+    print("```\n" + out.strip() + "\n```\n")
+
+
+def fast_tier() -> None:
+    start = time.perf_counter()
+    code = subprocess.run([sys.executable, "-m", "pytest", "-m", "not slow", "-q", "-p",
+                           "no:cacheprovider"], cwd=ROOT, capture_output=True).returncode
+    print(f"| fast tier | {time.perf_counter() - start:.0f} s, exit {code} |\n|---|---|\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tests", action="store_true", help="also time the fast test tier")
+    args = ap.parse_args()
+    import_graph()
+    notebook_cells()
+    duplicate_pairs()
+    if args.tests:
+        fast_tier()
+
+
+if __name__ == "__main__":
+    main()

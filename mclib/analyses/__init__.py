@@ -1,0 +1,13 @@
+"""The analyses: one module per kind of measurement on a trained model. They read models
+and run folders (mclib.core) and return numbers and tables; they draw nothing.
+
+    attention.py      hook points inside attention: capture, ablate, patch
+    interventions.py  token replacement, QKV switching, position permutation, re-initialisation
+    evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching
+    heads.py          attention maps, head scores, head classes
+    probes.py         linear probes on hidden states
+    embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
+    progress.py       progress measures per checkpoint; lead times
+    baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
+    freezing.py       component re-initialisation runs (E15)
+"""

@@ -1,0 +1,14 @@
+"""The core: what a run is and how it trains. Nothing here knows about analyses or the book.
+
+    config.py    profiles (params/*.yaml) as typed dataclasses, validated; one-line errors
+    data.py      low-rank matrices, masks, the tokenizer
+    model.py     BertModel + linear read-out; checkpoints are HuggingFace folders
+    metrics.py   L, L_obs, L_mask, mask value; `find_drop`, the one definition of the drop
+    train.py     the optimiser, the step and the loop (online data, exact resume)
+    stacked.py   the fast training path: R runs as one stacked model
+    runs.py      a run folder: its paths, profile, metrics, checkpoints, lock, and its name
+    jobs.py      several runs at once on Dask: local cluster, a scheduler's address, SLURM/PBS
+    sweep.py     `python -m mclib sweep FILE.yaml`: settings x seeds, resumable
+    flops.py     FLOPs of a training step
+    paper.py     what the paper reports, and its profile (params/paper.yaml)
+"""
