@@ -6,10 +6,8 @@ import sys
 from pathlib import Path
 
 from .core.config import ConfigError, load_profile, profile_path
+from .core.runs import default_run_dir
 
-
-def default_run_dir(profile) -> Path:
-    return Path("runs") / f"{profile.name}-seed{profile.seed}"
 
 
 def cmd_train(args) -> None:

@@ -22,7 +22,7 @@ from mclib.core.config import PRECISIONS  # noqa: E402
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.metrics import find_drop  # noqa: E402
 from mclib.book.plots import seed_loss_curves  # noqa: E402
-from mclib.core.train import load_metrics, run_profile  # noqa: E402
+from mclib.core.runs import load_metrics, run_profile  # noqa: E402
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ Excess = (mass - chance) / (1 - chance) on same-row, same-column and self keys
 import sys
 
 from mclib.analyses.heads import attention_progress
-from mclib.core.train import run_profile
+from mclib.core.runs import run_profile
 
 run = sys.argv[1]
 profile = run_profile(run)

@@ -11,7 +11,7 @@ from pathlib import Path
 from mclib.analyses.evaluate import activation_patching, evaluate
 from mclib.analyses.interventions import permute_positions, switch_qkv
 from mclib.core.paper import PAPER
-from mclib.core.train import load_checkpoint, run_profile
+from mclib.core.runs import load_checkpoint, run_profile
 
 
 def main():

@@ -5,7 +5,7 @@ from mclib.analyses.attention import AttentionHooks, paper_heads
 from mclib.core.config import ModelConfig
 from mclib.core.data import sample_batch
 from mclib.core.model import build_model
-from mclib.core.train import load_checkpoint
+from mclib.core.runs import load_checkpoint
 
 SEQ = 49
 

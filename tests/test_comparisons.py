@@ -5,7 +5,7 @@ import torch
 from mclib.book import comparisons as C
 from mclib.core.data import sample_matrices
 from mclib.analyses.evaluate import sample_eval_batch
-from mclib.core.train import load_checkpoint
+from mclib.core.runs import load_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ from mclib.analyses.embeddings import (alignment, captured_variance, component_t
                               position_tsne, project, token_ids, token_norms, token_projections, token_rows,
                               token_values)
 from mclib.core.model import build_model
-from mclib.core.train import load_checkpoint, saved_steps
+from mclib.core.runs import load_checkpoint, saved_steps
 
 N = 7
 

@@ -8,7 +8,7 @@ from mclib.book import experiments as ex
 from mclib.core.data import structured_mask
 from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
-from mclib.core.train import load_checkpoint
+from mclib.core.runs import load_checkpoint
 
 N = 7
 
@@ -108,7 +108,7 @@ def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_ru
     import shutil
 
     from mclib.analyses.evaluate import compare_runs
-    from mclib.core.train import load_metrics
+    from mclib.core.runs import load_metrics
 
     # a copy of the smoke run whose L_mask drops from the plateau (0.22, rank 2) to 0.01 after step 30:
     # the 50-step trailing mean falls below half the plateau at step 56

@@ -6,7 +6,7 @@ import torch
 from mclib.analyses.freezing import (drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs, freeze_summary,
                             trainable_count)
 from mclib.analyses.interventions import GROUPS, component_groups
-from mclib.core.train import load_checkpoint, load_metrics, saved_steps
+from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
 
 STEPS = 4
 

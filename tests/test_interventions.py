@@ -11,7 +11,8 @@ from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_pri
                                  position_permutation, reinit_component, replace_masked_tokens, switch_qkv)
 from mclib.core.metrics import losses
 from mclib.core.model import build_model
-from mclib.core.train import load_checkpoint, train
+from mclib.core.train import train
+from mclib.core.runs import load_checkpoint
 
 SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
 QKV_NAME = re.compile(r".*\.attention\.self\.(query|key|value)\.(weight|bias)")

@@ -21,7 +21,8 @@ from mclib.__main__ import main
 from mclib.core.config import ConfigError
 from mclib.core.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
 from mclib.core.sweep import load_sweep
-from mclib.core.train import load_checkpoint, load_metrics, saved_steps, train, train_seed
+from mclib.core.train import train, train_seed
+from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from mclib.book import scorecard
 from mclib.analyses.interventions import GROUPS
 from mclib.core.paper import PAPER_E17
 from mclib.book.readings import baseline_readings, embedding_readings, freeze_readings
-from mclib.core.train import load_checkpoint
+from mclib.core.runs import load_checkpoint
 
 STEPS = [100, 200, 300, 400]
 TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})

@@ -10,8 +10,8 @@ from mclib.analyses.interventions import reinit_component
 from mclib.core.model import build_model, load_model
 from mclib.core.stacked import Stack, forward, run_losses
 from mclib.core.metrics import losses
-from mclib.core.train import (Job, checkpoint_dir, load_checkpoint, load_metrics, make_optimizer, train, train_group,
-                         train_step)
+from mclib.core.train import Job, make_optimizer, train, train_group, train_step
+from mclib.core.runs import checkpoint_dir, load_checkpoint, load_metrics
 
 LOSS_COLS = ["L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 

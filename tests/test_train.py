@@ -16,9 +16,9 @@ from mclib.core.model import build_model
 from mclib.core import train as train_module
 from mclib.core.data import copy_baseline_mse
 from mclib.core.metrics import window_mean
-from mclib.core.train import (_only_trainer, checkpoint_dir, is_complete, load_checkpoint, load_metrics, make_optimizer,
-                         parallel_runs, saved_steps, seed_run_dirs, stop_after_drop, train, train_seeds,
-                         train_step)
+from mclib.core.train import make_optimizer, parallel_runs, stop_after_drop, train, train_seeds, train_step
+from mclib.core.runs import (checkpoint_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
+                             saved_steps, seed_run_dirs)
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
@@ -219,7 +219,7 @@ def test_a_run_stopped_early_is_not_continued(tmp_path, smoke_profile, smoke_run
 
 
 def test_one_trainer_per_folder(tmp_path, smoke_profile):
-    with _only_trainer(tmp_path):  # as if another process were training this folder
+    with only_trainer(tmp_path):  # as if another process were training this folder
         with pytest.raises(RuntimeError, match="being trained by another process"):
             train(smoke_profile, tmp_path, progress=False)
     train(smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
@@ -393,12 +393,12 @@ def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_compl
     rows = load_metrics(run).to_dict("records")
     monkeypatch.setattr(MatrixBert, "save_pretrained", _fail_on(".tmp-step_000030", MatrixBert.save_pretrained))
     with pytest.raises(Killed):
-        train_module._save(run, 30, model, opt, gens, rows, 0.0)
+        save_checkpoint(run, 30, model, opt, gens, rows, 0.0)
     monkeypatch.undo()
     assert saved_steps(run) == [10, 20, 30]
     after = _state(run, 30)
     assert all(torch.equal(before[k], after[k]) for k in before)
-    train_module._save(run, 30, model, opt, gens, rows, 0.0)  # and without a crash it is replaced
+    save_checkpoint(run, 30, model, opt, gens, rows, 0.0)  # and without a crash it is replaced
     assert saved_steps(run) == [10, 20, 30] and sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "step_000010", "step_000020", "step_000030"]  # no temporary folder left behind
 
@@ -411,7 +411,7 @@ def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_pat
     gens = {"data": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(1)}
     monkeypatch.setattr(os, "replace", _fail_on(".tmp-step_000030", os.replace))
     with pytest.raises(Killed):
-        train_module._save(run, 30, model, opt, gens, load_metrics(run).to_dict("records"), 0.0)
+        save_checkpoint(run, 30, model, opt, gens, load_metrics(run).to_dict("records"), 0.0)
     monkeypatch.undo()
     assert saved_steps(run) == [10, 20]
     train(short, run, progress=False)

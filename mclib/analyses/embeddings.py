@@ -25,7 +25,7 @@ from sklearn.manifold import TSNE
 from sklearn.metrics import silhouette_score
 
 from ..core.data import tokenize
-from ..core.train import load_checkpoint, saved_steps
+from ..core.runs import load_checkpoint, saved_steps
 
 VALUE_LO, VALUE_HI = -1.5, 1.5
 # t-SNE's perplexity is the effective number of neighbours; sklearn's default 30 (the

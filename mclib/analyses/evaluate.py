@@ -125,7 +125,8 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     under bf16 autocast, which tells a model that is worse from a forward pass that is
     less precise)."""
     from ..core.metrics import find_drop, plateau_stats, window_mean
-    from ..core.train import autocast, load_checkpoint, load_metrics, run_profile, saved_steps
+    from ..core.train import autocast
+    from ..core.runs import load_checkpoint, load_metrics, run_profile, saved_steps
 
     rows = {}
     for label, folder in runs.items():

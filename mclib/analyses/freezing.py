@@ -26,7 +26,8 @@ from ..core.config import Profile
 from ..core.data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
 from ..core.metrics import find_drop
-from ..core.train import is_complete, load_checkpoint, load_metrics, saved_steps, train
+from ..core.train import train
+from ..core.runs import is_complete, load_checkpoint, load_metrics, saved_steps
 
 SOURCE = "source.json"
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the

@@ -19,7 +19,7 @@ import torch
 
 from .attention import AttentionHooks
 from .evaluate import sample_eval_batch
-from ..core.train import load_checkpoint, saved_steps
+from ..core.runs import load_checkpoint, saved_steps
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
 

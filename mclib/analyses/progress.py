@@ -79,7 +79,7 @@ def gradient_norms(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 
     plus "total" (the norm over all of them).
     """
     from .evaluate import sample_eval_batch
-    from ..core.train import load_checkpoint, saved_steps
+    from ..core.runs import load_checkpoint, saved_steps
 
     steps = saved_steps(Path(run_dir))
     if not steps:
@@ -114,7 +114,7 @@ def progress_table(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 
     docstring (head scores and gradients on one fixed batch of `n_matrices`)."""
     from .embeddings import embedding_progress
     from .heads import attention_progress
-    from ..core.train import load_metrics
+    from ..core.runs import load_metrics
 
     heads = attention_progress(run_dir, data, n_matrices, seed)
     table = heads.groupby("step").agg(max_row_excess=("row_excess", "max"),

@@ -150,7 +150,7 @@ def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
 
 def checkpoint_maps(run_dir, steps: Iterable[int], batch) -> dict[int, torch.Tensor]:
     """step -> `[layer, head, n², n²]` batch-mean attention of every head on `batch`."""
-    from ..core.train import load_checkpoint
+    from ..core.runs import load_checkpoint
 
     out = {}
     for step in steps:

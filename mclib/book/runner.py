@@ -40,6 +40,7 @@ import yaml
 
 from . import scorecard
 from ..core.config import ConfigError, load_profile, profile_path
+from ..core.runs import default_run_dir
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: notebooks import this
 # module for `notebook_setup`, which must run before tqdm is first imported.
@@ -79,7 +80,8 @@ def train_runs(cfg, run_dir, cluster: str | None = None) -> dict:
     from ..analyses.freezing import freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
     from ..core.jobs import needs_gpu, resources_for, results, submit
-    from ..core.train import seed_jobs, seed_run_dirs, train_seed
+    from ..core.train import seed_jobs, train_seed
+    from ..core.runs import seed_run_dirs
 
     jobs = seed_jobs(cfg, run_dir)
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
@@ -152,7 +154,7 @@ def mclib_sha() -> str:
 
 
 def run_state(run_dir: Path) -> str:
-    from ..core.train import saved_steps
+    from ..core.runs import saved_steps
 
     return _sha(saved_steps(run_dir), _file_sha(run_dir / "metrics.csv"))
 
@@ -230,7 +232,7 @@ def training_status(root: Path, since: float) -> list[str]:
     """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
     that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
     that stops after its drop ends before its `steps`."""
-    from ..core.train import checkpoint_dir, run_profile, saved_steps
+    from ..core.runs import checkpoint_dir, run_profile, saved_steps
 
     out = []
     for prof in sorted(Path(root).glob("**/profile.yaml")):
@@ -290,7 +292,7 @@ def _stage(out: Path) -> list[Path]:
 
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from ..core.train import saved_steps
+    from ..core.runs import saved_steps
 
     paper = load_profile(profile_path("paper"))
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
@@ -312,7 +314,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     ppath = profile_path(profile).resolve()
     cfg = load_profile(ppath, **({} if seed is None else {"seed": seed}))
     out = Path(out_dir or REPO).resolve()
-    run_dir = Path(run_dir or out / "runs" / f"{cfg.name}-seed{cfg.seed}").resolve()
+    run_dir = Path(run_dir or default_run_dir(cfg, out / "runs")).resolve()
     device = device or cfg.train.device
     resolved = resolve_device(device).type
     _warn_if_slow(cfg, resolved, run_dir)

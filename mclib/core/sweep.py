@@ -42,6 +42,7 @@ from typing import Any
 
 
 from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
+from .runs import run_name
 
 TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
 SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
@@ -131,7 +132,7 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
                 raise ConfigError(f"{here} ({name}): {e}") from None
             except (TypeError, KeyError, AttributeError) as e:  # an override whose section is not a profile's
                 raise ConfigError(f"{here} ({name}): overrides: unknown key {e}") from None
-            out.append(SweepRun(path.name, name, seed, overrides, profile, Path(runs) / f"{name}-seed{seed}",
+            out.append(SweepRun(path.name, name, seed, overrides, profile, Path(runs) / run_name(name, seed),
                                 cap, after, bool(s.get("resume", top["resume"]))))
     return out
 
@@ -158,7 +159,7 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 def _start_wall(run: SweepRun) -> float:
     """The run's training time when this sweep first started it (its cap counts from there),
     kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
-    from .train import checkpoint_dir, saved_steps
+    from .runs import checkpoint_dir, saved_steps
 
     import torch
 
@@ -224,7 +225,7 @@ def summarise(run: SweepRun) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
     from .metrics import find_drop, plateau_stats
-    from .train import load_metrics, run_profile
+    from .runs import load_metrics, run_profile
 
     profile = run_profile(run.run_dir)
     m = load_metrics(run.run_dir)
@@ -308,7 +309,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
 def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, every: float, out):
     from .jobs import resources_for
 
-    futures = {client.submit(train_sweep_run, r, key=f"sweep-{r.setting}-seed{r.seed}-{os.urandom(4).hex()}",
+    futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
                              pure=False, resources=resources_for(r.profile)): r for r in pending}
     left, failed, last = set(futures), [], 0.0
     while left:
@@ -343,7 +344,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from .train import load_metrics
+    from .runs import load_metrics
 
     if not results.is_file():
         return None
@@ -356,7 +357,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     drawn = 0
     for row in df.itertuples():
-        folder = runs / f"{row.setting}-seed{row.seed}"
+        folder = runs / run_name(row.setting, row.seed)
         if (folder / "metrics.csv").is_file():
             drawn += 1
             m = load_metrics(folder)

@@ -1,13 +1,7 @@
 """Online training (docs/protocol.md, §1.4) that survives interruption.
 
-A run lives in one folder:
-
-    run_dir/profile.yaml          the profile it was started with
-    run_dir/metrics.csv           one row per step (pandas.read_csv reads it)
-    run_dir/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
-
-Every checkpoint is written to a temporary folder and renamed into place, so a
-folder that exists is complete. Running `train` again on the same folder resumes
+A run lives in one folder (`mclib.core.runs`: its layout, atomic writes, the lock).
+Running `train` again on the same folder resumes
 from the newest checkpoint; on the CPU the result is bit-identical to a run that was
 never interrupted (the data generator, Adam's state and the step are all restored).
 
@@ -32,8 +26,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -42,14 +34,15 @@ from typing import Callable
 
 import pandas as pd
 import torch
-import yaml
 from torch.profiler import record_function
 from tqdm.auto import tqdm
 
-from .config import PRECISIONS, ConfigError, Profile, profile_from_dict
+from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, losses
-from .model import MatrixBert, build_model, load_model
+from .model import MatrixBert, build_model
+from .runs import (is_complete, load_checkpoint, load_metrics, load_train_state, only_trainer, save_checkpoint,
+                   saved_steps, seed_run_dirs, write_profile)
 from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
 from .stacked import forward as stacked_forward
 
@@ -167,84 +160,6 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
     return base_lr * min(1.0, step / warmup) if warmup else base_lr
 
 
-def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-def saved_steps(run_dir: Path) -> list[int]:
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "train_state.pt").is_file())
-
-
-def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa") -> MatrixBert:
-    """The model saved at `step` of a run, in eval mode."""
-    path = checkpoint_dir(run_dir, step)
-    if not path.is_dir():
-        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
-    return load_model(path, attention)
-
-
-def load_metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(run_dir) / "metrics.csv")
-
-
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    if tmp.is_dir():
-        shutil.rmtree(tmp)
-    write(tmp)
-    if path.is_dir():  # a folder cannot be renamed over a full one: set the old aside only now the new is complete
-        old = path.with_name(f".old-{path.name}")
-        if old.is_dir():
-            shutil.rmtree(old)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
-
-
-def _save(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float) -> None:
-    # metrics first: on resume rows past the checkpoint are dropped, so a kill between
-    # the two writes loses nothing.
-    _write_atomic(run_dir / "metrics.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
-
-    def write(tmp: Path):
-        model.save_pretrained(tmp)
-        torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
-                    "gens": {k: g.get_state() for k, g in gens.items()}}, tmp / "train_state.pt")
-
-    final = checkpoint_dir(run_dir, step)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(final, write)
-
-
-def run_profile(run_dir: str | Path) -> Profile:
-    """The profile a run folder was started with (its profile.yaml)."""
-    return profile_from_dict(yaml.safe_load((Path(run_dir) / "profile.yaml").read_text()))
-
-
-def _check_same_profile(run_dir: Path, profile: Profile) -> None:
-    """A run folder may only be resumed with the profile it was started with (steps may grow)."""
-    saved = run_profile(run_dir).to_dict()
-    mine = profile.to_dict()
-    for d in (saved, mine):
-        for key in ("steps", "device", "threads", "compile", "fast"):  # where, how and how long it runs, not what it is
-            d["train"].pop(key)
-        d["checkpoints"].pop("post")
-        d["checkpoints"].pop("transition")
-        d.pop("notes")
-        d.pop("analysis")  # what the book does with a run does not change the run
-    for section in mine:
-        if mine[section] != saved[section]:
-            diff = section if not isinstance(mine[section], dict) else next(
-                f"{section}.{k}" for k in mine[section] if mine[section][k] != saved[section].get(k))
-            raise ConfigError(f"run folder {str(run_dir)!r} was started with a different profile "
-                              f"({diff} differs); use another --out")
-
-
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           stop: Callable[[list[dict]], bool] | None = None,
           init_model: MatrixBert | None = None) -> Path:
@@ -295,31 +210,11 @@ def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
         with contextlib.ExitStack() as locks:
             for j in jobs:
                 j.run_dir.mkdir(parents=True, exist_ok=True)
-                locks.enter_context(_only_trainer(j.run_dir))
+                locks.enter_context(only_trainer(j.run_dir))
             _train(jobs, progress)
         return [j.run_dir for j in jobs]
     finally:
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
-
-
-@contextlib.contextmanager
-def _only_trainer(run_dir: Path):
-    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
-    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows has no fcntl: no guard there
-        yield
-        return
-    with open(run_dir / ".lock", "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def fast_path_refusal(profile: Profile) -> str | None:
@@ -336,9 +231,7 @@ class _Run:
     def __init__(self, job: Job, device: torch.device):
         p = job.profile
         self.job, self.profile, self.t, self.dir = job, p, p.train, job.run_dir
-        if (self.dir / "profile.yaml").is_file():
-            _check_same_profile(self.dir, p)
-        _write_atomic(self.dir / "profile.yaml", lambda f: f.write_text(yaml.safe_dump(p.to_dict(), sort_keys=False)))
+        write_profile(self.dir, p)
         self.gens = {"data": torch.Generator(device).manual_seed(p.seed),
                      "eval": torch.Generator(device).manual_seed(p.seed + EVAL_SEED_OFFSET)}
         done = saved_steps(self.dir)
@@ -346,8 +239,7 @@ class _Run:
         if done:
             self.step = done[-1]
             self.model = load_checkpoint(self.dir, self.step, p.model.attention).to(device)
-            self.state = torch.load(checkpoint_dir(self.dir, self.step) / "train_state.pt", map_location="cpu",
-                                    weights_only=False)
+            self.state = load_train_state(self.dir, self.step)
             for k, g in self.gens.items():
                 g.set_state(self.state["gens"][k])
             self.rows = [r for r in load_metrics(self.dir).to_dict("records") if r["step"] <= self.step]
@@ -599,7 +491,7 @@ def _train(jobs: list[Job], progress: bool) -> None:
                 bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
             if r.step in r.save_at or stopping:
                 model, opt = engine.checkpoint(i)
-                _save(r.dir, r.step, model, opt, r.gens, r.rows, r.wall)
+                save_checkpoint(r.dir, r.step, model, opt, r.gens, r.rows, r.wall)
             if stopping or r.step >= r.t.steps:
                 ended.append(i)
         if ended:
@@ -630,27 +522,6 @@ def parallel_runs(profile: Profile) -> int:
     from .jobs import local_workers, needs_gpu
 
     return local_workers(profile.train.threads, needs_gpu(profile))
-
-
-def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
-    """The book's run (`profile.seed`, in run_dir) first, then every other seed of
-    `analysis.seeds`, each in a sibling folder NAME-seedS."""
-    run_dir = Path(run_dir)
-    seeds = dict.fromkeys([profile.seed, *profile.analysis.seeds])
-    return {s: run_dir if s == profile.seed else run_dir.parent / f"{profile.name}-seed{s}" for s in seeds}
-
-
-def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
-    """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
-    checkpoint is at the profile's last step, or `stop` was already true there. Cheap (no
-    model is loaded), so a finished run costs no process to find finished."""
-    done = saved_steps(run_dir)
-    if not done:
-        return False
-    if done[-1] >= profile.train.steps:
-        return True
-    rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
-    return stop is not None and bool(rows) and stop(rows)
 
 
 def _seed_stop(profile: Profile, after_drop: int | None):
