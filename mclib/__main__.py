@@ -28,8 +28,10 @@ def cmd_train(args) -> None:
     fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
     fig.savefig(run_dir / "loss_curve.png", dpi=120)
     last = metrics.iloc[-1]
+    from .core.runs import run_end
     print(f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
-          f"drop {'at step ' + str(drop) if drop else 'not reached'}; plot: {run_dir / 'loss_curve.png'}")
+          f"drop {'at step ' + str(drop) if drop else 'not reached'}, {run_end(run_dir).text}; "
+          f"plot: {run_dir / 'loss_curve.png'}")
 
 
 def cmd_book(args) -> None:

@@ -145,11 +145,12 @@ def test_a_section_that_is_not_a_mapping_is_named(section):
 # than read from config._POSITIVE / _CHOICES, so that a check removed there fails a test.
 POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hidden", "model.intermediate",
                 "train.steps", "train.batch", "train.eval_every", "train.eval_batch", "train.save_every",
-                "train.log_every", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
+                "train.log_every", "train.patience", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
                 "analysis.probe_test", "analysis.freeze_steps", "analysis.nuclear_matrices",
                 "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]
-CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device"]
+CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device", "train.until",
+           "checkpoints.place"]
 RANGE_CHECKS = (
     [(k, 0, f"{k} = 0 must be positive") for k in POSITIVE_INT]
     + [(k, -1, f"{k} = -1.0 must be positive") for k in POSITIVE_FLOAT]
@@ -164,6 +165,8 @@ RANGE_CHECKS = (
         ("train.embedding_lr", 0, "train.embedding_lr = 0.0 must be positive"),
         ("train.warmup", -1, "train.warmup = -1 must not be negative"),
         ("train.threads", -1, "train.threads = -1 must not be negative"),
+        ("train.min_improvement", 1.0, "train.min_improvement = 1.0 is outside [0, 1)"),
+        ("train.min_improvement", -0.01, "train.min_improvement = -0.01 is outside [0, 1)"),
         ("checkpoints.pre", 0, "checkpoints step 0 is outside 1..train.steps = 50000"),
         ("checkpoints.transition", [10, 60_000], "checkpoints step 60000 is outside 1..train.steps = 50000"),
         ("checkpoints.post", 50_001, "checkpoints step 50001 is outside 1..train.steps = 50000"),

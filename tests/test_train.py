@@ -427,7 +427,7 @@ def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smo
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 8, "train.save_every": 4, "train.log_every": 2})
     runs = {k: shutil.copytree(smoke_run, tmp_path / k) for k in ("whole", "killed")}
     freezing.freeze_run(cfg, runs["whole"], "mlp")
-    monkeypatch.setattr(freezing, "train", lambda *a, **k: train(*a, **k, stop=_kill_at(6)))
+    monkeypatch.setattr(freezing, "train", lambda *a, **k: train(*a, **{**k, "stop": _kill_at(6)}))
     with pytest.raises(Killed):
         freezing.freeze_run(cfg, runs["killed"], "mlp")
     monkeypatch.undo()

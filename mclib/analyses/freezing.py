@@ -1,23 +1,32 @@
 """E15, component re-initialisation: one training run per component group.
 
 For each group of `mclib.analyses.interventions.GROUPS` ("attention", "mlp", "positional",
-"token") the post checkpoint of the main run is copied, that group is re-initialised
-with BERT's own init and trained, every other parameter loaded from the post
-checkpoint and frozen (`reinit_component`). Each run is an ordinary run folder:
+"token") the post checkpoint of the main run (`mclib.core.runs.checkpoint_steps`: its last
+step) is copied, that group is re-initialised with BERT's own init and trained, every
+other parameter loaded from the post checkpoint and frozen (`reinit_component`). Each run
+is an ordinary run folder:
 
-    run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json}
+    run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json, end.json}
 
 so it resumes after an interruption and returns at once when complete, like the main
 run. `source.json` names the checkpoint the run started from; a folder started from
 another checkpoint (e.g. the main run was trained further since) is refused rather
 than silently continued.
 
+How long an E15 run trains (`freeze_steps`): until it drops (`find_drop`; it stops at
+the first log flush at or after its drop) or until it has trained as many steps as the
+main run took to drop (the main run's drop step), whichever comes first;
+`analysis.freeze_steps` is a cap on top (the main run without a drop: the cap alone).
+`freeze_ends` says, per group, which of these ended the run.
+
     runs = freeze_runs(cfg, run_dir)          # {group: folder}, trains what is missing
     table = freeze_summary(runs, cfg)          # steps to the drop, losses
+    ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: dropped / main drop / cap
 """
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -26,8 +35,8 @@ from ..core.config import Profile
 from ..core.data import copy_baseline_mse
 from .interventions import GROUPS, component_groups, reinit_component
 from ..core.metrics import find_drop
-from ..core.train import train
-from ..core.runs import is_complete, load_checkpoint, load_metrics, saved_steps
+from ..core.train import stop_after_drop, train
+from ..core.runs import checkpoint_steps, is_complete, load_checkpoint, load_metrics, saved_steps
 
 SOURCE = "source.json"
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
@@ -40,20 +49,43 @@ DESCRIPTIONS = {
 }
 
 
-def freeze_profile(cfg: Profile, group: str) -> Profile:
-    """The main profile, trained for `cfg.analysis.freeze_steps` steps.
+def main_drop(cfg: Profile, run_dir: str | Path) -> int | None:
+    """The main run's drop step (`find_drop` on its metrics.csv; None: no drop)."""
+    return find_drop(load_metrics(run_dir), rank=cfg.data.rank)
 
-    Same data, model, optimiser and seed (so the data stream is the main run's); the
-    analysis checkpoints are those of the main run that fall within the shorter run,
-    and the last step is the post checkpoint. The name says which group is trained.
+
+def freeze_steps(cfg: Profile, drop: int | None) -> int:
+    """How many steps an E15 run may train at most: the main run's drop step `drop`,
+    capped at `analysis.freeze_steps` (the cap alone when the main run did not drop).
+    The run stops earlier, at its own drop (`freeze_stop`)."""
+    cap = cfg.analysis.freeze_steps
+    return cap if drop is None else min(drop, cap)
+
+
+def freeze_stop(cfg: Profile):
+    """The `stop` of an E15 run: true at the first log flush at or after its drop."""
+    return stop_after_drop(cfg.data.rank, 0)
+
+
+def freeze_profile(cfg: Profile, group: str, drop: int | None = None) -> Profile:
+    """The main profile, trained for at most `freeze_steps(cfg, drop)` steps.
+
+    drop: the main run's drop step (`main_drop`; None: the cap `analysis.freeze_steps`).
+    Same data, model, optimiser and seed (so the data stream is the main run's); it trains
+    a fixed number of steps (`train.until: steps`: its end is its own drop, `freeze_stop`,
+    not the main run's convergence rule); its fixed checkpoints are those of the main
+    profile that fall within the shorter run, and its last step. The name says which group
+    is trained.
     """
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
-    steps = cfg.analysis.freeze_steps
+    steps = freeze_steps(cfg, drop)
     ck = cfg.checkpoints
     return cfg.replace(**{
         "name": f"{cfg.name}-freeze-{group}",
         "train.steps": steps,
+        "train.until": "steps",
+        "checkpoints.place": "fixed",
         "checkpoints.pre": min(ck.pre, steps),
         "checkpoints.transition": [s for s in ck.transition if s <= steps],
         "checkpoints.post": steps,
@@ -74,33 +106,38 @@ def _check_source(folder: Path, source: dict) -> None:
         raise ValueError(f"{folder} has checkpoints but no {SOURCE}; delete the folder to redo it")
 
 
-def _source(cfg: Profile, group: str, source_step: int | None = None, seed: int | None = None) -> dict:
-    return {"step": cfg.checkpoints.post if source_step is None else source_step, "group": group,
-            "seed": cfg.seed if seed is None else seed}
+def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
+            seed: int | None = None) -> dict:
+    step = checkpoint_steps(run_dir, cfg).post if source_step is None else source_step
+    return {"step": step, "group": group, "seed": cfg.seed if seed is None else seed}
 
 
 def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
                seed: int | None = None, progress: bool = False) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
 
-    source_step: the main run's checkpoint to start from (default: its post checkpoint).
-    seed: of the re-initialisation (default: the profile's seed).
+    source_step: the main run's checkpoint to start from (default: its post checkpoint,
+    `mclib.core.runs.checkpoint_steps`). seed: of the re-initialisation (default: the
+    profile's seed). The run ends at its own drop or after `freeze_steps` steps.
     """
     run_dir = Path(run_dir)
-    folder, source = freeze_run_dir(run_dir, group), _source(cfg, group, source_step, seed)
+    folder, source = freeze_run_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
     _check_source(folder, source)
     model = reinit_component(load_checkpoint(run_dir, source["step"]), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SOURCE).write_text(json.dumps(source))
-    return train(freeze_profile(cfg, group), folder, progress=progress, init_model=model)
+    return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
+                 stop=freeze_stop(cfg), init_model=model)
 
 
 def pending_groups(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> list[str]:
     """The groups whose E15 run is not complete (each folder's source is checked, also
     for a complete run, which is then skipped)."""
     for g in groups:
-        _check_source(freeze_run_dir(run_dir, g), _source(cfg, g))
-    return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_run_dir(run_dir, g))]
+        _check_source(freeze_run_dir(run_dir, g), _source(cfg, run_dir, g))
+    drop = main_drop(cfg, run_dir)
+    return [g for g in groups
+            if not is_complete(freeze_profile(cfg, g, drop), freeze_run_dir(run_dir, g), freeze_stop(cfg))]
 
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
@@ -112,6 +149,74 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
 
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], cluster)
     return {g: freeze_run_dir(run_dir, g) for g in groups}
+
+
+FREEZE_ENDINGS = ("dropped", "main drop", "cap", "unfinished")
+
+
+@dataclass
+class FreezeEnd:
+    """How one E15 run ended (`freeze_end`).
+
+    ended: "dropped"     it dropped (`find_drop`) at step `drop` and stopped there
+           "main drop"   it trained as many steps as the main run took to drop
+                         (`main_drop`) without dropping
+           "cap"         it reached `analysis.freeze_steps` (below the main run's drop
+                         step, or the main run did not drop) without dropping
+           "unfinished"  none of these yet (not trained, or cut)
+    """
+    group: str
+    ended: str
+    steps: int              # steps it trained
+    drop: int | None        # its own drop
+    main_drop: int | None   # the main run's drop step
+    cap: int                # analysis.freeze_steps
+
+    @property
+    def text(self) -> str:
+        """One phrase for the book: "dropped at step 310", "reached the main run's drop
+        step 10,985 without dropping", "reached the cap of 4,000 steps without dropping
+        (the main run dropped at step 10,985)"."""
+        if self.ended == "dropped":
+            return f"dropped at step {self.drop:,}"
+        if self.ended == "main drop":
+            return f"reached the main run's drop step {self.main_drop:,} without dropping"
+        if self.ended == "cap":
+            main = (f"the main run dropped at step {self.main_drop:,}" if self.main_drop is not None
+                    else "the main run did not drop")
+            return f"reached the cap of {self.cap:,} steps without dropping ({main})"
+        return f"unfinished after {self.steps:,} steps"
+
+
+def freeze_end(group: str, metrics: pd.DataFrame, rank: int, main: int | None, cap: int) -> FreezeEnd:
+    """How an E15 run with these `metrics` (one row per step trained) ended, given the
+    main run's drop step `main` (None: none) and the cap `analysis.freeze_steps`: the
+    rule of the module docstring read back from the curve."""
+    steps = int(metrics["step"].max()) if len(metrics) else 0
+    drop = find_drop(metrics, rank=rank) if len(metrics) else None
+    limit = cap if main is None else min(main, cap)
+    if drop is not None:
+        ended = "dropped"
+    elif steps >= limit:
+        ended = "main drop" if main is not None and main <= cap else "cap"
+    else:
+        ended = "unfinished"
+    return FreezeEnd(group, ended, steps, drop, main, cap)
+
+
+def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, FreezeEnd]:
+    """{group: FreezeEnd} for the E15 runs of the main run in `run_dir`, read from their
+    folders (trains nothing): which of "dropped at step S", "reached the main run's drop
+    step S without dropping" or "reached the cap" ended each run (`FreezeEnd.text`)."""
+    main = main_drop(cfg, run_dir)
+    out = {}
+    for g in groups:
+        folder = freeze_run_dir(run_dir, g)
+        steps = saved_steps(folder)
+        m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
+        m = m[m["step"] <= (steps[-1] if steps else 0)]
+        out[g] = freeze_end(g, m, cfg.data.rank, main, cfg.analysis.freeze_steps)
+    return out
 
 
 def trainable_count(model, group: str) -> int:

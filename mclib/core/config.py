@@ -42,7 +42,11 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    steps: int = 50_000
+    steps: int = 50_000        # the last step; with until: converged, the cap
+    until: str = "steps"       # "steps": train `steps` steps; "converged": stop once L_mask stops improving
+    #   after the drop (mclib.core.metrics.converged: patience, min_improvement), at the latest at `steps`
+    patience: int = 1000       # until: converged; L_mask's mean over the last `patience` steps against the
+    min_improvement: float = 0.05  # mean over the `patience` before: converged when it fell by less than this (relative)
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
@@ -64,7 +68,10 @@ class TrainConfig:
 
 @dataclass
 class Checkpoints:
-    """The steps the analyses use; each profile names its own."""
+    """The steps the analyses use. place "fixed": these steps; place "drop": placed after
+    training from the run's measured drop (`mclib.core.runs.checkpoint_steps`), these
+    steps being the fallback for a run without a drop."""
+    place: str = "fixed"
     pre: int = 4000
     transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
     post: int = 50_000
@@ -129,11 +136,13 @@ _CHOICES = {
     ("train", "precision"): PRECISIONS,
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
+    ("train", "until"): ("steps", "converged"),
+    ("checkpoints", "place"): ("fixed", "drop"),
 }
 _POSITIVE = {
     "data": ("n", "rank"),
     "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
-    "train": ("steps", "batch", "lr", "muon_lr", "eval_every", "eval_batch", "save_every", "log_every"),
+    "train": ("steps", "batch", "lr", "muon_lr", "eval_every", "eval_batch", "save_every", "log_every", "patience"),
     "analysis": ("eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
                  "nuclear_matrices", "regularised_matrices", "solver_matrices", "ood_matrices"),
 }
@@ -212,6 +221,8 @@ def _validate(p: Profile) -> None:
         raise ConfigError(f"train.grad_clip = {t.grad_clip!r} must not be negative")
     if t.embedding_lr is not None and t.embedding_lr <= 0:
         raise ConfigError(f"train.embedding_lr = {t.embedding_lr!r} must be positive")
+    if not 0 <= t.min_improvement < 1:
+        raise ConfigError(f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
     if t.warmup < 0 or t.threads < 0:
         bad = "warmup" if t.warmup < 0 else "threads"
         raise ConfigError(f"train.{bad} = {getattr(t, bad)!r} must not be negative")
@@ -270,7 +281,8 @@ def profile_path(name_or_path: str) -> Path:
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
 RECIPE = ("data", "model", "train")
 _NOT_RECIPE = {"train": ("precision", "device", "threads", "eval_every", "eval_batch", "save_every",
-                         "log_every", "compile", "fast"), "model": ("attention",)}
+                         "log_every", "compile", "fast", "until", "patience", "min_improvement"),
+               "model": ("attention",)}
 
 
 def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:

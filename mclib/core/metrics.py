@@ -74,3 +74,32 @@ def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None
         "final_L_obs": float(tail["L_obs"].mean()),
         "final_L_mask": float(tail["L_mask"].mean()),
     }
+
+
+def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 1000, min_improvement: float = 0.05,
+              column: str = "L_mask") -> int | None:
+    """The step at which the run counts as converged, or None if it has not.
+
+    Rule (the end of training for `train.until: converged`): the first step s such that
+    the run has dropped (`find_drop`, at step d) at least 2 × `patience` steps before s,
+    and the mean of `column` over the last `patience` steps (s - patience, s] is less than
+    `min_improvement` (relative) below its mean over the `patience` steps before them
+    (s - 2·patience, s - patience]. Both windows lie after the drop, so a plateau (flat
+    but not learned) never counts as converged; `patience`-step means (not single
+    batches) make the comparison robust to batch noise. `metrics` has one row per step
+    (`metrics.csv`), in order.
+    """
+    drop = find_drop(metrics, rank=rank, column=column)
+    if drop is None:
+        return None
+    steps = metrics["step"].to_numpy()
+    values = metrics[column].to_numpy(dtype=float)
+    if len(values) < 2 * patience:
+        return None
+    cumsum = np.concatenate([[0.0], np.cumsum(values)])
+    mean = (cumsum[patience:] - cumsum[:-patience]) / patience   # mean[j]: rows j .. j+patience-1
+    later, earlier = mean[patience:], mean[:-patience]            # windows ending at row i and at row i - patience
+    ends = steps[2 * patience - 1:]                                # the step s of row i
+    ok = (ends - 2 * patience >= drop) & (later > (1 - min_improvement) * earlier)
+    hits = np.flatnonzero(ok)
+    return int(ends[hits[0]]) if len(hits) else None

@@ -3,6 +3,7 @@
     NAME-seedS/profile.yaml          the profile the run was started with
     NAME-seedS/metrics.csv           one row per step (pandas.read_csv reads it)
     NAME-seedS/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
+    NAME-seedS/end.json              why and where the run ended (`run_end`), once it has
     NAME-seedS/.lock                 held by the one process that trains the folder
 
 Every file and checkpoint is written to a temporary name and renamed into place, so
@@ -12,17 +13,24 @@ through this module.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 import torch
 import yaml
 
-from .config import ConfigError, Profile, profile_from_dict
+from .config import Checkpoints, ConfigError, Profile, profile_from_dict
+from .data import copy_baseline_mse
+from .metrics import converged, find_drop
 from .model import MatrixBert, load_model
+
+END = "end.json"
 
 
 def run_name(name: str, seed: int) -> str:
@@ -77,17 +85,224 @@ def run_profile(run_dir: str | Path) -> Profile:
     return profile_from_dict(yaml.safe_load((Path(run_dir) / "profile.yaml").read_text()))
 
 
+def _curve(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
+
+
+def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
+    """The profile's own end rule as a `stop` for `train` (None with `train.until: steps`):
+    true once `mclib.core.metrics.converged` finds the run converged (its `train.patience`
+    and `train.min_improvement`); `train.steps` stays the cap."""
+    t, rank = profile.train, profile.data.rank
+    if t.until != "converged":
+        return None
+    return lambda rows: bool(rows) and converged(_curve(rows), rank, t.patience, t.min_improvement) is not None
+
+
 def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
     """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
-    checkpoint is at the profile's last step, or `stop` was already true there. Cheap (no
-    model is loaded), so a finished run costs no process to find finished."""
+    checkpoint is at the profile's last step, or the profile's convergence rule
+    (`convergence_stop`) or `stop` was already true there. Cheap (no model is loaded), so
+    a finished run costs no process to find finished."""
     done = saved_steps(run_dir)
     if not done:
         return False
     if done[-1] >= profile.train.steps:
         return True
+    stops = [f for f in (convergence_stop(profile), stop) if f is not None]
+    if not stops:
+        return False
     rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
-    return stop is not None and bool(rows) and stop(rows)
+    return bool(rows) and any(f(rows) for f in stops)
+
+
+# --- how a run ended, and the checkpoints the analyses read ------------------------------------
+
+ENDINGS = ("converged", "cap", "steps", "stopped", "unfinished")
+
+
+@dataclass
+class RunEnd:
+    """Why and where a run ended (`run_end`).
+
+    ended: "converged"  the profile's rule fired (`train.until: converged`)
+           "cap"        it reached `train.steps` without the rule firing (until: converged)
+           "steps"      it trained its `train.steps` (until: steps)
+           "stopped"    a caller's `stop` ended it (e.g. `analysis.after_drop` for the other seeds)
+           "unfinished" none of these (still training, or cut)
+    step: the newest checkpoint; drop: `find_drop`'s step (None: no drop).
+    improvement: with until: converged, how much the mean L_mask over the last
+    `train.patience` steps fell below the mean over the `patience` before (relative; what
+    the rule compares with `train.min_improvement`); None with fewer rows or until: steps.
+    """
+    ended: str
+    step: int
+    drop: int | None
+    steps: int            # train.steps of the profile it trained with (the cap with until: converged)
+    until: str
+    patience: int | None = None
+    improvement: float | None = None
+
+    @property
+    def text(self) -> str:
+        """One phrase for the book, e.g. "L_mask stopped improving at step 16,500 (cap
+        20,000)" or "reached the cap of 14,000 steps while L_mask still fell 31 % over its
+        last 1,000 steps"."""
+        still = (f" while L_mask still fell {self.improvement:.0%} over its last {self.patience:,} steps"
+                 if self.improvement is not None and self.patience else "")
+        return {"converged": f"L_mask stopped improving at step {self.step:,} (cap {self.steps:,})",
+                "cap": f"reached the cap of {self.steps:,} steps{still}",
+                "steps": f"trained its {self.steps:,} steps",
+                "stopped": f"stopped early at step {self.step:,}",
+                "unfinished": f"unfinished at step {self.step:,} of {self.steps:,}"}[self.ended]
+
+
+def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = False) -> RunEnd:
+    """The `RunEnd` of a run of `profile` whose newest checkpoint is `step`, with metric
+    rows `rows` up to it (stopped: a caller's `stop` was true there)."""
+    t = profile.train
+    rule = convergence_stop(profile)
+    curve = _curve(rows)
+    drop = find_drop(curve, rank=profile.data.rank) if rows else None
+    if rule is not None and rule(rows):
+        ended = "converged"
+    elif step >= t.steps:
+        ended = "cap" if t.until == "converged" else "steps"
+    else:
+        ended = "stopped" if stopped else "unfinished"
+    improvement = None
+    if t.until == "converged" and len(curve) >= 2 * t.patience:
+        values = curve["L_mask"].to_numpy(dtype=float)
+        later, earlier = values[-t.patience:].mean(), values[-2 * t.patience:-t.patience].mean()
+        improvement = float(1 - later / earlier)
+    return RunEnd(ended, step, drop, t.steps, t.until, t.patience if t.until == "converged" else None, improvement)
+
+
+def write_end(run_dir: Path, end: RunEnd) -> None:
+    write_atomic(Path(run_dir) / END, lambda f: f.write_text(json.dumps(asdict(end))))
+
+
+def ended_at(run_dir: str | Path, step: int) -> bool:
+    """Whether the run's end.json records an end at `step`."""
+    path = Path(run_dir) / END
+    return path.is_file() and json.loads(path.read_text()).get("step") == step
+
+
+def run_end(run_dir: str | Path) -> RunEnd:
+    """Why and where the run in `run_dir` ended: its `end.json` (written by the trainer
+    when the run ended) if that names the newest checkpoint, else derived from the run's
+    profile and metrics (a caller's `stop` cannot be derived: such a run reads as
+    "unfinished" until the trainer writes its record)."""
+    run_dir = Path(run_dir)
+    done = saved_steps(run_dir)
+    if not done:
+        raise FileNotFoundError(f"no checkpoint in {run_dir}: the run has not started")
+    if ended_at(run_dir, done[-1]):
+        return RunEnd(**json.loads((run_dir / END).read_text()))
+    rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
+    return end_of_run(run_profile(run_dir), rows, done[-1])
+
+
+@dataclass
+class CheckpointSteps(Checkpoints):
+    """The analysis checkpoints of one run, as `checkpoint_steps` chose them: pre,
+    transition and post (with `all_steps()`, as `Checkpoints`), plus how.
+
+    place: "drop" (placed from the measured drop) or "fixed" (the profile's steps)
+    note: one sentence saying which, and why ("the run did not drop: ...")
+    drop: `find_drop`'s step (None: no drop); left_plateau, near_final: the steps that
+    bound the transition window (None with place "fixed")."""
+    note: str = ""
+    drop: int | None = None
+    left_plateau: int | None = None
+    near_final: int | None = None
+    saved: list[int] = field(default_factory=list)
+
+
+PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
+PLATEAU_TOLERANCE = 0.1   # "on the plateau": smoothed L_mask within 10 % of the copying level E[X²]
+FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
+MAX_TRANSITION = 4        # transition checkpoints at most (the paper has 4)
+PLACE_WINDOW = 200        # steps of the trailing mean used to place them
+
+
+def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed: Checkpoints,
+                      place: str = "drop", window: int = PLACE_WINDOW) -> CheckpointSteps:
+    """Choose the analysis checkpoints among the `saved` steps of a run from its metrics.
+
+    place "drop" (the run has a drop d = `find_drop`):
+      pre         the latest saved step at or before PRE_FRACTION·d (0.3 d; the paper's pre
+                  is step 4 000 of a ~15 000-step plateau) at which the model is on the
+                  copying plateau (trailing `window`-step mean of L_mask within 10 % of
+                  E[X²] = rank/9); if none qualifies, the latest such step before the model
+                  leaves the plateau, else the first saved step
+      transition  up to MAX_TRANSITION (4) saved steps spread evenly (by index) from the
+                  last saved step at or before the model leaves the plateau (the last step
+                  before d whose trailing mean is >= 90 % of E[X²]) to the first saved step
+                  at which the trailing mean is within 2x the final level (its value at the
+                  run's last step); pre and post excluded; never empty (the saved step
+                  nearest d when the window holds none)
+      post        the last saved step: the end of training (converged, or the cap)
+    place "fixed", or a run without a drop: `fixed`'s steps (the profile's `checkpoints`),
+    those past the last saved step left out and post at most the last saved step; `note`
+    says which and why.
+    """
+    saved = sorted(saved)
+    if not saved:
+        raise ValueError("the run has no saved checkpoint")
+    last = saved[-1]
+    drop = find_drop(metrics, rank=rank)
+
+    def fixed_steps(note: str) -> CheckpointSteps:
+        post = min(fixed.post, last)
+        return CheckpointSteps(place="fixed", pre=min(fixed.pre, last),
+                               transition=[s for s in fixed.transition if s < post], post=post,
+                               note=note, drop=drop, saved=saved)
+
+    if place == "fixed":
+        return fixed_steps("the profile's fixed steps (checkpoints.place: fixed)")
+    if drop is None:
+        return fixed_steps("the run did not drop, so the profile's fixed steps stand in")
+    plateau = copy_baseline_mse(rank)
+    smooth = metrics.set_index("step")["L_mask"].rolling(window, min_periods=1).mean()
+    at = lambda s: float(smooth.loc[:s].iloc[-1])   # the trailing mean at step s
+    before = smooth.loc[:drop]
+    high = before[before >= (1 - PLATEAU_TOLERANCE) * plateau]
+    left = int(high.index[-1]) if len(high) else int(before.index[0])
+    on_plateau = [s for s in saved if s <= left and abs(at(s) / plateau - 1) <= PLATEAU_TOLERANCE]
+    early = [s for s in on_plateau if s <= PRE_FRACTION * drop]
+    pre = early[-1] if early else on_plateau[-1] if on_plateau else saved[0]
+    final = at(last)
+    after = smooth.loc[drop:]
+    near = after[after <= FINAL_FACTOR * final]
+    near_final = int(near.index[0]) if len(near) else last
+    start = max([s for s in saved if s <= left], default=saved[0])
+    end = min([s for s in saved if s >= near_final], default=last)
+    window_steps = [s for s in saved if start <= s <= end and s not in (pre, last)]
+    if len(window_steps) > MAX_TRANSITION:
+        idx = np.linspace(0, len(window_steps) - 1, MAX_TRANSITION).round().astype(int)
+        window_steps = [window_steps[i] for i in sorted(set(idx))]
+    if not window_steps:
+        inner = [s for s in saved if s not in (pre, last)] or saved
+        window_steps = [min(inner, key=lambda s: abs(s - drop))]
+    return CheckpointSteps(place="drop", pre=pre, transition=window_steps, post=last,
+                           note=f"placed from the run's drop at step {drop:,}", drop=drop, left_plateau=left,
+                           near_final=near_final, saved=saved)
+
+
+def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> CheckpointSteps:
+    """The pre-shift, transition and post-shift checkpoints of the run in `run_dir`, placed
+    by `place_checkpoints` from its measured drop (profile `checkpoints.place: drop`) or
+    the profile's fixed steps (`place: fixed`, or a run without a drop); profile: default
+    the run's own profile.yaml. Read after training: the steps are among the saved ones."""
+    run_dir = Path(run_dir)
+    profile = profile or run_profile(run_dir)
+    done = saved_steps(run_dir)
+    if not done:
+        raise FileNotFoundError(f"no checkpoint in {run_dir}: the run has not started")
+    metrics = load_metrics(run_dir)
+    metrics = metrics[metrics["step"] <= done[-1]]
+    return place_checkpoints(metrics, done, profile.data.rank, profile.checkpoints, profile.checkpoints.place)
 
 
 # --- writing ---------------------------------------------------------------------------------
@@ -137,8 +352,9 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "device", "threads", "compile", "fast"):  # where, how and how long it runs, not what it is
-            d["train"].pop(key)
+        for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast"):
+            d["train"].pop(key, None)  # where, how and how long it runs, not what it is
+        d["checkpoints"].pop("place", None)
         d["checkpoints"].pop("post")
         d["checkpoints"].pop("transition")
         d.pop("notes")

@@ -41,8 +41,8 @@ from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model
-from .runs import (is_complete, load_checkpoint, load_metrics, load_train_state, only_trainer, save_checkpoint,
-                   saved_steps, seed_run_dirs, write_profile)
+from .runs import (convergence_stop, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics, load_train_state,
+                   only_trainer, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
 from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
 from .stacked import forward as stacked_forward
 
@@ -170,6 +170,9 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
 
     stop: called with the metric rows at every log flush; returning True ends the run
     early with a checkpoint (used by the profile sweep to stop soon after the drop).
+    With `train.until: converged` the profile's own rule (`mclib.core.runs.convergence_stop`)
+    is checked the same way, `train.steps` being the cap. When a run ends, `end.json`
+    records why (`mclib.core.runs.run_end`: converged, cap, steps or stopped).
     init_model: start from this model instead of a fresh one (E15: a model with one
     component re-initialised and the rest frozen); its frozen parameters stay frozen,
     also after a resume.
@@ -257,7 +260,29 @@ class _Run:
                         | {self.t.steps})
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
-        self.finished = self.step >= self.t.steps or bool(job.stop is not None and self.rows and job.stop(self.rows))
+        self.rule = convergence_stop(p)
+        reason = self.stop_reason()
+        self.finished = self.step >= self.t.steps or reason is not None
+        if self.finished and self.step:
+            self.record_end(reason)  # a run that ended before end.json existed, or under another until/cap
+
+    def stop_reason(self) -> str | None:
+        """"converged" (the profile's rule), "stopped" (the job's `stop`) or None, on the rows so far."""
+        if not self.rows:
+            return None
+        if self.rule is not None and self.rule(self.rows):
+            return "converged"
+        if self.job.stop is not None and self.job.stop(self.rows):
+            return "stopped"
+        return None
+
+    def record_end(self, reason: str | None) -> None:
+        """Write end.json for the run that ended at this step (`mclib.core.runs.run_end`),
+        unless it already says the same."""
+        rows = [r for r in self.rows if r["step"] <= self.step]
+        end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped")
+        if not ended_at(self.dir, self.step) or run_end(self.dir) != end:
+            write_end(self.dir, end)
 
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device) -> "_Run":
@@ -279,8 +304,8 @@ class _Run:
         d = self.profile.data
         return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], d.dist)
 
-    def flush(self) -> bool:
-        """Move pending losses into rows; True if the run's `stop` says to end it here."""
+    def flush(self) -> str | None:
+        """Move pending losses into rows; why the run ends here ("converged", "stopped"), or None."""
         values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
         first = self.step - len(values) + 1
         for i, v in enumerate(values):
@@ -290,7 +315,7 @@ class _Run:
             self.rows.append(row)
         self.pending.clear()
         self.evals.clear()
-        return self.job.stop is not None and self.job.stop(self.rows)
+        return self.stop_reason()
 
 
 class _ReferenceEngine:
@@ -485,7 +510,8 @@ def _train(jobs: list[Job], progress: bool) -> None:
         for i, r in enumerate(runs):
             if r.step % r.t.log_every and r.step not in r.save_at:
                 continue
-            stopping = r.flush()
+            reason = r.flush()
+            stopping = reason is not None
             if r is lead:
                 bar.update(r.step - bar.n)
                 bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
@@ -493,6 +519,7 @@ def _train(jobs: list[Job], progress: bool) -> None:
                 model, opt = engine.checkpoint(i)
                 save_checkpoint(r.dir, r.step, model, opt, r.gens, r.rows, r.wall)
             if stopping or r.step >= r.t.steps:
+                r.record_end(reason)
                 ended.append(i)
         if ended:
             engine.remove(ended)

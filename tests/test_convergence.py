@@ -1,0 +1,264 @@
+"""The end of training (train.until: converged), where the analysis checkpoints go
+(checkpoints.place: drop) and how long E15's runs train (issue 15, item 4)."""
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mclib.analyses import freezing
+from mclib.core import metrics as metrics_module
+from mclib.core import runs as runs_module
+from mclib.core.config import Checkpoints, ConfigError, profile_from_dict
+from mclib.core.data import copy_baseline_mse
+from mclib.core.metrics import converged, find_drop
+from mclib.core.runs import (END, checkpoint_dir, checkpoint_steps, is_complete, load_metrics, place_checkpoints,
+                             run_end, saved_steps)
+from mclib.core.train import train
+
+PLATEAU = copy_baseline_mse(1)
+
+
+def curve(n: int, drop_at: int | None, final: float = 0.01, tau: float = 300.0, noise: float = 0.0,
+          seed: int = 0) -> pd.DataFrame:
+    """A synthetic metrics.csv of rank 1: L_mask on the copying plateau, then (from
+    drop_at) an exponential fall to `final` with time constant `tau`."""
+    steps = np.arange(1, n + 1)
+    values = np.full(n, PLATEAU)
+    if drop_at is not None:
+        after = steps > drop_at
+        values[after] = final + (PLATEAU - final) * np.exp(-(steps[after] - drop_at) / tau)
+    values = values * (1 + noise * np.random.default_rng(seed).standard_normal(n))
+    return pd.DataFrame({"step": steps, "L_mask": values})
+
+
+# --- the convergence rule -----------------------------------------------------------------
+
+def test_converged_after_the_fall_flattens():
+    m = curve(8000, drop_at=2000, tau=300)
+    drop = find_drop(m, rank=1)
+    step = converged(m, rank=1, patience=500, min_improvement=0.05)
+    assert step is not None and step >= drop + 2 * 500
+    # at that step the last 500 steps improved on the 500 before by less than 5 %, one step earlier not
+    mean = lambda a, b: m[(m.step > a) & (m.step <= b)]["L_mask"].mean()
+    assert mean(step - 500, step) > 0.95 * mean(step - 1000, step - 500)
+    assert not mean(step - 501, step - 1) > 0.95 * mean(step - 1001, step - 501)
+    # the rule is monotone: the same step on a longer curve
+    assert converged(curve(12000, drop_at=2000, tau=300), rank=1, patience=500, min_improvement=0.05) == step
+
+
+def test_not_converged_while_still_improving():
+    m = curve(8000, drop_at=2000, tau=5000)  # still falling ~10 % every 500 steps at the end
+    assert find_drop(m, rank=1) is not None
+    assert converged(m, rank=1, patience=500, min_improvement=0.05) is None
+    assert converged(m, rank=1, patience=500, min_improvement=0.2) is not None  # a looser rule does fire
+
+
+def test_a_plateau_is_never_converged():
+    m = curve(8000, drop_at=None, noise=0.1)  # perfectly flat on average, but no drop
+    assert find_drop(m, rank=1) is None
+    assert converged(m, rank=1, patience=500, min_improvement=0.05) is None
+
+
+def test_both_windows_lie_after_the_drop():
+    # flat right after a fast drop: converged only once 2 x patience steps have passed since the drop
+    m = curve(5000, drop_at=1000, tau=5)
+    drop = find_drop(m, rank=1)
+    assert converged(m, rank=1, patience=1000, min_improvement=0.05) == drop + 2000
+    assert converged(m[m.step < drop + 2000], rank=1, patience=1000, min_improvement=0.05) is None
+
+
+# --- where the analysis checkpoints go ------------------------------------------------------
+
+FIXED = Checkpoints(place="drop", pre=400, transition=[1000, 2000], post=3000)
+
+
+def test_checkpoints_placed_from_the_drop():
+    m = curve(9000, drop_at=4000, tau=400, noise=0.05)
+    drop = find_drop(m, rank=1)
+    saved = list(range(250, 9001, 250))
+    ck = place_checkpoints(m, saved, rank=1, fixed=FIXED)
+    assert ck.place == "drop" and ck.drop == drop and "drop" in ck.note
+    assert ck.pre in saved and ck.pre <= 0.3 * drop and ck.pre > 0.3 * drop - 250   # the latest such step
+    assert ck.post == 9000                                                         # the end of training
+    assert 1 <= len(ck.transition) <= 4 and set(ck.transition) <= set(saved)
+    assert ck.pre < min(ck.transition) and max(ck.transition) < ck.post
+    # around the drop: from where L_mask leaves the plateau to where it is within 2x its final level
+    assert min(ck.transition) <= drop <= max(ck.transition)
+    assert ck.left_plateau <= drop <= ck.near_final
+    smooth = m.set_index("step")["L_mask"].rolling(200, min_periods=1).mean()
+    assert smooth.loc[ck.near_final] <= 2 * smooth.loc[9000] < smooth.loc[ck.near_final - 1]
+    assert min(ck.transition) <= ck.left_plateau and max(ck.transition) >= ck.near_final
+    assert ck.all_steps() == sorted({ck.pre, *ck.transition, ck.post})
+
+
+def test_pre_stays_on_the_plateau():
+    # the model is still learning to copy early on (L_mask far above the plateau): pre skips that
+    m = curve(9000, drop_at=4000, tau=400)
+    m.loc[m.step <= 1300, "L_mask"] = 3 * PLATEAU
+    ck = place_checkpoints(m, list(range(250, 9001, 250)), rank=1, fixed=FIXED)
+    assert ck.pre > 1300 + 200 and abs(m.set_index("step")["L_mask"].loc[ck.pre] / PLATEAU - 1) < 0.1
+
+
+def test_without_a_drop_the_fixed_steps_stand_in():
+    m = curve(2500, drop_at=None)
+    ck = place_checkpoints(m, list(range(250, 2501, 250)), rank=1, fixed=FIXED)
+    assert ck.place == "fixed" and ck.drop is None and "did not drop" in ck.note
+    # the fixed steps, cut to what the run saved: post at most its last step
+    assert (ck.pre, ck.transition, ck.post) == (400, [1000, 2000], 2500)
+    fixed = place_checkpoints(curve(9000, drop_at=4000), list(range(250, 9001, 250)), rank=1,
+                              fixed=FIXED, place="fixed")
+    assert (fixed.place, fixed.pre, fixed.transition, fixed.post) == ("fixed", 400, [1000, 2000], 3000)
+
+
+def test_checkpoint_steps_reads_a_run_folder(smoke_run, smoke_profile):
+    ck = checkpoint_steps(smoke_run)  # smoke: fixed steps, no drop
+    assert ck.place == "fixed" and (ck.pre, ck.transition, ck.post) == (20, [30, 40], 60)
+    assert set(ck.all_steps()) <= set(saved_steps(smoke_run))
+
+
+# --- the profile keys -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("raw, message", [
+    ({"train": {"until": "forever"}}, "train.until = 'forever' is not one of steps, converged"),
+    ({"train": {"patience": 0}}, "train.patience = 0 must be positive"),
+    ({"train": {"min_improvement": 1.5}}, "train.min_improvement = 1.5 is outside [0, 1)"),
+    ({"checkpoints": {"place": "late"}}, "checkpoints.place = 'late' is not one of fixed, drop"),
+])
+def test_bad_end_keys_are_one_line_errors(raw, message):
+    with pytest.raises(ConfigError) as e:
+        profile_from_dict(raw)
+    assert str(e.value) == message
+
+
+def test_a_run_resumes_under_the_rule(tmp_path, smoke_run, smoke_profile):
+    """A folder trained under until: steps may resume under until: converged (how long a
+    run trains is not what it is), and finds itself complete when its cap is reached."""
+    run = tmp_path / "run"
+    shutil.copytree(smoke_run, run)
+    p = smoke_profile.replace(**{"train.until": "converged", "checkpoints.place": "drop"})
+    assert is_complete(p, run)
+    train(p, run, progress=False)
+    assert run_end(run).ended == "cap"  # no drop: the cap (60) ended it
+
+
+# --- a real tiny run that ends by the rule ------------------------------------------------------
+
+@pytest.fixture
+def fake_drop(monkeypatch):
+    """The smoke model never drops in seconds: let find_drop call step 5 the drop, so that
+    the rule (both windows after the drop, L_mask flat within min_improvement) can fire."""
+    fake = lambda metrics, rank=2, **kw: 5 if len(metrics) and metrics["step"].max() >= 5 else None
+    monkeypatch.setattr(metrics_module, "find_drop", fake)
+    monkeypatch.setattr(runs_module, "find_drop", fake)
+
+
+@pytest.fixture
+def until(smoke_profile):
+    return smoke_profile.replace(**{"train.until": "converged", "train.steps": 200, "train.patience": 10,
+                                    "train.min_improvement": 0.3, "train.save_every": 10, "train.log_every": 5,
+                                    "train.eval_every": 5})
+
+
+def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_drop, until):
+    run = train(until, tmp_path / "run", progress=False)
+    m = load_metrics(run)
+    rule = converged(m, rank=until.data.rank, patience=10, min_improvement=0.3)
+    end = saved_steps(run)[-1]
+    assert rule is not None and end < 200                     # the rule ended it before the cap
+    assert end == -(-rule // 5) * 5 and m["step"].max() == end   # at the first log flush at or after it
+    assert json.loads((run / END).read_text())["ended"] == "converged"
+    assert run_end(run).ended == "converged" and run_end(run).step == end
+    assert is_complete(until, run)
+    before = (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns
+    train(until, run, progress=False)                           # resuming a converged run returns at once
+    assert (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns == before
+    assert saved_steps(run)[-1] == end and load_metrics(run)["step"].max() == end
+    # derived without end.json: the same answer
+    (run / END).unlink()
+    assert run_end(run).ended == "converged"
+
+
+def test_a_killed_run_resumes_to_the_same_end(tmp_path, fake_drop, until):
+    whole = train(until, tmp_path / "whole", progress=False)
+    end = saved_steps(whole)[-1]
+
+    class Killed(Exception):
+        pass
+
+    assert end > 10  # a checkpoint (every 10 steps) before the end to resume from
+
+    def kill(rows):  # the last log flush before the end (flushes every 5 steps)
+        if rows[-1]["step"] >= end - 5:
+            raise Killed
+        return False
+    with pytest.raises(Killed):
+        train(until, tmp_path / "killed", progress=False, stop=kill)
+    assert saved_steps(tmp_path / "killed")[-1] < end and not (tmp_path / "killed" / END).exists()
+    train(until, tmp_path / "killed", progress=False)
+    assert saved_steps(tmp_path / "killed")[-1] == end and run_end(tmp_path / "killed").ended == "converged"
+    cols = ["step", "L", "L_obs", "L_mask"]
+    pd.testing.assert_frame_equal(load_metrics(whole)[cols], load_metrics(tmp_path / "killed")[cols],
+                                  check_exact=True)
+
+
+def test_the_cap_and_a_callers_stop_are_recorded(tmp_path, smoke_profile):
+    p = smoke_profile.replace(**{"train.until": "converged", "train.steps": 20, "checkpoints.transition": [20],
+                                 "checkpoints.post": 20})
+    assert run_end(train(p, tmp_path / "cap", progress=False)).ended == "cap"  # no drop: the cap
+    assert run_end(train(p.replace(**{"train.until": "steps"}), tmp_path / "steps", progress=False)).ended == "steps"
+    stopped = train(p, tmp_path / "stopped", progress=False, stop=lambda rows: rows[-1]["step"] >= 10)
+    assert run_end(stopped).ended == "stopped" and run_end(stopped).step == 10
+
+
+# --- E15: until the run drops, or reaches the main run's drop step ------------------------------
+
+def test_freeze_steps_is_the_main_drop_capped(smoke_profile):
+    cfg = smoke_profile.replace(**{"analysis.freeze_steps": 20})
+    assert freezing.freeze_steps(cfg, None) == 20      # main run without a drop: the cap
+    assert freezing.freeze_steps(cfg, 12) == 12        # the main run's drop step
+    assert freezing.freeze_steps(cfg, 500) == 20       # the cap first
+    p = freezing.freeze_profile(cfg, "mlp", 12)
+    assert p.train.steps == 12 and p.train.until == "steps" and p.checkpoints.place == "fixed"
+
+
+@pytest.mark.parametrize("drop_at, n, main, cap, ended, text", [
+    (300, 400, 5000, 8000, "dropped", "dropped at step "),
+    (None, 5000, 5000, 8000, "main drop", "reached the main run's drop step 5,000 without dropping"),
+    (None, 3000, 5000, 3000, "cap", "reached the cap of 3,000 steps without dropping (the main run dropped at step 5,000)"),
+    (None, 3000, None, 3000, "cap", "reached the cap of 3,000 steps without dropping (the main run did not drop)"),
+    (None, 1000, 5000, 8000, "unfinished", "unfinished after 1,000 steps"),
+])
+def test_freeze_end_on_synthetic_curves(drop_at, n, main, cap, ended, text):
+    m = curve(n, drop_at=drop_at, tau=20)
+    e = freezing.freeze_end("attention", m, rank=1, main=main, cap=cap)
+    assert e.ended == ended and e.text.startswith(text)
+    if ended == "dropped":
+        assert e.drop == find_drop(m, rank=1) and e.text == f"dropped at step {e.drop:,}"
+
+
+def test_an_e15_run_stops_at_the_main_drop_step(tmp_path, smoke_run, smoke_profile, monkeypatch):
+    """The smoke run does not drop: pretend its drop was at step 6; the E15 runs then
+    train 6 steps (cap 20) and read back as "reached the main run's drop step 6"."""
+    run = shutil.copytree(smoke_run, tmp_path / "run")
+    cfg = smoke_profile.replace(**{"analysis.freeze_steps": 20, "train.log_every": 2, "train.save_every": 4})
+    monkeypatch.setattr(freezing, "main_drop", lambda cfg, run_dir: 6)
+    folder = freezing.freeze_run(cfg, run, "token")
+    assert saved_steps(folder)[-1] == 6 and load_metrics(folder)["step"].max() == 6
+    assert freezing.pending_groups(cfg, run, ("token",)) == []
+    ends = freezing.freeze_ends(cfg, run, ("token", "mlp"))
+    assert ends["token"].ended == "main drop" and ends["token"].text.endswith("drop step 6 without dropping")
+    assert ends["mlp"].ended == "unfinished"
+
+
+def test_an_e15_run_stops_at_its_own_drop(tmp_path, smoke_run, smoke_profile, monkeypatch):
+    """freeze_run passes the drop stop: with find_drop calling step 5 the drop, the run
+    ends at the first flush at or after it, not at its 20 steps."""
+    run = shutil.copytree(smoke_run, tmp_path / "run")
+    cfg = smoke_profile.replace(**{"analysis.freeze_steps": 20, "train.log_every": 2, "train.save_every": 4})
+    # only the E15 run's stop (mclib.core.train.stop_after_drop) sees the fake; the main run's drop stays None
+    monkeypatch.setattr("mclib.core.train.find_drop", lambda m, rank=2, **kw: 5 if m["step"].max() >= 5 else None)
+    out = freezing.freeze_run(cfg, run, "mlp")
+    assert saved_steps(out)[-1] == 6  # the first flush (every 2 steps) at or after step 5
+    assert json.loads((out / END).read_text())["ended"] == "stopped"
