@@ -12,7 +12,7 @@ from mclib.core.runs import run_profile
 
 run = sys.argv[1]
 profile = run_profile(run)
-df = attention_progress(run, profile)
+df = attention_progress(run, profile.data)
 summary = df.groupby("step")[["row_excess", "column_excess", "self_excess"]].max()
 print(f"{run}: largest excess over any head, per checkpoint")
 print(summary.round(3).to_string())

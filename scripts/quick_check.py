@@ -26,7 +26,7 @@ def main():
     pre, post = load_checkpoint(run, cp.pre), load_checkpoint(run, cp.post)
     layers, heads = profile.model.layers, profile.model.heads
     every_head = {(l, h) for l in range(layers) for h in range(heads)}
-    ev = lambda m, **kw: evaluate(m, profile, args.n, args.seed, **kw)
+    ev = lambda m, **kw: evaluate(m, profile.data, args.n, args.seed, **kw)
 
     rows = []
     for name, model in [("pre", pre), ("post", post)]:
@@ -47,7 +47,7 @@ def main():
     for eid, what, r, p_obs, p_mask in rows:
         print(f"{eid:4} {what:38} {fmt(r['L_obs'], 9)} {fmt(p_obs, 9)} {fmt(r['L_mask'], 8)} {fmt(p_mask, 8)}")
     for layers_ in ("all", "last"):
-        r = activation_patching(post, profile, args.n, args.seed, layers_)
+        r = activation_patching(post, profile.data, args.n, args.seed, layers_)
         print(f"E8   patch X -> -X ({layers_} layers): masked MSE to X {r['masked_vs_X']:.3g} "
               f"(paper {PAPER[('E8', 'masked MSE to X')]}), to -X {r['masked_vs_negX']:.3g} "
               f"(paper {PAPER[('E8', 'masked MSE to -X')]}); observed to X {r['observed_vs_X']:.3g}, "

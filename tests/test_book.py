@@ -10,6 +10,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+
+from mclib.core import paper
 import yaml
 
 from mclib.book import runner as book, scorecard
@@ -53,7 +55,7 @@ def test_templates_follow_the_toc_and_have_no_outputs():
 
 
 def test_paper_profile_on_cpu_warns(tmp_path, capsys):
-    book._warn_if_slow(load_profile(profile_path("paper")), "cpu", tmp_path)
+    book._warn_if_slow(paper.profile(), "cpu", tmp_path)
     assert "days" in capsys.readouterr().err
     book._warn_if_slow(load_profile(profile_path("smoke")), "cpu", tmp_path)
     assert capsys.readouterr().err == ""

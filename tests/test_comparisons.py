@@ -1,9 +1,11 @@
 import numpy as np
 import pytest
+
+from mclib.core import paper
 import torch
 
 from mclib.book import comparisons as C
-from mclib.core.data import sample_matrices
+from mclib.core.data import sample_matrices, copy_level
 from mclib.analyses.evaluate import sample_eval_batch
 from mclib.core.runs import load_checkpoint
 
@@ -36,13 +38,13 @@ def test_copy_level_is_the_mean_square():
     g = torch.Generator().manual_seed(0)
     for dist in ("uniform", "gaussian", "laplace"):
         x = sample_matrices(20_000, 7, 2, g, dist)
-        assert (x ** 2).mean().item() == pytest.approx(C.copy_level(dist, 2), rel=0.03), dist
+        assert (x ** 2).mean().item() == pytest.approx(copy_level(2, dist), rel=0.03), dist
     with pytest.raises(ValueError, match="'random'"):
-        C.copy_level("random", 2)
+        copy_level(2, "random")
 
 
 def test_sweep_uses_the_same_matrices_and_nested_masks(post, smoke_profile):
-    table = C.nuclear_sweep(post, smoke_profile, [0.2, 0.4], 6, seed=0)
+    table = C.nuclear_sweep(post, smoke_profile.data, [0.2, 0.4], 6, seed=0)
     assert table[["p_mask", "method"]].values.tolist() == [[p, m] for p in (0.2, 0.4)
                                                            for m in ("BERT", "nuclear norm", "truth")]
     solver = table[table.method == "nuclear norm"]
@@ -54,27 +56,27 @@ def test_sweep_uses_the_same_matrices_and_nested_masks(post, smoke_profile):
 
 
 def test_regularised_ood_and_classical_tables(post, smoke_profile):
-    reg = C.regularised_table(smoke_profile, [5e-4, 5e-3], 6, seed=0, model=post)
+    reg = C.regularised_table(smoke_profile.data, [5e-4, 5e-3], 6, seed=0, model=post)
     assert reg["method"].tolist() == ["λ = 0.0005", "λ = 0.005", "BERT"]
     assert reg["L_obs"].iloc[0] < reg["L_obs"].iloc[1]          # a larger λ fits the observed entries less
-    ood = C.ood_table(post, smoke_profile, 6, seed=0, solver_matrices=4)
+    ood = C.ood_table(post, smoke_profile.data, 6, seed=0, solver_matrices=4)
     assert ood[["dist", "method", "matrices"]].values.tolist() == [[d, m, k] for d in ("uniform", "gaussian", "laplace")
                                                                    for m, k in (("BERT", 6), ("nuclear norm", 4))]
-    assert len(C.ood_table(post, smoke_profile, 6, seed=0, dists=["laplace"], solver_matrices=0)) == 1
+    assert len(C.ood_table(post, smoke_profile.data, 6, seed=0, dists=["laplace"], solver_matrices=0)) == 1
     assert np.allclose(ood["L_mask_rel"], ood["L_mask"] / ood["copy_level"])
     assert (ood[ood.dist == "uniform"]["outside"] == 0).all()
-    sweep = C.nuclear_sweep(post, smoke_profile, [smoke_profile.data.p_mask], 6, seed=0)
-    table, per = C.classical_table(post, smoke_profile, 6, seed=0)  # the nuclear norm of the sweep, remembered
+    sweep = C.nuclear_sweep(post, smoke_profile.data, [smoke_profile.data.p_mask], 6, seed=0)
+    table, per = C.classical_table(post, smoke_profile.data, 6, seed=0)  # the nuclear norm of the sweep, remembered
     assert table.set_index("method").loc["nuclear norm", "L"] == sweep.set_index("method").loc["nuclear norm", "L"]
     assert table["method"].tolist() == ["BERT", "nuclear norm", "soft-impute, rank 2", "ALS, rank 2"] == list(per)
     assert all(len(v) <= 6 for v in per.values())
 
 
 def test_paper_task_is_the_paper_profile_s_data():
-    task = C.paper_task()
+    task = paper.task()
     assert (task.n, task.rank, task.p_mask, task.dist) == (7, 2, 0.3, "uniform")
     task.n = 5  # a fresh copy each call: a caller cannot change the next one's task
-    assert C.paper_task().n == 7
+    assert paper.task().n == 7
 
 
 def test_median_se_is_the_normal_theory_error():
@@ -112,7 +114,7 @@ def test_value_plus_minus_error_text():
 
 
 def test_solvers_alone_on_the_paper_s_task(post):
-    task = C.paper_task()
+    task = paper.task()
     sweep = C.nuclear_sweep(None, task, [0.2, 0.3], 4, seed=0)
     assert sweep["method"].tolist() == ["nuclear norm", "truth"] * 2
     table, per = C.classical_table(None, task, 4, seed=0)
@@ -129,7 +131,7 @@ def test_solvers_alone_on_the_paper_s_task(post):
 
 
 def test_bert_rows_of_the_sweep_carry_the_paired_difference(post, smoke_profile):
-    table = C.nuclear_sweep(post, smoke_profile, [0.3], 6, seed=0).set_index("method")
+    table = C.nuclear_sweep(post, smoke_profile.data, [0.3], 6, seed=0).set_index("method")
     assert table.loc["BERT", "d_L"] == pytest.approx(table.loc["BERT", "L"] - table.loc["nuclear norm", "L"])
     assert np.isnan(table.loc["nuclear norm", "d_L"])
 
@@ -139,7 +141,7 @@ def test_e17_reproduces_the_paper_s_l_obs_on_its_task():
     # matrices) agree to 2 significant figures. A wrong λ scaling (e.g. without the 1/|Ω|) fails.
     from mclib.core.paper import PAPER_E17
 
-    reg = C.regularised_table(C.paper_task(), list(PAPER_E17), 64, seed=0)
+    reg = C.regularised_table(paper.task(), list(PAPER_E17), 64, seed=0)
     t = C.e17_beside_paper(reg)
     assert t["quantity"].tolist() == ["L_obs", "L_mask", "L"] * 5
     obs = t[t["quantity"] == "L_obs"]

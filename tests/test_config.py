@@ -4,6 +4,8 @@ from dataclasses import fields
 
 import pytest
 
+from mclib.core import paper
+
 from mclib.core.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
                           deviations, load_profile, profile_from_dict, profile_path)
 
@@ -24,7 +26,7 @@ def test_shipped_profiles_load(name):
 
 
 def test_paper_profile_is_the_paper():
-    p = load_profile(profile_path("paper"))
+    p = paper.profile()
     assert (p.model.layers, p.model.heads, p.model.hidden, p.model.intermediate) == (4, 8, 768, 3072)
     assert (p.train.lr, p.train.batch, p.train.steps, p.train.warmup) == (1e-4, 256, 50_000, 0)
     assert p.train.precision == "fp32"
@@ -88,11 +90,11 @@ def test_compile_is_off_by_default_and_validated():
 
 
 def test_deviations_name_recipe_keys_only():
-    paper = load_profile(profile_path("paper"))
-    assert deviations(paper, paper) == []
-    other = paper.replace(**{"data.n": 5, "train.lr": 1e-3, "train.threads": 1, "train.log_every": 7,
+    theirs = paper.profile()
+    assert deviations(theirs, theirs) == []
+    other = theirs.replace(**{"data.n": 5, "train.lr": 1e-3, "train.threads": 1, "train.log_every": 7,
                              "checkpoints.pre": 10})
-    assert deviations(other, paper) == [{"key": "data.n", "profile": 5, "paper": 7},
+    assert deviations(other, theirs) == [{"key": "data.n", "profile": 5, "paper": 7},
                                         {"key": "train.lr", "profile": 1e-3, "paper": 1e-4}]
 
 

@@ -11,13 +11,13 @@ from mclib.analyses import freezing
 from mclib.core import metrics as metrics_module
 from mclib.core import runs as runs_module
 from mclib.core.config import Checkpoints, ConfigError, profile_from_dict
-from mclib.core.data import copy_baseline_mse
+from mclib.core.data import copy_level
 from mclib.core.metrics import converged, find_drop
 from mclib.core.runs import (END, checkpoint_dir, checkpoint_steps, is_complete, load_metrics, place_checkpoints,
                              run_end, saved_steps)
 from mclib.core.train import train
 
-PLATEAU = copy_baseline_mse(1)
+PLATEAU = copy_level(1)
 
 
 def curve(n: int, drop_at: int | None, final: float = 0.01, tau: float = 300.0, noise: float = 0.0,

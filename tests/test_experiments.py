@@ -25,24 +25,24 @@ def test_head_name_is_one_indexed_and_all_heads_covers_the_model(post):
 
 
 def test_copy_check_rows_and_l_prime_mask(post, smoke_profile):
-    table = ex.copy_check(post, smoke_profile, 16, seed=3)
+    table = ex.copy_check(post, smoke_profile.data, 16, seed=3)
     assert list(zip(table.matrices, table.token)) == [(m, t) for m in ("low-rank", "random") for t in ("MASK", "0.44", "-0.24")]
-    batch = sample_eval_batch(smoke_profile, 16, 3)
+    batch = sample_eval_batch(smoke_profile.data, 16, 3)
     pred = predict(post, batch)
     row = table.iloc[0]  # low-rank, MASK: the plain evaluation, and L'_mask = mean X̂² at masked entries
-    assert row["L_mask"] == pytest.approx(evaluate(post, smoke_profile, 16, 3)["L_mask"])
+    assert row["L_mask"] == pytest.approx(evaluate(post, smoke_profile.data, 16, 3)["L_mask"])
     assert row["L'_mask"] == pytest.approx((pred[batch.mask] ** 2).mean().item(), rel=1e-5)
-    filled = sample_eval_batch(smoke_profile, 16, 3, fill_value=0.44)
+    filled = sample_eval_batch(smoke_profile.data, 16, 3, fill_value=0.44)
     assert table.iloc[1]["L'_mask"] == pytest.approx(((predict(post, filled)[filled.mask] - 0.44) ** 2).mean().item(), rel=1e-5)
 
 
 def test_ablation_table_compares_on_one_batch(post, smoke_profile):
     heads = ex.all_heads(post)
-    table = ex.ablation_table(post, smoke_profile, 16, 0, {"all": heads, "empty": [], "one": [heads[0]]})
+    table = ex.ablation_table(post, smoke_profile.data, 16, 0, {"all": heads, "empty": [], "one": [heads[0]]})
     assert list(zip(table.ablated, table.reading)) == [("none", "—"), ("all", "uniform"), ("all", "batch_mean"),
                                                        ("one", "uniform"), ("one", "batch_mean")]
-    assert table.iloc[0]["L"] == pytest.approx(evaluate(post, smoke_profile, 16, 0)["L"])
-    hooked = evaluate(post, smoke_profile, 16, 0, hooks=lambda h: h.ablate(heads, mode="batch_mean"))
+    assert table.iloc[0]["L"] == pytest.approx(evaluate(post, smoke_profile.data, 16, 0)["L"])
+    hooked = evaluate(post, smoke_profile.data, 16, 0, hooks=lambda h: h.ablate(heads, mode="batch_mean"))
     assert ex.lookup(table, "L_mask", ablated="all", reading="batch_mean") == pytest.approx(hooked["L_mask"])
     assert ex.lookup(table, "heads", ablated="one", reading="uniform") == 1
     assert math.isnan(ex.lookup(table, "L", ablated="empty"))
@@ -52,9 +52,9 @@ def test_ablation_table_compares_on_one_batch(post, smoke_profile):
 
 def test_model_table_and_patching_table(post, smoke_run, smoke_profile):
     pre = load_checkpoint(smoke_run, smoke_profile.checkpoints.pre)
-    table = ex.model_table({"post": post, "pre": pre}, smoke_profile, 16, 0).set_index("model")
+    table = ex.model_table({"post": post, "pre": pre}, smoke_profile.data, 16, 0).set_index("model")
     assert list(table.index) == ["post", "pre"]
-    batch = sample_eval_batch(smoke_profile, 16, 0)
+    batch = sample_eval_batch(smoke_profile.data, 16, 0)
     for name, model in (("post", post), ("pre", pre)):  # each row: that model's losses on the one batch, by hand
         with torch.no_grad():
             err = (model.eval()(batch.tokens).view(16, N, N) - batch.x) ** 2
@@ -62,13 +62,13 @@ def test_model_table_and_patching_table(post, smoke_run, smoke_profile):
         assert table.at[name, "L_obs"] == pytest.approx(err[~batch.mask].mean().item(), rel=1e-5)
         assert table.at[name, "L"] == pytest.approx(err.mean().item(), rel=1e-5)
     assert table.at["post", "L"] != table.at["pre", "L"]
-    patch = ex.patching_table(post, smoke_profile, 8, 0)
+    patch = ex.patching_table(post, smoke_profile.data, 8, 0)
     assert list(patch.patched) == ["none", "last layer", "all layers"]
-    assert patch.iloc[0]["masked_vs_X"] == pytest.approx(activation_patching(post, smoke_profile, 8, 0, layers=[])["masked_vs_X"])
+    assert patch.iloc[0]["masked_vs_X"] == pytest.approx(activation_patching(post, smoke_profile.data, 8, 0, layers=[])["masked_vs_X"])
 
 
 def test_checkpoint_maps_are_batch_mean_probabilities(smoke_run, smoke_profile):
-    batch = sample_eval_batch(smoke_profile, 4, 0)
+    batch = sample_eval_batch(smoke_profile.data, 4, 0)
     steps = smoke_profile.checkpoints.all_steps()[:2]
     maps = ex.checkpoint_maps(smoke_run, steps, batch)
     m = smoke_profile.model
@@ -126,7 +126,7 @@ def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_ru
     assert table.at["b", "L_mask_drop+2"] == pytest.approx((22 * 0.22 + 28 * 0.01) / 50)  # steps 9-58
     assert math.isnan(table.at["b", "L_mask_drop+10"])  # past the run's end
     # the last checkpoints on the same fresh matrices, in fp32: equal weights, equal losses
-    expected = evaluate(load_checkpoint(smoke_run, 60), smoke_profile, 64, seed=3)["L_mask"]
+    expected = evaluate(load_checkpoint(smoke_run, 60), smoke_profile.data, 64, seed=3)["L_mask"]
     assert table.at["a", "checkpoint_L_mask_fp32"] == table.at["b", "checkpoint_L_mask_fp32"] == expected
     # bf16 autocast: the same model, a less precise forward pass: close, not equal
     assert table.at["a", "checkpoint_L_mask_bf16"] == pytest.approx(expected, rel=0.05)

@@ -1,4 +1,6 @@
 import pytest
+
+from mclib.core import paper
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -43,5 +45,5 @@ def test_authors_step_is_a_step_and_two_forward_passes_by_the_flop_counter(smoke
 
 
 def test_paper_step_is_about_2_tflop():
-    cfg = load_profile(profile_path("paper")).model
+    cfg = paper.profile().model
     assert train_step_flops(cfg, 7, 256) == pytest.approx(2.15e12, rel=0.01)

@@ -154,12 +154,12 @@ def test_reinit_model_trains_with_the_training_loop(tmp_path, post, smoke_profil
 
 def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     post.train()
-    a = evaluate(post, smoke_profile, 64, seed=5)
+    a = evaluate(post, smoke_profile.data, 64, seed=5)
     assert post.training
-    assert a == evaluate(post, smoke_profile, 64, seed=5)
-    assert a != evaluate(post, smoke_profile, 64, seed=6)
+    assert a == evaluate(post, smoke_profile.data, 64, seed=5)
+    assert a != evaluate(post, smoke_profile.data, 64, seed=6)
     assert set(a) == {"L", "L_obs", "L_mask", "mask_value"}
-    e2 = evaluate(post, smoke_profile, 64, seed=5, fill_value=0.44, dist="random")
+    e2 = evaluate(post, smoke_profile.data, 64, seed=5, fill_value=0.44, dist="random")
     assert set(e2) == {"L", "L_obs", "L_mask", "mask_value", "L'_mask"}
     fixed = torch.zeros(7, 7, dtype=torch.bool)
     fixed[3] = True
@@ -169,28 +169,28 @@ def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     t[:, 3] = MASK_ID
     with torch.no_grad():
         by_hand = ((post.eval()(t.flatten(1)).view(8, 7, 7)[:, 3] - x[:, 3]) ** 2).mean().item()
-    assert evaluate(post, smoke_profile, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(by_hand, rel=1e-5)
+    assert evaluate(post, smoke_profile.data, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(by_hand, rel=1e-5)
     with pytest.raises(ValueError, match="mask has shape"):
-        evaluate(post, smoke_profile, 8, seed=5, mask=torch.zeros(6, 6, dtype=torch.bool))
+        evaluate(post, smoke_profile.data, 8, seed=5, mask=torch.zeros(6, 6, dtype=torch.bool))
 
 
 def test_evaluate_with_hooks_ablates_on_the_same_batch(post, smoke_profile):
     all_heads = {(l, h) for l in range(2) for h in range(2)}
-    plain = evaluate(post, smoke_profile, 64, seed=0)
-    ablated = evaluate(post, smoke_profile, 64, seed=0, hooks=lambda h: h.ablate(all_heads, "uniform"))
-    nothing = evaluate(post, smoke_profile, 64, seed=0, hooks=lambda h: None)
+    plain = evaluate(post, smoke_profile.data, 64, seed=0)
+    ablated = evaluate(post, smoke_profile.data, 64, seed=0, hooks=lambda h: h.ablate(all_heads, "uniform"))
+    nothing = evaluate(post, smoke_profile.data, 64, seed=0, hooks=lambda h: None)
     assert ablated != plain and nothing == pytest.approx(plain, rel=1e-5)
     assert post.config._attn_implementation == "sdpa"
 
 
 def test_patching_no_layer_is_the_plain_minus_x_run(post, smoke_profile):
-    none = activation_patching(post, smoke_profile, 32, seed=0, layers=[])
-    clean = sample_eval_batch(smoke_profile, 32, seed=0)
+    none = activation_patching(post, smoke_profile.data, 32, seed=0, layers=[])
+    clean = sample_eval_batch(smoke_profile.data, 32, seed=0)
     minus = make_batch(-clean.x, clean.mask)
     plain = losses(predict(post, minus), minus.x, minus.mask)
     assert none["masked_vs_negX"] == pytest.approx(plain["L_mask"].item(), rel=1e-5)
     assert none["observed_vs_negX"] == pytest.approx(plain["L_obs"].item(), rel=1e-5)
-    last, every = (activation_patching(post, smoke_profile, 32, seed=0, layers=k) for k in ("last", "all"))
+    last, every = (activation_patching(post, smoke_profile.data, 32, seed=0, layers=k) for k in ("last", "all"))
     assert last != none and every != last
     with pytest.raises(ValueError, match="'first'"):
-        activation_patching(post, smoke_profile, 32, seed=0, layers="first")
+        activation_patching(post, smoke_profile.data, 32, seed=0, layers="first")

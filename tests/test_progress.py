@@ -20,7 +20,7 @@ MEASURES = ["max_row_excess", "max_column_excess", "attention_entropy", "column_
 
 @pytest.mark.slow
 def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
-    g = progress.gradient_norms(smoke_run, smoke_profile, n_matrices=16, seed=3)
+    g = progress.gradient_norms(smoke_run, smoke_profile.data, n_matrices=16, seed=3)
     steps = saved_steps(smoke_run)
     assert list(g.columns) == ["step", "group", "grad_norm"]
     assert sorted(g["step"].unique()) == steps
@@ -30,7 +30,7 @@ def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
     # the groups partition the gradient: their squares add up to the total
     assert np.allclose((wide[list(progress.GROUP_ORDER)] ** 2).sum(axis=1), wide["total"] ** 2, rtol=1e-9)
     # and the total is the plain gradient norm of L over every trainable parameter
-    batch = sample_eval_batch(smoke_profile, 16, 3)
+    batch = sample_eval_batch(smoke_profile.data, 16, 3)
     model = load_checkpoint(smoke_run, steps[-1])
     params = [p for p in model.parameters() if p.requires_grad]
     loss = losses(model(batch.tokens).view_as(batch.x), batch.x, batch.mask)["L"]
@@ -40,7 +40,7 @@ def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
 
 @pytest.mark.slow
 def test_progress_table_on_the_smoke_run(smoke_run, smoke_profile):
-    table = progress.progress_table(smoke_run, smoke_profile, n_matrices=16)
+    table = progress.progress_table(smoke_run, smoke_profile.data, n_matrices=16)
     assert list(table.columns) == ["step"] + MEASURES
     assert table["step"].tolist() == saved_steps(smoke_run)
     assert table[MEASURES].notna().all().all()

@@ -4,6 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mclib.core import paper
+
 from mclib.book import comparisons as C
 from mclib.book import scorecard
 from mclib.analyses.interventions import GROUPS
@@ -85,11 +87,11 @@ def test_freeze_sentences(tmp_path):
 @pytest.fixture(scope="module")
 def tables(smoke_run, smoke_profile):
     post = load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
-    sweep = C.nuclear_sweep(post, smoke_profile, [0.2, 0.3], 6, seed=0)
-    task = C.paper_task()
+    sweep = C.nuclear_sweep(post, smoke_profile.data, [0.2, 0.3], 6, seed=0)
+    task = paper.task()
     reg = C.regularised_table(task, list(PAPER_E17), 6, seed=0)
-    ood = C.ood_table(post, smoke_profile, 6, seed=0, solver_matrices=2)
-    classical, _ = C.classical_table(post, smoke_profile, 6, seed=0)
+    ood = C.ood_table(post, smoke_profile.data, 6, seed=0, solver_matrices=2)
+    classical, _ = C.classical_table(post, smoke_profile.data, 6, seed=0)
     solver_sweep = C.nuclear_sweep(None, task, [0.2, 0.3], 6, seed=0)
     solvers, _ = C.classical_table(None, task, 6, seed=0)
     return sweep, reg, ood, classical, solver_sweep, solvers, task
@@ -201,21 +203,21 @@ def model_tables(smoke_run, smoke_profile):
 
     ck = smoke_profile.checkpoints
     post, pre = load_checkpoint(smoke_run, ck.post), load_checkpoint(smoke_run, ck.pre)
-    e2 = ex.copy_check(pre, smoke_profile, 8, 0)
-    e3 = ex.ablation_table(pre, smoke_profile, 8, 0, {"all heads": ex.all_heads(pre)})
-    e6 = ex.model_table({"pre with post's QKV": switch_qkv(pre, post)}, smoke_profile, 8, 0)
-    batch = sample_eval_batch(smoke_profile, 8, 0)
+    e2 = ex.copy_check(pre, smoke_profile.data, 8, 0)
+    e3 = ex.ablation_table(pre, smoke_profile.data, 8, 0, {"all heads": ex.all_heads(pre)})
+    e6 = ex.model_table({"pre with post's QKV": switch_qkv(pre, post)}, smoke_profile.data, 8, 0)
+    batch = sample_eval_batch(smoke_profile.data, 8, 0)
     scores = head_scores(capture_probs(post, batch), batch.mask, batch.n)
     labels = classify_heads(scores)
     groups = head_groups(labels)
     from mclib.analyses.heads import LABELS
-    abl = ex.ablation_table(post, smoke_profile, 8, 0, {"all heads": ex.all_heads(post),
+    abl = ex.ablation_table(post, smoke_profile.data, 8, 0, {"all heads": ex.all_heads(post),
                                                         **{f"{l} heads": groups[l] for l in LABELS}})
     e67 = ex.model_table({"post": post, "post with pre's QKV (E6)": switch_qkv(post, pre),
                           **{f"positions permuted (E7), permutation {s}": permute_positions(post, s) for s in (0, 1)}},
-                         smoke_profile, 8, 0)
+                         smoke_profile.data, 8, 0)
     perm = e67[e67.model.str.startswith("positions permuted")]
-    e8 = ex.patching_table(post, smoke_profile, 8, 0)
+    e8 = ex.patching_table(post, smoke_profile.data, 8, 0)
     fit, test = probe_sets(post, smoke_profile.data, 16, 8, seed=0)
     return dict(e2=e2, e3=e3, e6=e6, abl=abl, e67=e67, perm=perm, e8=e8, groups=groups, scores=scores,
                 probes=probe_layers(fit, test))

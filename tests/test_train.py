@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+
+from mclib.core import paper
 import torch
 
 from mclib.core.config import ConfigError
@@ -14,7 +16,7 @@ from mclib.core.data import sample_batch
 from mclib.core.metrics import LOSS_NAMES, find_drop
 from mclib.core.model import build_model
 from mclib.core import train as train_module
-from mclib.core.data import copy_baseline_mse
+from mclib.core.data import copy_level
 from mclib.core.metrics import window_mean
 from mclib.core.train import make_optimizer, parallel_runs, stop_after_drop, train, train_seeds, train_step
 from mclib.core.runs import (checkpoint_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
@@ -127,8 +129,7 @@ def test_autocast_names_an_unknown_precision():
 
 @pytest.mark.slow
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
-    from mclib.core.config import load_profile, profile_path
-    p = load_profile(profile_path("paper")).replace(**{
+    p = paper.profile().replace(**{
         "train.steps": 2, "train.batch": 4, "train.eval_every": 1, "train.eval_batch": 4,
         "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 2})
     m = load_metrics(train(p, tmp_path, progress=False))
@@ -198,7 +199,7 @@ def test_optimiser_levers(tmp_path, smoke_profile):
 
 
 def test_stop_after_drop_counts_from_the_drop():
-    plateau = copy_baseline_mse(1)
+    plateau = copy_level(1)
     rows = [{"step": s, "L_mask": plateau if s <= 100 else 0.0} for s in range(1, 301)]
     drop = find_drop(pd.DataFrame(rows), rank=1)
     assert 100 < drop <= 150

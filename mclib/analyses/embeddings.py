@@ -25,6 +25,7 @@ from sklearn.manifold import TSNE
 from sklearn.metrics import silhouette_score
 
 from ..core.data import tokenize
+from ..core.model import matrix_n
 from ..core.runs import load_checkpoint, saved_steps
 
 VALUE_LO, VALUE_HI = -1.5, 1.5
@@ -131,16 +132,10 @@ def component_tracks(proj: np.ndarray, values: np.ndarray) -> pd.DataFrame:
 
 # ---- position embeddings (E14) ---------------------------------------------------
 
-def _matrix_n(model, n: int | None) -> int:
-    n = n or getattr(model.config, "matrix_n", None)
-    if n is None:
-        raise ValueError("the model config has no matrix_n: pass n")
-    return n
-
 
 def position_rows(model, n: int | None = None) -> np.ndarray:
     """`[n², hidden]`: the first n² rows of the position table (the positions used)."""
-    n = _matrix_n(model, n)
+    n = n or matrix_n(model)
     table = model.bert.embeddings.position_embeddings.weight.detach().cpu()
     if table.shape[0] < n * n:
         raise ValueError(f"n = {n} needs {n * n} positions, the table has {table.shape[0]}")
@@ -210,7 +205,7 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
     out = []
     for step in steps:
         model = load_checkpoint(run_dir, step)
-        n = _matrix_n(model, None)
+        n = matrix_n(model)
         pos = position_rows(model, n)
         norms = np.linalg.norm(pos, axis=1)
         tok = token_rows(model, lo, hi)

@@ -1,10 +1,10 @@
 """Evaluation on fresh matrices: every table of the book is one call.
 
-    evaluate(model, profile, 256, seed=0)                                # L, L_obs, L_mask, mask_value
-    evaluate(model, profile, 512, seed=0, fill_value=0.44)               # + L'_mask (E2)
-    evaluate(model, profile, 256, seed=0,
+    evaluate(model, profile.data, 256, seed=0)                                # L, L_obs, L_mask, mask_value
+    evaluate(model, profile.data, 512, seed=0, fill_value=0.44)               # + L'_mask (E2)
+    evaluate(model, profile.data, 256, seed=0,
              hooks=lambda h: h.ablate(heads, mode="uniform"))            # E3-E5
-    activation_patching(model, profile, 256, seed=0, layers="last")      # E8
+    activation_patching(model, profile.data, 256, seed=0, layers="last")      # E8
     compare_runs({"fp32": run_a, "bf16": run_b})                        # runs of one task side by side
 
 The same seed gives the same matrices and masks, so two calls that differ only in the
@@ -13,7 +13,6 @@ fp32; the model's train/eval mode is restored afterwards.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Sequence
 
@@ -23,18 +22,21 @@ import torch
 from .attention import AttentionHooks
 from ..core.data import Batch, make_batch, random_mask, sample_matrices
 from .interventions import l_prime_mask
+from ..core.config import DataConfig
 from ..core.metrics import losses, mse_to
+from ..core.model import eval_mode
 
 
-def sample_eval_batch(data, n_matrices: int, seed: int, dist: str | None = None,
+def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
                       mask: torch.Tensor | None = None, fill_value: float | None = None) -> Batch:
     """Fresh matrices from `torch.Generator().manual_seed(seed)`.
 
-    data: a Profile or a DataConfig (n, rank, p_mask, dist). dist: None = data.dist.
+    data: a DataConfig (n, rank, p_mask, dist). dist: None = data.dist.
     mask: None = random masks with data.p_mask; `[n, n]` bool = that mask for every
     matrix (E10); `[n_matrices, n, n]` = one per matrix. fill_value: see make_batch (E2).
     """
-    data = getattr(data, "data", data)
+    if not isinstance(data, DataConfig):
+        raise TypeError(f"data must be a DataConfig (a profile's .data), not {type(data).__name__}")
     gen = torch.Generator().manual_seed(seed)
     x = sample_matrices(n_matrices, data.n, data.rank, gen, dist or data.dist)  # [batch, n, n]
     if mask is None:
@@ -44,22 +46,11 @@ def sample_eval_batch(data, n_matrices: int, seed: int, dist: str | None = None,
     return make_batch(x, mask.bool(), fill_value)
 
 
-@contextlib.contextmanager
-def _eval_mode(model):
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
 def predict(model, batch: Batch, hooks: Callable[[AttentionHooks], None] | None = None) -> torch.Tensor:
     """`[batch, n, n]` predictions (fp32, eval mode, no grad). hooks: called with an active
     AttentionHooks before the forward pass (to capture, ablate or patch)."""
     device = next(model.parameters()).device
-    with _eval_mode(model):
+    with eval_mode(model):
         if hooks is None:
             pred = model(batch.tokens.to(device))
         else:
@@ -69,7 +60,7 @@ def predict(model, batch: Batch, hooks: Callable[[AttentionHooks], None] | None 
     return pred.float().cpu().view_as(batch.x)
 
 
-def evaluate(model, data, n_matrices: int, seed: int, dist: str | None = None,
+def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
              mask: torch.Tensor | None = None, fill_value: float | None = None,
              hooks: Callable[[AttentionHooks], None] | None = None) -> dict[str, float]:
     """L, L_obs, L_mask, mask_value on fresh matrices (and L'_mask when fill_value is given).
@@ -82,7 +73,7 @@ def evaluate(model, data, n_matrices: int, seed: int, dist: str | None = None,
     return out
 
 
-def activation_patching(model, data, n_matrices: int, seed: int,
+def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
                         layers: Sequence[int] | str = "all") -> dict[str, float]:
     """E8: run X, keep every layer's per-head outputs z, run −X (same mask) with the z of
     `layers` written in. layers: "all" (the paper's text), "last" (the authors' code), or
@@ -99,7 +90,7 @@ def activation_patching(model, data, n_matrices: int, seed: int,
     corrupt = make_batch(-clean.x, clean.mask)  # −X is on the same 0.01 grid; same mask
 
     device = next(model.parameters()).device
-    with _eval_mode(model), AttentionHooks(model) as hooks:
+    with eval_mode(model), AttentionHooks(model) as hooks:
         hooks.capture()
         model(clean.tokens.to(device))
         clean_z = hooks.z                                    # [layer] -> [batch, head, query, d_head]
@@ -144,7 +135,7 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
         step = saved_steps(folder)[-1]
         model = load_checkpoint(folder, step, profile.model.attention)
         row["checkpoint_step"] = step
-        batch = sample_eval_batch(profile, n_matrices, seed)
+        batch = sample_eval_batch(profile.data, n_matrices, seed)
         for precision in precisions:
             with autocast(next(model.parameters()).device, precision):  # the forward pass only
                 pred = predict(model, batch)

@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.config import Profile
-from ..core.data import copy_baseline_mse
+from ..core.data import copy_level
 from .interventions import GROUPS, component_groups, reinit_component
 from ..core.metrics import find_drop
 from ..core.train import stop_after_drop, train
@@ -229,7 +229,7 @@ def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.
     """One row per group: the drop (`find_drop`, None if none), the steps trained, the
     mean L_mask over the first and the last `window` steps, L_obs over the last, and
     whether the run starts on the copying plateau (first-window L_mask within 20 % of E[X²])."""
-    plateau = copy_baseline_mse(cfg.data.rank)
+    plateau = copy_level(cfg.data.rank)
     rows = []
     for group, folder in runs.items():
         m = load_metrics(folder)

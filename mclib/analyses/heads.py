@@ -19,6 +19,7 @@ import torch
 
 from .attention import AttentionHooks
 from .evaluate import sample_eval_batch
+from ..core.config import DataConfig
 from ..core.runs import load_checkpoint, saved_steps
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
@@ -207,7 +208,7 @@ def capture_probs(model, batch) -> dict[int, torch.Tensor]:
     return probs
 
 
-def attention_progress(run_dir, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+def attention_progress(run_dir, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
     """Head scores at every saved checkpoint of a run, on one fixed batch:
     one row per (step, layer, head), columns as `head_scores` plus `step`.
     A progress measure: how far each head is from uniform attention over training."""

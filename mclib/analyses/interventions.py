@@ -14,6 +14,7 @@ import torch
 
 from ..core.data import Batch, make_batch, round2
 from ..core.metrics import mse_to
+from ..core.model import matrix_n
 
 # --- E2: the copy check ------------------------------------------------------------------
 
@@ -56,8 +57,7 @@ def switch_qkv(target, source):
 
 def n_positions(model) -> int:
     """n², the number of matrix entries: the position rows the model actually uses."""
-    n = getattr(model.config, "matrix_n", None)
-    return n * n if n else model.config.max_position_embeddings
+    return matrix_n(model) ** 2
 
 
 def position_permutation(n_pos: int, seed: int) -> torch.Tensor:

@@ -34,6 +34,7 @@ import torch
 
 from ..core.config import DataConfig
 from ..core.data import sample_batch
+from ..core.model import eval_mode, matrix_n
 
 TARGETS = ("row", "value", "singular")
 POSITIONS = ("all", "masked", "observed")
@@ -138,14 +139,11 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
     return pd.DataFrame(rows)
 
 
-@torch.no_grad()
 def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, ...]:
     """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`.
     Memory: 4·batch·seq·hidden bytes per layer (2 048 × 49 × 768 ≈ 0.3 GB)."""
-    was_training = model.training
-    model.eval()
-    parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
-    model.train(was_training)
+    with eval_mode(model):
+        parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
     return tuple(torch.cat([p[layer] for p in parts]).float().cpu() for layer in range(len(parts[0])))
 
 
@@ -153,7 +151,7 @@ def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, se
                chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
     """Fresh fit and test matrices (E11: 2 048 / 256) from two seeded generators, and the
     model's hidden states on them."""
-    model_n = getattr(model.config, "matrix_n", data.n)
+    model_n = matrix_n(model)
     if model_n != data.n:
         raise ValueError(f"data n = {data.n} does not match the model's n = {model_n}")
     device = next(model.parameters()).device

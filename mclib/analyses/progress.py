@@ -58,6 +58,7 @@ import numpy as np
 import pandas as pd
 
 from .interventions import component_groups
+from ..core.config import DataConfig
 from ..core.metrics import losses
 
 GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
@@ -69,7 +70,7 @@ HALF = 0.5           # the default threshold: half of the largest move from the 
 
 # ---- the measures -------------------------------------------------------------------
 
-def gradient_norms(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
     """ℓ2 norm of the gradient of the training loss (pooled MSE over all entries, L of
     mclib.core.metrics.losses) per component group, at every saved checkpoint, on one fixed
     batch (`sample_eval_batch(data, n_matrices, seed)`; data: a Profile or DataConfig).
@@ -109,7 +110,7 @@ def loss_at_checkpoints(metrics: pd.DataFrame, steps, column: str = "L_mask",
     return smooth.reindex(list(steps)).rename(column)
 
 
-def progress_table(run_dir: str | Path, data, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+def progress_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
     """One row per saved checkpoint: step and the measures listed in the module
     docstring (head scores and gradients on one fixed batch of `n_matrices`)."""
     from .embeddings import embedding_progress

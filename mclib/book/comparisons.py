@@ -1,7 +1,7 @@
 """BERT against classical matrix completion (E16, E17, E18 and two stronger methods), and
 the solvers alone on the paper's task. One call per table of the baselines chapter:
 
-    task = paper_task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
+    task = paper.task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
     nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task
     regularised_table(task, lams, 2048, seed)                    # E17, the paper's task
     classical_table(None, task, 1024, seed)                      # nuclear norm, soft-impute, ALS, the paper's task
@@ -39,11 +39,12 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import baselines as B
-from ..core.config import load_profile, profile_path
 from ..analyses.evaluate import predict, sample_eval_batch
+from ..core import paper
+from ..core.config import DataConfig
+from ..core.data import copy_level
 
 LOSSES = ("L", "L_obs", "L_mask")
-FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 ** 2}  # Var of one factor entry
 SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 steps, where 1e-5 does not
 
 
@@ -58,12 +59,6 @@ def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
     b = len(values)
     se = np.sqrt(((s - r * c) ** 2).sum() / (b * (b - 1))) / c.mean() if b > 1 else float("nan")
     return float(r), float(se)
-
-
-def paper_task():
-    """The paper's task: the data section of params/paper.yaml (a fresh `DataConfig`;
-    n 7, rank 2, p_mask 0.3, uniform factors; mclib.core.data rounds every X to 2 decimals)."""
-    return load_profile(profile_path("paper")).data
 
 
 def median_se(values: np.ndarray, z: float = 1.96) -> float:
@@ -151,10 +146,10 @@ def pm(value: float, se: float) -> str:
     return f"({text})e{shift:+03d}" if shift else text
 
 
-def describe_task(data) -> str:
+def describe_task(data: DataConfig) -> str:
     """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
     for a DataConfig or a Profile (mclib.core.data rounds every X to the 0.01 grid)."""
-    d = getattr(data, "data", data)
+    d = data
     return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
 
 
@@ -185,8 +180,7 @@ def sweep_shown(sweep: pd.DataFrame) -> pd.DataFrame:
     return out.rename_axis("p_mask").reset_index()
 
 
-def _batch(data, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
-    data = getattr(data, "data", data)
+def _batch(data: DataConfig, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
     if p_mask is not None:
         data = dataclasses.replace(data, p_mask=p_mask)
     b = sample_eval_batch(data, n_matrices, seed, dist)
@@ -211,12 +205,12 @@ def _nuclear(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
     return _NUCLEAR_CACHE[key].copy()
 
 
-def nuclear_sweep(model, data, p_masks, n_matrices: int, seed: int) -> pd.DataFrame:
+def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int) -> pd.DataFrame:
     """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
 
     One row per (p_mask, method) with `completion_row`'s columns; method "truth" is X
     itself (its nuclear norm is the reference; its losses are 0). model None: the solver
-    alone (e.g. on `paper_task()`, which BERT of another task cannot read). BERT's rows
+    alone (e.g. on `paper.task()`, which BERT of another task cannot read). BERT's rows
     also carry `paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
     the share of matrices where BERT's L_mask is lower; NaN on the other rows)."""
     rows = []
@@ -232,7 +226,7 @@ def nuclear_sweep(model, data, p_masks, n_matrices: int, seed: int) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def regularised_table(data, lams, n_matrices: int, seed: int, model=None) -> pd.DataFrame:
+def regularised_table(data: DataConfig, lams, n_matrices: int, seed: int, model=None) -> pd.DataFrame:
     """E17: per λ, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* on the same matrices; one row per λ
     (lam, L_obs, L_mask, L and their _se), and a last row "BERT" (lam NaN) if a model is given."""
     batch, x, mask = _batch(data, n_matrices, seed)
@@ -257,9 +251,9 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
     for r in reg[reg["method"] != "BERT"].to_dict("records"):
         if r["lam"] not in PAPER_E17:
             continue
-        for q, paper in zip(E17_LOSSES, PAPER_E17[r["lam"]]):
-            rows.append({"lam": r["lam"], "quantity": q, "ours": r[q], "se": r[f"{q}_se"], "paper": paper,
-                         "rel_dev": r[q] / paper - 1, "z": (r[q] - paper) / r[f"{q}_se"]})
+        for q, theirs in zip(E17_LOSSES, PAPER_E17[r["lam"]]):
+            rows.append({"lam": r["lam"], "quantity": q, "ours": r[q], "se": r[f"{q}_se"], "paper": theirs,
+                         "rel_dev": r[q] / theirs - 1, "z": (r[q] - theirs) / r[f"{q}_se"]})
     return pd.DataFrame(rows)
 
 
@@ -275,15 +269,7 @@ def e17_shown(reg: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def copy_level(dist: str, rank: int) -> float:
-    """E[X²] for X = U Vᵀ with iid zero-mean factors: rank · Var(u)²; the L_mask of a model
-    that outputs 0 at masked entries (2/9 for rank 2, uniform)."""
-    if dist not in FACTOR_VARIANCE:
-        raise ValueError(f"dist {dist!r} is not one of {', '.join(FACTOR_VARIANCE)}")
-    return rank * FACTOR_VARIANCE[dist] ** 2
-
-
-def ood_table(model, data, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
+def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
               solver_matrices: int | None = None) -> pd.DataFrame:
     """E18: BERT and the E16 solver on matrices whose factors are drawn from each
     distribution, same masking and rounding. The solver sees the first `solver_matrices`
@@ -291,7 +277,7 @@ def ood_table(model, data, n_matrices: int, seed: int, dists=("uniform", "gaussi
     Extra columns: matrices; copy_level (E[X²]); L_mask_rel = L_mask / E[X²] (scale-free);
     outside = the share of entries beyond ±rank, the largest |x| uniform factors can give
     (values training never showed)."""
-    d = getattr(data, "data", data)
+    d = data
     rows = []
     for dist in dists:
         batch, x, mask = _batch(data, n_matrices, seed, dist=dist)
@@ -299,7 +285,7 @@ def ood_table(model, data, n_matrices: int, seed: int, dists=("uniform", "gaussi
         methods = [("BERT", _bert(model, batch), n_matrices)]
         if k > 0:
             methods.append(("nuclear norm", _nuclear(x[:k], mask[:k]), k))
-        level = copy_level(dist, d.rank)
+        level = copy_level(d.rank, dist)
         outside = float((np.abs(x) > d.rank).mean())
         for method, pred, m in methods:
             row = completion_row(pred, x[:m], mask[:m])
@@ -317,16 +303,16 @@ def classical_methods(rank: int) -> dict:
     }
 
 
-def classical_table(model, data, n_matrices: int, seed: int) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+def classical_table(model, data: DataConfig, n_matrices: int, seed: int) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """The classical methods (nuclear norm, soft-impute and ALS with the task's rank) and
     BERT on the same matrices at the task's p_mask; model None: the methods alone (e.g. on
-    `paper_task()`).
+    `paper.task()`).
 
     Returns the table (one row per method, `completion_row`'s columns; with a model, each
     method's row also has `paired`'s columns for BERT minus that method, as BERT_d_L,
     BERT_d_L_se, BERT_d_L_mask, BERT_d_L_mask_se, BERT_better, BERT_better_se) and, per
     method, the per-matrix L_mask (`per_matrix_l_mask`) for a distribution plot."""
-    d = getattr(data, "data", data)
+    d = data
     batch, x, mask = _batch(data, n_matrices, seed)
     methods = {**classical_methods(d.rank), "nuclear norm": _nuclear}  # same order; the E16 solution, if computed
     preds = {} if model is None else {"BERT": _bert(model, batch)}
@@ -351,7 +337,7 @@ def main(argv=None) -> None:
     ap.add_argument("--matrices", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    task = paper_task()
+    task = paper.task()
     reg = regularised_table(task, list(PAPER_E17), args.matrices, args.seed)
     t = e17_beside_paper(reg)
     t["ours ± se"] = [pm(v, e) for v, e in zip(t["ours"], t["se"])]

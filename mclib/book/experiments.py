@@ -5,10 +5,10 @@ rows that differ only in the intervention compare the model on the same batch.
 Heads are 0-indexed (layer, head) pairs in code; `head_name` prints the paper's
 1-indexed "L2 H5".
 
-    copy_check(model, profile, 512, seed=0)                         # E2
-    ablation_table(model, profile, 256, 0, {"all": all_heads(model)})  # E3-E5, both readings
-    model_table({"post": post, "pre-QKV into post": switch_qkv(post, pre)}, profile, 256, 0)  # E6, E7
-    patching_table(model, profile, 256, 0)                          # E8, both readings
+    copy_check(model, profile.data, 512, seed=0)                         # E2
+    ablation_table(model, profile.data, 256, 0, {"all": all_heads(model)})  # E3-E5, both readings
+    model_table({"post": post, "pre-QKV into post": switch_qkv(post, pre)}, profile.data, 256, 0)  # E6, E7
+    patching_table(model, profile.data, 256, 0)                          # E8, both readings
     checkpoint_maps(run_dir, steps, batch)                          # E9 evolution
     structured_scores(probs, mask, n)                               # E10
 """
@@ -24,9 +24,9 @@ from ..analyses.attention import ABLATION_MODES
 from ..analyses.evaluate import activation_patching, predict, sample_eval_batch
 from ..analyses.heads import _as_layers, capture_probs, head_scores, mean_attention
 from ..analyses.interventions import l_prime_mask
-from ..core.metrics import losses
+from ..core.config import DataConfig
+from ..core.metrics import LOSS_NAMES, losses
 
-LOSS_COLUMNS = ["L", "L_obs", "L_mask", "mask_value"]
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
@@ -68,7 +68,7 @@ def ratio_se(a: float, a_se: float, b: float, b_se: float) -> float:
 
 # --- E2 --------------------------------------------------------------------------------------
 
-def copy_check(model, data, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
+def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
                matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
     """E2: every masked token replaced by the token of m (None: MASK, m = 0).
 
@@ -93,14 +93,14 @@ def copy_check(model, data, n_matrices: int, seed: int, fills: Sequence[float | 
 
 # --- E3-E5: ablation ---------------------------------------------------------------------------
 
-def ablation_table(model, data, n_matrices: int, seed: int,
+def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
                    head_sets: Mapping[str, Iterable[tuple[int, int]]],
                    modes: Sequence[str] = ABLATION_MODES, mask: torch.Tensor | None = None) -> pd.DataFrame:
     """L, L_obs, L_mask, mask_value with nothing ablated, then with each set of heads
     ablated under each reading, all on one batch. Empty sets are left out.
 
     Columns: ablated (the set's name, "none" first), reading ("—" or a READINGS key),
-    heads (how many), then LOSS_COLUMNS.
+    heads (how many), then LOSS_NAMES.
     """
     batch = sample_eval_batch(data, n_matrices, seed, mask=mask)
     rows = [{"ablated": "none", "reading": "—", "heads": 0, **_loss_row(predict(model, batch), batch)}]
@@ -126,7 +126,7 @@ def lookup(table: pd.DataFrame, column: str, **where) -> float:
 
 # --- E6, E7: changed models ------------------------------------------------------------------
 
-def model_table(models: Mapping[str, object], data, n_matrices: int, seed: int) -> pd.DataFrame:
+def model_table(models: Mapping[str, object], data: DataConfig, n_matrices: int, seed: int) -> pd.DataFrame:
     """L, L_obs, L_mask, mask_value of each model on the same batch; one row each ("model", ...)."""
     batch = sample_eval_batch(data, n_matrices, seed)
     return pd.DataFrame([{"model": name, **_loss_row(predict(m, batch), batch)} for name, m in models.items()])
@@ -137,7 +137,7 @@ def model_table(models: Mapping[str, object], data, n_matrices: int, seed: int) 
 PATCH_READINGS = {"none": [], "last layer": "last", "all layers": "all"}
 
 
-def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
+def patching_table(model, data: DataConfig, n_matrices: int, seed: int) -> pd.DataFrame:
     """E8 under both readings, and the plain −X run (no layer patched) as the reference.
     One row per reading: MSE of the output to X and to −X at masked and observed entries."""
     rows = []

@@ -5,7 +5,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from ..core.data import copy_baseline_mse
+from ..core.data import copy_level
 
 
 def loss_curve(metrics: pd.DataFrame, drop: int | None = None, rank: int = 2,
@@ -16,7 +16,7 @@ def loss_curve(metrics: pd.DataFrame, drop: int | None = None, rank: int = 2,
     fig, ax = plt.subplots(figsize=(7, 4))
     for col, label in [("L", "L (all entries)"), ("L_obs", "L_obs (observed)"), ("L_mask", "L_mask (masked)")]:
         ax.plot(metrics["step"], metrics[col].rolling(smooth, min_periods=1).mean(), label=label)
-    ax.axhline(copy_baseline_mse(rank), color="grey", ls=":", label=f"E[X²] = {copy_baseline_mse(rank):.3f} (copying)")
+    ax.axhline(copy_level(rank), color="grey", ls=":", label=f"E[X²] = {copy_level(rank):.3f} (copying)")
     if drop is not None:
         ax.axvline(drop, color="black", ls="--", lw=1, label=f"drop at step {drop}")
     ax.set(yscale="log", xlabel="training step", ylabel=f"MSE (mean over {smooth} steps)", title=title)
@@ -407,7 +407,7 @@ def freeze_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 20,
         ax.plot(m["step"], m["L_mask"].rolling(smooth, min_periods=1).mean(), color=colours[group], label=label)
         if drop is not None:
             ax.axvline(drop, color=colours[group], ls="--", lw=1)
-    level = copy_baseline_mse(rank)
+    level = copy_level(rank)
     ax.axhline(level, color="grey", ls=":", label=f"E[X²] = {level:.3f} (copying)")
     ax.set(yscale="log", xlabel="training step of the re-initialised run",
            ylabel=f"L_mask (mean over {smooth} steps)", title=title)
@@ -502,7 +502,7 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 50,
                 label=label.format(key) + ": " + (f"drop at step {drop:,}" if drop is not None else "no drop"))
         if drop is not None:
             ax.axvline(drop, color=f"C{i}", ls="--", lw=1)
-    ax.axhline(copy_baseline_mse(rank), color="grey", ls=":", label=f"E[X²] = {copy_baseline_mse(rank):.3f} (copying)")
+    ax.axhline(copy_level(rank), color="grey", ls=":", label=f"E[X²] = {copy_level(rank):.3f} (copying)")
     ax.set(yscale="log", xlabel="training step", ylabel=f"L_mask (mean over {smooth} steps)", title=title)
     ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()

@@ -306,7 +306,7 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
                       solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
     """The tables of `mclib.book.comparisons`. On the profile's task, with BERT on the same
     matrices: sweep (nuclear_sweep), ood (ood_table), classical (classical_table). On the
-    paper's task `task` (`comparisons.paper_task()`), solvers alone, whatever the profile:
+    paper's task `task` (`mclib.core.paper.task()`), solvers alone, whatever the profile:
     reg (regularised_table, E17), solver_sweep (nuclear_sweep without a model),
     solvers (classical_table without a model). No number is rescaled across tasks.
 
@@ -370,10 +370,10 @@ SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
 def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
     """kind of matrix -> (our E[X²], the paper's): low-rank matrices have E[X²] = rank/9, E2's
     random matrices 1/3 on both tasks (their rows are not rescaled)."""
-    from .comparisons import paper_task
-    from ..core.data import copy_baseline_mse
+    from ..core import paper
+    from ..core.data import copy_level
 
-    return {"low-rank": (copy_baseline_mse(rank), copy_baseline_mse(paper_task().rank)),
+    return {"low-rank": (copy_level(rank), copy_level(paper.task().rank)),
             "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
 
 

@@ -40,6 +40,7 @@ import yaml
 
 from . import scorecard
 from ..core.config import ConfigError, load_profile, profile_path
+from ..core.paper import profile as paper_profile
 from ..core.runs import default_run_dir
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: notebooks import this
@@ -106,7 +107,7 @@ def departures_table(profile, caption: str):
 
     from ..core.config import deviations
 
-    rows = deviations(profile, load_profile(profile_path("paper")))
+    rows = deviations(profile, paper_profile())
     table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
     return (table.style.hide(axis="index").set_caption(caption)
             .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
@@ -294,7 +295,7 @@ def _stage(out: Path) -> list[Path]:
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
     from ..core.runs import saved_steps
 
-    paper = load_profile(profile_path("paper"))
+    paper = paper_profile()
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
         left = profile.train.steps - (saved_steps(run_dir) or [0])[-1]
         if left > 0:

@@ -161,15 +161,16 @@ def rules_table():
 def task_note(profile) -> str:
     """One sentence for the scorecard page: whether `profile` trains the paper's task, and
     if not, how the model rows compare (scale-free quantities, no rescaling)."""
-    from ..core.config import deviations, load_profile, profile_path
-    from ..core.data import copy_baseline_mse
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+    from ..core.data import copy_level
 
-    paper = load_profile(profile_path("paper"))
+    paper = paper_profile()
     keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
     if not keys:
         return "This profile's task is the paper's: every row compares like with like."
     return (f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
-            f"{copy_baseline_mse(profile.data.rank):.3f}, the paper's {copy_baseline_mse(paper.data.rank):.3f}. "
+            f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
             "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
             "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
             "same matrices, a step over another step), and no number is multiplied across tasks.")

@@ -151,7 +151,13 @@ def mixed_rows(batch: int, mix_fraction: float) -> int:
     return round(batch * mix_fraction)
 
 
-def copy_baseline_mse(rank: int) -> float:
-    """E[X²] for X = U Vᵀ with Unif[-1,1] factors: rank/9. A model that outputs 0 at
-    masked entries (the copying plateau) has this L_mask (2/9 ≈ 0.222 for rank 2)."""
-    return rank / 9
+FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 ** 2}  # Var of one factor entry
+
+
+def copy_level(rank: int, dist: str = "uniform") -> float:
+    """E[X²] for X = U Vᵀ with iid zero-mean factors of `dist` (`sample_matrices`):
+    rank · Var(u)². A model that outputs 0 at masked entries (the copying plateau) has
+    this L_mask: rank/9 for uniform factors, 2/9 ≈ 0.222 at rank 2."""
+    if dist not in FACTOR_VARIANCE:
+        raise ValueError(f"dist {dist!r} is not one of {', '.join(FACTOR_VARIANCE)}")
+    return rank * FACTOR_VARIANCE[dist] ** 2

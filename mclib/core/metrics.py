@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .data import copy_baseline_mse
+from .data import copy_level
 
 LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
 
@@ -47,7 +47,7 @@ def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = 0.5, window: i
     makes a single lucky batch not count; it delays the reported step by up to
     `window`/2 steps compared with the unsmoothed curve.
     """
-    threshold = frac * copy_baseline_mse(rank)
+    threshold = frac * copy_level(rank)
     smooth = metrics[column].rolling(window, min_periods=window).mean()
     below = np.flatnonzero((smooth < threshold).to_numpy())
     return int(metrics["step"].iloc[below[0]]) if len(below) else None

@@ -17,6 +17,8 @@ the paper's recipe (1.0, initializer_range, off).
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
@@ -87,6 +89,26 @@ class MatrixBert(BertPreTrainedModel):
     def hidden_states(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Embedding output and every layer's output, each `[batch, seq, hidden]`."""
         return self.bert(input_ids=tokens, output_hidden_states=True).hidden_states
+
+
+def matrix_n(model) -> int:
+    """n of the n×n matrices a model was built for (`bert_config` stores it as matrix_n)."""
+    n = getattr(model.config, "matrix_n", None)
+    if n is None:
+        raise ValueError("the model's config has no matrix_n: not a model built by mclib.core.model")
+    return n
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """Eval mode and no gradients inside the block; the model's mode is restored after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
 
 
 def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:

@@ -2,7 +2,20 @@
 
 Keys are (experiment, quantity). (W) = workshop version, (N) = NeurIPS version.
 These are facts to compare against; nothing in the project is tuned toward them.
+The paper's task and recipe as a profile are params/paper.yaml: `profile()`, `task()`.
 """
+from .config import DataConfig, Profile, load_profile, profile_path
+
+
+def profile() -> Profile:
+    """The paper's task and recipe (params/paper.yaml)."""
+    return load_profile(profile_path("paper"))
+
+
+def task() -> DataConfig:
+    """The paper's task: 7×7, rank 2, p_mask 0.3, uniform factors (profile().data)."""
+    return profile().data
+
 
 PAPER = {
     ("E1", "drop step"): 15_000,

@@ -26,7 +26,7 @@ import torch
 import yaml
 
 from .config import Checkpoints, ConfigError, Profile, profile_from_dict
-from .data import copy_baseline_mse
+from .data import copy_level
 from .metrics import converged, find_drop
 from .model import MatrixBert, load_model
 
@@ -263,7 +263,7 @@ def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed:
         return fixed_steps("the profile's fixed steps (checkpoints.place: fixed)")
     if drop is None:
         return fixed_steps("the run did not drop, so the profile's fixed steps stand in")
-    plateau = copy_baseline_mse(rank)
+    plateau = copy_level(rank)
     smooth = metrics.set_index("step")["L_mask"].rolling(window, min_periods=1).mean()
     at = lambda s: float(smooth.loc[:s].iloc[-1])   # the trailing mean at step s
     before = smooth.loc[:drop]

@@ -1,0 +1,69 @@
+"""Did a change alter what the book says? Compare two built books' numbers.
+
+    python scripts/compare_books.py BEFORE_OUT_DIR AFTER_OUT_DIR
+
+Each argument is a `python -m mclib book --out-dir` folder. Compared: the scorecard
+(runs/*/scorecard.json, row by row) and every glued value of every executed chapter
+(its text/plain form; figures are compared by name only, since PNG bytes carry
+matplotlib's metadata). Prints each difference and exits 1 if there is any, so a
+refactor that must not change the book can be checked on one machine in one command.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def glued(out_dir: Path) -> dict[str, str]:
+    values = {}
+    for nb_path in sorted((out_dir / "book" / "_executed").glob("*.ipynb")):
+        nb = json.loads(nb_path.read_text())
+        for cell in nb["cells"]:
+            for out in cell.get("outputs", []):
+                record = out.get("metadata", {}).get("scrapbook")
+                if not record:
+                    continue
+                data = out.get("data", {})
+                image = any(k.endswith("image/png") for k in data)
+                text = "".join(data.get("application/papermill.record/text/plain", ""))
+                values[f"{nb_path.stem}:{record['name']}"] = "<figure>" if image else text
+    return values
+
+
+def scorecards(out_dir: Path) -> dict[str, object]:
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out_dir / "runs").glob("*/scorecard.json"))}
+
+
+def differences(before: dict, after: dict, what: str) -> list[str]:
+    out = []
+    for key in sorted(before.keys() | after.keys()):
+        if key not in after:
+            out.append(f"{what} {key}: only before")
+        elif key not in before:
+            out.append(f"{what} {key}: only after")
+        elif before[key] != after[key]:
+            out.append(f"{what} {key}: {str(before[key])[:200]!r} -> {str(after[key])[:200]!r}")
+    return out
+
+
+def main() -> int:
+    if len(sys.argv) != 3:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    before, after = (Path(a) for a in sys.argv[1:])
+    for d in (before, after):
+        if not (d / "book" / "_executed").is_dir():
+            print(f"compare_books: {str(d)!r} holds no built book (no book/_executed)", file=sys.stderr)
+            return 2
+    diffs = differences(scorecards(before), scorecards(after), "scorecard")
+    g_before, g_after = glued(before), glued(after)
+    diffs += differences(g_before, g_after, "glue")
+    for line in diffs:
+        print(line)
+    print(f"{len(g_before)} glued values and the scorecards compared: {len(diffs)} difference(s)")
+    return 1 if diffs else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
