@@ -170,13 +170,6 @@ def test_failing_chapter_stops_the_book(tmp_path, monkeypatch, capsys, cell, why
     assert not (tmp_path / "out" / "_build" / "html").exists()
 
 
-def test_departures_table_lists_the_keys_with_plain_numbers():
-    cfg = load_profile(profile_path("cpu"))
-    html = book.departures_table(cfg, "caption").to_html()
-    for text in ("data.n", "data.rank", "train.lr", ">0.001<", ">0.0001<", ">768<", ">64<"):
-        assert text in html, text
-    assert "000000" not in html  # no float padding such as 64.000000
-
 
 def test_git_revision_is_dirty_only_for_tracked_changes(tmp_path, monkeypatch):
     import subprocess

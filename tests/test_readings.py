@@ -296,9 +296,3 @@ def test_training_rows(tmp_path):
     assert _verdict(tmp_path, training_rows(None, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)[-1]) == "differs"
     seeds = training_rows(4000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000, seeds={"mean": 0.4, "std": 0.05})
     assert _verdict(tmp_path, seeds[-1]) == "matches"  # 0.1 <= 2 x 0.05 + 0.03
-
-
-def test_shown_path_is_never_absolute(tmp_path):
-    from mclib.book.readings import shown_path
-    assert not shown_path(tmp_path / "runs" / "cpu-seed1").startswith("/")
-    assert shown_path(tmp_path / "runs" / "cpu-seed1") == "runs/cpu-seed1"

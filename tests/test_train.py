@@ -274,9 +274,9 @@ def test_window_mean():
 
 @pytest.mark.slow
 def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch):
-    """mclib.book.runner.train_runs: the seeds and E15's runs, all complete after one call; a
+    """mclib.book.chapter.train_runs: the seeds and E15's runs, all complete after one call; a
     second call trains nothing (and starts no cluster)."""
-    from mclib.book.runner import train_runs
+    from mclib.book.chapter import train_runs
     from mclib.analyses.freezing import freeze_run_dir, pending_groups
     from mclib.analyses.interventions import GROUPS
 

@@ -651,18 +651,6 @@ def heads_readings(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     return glue, rows
 
 
-def shown_path(path) -> str:
-    """A folder as the book prints it: relative to the repository when inside it, else
-    its last two parts (e.g. runs/cpu-seed1); never an absolute machine path."""
-    from pathlib import Path
-
-    p = Path(path).resolve()
-    repo = Path(__file__).resolve().parents[2]
-    try:
-        return str(p.relative_to(repo))
-    except ValueError:
-        return str(Path(*p.parts[-2:]))
-
 
 def window_se(metrics: pd.DataFrame, step: int, window: int = 50, columns=("L", "L_obs", "L_mask")) -> dict:
     """The standard errors of the `window`-step means ending at `step` (each step's batch

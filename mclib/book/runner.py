@@ -43,8 +43,8 @@ from ..core.config import ConfigError, load_profile, profile_path
 from ..core.paper import profile as paper_profile
 from ..core.runs import default_run_dir
 
-# mclib.core.train (torch, tqdm) is imported inside the functions: notebooks import this
-# module for `notebook_setup`, which must run before tqdm is first imported.
+# mclib.core.train (torch, tqdm) is imported inside the functions: the CLI imports this
+# module for BookError, and should stay light.
 
 REPO = Path(__file__).resolve().parents[2]
 EXECUTED = Path("book") / "_executed"
@@ -54,63 +54,6 @@ SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 class BookError(RuntimeError):
     """A chapter or the site build failed; the message is one line."""
-
-
-def notebook_setup() -> None:
-    """First line of every chapter: figures can be glued as PNG, and no stderr noise
-    (tqdm warns that ipywidgets is missing; the chapters show no progress bars)."""
-    import warnings
-
-    from IPython import get_ipython
-
-    warnings.filterwarnings("ignore", message="IProgress not found")
-    if get_ipython() is not None:
-        # registers IPython's PNG formatter for figures (mclib.book.plots then picks the Agg
-        # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
-        get_ipython().run_line_magic("matplotlib", "inline")
-
-
-def train_runs(cfg, run_dir, cluster: str | None = None) -> dict:
-    """Every training run the book reads, for its first chapter, side by side on a Dask
-    cluster (`mclib.core.jobs`: the local one, or `cluster` / $MCLIB_CLUSTER): the book's run
-    and the other seeds (`mclib.core.train.seed_jobs`), and, as soon as the book's run is
-    complete, E15's re-initialised runs from its last checkpoint
-    (`mclib.analyses.freezing.pending_groups`), which then use the workers that the shorter seed
-    runs leave. Complete runs are skipped, cut ones resume; when every run is complete no
-    cluster starts. Returns {seed: folder} (`mclib.core.train.seed_run_dirs`)."""
-    from ..analyses.freezing import freeze_run, pending_groups
-    from ..core.jobs import cluster as dask_cluster
-    from ..core.jobs import needs_gpu, resources_for, results, submit
-    from ..core.train import seed_jobs, train_seed
-    from ..core.runs import seed_run_dirs
-
-    jobs = seed_jobs(cfg, run_dir)
-    main_pending = any(job[0].seed == cfg.seed for job in jobs)
-    if not jobs and not pending_groups(cfg, run_dir):
-        return seed_run_dirs(cfg, run_dir)
-    resources = resources_for(cfg)
-    with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
-        seeds = submit(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
-        if main_pending:
-            seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
-        groups = pending_groups(cfg, run_dir)
-        e15 = submit(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
-                     [f"freeze-{g}" for g in groups])
-        results(seeds + e15)  # a run that failed raises here, once the others have ended
-    return seed_run_dirs(cfg, run_dir)
-
-
-def departures_table(profile, caption: str):
-    """The keys where `profile` departs from the paper's task and recipe
-    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's."""
-    import pandas as pd
-
-    from ..core.config import deviations
-
-    rows = deviations(profile, paper_profile())
-    table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
-    return (table.style.hide(axis="index").set_caption(caption)
-            .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
 
 
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:

@@ -1,0 +1,170 @@
+"""The opening of every chapter: one call, `open_chapter`, after the papermill parameters.
+
+    ch = open_chapter(profile, seed, run_dir, device)             # chapters 02-99
+    ch = open_chapter(profile, seed, run_dir, device, train=True)  # 01: trains first
+
+It sets the notebook up (PNG figures for glue, no tqdm warning), reads the run's own
+profile.yaml (so a chapter sees the recipe the run was trained with; the named profile
+only adds the book's `analysis` sizes and the device), applies the device once, and
+returns a `Chapter`: the profile, the device, the run folder, its metrics and drop,
+where its checkpoints sit (`mclib.core.runs.checkpoint_steps`: pre on the plateau,
+transition around the drop, post at the end), why training ended (`run_end`), and the
+models at those steps, each loaded once per chapter (`Chapter.model`).
+
+Also here, because more than one chapter shows them: `departures_table` (where a
+profile departs from the paper) and `shown_path` (a folder as the book prints it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ..core.config import Profile, load_profile, profile_path
+from ..core.data import copy_level
+from ..core.metrics import find_drop
+from ..core.paper import profile as paper_profile
+from ..core.runs import (CheckpointSteps, RunEnd, check_same_profile, checkpoint_steps, load_checkpoint,
+                         load_metrics, run_end, run_profile)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Chapter:
+    """What a chapter reads: one run, on one device."""
+    cfg: Profile             # the run's profile.yaml + the book's analysis sizes + the device
+    run_dir: Path
+    device: torch.device
+    metrics: pd.DataFrame    # metrics.csv: one row per step
+    drop: int | None         # `find_drop` on the training rows (None: no drop)
+    steps: CheckpointSteps   # .pre, .transition, .post, .note: where this run's checkpoints sit
+    end: RunEnd              # why training ended (.text: one sentence)
+    _models: dict = field(default_factory=dict, repr=False)
+
+    def model(self, step: int):
+        """The checkpoint at `step`, on the chapter's device, in eval mode. Loaded once per
+        chapter and shared: analyses copy a model before changing it (`switch_qkv`,
+        `permute_positions`, `reinit_component`), so sharing is safe."""
+        if step not in self._models:
+            self._models[step] = load_checkpoint(self.run_dir, step, self.cfg.model.attention).to(self.device)
+        return self._models[step]
+
+    @property
+    def pre(self):
+        return self.model(self.steps.pre)
+
+    @property
+    def post(self):
+        return self.model(self.steps.post)
+
+    @property
+    def copy_level(self) -> float:
+        """E[X²] of the training matrices: the L_mask of a model that copies (outputs 0 where masked)."""
+        return copy_level(self.cfg.data.rank, self.cfg.data.dist)
+
+    @property
+    def where(self) -> str:
+        """The run in a few words: profile, seed, architecture."""
+        m = self.cfg.model
+        return f"profile {self.cfg.name}, seed {self.cfg.seed}: {m.layers} layers x {m.heads} heads, hidden {m.hidden}"
+
+    def relative_to_drop(self, step: int) -> str:
+        """'before the drop at step D', 'after ...', or 'this run has no drop'."""
+        if self.drop is None:
+            return "this run has no drop"
+        return f"{'before' if step < self.drop else 'after'} the drop at step {self.drop:,}"
+
+
+def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
+                 cluster: str | None = None) -> Chapter:
+    """The first call of every chapter (see the module docstring). train=True (the training
+    chapter only): first train, resume or find complete every run the book reads
+    (`train_runs`). A run folder trained with another recipe than `profile` names is refused
+    with a one-line ConfigError."""
+    notebook_setup()  # before any progress bar is made
+    from ..core.train import resolve_device
+
+    named = load_profile(profile_path(profile), seed=seed)
+    if device != named.train.device:  # a device chosen on the command line
+        named = named.replace(**{"train.device": device})
+    run_dir = Path(run_dir)
+    if train:
+        run_dir = train_runs(named, run_dir, cluster)[named.seed]
+    if not (run_dir / "profile.yaml").is_file():
+        raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
+                                "trains it first")
+    check_same_profile(run_dir, named)
+    cfg = run_profile(run_dir).replace(**{"train.device": named.train.device, "analysis": named.to_dict()["analysis"],
+                                         "notes": named.notes})
+    metrics = load_metrics(run_dir)
+    return Chapter(cfg=cfg, run_dir=run_dir, device=resolve_device(cfg.train.device), metrics=metrics,
+                   drop=find_drop(metrics, rank=cfg.data.rank), steps=checkpoint_steps(run_dir, cfg),
+                   end=run_end(run_dir))
+
+
+def notebook_setup() -> None:
+    """Figures can be glued as PNG, and no stderr noise (tqdm warns that ipywidgets is
+    missing; the chapters show no progress bars). `open_chapter` calls it first."""
+    import warnings
+
+    from IPython import get_ipython
+
+    warnings.filterwarnings("ignore", message="IProgress not found")
+    if get_ipython() is not None:
+        # registers IPython's PNG formatter for figures (mclib.book.plots then picks the Agg
+        # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
+        get_ipython().run_line_magic("matplotlib", "inline")
+
+
+def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) -> dict:
+    """Every training run the book reads, side by side on a Dask cluster (`mclib.core.jobs`:
+    the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds
+    (`mclib.core.train.seed_jobs`), and, as soon as the book's run is complete, E15's
+    re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`),
+    which then use the workers that the shorter seed runs leave. Complete runs are skipped,
+    cut ones resume; when every run is complete no cluster starts. Returns {seed: folder}
+    (`mclib.core.runs.seed_run_dirs`)."""
+    from ..analyses.freezing import freeze_run, pending_groups
+    from ..core.jobs import cluster as dask_cluster
+    from ..core.jobs import needs_gpu, resources_for, results, submit
+    from ..core.runs import seed_run_dirs
+    from ..core.train import seed_jobs, train_seed
+
+    jobs = seed_jobs(cfg, run_dir)
+    main_pending = any(job[0].seed == cfg.seed for job in jobs)
+    if not jobs and not pending_groups(cfg, run_dir):
+        return seed_run_dirs(cfg, run_dir)
+    resources = resources_for(cfg)
+    with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
+        seeds = submit(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
+        if main_pending:
+            seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
+        groups = pending_groups(cfg, run_dir)
+        e15 = submit(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
+                     [f"freeze-{g}" for g in groups])
+        results(seeds + e15)  # a run that failed raises here, once the others have ended
+    return seed_run_dirs(cfg, run_dir)
+
+
+def departures_table(profile: Profile, caption: str):
+    """The keys where `profile` departs from the paper's task and recipe
+    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's."""
+    from ..core.config import deviations
+
+    rows = deviations(profile, paper_profile())
+    table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
+    return (table.style.hide(axis="index").set_caption(caption)
+            .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
+
+
+def shown_path(path) -> str:
+    """A folder as the book prints it: relative to the repository when inside it, else
+    its last two parts (e.g. runs/cpu-seed1); never an absolute machine path."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(REPO))
+    except ValueError:
+        return str(Path(*p.parts[-2:]))

@@ -1,0 +1,62 @@
+"""The opening call of every chapter (mclib/book/chapter.py)."""
+import shutil
+
+import pytest
+import torch
+
+from mclib.book.chapter import Chapter, departures_table, open_chapter, shown_path
+from mclib.core.config import ConfigError, load_profile, profile_path
+from mclib.core.metrics import find_drop
+from mclib.core.runs import load_metrics
+
+
+def test_open_chapter_reads_the_run_and_loads_each_checkpoint_once(smoke_run, smoke_profile):
+    ch = open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
+    assert isinstance(ch, Chapter) and ch.device == torch.device("cpu")
+    assert ch.cfg.data == smoke_profile.data and ch.cfg.model == smoke_profile.model
+    assert ch.drop == find_drop(load_metrics(smoke_run), rank=smoke_profile.data.rank)
+    assert ch.metrics.equals(load_metrics(smoke_run))
+    assert ch.post is ch.post and ch.model(ch.steps.post) is ch.post  # one load per chapter
+    assert ch.pre is not ch.post and not ch.post.training
+    assert ch.copy_level == pytest.approx(smoke_profile.data.rank / 9)
+    assert ch.steps.post == max(ch.steps.all_steps())
+
+
+def test_the_run_s_own_profile_wins_over_the_named_one_except_analysis_and_device(smoke_run, smoke_profile, tmp_path):
+    # a run trained with 60 steps, opened under a profile that now asks for more: the chapter
+    # sees the run as trained, with the book's current analysis sizes
+    run = shutil.copytree(smoke_run, tmp_path / "run")
+    named = smoke_profile.replace(**{"train.steps": 999, "analysis.eval_matrices": 17})
+    (tmp_path / "named.yaml").write_text(__import__("yaml").safe_dump(named.to_dict()))
+    ch = open_chapter(str(tmp_path / "named.yaml"), smoke_profile.seed, run, "cpu")
+    assert ch.cfg.train.steps == smoke_profile.train.steps
+    assert ch.cfg.analysis.eval_matrices == 17
+
+
+def test_a_run_of_another_recipe_or_no_run_is_refused_in_one_line(smoke_run, tmp_path):
+    with pytest.raises(ConfigError, match=r"started with a different profile \(name differs\)"):
+        open_chapter("cpu", 1, smoke_run, "cpu")
+    with pytest.raises(FileNotFoundError, match="holds no run"):
+        open_chapter("smoke", 1, tmp_path / "nothing", "cpu")
+
+
+def test_relative_to_drop_names_the_side(smoke_run, smoke_profile):
+    ch = open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
+    ch.drop = 40
+    assert ch.relative_to_drop(20) == "before the drop at step 40"
+    assert ch.relative_to_drop(60) == "after the drop at step 40"
+    ch.drop = None
+    assert ch.relative_to_drop(60) == "this run has no drop"
+
+
+def test_departures_table_lists_the_keys_with_plain_numbers():
+    cfg = load_profile(profile_path("cpu"))
+    html = departures_table(cfg, "caption").to_html()
+    for text in ("data.n", "data.rank", "train.lr", ">0.001<", ">0.0001<", ">768<", ">64<"):
+        assert text in html, text
+    assert "000000" not in html  # no float padding such as 64.000000
+
+
+def test_shown_path_is_never_absolute(tmp_path):
+    assert not shown_path(tmp_path / "runs" / "cpu-seed1").startswith("/")
+    assert shown_path(tmp_path / "runs" / "cpu-seed1") == "runs/cpu-seed1"
