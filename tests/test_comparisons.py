@@ -4,7 +4,7 @@ import pytest
 from mclib.core import paper
 import torch
 
-from mclib.book import comparisons as C
+from mclib.analyses import comparisons as C
 from mclib.core.data import sample_matrices, copy_level
 from mclib.analyses.evaluate import sample_eval_batch
 from mclib.core.runs import load_checkpoint
@@ -103,14 +103,6 @@ def test_paired_difference_and_its_error():
     assert row["a_better_se"] == pytest.approx(np.sqrt(row["a_better"] * (1 - row["a_better"]) / len(per_a)))
     same = C.paired(a, a, x, mask)
     assert same["d_L"] == 0 and same["d_L_se"] == 0 and same["a_better"] == 0
-    assert C.within_error(0.01, 0.005) and not C.within_error(0.011, 0.005)
-
-
-def test_value_plus_minus_error_text():
-    assert C.pm(0.035020, 0.001457) == "0.0350 ± 0.0015"
-    assert C.pm(1.0153e-5, 3.93e-8) == "(1.0153 ± 0.0039)e-05"
-    assert C.pm(4.358, 0.0375) == "4.358 ± 0.037"
-    assert C.pm(0.5, float("nan")) == "0.5" and C.pm(float("nan"), 0.1) == "—"
 
 
 def test_solvers_alone_on_the_paper_s_task(post):

@@ -9,5 +9,6 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
     embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
     progress.py       progress measures per checkpoint; lead times
     baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
+    comparisons.py    BERT beside those solvers on the same matrices (E16-E18), with standard errors
     freezing.py       component re-initialisation runs (E15)
 """

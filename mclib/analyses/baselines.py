@@ -218,7 +218,7 @@ def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers:
     x, mask `[batch, n, n]` → U `[batch, n, n]` like x. Observed entries are fitted, not
     kept: at the optimum |U − X| on Ω is of order λ|Ω|/2 · (an entry of a subgradient of
     ‖·‖_*), which is what E17's L_obs measures. Measured on 2048 matrices of the paper's
-    task (7×7, rank 2, p_mask 0.3; `python -m mclib.book.comparisons`, evaluation seed 0):
+    task (7×7, rank 2, p_mask 0.3; `python -m mclib.analyses.comparisons`, evaluation seed 0):
     L_obs (1.0009 ± 0.0027)e-5 at λ = 5e-4 and (7.814 ± 0.025)e-4 at 5e-3 (paper 1.015e-5,
     7.86e-4, over its 256 matrices).
     """

@@ -48,8 +48,8 @@ def fill_label(value: float | None) -> str:
 
 def _loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
     """L, L_obs, L_mask, mask_value, and the standard errors L_se, L_obs_se, L_mask_se over
-    matrices (`comparisons.pooled`: the matrices are the units)."""
-    from .comparisons import pooled
+    matrices (`mclib.analyses.comparisons.pooled`: the matrices are the units)."""
+    from ..analyses.comparisons import pooled
 
     row = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
     sq = ((pred.float() - batch.x.float()) ** 2).cpu().numpy()
@@ -75,7 +75,7 @@ def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Seque
     One row per (matrices, m): L'_mask (mean (X̂ − m)² over the masked entries), L_obs,
     L_mask and mask_value. The same matrices and masks for every m of one kind.
     """
-    from .comparisons import pooled
+    from ..analyses.comparisons import pooled
     from ..core.data import round2
 
     rows = []

@@ -427,7 +427,7 @@ def _method_colour(method: str, i: int):
 
 def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
                             title: str = "BERT against nuclear-norm minimisation") -> plt.Figure:
-    """E16 (table: `mclib.book.comparisons.nuclear_sweep`): L over all entries and the mean
+    """E16 (table: `mclib.analyses.comparisons.nuclear_sweep`): L over all entries and the mean
     nuclear norm against p_mask, BERT and the solver (± 2 s.e.); the true matrices'
     nuclear norm dotted; the training p_mask marked."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -450,7 +450,7 @@ def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
 
 
 def ood_plot(table: pd.DataFrame, title: str = "Other factor distributions (E18)") -> plt.Figure:
-    """E18 (table: `mclib.book.comparisons.ood_table`): L_mask / E[X²] per distribution and
+    """E18 (table: `mclib.analyses.comparisons.ood_table`): L_mask / E[X²] per distribution and
     method (± 2 s.e.): 1 is the error of outputting 0 at every masked entry."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 3.8))
@@ -548,4 +548,11 @@ def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop:
     fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+def closed(fig: plt.Figure) -> plt.Figure:
+    """`fig`, closed in pyplot: a chapter glues it (glue still renders a closed figure) and
+    the notebook does not show it a second time at the end of the cell."""
+    plt.close(fig)
     return fig

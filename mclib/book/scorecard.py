@@ -45,6 +45,9 @@ MARGINS = {
     # events at about the same checkpoint are not an ordering.
     "ordering": 0.10,
 }
+# The direction rule's margin when its reference is a cut-off the book defines (a chapter's
+# STRONG, ALIGNED, ...): the cut-off is then the claim itself, so no margin is added.
+CUT = 0.0
 POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
             "by construction": "cannot fail"}
 VERDICTS = ("matches", "same direction", "same order", "differs", "n/a", "cannot fail")
@@ -264,3 +267,26 @@ def findings(rows: list[dict]):
                     "not tested": len(rest)})
     return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
                                       "not tested"])
+
+
+# --- what a chapter adds -------------------------------------------------------------------
+
+def claim(id, quantity, ours, reading, paper=None, kind="number", **rule) -> dict:
+    """Keyword arguments for `record` (a chapter builds its rows with this, then records them
+    with `recorded_table`): rule holds se, spread, margin, reference and sense (a
+    direction), values and order (an ordering) or na (nothing to test)."""
+    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading, "kind": kind, **rule}
+
+
+def recorded_table(run_dir: str | Path, rows: list[dict], chapter: str,
+                   columns=("id", "quantity", "paper", "ours", "se", "verdict", "reading"),
+                   caption: str = "The numbers this chapter adds to the scorecard."):
+    """Record every row for `chapter`, shown as the styled table the chapter shows under its
+    closing paragraph, with the chosen columns (the verdicts as `record` computed them)."""
+    import pandas as pd
+
+    shown = pd.DataFrame([record(run_dir, **row, chapter=chapter) for row in rows])[list(columns)]
+    formats = {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}
+    return (shown.rename(columns={"se": "s.e."}).style.hide(axis="index")
+            .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")
+            .set_caption(caption))

@@ -1,5 +1,6 @@
 """BERT against classical matrix completion (E16, E17, E18 and two stronger methods), and
-the solvers alone on the paper's task. One call per table of the baselines chapter:
+the solvers alone on the paper's task: the numbers, with their errors. One call per table
+of the baselines chapter (which words and shows them: mclib.book.ch06_baselines):
 
     task = paper.task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
     nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task
@@ -125,61 +126,6 @@ def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
     return row
 
 
-def within_error(diff: float, se: float, k: float = 2.0) -> bool:
-    """True when a difference is within k (2) standard errors of zero: the data cannot tell
-    the two apart."""
-    return bool(abs(diff) <= k * se)
-
-
-def pm(value: float, se: float) -> str:
-    """"value ± se" with the error to 2 significant figures and the value to the same
-    decimal place, e.g. 0.0350 ± 0.0015 or (1.0153 ± 0.0039)e-05 for small values."""
-    if not np.isfinite(value):
-        return "—"
-    if not (np.isfinite(se) and se > 0):
-        return f"{value:.4g}"
-    e = int(np.floor(np.log10(max(abs(value), se))))  # the larger sets the notation
-    shift = e if not -3 <= e < 3 else 0  # scientific notation outside 0.001-999
-    v, s = value / 10 ** shift, se / 10 ** shift
-    places = max(0, 1 - int(np.floor(np.log10(s))))
-    text = f"{v:.{places}f} ± {s:.{places}f}"
-    return f"({text})e{shift:+03d}" if shift else text
-
-
-def describe_task(data: DataConfig) -> str:
-    """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
-    for a DataConfig or a Profile (mclib.core.data rounds every X to the 0.01 grid)."""
-    d = data
-    return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
-
-
-def with_errors(table: pd.DataFrame, quantities, keep=()) -> pd.DataFrame:
-    """A copy of `table` for display: the `keep` columns as they are, then every quantity q
-    as the text "value ± s.e." (`pm`) from the columns q and q_se."""
-    out = table[list(keep)].copy()
-    for q in quantities:
-        out[q] = [pm(v, e) for v, e in zip(table[q], table[f"{q}_se"])]
-    return out
-
-
-def sweep_shown(sweep: pd.DataFrame) -> pd.DataFrame:
-    """`nuclear_sweep` as one row per p_mask for display: L and the mean nuclear norm of each
-    method ± s.e., the true X's nuclear norm, and (with BERT) BERT − solver, paired."""
-    methods = [m for m in dict.fromkeys(sweep["method"]) if m != "truth"]
-    out = pd.DataFrame({"p_mask": sorted(set(sweep["p_mask"]))}).set_index("p_mask")
-    by = sweep.set_index(["method", "p_mask"])
-    for m in methods:
-        out[f"L, {m}"] = [pm(by.loc[(m, p), "L"], by.loc[(m, p), "L_se"]) for p in out.index]
-    if "BERT" in methods:
-        out["L, BERT − solver (paired)"] = [pm(by.loc[("BERT", p), "d_L"], by.loc[("BERT", p), "d_L_se"])
-                                            for p in out.index]
-    for m in methods:
-        out[f"‖·‖_*, {m}"] = [pm(by.loc[(m, p), "nuclear"], by.loc[(m, p), "nuclear_se"]) for p in out.index]
-    out["‖·‖_*, true X"] = [pm(by.loc[("truth", p), "nuclear"], by.loc[("truth", p), "nuclear_se"]) for p in out.index]
-    out.index = [f"{p:g}" for p in out.index]
-    return out.rename_axis("p_mask").reset_index()
-
-
 def _batch(data: DataConfig, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
     if p_mask is not None:
         data = dataclasses.replace(data, p_mask=p_mask)
@@ -257,18 +203,6 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def e17_shown(reg: pd.DataFrame) -> pd.DataFrame:
-    """`e17_beside_paper` for display: one row per λ, each loss as "ours ± s.e." beside the paper's."""
-    t = e17_beside_paper(reg)
-    out = pd.DataFrame({"λ": [f"{lam:g}" for lam in dict.fromkeys(t["lam"])]})
-    for q in E17_LOSSES:
-        part = t[t["quantity"] == q]
-        out[f"{q}, ours"] = [pm(v, e) for v, e in zip(part["ours"], part["se"])]
-        out[f"{q}, paper"] = [f"{v:.5g}" if v >= 1e-3 else np.format_float_scientific(v, trim="-") for v in part["paper"]]
-        out[f"{q}, ours − paper (s.e.)"] = [f"{z:+.1f}" for z in part["z"]]
-    return out
-
-
 def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
               solver_matrices: int | None = None) -> pd.DataFrame:
     """E18: BERT and the E16 solver on matrices whose factors are drawn from each
@@ -327,24 +261,24 @@ def classical_table(model, data: DataConfig, n_matrices: int, seed: int) -> tupl
 
 
 def main(argv=None) -> None:
-    """`python -m mclib.book.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
+    """`python -m mclib.analyses.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
     (CVXPY, Clarabel), printed beside the paper's table (a few minutes for 2048 matrices)."""
     import argparse
 
     from ..core.paper import PAPER_E17
 
-    ap = argparse.ArgumentParser(prog="python -m mclib.book.comparisons", description=main.__doc__)
+    ap = argparse.ArgumentParser(prog="python -m mclib.analyses.comparisons", description=main.__doc__)
     ap.add_argument("--matrices", type=int, default=2048)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     task = paper.task()
     reg = regularised_table(task, list(PAPER_E17), args.matrices, args.seed)
     t = e17_beside_paper(reg)
-    t["ours ± se"] = [pm(v, e) for v, e in zip(t["ours"], t["se"])]
     print(f"E17 on the paper's task ({task.n}x{task.n}, rank {task.rank}, p_mask {task.p_mask:g}, {task.dist} "
           f"factors), {args.matrices} matrices, evaluation seed {args.seed}")
-    print(t[["lam", "quantity", "ours ± se", "paper", "rel_dev", "z"]].to_string(
-        index=False, formatters={"lam": "{:g}".format, "paper": "{:.5g}".format, "rel_dev": "{:+.1%}".format,
+    print(t[["lam", "quantity", "ours", "se", "paper", "rel_dev", "z"]].to_string(
+        index=False, formatters={"lam": "{:g}".format, "ours": "{:.5g}".format, "se": "{:.2g}".format,
+                                 "paper": "{:.5g}".format, "rel_dev": "{:+.1%}".format,
                                  "z": "{:+.1f}".format}))
 
 

@@ -1,0 +1,247 @@
+"""Chapter 04, the embeddings (book/04_embeddings.ipynb): its figures, tables, closing
+sentences and scorecard rows, in the order the page shows them.
+
+The token embeddings of the values the task produces (E12), whether their final
+arrangement is in place before the drop (E13), and the position embeddings (E14). The
+paper gives these results as figures without numbers, so each becomes a claim about a
+side of a cut-off named here (STRONG, CLUSTERED, ALIGNED, DIP), judged by the
+scorecard's direction rule with no added margin (`scorecard.CUT`): the cut-off is the
+claim. The sentences are built here so that they read right with or without a drop.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..analyses import embeddings as E
+from ..core.model import build_model
+from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
+                    token_progress_plot)
+from .scorecard import CUT, claim, recorded_table
+
+CHAPTER = "04_embeddings"
+STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
+CLUSTERED = 0.25  # a silhouette above this: visible clusters
+ALIGNED = 0.9     # centred alignment above this: "the final arrangement"
+DIP = 0.95        # middle-row norm / mean norm below this: "a dip"
+
+
+# --- the opening: which rows, which checkpoints -------------------------------------------------
+
+def value_range(ch) -> tuple[float, float]:
+    """The token values this task produces: |x| <= rank (the rows beyond stay at their initialisation)."""
+    return E.value_range(ch.cfg.data.rank)
+
+
+def labels(ch) -> dict[int, str]:
+    """{step: "pre-shift, step S"} for the analysed checkpoints, in order."""
+    s = ch.steps
+    phases = {s.pre: "pre-shift", **{t: "transition" for t in s.transition}, s.post: "post-shift"}
+    return {step: f"{p}, step {step:,}" for step, p in phases.items()}
+
+
+def opening_glue(ch) -> dict:
+    """token_range (the values read, as the paper's "−1.50 … 1.50") and drop_note."""
+    lo, hi = value_range(ch)
+    ids = E.token_ids(lo, hi)
+    token_range = (f"{lo:.2f}, {lo + 0.01:.2f}, …, {hi:.2f} ({len(E.token_values(lo, hi))} values, token ids "
+                   f"{int(ids[0])} … {int(ids[-1])})")
+    drop_note = (f"This run's loss dropped at step {ch.drop:,}." if ch.drop is not None else
+                 f"This run's loss did not drop within its {ch.cfg.train.steps:,} steps, so nothing here can be "
+                 "before or after a drop; the chapter still shows how the embeddings change.")
+    return {"token_range": token_range, "drop_note": drop_note}
+
+
+# --- E12: token embeddings at the post checkpoint --------------------------------------------------
+
+@dataclass
+class Tokens:
+    """E12 at the post checkpoint: the norms, the principal plane's coordinates, how well
+    each component tracks x, |x| and sign(x), and the norms' symmetry about 0."""
+    norms: pd.DataFrame
+    coords: pd.DataFrame
+    tracks: pd.DataFrame
+    symmetry: float
+    plane_share: float  # the share of the rows' variance in the plane
+
+
+def tokens(ch) -> Tokens:
+    lo, hi = value_range(ch)
+    norms = E.token_norms(ch.post, lo, hi)
+    values, rows = norms["value"].to_numpy(), E.token_rows(ch.post, lo, hi)
+    pca = E.fit_pca(rows)
+    proj = E.project(rows, pca, centred=True)
+    return Tokens(norms=norms, coords=pd.DataFrame({"value": values, "pc1": proj[:, 0], "pc2": proj[:, 1]}),
+                  tracks=E.component_tracks(proj, values), symmetry=E.norm_symmetry(values, norms["norm"].to_numpy()),
+                  plane_share=float(pca.explained_variance_ratio_.sum()))
+
+
+def tokens_figure(t: Tokens, ch):
+    return closed(token_embedding_plot(t.norms, t.coords,
+                                       title=f"Token embeddings at the post-shift checkpoint (step {ch.steps.post:,})"))
+
+
+def tracks_shown(t: Tokens):
+    return t.tracks.style.hide(axis="index").format("{:.2f}", subset=["x", "abs_x", "sign_x"]).set_caption(
+        f"|Pearson r| of each principal component with x, |x| and sign(x); the plane holds "
+        f"{t.plane_share:.0%} of the rows' variance.")
+
+
+# --- E13: is the final arrangement there before the drop? ---------------------------------------
+
+def token_projections(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every analysed checkpoint and the initialisation projected on the post checkpoint's
+    PCA plane (`embeddings.token_projections`): coordinates, and a summary with a column
+    "vs the drop" (before, after, initialisation)."""
+    lo, hi = value_range(ch)
+    steps = [*[s for s in labels(ch) if s != ch.steps.post], ch.steps.post]
+    init = build_model(ch.cfg.model, ch.cfg.data.n, ch.cfg.seed)  # the run's initialisation: train() builds it the same way
+    coords, summary = E.token_projections(ch.run_dir, steps, final_step=ch.steps.post, initial=init, lo=lo, hi=hi)
+    summary.insert(1, "vs the drop", [_side(ch, s) if s else "initialisation" for s in summary["step"]])
+    return coords, summary
+
+
+def _side(ch, step: int) -> str:
+    return "no drop in this run" if ch.drop is None else ("before the drop" if step < ch.drop else "after the drop")
+
+
+def token_progress_figure(coords: pd.DataFrame, ch):
+    return closed(token_progress_plot(coords, {0: "initialisation", **labels(ch)},
+                                      title="Token embeddings on the final checkpoint's PCA plane"))
+
+
+def projections_shown(summary: pd.DataFrame):
+    return summary.style.hide(axis="index").format(precision=2).set_caption(
+        "Alignment with the final projection (uncentred and centred) and the share of each checkpoint's "
+        "variance in the final plane.")
+
+
+def embedding_progress(ch) -> pd.DataFrame:
+    """The embeddings at every saved checkpoint (`embedding_progress`: centred token
+    alignment, position silhouettes, middle-row norm)."""
+    lo, hi = value_range(ch)
+    return E.embedding_progress(ch.run_dir, final_step=ch.steps.post, lo=lo, hi=hi)
+
+
+# --- E14: position embeddings ---------------------------------------------------------------------
+
+def tsne_figure(ch):
+    """One t-SNE of the n² position embeddings per analysed checkpoint, coloured by column."""
+    n = ch.cfg.data.n
+    frames = {label: E.position_tsne(E.position_rows(ch.model(s), n), n, seed=ch.cfg.analysis.seed)
+              for s, label in labels(ch).items()}
+    return closed(position_tsne_plot(frames, title="t-SNE of the position embeddings, coloured by column"))
+
+
+def position_norms_figure(ch):
+    norms = E.position_norms(E.position_rows(ch.post, ch.cfg.data.n), ch.cfg.data.n)
+    return closed(position_norm_plot(norms, title=f"ℓ2 norm of each position embedding, step {ch.steps.post:,}"))
+
+
+def progress_figure(progress: pd.DataFrame, summary: pd.DataFrame, ch):
+    init_align = float(summary.set_index("step").loc[0, "alignment_centred"])
+    return closed(embedding_progress_plot(progress, ch.drop, init_align, title="Embeddings at every saved checkpoint"))
+
+
+# --- the closing paragraph and the scorecard rows -------------------------------------------------
+
+def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
+                       drop: int | None, post_step: int) -> tuple[dict, list[dict]]:
+    """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
+    summary, with the initialisation as step 0 if available; tracks: `component_tracks`
+    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post."""
+    t = tracks.set_index("component")
+    abs_c = int(t["abs_x"].idxmax())  # the component closest to |x|; the other is checked for sign(x)
+    other = next(c for c in t.index if c != abs_c)
+    abs_r, sign_r, x_r = t.loc[abs_c, "abs_x"], t.loc[other, "sign_x"], t.loc[other, "x"]
+    tracks_text = (f"the component closest to |x| (component {abs_c}) has |r| = {abs_r:.2f} with |x|, and the other "
+                   f"|r| = {sign_r:.2f} with the sign of x ({x_r:.2f} with x itself)")
+    tracks_claim = ("one component tracks |x| and the other the sign, as in the paper" if abs_r > STRONG and sign_r > STRONG
+                    else "not what the paper shows (" + ("no component tracks |x|" if abs_r <= STRONG else
+                                                         "the second component does not track the sign") + ")")
+
+    reached = progress.loc[progress["token_alignment"] >= ALIGNED, "step"]
+    aligned_at = int(reached.iloc[0]) if len(reached) else None
+    s = summary.set_index("step")
+    init_align = float(s.loc[0, "alignment_centred"]) if 0 in s.index else None
+    align_text = ((f"reached {ALIGNED} at step {aligned_at:,}" if aligned_at is not None else
+                   f"did not reach {ALIGNED} at any saved checkpoint")
+                  + ("" if init_align is None else f" (at initialisation it was {init_align:.2f})"))
+    if init_align is not None and init_align >= ALIGNED:
+        align_claim = "but the embeddings start that close to their final layout, so this says nothing about the drop"
+    elif drop is None:
+        align_claim = "with no drop to compare against"
+    elif aligned_at is not None and aligned_at < drop:
+        align_claim = f"before the drop at step {drop:,}, as the paper says"
+    else:
+        align_claim = f"not before the drop at step {drop:,}, unlike the paper"
+
+    first, last = progress.iloc[0], progress.set_index("step").loc[post_step]
+    col_post, row_post, mid = last["column_silhouette"], last["row_silhouette"], last["middle_row_norm"]
+    if drop is not None and (progress["step"] < drop).any() and (progress["step"] >= drop).any():
+        before, after = progress[progress["step"] < drop].iloc[-1], progress[progress["step"] >= drop].iloc[0]
+        cluster_text = (f"the column silhouette was {before.column_silhouette:.2f} at step {int(before.step):,}, the "
+                        f"last checkpoint before the drop, and {after.column_silhouette:.2f} at step "
+                        f"{int(after.step):,}, the first after it; at the end it is {col_post:.2f} (grouped by row: "
+                        f"{row_post:.2f})")
+        cluster_claim = ("the columns cluster only after the drop, as in the paper"
+                         if before.column_silhouette < CLUSTERED <= col_post else
+                         "the columns already cluster before the drop, unlike the paper"
+                         if before.column_silhouette >= CLUSTERED else
+                         f"no column clusters (silhouette ≥ {CLUSTERED}) by the end of the run, unlike the paper")
+    else:
+        cluster_text = (f"the column silhouette went from {first.column_silhouette:.2f} at step {int(first.step):,} to "
+                        f"{col_post:.2f} at step {post_step:,} (grouped by row: {row_post:.2f})")
+        cluster_claim = ("whether clusters appear only after a drop cannot be tested without a drop" if drop is None
+                         else "no checkpoint on both sides of the drop to compare")
+
+    glue = {"symmetry": float(symmetry),
+            "symmetry_text": "symmetric about 0" if symmetry > STRONG else "not symmetric about 0",
+            "tracks_text": tracks_text, "tracks_claim": tracks_claim, "align_text": align_text,
+            "align_claim": align_claim, "cluster_text": cluster_text, "cluster_claim": cluster_claim,
+            "mid_norm": float(mid), "post_step": f"{post_step:,}"}
+    before_drop = (progress[progress["step"] < drop].iloc[-1] if drop is not None and (progress["step"] < drop).any()
+                   else None)
+    no_before = ("no drop in this run" if drop is None else
+                 None if before_drop is not None else "no saved checkpoint before the drop")
+    early = (f"the embeddings start that close to their final layout (centred alignment {init_align:.2f} at "
+             "initialisation), so reaching it says nothing about the drop"
+             if init_align is not None and init_align >= ALIGNED else None)
+    rows = [
+        claim("E12", "token-norm symmetry: corr(‖e(x)‖, ‖e(−x)‖), post", float(symmetry),
+             f"{'symmetric' if symmetry > STRONG else 'not symmetric'} about 0 (paper: symmetric)",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
+        claim("E12", "|r| of a token PCA component with |x|, post", float(abs_r),
+             f"{'tracks' if abs_r > STRONG else 'does not track'} |x| (paper: one component does)",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
+        claim("E12", "|r| of the other component with sign(x), post", float(sign_r),
+             f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}",
+             kind="direction", reference=STRONG, sense="above", margin=CUT),
+        claim("E13", "centred token alignment with the final layout, last checkpoint before the drop",
+             None if before_drop is None else float(before_drop.token_alignment),
+             f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
+             f"above {ALIGNED} counts)", kind="direction", reference=ALIGNED, sense="above", margin=CUT, na=no_before or early),
+        claim("E14", "column silhouette of the position embeddings, last checkpoint before the drop",
+             None if before_drop is None else float(before_drop.column_silhouette),
+             f"{cluster_claim} (paper: no column clusters before the drop; below {CLUSTERED} counts)",
+             kind="direction", reference=CLUSTERED, sense="below", margin=CUT, na=no_before),
+        claim("E14", "column silhouette of the position embeddings, post", float(col_post),
+             f"{'columns cluster' if col_post >= CLUSTERED else 'no column clusters'} (row: {row_post:.2f}); "
+             f"paper: they cluster after the drop; above {CLUSTERED} counts", kind="direction", reference=CLUSTERED,
+             sense="above", margin=CUT),
+        claim("E14", "middle-row position norm / mean position norm, post", float(mid),
+             f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
+             f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
+    ]
+    return glue, rows
+
+
+def closing(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:
+    """`embedding_readings` of this chapter's numbers: the closing paragraph's glue and the rows."""
+    return embedding_readings(progress, summary, t.tracks, t.symmetry, ch.drop, ch.steps.post)
+
+
+def scorecard_table(ch, rows: list[dict]):
+    """Record this chapter's rows (each a direction claim on a cut-off above) and show them."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "verdict", "reading"))

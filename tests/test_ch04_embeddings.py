@@ -1,0 +1,85 @@
+"""Chapter 04 (mclib/book/ch04_embeddings.py): the closing sentences read right with a
+drop or without, the paper's picture or not; every verdict can come out either way; the
+chapter's own numbers on a trained smoke run."""
+import pandas as pd
+import pytest
+
+from mclib.book import ch04_embeddings as chapter
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+
+STEPS = [100, 200, 300, 400]
+TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})
+
+
+def _progress(columns):
+    return pd.DataFrame({"step": STEPS, "column_silhouette": columns, "row_silhouette": [0.0] * 4,
+                         "middle_row_norm": [1.0, 1.0, 0.9, 0.9], "token_alignment": [0.5, 0.95, 0.99, 1.0]})
+
+
+def _summary(init):
+    return pd.DataFrame({"step": [0, 100, 400], "alignment_centred": [init, 0.5, 1.0]})
+
+
+def test_embeddings_as_in_the_paper(tmp_path):
+    glue, rows = chapter.embedding_readings(_progress([0.0, 0.05, 0.6, 0.7]), _summary(0.1), TRACKS, 0.97, drop=250, post_step=400)
+    assert glue["tracks_claim"].endswith("as in the paper") and glue["symmetry_text"] == "symmetric about 0"
+    assert glue["align_text"].startswith("reached 0.9 at step 200") and glue["align_claim"].endswith("as the paper says")
+    assert "0.05 at step 200, the last checkpoint before the drop" in glue["cluster_text"]
+    assert glue["cluster_claim"] == "the columns cluster only after the drop, as in the paper"
+    assert [r["id"] for r in rows] == ["E12"] * 3 + ["E13"] + ["E14"] * 3 and all(r["paper"] is None for r in rows)
+    assert rows[3]["ours"] == 0.95 and rows[6]["reading"].startswith("a dip")  # step 200: the last before the drop
+    verdicts = [_verdict(tmp_path, r) for r in rows]
+    assert verdicts == ["same direction"] * 7  # every claim holds on these numbers
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
+    glue, rows = chapter.embedding_readings(_progress([0.0] * 4), _summary(0.1), TRACKS.assign(abs_x=[0.3, 0.1]), 0.2,
+                                    drop=None, post_step=400)
+    assert [_verdict(tmp_path, r) for r in rows] == ["differs", "differs", "same direction", "n/a", "n/a", "differs",
+                                                     "same direction"]  # no drop: E13 and E14's timing untestable
+    assert glue["align_claim"] == "with no drop to compare against"
+    assert "cannot be tested without a drop" in glue["cluster_claim"] and "went from" in glue["cluster_text"]
+    assert glue["tracks_claim"] == "not what the paper shows (no component tracks |x|)"
+    glue, _ = chapter.embedding_readings(_progress([0.5] * 4), _summary(0.95), TRACKS, 0.9, drop=250, post_step=400)
+    assert glue["align_claim"].startswith("but the embeddings start that close")
+    assert glue["cluster_claim"] == "the columns already cluster before the drop, unlike the paper"
+    glue, rows = chapter.embedding_readings(_progress([0.5] * 4), _summary(0.1), TRACKS, 0.9, drop=250, post_step=400)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
+    assert v["column silhouette of the position embeddings, last checkpoint before the drop"] == "differs"
+    assert _verdict(tmp_path, {**rows[3], "ours": 0.5}) == "differs"  # not aligned before the drop
+
+
+
+
+@pytest.fixture(scope="module")
+def ch(smoke_run):
+    return open_chapter("smoke", 1, smoke_run, "cpu")
+
+
+def test_the_chapter_on_a_smoke_run(ch, tmp_path):
+    glue = chapter.opening_glue(ch)
+    lo, hi = chapter.value_range(ch)
+    assert (lo, hi) == __import__("mclib.analyses.embeddings").analyses.embeddings.value_range(ch.cfg.data.rank)
+    assert glue["token_range"].startswith(f"{lo:.2f}, {lo + 0.01:.2f}, …, {hi:.2f}")
+    assert glue["drop_note"].startswith("This run's loss did not drop" if ch.drop is None else "This run's loss dropped")
+    assert list(chapter.labels(ch))[-1] == ch.steps.post and "post-shift" in chapter.labels(ch)[ch.steps.post]
+    tokens = chapter.tokens(ch)
+    assert len(tokens.coords) == len(tokens.norms) and 0 < tokens.plane_share <= 1
+    coords, summary = chapter.token_projections(ch)
+    assert summary["step"].iloc[0] == 0 and summary["vs the drop"].iloc[0] == "initialisation"
+    progress = chapter.embedding_progress(ch)
+    found, rows = chapter.closing(ch, tokens, summary, progress)
+    assert found["post_step"] == f"{ch.steps.post:,}"
+    ch.run_dir = tmp_path  # record into a scratch folder, not the shared smoke run
+    html = chapter.scorecard_table(ch, rows).to_html()
+    assert html.count("<tr>") == len(rows) + 1 and "E14" in html
+    assert {r["chapter"] for r in scorecard.load(tmp_path)} == {"04_embeddings"}
+    for fig in (chapter.tokens_figure(tokens, ch), chapter.token_progress_figure(coords, ch),
+                chapter.position_norms_figure(ch), chapter.progress_figure(progress, summary, ch)):
+        assert fig.axes  # drawn, and closed in pyplot
+        assert fig.number not in __import__("matplotlib.pyplot").pyplot.get_fignums()

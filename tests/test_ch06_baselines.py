@@ -1,0 +1,173 @@
+"""Chapter 06 (mclib/book/ch06_baselines.py): how a number is written, the closing
+sentences (E16's "within error", E18's "similar" decided from the numbers and their
+errors), the E17 verdicts against the paper's table, and the chapter's tables on a
+trained smoke run."""
+import copy
+
+import pandas as pd
+import pytest
+
+from mclib.analyses import comparisons as C
+from mclib.book import ch06_baselines as chapter
+from mclib.book import scorecard
+from mclib.core import paper
+from mclib.core.paper import PAPER_E17
+from mclib.core.runs import load_checkpoint
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def test_value_plus_minus_error_text():
+    assert chapter.pm(0.035020, 0.001457) == "0.0350 ± 0.0015"
+    assert chapter.pm(1.0153e-5, 3.93e-8) == "(1.0153 ± 0.0039)e-05"
+    assert chapter.pm(4.358, 0.0375) == "4.358 ± 0.037"
+    assert chapter.pm(0.5, float("nan")) == "0.5" and chapter.pm(float("nan"), 0.1) == "—"
+
+
+def test_within_error_is_two_standard_errors():
+    assert chapter.within_error(0.01, 0.005) and not chapter.within_error(0.011, 0.005)
+
+
+@pytest.fixture(scope="module")
+def tables(smoke_run, smoke_profile):
+    post = load_checkpoint(smoke_run, smoke_profile.checkpoints.post)
+    sweep = C.nuclear_sweep(post, smoke_profile.data, [0.2, 0.3], 6, seed=0)
+    task = paper.task()
+    reg = C.regularised_table(task, list(PAPER_E17), 6, seed=0)
+    ood = C.ood_table(post, smoke_profile.data, 6, seed=0, solver_matrices=2)
+    classical, _ = C.classical_table(post, smoke_profile.data, 6, seed=0)
+    solver_sweep = C.nuclear_sweep(None, task, [0.2, 0.3], 6, seed=0)
+    solvers, _ = C.classical_table(None, task, 6, seed=0)
+    return sweep, reg, ood, classical, solver_sweep, solvers, task
+
+
+def _readings(tables, **kw):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    return chapter.baseline_readings(sweep, kw.get("reg", reg), ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                             solver_sweep=solver_sweep, solvers=solvers, task=task)
+
+
+def test_baseline_sentences_and_rows(tables):
+    glue, rows = _readings(tables)
+    assert set(glue) == {"e16", "e16_solver", "e17", "e18", "classical", "solvers"}
+    assert all(isinstance(v, str) for v in glue.values())
+    assert glue["e16"].startswith("At the training p_mask 0.3, on the same matrices, BERT's L is")
+    assert "paired difference BERT − solver" in glue["e16"]
+    assert glue["e16_solver"].startswith("On the paper's task the solver's L rises from")
+    assert glue["solvers"].startswith("On the paper's task at p_mask 0.3")
+    assert "gaussian factors" in glue["e18"] and "laplace factors" in glue["e18"]
+    ids = [r["id"] for r in rows]
+    assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
+    e17 = [r for r in rows if r["id"] == "E17"]
+    assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
+    assert all("scale" not in r for r in rows)  # no loss scale anywhere
+    e18 = [r for r in rows if r["id"] == "E18"]
+    assert all(r["kind"] == "ratio" and r["paper"] == 1.0 for r in e18)
+    assert "s.e. over 6 matrices of the paper's task" in e17[0]["reading"]
+
+
+def _reg_like_paper(se_rel: float, change: dict | None = None) -> pd.DataFrame:
+    """A regularised_table whose numbers are the paper's (times `change[(lam, q)]`), with
+    standard errors se_rel of the value."""
+    rows = []
+    for lam, values in PAPER_E17.items():
+        row = {"method": f"λ = {lam:g}", "lam": lam}
+        for q, v in zip(("L_obs", "L_mask", "L"), values):
+            row[q] = v * (change or {}).get((lam, q), 1.0)
+            row[f"{q}_se"] = se_rel * row[q]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    ood = ood.copy()
+    bert = ood["method"] == "BERT"
+    ood.loc[bert, "L_mask_se"] = 0.001 * ood.loc[bert, "L_mask"]
+    ood.loc[bert, "L_mask_rel"] = ood.loc[bert].dist.map({"uniform": 0.11, "gaussian": 0.18, "laplace": 0.12}).values
+    ood.loc[bert, "L_mask"] = ood.loc[bert, "L_mask_rel"]
+    glue, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E18"}
+    assert v == {"BERT (L_mask / E[X²]), gaussian over uniform factors": "differs",   # 0.18 vs 0.11: 1.6x
+                 "BERT (L_mask / E[X²]), laplace over uniform factors": "matches"}    # 0.12 vs 0.11
+    assert "gaussian factors" in glue["e18"] and "not similar, unlike the paper" in glue["e18"]
+
+
+def test_e16_rows_are_directions(tmp_path, tables):
+    _, rows = _readings(tables)
+    e16 = [r for r in rows if r["id"] == "E16"]
+    assert [(r["kind"], r["sense"]) for r in e16] == [("direction", "below"), ("direction", "above")]
+    assert _verdict(tmp_path, {**e16[0], "ours": 0.5, "se": 0.01}) == "same direction"
+    assert _verdict(tmp_path, {**e16[0], "ours": 0.95, "se": 0.01}) == "differs"  # within the margin of 1
+
+
+def _e17_verdicts(tmp_path, tables, reg):
+    _, rows = _readings(tables, reg=reg)
+    return {r["quantity"]: scorecard.record(tmp_path, **r, chapter="06")["verdict"] for r in rows if r["id"] == "E17"}
+
+
+def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_ones(tmp_path, tables):
+    assert set(_e17_verdicts(tmp_path, tables, _reg_like_paper(0.01)).values()) == {"matches"}
+    # L_mask 37 % below the paper's (what the loss scale once hid): differs, whatever the rest
+    v = _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, {(5e-4, "L_mask"): 0.63}))
+    assert v["λ = 0.0005: L_mask (paper's task)"] == "differs"
+    assert [k for k, x in v.items() if x == "differs"] == ["λ = 0.0005: L_mask (paper's task)"]
+    # 15 % off: beyond the 10 % margin with a small error, within it once 2 s.e. cover the rest
+    off = {(1e-3, "L_obs"): 1.15}
+    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, off))["λ = 0.001: L_obs (paper's task)"] == "differs"
+    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == "matches"
+    glue, _ = _readings(tables, reg=_reg_like_paper(0.01, {(5e-4, "L_obs"): 2.0}))
+    assert glue["e17"].startswith("L_obs does not match the paper's at every λ (4 of 5 within the rule")
+
+
+@pytest.mark.parametrize("d, se, words", [(-0.0013, 0.002, "within two standard errors of zero"),
+                                          (-0.01, 0.002, "BERT lower by more than two standard errors, as in"),
+                                          (0.01, 0.002, "BERT higher by more than two standard errors, unlike")])
+def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se, words):
+    sweep, reg, ood, classical, solver_sweep, solvers, task = tables
+    classical = classical.copy()
+    at = classical["method"] == "nuclear norm"
+    classical.loc[at, "BERT_d_L"], classical.loc[at, "BERT_d_L_se"] = d, se
+    glue, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    assert words in glue["e16"]
+    assert rows[0]["reading"].startswith(f"BERT − solver {chapter.pm(d, se)} (paired s.e.)")
+
+
+
+
+@pytest.fixture(scope="module")
+def ch(smoke_run):
+    from mclib.book.chapter import open_chapter
+    return open_chapter("smoke", 1, smoke_run, "cpu")
+
+
+def test_the_opening_names_both_tasks(ch):
+    glue = chapter.task_glue(ch)
+    assert glue["task_paper"] == chapter.describe_task(paper.task())
+    assert glue["task_profile"].startswith(f"{ch.cfg.data.n}×{ch.cfg.data.n} matrices of rank {ch.cfg.data.rank}")
+    assert glue["task_same"] == "Here the two tasks are the same."  # smoke: 7×7, rank 2, p_mask 0.3
+    html = chapter.experiments_table(ch).to_html()
+    assert f"step {ch.steps.post:,}" in html and html.count("<tr>") == 7
+    other = copy.copy(ch)
+    other.cfg = ch.cfg.replace(**{"data.n": 5, "data.rank": 1})
+    assert chapter.task_glue(other)["task_same"].startswith("Here the two tasks differ")
+
+
+@pytest.mark.slow
+def test_the_chapter_on_a_smoke_run(ch, tmp_path):
+    reg, sweep = chapter.e17_table(ch), chapter.bert_sweep(ch)
+    solver_sweep, solvers = chapter.solver_sweep(ch), chapter.solvers_table(ch)
+    classical, per = chapter.classical_tables(ch)
+    ood = chapter.ood_table(ch)
+    assert "λ" in chapter.e17_shown(reg, ch).to_html()
+    assert "BERT − solver (paired)" in chapter.bert_sweep_shown(sweep, ch).to_html()
+    assert "BERT − solver" not in chapter.solver_sweep_shown(solver_sweep, ch).to_html()
+    found, rows = chapter.closing(ch, sweep, reg, ood, classical, solver_sweep, solvers)
+    assert set(found) == {"e16", "e16_solver", "e17", "e18", "classical", "solvers", "solver_rule"}
+    assert found["solver_rule"] == "10%"
+    ch.run_dir = tmp_path
+    assert chapter.scorecard_table(ch, rows).to_html().count("<tr>") == len(rows) + 1
