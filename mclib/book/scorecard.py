@@ -240,6 +240,21 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, r
     return row
 
 
+def record_rows(run_dir: str | Path, rows: list[dict], chapter: str) -> list[dict]:
+    """`record` every row (keyword arguments, as the chapters' modules build them) for
+    `chapter`; returns the recorded rows, verdicts included."""
+    return [record(run_dir, **r, chapter=chapter) for r in rows]
+
+
+def verdict_counts(verdicts) -> str:
+    """'5 matches, 2 differs, ...': how often each verdict occurs in `verdicts` (e.g. the
+    verdict column of `recorded_table`'s data), most frequent first."""
+    import pandas as pd
+
+    counts = pd.Series(list(verdicts), dtype=object).value_counts()
+    return ", ".join(f"{counts.get(v, 0)} {v}" for v in counts.index)
+
+
 # --- the findings table ------------------------------------------------------------------
 
 def _why(r: dict) -> str:
@@ -281,11 +296,11 @@ def claim(id, quantity, ours, reading, paper=None, kind="number", **rule) -> dic
 def recorded_table(run_dir: str | Path, rows: list[dict], chapter: str,
                    columns=("id", "quantity", "paper", "ours", "se", "verdict", "reading"),
                    caption: str = "The numbers this chapter adds to the scorecard."):
-    """Record every row for `chapter`, shown as the styled table the chapter shows under its
-    closing paragraph, with the chosen columns (the verdicts as `record` computed them)."""
+    """`record_rows`, shown as the styled table the chapter shows under its closing
+    paragraph, with the chosen columns (the verdicts as `record` computed them)."""
     import pandas as pd
 
-    shown = pd.DataFrame([record(run_dir, **row, chapter=chapter) for row in rows])[list(columns)]
+    shown = pd.DataFrame(record_rows(run_dir, rows, chapter))[list(columns)]
     formats = {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}
     return (shown.rename(columns={"se": "s.e."}).style.hide(axis="index")
             .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")

@@ -12,6 +12,8 @@ import torch
 from .data import copy_level
 
 LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
+COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
+PLATEAU_BAND = 0.2  # L_mask within 20 % of E[X²]: the masked outputs stay near 0, as a copying model's
 
 
 def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -59,6 +61,18 @@ def window_mean(metrics: pd.DataFrame, step: int, window: int = 50) -> pd.Series
     return metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)].mean(numeric_only=True)
 
 
+def copies(L_obs: float, L_mask: float, level: float) -> bool:
+    """The model copies its input (the plateau's behaviour, paper §3.1): the observed
+    entries come back (L_obs < COPIES·E[X²]) and the masked outputs stay near 0 (L_mask
+    within PLATEAU_BAND of E[X²] = `level`, `copy_level`)."""
+    return L_obs < COPIES * level and abs(L_mask / level - 1) < PLATEAU_BAND
+
+
+def last_tenth(metrics: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the last 10 % of steps (at least one): where every "final" loss is read."""
+    return metrics.tail(max(1, len(metrics) // 10))
+
+
 def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None = None) -> dict[str, float]:
     """Mean L_obs and L_mask over the plateau (steps in (copy_from, drop)) and over the last 10% of steps.
     copy_from None: min(200, a quarter of the run), past the first fall to the copying level."""
@@ -67,7 +81,7 @@ def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None
         copy_from = min(200, last // 4)
     end = drop if drop is not None else last + 1
     plateau = metrics[(metrics["step"] > copy_from) & (metrics["step"] < end)]
-    tail = metrics.tail(max(1, len(metrics) // 10))
+    tail = last_tenth(metrics)
     return {
         "plateau_L_obs": float(plateau["L_obs"].mean()),
         "plateau_L_mask": float(plateau["L_mask"].mean()),

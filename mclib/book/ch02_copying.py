@@ -1,0 +1,261 @@
+"""Chapter 02, copying (book/02_copying.ipynb): what the model does on the plateau.
+
+The paper (§3.1) checks at its pre-shift checkpoint that the model copies: E2 (a value's
+token in place of MASK comes back as that value), E3 (ablating every head changes
+nothing), E6 (the final model's Q, K, V weights do not make it complete). Top to bottom,
+in the chapter's order:
+
+    settings_table(ch)                       what the chapter looks at
+    pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
+    e2_table(ch), e2_shown(ch, e2)           E2 and its table and figure
+    e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6 and their table and figure
+    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and e3_match
+    closing_glue(ch, base, e2, e3, e6, verdicts)  every run-dependent sentence of "What we found"
+
+`ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
+{glue name: value}; figures come closed (glued, not shown twice).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+import torch
+
+from ..analyses.comparisons import pooled
+from ..analyses.evaluate import predict, sample_eval_batch
+from ..analyses.interventions import l_prime_mask, switch_qkv
+from ..core.config import DataConfig
+from ..core.metrics import COPIES, copies, losses
+from ..core.paper import PAPER, PAPER_E2
+from . import plots
+from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
+                          loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
+                          ratio_se, row_verdict, value_and_se)
+from .readings import copy_levels
+from .scorecard import CUT, verdict_counts
+from .scorecard import claim as _row
+
+E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
+E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
+NO_EFFECT = 0.05   # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
+
+
+def settings_table(ch):
+    """The run, the pre-shift checkpoint and the sample sizes, as a styled table."""
+    A = ch.cfg.analysis
+    return (pd.DataFrame({"setting": ["run", "pre-shift checkpoint", "evaluation"], "value": [
+        ch.where, f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
+        f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.eval_matrices} for E3 and E6"]})
+        .style.hide(axis="index").set_caption("What this chapter looks at."))
+
+
+def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
+    """The pre-shift model on the evaluation matrices: its losses (L, L_obs, L_mask,
+    mask_value) plus abs_x, the mean |X| at the masked entries (what a completing model's
+    mask value would be); and the figures fig_copy_scatter and fig_mask_value."""
+    A = ch.cfg.analysis
+    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)
+    pred = predict(ch.pre, batch)
+    base = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
+    base["abs_x"] = batch.x[batch.mask].abs().mean().item()
+    figures = {
+        "fig_copy_scatter": plots.closed(plots.prediction_scatter(
+            batch.x, pred, batch.mask, title=f"Pre-shift checkpoint (step {ch.steps.pre:,})")),
+        "fig_mask_value": plots.closed(plots.mask_value_curve(
+            ch.metrics, base["abs_x"], ch.drop, mark={"pre-shift checkpoint": ch.steps.pre},
+            title=f"Mask value during training: profile {ch.cfg.name}, seed {ch.cfg.seed}"))}
+    return base, figures
+
+
+# --- E2: a value's token in place of MASK ------------------------------------------------
+
+def fill_label(value: float | None) -> str:
+    return "MASK" if value is None else f"{value:g}"
+
+
+def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
+               matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
+    """E2: every masked token replaced by the token of m (None: MASK, m = 0).
+
+    One row per (matrices, m): L'_mask (mean (X̂ − m)² over the masked entries) and its
+    standard error, L_obs, L_mask and mask_value. The same matrices and masks for every m
+    of one kind.
+    """
+    from ..core.data import round2
+
+    rows = []
+    for label, dist in matrices.items():
+        for value in fills:
+            batch = sample_eval_batch(data, n_matrices, seed, dist=dist, fill_value=value)
+            pred = predict(model, batch)
+            m = 0.0 if value is None else float(round2(torch.tensor(float(value))))
+            sq = ((pred.float() - m) ** 2).cpu().numpy()
+            rows.append({"matrices": label, "token": fill_label(value),
+                         "L'_mask": l_prime_mask(pred, batch, value),
+                         "L'_mask_se": pooled(sq, batch.mask.cpu().numpy().astype(bool))[1], **loss_row(pred, batch)})
+    return pd.DataFrame(rows)
+
+
+def paper_e2(matrices: str, token: str) -> tuple[float, float]:
+    """The paper's (L'_mask, L_obs) of E2 for one row of `copy_check`."""
+    return PAPER_E2[(matrices, None if token == "MASK" else float(token))]
+
+
+def e2_table(ch) -> pd.DataFrame:
+    """`copy_check` at the pre-shift checkpoint, with the paper's columns beside ours."""
+    A = ch.cfg.analysis
+    e2 = copy_check(ch.pre, ch.cfg.data, A.copy_matrices, A.seed)
+    paper = [paper_e2(m, t) for m, t in zip(e2.matrices, e2.token)]
+    e2["paper L'_mask"], e2["paper L_obs"] = [p[0] for p in paper], [p[1] for p in paper]
+    return e2
+
+
+def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
+    """E2's table (styled) and glue: fig_e2, copy_level_e2."""
+    cols = ["matrices", "token", "L'_mask", "paper L'_mask", "L_obs", "paper L_obs", "L_mask", "mask_value"]
+    table = loss_styler(e2, cols, cols[2:], f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
+                        f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
+                        + PAPER_COLUMNS)
+    level = ch.copy_level
+    fig = plots.loss_bars([f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
+                          {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
+                          paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
+                          title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
+                          reference=(level, f"E[X²] = {level:.3f}"))
+    return table, {"fig_e2": plots.closed(fig), "copy_level_e2": level}
+
+
+# --- E3 and E6 at the pre-shift checkpoint --------------------------------------------------
+
+def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """E3: every head ablated in the pre model, both readings (`ablation_table`); E6: the
+    pre model with post's Q, K, V, and post itself for scale (`model_table`); one batch."""
+    A, data = ch.cfg.analysis, ch.cfg.data
+    e3 = ablation_table(ch.pre, data, A.eval_matrices, A.seed, {"all heads": all_heads(ch.pre)})
+    e6 = model_table({"pre with post's QKV": switch_qkv(ch.pre, ch.post), f"post (step {ch.steps.post:,})": ch.post},
+                     data, A.eval_matrices, A.seed)
+    return e3, e6
+
+
+def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
+    """E3 and E6 in one table (styled, with the paper's columns) and glue: fig_e3_e6, post_step."""
+    P = lambda q: PAPER[q]
+    table = pd.concat([e3.assign(experiment="E3", model=["nothing ablated", "all heads ablated, uniform",
+                                                         "all heads ablated, batch mean"]),
+                       e6.assign(experiment="E6")], ignore_index=True)
+    table["paper L_obs"], table["paper L_mask"] = zip(
+        (P(("E3", "pre L_obs")), P(("E3", "pre L_mask"))),
+        *[(P(("E3", "pre ablated L_obs")), P(("E3", "pre ablated L_mask")))] * 2,  # the paper gives one reading
+        (P(("E6", "post-QKV into pre L_obs")), P(("E6", "post-QKV into pre L_mask"))), (None, None))
+    cols = ["experiment", "model", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
+    styled = loss_styler(table, cols, cols[2:], f"E3 and E6 at the pre-shift checkpoint (step {ch.steps.pre:,}) and, "
+                         f"for scale, the post-shift model; {ch.cfg.analysis.eval_matrices} fresh matrices, the same "
+                         "for every row. " + PAPER_COLUMNS)
+    level = ch.copy_level
+    fig = plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
+                          paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
+                          title="E3 and E6: interventions at the pre-shift checkpoint",
+                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+    return styled, {"fig_e3_e6": plots.closed(fig), "post_step": f"{ch.steps.post:,}"}
+
+
+# --- the scorecard ---------------------------------------------------------------------------
+
+def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: int) -> tuple[dict, list[dict]]:
+    """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
+    kind's E[X²] (direction, below COPIES), E3 ablated / unablated L_mask and L_obs (ratio
+    rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
+    the pre model's (ratio). glue: e3_match, the sentence naming the reading that matches."""
+    levels = copy_levels(rank)
+    rows = []
+    for r in e2.to_dict("records"):
+        ours_lvl, paper_lvl = levels[r["matrices"]]
+        paper = paper_e2(r["matrices"], r["token"])
+        for q, i in (("L'_mask", 0), ("L_obs", 1)):
+            said = ("outputs the token's value", "does not output the token's value") if q == "L'_mask" else \
+                ("copies the observed entries", "does not copy the observed entries")
+            rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", r[q] / ours_lvl,
+                             said[0] if r[q] / ours_lvl < COPIES else said[1],
+                             paper=paper[i] / paper_lvl, kind="direction", reference=COPIES, sense="below",
+                             margin=CUT, se=r[f"{q}_se"] / ours_lvl))
+    verdicts = []
+    for mode in ("uniform", "batch_mean"):
+        for q in ("L_mask", "L_obs"):
+            ours, se = ratio_and_se(e3, q, {"ablated": "all heads", "reading": mode}, UNABLATED)
+            paper = PAPER[("E3", f"pre ablated {q}")] / PAPER[("E3", f"pre {q}")]
+            rows.append(_row("E3", f"pre, every head ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ours,
+                             f"{ours:.3g} ± {se:.2g} (paper {paper:.3g}: no effect)", paper=paper, kind="ratio", se=se))
+            if q == "L_mask":
+                verdicts.append(row_verdict(rows[-1]))
+    level, paper_level = levels["low-rank"]
+    sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
+    rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
+                     "does not complete" if sw["L_mask"][0] / level > COMPLETES else "completes in part",
+                     paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
+    base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
+    rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
+                     "how much the switch disturbs copying",
+                     paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
+                     se=ratio_se(*sw["L_obs"], *base)))
+    glue = {"e3_match": matching_reading_text(
+        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")}
+    return glue, rows
+
+
+# --- What we found -----------------------------------------------------------------------------
+
+def copy_text(base: dict, level: float) -> str:
+    """Whether the pre model copies (`mclib.core.metrics.copies`), and if not, why not."""
+    if copies(base["L_obs"], base["L_mask"], level):
+        return "copies: the observed entries come back almost exactly and the masked ones stay near 0"
+    return ("does not behave like a copying model: "
+            + ("L_obs is not small" if base["L_obs"] >= COPIES * level else "L_mask is far from E[X²]")
+            + ", so the checks below test a model that is not on the plateau the paper describes")
+
+
+def e2_text(e2: pd.DataFrame, level: float) -> str:
+    """Whether every L'_mask lies below COPIES·E[X²]: the model outputs the value it reads."""
+    lp = e2["L'_mask"]
+    if lp.max() < COPIES * level:
+        return f"outputs the value whose token it reads: L'_mask stays between {lp.min():.1e} and {lp.max():.1e}"
+    return f"does not simply output the value whose token it reads: L'_mask reaches {lp.max():.1e}"
+
+
+def e3_text(e3: pd.DataFrame) -> str:
+    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more)."""
+    un, ab_u, ab_b = (lookup(e3, "L_mask", ablated=a, reading=r) for a, r in
+                      [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")])
+    change = max(abs(ab_u - un), abs(ab_b - un)) / un
+    paper = f"{PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
+    if change < NO_EFFECT:
+        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean): "
+                f"attention plays no part in what the model does here, as in the paper ({paper})")
+    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean), "
+            f"unlike the paper ({paper}): this model's attention already matters")
+
+
+def e6_text(e6: pd.DataFrame, level: float) -> str:
+    """Whether post's Q, K, V make the pre model complete (L_mask below COMPLETES·E[X²])."""
+    sw = e6.set_index("model").loc["pre with post's QKV"]
+    paper_mask = PAPER[("E6", "post-QKV into pre L_mask")]
+    if sw.L_mask > COMPLETES * level:
+        return (f"does not let it complete the matrix: L_mask is {sw.L_mask:.3f} (the paper: {paper_mask}) and "
+                f"L_obs {sw.L_obs:.1e} (the paper: {PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
+    return (f"lets it complete the matrix in part (L_mask {sw.L_mask:.3f}), unlike the paper (L_mask {paper_mask}): "
+            "here the attention weights carry much of what the drop learns")
+
+
+def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, verdicts) -> dict:
+    """Every number and sentence of "What we found" that depends on the run; verdicts: those
+    of the chapter's recorded scorecard rows."""
+    level = ch.copy_level
+    paper_e2_values = [v[0] for v in PAPER_E2.values()]
+    return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
+            "e2_range_paper": f"{min(paper_e2_values):.1e} to {max(paper_e2_values):.1e}",
+            "pre_L_obs": base["L_obs"], "pre_L_mask": base["L_mask"], "pre_mask_value": base["mask_value"],
+            "abs_x": base["abs_x"], "copy_level": level,
+            "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
+            "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
+            "e3_text": e3_text(e3), "e6_text": e6_text(e6, level),
+            "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts))}

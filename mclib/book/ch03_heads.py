@@ -1,0 +1,602 @@
+"""Chapter 03, heads (book/03_heads.ipynb): how the model completes the matrix after the drop.
+
+The paper (§3.2) reads its post-shift checkpoint: heads with clear jobs (E9), ablations
+(E3-E5), switched attention weights and shuffled positions (E6, E7), activation patching
+(E8), a structured mask (E10) and linear probes (E11). Heads are labelled here by scores
+the chapter measures (`mclib.analyses.heads`), not by the authors' head numbers. Top to
+bottom, in the chapter's order:
+
+    post_losses(ch), settings_table(ch, base)       the post model's losses; what the chapter looks at
+    e9_heads(ch), e9_shown(ch, heads)                every head's map, scores, label and group
+    progress_shown(ch, progress, heads)              how the structure arrives over training
+    ablation_at_post(ch, groups), ablation_shown     E3-E5, both readings
+    e6_e7_tables(ch), e6_e7_shown                    E6, E7
+    e8_table(ch), e8_shown                           E8, both readings
+    e10_heads(ch, labels), e10_shown                 E10
+    probe_table(ch), best_probe_layers, probes_shown E11
+    scores_at(progress, ch.steps.pre)                the head scores before the drop
+    scorecard_rows(...)                              the chapter's scorecard rows (scale-free) and their sentences
+    closing_glue(...)                                the other run-dependent sentences of "What we found"
+
+`ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
+{glue name: value}; figures come closed (glued, not shown twice).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..analyses.evaluate import activation_patching, evaluate, sample_eval_batch
+from ..analyses.heads import (LABELS, _as_layers, attention_progress, capture_probs, classify_heads, head_groups,
+                              head_scores, mean_attention)
+from ..analyses.interventions import permute_positions, switch_qkv
+from ..analyses.probes import probe_layers, probe_sets
+from ..core.data import structured_mask
+from ..core.metrics import COPIES, LOSS_NAMES
+from ..core.paper import PAPER
+from . import plots
+from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
+                          all_heads, head_name, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
+                          ratio_se, row_verdict, value_and_se)
+from .readings import copy_levels
+from .scorecard import CUT, verdict_counts
+from .scorecard import claim as _row
+
+STRUCTURED = 0.5   # a head's excess (row, column, self) of at least 0.5: `heads.STRUCTURE_THRESHOLD`
+MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its attention there
+PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance
+PERMUTATIONS = 5   # E7: permutations of the position embeddings, reported by their mean
+PROGRESS_MATRICES = 64  # the fixed batch of the maps over training (every saved checkpoint reads it)
+
+
+def post_losses(ch) -> dict[str, float]:
+    """L, L_obs, L_mask, mask_value of the post-shift model on the evaluation matrices."""
+    A = ch.cfg.analysis
+    return evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)
+
+
+def completes(base: dict, level: float) -> bool:
+    """The model completes the matrix: L_mask below COMPLETES·E[X²] (the drop's threshold)."""
+    return base["L_mask"] < COMPLETES * level
+
+
+def settings_table(ch, base: dict):
+    """The run, the two checkpoints and the sample, as a styled table."""
+    A = ch.cfg.analysis
+    return (pd.DataFrame({"setting": ["run", "post-shift checkpoint", "pre-shift checkpoint", "evaluation"], "value": [
+        ch.where, f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
+                  f"L_mask {base['L_mask']:.3g}",
+        f"step {ch.steps.pre:,}", f"{A.eval_matrices} fresh matrices, seed {A.seed}, the same for every table"]})
+        .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1, as in the paper."))
+
+
+# --- E9: what every head attends to ----------------------------------------------------------
+
+@dataclass
+class Heads:
+    """Every head of the post model on the evaluation batch."""
+    scores: pd.DataFrame     # `head_scores`: one row per (layer, head)
+    labels: pd.Series        # `classify_heads`: (layer, head) -> label
+    groups: dict             # `head_groups`: label -> [(layer, head)]
+    maps: torch.Tensor       # [layer, head, query, key] batch-mean attention
+
+
+def e9_heads(ch) -> Heads:
+    """Scores, labels, groups and batch-mean maps of every head at the post-shift checkpoint."""
+    A = ch.cfg.analysis
+    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)
+    probs = capture_probs(ch.post, batch)
+    scores = head_scores(probs, batch.mask, ch.cfg.data.n)
+    labels = classify_heads(scores)
+    maps = torch.stack([probs[l].float().mean(0) for l in sorted(probs)])
+    return Heads(scores, labels, head_groups(labels), maps)
+
+
+def e9_shown(ch, heads: Heads) -> tuple[object, dict]:
+    """The label -> heads table (styled) and glue: fig_maps, fig_labels, n_side."""
+    n, maps, labels = ch.cfg.data.n, heads.maps, heads.labels
+    titles = [[f"{head_name((l, h))}: {labels[(l, h)]}" for h in range(maps.shape[1])] for l in range(maps.shape[0])]
+    fig_maps = plots.attention_grid(maps, titles=titles, n=n,
+                                    title=f"Batch-mean attention of every head, step {ch.steps.post:,}")
+    fig_labels = plots.head_label_heatmap(labels, title=f"Head labels from the measured scores, step {ch.steps.post:,}")
+    mapping = pd.DataFrame([{"label": lab, "heads": len(heads.groups[lab]),
+                             "which": ", ".join(head_name(p) for p in heads.groups[lab]) or "—"} for lab in LABELS])
+    table = mapping.style.hide(axis="index").set_caption("Our head groups: label → heads (layer, head from 1).")
+    return table, {"fig_maps": plots.closed(fig_maps), "fig_labels": plots.closed(fig_labels), "n_side": str(n)}
+
+
+# --- how the structure arrives -----------------------------------------------------------------
+
+def pick_heads(scores: pd.DataFrame, criteria: Mapping[str, tuple[str, bool]]) -> dict[str, tuple[int, int]]:
+    """One distinct head per criterion, in order: name -> (layer, head) of the head with the
+    largest (True) or smallest (False) value of the column among heads not yet picked.
+    Criteria are skipped once every head is picked."""
+    picked: dict[str, tuple[int, int]] = {}
+    for name, (column, largest) in criteria.items():
+        taken = set(picked.values())
+        left = scores[[(int(l), int(h)) not in taken for l, h in zip(scores["layer"], scores["head"])]]
+        if left.empty:
+            break
+        best = left.loc[left[column].idxmax() if largest else left[column].idxmin()]
+        picked[name] = (int(best["layer"]), int(best["head"]))
+    return picked
+
+
+def checkpoint_maps(models: Mapping[int, object], batch) -> dict[int, torch.Tensor]:
+    """step -> `[layer, head, n², n²]` batch-mean attention of every head on `batch`
+    (`models`: step -> model)."""
+    out = {}
+    for step, model in models.items():
+        probs = capture_probs(model, batch)
+        out[step] = torch.stack([mean_attention(probs[l]) for l in sorted(probs)])
+    return out
+
+
+def progress_table(ch) -> pd.DataFrame:
+    """`attention_progress`: every head's scores at every saved checkpoint, on one fixed batch."""
+    A = ch.cfg.analysis
+    return attention_progress(ch.run_dir, ch.cfg.data, n_matrices=min(PROGRESS_MATRICES, A.eval_matrices), seed=A.seed)
+
+
+def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
+    """glue: fig_progress (the excess scores over training) and fig_evolution (the most
+    row-, column- and self-like heads at post, at each analysis checkpoint)."""
+    A, n, st = ch.cfg.analysis, ch.cfg.data.n, ch.steps
+    fig_progress = plots.progress_lines(progress, ch.drop, mark={"pre-shift": st.pre, "post-shift": st.post},
+                                        title=f"Attention structure during training: profile {ch.cfg.name}")
+    picks = pick_heads(heads.scores, {"row": ("row_excess", True), "column": ("column_excess", True),
+                                      "self": ("self_excess", True)})
+    steps = st.all_steps()
+    small = sample_eval_batch(ch.cfg.data, min(PROGRESS_MATRICES, A.eval_matrices), A.seed)
+    by_step = checkpoint_maps({s: ch.model(s) for s in steps}, small)
+    evo = torch.stack([torch.stack([by_step[s][l, h] for s in steps]) for l, h in picks.values()])
+    phase = lambda s: "pre" if s == st.pre else "post" if s == st.post else "transition"
+    fig_evolution = plots.attention_grid(evo, row_labels=[f"{head_name(p)}\nmost {k}" for k, p in picks.items()],
+                                         col_labels=[f"step {s:,} ({phase(s)})" for s in steps], n=n,
+                                         title="Three heads across training")
+    return {"fig_progress": plots.closed(fig_progress), "fig_evolution": plots.closed(fig_evolution)}
+
+
+# --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
+
+def ablation_at_post(ch, groups: dict) -> pd.DataFrame:
+    """`ablation_table` of the post model: every head, then each label's group, both
+    readings; with the paper's columns (E3 for all heads; E4, its five "uninterpretable"
+    heads, for our 'other' heads; the same number for both readings)."""
+    A = ch.cfg.analysis
+    sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": groups[lab] for lab in LABELS}}
+    abl = ablation_table(ch.post, ch.cfg.data, A.eval_matrices, A.seed, sets)
+    paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), "other heads": ("E4", "ablated ")}
+    for kind in ("L_obs", "L_mask"):
+        abl[f"paper {kind}"] = [PAPER.get((paper_of[a][0], paper_of[a][1] + kind)) if a in paper_of else None
+                                for a in abl.ablated]
+    return abl
+
+
+def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
+    """The ablation table (styled) and glue: fig_ablation."""
+    cols = ["ablated", "reading", "heads", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
+    table = loss_styler(abl.replace({"reading": READINGS}), cols, cols[3:],
+                        f"Ablations at step {ch.steps.post:,}, the same {ch.cfg.analysis.eval_matrices} matrices for "
+                        "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads) for 'other heads'; "
+                        "empty groups are left out. " + PAPER_COLUMNS)
+    short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
+    level = ch.copy_level
+    fig = plots.loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
+                          {"L_obs": abl["L_obs"], "L_mask": abl["L_mask"]},
+                          paper={"L_obs": list(abl["paper L_obs"]), "L_mask": list(abl["paper L_mask"])},
+                          title=f"E3-E5: ablating heads at step {ch.steps.post:,}",
+                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+    return table, {"fig_ablation": plots.closed(fig)}
+
+
+# --- E6, E7: the pre-shift attention weights, shuffled positions ---------------------------------
+
+E6_MODEL = "post with pre's QKV (E6)"
+
+
+def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(e67, perm): `model_table` of post, post with pre's QKV, post with its positions
+    permuted (PERMUTATIONS seeds) and pre, on one batch; perm: the permuted rows."""
+    A = ch.cfg.analysis
+    perms = {f"positions permuted (E7), permutation {s}": permute_positions(ch.post, s)
+             for s in range(A.seed, A.seed + PERMUTATIONS)}
+    e67 = model_table({"post": ch.post, E6_MODEL: switch_qkv(ch.post, ch.pre), **perms, "pre": ch.pre},
+                      ch.cfg.data, A.eval_matrices, A.seed)
+    return e67, e67[e67.model.isin(list(perms))]
+
+
+def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict]:
+    """E6 and E7 in one table (the permutations by their mean; styled, with the paper's
+    columns) and glue: fig_e6_e7, pre_step."""
+    mean = f"positions permuted (E7), mean of {len(perm)}"
+    shown = pd.concat([e67[~e67.model.isin(perm.model)],
+                       pd.DataFrame([{"model": mean, **perm[list(LOSS_NAMES)].mean()}])])
+    shown = shown.set_index("model").loc[["post", E6_MODEL, mean, "pre"]].reset_index()
+    shown["paper L_obs"] = [PAPER[("E3", "post L_obs")], PAPER[("E6", "pre-QKV into post L_obs")],
+                            PAPER[("E7", "L_obs")], PAPER[("E3", "pre L_obs")]]
+    shown["paper L_mask"] = [PAPER[("E3", "post L_mask")], None, PAPER[("E7", "L_mask")], PAPER[("E3", "pre L_mask")]]
+    cols = ["model", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
+    table = loss_styler(shown, cols, cols[1:], f"E6 and E7 at step {ch.steps.post:,}; the permuted rows range over "
+                        f"L_mask {perm.L_mask.min():.3g} to {perm.L_mask.max():.3g}. " + PAPER_COLUMNS)
+    level = ch.copy_level
+    fig = plots.loss_bars(list(shown.model), {"L_obs": shown["L_obs"], "L_mask": shown["L_mask"]},
+                          paper={"L_obs": list(shown["paper L_obs"]), "L_mask": list(shown["paper L_mask"])},
+                          title="E6 and E7: switched attention weights, permuted positions",
+                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+    return table, {"fig_e6_e7": plots.closed(fig), "pre_step": f"{ch.steps.pre:,}"}
+
+
+# --- E8: activation patching, X -> -X -----------------------------------------------------------
+
+PATCH_READINGS = {"none": [], "last layer": "last", "all layers": "all"}
+
+
+def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
+    """E8 under both readings, and the plain −X run (no layer patched) as the reference.
+    One row per reading: MSE of the output to X and to −X at masked and observed entries."""
+    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers)}
+                         for reading, layers in PATCH_READINGS.items()])
+
+
+def e8_table(ch) -> pd.DataFrame:
+    """`patching_table` of the post model, with the paper's columns (one number for both readings)."""
+    A = ch.cfg.analysis
+    e8 = patching_table(ch.post, ch.cfg.data, A.eval_matrices, A.seed)
+    for col, key in (("masked_vs_X", "masked MSE to X"), ("masked_vs_negX", "masked MSE to -X")):
+        e8[f"paper {col}"] = [None if p == "none" else PAPER[("E8", key)] for p in e8.patched]
+    return e8
+
+
+def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
+    """E8's table (styled) and glue: fig_e8."""
+    cols = ["patched", "masked_vs_X", "paper masked_vs_X", "masked_vs_negX", "paper masked_vs_negX",
+            "observed_vs_X", "observed_vs_negX"]
+    table = loss_styler(e8, cols, cols[1:], f"E8 at step {ch.steps.post:,}: MSE of the patched output to X and to −X "
+                        "at masked and observed entries; 'none' is the −X run with nothing patched. " + PAPER_COLUMNS,
+                        fmt="{:.3g}")
+    level = ch.copy_level
+    fig = plots.loss_bars(list(e8.patched),
+                          {"masked: MSE to X": e8["masked_vs_X"], "masked: MSE to −X": e8["masked_vs_negX"]},
+                          paper={"masked: MSE to X": list(e8["paper masked_vs_X"]),
+                                 "masked: MSE to −X": list(e8["paper masked_vs_negX"])},
+                          title="E8: attention outputs of X patched into the run on −X",
+                          xlabel="MSE at masked entries (log scale)", reference=(level, f"E[X²] = {level:.3f}"))
+    return table, {"fig_e8": plots.closed(fig)}
+
+
+# --- E10: a structured mask -----------------------------------------------------------------------
+
+# The four kinds of head the paper describes under a structured mask: the score that finds
+# each, and whether the best is the largest (True) or the smallest (False)
+E10_KINDS = {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
+             "ignores masked rows": ("masked_rows", False), "follows columns": ("column_excess", True)}
+E10_COLUMNS = ["lone_entry", "masked_rows", "self", "row_excess", "column_excess"]
+
+
+def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
+    """E10: `head_scores` under one fixed `[n, n]` mask, plus, over the masked queries of
+    the rows the mask (almost) fills:
+        lone_entry   mass on the observed entries of the query's own row (E10's mask
+                     leaves one), the "attend to the only observed entry" heads;
+        masked_rows  mass on the keys of those rows, low for heads that ignore them.
+    attrs["chance"]: a uniform head's values of the two.
+    """
+    if mask.ndim != 2:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected one [{n}, {n}] mask")
+    scores = head_scores(probs, mask, n)
+    rows = [r for r in range(n) if mask[r].float().mean() > 0.5]
+    if not rows:
+        raise ValueError("the mask fills no row to more than half")
+    flat = mask.reshape(-1)
+    row_of = torch.arange(n * n) // n
+    queries = torch.tensor([p for p in range(n * n) if row_of[p] in rows and flat[p]])
+    in_rows = torch.isin(row_of, torch.tensor(rows))
+    same_row_obs = (row_of[queries][:, None] == row_of[None]) & ~flat[None]  # [q, k]
+    lone, masked_rows = [], []
+    for p in _as_layers(probs).values():  # the order of head_scores' rows
+        p = p.double().mean(0)[:, queries]                                   # [head, q, k]
+        lone.append((p * same_row_obs).sum(-1).mean(-1))
+        masked_rows.append(p[..., in_rows].sum(-1).mean(-1))
+    scores["lone_entry"] = torch.cat(lone).numpy()
+    scores["masked_rows"] = torch.cat(masked_rows).numpy()
+    scores.attrs["chance"] = {"lone_entry": same_row_obs.double().sum(-1).mean().item() / n**2,
+                              "masked_rows": in_rows.double().mean().item()}
+    return scores
+
+
+@dataclass
+class Structured:
+    """The post model under E10's mask."""
+    mask: torch.Tensor       # [n, n] bool, True = masked
+    scores: pd.DataFrame     # `structured_scores`
+    picks: dict              # E10_KINDS name -> (layer, head), distinct heads
+    maps: torch.Tensor       # [1, kind, query, key] batch-mean attention of the picked heads
+    losses: dict             # L, L_obs, L_mask, mask_value under the mask
+
+    @property
+    def lone(self) -> float:
+        """The best 'lone observed entry' head's mass on that entry."""
+        return float(self.scores.set_index(["layer", "head"]).loc[self.picks["lone observed entry"], "lone_entry"])
+
+    @property
+    def chance(self) -> dict:
+        return self.scores.attrs["chance"]
+
+
+def e10_heads(ch, mask: torch.Tensor | None = None) -> Structured:
+    """The post model on the evaluation matrices under one structured mask (default:
+    `structured_mask(n)`, the paper's for n = 7): scores, the best head of each kind, their maps."""
+    A, n = ch.cfg.analysis, ch.cfg.data.n
+    mask = structured_mask(n) if mask is None else mask
+    probs = capture_probs(ch.post, sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
+    scores = structured_scores(probs, mask, n)
+    picks = pick_heads(scores, E10_KINDS)
+    maps = torch.stack([torch.stack([probs[l][:, h].float().mean(0) for l, h in picks.values()])])
+    return Structured(mask, scores, picks, maps, evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
+
+
+def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
+    """E10's table of the picked heads (styled; their label under random masks and under
+    this one) and glue: fig_e10 (their maps, the masked rows outlined, the lone entries marked)."""
+    n = ch.cfg.data.n
+    masked_rows = [r for r in range(n) if s.mask[r].float().mean() > 0.5]
+    kept = [int(p) for p in torch.nonzero(~s.mask.reshape(-1)).flatten() if int(p) // n in masked_rows]
+    fig = plots.attention_grid(s.maps, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,
+                               query_bands=[(r * n, r * n + n - 1) for r in masked_rows], key_marks=kept, panel=2.6,
+                               title=f"Structured mask, step {ch.steps.post:,}: the best head of each kind")
+    here = classify_heads(s.scores)
+    by_head = s.scores.set_index(["layer", "head"])
+    table = pd.DataFrame([{"kind": k, "head": head_name(p), **by_head.loc[p, E10_COLUMNS],
+                           "label (random masks)": labels[p], "label (this mask)": here[p]} for k, p in s.picks.items()])
+    styled = (table.style.hide(axis="index").format("{:.3f}", subset=E10_COLUMNS)
+              .set_caption(f"E10 head scores; a uniform head has lone_entry {s.chance['lone_entry']:.3f}, masked_rows "
+                           f"{s.chance['masked_rows']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
+                           f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
+    return styled, {"fig_e10": plots.closed(fig)}
+
+
+# --- E11: linear probes ----------------------------------------------------------------------------
+
+def probe_table(ch) -> pd.DataFrame:
+    """`probe_layers` of the post model: test MSE and |cos| per (layer, target, positions)."""
+    A = ch.cfg.analysis
+    fit, test = probe_sets(ch.post, ch.cfg.data, A.probe_fit, A.probe_test, seed=A.seed)
+    return probe_layers(fit, test)
+
+
+def best_probe_layers(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per target (the index), the layer whose probe has the lowest test MSE relative to
+    predicting 0 (rel) at the masked positions; ties go to the shallower layer. The one
+    choice the chapter's table, its sentence and its scorecard row all read."""
+    masked = probes[probes.positions == "masked"].assign(rel=lambda d: d.mse / d.mse_zero)
+    return masked.sort_values(["rel", "layer"], kind="stable").groupby("target").head(1).set_index("target")
+
+
+def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
+    """The best layer per target (styled) and glue: fig_probes, probe_fit, probe_test."""
+    A = ch.cfg.analysis
+    best = best_probe_layers(probes)
+    table = (best[["layer", "mse", "mse_zero", "rel", "abs_cos"]].style.format("{:.3g}").format("{:d}", subset=["layer"])
+             .set_caption("The best layer per target at the masked positions (lowest test MSE relative to predicting 0)."))
+    fig = plots.probe_lines(probes, title=f"Linear probes per layer, step {ch.steps.post:,}")
+    return table, {"fig_probes": plots.closed(fig), "probe_fit": f"{A.probe_fit:,}", "probe_test": f"{A.probe_test:,}"}
+
+
+# --- the scorecard -----------------------------------------------------------------------------
+
+def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
+    """The head scores at `step`, from `attention_progress` (None if that step is not saved)."""
+    at = progress[progress["step"] == step]
+    return at if len(at) else None
+
+
+def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8: pd.DataFrame, groups: dict,
+                   scores: pd.DataFrame, pre_scores: pd.DataFrame | None, lone: float, lone_chance: float,
+                   probes: pd.DataFrame, rank: int, layers: int) -> tuple[dict, list[dict]]:
+    """The chapter's scorecard rows, each a scale-free quantity (a ratio of two losses on
+    the same matrices, a loss over E[X²], a head score), and the sentences that state them.
+    abl: `ablation_at_post`; e67, perm: `e6_e7_tables`; e8: `patching_table`; groups:
+    `head_groups`; scores: `head_scores` at post (pre_scores at the pre-shift checkpoint, if
+    saved); lone: the E10 best head's mass on the lone observed entry (lone_chance: a
+    uniform head's); probes: `probe_layers`.
+    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_text, e11_text, e11_layer."""
+    level, paper_level = copy_levels(rank)["low-rank"]
+    rows, glue = [], {}
+    un = value_and_se(abl, "L_mask", **UNABLATED)
+    rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < COMPLETES else
+                     "does not complete", paper=PAPER[("E3", "post L_mask")] / paper_level, se=un[1] / level))
+    ob = value_and_se(abl, "L_obs", **UNABLATED)
+    rows.append(_row("E3", "post L_obs / E[X²]", ob[0] / level, "how precisely the observed entries come back",
+                     paper=PAPER[("E3", "post L_obs")] / paper_level, se=ob[1] / level))
+    verdicts = []
+    for mode in ("uniform", "batch_mean"):
+        a = value_and_se(abl, "L_mask", ablated="all heads", reading=mode)
+        rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: L_mask / E[X²]", a[0] / level,
+                         "back at the copying level" if abs(a[0] / level - 1) < 0.2 else
+                         ("well below the copying level" if a[0] < level else "above the copying level"),
+                         paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level))
+        verdicts.append(row_verdict(rows[-1]))
+        r, se = ratio_and_se(abl, "L_obs", {"ablated": "all heads", "reading": mode}, UNABLATED)
+        rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: ablated / unablated L_obs", r,
+                         f"{r:.3g} ± {se:.2g}", paper=PAPER[("E3", "post ablated L_obs")] / PAPER[("E3", "post L_obs")],
+                         kind="ratio", se=se))
+    glue["e3_match"] = matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")
+
+    # E4: our 'other' heads in place of the authors' five; the paper: no significant effect (its ratio 1.10)
+    n_other = len(groups.get("other", []))
+    e4 = []
+    for mode in ("uniform", "batch_mean"):
+        for q in ("L_mask", "L_obs"):
+            r, se = ratio_and_se(abl, q, {"ablated": "other heads", "reading": mode}, UNABLATED) if n_other else (None, None)
+            rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", r,
+                             f"our {n_other} 'other' heads" + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
+                             paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se,
+                             na=None if n_other else "no head of this run is labelled 'other'"))
+            if q == "L_mask" and n_other:
+                e4.append((mode, r, row_verdict(rows[-1])))
+    paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
+    glue["e4_text"] = ("no head of this run is labelled 'other', so there is nothing to ablate (n/a)" if not e4 else
+                       f"ablating our {n_other} 'other' heads multiplies L_mask by "
+                       + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
+                       + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
+                       + ("the same, by the ratio rule" if all(v == "matches" for *_, v in e4) else
+                          "a different result (" + "; ".join(f"{SHORT[m]}: {v}" for m, _, v in e4) + ", ratio rule)"))
+
+    # E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1
+    parts = []
+    for lab in [l for l in LABELS if l != "other"]:
+        said = []
+        for mode in ("uniform", "batch_mean"):
+            has = bool(groups.get(lab))
+            r, se = (ratio_and_se(abl, "L_mask", {"ablated": f"{lab} heads", "reading": mode}, UNABLATED) if has
+                     else (None, None))
+            rows.append(_row("E5", f"{lab} heads ablated, {READING_NAMES[mode]}: ablated / unablated L_mask", r,
+                             f"{len(groups.get(lab, []))} heads" + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
+                             kind="direction", reference=1.0, sense="above", se=se,
+                             na=None if has else f"no head of this run is labelled '{lab}'"))
+            if has:
+                said.append((mode, r))
+        if said:
+            parts.append(f"{lab} heads: " + ", ".join(f"{r:.3g}× ({m.replace('_', '-')})" for m, r in said))
+    glue["e5_text"] = (
+        "the two readings test different claims. The uniform reading replaces a head's whole pattern, its fixed "
+        "positional part included, so it tests whether the group's attention pattern matters at all. The batch "
+        "mean keeps what every input shares: a head that always attends along the query's row or column has about "
+        "the same map on every input, so its batch mean is that map and ablating it changes little; this reading "
+        "tests only the input-dependent part of the attention. L_mask, ablated over unablated: "
+        + ("; ".join(parts) if parts else "every group of our labels is empty in this run"))
+
+    # E6, E7
+    post = {"model": "post"}
+    r, se = ratio_and_se(e67, "L_obs", {"model": E6_MODEL}, post)
+    rows.append(_row("E6", "post with pre's QKV / post: L_obs", r, f"{r:.3g} ± {se:.2g}",
+                     paper=PAPER[("E6", "pre-QKV into post L_obs")] / PAPER[("E3", "post L_obs")], kind="ratio", se=se))
+    pm_ = perm["L_mask"].mean()
+    # the spread over permutations and the sampling error of one permutation, combined
+    pm_se = float(np.hypot(perm["L_mask"].std(ddof=1) / np.sqrt(len(perm)) if len(perm) > 1 else 0,
+                           perm["L_mask_se"].mean()))
+    rows.append(_row("E7", f"positions permuted (mean of {len(perm)}): L_mask / E[X²]", pm_ / level,
+                     f"{'above' if pm_ > level else 'below'} the copying level; permutations range "
+                     f"{perm.L_mask.min() / level:.3g} to {perm.L_mask.max() / level:.3g}",
+                     paper=PAPER[("E7", "L_mask")] / paper_level, se=pm_se / level))
+    po = value_and_se(e67, "L_obs", **post)
+    po_obs, po_obs_se = perm["L_obs"].mean(), float(perm["L_obs_se"].mean())
+    rows.append(_row("E7", "positions permuted / unpermuted: L_obs", po_obs / po[0],
+                     "how much the permutation disturbs copying", paper=PAPER[("E7", "L_obs")] / PAPER[("E3", "post L_obs")],
+                     kind="ratio", se=ratio_se(po_obs, po_obs_se, *po)))
+
+    # E8: the last layer is the informative reading; every layer patched cannot fail
+    x_last, nx_last = (lookup(e8, c, patched="last layer") for c in ("masked_vs_X", "masked_vs_negX"))
+    x_all = lookup(e8, "masked_vs_X", patched="all layers")
+    rows.append(_row("E8", "last layer patched: masked MSE to X / E[X²]", x_last / level,
+                     "the patched run outputs X" if x_last < COPIES * level else "the patched run does not output X",
+                     paper=PAPER[("E8", "masked MSE to X")] / paper_level))
+    rows.append(_row("E8", "last layer patched: masked MSE to −X / E[X²]", nx_last / level,
+                     "4 means an output of X (E[(X − (−X))²] = 4 E[X²])",
+                     paper=PAPER[("E8", "masked MSE to -X")] / paper_level))
+    rows.append(_row("E8", "every layer patched: masked MSE to X / E[X²]", x_all / level,
+                     f"equals the unpatched L_mask / E[X²] ({un[0] / level:.4g}) by construction",
+                     paper=PAPER[("E8", "masked MSE to X")] / paper_level, kind="by construction"))
+    glue["e8_text"] = (
+        f"With every layer patched the masked MSE to X is {x_all:.4g}, and the unpatched L_mask on the same "
+        f"matrices is {un[0]:.4g}: the same number, and it has to be. At a masked position the input is the MASK "
+        "token and the position, the same for X and −X; once every layer's attention output there comes from the run "
+        "on X, the masked positions' states are those of the run on X, whatever the observed entries say. This "
+        "reading cannot fail, in the paper too, whose 0.014 sits next to its own unpatched L_mask "
+        f"({PAPER[('E3', 'post L_mask')]} in E3, {PAPER[('E4', 'L_mask')]} in E4). The last-layer reading is the "
+        f"informative one: there the masked MSE to X is {x_last:.3g} ({x_last / level:.3g} E[X²]; the paper's "
+        f"reading: {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} E[X²]) and to −X {nx_last:.3g} "
+        f"({nx_last / level:.3g} E[X²], where 4 means an output of exactly X)")
+
+    # E9: row, column and self heads after the drop, no structure before it
+    top = scores[["row_excess", "column_excess", "self_excess"]].max()
+    last = scores[scores["layer"] == scores["layer"].max()]["self_excess"].max()
+    for q, v in (("largest row excess of any head, post", top["row_excess"]),
+                 ("largest column excess of any head, post", top["column_excess"]),
+                 ("largest self excess of a last-layer head, post", last)):
+        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURED else 'no'} such head (above {STRUCTURED:g} "
+                         "counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURED,
+                         sense="above", margin=CUT))
+    pre_top = (None if pre_scores is None else
+               float(pre_scores[["row_excess", "column_excess", "self_excess"]].max().max()))
+    rows.append(_row("E9", "largest excess of any head, pre-shift", pre_top,
+                     "no structure before the drop" if pre_top is not None and pre_top < STRUCTURED else
+                     "structure before the drop", kind="direction", reference=STRUCTURED, sense="below", margin=CUT,
+                     na=None if pre_scores is not None else "no pre-shift checkpoint saved"))
+    glue["e9_text"] = (f"the largest row excess of any head is {top['row_excess']:.2f}, column {top['column_excess']:.2f}, "
+                       f"self in the last layer {last:.2f}" + ("" if pre_top is None else
+                                                               f"; before the drop the largest excess is {pre_top:.2f}"))
+
+    # E10
+    rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
+                     f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
+                     kind="direction", reference=MOSTLY, sense="above", margin=CUT))
+    glue["e10_text"] = (f"the head that attends most to the lone observed entry of a masked row puts {lone:.3f} of its "
+                        f"attention there (a uniform head: {lone_chance:.3f}): "
+                        + ("most of it, as the paper describes" if lone > MOSTLY else
+                           "more than chance but not most of it, a weaker version of what the paper describes"
+                           if lone > lone_chance else "no more than chance, unlike the paper"))
+
+    # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
+    best = best_probe_layers(probes).loc["row"]
+    holds = best.rel < PROBED
+    rows.append(_row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
+                     float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
+                     f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
+                     kind="direction", reference=PROBED, sense="below", margin=CUT))
+    glue["e11_layer"] = int(best.layer)
+    glue["e11_text"] = (
+        f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
+        f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
+        f"{1 - best.rel:.0%} of the target's variance. "
+        + ("The paper's claim that a linear probe recovers the row holds here" if holds else
+           "The paper's claim that a linear probe recovers the row does not hold here: the row is at most weakly, "
+           "and not linearly, present in the masked positions' hidden states"))
+    return glue, rows
+
+
+# --- What we found -----------------------------------------------------------------------------
+
+def phase_text(base: dict, level: float) -> str:
+    """Whether the post model completes the matrix (`completes`), and what that means for
+    the comparisons that follow."""
+    if completes(base, level):
+        return (f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "
+                "copying model, so the comparisons below are the paper's")
+    return (f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = {level:.3f}. "
+            "Every comparison below therefore sets a model without the drop against the paper's model after it, "
+            "and differences are expected")
+
+
+def progress_text(progress: pd.DataFrame, drop: int | None) -> str:
+    """The largest excess of any head at the first and the last saved checkpoint."""
+    top = progress.groupby("step")[["row_excess", "column_excess", "self_excess"]].max().max(axis=1)
+    return (f"the largest excess of any head goes from {top.iloc[0]:.2f} at step {top.index[0]:,} to "
+            f"{top.iloc[-1]:.2f} at step {top.index[-1]:,}" + ("" if drop is None else f", against a drop at step {drop:,}"))
+
+
+def closing_glue(ch, base: dict, labels: pd.Series, groups: dict, progress: pd.DataFrame, abl: pd.DataFrame,
+                 e67: pd.DataFrame, perm: pd.DataFrame, verdicts) -> dict:
+    """The run-dependent sentences of "What we found" that `scorecard_rows` does not give;
+    verdicts: those of the chapter's recorded scorecard rows."""
+    L = lambda a, r="—": lookup(abl, "L_mask", ablated=a, reading=r)
+    sw = e67.set_index("model").loc[E6_MODEL]
+    return {
+        "post_step": f"{ch.steps.post:,}",
+        "phase_text": phase_text(base, ch.copy_level),
+        "head_counts": ", ".join(f"{len(groups[lab])} {lab}" for lab in LABELS) + f" (of {len(labels)} heads)",
+        "progress_text": progress_text(progress, ch.drop),
+        "e3_text": (f"L_mask goes from {L('none'):.3g} to {L('all heads', 'uniform'):.3g} (uniform) and "
+                    f"{L('all heads', 'batch_mean'):.3g} (batch mean); the paper, on its own task: "
+                    f"{PAPER[('E3', 'post L_mask')]} to {PAPER[('E3', 'post ablated L_mask')]}"),
+        "e6_text": (f"L_obs {sw.L_obs:.2g} and L_mask {sw.L_mask:.3g} (the paper, on its own task: L_obs "
+                    f"{PAPER[('E6', 'pre-QKV into post L_obs')]})"),
+        "e7_text": (f"L_obs {perm.L_obs.mean():.2g} and L_mask {perm.L_mask.mean():.3g} (the paper, on its own task: "
+                    f"{PAPER[('E7', 'L_obs')]} and {PAPER[('E7', 'L_mask')]})"),
+        "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts)),
+    }

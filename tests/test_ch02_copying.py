@@ -1,0 +1,103 @@
+"""Chapter 02, copying (mclib/book/ch02_copying.py): E2's table, the scorecard rows and the
+closing sentences, each rule tested both ways."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
+from mclib.book import ch02_copying as chapter
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+from mclib.book.readings import copy_levels
+from mclib.core.paper import PAPER_E2
+
+LEVEL = 2 / 9  # E[X²] at rank 2
+
+
+@pytest.fixture(scope="module")
+def ch(smoke_run, smoke_profile):
+    return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
+
+
+@pytest.fixture(scope="module")
+def tables(ch):
+    e3, e6 = chapter.e3_e6_tables(ch)
+    return {"e2": chapter.e2_table(ch), "e3": e3, "e6": e6}
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def test_copy_check_rows_and_l_prime_mask(ch, smoke_profile):
+    post = ch.post
+    table = chapter.copy_check(post, smoke_profile.data, 16, seed=3)
+    assert list(zip(table.matrices, table.token)) == [(m, t) for m in ("low-rank", "random") for t in ("MASK", "0.44", "-0.24")]
+    batch = sample_eval_batch(smoke_profile.data, 16, 3)
+    pred = predict(post, batch)
+    row = table.iloc[0]  # low-rank, MASK: the plain evaluation, and L'_mask = mean X̂² at masked entries
+    assert row["L_mask"] == pytest.approx(evaluate(post, smoke_profile.data, 16, 3)["L_mask"])
+    assert row["L'_mask"] == pytest.approx((pred[batch.mask] ** 2).mean().item(), rel=1e-5)
+    filled = sample_eval_batch(smoke_profile.data, 16, 3, fill_value=0.44)
+    assert table.iloc[1]["L'_mask"] == pytest.approx(((predict(post, filled)[filled.mask] - 0.44) ** 2).mean().item(), rel=1e-5)
+    assert (table["L'_mask_se"] >= 0).all() and (table["L_mask_se"] > 0).all()
+
+
+def test_e2_table_sets_the_paper_s_numbers_beside_ours(tables):
+    e2 = tables["e2"].set_index(["matrices", "token"])
+    assert e2.loc[("random", "0.44"), "paper L'_mask"] == PAPER_E2[("random", 0.44)][0]
+    assert e2.loc[("low-rank", "MASK"), "paper L_obs"] == PAPER_E2[("low-rank", None)][1]
+
+
+def test_scorecard_rows_are_scale_free_and_can_fail(tmp_path, tables, smoke_profile):
+    glue, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], smoke_profile.data.rank)
+    assert glue["e3_match"].startswith(("both readings", "neither reading", "the uniform reading (the paper's text)",
+                                        "the batch-mean reading (the released code)"))
+    e2 = [r for r in rows if r["id"] == "E2"]
+    random = [r for r in e2 if r["quantity"].startswith("random")]
+    assert copy_levels(smoke_profile.data.rank)["random"] == (1 / 3, 1 / 3) and len(random) == 6  # not rescaled
+    assert all(r["kind"] == "direction" for r in e2)
+    assert _verdict(tmp_path, {**e2[0], "ours": 0.5, "se": 0.01}) == "differs"  # L'_mask half of E[X²]: not copying
+    assert _verdict(tmp_path, {**e2[0], "ours": 0.001, "se": 0.0001}) == "same direction"
+    e3 = [r for r in rows if r["id"] == "E3"]
+    assert len(e3) == 4 and all(r["kind"] == "ratio" and r["paper"] > 0 for r in e3)
+    assert _verdict(tmp_path, {**e3[0], "ours": 2.0, "se": 0.05}) == "differs"   # ablation doubles L_mask
+    assert _verdict(tmp_path, {**e3[0], "ours": 1.02, "se": 0.01}) == "matches"
+    e6 = {r["quantity"]: r for r in rows if r["id"] == "E6"}
+    assert e6["pre with post's QKV: L_mask / E[X²]"]["paper"] == pytest.approx(0.2246 / LEVEL)
+
+
+def test_copy_text_follows_the_copies_rule_both_ways():
+    assert chapter.copy_text({"L_obs": 0.001, "L_mask": LEVEL}, LEVEL).startswith("copies:")
+    assert "L_obs is not small" in chapter.copy_text({"L_obs": 0.05, "L_mask": LEVEL}, LEVEL)
+    assert "L_mask is far from E[X²]" in chapter.copy_text({"L_obs": 0.001, "L_mask": 0.5 * LEVEL}, LEVEL)
+
+
+def test_e2_e3_e6_sentences_turn_with_the_numbers():
+    e2 = pd.DataFrame({"matrices": ["low-rank"] * 2, "token": ["MASK", "0.44"], "L'_mask": [1e-4, 3e-4]})
+    assert chapter.e2_text(e2, LEVEL).startswith("outputs the value")
+    assert chapter.e2_text(e2.assign(**{"L'_mask": [1e-4, 0.1]}), LEVEL).startswith("does not simply output")
+
+    e3 = pd.DataFrame({"ablated": ["none", "all heads", "all heads"], "reading": ["—", "uniform", "batch_mean"],
+                       "L_mask": [0.2, 0.201, 0.199]})
+    assert "attention plays no part" in chapter.e3_text(e3)
+    assert "already matters" in chapter.e3_text(e3.assign(L_mask=[0.2, 0.3, 0.2]))
+
+    e6 = pd.DataFrame({"model": ["pre with post's QKV"], "L_mask": [0.9 * LEVEL], "L_obs": [1e-3]})
+    assert chapter.e6_text(e6, LEVEL).startswith("does not let it complete")
+    assert chapter.e6_text(e6.assign(L_mask=[0.1 * LEVEL]), LEVEL).startswith("lets it complete the matrix in part")
+
+
+def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_path):
+    md = "".join("".join(c["source"]) for c in json.loads(Path("book/02_copying.ipynb").read_text())["cells"]
+                 if c["cell_type"] == "markdown")
+    used = set(re.findall(r"\{glue:text\}`(\w+)", md)) | set(re.findall(r"```\{glue:figure\} (\S+)", md))
+    base, glued = chapter.pre_losses_and_figures(ch)
+    glued |= chapter.e2_shown(ch, tables["e2"])[1] | chapter.e3_e6_shown(ch, tables["e3"], tables["e6"])[1]
+    found, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], ch.cfg.data.rank)
+    glued |= found | chapter.closing_glue(ch, base, tables["e2"], tables["e3"], tables["e6"], ["matches", "differs"])
+    assert used and used <= set(glued), used - set(glued)
+    assert glued["n_rows"] == 2 and glued["verdicts"] == "1 matches, 1 differs"

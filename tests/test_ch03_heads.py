@@ -1,0 +1,161 @@
+"""Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
+the closing sentences, each rule tested both ways."""
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from mclib.analyses.evaluate import activation_patching, sample_eval_batch
+from mclib.analyses.heads import head_scores, position_masks
+from mclib.book import ch03_heads as chapter
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+from mclib.core.data import structured_mask
+
+N = 7
+LEVEL = 2 / 9  # E[X²] at rank 2
+
+
+@pytest.fixture(scope="module")
+def ch(smoke_run, smoke_profile):
+    return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
+
+
+@pytest.fixture(scope="module")
+def t(ch):
+    """The chapter's tables on the smoke run; probes on 16 + 8 matrices, to stay fast."""
+    from mclib.analyses.probes import probe_layers, probe_sets
+
+    heads = chapter.e9_heads(ch)
+    e67, perm = chapter.e6_e7_tables(ch)
+    return dict(heads=heads, abl=chapter.ablation_at_post(ch, heads.groups), e67=e67, perm=perm,
+                e8=chapter.e8_table(ch), structured=chapter.e10_heads(ch), base=chapter.post_losses(ch),
+                probes=probe_layers(*probe_sets(ch.post, ch.cfg.data, 16, 8, seed=0)))
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
+    h = t["heads"]
+    return chapter.scorecard_rows(t["abl"], t["e67"], t["perm"], t["e8"], h.groups if groups is None else groups,
+                                  h.scores, h.scores if pre else None, 0.3, 0.05,
+                                  t["probes"] if probes is None else probes, rank or ch.cfg.data.rank,
+                                  layers or ch.cfg.model.layers)
+
+
+def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):
+    patch = chapter.patching_table(ch.post, smoke_profile.data, 8, 0)
+    assert list(patch.patched) == ["none", "last layer", "all layers"]
+    assert patch.iloc[0]["masked_vs_X"] == pytest.approx(
+        activation_patching(ch.post, smoke_profile.data, 8, 0, layers=[])["masked_vs_X"])
+
+
+def test_checkpoint_maps_are_batch_mean_probabilities(ch, smoke_profile):
+    batch = sample_eval_batch(smoke_profile.data, 4, 0)
+    steps = ch.steps.all_steps()[:2]
+    maps = chapter.checkpoint_maps({s: ch.model(s) for s in steps}, batch)
+    m = smoke_profile.model
+    assert list(maps) == steps and maps[steps[0]].shape == (m.layers, m.heads, N * N, N * N)
+    assert torch.allclose(maps[steps[0]].sum(-1), torch.ones(m.layers, m.heads, N * N), atol=1e-4)
+
+
+def test_pick_heads_takes_distinct_heads():
+    scores = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "a": [3.0, 2.0, 1.0], "b": [3.0, 0.0, 2.0]})
+    picks = chapter.pick_heads(scores, {"top a": ("a", True), "top b": ("b", True), "low a": ("a", False),
+                                        "more": ("a", True)})
+    assert picks == {"top a": (0, 0), "top b": (1, 0), "low a": (0, 1)}  # "more": every head is taken
+
+
+def test_structured_scores_on_synthetic_heads():
+    mask = structured_mask(N)
+    batch = 3
+    flat = mask.reshape(-1)
+    row = torch.arange(N * N) // N
+    lone = ((row[:, None] == row[None]) & ~flat[None]).double()           # own row's observed keys
+    lone = torch.where(lone.sum(-1, keepdim=True) > 0, lone, torch.ones_like(lone))
+    lone = lone / lone.sum(-1, keepdim=True)
+    uniform = torch.full((N * N, N * N), 1 / N**2, dtype=torch.double)
+    ident = position_masks(N)["self"].double()
+    probs = torch.stack([lone, uniform, ident])[None].expand(batch, -1, -1, -1)  # [batch, 3 heads, q, k]
+    scores = chapter.structured_scores(probs, mask, N)
+    chance = scores.attrs["chance"]
+    assert list(scores.columns[:len(head_scores(probs, mask, N).columns)]) == list(head_scores(probs, mask, N).columns)
+    assert scores.loc[0, "lone_entry"] == pytest.approx(1.0)               # the lone entry of masked rows
+    assert scores.loc[1, "lone_entry"] == pytest.approx(chance["lone_entry"]) == pytest.approx(1 / N**2)
+    assert scores.loc[1, "masked_rows"] == pytest.approx(chance["masked_rows"]) == pytest.approx(2 / N)
+    assert scores.loc[2, "lone_entry"] == 0 and scores.loc[2, "masked_rows"] == pytest.approx(1.0)  # self, in a masked row
+    with pytest.raises(ValueError, match="one \\[7, 7\\] mask"):
+        chapter.structured_scores(probs, mask.expand(batch, N, N), N)
+
+
+def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t):
+    s = t["structured"]
+    assert len(set(s.picks.values())) == len(s.picks) and s.maps.shape[:2] == (1, len(s.picks))
+    assert s.lone == pytest.approx(s.scores.set_index(["layer", "head"]).loc[s.picks["lone observed entry"], "lone_entry"])
+
+
+def test_heads_rows(tmp_path, t, ch):
+    glue, rows = _rows(t, ch)
+    assert {"E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "E11"} <= {r["id"] for r in rows}
+    by_q = {r["quantity"]: r for r in rows}
+    every = by_q["every layer patched: masked MSE to X / E[X²]"]
+    assert _verdict(tmp_path, every) == "cannot fail"
+    # E8 with every layer patched equals the unpatched L_mask, by construction
+    assert every["ours"] == pytest.approx(by_q["post L_mask / E[X²]"]["ours"], rel=1e-4)
+    assert "cannot fail" in glue["e8_text"] and "The last-layer reading is the informative one" in glue["e8_text"]
+    e4 = [r for r in rows if r["id"] == "E4"]
+    if t["heads"].groups["other"]:
+        assert _verdict(tmp_path, {**e4[0], "ours": 4.4, "se": 0.1}) == "differs"
+        assert _verdict(tmp_path, {**e4[0], "ours": 1.1, "se": 0.01}) == "matches"
+    glue2, rows2 = _rows(t, ch, groups=dict(t["heads"].groups, other=[]), pre=False)
+    assert all(_verdict(tmp_path, r) == "n/a" for r in rows2 if r["id"] == "E4")  # an empty group: n/a, not differs
+    assert "(n/a)" in glue2["e4_text"]
+    assert _verdict(tmp_path, next(r for r in rows2 if r["quantity"] == "largest excess of any head, pre-shift")) == "n/a"
+    e11 = by_q["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]
+    assert f"layer {glue['e11_layer']} of" in e11["reading"] and f"best at layer {glue['e11_layer']} of" in glue["e11_text"]
+    assert _verdict(tmp_path, {**e11, "ours": 0.9}) == "differs" and _verdict(tmp_path, {**e11, "ours": 0.1}) == "same direction"
+    weak = t["probes"].assign(mse=t["probes"].mse_zero * 0.9)
+    assert "does not hold" in _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
+    strong = t["probes"].assign(mse=t["probes"].mse_zero * 0.1)
+    assert "holds here" in _rows(t, ch, probes=strong)[0]["e11_text"]
+    lone = by_q["structured mask: the best head's mass on the lone observed entry"]
+    assert _verdict(tmp_path, {**lone, "ours": 0.2}) == "differs" and _verdict(tmp_path, {**lone, "ours": 0.8}) == "same direction"
+    assert "batch mean keeps what every input shares" in glue["e5_text"]
+
+
+def test_the_table_the_sentence_and_the_row_read_one_probe_layer():
+    # layers 1 and 2 tie at the masked positions: the shallower one, everywhere
+    probes = pd.DataFrame({"layer": [0, 1, 2, 1], "target": ["row"] * 4, "positions": ["masked"] * 3 + ["all"],
+                           "mse": [0.9, 0.3, 0.3, 0.01], "mse_zero": [1.0] * 4, "abs_cos": [0.1, 0.8, 0.8, 0.9]})
+    best = chapter.best_probe_layers(probes)
+    assert best.loc["row", "layer"] == 1 and best.loc["row", "rel"] == pytest.approx(0.3)
+
+
+def test_phase_and_progress_sentences_turn_with_the_numbers():
+    assert chapter.phase_text({"L_mask": 0.1 * LEVEL}, LEVEL).startswith("the model completes the matrix")
+    assert chapter.phase_text({"L_mask": 0.9 * LEVEL}, LEVEL).startswith("the model does not complete the matrix yet")
+    progress = pd.DataFrame({"step": [10, 10, 20], "row_excess": [0.1, 0.2, 0.7], "column_excess": [0.0, 0.1, 0.2],
+                             "self_excess": [0.0, 0.0, 0.1]})
+    assert chapter.progress_text(progress, None) == "the largest excess of any head goes from 0.20 at step 10 to 0.70 at step 20"
+    assert chapter.progress_text(progress, 15).endswith(", against a drop at step 15")
+    assert chapter.scores_at(progress, 10).shape[0] == 2 and chapter.scores_at(progress, 30) is None
+
+
+@pytest.mark.slow
+def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
+    md = "".join("".join(c["source"]) for c in json.loads(Path("book/03_heads.ipynb").read_text())["cells"]
+                 if c["cell_type"] == "markdown")
+    used = set(re.findall(r"\{glue:text\}`(\w+)", md)) | set(re.findall(r"```\{glue:figure\} (\S+)", md))
+    h, s, progress = t["heads"], t["structured"], chapter.progress_table(ch)
+    glued = (chapter.e9_shown(ch, h)[1] | chapter.progress_shown(ch, progress, h)
+             | chapter.ablation_shown(ch, t["abl"])[1] | chapter.e6_e7_shown(ch, t["e67"], t["perm"])[1]
+             | chapter.e8_shown(ch, t["e8"])[1] | chapter.e10_shown(ch, s, h.labels)[1]
+             | chapter.probes_shown(ch, t["probes"])[1] | _rows(t, ch)[0]
+             | chapter.closing_glue(ch, t["base"], h.labels, h.groups, progress, t["abl"], t["e67"], t["perm"],
+                                    ["differs"]))
+    assert used and used <= set(glued), used - set(glued)
