@@ -1,0 +1,306 @@
+"""Chapter 01_train (book/01_train.ipynb): the run every chapter reads, its loss curve,
+why training ended, where the analysis checkpoints sit, the shape of the drop, E1's
+scorecard rows, and the run's files as downloads.
+
+    ch = open_chapter(profile, seed, run_dir, device, train=True)
+    settings_table(ch); departures(ch)            # the run and where it departs from the paper
+    loss_figure(ch)                               # the curve, checkpoints shaded
+    checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
+    findings(ch)                                  # the glue of "What we found"
+    rows = scorecard_rows(ch); scorecard_table(ch, rows); paper_glue(rows)   # E1's rows, recorded
+    downloads(ch)                                 # metrics.csv and the final checkpoint as {download} links
+
+Every sentence is built from the run (drop or none, converged or capped), never typed.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..core.metrics import COPIES, LOSS_NAMES, copies, last_tenth, window_mean
+from ..core.paper import PAPER
+from ..core.paper import profile as paper_profile
+from ..core.runs import (FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, checkpoint_dir,
+                         write_atomic)
+from .chapter import Chapter, departures_table, shown_path
+from .plots import loss_curve, mark_checkpoints
+from .readings import copy_levels
+from .scorecard import CUT, claim, recorded_table
+
+CHAPTER = "01_train"
+WINDOW = 50  # losses are means over the 50 steps ending at a checkpoint: one batch is noisy
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+def training_phrase(ch: Chapter) -> str:
+    """How long the profile trains, e.g. "up to 14,000 steps (until L_mask stops improving)"."""
+    t = ch.cfg.train
+    return (f"up to {t.steps:,} steps (until L_mask stops improving)" if t.until == "converged"
+            else f"{t.steps:,} steps")
+
+
+def settings_table(ch: Chapter):
+    """The run every chapter reads, one setting a row (a pandas Styler)."""
+    from ..core.train import parallel_runs
+
+    m, t, d = ch.cfg.model, ch.cfg.train, ch.cfg.data
+    settings = pd.DataFrame({"setting": ["profile", "seed", "device", "task", "model", "training", "ended",
+                                         "run folder"], "value": [
+        ch.cfg.name, ch.cfg.seed, ch.device.type,
+        f"{d.n}x{d.n} matrices of rank {d.rank}, each entry masked with probability {d.p_mask}",
+        f"{m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}",
+        f"{training_phrase(ch)} x {t.batch} matrices, Adam lr {t.lr:g}, {t.precision}; "
+        f"{t.threads or 'all'} thread(s) a run, {parallel_runs(ch.cfg)} run(s) side by side",
+        ch.end.text, shown_path(ch.run_dir)]})
+    return settings.style.hide(axis="index").set_caption("The run every chapter of this book reads.")
+
+
+def departures(ch: Chapter):
+    return departures_table(ch.cfg, f"Where profile {ch.cfg.name} departs from the paper's task and recipe (the "
+                                    "paper profile: nowhere). Every number of this book comes from this setting.")
+
+
+def loss_figure(ch: Chapter) -> plt.Figure:
+    """The loss curve with the drop and the analysis checkpoints marked (closed: glue it)."""
+    fig = loss_curve(ch.metrics, ch.drop, ch.cfg.data.rank, title=f"Training loss: profile {ch.cfg.name}, "
+                                                                  f"seed {ch.cfg.seed}")
+    mark_checkpoints(fig, ch.steps.pre, ch.steps.transition, ch.steps.post)
+    plt.close(fig)
+    return fig
+
+
+# --- the checkpoints ---------------------------------------------------------------------------
+
+def losses_at(metrics: pd.DataFrame, step: int, window: int = WINDOW) -> pd.Series:
+    """L, L_obs, L_mask, mask_value: means over the `window` steps ending at `step`."""
+    return window_mean(metrics, step, window)[list(LOSS_NAMES)]
+
+
+def window_se(metrics: pd.DataFrame, step: int, window: int = WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
+    """The standard errors of the `window`-step means ending at `step` (each step's batch
+    loss one draw): {"L_se": ..., ...}."""
+    w = metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)]
+    return {f"{c}_se": float(w[c].std(ddof=1) / np.sqrt(len(w))) if len(w) > 1 else float("nan") for c in columns}
+
+
+def checkpoint_table(ch: Chapter):
+    """One row per analysis checkpoint: phase, step, the losses there, side of the drop."""
+    s = ch.steps
+    phases = [("pre-shift", s.pre)] + [("transition", t) for t in s.transition] + [("post-shift", s.post)]
+    side = lambda step: "no drop" if ch.drop is None else ("before" if step < ch.drop else "after")
+    table = pd.DataFrame([{"checkpoint": p, "step": t, **losses_at(ch.metrics, t), "vs the drop": side(t)}
+                          for p, t in phases])
+    return (table.style.hide(axis="index").format({c: "{:.2e}" for c in LOSS_NAMES})
+            .set_caption(f"Losses at the checkpoints (mean over the {WINDOW} steps ending there); "
+                         "mask_value is the mean |X̂| at the masked entries."))
+
+
+def checkpoint_text(ch: Chapter) -> str:
+    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`)."""
+    s = ch.steps
+    trans = ", ".join(f"{t:,}" for t in s.transition)
+    if s.place != "drop":
+        return (f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
+                f"{trans or 'no step'}, post-shift at step {s.post:,}, the end of training.")
+    return (f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.runs.checkpoint_steps`). "
+            f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
+            f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
+            f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
+            f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
+            f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: the end "
+            "of training.")
+
+
+# --- the drop's shape --------------------------------------------------------------------------
+
+SHAPE_SMOOTH = 100      # steps of the trailing mean the shape is read from
+SHOULDER_RATIO = 1 / 3  # a stretch falling at under a third of the fastest rate is a pause ...
+SHOULDER_FALL = 1.5     # ... if L_mask fell by at least this factor before it and falls by it again after
+
+
+@dataclass
+class DropShape:
+    """How L_mask fell (`drop_shape`). Steps; levels in L_mask units. shoulder: None when
+    it fell in one stretch, else (first step, last step, mean level) of the slowest
+    stretch of the fall, with a fall of SHOULDER_FALL or more before and after it."""
+    left_plateau: int
+    drop: int
+    near_final: int
+    shoulder: tuple[int, int, float] | None
+
+
+def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: int,
+               smooth: int = SHAPE_SMOOTH, span: int | None = None) -> DropShape:
+    """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step
+    trailing mean L from `left_plateau` to the last step, the fall over each `span` steps
+    (default an eighth of that stretch) is log(L(t) / L(t+span)). A shoulder is the slowest
+    such stretch among those falling at under SHOULDER_RATIO of the fastest rate, with
+    L_mask falling by SHOULDER_FALL or more both before it (from `left_plateau`) and after
+    it (to the last step): a pause inside the fall, not its flat end."""
+    s = metrics.set_index("step")["L_mask"].rolling(smooth, min_periods=1).mean().loc[left_plateau:]
+    last = int(s.index[-1])
+    span = span or max(smooth, (last - left_plateau) // 8)
+    steps = s.index.to_numpy()
+    starts = steps[steps + span <= last]
+    shoulder = None
+    if len(starts) > 1 and s.iloc[0] > s.iloc[-1]:
+        at = lambda t: s.reindex(t, method="ffill").to_numpy(dtype=float)
+        rate = np.log(at(starts) / at(starts + span))
+        before = float(s.iloc[0]) / at(starts) >= SHOULDER_FALL
+        after = at(starts + span) / float(s.iloc[-1]) >= SHOULDER_FALL
+        pause = before & after & (rate < SHOULDER_RATIO * max(rate.max(), 0))
+        if pause.any():
+            t = int(starts[np.flatnonzero(pause)[np.argmin(rate[pause])]])
+            shoulder = (t, t + span, float(s.loc[t:t + span].mean()))
+    return DropShape(left_plateau, drop, near_final, shoulder)
+
+
+def shape_text(shape: DropShape | None) -> str:
+    """The drop's shape in one sentence, or that there was none to describe."""
+    if shape is None:
+        return "There is no drop to describe."
+    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed half of E[X²] at step "
+             f"{shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
+    if shape.shoulder is None:
+        return f"{where}, falling in one stretch."
+    a, b, level = shape.shoulder
+    return (f"{where}; it fell in two stages, with a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, "
+            "where it fell at under a third of its fastest rate) before falling again.")
+
+
+def end_sentence(ch: Chapter) -> str:
+    """Why training ended, as a sentence: by the profile's rule, at the cap while still
+    improving, after a fixed length, or otherwise (`RunEnd.ended`)."""
+    e = ch.end
+    return {"converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
+            "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
+            "steps": f"Training ended after the profile's fixed length: the run {e.text}.",
+            "stopped": f"The run {e.text}."}.get(e.ended, f"The run is {e.text}.")
+
+
+# --- what we found -----------------------------------------------------------------------------
+
+def drop_story(drop: int | None, on_plateau: bool, end_step: int) -> tuple[str, str]:
+    """(what L_mask did, what that means): the paper's picture only with a drop after a
+    copying plateau."""
+    if drop is not None:
+        return (f"dropped at step {drop:,} of the {end_step:,} it trained",
+                "the paper's picture: a plateau where the model copies, then a sudden drop" if on_plateau
+                else "a drop, but the pre-shift checkpoint is not on a copying plateau")
+    return (f"did not drop within the {end_step:,} steps it trained",
+            "a copying plateau but no drop yet (the run is too short, or the model too small)" if on_plateau
+            else "neither a copying plateau nor a drop (this profile is too short to show either)")
+
+
+def findings(ch: Chapter) -> dict:
+    """The glue of "What we found": name -> str or float (plain floats: myst-nb formats them)."""
+    level = ch.copy_level
+    pre = losses_at(ch.metrics, ch.steps.pre)
+    end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
+    final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
+    drop_text, story = drop_story(ch.drop, copies(pre["L_obs"], pre["L_mask"], level), ch.end.step)
+    s = ch.steps
+    shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
+    return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
+            "end_text": end_sentence(ch), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
+            "pre_step": s.pre, "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
+            "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
+            "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
+            "drop_factor": float(pre["L_mask"] / final_L_mask)}
+
+
+def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float, p_mask: float, rank: int,
+                  paper_steps: int, seeds: dict | None = None) -> list[dict]:
+    """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
+    copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
+    copying model's L (p_mask·E[X²]), and the drop step as a fraction of the `steps` trained
+    (number; `seeds`: mean and spread over seeds). pre: window means and their `_se`."""
+    ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
+    frac, spread = (drop / steps if drop else None), None
+    if seeds:
+        frac, spread = seeds["mean"], seeds.get("std")
+    return [
+        claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
+              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < 0.2 else "off the copying plateau",
+              paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
+        claim("E1", "pre-shift L_obs / E[X²]", pre["L_obs"] / ours_lvl,
+              f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
+              f"{COPIES:g} counts)", paper=PAPER[("E3", "pre L_obs")] / paper_lvl, kind="direction",
+              reference=COPIES, sense="below", margin=CUT, se=pre.get("L_obs_se", 0) / ours_lvl),
+        claim("E1", "final L / (p_mask · E[X²]), last 10 % of steps", final_L / (p_mask * ours_lvl),
+              "the paper's final L over its copying model's L (paper: 50 000 steps)",
+              paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
+        claim("E1", "drop step / training steps", frac,
+              (f"drop at step {drop:,} of {steps:,}" if drop else f"no drop in {steps:,} steps")
+              + "; a profile's length is its own choice, so this fraction says when the drop came in this run, "
+                "not a property of the model", paper=PAPER[("E1", "drop step")] / paper_steps, spread=spread),
+    ]
+
+
+def scorecard_rows(ch: Chapter) -> list[dict]:
+    """E1's rows (`scorecard.claim`s, not yet recorded). Losses are divided by E[X²]: each
+    quantity means the same on both tasks."""
+    end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
+    final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
+    pre = {**losses_at(ch.metrics, ch.steps.pre).to_dict(), **window_se(ch.metrics, ch.steps.pre)}
+    return training_rows(ch.drop, ch.end.step, pre, float(end["L"].mean()), final_se, ch.cfg.data.p_mask,
+                         ch.cfg.data.rank, paper_profile().train.steps)
+
+
+def scorecard_table(ch: Chapter, rows: list[dict]):
+    """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "paper", "ours", "se", "verdict"),
+                          caption="The numbers this chapter adds to the scorecard (each a quantity that means the "
+                                  "same on both tasks).")
+
+
+def paper_glue(rows: list[dict]) -> dict:
+    """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows
+    (`scorecard_rows`)."""
+    by = {r["quantity"]: r for r in rows}
+    obs, final = by["pre-shift L_obs / E[X²]"], by["final L / (p_mask · E[X²]), last 10 % of steps"]
+    return {"paper_pre_L_obs_rel": obs["paper"], "final_L_rel": final["ours"], "paper_final_L_rel": final["paper"]}
+
+
+# --- the run's files as downloads ----------------------------------------------------------------
+
+def checkpoint_zip(run_dir: str | Path, step: int) -> Path:
+    """run_dir/checkpoint_step_NNNNNN.zip: the checkpoint folder at `step` (config.json,
+    model.safetensors, train_state.pt), zipped once (an existing zip is kept: a checkpoint
+    never changes) and written atomically (`write_atomic`)."""
+    src = checkpoint_dir(Path(run_dir), step)
+    path = Path(run_dir) / f"{src.name.replace('step_', 'checkpoint_step_')}.zip"
+    if not path.is_file():
+        def write(tmp: Path):
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(src.iterdir()):
+                    z.write(f, f"{src.name}/{f.name}")
+        write_atomic(path, write)
+    return path
+
+
+def page_dir(run_dir: str | Path) -> Path | None:
+    """Where the executed chapter lives, if the run sits where the book puts it
+    (OUT/runs/NAME-seedS beside OUT/book/_executed); None otherwise."""
+    folder = Path(run_dir).resolve().parent.parent / "book" / "_executed"
+    return folder if folder.is_dir() else None
+
+
+def downloads(ch: Chapter) -> str:
+    """MyST for the run's metrics.csv and final checkpoint (zipped), as {download} links
+    relative to the executed chapter (Sphinx copies them into _downloads); without the
+    book's layout, the files' places as text."""
+    files = [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)"),
+             (checkpoint_zip(ch.run_dir, ch.steps.post), f"the final checkpoint (step {ch.steps.post:,}, zip)")]
+    where = page_dir(ch.run_dir)
+    if where is None:
+        return "The run's files: " + "; ".join(f"{label}: {shown_path(f)}" for f, label in files) + "."
+    links = [f"{{download}}`{label} <{Path(os.path.relpath(f.resolve(), where)).as_posix()}>`" for f, label in files]
+    return f"Download this run's files: {' and '.join(links)}."

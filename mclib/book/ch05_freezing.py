@@ -1,0 +1,163 @@
+"""Chapter 05_freezing (book/05_freezing.ipynb): E15, one component re-initialised and
+trained alone from the main run's final checkpoint, the rest frozen.
+
+    ch = open_chapter(profile, seed, run_dir, device)
+    runs = freeze_runs_of(ch)        # {group: folder}; trains what is missing
+    runs_table(ch, runs)             # what each run trains
+    freeze_figure(ch, runs)          # the four L_mask curves
+    results_table(ch, runs)          # each run's drop, or what ended it without one
+    glue, rows = readings(ch, runs)  # "What we found" and E15's scorecard rows
+    scorecard_table(ch, rows)        # the rows, recorded, with their verdicts
+
+The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so its
+description becomes claims: each run's drop step over the main run's (below E15_QUICK
+for "no plateau"), and the order of the drops (E15_ORDER).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
+                                 freeze_summary, paper_pattern, trainable_count)
+from ..core.paper import PAPER_E15
+from ..core.runs import load_metrics
+from .chapter import Chapter, shown_path
+from .plots import freeze_curves
+from .scorecard import claim, recorded_table
+
+CHAPTER = "05_freezing"
+E15_QUICK = 0.1   # a re-initialised run dropping within a tenth of the main run's drop step has "no plateau"
+E15_ORDER = [["mlp", "token"], ["attention"], ["positional"]]  # the paper's order of the re-initialised runs' drops
+LOSSES = ("first_L_mask", "final_L_mask", "final_L_obs")
+
+
+def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
+    """{group: folder} of the E15 runs (the training chapter trains them; a chapter run
+    alone trains what is missing, resumes a cut run, returns at once if all are complete)."""
+    return freeze_runs(ch.cfg, ch.run_dir)
+
+
+def length_text(ch: Chapter) -> str:
+    """How long an E15 run may train, e.g. "until it drops or reaches the main run's drop
+    step (10,985), at most 4,000 steps (analysis.freeze_steps; ...)" (plain text: it goes
+    into a table's caption)."""
+    cap = ch.cfg.analysis.freeze_steps
+    if ch.drop is None:
+        return f"until it drops, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
+    limit = freeze_steps(ch.cfg, ch.drop)
+    binds = "the cap binds" if limit < ch.drop else "the main run's drop step binds"
+    return (f"until it drops or reaches the main run's drop step ({ch.drop:,}), at most {cap:,} steps "
+            f"(analysis.freeze_steps; {binds}: {limit:,} steps)")
+
+
+def runs_table(ch: Chapter, runs: dict[str, Path]):
+    """One row per group: what it re-initialises and trains, its parameter count, its folder."""
+    post = ch.post
+    table = pd.DataFrame({"group": list(DESCRIPTIONS), "re-initialised and trained": list(DESCRIPTIONS.values()),
+                          "parameters": [f"{trainable_count(post, g):,}" for g in DESCRIPTIONS],
+                          "run folder": [shown_path(runs[g]) for g in DESCRIPTIONS]})
+    t = ch.cfg.train
+    return table.style.hide(axis="index").set_caption(
+        f"One run per group: from the post-shift checkpoint (step {ch.steps.post:,}), {length_text(ch)}, "
+        f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the read-out "
+        "belong to no group: they stay frozen in every run.")
+
+
+def summary(ch: Chapter, runs: dict[str, Path]) -> pd.DataFrame:
+    """`freeze_summary`: one row per group (drop, steps, losses, starts_on_plateau)."""
+    return freeze_summary(runs, ch.cfg)
+
+
+def drops_of(table: pd.DataFrame) -> dict[str, int | None]:
+    """{group: drop step or None} from `freeze_summary`'s table."""
+    return {g: (None if pd.isna(d) else int(d)) for g, d in zip(table["group"], table["drop"])}
+
+
+def freeze_figure(ch: Chapter, runs: dict[str, Path]) -> plt.Figure:
+    """The four runs' L_mask curves, each drop marked (closed: glue it)."""
+    fig = freeze_curves({g: load_metrics(f) for g, f in runs.items()}, drops_of(summary(ch, runs)), ch.cfg.data.rank,
+                        title=f"Re-initialise one component, freeze the rest ({ch.cfg.name}, seed {ch.cfg.seed})")
+    plt.close(fig)
+    return fig
+
+
+def results_table(ch: Chapter, runs: dict[str, Path]):
+    """One row per group: what ended the run (`freeze_ends`), the paper's description, the losses."""
+    table, ends = summary(ch, runs), freeze_ends(ch.cfg, ch.run_dir, tuple(runs))
+    shown = table.assign(result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]])
+    return (shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]].style.hide(axis="index")
+            .format({c: "{:.2e}" for c in LOSSES})
+            .set_caption("What ended each run; L_mask over its first 50 steps and L_mask, L_obs over its last 50; "
+                         "starts_on_plateau: the first 50 steps' L_mask is within 20 % of E[X²]."))
+
+
+def ends_text(ends: dict[str, FreezeEnd]) -> str:
+    """Per group, what ended its run, runs that ended alike named together: "the mlp run
+    dropped at step 40; the attention and positional runs reached ..."."""
+    alike: dict[str, list[str]] = {}
+    for g, e in ends.items():
+        alike.setdefault(e.text, []).append(g)
+    named = lambda gs: (f"the {gs[0]} run" if len(gs) == 1 else
+                        f"the {', '.join(gs[:-1])} and {gs[-1]} runs")
+    return "; ".join(f"{named(gs)} {text}" for text, gs in alike.items())
+
+
+def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> tuple[dict, list[dict]]:
+    """The closing sentences and E15's scorecard rows.
+
+    table: `freeze_summary` (drop and steps trained per group); main_drop: the main run's
+    drop step (None: none); limit: the most steps a run could train (`freeze_steps`).
+    glue: found, verdict_text, main_text; rows: keyword arguments for `scorecard.record`."""
+    drops = drops_of(table)
+    trained = dict(zip(table["group"], (int(s) for s in table["steps"])))
+    pattern = paper_pattern(table)
+    order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
+    if not order:
+        found = "none of the four runs dropped"
+        verdict_text = ("too short to check the paper's ordering" if main_drop is None or limit < main_drop else
+                        f"yet the main run, trained from scratch, dropped by step {main_drop:,}")
+    else:
+        rest = [g for g in drops if g not in order]
+        found = ("the runs dropped in the order " + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
+                 + ("" if not rest else "; " + ", ".join(rest) + " did not drop"))
+        if pattern["fast_first"]:
+            verdict_text = "the MLP and token-embedding runs recover first, " + (
+                "and the positional run takes longest, as in the paper" if pattern["positional_last"]
+                else "but the positional run is not the slowest, unlike the paper")
+        else:
+            verdict_text = ("which is not the paper's picture of the MLP and token-embedding runs recovering first"
+                            + (", though the positional run does take longest" if pattern["positional_last"] else ""))
+    main_text = (f"The main run, trained from scratch, dropped at step {main_drop:,}." if main_drop is not None
+                 else "The main run, trained from scratch, did not drop.")
+    glue = {"found": found, "verdict_text": verdict_text, "main_text": main_text}
+    # The paper's picture as claims: mlp and token runs have no plateau (they drop within a tenth of the
+    # main run's plateau), attention and positional runs sit on one and then drop; positional is last.
+    rows = []
+    for g, d in drops.items():
+        quick = g in ("mlp", "token")
+        rows.append(claim("E15", f"steps to the drop / main run's drop step, {g} re-initialised",
+                          None if d is None or not main_drop else d / main_drop,
+                          f"{drop_text(d, trained[g])} (paper: {PAPER_E15.get(g, 'not reported')}); "
+                          f"{'below' if quick else 'above'} {E15_QUICK:g} counts",
+                          kind="direction", reference=E15_QUICK, sense="below" if quick else "above",
+                          na=None if main_drop else "the main run has no drop to measure against"))
+    rows.append(claim("E15", "order of the drops: mlp and token, then attention, then positional", None,
+                      ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
+                      kind="ordering", values=dict(drops), order=E15_ORDER))
+    return glue, rows
+
+
+def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
+    """(glue, rows): the closing paragraph's glue (found, verdict_text, main_text, ends_text)
+    and E15's rows (`scorecard.claim`s, recorded by `scorecard_table`)."""
+    glue, rows = freeze_readings(summary(ch, runs), ch.drop, freeze_steps(ch.cfg, ch.drop))
+    glue["ends_text"] = ends_text(freeze_ends(ch.cfg, ch.run_dir, tuple(runs)))
+    return glue, rows
+
+
+def scorecard_table(ch: Chapter, rows: list[dict]):
+    """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "ours", "verdict", "reading"))

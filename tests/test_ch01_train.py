@@ -1,0 +1,146 @@
+"""Chapter 01_train's module (mclib/book/ch01_train.py): E1's rows, why training ended,
+where the checkpoints sit, the drop's shape, the glue the page uses, the downloads."""
+import json
+import re
+import shutil
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mclib.book import ch01_train as C
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+from mclib.core.runs import CheckpointSteps, RunEnd
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def test_training_rows(tmp_path):
+    pre = {"L_mask": 0.111, "L_obs": 1e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
+    rows = C.training_rows(2000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
+    v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
+    assert v["pre-shift L_mask / E[X²]"] == "matches" and v["pre-shift L_obs / E[X²]"] == "same direction"
+    assert v["drop step / training steps"] == "differs"          # 0.14 against the paper's 0.3
+    rows = C.training_rows(4200, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
+    assert _verdict(tmp_path, rows[-1]) == "matches"
+    assert _verdict(tmp_path, C.training_rows(None, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)[-1]) == "differs"
+    seeds = C.training_rows(4000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000, seeds={"mean": 0.4, "std": 0.05})
+    assert _verdict(tmp_path, seeds[-1]) == "matches"  # 0.1 <= 2 x 0.05 + 0.03
+    off = C.training_rows(4200, 14000, {**pre, "L_obs": 0.05}, 0.004, 0.0002, 0.3, 1, 50000)
+    assert _verdict(tmp_path, off[1]) == "differs" and off[1]["reading"].startswith("does not copy")
+
+
+def test_window_se_is_the_standard_error_of_the_window_mean():
+    m = pd.DataFrame({"step": np.arange(1, 101), "L": np.arange(100.0), "L_obs": 1.0, "L_mask": 2.0})
+    se = C.window_se(m, 100, window=10)
+    assert se["L_se"] == pytest.approx(np.arange(90.0, 100).std(ddof=1) / np.sqrt(10))
+    assert se["L_obs_se"] == 0 and np.isnan(C.window_se(m, 1, window=10)["L_se"])  # one step: no error
+
+
+def _curve(stages):
+    """L_mask along steps 1..N: the copying level, then log-linear pieces [(until, level)]."""
+    steps, level, out = np.arange(1, stages[-1][0] + 1), 1 / 9, []
+    start, value = 0, level
+    for until, target in stages:
+        n = until - start
+        out.append(np.exp(np.linspace(np.log(value), np.log(target), n)))
+        start, value = until, target
+    return pd.DataFrame({"step": steps, "L_mask": np.concatenate(out)})
+
+
+def test_drop_shape_tells_one_stretch_from_two_stages():
+    one = _curve([(1000, 1 / 9), (2000, 0.01), (4000, 0.01)])
+    shape = C.drop_shape(one, 1300, 1000, 2000)
+    assert shape.shoulder is None and C.shape_text(shape).endswith("falling in one stretch.")
+    two = _curve([(1000, 1 / 9), (1500, 0.04), (2500, 0.036), (3000, 0.01), (4000, 0.01)])
+    shape = C.drop_shape(two, 1250, 1000, 3000)
+    a, b, level = shape.shoulder
+    assert 1500 <= a and b <= 2600 and level == pytest.approx(0.038, rel=0.1)
+    text = C.shape_text(shape)
+    assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed half of E[X²] at step 1,250" in text
+    assert C.shape_text(None) == "There is no drop to describe."
+
+
+def _fake(ended, step=14000, improvement=None, place="drop"):
+    end = RunEnd(ended, step, 10985, 14000, "converged", 1000, improvement)
+    steps = CheckpointSteps(place=place, pre=3000, transition=[9500, 10500], post=step, note="placed from the run's "
+                            "drop at step 10,985", drop=10985, left_plateau=9766, near_final=12125)
+    return SimpleNamespace(end=end, steps=steps)
+
+
+def test_end_sentence_says_whether_the_rule_or_the_cap_ended_training():
+    assert C.end_sentence(_fake("cap", improvement=0.31)) == ("Training ended at the cap, before the profile's rule "
+                                                              "fired: the run reached the cap of 14,000 steps while "
+                                                              "L_mask still fell 31% over its last 1,000 steps.")
+    assert C.end_sentence(_fake("converged", 12000)).startswith("Training ended by the profile's rule")
+    assert "12,000" in C.end_sentence(_fake("converged", 12000))
+    assert C.end_sentence(_fake("unfinished", 500)) == "The run is unfinished at step 500 of 14,000."
+
+
+def test_checkpoint_text_says_where_and_why():
+    text = C.checkpoint_text(_fake("cap"))
+    assert "placed from this run's drop at step 10,985" in text and "Pre-shift, step 3,000" in text
+    assert "steps 9,500, 10,500" in text and "from step 9,766" in text and "to step 12,125" in text
+    fixed = _fake("steps")
+    fixed.steps.place, fixed.steps.note = "fixed", "the run did not drop, so the profile's fixed steps stand in"
+    assert C.checkpoint_text(fixed).startswith("The run did not drop, so the profile's fixed steps stand in: "
+                                               "pre-shift at step 3,000")
+
+
+def test_drop_story_both_ways():
+    assert C.drop_story(900, True, 1000) == ("dropped at step 900 of the 1,000 it trained",
+                                             "the paper's picture: a plateau where the model copies, then a sudden drop")
+    assert C.drop_story(900, False, 1000)[1].startswith("a drop, but")
+    assert C.drop_story(None, True, 60)[0] == "did not drop within the 60 steps it trained"
+    assert C.drop_story(None, False, 60)[1].startswith("neither a copying plateau nor a drop")
+
+
+def _glue_names(notebook: str) -> set[str]:
+    cells = json.loads((BOOK / notebook).read_text())["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return set(re.findall(r"\{glue:\w+\}`([\w]+)", text)) | set(re.findall(r"```\{glue:\w+\} (\w+)", text))
+
+
+@pytest.fixture
+def book_run(smoke_run, tmp_path):
+    """The smoke run where the book puts it: OUT/runs/smoke-seed1 beside OUT/book/_executed."""
+    run = shutil.copytree(smoke_run, tmp_path / "runs" / "smoke-seed1")
+    (tmp_path / "book" / "_executed").mkdir(parents=True)
+    return run
+
+
+def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
+    ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
+    rows = C.scorecard_rows(ch)
+    found = {**C.findings(ch), **C.paper_glue(rows), "fig_loss": None, "downloads": None}
+    assert _glue_names("01_train.ipynb") <= set(found), _glue_names("01_train.ipynb") - set(found)
+    assert found["end_text"] == "Training ended after the profile's fixed length: the run trained its 60 steps."
+    assert found["drop_text"] == "did not drop within the 60 steps it trained"
+    assert found["shape_text"] == "There is no drop to describe."
+    assert found["checkpoints_text"].startswith("The profile's fixed steps (checkpoints.place: fixed): pre-shift at step 20")
+    assert found["drop_factor"] == pytest.approx(found["pre_L_mask"] / found["final_L_mask"])
+    html = C.scorecard_table(ch, rows).to_html()
+    assert "drop step / training steps" in html and len(scorecard.load(book_run)) == 4
+
+
+def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, smoke_profile):
+    ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
+    text = C.downloads(ch)
+    assert "{download}`metrics.csv (one row per step) <../../runs/smoke-seed1/metrics.csv>`" in text
+    assert "<../../runs/smoke-seed1/checkpoint_step_000060.zip>`" in text
+    path = book_run / "checkpoint_step_000060.zip"
+    with zipfile.ZipFile(path) as z:
+        assert {"step_000060/model.safetensors", "step_000060/config.json"} <= set(z.namelist())
+    stamp = path.stat().st_mtime_ns
+    assert C.checkpoint_zip(book_run, 60) == path and path.stat().st_mtime_ns == stamp  # zipped once
+    assert not list(book_run.glob(".tmp-*"))
+    shutil.rmtree(book_run.parent.parent / "book")  # not where the book puts runs: the files' places, no link
+    assert "{download}" not in C.downloads(ch) and "smoke-seed1/metrics.csv" in C.downloads(ch)

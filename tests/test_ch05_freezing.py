@@ -1,0 +1,90 @@
+"""Chapter 05_freezing's module (mclib/book/ch05_freezing.py): E15's closing sentences
+and scorecard rows in every branch, how long a run may train, what ended each run, and
+the glue the page uses."""
+import json
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+
+from mclib.analyses.freezing import FreezeEnd, freeze_run
+from mclib.analyses.interventions import GROUPS
+from mclib.book import ch05_freezing as C
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
+
+
+def _table(drops, steps=1000):
+    return pd.DataFrame({"group": list(GROUPS), "drop": pd.array(drops, dtype="Int64"), "steps": steps})
+
+
+def test_freeze_sentences(tmp_path):
+    glue, rows = C.freeze_readings(_table([500, 40, 900, 60]), main_drop=700, limit=700)
+    assert glue["found"].startswith("the runs dropped in the order mlp (step 40), token (step 60)")
+    assert glue["verdict_text"].endswith("the positional run takes longest, as in the paper")
+    assert [r["ours"] for r in rows[:4]] == [500 / 700, 40 / 700, 900 / 700, 60 / 700]
+    assert "paper: no plateau" in rows[1]["reading"]
+    assert [_verdict(tmp_path, r) for r in rows] == ["same direction"] * 4 + ["same order"]
+    _, rows = C.freeze_readings(_table([500, 40, 300, 60]), 700, 700)  # positional before attention
+    assert _verdict(tmp_path, rows[-1]) == "differs"
+    _, rows = C.freeze_readings(_table([500, 600, 900, 60]), 700, 700)  # the mlp run sits on a plateau
+    assert _verdict(tmp_path, rows[1]) == "differs" and _verdict(tmp_path, rows[-1]) == "differs"
+    glue, rows = C.freeze_readings(_table([None] * 4, steps=20), main_drop=None, limit=20)
+    assert glue["found"] == "none of the four runs dropped"
+    assert glue["verdict_text"] == "too short to check the paper's ordering"
+    assert rows[0]["ours"] is None and rows[0]["reading"].startswith("no drop by step 20")
+    assert [_verdict(tmp_path, r) for r in rows] == ["n/a"] * 4 + ["differs"]
+    glue, _ = C.freeze_readings(_table([None] * 4, steps=700), main_drop=700, limit=700)  # long enough, no drop
+    assert glue["verdict_text"] == "yet the main run, trained from scratch, dropped by step 700"
+    glue, _ = C.freeze_readings(_table([60, 500, None, None]), 700, 700)
+    assert glue["found"].endswith("; positional, token did not drop")
+    assert glue["verdict_text"].startswith("which is not the paper's picture")
+    assert glue["main_text"] == "The main run, trained from scratch, dropped at step 700."
+
+
+def test_ends_text_names_what_ended_each_run():
+    ends = {"attention": FreezeEnd("attention", "main drop", 700, None, 700, 4000),
+            "mlp": FreezeEnd("mlp", "dropped", 40, 40, 700, 4000),
+            "positional": FreezeEnd("positional", "main drop", 700, None, 700, 4000)}
+    assert C.ends_text(ends) == ("the attention and positional runs reached the main run's drop step 700 without "
+                                 "dropping; the mlp run dropped at step 40")
+
+
+def _ch(smoke_profile, drop, cap):
+    return SimpleNamespace(cfg=smoke_profile.replace(**{"analysis.freeze_steps": cap}), drop=drop)
+
+
+def test_length_text_says_which_limit_binds(smoke_profile):
+    assert "the cap binds: 20 steps" in C.length_text(_ch(smoke_profile, 700, 20))
+    assert "the main run's drop step binds: 12 steps" in C.length_text(_ch(smoke_profile, 12, 20))
+    assert C.length_text(_ch(smoke_profile, None, 20)).endswith("the main run did not drop)")
+
+
+def _glue_names(notebook: str) -> set[str]:
+    cells = json.loads((BOOK / notebook).read_text())["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return set(re.findall(r"\{glue:\w+\}`(\w+)", text)) | set(re.findall(r"```\{glue:\w+\} (\w+)", text))
+
+
+def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile, tmp_path):
+    run = shutil.copytree(smoke_run, tmp_path / "run")
+    for g in GROUPS:  # E15's runs, one after the other (no cluster): 20 steps each at smoke size
+        freeze_run(smoke_profile, run, g)
+    ch = open_chapter("smoke", smoke_profile.seed, run, "cpu")
+    runs = C.freeze_runs_of(ch)  # all complete: trains nothing
+    glue, rows = C.readings(ch, runs)
+    assert _glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze"}
+    assert glue["ends_text"].startswith("the attention") and "token run" in glue["ends_text"]
+    html = C.results_table(ch, runs).to_html()
+    assert "without dropping" in html or "dropped at step" in html
+    assert "the main run did not drop" in C.runs_table(ch, runs).to_html()
+    assert len(rows) == 5 and "E15" in C.scorecard_table(ch, rows).to_html()
+    assert {r["chapter"] for r in scorecard.load(run)} == {"05_freezing"}
