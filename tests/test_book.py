@@ -122,6 +122,25 @@ def test_scorecard_page_opens_with_findings_and_states_the_rules(built):
         assert " ".join(rule.__doc__.split())[:50] in html.unescape(page), rule.__name__
 
 
+def test_a_chapter_declaring_it_reads_the_scorecard_runs_again_when_it_changes(tmp_path):
+    # the runner knows no page by name: a notebook's metadata says which run-folder files it reads
+    run = tmp_path / "run"
+    run.mkdir()
+    reader, other = tmp_path / "reader.ipynb", tmp_path / "other.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nbformat.write(nb, other)
+    nb.metadata["mclib"] = {"reads": ["scorecard.json"]}
+    nbformat.write(nb, reader)
+    assert book.declared_reads(reader) == ["scorecard.json"] and book.declared_reads(other) == []
+    keys = lambda: {t: book._key(t, {}, {}, run, "src") for t in (reader, other)}
+    before = keys()
+    scorecard.record(run, "E99", "a test number", 1.0, 1.0, reading="test")
+    after = keys()
+    assert after[reader] != before[reader] and after[other] == before[other]
+    assert keys() == after  # the same file, the same key: reused
+    assert book.declared_reads(book.REPO / "book" / "99_scorecard.ipynb") == ["scorecard.json"]
+
+
 @pytest.mark.slow
 def test_rerun_reuses_everything(built):
     m = book.build("smoke", out_dir=built, progress=False)

@@ -148,3 +148,59 @@ def test_the_chapter_figures_have_titles_and_labels():
     assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["seed 1: drop at step 5,000", "seed 2: no drop"]
     named = plots.seed_loss_curves({"fp32": curves[1], "bf16": curves[2]}, {"fp32": 5000}, label="{}")
     assert [t.get_text() for t in named.axes[0].get_legend().get_texts()][:2] == ["fp32: drop at step 5,000", "bf16: no drop"]
+
+
+# --- leads: leaving the plateau's band, for good ------------------------------------------------
+
+def _curves(rng_seed: int = 0):
+    """Checkpoints every 250 steps to 10 000, the drop at 8 000: noisy flat plateaus with an
+    early-training transient, a single spike, a sustained rise from step 6 000, and the loss."""
+    rng = np.random.default_rng(rng_seed)
+    steps = np.arange(250, 10_001, 250)
+    noise = lambda: rng.normal(0, 0.01, len(steps))
+    spike = 1.0 + noise()
+    spike[steps == 5000] += 1.0
+    return pd.DataFrame({
+        "step": steps,
+        "early": 1.0 + 5.0 * np.exp(-steps / 400) + noise(),        # big at the start of training, then flat
+        "spike": spike,                                              # one checkpoint far out
+        "rises": 1.0 + np.where(steps >= 6000, (steps - 5750) / 1000, 0) + noise(),  # sustained, 2 000 steps early
+        "flat": 1.0 + noise(),
+        "L_mask": np.where(steps >= 8000, 0.01, 0.11) + 0.001 * noise(),
+    })
+
+
+def test_a_transient_or_a_spike_is_no_lead_and_a_sustained_rise_is():
+    leads = progress.plateau_leads(_curves(), 8000).set_index("measure")
+    assert np.isnan(leads.loc["early", "lead"]) and np.isnan(leads.loc["spike", "lead"])
+    assert np.isnan(leads.loc["flat", "lead"]) and np.isnan(leads.loc["L_mask", "lead"])
+    assert leads.loc["rises", "leaves_at"] == 6000 and leads.loc["rises", "lead"] == 2000
+    assert leads.loc["rises", "p_lead"] > 0.95 and leads.loc["rises", "lead_lo"] <= 2000 <= leads.loc["rises", "lead_hi"]
+    assert leads.loc["spike", "p_lead"] == 0 and leads.loc["early", "p_lead"] < 0.05
+    # the half-way crossing, by contrast, counts both as moves long before the drop
+    crossing = progress.lead_times(_curves(), 8000).set_index("measure")
+    assert crossing.loc["early", "lead_time"] > 5000
+
+
+def test_the_spike_becomes_a_lead_only_once_it_lasts():
+    table = _curves()
+    table.loc[table["step"].between(5000, 5500), "spike"] += 1.0  # three checkpoints out, then back
+    leads = progress.plateau_leads(table, 8000).set_index("measure")
+    assert leads.loc["spike", "leaves_at"] == 5000
+    assert np.isnan(progress.plateau_leads(table, 8000, sustain=4).set_index("measure").loc["spike", "lead"])
+
+
+def test_no_drop_or_a_short_plateau_gives_no_lead():
+    assert progress.plateau_leads(_curves(), None)["lead"].isna().all()
+    short = progress.plateau_leads(_curves(), 1000).set_index("measure")  # 1 checkpoint in the baseline window
+    assert short["band_low"].isna().all() and short["lead"].isna().all()
+
+
+def test_plateau_lead_summary_reads_in_every_case():
+    leads = progress.plateau_leads(_curves(), 8000)
+    text = progress.plateau_lead_summary(leads, 8000, 10_000, 250)
+    assert text.startswith("1 measure leaves its plateau band for good before the loss does (the loss itself ")
+    assert "rises by 2,000 steps (bootstrap 5-95 %:" in text
+    quiet = progress.plateau_lead_summary(leads[leads["measure"] != "rises"], 8000, 10_000, 250)
+    assert quiet.startswith("No measure leaves its plateau band for good")
+    assert progress.plateau_lead_summary(leads, None, 10_000, 250).startswith("There is no drop")

@@ -266,3 +266,137 @@ def lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolut
             f"{best.lead_time + best.resolution:,.0f} steps before the drop "
             f"(checkpoints at most {resolution:,} steps apart)"
             + (f"; then {others}" if others else ""))
+
+
+# ---- leads: leaving the plateau's own band, and staying out -------------------------------
+#
+# The half-way crossing above says when a measure moved, in hindsight. It is not a lead:
+# gradient norms move most in the first few thousand steps, and one noisy checkpoint can
+# sit past any threshold. A lead (`plateau_leads`) asks instead whether a measure leaves
+# the range it kept on the plateau, before the drop, for good:
+#
+#   1. the start of training is left out: the first TRANSIENT of the steps before the
+#      drop (weights and gradients settle there, whatever happens later);
+#   2. the band is the measure's mean ± K standard deviations over the next BASELINE of
+#      those steps (its noise on the plateau), widened to at least FLOOR of the measure's
+#      whole range (a measure that is constant on the plateau would otherwise "leave" by
+#      rounding);
+#   3. a lead is the first checkpoint after that window, before the drop, where the measure
+#      is outside the band and stays outside for SUSTAIN consecutive checkpoints (through
+#      the drop and after, if that is where they are): one spike is not a lead;
+#   4. its uncertainty: the band is re-estimated from BOOTSTRAP resamples of the baseline
+#      checkpoints; the lead's 5-95 % range over resamples, and the share of resamples
+#      in which there is a lead at all (p_lead).
+#
+# A lead found this way is at most (1 − TRANSIENT − BASELINE) of the plateau long: a
+# measure that leaves inside the baseline window widens its own band instead. And it is
+# bounded by the checkpoints, as the crossing is (`resolution`).
+
+TRANSIENT = 0.25   # share of the steps before the drop left out as the start of training
+BASELINE = 0.25    # share of the steps before the drop over which the band is estimated
+K = 3.0            # the band's half-width in standard deviations of the baseline
+FLOOR = 0.05       # ... and at least this share of the measure's range over the run
+SUSTAIN = 3        # checkpoints a departure must last
+BOOTSTRAP = 200    # resamples of the baseline for the lead's uncertainty
+MIN_BASELINE = 3   # fewer baseline checkpoints: no band, no lead
+
+
+def plateau_band(steps, values, drop_step: float, k: float = K, transient: float = TRANSIENT,
+                 baseline: float = BASELINE, floor: float = FLOOR) -> tuple[float, float, float, float]:
+    """(low, high, window_start, window_end): the measure's band on the plateau, mean ± k·SD
+    over the checkpoints in [transient·drop, (transient + baseline)·drop), half-width at
+    least floor × (the measure's range). NaNs when fewer than MIN_BASELINE checkpoints fall
+    in the window."""
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    start, end = transient * drop_step, (transient + baseline) * drop_step
+    base = values[(steps >= start) & (steps < end) & np.isfinite(values)]
+    if len(base) < MIN_BASELINE:
+        return math.nan, math.nan, start, end
+    finite = values[np.isfinite(values)]
+    half = max(k * float(base.std(ddof=1)), floor * float(finite.max() - finite.min()))
+    return float(base.mean() - half), float(base.mean() + half), start, end
+
+
+def departure_step(steps, values, low: float, high: float, after: float, before: float,
+                   sustain: int = SUSTAIN) -> float:
+    """The first checkpoint in [after, before) where `values` is outside [low, high] and stays
+    outside for `sustain` consecutive checkpoints (those after `before` count for staying
+    out, and fewer are asked for if the run ends first); NaN if none."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return math.nan
+    steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
+    out = (values < low) | (values > high)  # NaN is inside: it says nothing
+    for i in np.flatnonzero((steps >= after) & (steps < before)):
+        if out[i: i + sustain].all():
+            return float(steps[i])
+    return math.nan
+
+
+def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, k: float = K, transient: float = TRANSIENT,
+                  baseline: float = BASELINE, floor: float = FLOOR, sustain: int = SUSTAIN,
+                  n_boot: int = BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
+    """One row per measure of a progress table: its plateau band (band_low, band_high, from
+    the baseline window [window_start, window_end)), the first sustained departure from it
+    before the drop (leaves_at, NaN if none), lead = drop − leaves_at, and its uncertainty
+    from `n_boot` bootstrap resamples of the baseline checkpoints: lead_lo, lead_hi (5 and
+    95 % of the resamples' leads, a resample without a lead counting as 0) and p_lead (the
+    share of resamples with a lead). Every lead is NaN without a drop. See the comment above
+    for the rule."""
+    columns = ["measure", "band_low", "band_high", "window_start", "window_end", "leaves_at", "lead", "lead_lo",
+               "lead_hi", "p_lead"]
+    table = table.sort_values("step").reset_index(drop=True)
+    if drop_step is None or not np.isfinite(drop_step):
+        return pd.DataFrame([{"measure": m, **{c: math.nan for c in columns[1:]}} for m in measures(table)],
+                            columns=columns)
+    steps = table["step"].to_numpy(dtype=float)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m in measures(table):
+        values = table[m].to_numpy(dtype=float)
+        low, high, start, end = plateau_band(steps, values, drop_step, k, transient, baseline, floor)
+        leaves = departure_step(steps, values, low, high, after=end, before=drop_step, sustain=sustain)
+        boot = []
+        in_window = (steps >= start) & (steps < end) & np.isfinite(values)
+        if np.isfinite(low):
+            finite = values[np.isfinite(values)]
+            span = floor * float(finite.max() - finite.min())
+            base = values[in_window]
+            for _ in range(n_boot):
+                b = rng.choice(base, size=len(base), replace=True)
+                half = max(k * float(b.std(ddof=1)), span)
+                d = departure_step(steps, values, b.mean() - half, b.mean() + half, end, drop_step, sustain)
+                boot.append(float(drop_step) - d if np.isfinite(d) else 0.0)
+        boot = np.asarray(boot)
+        rows.append({"measure": m, "band_low": low, "band_high": high, "window_start": start, "window_end": end,
+                     "leaves_at": leaves, "lead": float(drop_step) - leaves if np.isfinite(leaves) else math.nan,
+                     "lead_lo": float(np.percentile(boot, 5)) if len(boot) else math.nan,
+                     "lead_hi": float(np.percentile(boot, 95)) if len(boot) else math.nan,
+                     "p_lead": float((boot > 0).mean()) if len(boot) else math.nan})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
+                         control: str = "L_mask") -> str:
+    """One sentence for the book: which measures leave their plateau band, for good, before
+    the loss does (`plateau_leads`), by how much and how sure (the bootstrap's range and
+    p_lead). Reads correctly with and without a drop."""
+    if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
+        return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
+                "the lead times are undefined, and the curves only show how far each measure moved")
+    ctrl = leads.loc[leads["measure"] == control, "leaves_at"]
+    ctrl_at = float(ctrl.iloc[0]) if len(ctrl) and np.isfinite(ctrl.iloc[0]) else math.inf
+    ctrl_text = (f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
+                 else "the loss itself stays in its band until the drop")
+    lead = leads[(leads["measure"] != control) & (leads["lead"] > 0) & (leads["leaves_at"] < ctrl_at)]
+    lead = lead.sort_values("lead", ascending=False)
+    no_band = leads.loc[~np.isfinite(leads["band_low"]), "measure"].tolist()
+    short = (f"; the plateau is too short for a band for {', '.join(no_band)}" if no_band else "")
+    if lead.empty:
+        return (f"No measure leaves its plateau band for good before the loss does ({ctrl_text}, the drop is at "
+                f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}")
+    parts = [f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a lead in "
+             f"{r.p_lead:.0%} of the resamples)" for r in lead.itertuples()]
+    return (f"{len(lead)} measure{'s' if len(lead) > 1 else ''} leave{'' if len(lead) > 1 else 's'} "
+            f"{'their' if len(lead) > 1 else 'its'} plateau "
+            f"band for good before the loss does ({ctrl_text}, the drop is at step {drop_step:,}; checkpoints at "
+            f"most {resolution:,} steps apart): " + "; ".join(parts) + short)

@@ -12,10 +12,11 @@ device); the training chapter calls `mclib.core.train.train`, which resumes or r
 once if the run is complete, and every later chapter reads that run_dir.
 
 Incremental: a chapter's key hashes its template, its parameters, the profile's
-content, the mclib sources and the run's state (checkpoint list + metrics.csv; the
-scorecard page also hashes scorecard.json). The key is taken right after the chapter
-ran and stored in the manifest; the next build reuses the executed copy if the key
-taken now is the same and the copy is untouched. Measuring after (not before) the run
+content, the mclib sources and the run's state (checkpoint list + metrics.csv), and the
+run-folder files the notebook declares it reads in its own metadata, e.g. the scorecard
+page's `"mclib": {"reads": ["scorecard.json"]}` (`declared_reads`). The key is taken
+right after the chapter ran and stored in the manifest; the next build reuses the
+executed copy if the key taken now is the same and the copy is untouched. Measuring after (not before) the run
 is what lets the training chapter, which creates the run, be reused.
 
 Failure: papermill saves the notebook and may mark it complete after a timeout or a
@@ -48,7 +49,6 @@ from ..core.runs import default_run_dir
 
 REPO = Path(__file__).resolve().parents[2]
 EXECUTED = Path("book") / "_executed"
-SCORECARD_PAGE = "99_scorecard"  # the one chapter that reads what the others recorded
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
@@ -117,9 +117,17 @@ def git_revision() -> str:
 
 # --- one chapter --------------------------------------------------------------------
 
+def declared_reads(template: Path) -> list[str]:
+    """The files of the run folder a chapter reads besides the run itself, as its notebook
+    metadata declares them ("mclib": {"reads": [...]}): e.g. the scorecard page reads the
+    scorecard.json the other chapters write, so it must run again when that changes."""
+    meta = json.loads(template.read_text()).get("metadata", {}).get("mclib", {})
+    return list(meta.get("reads", []))
+
+
 def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -> str:
-    extra = _file_sha(run_dir / "scorecard.json") if template.stem == SCORECARD_PAGE else None
-    return _sha(_file_sha(template), params, profile, src, run_state(run_dir), extra)
+    extra = [(name, _file_sha(run_dir / name)) for name in declared_reads(template)]
+    return _sha(_file_sha(template), params, profile, src, run_state(run_dir), extra or None)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,205 @@
+"""Chapter 07, beyond the paper (book/07_beyond.ipynb): the drop over seeds, and whether
+any measure of the model's inside moves before the loss does. Its tables, figures,
+sentences and its one scorecard row, in the order the page shows them.
+
+The paper trains one model and reports one drop; over seeds the drop becomes a mean with
+a spread, recorded as a fraction of training (profiles differ in length) by the
+scorecard's number rule with the seeds' spread. The lead times come from
+`mclib.analyses.progress`; this module words them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..analyses import progress
+from ..core.metrics import find_drop, window_mean
+from ..core.paper import PAPER
+from ..core.paper import profile as paper_profile
+from ..core.runs import load_metrics
+from ..core.train import train_seeds
+from .plots import closed, progress_panels, seed_loss_curves
+from .scorecard import claim, recorded_table
+
+CHAPTER = "07_beyond"
+
+
+# --- the drop over seeds ------------------------------------------------------------------------
+
+@dataclass
+class Seeds:
+    """Every seed's training curve and drop, and L_mask late in training (`late`, labelled
+    `late_label`, described as `late_text`)."""
+    curves: dict          # seed -> metrics
+    drops: dict           # seed -> drop step (None: no drop)
+    late: dict            # seed -> L_mask late in training (NaN: no drop to measure from)
+    late_label: str
+    late_text: str
+
+
+def seeds(ch) -> Seeds:
+    """The runs of `analysis.seeds` (trained by the first chapter: returns at once, or trains
+    what is missing). With `analysis.after_drop` the other seeds stop that many steps after
+    their drop, so every seed's late L_mask is read there (a 50-step mean); without it every
+    run trained in full and the late L_mask is the mean over its last 10 % of steps."""
+    curves = {s: load_metrics(d) for s, d in train_seeds(ch.cfg, ch.run_dir).items()}
+    drops = {s: find_drop(m, rank=ch.cfg.data.rank) for s, m in curves.items()}
+    after = ch.cfg.analysis.after_drop
+    if after is None:
+        late = {s: float(m.tail(max(1, len(m) // 10))["L_mask"].mean()) for s, m in curves.items()}
+        return Seeds(curves, drops, late, "final L_mask", "its L_mask over the last 10 % of steps")
+    late = {s: float(window_mean(m, drops[s] + after)["L_mask"]) if drops[s] is not None else float("nan")
+            for s, m in curves.items()}
+    label = f"L_mask {after:,} steps after the drop"
+    return Seeds(curves, drops, late, label, label)
+
+
+def seeds_figure(s: Seeds, ch):
+    return closed(seed_loss_curves(s.curves, s.drops, ch.cfg.data.rank,
+                                   title=f"L_mask over {len(s.curves)} seeds: profile {ch.cfg.name}"))
+
+
+def _duration(wall: pd.Series) -> str:
+    if wall.empty:
+        return "—"
+    return f"{wall.iloc[-1] / 60:.1f} min" if wall.iloc[-1] >= 60 else f"{wall.iloc[-1]:.1f} s"
+
+
+def seeds_shown(s: Seeds, ch):
+    steps = ch.cfg.train.steps
+    table = pd.DataFrame([{
+        "seed": seed,
+        "drop step": f"{s.drops[seed]:,}" if s.drops[seed] is not None else f"no drop by {steps:,}",
+        "steps trained": f"{int(s.curves[seed]['step'].max()):,}",
+        s.late_label: s.late[seed],
+        "training time": _duration(s.curves[seed]["wall"].dropna()),
+    } for seed in s.curves])
+    return (table.style.hide(axis="index").format({s.late_label: "{:.2e}"}, na_rep="—")
+            .set_caption(f"Every seed's drop (mclib.core.metrics.find_drop), the steps it trained, {s.late_text}, "
+                         "and its training time (without checkpoint writing; runs trained side by side shared the "
+                         "cores)."))
+
+
+def _listing(seeds) -> str:
+    return ", ".join(str(s) for s in seeds)
+
+
+def seeds_text(drops: dict, steps: int) -> str:
+    """The sentence on the drop over seeds: all dropped (mean ± SD, earliest, latest), some
+    (a mean over the seeds that dropped is too early), or none."""
+    dropped = [s for s in drops if drops[s] is not None]
+    late = [s for s in drops if drops[s] is None]
+    at = np.array([drops[s] for s in dropped], dtype=float)
+    mean = float(at.mean()) if dropped else None
+    std = float(at.std(ddof=1)) if len(dropped) > 1 else None
+    if len(dropped) == len(drops) == 1:
+        return f"the one seed dropped at step {mean:,.0f} ({mean / steps:.0%} of the {steps:,} steps)"
+    if len(dropped) == len(drops):
+        return (f"every seed dropped, at step {mean:,.0f} ± {std:,.0f} (mean ± standard deviation; "
+                f"{mean / steps:.0%} of the {steps:,} steps), the earliest at step {at.min():,.0f} and "
+                f"the latest at step {at.max():,.0f}")
+    if dropped:
+        which = (f"seed {dropped[0]}, at step {mean:,.0f}" if len(dropped) == 1 else
+                 f"seeds {_listing(dropped)}, on average at step {mean:,.0f} ± {std:,.0f}")
+        return (f"{len(dropped)} of {len(drops)} seeds dropped ({which}), while seed{'s' if len(late) > 1 else ''} "
+                f"{_listing(late)} had not dropped by step {steps:,}: a mean over the seeds that dropped leaves "
+                "the late ones out, so it is too early")
+    return (f"no seed dropped within the {steps:,} steps of this profile, so there is no drop step to "
+            "average and the spread of the drop over seeds is unknown")
+
+
+def seeds_row(drops: dict, steps: int) -> dict:
+    """E1 over seeds: the drop step as a fraction of training, mean and sample standard
+    deviation over the seeds that dropped, against the paper's one run (number rule, with
+    the seeds' spread)."""
+    dropped = [d for d in drops.values() if d is not None]
+    mean = float(np.mean(dropped)) if dropped else None
+    std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
+    reading = (f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + f" steps of {steps:,}; "
+               f"{len(dropped)} of {len(drops)} seeds dropped") if dropped else f"no drop in {len(drops)} seeds"
+    paper_frac = PAPER[("E1", "drop step")] / paper_profile().train.steps
+    return claim("E1", "drop step / training steps, over seeds", None if mean is None else mean / steps, reading,
+                 paper=paper_frac, spread=None if std is None else std / steps)
+
+
+def seeds_glue(s: Seeds, ch) -> dict:
+    return {"seeds_text": seeds_text(s.drops, ch.cfg.train.steps), "n_seeds": len(s.curves),
+            "seed_list": _listing(s.curves)}
+
+
+def scorecard_table(ch, rows: list[dict]):
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "spread", "verdict"),
+                          caption="The number this section adds to the scorecard.")
+
+
+# --- can the drop be seen coming? -----------------------------------------------------------------
+
+def progress_table(ch) -> pd.DataFrame:
+    """Every measure at every saved checkpoint of the book's run (`progress.progress_table`)."""
+    return progress.progress_table(ch.run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices,
+                                   seed=ch.cfg.analysis.seed)
+
+
+def lead_times(table: pd.DataFrame, ch) -> pd.DataFrame:
+    """Per measure, when it moved (the half-way crossing, `progress.lead_times`) and whether
+    it leads: leaves its plateau band for good before the drop (`progress.plateau_leads`,
+    with the bootstrap's range and p_lead)."""
+    return progress.lead_times(table, ch.drop).merge(progress.plateau_leads(table, ch.drop, seed=ch.cfg.analysis.seed),
+                                                     on="measure")
+
+
+def progress_figure(table: pd.DataFrame, leads: pd.DataFrame, ch):
+    return closed(progress_panels(progress.normalised(table), leads, ch.drop,
+                                  title=f"Progress measures: profile {ch.cfg.name}, seed {ch.cfg.seed}"))
+
+
+def leads_shown(leads: pd.DataFrame):
+    shown = leads.assign(moves=np.where(leads["direction"] == "above", "up", "down"),
+                         band=[f"{lo:.3g} – {hi:.3g}" if np.isfinite(lo) else "—"
+                               for lo, hi in zip(leads["band_low"], leads["band_high"])],
+                         lead_range=[f"{lo:,.0f} – {hi:,.0f}" if np.isfinite(lo) else "—"
+                                     for lo, hi in zip(leads["lead_lo"], leads["lead_hi"])])
+    return (shown[["measure", "moves", "first", "threshold", "extreme", "cross_step", "lead_time", "resolution", "band",
+                   "leaves_at", "lead", "lead_range", "p_lead"]]
+            .style.hide(axis="index")
+            .format({"first": "{:.3g}", "threshold": "{:.3g}", "extreme": "{:.3g}", "cross_step": "{:,.0f}",
+                     "lead_time": "{:+,.0f}", "resolution": "{:,.0f}", "leaves_at": "{:,.0f}", "lead": "{:,.0f}",
+                     "p_lead": "{:.0%}"}, na_rep="—")
+            .set_caption("When each measure crosses its threshold (cross_step) and how long before the drop "
+                         "(lead_time = drop − cross_step; empty without a drop or a crossing); the crossing happened "
+                         "within the resolution (the gap to the previous checkpoint) before cross_step. Then the "
+                         "lead: the band the measure kept on the plateau (mean ± 3 SD after the start of training), "
+                         "the checkpoint where it leaves that band for good before the drop (leaves_at), lead = drop − "
+                         "leaves_at, its 5-95 % range over bootstrap resamples of the plateau, and the share of "
+                         "resamples with a lead (p_lead)."))
+
+
+def when(leads: pd.DataFrame, measure: str) -> str:
+    """'token_alignment crosses at step S, N steps before the drop' (or after, at, never)."""
+    r = leads.set_index("measure").loc[measure]
+    if not np.isfinite(r["cross_step"]):
+        return f"{measure} never crosses its threshold"
+    lead = r["lead_time"]
+    side = "before" if lead > 0 else ("after" if lead < 0 else "at")
+    return (f"{measure} crosses at step {r['cross_step']:,.0f}, "
+            + (f"{abs(lead):,.0f} steps {side} the drop" if lead != 0 else "the step of the drop"))
+
+
+def claims_text(leads: pd.DataFrame, drop: int | None) -> str:
+    """The paper's two timing claims (E13 before the drop, E14 after it) read off the crossings."""
+    if drop is None:
+        return ("The paper makes two claims about timing that these measures would test (E13: the token "
+                "embeddings reach their final arrangement before the loss drops; E14: positions cluster by "
+                "column only after it); without a drop in this run they cannot be checked")
+    return (f"The paper makes two claims about timing that these measures test: the token embeddings reach "
+            f"their final arrangement before the loss drops (E13), and positions cluster by column only after "
+            f"it (E14). Here {when(leads, 'token_alignment')}, and {when(leads, 'column_silhouette')}")
+
+
+def progress_glue(table: pd.DataFrame, leads: pd.DataFrame, ch) -> dict:
+    gap = int(np.diff(np.concatenate([[0], table["step"]])).max())  # the coarsest checkpoint interval
+    return {"lead_text": progress.plateau_lead_summary(leads, ch.drop, ch.cfg.train.steps, gap),
+            "claims_text": claims_text(leads, ch.drop),
+            "main_run": f"seed {ch.cfg.seed}, {len(table)} checkpoints at most {gap:,} steps apart"}

@@ -1,0 +1,60 @@
+"""Chapter 99, the scorecard (book/99_scorecard.ipynb): every row the chapters recorded
+(`mclib.book.scorecard`, the run's scorecard.json), shown as the findings, the rules, the
+profile's departures from the paper, the whole table and a figure, with the counts the
+closing sentence glues. It reads what the others wrote, so it comes last, and the book's
+runner re-runs it when scorecard.json changes (the notebook's metadata declares that it
+reads it).
+"""
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.colors import to_hex
+
+from . import scorecard
+from .chapter import departures_table
+from .plots import VERDICT_COLORS, closed, scorecard_plot
+
+# glue name -> the verdict it counts, in the order the closing sentence names them
+COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
+           "n_na": "n/a", "n_cannot": "cannot fail"}
+
+
+def rows(ch) -> list[dict]:
+    """The recorded rows (`scorecard.load`)."""
+    return scorecard.load(ch.run_dir)
+
+
+def findings_shown(rows: list[dict], ch):
+    return scorecard.findings(rows).style.hide(axis="index").set_caption(
+        f"Findings, profile {ch.cfg.name}: per experiment, the claims that reproduced (matches, same direction, same "
+        "order), those that differ and our reading of each, and those not tested (n/a, cannot fail).")
+
+
+def rules_shown():
+    return scorecard.rules_table().style.hide(axis="index").set_caption(
+        "The rules, one per kind of claim (mclib.book.scorecard; the text is each rule's docstring).")
+
+
+def departures_shown(ch):
+    return departures_table(ch.cfg, f"Our numbers come from profile {ch.cfg.name}, which departs from the paper's "
+                                    "task and recipe in these keys: read every comparison below with them in mind.")
+
+
+def _colour(verdict: str) -> str:
+    return f"color: {to_hex(VERDICT_COLORS.get(verdict, 'grey'))}; font-weight: bold"
+
+
+def scorecard_shown(rows: list[dict]):
+    """Every row, its verdict coloured as in the figure."""
+    table = pd.DataFrame(rows, columns=list(scorecard.FIELDS))
+    return (table[list(scorecard.SHOWN)].style.hide(axis="index")
+            .format({"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}, na_rep="—")
+            .map(_colour, subset=["verdict"])
+            .set_caption(f"The scorecard: {len(table)} claims."))
+
+
+def glued(rows: list[dict], ch) -> dict:
+    """The closing sentence's numbers (rows per verdict, all rows), the task note and the figure."""
+    verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
+    return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(rows),
+            "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows))}

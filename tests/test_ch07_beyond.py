@@ -1,0 +1,76 @@
+"""Chapter 07 (mclib/book/ch07_beyond.py): the sentence on the drop over seeds in every
+case (all, some, none dropped), the E1 row over seeds, and the timing claims read off the
+lead times, with a drop and without."""
+import math
+
+import pandas as pd
+import pytest
+
+from mclib.book import ch07_beyond as chapter
+from mclib.book import scorecard
+
+
+def test_seeds_text_in_every_case():
+    assert chapter.seeds_text({1: 100}, 1000) == "the one seed dropped at step 100 (10% of the 1,000 steps)"
+    text = chapter.seeds_text({1: 100, 2: 300}, 1000)
+    assert text.startswith("every seed dropped, at step 200 ± 141") and "the latest at step 300" in text
+    text = chapter.seeds_text({1: 100, 2: None, 3: None}, 1000)
+    assert text.startswith("1 of 3 seeds dropped (seed 1, at step 100), while seeds 2, 3 had not dropped by step 1,000")
+    assert "too early" in text
+    assert chapter.seeds_text({1: None, 2: None}, 1000).startswith("no seed dropped within the 1,000 steps")
+
+
+def test_the_seeds_row_can_match_or_differ(tmp_path):
+    row = chapter.seeds_row({1: 100, 2: 300}, 1000)
+    assert row["ours"] == pytest.approx(0.2) and row["spread"] == pytest.approx(141.42 / 1000, rel=1e-3)
+    assert row["reading"] == "mean 200 ± 141 steps of 1,000; 2 of 2 seeds dropped"
+    paper = row["paper"]
+    same = chapter.seeds_row({1: round(paper * 1000), 2: round(paper * 1000)}, 1000)
+    assert scorecard.record(tmp_path, **same, chapter="t")["verdict"] == "matches"
+    far = chapter.seeds_row({1: 990, 2: 995}, 1000)
+    assert scorecard.record(tmp_path, **far, chapter="t")["verdict"] == "differs"
+    none = chapter.seeds_row({1: None}, 1000)
+    assert none["ours"] is None and none["reading"] == "no drop in 1 seeds"
+
+
+def _leads(token_cross, column_cross, drop):
+    lead = lambda c: math.nan if math.isnan(c) else drop - c
+    return pd.DataFrame({"measure": ["token_alignment", "column_silhouette"],
+                         "cross_step": [token_cross, column_cross],
+                         "lead_time": [lead(token_cross), lead(column_cross)]})
+
+
+def test_timing_claims_read_off_the_crossings():
+    text = chapter.claims_text(_leads(400, 1200, 1000), 1000)
+    assert text.endswith("Here token_alignment crosses at step 400, 600 steps before the drop, and "
+                         "column_silhouette crosses at step 1,200, 200 steps after the drop")
+    text = chapter.claims_text(_leads(1000, math.nan, 1000), 1000)
+    assert "token_alignment crosses at step 1,000, the step of the drop" in text
+    assert text.endswith("column_silhouette never crosses its threshold")
+    assert chapter.claims_text(_leads(400, 1200, 1000), None).endswith("without a drop in this run they cannot be checked")
+
+
+def test_the_leads_table_and_sentence_use_the_plateau_band():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    steps = np.arange(250, 10_001, 250)
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"step": steps,
+                          "grad_early": 1 + 5 * np.exp(-steps / 400) + rng.normal(0, 0.01, len(steps)),
+                          "rises": 1 + np.where(steps >= 6000, (steps - 5750) / 1000, 0) + rng.normal(0, 0.01, len(steps)),
+                          "token_alignment": np.minimum(1, steps / 8000), "column_silhouette": 0.0 * steps,
+                          "L_mask": np.where(steps >= 8000, 0.01, 0.11)})
+    ch = SimpleNamespace(drop=8000, cfg=SimpleNamespace(seed=1, analysis=SimpleNamespace(seed=0),
+                                                        train=SimpleNamespace(steps=10_000)))
+    leads = chapter.lead_times(table, ch).set_index("measure")
+    assert leads.loc["grad_early", "lead_time"] > 5000  # it crossed half-way early: moved, but
+    assert np.isnan(leads.loc["grad_early", "lead"])     # it is no lead
+    assert leads.loc["rises", "lead"] == 2000
+    html = chapter.leads_shown(leads.reset_index()).to_html()
+    assert "p_lead" in html and "100%" in html
+    text = chapter.progress_glue(table, leads.reset_index(), ch)["lead_text"]
+    assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
+    ch.drop = None
+    assert chapter.progress_glue(table, chapter.lead_times(table, ch), ch)["lead_text"].startswith("There is no drop")

@@ -1,0 +1,44 @@
+"""Chapter 99 (mclib/book/ch99_scorecard.py): the counts the closing sentence glues, the
+coloured table, on synthetic rows and on a smoke run's scorecard."""
+import copy
+
+import pytest
+
+from mclib.book import ch99_scorecard as chapter
+from mclib.book import scorecard
+from mclib.book.chapter import open_chapter
+
+
+@pytest.fixture(scope="module")
+def ch(smoke_run):
+    return open_chapter("smoke", 1, smoke_run, "cpu")
+
+
+def _rows(tmp_path):
+    scorecard.record(tmp_path, "E1", "a", 1.0, 1.0, reading="equal")                          # matches
+    scorecard.record(tmp_path, "E2", "b", 1.0, 3.0, reading="far")                            # differs
+    scorecard.record(tmp_path, "E3", "c", None, 0.2, kind="direction", reference=0.5, sense="below")  # same direction
+    scorecard.record(tmp_path, "E4", "d", None, None, na="nothing to test")                   # n/a
+    return scorecard.load(tmp_path)
+
+
+def test_counts_and_table(ch, tmp_path):
+    rows = _rows(tmp_path)
+    glued = chapter.glued(rows, ch)
+    assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
+                                                      "n_na": 1, "n_cannot": 0}
+    assert glued["n_rows"] == 4 and glued["task_note"] == scorecard.task_note(ch.cfg)
+    assert glued["fig_scorecard"].axes
+    html = chapter.scorecard_shown(rows).to_html()
+    assert "The scorecard: 4 claims." in html and "font-weight: bold" in html
+    assert chapter.glued([], ch)["n_rows"] == 0  # an empty scorecard still reads
+
+
+def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
+    other = copy.copy(ch)
+    other.run_dir = tmp_path
+    rows = _rows(tmp_path)
+    assert chapter.rows(other) == rows
+    assert "<caption>Findings, profile smoke" in chapter.findings_shown(rows, other).to_html()
+    assert "data." in chapter.departures_shown(ch).to_html() or "train." in chapter.departures_shown(ch).to_html()
+    assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard.RULES) + 1
