@@ -2,8 +2,9 @@
 
 The paper leaves open whether the sudden drop of the loss can be predicted. This module
 puts every scalar measure of a run on the same footing, one value per saved checkpoint
-(`progress_table`), and asks of each one when it first crosses a threshold, compared
-with the drop (`lead_times`).
+(`progress_table`), and asks of each one when it moved (it crosses a threshold half-way
+along its largest move, `lead_times`) and whether it leads the drop (it leaves the band it
+kept on the plateau for good before the drop does, `plateau_leads`; see the comment there).
 
 Measures (columns of `progress_table`):
 
@@ -230,42 +231,6 @@ def lead_times(table: pd.DataFrame, drop_step: int | float | None,
                      "lead_time": math.nan if no_drop or not np.isfinite(cross) else float(drop_step) - cross})
     return pd.DataFrame(rows, columns=["measure", "threshold", "direction", "first", "extreme", "cross_step",
                                        "resolution", "lead_time"])
-
-
-def leaders(leads: pd.DataFrame, control: str = "L_mask") -> pd.DataFrame:
-    """The measures that cross strictly before the control (the loss itself) does, and
-    before the drop, sorted by lead time (largest first). Empty when there is no drop."""
-    d = leads[(leads["measure"] != control) & (leads["lead_time"] > 0)]
-    ctrl = leads.loc[leads["measure"] == control, "cross_step"]
-    if len(ctrl) and np.isfinite(ctrl.iloc[0]):
-        d = d[d["cross_step"] < ctrl.iloc[0]]
-    return d.sort_values("lead_time", ascending=False)
-
-
-def lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
-                 control: str = "L_mask") -> str:
-    """One sentence for the book: does any measure lead the loss, by how much, at the
-    checkpoint resolution (`resolution`: the largest gap between checkpoints, i.e.
-    `train.save_every` unless extra checkpoints are named)? Reads correctly with and
-    without a drop."""
-    if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
-        return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
-                "the lead times are undefined, and the curves only show how far each measure moved")
-    lead = leaders(leads, control)
-    ctrl = leads.loc[leads["measure"] == control, "cross_step"]
-    ctrl_text = (f"the loss itself crosses at step {int(ctrl.iloc[0]):,}" if len(ctrl) and np.isfinite(ctrl.iloc[0])
-                 else "the loss itself never crosses its threshold")
-    if lead.empty:
-        return (f"No measure crosses its threshold before the loss does ({ctrl_text}, the drop is at step "
-                f"{drop_step:,}): at a resolution of {resolution:,} steps, none of them moves first")
-    best = lead.iloc[0]
-    others = ", ".join(f"{r.measure} (by {r.lead_time:,.0f} steps)" for r in lead.iloc[1:].itertuples())
-    return (f"{len(lead)} measure{'s' if len(lead) > 1 else ''} cross{'' if len(lead) > 1 else 'es'} "
-            f"before the loss does ({ctrl_text}, the drop is at step {drop_step:,}); the earliest is "
-            f"{best.measure}, at step {int(best.cross_step):,}, at least {best.lead_time:,.0f} and less than "
-            f"{best.lead_time + best.resolution:,.0f} steps before the drop "
-            f"(checkpoints at most {resolution:,} steps apart)"
-            + (f"; then {others}" if others else ""))
 
 
 # ---- leads: leaving the plateau's own band, and staying out -------------------------------
