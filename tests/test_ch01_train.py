@@ -13,7 +13,7 @@ import pytest
 
 from mclib.book import ch01_train as C
 from mclib.book import scorecard
-from mclib.book.chapter import open_chapter
+from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.core.runs import CheckpointSteps, RunEnd
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
@@ -140,7 +140,8 @@ def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, sm
     with zipfile.ZipFile(path) as z:
         assert {"step_000060/model.safetensors", "step_000060/config.json"} <= set(z.namelist())
     stamp = path.stat().st_mtime_ns
-    assert C.checkpoint_zip(book_run, 60) == path and path.stat().st_mtime_ns == stamp  # zipped once
+    assert checkpoint_zip(book_run, 60) == path == checkpoint_zip(book_run) and path.stat().st_mtime_ns == stamp  # zipped once
     assert not list(book_run.glob(".tmp-*"))
     shutil.rmtree(book_run.parent.parent / "book")  # not where the book puts runs: the files' places, no link
+    assert C.downloads(ch).startswith("This run's files, to download: metrics.csv (one row per step): ")
     assert "{download}" not in C.downloads(ch) and "smoke-seed1/metrics.csv" in C.downloads(ch)

@@ -75,16 +75,22 @@ def _glue_names(notebook: str) -> set[str]:
 
 
 def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile, tmp_path):
-    run = shutil.copytree(smoke_run, tmp_path / "run")
+    run = shutil.copytree(smoke_run, tmp_path / "runs" / "smoke-seed1")
     for g in GROUPS:  # E15's runs, one after the other (no cluster): 20 steps each at smoke size
         freeze_run(smoke_profile, run, g)
     ch = open_chapter("smoke", smoke_profile.seed, run, "cpu")
     runs = C.freeze_runs_of(ch)  # all complete: trains nothing
     glue, rows = C.readings(ch, runs)
-    assert _glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze"}
+    assert _glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze", "downloads"}
     assert glue["ends_text"].startswith("the attention") and "token run" in glue["ends_text"]
     html = C.results_table(ch, runs).to_html()
     assert "without dropping" in html or "dropped at step" in html
     assert "the main run did not drop" in C.runs_table(ch, runs).to_html()
     assert len(rows) == 5 and "E15" in C.scorecard_table(ch, rows).to_html()
     assert {r["chapter"] for r in scorecard.load(run)} == {"05_freezing"}
+    links = C.downloads(ch, runs)  # not in the book's layout: the files' places as text
+    assert links.startswith("Each run's files, to download: attention: metrics.csv: ") and "{download}" not in links
+    assert (run / "freeze" / "token" / "checkpoint_step_000020.zip").is_file()
+    (tmp_path / "book" / "_executed").mkdir(parents=True)  # the book's layout: OUT/runs/ beside OUT/book/_executed
+    assert ("{download}`final checkpoint (step 20, zip) <../../runs/smoke-seed1/freeze/mlp/checkpoint_step_000020.zip>`"
+            in C.downloads(ch, runs))

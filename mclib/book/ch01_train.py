@@ -14,10 +14,7 @@ Every sentence is built from the run (drop or none, converged or capped), never 
 """
 from __future__ import annotations
 
-import os
-import zipfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -26,9 +23,8 @@ import pandas as pd
 from ..core.metrics import COPIES, LOSS_NAMES, copies, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import (FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, checkpoint_dir,
-                         write_atomic)
-from .chapter import Chapter, departures_table, shown_path
+from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
+from .chapter import Chapter, checkpoint_zip, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
 from .readings import copy_levels
 from .scorecard import CUT, claim, recorded_table
@@ -271,36 +267,10 @@ def paper_glue(rows: list[dict]) -> dict:
 
 # --- the run's files as downloads ----------------------------------------------------------------
 
-def checkpoint_zip(run_dir: str | Path, step: int) -> Path:
-    """run_dir/checkpoint_step_NNNNNN.zip: the checkpoint folder at `step` (config.json,
-    model.safetensors, train_state.pt), zipped once (an existing zip is kept: a checkpoint
-    never changes) and written atomically (`write_atomic`)."""
-    src = checkpoint_dir(Path(run_dir), step)
-    path = Path(run_dir) / f"{src.name.replace('step_', 'checkpoint_step_')}.zip"
-    if not path.is_file():
-        def write(tmp: Path):
-            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
-                for f in sorted(src.iterdir()):
-                    z.write(f, f"{src.name}/{f.name}")
-        write_atomic(path, write)
-    return path
-
-
-def page_dir(run_dir: str | Path) -> Path | None:
-    """Where the executed chapter lives, if the run sits where the book puts it
-    (OUT/runs/NAME-seedS beside OUT/book/_executed); None otherwise."""
-    folder = Path(run_dir).resolve().parent.parent / "book" / "_executed"
-    return folder if folder.is_dir() else None
-
-
 def downloads(ch: Chapter) -> str:
-    """MyST for the run's metrics.csv and final checkpoint (zipped), as {download} links
-    relative to the executed chapter (Sphinx copies them into _downloads); without the
-    book's layout, the files' places as text."""
-    files = [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)"),
-             (checkpoint_zip(ch.run_dir, ch.steps.post), f"the final checkpoint (step {ch.steps.post:,}, zip)")]
-    where = page_dir(ch.run_dir)
-    if where is None:
-        return "The run's files: " + "; ".join(f"{label}: {shown_path(f)}" for f, label in files) + "."
-    links = [f"{{download}}`{label} <{Path(os.path.relpath(f.resolve(), where)).as_posix()}>`" for f, label in files]
-    return f"Download this run's files: {' and '.join(links)}."
+    """MyST: the run's metrics.csv and final checkpoint (zipped) as {download} links
+    (`download_links`; Sphinx copies them into _downloads)."""
+    links = download_links(ch.run_dir, [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)"),
+                                        (checkpoint_zip(ch.run_dir, ch.steps.post),
+                                         f"the final checkpoint (step {ch.steps.post:,}, zip)")])
+    return f"This run's files, to download: {' and '.join(links)}."

@@ -8,6 +8,7 @@ trained alone from the main run's final checkpoint, the rest frozen.
     results_table(ch, runs)          # each run's drop, or what ended it without one
     glue, rows = readings(ch, runs)  # "What we found" and E15's scorecard rows
     scorecard_table(ch, rows)        # the rows, recorded, with their verdicts
+    downloads(ch, runs)              # each run's metrics.csv and final checkpoint as {download} links
 
 The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so its
 description becomes claims: each run's drop step over the main run's (below E15_QUICK
@@ -23,8 +24,8 @@ import pandas as pd
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
 from ..core.paper import PAPER_E15
-from ..core.runs import load_metrics
-from .chapter import Chapter, shown_path
+from ..core.runs import load_metrics, saved_steps
+from .chapter import Chapter, checkpoint_zip, download_links, shown_path
 from .plots import freeze_curves
 from .scorecard import claim, recorded_table
 
@@ -161,3 +162,15 @@ def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
 def scorecard_table(ch: Chapter, rows: list[dict]):
     """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "ours", "verdict", "reading"))
+
+
+def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
+    """MyST: each E15 run's metrics.csv and final checkpoint (zipped) as {download} links
+    (`download_links`), one group after the other."""
+    parts = []
+    for g, folder in runs.items():
+        last = saved_steps(folder)[-1]
+        links = download_links(ch.run_dir, [(folder / "metrics.csv", "metrics.csv"),
+                                            (checkpoint_zip(folder, last), f"final checkpoint (step {last:,}, zip)")])
+        parts.append(f"{g}: {' and '.join(links)}")
+    return f"Each run's files, to download: {'; '.join(parts)}."

@@ -12,10 +12,13 @@ transition around the drop, post at the end), why training ended (`run_end`), an
 models at those steps, each loaded once per chapter (`Chapter.model`).
 
 Also here, because more than one chapter shows them: `departures_table` (where a
-profile departs from the paper) and `shown_path` (a folder as the book prints it).
+profile departs from the paper), `shown_path` (a folder as the book prints it) and
+`download_links` (a run's metrics.csv and final checkpoint, zipped by `checkpoint_zip`).
 """
 from __future__ import annotations
 
+import os
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import find_drop
 from ..core.paper import profile as paper_profile
-from ..core.runs import (CheckpointSteps, RunEnd, check_same_profile, checkpoint_steps, load_checkpoint,
+from ..core.runs import (CheckpointSteps, RunEnd, check_same_profile, checkpoint_dir, checkpoint_steps, load_checkpoint,
                          load_metrics, run_end, run_profile)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,3 +171,40 @@ def shown_path(path) -> str:
         return str(p.relative_to(REPO))
     except ValueError:
         return str(Path(*p.parts[-2:]))
+
+
+def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
+    """run_dir/checkpoint_step_NNNNNN.zip: the checkpoint folder at `step` (default the
+    last saved: the end of training) with config.json, model.safetensors, train_state.pt;
+    zipped once (a checkpoint never changes, so an existing zip is kept) and written
+    atomically (`write_atomic`)."""
+    from ..core.runs import saved_steps, write_atomic
+
+    src = checkpoint_dir(Path(run_dir), saved_steps(run_dir)[-1] if step is None else step)
+    path = Path(run_dir) / f"checkpoint_{src.name}.zip"
+    if not path.is_file():
+        def write(tmp: Path):
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                for f in sorted(src.iterdir()):
+                    z.write(f, f"{src.name}/{f.name}")
+        write_atomic(path, write)
+    return path
+
+
+def executed_dir(run_dir: str | Path) -> Path | None:
+    """Where the executed chapters live when the book's run sits where the runner puts it
+    (OUT/runs/NAME-seedS beside OUT/book/_executed; OUT is Jupyter Book's source root, so
+    Sphinx can copy files under it into _downloads); None otherwise."""
+    folder = Path(run_dir).resolve().parent.parent / "book" / "_executed"
+    return folder if folder.is_dir() else None
+
+
+def download_links(run_dir: str | Path, files: list[tuple[Path, str]]) -> list[str]:
+    """One MyST {download} link per (file, label), relative to the executed chapter of the
+    book's run `run_dir` (`executed_dir`); without the book's layout, "label: folder/file"
+    as text."""
+    where = executed_dir(run_dir)
+    if where is None:
+        return [f"{label}: {shown_path(f)}" for f, label in files]
+    return [f"{{download}}`{label} <{Path(os.path.relpath(Path(f).resolve(), where)).as_posix()}>`"
+            for f, label in files]
