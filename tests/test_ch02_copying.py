@@ -11,7 +11,7 @@ from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.book import ch02_copying as chapter
 from mclib.book import scorecard
 from mclib.book.chapter import open_chapter
-from mclib.book.readings import copy_levels
+from mclib.book.scorecard import copy_levels
 from mclib.core.paper import PAPER_E2
 
 LEVEL = 2 / 9  # E[X²] at rank 2

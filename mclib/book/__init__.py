@@ -1,5 +1,13 @@
-"""The book: the runner (papermill + Jupyter Book), the scorecard, the figures, and the
-modules the chapters call (book/NN_name.ipynb <-> mclib/book/chNN_name.py)."""
+"""The book: what turns runs into pages.
+
+    runner.py        `python -m mclib book`: papermill runs the chapters, Jupyter Book 1 renders
+    chapter.py       `open_chapter`, every chapter's first call; downloads; departures from the paper
+    scorecard.py     one row per claim of the paper, the rule per kind of claim, the copying levels
+    plots.py         every figure
+    loss_tables.py   loss tables shared by chapters 02 and 03 (ablations, changed models, ratios)
+    ch01_train.py ... ch99_scorecard.py
+                     one module per chapter: book/NN_name.ipynb calls mclib/book/chNN_name.py
+"""
 import warnings
 
 # Importing the model imports transformers, which imports tqdm.auto; in a kernel without

@@ -26,7 +26,7 @@ from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_zip, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
-from .readings import copy_levels
+from .scorecard import copy_levels
 from .scorecard import CUT, claim, recorded_table
 
 CHAPTER = "01_train"

@@ -42,7 +42,7 @@ from . import plots
 from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
-from .readings import copy_levels
+from .scorecard import copy_levels
 from .scorecard import CUT, verdict_counts
 from .scorecard import claim as _row
 

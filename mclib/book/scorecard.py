@@ -27,6 +27,20 @@ FILE = "scorecard.json"
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
 
+RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
+
+
+def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
+    """The copying levels model rows divide by: kind of matrix -> (our E[X²], the paper's).
+    Low-rank matrices have E[X²] = rank/9; E2's random matrices 1/3 on both tasks (their
+    rows are not rescaled)."""
+    from ..core import paper
+    from ..core.data import copy_level
+
+    return {"low-rank": (copy_level(rank), copy_level(paper.task().rank)),
+            "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
+
+
 # The relative margins of the rules, each added to two standard errors of our number.
 MARGINS = {
     # A number: 10 %, about the sampling error of the paper's own means (256 matrices; our
