@@ -159,3 +159,13 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
              | chapter.closing_glue(ch, t["base"], h.labels, h.groups, progress, t["abl"], t["e67"], t["perm"],
                                     ["differs"]))
     assert used and used <= set(glued), used - set(glued)
+
+
+def test_the_headline_losses_use_their_own_sample_size_and_carry_errors(ch):
+    from mclib.analyses.evaluate import evaluate
+    A = ch.cfg.analysis
+    assert A.headline_matrices != A.eval_matrices
+    base = chapter.post_losses(ch)
+    assert base["L_mask"] == pytest.approx(evaluate(ch.post, ch.cfg.data, A.headline_matrices, A.seed)["L_mask"])
+    assert base["L_mask"] != pytest.approx(evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)["L_mask"])
+    assert 0 < base["L_mask_se"] < base["L_mask"]

@@ -147,7 +147,7 @@ def test_a_section_that_is_not_a_mapping_is_named(section):
 # than read from config._POSITIVE / _CHOICES, so that a check removed there fails a test.
 POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hidden", "model.intermediate",
                 "train.steps", "train.batch", "train.eval_every", "train.eval_batch", "train.save_every",
-                "train.log_every", "train.patience", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
+                "train.log_every", "train.patience", "analysis.headline_matrices", "analysis.eval_matrices", "analysis.copy_matrices", "analysis.probe_fit",
                 "analysis.probe_test", "analysis.freeze_steps", "analysis.nuclear_matrices",
                 "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]

@@ -26,7 +26,7 @@ from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, copies, losses
+from ..core.metrics import COPIES, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
@@ -52,13 +52,14 @@ def settings_table(ch):
 
 def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
     """The pre-shift model on the evaluation matrices: its losses (L, L_obs, L_mask,
-    mask_value) plus abs_x, the mean |X| at the masked entries (what a completing model's
+    mask_value, with standard errors L_se, ..., on `analysis.headline_matrices` matrices) plus abs_x, the mean |X| at the masked entries (what a completing model's
     mask value would be); and the figures fig_copy_scatter and fig_mask_value."""
     A = ch.cfg.analysis
-    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)
+    head = sample_eval_batch(ch.cfg.data, A.headline_matrices, A.seed)  # the headline losses, with errors
+    base = loss_row(predict(ch.pre, head), head)
+    base["abs_x"] = head.x[head.mask].abs().mean().item()
+    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)     # the scatter: fewer points
     pred = predict(ch.pre, batch)
-    base = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
-    base["abs_x"] = batch.x[batch.mask].abs().mean().item()
     figures = {
         "fig_copy_scatter": plots.closed(plots.prediction_scatter(
             batch.x, pred, batch.mask, title=f"Pre-shift checkpoint (step {ch.steps.pre:,})")),

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..analyses.evaluate import activation_patching, evaluate, sample_eval_batch
+from ..analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
 from ..analyses.heads import (LABELS, _as_layers, attention_progress, capture_probs, classify_heads, head_groups,
                               head_scores, mean_attention)
 from ..analyses.interventions import permute_positions, switch_qkv
@@ -40,7 +40,7 @@ from ..core.metrics import COPIES, LOSS_NAMES
 from ..core.paper import PAPER
 from . import plots
 from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
-                          all_heads, head_name, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
+                          all_heads, head_name, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
 from .scorecard import CUT, verdict_counts
@@ -54,9 +54,12 @@ PROGRESS_MATRICES = 64  # the fixed batch of the maps over training (every saved
 
 
 def post_losses(ch) -> dict[str, float]:
-    """L, L_obs, L_mask, mask_value of the post-shift model on the evaluation matrices."""
+    """The headline: L, L_obs, L_mask, mask_value of the post-shift model and their standard
+    errors (L_se, ...) on `analysis.headline_matrices` fresh matrices (4 096 by default:
+    the squared errors are heavy-tailed, and a few hundred matrices can be 25 % off)."""
     A = ch.cfg.analysis
-    return evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)
+    batch = sample_eval_batch(ch.cfg.data, A.headline_matrices, A.seed)
+    return loss_row(predict(ch.post, batch), batch)
 
 
 def completes(base: dict, level: float) -> bool:
@@ -69,7 +72,7 @@ def settings_table(ch, base: dict):
     A = ch.cfg.analysis
     return (pd.DataFrame({"setting": ["run", "post-shift checkpoint", "pre-shift checkpoint", "evaluation"], "value": [
         ch.where, f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
-                  f"L_mask {base['L_mask']:.3g}",
+                  f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
         f"step {ch.steps.pre:,}", f"{A.eval_matrices} fresh matrices, seed {A.seed}, the same for every table"]})
         .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1, as in the paper."))
 

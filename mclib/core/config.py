@@ -85,6 +85,7 @@ class Analysis:
     """Sample sizes and settings of the book's experiments (docs/protocol.md, §2); the
     paper's values are the defaults, small profiles shrink them."""
     seed: int = 0                   # seed of every evaluation batch
+    headline_matrices: int = 4096   # the pre- and post-shift losses a chapter leads with (L_mask s.e. ~2-4 %)
     eval_matrices: int = 256        # E3-E10, E18 per line
     copy_matrices: int = 512        # E2
     probe_fit: int = 2048           # E11
@@ -143,7 +144,7 @@ _POSITIVE = {
     "data": ("n", "rank"),
     "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
     "train": ("steps", "batch", "lr", "muon_lr", "eval_every", "eval_batch", "save_every", "log_every", "patience"),
-    "analysis": ("eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
+    "analysis": ("headline_matrices", "eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
                  "nuclear_matrices", "regularised_matrices", "solver_matrices", "ood_matrices"),
 }
 
