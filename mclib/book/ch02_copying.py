@@ -30,7 +30,7 @@ from ..core.metrics import COPIES, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
-                          loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
+                          loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
 from .scorecard import CUT, verdict_counts
@@ -153,11 +153,7 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
     styled = loss_styler(table, cols, cols[2:], f"E3 and E6 at the pre-shift checkpoint (step {ch.steps.pre:,}) and, "
                          f"for scale, the post-shift model; {ch.cfg.analysis.eval_matrices} fresh matrices, the same "
                          "for every row. " + PAPER_COLUMNS)
-    level = ch.copy_level
-    fig = plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
-                          paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
-                          title="E3 and E6: interventions at the pre-shift checkpoint",
-                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+    fig = loss_figure(table, "E3 and E6: interventions at the pre-shift checkpoint", ch.copy_level)
     return styled, {"fig_e3_e6": plots.closed(fig), "post_step": f"{ch.steps.post:,}"}
 
 

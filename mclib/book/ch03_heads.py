@@ -40,7 +40,7 @@ from ..core.metrics import COPIES, LOSS_NAMES
 from ..core.paper import PAPER
 from . import plots
 from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
-                          all_heads, head_name, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
+                          all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
 from .scorecard import CUT, verdict_counts
@@ -226,11 +226,7 @@ def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict
     cols = ["model", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
     table = loss_styler(shown, cols, cols[1:], f"E6 and E7 at step {ch.steps.post:,}; the permuted rows range over "
                         f"L_mask {perm.L_mask.min():.3g} to {perm.L_mask.max():.3g}. " + PAPER_COLUMNS)
-    level = ch.copy_level
-    fig = plots.loss_bars(list(shown.model), {"L_obs": shown["L_obs"], "L_mask": shown["L_mask"]},
-                          paper={"L_obs": list(shown["paper L_obs"]), "L_mask": list(shown["paper L_mask"])},
-                          title="E6 and E7: switched attention weights, permuted positions",
-                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+    fig = loss_figure(shown, "E6 and E7: switched attention weights, permuted positions", ch.copy_level)
     return table, {"fig_e6_e7": plots.closed(fig), "pre_step": f"{ch.steps.pre:,}"}
 
 

@@ -22,6 +22,7 @@ from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
 from ..core.config import DataConfig
 from ..core.metrics import losses
+from . import plots
 
 # The two readings of an ablation (docs/protocol.md §3), as tables, scorecard rows and sentences name them
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
@@ -51,6 +52,15 @@ def loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
     for name, where in (("L", np.ones_like(mask)), ("L_obs", ~mask), ("L_mask", mask)):
         row[f"{name}_se"] = pooled(sq, where)[1]
     return row
+
+
+
+def loss_figure(table: pd.DataFrame, title: str, level: float):
+    """L_obs and L_mask of each row of `table` (columns model, L_obs, L_mask, paper L_obs,
+    paper L_mask) beside the paper's, with the copying level E[X²] drawn for scale."""
+    return plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
+                           paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
+                           title=title, reference=(level, f"E[X²] = {level:.3f} (copying)"))
 
 
 def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
