@@ -13,7 +13,8 @@ from .core.runs import default_run_dir
 def cmd_train(args) -> None:
     from .core.metrics import find_drop
     from .book.plots import loss_curve
-    from .core.train import load_metrics, train
+    from .core.runs import load_metrics, run_end
+    from .core.train import train
 
     overrides = {}
     if args.seed is not None:
@@ -28,7 +29,6 @@ def cmd_train(args) -> None:
     fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
     fig.savefig(run_dir / "loss_curve.png", dpi=120)
     last = metrics.iloc[-1]
-    from .core.runs import run_end
     print(f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
           f"drop {'at step ' + str(drop) if drop else 'not reached'}, {run_end(run_dir).text}; "
           f"plot: {run_dir / 'loss_curve.png'}")
