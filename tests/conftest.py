@@ -19,6 +19,14 @@ def smoke_run(tmp_path_factory, smoke_profile):
     return run_dir
 
 
+@pytest.fixture(scope="module")
+def ch(smoke_run, smoke_profile):
+    """The smoke run opened as a chapter (`open_chapter`), one per test module, so that a
+    module's checkpoints load once and no module sees another's cached models."""
+    from mclib.book.chapter import open_chapter
+    return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
+
+
 @pytest.fixture
 def gen():
     return torch.Generator().manual_seed(0)

@@ -10,16 +10,11 @@ import pytest
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.book import ch02_copying as chapter
 from mclib.book import scorecard
-from mclib.book.chapter import open_chapter
 from mclib.book.scorecard import copy_levels
 from mclib.core.paper import PAPER_E2
 
 LEVEL = 2 / 9  # E[X²] at rank 2
 
-
-@pytest.fixture(scope="module")
-def ch(smoke_run, smoke_profile):
-    return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
 
 
 @pytest.fixture(scope="module")

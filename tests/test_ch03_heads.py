@@ -12,16 +12,11 @@ from mclib.analyses.evaluate import activation_patching, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
 from mclib.book import ch03_heads as chapter
 from mclib.book import scorecard
-from mclib.book.chapter import open_chapter
 from mclib.core.data import structured_mask
 
 N = 7
 LEVEL = 2 / 9  # E[X²] at rank 2
 
-
-@pytest.fixture(scope="module")
-def ch(smoke_run, smoke_profile):
-    return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
 
 
 @pytest.fixture(scope="module")

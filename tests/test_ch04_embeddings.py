@@ -2,11 +2,9 @@
 drop or without, the paper's picture or not; every verdict can come out either way; the
 chapter's own numbers on a trained smoke run."""
 import pandas as pd
-import pytest
 
 from mclib.book import ch04_embeddings as chapter
 from mclib.book import scorecard
-from mclib.book.chapter import open_chapter
 
 STEPS = [100, 200, 300, 400]
 TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})
@@ -55,10 +53,6 @@ def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
 
 
 
-
-@pytest.fixture(scope="module")
-def ch(smoke_run):
-    return open_chapter("smoke", 1, smoke_run, "cpu")
 
 
 def test_the_chapter_on_a_smoke_run(ch, tmp_path):

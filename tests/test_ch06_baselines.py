@@ -139,11 +139,6 @@ def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se
 
 
 
-@pytest.fixture(scope="module")
-def ch(smoke_run):
-    from mclib.book.chapter import open_chapter
-    return open_chapter("smoke", 1, smoke_run, "cpu")
-
 
 def test_the_opening_names_both_tasks(ch):
     glue = chapter.task_glue(ch)

@@ -2,16 +2,10 @@
 coloured table, on synthetic rows and on a smoke run's scorecard."""
 import copy
 
-import pytest
 
 from mclib.book import ch99_scorecard as chapter
 from mclib.book import scorecard
-from mclib.book.chapter import open_chapter
 
-
-@pytest.fixture(scope="module")
-def ch(smoke_run):
-    return open_chapter("smoke", 1, smoke_run, "cpu")
 
 
 def _rows(tmp_path):
