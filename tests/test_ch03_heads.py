@@ -27,7 +27,9 @@ def t(ch):
     heads = chapter.e9_heads(ch)
     e67, perm = chapter.e6_e7_tables(ch)
     return dict(heads=heads, abl=chapter.ablation_at_post(ch, heads.groups), e67=e67, perm=perm,
-                e8=chapter.e8_table(ch), structured=chapter.e10_heads(ch), base=chapter.post_losses(ch),
+                e8=chapter.e8_table(ch), structured=chapter.e10_heads(ch),
+                columns=chapter.e10_heads(ch, chapter.e10_masks(ch.cfg.data.n)["columns"], "columns"),
+                base=chapter.post_losses(ch),
                 probes=probe_layers(*probe_sets(ch.post, ch.cfg.data, 16, 8, seed=0)))
 
 
@@ -82,15 +84,40 @@ def test_structured_scores_on_synthetic_heads():
     assert list(scores.columns[:len(head_scores(probs, mask, N).columns)]) == list(head_scores(probs, mask, N).columns)
     assert scores.loc[0, "lone_entry"] == pytest.approx(1.0)               # the lone entry of masked rows
     assert scores.loc[1, "lone_entry"] == pytest.approx(chance["lone_entry"]) == pytest.approx(1 / N**2)
-    assert scores.loc[1, "masked_rows"] == pytest.approx(chance["masked_rows"]) == pytest.approx(2 / N)
-    assert scores.loc[2, "lone_entry"] == 0 and scores.loc[2, "masked_rows"] == pytest.approx(1.0)  # self, in a masked row
+    assert scores.loc[1, "masked_lines"] == pytest.approx(chance["masked_lines"]) == pytest.approx(2 / N)
+    assert scores.loc[2, "lone_entry"] == 0 and scores.loc[2, "masked_lines"] == pytest.approx(1.0)  # self, in a masked row
+    assert scores.attrs["axis"] == "row"
     with pytest.raises(ValueError, match="one \\[7, 7\\] mask"):
         chapter.structured_scores(probs, mask.expand(batch, N, N), N)
+    with pytest.raises(ValueError, match="fills no row or column"):
+        chapter.structured_scores(probs, torch.zeros(N, N, dtype=torch.bool), N)
 
 
-def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t):
+def test_the_transposed_mask_scores_the_transposed_heads_alike():
+    """Transposing the grid (position r*n+c <-> c*n+r) in the mask and in every head's
+    queries and keys must give the same E10 scores, with rows and columns swapped."""
+    masks = chapter.e10_masks(N)
+    assert torch.equal(masks["columns"], masks["rows"].T)
+    assert chapter.masked_lines(masks["rows"], N) == ("row", [3, 6])
+    assert chapter.masked_lines(masks["columns"], N) == ("column", [3, 6])
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(2, 4, N * N, N * N, generator=gen, dtype=torch.double).softmax(-1)  # [batch, head, q, k]
+    t = torch.arange(N * N).reshape(N, N).T.reshape(-1)                 # the transposed position of each position
+    probs_t = probs[:, :, t][:, :, :, t]
+    a = chapter.structured_scores(probs, masks["rows"], N)
+    b = chapter.structured_scores(probs_t, masks["columns"], N)
+    assert b.attrs["axis"] == "column" and b.attrs["chance"] == pytest.approx(a.attrs["chance"])
+    for col in ("lone_entry", "masked_lines", "self", "masked"):
+        assert b[col].to_numpy() == pytest.approx(a[col].to_numpy())
+    assert b["column"].to_numpy() == pytest.approx(a["row"].to_numpy())
+    kinds = chapter.e10_kinds("column")
+    assert kinds["follows rows"] == ("row_excess", True) and kinds["ignores masked columns"] == ("masked_lines", False)
+
+
+def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t, ch):
     s = t["structured"]
-    assert len(set(s.picks.values())) == len(s.picks) and s.maps.shape[:2] == (1, len(s.picks))
+    L, H = ch.cfg.model.layers, ch.cfg.model.heads
+    assert len(set(s.picks.values())) == len(s.picks) and s.maps.shape == (L, H, N**2, N**2)
     assert s.lone == pytest.approx(s.scores.set_index(["layer", "head"]).loc[s.picks["lone observed entry"], "lone_entry"])
 
 
@@ -150,6 +177,7 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
     glued = (chapter.e9_shown(ch, h)[1] | chapter.progress_shown(ch, progress, h)
              | chapter.ablation_shown(ch, t["abl"])[1] | chapter.e6_e7_shown(ch, t["e67"], t["perm"])[1]
              | chapter.e8_shown(ch, t["e8"])[1] | chapter.e10_shown(ch, s, h.labels)[1]
+             | chapter.e10_shown(ch, t["columns"], h.labels)[1]
              | chapter.probes_shown(ch, t["probes"])[1] | _rows(t, ch)[0]
              | chapter.closing_glue(ch, t["base"], h.labels, h.groups, progress, t["abl"], t["e67"], t["perm"],
                                     ["differs"]))

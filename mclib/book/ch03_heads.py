@@ -12,7 +12,7 @@ bottom, in the chapter's order:
     ablation_at_post(ch, groups), ablation_shown     E3-E5, both readings
     e6_e7_tables(ch), e6_e7_shown                    E6, E7
     e8_table(ch), e8_shown                           E8, both readings
-    e10_heads(ch, labels), e10_shown                 E10
+    e10_masks(n), e10_heads(ch, mask), e10_shown     E10, the paper's mask and its transpose
     probe_table(ch), best_probe_layers, probes_shown E11
     scores_at(progress, ch.steps.pre)                the head scores before the drop
     scorecard_rows(...)                              the chapter's scorecard rows (scale-free) and their sentences
@@ -270,52 +270,81 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
 
 # --- E10: a structured mask -----------------------------------------------------------------------
 
-# The four kinds of head the paper describes under a structured mask: the score that finds
-# each, and whether the best is the largest (True) or the smallest (False)
-E10_KINDS = {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
-             "ignores masked rows": ("masked_rows", False), "follows columns": ("column_excess", True)}
-E10_COLUMNS = ["lone_entry", "masked_rows", "self", "row_excess", "column_excess"]
+def e10_masks(n: int) -> dict[str, torch.Tensor]:
+    """E10's two masks, `[n, n]` bool: "rows" is the paper's (`structured_mask`: two rows
+    masked but one entry each); "columns" is its transpose. The authors' configuration
+    holds only the first, so the second is ours: it asks of the column heads what the
+    first asks of the row heads."""
+    rows = structured_mask(n)
+    return {"rows": rows, "columns": rows.T.contiguous()}
+
+
+def masked_lines(mask: torch.Tensor, n: int) -> tuple[str, list[int]]:
+    """The lines a structured mask (almost) fills: ("row", [rows]) if it fills any row to
+    more than half, else ("column", [columns])."""
+    if mask.ndim != 2:
+        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected one [{n}, {n}] mask")
+    for axis, filled in (("row", mask.float().mean(1)), ("column", mask.float().mean(0))):
+        lines = [i for i in range(n) if filled[i] > 0.5]
+        if lines:
+            return axis, lines
+    raise ValueError("the mask fills no row or column to more than half")
+
+
+def e10_kinds(axis: str) -> dict[str, tuple[str, bool]]:
+    """The four kinds of head the paper describes under its (row) mask, for a mask along
+    `axis`: each kind's score and whether the best head has the largest (True) or the
+    smallest (False) value. Under the transposed mask "rows" and "columns" swap."""
+    other = "column" if axis == "row" else "row"
+    return {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
+            f"ignores masked {axis}s": ("masked_lines", False), f"follows {other}s": (f"{other}_excess", True)}
+
+
+E10_COLUMNS = ["lone_entry", "masked_lines", "self", "row_excess", "column_excess"]
 
 
 def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     """E10: `head_scores` under one fixed `[n, n]` mask, plus, over the masked queries of
-    the rows the mask (almost) fills:
-        lone_entry   mass on the observed entries of the query's own row (E10's mask
-                     leaves one), the "attend to the only observed entry" heads;
-        masked_rows  mass on the keys of those rows, low for heads that ignore them.
-    attrs["chance"]: a uniform head's values of the two.
+    the lines (rows, or columns for a transposed mask) the mask almost fills:
+        lone_entry    mass on the observed entries of the query's own line (E10's masks
+                      leave one), the "attend to the only observed entry" heads;
+        masked_lines  mass on the keys of those lines, low for heads that ignore them.
+    attrs["chance"]: a uniform head's values of the two; attrs["axis"]: "row" or "column".
     """
-    if mask.ndim != 2:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected one [{n}, {n}] mask")
+    axis, lines = masked_lines(mask, n)
     scores = head_scores(probs, mask, n)
-    rows = [r for r in range(n) if mask[r].float().mean() > 0.5]
-    if not rows:
-        raise ValueError("the mask fills no row to more than half")
     flat = mask.reshape(-1)
-    row_of = torch.arange(n * n) // n
-    queries = torch.tensor([p for p in range(n * n) if row_of[p] in rows and flat[p]])
-    in_rows = torch.isin(row_of, torch.tensor(rows))
-    same_row_obs = (row_of[queries][:, None] == row_of[None]) & ~flat[None]  # [q, k]
-    lone, masked_rows = [], []
+    position = torch.arange(n * n)
+    line_of = position // n if axis == "row" else position % n
+    queries = torch.tensor([p for p in range(n * n) if line_of[p] in lines and flat[p]])
+    in_lines = torch.isin(line_of, torch.tensor(lines))
+    same_line_obs = (line_of[queries][:, None] == line_of[None]) & ~flat[None]  # [q, k]
+    lone, masked = [], []
     for p in _as_layers(probs).values():  # the order of head_scores' rows
-        p = p.double().mean(0)[:, queries]                                   # [head, q, k]
-        lone.append((p * same_row_obs).sum(-1).mean(-1))
-        masked_rows.append(p[..., in_rows].sum(-1).mean(-1))
+        p = p.double().mean(0)[:, queries]                                     # [head, q, k]
+        lone.append((p * same_line_obs).sum(-1).mean(-1))
+        masked.append(p[..., in_lines].sum(-1).mean(-1))
     scores["lone_entry"] = torch.cat(lone).numpy()
-    scores["masked_rows"] = torch.cat(masked_rows).numpy()
-    scores.attrs["chance"] = {"lone_entry": same_row_obs.double().sum(-1).mean().item() / n**2,
-                              "masked_rows": in_rows.double().mean().item()}
+    scores["masked_lines"] = torch.cat(masked).numpy()
+    scores.attrs["chance"] = {"lone_entry": same_line_obs.double().sum(-1).mean().item() / n**2,
+                              "masked_lines": in_lines.double().mean().item()}
+    scores.attrs["axis"] = axis
     return scores
 
 
 @dataclass
 class Structured:
-    """The post model under E10's mask."""
+    """The post model under one of E10's masks."""
+    name: str                # `e10_masks` key
     mask: torch.Tensor       # [n, n] bool, True = masked
     scores: pd.DataFrame     # `structured_scores`
-    picks: dict              # E10_KINDS name -> (layer, head), distinct heads
-    maps: torch.Tensor       # [1, kind, query, key] batch-mean attention of the picked heads
+    picks: dict              # `e10_kinds` name -> (layer, head), distinct heads
+    maps: torch.Tensor       # [layer, head, query, key] batch-mean attention of every head
     losses: dict             # L, L_obs, L_mask, mask_value under the mask
+
+    @property
+    def axis(self) -> str:
+        return self.scores.attrs["axis"]
 
     @property
     def lone(self) -> float:
@@ -327,36 +356,59 @@ class Structured:
         return self.scores.attrs["chance"]
 
 
-def e10_heads(ch, mask: torch.Tensor | None = None) -> Structured:
-    """The post model on the evaluation matrices under one structured mask (default:
-    `structured_mask(n)`, the paper's for n = 7): scores, the best head of each kind, their maps."""
+def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Structured:
+    """The post model on the evaluation matrices under one structured mask (default: the
+    paper's, `e10_masks(n)["rows"]`): scores, the best head of each kind, every head's map."""
     A, n = ch.cfg.analysis, ch.cfg.data.n
-    mask = structured_mask(n) if mask is None else mask
+    mask = e10_masks(n)["rows"] if mask is None else mask
     probs = capture_probs(ch.post, sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
     scores = structured_scores(probs, mask, n)
-    picks = pick_heads(scores, E10_KINDS)
-    maps = torch.stack([torch.stack([probs[l][:, h].float().mean(0) for l, h in picks.values()])])
-    return Structured(mask, scores, picks, maps, evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
+    picks = pick_heads(scores, e10_kinds(scores.attrs["axis"]))
+    maps = torch.stack([probs[l].float().mean(0) for l in sorted(probs)])
+    return Structured(name, mask, scores, picks, maps,
+                      evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
+
+
+def lone_text(lone: float, chance: float, axis: str) -> str:
+    """The E10 sentence: how much of its attention the best head puts on the lone observed
+    entry of a masked line, against a uniform head and the paper's "most of it"."""
+    return (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
+            f"attention there (a uniform head: {chance:.3f}): "
+            + ("most of it, as the paper describes" if lone > MOSTLY else
+               "more than chance but not most of it, a weaker version of what the paper describes"
+               if lone > chance else "no more than chance, unlike the paper"))
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
-    """E10's table of the picked heads (styled; their label under random masks and under
-    this one) and glue: fig_e10 (their maps, the masked rows outlined, the lone entries marked)."""
+    """E10's table of the picked heads under one mask (styled; their label under random
+    masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
+    maps), fig_e10_NAME_all (every head's map), e10_NAME_text (the lone-entry sentence).
+    The masked lines are outlined (rows) or marked on the left (columns), their lone
+    observed entries marked above."""
     n = ch.cfg.data.n
-    masked_rows = [r for r in range(n) if s.mask[r].float().mean() > 0.5]
-    kept = [int(p) for p in torch.nonzero(~s.mask.reshape(-1)).flatten() if int(p) // n in masked_rows]
-    fig = plots.attention_grid(s.maps, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,
-                               query_bands=[(r * n, r * n + n - 1) for r in masked_rows], key_marks=kept, panel=2.6,
-                               title=f"Structured mask, step {ch.steps.post:,}: the best head of each kind")
+    axis, lines = masked_lines(s.mask, n)
+    flat = s.mask.reshape(-1)
+    line_of = (lambda p: p // n) if axis == "row" else (lambda p: p % n)
+    kept = [p for p in range(n * n) if not flat[p] and line_of(p) in lines]
+    marks = (dict(query_bands=[(r * n, r * n + n - 1) for r in lines]) if axis == "row" else
+             dict(query_marks=[p for p in range(n * n) if line_of(p) in lines]))
     here = classify_heads(s.scores)
+    picked = torch.stack([torch.stack([s.maps[l, h] for l, h in s.picks.values()])])
+    fig = plots.attention_grid(picked, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,
+                               key_marks=kept, panel=2.6, **marks,
+                               title=f"Masked {axis}s, step {ch.steps.post:,}: the best head of each kind")
+    titles = [[f"{head_name((l, h))}: {here[(l, h)]}" for h in range(s.maps.shape[1])] for l in range(s.maps.shape[0])]
+    fig_all = plots.attention_grid(s.maps, titles=titles, n=n, key_marks=kept, **marks,
+                                   title=f"Masked {axis}s, step {ch.steps.post:,}: every head (label under this mask)")
     by_head = s.scores.set_index(["layer", "head"])
     table = pd.DataFrame([{"kind": k, "head": head_name(p), **by_head.loc[p, E10_COLUMNS],
                            "label (random masks)": labels[p], "label (this mask)": here[p]} for k, p in s.picks.items()])
     styled = (table.style.hide(axis="index").format("{:.3f}", subset=E10_COLUMNS)
-              .set_caption(f"E10 head scores; a uniform head has lone_entry {s.chance['lone_entry']:.3f}, masked_rows "
-                           f"{s.chance['masked_rows']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
+              .set_caption(f"E10, masked {axis}s: head scores. A uniform head has lone_entry {s.chance['lone_entry']:.3f}, "
+                           f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
-    return styled, {"fig_e10": plots.closed(fig)}
+    return styled, {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all),
+                    f"e10_{s.name}_text": lone_text(s.lone, s.chance["lone_entry"], axis)}
 
 
 # --- E11: linear probes ----------------------------------------------------------------------------
@@ -403,7 +455,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     `head_groups`; scores: `head_scores` at post (pre_scores at the pre-shift checkpoint, if
     saved); lone: the E10 best head's mass on the lone observed entry (lone_chance: a
     uniform head's); probes: `probe_layers`.
-    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_text, e11_text, e11_layer."""
+    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e11_text, e11_layer (E10's sentences: `e10_shown`)."""
     level, paper_level = copy_levels(rank)["low-rank"]
     rows, glue = [], {}
     un = value_and_se(abl, "L_mask", **UNABLATED)
@@ -535,11 +587,6 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                      f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                      kind="direction", reference=MOSTLY, sense="above", margin=CUT))
-    glue["e10_text"] = (f"the head that attends most to the lone observed entry of a masked row puts {lone:.3f} of its "
-                        f"attention there (a uniform head: {lone_chance:.3f}): "
-                        + ("most of it, as the paper describes" if lone > MOSTLY else
-                           "more than chance but not most of it, a weaker version of what the paper describes"
-                           if lone > lone_chance else "no more than chance, unlike the paper"))
 
     # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
     best = best_probe_layers(probes).loc["row"]

@@ -160,13 +160,14 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
 def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[str] | None = None,
                    title: str = "", n: int = 7, query_bands: list[tuple[int, int]] | None = None,
                    key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
-                   panel: float = 1.7) -> plt.Figure:
+                   panel: float = 1.7, query_marks: list[int] | None = None) -> plt.Figure:
     """A grid of attention maps `maps [rows, cols, n², n²]` (queries down, keys across),
     all panels on one colour scale, from 0 to the largest probability of any panel but at
     least 3/n² (so a uniform head, 1/n² everywhere, shows as a flat dark map), with a
     colour bar. Thin lines separate the
     matrix rows (blocks of n positions). query_bands: [(first, last)] query positions
-    to outline (e.g. masked rows); key_marks: key positions marked with a triangle;
+    to outline (e.g. masked rows); key_marks: key positions marked with a triangle above;
+    query_marks: query positions marked with a triangle on the left (e.g. masked columns);
     titles: a title per panel ([rows][cols]), else col_labels over the top row."""
     import numpy as np
     from matplotlib.patches import Rectangle
@@ -189,6 +190,8 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
                 ax.add_patch(Rectangle((-0.5, first - 0.5), q, last - first + 1, fill=False, ec="red", lw=1.2))
             for k in key_marks or []:
                 ax.plot([k], [-1.5], "v", color="red", ms=3.5, clip_on=False)
+            for k in query_marks or []:
+                ax.plot([-1.5], [k], ">", color="red", ms=2.5, clip_on=False)
             ax.set(xlim=(-0.5, q - 0.5), ylim=(q - 0.5, -0.5))
             ax.set_xticks([])
             ax.set_yticks([])
