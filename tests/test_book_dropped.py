@@ -1,0 +1,82 @@
+"""The book on a run that drops (params/smoke-drop.yaml: 3x3 rank 1, a few minutes a seed):
+the code each chapter runs only for a run that dropped executes, and the pages say what
+the run did. The smoke profile never reaches its drop, so without this module that code
+would never run in CI. Slow tier: ~10 minutes on 2 cores."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mclib.__main__ import main
+from mclib.analyses.evaluate import evaluate
+from mclib.analyses.freezing import freeze_ends
+from mclib.analyses.interventions import GROUPS
+from mclib.book import runner as book, scorecard
+from mclib.core.config import load_profile, profile_path
+from mclib.core.data import copy_level
+from mclib.core.metrics import copies, find_drop
+from mclib.core.runs import checkpoint_steps, load_checkpoint, load_metrics, run_end, run_profile
+
+pytestmark = pytest.mark.slow
+PROFILE = "smoke-drop"
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("book-dropped")
+    assert main(["book", "--profile", PROFILE, "--out-dir", str(out), "--quiet"]) == 0
+    return out
+
+
+@pytest.fixture(scope="module")
+def run(out) -> Path:
+    return out / "runs" / f"{PROFILE}-seed1"
+
+
+def _page(out: Path, name: str) -> str:
+    return (out / "_build" / "html" / "book" / "_executed" / f"{name}.html").read_text()
+
+
+def test_every_chapter_ran(out):
+    manifest = json.loads((out / "book" / "_executed" / "manifest.json").read_text())
+    assert [r["name"] for r in manifest["notebooks"]] == [t.stem for t in book.chapters()]
+    assert {r["status"] for r in manifest["notebooks"]} == {"executed"} and manifest["site"]["status"] == "ok"
+
+
+def test_the_run_drops_and_its_checkpoints_sit_around_the_drop(run):
+    cfg = run_profile(run)
+    drop = find_drop(load_metrics(run), rank=cfg.data.rank)
+    assert drop is not None, "the smoke-drop run did not drop: the dropped-run code was not exercised"
+    steps = checkpoint_steps(run)
+    assert steps.place == "drop" and steps.drop == drop
+    assert steps.pre < drop <= steps.post and steps.transition
+    assert min(steps.transition) > steps.pre and max(steps.transition) <= steps.post
+    end = run_end(run)
+    assert end.drop == drop and end.ended in ("converged", "cap")
+
+
+def test_the_pre_checkpoint_copies_and_the_post_one_completes(run):
+    cfg = run_profile(run)
+    steps, level = checkpoint_steps(run), copy_level(cfg.data.rank)
+    pre = evaluate(load_checkpoint(run, steps.pre), cfg.data, 512, seed=0)
+    post = evaluate(load_checkpoint(run, steps.post), cfg.data, 512, seed=0)
+    assert copies(pre["L_obs"], pre["L_mask"], level)
+    assert not copies(post["L_obs"], post["L_mask"], level) and post["L_mask"] < 0.6 * level
+
+
+def test_the_pages_report_the_drop_from_the_run(out, run):
+    drop = find_drop(load_metrics(run), rank=run_profile(run).data.rank)
+    text = re.sub(r"<[^>]+>", "", _page(out, "01_train"))
+    assert f"{drop:,}" in text
+    rows = scorecard.load(run)
+    e1 = [r for r in rows if r["id"] == "E1"]
+    assert e1 and any(r["ours"] is not None and r["verdict"] != "n/a" for r in e1), e1
+
+
+def test_e15_runs_end_by_their_drop_or_the_main_run_s(run):
+    ends = freeze_ends(load_profile(profile_path(PROFILE)), run)
+    assert set(ends) == set(GROUPS)
+    for end in ends.values():
+        assert end.ended in ("dropped", "main drop", "cap"), end
+        assert end.main_drop is not None
