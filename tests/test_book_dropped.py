@@ -80,3 +80,18 @@ def test_e15_runs_end_by_their_drop_or_the_main_run_s(run):
     for end in ends.values():
         assert end.ended in ("dropped", "main drop", "cap"), end
         assert end.main_drop is not None
+
+
+def _text(out: Path, name: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", _page(out, name)).split())
+
+
+def test_each_chapter_takes_its_dropped_run_branch(out, run):
+    """The sentences each chapter builds only for a run that dropped, read off the pages."""
+    drop = find_drop(load_metrics(run), rank=run_profile(run).data.rank)
+    assert f"before the drop at step {drop:,}" in _text(out, "02_copying")             # the pre checkpoint's place
+    heads = _text(out, "03_heads")
+    assert "the model completes the matrix" in heads and f"against a drop at step {drop:,}" in heads
+    assert f"the main run dropped at step {drop:,}" in _text(out, "05_freezing").replace("The main run", "the main run")
+    seeds = load_profile(profile_path(PROFILE)).analysis.seeds
+    assert all(find_drop(load_metrics(out / "runs" / f"{PROFILE}-seed{s}"), rank=1) is not None for s in seeds)
