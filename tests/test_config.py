@@ -14,15 +14,16 @@ SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
 
 
 def test_the_shipped_profiles_are_the_documented_ones():
-    assert SHIPPED == ["cpu", "cpu-7x7", "paper", "smoke"]
+    assert SHIPPED == ["cpu", "cpu-7x7", "paper", "smoke", "smoke-drop"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_load(name):
     p = load_profile(profile_path(name))
-    assert p.name == name and p.data.p_mask == 0.3
-    # every profile keeps the paper's task except the default one, which is smaller (params/cpu.yaml)
-    assert (p.data.n, p.data.rank) == ((5, 1) if name == "cpu" else (7, 2))
+    # every profile keeps the paper's task except the default one, which is smaller (params/cpu.yaml),
+    # and the test profile that must drop within minutes (params/smoke-drop.yaml)
+    task = {"cpu": (5, 1, 0.3), "smoke-drop": (3, 1, 0.2)}.get(name, (7, 2, 0.3))
+    assert p.name == name and (p.data.n, p.data.rank, p.data.p_mask) == task
 
 
 def test_paper_profile_is_the_paper():
