@@ -192,3 +192,11 @@ def test_the_headline_losses_use_their_own_sample_size_and_carry_errors(ch):
     assert base["L_mask"] == pytest.approx(evaluate(ch.post, ch.cfg.data, A.headline_matrices, A.seed)["L_mask"])
     assert base["L_mask"] != pytest.approx(evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)["L_mask"])
     assert 0 < base["L_mask_se"] < base["L_mask"]
+
+
+def test_the_lone_entry_sentence_compares_with_the_paper_only_for_its_own_mask():
+    assert chapter.lone_text(0.8, 0.04, "row").endswith("most of it, as the paper describes")
+    assert chapter.lone_text(0.3, 0.04, "row").endswith("a weaker version of what the paper describes")
+    assert chapter.lone_text(0.03, 0.04, "row").endswith("no more than chance, unlike the paper")
+    column = chapter.lone_text(0.3, 0.04, "column")
+    assert "masked column puts 0.300" in column and column.endswith("not most of it; the paper reports no such mask")

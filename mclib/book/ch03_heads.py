@@ -371,12 +371,16 @@ def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Struc
 
 def lone_text(lone: float, chance: float, axis: str) -> str:
     """The E10 sentence: how much of its attention the best head puts on the lone observed
-    entry of a masked line, against a uniform head and the paper's "most of it"."""
-    return (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
-            f"attention there (a uniform head: {chance:.3f}): "
-            + ("most of it, as the paper describes" if lone > MOSTLY else
-               "more than chance but not most of it, a weaker version of what the paper describes"
-               if lone > chance else "no more than chance, unlike the paper"))
+    entry of a masked line, against a uniform head and, for the paper's (row) mask, the
+    paper's "most of it". The paper has no transposed mask, so that one is described only."""
+    head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
+            f"attention there (a uniform head: {chance:.3f}): ")
+    if axis != "row":
+        return head + ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance
+                       else "no more than chance") + "; the paper reports no such mask"
+    return head + ("most of it, as the paper describes" if lone > MOSTLY else
+                   "more than chance but not most of it, a weaker version of what the paper describes"
+                   if lone > chance else "no more than chance, unlike the paper")
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
