@@ -291,6 +291,12 @@ def masked_lines(mask: torch.Tensor, n: int) -> tuple[str, list[int]]:
     raise ValueError("the mask fills no row or column to more than half")
 
 
+def line_index(axis: str, n: int) -> torch.Tensor:
+    """`[n²]`: the row (axis "row") or the column (axis "column") of each grid position."""
+    position = torch.arange(n * n)
+    return position // n if axis == "row" else position % n
+
+
 def e10_kinds(axis: str) -> dict[str, tuple[str, bool]]:
     """The four kinds of head the paper describes under its (row) mask, for a mask along
     `axis`: each kind's score and whether the best head has the largest (True) or the
@@ -314,8 +320,7 @@ def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     axis, lines = masked_lines(mask, n)
     scores = head_scores(probs, mask, n)
     flat = mask.reshape(-1)
-    position = torch.arange(n * n)
-    line_of = position // n if axis == "row" else position % n
+    line_of = line_index(axis, n)
     queries = torch.tensor([p for p in range(n * n) if line_of[p] in lines and flat[p]])
     in_lines = torch.isin(line_of, torch.tensor(lines))
     same_line_obs = (line_of[queries][:, None] == line_of[None]) & ~flat[None]  # [q, k]
@@ -341,10 +346,6 @@ class Structured:
     picks: dict              # `e10_kinds` name -> (layer, head), distinct heads
     maps: torch.Tensor       # [layer, head, query, key] batch-mean attention of every head
     losses: dict             # L, L_obs, L_mask, mask_value under the mask
-
-    @property
-    def axis(self) -> str:
-        return self.scores.attrs["axis"]
 
     @property
     def lone(self) -> float:
@@ -375,12 +376,12 @@ def lone_text(lone: float, chance: float, axis: str) -> str:
     paper's "most of it". The paper has no transposed mask, so that one is described only."""
     head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
             f"attention there (a uniform head: {chance:.3f}): ")
+    i = 0 if lone > MOSTLY else 1 if lone > chance else 2
+    reading = ("most of it", "more than chance but not most of it", "no more than chance")[i]
     if axis != "row":
-        return head + ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance
-                       else "no more than chance") + "; the paper reports no such mask"
-    return head + ("most of it, as the paper describes" if lone > MOSTLY else
-                   "more than chance but not most of it, a weaker version of what the paper describes"
-                   if lone > chance else "no more than chance, unlike the paper")
+        return head + reading + "; the paper reports no such mask"
+    return head + reading + (", as the paper describes", ", a weaker version of what the paper describes",
+                             ", unlike the paper")[i]
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
@@ -391,11 +392,10 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     observed entries marked above."""
     n = ch.cfg.data.n
     axis, lines = masked_lines(s.mask, n)
-    flat = s.mask.reshape(-1)
-    line_of = (lambda p: p // n) if axis == "row" else (lambda p: p % n)
-    kept = [p for p in range(n * n) if not flat[p] and line_of(p) in lines]
+    flat, in_lines = s.mask.reshape(-1), torch.isin(line_index(axis, n), torch.tensor(lines))
+    kept = torch.nonzero(in_lines & ~flat).flatten().tolist()
     marks = (dict(query_bands=[(r * n, r * n + n - 1) for r in lines]) if axis == "row" else
-             dict(query_marks=[p for p in range(n * n) if line_of(p) in lines]))
+             dict(query_marks=torch.nonzero(in_lines).flatten().tolist()))
     here = classify_heads(s.scores)
     picked = torch.stack([torch.stack([s.maps[l, h] for l, h in s.picks.values()])])
     fig = plots.attention_grid(picked, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,

@@ -3,7 +3,7 @@
     ch = open_chapter(profile, seed, run_dir, device)             # chapters 02-99
     ch = open_chapter(profile, seed, run_dir, device, train=True)  # 01: trains first
 
-It sets the notebook up (PNG figures for glue, no tqdm warning), reads the run's own
+It sets the notebook up (PNG figures for glue), reads the run's own
 profile.yaml (so a chapter sees the recipe the run was trained with; the named profile
 only adds the book's `analysis` sizes and the device), applies the device once, and
 returns a `Chapter`: the profile, the device, the run folder, its metrics and drop,
@@ -109,13 +109,10 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
 
 
 def notebook_setup() -> None:
-    """Figures can be glued as PNG, and no stderr noise (tqdm warns that ipywidgets is
-    missing; the chapters show no progress bars). `open_chapter` calls it first."""
-    import warnings
-
+    """Figures can be glued as PNG. `open_chapter` calls it first. (tqdm's "IProgress not
+    found" warning is filtered when `mclib.book` is imported, which every chapter does first.)"""
     from IPython import get_ipython
 
-    warnings.filterwarnings("ignore", message="IProgress not found")
     if get_ipython() is not None:
         # registers IPython's PNG formatter for figures (mclib.book.plots then picks the Agg
         # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
