@@ -1,7 +1,6 @@
 """The book pipeline on the smoke profile: every chapter executes, the site builds with
 warnings as errors and works offline, a re-run reuses everything, a failing chapter
 stops the command with a non-zero exit that names it. About a minute on 2 cores."""
-import json
 import os
 import html
 import re
@@ -17,14 +16,7 @@ import yaml
 from mclib.book import runner as book, scorecard
 from mclib.__main__ import main
 from mclib.core.config import load_profile, profile_path
-
-
-def _manifest(out: Path) -> dict:
-    return json.loads((out / "book" / "_executed" / "manifest.json").read_text())
-
-
-def _page(out: Path, name: str) -> str:
-    return (out / "_build" / "html" / "book" / "_executed" / f"{name}.html").read_text()
+from book_pages import manifest as _manifest, page as _page
 
 
 def _scorecard_rows_on_page(html: str) -> int:

@@ -2,12 +2,11 @@
 the code each chapter runs only for a run that dropped executes, and the pages say what
 the run did. The smoke profile never reaches its drop, so without this module that code
 would never run in CI. Slow tier: ~10 minutes on 2 cores."""
-import json
-import re
 from pathlib import Path
 
 import pytest
 
+from book_pages import manifest, page_text
 from mclib.__main__ import main
 from mclib.analyses.evaluate import evaluate
 from mclib.analyses.freezing import freeze_ends
@@ -34,19 +33,18 @@ def run(out) -> Path:
     return out / "runs" / f"{PROFILE}-seed1"
 
 
-def _page(out: Path, name: str) -> str:
-    return (out / "_build" / "html" / "book" / "_executed" / f"{name}.html").read_text()
+@pytest.fixture(scope="module")
+def drop(run) -> int | None:
+    return find_drop(load_metrics(run), rank=run_profile(run).data.rank)
 
 
 def test_every_chapter_ran(out):
-    manifest = json.loads((out / "book" / "_executed" / "manifest.json").read_text())
-    assert [r["name"] for r in manifest["notebooks"]] == [t.stem for t in book.chapters()]
-    assert {r["status"] for r in manifest["notebooks"]} == {"executed"} and manifest["site"]["status"] == "ok"
+    m = manifest(out)
+    assert [r["name"] for r in m["notebooks"]] == [t.stem for t in book.chapters()]
+    assert {r["status"] for r in m["notebooks"]} == {"executed"} and m["site"]["status"] == "ok"
 
 
-def test_the_run_drops_and_its_checkpoints_sit_around_the_drop(run):
-    cfg = run_profile(run)
-    drop = find_drop(load_metrics(run), rank=cfg.data.rank)
+def test_the_run_drops_and_its_checkpoints_sit_around_the_drop(run, drop):
     assert drop is not None, "the smoke-drop run did not drop: the dropped-run code was not exercised"
     steps = checkpoint_steps(run)
     assert steps.place == "drop" and steps.drop == drop
@@ -65,10 +63,8 @@ def test_the_pre_checkpoint_copies_and_the_post_one_completes(run):
     assert not copies(post["L_obs"], post["L_mask"], level) and post["L_mask"] < 0.6 * level
 
 
-def test_the_pages_report_the_drop_from_the_run(out, run):
-    drop = find_drop(load_metrics(run), rank=run_profile(run).data.rank)
-    text = re.sub(r"<[^>]+>", "", _page(out, "01_train"))
-    assert f"{drop:,}" in text
+def test_the_pages_report_the_drop_from_the_run(out, run, drop):
+    assert f"{drop:,}" in page_text(out, "01_train")
     rows = scorecard.load(run)
     e1 = [r for r in rows if r["id"] == "E1"]
     assert e1 and any(r["ours"] is not None and r["verdict"] != "n/a" for r in e1), e1
@@ -82,16 +78,11 @@ def test_e15_runs_end_by_their_drop_or_the_main_run_s(run):
         assert end.main_drop is not None
 
 
-def _text(out: Path, name: str) -> str:
-    return " ".join(re.sub(r"<[^>]+>", " ", _page(out, name)).split())
-
-
-def test_each_chapter_takes_its_dropped_run_branch(out, run):
+def test_each_chapter_takes_its_dropped_run_branch(out, drop):
     """The sentences each chapter builds only for a run that dropped, read off the pages."""
-    drop = find_drop(load_metrics(run), rank=run_profile(run).data.rank)
-    assert f"before the drop at step {drop:,}" in _text(out, "02_copying")             # the pre checkpoint's place
-    heads = _text(out, "03_heads")
+    assert f"before the drop at step {drop:,}" in page_text(out, "02_copying")             # the pre checkpoint's place
+    heads = page_text(out, "03_heads")
     assert "the model completes the matrix" in heads and f"against a drop at step {drop:,}" in heads
-    assert f"the main run dropped at step {drop:,}" in _text(out, "05_freezing").replace("The main run", "the main run")
+    assert f"the main run dropped at step {drop:,}" in page_text(out, "05_freezing").replace("The main run", "the main run")
     seeds = load_profile(profile_path(PROFILE)).analysis.seeds
     assert all(find_drop(load_metrics(out / "runs" / f"{PROFILE}-seed{s}"), rank=1) is not None for s in seeds)
