@@ -3,8 +3,8 @@ import shutil
 import pytest
 import torch
 
-from mclib.analyses.freezing import (drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs, freeze_summary,
-                            trainable_count)
+from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs,
+                                    freeze_summary, pending_groups, trainable_count)
 from mclib.analyses.interventions import GROUPS, component_groups
 from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
 
@@ -50,6 +50,15 @@ def test_four_runs_train_only_their_group_and_resume(run, cfg):
     assert table["group"].tolist() == list(GROUPS) and table["drop"].isna().all()  # 4 steps: no drop
     assert (table["steps"] == STEPS).all()
     assert trainable_count(post, "positional") == post.bert.embeddings.position_embeddings.weight.numel()
+
+
+def test_pending_runs_start_longest_plateau_first(run, cfg):
+    """Every group once, the paper's longest plateau first; a complete run leaves the list."""
+    assert sorted(LONGEST_FIRST) == sorted(GROUPS)
+    assert pending_groups(cfg, run) == ["positional", "attention", "mlp", "token"]
+    freeze_run(cfg, run, "attention")
+    assert pending_groups(cfg, run) == ["positional", "mlp", "token"]
+    assert pending_groups(cfg, run, ("token", "mlp")) == ["token", "mlp"]  # a caller's order is kept
 
 
 def test_a_run_from_another_source_is_refused(run, cfg):

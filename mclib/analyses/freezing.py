@@ -130,9 +130,15 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
                  stop=freeze_stop(cfg), init_model=model)
 
 
-def pending_groups(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> list[str]:
-    """The groups whose E15 run is not complete (each folder's source is checked, also
-    for a complete run, which is then skipped)."""
+# The order E15's runs are handed to the workers: the paper's longest plateau first
+# (mclib.core.paper.PAPER_E15), so that the longest run does not start last and the runs
+# end close together. Only the schedule depends on it, not a run's numbers.
+LONGEST_FIRST = ("positional", "attention", "mlp", "token")
+
+
+def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> list[str]:
+    """The groups whose E15 run is not complete, in the order of `groups` (each folder's
+    source is checked, also for a complete run, which is then skipped)."""
     for g in groups:
         _check_source(freeze_run_dir(run_dir, g), _source(cfg, run_dir, g))
     drop = main_drop(cfg, run_dir)
@@ -147,7 +153,8 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
     are complete."""
     from ..core.jobs import run_profile_jobs
 
-    run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending_groups(cfg, run_dir, groups)], cluster)
+    pending = pending_groups(cfg, run_dir, sorted(groups, key=LONGEST_FIRST.index))
+    run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)
     return {g: freeze_run_dir(run_dir, g) for g in groups}
 
 

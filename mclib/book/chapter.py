@@ -123,10 +123,10 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     """Every training run the book reads, side by side on a Dask cluster (`mclib.core.jobs`:
     the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds
     (`mclib.core.train.seed_jobs`), and, as soon as the book's run is complete, E15's
-    re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`),
-    which then use the workers that the shorter seed runs leave. Complete runs are skipped,
-    cut ones resume; when every run is complete no cluster starts. Returns {seed: folder}
-    (`mclib.core.runs.seed_run_dirs`)."""
+    re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`,
+    the paper's longest plateau first), which then use the workers that the shorter seed
+    runs leave. Complete runs are skipped, cut ones resume; when every run is complete no
+    cluster starts. Returns {seed: folder} (`mclib.core.runs.seed_run_dirs`)."""
     from ..analyses.freezing import freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
     from ..core.jobs import needs_gpu, resources_for, results, submit
