@@ -172,6 +172,34 @@ def test_jobqueue_yaml(tmp_path):
             jobqueue_spec(path)
 
 
+def _sleep_then_time(seconds: float) -> float:
+    """A task: sleep, then the moment it ended (one process, so one clock with the test's)."""
+    time.sleep(seconds)
+    return time.monotonic()
+
+
+def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
+    """submit_when_free: with one of two workers busy, the three jobs go out one at a time,
+    each after the one before it ended, in order; none waits on the busy worker."""
+    from distributed import Client, LocalCluster
+
+    from mclib.core import jobs
+
+    handed = []
+    real = jobs.submit
+    monkeypatch.setattr(jobs, "submit", lambda *a, **k: handed.append(time.monotonic()) or real(*a, **k))
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc, set_as_default=False) as client:
+        assert jobs.slots(client) == 2
+        busy = client.submit(_sleep_then_time, 1.5, pure=False)
+        futures = jobs.submit_when_free(client, _sleep_then_time, [(0.3,), (0.3,), (0.3,)], busy=[busy], poll=0.05)
+        ends = jobs.results(futures)
+        busy_end = busy.result()
+    assert len(handed) == 3 and handed == sorted(handed)
+    assert handed[1] >= ends[0] and handed[2] >= ends[1]   # one free slot: each waited for the one before
+    assert ends[2] < busy_end                               # all three ran beside the busy job, not behind it
+
+
 # --- slow: real processes ------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -124,12 +124,13 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds
     (`mclib.core.train.seed_jobs`), and, as soon as the book's run is complete, E15's
     re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`,
-    the paper's longest plateau first), which then use the workers that the shorter seed
-    runs leave. Complete runs are skipped, cut ones resume; when every run is complete no
-    cluster starts. Returns {seed: folder} (`mclib.core.runs.seed_run_dirs`)."""
+    the paper's longest plateau first). Each run starts on the first worker that frees
+    (`mclib.core.jobs.submit_when_free`). Complete runs are skipped, cut ones resume; when
+    every run is complete no cluster starts. Returns {seed: folder}
+    (`mclib.core.runs.seed_run_dirs`)."""
     from ..analyses.freezing import freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
-    from ..core.jobs import needs_gpu, resources_for, results, submit
+    from ..core.jobs import needs_gpu, resources_for, results, submit_when_free
     from ..core.runs import seed_run_dirs
     from ..core.train import seed_jobs, train_seed
 
@@ -139,12 +140,12 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
     with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
-        seeds = submit(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
+        seeds = submit_when_free(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
         if main_pending:
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
         groups = pending_groups(cfg, run_dir)
-        e15 = submit(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
-                     [f"freeze-{g}" for g in groups])
+        e15 = submit_when_free(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
+                               [f"freeze-{g}" for g in groups], busy=seeds)
         results(seeds + e15)  # a run that failed raises here, once the others have ended
     return seed_run_dirs(cfg, run_dir)
 
