@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -219,8 +220,6 @@ def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | 
     on 2026-11-23: E15's attention run waited ~5 minutes behind the positional run while
     the other worker idled); submitted this way, each job starts on the first worker that
     frees. poll: seconds between looks at the running jobs and the workers."""
-    import time
-
     names = names or [getattr(fn, "__name__", "job")] * len(jobs)
     running = [f for f in busy if not f.done()]
     futures = []
