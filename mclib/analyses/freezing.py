@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..core.config import Profile
 from ..core.data import copy_level
+from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
 from ..core.metrics import find_drop
 from ..core.train import stop_after_drop, train
@@ -130,10 +131,10 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
                  stop=freeze_stop(cfg), init_model=model)
 
 
-# The order E15's runs are handed to the workers: the paper's longest plateau first
-# (mclib.core.paper.PAPER_E15), so that the longest run does not start last and the runs
-# end close together. Only the schedule depends on it, not a run's numbers.
-LONGEST_FIRST = ("positional", "attention", "mlp", "token")
+# The order E15's runs are handed to the workers: the paper's latest drop first
+# (mclib.core.paper.PAPER_E15_ORDER reversed), so that the longest run does not start last
+# and the runs end close together. Only the schedule depends on it, not a run's numbers.
+LONGEST_FIRST = tuple(g for tier in reversed(PAPER_E15_ORDER) for g in tier)
 
 
 def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> list[str]:

@@ -12,7 +12,7 @@ trained alone from the main run's final checkpoint, the rest frozen.
 
 The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so its
 description becomes claims: each run's drop step over the main run's (below E15_QUICK
-for "no plateau"), and the order of the drops (E15_ORDER).
+for "no plateau"), and the order of the drops (`mclib.core.paper.PAPER_E15_ORDER`).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
-from ..core.paper import PAPER_E15
+from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import load_metrics, saved_steps
 from .chapter import Chapter, checkpoint_zip, download_links, shown_path
 from .plots import freeze_curves
@@ -31,7 +31,6 @@ from .scorecard import claim, recorded_table
 
 CHAPTER = "05_freezing"
 E15_QUICK = 0.1   # a re-initialised run dropping within a tenth of the main run's drop step has "no plateau"
-E15_ORDER = [["mlp", "token"], ["attention"], ["positional"]]  # the paper's order of the re-initialised runs' drops
 LOSSES = ("first_L_mask", "final_L_mask", "final_L_obs")
 
 
@@ -147,7 +146,7 @@ def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> t
                           na=None if main_drop else "the main run has no drop to measure against"))
     rows.append(claim("E15", "order of the drops: mlp and token, then attention, then positional", None,
                       ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
-                      kind="ordering", values=dict(drops), order=E15_ORDER))
+                      kind="ordering", values=dict(drops), order=PAPER_E15_ORDER))
     return glue, rows
 
 

@@ -54,6 +54,9 @@ PAPER_E15 = {
     "positional": "the longest plateau, then a drop",
     "token": "no plateau",
 }
+# The same curves as an order of the drops, earliest first (groups in one list: no order
+# between them).
+PAPER_E15_ORDER = [["mlp", "token"], ["attention"], ["positional"]]
 
 # The authors' head numbers (1-indexed layer, head) of E4 and E5; a new run's heads differ.
 PAPER_HEADS = {
