@@ -191,7 +191,7 @@ def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
             Client(lc, set_as_default=False) as client:
         assert jobs.slots(client) == 2
-        busy = client.submit(_sleep_then_time, 1.5, pure=False)
+        busy = client.submit(_sleep_then_time, 3.0, pure=False)  # 2 s more than the three jobs need: no race
         futures = jobs.submit_when_free(client, _sleep_then_time, [(0.3,), (0.3,), (0.3,)], busy=[busy], poll=0.05)
         ends = jobs.results(futures)
         busy_end = busy.result()
