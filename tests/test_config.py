@@ -153,7 +153,7 @@ POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hid
                 "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]
 CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device", "train.until",
-           "checkpoints.place"]
+           "checkpoints.place", "checkpoints.keep"]
 RANGE_CHECKS = (
     [(k, 0, f"{k} = 0 must be positive") for k in POSITIVE_INT]
     + [(k, -1, f"{k} = -1.0 must be positive") for k in POSITIVE_FLOAT]
@@ -180,7 +180,7 @@ RANGE_CHECKS = (
         ("seed", -1, "seed = -1 must not be negative"),
     ])
 # keys whose only check is their type (any value of it is valid)
-TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm"}
+TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm", "analysis.download_checkpoint"}
 # keys checked only together with another key (test_checks_across_keys)
 CROSS_CHECKED = {"data.mix_rank"}
 

@@ -128,7 +128,7 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
-                 stop=freeze_stop(cfg), init_model=model)
+                 stop=freeze_stop(cfg), init_model=model, newest_only=True)  # the book reads its metrics and end
 
 
 # The order E15's runs are handed to the workers: the paper's latest drop first
@@ -155,6 +155,9 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
     from ..core.jobs import run_profile_jobs
 
     pending = pending_groups(cfg, run_dir, sorted(groups, key=LONGEST_FIRST.index))
+    from ..core.train import with_device
+
+    cfg = with_device(cfg)  # resolved once, here: every worker trains where this process chose
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)
     return {g: freeze_run_dir(run_dir, g) for g in groups}
 

@@ -89,11 +89,12 @@ def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, 
     batch = sample_eval_batch(data, n_matrices, seed)
     rows = []
     for step in steps:
-        model = load_checkpoint(run_dir, step)  # eval mode: dropout off (the profiles use 0 anyway)
+        model = load_checkpoint(run_dir, step)  # on the run's device; eval mode: dropout off (the profiles use 0 anyway)
         groups = component_groups(model)
         model.zero_grad(set_to_none=True)
-        pred = model(batch.tokens).view_as(batch.x)
-        losses(pred, batch.x, batch.mask)["L"].backward()
+        on = batch.to(next(model.parameters()).device)
+        pred = model(on.tokens).view_as(on.x)
+        losses(pred, on.x, on.mask)["L"].backward()
         sq = dict.fromkeys(GROUP_ORDER, 0.0)
         for name, p in model.named_parameters():
             if p.grad is not None:

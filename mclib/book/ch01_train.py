@@ -24,7 +24,7 @@ from ..core.metrics import COPIES, LOSS_NAMES, copies, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
-from .chapter import Chapter, checkpoint_zip, departures_table, download_links, shown_path
+from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
 from .scorecard import CUT, claim, recorded_table
@@ -270,7 +270,6 @@ def paper_glue(rows: list[dict]) -> dict:
 def downloads(ch: Chapter) -> str:
     """MyST: the run's metrics.csv and final checkpoint (zipped) as {download} links
     (`download_links`; Sphinx copies them into _downloads)."""
-    links = download_links(ch.run_dir, [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)"),
-                                        (checkpoint_zip(ch.run_dir, ch.steps.post),
-                                         f"the final checkpoint (step {ch.steps.post:,}, zip)")])
+    links = (download_links(ch.run_dir, [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)")])
+             + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)"))
     return f"This run's files, to download: {' and '.join(links)}."

@@ -189,6 +189,22 @@ def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
     return path
 
 
+CHECKPOINT_DOWNLOAD_MB = 50  # a checkpoint up to this size is a download; a larger one only with the opt-in
+
+
+def checkpoint_links(ch: "Chapter", run_dir: str | Path, step: int, label: str) -> list[str]:
+    """The checkpoint at `step` of `run_dir` as a zipped download (`checkpoint_zip`) when it
+    is small (<= CHECKPOINT_DOWNLOAD_MB) or the profile opts in (`analysis.download_checkpoint`);
+    else one sentence saying where it is, so that a GPU run's 120-360 MB checkpoints are not
+    copied into the site."""
+    folder = checkpoint_dir(Path(run_dir), step)
+    size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
+        return download_links(ch.run_dir, [(checkpoint_zip(run_dir, step), label)])
+    return [f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
+            f"in `{shown_path(folder)}`"]
+
+
 def executed_dir(run_dir: str | Path) -> Path | None:
     """Where the executed chapters live when the book's run sits where the runner puts it
     (OUT/runs/NAME-seedS beside OUT/book/_executed; OUT is Jupyter Book's source root, so

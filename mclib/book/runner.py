@@ -184,13 +184,13 @@ def training_status(root: Path, since: float) -> list[str]:
     """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
     that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
     that stops after its drop ends before its `steps`."""
-    from ..core.runs import checkpoint_dir, run_profile, saved_steps
+    from ..core.runs import checkpoint_dir, resumable_steps, run_profile
 
     out = []
     for prof in sorted(Path(root).glob("**/profile.yaml")):
         folder = prof.parent
         try:  # a run may be writing its folder right now, or be an old one that no longer loads: skip it
-            steps = saved_steps(folder)
+            steps = resumable_steps(folder)  # the newest checkpoint always has its train state
             if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
                 total = run_profile(folder).train.steps
                 out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")

@@ -55,8 +55,10 @@ class TrainConfig:
     beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
     grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
     embedding_lr: float | None = None  # lr of the token and position embeddings (None: train.lr)
-    precision: str = "fp32"    # "fp32" or "bf16" (autocast, fp32 master weights)
-    device: str = "auto"       # "auto" = cuda if available, else cpu
+    precision: str = "fp32"    # "fp32" (strict: no TF32 on CUDA), "tf32" (CUDA's TF32 matmuls) or "bf16"
+    #   (autocast, fp32 master weights); mclib.core.train.set_precision
+    device: str = "auto"       # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
+    #   recorded in its profile.yaml (mclib.core.train.with_device)
     threads: int = 0           # CPU threads for torch (0 = torch's default)
     eval_every: int = 100      # eval L on fresh matrices every this many steps
     eval_batch: int = 64
@@ -72,6 +74,7 @@ class Checkpoints:
     training from the run's measured drop (`mclib.core.runs.checkpoint_steps`), these
     steps being the fallback for a run without a drop."""
     place: str = "fixed"
+    keep: str = "all"       # which saved checkpoints stay on disk as a run trains (mclib.core.runs.prune_checkpoints)
     pre: int = 4000
     transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
     post: int = 50_000
@@ -101,6 +104,7 @@ class Analysis:
     ood_matrices: int = 1024        # E18
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
     after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
+    download_checkpoint: bool = False  # offer a final checkpoint over 50 MB as a download in the site (a GPU run's)
 
 
 @dataclass
@@ -129,7 +133,8 @@ class Profile:
         return profile_from_dict(d)
 
 
-PRECISIONS = ("fp32", "bf16")  # of training (train.precision) and of mclib.core.train.autocast
+PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
+KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
 _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
@@ -139,6 +144,7 @@ _CHOICES = {
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "until"): ("steps", "converged"),
     ("checkpoints", "place"): ("fixed", "drop"),
+    ("checkpoints", "keep"): KEEP,
 }
 _POSITIVE = {
     "data": ("n", "rank"),
@@ -281,7 +287,8 @@ def profile_path(name_or_path: str) -> Path:
 # What a deviation from the paper's recipe can be: the task and how the model is built and
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
 RECIPE = ("data", "model", "train")
-_NOT_RECIPE = {"train": ("precision", "device", "threads", "eval_every", "eval_batch", "save_every",
+# Precision is recipe: TF32 and bf16 round the model's products, so they are departures.
+_NOT_RECIPE = {"train": ("device", "threads", "eval_every", "eval_batch", "save_every",
                          "log_every", "compile", "fast", "until", "patience", "min_improvement"),
                "model": ("attention",)}
 

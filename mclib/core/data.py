@@ -6,7 +6,8 @@ reads: the matrix row by row, masked entries replaced by MASK_ID.
 
 Shapes: X, mask `[batch, n, n]`; tokens `[batch, n*n]`.
 Every sampler takes an explicit `torch.Generator`; the device of the output is
-the generator's device, so the same code samples on the GPU without a copy.
+the generator's device. Training samples on the host (CPU generators on every device,
+`mclib.core.train`) and copies each batch to the device without a sync (`Batch.to`).
 """
 from __future__ import annotations
 
@@ -113,8 +114,16 @@ class Batch:
     def n(self) -> int:
         return self.x.shape[-1]
 
-    def to(self, device) -> "Batch":
-        return Batch(self.x.to(device), self.mask.to(device), self.tokens.to(device))
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        """The batch on `device` (itself if it is there). non_blocking to CUDA: through pinned
+        memory, so the copy does not wait for the device (no host sync in a training step)."""
+        def move(t: torch.Tensor) -> torch.Tensor:
+            if t.device == torch.device(device):
+                return t
+            if non_blocking and torch.device(device).type == "cuda":
+                t = t.pin_memory()
+            return t.to(device, non_blocking=non_blocking)
+        return Batch(move(self.x), move(self.mask), move(self.tokens))
 
 
 def make_batch(x: torch.Tensor, mask: torch.Tensor, fill_value: float | None = None) -> Batch:

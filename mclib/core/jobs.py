@@ -57,9 +57,11 @@ def local_workers(threads_per_run: int, gpu: bool = False) -> int:
     """How many runs of the local cluster train at once: as many as the cores hold at
     `threads_per_run` threads each (the cpu profile's matrices are too small to keep two
     threads busy, so two one-thread runs finish a pair sooner than one two-thread run
-    after another: benchmarks/cores.py). With torch's default threads (0) or on a GPU,
-    one run at a time: it has the whole machine, or the whole device."""
-    if gpu or not threads_per_run:
+    after another: benchmarks/cores.py). With torch's default threads (0), one run at a
+    time: it has the whole machine. On GPUs, one run per GPU (`gpu_workers`)."""
+    if gpu:
+        return max(1, gpu_count())
+    if not threads_per_run:
         return 1
     return max(1, cores() // threads_per_run)
 
@@ -172,9 +174,27 @@ def cluster(address: str | None = None, threads_per_run: int = 1, gpu: bool = Fa
         client.close()
 
 
+def gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gpu_workers(n_gpus: int, env: dict[str, str]) -> dict[str, dict]:
+    """The local cluster's workers on a machine with `n_gpus` GPUs: one per GPU, each seeing
+    only its own (CUDA_VISIBLE_DEVICES), so every run's `cuda` is a different device, and each
+    offering the resource GPU=1 that GPU runs ask for. As distributed.SpecCluster specs."""
+    from distributed import Nanny
+
+    return {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1",
+                                                   "resources": {"GPU": 1},
+                                                   "env": {**env, "CUDA_VISIBLE_DEVICES": str(i)}}}
+            for i in range(max(1, n_gpus))}
+
+
 def _local(threads_per_run: int, gpu: bool):
     import dask
-    from distributed import Client, LocalCluster
+    from distributed import Client, LocalCluster, Scheduler, SpecCluster
 
     threads = str(threads_per_run or cores())
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker. Any explicit malloc setting
@@ -183,15 +203,20 @@ def _local(threads_per_run: int, gpu: bool):
     # 3 -> 30 ms a step; docs/performance.md). The workers keep glibc's own behaviour.
     spawn_env = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
                  if k != "MALLOC_TRIM_THRESHOLD_"}
+    # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker; a run with torch's
+    # default threads (0) should have the cores instead
+    env = {k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
-        local = LocalCluster(n_workers=local_workers(threads_per_run, gpu), threads_per_worker=1, processes=True,
-                             host="127.0.0.1", dashboard_address=None, memory_limit=0, silence_logs=logging.ERROR,
-                             resources={"GPU": 1} if gpu else None,
-                             # no dashboard; the scheduler's small HTTP server (health) on any free loopback port
-                             scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
-                             # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker; a run with
-                             # torch's default threads (0) should have the cores instead
-                             env={k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")})
+        if gpu and gpu_count() > 1:
+            local = SpecCluster(workers=gpu_workers(gpu_count(), env), silence_logs=logging.ERROR,
+                                scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1",
+                                                                         "dashboard_address": "127.0.0.1:0"}})
+        else:
+            local = LocalCluster(n_workers=local_workers(threads_per_run, gpu), threads_per_worker=1,
+                                 processes=True, host="127.0.0.1", dashboard_address=None, memory_limit=0,
+                                 silence_logs=logging.ERROR, resources={"GPU": 1} if gpu else None,
+                                 # no dashboard; the scheduler's small HTTP server (health) on any free loopback port
+                                 scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, env=env)
     with local, Client(local, set_as_default=False) as client:
         yield client
 

@@ -12,6 +12,21 @@ def profile() -> Profile:
     return load_profile(profile_path("paper"))
 
 
+def shapes_profile(steps: int = 6, batch: int = 8) -> Profile:
+    """The paper's model and task exactly (params/paper.yaml: 4 layers x 8 heads, hidden
+    768, intermediate 3072, 7x7 rank 2), trained only `steps` steps of `batch` matrices and
+    analysed at the smoke profile's sample sizes: the whole paper book in minutes on a CPU,
+    so that every chapter meets the paper's shapes (tests/test_paper_shapes.py,
+    benchmarks/paper_shapes.py). Derived here in code, so it follows params/paper.yaml."""
+    smoke = load_profile(profile_path("smoke")).analysis
+    return profile().replace(**{
+        "name": "paper-shapes",
+        "train.steps": steps, "train.batch": batch, "train.eval_every": 2, "train.eval_batch": batch,
+        "train.save_every": 2, "train.log_every": 2, "train.patience": 2, "train.threads": 1,
+        "checkpoints.pre": 2, "checkpoints.transition": [4], "checkpoints.post": steps,
+        "analysis": {**smoke.__dict__, "seeds": [1, 2, 3], "after_drop": 2, "freeze_steps": 4}})
+
+
 def task() -> DataConfig:
     """The paper's task: 7×7, rank 2, p_mask 0.3, uniform factors (profile().data)."""
     return profile().data

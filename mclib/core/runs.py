@@ -6,6 +6,12 @@
     NAME-seedS/end.json              why and where the run ended (`run_end`), once it has
     NAME-seedS/.lock                 held by the one process that trains the folder
 
+A checkpoint's `config.json` + `model.safetensors` are the model (HF's folder, what the
+analyses read); `train_state.pt` holds what resuming needs besides (Adam's state, the
+data generators, the step, the wall time). With `checkpoints.keep: analysis` only the
+newest checkpoint keeps its `train_state.pt`, and older ones are thinned as the run
+trains (`prune_checkpoints`).
+
 Every file and checkpoint is written to a temporary name and renamed into place, so
 whatever exists is complete. `mclib.core.train` writes runs; everything else reads them
 through this module.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -56,24 +63,55 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
 
 
-def saved_steps(run_dir: Path) -> list[int]:
+MODEL_FILE, STATE_FILE = "model.safetensors", "train_state.pt"
+
+
+def _steps_with(run_dir: Path, name: str) -> list[int]:
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / "train_state.pt").is_file())
+    return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / name).is_file())
 
 
-def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa") -> MatrixBert:
-    """The model saved at `step` of a run, in eval mode."""
+def saved_steps(run_dir: Path) -> list[int]:
+    """The steps whose model is saved (what the analyses can read)."""
+    return _steps_with(run_dir, MODEL_FILE)
+
+
+def resumable_steps(run_dir: Path) -> list[int]:
+    """The steps a run can resume from: the model and `train_state.pt` (with
+    `checkpoints.keep: analysis`, only the newest)."""
+    return _steps_with(run_dir, STATE_FILE)
+
+
+def run_device(run_dir: str | Path) -> torch.device:
+    """Where the analyses of a run compute: the device it trained on (its profile.yaml;
+    "auto" in a folder written before devices were recorded means CUDA if there is one),
+    or the CPU where that device is absent (a GPU run read on a laptop)."""
+    device = run_profile(run_dir).train.device
+    cuda = torch.cuda.is_available()
+    return torch.device("cuda" if device in ("cuda", "auto") and cuda else "cpu")
+
+
+def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
+                    device: str | torch.device | None = None) -> MatrixBert:
+    """The model saved at `step` of a run, in eval mode, on `device` (default: the run's
+    own device, `run_device`)."""
     path = checkpoint_dir(run_dir, step)
-    if not path.is_dir():
+    if not (path / MODEL_FILE).is_file():
         raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
-    return load_model(path, attention)
+    return load_model(path, attention).to(device if device is not None else run_device(run_dir))
+
+
+def train_wall(run_dir: Path) -> float:
+    """Training time (s) at the run's newest resumable checkpoint; 0 for a run not started."""
+    done = resumable_steps(run_dir)
+    return float(load_train_state(run_dir, done[-1])["wall"]) if done else 0.0
 
 
 def load_train_state(run_dir: Path, step: int) -> dict:
     """What a checkpoint holds beside the model: step, optimiser state, wall time, generators."""
-    return torch.load(checkpoint_dir(run_dir, step) / "train_state.pt", map_location="cpu", weights_only=False)
+    return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
@@ -104,7 +142,7 @@ def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict
     checkpoint is at the profile's last step, or the profile's convergence rule
     (`convergence_stop`) or `stop` was already true there. Cheap (no model is loaded), so
     a finished run costs no process to find finished."""
-    done = saved_steps(run_dir)
+    done = resumable_steps(run_dir)
     if not done:
         return False
     if done[-1] >= profile.train.steps:
@@ -332,7 +370,8 @@ def write_profile(run_dir: Path, profile: Profile) -> None:
                  lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
 
 
-def save_checkpoint(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float) -> None:
+def save_checkpoint(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float,
+                    device: torch.device | str = "cpu") -> None:
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.
     write_atomic(run_dir / "metrics.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
@@ -340,7 +379,7 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, rows: list[dict]
     def write(tmp: Path):
         model.save_pretrained(tmp)
         torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
-                    "gens": {k: g.get_state() for k, g in gens.items()}}, tmp / "train_state.pt")
+                    "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)
 
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -355,6 +394,7 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
         for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast"):
             d["train"].pop(key, None)  # where, how and how long it runs, not what it is
         d["checkpoints"].pop("place", None)
+        d["checkpoints"].pop("keep", None)
         d["checkpoints"].pop("post")
         d["checkpoints"].pop("transition")
         d.pop("notes")
@@ -385,3 +425,113 @@ def only_trainer(run_dir: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+# --- which checkpoints stay on disk (checkpoints.keep) ----------------------------------------
+# "all": every saved checkpoint stays whole (the laptop profiles: the analyses over training
+#   read every one, and a few MB each cost nothing).
+# "analysis": what the analyses read and what resuming needs, nothing more (the paper profile,
+#   whose checkpoints are 115 MB of weights and 229 MB of Adam state each):
+#   - only the newest checkpoint keeps its train_state.pt (resuming needs nothing older);
+#   - the book's run keeps the weights on a ladder (`ladder`) anchored at step 0, at its newest
+#     step and, once it has dropped, at its drop: every save near an anchor, sparser further
+#     away, so that pre (<= 0.3 x the drop), the transition around the drop and post are all
+#     still there for `place_checkpoints`, and the analyses over training see ~12-22 steps
+#     (at the paper's save_every of 1 000 and cap of 50 000); until the run drops, the
+#     profile's fixed `checkpoints` steps (the fallback of a run without a drop) stay too;
+#   - runs of which the book reads only the metrics and the end (the other seeds, E15's
+#     runs: `newest_only`) keep their newest checkpoint alone.
+LADDER_DENSE = 3  # every save within 3 save intervals of an anchor stays
+
+
+def ladder(saved: list[int], anchors: list[int], every: int, dense: int = LADDER_DENSE) -> set[int]:
+    """The steps of `saved` that stay: those within `dense`·every steps of an anchor, and
+    further away, at a distance in [2^(j-1), 2^j)·dense·every, those that are multiples
+    of 2^j·every. A step's distance to the newest step only grows, so a step that left
+    the ladder is never wanted back."""
+    near = dense * every
+    keep = set()
+    for s in saved:
+        dist = min(abs(s - a) for a in anchors)
+        j = 0 if dist < near else int(math.floor(math.log2(dist / near))) + 1
+        if dist < near or s % (every * 2 ** j) == 0:
+            keep.add(s)
+    return keep
+
+
+def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_only: bool = False) -> list[int]:
+    """Apply `checkpoints.keep` to a run after it saved a checkpoint (see above); `rows`:
+    its metric rows so far. Returns the steps removed. The newest checkpoint (the one
+    resuming reads) is never touched."""
+    if profile.checkpoints.keep == "all":
+        return []
+    run_dir = Path(run_dir)
+    saved = saved_steps(run_dir)
+    if not saved:
+        return []
+    newest = saved[-1]
+    if newest_only:
+        keep = {newest}
+    else:
+        drop = find_drop(_curve(rows), rank=profile.data.rank) if rows else None
+        keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
+        if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
+            keep |= set(profile.checkpoints.all_steps())
+    removed = [s for s in saved if s not in keep]
+    for s in removed:
+        shutil.rmtree(checkpoint_dir(run_dir, s))
+    for s in resumable_steps(run_dir):
+        if s != newest:
+            (checkpoint_dir(run_dir, s) / STATE_FILE).unlink()
+    return removed
+
+
+def checkpoint_bytes(profile: Profile) -> tuple[int, int]:
+    """(weights, train_state) bytes of one checkpoint of `profile`: fp32 parameters, and
+    Adam's two moments of every trainable one."""
+    from .model import build_model
+
+    with torch.device("meta"):
+        model = build_model(profile.model, profile.data.n, profile.seed)
+    params = sum(p.numel() for p in model.parameters())
+    return 4 * params, 2 * 4 * params
+
+
+def estimate_run_bytes(profile: Profile, newest_only: bool = False) -> int:
+    """Bytes a run of `profile` holds on disk at its cap, by its checkpoint policy (the
+    largest case: no early stop, and with keep: analysis a drop half-way)."""
+    weights, state = checkpoint_bytes(profile)
+    t = profile.train
+    saves = sorted(set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps})
+    metrics = t.steps * 200  # metrics.csv: ~200 bytes a row
+    if profile.checkpoints.keep == "all":
+        return len(saves) * (weights + state) + metrics
+    if newest_only:
+        return weights + state + metrics
+    kept = ladder(saves, [0, t.steps, t.steps // 2], t.save_every) | set(profile.checkpoints.all_steps())
+    # while training, the newest save is written before the one before it is thinned
+    return (len(kept) + 1) * weights + 2 * state + metrics
+
+
+class DiskSpaceError(ConfigError):
+    """A run would fill its disk (one line: the need and the free space)."""
+
+
+def check_disk(runs: list[tuple[Profile, Path, bool]]) -> None:
+    """Refuse to start runs that would not fit: `runs` as (profile, folder, newest_only);
+    the need counts each run's `estimate_run_bytes` less what its folder holds already."""
+    by_disk: dict[int, list[tuple[Path, int]]] = {}
+    for profile, run_dir, newest_only in runs:
+        run_dir = Path(run_dir)
+        have = sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file()) if run_dir.is_dir() else 0
+        need = max(0, estimate_run_bytes(profile, newest_only) - have)
+        probe = run_dir if run_dir.exists() else next(p for p in run_dir.parents if p.exists())
+        by_disk.setdefault(os.stat(probe).st_dev, []).append((probe, need))
+    for entries in by_disk.values():
+        need = sum(n for _, n in entries)
+        free = shutil.disk_usage(entries[0][0]).free
+        if need > free:
+            names = ", ".join(str(p) for p, _ in entries)
+            raise DiskSpaceError(f"the run(s) in {names} need about {need / 1e9:.1f} GB for their checkpoints "
+                                 f"(checkpoints.keep, train.save_every, train.steps) but the disk has "
+                                 f"{free / 1e9:.1f} GB free")

@@ -81,15 +81,15 @@ class Stack(nn.Module):
             if hf_name == TOKEN_TYPE:
                 continue  # zero and frozen: adding it changes nothing
             name = stacked_name(hf_name)
-            flags = torch.tensor([dict(m.named_parameters())[hf_name].requires_grad for m in models])
-            if name in trainable and not torch.equal(trainable[name], flags):
+            flags = tuple(dict(m.named_parameters())[hf_name].requires_grad for m in models)  # host bools
+            if name in trainable and trainable[name] != flags:
                 raise ValueError(f"{hf_name}: query, key and value must be trained or frozen together")
             trainable[name] = flags
             if name not in params:
                 params[name] = self._gather(models, name)
         self.names = list(params)
         self.trainable = trainable
-        self.params = {n: nn.Parameter(p, requires_grad=bool(trainable[n].any())) for n, p in params.items()}
+        self.params = {n: nn.Parameter(p, requires_grad=any(trainable[n])) for n, p in params.items()}
 
     def _gather(self, models, name: str) -> torch.Tensor:
         with torch.no_grad():
@@ -126,9 +126,9 @@ class Stack(nn.Module):
             self.layers, self.heads, self.hidden, self.eps, self.scaling)
         idx = torch.tensor(keep, device=next(iter(self.params.values())).device)
         new.names = list(self.names)
-        new.trainable = {n: t[keep] for n, t in self.trainable.items()}
+        new.trainable = {n: tuple(t[i] for i in keep) for n, t in self.trainable.items()}
         new.params = {n: nn.Parameter(p.detach().index_select(0, idx).clone(),
-                                      requires_grad=bool(new.trainable[n].any()))
+                                      requires_grad=any(new.trainable[n]))
                       for n, p in self.params.items()}
         return new
 

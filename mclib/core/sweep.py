@@ -159,9 +159,7 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 def _start_wall(run: SweepRun) -> float:
     """The run's training time when this sweep first started it (its cap counts from there),
     kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
-    from .runs import checkpoint_dir, saved_steps
-
-    import torch
+    from .runs import train_wall
 
     marker = run.run_dir / MARKER
     mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
@@ -171,11 +169,7 @@ def _start_wall(run: SweepRun) -> float:
             return float(saved["wall0"])  # cut earlier in this sweep: continue
     if run.run_dir.exists() and not run.resume:
         shutil.rmtree(run.run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
-    done = saved_steps(run.run_dir)
-    wall0 = 0.0
-    if done:
-        wall0 = float(torch.load(checkpoint_dir(run.run_dir, done[-1]) / "train_state.pt", map_location="cpu",
-                                 weights_only=False)["wall"])
+    wall0 = train_wall(run.run_dir)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     tmp = marker.with_name(".tmp-" + MARKER)
     tmp.write_text(json.dumps({**mine, "wall0": wall0}))
@@ -202,7 +196,8 @@ def train_sweep_run(run: SweepRun) -> dict:
         return capped or (past_drop is not None and past_drop(rows))
 
     _report(run, 0, "running")
-    train(run.profile, run.run_dir, progress=False, stop=stop)
+    # the row reads the metrics: under checkpoints.keep: analysis only the newest checkpoint stays
+    train(run.profile, run.run_dir, progress=False, stop=stop, newest_only=True)
     row = summarise(run)
     _report(run, row["steps_run"], "done")
     return row
@@ -284,7 +279,11 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     from .jobs import needs_gpu
 
     path = Path(path)
+    from .train import with_device
+
     todo = load_sweep(path, runs, threads)  # every key and profile checked before anything runs
+    for r in todo:
+        r.profile = with_device(r.profile)  # resolved here, once: the workers train where this process chose
     if cluster is None:
         cluster = sweep_cluster(path)
     results = Path(results) if results else Path(runs) / f"{path.stem}.csv"

@@ -16,10 +16,12 @@ Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
 process trains it.
 
 The update itself is `train_step` (benchmarks/train_step.py times the same function).
-On a CUDA device (docs/performance.md): TF32 matmuls, fused Adam, data sampled on the
-device, no host sync inside the step (losses stay on the device until the flush every
-`log_every` steps); `train.compile: true` runs the step through torch.compile. None of
-this changes anything on the CPU.
+On a CUDA device (docs/performance.md): fused Adam, no host sync inside the step (losses
+stay on the device until the flush every `log_every` steps; the data are sampled on the
+host by CPU generators, so a run's matrices are the same on any device and a run resumes
+on another device type, and copied to the device without waiting); `train.precision`
+chooses strict fp32, TF32 matmuls or bf16 autocast (`set_precision`); `train.compile:
+true` runs the step through torch.compile.
 """
 from __future__ import annotations
 
@@ -41,8 +43,9 @@ from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model
-from .runs import (convergence_stop, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics, load_train_state,
-                   only_trainer, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
+from .runs import (check_disk, convergence_stop, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
+                   load_train_state, only_trainer, prune_checkpoints, resumable_steps, run_end, save_checkpoint,
+                   seed_run_dirs, write_end, write_profile)
 from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
 from .stacked import forward as stacked_forward
 
@@ -57,21 +60,57 @@ def resolve_device(name: str = "auto") -> torch.device:
     return torch.device(name)
 
 
+def with_device(profile: Profile) -> Profile:
+    """`profile` with `train.device: auto` resolved here (cuda if this process sees one,
+    else cpu): resolved once, by the process that starts or submits runs, so a worker
+    trains on the device the submitter chose, and the run's profile.yaml records it."""
+    if profile.train.device != "auto":
+        return profile
+    return profile.replace(**{"train.device": resolve_device("auto").type})
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); without, torch
+    emulates bf16 (it runs, slower than fp32)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def check_precision(device: torch.device, precision: str) -> None:
+    """A precision the device cannot do: tf32 off CUDA is a one-line `ConfigError`; bf16
+    on a CPU without bf16 units runs emulated, said in one line on stderr."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"train.precision = {precision!r} is not one of {', '.join(PRECISIONS)}")
+    if precision == "tf32" and device.type != "cuda":
+        raise ConfigError(f"train.precision = 'tf32' needs a CUDA device (TF32 is a GPU tensor-core format); "
+                          f"this run is on {device.type}: use fp32 or bf16")
+    if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
+        print("mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
+              "torch emulates it, slower than fp32", file=sys.stderr)
+
+
+def set_precision(device: torch.device, precision: str) -> None:
+    """What `train.precision` means for the matmuls of this process: on CUDA, "tf32" runs
+    fp32 matmuls on the TF32 tensor cores (fp32 storage and accumulation, 10-bit-mantissa
+    products) and "fp32" and "bf16" do not (bf16's own products are bf16 through
+    `autocast`; its fp32 remainder stays strict). Nothing to set on the CPU, whose fp32
+    matmuls are strict."""
+    check_precision(device, precision)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+
+
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast (fp32 master weights) or nothing (fp32)."""
+    """bf16 autocast (fp32 master weights) or nothing (fp32, tf32: `set_precision`)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def use_tf32(device: torch.device) -> None:
-    """On a CUDA device, fp32 matmuls and convolutions run on the TF32 tensor cores
-    (fp32 storage and accumulation, 10-bit-mantissa products). A no-op on the CPU."""
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
 
 
 class MuonAdam(torch.optim.Optimizer):
@@ -162,7 +201,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           stop: Callable[[list[dict]], bool] | None = None,
-          init_model: MatrixBert | None = None) -> Path:
+          init_model: MatrixBert | None = None, newest_only: bool = False) -> Path:
     """Train (or resume) `profile` in `run_dir`; returns run_dir.
 
     One trainer at a time per folder: a second process that tries to train the same
@@ -176,8 +215,12 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     init_model: start from this model instead of a fresh one (E15: a model with one
     component re-initialised and the rest frozen); its frozen parameters stay frozen,
     also after a resume.
+    newest_only: with `checkpoints.keep: analysis`, keep only the newest checkpoint (a run
+    of which the book reads the metrics and the end: other seeds, E15's runs).
+    A run whose checkpoints would not fit on its disk (`mclib.core.runs.check_disk`) is
+    refused before it starts, with a one-line error.
     """
-    return train_group([Job(profile, Path(run_dir), stop, init_model)], progress=progress)[0]
+    return train_group([Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress)[0]
 
 
 @dataclass
@@ -187,6 +230,7 @@ class Job:
     run_dir: Path
     stop: Callable[[list[dict]], bool] | None = None
     init_model: MatrixBert | None = None
+    newest_only: bool = False
 
 
 def stack_key(profile: Profile) -> tuple:
@@ -232,12 +276,14 @@ class _Run:
     """One run's bookkeeping in the loop: its folder, generators, step, metric rows."""
 
     def __init__(self, job: Job, device: torch.device):
-        p = job.profile
-        self.job, self.profile, self.t, self.dir = job, p, p.train, job.run_dir
+        p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
+        self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
         write_profile(self.dir, p)
-        self.gens = {"data": torch.Generator(device).manual_seed(p.seed),
-                     "eval": torch.Generator(device).manual_seed(p.seed + EVAL_SEED_OFFSET)}
-        done = saved_steps(self.dir)
+        # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
+        # run resumes on another device type (a CUDA generator's state is another format)
+        self.gens = {"data": torch.Generator().manual_seed(p.seed),
+                     "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
+        done = resumable_steps(self.dir)
         self.state = None
         if done:
             self.step = done[-1]
@@ -289,20 +335,21 @@ class _Run:
         """A fresh run with no folder, for timing the step (`stacked_step`): the model, the
         data stream and the step, nothing saved."""
         run = cls.__new__(cls)
-        run.profile, run.t, run.step, run.state = profile, profile.train, 0, None
+        run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
         run.model = build_model(profile.model, profile.data.n, profile.seed).to(device).train()
-        run.gens = {"data": torch.Generator(device).manual_seed(profile.seed)}
+        run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
         return run
 
     def batch(self) -> Batch:
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
             return sample_training_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], d.dist,
-                                         d.mix_rank, d.mix_fraction)
+                                         d.mix_rank, d.mix_fraction).to(self.device, non_blocking=True)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
-        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], d.dist)
+        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], d.dist).to(
+            self.device, non_blocking=True)
 
     def flush(self) -> str | None:
         """Move pending losses into rows; why the run ends here ("converged", "stopped"), or None."""
@@ -479,12 +526,13 @@ def _engine(runs: list[_Run], device: torch.device):
 def _train(jobs: list[Job], progress: bool) -> None:
     t = jobs[0].profile.train
     device = resolve_device(t.device)
-    use_tf32(device)
+    set_precision(device, t.precision)
     if t.threads:
         torch.set_num_threads(t.threads)
     runs = [r for r in (_Run(j, device) for j in jobs) if not r.finished]
     if not runs:
         return
+    check_disk([(r.profile, r.dir, r.job.newest_only) for r in runs])
     engine = _engine(runs, device)
     lead = runs[0]
     bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}", disable=not progress,
@@ -517,7 +565,8 @@ def _train(jobs: list[Job], progress: bool) -> None:
                 bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
             if r.step in r.save_at or stopping:
                 model, opt = engine.checkpoint(i)
-                save_checkpoint(r.dir, r.step, model, opt, r.gens, r.rows, r.wall)
+                save_checkpoint(r.dir, r.step, model, opt, r.gens, r.rows, r.wall, device)
+                prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
             if stopping or r.step >= r.t.steps:
                 r.record_end(reason)
                 ended.append(i)
@@ -556,8 +605,11 @@ def _seed_stop(profile: Profile, after_drop: int | None):
 
 
 def train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
-    """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its drop."""
-    return train(profile, run_dir, progress=False, stop=_seed_stop(profile, after_drop))
+    """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its
+    drop; such a run (another seed: the book reads its metrics) keeps only its newest checkpoint
+    under `checkpoints.keep: analysis`."""
+    return train(profile, run_dir, progress=False, stop=_seed_stop(profile, after_drop),
+                 newest_only=after_drop is not None)
 
 
 def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path, int | None]]:
@@ -566,6 +618,7 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
     profile's last step; the others stop `analysis.after_drop` steps after their drop
     (None: they too train to the last step), since what the book reads from them is the drop."""
     after = profile.analysis.after_drop
+    profile = with_device(profile)
     jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after)
             for s, d in seed_run_dirs(profile, run_dir).items()]
     return [job for job in jobs if not is_complete(job[0], job[1], _seed_stop(job[0], job[2]))]
