@@ -17,6 +17,9 @@ In one process and one run (docs/performance.md explains every column):
    (f) stacked the training loop's default path since 2026-11-23 (mclib.core.stacked, one
                run): (c) is the step it replaced, kept here as the reference;
    (g) stacked (f) through torch.compile (its compile time is printed, not timed);
+   (h) stacked (f) with TF32 matmuls (train.precision: tf32; CUDA only);
+   (i) stacked (f) in bf16 autocast (train.precision: bf16);
+   (s) three seeds as one stacked model in TF32 (CUDA only; its ms are for all three runs);
    the paths run in alternation (a, b, c, d, then rotated) for several rounds after
    warm-up rounds, so that machine noise hits all of them alike; each ratio is the
    median over rounds of the ratio within a round.
@@ -26,7 +29,8 @@ In one process and one run (docs/performance.md explains every column):
 The table is printed; rows are appended to --out with the date and the machine.
 --quick: batch ≤ 32, fewer rounds, a smaller matmul (a sanity run, minutes).
 --dry-run: one step of every path at batch 4, nothing timed, nothing written.
---paths: the paths to time (default abcd; path (a) is every ratio's reference and always runs).
+--paths: the paths to time (default abcd; with --device cuda, acfhis; path (a) is every
+ratio's reference and always runs). On a GPU: `--device cuda --profiles paper`.
 A machine without bf16 hardware can leave out (d): emulated bf16 takes minutes a step on
 the paper model, and its ceiling is then not measured either.
 """
@@ -67,6 +71,9 @@ PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "e": ("ours fp32 + torch.compile", "fp32", False),
     "f": ("stacked fp32", "fp32", False),
     "g": ("stacked fp32 + torch.compile", "fp32", False),
+    "h": ("stacked TF32 (CUDA)", "tf32", False),
+    "i": ("stacked bf16 autocast", "bf16", False),
+    "s": ("3 seeds stacked TF32 (CUDA; ms for all 3)", "tf32", False),
 }
 
 CSV_COLUMNS = [  # fixed, so that appended runs line up
@@ -131,10 +138,10 @@ def matmul_ceilings(size: int, reps: int, device: torch.device,
 def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) -> dict:
     """key -> a function that runs one full step (data sampling included)."""
     d, m, t = profile.data, profile.model, profile.train
-    gen = torch.Generator(device).manual_seed(profile.seed)
+    gen = torch.Generator().manual_seed(profile.seed)  # sampled on the host and copied, as in training
 
     def data(size=batch):
-        return sample_batch(size, d.n, d.rank, d.p_mask, gen, d.dist)
+        return sample_batch(size, d.n, d.rank, d.p_mask, gen, d.dist).to(device, non_blocking=True)
 
     def ours(precision, compile_=False):
         model = build_model(m, d.n, profile.seed).to(device).train()
@@ -191,8 +198,12 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
             paths[k] = ours(PATHS[k][1])
         elif k == "e":
             paths[k] = ours("fp32", compile_=True)
-        elif k in "fg":  # the training loop's default path (mclib.core.stacked), one run
-            paths[k] = stacked_step(profile.replace(**{"train.batch": batch}), device, compile=k == "g")
+        elif k in "fghi":  # the training loop's default path (mclib.core.stacked), one run
+            paths[k] = stacked_step(profile.replace(**{"train.batch": batch, "train.precision": PATHS[k][1]}),
+                                    device, compile=k == "g")
+        elif k == "s":  # three seeds as one stacked model: how several runs fill one GPU
+            paths[k] = stacked_step(profile.replace(**{"train.batch": batch, "train.precision": "tf32"}),
+                                    device, runs=3)
     return paths, notes
 
 
@@ -204,12 +215,12 @@ def same_losses(profile: Profile, batch: int, device: torch.device, steps: int =
     ref_model = build_model(profile.model, d.n, profile.seed).to(device).train()
     ref_opt = make_optimizer(ref_model, profile.train, device)
     fast = stacked_step(profile.replace(**{"train.batch": batch}), device)  # builds the same seed's model
-    gen = torch.Generator(device).manual_seed(profile.seed)  # the stacked step's own data stream
+    gen = torch.Generator().manual_seed(profile.seed)  # the stacked step's own data stream (host-side)
     worst = 0.0
     for s in range(steps):
         for group in ref_opt.param_groups:
             group["lr"] = lr_at(s + 1, group["base_lr"], profile.train.warmup)
-        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist)
+        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist).to(device)
         a = train_step(ref_model, ref_opt, b, "fp32", device).cpu()
         f = fast()[0].cpu()
         worst = max(worst, ((a - f).abs() / a.abs()).max().item())
@@ -220,8 +231,8 @@ def same_losses(profile: Profile, batch: int, device: torch.device, steps: int =
 
 def run_path(key: str, fn, inner: int, device: torch.device) -> float:
     """Seconds per step, averaged over `inner` consecutive steps."""
-    if device.type == "cuda":  # the stock and authors' paths run plain fp32 matmuls
-        torch.backends.cuda.matmul.allow_tf32 = key not in "ab"
+    if device.type == "cuda":  # what train.precision does (mclib.core.train.set_precision)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = PATHS[key][1] == "tf32"
     sync(device)
     t0 = time.perf_counter()
     for _ in range(inner):
@@ -303,9 +314,11 @@ def main(argv=None) -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--compile", action="store_true", help="also time (e): ours fp32 through torch.compile")
-    ap.add_argument("--paths", default="abcd",
+    ap.add_argument("--paths", default=None,
                     help="which paths to time, e.g. abc to leave out bf16 (default abcd; (a) always runs)")
     args = ap.parse_args(argv)
+    if args.paths is None:
+        args.paths = "acfhis" if resolve_device(args.device).type == "cuda" else "abcd"
     bad = sorted(set(args.paths) - set(PATHS))
     if bad or not args.paths:
         ap.error(f"--paths {args.paths!r}: unknown path {''.join(bad)!r}; choose from {''.join(PATHS)}")
@@ -314,6 +327,8 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
+    if device.type != "cuda" and set(args.paths) & set("hs"):
+        ap.error(f"--paths {args.paths!r}: (h) and (s) are TF32, which only CUDA has; --device is {device.type}")
 
     machine = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
                "bf16_flags": bf16_hardware(), "cores": os.cpu_count(), "threads": torch.get_num_threads(), "device": str(device),
