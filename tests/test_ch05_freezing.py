@@ -8,12 +8,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
 from mclib.analyses.freezing import FreezeEnd, freeze_run
 from mclib.analyses.interventions import GROUPS
 from mclib.book import ch05_freezing as C
 from mclib.book import scorecard
 from mclib.book.chapter import open_chapter
+from mclib.core.runs import load_metrics
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 
@@ -83,8 +85,14 @@ def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile,
     glue, rows = C.readings(ch, runs)
     assert _glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze", "downloads"}
     assert glue["ends_text"].startswith("the attention") and "token run" in glue["ends_text"]
-    html = C.results_table(ch, runs).to_html()
-    assert "without dropping" in html or "dropped at step" in html
+    results = C.results_table(ch, runs)
+    shown, cap = results.data.set_index("group"), ch.cfg.analysis.freeze_steps
+    ended = f"reached the cap of {cap} steps without dropping (the main run did not drop)"
+    assert list(shown.index) == list(GROUPS) and results.to_html().count(ended) == len(GROUPS)
+    for g in GROUPS:  # each trained to the cap (20 steps, too few to drop) with its own losses on its row
+        m = load_metrics(runs[g])
+        assert m["step"].max() == cap and shown.loc[g, "result"] == ended
+        assert shown.loc[g, "final_L_mask"] == pytest.approx(m["L_mask"].tail(50).mean())
     assert "the main run did not drop" in C.runs_table(ch, runs).to_html()
     assert len(rows) == 5 and "E15" in C.scorecard_table(ch, rows).to_html()
     assert {r["chapter"] for r in scorecard.load(run)} == {"05_freezing"}
