@@ -1,13 +1,11 @@
 """Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
 the closing sentences, each rule tested both ways."""
-import json
-import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
+from book_pages import glue_names
 from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
 from mclib.book import ch03_heads as chapter
@@ -182,9 +180,7 @@ def test_phase_and_progress_sentences_turn_with_the_numbers():
 
 @pytest.mark.slow
 def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
-    md = "".join("".join(c["source"]) for c in json.loads(Path("book/03_heads.ipynb").read_text())["cells"]
-                 if c["cell_type"] == "markdown")
-    used = set(re.findall(r"\{glue:text\}`(\w+)", md)) | set(re.findall(r"```\{glue:figure\} (\S+)", md))
+    used = glue_names("03_heads.ipynb")
     h, s, progress = t["heads"], t["structured"], chapter.progress_table(ch)
     glued = (chapter.e9_shown(ch, h)[1] | chapter.progress_shown(ch, progress, h)
              | chapter.ablation_shown(ch, t["abl"])[1] | chapter.e6_e7_shown(ch, t["e67"], t["perm"])[1]
