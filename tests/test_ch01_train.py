@@ -1,22 +1,18 @@
 """Chapter 01_train's module (mclib/book/ch01_train.py): E1's rows, why training ended,
 where the checkpoints sit, the drop's shape, the glue the page uses, the downloads."""
-import json
-import re
 import shutil
 import zipfile
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from book_pages import glue_names
 from mclib.book import ch01_train as C
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.core.runs import CheckpointSteps, RunEnd
-
-BOOK = Path(__file__).resolve().parents[1] / "book"
 
 
 def _verdict(tmp_path, row):
@@ -103,12 +99,6 @@ def test_drop_story_both_ways():
     assert C.drop_story(None, False, 60)[1].startswith("neither a copying plateau nor a drop")
 
 
-def _glue_names(notebook: str) -> set[str]:
-    cells = json.loads((BOOK / notebook).read_text())["cells"]
-    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    return set(re.findall(r"\{glue:\w+\}`([\w]+)", text)) | set(re.findall(r"```\{glue:\w+\} (\w+)", text))
-
-
 @pytest.fixture
 def book_run(smoke_run, tmp_path):
     """The smoke run where the book puts it: OUT/runs/smoke-seed1 beside OUT/book/_executed."""
@@ -121,7 +111,7 @@ def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
     ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
     rows = C.scorecard_rows(ch)
     found = {**C.findings(ch), **C.paper_glue(rows), "fig_loss": None, "downloads": None}
-    assert _glue_names("01_train.ipynb") <= set(found), _glue_names("01_train.ipynb") - set(found)
+    assert glue_names("01_train.ipynb") <= set(found), glue_names("01_train.ipynb") - set(found)
     assert found["end_text"] == "Training ended after the profile's fixed length: the run trained its 60 steps."
     assert found["drop_text"] == "did not drop within the 60 steps it trained"
     assert found["shape_text"] == "There is no drop to describe."

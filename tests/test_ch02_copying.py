@@ -1,12 +1,10 @@
 """Chapter 02, copying (mclib/book/ch02_copying.py): E2's table, the scorecard rows and the
 closing sentences, each rule tested both ways."""
-import json
-import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from book_pages import glue_names
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.book import ch02_copying as chapter
 from mclib.book import scorecard
@@ -87,9 +85,7 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
 
 
 def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_path):
-    md = "".join("".join(c["source"]) for c in json.loads(Path("book/02_copying.ipynb").read_text())["cells"]
-                 if c["cell_type"] == "markdown")
-    used = set(re.findall(r"\{glue:text\}`(\w+)", md)) | set(re.findall(r"```\{glue:figure\} (\S+)", md))
+    used = glue_names("02_copying.ipynb")
     base, glued = chapter.pre_losses_and_figures(ch)
     glued |= chapter.e2_shown(ch, tables["e2"])[1] | chapter.e3_e6_shown(ch, tables["e3"], tables["e6"])[1]
     found, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], ch.cfg.data.rank)

@@ -1,18 +1,16 @@
 """Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
 the closing sentences, each rule tested both ways."""
-import json
-import re
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import torch
 
-from mclib.analyses.evaluate import activation_patching, sample_eval_batch
+from book_pages import glue_names
+from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
 from mclib.book import ch03_heads as chapter
 from mclib.book import scorecard
-from mclib.core.data import structured_mask
+from mclib.core.data import make_batch, structured_mask
 
 N = 7
 LEVEL = 2 / 9  # E[X²] at rank 2
@@ -46,10 +44,22 @@ def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
 
 
 def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):
-    patch = chapter.patching_table(ch.post, smoke_profile.data, 8, 0)
-    assert list(patch.patched) == ["none", "last layer", "all layers"]
-    assert patch.iloc[0]["masked_vs_X"] == pytest.approx(
-        activation_patching(ch.post, smoke_profile.data, 8, 0, layers=[])["masked_vs_X"])
+    patch = chapter.patching_table(ch.post, smoke_profile.data, 8, 0).set_index("patched")
+    assert list(patch.index) == ["none", "last layer", "all layers"]
+    # "none" is the plain −X run, computed here without hooks: the model on −X of the seed's
+    # matrices, same masks; MSE to X and to −X at masked and at observed entries
+    clean = sample_eval_batch(smoke_profile.data, 8, 0)
+    f = predict(ch.post, make_batch(-clean.x, clean.mask))
+    mse = lambda target, where: ((f - target)[where] ** 2).mean().item()
+    m = clean.mask
+    assert patch.loc["none"].to_dict() == pytest.approx(
+        {"masked_vs_X": mse(clean.x, m), "masked_vs_negX": mse(-clean.x, m),
+         "observed_vs_X": mse(clean.x, ~m), "observed_vs_negX": mse(-clean.x, ~m)}, rel=1e-5)
+    # the two readings write in what the X run computed, in different layers (2 here): each
+    # changes the output, and differently
+    assert smoke_profile.model.layers == 2
+    for a, b in [("none", "last layer"), ("none", "all layers"), ("last layer", "all layers")]:
+        assert abs(patch.loc[a, "masked_vs_X"] - patch.loc[b, "masked_vs_X"]) > 1e-5, (a, b)
 
 
 def test_checkpoint_maps_are_batch_mean_probabilities(ch, smoke_profile):
@@ -170,9 +180,7 @@ def test_phase_and_progress_sentences_turn_with_the_numbers():
 
 @pytest.mark.slow
 def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
-    md = "".join("".join(c["source"]) for c in json.loads(Path("book/03_heads.ipynb").read_text())["cells"]
-                 if c["cell_type"] == "markdown")
-    used = set(re.findall(r"\{glue:text\}`(\w+)", md)) | set(re.findall(r"```\{glue:figure\} (\S+)", md))
+    used = glue_names("03_heads.ipynb")
     h, s, progress = t["heads"], t["structured"], chapter.progress_table(ch)
     glued = (chapter.e9_shown(ch, h)[1] | chapter.progress_shown(ch, progress, h)
              | chapter.ablation_shown(ch, t["abl"])[1] | chapter.e6_e7_shown(ch, t["e67"], t["perm"])[1]

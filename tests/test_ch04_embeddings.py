@@ -1,10 +1,15 @@
 """Chapter 04 (mclib/book/ch04_embeddings.py): the closing sentences read right with a
 drop or without, the paper's picture or not; every verdict can come out either way; the
 chapter's own numbers on a trained smoke run."""
+from types import SimpleNamespace
+
 import pandas as pd
+import pytest
+import torch
 
 from mclib.book import ch04_embeddings as chapter
 from mclib.book import scorecard
+from mclib.core.data import sample_matrices
 
 STEPS = [100, 200, 300, 400]
 TRACKS = pd.DataFrame({"component": [1, 2], "x": [0.1, 0.9], "abs_x": [0.95, 0.1], "sign_x": [0.1, 0.97]})
@@ -55,10 +60,21 @@ def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
 
 
 
+@pytest.mark.parametrize("rank", [1, 2])
+def test_the_values_read_are_those_the_task_produces(ch, rank):
+    """Every value the run's task produces inside the paper's window −1.50 … 1.50 is read,
+    and no value it never produces (on rank 1, |x| <= 1: the rows beyond never train)."""
+    cfg = ch.cfg.replace(**{"data.rank": rank})
+    lo, hi = chapter.value_range(SimpleNamespace(cfg=cfg))
+    x = sample_matrices(4096, cfg.data.n, rank, torch.Generator().manual_seed(0), cfg.data.dist)
+    produced = x[(x >= -1.5) & (x <= 1.5)]
+    assert lo <= produced.min() and produced.max() <= hi
+    assert produced.min() < lo + 0.05 and produced.max() > hi - 0.05
+
+
 def test_the_chapter_on_a_smoke_run(ch, tmp_path):
     glue = chapter.opening_glue(ch)
     lo, hi = chapter.value_range(ch)
-    assert (lo, hi) == __import__("mclib.analyses.embeddings").analyses.embeddings.value_range(ch.cfg.data.rank)
     assert glue["token_range"].startswith(f"{lo:.2f}, {lo + 0.01:.2f}, …, {hi:.2f}")
     assert glue["drop_note"].startswith("This run's loss did not drop" if ch.drop is None else "This run's loss dropped")
     assert list(chapter.labels(ch))[-1] == ch.steps.post and "post-shift" in chapter.labels(ch)[ch.steps.post]

@@ -1,21 +1,19 @@
 """Chapter 05_freezing's module (mclib/book/ch05_freezing.py): E15's closing sentences
 and scorecard rows in every branch, how long a run may train, what ended each run, and
 the glue the page uses."""
-import json
-import re
 import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
+from book_pages import glue_names
 from mclib.analyses.freezing import FreezeEnd, freeze_run
 from mclib.analyses.interventions import GROUPS
 from mclib.book import ch05_freezing as C
 from mclib.book import scorecard
 from mclib.book.chapter import open_chapter
-
-BOOK = Path(__file__).resolve().parents[1] / "book"
+from mclib.core.runs import load_metrics
 
 
 def _verdict(tmp_path, row):
@@ -68,12 +66,6 @@ def test_length_text_says_which_limit_binds(smoke_profile):
     assert C.length_text(_ch(smoke_profile, None, 20)).endswith("the main run did not drop)")
 
 
-def _glue_names(notebook: str) -> set[str]:
-    cells = json.loads((BOOK / notebook).read_text())["cells"]
-    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    return set(re.findall(r"\{glue:\w+\}`(\w+)", text)) | set(re.findall(r"```\{glue:\w+\} (\w+)", text))
-
-
 def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile, tmp_path):
     run = shutil.copytree(smoke_run, tmp_path / "runs" / "smoke-seed1")
     for g in GROUPS:  # E15's runs, one after the other (no cluster): 20 steps each at smoke size
@@ -81,10 +73,16 @@ def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile,
     ch = open_chapter("smoke", smoke_profile.seed, run, "cpu")
     runs = C.freeze_runs_of(ch)  # all complete: trains nothing
     glue, rows = C.readings(ch, runs)
-    assert _glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze", "downloads"}
+    assert glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze", "downloads"}
     assert glue["ends_text"].startswith("the attention") and "token run" in glue["ends_text"]
-    html = C.results_table(ch, runs).to_html()
-    assert "without dropping" in html or "dropped at step" in html
+    results = C.results_table(ch, runs)
+    shown, cap = results.data.set_index("group"), ch.cfg.analysis.freeze_steps
+    ended = f"reached the cap of {cap} steps without dropping (the main run did not drop)"
+    assert list(shown.index) == list(GROUPS) and results.to_html().count(ended) == len(GROUPS)
+    for g in GROUPS:  # each trained to the cap (20 steps, too few to drop) with its own losses on its row
+        m = load_metrics(runs[g])
+        assert m["step"].max() == cap and shown.loc[g, "result"] == ended
+        assert shown.loc[g, "final_L_mask"] == pytest.approx(m["L_mask"].tail(50).mean())
     assert "the main run did not drop" in C.runs_table(ch, runs).to_html()
     assert len(rows) == 5 and "E15" in C.scorecard_table(ch, rows).to_html()
     assert {r["chapter"] for r in scorecard.load(run)} == {"05_freezing"}

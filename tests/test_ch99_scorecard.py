@@ -5,6 +5,7 @@ import copy
 
 from mclib.book import ch99_scorecard as chapter
 from mclib.book import scorecard
+from mclib.core.paper import profile as paper_profile
 
 
 
@@ -34,5 +35,14 @@ def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
     rows = _rows(tmp_path)
     assert chapter.rows(other) == rows
     assert "<caption>Findings, profile smoke" in chapter.findings_shown(rows, other).to_html()
-    assert "data." in chapter.departures_shown(ch).to_html() or "train." in chapter.departures_shown(ch).to_html()
+    shown = chapter.departures_shown(ch)
+    departs = {k: (a, b) for k, a, b in shown.data[["key", "profile", "paper"]].itertuples(index=False)}
+    # smoke keeps the paper's task (n 7, rank 2, p_mask 0.3) and shrinks its model and recipe
+    assert not any(k.startswith("data.") for k in departs) and all(a != b for a, b in departs.values())
+    assert {"model.layers": (2, 4), "model.heads": (2, 8), "model.hidden": (16, 768), "model.intermediate": (32, 3072),
+            "train.steps": (60, 50_000), "train.batch": (32, 256), "train.lr": (1e-3, 1e-4)}.items() <= departs.items()
+    assert ">model.hidden</td>" in shown.to_html() and ">768</td>" in shown.to_html()
+    paper = copy.copy(ch)
+    paper.cfg = paper_profile()
+    assert chapter.departures_shown(paper).data.empty  # the paper departs from nothing
     assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard.RULES) + 1

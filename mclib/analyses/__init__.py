@@ -1,7 +1,7 @@
 """The analyses: one module per kind of measurement on a trained model. They read models
 and run folders (mclib.core) and return numbers and tables; they draw nothing.
 
-    attention.py      hook points inside attention: capture, ablate, patch
+    attention.py      AttentionHooks at core.attention's hook points: capture, ablate, patch
     interventions.py  token replacement, QKV switching, position permutation, re-initialisation
     evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching
     heads.py          attention maps, head scores, head classes

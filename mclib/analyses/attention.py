@@ -1,16 +1,10 @@
 """Looking inside attention: capture, ablate and patch heads (E3-E5, E8, E9, E10).
 
-In transformers 5.x `head_mask` is gone and "sdpa" returns no probabilities, so the
-model's attention is routed through one function of ours, registered as the
-attention implementation "mclib". It computes BERT's eager attention
-
-    probs = softmax(q kᵀ · scaling + mask)      [batch, head, query, key]
-    z     = probs @ v                           [batch, head, query, d_head]
-
-and, between those two lines and after the second, consults the `AttentionHooks`
-attached to the module. The hooks are attached (and the model switched to "mclib")
-only inside a `with` block; on exit the previous implementation ("sdpa" or "eager")
-comes back, also after an exception.
+The model's attention runs through mclib's own attention function (`mclib.core.attention`,
+the implementation "mclib"), which offers hook points between softmax(q kᵀ) and its product
+with v, and after it. `AttentionHooks` is what sits at those points: it is attached (and
+the model switched to "mclib") only inside a `with` block; on exit the previous
+implementation ("sdpa" or "eager") comes back, also after an exception.
 
     with AttentionHooks(model) as hooks:
         hooks.capture()                                # keep probs and z of every layer
@@ -27,48 +21,10 @@ from collections.abc import Iterable, Sequence
 from numbers import Integral
 
 import torch
-from torch import nn
-from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-IMPL = "mclib"
+from ..core.attention import IMPL  # importing it registers mclib's attention function
+
 ABLATION_MODES = ("uniform", "batch_mean")
-
-
-def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, scaling: float | None = None,
-                    dropout: float = 0.0, **kwargs):
-    """BERT's eager attention with hook points. q, k, v: `[batch, head, seq, d_head]`.
-
-    Returns `(z [batch, query, head, d_head], probs [batch, head, query, key])`, the
-    layout BertSelfAttention expects from any attention implementation.
-    """
-    scaling = query.size(-1) ** -0.5 if scaling is None else scaling  # module.scaling, passed by BERT
-    if hasattr(module, "q_norm"):  # QK-LayerNorm (model.qk_norm): normalise each head's queries and keys
-        query, key = module.q_norm(query), module.k_norm(key)
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling   # [batch, head, query, key]
-    if attention_mask is not None:
-        scores = scores + attention_mask                          # 0 or dtype min, [batch, 1, query, key]
-    probs = nn.functional.softmax(scores, dim=-1)
-    probs = nn.functional.dropout(probs, p=dropout, training=module.training)
-
-    hooks = getattr(module, "mclib_hooks", None)
-    layer = module.layer_idx
-    if hooks is not None:
-        probs = hooks._ablate(layer, probs)
-    z = torch.matmul(probs, value)                                # [batch, head, query, d_head]
-    if hooks is not None:
-        z = hooks._patch(layer, z)
-        hooks._capture(layer, probs, z)
-    return z.transpose(1, 2).contiguous(), probs
-
-
-# Registered once, at import. The mask function must be registered too: for a name
-# missing from AttentionMaskInterface, BertModel silently drops any attention_mask
-# (masking_utils._preprocess_mask_arguments returns None). eager_mask gives the
-# additive 4-D mask, or None for the all-ones mask this project always uses.
-AttentionInterface.register(IMPL, mclib_attention)
-AttentionMaskInterface.register(IMPL, eager_mask)
 
 
 def paper_heads(pairs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
@@ -191,7 +147,7 @@ class AttentionHooks:
         if not (isinstance(layer, Integral) and 0 <= layer < self.n_layers):
             raise ValueError(f"layer {layer!r} does not exist: the model has {self.n_layers} layers (0-indexed)")
 
-    # --- called from mclib_attention -----------------------------------------------------
+    # --- called from mclib.core.attention.mclib_attention, the hook points -----------------
     def _ablate(self, layer: int, probs: torch.Tensor) -> torch.Tensor:
         heads = self._ablated.get(layer)
         if not heads:

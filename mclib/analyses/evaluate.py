@@ -1,4 +1,5 @@
-"""Evaluation on fresh matrices: every table of the book is one call.
+"""A model on fresh matrices: its losses, with attention hooks (E3-E5), with activation
+patching (E8); and the runs of one task side by side.
 
     evaluate(model, profile.data, 256, seed=0)                                # L, L_obs, L_mask, mask_value
     evaluate(model, profile.data, 512, seed=0, fill_value=0.44)               # + L'_mask (E2)
@@ -9,7 +10,7 @@
 
 The same seed gives the same matrices and masks, so two calls that differ only in the
 intervention compare the model on the same batch. Always eval mode, no gradients,
-fp32; the model's train/eval mode is restored afterwards.
+fp32 (compare_runs can add bf16 autocast); the model's train/eval mode is restored afterwards.
 """
 from __future__ import annotations
 

@@ -157,12 +157,6 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
          "by construction": by_construction}
 
 
-def verdict(paper: float | None, ours: float | None, rtol: float | None = None, spread: float | None = None,
-            se: float | None = None) -> str:
-    """The number rule (`number`) with the old argument names: rtol is the margin."""
-    return number(paper, ours, se=se, spread=spread, margin=rtol)
-
-
 def rules_table():
     """The rules as a table (kind, the positive verdict, margin, rule), from the rule
     functions' docstrings: what the scorecard page shows."""
@@ -220,12 +214,11 @@ def forget_chapter(run_dir: str | Path, chapter: str) -> None:
 
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, margin=None, reference=None,
-          sense=None, values=None, order=None, na: str | None = None, rtol=None) -> str:
+          sense=None, values=None, order=None, na: str | None = None) -> str:
     """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
     "n/a" (e.g. an empty group: nothing to test)."""
     if na:
         return "n/a"
-    margin = rtol if margin is None else margin
     if kind in ("number", "ratio"):
         return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
     if kind == "direction":

@@ -24,6 +24,7 @@ from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
 from .data import MASK_ID, VOCAB_SIZE
 
@@ -64,7 +65,7 @@ class MatrixBert(BertPreTrainedModel):
         for layer in self.bert.encoder.layer:
             attn = layer.attention.self
             attn.scaling = scale * attn.attention_head_size ** -0.5
-            if getattr(config, "qk_norm", False):  # read by mclib.analyses.attention.mclib_attention
+            if getattr(config, "qk_norm", False):  # read by mclib.core.attention.mclib_attention
                 attn.q_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
                 attn.k_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
         self.post_init()
@@ -122,7 +123,6 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
 def attention_for(config: BertConfig, wanted: str) -> str:
     """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
     model with QK-LayerNorm needs mclib's own attention function, the one that applies it."""
-    from ..analyses.attention import IMPL  # registers the function with transformers
     return IMPL if getattr(config, "qk_norm", False) else wanted
 
 

@@ -1,0 +1,79 @@
+"""The layers of mclib import downward only: core knows nothing of analyses or the book,
+and analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__init__.py).
+
+Every module's imports are read with `ast`, lazy imports inside functions included, so an
+arrow that runs upward fails here, naming the file, the line and the import."""
+import ast
+from pathlib import Path
+
+import pytest
+
+MCLIB = Path(__file__).resolve().parents[1] / "mclib"
+LAYERS = ("core", "analyses", "book")  # bottom to top
+
+
+def _module(path: Path, root: Path) -> list[str]:
+    """mclib/core/model.py -> ["mclib", "core", "model"]; a package's __init__ is the package."""
+    parts = ["mclib", *path.relative_to(root).with_suffix("").parts]
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def imports(path: Path, root: Path = MCLIB) -> list[tuple[int, str]]:
+    """(line, absolute dotted name) of every import in the file, lazy ones included."""
+    me = _module(path, root)
+    package = me if path.name == "__init__.py" else me[:-1]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            # `from ..analyses.attention import IMPL` names the module; `from .. import book` names book
+            names = [stem] if layer_of(stem) else [f"{stem}.{a.name}" for a in node.names]
+            found += [(node.lineno, name) for name in names]
+    return found
+
+
+def layer_of(dotted: str) -> str | None:
+    """"mclib.analyses.attention" -> "analyses"; None for anything outside the three layers."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "mclib" and parts[1] in LAYERS else None
+
+
+def upward_imports(root: Path = MCLIB) -> list[str]:
+    """'FILE:LINE imports NAME (LAYER -> LAYER)' for every import of a higher layer."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = layer_of(".".join(_module(path, root)))
+        if here is None:
+            continue
+        for line, name in imports(path, root):
+            there = layer_of(name)
+            if there is not None and LAYERS.index(there) > LAYERS.index(here):
+                bad.append(f"{path.relative_to(root.parent)}:{line} imports {name} ({here} -> {there})")
+    return sorted(set(bad))
+
+
+def test_no_layer_imports_a_higher_one():
+    bad = upward_imports()
+    assert not bad, "imports that run upward (core < analyses < book):\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from ..analyses.attention import IMPL", "mclib/core/x.py:1 imports mclib.analyses.attention (core -> analyses)"),
+    ("import mclib.book.plots", "mclib/core/x.py:1 imports mclib.book.plots (core -> book)"),
+    ("def f():\n    from .. import book", "mclib/core/x.py:2 imports mclib.book (core -> book)"),
+])
+def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, source, expected):
+    root = tmp_path / "mclib"
+    (root / "core").mkdir(parents=True)
+    (root / "core" / "x.py").write_text(source + "\n")
+    (root / "analyses").mkdir()
+    (root / "analyses" / "y.py").write_text("from ..core import x\nfrom ..book.scorecard import record\n")
+    assert expected in upward_imports(root)
+    assert "mclib/analyses/y.py:2 imports mclib.book.scorecard (analyses -> book)" in upward_imports(root)
+    assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
