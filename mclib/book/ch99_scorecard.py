@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from . import scorecard
+from . import reference, scorecard
 from .chapter import departures_table
 from .plots import VERDICT_COLORS, closed, scorecard_plot
 
@@ -53,8 +53,19 @@ def scorecard_shown(rows: list[dict]):
             .set_caption(f"The scorecard: {len(table)} claims."))
 
 
+def reference_shown(rows: list[dict], ch):
+    """Our verdicts beside the paper setting's (`mclib.book.reference`: the newest results/paper-*)."""
+    table = reference.beside(rows, reference.latest())
+    return (table.style.hide(axis="index")
+            .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
+            .map(_colour, subset=["laptop verdict", "paper-setting verdict"])
+            .set_caption(f"Profile {ch.cfg.name} beside the paper's own setting (params/paper.yaml, on a GPU): "
+                         "each row's value and verdict against the paper."))
+
+
 def glued(rows: list[dict], ch) -> dict:
     """The closing sentence's numbers (rows per verdict, all rows), the task note and the figure."""
     verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(rows),
-            "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows))}
+            "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
+            "reference_status": reference.status(reference.latest())}
