@@ -14,15 +14,16 @@ SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
 
 
 def test_the_shipped_profiles_are_the_documented_ones():
-    assert SHIPPED == ["cpu", "cpu-7x7", "paper", "smoke", "smoke-drop"]
+    assert SHIPPED == ["cpu", "cpu-7x7", "gpt", "paper", "smoke", "smoke-drop"]
 
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profiles_load(name):
     p = load_profile(profile_path(name))
     # every profile keeps the paper's task except the default one, which is smaller (params/cpu.yaml),
-    # and the test profile that must drop within minutes (params/smoke-drop.yaml)
-    task = {"cpu": (5, 1, 0.3), "smoke-drop": (3, 1, 0.2)}.get(name, (7, 2, 0.3))
+    # the test profile that must drop within minutes (params/smoke-drop.yaml), and E19's GPT,
+    # on the default book's task (the book runs it on the book's own task: ch08_gpt.gpt_profile)
+    task = {"cpu": (5, 1, 0.3), "gpt": (5, 1, 0.3), "smoke-drop": (3, 1, 0.2)}.get(name, (7, 2, 0.3))
     assert p.name == name and (p.data.n, p.data.rank, p.data.p_mask) == task
 
 
@@ -152,7 +153,7 @@ POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hid
                 "analysis.probe_test", "analysis.freeze_steps", "analysis.nuclear_matrices",
                 "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "model.attn_logit_scale", "train.lr", "train.muon_lr"]
-CHOICES = ["data.dist", "model.attention", "train.precision", "train.optimizer", "train.device", "train.until",
+CHOICES = ["data.dist", "model.attention", "model.kind", "train.precision", "train.optimizer", "train.device", "train.until",
            "checkpoints.place", "checkpoints.keep"]
 RANGE_CHECKS = (
     [(k, 0, f"{k} = 0 must be positive") for k in POSITIVE_INT]
@@ -177,6 +178,7 @@ RANGE_CHECKS = (
         ("analysis.nuclear_p_masks", [0.0], "analysis.nuclear_p_masks has 0.0, outside (0, 1)"),
         ("analysis.seeds", [], "analysis.seeds = [] must name at least one seed"),
         ("analysis.after_drop", -1, "analysis.after_drop = -1 must not be negative"),
+        ("analysis.gpt_steps", 0, "analysis.gpt_steps = 0 must be positive"),
         ("seed", -1, "seed = -1 must not be negative"),
     ])
 # keys whose only check is their type (any value of it is valid)

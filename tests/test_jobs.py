@@ -325,25 +325,42 @@ def test_the_paper_sizes_are_gpu_runs_of_12_layers_by_12_heads():
     for r in runs:
         m = r.profile.model
         assert (m.layers, m.heads, m.hidden, r.profile.train.device) == (12, 12, 768, "cuda")
+        assert (r.profile.train.lr, r.profile.checkpoints.keep) == (5e-5, "analysis")  # the protocol's lr
         assert resources_for(r.profile) == {"GPU": 1}
 
 
 @pytest.mark.slow
 def test_the_paper_sizes_train_a_few_steps_on_the_cpu(tmp_path):
-    """Each setting of sweeps/sizes-gpu.yaml, on the CPU at smoke size (width 48, 3 steps of
-    4 matrices), through the sweep's own worker function: its task, depth and heads train."""
+    """Each setting of sweeps/sizes-gpu.yaml at its full model (12 x 12, hidden 768) on the
+    CPU, 2 steps of 2 matrices, through the sweep's own worker function: its task, depth,
+    heads and lr train, and only the newest checkpoint stays (the sweep's policy)."""
     import dataclasses
 
+    from mclib.core.runs import saved_steps
     from mclib.core.sweep import train_sweep_run
 
-    small = {"train.device": "cpu", "model.hidden": 48, "model.intermediate": 96, "train.batch": 4,
-             "train.eval_batch": 4, "train.steps": 3, "train.save_every": 3, "train.log_every": 1,
-             "train.eval_every": 1, "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 3}
+    few = {"train.device": "cpu", "train.batch": 2, "train.eval_batch": 2, "train.steps": 2, "train.save_every": 1,
+           "train.log_every": 1, "train.eval_every": 1, "checkpoints.pre": 1, "checkpoints.transition": [],
+           "checkpoints.post": 2}
     for run in load_sweep(REPO / "sweeps" / "sizes-gpu.yaml", tmp_path, threads=1):
-        run = dataclasses.replace(run, profile=run.profile.replace(**small))
+        run = dataclasses.replace(run, profile=run.profile.replace(**few))
         row = train_sweep_run(run)
-        assert (row["n"], row["layers"], row["heads"], row["steps_run"]) == (run.profile.data.n, 12, 12, 3)
+        assert (row["n"], row["layers"], row["heads"], row["hidden"], row["lr"], row["steps_run"]) == \
+            (run.profile.data.n, 12, 12, 768, 5e-5, 2)
         assert row["final_L_mask"] == row["final_L_mask"]  # a number, not NaN
+        assert saved_steps(run.run_dir) == [2]
+
+
+def test_a_sweep_row_that_cannot_fit_is_refused_before_it_starts(tmp_path, monkeypatch):
+    from mclib.core import sweep
+
+    monkeypatch.setattr(sweep, "memory_here", lambda device: 4 * 2**30)   # a 4 GiB machine
+    path = _sweep_file(tmp_path / "s.yaml", "base: paper\nseeds: [1]\nsettings:\n  - {name: big, overrides: "
+                                             "{model.layers: 12, model.heads: 12, data.n: 15, data.rank: 4, "
+                                             "train.device: cpu}}\n")
+    with pytest.raises(ConfigError, match=r"^sweep setting big: a run needs about 46\.8 GiB .* has 4\.0 GiB"):
+        sweep.run_sweep(path, runs=tmp_path / "runs")
+    assert not (tmp_path / "runs" / "big-seed1").exists()
 
 
 @pytest.mark.slow

@@ -512,6 +512,39 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 50,
     return fig
 
 
+def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: int, drops: dict,
+                    bert_drop: int | None = None, smooth: int = 50) -> plt.Figure:
+    """E19: each GPT run's L (seed 1's L_obs and L_mask too) beside the BERT run's L and
+    L_mask, against training steps (left) and matrices seen (right; the two models' batches
+    may differ); log scale, mean over `smooth` steps, each drop a dashed line, E[X²] dotted."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, per in zip(axes, ("step", "matrix")):
+        scale_g, scale_b = (1, 1) if per == "step" else (gpt_batch, bert_batch)
+        for i, (seed, m) in enumerate(curves.items()):
+            x = m["step"] * scale_g
+            ax.plot(x, m["L"].rolling(smooth, min_periods=1).mean(), color=f"C{i}", lw=1.2,
+                    label=f"GPT seed {seed}: L" + (f", drop at step {drops[seed]:,}" if drops.get(seed) else ", no drop"))
+            if i == 0:
+                for col, ls in (("L_obs", "-."), ("L_mask", ":")):
+                    ax.plot(x, m[col].rolling(smooth, min_periods=1).mean(), color="C0", ls=ls, lw=1,
+                            label=f"GPT seed {seed}: {col}")
+            if drops.get(seed):
+                ax.axvline(drops[seed] * scale_g, color=f"C{i}", ls="--", lw=0.8)
+        xb = bert["step"] * scale_b
+        for col, colour in (("L", "dimgrey"), ("L_mask", "black")):
+            ax.plot(xb, bert[col].rolling(smooth, min_periods=1).mean(), color=colour, lw=1.2, label=f"BERT: {col}")
+        if bert_drop is not None:
+            ax.axvline(bert_drop * scale_b, color="black", ls="--", lw=0.8)
+        ax.axhline(copy_level(rank), color="grey", ls=":", lw=1)
+        ax.set(xscale="log", yscale="log", xlabel="training step" if per == "step" else "matrices seen",
+               title=f"against {'steps' if per == 'step' else 'matrices seen'}")
+    axes[0].set_ylabel(f"MSE (mean over {smooth} steps)")
+    axes[1].legend(fontsize=7, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
 def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop: int | None = None,
                     ncols: int = 4, title: str = "Progress measures during training") -> plt.Figure:
     """One panel per measure: its progress against step (`norm` as from

@@ -29,6 +29,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
+    kind: str = "bert"      # "bert" (the paper's encoder) or "gpt" (the decoder of E19, mclib.core.gpt)
     layers: int = 4
     heads: int = 8
     hidden: int = 768
@@ -104,6 +105,7 @@ class Analysis:
     ood_matrices: int = 1024        # E18
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
     after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
+    gpt_steps: int | None = None    # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
     download_checkpoint: bool = False  # offer a final checkpoint over 50 MB as a download in the site (a GPU run's)
 
 
@@ -133,12 +135,14 @@ class Profile:
         return profile_from_dict(d)
 
 
+BERT_ONLY = {"position_init_std": None, "attn_logit_scale": 1.0, "qk_norm": False, "attention": "sdpa"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
 _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
     ("model", "attention"): ("sdpa", "eager"),
+    ("model", "kind"): ("bert", "gpt"),
     ("train", "precision"): PRECISIONS,
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
@@ -218,6 +222,10 @@ def _validate(p: Profile) -> None:
         raise ConfigError(f"data.mix_rank = {d.mix_rank!r} is outside 1..data.n = {d.n}")
     if not 0 <= d.p_mask < 1:
         raise ConfigError(f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
+    if m.kind == "gpt":  # BERT's levers have no meaning in the GPT-2 classes
+        for key, default in BERT_ONLY.items():
+            if getattr(m, key) != default:
+                raise ConfigError(f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such lever")
     if m.hidden % m.heads:
         raise ConfigError(f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}")
     if m.position_init_std is not None and m.position_init_std <= 0:
@@ -241,6 +249,8 @@ def _validate(p: Profile) -> None:
             raise ConfigError(f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
     if not p.analysis.seeds:
         raise ConfigError("analysis.seeds = [] must name at least one seed")
+    if p.analysis.gpt_steps is not None and p.analysis.gpt_steps <= 0:
+        raise ConfigError(f"analysis.gpt_steps = {p.analysis.gpt_steps!r} must be positive")
     if p.analysis.after_drop is not None and p.analysis.after_drop < 0:
         raise ConfigError(f"analysis.after_drop = {p.analysis.after_drop!r} must not be negative")
     if p.seed < 0:

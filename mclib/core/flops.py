@@ -46,3 +46,20 @@ def authors_step_flops(cfg: ModelConfig, n: int, batch: int, eval_batch: int = 6
     """The authors' step: a training step, then a forward pass on the same batch after the
     update and one on `eval_batch` fresh matrices (docs/protocol.md, §1.4)."""
     return train_step_flops(cfg, n, batch) + forward_flops(cfg, n, batch) + forward_flops(cfg, n, eval_batch)
+
+
+def train_memory_bytes(profile) -> int:
+    """Bytes a training run of `profile` holds at its peak, estimated (an upper bound, for
+    refusing a run that cannot fit before it starts; not a measurement): fp32 weights,
+    gradients and Adam's two moments (16 bytes a parameter), plus the activations the
+    backward keeps, per layer 4 bytes × (T·(8·hidden + 2·intermediate) + 2·batch·heads·s²)
+    with s = n² tokens a matrix and T = batch·s (the inputs of the four attention
+    products, the two layer norms and the MLP, and the attention scores and probabilities
+    as eager attention keeps them; sdpa keeps less)."""
+    m, d, t = profile.model, profile.data, profile.train
+    s = d.n * d.n
+    tokens = t.batch * s
+    embeddings = (2002 + s + 1) * m.hidden
+    params = matmul_params(m) + embeddings + m.layers * (4 * m.hidden + m.intermediate + 4 * m.hidden)
+    per_layer = tokens * (8 * m.hidden + 2 * m.intermediate) + 2 * t.batch * m.heads * s * s
+    return 16 * params + 4 * m.layers * per_layer

@@ -12,6 +12,10 @@ import torch
 from .data import copy_level
 
 LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
+# Where a model's drop is read (`find_drop`'s column), by model.kind: BERT's in L_mask (it
+# starts completing); E19's GPT's in L, where the paper reads its drop (it starts copying the
+# observed entries; mclib.core.gpt).
+DROP_COLUMN = {"bert": "L_mask", "gpt": "L"}
 COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
 PLATEAU_BAND = 0.2  # L_mask within 20 % of E[X²]: the masked outputs stay near 0, as a copying model's
 

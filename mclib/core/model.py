@@ -113,7 +113,11 @@ def eval_mode(model):
 
 
 def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
-    """A freshly initialised model; the seed fixes the init."""
+    """A freshly initialised model; the seed fixes the init. `model.kind: gpt` builds
+    E19's decoder (`mclib.core.gpt.MatrixGPT`) instead."""
+    if cfg.kind == "gpt":
+        from .gpt import build_gpt
+        return build_gpt(cfg, n, seed)
     torch.manual_seed(seed)
     config = bert_config(cfg, n)
     config._attn_implementation = attention_for(config, cfg.attention)
@@ -127,7 +131,14 @@ def attention_for(config: BertConfig, wanted: str) -> str:
 
 
 def load_model(path, attention: str = "sdpa") -> MatrixBert:
-    """A saved model (a folder with config.json + model.safetensors), in eval mode."""
+    """A saved model (a folder with config.json + model.safetensors), in eval mode: a
+    `MatrixBert`, or a `MatrixGPT` where config.json says gpt2."""
+    import json
+    from pathlib import Path
+
+    if json.loads((Path(path) / "config.json").read_text()).get("model_type") == "gpt2":
+        from .gpt import load_gpt
+        return load_gpt(path)
     model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(BertConfig.from_pretrained(path), attention))
     # from_pretrained turns requires_grad back on; the token types stay frozen.
     model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)

@@ -34,7 +34,7 @@ import yaml
 
 from .config import Checkpoints, ConfigError, Profile, profile_from_dict
 from .data import copy_level
-from .metrics import converged, find_drop
+from .metrics import DROP_COLUMN, converged, find_drop
 from .model import MatrixBert, load_model
 
 END = "end.json"
@@ -124,7 +124,12 @@ def run_profile(run_dir: str | Path) -> Profile:
 
 
 def _curve(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
+    return pd.DataFrame({k: [r[k] for r in rows] for k in ("step", "L", "L_mask")})
+
+
+def drop_column(profile: Profile) -> str:
+    """The loss column a run's drop is read in (`mclib.core.metrics.DROP_COLUMN`)."""
+    return DROP_COLUMN[profile.model.kind]
 
 
 def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
@@ -134,7 +139,9 @@ def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
     t, rank = profile.train, profile.data.rank
     if t.until != "converged":
         return None
-    return lambda rows: bool(rows) and converged(_curve(rows), rank, t.patience, t.min_improvement) is not None
+    column = drop_column(profile)
+    return lambda rows: bool(rows) and converged(_curve(rows), rank, t.patience, t.min_improvement,
+                                                 column=column) is not None
 
 
 def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
@@ -201,7 +208,7 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
     t = profile.train
     rule = convergence_stop(profile)
     curve = _curve(rows)
-    drop = find_drop(curve, rank=profile.data.rank) if rows else None
+    drop = find_drop(curve, rank=profile.data.rank, column=drop_column(profile)) if rows else None
     if rule is not None and rule(rows):
         ended = "converged"
     elif step >= t.steps:
@@ -473,7 +480,7 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     if newest_only:
         keep = {newest}
     else:
-        drop = find_drop(_curve(rows), rank=profile.data.rank) if rows else None
+        drop = find_drop(_curve(rows), rank=profile.data.rank, column=drop_column(profile)) if rows else None
         keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())

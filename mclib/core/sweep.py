@@ -179,10 +179,12 @@ def _start_wall(run: SweepRun) -> float:
 
 def train_sweep_run(run: SweepRun) -> dict:
     """Train (or resume, or find stopped) one run of a sweep; its results row. Runs on a worker."""
+    from .runs import drop_column
     from .train import stop_after_drop, train
 
     wall0 = _start_wall(run)
-    past_drop = stop_after_drop(run.profile.data.rank, run.after_drop) if run.after_drop is not None else None
+    past_drop = (stop_after_drop(run.profile.data.rank, run.after_drop, drop_column(run.profile))
+                 if run.after_drop is not None else None)
     cap = None if run.cap_minutes is None else 60 * run.cap_minutes
     told = [0.0]
 
@@ -209,7 +211,7 @@ def setting_columns(profile: Profile) -> dict:
     d, m, t = profile.data, profile.model, profile.train
     return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask, "mix_rank": d.mix_rank if d.mix_fraction else None,
             "mix_fraction": d.mix_fraction,
-            "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
+            "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
             "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
             "qk_norm": m.qk_norm,
             "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
@@ -220,11 +222,11 @@ def summarise(run: SweepRun) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
     from .metrics import find_drop, plateau_stats
-    from .runs import load_metrics, run_profile
+    from .runs import drop_column, load_metrics, run_profile
 
     profile = run_profile(run.run_dir)
     m = load_metrics(run.run_dir)
-    drop = find_drop(m, profile.data.rank)
+    drop = find_drop(m, profile.data.rank, column=drop_column(profile))
     wall = float(m["wall"].dropna().iloc[-1])
     steps = int(m["step"].iloc[-1])
     ms_per_step = 1000 * wall / steps
@@ -269,6 +271,33 @@ def _progress_line(name: str, done: int, failed: int, waiting: int, running: dic
             f"{failed} failed, {waiting} waiting")
 
 
+def memory_here(device: str) -> int | None:
+    """Bytes of memory a run on `device` can have on this machine: the first GPU's, or the
+    physical RAM (None: unknown)."""
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_fits(runs: list[SweepRun]) -> None:
+    """Refuse, with one line naming the setting and its estimated size, a sweep whose rows
+    would not fit in this machine's memory (`mclib.core.flops.train_memory_bytes`, an upper
+    bound); a sweep sent to another cluster is checked by nobody here."""
+    from .flops import train_memory_bytes
+
+    for r in runs:
+        need, have = train_memory_bytes(r.profile), memory_here(r.profile.train.device)
+        if have is not None and need > have:
+            raise ConfigError(f"sweep setting {r.setting}: a run needs about {need / 2**30:.1f} GiB "
+                              f"(mclib.core.flops.train_memory_bytes) but {r.profile.train.device} here has "
+                              f"{have / 2**30:.1f} GiB; make train.batch or the model smaller")
+
+
 def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "runs/sweep",
               results: str | Path | None = None, figure: str | Path | None = None, threads: int | None = None,
               progress_every: float = 30.0, out=None) -> int:
@@ -276,7 +305,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     Progress lines go to `out` (default: sys.stdout)."""
     out = out or sys.stdout
     from .jobs import cluster as dask_cluster
-    from .jobs import needs_gpu
+    from .jobs import needs_gpu, resolve_address
 
     path = Path(path)
     from .train import with_device
@@ -293,6 +322,8 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     done, failed = len(todo) - len(pending), []
     print(f"sweep {path.name}: {len(todo)} runs, {done} already in {results}, {len(pending)} to train", file=out,
           flush=True)
+    if pending and resolve_address(cluster) is None:
+        check_fits(pending)  # this machine trains them: refuse a row that cannot fit, before any starts
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:

@@ -183,7 +183,7 @@ def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
     task_from: the losses returned are those of matrices task_from... (the profile's task
     when an easier one is mixed into the first rows); the gradient is the whole batch's."""
     with autocast(device, precision):
-        pred = model(batch.tokens).view_as(batch.x)
+        pred = predict(model, batch)
     ls = losses(pred[task_from:], batch.x[task_from:], batch.mask[task_from:])
     opt.zero_grad(set_to_none=True)
     (ls["L"] if not task_from else ((pred.float() - batch.x) ** 2).mean()).backward()
@@ -192,6 +192,14 @@ def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
         torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
     opt.step()
     return torch.stack([ls[k].detach() for k in LOSS_NAMES])
+
+
+def predict(model, batch: Batch) -> torch.Tensor:
+    """`[batch, n, n]`: the model's values for `batch` (BERT reads the masked tokens; E19's
+    teacher-forced GPT, `mclib.core.gpt`, the whole batch)."""
+    if getattr(model, "teacher_forced", False):
+        return model(batch)
+    return model(batch.tokens).view_as(batch.x)
 
 
 def lr_at(step: int, base_lr: float, warmup: int) -> float:
@@ -238,7 +246,7 @@ def stack_key(profile: Profile) -> tuple:
     architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
     counts and frozen groups may differ."""
     m, d, t = profile.model, profile.data, profile.train
-    return (m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, m.qk_norm, d.n, d.mix_fraction, t.batch, t.precision,
+    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, m.qk_norm, d.n, d.mix_fraction, t.batch, t.precision,
             str(resolve_device(t.device)), t.fast, t.compile, t.threads)
 
 
@@ -267,6 +275,8 @@ def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
 def fast_path_refusal(profile: Profile) -> str | None:
     """Why `profile` cannot take the stacked path (None: it can). A refusal is printed
     once, as a one-line notice, and the run trains on the reference path."""
+    if profile.model.kind != "bert":
+        return f"train.fast: model.kind {profile.model.kind!r} runs on the reference path (the stacked path is BERT's)"
     if profile.train.optimizer != "adam":
         return f"train.fast: optimizer {profile.train.optimizer!r} runs on the reference path (the stacked path has Adam only)"
     return None
@@ -385,7 +395,7 @@ class _ReferenceEngine:
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
         model = self.run.model.eval()
-        pred = model(batches[0].tokens).view_as(batches[0].x)
+        pred = predict(model, batches[0])
         model.train()
         return torch.stack([v for v in losses(pred, batches[0].x, batches[0].mask).values()]).unsqueeze(0)
 
@@ -577,12 +587,12 @@ def _train(jobs: list[Job], progress: bool) -> None:
     bar.close()
 
 
-def stop_after_drop(rank: int, after: int) -> Callable[[list[dict]], bool]:
+def stop_after_drop(rank: int, after: int, column: str = "L_mask") -> Callable[[list[dict]], bool]:
     """A `stop` for `train`: true once the run is `after` steps past its drop
-    (`mclib.core.metrics.find_drop`); a run that never drops trains to its last step."""
+    (`mclib.core.metrics.find_drop` in `column`); a run that never drops trains to its last step."""
     def stop(rows: list[dict]) -> bool:
-        curve = pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
-        drop = find_drop(curve, rank=rank)
+        curve = pd.DataFrame({"step": [r["step"] for r in rows], column: [r[column] for r in rows]})
+        drop = find_drop(curve, rank=rank, column=column)
         return drop is not None and rows[-1]["step"] >= drop + after
     return stop
 

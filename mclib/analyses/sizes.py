@@ -1,0 +1,95 @@
+"""Model size (E20): the appendix's width and depth claims, tested on a sweep's results
+table (one row per run: `mclib.core.sweep`'s columns), and the large models' final losses.
+
+The appendix (NeurIPS version, Figs. 13-14, on 7×7 rank 2 with the 4-layer model) says:
+- width: hidden 64 is too small for accurate completion, 128 sub-optimal: wider is better;
+- depth: 6 layers drop earlier than 4; 8 or 12 add little.
+At laptop scale (sweeps/width-depth.yaml: n×n rank 1, widths 32/64/128 at 4 layers, depths
+2/4/6/8 at width 64) each becomes a ratio of two settings' seed means, with its standard
+error by the delta method (`ratio_of_means`).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from ..core.data import copy_level
+
+
+def by_setting(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per (n, rank, hidden, layers): seeds run, drop step (mean, sd; NaN where a
+    seed did not drop, counted in `dropped`), drop in matrices and minutes, final L_mask
+    over E[X²] (mean, sd), and how far the runs went."""
+    t = table.copy()
+    t["final_over_level"] = t["final_L_mask"] / t["rank"].map(copy_level)
+    t["drop_matrices"] = t["drop_step"] * t["batch"]
+    g = t.groupby(["n", "rank", "hidden", "layers"], sort=True)
+    out = g.agg(seeds=("seed", "count"), dropped=("drop_step", "count"),
+                drop_step=("drop_step", "mean"), drop_step_sd=("drop_step", "std"),
+                drop_matrices=("drop_matrices", "mean"), drop_minutes=("drop_minutes", "mean"),
+                final_over_level=("final_over_level", "mean"), final_sd=("final_over_level", "std"),
+                steps_run=("steps_run", "max"))
+    return out.reset_index()
+
+
+def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
+    """mean(a) / mean(b) and its standard error (delta method, independent seeds; a lone
+    seed contributes no error). NaN when either side has no value."""
+    a, b = a.dropna().astype(float), b.dropna().astype(float)
+    if a.empty or b.empty or b.mean() == 0:
+        return math.nan, math.nan
+    r = a.mean() / b.mean()
+    rel = lambda x: (x.std(ddof=1) / math.sqrt(len(x)) / x.mean()) ** 2 if len(x) > 1 else 0.0
+    return float(r), float(abs(r) * math.sqrt(rel(a) + rel(b)))
+
+
+def _runs(table: pd.DataFrame, n: int, hidden: int, layers: int) -> pd.DataFrame:
+    return table[(table["n"] == n) & (table["hidden"] == hidden) & (table["layers"] == layers)]
+
+
+def width_ratio(table: pd.DataFrame, n: int, wide: int = 128, narrow: int = 32, layers: int = 4):
+    """Final L_mask at `wide` over at `narrow` (4 layers): below 1 means wider is better."""
+    a, b = _runs(table, n, wide, layers), _runs(table, n, narrow, layers)
+    return ratio_of_means(a["final_L_mask"], b["final_L_mask"]), len(a), len(b)
+
+
+def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
+    """Drop step at `deep` layers over at `shallow` (width 64), over the seeds that dropped;
+    a setting none of whose seeds dropped gives NaN (and its count of seeds)."""
+    a, b = _runs(table, n, hidden, deep), _runs(table, n, hidden, shallow)
+    return ratio_of_means(a["drop_step"], b["drop_step"]), len(a), len(b)
+
+
+def claims(table: pd.DataFrame) -> list[dict]:
+    """The appendix's three claims per task size in the table: {task, claim, ours, se,
+    seeds, note}; ours NaN where a setting is missing or never dropped (the note says)."""
+    out = []
+    for n in sorted(table["n"].unique()):
+        (r, se), ka, kb = width_ratio(table, n)
+        out.append({"n": int(n), "claim": "wider is better: final L_mask at hidden 128 / at hidden 32",
+                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0})
+        (r, se), ka, kb = depth_ratio(table, n, 6, 4)
+        out.append({"n": int(n), "claim": "6 layers drop earlier than 4: drop step at 6 layers / at 4",
+                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0})
+        (r, se), ka, kb = depth_ratio(table, n, 8, 6)
+        out.append({"n": int(n), "claim": "more layers add little: drop step at 8 layers / at 6",
+                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "about", "reference": 1.0})
+    return out
+
+
+def large_model_finals(table: pd.DataFrame) -> pd.DataFrame:
+    """E20's 12-layer runs: per setting, the task, the steps run and the final total MSE L
+    (mean over the last 10 % of steps, from the sweep's final L_obs and L_mask pooled by
+    p_mask), against the paper's "of the order of 1e-3"."""
+    t = table.copy()
+    t["final_L"] = (1 - t["p_mask"]) * t["final_L_obs"] + t["p_mask"] * t["final_L_mask"]
+    return t[["setting", "seed", "n", "rank", "layers", "heads", "hidden", "lr", "steps_run", "drop_step",
+              "final_L"]].reset_index(drop=True)
+
+
+def order_of_magnitude(values: pd.Series) -> float:
+    """The mean of log10 of the values: -3 for "of the order of 1e-3"."""
+    v = values.dropna().astype(float)
+    return float(np.log10(v).mean()) if len(v) else math.nan

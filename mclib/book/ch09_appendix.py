@@ -1,0 +1,131 @@
+"""Chapter 09_appendix (book/09_appendix.ipynb): E20, model size. The appendix's width and
+depth claims tested at laptop scale on committed sweep data, and the paper's 12-layer models
+on larger matrices, shown when a GPU has run them.
+
+    wd = width_depth()                     # docs/data/width_depth.csv, or None
+    width_depth_shown(wd)                  # per setting: seeds, drop, final L_mask / E[X²]
+    width_depth_figure(wd)
+    large = large_models(ch)               # results/sizes-gpu.csv or the book's runs/sweep/, or None
+    large_shown(large)
+    glue, rows = readings(ch, wd, large)   # E20's scorecard rows
+    scorecard_table(ch, rows)
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from ..analyses.sizes import by_setting, claims, large_model_finals, order_of_magnitude
+from .chapter import Chapter
+from .reference import REPO
+from .scorecard import CUT, claim, recorded_table
+
+CHAPTER = "09_appendix"
+WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"
+SIZES_GPU = REPO / "results" / "sizes-gpu.csv"
+WIDTH_DEPTH_COMMAND = ("taskset -c 1 python -m mclib sweep sweeps/width-depth.yaml "
+                       "--results docs/data/width_depth.csv --figure docs/figures/width_depth.png")
+SIZES_GPU_COMMAND = "python -m mclib sweep sweeps/sizes-gpu.yaml --results results/sizes-gpu.csv   # on a GPU machine"
+ORDER = -2.0   # "of the order of 1e-3": the mean log10 of the final total MSE below -2 (under 1e-2)
+
+
+def width_depth(path: Path = WIDTH_DEPTH) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def width_depth_shown(wd: pd.DataFrame | None):
+    if wd is None:
+        return f"No width/depth data yet: `{WIDTH_DEPTH_COMMAND}` produces it."
+    table = by_setting(wd)
+    return (table.style.hide(axis="index").format(precision=3, na_rep="—")
+            .format({"drop_step": "{:,.0f}", "drop_step_sd": "{:,.0f}", "drop_matrices": "{:,.0f}",
+                     "steps_run": "{:,.0f}"}, na_rep="—")
+            .set_caption("sweeps/width-depth.yaml, per setting: seeds run and dropped, the drop step (mean and "
+                         "standard deviation over the seeds that dropped), in matrices and minutes, final L_mask "
+                         "over E[X²] (mean, sd), and the longest run. On n×n matrices of rank 1 (not the paper's "
+                         "7×7 rank 2), the `cpu` recipe otherwise; one thread a run."))
+
+
+def width_depth_figure(wd: pd.DataFrame | None):
+    """Final L_mask / E[X²] against width, and the drop step against depth, per task size;
+    error bars: the standard deviation over seeds."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    if wd is not None:
+        t = by_setting(wd)
+        for i, n in enumerate(sorted(t["n"].unique())):
+            w = t[(t["n"] == n) & (t["layers"] == 4)].sort_values("hidden")
+            left.errorbar(w["hidden"], w["final_over_level"], yerr=w["final_sd"].fillna(0), marker="o", capsize=3,
+                          color=f"C{i}", label=f"{n}×{n}, rank 1")
+            d = t[(t["n"] == n) & (t["hidden"] == 64)].sort_values("layers")
+            right.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o", capsize=3,
+                           color=f"C{i}", label=f"{n}×{n}, rank 1")
+        left.legend(fontsize=8)
+    left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²]",
+             title="width")
+    right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
+    fig.tight_layout()
+    return fig
+
+
+def large_models(ch: Chapter) -> pd.DataFrame | None:
+    """E20's 12-layer runs: committed results/sizes-gpu.csv, else the book's own
+    runs/sweep/sizes-gpu.csv (a sweep run here), else None."""
+    for path in (SIZES_GPU, ch.run_dir.parent / "sweep" / "sizes-gpu.csv"):
+        if path.is_file():
+            return large_model_finals(pd.read_csv(path))
+    return None
+
+
+def large_shown(large: pd.DataFrame | None):
+    if large is None:
+        return (f"Not run yet: it needs a GPU (up to ~47 GiB a run at 15×15). `{SIZES_GPU_COMMAND}` trains the "
+                "four settings of sweeps/sizes-gpu.yaml (12 layers × 12 heads, hidden 768, Adam 5e-5) and writes "
+                "the table this page then shows.")
+    return (large.style.hide(axis="index").format({"final_L": "{:.2e}", "lr": "{:g}"}, na_rep="—")
+            .set_caption("The 12-layer, 12-head models on larger matrices: final total MSE L (the last 10 % of "
+                         "steps) per run."))
+
+
+def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -> tuple[dict, list[dict]]:
+    """E20's rows: per task size in the width/depth table, the three appendix claims as
+    ratios (two directions below 1, one ratio near 1), each n/a until its settings have
+    rows; and the large models' order of magnitude (n/a until a GPU has run them)."""
+    rows = []
+    for c in claims(wd) if wd is not None else []:
+        task = f"{c['n']}×{c['n']} rank 1"
+        quantity = f"{c['claim']} ({task}; laptop scale)"
+        seeds = c["seeds"]
+        missing = seeds.startswith("0 ") or seeds.endswith(" 0")
+        ours = None if math.isnan(c["ours"]) else c["ours"]
+        reading = f"seeds {seeds}; the paper's claim is on 7×7 rank 2 at width 768-scale models"
+        if c["sense"] == "about":
+            rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"],
+                              na="not measured yet (the sweep has no rows for one of the two settings)"
+                              if missing else None))
+        else:
+            rows.append(claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below",
+                              se=c["se"], margin=CUT,
+                              na="not measured yet (the sweep has no rows for one of the two settings)"
+                              if missing else None))
+    if wd is None:
+        rows.append(claim("E20", "width and depth at laptop scale", None, "", kind="direction", reference=1.0,
+                          sense="below", na=f"not run yet: {WIDTH_DEPTH_COMMAND}"))
+    magnitude = order_of_magnitude(large["final_L"]) if large is not None else math.nan
+    rows.append(claim("E20", "12-layer models on 7×7 r2 … 15×15 r4: mean log10 of the final total MSE "
+                             "(the paper: of the order of 1e-3, i.e. about -3)",
+                      None if math.isnan(magnitude) else magnitude,
+                      f"below {ORDER:g} (under 1e-2; the book's cut-off for 'of the order of 1e-3')",
+                      kind="direction", reference=ORDER, sense="below", margin=CUT,
+                      na=None if large is not None else "not run: it needs a GPU (sweeps/sizes-gpu.yaml)"))
+    found = {"wd_runs": str(0 if wd is None else len(wd)), "large_runs": str(0 if large is None else len(large))}
+    return found, rows
+
+
+def scorecard_table(ch: Chapter, rows: list[dict]):
+    """The rows, recorded (`recorded_table`), with their verdicts."""
+    return recorded_table(ch.run_dir, rows, CHAPTER)

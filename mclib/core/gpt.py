@@ -1,0 +1,88 @@
+"""The GPT variant of the paper's appendix (E19): a causal decoder built from transformers'
+GPT-2 classes that reads the masked matrix, a separator, then the full matrix, and is
+trained with teacher forcing to predict each entry of the full matrix.
+
+    tokens   [batch, 2·n² + 1] = masked matrix (positions 0 … n² - 1, MASK_ID where masked),
+             SEP (position n²), X (positions n² + 1 … 2·n², no mask)
+    position n² + k (the SEP for k = 0, else the token of entry k - 1) predicts entry k of X
+    values   [batch, n, n]  the predictions of the n² entries: the output at positions
+             n² … 2·n² - 1 (the last token, entry n² - 1, predicts nothing)
+
+Its loss is the MSE over those n² predictions (`mclib.core.metrics.losses`, pooled): L over
+all of them, L_obs over the entries observed in the prompt (the model can copy them from
+there), L_mask over the masked ones (it must complete them; with teacher forcing, the true
+values of the entries before k are in its input). The paper trains it with cross-entropy
+over tokens; we use the BERT chapters' MSE on values (a linear read-out on every position,
+as `MatrixBert`), so that the two models' losses are the same quantities (book chapter 08).
+
+Same vocabulary as BERT (values on the 0.01 grid, MASK_ID 0), plus the separator SEP_ID =
+VOCAB_SIZE. No dropout. A checkpoint is an HF folder (`MatrixGPT.from_pretrained`).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import GPT2Config, GPT2Model, GPT2PreTrainedModel
+
+from .config import ModelConfig
+from .data import VOCAB_SIZE, Batch, tokenize
+
+SEP_ID = VOCAB_SIZE
+
+
+def gpt_config(cfg: ModelConfig, n: int) -> GPT2Config:
+    return GPT2Config(
+        vocab_size=VOCAB_SIZE + 1, n_positions=2 * n * n + 1, n_embd=cfg.hidden, n_layer=cfg.layers,
+        n_head=cfg.heads, n_inner=cfg.intermediate, activation_function="gelu",
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
+        initializer_range=cfg.init_std, matrix_n=n, bos_token_id=SEP_ID, eos_token_id=SEP_ID)
+
+
+def prompt(batch: Batch) -> torch.Tensor:
+    """`[batch, 2·n² + 1]`: the masked matrix's tokens, SEP, then the full matrix's tokens."""
+    full = tokenize(batch.x).flatten(1)
+    sep = torch.full_like(full[:, :1], SEP_ID)
+    return torch.cat([batch.tokens, sep, full], dim=1)
+
+
+class MatrixGPT(GPT2PreTrainedModel):
+    """`Batch -> values [batch, n, n]`: the teacher-forced predictions of the full matrix."""
+
+    teacher_forced = True  # the training step hands it the whole batch (`mclib.core.train.predict`)
+
+    def __init__(self, config: GPT2Config):
+        super().__init__(config)
+        self.gpt = GPT2Model(config)
+        self.readout = nn.Linear(config.n_embd, 1)
+        self.post_init()
+
+    def _init_weights(self, module):
+        if module is self.readout:
+            return  # PyTorch's default nn.Linear init, as MatrixBert's read-out
+        super()._init_weights(module)
+
+    def forward(self, batch: Batch, **kwargs) -> torch.Tensor:
+        n2 = batch.tokens.shape[1]
+        hidden = self.gpt(input_ids=prompt(batch), **kwargs).last_hidden_state   # [batch, 2n²+1, hidden]
+        return self.readout(hidden[:, n2: 2 * n2]).squeeze(-1).view_as(batch.x)   # SEP … entry n² - 2
+
+    def attentions(self, batch: Batch) -> tuple[torch.Tensor, ...]:
+        """Each layer's attention `[batch, head, query, key]` over the whole prompt (eager attention)."""
+        impl = self.config._attn_implementation
+        self.config._attn_implementation = "eager"
+        try:
+            return self.gpt(input_ids=prompt(batch), output_attentions=True).attentions
+        finally:
+            self.config._attn_implementation = impl
+
+
+def build_gpt(cfg: ModelConfig, n: int, seed: int) -> MatrixGPT:
+    """A freshly initialised GPT; the seed fixes the init."""
+    torch.manual_seed(seed)
+    config = gpt_config(cfg, n)
+    config._attn_implementation = "sdpa"
+    return MatrixGPT(config)
+
+
+def load_gpt(path) -> MatrixGPT:
+    return MatrixGPT.from_pretrained(path, attn_implementation="sdpa").eval()

@@ -1,0 +1,93 @@
+"""Chapter 09 (E20): the width/depth claims and the large models' rows, on tables made to
+order, each able to come out "differs" or "n/a"; and the chapter on the committed data."""
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from mclib.analyses.sizes import by_setting, claims, ratio_of_means
+from mclib.book import ch09_appendix as chapter
+from mclib.core.config import load_profile, profile_path
+
+
+def _table(final_by_width: dict, drop_by_depth: dict, n: int = 5, seeds=(1, 2, 3)) -> pd.DataFrame:
+    rows = []
+    for hidden, final in final_by_width.items():
+        for s in seeds:
+            rows.append({"n": n, "rank": 1, "hidden": hidden, "layers": 4, "seed": s, "batch": 64,
+                         "drop_step": drop_by_depth.get(4, 10_000) + 100 * s, "drop_minutes": 10.0,
+                         "final_L_mask": final * (1 + 0.01 * s), "steps_run": 20_000})
+    for layers, drop in drop_by_depth.items():
+        if layers == 4:
+            continue
+        for s in seeds:
+            rows.append({"n": n, "rank": 1, "hidden": 64, "layers": layers, "seed": s, "batch": 64,
+                         "drop_step": None if drop is None else drop + 100 * s, "drop_minutes": 10.0,
+                         "final_L_mask": 0.01, "steps_run": 20_000})
+    return pd.DataFrame(rows)
+
+
+def _ch(tmp_path):
+    return SimpleNamespace(cfg=load_profile(profile_path("cpu")), run_dir=tmp_path)
+
+
+def _verdicts(tmp_path, wd, large=None):
+    ch = _ch(tmp_path)
+    _, rows = chapter.readings(ch, wd, large)
+    return {r["quantity"].split(":")[0]: r["verdict"] for r in chapter.scorecard_table(ch, rows).data.to_dict("records")}
+
+
+def test_the_appendix_picture_agrees(tmp_path):
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: 10_000, 6: 7_000, 8: 7_100})
+    v = _verdicts(tmp_path, wd)
+    assert v["wider is better"] == "same direction"
+    assert v["6 layers drop earlier than 4"] == "same direction"
+    assert v["more layers add little"] == "matches"
+    assert v["12-layer models on 7×7 r2 … 15×15 r4"] == "n/a"
+
+
+def test_each_claim_can_differ(tmp_path):
+    wd = _table({32: 0.01, 64: 0.03, 128: 0.05}, {4: 10_000, 6: 13_000, 8: 26_000})  # narrower better, deeper later
+    v = _verdicts(tmp_path, wd)
+    assert v["wider is better"] == v["6 layers drop earlier than 4"] == "differs"
+    assert v["more layers add little"] == "differs"
+    never = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: None})       # 6 layers never drop
+    assert _verdicts(tmp_path, never)["6 layers drop earlier than 4"] == "differs"
+
+
+def test_a_setting_not_run_yet_is_na(tmp_path):
+    wd = _table({64: 0.02}, {4: 10_000})
+    v = _verdicts(tmp_path, wd)
+    assert v["wider is better"] == v["6 layers drop earlier than 4"] == v["more layers add little"] == "n/a"
+
+
+def test_the_large_models_order_of_magnitude(tmp_path):
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000})
+    ok = pd.DataFrame({"final_L": [1e-3, 2e-3, 8e-4, 3e-3]})
+    bad = pd.DataFrame({"final_L": [1e-3, 2e-1, 3e-1, 5e-2]})
+    assert _verdicts(tmp_path, wd, ok)["12-layer models on 7×7 r2 … 15×15 r4"] == "same direction"
+    assert _verdicts(tmp_path, wd, bad)["12-layer models on 7×7 r2 … 15×15 r4"] == "differs"
+
+
+def test_ratio_of_means_and_its_error():
+    r, se = ratio_of_means(pd.Series([2.0, 2.2, 1.8]), pd.Series([1.0, 1.0, 1.0]))
+    assert r == pytest.approx(2.0) and se == pytest.approx(2.0 * (0.2 / 3 ** 0.5) / 2.0)
+    assert math.isnan(ratio_of_means(pd.Series([None], dtype=float), pd.Series([1.0]))[0])
+
+
+def test_by_setting_counts_the_seeds_that_dropped():
+    t = by_setting(_table({64: 0.02}, {4: 10_000, 6: None}))
+    six = t[t["layers"] == 6].iloc[0]
+    assert (six["seeds"], six["dropped"]) == (3, 0) and math.isnan(six["drop_step"])
+
+
+def test_the_committed_width_depth_data_reads(tmp_path):
+    wd = chapter.width_depth()
+    if wd is None:
+        pytest.skip("no committed width/depth data")
+    assert {"n", "hidden", "layers", "drop_step", "final_L_mask"} <= set(wd.columns)
+    assert claims(wd)                                    # one set of claims per task size
+    chapter.width_depth_figure(wd)
