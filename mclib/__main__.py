@@ -13,7 +13,7 @@ from .core.runs import default_run_dir
 def cmd_train(args) -> None:
     from .core.metrics import find_drop
     from .book.plots import loss_curve
-    from .core.runs import load_metrics, run_end
+    from .core.runs import drop_column, load_metrics, run_end
     from .core.train import train
 
     overrides = {}
@@ -25,7 +25,7 @@ def cmd_train(args) -> None:
     run_dir = Path(args.out) if args.out else default_run_dir(profile)
     train(profile, run_dir, progress=not args.quiet)
     metrics = load_metrics(run_dir)
-    drop = find_drop(metrics, rank=profile.data.rank)
+    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
     fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
     fig.savefig(run_dir / "loss_curve.png", dpi=120)
     last = metrics.iloc[-1]
