@@ -124,7 +124,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     run_dir = Path(run_dir)
     folder, source = freeze_run_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
     _check_source(folder, source)
-    model = reinit_component(load_checkpoint(run_dir, source["step"]), group, source["seed"])
+    # re-initialised on the CPU, whatever the run's device: the same fresh weights everywhere
+    model = reinit_component(load_checkpoint(run_dir, source["step"], device="cpu"), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
