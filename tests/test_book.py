@@ -19,6 +19,10 @@ from mclib.core.config import load_profile, profile_path
 from book_pages import manifest as _manifest, page as _page
 
 
+PAPER_URL = "https://arxiv.org/abs/2410.22244"
+CODE_URL = "https://github.com/pulkitgopalani/tf-matcomp"
+
+
 def _scorecard_rows_on_page(html: str) -> int:
     caption = html.index("<caption>The scorecard:")
     start = html.rindex("<table", 0, caption)  # the table whose caption it is (not the departures above it)
@@ -44,6 +48,49 @@ def test_templates_follow_the_toc_and_have_no_outputs():
         assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code")
         params = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(params) == 1 and all(f"{k} =" in params[0].source for k in ("profile", "seed", "run_dir", "device"))
+
+
+FIG = re.compile(r"Figs?\.\s+([\d,\sand–-]+?)[,;)]?\s*\(?(?:paper\s+)?(NeurIPS|workshop) version")
+
+
+def _book_texts() -> dict[str, str]:
+    """The prose a reader sees that cites the paper: the templates' markdown, the landing
+    page, and the chapter modules (captions and sentences)."""
+    texts = {t.name: "".join("".join(c.source) for c in nbformat.read(t, as_version=4).cells
+                             if c.cell_type == "markdown") for t in book.chapters()}
+    texts["index.md"] = (book.REPO / "book" / "index.md").read_text()
+    texts |= {p.name: p.read_text() for p in (book.REPO / "mclib" / "book").glob("*.py")}
+    return texts
+
+
+def test_every_figure_number_names_its_version_and_neurips_numbers_are_the_papers():
+    cited = []
+    for name, text in _book_texts().items():
+        flat = " ".join(text.split())
+        for m in re.finditer(r"\bFigs?\. \d", flat):  # every citation says which version it is from
+            window = flat[m.start():m.start() + 120]
+            assert "NeurIPS version" in window or "workshop version" in window, (name, window)
+        for numbers, version in FIG.findall(flat):
+            if version == "NeurIPS":
+                cited += [(name, int(n)) for n in re.findall(r"\d+", numbers)]
+    assert cited and {n for _, n in cited} <= set(paper.FIGURES_NEURIPS), sorted(set(cited))
+
+
+def test_every_chapter_links_the_paper_and_the_authors_code_at_its_top():
+    for template in book.chapters():
+        first = next(c for c in nbformat.read(template, as_version=4).cells if c.cell_type == "markdown")
+        for url in (PAPER_URL, CODE_URL):
+            assert f"]({url})" in first.source, (template.name, url)
+
+
+def test_the_landing_page_names_the_books_own_source():
+    index = (book.REPO / "book" / "index.md").read_text()
+    url = (yaml.safe_load((book.REPO / "_config.yml").read_text()).get("repository") or {}).get("url")
+    if url:  # a public repository: linked
+        assert f"]({url})" in index
+    else:    # not public yet: the page says where the source is, and invents no address
+        assert "## The book's source" in index and "not public yet" in index
+    assert f"]({PAPER_URL})" in index and f"]({CODE_URL})" in index
 
 
 def test_paper_profile_on_cpu_warns(tmp_path, capsys):
