@@ -4,7 +4,9 @@ stops the command with a non-zero exit that names it. About a minute on 2 cores.
 import os
 import html
 import re
+import sys
 import time
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -144,12 +146,41 @@ def test_scorecard_page_has_a_row_per_number(built):
 
 
 @pytest.mark.slow
-def test_no_absolute_machine_path_on_any_page(built):
-    roots = {str(built.resolve()), str(book.REPO.resolve())}
-    for page in (built / "_build" / "html").rglob("*.html"):
-        text = page.read_text()
-        for root in roots:
-            assert root not in text, (page.name, root)
+def test_no_absolute_machine_path_in_any_file_of_the_site(built):
+    # every file: pages, scripts, the downloadable notebooks (papermill's parameters and
+    # metadata), the run's files, and what the downloadable zips hold
+    roots = [str(built.resolve()), str(book.REPO.resolve()), sys.prefix]
+    files = [p for p in (built / "_build" / "html").rglob("*") if p.is_file()]
+    assert len([p for p in files if p.suffix == ".ipynb"]) == len(book.chapters())
+    for f in files:
+        blobs = [("", f.read_bytes())]
+        if f.suffix == ".zip":
+            with zipfile.ZipFile(f) as z:
+                blobs += [(n, z.read(n)) for n in z.namelist()]
+        for member, blob in blobs:
+            for root in roots:
+                assert root.encode() not in blob, (f.relative_to(built).as_posix(), member, root)
+    nb = nbformat.read(built / "_build" / "html" / "_sources" / "book" / "_executed" / "01_train.ipynb", as_version=4)
+    assert nb.metadata.papermill.parameters.run_dir == "runs/smoke-seed1"          # relative to the output folder
+    assert nb.metadata.papermill.input_path == "book/01_train.ipynb"               # relative to the repository
+
+
+def test_machine_paths_are_written_relative(tmp_path):
+    out, run = tmp_path / "out", tmp_path / "out" / "runs" / "cpu-seed1"
+    paths = book.machine_paths(out, run)
+    text = (f'run_dir = "{run}"\nprofile = "{book.REPO}/params/cpu.yaml"\nout: {out}, {out}/book/x.ipynb, '
+            f'{out}2/y, {sys.prefix}/lib/site.py')
+    assert book.relative_paths(text, paths) == ('run_dir = "runs/cpu-seed1"\nprofile = "params/cpu.yaml"\n'
+                                                f'out: ., book/x.ipynb, {out}2/y, <python>/lib/site.py')
+    elsewhere = book.machine_paths(out, tmp_path / "runs" / "r")   # a run folder outside the output folder
+    assert book.relative_paths(str(tmp_path / "runs" / "r"), elsewhere) == "../runs/r"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = '{run}'", outputs=[
+        nbformat.v4.new_output("display_data", data={"text/plain": f"{out}/a", "image/png": f"{out}/keep"})])])
+    nb = book._relative_everywhere(nb, paths)
+    assert nb.cells[0].source == "x = 'runs/cpu-seed1'"
+    assert nb.cells[0].outputs[0].data == {"text/plain": "a", "image/png": f"{out}/keep"}   # image data untouched
+
+
 
 
 @pytest.mark.slow
@@ -311,7 +342,7 @@ def fake_chapters(monkeypatch):
     the site build succeeds unless `site["fail"]`. Returns (ran, site): the chapters run, in order."""
     ran, site = [], {"fail": False, "builds": 0}
 
-    def execute(template, output, params, timeout, progress):
+    def execute(template, output, params, timeout, progress, paths=None):
         ran.append(template.stem)
         if "boom" in template.read_text():
             raise RuntimeError("boom in a cell")
