@@ -7,6 +7,7 @@ import re
 import sys
 import time
 import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -181,6 +182,46 @@ def test_machine_paths_are_written_relative(tmp_path):
     assert nb.cells[0].outputs[0].data == {"text/plain": "a", "image/png": f"{out}/keep"}   # image data untouched
 
 
+
+
+class _PastedText(HTMLParser):
+    """The text of every <span class="pasted-text"> (glued into prose) of a page."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.texts = 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth:
+            self.depth += tag == "span"
+        elif tag == "span" and "pasted-text" in (dict(attrs).get("class") or "").split():
+            self.depth = 1
+            self.texts.append("")
+
+    def handle_endtag(self, tag):
+        if self.depth and tag == "span":
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.texts[-1] += data
+
+
+@pytest.mark.slow
+def test_glued_text_reads_as_the_prose_around_it(built):
+    # not bold (myst-nb's own stylesheet makes it bold; ours comes later) and no Markdown shown
+    # as such: a glued sentence's `code` is code (book/_ext/glued_text.py)
+    html_dir = built / "_build" / "html"
+    assert re.search(r"span\.pasted-text\s*\{\s*font-weight:\s*inherit", (html_dir / "_static" / "tables.css").read_text())
+    page = _page(built, "01_train")
+    assert page.index("mystnb.") < page.index("tables.css")                 # ours wins at equal specificity
+    glued = 0
+    for page in (html_dir / "book" / "_executed").glob("*.html"):
+        parser = _PastedText()
+        parser.feed(page.read_text())
+        glued += len(parser.texts)
+        assert not [t for t in parser.texts if "`" in t], page.name
+    assert glued > 100
 
 
 @pytest.mark.slow

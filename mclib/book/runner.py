@@ -280,7 +280,8 @@ def _stage(out: Path) -> list[Path]:
     """Copy the book's non-notebook sources into `out` (a no-op when out is the repo)."""
     sources = [REPO / "_config.yml", REPO / "_toc.yml"] + sorted(
         p for p in (REPO / "book").rglob("*")
-        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts)
+        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts
+        and "__pycache__" not in p.parts)  # book/_ext's extensions: their bytecode is no source
     staged = [out / p.relative_to(REPO) for p in sources]
     if out != REPO:
         for src, dst in zip(sources, staged):
