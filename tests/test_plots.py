@@ -84,6 +84,7 @@ def test_loss_bars_set_ours_and_the_papers_each_over_its_own_copying_level_with_
                           paper_level=[0.2, 0.3])
     assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([1.0, 1.0])
     assert "no error computed" in fig.axes[0].get_legend().get_texts()[0].get_text()
+    matplotlib.pyplot.close("all")
 
 
 def test_scorecard_plot_gives_the_data_half_the_width_at_any_number_of_rows():
@@ -97,6 +98,7 @@ def test_scorecard_plot_gives_the_data_half_the_width_at_any_number_of_rows():
         assert box.width * w > 5 and box.height * h / n > 0.25     # inches of data per figure, per row
         assert len(ax.get_yticklabels()) == n and all("\n" in t.get_text() for t in ax.get_yticklabels())
         assert len([c for c in ax.containers]) == n                  # one error bar per row
+        matplotlib.pyplot.close(fig)
 
 
 def test_attention_grid_shows_each_map():
