@@ -22,6 +22,13 @@ own /favicon.ico probe.
 Prints one line per page (OK, or the problems with the bad URLs) and exits 1 if any page
 has a problem. Default pages: the index, the training chapter and the scorecard; --all
 checks every page. --screenshots OUT_DIR saves a 1280x2000 PNG of each page checked.
+
+--tables WIDTHxHEIGHT (e.g. 1366x768, a laptop) also loads every page checked in a window
+of that size and fails a page on which a table overflows: the page scrolls sideways, a
+table that is in no box of its own that scrolls sideways reaches past the text column, such
+a box reaches past the window, or a table's caption reaches past the box it scrolls in (a
+reader would see it cut off). A script added to a copy of the page measures it, and
+Chromium's --dump-dom returns what it found.
 """
 import argparse
 import functools
@@ -146,6 +153,66 @@ def check_page(root: Path, page: str, server: SiteServer, shots: Path, dead_port
     return problems + static_problems(root, page), urls
 
 
+TABLE_CHECK = r"""<script>
+window.addEventListener('load', () => setTimeout(() => {
+  const column = document.querySelector('article.bd-article') || document.querySelector('main') || document.body;
+  const edge = column.getBoundingClientRect().right, view = window.innerWidth;
+  const problems = [], px = x => Math.round(x);
+  const page = document.documentElement.scrollWidth;
+  if (page > view + 1) problems.push(`the page scrolls sideways (${page} px in a ${view} px window)`);
+  const tables = document.querySelectorAll('article table');
+  tables.forEach((t, i) => {
+    const name = `table ${i + 1} (${(t.caption ? t.caption.textContent : t.textContent).trim().slice(0, 40)})`;
+    let box = t.parentElement;
+    while (box && box !== column && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX)) box = box.parentElement;
+    const r = t.getBoundingClientRect();
+    if (!box || box === column) {
+      if (r.right > edge + 1) problems.push(`${name} reaches ${px(r.right)} px, past the text column (${px(edge)} px)`);
+      return;
+    }
+    const b = box.getBoundingClientRect();
+    if (b.right > view + 1) problems.push(`${name}: its scrolling box reaches ${px(b.right)} px, past the window`);
+    if (t.caption && t.caption.getBoundingClientRect().right > b.right + 1)
+      problems.push(`${name}: its caption reaches ${px(t.caption.getBoundingClientRect().right)} px, past its box (${px(b.right)} px)`);
+  });
+  const out = document.createElement('pre');
+  out.id = 'table-check';
+  out.textContent = JSON.stringify({tables: tables.length, problems});
+  document.body.appendChild(out);
+}, 300));
+</script>"""
+
+
+def table_problems(root: Path, pages: list[str], size: str = "1366x768") -> dict[str, tuple[int, list[str]]]:
+    """{page: (tables on it, problems)} at a `size` window (TABLE_CHECK, on a copy of the site)."""
+    import html as html_lib
+    import re
+
+    width, height = size.lower().split("x")
+    found = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "site"
+        shutil.copytree(root, copy)
+        for path in copy.rglob("*.html"):  # every page: a page may redirect to another (the root index.html)
+            path.write_text(path.read_text(encoding="utf-8").replace("</body>", TABLE_CHECK + "</body>"), encoding="utf-8")
+        for page in pages:
+            path = copy / page
+            report = None
+            for budget in (10000, 30000):  # a page with many figures can outlast the first budget
+                with tempfile.TemporaryDirectory() as profile:
+                    dom = subprocess.run([find_chromium(), *[f for f in CHROMIUM_FLAGS if not f.startswith(
+                        ("--window-size", "--virtual-time-budget"))], f"--user-data-dir={profile}",
+                        f"--window-size={width},{height}", f"--virtual-time-budget={budget}", "--dump-dom",
+                        path.as_uri()], capture_output=True, text=True, timeout=180).stdout
+                m = re.search(r'<pre id="table-check"[^>]*>(.*?)</pre>', dom, re.S)  # the theme may add attributes
+                if m:
+                    report = json.loads(html_lib.unescape(m.group(1)))
+                    break
+            found[page] = ((report["tables"], report["problems"]) if report else
+                           (0, ["the page did not finish loading, so its tables were not measured"]))
+    return found
+
+
 def pages_to_check(root: Path, every: bool) -> list[str]:
     if not every:
         return DEFAULT_PAGES
@@ -158,6 +225,7 @@ def main(argv=None) -> int:
     ap.add_argument("build_html_dir", type=Path)
     ap.add_argument("--all", action="store_true", help="check every page, not just the default three")
     ap.add_argument("--screenshots", type=Path, metavar="OUT_DIR", help="save a PNG of each page here")
+    ap.add_argument("--tables", metavar="WIDTHxHEIGHT", help="also check that no table overflows at this window size")
     args = ap.parse_args(argv)
     root = args.build_html_dir.resolve()
     find_chromium()
@@ -169,11 +237,16 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             shots = args.screenshots or Path(tmp)
             shots.mkdir(parents=True, exist_ok=True)
-            for page in pages_to_check(root, args.all):
+            pages = pages_to_check(root, args.all)
+            tables = table_problems(root, pages, args.tables) if args.tables else {}
+            for page in pages:
                 problems, urls = check_page(root, page, server, shots, dead.getsockname()[1])
+                n_tables, overflows = tables.get(page, (None, []))
+                problems += overflows
                 failed += bool(problems)
+                measured = "" if n_tables is None else f", {n_tables} tables inside the page at {args.tables}"
                 print(f"FAIL  {page}" + "".join(f"\n      {p}" for p in problems) if problems
-                      else f"OK    {page}  ({len(urls)} requests, all to 127.0.0.1)")
+                      else f"OK    {page}  ({len(urls)} requests, all to 127.0.0.1{measured})")
     finally:
         server.shutdown()
         dead.close()

@@ -1,7 +1,7 @@
 """The smoke book as a reader's browser loads it: scripts/check_book_html.py opens pages in
 headless Chromium and fails on any request to another host, any local 404 and any <img>
-whose file is missing. Here: the built book passes, and a page broken on purpose fails,
-naming both problems. Needs Debian's `chromium` (apt-get install -y chromium); skipped
+whose file is missing, and (--tables) on any table that overflows at a laptop's window.
+Here: the built book passes, and a page broken on purpose fails, naming its problems. Needs Debian's `chromium` (apt-get install -y chromium); skipped
 without it. The book is the session's smoke build (conftest.py); a few seconds a page."""
 import shutil
 import subprocess
@@ -55,3 +55,33 @@ def test_checker_fails_on_a_remote_request_and_a_missing_figure(site, tmp_path):
     assert "HTTP 404: /_images/no-such-figure.png" in r.stdout                     # by the server,
     assert "missing file: ../../_images/no-such-figure.png" in r.stdout            # and in the HTML
     assert [line.split()[:2] for line in lines if line.startswith("OK")] == [["OK", PAGES[0]], ["OK", PAGES[2]]]
+
+
+LAPTOP = "1366x768"
+
+
+def test_no_table_overflows_at_a_laptop_width(site):
+    # every page: no sideways scroll; each table fits the text column or scrolls inside its
+    # own box, and a scrolling table's caption stays in view
+    r = _check(site, "--all", "--tables", LAPTOP)
+    assert r.returncode == 0, r.stdout + r.stderr
+    measured = {line.split()[1]: int(line.split(f"all to 127.0.0.1, ")[1].split()[0]) for line in r.stdout.splitlines()}
+    chapters = [p for p in measured if p.startswith("book/_executed/")]
+    assert len(chapters) == 8 and all(measured[p] > 0 for p in chapters), measured   # tables on every chapter
+
+
+def test_table_check_fails_on_a_table_past_the_text_column_and_a_caption_cut_off(site, tmp_path):
+    broken = tmp_path / "html"
+    shutil.copytree(site, broken)
+    page = broken / "book" / "_executed" / "01_train.html"
+    html = page.read_text()
+    wide = '<table style="width: 2000px"><tr><td>wide</td></tr></table>'          # in no scrolling box
+    cut = ('<div style="overflow-x: auto"><table style="width: 2000px"><caption style="position: static; '
+           'max-width: none">a caption as wide as its table</caption><tr><td>x</td></tr></table></div>')
+    assert html.count('<article class="bd-article">') == 1
+    page.write_text(html.replace('<article class="bd-article">', '<article class="bd-article">' + wide + cut))
+    r = _check(broken, "--tables", LAPTOP)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL  book/_executed/01_train.html" in r.stdout
+    assert "table 1 (wide) reaches" in r.stdout and "past the text column" in r.stdout
+    assert "table 2 (a caption as wide as its table): its caption reaches" in r.stdout

@@ -1,11 +1,13 @@
 """Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
 the closing sentences, each rule tested both ways."""
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 from book_pages import glue_names
+from mclib.analyses.comparisons import pooled
 from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
 from mclib.book import ch03_heads as chapter
@@ -52,9 +54,13 @@ def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):
     f = predict(ch.post, make_batch(-clean.x, clean.mask))
     mse = lambda target, where: ((f - target)[where] ** 2).mean().item()
     m = clean.mask
-    assert patch.loc["none"].to_dict() == pytest.approx(
-        {"masked_vs_X": mse(clean.x, m), "masked_vs_negX": mse(-clean.x, m),
-         "observed_vs_X": mse(clean.x, ~m), "observed_vs_negX": mse(-clean.x, ~m)}, rel=1e-5)
+    expected = {"masked_vs_X": mse(clean.x, m), "masked_vs_negX": mse(-clean.x, m),
+                "observed_vs_X": mse(clean.x, ~m), "observed_vs_negX": mse(-clean.x, ~m)}
+    assert patch.loc["none", list(expected)].to_dict() == pytest.approx(expected, rel=1e-5)
+    # with each one's standard error over matrices (the figure's error bars)
+    sq = lambda target: ((f - target) ** 2).numpy()
+    assert patch.loc["none", "masked_vs_negX_se"] == pytest.approx(pooled(sq(-clean.x), m.numpy())[1], rel=1e-4)
+    assert patch.loc["none", "observed_vs_X_se"] == pytest.approx(pooled(sq(clean.x), (~m).numpy())[1], rel=1e-4)
     # the two readings write in what the X run computed, in different layers (2 here): each
     # changes the output, and differently
     assert smoke_profile.model.layers == 2
@@ -208,3 +214,11 @@ def test_the_lone_entry_sentence_compares_with_the_paper_only_for_its_own_mask()
     assert chapter.lone_text(0.03, 0.04, "row").endswith("no more than chance, unlike the paper")
     column = chapter.lone_text(0.3, 0.04, "column")
     assert "masked column puts 0.300" in column and column.endswith("not most of it; the paper reports no such mask")
+
+
+def test_the_mean_over_permutations_carries_the_matrices_error_and_the_permutations_spread():
+    perm = pd.DataFrame({q: [0.1, 0.3] for q in ("L", "L_obs", "L_mask")}
+                        | {f"{q}_se": [0.03, 0.05] for q in ("L", "L_obs", "L_mask")})
+    se = chapter.permutation_errors(perm)
+    spread = np.std([0.1, 0.3], ddof=1) / np.sqrt(2)   # 0.1
+    assert se["L_mask_se"] == pytest.approx(np.hypot(0.04, spread)) and set(se) == {"L_se", "L_obs_se", "L_mask_se"}

@@ -66,6 +66,41 @@ def test_loss_bars_draw_one_bar_per_value_on_a_log_scale():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
 
 
+def test_loss_bars_set_ours_and_the_papers_each_over_its_own_copying_level_with_error_bars():
+    # ours on a task with E[X²] = 1/9, the paper's on one with 2/9: the same copying model
+    # (L_mask = E[X²]) is 1 on both sides; errors are ± 2 s.e., scaled alike
+    fig = plots.loss_bars(["copies", "completes"], {"L_mask": [1 / 9, 0.01]}, errors={"L_mask": [0.01, 0.001]},
+                          paper={"L_mask": [2 / 9, 0.02]}, level=1 / 9, paper_level=2 / 9)
+    ax = fig.axes[0]
+    assert [p.get_width() for p in ax.patches] == pytest.approx([1.0, 0.09])
+    diamonds = [l for l in ax.get_lines() if l.get_marker() == "D"]
+    assert [l.get_xdata()[0] for l in diamonds] == pytest.approx([1.0, 0.09])
+    assert any(list(l.get_xdata()) == [1, 1] for l in ax.get_lines())      # the copying line at 1
+    caps = [seg for c in ax.collections for seg in c.get_segments()]     # the error bars' segments
+    spans = sorted(abs(seg[1][0] - seg[0][0]) for seg in caps)
+    assert spans == pytest.approx(sorted([4 * 0.01 * 9, 4 * 0.001 * 9]))
+    # a level per label (E2: low-rank and random matrices have their own E[X²])
+    fig = plots.loss_bars(["a", "b"], {"q": [0.1, 0.3]}, paper={"q": [0.2, 0.3]}, level=[0.1, 0.3],
+                          paper_level=[0.2, 0.3])
+    assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([1.0, 1.0])
+    assert "no error computed" in fig.axes[0].get_legend().get_texts()[0].get_text()
+    matplotlib.pyplot.close("all")
+
+
+def test_scorecard_plot_gives_the_data_half_the_width_at_any_number_of_rows():
+    row = lambda i, verdict: {"id": f"E{i // 3}", "quantity": "a long quantity name " * 4, "kind": "number",
+                              "paper": 0.2, "ours": 0.2 * (1 + i / 10), "se": 0.01, "verdict": verdict}
+    for n in (3, 80):
+        fig = plots.scorecard_plot([row(i, "matches" if i % 2 else "differs") for i in range(n)])
+        ax = fig.axes[0]
+        box = ax.get_position()
+        w, h = fig.get_size_inches()
+        assert box.width * w > 5 and box.height * h / n > 0.25     # inches of data per figure, per row
+        assert len(ax.get_yticklabels()) == n and all("\n" in t.get_text() for t in ax.get_yticklabels())
+        assert len([c for c in ax.containers]) == n                  # one error bar per row
+        matplotlib.pyplot.close(fig)
+
+
 def test_attention_grid_shows_each_map():
     maps = torch.softmax(torch.randn(2, 3, 49, 49, generator=torch.Generator().manual_seed(0)), -1)
     fig = plots.attention_grid(maps, row_labels=["r1", "r2"], col_labels=["a", "b", "c"], title="grid",

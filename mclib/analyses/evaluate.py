@@ -75,12 +75,13 @@ def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | No
 
 
 def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
-                        layers: Sequence[int] | str = "all") -> dict[str, float]:
+                        layers: Sequence[int] | str = "all", errors: bool = False) -> dict[str, float]:
     """E8: run X, keep every layer's per-head outputs z, run −X (same mask) with the z of
     `layers` written in. layers: "all" (the paper's text), "last" (the authors' code), or
     0-indexed layer numbers ([] = the plain −X run).
 
-    Returns MSE of the patched output f to X and to −X, at masked and at observed entries.
+    Returns MSE of the patched output f to X and to −X, at masked and at observed entries;
+    with `errors`, also each one's standard error over matrices (key + "_se", `pooled`).
     """
     n_layers = model.config.num_hidden_layers
     if isinstance(layers, str):
@@ -98,12 +99,19 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
         hooks.reset().patch(clean_z, layers)
         f = model(corrupt.tokens.to(device)).float().cpu().view_as(clean.x)
     mask = clean.mask
-    return {
+    out = {
         "masked_vs_X": mse_to(f, clean.x, mask),
         "masked_vs_negX": mse_to(f, corrupt.x, mask),
         "observed_vs_X": mse_to(f, clean.x, ~mask),
         "observed_vs_negX": mse_to(f, corrupt.x, ~mask),
     }
+    if errors:
+        from .comparisons import pooled  # comparisons imports this module
+
+        for key, target, where in (("masked_vs_X", clean.x, mask), ("masked_vs_negX", corrupt.x, mask),
+                                   ("observed_vs_X", clean.x, ~mask), ("observed_vs_negX", corrupt.x, ~mask)):
+            out[f"{key}_se"] = pooled(((f - target.float()) ** 2).numpy(), where.numpy().astype(bool))[1]
+    return out
 
 
 def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,

@@ -118,13 +118,14 @@ def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
     table = loss_styler(e2, cols, cols[2:], f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
                         f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
                         + PAPER_COLUMNS)
-    level = ch.copy_level
+    levels = copy_levels(ch.cfg.data.rank)  # each kind of matrix over its own E[X²], ours and the paper's
     fig = plots.loss_bars([f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
                           {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
+                          errors={"L'_mask": e2["L'_mask_se"], "L_obs": e2["L_obs_se"]},
                           paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
                           title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
-                          reference=(level, f"E[X²] = {level:.3f}"))
-    return table, {"fig_e2": plots.closed(fig), "copy_level_e2": level}
+                          level=[levels[m][0] for m in e2.matrices], paper_level=[levels[m][1] for m in e2.matrices])
+    return table, {"fig_e2": plots.closed(fig), "copy_level_e2": ch.copy_level}
 
 
 # --- E3 and E6 at the pre-shift checkpoint --------------------------------------------------

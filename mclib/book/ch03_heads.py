@@ -39,7 +39,7 @@ from ..core.data import structured_mask
 from ..core.metrics import COPIES, LOSS_NAMES
 from ..core.paper import PAPER
 from . import plots
-from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
+from .loss_tables import (COMPLETES, PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
@@ -188,12 +188,12 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
                         "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads) for 'other heads'; "
                         "empty groups are left out. " + PAPER_COLUMNS)
     short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
-    level = ch.copy_level
     fig = plots.loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
                           {"L_obs": abl["L_obs"], "L_mask": abl["L_mask"]},
+                          errors={"L_obs": abl["L_obs_se"], "L_mask": abl["L_mask_se"]},
                           paper={"L_obs": list(abl["paper L_obs"]), "L_mask": list(abl["paper L_mask"])},
                           title=f"E3-E5: ablating heads at step {ch.steps.post:,}",
-                          reference=(level, f"E[X²] = {level:.3f} (copying)"))
+                          level=ch.copy_level, paper_level=PAPER_LEVEL)
     return table, {"fig_ablation": plots.closed(fig)}
 
 
@@ -213,12 +213,21 @@ def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     return e67, e67[e67.model.isin(list(perms))]
 
 
+def permutation_errors(perm: pd.DataFrame) -> dict[str, float]:
+    """The standard errors of the mean over permutations (`perm`: one row per permutation,
+    the same matrices): the matrices' error, common to every row (their mean `_se`), and
+    the permutations' spread over √k, added in quadrature."""
+    k = len(perm)
+    spread = lambda q: perm[q].std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
+    return {f"{q}_se": float(np.hypot(perm[f"{q}_se"].mean(), spread(q))) for q in ("L", "L_obs", "L_mask")}
+
+
 def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict]:
     """E6 and E7 in one table (the permutations by their mean; styled, with the paper's
     columns) and glue: fig_e6_e7, pre_step."""
     mean = f"positions permuted (E7), mean of {len(perm)}"
     shown = pd.concat([e67[~e67.model.isin(perm.model)],
-                       pd.DataFrame([{"model": mean, **perm[list(LOSS_NAMES)].mean()}])])
+                       pd.DataFrame([{"model": mean, **perm[list(LOSS_NAMES)].mean(), **permutation_errors(perm)}])])
     shown = shown.set_index("model").loc[["post", E6_MODEL, mean, "pre"]].reset_index()
     shown["paper L_obs"] = [PAPER[("E3", "post L_obs")], PAPER[("E6", "pre-QKV into post L_obs")],
                             PAPER[("E7", "L_obs")], PAPER[("E3", "pre L_obs")]]
@@ -237,8 +246,10 @@ PATCH_READINGS = {"none": [], "last layer": "last", "all layers": "all"}
 
 def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
     """E8 under both readings, and the plain −X run (no layer patched) as the reference.
-    One row per reading: MSE of the output to X and to −X at masked and observed entries."""
-    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers)}
+    One row per reading: MSE of the output to X and to −X at masked and observed entries,
+    and their standard errors over matrices (`_se`)."""
+    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers,
+                                                                    errors=True)}
                          for reading, layers in PATCH_READINGS.items()])
 
 
@@ -258,13 +269,13 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
     table = loss_styler(e8, cols, cols[1:], f"E8 at step {ch.steps.post:,}: MSE of the patched output to X and to −X "
                         "at masked and observed entries; 'none' is the −X run with nothing patched. " + PAPER_COLUMNS,
                         fmt="{:.3g}")
-    level = ch.copy_level
     fig = plots.loss_bars(list(e8.patched),
                           {"masked: MSE to X": e8["masked_vs_X"], "masked: MSE to −X": e8["masked_vs_negX"]},
+                          errors={"masked: MSE to X": e8["masked_vs_X_se"], "masked: MSE to −X": e8["masked_vs_negX_se"]},
                           paper={"masked: MSE to X": list(e8["paper masked_vs_X"]),
                                  "masked: MSE to −X": list(e8["paper masked_vs_negX"])},
                           title="E8: attention outputs of X patched into the run on −X",
-                          xlabel="MSE at masked entries (log scale)", reference=(level, f"E[X²] = {level:.3f}"))
+                          xlabel="MSE at masked entries / E[X²] (log scale)", level=ch.copy_level, paper_level=PAPER_LEVEL)
     return table, {"fig_e8": plots.closed(fig)}
 
 

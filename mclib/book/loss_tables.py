@@ -20,7 +20,9 @@ import torch
 from ..analyses.attention import ABLATION_MODES
 from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
+from ..core.paper import task as paper_task
 from ..core.config import DataConfig
+from ..core.data import copy_level
 from ..core.metrics import losses
 from . import plots
 
@@ -30,6 +32,7 @@ READING_NAMES = {"uniform": "uniform (the paper's text)", "batch_mean": "batch m
 SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
 COMPLETES = 0.5    # L_mask below half of E[X²]: the model completes (the drop's threshold, `find_drop`)
 UNABLATED = {"ablated": "none", "reading": "—"}  # the row of `ablation_table` with nothing ablated
+PAPER_LEVEL = copy_level(paper_task().rank)  # the paper's E[X²] (2/9): its losses' copying level, as ours is ch.copy_level
 
 
 def head_name(pair: tuple[int, int]) -> str:
@@ -56,11 +59,13 @@ def loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
 
 
 def loss_figure(table: pd.DataFrame, title: str, level: float):
-    """L_obs and L_mask of each row of `table` (columns model, L_obs, L_mask, paper L_obs,
-    paper L_mask) beside the paper's, with the copying level E[X²] drawn for scale."""
+    """L_obs and L_mask of each row of `table` (columns model, L_obs, L_mask, their
+    standard errors L_obs_se and L_mask_se, paper L_obs, paper L_mask) beside the paper's,
+    each over its own task's copying level E[X²] (ours `level`, the paper's `PAPER_LEVEL`)."""
     return plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
+                           errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
                            paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
-                           title=title, reference=(level, f"E[X²] = {level:.3f} (copying)"))
+                           title=title, level=level, paper_level=PAPER_LEVEL)
 
 
 def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,

@@ -40,37 +40,62 @@ VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same o
                   "n/a": "grey", "cannot fail": "silver"}
 
 
-def scorecard_plot(rows: list[dict]) -> plt.Figure:
+def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
     """Our value / the paper's for every scorecard row that compares a number or a ratio
     (kinds "number" and "ratio"; both are the same scale-free quantity on both sides),
-    coloured by verdict (log scale, centred on 1). Rows without two positive numbers get a
-    hollow marker at 1, labelled."""
+    coloured by verdict (log scale, centred on 1), with ± 2·√(se² + spread²) of ours (the
+    rules' own error) as a bar where the row has one. Rows without two positive numbers
+    get a hollow marker at 1, labelled.
+
+    Readable at any number of rows: the labels (wrapped at `label_width` characters) get
+    a fixed width of the figure and the data the rest, each row a fixed height, and the
+    verdicts' legend sits under the title; a row's label and its point share a light band
+    per experiment."""
+    import textwrap
+
     import numpy as np
 
     rows = [r for r in rows if r.get("kind", "number") in ("number", "ratio")] or [
         {"id": "—", "quantity": "no number or ratio rows", "paper": None, "ours": None, "verdict": "n/a"}]
+    labels = [textwrap.fill(f"{r['id']}: {r['quantity']}", label_width) for r in rows]
+    lines = [l.count("\n") + 1 for l in labels]
 
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.8))
+    row_in, top_in, bottom_in = 0.2, 1.0, 0.7                 # inches: per label line, title + legend, x axis
+    slots = np.cumsum([0] + [max(n, 1.4) for n in lines])     # each row as tall as its label
+    height = top_in + bottom_in + row_in * slots[-1]
+    width, left_in = 11.0, 5.2                                # the labels' column; the data get ~5.5 in
+    fig = plt.figure(figsize=(width, height))
+    ax = fig.add_axes((left_in / width, bottom_in / height, 1 - (left_in + 0.3) / width,
+                       row_in * slots[-1] / height))
+    centres = (slots[:-1] + slots[1:]) / 2
     ratios = []
-    for i, r in enumerate(rows):
+    for i, (r, y) in enumerate(zip(rows, centres)):
         ok = bool(r["paper"] and r["ours"] and r["paper"] > 0 and r["ours"] > 0)
         ratio = r["ours"] / r["paper"] if ok else 1.0
         ratios.append(ratio)
         color = VERDICT_COLORS.get(r["verdict"], "grey")
-        ax.plot([ratio], [i], "o", ms=8, color=color, mfc=color if ok else "none")
+        err = 2 * float(np.hypot(r.get("se") or 0.0, r.get("spread") or 0.0)) / r["paper"] if ok else 0.0
+        if err > 0:
+            lo = min(err, ratio * (1 - 1e-3))                 # a log axis has no 0
+            ax.errorbar([ratio], [y], xerr=[[lo], [err]], fmt="none", ecolor=color, elinewidth=1.2, capsize=3)
+            ratios += [ratio - lo, ratio + err]
+        ax.plot([ratio], [y], "o", ms=7, color=color, mfc=color if ok else "none")
         if not ok:
-            ax.annotate("no number", (ratio, i), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
-    span = max([abs(np.log10(x)) for x in ratios] + [0.5]) + 0.5  # symmetric: above and below read alike
+            ax.annotate("no number", (ratio, y), xytext=(8, 0), textcoords="offset points", va="center", fontsize=8)
+        if i and r["id"] != rows[i - 1]["id"]:
+            ax.axhline(slots[i], color="grey", lw=0.6)      # a line between experiments
+    span = max([abs(np.log10(x)) for x in ratios if x > 0] + [0.5]) + 0.3  # symmetric: above and below read alike
     ax.axvline(1, color="grey", ls=":")
-    ax.set_yticks(range(len(rows)), [f"{r['id']}: {r['quantity']}" for r in rows])
-    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_yticks(centres, labels, fontsize=8)
+    ax.set_ylim(slots[-1], 0)
+    ax.grid(axis="y", visible=False)
     ax.set(xscale="log", xlim=(10 ** -span, 10 ** span),
-           xlabel="our value / the paper's, the same scale-free quantity (log scale; 1 = equal)",
-           title="Our numbers against the paper's")
+           xlabel="our value / the paper's, the same scale-free quantity (log scale; 1 = equal)")
+    fig.suptitle("Our numbers against the paper's", y=1 - 0.25 / height)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=v) for v, c in VERDICT_COLORS.items()]
-    fig.legend(handles=handles, fontsize=8, loc="lower center", ncol=len(handles), frameon=False)
-    fig.tight_layout(rect=(0, 0.08, 1, 1))
+    fig.legend(handles=handles, fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 1 - 0.5 / height),
+               ncol=len(handles), frameon=False)
     return fig
 
 
@@ -124,35 +149,63 @@ def mask_value_curve(metrics: pd.DataFrame, reference: float, drop: int | None =
 
 
 def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str, list[float | None]] | None = None,
-              title: str = "", xlabel: str = "MSE (log scale)",
+              title: str = "", xlabel: str | None = None, errors: dict[str, list[float]] | None = None,
+              level: float | list[float] | None = None, paper_level: float | list[float] | None = None,
               reference: tuple[float, str] | None = None) -> plt.Figure:
     """Horizontal bars, one group per label (top to bottom) and one bar per quantity
-    (`values`: quantity -> a value per label), log scale; the paper's values, where
-    given (`paper`: quantity -> a value or None per label), as black diamonds on the bars;
-    `reference` = (value, name) a dotted vertical line (e.g. E[X²], the copying level)."""
+    (`values`: quantity -> a value per label), log scale, each with ± 2 standard errors
+    (`errors`: quantity -> an error per label; a quantity without errors gets none, and
+    the legend says so); the paper's values, where given (`paper`: quantity -> a value or
+    None per label), as black diamonds on the bars.
+
+    One scale for both: with `level` (our copying level E[X²], one number or one per
+    label) every value and error of ours is divided by it and every value of the paper's
+    by `paper_level` (the paper's E[X²] on its own task; default: `level`), so each sits
+    over its own copying level and 1, the dotted line, is copying on either task.
+    Without `level` the values are drawn as they are, and `reference` = (value, name)
+    draws a dotted vertical line (e.g. E[X²])."""
     import numpy as np
+
+    n = len(labels)
+    per_label = lambda x: np.broadcast_to(np.asarray(np.nan if x is None else x, dtype=float), (n,))
+    ours_lvl = per_label(level) if level is not None else np.ones(n)
+    paper_lvl = per_label(paper_level if paper_level is not None else level) if level is not None else np.ones(n)
 
     sns.set_theme(style="whitegrid", context="notebook")
     k = len(values)
     height = 0.8 / k
-    fig, ax = plt.subplots(figsize=(8, 0.3 * len(labels) * k + 1.8))
-    y = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(8, 0.3 * n * k + 1.8))
+    y = np.arange(n)
     drew_paper = False
     for i, (name, vals) in enumerate(values.items()):
         pos = y + (i - (k - 1) / 2) * height
-        vals = np.asarray(vals, dtype=float)
-        ax.barh(pos, np.where(vals > 0, vals, np.nan), height=height * 0.9, color=f"C{i}", label=f"{name} (ours)")
-        for p, v in zip(pos, (paper or {}).get(name, [None] * len(labels))):
+        vals = np.asarray(vals, dtype=float) / ours_lvl
+        shown = np.where(vals > 0, vals, np.nan)
+        err = (errors or {}).get(name)
+        xerr = None
+        if err is not None:
+            err = 2 * np.asarray(err, dtype=float) / ours_lvl
+            xerr = np.vstack([np.minimum(err, shown * (1 - 1e-3)), err])  # a log axis has no 0: stop short of it
+        ax.barh(pos, shown, height=height * 0.9, color=f"C{i}", xerr=xerr,
+                error_kw={"ecolor": "black", "elinewidth": 1, "capsize": 2},
+                label=f"{name} (ours{', ± 2 s.e.' if err is not None else ', no error computed'})")
+        for p, v, lv in zip(pos, (paper or {}).get(name, [None] * n), paper_lvl):
             if v is not None and v > 0:
-                ax.plot([v], [p], "D", color="black", ms=5, label=None if drew_paper else "the paper")
+                ax.plot([v / lv], [p], "D", color="black", ms=5, label=None if drew_paper else "the paper")
                 drew_paper = True
-    if reference is not None:
+    if level is not None:
+        ax.axvline(1, color="grey", ls=":", label="1 = E[X²], copying (each on its own task)")
+    elif reference is not None:
         ax.axvline(reference[0], color="grey", ls=":", label=reference[1])
     ax.set_yticks(y, labels)
-    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_ylim(n - 0.5, -0.5)
+    if xlabel is None:
+        xlabel = "MSE / E[X²] (log scale)" if level is not None else "MSE (log scale)"
     ax.set(xscale="log", xlabel=xlabel, title=title)
-    ax.legend(fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0 + 0.6 / fig.get_figheight()),
-              ncol=min(4, k + 2), frameon=False)
+    handles, names = ax.get_legend_handles_labels()
+    first = sorted(range(len(names)), key=lambda j: "(ours" not in names[j])  # our bars, then the paper, the line
+    ax.legend([handles[j] for j in first], [names[j] for j in first], fontsize=8, loc="lower center",
+              bbox_to_anchor=(0.5, 1.0 + 0.6 / fig.get_figheight()), ncol=2, frameon=False)
     fig.tight_layout()
     return fig
 

@@ -19,6 +19,12 @@ right after the chapter ran and stored in the manifest; the next build reuses th
 executed copy if the key taken now is the same and the copy is untouched. Measuring after (not before) the run
 is what lets the training chapter, which creates the run, be reused.
 
+Paths: papermill gets absolute paths, and writes them into the executed notebook (its
+parameters cell and metadata). The site offers each executed notebook for download, so
+the runner writes them relative right after the run (`machine_paths`): the run folder
+relative to --out-dir, the repository and --out-dir as ".". The manifest keeps them
+absolute; it is not part of the site.
+
 Failure: papermill saves the notebook and may mark it complete after a timeout or a
 dead kernel, so its exception is what counts (and any error output, to be sure): the
 manifest marks the chapter failed, nothing after it runs, no site is built, and
@@ -160,14 +166,54 @@ def _why(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:200]
 
 
-def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool) -> None:
+def machine_paths(out: Path, run_dir: Path) -> dict[str, str]:
+    """The absolute paths of this machine that an executed notebook may hold (papermill's
+    parameters and metadata, a warning's file name), each with what the notebook says
+    instead: the run folder relative to the output folder, the output folder and the
+    repository as ".", the Python installation and the home folder by name. The site
+    offers every executed notebook for download, so none of these may reach it."""
+    return {str(Path(run_dir).resolve()): os.path.relpath(Path(run_dir).resolve(), Path(out).resolve()),
+            str(Path(out).resolve()): ".", str(REPO): ".", sys.prefix: "<python>", str(Path.home()): "~"}
+
+
+def relative_paths(text: str, paths: dict[str, str]) -> str:
+    """`text` with each absolute path of `paths` (longest first, so a folder inside another
+    is taken whole) replaced: "ABS/x" by "REL/x" ("x" when REL is "."), "ABS" alone by REL.
+    A path that merely starts like one of them ("/tmp/out2" for "/tmp/out") is left."""
+    import re
+
+    for absolute in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
+        rel = paths[absolute]
+        text = re.sub(re.escape(absolute) + r"(/|(?![\w.\-]))",
+                      lambda m: (("" if rel == "." else rel + "/") if m.group(1) else rel), text)
+    return text
+
+
+def _relative_everywhere(node, paths: dict[str, str]):
+    """`relative_paths` applied to every string of a notebook (sources, outputs, metadata),
+    except image data: base64 can spell a short path by chance."""
+    if isinstance(node, str):
+        return relative_paths(node, paths)
+    if isinstance(node, list):
+        return [_relative_everywhere(v, paths) for v in node]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if not k.startswith("image/"):
+                node[k] = _relative_everywhere(v, paths)
+    return node
+
+
+def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool,
+             paths: dict[str, str] | None = None) -> None:
+    """Run `template` into `output` with papermill, then make the copy the site offers for
+    download machine-independent: every path of `paths` (`machine_paths`) written relative."""
     import nbformat
     import papermill as pm
 
     with _kernel_stderr_to(output.with_suffix(".kernel.log")):
         pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
                             execution_timeout=timeout, progress_bar=progress)
-    nb = nbformat.read(output, as_version=4)
+    nb = _relative_everywhere(nbformat.read(output, as_version=4), paths or {})
     for cell in nb.cells:
         for out in cell.get("outputs", []):
             if out.output_type == "error":  # belt and braces: papermill should have raised
@@ -234,7 +280,8 @@ def _stage(out: Path) -> list[Path]:
     """Copy the book's non-notebook sources into `out` (a no-op when out is the repo)."""
     sources = [REPO / "_config.yml", REPO / "_toc.yml"] + sorted(
         p for p in (REPO / "book").rglob("*")
-        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts)
+        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts
+        and "__pycache__" not in p.parts)  # book/_ext's extensions: their bytecode is no source
     staged = [out / p.relative_to(REPO) for p in sources]
     if out != REPO:
         for src, dst in zip(sources, staged):
@@ -304,7 +351,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
         try:
             with _report_training(run_dir.parent) if progress else contextlib.nullcontext():
-                _execute(template, output, params, timeout, progress)
+                _execute(template, output, params, timeout, progress, paths=machine_paths(out, run_dir))
         except (Exception, KeyboardInterrupt) as e:
             rec.update({"status": "failed", "complete": False, "error": _why(e),
                         "duration_s": round(time.time() - t0, 1)})

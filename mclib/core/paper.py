@@ -82,3 +82,20 @@ PAPER_HEADS = {
     "longest-contiguous-column": [(2, 5), (2, 7), (2, 8)],
     "input-processing": [(1, 1), (1, 2), (1, 5), (1, 6), (1, 7), (1, 8)],
 }
+
+# The NeurIPS version's figures the book cites, by number (read from their captions, all but
+# Fig. 2, which is as the book has cited it since its first chapter; the book's text says
+# "NeurIPS version" after each, and "workshop version" after a number of the earlier
+# workshop paper). tests/test_book.py checks every citation against this.
+FIGURES_NEURIPS = {
+    2: "the training loss: a plateau, then a sudden drop (E1)",
+    3: "BERT against nuclear-norm minimisation (E16)",
+    4: "attention heads of the post-shift model: row and column heads (E9)",
+    6: "linear probes of the hidden states (E11)",
+    7: "embeddings: token norms, PCA of the token embeddings, t-SNE of the position embeddings (E12, E14)",
+    8: "training individual components, the rest frozen (E15)",
+    11: "the GPT variant (E19)", 12: "the GPT variant (E19)",
+    13: "model width (E20)", 14: "model depth (E20)",
+    22: "attention heads across training steps (E9)",
+    23: "attention heads under structured masks (E10)",
+}
