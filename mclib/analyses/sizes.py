@@ -1,7 +1,7 @@
 """Model size (E20): the appendix's width and depth claims, tested on a sweep's results
 table (one row per run: `mclib.core.sweep`'s columns), and the large models' final losses.
 
-The appendix (NeurIPS version, Figs. 13-14, on 7×7 rank 2 with the 4-layer model) says:
+The appendix (paper Figs. 13-14, NeurIPS version, on 7×7 rank 2 with the 4-layer model) says:
 - width: hidden 64 is too small for accurate completion, 128 sub-optimal: wider is better;
 - depth: 6 layers drop earlier than 4; 8 or 12 add little.
 At laptop scale (sweeps/width-depth.yaml: n×n rank 1, widths 32/64/128 at 4 layers, depths

@@ -2,7 +2,7 @@
 decoder (`mclib.core.gpt`) reads the masked matrix, a separator and the full matrix, and
 predicts each entry with teacher forcing; the paper reports that it too sits on a plateau
 and then drops suddenly, and that the drop is the model learning to copy the observed
-entries, not to complete the masked ones (NeurIPS version, appendix, Figs. 11-12).
+entries, not to complete the masked ones (appendix, paper Figs. 11-12, NeurIPS version).
 
     ch = open_chapter(profile, seed, run_dir, device)
     runs = gpt_runs(ch)                  # {seed: folder}; trains what is missing
