@@ -61,7 +61,7 @@ def test_drop_shape_tells_one_stretch_from_two_stages():
     a, b, level = shape.shoulder
     assert 1500 <= a and b <= 2600 and level == pytest.approx(0.038, rel=0.1)
     text = C.shape_text(shape)
-    assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed half of E[X²] at step 1,250" in text
+    assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed the drop's threshold (0.5 E[X²]) at step 1,250" in text
     assert C.shape_text(None) == "There is no drop to describe."
 
 

@@ -35,7 +35,7 @@ from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
-from ..core.metrics import find_drop
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, find_drop
 from ..core.train import stop_after_drop, train
 from ..core.runs import checkpoint_steps, is_complete, load_checkpoint, load_metrics, saved_steps
 
@@ -236,10 +236,10 @@ def trainable_count(model, group: str) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if groups[name] == group)
 
 
-def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.DataFrame:
+def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW) -> pd.DataFrame:
     """One row per group: the drop (`find_drop`, None if none), the steps trained, the
     mean L_mask over the first and the last `window` steps, L_obs over the last, and
-    whether the run starts on the copying plateau (first-window L_mask within 20 % of E[X²])."""
+    whether the run starts on the copying plateau (first-window L_mask within PLATEAU_BAND of E[X²])."""
     plateau = copy_level(cfg.data.rank)
     rows = []
     for group, folder in runs.items():
@@ -253,7 +253,7 @@ def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.
             "first_L_mask": float(head["L_mask"].mean()),
             "final_L_mask": float(tail["L_mask"].mean()),
             "final_L_obs": float(tail["L_obs"].mean()),
-            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < 0.2),
+            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < PLATEAU_BAND),
         })
     table = pd.DataFrame(rows)
     table["drop"] = pd.array([r["drop"] for r in rows], dtype="Int64")  # a missing drop is <NA>, not a float NaN

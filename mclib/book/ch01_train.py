@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..core.metrics import COPIES, LOSS_NAMES, copies, last_tenth, window_mean
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, copies, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
@@ -30,7 +30,6 @@ from .scorecard import copy_levels
 from .scorecard import CUT, claim, recorded_table
 
 CHAPTER = "01_train"
-WINDOW = 50  # losses are means over the 50 steps ending at a checkpoint: one batch is noisy
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -74,12 +73,12 @@ def loss_figure(ch: Chapter) -> plt.Figure:
 
 # --- the checkpoints ---------------------------------------------------------------------------
 
-def losses_at(metrics: pd.DataFrame, step: int, window: int = WINDOW) -> pd.Series:
+def losses_at(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
     """L, L_obs, L_mask, mask_value: means over the `window` steps ending at `step`."""
     return window_mean(metrics, step, window)[list(LOSS_NAMES)]
 
 
-def window_se(metrics: pd.DataFrame, step: int, window: int = WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
+def window_se(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
     """The standard errors of the `window`-step means ending at `step` (each step's batch
     loss one draw): {"L_se": ..., ...}."""
     w = metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)]
@@ -94,7 +93,7 @@ def checkpoint_table(ch: Chapter):
     table = pd.DataFrame([{"checkpoint": p, "step": t, **losses_at(ch.metrics, t), "vs the drop": side(t)}
                           for p, t in phases])
     return (table.style.hide(axis="index").format({c: "{:.2e}" for c in LOSS_NAMES})
-            .set_caption(f"Losses at the checkpoints (mean over the {WINDOW} steps ending there); "
+            .set_caption(f"Losses at the checkpoints (mean over the {DROP_WINDOW} steps ending there); "
                          "mask_value is the mean |X̂| at the masked entries."))
 
 
@@ -162,8 +161,8 @@ def shape_text(shape: DropShape | None) -> str:
     """The drop's shape in one sentence, or that there was none to describe."""
     if shape is None:
         return "There is no drop to describe."
-    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed half of E[X²] at step "
-             f"{shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
+    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
+             f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
@@ -224,7 +223,7 @@ def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float
         frac, spread = seeds["mean"], seeds.get("std")
     return [
         claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
-              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < 0.2 else "off the copying plateau",
+              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
               paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
         claim("E1", "pre-shift L_obs / E[X²]", pre["L_obs"] / ours_lvl,
               f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "

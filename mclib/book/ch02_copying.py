@@ -26,10 +26,10 @@ from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, copies
+from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
-from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
+from .loss_tables import (PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
                           loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
@@ -188,7 +188,7 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     level, paper_level = levels["low-rank"]
     sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
     rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
-                     "does not complete" if sw["L_mask"][0] / level > COMPLETES else "completes in part",
+                     "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
                      paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
@@ -233,10 +233,10 @@ def e3_text(e3: pd.DataFrame) -> str:
 
 
 def e6_text(e6: pd.DataFrame, level: float) -> str:
-    """Whether post's Q, K, V make the pre model complete (L_mask below COMPLETES·E[X²])."""
+    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²])."""
     sw = e6.set_index("model").loc["pre with post's QKV"]
     paper_mask = PAPER[("E6", "post-QKV into pre L_mask")]
-    if sw.L_mask > COMPLETES * level:
+    if sw.L_mask > DROP_FRACTION * level:
         return (f"does not let it complete the matrix: L_mask is {sw.L_mask:.3f} (the paper: {paper_mask}) and "
                 f"L_obs {sw.L_obs:.1e} (the paper: {PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
     return (f"lets it complete the matrix in part (L_mask {sw.L_mask:.3f}), unlike the paper (L_mask {paper_mask}): "

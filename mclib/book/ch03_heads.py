@@ -31,22 +31,21 @@ import pandas as pd
 import torch
 
 from ..analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from ..analyses.heads import (LABELS, _as_layers, attention_progress, capture_probs, classify_heads, head_groups,
-                              head_scores, mean_attention)
+from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, _as_layers, attention_progress, capture_probs,
+                              classify_heads, head_groups, head_scores, mean_attention)
 from ..analyses.interventions import permute_positions, switch_qkv
 from ..analyses.probes import probe_layers, probe_sets
 from ..core.data import structured_mask
-from ..core.metrics import COPIES, LOSS_NAMES
+from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER
 from . import plots
-from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
+from .loss_tables import (PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
                           ratio_se, row_verdict, value_and_se)
 from .scorecard import copy_levels
 from .scorecard import CUT, verdict_counts
 from .scorecard import claim as _row
 
-STRUCTURED = 0.5   # a head's excess (row, column, self) of at least 0.5: `heads.STRUCTURE_THRESHOLD`
 MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its attention there
 PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance
 PERMUTATIONS = 5   # E7: permutations of the position embeddings, reported by their mean
@@ -63,8 +62,8 @@ def post_losses(ch) -> dict[str, float]:
 
 
 def completes(base: dict, level: float) -> bool:
-    """The model completes the matrix: L_mask below COMPLETES·E[X²] (the drop's threshold)."""
-    return base["L_mask"] < COMPLETES * level
+    """The model completes the matrix: L_mask below DROP_FRACTION·E[X²] (the drop's threshold)."""
+    return base["L_mask"] < DROP_FRACTION * level
 
 
 def settings_table(ch, base: dict):
@@ -463,7 +462,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     level, paper_level = copy_levels(rank)["low-rank"]
     rows, glue = [], {}
     un = value_and_se(abl, "L_mask", **UNABLATED)
-    rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < COMPLETES else
+    rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < DROP_FRACTION else
                      "does not complete", paper=PAPER[("E3", "post L_mask")] / paper_level, se=un[1] / level))
     ob = value_and_se(abl, "L_obs", **UNABLATED)
     rows.append(_row("E3", "post L_obs / E[X²]", ob[0] / level, "how precisely the observed entries come back",
@@ -472,7 +471,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     for mode in ("uniform", "batch_mean"):
         a = value_and_se(abl, "L_mask", ablated="all heads", reading=mode)
         rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: L_mask / E[X²]", a[0] / level,
-                         "back at the copying level" if abs(a[0] / level - 1) < 0.2 else
+                         "back at the copying level" if abs(a[0] / level - 1) < PLATEAU_BAND else
                          ("well below the copying level" if a[0] < level else "above the copying level"),
                          paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level))
         verdicts.append(row_verdict(rows[-1]))
@@ -574,14 +573,14 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     for q, v in (("largest row excess of any head, post", top["row_excess"]),
                  ("largest column excess of any head, post", top["column_excess"]),
                  ("largest self excess of a last-layer head, post", last)):
-        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURED else 'no'} such head (above {STRUCTURED:g} "
-                         "counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURED,
+        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURE_THRESHOLD else 'no'} such head (above "
+                         f"{STRUCTURE_THRESHOLD:g} counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURE_THRESHOLD,
                          sense="above", margin=CUT))
     pre_top = (None if pre_scores is None else
                float(pre_scores[["row_excess", "column_excess", "self_excess"]].max().max()))
     rows.append(_row("E9", "largest excess of any head, pre-shift", pre_top,
-                     "no structure before the drop" if pre_top is not None and pre_top < STRUCTURED else
-                     "structure before the drop", kind="direction", reference=STRUCTURED, sense="below", margin=CUT,
+                     "no structure before the drop" if pre_top is not None and pre_top < STRUCTURE_THRESHOLD else
+                     "structure before the drop", kind="direction", reference=STRUCTURE_THRESHOLD, sense="below", margin=CUT,
                      na=None if pre_scores is not None else "no pre-shift checkpoint saved"))
     glue["e9_text"] = (f"the largest row excess of any head is {top['row_excess']:.2f}, column {top['column_excess']:.2f}, "
                        f"self in the last layer {last:.2f}" + ("" if pre_top is None else

@@ -23,6 +23,7 @@ import pandas as pd
 
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import load_metrics, saved_steps
 from .chapter import Chapter, checkpoint_links, download_links, shown_path
@@ -90,8 +91,9 @@ def results_table(ch: Chapter, runs: dict[str, Path]):
     shown = table.assign(result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]])
     return (shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]].style.hide(axis="index")
             .format({c: "{:.2e}" for c in LOSSES})
-            .set_caption("What ended each run; L_mask over its first 50 steps and L_mask, L_obs over its last 50; "
-                         "starts_on_plateau: the first 50 steps' L_mask is within 20 % of E[X²]."))
+            .set_caption(f"What ended each run; L_mask over its first {DROP_WINDOW} steps and L_mask, L_obs over its "
+                         f"last {DROP_WINDOW}; starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within "
+                         f"{PLATEAU_BAND:.0%} of E[X²]."))
 
 
 def ends_text(ends: dict[str, FreezeEnd]) -> str:

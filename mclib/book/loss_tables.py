@@ -28,7 +28,6 @@ from . import plots
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
 READING_NAMES = {"uniform": "uniform (the paper's text)", "batch_mean": "batch mean (the released code)"}
 SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
-COMPLETES = 0.5    # L_mask below half of E[X²]: the model completes (the drop's threshold, `find_drop`)
 UNABLATED = {"ablated": "none", "reading": "—"}  # the row of `ablation_table` with nothing ablated
 
 

@@ -42,6 +42,7 @@ from typing import Any
 
 
 from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
+from .metrics import DROP_WINDOW
 from .runs import run_name
 
 TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
@@ -360,7 +361,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
         if (folder / "metrics.csv").is_file():
             drawn += 1
             m = load_metrics(folder)
-            smooth = m["L_mask"].rolling(50, min_periods=1).mean()  # find_drop's window
+            smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()  # as find_drop reads it
             left.plot(m["step"] * row.batch, smooth, color=colours[row.setting], lw=0.8, alpha=0.8)
         if pd.notna(row.drop_step):
             right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
@@ -369,7 +370,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
                           facecolors="none", s=40)
     for s in settings:
         left.plot([], [], color=colours[s], label=s)
-    left.set(xlabel="matrices seen", ylabel="L_mask (training batch, 50-step mean)", title=f"{sweep}: every run")
+    left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)", title=f"{sweep}: every run")
     if drawn:
         left.set(xscale="log", yscale="log")
         left.legend(fontsize=7)
