@@ -77,8 +77,13 @@ def test_paper_pattern():
     from mclib.analyses.freezing import paper_pattern
 
     table = lambda drops: pd.DataFrame({"group": list(GROUPS), "drop": drops})  # attention, mlp, positional, token
-    assert paper_pattern(table([500, 60, 900, 80])) == {"fast_first": True, "positional_last": True}
-    assert paper_pattern(table([500, 60, None, 80])) == {"fast_first": True, "positional_last": True}
-    assert paper_pattern(table([None, 60, None, 80])) == {"fast_first": True, "positional_last": False}
-    assert paper_pattern(table([50, 60, 40, None])) == {"fast_first": False, "positional_last": False}
-    assert paper_pattern(table([None] * 4)) == {"fast_first": False, "positional_last": False}
+    both = {"first_tier_first": True, "last_tier_last": True}
+    assert paper_pattern(table([500, 60, 900, 80])) == both
+    assert paper_pattern(table([500, 60, None, 80])) == both
+    assert paper_pattern(table([None, 60, None, 80])) == {"first_tier_first": True, "last_tier_last": False}
+    assert paper_pattern(table([50, 60, 40, None])) == {"first_tier_first": False, "last_tier_last": False}
+    assert paper_pattern(table([None] * 4)) == {"first_tier_first": False, "last_tier_last": False}
+    # the tiers come from the order it is given (default: the paper's), not from names written in the function
+    reversed_order = [["positional"], ["attention"], ["mlp", "token"]]
+    assert paper_pattern(table([500, 900, 60, 800]), reversed_order) == both
+    assert paper_pattern(table([500, 900, 60, 800])) == {"first_tier_first": False, "last_tier_last": False}

@@ -270,15 +270,20 @@ def drop_text(drop: int | None, steps: int) -> str:
     return f"drop at step {drop:,}" if drop is not None else f"no drop by step {steps:,}"
 
 
-def paper_pattern(table: pd.DataFrame) -> dict[str, bool]:
-    """The paper's E15 picture, checked on `freeze_summary`'s table (a run with no drop
-    counts as dropping after every run that did):
-    fast_first        the mlp and token runs both drop, and before the attention and positional runs
-    positional_last   the positional run drops strictly after every other run (or alone never drops)
+def paper_pattern(table: pd.DataFrame, order=PAPER_E15_ORDER) -> dict[str, bool]:
+    """The two ends of the paper's order of the drops (`order`: tiers of groups, earliest
+    first, `mclib.core.paper.PAPER_E15_ORDER`), checked strictly, without the scorecard's
+    margin, on `freeze_summary`'s table (a run with no drop counts as dropping after
+    every run that did):
+    first_tier_first  every run of the first tier (mlp, token) drops, before every run of a later tier
+    last_tier_last    every run of the last tier (positional) drops after every run of an
+                      earlier tier (or they alone never drop)
     """
-    key = {g: float("inf") if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
-    slow = [key.get("attention", float("inf")), key.get("positional", float("inf"))]
-    fast = [key.get("mlp", float("inf")), key.get("token", float("inf"))]
-    others = [v for g, v in key.items() if g != "positional"]
-    return {"fast_first": max(fast) < float("inf") and max(fast) < min(slow),
-            "positional_last": "positional" in key and all(key["positional"] > v for v in others)}
+    inf = float("inf")
+    key = {g: inf if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
+    first, last = order[0], order[-1]
+    fast = [key.get(g, inf) for g in first]
+    later = [key.get(g, inf) for tier in order[1:] for g in tier]
+    earlier = [v for g, v in key.items() if g not in last]
+    return {"first_tier_first": max(fast) < inf and max(fast) < min(later),
+            "last_tier_last": all(g in key for g in last) and all(key[g] > v for g in last for v in earlier)}
