@@ -9,14 +9,11 @@ import pandas as pd
 import pytest
 
 from book_pages import glue_names
+from book_pages import recorded_verdict as _verdict
 from mclib.book import ch01_train as C
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.core.runs import CheckpointSteps, RunEnd
-
-
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
 
 
 def test_training_rows(tmp_path):

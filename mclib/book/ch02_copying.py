@@ -31,9 +31,9 @@ from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
                           loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, row_verdict, value_and_se)
+                          ratio_se, value_and_se)
 from .scorecard import copy_levels
-from .scorecard import CUT, verdict_counts
+from .scorecard import CUT, agreement, row_verdict, verdict_counts
 from .scorecard import claim as _row
 
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
@@ -163,7 +163,8 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
     kind's E[X²] (direction, below COPIES), E3 ablated / unablated L_mask and L_obs (ratio
     rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
-    the pre model's (ratio). glue: e3_match, the sentence naming the reading that matches."""
+    the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
+    reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
     levels = copy_levels(rank)
     rows = []
     for r in e2.to_dict("records"):
@@ -190,13 +191,14 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
                      "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
                      paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
+    e6_text_ = e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
                      "how much the switch disturbs copying",
                      paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
                      se=ratio_se(*sw["L_obs"], *base)))
     glue = {"e3_match": matching_reading_text(
-        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")}
+        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)"), "e6_text": e6_text_}
     return glue, rows
 
 
@@ -220,27 +222,29 @@ def e2_text(e2: pd.DataFrame, level: float) -> str:
 
 
 def e3_text(e3: pd.DataFrame) -> str:
-    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more)."""
+    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more),
+    with the paper's numbers; whether that agrees with the paper is `e3_match`, from the rows."""
     un, ab_u, ab_b = (lookup(e3, "L_mask", ablated=a, reading=r) for a, r in
                       [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")])
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
-    paper = f"{PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
+    paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
     if change < NO_EFFECT:
-        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean): "
-                f"attention plays no part in what the model does here, as in the paper ({paper})")
-    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean), "
-            f"unlike the paper ({paper}): this model's attention already matters")
+        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; "
+                f"{paper}): attention plays no part in what the model does here")
+    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
+            "this model's attention already matters")
 
 
-def e6_text(e6: pd.DataFrame, level: float) -> str:
-    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²])."""
+def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> str:
+    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]),
+    and, from `verdict` (that of the row "pre with post's QKV: L_mask / E[X²]", whose paper
+    value is `paper_rel`), whether its L_mask agrees with the paper's (`agreement`)."""
     sw = e6.set_index("model").loc["pre with post's QKV"]
-    paper_mask = PAPER[("E6", "post-QKV into pre L_mask")]
-    if sw.L_mask > DROP_FRACTION * level:
-        return (f"does not let it complete the matrix: L_mask is {sw.L_mask:.3f} (the paper: {paper_mask}) and "
-                f"L_obs {sw.L_obs:.1e} (the paper: {PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
-    return (f"lets it complete the matrix in part (L_mask {sw.L_mask:.3f}), unlike the paper (L_mask {paper_mask}): "
-            "here the attention weights carry much of what the drop learns")
+    what = ("does not let it complete the matrix" if sw.L_mask > DROP_FRACTION * level else
+            "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns")
+    return (f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "
+            f"({paper_rel:.3g} E[X²] on its own task, number rule), and L_obs {sw.L_obs:.1e} (the paper: "
+            f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, verdicts) -> dict:
@@ -254,5 +258,5 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
             "abs_x": base["abs_x"], "copy_level": level,
             "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
             "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
-            "e3_text": e3_text(e3), "e6_text": e6_text(e6, level),
+            "e3_text": e3_text(e3),
             "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts))}

@@ -41,9 +41,9 @@ from ..core.paper import PAPER
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, row_verdict, value_and_se)
+                          ratio_se, value_and_se)
 from .scorecard import copy_levels
-from .scorecard import CUT, verdict_counts
+from .scorecard import CUT, agreement, agreements, row_verdict, verdict_counts
 from .scorecard import claim as _row
 
 MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its attention there
@@ -73,7 +73,8 @@ def settings_table(ch, base: dict):
         ch.where, f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
                   f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
         f"step {ch.steps.pre:,}", f"{A.eval_matrices} fresh matrices, seed {A.seed}, the same for every table"]})
-        .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1, as in the paper."))
+        .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1 (the paper's "
+                                                  "numbering)."))
 
 
 # --- E9: what every head attends to ----------------------------------------------------------
@@ -369,24 +370,27 @@ def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Struc
                       evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
 
 
-def lone_text(lone: float, chance: float, axis: str) -> str:
+def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None) -> str:
     """The E10 sentence: how much of its attention the best head puts on the lone observed
-    entry of a masked line, against a uniform head and, for the paper's (row) mask, the
-    paper's "most of it". The paper has no transposed mask, so that one is described only."""
+    entry of a masked line, against a uniform head and, for the paper's (row) mask, whether
+    that is the paper's "most of it" by `verdict`, the E10 row's (`agreement`). The paper
+    has no transposed mask, so that one is described only."""
     head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
             f"attention there (a uniform head: {chance:.3f}): ")
-    i = 0 if lone > MOSTLY else 1 if lone > chance else 2
-    reading = ("most of it", "more than chance but not most of it", "no more than chance")[i]
+    reading = ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance else
+               "no more than chance")
     if axis != "row":
         return head + reading + "; the paper reports no such mask"
-    return head + reading + (", as the paper describes", ", a weaker version of what the paper describes",
-                             ", unlike the paper")[i]
+    if verdict is None:
+        raise ValueError("the paper's (row) mask needs the E10 row's verdict")
+    return f"{head}{reading}, {agreement(verdict)} (the paper: most of it)"
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     """E10's table of the picked heads under one mask (styled; their label under random
     masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
-    maps), fig_e10_NAME_all (every head's map), e10_NAME_text (the lone-entry sentence).
+    maps), fig_e10_NAME_all (every head's map) and, for the transposed mask, e10_NAME_text
+    (the lone-entry sentence; the paper's mask's comes from `scorecard_rows`, with its row).
     The masked lines are outlined (rows) or marked on the left (columns), their lone
     observed entries marked above."""
     n = ch.cfg.data.n
@@ -410,8 +414,10 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
               .set_caption(f"E10, masked {axis}s: head scores. A uniform head has lone_entry {s.chance['lone_entry']:.3f}, "
                            f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
-    return styled, {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all),
-                    f"e10_{s.name}_text": lone_text(s.lone, s.chance["lone_entry"], axis)}
+    glue = {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all)}
+    if axis != "row":  # the paper's (row) mask is compared with the paper: its sentence comes with its row
+        glue[f"e10_{s.name}_text"] = lone_text(s.lone, s.chance["lone_entry"], axis)
+    return styled, glue
 
 
 # --- E11: linear probes ----------------------------------------------------------------------------
@@ -458,7 +464,8 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     `head_groups`; scores: `head_scores` at post (pre_scores at the pre-shift checkpoint, if
     saved); lone: the E10 best head's mass on the lone observed entry (lone_chance: a
     uniform head's); probes: `probe_layers`.
-    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e11_text, e11_layer (E10's sentences: `e10_shown`)."""
+    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
+    transposed one's: `e10_shown`), e11_text, e11_layer."""
     level, paper_level = copy_levels(rank)["low-rank"]
     rows, glue = [], {}
     un = value_and_se(abl, "L_mask", **UNABLATED)
@@ -498,8 +505,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
                        f"ablating our {n_other} 'other' heads multiplies L_mask by "
                        + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
                        + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
-                       + ("the same, by the ratio rule" if all(v == "matches" for *_, v in e4) else
-                          "a different result (" + "; ".join(f"{SHORT[m]}: {v}" for m, _, v in e4) + ", ratio rule)"))
+                       + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
 
     # E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1
     parts = []
@@ -590,10 +596,10 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                      f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                      kind="direction", reference=MOSTLY, sense="above", margin=CUT))
+    glue["e10_rows_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
 
     # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
     best = best_probe_layers(probes).loc["row"]
-    holds = best.rel < PROBED
     rows.append(_row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
                      float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
                      f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
@@ -603,10 +609,16 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
         f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
         f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
         f"{1 - best.rel:.0%} of the target's variance. "
-        + ("The paper's claim that a linear probe recovers the row holds here" if holds else
-           "The paper's claim that a linear probe recovers the row does not hold here: the row is at most weakly, "
-           "and not linearly, present in the masked positions' hidden states"))
+        + e11_claim(row_verdict(rows[-1])))
     return glue, rows
+
+
+def e11_claim(verdict: str) -> str:
+    """Whether a linear probe recovers the observed row, by `verdict` (the E11 row's, `agreement`)."""
+    if verdict == "differs":
+        return (f"A linear probe does not recover the row here, {agreement(verdict)}: the row is at most weakly, "
+                "and not linearly, present in the masked positions' hidden states")
+    return f"A linear probe recovers the row here, {agreement(verdict)}"
 
 
 # --- What we found -----------------------------------------------------------------------------

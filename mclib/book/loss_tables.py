@@ -117,14 +117,6 @@ def ratio_and_se(table: pd.DataFrame, column: str, num: dict, den: dict) -> tupl
     return a / b, ratio_se(a, a_se, b, b_se)
 
 
-def row_verdict(row: dict) -> str:
-    """The verdict `scorecard.record` will give `row` (without writing it)."""
-    from .scorecard import judge
-
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
-    return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
-
-
 def matching_reading_text(verdicts: list[str], what: str) -> str:
     """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
     batch mean) rows: e.g. 'the uniform reading (the paper's text) matches X; the
