@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from book_pages import glue_names
+from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.book import ch01_train as C
 from mclib.book import scorecard
@@ -89,11 +89,20 @@ def test_checkpoint_text_says_where_and_why():
 
 
 def test_drop_story_both_ways():
-    assert C.drop_story(900, True, 1000) == ("dropped at step 900 of the 1,000 it trained",
-                                             "the paper's picture: a plateau where the model copies, then a sudden drop")
-    assert C.drop_story(900, False, 1000)[1].startswith("a drop, but")
-    assert C.drop_story(None, True, 60)[0] == "did not drop within the 60 steps it trained"
-    assert C.drop_story(None, False, 60)[1].startswith("neither a copying plateau nor a drop")
+    on = {"for L_mask": "matches", "for L_obs": "same direction"}
+    off = {"for L_mask": "differs", "for L_obs": "same direction"}
+    assert C.drop_story(900, on, 1000) == ("dropped at step 900 of the 1,000 it trained",
+                                           "a plateau where the model copies, then a sudden drop, as in the paper")
+    assert C.drop_story(900, off, 1000)[1] == ("a drop, but the pre-shift checkpoint is not on the paper's copying "
+                                               "plateau (unlike the paper for L_mask, as in the paper for L_obs)")
+    assert C.drop_story(None, on, 60)[0] == "did not drop within the 60 steps it trained"
+    assert C.drop_story(None, off, 60)[1].startswith("neither the paper's copying plateau (unlike the paper for L_mask")
+
+
+def test_the_story_turns_with_e1_s_rows(ch, flip_verdicts):
+    """The story's comparison with the paper is the verdict of E1's pre-shift rows."""
+    readings = lambda: (C.findings(ch), C.scorecard_rows(ch))
+    sentences_turn(readings, flip_verdicts, {"story": list(C.PLATEAU_ROWS.values())})
 
 
 @pytest.fixture

@@ -20,14 +20,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, copies, last_tenth, window_mean
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
-from .scorecard import CUT, claim, recorded_table
+from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
 
 CHAPTER = "01_train"
 
@@ -182,16 +182,23 @@ def end_sentence(ch: Chapter) -> str:
 
 # --- what we found -----------------------------------------------------------------------------
 
-def drop_story(drop: int | None, on_plateau: bool, end_step: int) -> tuple[str, str]:
+PLATEAU_ROWS = {"for L_mask": "pre-shift L_mask / E[X²]", "for L_obs": "pre-shift L_obs / E[X²]"}
+
+
+def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tuple[str, str]:
     """(what L_mask did, what that means): the paper's picture only with a drop after a
-    copying plateau."""
+    copying plateau. plateau: the verdicts of E1's pre-shift rows (`PLATEAU_ROWS` name ->
+    verdict), which say whether the pre-shift checkpoint sits on the paper's copying
+    plateau, and in what words (`agreements`)."""
+    said = agreements(plateau)
+    on_plateau = all(v in POSITIVE.values() for v in plateau.values())
     if drop is not None:
         return (f"dropped at step {drop:,} of the {end_step:,} it trained",
-                "the paper's picture: a plateau where the model copies, then a sudden drop" if on_plateau
-                else "a drop, but the pre-shift checkpoint is not on a copying plateau")
+                f"a plateau where the model copies, then a sudden drop, {said}" if on_plateau
+                else f"a drop, but the pre-shift checkpoint is not on the paper's copying plateau ({said})")
     return (f"did not drop within the {end_step:,} steps it trained",
-            "a copying plateau but no drop yet (the run is too short, or the model too small)" if on_plateau
-            else "neither a copying plateau nor a drop (this profile is too short to show either)")
+            f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)" if on_plateau
+            else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)")
 
 
 def findings(ch: Chapter) -> dict:
@@ -200,7 +207,8 @@ def findings(ch: Chapter) -> dict:
     pre = losses_at(ch.metrics, ch.steps.pre)
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
-    drop_text, story = drop_story(ch.drop, copies(pre["L_obs"], pre["L_mask"], level), ch.end.step)
+    rows = {r["quantity"]: r for r in scorecard_rows(ch)}
+    drop_text, story = drop_story(ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step)
     s = ch.steps
     shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
     return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
