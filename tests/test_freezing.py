@@ -3,10 +3,10 @@ import shutil
 import pytest
 import torch
 
-from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs,
-                                    freeze_summary, pending_groups, trainable_count)
+from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_runs, freeze_summary,
+                                    pending_groups, trainable_count)
 from mclib.analyses.interventions import GROUPS, component_groups
-from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
+from mclib.core.runs import freeze_dir, load_checkpoint, load_metrics, saved_steps
 
 STEPS = 4
 
@@ -35,7 +35,7 @@ def test_profile_is_the_main_one_shortened(smoke_profile):
 @pytest.mark.slow
 def test_four_runs_train_only_their_group_and_resume(run, cfg):
     runs = freeze_runs(cfg, run)
-    assert list(runs) == list(GROUPS) and all(runs[g] == freeze_run_dir(run, g) for g in GROUPS)
+    assert list(runs) == list(GROUPS) and all(runs[g] == freeze_dir(run, g) for g in GROUPS)
     post = load_checkpoint(run, cfg.checkpoints.post)
     groups = component_groups(post)
     for group, folder in runs.items():

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from mclib.book import scorecard as S
+from sources import literal_strings
 
 
 def test_number_rule():
@@ -103,18 +104,6 @@ def test_record_refuses_a_reading_that_contradicts_its_verdict(tmp_path):
     assert S.row_verdict({**row, "ours": 1.5}) == "same direction"
 
 
-def _literal_strings(path):
-    """Every string literal of a module outside docstrings, f-strings' literal parts included."""
-    import ast
-
-    tree = ast.parse(path.read_text())
-    docs = {id(n.body[0].value) for n in ast.walk(tree)
-            if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
-            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
-    return [n.value for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
-
-
 def test_no_chapter_types_its_own_agreement_with_the_paper():
     """A chapter's sentence takes "as in the paper" / "unlike the paper" from its row's
     verdict (`scorecard.agreement`): no chapter module writes those words itself, nor the
@@ -125,6 +114,6 @@ def test_no_chapter_types_its_own_agreement_with_the_paper():
     typed = re.compile(r"as in the paper|unlike the paper|as the paper (says|describes|shows)|"
                        r"not what the paper shows|the paper's claim .* holds", re.I)
     book = Path(S.__file__).parent
-    found = {p.name: [s for s in _literal_strings(p) if typed.search(s)] for p in sorted(book.glob("*.py"))
+    found = {p.name: [s for s in literal_strings(p) if typed.search(s)] for p in sorted(book.glob("*.py"))
              if p.name != "scorecard.py"}
     assert len(found) > 10 and not any(found.values()), {k: v for k, v in found.items() if v}

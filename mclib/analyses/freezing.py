@@ -7,6 +7,7 @@ other parameter loaded from the post checkpoint and frozen (`reinit_component`).
 is an ordinary run folder:
 
     run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json, end.json}
+    (`mclib.core.runs.freeze_dir`; source.json: `runs.FREEZE_SOURCE`)
 
 so it resumes after an interruption and returns at once when complete, like the main
 run. `source.json` names the checkpoint the run started from; a folder started from
@@ -37,9 +38,9 @@ from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, find_drop
 from ..core.train import stop_after_drop, train
-from ..core.runs import checkpoint_steps, is_complete, load_checkpoint, load_metrics, saved_steps
+from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
+                         saved_steps)
 
-SOURCE = "source.json"
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
 # read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
 DESCRIPTIONS = {
@@ -93,18 +94,14 @@ def freeze_profile(cfg: Profile, group: str, drop: int | None = None) -> Profile
     })
 
 
-def freeze_run_dir(run_dir: str | Path, group: str) -> Path:
-    return Path(run_dir) / "freeze" / group
-
-
 def _check_source(folder: Path, source: dict) -> None:
-    path = folder / SOURCE
+    path = folder / FREEZE_SOURCE
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved != source:
             raise ValueError(f"{folder} was started from {saved}, not {source}; delete the folder to redo it")
     elif saved_steps(folder):
-        raise ValueError(f"{folder} has checkpoints but no {SOURCE}; delete the folder to redo it")
+        raise ValueError(f"{folder} has checkpoints but no {FREEZE_SOURCE}; delete the folder to redo it")
 
 
 def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
@@ -122,11 +119,11 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     profile's seed). The run ends at its own drop or after `freeze_steps` steps.
     """
     run_dir = Path(run_dir)
-    folder, source = freeze_run_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
+    folder, source = freeze_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
     _check_source(folder, source)
     model = reinit_component(load_checkpoint(run_dir, source["step"]), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SOURCE).write_text(json.dumps(source))
+    (folder / FREEZE_SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
                  stop=freeze_stop(cfg), init_model=model, newest_only=True)  # the book reads its metrics and end
 
@@ -141,10 +138,10 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
     """The groups whose E15 run is not complete, in the order of `groups` (each folder's
     source is checked, also for a complete run, which is then skipped)."""
     for g in groups:
-        _check_source(freeze_run_dir(run_dir, g), _source(cfg, run_dir, g))
+        _check_source(freeze_dir(run_dir, g), _source(cfg, run_dir, g))
     drop = main_drop(cfg, run_dir)
     return [g for g in groups
-            if not is_complete(freeze_profile(cfg, g, drop), freeze_run_dir(run_dir, g), freeze_stop(cfg))]
+            if not is_complete(freeze_profile(cfg, g, drop), freeze_dir(run_dir, g), freeze_stop(cfg))]
 
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
@@ -159,7 +156,7 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
 
     cfg = with_device(cfg)  # resolved once, here: every worker trains where this process chose
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)
-    return {g: freeze_run_dir(run_dir, g) for g in groups}
+    return {g: freeze_dir(run_dir, g) for g in groups}
 
 
 FREEZE_ENDINGS = ("dropped", "main drop", "cap", "unfinished")
@@ -222,7 +219,7 @@ def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict
     main = main_drop(cfg, run_dir)
     out = {}
     for g in groups:
-        folder = freeze_run_dir(run_dir, g)
+        folder = freeze_dir(run_dir, g)
         steps = saved_steps(folder)
         m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
         m = m[m["step"] <= (steps[-1] if steps else 0)]

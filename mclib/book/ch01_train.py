@@ -23,7 +23,7 @@ import pandas as pd
 from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
+from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
@@ -277,6 +277,6 @@ def paper_glue(rows: list[dict]) -> dict:
 def downloads(ch: Chapter) -> str:
     """MyST: the run's metrics.csv and final checkpoint (zipped) as {download} links
     (`download_links`; Sphinx copies them into _downloads)."""
-    links = (download_links(ch.run_dir, [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)")])
+    links = (download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
              + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)"))
     return f"This run's files, to download: {' and '.join(links)}."

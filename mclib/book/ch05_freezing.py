@@ -25,7 +25,7 @@ from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends
                                  freeze_summary, paper_pattern, trainable_count)
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
-from ..core.runs import load_metrics, saved_steps
+from ..core.runs import METRICS, load_metrics, saved_steps
 from .chapter import Chapter, checkpoint_links, download_links, shown_path
 from .plots import freeze_curves
 from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
@@ -192,7 +192,7 @@ def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
     parts = []
     for g, folder in runs.items():
         last = saved_steps(folder)[-1]
-        links = (download_links(ch.run_dir, [(folder / "metrics.csv", "metrics.csv")])
+        links = (download_links(ch.run_dir, [(folder / METRICS, METRICS)])
                  + checkpoint_links(ch, folder, last, f"final checkpoint (step {last:,}, zip)"))
         parts.append(f"{g}: {' and '.join(links)}")
     return f"Each run's files, to download: {'; '.join(parts)}."

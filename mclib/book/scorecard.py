@@ -1,7 +1,7 @@
 """The scorecard: every claim of the paper the book tests, one row each, with a verdict.
 
-A chapter records a row per claim with `record(run_dir, ...)`; rows live in
-`run_dir/scorecard.json`, keyed by (experiment id, quantity), so re-running a chapter
+A chapter records a row per claim with `record(run_dir, ...)`; rows live in the run
+folder's scorecard.json (`mclib.core.runs.SCORECARD`), keyed by (experiment id, quantity), so re-running a chapter
 replaces its rows instead of adding duplicates. `book/99_scorecard.ipynb` renders them.
 
 Each row names its *kind* of claim, and the kind's rule (one function per kind, in
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
-FILE = "scorecard.json"
+from ..core.runs import SCORECARD, write_atomic
+
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
 
@@ -227,7 +227,7 @@ def task_note(profile) -> str:
 
 
 def load(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / FILE
+    path = Path(run_dir) / SCORECARD
     return json.loads(path.read_text()) if path.is_file() else []
 
 
@@ -238,10 +238,8 @@ def _order(row: dict):
 
 
 def _write(run_dir: str | Path, rows: list[dict]) -> None:
-    path = Path(run_dir) / FILE
-    tmp = path.with_name(f".tmp-{FILE}")
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, path)  # a reader never sees half a file
+    # a reader never sees half a file
+    write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
 
 
 def forget_chapter(run_dir: str | Path, chapter: str) -> None:
