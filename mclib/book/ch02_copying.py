@@ -9,8 +9,9 @@ in the chapter's order:
     pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
     e2_table(ch), e2_shown(ch, e2)           E2 and its table and figure
     e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6 and their table and figure
-    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and e3_match
-    closing_glue(ch, base, e2, e3, e6, verdicts)  every run-dependent sentence of "What we found"
+    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and the sentences
+                                             that state their verdicts (e3_match, e6_text)
+    closing_glue(ch, base, e2, e3, e6, verdicts)  the other run-dependent sentences of "What we found"
 
 `ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
 {glue name: value}; figures come closed (glued, not shown twice).
@@ -191,14 +192,13 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
                      "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
                      paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
-    e6_text_ = e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))
+    glue = {"e6_text": e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))}
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
                      "how much the switch disturbs copying",
                      paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
                      se=ratio_se(*sw["L_obs"], *base)))
-    glue = {"e3_match": matching_reading_text(
-        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)"), "e6_text": e6_text_}
+    glue["e3_match"] = matching_reading_text(verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")
     return glue, rows
 
 
@@ -248,8 +248,8 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, verdicts) -> dict:
-    """Every number and sentence of "What we found" that depends on the run; verdicts: those
-    of the chapter's recorded scorecard rows."""
+    """Every number and sentence of "What we found" that depends on the run and that
+    `scorecard_rows` does not give; verdicts: those of the chapter's recorded scorecard rows."""
     level = ch.copy_level
     paper_e2_values = [v[0] for v in PAPER_E2.values()]
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
