@@ -270,6 +270,9 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
 
 # --- E10: a structured mask -----------------------------------------------------------------------
 
+PAPER_MASK = "rows"  # the `e10_masks` key of the paper's mask; the other is ours
+
+
 def e10_masks(n: int) -> dict[str, torch.Tensor]:
     """E10's two masks, `[n, n]` bool: "rows" is the paper's (`structured_mask`: two rows
     masked but one entry each); "columns" is its transpose. The authors' configuration
@@ -357,11 +360,11 @@ class Structured:
         return self.scores.attrs["chance"]
 
 
-def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Structured:
+def e10_heads(ch, mask: torch.Tensor | None = None, name: str = PAPER_MASK) -> Structured:
     """The post model on the evaluation matrices under one structured mask (default: the
     paper's, `e10_masks(n)["rows"]`): scores, the best head of each kind, every head's map."""
     A, n = ch.cfg.analysis, ch.cfg.data.n
-    mask = e10_masks(n)["rows"] if mask is None else mask
+    mask = e10_masks(n)[PAPER_MASK] if mask is None else mask
     probs = capture_probs(ch.post, sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
     scores = structured_scores(probs, mask, n)
     picks = pick_heads(scores, e10_kinds(scores.attrs["axis"]))
@@ -372,25 +375,24 @@ def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Struc
 
 def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None) -> str:
     """The E10 sentence: how much of its attention the best head puts on the lone observed
-    entry of a masked line, against a uniform head and, for the paper's (row) mask, whether
-    that is the paper's "most of it" by `verdict`, the E10 row's (`agreement`). The paper
-    has no transposed mask, so that one is described only."""
+    entry of a masked line, against a uniform head and, for the paper's mask, whether that
+    is the paper's "most of it" by `verdict`, the E10 row's (`agreement`). The paper has no
+    transposed mask, so that one (verdict None) is described only."""
     head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
             f"attention there (a uniform head: {chance:.3f}): ")
     reading = ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance else
                "no more than chance")
-    if axis != "row":
-        return head + reading + "; the paper reports no such mask"
     if verdict is None:
-        raise ValueError("the paper's (row) mask needs the E10 row's verdict")
+        return head + reading + "; the paper reports no such mask"
     return f"{head}{reading}, {agreement(verdict)} (the paper: most of it)"
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     """E10's table of the picked heads under one mask (styled; their label under random
     masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
-    maps), fig_e10_NAME_all (every head's map) and, for the transposed mask, e10_NAME_text
-    (the lone-entry sentence; the paper's mask's comes from `scorecard_rows`, with its row).
+    maps), fig_e10_NAME_all (every head's map) and, for a mask other than the paper's
+    (PAPER_MASK), e10_NAME_text (the lone-entry sentence; the paper's mask's comes from
+    `scorecard_rows`, with its row).
     The masked lines are outlined (rows) or marked on the left (columns), their lone
     observed entries marked above."""
     n = ch.cfg.data.n
@@ -415,7 +417,7 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
                            f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
     glue = {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all)}
-    if axis != "row":  # the paper's (row) mask is compared with the paper: its sentence comes with its row
+    if s.name != PAPER_MASK:  # the paper's mask is compared with the paper: its sentence comes with its row
         glue[f"e10_{s.name}_text"] = lone_text(s.lone, s.chance["lone_entry"], axis)
     return styled, glue
 
@@ -596,7 +598,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                      f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                      kind="direction", reference=MOSTLY, sense="above", margin=CUT))
-    glue["e10_rows_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
+    glue[f"e10_{PAPER_MASK}_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
 
     # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
     best = best_probe_layers(probes).loc["row"]
