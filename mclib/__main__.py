@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from .core.config import ConfigError, load_profile, profile_path
-from .core.runs import default_run_dir
+from .core.runs import LOSS_CURVE, default_run_dir
 
 
 
@@ -27,11 +27,11 @@ def cmd_train(args) -> None:
     metrics = load_metrics(run_dir)
     drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
     fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
-    fig.savefig(run_dir / "loss_curve.png", dpi=120)
+    fig.savefig(run_dir / LOSS_CURVE, dpi=120)
     last = metrics.iloc[-1]
     print(f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
           f"drop {'at step ' + str(drop) if drop else 'not reached'}, {run_end(run_dir).text}; "
-          f"plot: {run_dir / 'loss_curve.png'}")
+          f"plot: {run_dir / LOSS_CURVE}")
 
 
 def cmd_book(args) -> None:

@@ -14,6 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from mclib.core.runs import SCORECARD  # noqa: E402
+
 
 def glued(out_dir: Path) -> dict[str, str]:
     values = {}
@@ -32,7 +35,7 @@ def glued(out_dir: Path) -> dict[str, str]:
 
 
 def scorecards(out_dir: Path) -> dict[str, object]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out_dir / "runs").glob("*/scorecard.json"))}
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out_dir / "runs").glob(f"*/{SCORECARD}"))}
 
 
 def differences(before: dict, after: dict, what: str) -> list[str]:

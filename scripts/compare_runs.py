@@ -22,7 +22,7 @@ from mclib.core.config import PRECISIONS  # noqa: E402
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.metrics import find_drop  # noqa: E402
 from mclib.book.plots import seed_loss_curves  # noqa: E402
-from mclib.core.runs import load_metrics, run_profile  # noqa: E402
+from mclib.core.runs import METRICS, load_metrics, run_profile  # noqa: E402
 
 
 def main(argv=None):
@@ -38,8 +38,8 @@ def main(argv=None):
     runs = {}
     for arg in args.runs:
         label, sep, folder = arg.partition("=")
-        if not sep or not (Path(folder) / "metrics.csv").is_file():
-            ap.error(f"{arg!r} is not LABEL=RUN_DIR with a metrics.csv in RUN_DIR")
+        if not sep or not (Path(folder) / METRICS).is_file():
+            ap.error(f"{arg!r} is not LABEL=RUN_DIR with a {METRICS} in RUN_DIR")
         runs[label] = Path(folder)
 
     precisions = args.eval_precisions.split(",")

@@ -11,7 +11,7 @@ from pathlib import Path
 from mclib.analyses.evaluate import activation_patching, evaluate
 from mclib.analyses.interventions import permute_positions, switch_qkv
 from mclib.core.paper import PAPER
-from mclib.core.runs import load_checkpoint, run_profile
+from mclib.core.runs import checkpoint_steps, load_checkpoint, run_profile
 
 
 def main():
@@ -22,7 +22,9 @@ def main():
     args = ap.parse_args()
     run = Path(args.run_dir)
     profile = run_profile(run)
-    cp = profile.checkpoints
+    # the run's own analysis checkpoints (placed from its drop, post at its end), as the book reads them;
+    # the profile's fixed steps are only the fallback for a run without a drop
+    cp = checkpoint_steps(run, profile)
     pre, post = load_checkpoint(run, cp.pre), load_checkpoint(run, cp.post)
     layers, heads = profile.model.layers, profile.model.heads
     every_head = {(l, h) for l in range(layers) for h in range(heads)}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mclib.__main__ import main as mclib_main
 from mclib.core.jobs import cores
+from mclib.core.runs import METRICS
 from mclib.core.sweep import append_row, finished, load_sweep, summarise
 
 
@@ -27,7 +28,7 @@ def collect(sweep: str, results: Path, runs: str) -> None:
     todo = load_sweep(sweep, runs)
     have = finished(results, todo)
     for run in todo:
-        if (run.sweep, run.setting, run.seed) not in have and (run.run_dir / "metrics.csv").exists():
+        if (run.sweep, run.setting, run.seed) not in have and (run.run_dir / METRICS).exists():
             append_row(results, {**summarise(run), "note": "stopped by hand before its cap"})
 
 

@@ -1,9 +1,12 @@
 """What the book tests read from the book: the glue names a chapter template's prose uses,
 and, from a built book (OUT = `python -m mclib book --out-dir OUT`), the runner's manifest
-and the rendered pages. Not a test module: the book and chapter tests import it."""
+and the rendered pages; and how the chapter tests read a scorecard row's verdict and the
+sentence that speaks for it. Not a test module: the book and chapter tests import it."""
 import json
 import re
 from pathlib import Path
+
+from mclib.book import scorecard
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 # a glue role, {glue:text}`NAME` or {glue:text}`NAME:.2f`, or a glue directive, ```{glue:figure} NAME
@@ -29,3 +32,38 @@ def page(out: Path, name: str) -> str:
 def page_text(out: Path, name: str) -> str:
     """The page's text: tags removed, whitespace runs as one space."""
     return " ".join(re.sub(r"<[^>]+>", " ", page(out, name)).split())
+
+
+def recorded_verdict(run_dir: Path, row: dict) -> str:
+    """The verdict `scorecard.record` gives `row` (a chapter's `claim`) with its numbers as
+    they stand: a test may change them, so the reading, written for the row's own numbers,
+    is not recorded (`record` refuses a reading whose agreement phrase its verdict contradicts)."""
+    return scorecard.record(run_dir, **{**row, "reading": ""}, chapter="test")["verdict"]
+
+
+def speaks_for(sentence: str, row: dict) -> str:
+    """Assert that `sentence` states the verdict `row` gets in the scorecard's words
+    (`scorecard.agreement`); returns that verdict."""
+    verdict = scorecard.row_verdict(row)
+    assert scorecard.agreement(verdict) in sentence, (verdict, sentence)
+    return verdict
+
+
+def sentences_turn(compute, flip, speaks: dict) -> None:
+    """Each sentence states the verdict of the rows it speaks for, and turns when they turn.
+    compute() -> (glue, rows) (a chapter's function on fixed numbers); flip: the
+    `flip_verdicts` fixture; speaks: glue name -> the quantities of the rows its sentence
+    speaks for. The numbers must give each row a verdict that can turn (not n/a)."""
+    def check():
+        glue, rows = compute()
+        by = {r["quantity"]: r for r in rows}
+        for name, quantities in speaks.items():
+            for q in quantities:
+                assert scorecard.row_verdict(by[q]) not in ("n/a", "cannot fail"), q
+                speaks_for(glue[name], by[q])
+        return glue
+    before = check()
+    flip()
+    after = check()
+    for name in speaks:
+        assert after[name] != before[name], name

@@ -39,3 +39,23 @@ def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("book")
     assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
     return out
+
+
+@pytest.fixture
+def flip_verdicts(monkeypatch):
+    """A function that turns every scorecard verdict from then on: a positive one (matches,
+    same direction, same order) becomes "differs" and "differs" its kind's positive verdict
+    (`scorecard.judge`, through which `record` and `row_verdict` judge). A sentence
+    generated from its row's verdict turns with it; one that decides by a test of its own
+    does not."""
+    from mclib.book import scorecard
+
+    judge = scorecard.judge
+
+    def flipped(kind: str = "number", **kw) -> str:
+        v = judge(kind, **kw)
+        if v == "differs":
+            return scorecard.POSITIVE[kind]
+        return "differs" if v in ("matches", "same direction", "same order") else v
+
+    return lambda: monkeypatch.setattr(scorecard, "judge", flipped)

@@ -8,15 +8,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from book_pages import glue_names
+from book_pages import glue_names, sentences_turn
+from book_pages import recorded_verdict as _verdict
 from mclib.book import ch01_train as C
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.core.runs import CheckpointSteps, RunEnd
-
-
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
 
 
 def test_training_rows(tmp_path):
@@ -61,7 +58,7 @@ def test_drop_shape_tells_one_stretch_from_two_stages():
     a, b, level = shape.shoulder
     assert 1500 <= a and b <= 2600 and level == pytest.approx(0.038, rel=0.1)
     text = C.shape_text(shape)
-    assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed half of E[X²] at step 1,250" in text
+    assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed the drop's threshold (0.5 E[X²]) at step 1,250" in text
     assert C.shape_text(None) == "There is no drop to describe."
 
 
@@ -92,11 +89,20 @@ def test_checkpoint_text_says_where_and_why():
 
 
 def test_drop_story_both_ways():
-    assert C.drop_story(900, True, 1000) == ("dropped at step 900 of the 1,000 it trained",
-                                             "the paper's picture: a plateau where the model copies, then a sudden drop")
-    assert C.drop_story(900, False, 1000)[1].startswith("a drop, but")
-    assert C.drop_story(None, True, 60)[0] == "did not drop within the 60 steps it trained"
-    assert C.drop_story(None, False, 60)[1].startswith("neither a copying plateau nor a drop")
+    on = {"for L_mask": "matches", "for L_obs": "same direction"}
+    off = {"for L_mask": "differs", "for L_obs": "same direction"}
+    assert C.drop_story(900, on, 1000) == ("dropped at step 900 of the 1,000 it trained",
+                                           "a plateau where the model copies, then a sudden drop, as in the paper")
+    assert C.drop_story(900, off, 1000)[1] == ("a drop, but the pre-shift checkpoint is not on the paper's copying "
+                                               "plateau (unlike the paper for L_mask, as in the paper for L_obs)")
+    assert C.drop_story(None, on, 60)[0] == "did not drop within the 60 steps it trained"
+    assert C.drop_story(None, off, 60)[1].startswith("neither the paper's copying plateau (unlike the paper for L_mask")
+
+
+def test_the_story_turns_with_e1_s_rows(ch, flip_verdicts):
+    """The story's comparison with the paper is the verdict of E1's pre-shift rows."""
+    readings = lambda: (C.findings(ch), C.scorecard_rows(ch))
+    sentences_turn(readings, flip_verdicts, {"story": list(C.PLATEAU_ROWS.values())})
 
 
 @pytest.fixture

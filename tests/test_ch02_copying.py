@@ -4,7 +4,8 @@ closing sentences, each rule tested both ways."""
 import pandas as pd
 import pytest
 
-from book_pages import glue_names
+from book_pages import glue_names, sentences_turn
+from book_pages import recorded_verdict as _verdict
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.book import ch02_copying as chapter
 from mclib.book import scorecard
@@ -19,10 +20,6 @@ LEVEL = 2 / 9  # E[X²] at rank 2
 def tables(ch):
     e3, e6 = chapter.e3_e6_tables(ch)
     return {"e2": chapter.e2_table(ch), "e3": e3, "e6": e6}
-
-
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
 
 
 def test_copy_check_rows_and_l_prime_mask(ch, smoke_profile):
@@ -80,8 +77,19 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
     assert "already matters" in chapter.e3_text(e3.assign(L_mask=[0.2, 0.3, 0.2]))
 
     e6 = pd.DataFrame({"model": ["pre with post's QKV"], "L_mask": [0.9 * LEVEL], "L_obs": [1e-3]})
-    assert chapter.e6_text(e6, LEVEL).startswith("does not let it complete")
-    assert chapter.e6_text(e6.assign(L_mask=[0.1 * LEVEL]), LEVEL).startswith("lets it complete the matrix in part")
+    assert chapter.e6_text(e6, LEVEL, 1.0, "matches").startswith("does not let it complete")
+    assert chapter.e6_text(e6.assign(L_mask=[0.1 * LEVEL]), LEVEL, 1.0, "differs").startswith(
+        "lets it complete the matrix in part")
+    # whether it is the paper's number is the row's verdict, not the sentence's own test
+    assert "0.9 E[X²], as in the paper (1 E[X²]" in chapter.e6_text(e6, LEVEL, 1.0, "matches")
+    assert "0.9 E[X²], unlike the paper (1 E[X²]" in chapter.e6_text(e6, LEVEL, 1.0, "differs")
+
+
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, smoke_profile, flip_verdicts):
+    rows = lambda: chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], smoke_profile.data.rank)
+    e3_match = rows()[0]["e3_match"]
+    sentences_turn(rows, flip_verdicts, {"e6_text": ["pre with post's QKV: L_mask / E[X²]"]})
+    assert rows()[0]["e3_match"] != e3_match  # both readings' rows turned: the one that matches changes
 
 
 def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_path):

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 import torch
 
-from book_pages import glue_names
+from book_pages import glue_names, sentences_turn
+from book_pages import recorded_verdict as _verdict
 from mclib.analyses.comparisons import pooled
 from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.analyses.heads import head_scores, position_masks
@@ -31,10 +32,6 @@ def t(ch):
                 columns=chapter.e10_heads(ch, chapter.e10_masks(ch.cfg.data.n)["columns"], "columns"),
                 base=chapter.post_losses(ch),
                 probes=probe_layers(*probe_sets(ch.post, ch.cfg.data, 16, 8, seed=0)))
-
-
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
 
 
 def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
@@ -158,9 +155,9 @@ def test_heads_rows(tmp_path, t, ch):
     assert f"layer {glue['e11_layer']} of" in e11["reading"] and f"best at layer {glue['e11_layer']} of" in glue["e11_text"]
     assert _verdict(tmp_path, {**e11, "ours": 0.9}) == "differs" and _verdict(tmp_path, {**e11, "ours": 0.1}) == "same direction"
     weak = t["probes"].assign(mse=t["probes"].mse_zero * 0.9)
-    assert "does not hold" in _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
+    assert "does not recover the row here, unlike the paper" in _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
     strong = t["probes"].assign(mse=t["probes"].mse_zero * 0.1)
-    assert "holds here" in _rows(t, ch, probes=strong)[0]["e11_text"]
+    assert "recovers the row here, as in the paper" in _rows(t, ch, probes=strong)[0]["e11_text"]
     lone = by_q["structured mask: the best head's mass on the lone observed entry"]
     assert _verdict(tmp_path, {**lone, "ours": 0.2}) == "differs" and _verdict(tmp_path, {**lone, "ours": 0.8}) == "same direction"
     assert "batch mean keeps what every input shares" in glue["e5_text"]
@@ -209,9 +206,11 @@ def test_the_headline_losses_use_their_own_sample_size_and_carry_errors(ch):
 
 
 def test_the_lone_entry_sentence_compares_with_the_paper_only_for_its_own_mask():
-    assert chapter.lone_text(0.8, 0.04, "row").endswith("most of it, as the paper describes")
-    assert chapter.lone_text(0.3, 0.04, "row").endswith("a weaker version of what the paper describes")
-    assert chapter.lone_text(0.03, 0.04, "row").endswith("no more than chance, unlike the paper")
+    assert chapter.lone_text(0.8, 0.04, "row", "same direction").endswith("most of it, as in the paper (the paper: most of it)")
+    assert chapter.lone_text(0.3, 0.04, "row", "differs").endswith("more than chance but not most of it, unlike the paper "
+                                                                   "(the paper: most of it)")
+    assert chapter.lone_text(0.03, 0.04, "row", "differs").endswith("no more than chance, unlike the paper (the paper: most of it)")
+    assert chapter.lone_text(0.8, 0.04, "row").endswith("most of it; the paper reports no such mask")
     column = chapter.lone_text(0.3, 0.04, "column")
     assert "masked column puts 0.300" in column and column.endswith("not most of it; the paper reports no such mask")
 
@@ -222,3 +221,13 @@ def test_the_mean_over_permutations_carries_the_matrices_error_and_the_permutati
     se = chapter.permutation_errors(perm)
     spread = np.std([0.1, 0.3], ddof=1) / np.sqrt(2)   # 0.1
     assert se["L_mask_se"] == pytest.approx(np.hypot(0.04, spread)) and set(se) == {"L_se", "L_obs_se", "L_mask_se"}
+
+
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(t, ch, flip_verdicts):
+    speaks = {"e10_rows_text": ["structured mask: the best head's mass on the lone observed entry"],
+              "e11_text": ["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]}
+    groups = t["heads"].groups
+    if groups["other"]:  # E4's sentence speaks for its two L_mask rows (an empty group: n/a, nothing to turn)
+        speaks["e4_text"] = [f"'other' heads ablated, {name}: ablated / unablated L_mask"
+                             for name in ("uniform (the paper's text)", "batch mean (the released code)")]
+    sentences_turn(lambda: _rows(t, ch), flip_verdicts, speaks)

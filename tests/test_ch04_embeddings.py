@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 import torch
 
+from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.book import ch04_embeddings as chapter
 from mclib.book import scorecard
 from mclib.core.data import sample_matrices
@@ -27,7 +28,8 @@ def _summary(init):
 def test_embeddings_as_in_the_paper(tmp_path):
     glue, rows = chapter.embedding_readings(_progress([0.0, 0.05, 0.6, 0.7]), _summary(0.1), TRACKS, 0.97, drop=250, post_step=400)
     assert glue["tracks_claim"].endswith("as in the paper") and glue["symmetry_text"] == "symmetric about 0"
-    assert glue["align_text"].startswith("reached 0.9 at step 200") and glue["align_claim"].endswith("as the paper says")
+    assert glue["align_text"].startswith("reached 0.9 at step 200") and glue["align_claim"] == (
+        "and at the last checkpoint before the drop at step 250 it is above 0.9, as in the paper")
     assert "0.05 at step 200, the last checkpoint before the drop" in glue["cluster_text"]
     assert glue["cluster_claim"] == "the columns cluster only after the drop, as in the paper"
     assert [r["id"] for r in rows] == ["E12"] * 3 + ["E13"] + ["E14"] * 3 and all(r["paper"] is None for r in rows)
@@ -36,25 +38,50 @@ def test_embeddings_as_in_the_paper(tmp_path):
     assert verdicts == ["same direction"] * 7  # every claim holds on these numbers
 
 
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
-
-
 def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
     glue, rows = chapter.embedding_readings(_progress([0.0] * 4), _summary(0.1), TRACKS.assign(abs_x=[0.3, 0.1]), 0.2,
                                     drop=None, post_step=400)
     assert [_verdict(tmp_path, r) for r in rows] == ["differs", "differs", "same direction", "n/a", "n/a", "differs",
                                                      "same direction"]  # no drop: E13 and E14's timing untestable
     assert glue["align_claim"] == "with no drop to compare against"
-    assert "cannot be tested without a drop" in glue["cluster_claim"] and "went from" in glue["cluster_text"]
-    assert glue["tracks_claim"] == "not what the paper shows (no component tracks |x|)"
+    assert glue["cluster_claim"] == ("whether the columns cluster only after a drop cannot be tested (no drop in this "
+                                     "run); no column clusters (silhouette above 0.25) by the end of the run, unlike "
+                                     "the paper") and "went from" in glue["cluster_text"]
+    assert glue["tracks_claim"] == ("no component tracks |x| and the other the sign, unlike the paper for |x|, as in "
+                                    "the paper for the sign")
     glue, _ = chapter.embedding_readings(_progress([0.5] * 4), _summary(0.95), TRACKS, 0.9, drop=250, post_step=400)
     assert glue["align_claim"].startswith("but the embeddings start that close")
-    assert glue["cluster_claim"] == "the columns already cluster before the drop, unlike the paper"
+    assert glue["cluster_claim"] == ("the columns already cluster before the drop, unlike the paper; the columns "
+                                     "cluster by the end of the run, as in the paper")
     glue, rows = chapter.embedding_readings(_progress([0.5] * 4), _summary(0.1), TRACKS, 0.9, drop=250, post_step=400)
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
     assert v["column silhouette of the position embeddings, last checkpoint before the drop"] == "differs"
     assert _verdict(tmp_path, {**rows[3], "ours": 0.5}) == "differs"  # not aligned before the drop
+
+
+
+def test_e14_reading_states_its_own_verdict(tmp_path):
+    """The contradiction issue 27 found: the pre-drop row "same direction" while its reading
+    said "unlike the paper" about the end of the run, which is another row."""
+    _, rows = chapter.embedding_readings(_progress([0.0, 0.05, 0.1, 0.1]), _summary(0.1), TRACKS, 0.97, drop=250,
+                                         post_step=400)
+    pre, post = rows[4], rows[5]
+    assert _verdict(tmp_path, pre) == "same direction" and "as in the paper" in pre["reading"]
+    assert _verdict(tmp_path, post) == "differs" and "unlike the paper" in post["reading"]
+    assert "unlike" not in pre["reading"] and "as in the paper" not in post["reading"]
+    for r in rows:  # what the scorecard stores: each reading agrees with its verdict, or `record` refuses it
+        scorecard.record(tmp_path, **r, chapter="test")
+
+
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(flip_verdicts):
+    readings = lambda: chapter.embedding_readings(_progress([0.0, 0.05, 0.6, 0.7]), _summary(0.1), TRACKS, 0.97,
+                                                  drop=250, post_step=400)
+    q = lambda r: [r["quantity"] for r in readings()[1]][r]
+    sentences_turn(readings, flip_verdicts, {"tracks_claim": [q(1), q(2)], "align_claim": [q(3)],
+                                             "cluster_claim": [q(4), q(5)]})
+    _, rows = readings()  # flipped: each reading says what its (turned) verdict says
+    for r in rows[3:6]:
+        speaks_for(r["reading"], r)
 
 
 

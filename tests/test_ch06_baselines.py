@@ -7,16 +7,13 @@ import copy
 import pandas as pd
 import pytest
 
+from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.analyses import comparisons as C
 from mclib.book import ch06_baselines as chapter
 from mclib.book import scorecard
 from mclib.core import paper
 from mclib.core.paper import PAPER_E17
 from mclib.core.runs import load_checkpoint
-
-
-def _verdict(tmp_path, row):
-    return scorecard.record(tmp_path, **row, chapter="test")["verdict"]
 
 
 def test_value_plus_minus_error_text():
@@ -106,7 +103,7 @@ def test_e16_rows_are_directions(tmp_path, tables):
 
 def _e17_verdicts(tmp_path, tables, reg):
     _, rows = _readings(tables, reg=reg)
-    return {r["quantity"]: scorecard.record(tmp_path, **r, chapter="06")["verdict"] for r in rows if r["id"] == "E17"}
+    return {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E17"}
 
 
 def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_ones(tmp_path, tables):
@@ -124,8 +121,8 @@ def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_one
 
 
 @pytest.mark.parametrize("d, se, words", [(-0.0013, 0.002, "within two standard errors of zero"),
-                                          (-0.01, 0.002, "BERT lower by more than two standard errors, as in"),
-                                          (0.01, 0.002, "BERT higher by more than two standard errors, unlike")])
+                                          (-0.01, 0.002, "BERT lower by more than two standard errors"),
+                                          (0.01, 0.002, "BERT higher by more than two standard errors")])
 def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se, words):
     sweep, reg, ood, classical, solver_sweep, solvers, task = tables
     classical = classical.copy()
@@ -134,10 +131,49 @@ def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se
     glue, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
                                    solver_sweep=solver_sweep, solvers=solvers, task=task)
     assert words in glue["e16"]
-    assert rows[0]["reading"].startswith(f"BERT − solver {chapter.pm(d, se)} (paired s.e.)")
+    assert rows[0]["reading"].startswith(f"BERT − solver {chapter.pm(d, se)} (paired s.e.): {words}")
+    speaks_for(rows[0]["reading"], rows[0])  # whether that is the paper's claim: the row's verdict
 
 
+def _classical(tables, nuclear: tuple[float, float], L: tuple[float, float]) -> pd.DataFrame:
+    """`tables`' classical table with BERT's and the solver's nuclear norms and L set (ratios
+    nuclear[0] / nuclear[1], L[0] / L[1]), with small errors."""
+    classical = tables[3].copy().set_index("method")
+    classical.loc["BERT", ["nuclear", "L"]] = nuclear[0], L[0]
+    classical.loc["nuclear norm", ["nuclear", "L"]] = nuclear[1], L[1]
+    classical["nuclear_se"] = 0.001
+    classical.loc["nuclear norm", ["BERT_d_L", "BERT_d_L_se"]] = L[0] - L[1], 0.0001
+    return classical.reset_index()
 
+
+def test_e16_nuclear_norm_larger_within_the_margin_is_not_the_paper_s_claim(tables, tmp_path):
+    """Issue 27's contradiction: BERT's nuclear norm 1.06 times the solver's, under the
+    direction rule's 1.10 (+ 2 s.e.): the row differs, and so does every sentence about it."""
+    sweep, reg, ood, _, solver_sweep, solvers, task = tables
+    glue, rows = chapter.baseline_readings(sweep, reg, ood, _classical(tables, (1.06, 1.0), (0.05, 0.1)), p_train=0.3,
+                                           rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
+                                           task=task)
+    nuclear = rows[1]
+    assert _verdict(tmp_path, nuclear) == "differs"
+    assert "larger by a factor 1.06" in glue["e16"] and glue["e16"].endswith("unlike the paper")
+    assert "as in the paper" not in nuclear["reading"] and "unlike the paper" in nuclear["reading"]
+    for r in rows:  # every reading agrees with its verdict, or `record` refuses it
+        scorecard.record(tmp_path, **r, chapter="test")
+
+
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, flip_verdicts):
+    sweep, reg, ood, _, solver_sweep, solvers, task = tables
+    readings = lambda: chapter.baseline_readings(sweep, reg, ood, _classical(tables, (1.5, 1.0), (0.05, 0.1)),
+                                                 p_train=0.3, rank=2, n_regularised=6, solver_sweep=solver_sweep,
+                                                 solvers=solvers, task=task)
+    _, rows = readings()
+    e16 = [r["quantity"] for r in rows if r["id"] == "E16"]
+    e18 = [r["quantity"] for r in rows if r["id"] == "E18"]
+    sentences_turn(readings, flip_verdicts, {"e16": e16, "e18": e18})
+    _, rows = readings()  # flipped: every reading still says what its verdict says
+    for r in rows:
+        if r["id"] in ("E16", "E18"):
+            speaks_for(r["reading"], r)
 
 
 def test_the_opening_names_both_tasks(ch):

@@ -3,10 +3,10 @@ import shutil
 import pytest
 import torch
 
-from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_run_dir, freeze_runs,
-                                    freeze_summary, pending_groups, trainable_count)
+from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_runs, freeze_summary,
+                                    pending_groups, trainable_count)
 from mclib.analyses.interventions import GROUPS, component_groups
-from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
+from mclib.core.runs import freeze_dir, load_checkpoint, load_metrics, saved_steps
 
 STEPS = 4
 
@@ -35,7 +35,7 @@ def test_profile_is_the_main_one_shortened(smoke_profile):
 @pytest.mark.slow
 def test_four_runs_train_only_their_group_and_resume(run, cfg):
     runs = freeze_runs(cfg, run)
-    assert list(runs) == list(GROUPS) and all(runs[g] == freeze_run_dir(run, g) for g in GROUPS)
+    assert list(runs) == list(GROUPS) and all(runs[g] == freeze_dir(run, g) for g in GROUPS)
     post = load_checkpoint(run, cfg.checkpoints.post)
     groups = component_groups(post)
     for group, folder in runs.items():
@@ -77,8 +77,13 @@ def test_paper_pattern():
     from mclib.analyses.freezing import paper_pattern
 
     table = lambda drops: pd.DataFrame({"group": list(GROUPS), "drop": drops})  # attention, mlp, positional, token
-    assert paper_pattern(table([500, 60, 900, 80])) == {"fast_first": True, "positional_last": True}
-    assert paper_pattern(table([500, 60, None, 80])) == {"fast_first": True, "positional_last": True}
-    assert paper_pattern(table([None, 60, None, 80])) == {"fast_first": True, "positional_last": False}
-    assert paper_pattern(table([50, 60, 40, None])) == {"fast_first": False, "positional_last": False}
-    assert paper_pattern(table([None] * 4)) == {"fast_first": False, "positional_last": False}
+    both = {"first_tier_first": True, "last_tier_last": True}
+    assert paper_pattern(table([500, 60, 900, 80])) == both
+    assert paper_pattern(table([500, 60, None, 80])) == both
+    assert paper_pattern(table([None, 60, None, 80])) == {"first_tier_first": True, "last_tier_last": False}
+    assert paper_pattern(table([50, 60, 40, None])) == {"first_tier_first": False, "last_tier_last": False}
+    assert paper_pattern(table([None] * 4)) == {"first_tier_first": False, "last_tier_last": False}
+    # the tiers come from the order it is given (default: the paper's), not from names written in the function
+    reversed_order = [["positional"], ["attention"], ["mlp", "token"]]
+    assert paper_pattern(table([500, 900, 60, 800]), reversed_order) == both
+    assert paper_pattern(table([500, 900, 60, 800])) == {"first_tier_first": False, "last_tier_last": False}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from mclib.book import reference, scorecard
+from mclib.book import reference
+from mclib.core.runs import SCORECARD
 
 
 def _fake_book(out, seed_rows):
@@ -13,7 +14,7 @@ def _fake_book(out, seed_rows):
     (run / "checkpoints" / "step_001000" / "model.safetensors").write_bytes(b"x" * 1000)
     for f in ("metrics.csv", "end.json", "profile.yaml"):
         (run / f).write_text(f)
-    (run / scorecard.FILE).write_text(json.dumps(seed_rows))
+    (run / SCORECARD).write_text(json.dumps(seed_rows))
     (run / "freeze" / "mlp").mkdir(parents=True)
     (run / "freeze" / "mlp" / "metrics.csv").write_text("step\n1\n")
     (out / "runs" / "paper-seed2").mkdir()
@@ -32,7 +33,7 @@ def test_collect_copies_the_small_files_and_never_a_checkpoint(tmp_path):
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == ["book/01_train.ipynb", "book/manifest.json", "device.json", "runs/paper-seed1/end.json",
                      "runs/paper-seed1/freeze/mlp/metrics.csv", "runs/paper-seed1/metrics.csv",
-                     "runs/paper-seed1/profile.yaml", f"runs/paper-seed1/{scorecard.FILE}",
+                     "runs/paper-seed1/profile.yaml", f"runs/paper-seed1/{SCORECARD}",
                      "runs/paper-seed2/metrics.csv"]
     assert {"device", "torch", "date"} <= set(json.loads((dest / "device.json").read_text()))
 

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from mclib.book import scorecard as S
+from sources import literal_strings
 
 
 def test_number_rule():
@@ -80,3 +81,39 @@ def test_findings_table():
     assert list(f["experiment"]) == ["E3", "E4", "E8"]
     assert f.set_index("experiment").loc["E4", "what differs, and our reading"] == "q: ours 4.4 vs the paper's 1.1 (4.4x)"
     assert f.set_index("experiment").loc["E8", "not tested"] == 1 and math.isclose(f["rows"].sum(), 3)
+
+
+def test_agreement_says_each_verdict_in_the_chapters_words():
+    assert {v: S.agreement(v) for v in S.VERDICTS} == {
+        "matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
+        "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction"}
+    with pytest.raises(ValueError, match="unknown verdict 'maybe'"):
+        S.agreement("maybe")
+    assert S.agreements({"under A": "matches", "under B": "same direction"}) == "as in the paper"
+    assert S.agreements({"under A": "matches", "under B": "differs"}) == "as in the paper under A, unlike the paper under B"
+
+
+def test_record_refuses_a_reading_that_contradicts_its_verdict(tmp_path):
+    row = dict(id="E16", quantity="BERT ‖X̂‖_* / solver ‖U‖_*", ours=1.06, kind="direction", reference=1.0,
+               sense="above")  # 1.06 is within the direction rule's 10 % margin: differs
+    assert S.contradiction("larger, as in the paper", "differs") == "as in the paper"
+    assert S.contradiction("larger, unlike the paper", "differs") is None
+    with pytest.raises(ValueError, match="says 'as in the paper' but its verdict is 'differs'"):
+        S.record(tmp_path, **row, reading="larger, as in the paper")
+    assert S.record(tmp_path, **row, reading="larger, unlike the paper")["verdict"] == "differs"
+    assert S.row_verdict({**row, "ours": 1.5}) == "same direction"
+
+
+def test_no_chapter_types_its_own_agreement_with_the_paper():
+    """A chapter's sentence takes "as in the paper" / "unlike the paper" from its row's
+    verdict (`scorecard.agreement`): no chapter module writes those words itself, nor the
+    older wordings that decided by a test of their own."""
+    import re
+    from pathlib import Path
+
+    typed = re.compile(r"as in the paper|unlike the paper|as the paper (says|describes|shows)|"
+                       r"not what the paper shows|the paper's claim .* holds", re.I)
+    book = Path(S.__file__).parent
+    found = {p.name: [s for s in literal_strings(p) if typed.search(s)] for p in sorted(book.glob("*.py"))
+             if p.name != "scorecard.py"}
+    assert len(found) > 10 and not any(found.values()), {k: v for k, v in found.items() if v}

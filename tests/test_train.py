@@ -19,7 +19,7 @@ from mclib.core import train as train_module
 from mclib.core.data import copy_level
 from mclib.core.metrics import window_mean
 from mclib.core.train import make_optimizer, parallel_runs, stop_after_drop, train, train_seeds, train_step
-from mclib.core.runs import (checkpoint_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
+from mclib.core.runs import (checkpoint_dir, freeze_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
                              saved_steps, seed_run_dirs)
 
 
@@ -277,7 +277,8 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
     """mclib.book.chapter.train_runs: the seeds and E15's runs, all complete after one call; a
     second call trains nothing (and starts no cluster)."""
     from mclib.book.chapter import train_runs
-    from mclib.analyses.freezing import freeze_run_dir, pending_groups
+    from mclib.analyses.freezing import pending_groups
+    from mclib.core.runs import freeze_dir
     from mclib.analyses.interventions import GROUPS
 
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 4})
@@ -285,7 +286,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
     assert list(dirs) == [1, 2] and all(is_complete(cfg, d) for d in dirs.values())
     assert pending_groups(cfg, dirs[1]) == []
     files = sorted((tmp_path).rglob("metrics.csv"))
-    assert len(files) == 2 + len(GROUPS) and freeze_run_dir(dirs[1], "mlp") / "metrics.csv" in files
+    assert len(files) == 2 + len(GROUPS) and freeze_dir(dirs[1], "mlp") / "metrics.csv" in files
     before = [f.read_bytes() for f in files]
 
     def no_cluster(*args, **kwargs):
@@ -432,10 +433,10 @@ def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smo
     with pytest.raises(Killed):
         freezing.freeze_run(cfg, runs["killed"], "mlp")
     monkeypatch.undo()
-    folder = freezing.freeze_run_dir(runs["killed"], "mlp")
+    folder = freeze_dir(runs["killed"], "mlp")
     assert saved_steps(folder) == [4]
     freezing.freeze_run(cfg, runs["killed"], "mlp")
-    _same_run(freezing.freeze_run_dir(runs["whole"], "mlp"), folder, step=8)
+    _same_run(freeze_dir(runs["whole"], "mlp"), folder, step=8)
     post = dict(load_checkpoint(smoke_run, smoke_profile.checkpoints.post).named_parameters())
     trained = load_checkpoint(folder, 8)
     groups = component_groups(trained)

@@ -7,6 +7,7 @@ other parameter loaded from the post checkpoint and frozen (`reinit_component`).
 is an ordinary run folder:
 
     run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json, end.json}
+    (`mclib.core.runs.freeze_dir`; source.json: `runs.FREEZE_SOURCE`)
 
 so it resumes after an interruption and returns at once when complete, like the main
 run. `source.json` names the checkpoint the run started from; a folder started from
@@ -35,11 +36,11 @@ from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
-from ..core.metrics import find_drop
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, find_drop
 from ..core.train import stop_after_drop, train
-from ..core.runs import checkpoint_steps, is_complete, load_checkpoint, load_metrics, saved_steps
+from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
+                         saved_steps)
 
-SOURCE = "source.json"
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
 # read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
 DESCRIPTIONS = {
@@ -93,18 +94,14 @@ def freeze_profile(cfg: Profile, group: str, drop: int | None = None) -> Profile
     })
 
 
-def freeze_run_dir(run_dir: str | Path, group: str) -> Path:
-    return Path(run_dir) / "freeze" / group
-
-
 def _check_source(folder: Path, source: dict) -> None:
-    path = folder / SOURCE
+    path = folder / FREEZE_SOURCE
     if path.is_file():
         saved = json.loads(path.read_text())
         if saved != source:
             raise ValueError(f"{folder} was started from {saved}, not {source}; delete the folder to redo it")
     elif saved_steps(folder):
-        raise ValueError(f"{folder} has checkpoints but no {SOURCE}; delete the folder to redo it")
+        raise ValueError(f"{folder} has checkpoints but no {FREEZE_SOURCE}; delete the folder to redo it")
 
 
 def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
@@ -122,12 +119,12 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     profile's seed). The run ends at its own drop or after `freeze_steps` steps.
     """
     run_dir = Path(run_dir)
-    folder, source = freeze_run_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
+    folder, source = freeze_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
     _check_source(folder, source)
     # re-initialised on the CPU, whatever the run's device: the same fresh weights everywhere
     model = reinit_component(load_checkpoint(run_dir, source["step"], device="cpu"), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / SOURCE).write_text(json.dumps(source))
+    (folder / FREEZE_SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
                  stop=freeze_stop(cfg), init_model=model, newest_only=True)  # the book reads its metrics and end
 
@@ -142,10 +139,10 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
     """The groups whose E15 run is not complete, in the order of `groups` (each folder's
     source is checked, also for a complete run, which is then skipped)."""
     for g in groups:
-        _check_source(freeze_run_dir(run_dir, g), _source(cfg, run_dir, g))
+        _check_source(freeze_dir(run_dir, g), _source(cfg, run_dir, g))
     drop = main_drop(cfg, run_dir)
     return [g for g in groups
-            if not is_complete(freeze_profile(cfg, g, drop), freeze_run_dir(run_dir, g), freeze_stop(cfg))]
+            if not is_complete(freeze_profile(cfg, g, drop), freeze_dir(run_dir, g), freeze_stop(cfg))]
 
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
@@ -160,7 +157,7 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
 
     cfg = with_device(cfg)  # resolved once, here: every worker trains where this process chose
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)
-    return {g: freeze_run_dir(run_dir, g) for g in groups}
+    return {g: freeze_dir(run_dir, g) for g in groups}
 
 
 FREEZE_ENDINGS = ("dropped", "main drop", "cap", "unfinished")
@@ -223,7 +220,7 @@ def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict
     main = main_drop(cfg, run_dir)
     out = {}
     for g in groups:
-        folder = freeze_run_dir(run_dir, g)
+        folder = freeze_dir(run_dir, g)
         steps = saved_steps(folder)
         m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
         m = m[m["step"] <= (steps[-1] if steps else 0)]
@@ -237,10 +234,10 @@ def trainable_count(model, group: str) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if groups[name] == group)
 
 
-def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.DataFrame:
+def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW) -> pd.DataFrame:
     """One row per group: the drop (`find_drop`, None if none), the steps trained, the
     mean L_mask over the first and the last `window` steps, L_obs over the last, and
-    whether the run starts on the copying plateau (first-window L_mask within 20 % of E[X²])."""
+    whether the run starts on the copying plateau (first-window L_mask within PLATEAU_BAND of E[X²])."""
     plateau = copy_level(cfg.data.rank)
     rows = []
     for group, folder in runs.items():
@@ -254,7 +251,7 @@ def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = 50) -> pd.
             "first_L_mask": float(head["L_mask"].mean()),
             "final_L_mask": float(tail["L_mask"].mean()),
             "final_L_obs": float(tail["L_obs"].mean()),
-            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < 0.2),
+            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < PLATEAU_BAND),
         })
     table = pd.DataFrame(rows)
     table["drop"] = pd.array([r["drop"] for r in rows], dtype="Int64")  # a missing drop is <NA>, not a float NaN
@@ -271,15 +268,20 @@ def drop_text(drop: int | None, steps: int) -> str:
     return f"drop at step {drop:,}" if drop is not None else f"no drop by step {steps:,}"
 
 
-def paper_pattern(table: pd.DataFrame) -> dict[str, bool]:
-    """The paper's E15 picture, checked on `freeze_summary`'s table (a run with no drop
-    counts as dropping after every run that did):
-    fast_first        the mlp and token runs both drop, and before the attention and positional runs
-    positional_last   the positional run drops strictly after every other run (or alone never drops)
+def paper_pattern(table: pd.DataFrame, order=PAPER_E15_ORDER) -> dict[str, bool]:
+    """The two ends of the paper's order of the drops (`order`: tiers of groups, earliest
+    first, `mclib.core.paper.PAPER_E15_ORDER`), checked strictly, without the scorecard's
+    margin, on `freeze_summary`'s table (a run with no drop counts as dropping after
+    every run that did):
+    first_tier_first  every run of the first tier (mlp, token) drops, before every run of a later tier
+    last_tier_last    every run of the last tier (positional) drops after every run of an
+                      earlier tier (or they alone never drop)
     """
-    key = {g: float("inf") if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
-    slow = [key.get("attention", float("inf")), key.get("positional", float("inf"))]
-    fast = [key.get("mlp", float("inf")), key.get("token", float("inf"))]
-    others = [v for g, v in key.items() if g != "positional"]
-    return {"fast_first": max(fast) < float("inf") and max(fast) < min(slow),
-            "positional_last": "positional" in key and all(key["positional"] > v for v in others)}
+    inf = float("inf")
+    key = {g: inf if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
+    first, last = order[0], order[-1]
+    fast = [key.get(g, inf) for g in first]
+    later = [key.get(g, inf) for tier in order[1:] for g in tier]
+    earlier = [v for g, v in key.items() if g not in last]
+    return {"first_tier_first": max(fast) < inf and max(fast) < min(later),
+            "last_tier_last": all(g in key for g in last) and all(key[g] > v for g in last for v in earlier)}

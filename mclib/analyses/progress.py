@@ -60,13 +60,11 @@ import pandas as pd
 
 from .interventions import component_groups
 from ..core.config import DataConfig
-from ..core.metrics import losses
+from ..core.metrics import DROP_FRACTION, DROP_WINDOW, losses
 
 GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
 DIRECTIONS = ("above", "below")
 PERSIST = 2          # checkpoints a crossing must hold for
-DROP_WINDOW = 50     # = find_drop's window: L_mask at a checkpoint is the mean over it
-HALF = 0.5           # the default threshold: half of the largest move from the first value
 
 
 # ---- the measures -------------------------------------------------------------------
@@ -150,9 +148,11 @@ def excursion(values) -> tuple[float, float]:
     return float(v[0]), float(v[np.argmax(np.abs(v - v[0]))])
 
 
-def default_thresholds(table: pd.DataFrame, frac: float = HALF) -> dict[str, tuple[float, str]]:
+def default_thresholds(table: pd.DataFrame, frac: float = DROP_FRACTION) -> dict[str, tuple[float, str]]:
     """measure -> (value, direction): `frac` of the way from the measure's first value
-    to its extreme, "above" if the extreme is above the first value, else "below".
+    to its extreme, "above" if the extreme is above the first value, else "below". The
+    default is the drop's own fraction, so that L_mask, falling from about E[X²] to about
+    0, crosses where `find_drop` puts the drop (the calibration of the module docstring).
     A measure that never moves gets (NaN, "above"): it never crosses."""
     out = {}
     for m in measures(table):

@@ -20,17 +20,16 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..core.metrics import COPIES, LOSS_NAMES, copies, last_tenth, window_mean
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
+from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
-from .scorecard import CUT, claim, recorded_table
+from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
 
 CHAPTER = "01_train"
-WINDOW = 50  # losses are means over the 50 steps ending at a checkpoint: one batch is noisy
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -74,12 +73,12 @@ def loss_figure(ch: Chapter) -> plt.Figure:
 
 # --- the checkpoints ---------------------------------------------------------------------------
 
-def losses_at(metrics: pd.DataFrame, step: int, window: int = WINDOW) -> pd.Series:
+def losses_at(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
     """L, L_obs, L_mask, mask_value: means over the `window` steps ending at `step`."""
     return window_mean(metrics, step, window)[list(LOSS_NAMES)]
 
 
-def window_se(metrics: pd.DataFrame, step: int, window: int = WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
+def window_se(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
     """The standard errors of the `window`-step means ending at `step` (each step's batch
     loss one draw): {"L_se": ..., ...}."""
     w = metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)]
@@ -94,7 +93,7 @@ def checkpoint_table(ch: Chapter):
     table = pd.DataFrame([{"checkpoint": p, "step": t, **losses_at(ch.metrics, t), "vs the drop": side(t)}
                           for p, t in phases])
     return (table.style.hide(axis="index").format({c: "{:.2e}" for c in LOSS_NAMES})
-            .set_caption(f"Losses at the checkpoints (mean over the {WINDOW} steps ending there); "
+            .set_caption(f"Losses at the checkpoints (mean over the {DROP_WINDOW} steps ending there); "
                          "mask_value is the mean |X̂| at the masked entries."))
 
 
@@ -162,8 +161,8 @@ def shape_text(shape: DropShape | None) -> str:
     """The drop's shape in one sentence, or that there was none to describe."""
     if shape is None:
         return "There is no drop to describe."
-    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed half of E[X²] at step "
-             f"{shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
+    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
+             f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
@@ -183,16 +182,23 @@ def end_sentence(ch: Chapter) -> str:
 
 # --- what we found -----------------------------------------------------------------------------
 
-def drop_story(drop: int | None, on_plateau: bool, end_step: int) -> tuple[str, str]:
+PLATEAU_ROWS = {"for L_mask": "pre-shift L_mask / E[X²]", "for L_obs": "pre-shift L_obs / E[X²]"}
+
+
+def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tuple[str, str]:
     """(what L_mask did, what that means): the paper's picture only with a drop after a
-    copying plateau."""
+    copying plateau. plateau: the verdicts of E1's pre-shift rows (`PLATEAU_ROWS` name ->
+    verdict), which say whether the pre-shift checkpoint sits on the paper's copying
+    plateau, and in what words (`agreements`)."""
+    said = agreements(plateau)
+    on_plateau = all(v in POSITIVE.values() for v in plateau.values())
     if drop is not None:
         return (f"dropped at step {drop:,} of the {end_step:,} it trained",
-                "the paper's picture: a plateau where the model copies, then a sudden drop" if on_plateau
-                else "a drop, but the pre-shift checkpoint is not on a copying plateau")
+                f"a plateau where the model copies, then a sudden drop, {said}" if on_plateau
+                else f"a drop, but the pre-shift checkpoint is not on the paper's copying plateau ({said})")
     return (f"did not drop within the {end_step:,} steps it trained",
-            "a copying plateau but no drop yet (the run is too short, or the model too small)" if on_plateau
-            else "neither a copying plateau nor a drop (this profile is too short to show either)")
+            f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)" if on_plateau
+            else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)")
 
 
 def findings(ch: Chapter) -> dict:
@@ -201,7 +207,8 @@ def findings(ch: Chapter) -> dict:
     pre = losses_at(ch.metrics, ch.steps.pre)
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
-    drop_text, story = drop_story(ch.drop, copies(pre["L_obs"], pre["L_mask"], level), ch.end.step)
+    rows = {r["quantity"]: r for r in scorecard_rows(ch)}
+    drop_text, story = drop_story(ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step)
     s = ch.steps
     shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
     return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
@@ -224,7 +231,7 @@ def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float
         frac, spread = seeds["mean"], seeds.get("std")
     return [
         claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
-              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < 0.2 else "off the copying plateau",
+              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
               paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
         claim("E1", "pre-shift L_obs / E[X²]", pre["L_obs"] / ours_lvl,
               f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
@@ -270,6 +277,6 @@ def paper_glue(rows: list[dict]) -> dict:
 def downloads(ch: Chapter) -> str:
     """MyST: the run's metrics.csv and final checkpoint (zipped) as {download} links
     (`download_links`; Sphinx copies them into _downloads)."""
-    links = (download_links(ch.run_dir, [(ch.run_dir / "metrics.csv", "metrics.csv (one row per step)")])
+    links = (download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
              + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)"))
     return f"This run's files, to download: {' and '.join(links)}."

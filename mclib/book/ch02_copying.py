@@ -9,8 +9,9 @@ in the chapter's order:
     pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
     e2_table(ch), e2_shown(ch, e2)           E2 and its table and figure
     e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6 and their table and figure
-    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and e3_match
-    closing_glue(ch, base, e2, e3, e6, verdicts)  every run-dependent sentence of "What we found"
+    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and the sentences
+                                             that state their verdicts (e3_match, e6_text)
+    closing_glue(ch, base, e2, e3, e6, verdicts)  the other run-dependent sentences of "What we found"
 
 `ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
 {glue name: value}; figures come closed (glued, not shown twice).
@@ -26,14 +27,14 @@ from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, copies
+from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
-from .loss_tables import (COMPLETES, PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
+from .loss_tables import (PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
                           loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, row_verdict, value_and_se)
+                          ratio_se, value_and_se)
 from .scorecard import copy_levels
-from .scorecard import CUT, verdict_counts
+from .scorecard import CUT, agreement, row_verdict, verdict_counts
 from .scorecard import claim as _row
 
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
@@ -164,7 +165,8 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
     kind's E[X²] (direction, below COPIES), E3 ablated / unablated L_mask and L_obs (ratio
     rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
-    the pre model's (ratio). glue: e3_match, the sentence naming the reading that matches."""
+    the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
+    reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
     levels = copy_levels(rank)
     rows = []
     for r in e2.to_dict("records"):
@@ -189,15 +191,15 @@ def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: i
     level, paper_level = levels["low-rank"]
     sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
     rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
-                     "does not complete" if sw["L_mask"][0] / level > COMPLETES else "completes in part",
+                     "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
                      paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
+    glue = {"e6_text": e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))}
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
                      "how much the switch disturbs copying",
                      paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
                      se=ratio_se(*sw["L_obs"], *base)))
-    glue = {"e3_match": matching_reading_text(
-        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")}
+    glue["e3_match"] = matching_reading_text(verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")
     return glue, rows
 
 
@@ -221,32 +223,34 @@ def e2_text(e2: pd.DataFrame, level: float) -> str:
 
 
 def e3_text(e3: pd.DataFrame) -> str:
-    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more)."""
+    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more),
+    with the paper's numbers; whether that agrees with the paper is `e3_match`, from the rows."""
     un, ab_u, ab_b = (lookup(e3, "L_mask", ablated=a, reading=r) for a, r in
                       [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")])
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
-    paper = f"{PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
+    paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
     if change < NO_EFFECT:
-        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean): "
-                f"attention plays no part in what the model does here, as in the paper ({paper})")
-    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean), "
-            f"unlike the paper ({paper}): this model's attention already matters")
+        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; "
+                f"{paper}): attention plays no part in what the model does here")
+    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
+            "this model's attention already matters")
 
 
-def e6_text(e6: pd.DataFrame, level: float) -> str:
-    """Whether post's Q, K, V make the pre model complete (L_mask below COMPLETES·E[X²])."""
+def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> str:
+    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]),
+    and, from `verdict` (that of the row "pre with post's QKV: L_mask / E[X²]", whose paper
+    value is `paper_rel`), whether its L_mask agrees with the paper's (`agreement`)."""
     sw = e6.set_index("model").loc["pre with post's QKV"]
-    paper_mask = PAPER[("E6", "post-QKV into pre L_mask")]
-    if sw.L_mask > COMPLETES * level:
-        return (f"does not let it complete the matrix: L_mask is {sw.L_mask:.3f} (the paper: {paper_mask}) and "
-                f"L_obs {sw.L_obs:.1e} (the paper: {PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
-    return (f"lets it complete the matrix in part (L_mask {sw.L_mask:.3f}), unlike the paper (L_mask {paper_mask}): "
-            "here the attention weights carry much of what the drop learns")
+    what = ("does not let it complete the matrix" if sw.L_mask > DROP_FRACTION * level else
+            "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns")
+    return (f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "
+            f"({paper_rel:.3g} E[X²] on its own task, number rule), and L_obs {sw.L_obs:.1e} (the paper: "
+            f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, verdicts) -> dict:
-    """Every number and sentence of "What we found" that depends on the run; verdicts: those
-    of the chapter's recorded scorecard rows."""
+    """Every number and sentence of "What we found" that depends on the run and that
+    `scorecard_rows` does not give; verdicts: those of the chapter's recorded scorecard rows."""
     level = ch.copy_level
     paper_e2_values = [v[0] for v in PAPER_E2.values()]
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
@@ -255,5 +259,5 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
             "abs_x": base["abs_x"], "copy_level": level,
             "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
             "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
-            "e3_text": e3_text(e3), "e6_text": e6_text(e6, level),
+            "e3_text": e3_text(e3),
             "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts))}

@@ -31,22 +31,21 @@ import pandas as pd
 import torch
 
 from ..analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from ..analyses.heads import (LABELS, _as_layers, attention_progress, capture_probs, classify_heads, head_groups,
-                              head_scores, mean_attention)
+from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, _as_layers, attention_progress, capture_probs,
+                              classify_heads, head_groups, head_scores, mean_attention)
 from ..analyses.interventions import permute_positions, switch_qkv
 from ..analyses.probes import probe_layers, probe_sets
 from ..core.data import structured_mask
-from ..core.metrics import COPIES, LOSS_NAMES
+from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER
 from . import plots
-from .loss_tables import (COMPLETES, PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
+from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, row_verdict, value_and_se)
+                          ratio_se, value_and_se)
 from .scorecard import copy_levels
-from .scorecard import CUT, verdict_counts
+from .scorecard import CUT, agreement, agreements, row_verdict, verdict_counts
 from .scorecard import claim as _row
 
-STRUCTURED = 0.5   # a head's excess (row, column, self) of at least 0.5: `heads.STRUCTURE_THRESHOLD`
 MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its attention there
 PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance
 PERMUTATIONS = 5   # E7: permutations of the position embeddings, reported by their mean
@@ -63,8 +62,8 @@ def post_losses(ch) -> dict[str, float]:
 
 
 def completes(base: dict, level: float) -> bool:
-    """The model completes the matrix: L_mask below COMPLETES·E[X²] (the drop's threshold)."""
-    return base["L_mask"] < COMPLETES * level
+    """The model completes the matrix: L_mask below DROP_FRACTION·E[X²] (the drop's threshold)."""
+    return base["L_mask"] < DROP_FRACTION * level
 
 
 def settings_table(ch, base: dict):
@@ -74,7 +73,8 @@ def settings_table(ch, base: dict):
         ch.where, f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
                   f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
         f"step {ch.steps.pre:,}", f"{A.eval_matrices} fresh matrices, seed {A.seed}, the same for every table"]})
-        .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1, as in the paper."))
+        .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1 (the paper's "
+                                                  "numbering)."))
 
 
 # --- E9: what every head attends to ----------------------------------------------------------
@@ -281,6 +281,9 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
 
 # --- E10: a structured mask -----------------------------------------------------------------------
 
+PAPER_MASK = "rows"  # the `e10_masks` key of the paper's mask; the other is ours
+
+
 def e10_masks(n: int) -> dict[str, torch.Tensor]:
     """E10's two masks, `[n, n]` bool: "rows" is the paper's (`structured_mask`: two rows
     masked but one entry each); "columns" is its transpose. The authors' configuration
@@ -368,11 +371,11 @@ class Structured:
         return self.scores.attrs["chance"]
 
 
-def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Structured:
+def e10_heads(ch, mask: torch.Tensor | None = None, name: str = PAPER_MASK) -> Structured:
     """The post model on the evaluation matrices under one structured mask (default: the
     paper's, `e10_masks(n)["rows"]`): scores, the best head of each kind, every head's map."""
     A, n = ch.cfg.analysis, ch.cfg.data.n
-    mask = e10_masks(n)["rows"] if mask is None else mask
+    mask = e10_masks(n)[PAPER_MASK] if mask is None else mask
     probs = capture_probs(ch.post, sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
     scores = structured_scores(probs, mask, n)
     picks = pick_heads(scores, e10_kinds(scores.attrs["axis"]))
@@ -381,24 +384,26 @@ def e10_heads(ch, mask: torch.Tensor | None = None, name: str = "rows") -> Struc
                       evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
 
 
-def lone_text(lone: float, chance: float, axis: str) -> str:
+def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None) -> str:
     """The E10 sentence: how much of its attention the best head puts on the lone observed
-    entry of a masked line, against a uniform head and, for the paper's (row) mask, the
-    paper's "most of it". The paper has no transposed mask, so that one is described only."""
+    entry of a masked line, against a uniform head and, for the paper's mask, whether that
+    is the paper's "most of it" by `verdict`, the E10 row's (`agreement`). The paper has no
+    transposed mask, so that one (verdict None) is described only."""
     head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
             f"attention there (a uniform head: {chance:.3f}): ")
-    i = 0 if lone > MOSTLY else 1 if lone > chance else 2
-    reading = ("most of it", "more than chance but not most of it", "no more than chance")[i]
-    if axis != "row":
+    reading = ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance else
+               "no more than chance")
+    if verdict is None:
         return head + reading + "; the paper reports no such mask"
-    return head + reading + (", as the paper describes", ", a weaker version of what the paper describes",
-                             ", unlike the paper")[i]
+    return f"{head}{reading}, {agreement(verdict)} (the paper: most of it)"
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     """E10's table of the picked heads under one mask (styled; their label under random
     masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
-    maps), fig_e10_NAME_all (every head's map), e10_NAME_text (the lone-entry sentence).
+    maps), fig_e10_NAME_all (every head's map) and, for a mask other than the paper's
+    (PAPER_MASK), e10_NAME_text (the lone-entry sentence; the paper's mask's comes from
+    `scorecard_rows`, with its row).
     The masked lines are outlined (rows) or marked on the left (columns), their lone
     observed entries marked above."""
     n = ch.cfg.data.n
@@ -422,8 +427,10 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
               .set_caption(f"E10, masked {axis}s: head scores. A uniform head has lone_entry {s.chance['lone_entry']:.3f}, "
                            f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
-    return styled, {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all),
-                    f"e10_{s.name}_text": lone_text(s.lone, s.chance["lone_entry"], axis)}
+    glue = {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all)}
+    if s.name != PAPER_MASK:  # the paper's mask is compared with the paper: its sentence comes with its row
+        glue[f"e10_{s.name}_text"] = lone_text(s.lone, s.chance["lone_entry"], axis)
+    return styled, glue
 
 
 # --- E11: linear probes ----------------------------------------------------------------------------
@@ -470,11 +477,12 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     `head_groups`; scores: `head_scores` at post (pre_scores at the pre-shift checkpoint, if
     saved); lone: the E10 best head's mass on the lone observed entry (lone_chance: a
     uniform head's); probes: `probe_layers`.
-    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e11_text, e11_layer (E10's sentences: `e10_shown`)."""
+    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
+    transposed one's: `e10_shown`), e11_text, e11_layer."""
     level, paper_level = copy_levels(rank)["low-rank"]
     rows, glue = [], {}
     un = value_and_se(abl, "L_mask", **UNABLATED)
-    rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < COMPLETES else
+    rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < DROP_FRACTION else
                      "does not complete", paper=PAPER[("E3", "post L_mask")] / paper_level, se=un[1] / level))
     ob = value_and_se(abl, "L_obs", **UNABLATED)
     rows.append(_row("E3", "post L_obs / E[X²]", ob[0] / level, "how precisely the observed entries come back",
@@ -483,7 +491,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     for mode in ("uniform", "batch_mean"):
         a = value_and_se(abl, "L_mask", ablated="all heads", reading=mode)
         rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: L_mask / E[X²]", a[0] / level,
-                         "back at the copying level" if abs(a[0] / level - 1) < 0.2 else
+                         "back at the copying level" if abs(a[0] / level - 1) < PLATEAU_BAND else
                          ("well below the copying level" if a[0] < level else "above the copying level"),
                          paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level))
         verdicts.append(row_verdict(rows[-1]))
@@ -510,8 +518,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
                        f"ablating our {n_other} 'other' heads multiplies L_mask by "
                        + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
                        + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
-                       + ("the same, by the ratio rule" if all(v == "matches" for *_, v in e4) else
-                          "a different result (" + "; ".join(f"{SHORT[m]}: {v}" for m, _, v in e4) + ", ratio rule)"))
+                       + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
 
     # E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1
     parts = []
@@ -585,14 +592,14 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     for q, v in (("largest row excess of any head, post", top["row_excess"]),
                  ("largest column excess of any head, post", top["column_excess"]),
                  ("largest self excess of a last-layer head, post", last)):
-        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURED else 'no'} such head (above {STRUCTURED:g} "
-                         "counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURED,
+        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURE_THRESHOLD else 'no'} such head (above "
+                         f"{STRUCTURE_THRESHOLD:g} counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURE_THRESHOLD,
                          sense="above", margin=CUT))
     pre_top = (None if pre_scores is None else
                float(pre_scores[["row_excess", "column_excess", "self_excess"]].max().max()))
     rows.append(_row("E9", "largest excess of any head, pre-shift", pre_top,
-                     "no structure before the drop" if pre_top is not None and pre_top < STRUCTURED else
-                     "structure before the drop", kind="direction", reference=STRUCTURED, sense="below", margin=CUT,
+                     "no structure before the drop" if pre_top is not None and pre_top < STRUCTURE_THRESHOLD else
+                     "structure before the drop", kind="direction", reference=STRUCTURE_THRESHOLD, sense="below", margin=CUT,
                      na=None if pre_scores is not None else "no pre-shift checkpoint saved"))
     glue["e9_text"] = (f"the largest row excess of any head is {top['row_excess']:.2f}, column {top['column_excess']:.2f}, "
                        f"self in the last layer {last:.2f}" + ("" if pre_top is None else
@@ -602,10 +609,10 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
     rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                      f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                      kind="direction", reference=MOSTLY, sense="above", margin=CUT))
+    glue[f"e10_{PAPER_MASK}_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
 
     # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
     best = best_probe_layers(probes).loc["row"]
-    holds = best.rel < PROBED
     rows.append(_row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
                      float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
                      f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
@@ -615,10 +622,16 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
         f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
         f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
         f"{1 - best.rel:.0%} of the target's variance. "
-        + ("The paper's claim that a linear probe recovers the row holds here" if holds else
-           "The paper's claim that a linear probe recovers the row does not hold here: the row is at most weakly, "
-           "and not linearly, present in the masked positions' hidden states"))
+        + e11_claim(row_verdict(rows[-1])))
     return glue, rows
+
+
+def e11_claim(verdict: str) -> str:
+    """Whether a linear probe recovers the observed row, by `verdict` (the E11 row's, `agreement`)."""
+    if verdict == "differs":
+        return (f"A linear probe does not recover the row here, {agreement(verdict)}: the row is at most weakly, "
+                "and not linearly, present in the masked positions' hidden states")
+    return f"A linear probe recovers the row here, {agreement(verdict)}"
 
 
 # --- What we found -----------------------------------------------------------------------------

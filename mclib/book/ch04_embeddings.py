@@ -18,7 +18,7 @@ from ..analyses import embeddings as E
 from ..core.model import build_model
 from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
-from .scorecard import CUT, claim, recorded_table
+from .scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
 
 CHAPTER = "04_embeddings"
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
@@ -146,20 +146,27 @@ def progress_figure(progress: pd.DataFrame, summary: pd.DataFrame, ch):
 
 # --- the closing paragraph and the scorecard rows -------------------------------------------------
 
+def _said(row: dict) -> tuple[str, bool]:
+    """(agreement phrase, whether the claim holds) from the verdict `row` will get."""
+    v = row_verdict(row)
+    return agreement(v), v in POSITIVE.values()
+
+
 def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
                        drop: int | None, post_step: int) -> tuple[dict, list[dict]]:
     """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
     summary, with the initialisation as step 0 if available; tracks: `component_tracks`
-    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post."""
+    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post.
+
+    The rows are built first; every sentence that compares with the paper (tracks_claim,
+    align_claim, cluster_claim and the E13, E14 readings) then takes its words from the
+    verdicts of the rows it speaks for (`scorecard.agreement`)."""
     t = tracks.set_index("component")
     abs_c = int(t["abs_x"].idxmax())  # the component closest to |x|; the other is checked for sign(x)
     other = next(c for c in t.index if c != abs_c)
     abs_r, sign_r, x_r = t.loc[abs_c, "abs_x"], t.loc[other, "sign_x"], t.loc[other, "x"]
     tracks_text = (f"the component closest to |x| (component {abs_c}) has |r| = {abs_r:.2f} with |x|, and the other "
                    f"|r| = {sign_r:.2f} with the sign of x ({x_r:.2f} with x itself)")
-    tracks_claim = ("one component tracks |x| and the other the sign, as in the paper" if abs_r > STRONG and sign_r > STRONG
-                    else "not what the paper shows (" + ("no component tracks |x|" if abs_r <= STRONG else
-                                                         "the second component does not track the sign") + ")")
 
     reached = progress.loc[progress["token_alignment"] >= ALIGNED, "step"]
     aligned_at = int(reached.iloc[0]) if len(reached) else None
@@ -168,39 +175,9 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
     align_text = ((f"reached {ALIGNED} at step {aligned_at:,}" if aligned_at is not None else
                    f"did not reach {ALIGNED} at any saved checkpoint")
                   + ("" if init_align is None else f" (at initialisation it was {init_align:.2f})"))
-    if init_align is not None and init_align >= ALIGNED:
-        align_claim = "but the embeddings start that close to their final layout, so this says nothing about the drop"
-    elif drop is None:
-        align_claim = "with no drop to compare against"
-    elif aligned_at is not None and aligned_at < drop:
-        align_claim = f"before the drop at step {drop:,}, as the paper says"
-    else:
-        align_claim = f"not before the drop at step {drop:,}, unlike the paper"
 
     first, last = progress.iloc[0], progress.set_index("step").loc[post_step]
     col_post, row_post, mid = last["column_silhouette"], last["row_silhouette"], last["middle_row_norm"]
-    if drop is not None and (progress["step"] < drop).any() and (progress["step"] >= drop).any():
-        before, after = progress[progress["step"] < drop].iloc[-1], progress[progress["step"] >= drop].iloc[0]
-        cluster_text = (f"the column silhouette was {before.column_silhouette:.2f} at step {int(before.step):,}, the "
-                        f"last checkpoint before the drop, and {after.column_silhouette:.2f} at step "
-                        f"{int(after.step):,}, the first after it; at the end it is {col_post:.2f} (grouped by row: "
-                        f"{row_post:.2f})")
-        cluster_claim = ("the columns cluster only after the drop, as in the paper"
-                         if before.column_silhouette < CLUSTERED <= col_post else
-                         "the columns already cluster before the drop, unlike the paper"
-                         if before.column_silhouette >= CLUSTERED else
-                         f"no column clusters (silhouette ≥ {CLUSTERED}) by the end of the run, unlike the paper")
-    else:
-        cluster_text = (f"the column silhouette went from {first.column_silhouette:.2f} at step {int(first.step):,} to "
-                        f"{col_post:.2f} at step {post_step:,} (grouped by row: {row_post:.2f})")
-        cluster_claim = ("whether clusters appear only after a drop cannot be tested without a drop" if drop is None
-                         else "no checkpoint on both sides of the drop to compare")
-
-    glue = {"symmetry": float(symmetry),
-            "symmetry_text": "symmetric about 0" if symmetry > STRONG else "not symmetric about 0",
-            "tracks_text": tracks_text, "tracks_claim": tracks_claim, "align_text": align_text,
-            "align_claim": align_claim, "cluster_text": cluster_text, "cluster_claim": cluster_claim,
-            "mid_norm": float(mid), "post_step": f"{post_step:,}"}
     before_drop = (progress[progress["step"] < drop].iloc[-1] if drop is not None and (progress["step"] < drop).any()
                    else None)
     no_before = ("no drop in this run" if drop is None else
@@ -208,6 +185,16 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
     early = (f"the embeddings start that close to their final layout (centred alignment {init_align:.2f} at "
              "initialisation), so reaching it says nothing about the drop"
              if init_align is not None and init_align >= ALIGNED else None)
+    if drop is not None and (progress["step"] >= drop).any() and before_drop is not None:
+        after = progress[progress["step"] >= drop].iloc[0]
+        cluster_text = (f"the column silhouette was {before_drop.column_silhouette:.2f} at step "
+                        f"{int(before_drop.step):,}, the last checkpoint before the drop, and "
+                        f"{after.column_silhouette:.2f} at step {int(after.step):,}, the first after it; at the end "
+                        f"it is {col_post:.2f} (grouped by row: {row_post:.2f})")
+    else:
+        cluster_text = (f"the column silhouette went from {first.column_silhouette:.2f} at step {int(first.step):,} to "
+                        f"{col_post:.2f} at step {post_step:,} (grouped by row: {row_post:.2f})")
+
     rows = [
         claim("E12", "token-norm symmetry: corr(‖e(x)‖, ‖e(−x)‖), post", float(symmetry),
              f"{'symmetric' if symmetry > STRONG else 'not symmetric'} about 0 (paper: symmetric)",
@@ -219,21 +206,56 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
              f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}",
              kind="direction", reference=STRONG, sense="above", margin=CUT),
         claim("E13", "centred token alignment with the final layout, last checkpoint before the drop",
-             None if before_drop is None else float(before_drop.token_alignment),
-             f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
-             f"above {ALIGNED} counts)", kind="direction", reference=ALIGNED, sense="above", margin=CUT, na=no_before or early),
+             None if before_drop is None else float(before_drop.token_alignment), "",
+             kind="direction", reference=ALIGNED, sense="above", margin=CUT, na=no_before or early),
         claim("E14", "column silhouette of the position embeddings, last checkpoint before the drop",
-             None if before_drop is None else float(before_drop.column_silhouette),
-             f"{cluster_claim} (paper: no column clusters before the drop; below {CLUSTERED} counts)",
+             None if before_drop is None else float(before_drop.column_silhouette), "",
              kind="direction", reference=CLUSTERED, sense="below", margin=CUT, na=no_before),
-        claim("E14", "column silhouette of the position embeddings, post", float(col_post),
-             f"{'columns cluster' if col_post >= CLUSTERED else 'no column clusters'} (row: {row_post:.2f}); "
-             f"paper: they cluster after the drop; above {CLUSTERED} counts", kind="direction", reference=CLUSTERED,
-             sense="above", margin=CUT),
+        claim("E14", "column silhouette of the position embeddings, post", float(col_post), "",
+             kind="direction", reference=CLUSTERED, sense="above", margin=CUT),
         claim("E14", "middle-row position norm / mean position norm, post", float(mid),
              f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
              f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
     ]
+    (abs_said, abs_holds), (sign_said, sign_holds) = _said(rows[1]), _said(rows[2])
+    tracks_claim = ("one component tracks |x|" if abs_holds else "no component tracks |x|") + (
+        " and the other the sign" if sign_holds else ", and the other does not track the sign")
+    tracks_claim += ", " + agreements({"for |x|": row_verdict(rows[1]), "for the sign": row_verdict(rows[2])})
+
+    align_said, aligned = _said(rows[3])
+    if early:
+        align_claim = "but the embeddings start that close to their final layout, so this says nothing about the drop"
+    elif drop is None:
+        align_claim = "with no drop to compare against"
+    elif no_before:
+        align_claim = "with no saved checkpoint before the drop to compare"
+    else:
+        align_claim = (f"{'and' if aligned else 'but'} at the last checkpoint before the drop at step {drop:,} it is "
+                       f"{'above' if aligned else 'not above'} {ALIGNED}, {align_said}")
+    rows[3]["reading"] = (f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
+                          f"above {ALIGNED} counts)")
+
+    (pre_said, apart_before), (post_said, clustered) = _said(rows[4]), _said(rows[5])
+    at_end = (f"the columns cluster by the end of the run, {post_said}" if clustered else
+              f"no column clusters (silhouette above {CLUSTERED}) by the end of the run, {post_said}")
+    if no_before:
+        cluster_claim = (f"whether the columns cluster only after a drop cannot be tested ({no_before}); {at_end}")
+        pre_reading = pre_said  # `record` adds the reason
+    else:
+        before = "the columns do not cluster before the drop" if apart_before else \
+            "the columns already cluster before the drop"
+        pre_reading = f"{before}, {pre_said}"
+        cluster_claim = (f"the columns cluster only after the drop, {post_said}" if apart_before and clustered else
+                         f"{before}, {pre_said}; {at_end}")
+    rows[4]["reading"] = f"{pre_reading} (paper: no column clusters before the drop; below {CLUSTERED} counts)"
+    rows[5]["reading"] = (f"{'columns cluster' if clustered else 'no column clusters'}, {post_said} (row: "
+                          f"{row_post:.2f}); paper: they cluster after the drop; above {CLUSTERED} counts")
+
+    glue = {"symmetry": float(symmetry),
+            "symmetry_text": "symmetric about 0" if symmetry > STRONG else "not symmetric about 0",
+            "tracks_text": tracks_text, "tracks_claim": tracks_claim, "align_text": align_text,
+            "align_claim": align_claim, "cluster_text": cluster_text, "cluster_claim": cluster_claim,
+            "mid_norm": float(mid), "post_step": f"{post_step:,}"}
     return glue, rows
 
 

@@ -23,11 +23,12 @@ import pandas as pd
 
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
-from ..core.runs import load_metrics, saved_steps
+from ..core.runs import METRICS, load_metrics, saved_steps
 from .chapter import Chapter, checkpoint_links, download_links, shown_path
 from .plots import freeze_curves
-from .scorecard import claim, recorded_table
+from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "05_freezing"
 E15_QUICK = 0.1   # a re-initialised run dropping within a tenth of the main run's drop step has "no plateau"
@@ -90,8 +91,15 @@ def results_table(ch: Chapter, runs: dict[str, Path]):
     shown = table.assign(result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]])
     return (shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]].style.hide(axis="index")
             .format({c: "{:.2e}" for c in LOSSES})
-            .set_caption("What ended each run; L_mask over its first 50 steps and L_mask, L_obs over its last 50; "
-                         "starts_on_plateau: the first 50 steps' L_mask is within 20 % of E[X²]."))
+            .set_caption(f"What ended each run; L_mask over its first {DROP_WINDOW} steps and L_mask, L_obs over its "
+                         f"last {DROP_WINDOW}; starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within "
+                         f"{PLATEAU_BAND:.0%} of E[X²]."))
+
+
+def _runs_named(groups) -> str:
+    """"the mlp run" or "the mlp and token runs" (for a sentence)."""
+    groups = list(groups)
+    return f"the {groups[0]} run" if len(groups) == 1 else f"the {', '.join(groups[:-1])} and {groups[-1]} runs"
 
 
 def ends_text(ends: dict[str, FreezeEnd]) -> str:
@@ -100,9 +108,30 @@ def ends_text(ends: dict[str, FreezeEnd]) -> str:
     alike: dict[str, list[str]] = {}
     for g, e in ends.items():
         alike.setdefault(e.text, []).append(g)
-    named = lambda gs: (f"the {gs[0]} run" if len(gs) == 1 else
-                        f"the {', '.join(gs[:-1])} and {gs[-1]} runs")
-    return "; ".join(f"{named(gs)} {text}" for text, gs in alike.items())
+    return "; ".join(f"{_runs_named(gs)} {text}" for text, gs in alike.items())
+
+
+def tiers_text(order) -> str:
+    """"mlp and token, then attention, then positional" for tiers of groups, earliest first."""
+    return ", then ".join(" and ".join(tier) for tier in order)
+
+
+def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
+    """The closing sentence on the order of the drops, from `verdict` (the E15 ordering
+    row's: `agreement`); pattern (`paper_pattern`, the strict order without the rule's
+    margin) says which end of the paper's order fails when it differs."""
+    paper = f"the paper's order of the drops ({tiers_text(PAPER_E15_ORDER)})"
+    margin = f"{MARGINS['ordering']:.0%}"
+    if verdict == "n/a":
+        return f"too short to check {paper}: {agreement(verdict)}"
+    if verdict in POSITIVE.values():
+        return f"{paper}, each tier later than the one before by more than {margin} of its step, {agreement(verdict)}"
+    first, last = _runs_named(PAPER_E15_ORDER[0]), _runs_named(PAPER_E15_ORDER[-1])
+    fails = ([] if pattern["first_tier_first"] else [f"{first} do not drop before the others"]) + \
+        ([] if pattern["last_tier_last"] else [f"{last} does not drop last"])
+    why = ("no run dropped within the steps it could train" if not any_drop else
+           "; ".join(fails) or f"the order holds, but not by {margin} of the later step")
+    return f"not {paper} by the scorecard's ordering rule, {agreement(verdict)}: {why}"
 
 
 def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> tuple[dict, list[dict]]:
@@ -110,44 +139,38 @@ def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> t
 
     table: `freeze_summary` (drop and steps trained per group); main_drop: the main run's
     drop step (None: none); limit: the most steps a run could train (`freeze_steps`).
-    glue: found, verdict_text, main_text; rows: keyword arguments for `scorecard.record`."""
+    glue: found, verdict_text (`order_text`, from the ordering row's verdict), main_text;
+    rows: keyword arguments for `scorecard.record`."""
     drops = drops_of(table)
     trained = dict(zip(table["group"], (int(s) for s in table["steps"])))
-    pattern = paper_pattern(table)
     order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
-    if not order:
-        found = "none of the four runs dropped"
-        verdict_text = ("too short to check the paper's ordering" if main_drop is None or limit < main_drop else
-                        f"yet the main run, trained from scratch, dropped by step {main_drop:,}")
-    else:
-        rest = [g for g in drops if g not in order]
-        found = ("the runs dropped in the order " + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
-                 + ("" if not rest else "; " + ", ".join(rest) + " did not drop"))
-        if pattern["fast_first"]:
-            verdict_text = "the MLP and token-embedding runs recover first, " + (
-                "and the positional run takes longest, as in the paper" if pattern["positional_last"]
-                else "but the positional run is not the slowest, unlike the paper")
-        else:
-            verdict_text = ("which is not the paper's picture of the MLP and token-embedding runs recovering first"
-                            + (", though the positional run does take longest" if pattern["positional_last"] else ""))
-    main_text = (f"The main run, trained from scratch, dropped at step {main_drop:,}." if main_drop is not None
-                 else "The main run, trained from scratch, did not drop.")
-    glue = {"found": found, "verdict_text": verdict_text, "main_text": main_text}
-    # The paper's picture as claims: mlp and token runs have no plateau (they drop within a tenth of the
-    # main run's plateau), attention and positional runs sit on one and then drop; positional is last.
+    # The paper's picture as claims: the first tier of PAPER_E15_ORDER (mlp, token) has no plateau (each
+    # drops within E15_QUICK of the main run's drop step), the later tiers sit on one and then drop, in order.
     rows = []
     for g, d in drops.items():
-        quick = g in ("mlp", "token")
+        quick = g in PAPER_E15_ORDER[0]
         rows.append(claim("E15", f"steps to the drop / main run's drop step, {g} re-initialised",
                           None if d is None or not main_drop else d / main_drop,
                           f"{drop_text(d, trained[g])} (paper: {PAPER_E15.get(g, 'not reported')}); "
                           f"{'below' if quick else 'above'} {E15_QUICK:g} counts",
                           kind="direction", reference=E15_QUICK, sense="below" if quick else "above",
                           na=None if main_drop else "the main run has no drop to measure against"))
-    rows.append(claim("E15", "order of the drops: mlp and token, then attention, then positional", None,
+    # No run dropped and none could train as long as the main run took to drop: the order is untested.
+    too_short = not order and (main_drop is None or limit < main_drop)
+    rows.append(claim("E15", f"order of the drops: {tiers_text(PAPER_E15_ORDER)}", None,
                       ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
-                      kind="ordering", values=dict(drops), order=PAPER_E15_ORDER))
-    return glue, rows
+                      kind="ordering", values=dict(drops), order=PAPER_E15_ORDER,
+                      na=f"no run dropped within the {limit:,} steps it could train" if too_short else None))
+    if not order:
+        found = "none of the four runs dropped"
+    else:
+        rest = [g for g in drops if g not in order]
+        found = ("the runs dropped in the order " + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
+                 + ("" if not rest else "; " + ", ".join(rest) + " did not drop"))
+    verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
+    main_text = (f"The main run, trained from scratch, dropped at step {main_drop:,}." if main_drop is not None
+                 else "The main run, trained from scratch, did not drop.")
+    return {"found": found, "verdict_text": verdict_text, "main_text": main_text}, rows
 
 
 def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
@@ -169,7 +192,7 @@ def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
     parts = []
     for g, folder in runs.items():
         last = saved_steps(folder)[-1]
-        links = (download_links(ch.run_dir, [(folder / "metrics.csv", "metrics.csv")])
+        links = (download_links(ch.run_dir, [(folder / METRICS, METRICS)])
                  + checkpoint_links(ch, folder, last, f"final checkpoint (step {last:,}, zip)"))
         parts.append(f"{g}: {' and '.join(links)}")
     return f"Each run's files, to download: {'; '.join(parts)}."

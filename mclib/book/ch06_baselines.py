@@ -21,7 +21,7 @@ from ..core import paper
 from ..core.config import DataConfig
 from ..core.paper import PAPER_E17, PAPER_E17_MATRICES
 from .plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
-from .scorecard import MARGINS, claim, number, ratio, recorded_table
+from .scorecard import MARGINS, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "06_baselines"
 # A solver's number on the paper's task "matches" the paper's when the paper's value lies
@@ -236,13 +236,18 @@ def _e16_same_matrices(sweep: pd.DataFrame, classical: pd.DataFrame, p_train: fl
     at = classical.set_index("method")
     bert, nuc = at.loc["BERT"], at.loc["nuclear norm"]
     d, d_se = nuc.BERT_d_L, nuc.BERT_d_L_se
-    if within_error(d, d_se):
-        diff = ("within two standard errors of zero, so these matrices cannot tell the two apart (the paper: "
-                "BERT lower)")
-    elif d < 0:
-        diff = "BERT lower by more than two standard errors, as in the paper"
-    else:
-        diff = "BERT higher by more than two standard errors, unlike the paper"
+    rows = [claim("E16", f"BERT L / solver L at p_mask {p_train:g} (profile's task, same matrices)",
+                  float(bert.L / nuc.L), "", kind="direction", reference=1.0, sense="below", se=float(d_se / nuc.L)),
+            claim("E16", f"BERT ‖X̂‖_* / solver ‖U‖_* at p_mask {p_train:g} (profile's task, same matrices)",
+                  float(bert.nuclear / nuc.nuclear), "", kind="direction", reference=1.0, sense="above",
+                  se=float(bert.nuclear / nuc.nuclear * np.hypot(bert.nuclear_se / bert.nuclear,
+                                                                  nuc.nuclear_se / nuc.nuclear)))]
+    # what the numbers say, then whether that is the paper's claim by the row's direction rule (its margin included)
+    lower, larger = (agreement(row_verdict(r)) for r in rows)
+    margin = f"{MARGINS['direction']:.0%}"
+    diff = ("within two standard errors of zero, so these matrices cannot tell the two apart" if within_error(d, d_se)
+            else f"BERT {'lower' if d < 0 else 'higher'} by more than two standard errors")
+    diff_said = f"{diff}; by the direction rule (BERT's L more than {margin} below the solver's), {lower}"
     share, share_se = nuc.BERT_better, nuc.BERT_better_se
     most = "lower" if share - 2 * share_se > 0.5 else "higher" if share + 2 * share_se < 0.5 else None
     pooled_says = None if within_error(d, d_se) else "lower" if d < 0 else "higher"
@@ -258,26 +263,21 @@ def _e16_same_matrices(sweep: pd.DataFrame, classical: pd.DataFrame, p_train: fl
         key = "within error of" if within_error(r.d_L, r.d_L_se) else "below" if r.d_L < 0 else "above"
         groups[key].append(f"{p:g}")
     across = "; ".join(f"{k} it at p_mask {', '.join(v)}" for k, v in groups.items() if v)
+    ratio_n = bert.nuclear / nuc.nuclear
+    nuclear_said = (f"{'larger' if ratio_n > 1 else 'smaller'} by a factor {ratio_n:.3g}; by the direction rule (more "
+                    f"than {margin} larger, beyond two standard errors), {larger}")
     text = (f"At the training p_mask {p_train:g}, on the same matrices, BERT's L is {pm(bert.L, bert.L_se)} and the "
-            f"solver's {pm(nuc.L, nuc.L_se)}; the paired difference BERT − solver is {pm(d, d_se)}: {diff}. "
+            f"solver's {pm(nuc.L, nuc.L_se)}; the paired difference BERT − solver is {pm(d, d_se)}: {diff_said}. "
             f"Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} for "
             f"BERT and {pm(nuc.median_L_mask, nuc.median_L_mask_se)} for the solver, and BERT's own L_mask is the "
             f"lower on {nuc.BERT_better:.0%} ± {nuc.BERT_better_se:.0%} of the matrices: {per_matrix}. "
             f"Across mask rates (paired differences, two standard errors) BERT is "
             f"{across}. The mean nuclear norm of BERT's outputs is {pm(bert.nuclear, bert.nuclear_se)} against the "
-            f"solver's {pm(nuc.nuclear, nuc.nuclear_se)} (true X: {true_nuc:.3f}): "
-            + ("larger, as in the paper" if bert.nuclear > nuc.nuclear else "smaller, unlike the paper"))
-    rows = [claim("E16", f"BERT L / solver L at p_mask {p_train:g} (profile's task, same matrices)",
-                 float(bert.L / nuc.L), kind="direction", reference=1.0, sense="below", se=float(d_se / nuc.L),
-                 reading=
-                 f"BERT − solver {pm(d, d_se)} (paired s.e.): {diff.split(',')[0]}; BERT's per-matrix L_mask lower "
-                 f"on {nuc.BERT_better:.0%} of the matrices"),
-            claim("E16", f"BERT ‖X̂‖_* / solver ‖U‖_* at p_mask {p_train:g} (profile's task, same matrices)",
-                 float(bert.nuclear / nuc.nuclear), kind="direction", reference=1.0, sense="above",
-                 se=float(bert.nuclear / nuc.nuclear * np.hypot(bert.nuclear_se / bert.nuclear, nuc.nuclear_se / nuc.nuclear)),
-                 reading=
-                 f"BERT {'larger' if bert.nuclear > nuc.nuclear else 'smaller'} (paper: larger); "
-                 f"{pm(bert.nuclear, bert.nuclear_se)} vs {pm(nuc.nuclear, nuc.nuclear_se)}")]
+            f"solver's {pm(nuc.nuclear, nuc.nuclear_se)} (true X: {true_nuc:.3f}): {nuclear_said}")
+    rows[0]["reading"] = (f"BERT − solver {pm(d, d_se)} (paired s.e.): {diff}, {lower}; BERT's per-matrix L_mask "
+                          f"lower on {nuc.BERT_better:.0%} of the matrices")
+    rows[1]["reading"] = (f"{nuclear_said} (paper: larger); {pm(bert.nuclear, bert.nuclear_se)} vs "
+                          f"{pm(nuc.nuclear, nuc.nuclear_se)}")
     return text, rows
 
 
@@ -315,14 +315,13 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
     beside = e17_beside_paper(reg)
     rows, ok = [], {q: [] for q in E17_LOSSES}
     for r in beside.to_dict("records"):
-        v = number(r["paper"], r["ours"], se=r["se"], margin=SOLVER_RTOL)  # what scorecard.record gives the row
-        ok[r["quantity"]].append(v == "matches")
         rows.append({**claim("E17", f"λ = {r['lam']:g}: {r['quantity']} (paper's task)", float(r["ours"]),
                             f"{pm(r['ours'], r['se'])} (s.e. over {n_regularised} matrices of the paper's task); "
                             f"{abs(r['z']):.1f} s.e. {'below' if r['z'] < 0 else 'above'} the paper's value "
                             f"({r['rel_dev']:+.1%} of it)",
                             paper=r["paper"]),
                      "se": float(r["se"]), "margin": SOLVER_RTOL})
+        ok[r["quantity"]].append(row_verdict(rows[-1]) == "matches")
     obs, mask = (beside[beside["quantity"] == q] for q in ("L_obs", "L_mask"))
     own_se = mask["se"] * (n_regularised / PAPER_E17_MATRICES) ** 0.5 / mask["ours"]  # the paper's sample's error
     text = (f"L_obs {'matches' if all(ok['L_obs']) else 'does not match'} the paper's at every λ "
@@ -375,15 +374,17 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
         o = bert_ood.loc[dist]
         rel = o.L_mask_rel / uni.L_mask_rel  # L_mask / E[X²] of this distribution over uniform's: scale-free
         rel_se = rel * np.hypot(o.L_mask_se / o.L_mask, uni.L_mask_se / uni.L_mask)
-        v = ratio(1.0, rel, se=rel_se)  # the paper: "close to" uniform's, i.e. a ratio of 1 (scorecard's ratio rule)
-        said = {"matches": "similar, as the paper says", "differs": "not similar, unlike the paper"}[v]
+        # the paper: "close to" uniform's, i.e. a ratio of 1 (the scorecard's ratio rule)
+        row = claim("E18", f"BERT (L_mask / E[X²]), {dist} over uniform factors", float(rel), "", paper=1.0,
+                    kind="ratio", se=float(rel_se))
+        v = row_verdict(row)
+        said = f"{'similar' if v == 'matches' else 'not similar'}, {agreement(v)}"
+        row["reading"] = f"{said}; L_mask / E[X²] {o.L_mask_rel:.3f} vs {uni.L_mask_rel:.3f}"
+        rows.append(row)
         e18.append(f"{dist} factors: L_mask / E[X²] {pm(o.L_mask_rel, o.L_mask_rel * o.L_mask_se / o.L_mask)} against "
                    f"uniform's {pm(uni.L_mask_rel, uni.L_mask_rel * uni.L_mask_se / uni.L_mask)}, a ratio of "
                    f"{pm(rel, rel_se)}: {said} (the ratio rule: within a factor {1 + MARGINS['ratio']:g} of 1, "
                    "widened by two standard errors)")
-        rows.append(claim("E18", f"BERT (L_mask / E[X²]), {dist} over uniform factors", float(rel),
-                         f"{said}; L_mask / E[X²] {o.L_mask_rel:.3f} vs {uni.L_mask_rel:.3f}",
-                         paper=1.0, kind="ratio", se=float(rel_se)))
 
     at = classical.set_index("method")
     bert = at.loc["BERT"]

@@ -29,14 +29,14 @@ from ..analyses.evaluate import sample_eval_batch
 from ..analyses.sharpness import ABRUPT, shape, shapes_table
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
-from ..core.metrics import COPIES, last_tenth
+from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
 from ..core.runs import load_checkpoint, load_metrics, run_name, saved_steps
 from .chapter import Chapter
 from .plots import attention_grid, gpt_loss_curves
-from .scorecard import CUT, claim, recorded_table
+from .scorecard import CUT, agreement, claim, recorded_table
 
 CHAPTER = "08_gpt"
-COMPLETES = 0.5   # masked entries completed: final L_mask below half of E[X²] (find_drop's line)
+COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_drop's half-way line
 
 
 def gpt_profile(cfg: Profile) -> Profile:
@@ -175,15 +175,8 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 
 def closing(table) -> str:
-    """The closing sentence, from the recorded rows' verdicts (a Styler from `scorecard_table`)."""
-    v = list(table.data["verdict"])
+    """The closing sentence, each claim with the words of its row's verdict
+    (`scorecard.agreement`), from the recorded rows (a Styler from `scorecard_table`)."""
     said = ["sits on a plateau and then drops suddenly", "copies the observed entries after its drop",
             "leaves the masked entries near the copying level"]
-    holds = [s for s, x in zip(said, v) if x == "same direction"]
-    fails = [s for s, x in zip(said, v) if x != "same direction"]
-    parts = []
-    if holds:
-        parts.append("As in the paper, the GPT " + "; it ".join(holds) + ".")
-    if fails:
-        parts.append("Unlike the paper, it does not: " + "; nor ".join(f"it {s}" for s in fails) + ".")
-    return " ".join(parts)
+    return " ".join(f"That the GPT {text}: {agreement(v)}." for text, v in zip(said, table.data["verdict"]))

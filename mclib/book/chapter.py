@@ -29,8 +29,8 @@ from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import find_drop
 from ..core.paper import profile as paper_profile
-from ..core.runs import (CheckpointSteps, RunEnd, check_same_profile, checkpoint_dir, checkpoint_steps, load_checkpoint,
-                         load_metrics, run_end, run_profile)
+from ..core.runs import (PROFILE, CheckpointSteps, RunEnd, check_same_profile, checkpoint_dir, checkpoint_steps,
+                         load_checkpoint, load_metrics, run_end, run_profile)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,7 +96,7 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     run_dir = Path(run_dir)
     if train:
         run_dir = train_runs(named, run_dir, cluster)[named.seed]
-    if not (run_dir / "profile.yaml").is_file():
+    if not (run_dir / PROFILE).is_file():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
                                 "trains it first")
     check_same_profile(run_dir, named)
@@ -172,14 +172,14 @@ def shown_path(path) -> str:
 
 
 def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
-    """run_dir/checkpoint_step_NNNNNN.zip: the checkpoint folder at `step` (default the
+    """`runs.checkpoint_zip_path`: the checkpoint folder at `step` (default the
     last saved: the end of training) with config.json, model.safetensors, train_state.pt;
     zipped once (a checkpoint never changes, so an existing zip is kept) and written
     atomically (`write_atomic`)."""
-    from ..core.runs import saved_steps, write_atomic
+    from ..core.runs import checkpoint_zip_path, saved_steps, write_atomic
 
-    src = checkpoint_dir(Path(run_dir), saved_steps(run_dir)[-1] if step is None else step)
-    path = Path(run_dir) / f"checkpoint_{src.name}.zip"
+    step = saved_steps(run_dir)[-1] if step is None else step
+    src, path = checkpoint_dir(Path(run_dir), step), checkpoint_zip_path(run_dir, step)
     if not path.is_file():
         def write(tmp: Path):
             with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:

@@ -30,7 +30,6 @@ from . import plots
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
 READING_NAMES = {"uniform": "uniform (the paper's text)", "batch_mean": "batch mean (the released code)"}
 SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
-COMPLETES = 0.5    # L_mask below half of E[X²]: the model completes (the drop's threshold, `find_drop`)
 UNABLATED = {"ablated": "none", "reading": "—"}  # the row of `ablation_table` with nothing ablated
 PAPER_LEVEL = copy_level(paper_task().rank)  # the paper's E[X²] (2/9): its losses' copying level, as ours is ch.copy_level
 
@@ -121,14 +120,6 @@ def ratio_and_se(table: pd.DataFrame, column: str, num: dict, den: dict) -> tupl
     """(num / den, its standard error) of `column` between two rows of one table (same matrices)."""
     (a, a_se), (b, b_se) = value_and_se(table, column, **num), value_and_se(table, column, **den)
     return a / b, ratio_se(a, a_se, b, b_se)
-
-
-def row_verdict(row: dict) -> str:
-    """The verdict `scorecard.record` will give `row` (without writing it)."""
-    from .scorecard import judge
-
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
-    return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 
 def matching_reading_text(verdicts: list[str], what: str) -> str:

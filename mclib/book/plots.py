@@ -6,6 +6,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..core.data import copy_level
+from ..core.metrics import DROP_WINDOW
 
 
 def loss_curve(metrics: pd.DataFrame, drop: int | None = None, rank: int = 2,
@@ -545,7 +546,7 @@ def per_matrix_plot(per_matrix: dict, title: str = "Error per matrix at the trai
 
 # --- beyond the paper (07): the drop over seeds, progress measures -------------------------
 
-def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 50,
+def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DROP_WINDOW,
                      title: str = "L_mask over seeds", label: str = "seed {}") -> plt.Figure:
     """L_mask against step (log scale, mean over `smooth` steps), one line per run
     (`curves`: key -> metrics; a key is a seed, or with label="{}" any name), each run's

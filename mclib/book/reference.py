@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.runs import END, run_name
+from ..core.runs import END, FREEZE, METRICS, PROFILE, SCORECARD, freeze_dir, run_name
 from . import scorecard
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-RUN_FILES = ("metrics.csv", END, "profile.yaml", scorecard.FILE)
+RUN_FILES = (METRICS, END, PROFILE, SCORECARD)
 
 
 def device_record() -> dict:
@@ -58,10 +58,10 @@ def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2,
             if (src / f).is_file():
                 (dest / "runs" / src.name).mkdir(parents=True, exist_ok=True)
                 shutil.copy2(src / f, dest / "runs" / src.name / f)
-        for group in sorted((src / "freeze").glob("*")) if (src / "freeze").is_dir() else []:
-            target = dest / "runs" / src.name / "freeze" / group.name
+        for group in sorted((src / FREEZE).glob("*")) if (src / FREEZE).is_dir() else []:
+            target = freeze_dir(dest / "runs" / src.name, group.name)
             target.mkdir(parents=True, exist_ok=True)
-            for f in ("metrics.csv", END):
+            for f in (METRICS, END):
                 if (group / f).is_file():
                     shutil.copy2(group / f, target / f)
     executed = out / "book" / "_executed"
@@ -75,7 +75,7 @@ def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2,
 
 def latest(name: str = "paper", root: Path = RESULTS) -> Path | None:
     """The newest results/NAME-* folder that holds a scorecard (by its device.json date), or None."""
-    found = [d for d in root.glob(f"{name}-*") if (d / "runs" / run_name(name, 1) / scorecard.FILE).is_file()]
+    found = [d for d in root.glob(f"{name}-*") if (d / "runs" / run_name(name, 1) / SCORECARD).is_file()]
     if not found:
         return None
     return max(found, key=lambda d: (json.loads((d / "device.json").read_text()).get("date", ""), d.name))

@@ -104,9 +104,9 @@ def mclib_sha() -> str:
 
 
 def run_state(run_dir: Path) -> str:
-    from ..core.runs import saved_steps
+    from ..core.runs import METRICS, saved_steps
 
-    return _sha(saved_steps(run_dir), _file_sha(run_dir / "metrics.csv"))
+    return _sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
 
 
 def git_revision() -> str:
@@ -230,10 +230,10 @@ def training_status(root: Path, since: float) -> list[str]:
     """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
     that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
     that stops after its drop ends before its `steps`."""
-    from ..core.runs import checkpoint_dir, resumable_steps, run_profile
+    from ..core.runs import PROFILE, checkpoint_dir, resumable_steps, run_profile
 
     out = []
-    for prof in sorted(Path(root).glob("**/profile.yaml")):
+    for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
         folder = prof.parent
         try:  # a run may be writing its folder right now, or be an old one that no longer loads: skip it
             steps = resumable_steps(folder)  # the newest checkpoint always has its train state

@@ -1,7 +1,7 @@
 """The scorecard: every claim of the paper the book tests, one row each, with a verdict.
 
-A chapter records a row per claim with `record(run_dir, ...)`; rows live in
-`run_dir/scorecard.json`, keyed by (experiment id, quantity), so re-running a chapter
+A chapter records a row per claim with `record(run_dir, ...)`; rows live in the run
+folder's scorecard.json (`mclib.core.runs.SCORECARD`), keyed by (experiment id, quantity), so re-running a chapter
 replaces its rows instead of adding duplicates. `book/99_scorecard.ipynb` renders them.
 
 Each row names its *kind* of claim, and the kind's rule (one function per kind, in
@@ -9,6 +9,11 @@ Each row names its *kind* of claim, and the kind's rule (one function per kind, 
 standard errors of our measurement plus a stated relative margin (`MARGINS`), never a
 blanket factor. `rules_table()` prints the rules from the functions' docstrings, so the
 book states them without typing them twice.
+
+A chapter's sentence that compares with the paper ("as in the paper", "unlike the paper")
+takes those words from the verdict of the row it speaks for (`agreement`, with the verdict
+from `row_verdict`), never from a test of its own, so prose and scorecard cannot disagree;
+`record` refuses a row whose reading says otherwise than its verdict.
 
 No number is multiplied across tasks into a verdict. When the profile's task is not the
 paper's, a row compares a scale-free quantity (a loss over its own task's copying level
@@ -19,11 +24,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
-FILE = "scorecard.json"
+from ..core.runs import SCORECARD, write_atomic
+
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
 
@@ -156,6 +161,40 @@ def by_construction(*_, **__) -> str:
 RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": ordering,
          "by construction": by_construction}
 
+# How a sentence says a verdict: every positive verdict agrees with the paper.
+AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
+             "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction"}
+
+
+def agreement(verdict: str) -> str:
+    """The words a chapter's sentence uses for the verdict of the row it speaks for:
+    "as in the paper" (matches, same direction, same order), "unlike the paper" (differs),
+    "not tested here" (n/a), "true by construction" (cannot fail)."""
+    if verdict not in AGREEMENT:
+        raise ValueError(f"unknown verdict {verdict!r}; one of {', '.join(VERDICTS)}")
+    return AGREEMENT[verdict]
+
+
+def agreements(verdicts: dict[str, str]) -> str:
+    """`agreement` for a sentence that speaks for several rows. verdicts: {how the sentence
+    names the row (e.g. "under the uniform reading"): its verdict}. One phrase when they
+    agree; otherwise each row's phrase with its name, e.g. "as in the paper under the
+    uniform reading, unlike the paper under the batch-mean reading"."""
+    phrases = {agreement(v) for v in verdicts.values()}
+    if len(phrases) == 1:
+        return phrases.pop()
+    return ", ".join(f"{agreement(v)} {name}" for name, v in verdicts.items())
+
+
+def contradiction(reading: str, verdict: str) -> str | None:
+    """The agreement phrase in `reading` that another verdict would use than `verdict`
+    (e.g. "as in the paper" on a row that differs), or None: what `record` refuses."""
+    own = agreement(verdict)
+    for phrase in sorted(set(AGREEMENT.values()) - {own}):
+        if phrase in reading and own not in reading:
+            return phrase
+    return None
+
 
 def rules_table():
     """The rules as a table (kind, the positive verdict, margin, rule), from the rule
@@ -188,7 +227,7 @@ def task_note(profile) -> str:
 
 
 def load(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / FILE
+    path = Path(run_dir) / SCORECARD
     return json.loads(path.read_text()) if path.is_file() else []
 
 
@@ -199,10 +238,8 @@ def _order(row: dict):
 
 
 def _write(run_dir: str | Path, rows: list[dict]) -> None:
-    path = Path(run_dir) / FILE
-    tmp = path.with_name(f".tmp-{FILE}")
-    tmp.write_text(json.dumps(rows, indent=1))
-    os.replace(tmp, path)  # a reader never sees half a file
+    # a reader never sees half a file
+    write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
 
 
 def forget_chapter(run_dir: str | Path, chapter: str) -> None:
@@ -237,6 +274,10 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, r
     ordering, na for a claim with nothing to test). Returns the row."""
     clean = lambda x: None if _missing(x) else float(x)  # JSON has no NaN
     v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
+    said = contradiction(reading, v)
+    if said:
+        raise ValueError(f"the reading of {id} {quantity!r} says {said!r} but its verdict is {v!r}: build the "
+                         "reading's comparison with `agreement(verdict)`")
     if rule_kw.get("na"):
         reading = f"{reading}; n/a: {rule_kw['na']}" if reading else f"n/a: {rule_kw['na']}"
     row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
@@ -245,6 +286,13 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, r
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
     _write(run_dir, rows)
     return row
+
+
+def row_verdict(row: dict) -> str:
+    """The verdict `record` will give `row` (a `claim`), without writing it: what a
+    sentence that speaks for the row passes to `agreement`."""
+    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
+    return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 
 def record_rows(run_dir: str | Path, rows: list[dict], chapter: str) -> list[dict]:

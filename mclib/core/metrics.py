@@ -18,6 +18,10 @@ LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
 DROP_COLUMN = {"bert": "L_mask", "gpt": "L"}
 COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
 PLATEAU_BAND = 0.2  # L_mask within 20 % of E[X²]: the masked outputs stay near 0, as a copying model's
+# The drop (`find_drop`): the trailing DROP_WINDOW-step mean of L_mask falls below DROP_FRACTION of the
+# copying plateau E[X²]. Defined here only; everything that reads a loss "as the drop does" imports them.
+DROP_FRACTION = 0.5  # half-way from the copying plateau to a perfect completion
+DROP_WINDOW = 50     # steps of the trailing mean: one batch alone is too noisy to decide on
 
 
 def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -42,7 +46,7 @@ def mse_to(pred: torch.Tensor, target: torch.Tensor, where: torch.Tensor) -> flo
     return _masked_mean((pred.float().flatten(1) - target.flatten(1)) ** 2, where.flatten(1)).item()
 
 
-def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = 0.5, window: int = 50,
+def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = DROP_FRACTION, window: int = DROP_WINDOW,
               column: str = "L_mask") -> int | None:
     """The step of the drop, or None if there is none.
 
@@ -59,8 +63,9 @@ def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = 0.5, window: i
     return int(metrics["step"].iloc[below[0]]) if len(below) else None
 
 
-def window_mean(metrics: pd.DataFrame, step: int, window: int = 50) -> pd.Series:
-    """Every column's mean over the `window` steps ending at `step` (one batch is noisy);
+def window_mean(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
+    """Every column's mean over the `window` steps ending at `step` (one batch is noisy;
+    by default the drop's window, so a loss at a step is read as `find_drop` reads it);
     NaN where the run has no step in that window."""
     return metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)].mean(numeric_only=True)
 

@@ -5,6 +5,16 @@
     NAME-seedS/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
     NAME-seedS/end.json              why and where the run ended (`run_end`), once it has
     NAME-seedS/.lock                 held by the one process that trains the folder
+    NAME-seedS/loss_curve.png        the curve `python -m mclib train` draws when it ends
+    NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then (mclib.core.sweep)
+    NAME-seedS/scorecard.json        the book's scorecard rows (mclib.book.scorecard)
+    NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
+    NAME-seedS/freeze/GROUP/         E15's run of one component group (mclib.analyses.freezing): a run
+                                     folder as above, plus source.json, the checkpoint it started from
+    .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it
+
+Every name above is defined here (the constants and functions below) and nowhere else;
+the modules that write the later files take their names from here.
 
 A checkpoint's `config.json` + `model.safetensors` are the model (HF's folder, what the
 analyses read); `train_state.pt` holds what resuming needs besides (Adam's state, the
@@ -37,7 +47,27 @@ from .data import copy_level
 from .metrics import DROP_COLUMN, converged, find_drop
 from .model import MatrixBert, load_model
 
+PROFILE = "profile.yaml"
+METRICS = "metrics.csv"
+CHECKPOINTS = "checkpoints"
+MODEL_FILE, STATE_FILE = "model.safetensors", "train_state.pt"  # in a checkpoint, beside HF's config.json
 END = "end.json"
+LOCK = ".lock"
+LOSS_CURVE = "loss_curve.png"
+SWEEP_MARKER = "sweep.json"
+SCORECARD = "scorecard.json"
+FREEZE = "freeze"
+FREEZE_SOURCE = "source.json"
+
+
+def checkpoint_zip_path(run_dir: str | Path, step: int) -> Path:
+    """Where the checkpoint at `step` lies zipped (`mclib.book.chapter.checkpoint_zip` writes it)."""
+    return Path(run_dir) / f"checkpoint_{checkpoint_dir(run_dir, step).name}.zip"
+
+
+def freeze_dir(run_dir: str | Path, group: str) -> Path:
+    """The run folder of E15's run of `group` inside the main run's folder."""
+    return Path(run_dir) / FREEZE / group
 
 
 def run_name(name: str, seed: int) -> str:
@@ -60,14 +90,11 @@ def seed_run_dirs(profile: Profile, run_dir: str | Path) -> dict[int, Path]:
 # --- reading ---------------------------------------------------------------------------------
 
 def checkpoint_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "checkpoints" / f"step_{step:06d}"
-
-
-MODEL_FILE, STATE_FILE = "model.safetensors", "train_state.pt"
+    return Path(run_dir) / CHECKPOINTS / f"step_{step:06d}"
 
 
 def _steps_with(run_dir: Path, name: str) -> list[int]:
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / CHECKPOINTS
     if not root.is_dir():
         return []
     return sorted(int(p.name[5:]) for p in root.glob("step_*") if (p / name).is_file())
@@ -115,12 +142,12 @@ def load_train_state(run_dir: Path, step: int) -> dict:
 
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_csv(Path(run_dir) / "metrics.csv")
+    return pd.read_csv(Path(run_dir) / METRICS)
 
 
 def run_profile(run_dir: str | Path) -> Profile:
     """The profile a run folder was started with (its profile.yaml)."""
-    return profile_from_dict(yaml.safe_load((Path(run_dir) / "profile.yaml").read_text()))
+    return profile_from_dict(yaml.safe_load((Path(run_dir) / PROFILE).read_text()))
 
 
 def _curve(rows: list[dict]) -> pd.DataFrame:
@@ -371,9 +398,9 @@ def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
 
 def write_profile(run_dir: Path, profile: Profile) -> None:
     """Record the profile a run trains with; a folder started with another recipe refuses it."""
-    if (run_dir / "profile.yaml").is_file():
+    if (run_dir / PROFILE).is_file():
         check_same_profile(run_dir, profile)
-    write_atomic(run_dir / "profile.yaml",
+    write_atomic(run_dir / PROFILE,
                  lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
 
 
@@ -381,7 +408,7 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, rows: list[dict]
                     device: torch.device | str = "cpu") -> None:
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.
-    write_atomic(run_dir / "metrics.csv", lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+    write_atomic(run_dir / METRICS, lambda p: pd.DataFrame(rows).to_csv(p, index=False))
 
     def write(tmp: Path):
         model.save_pretrained(tmp)
@@ -423,7 +450,7 @@ def only_trainer(run_dir: Path):
     except ImportError:  # Windows has no fcntl: no guard there
         yield
         return
-    with open(run_dir / ".lock", "w") as f:
+    with open(run_dir / LOCK, "w") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

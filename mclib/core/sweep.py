@@ -42,11 +42,11 @@ from typing import Any
 
 
 from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
-from .runs import run_name
+from .metrics import DROP_WINDOW
+from .runs import METRICS, run_name
 
 TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
 SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
-MARKER = "sweep.json"
 EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
 
 
@@ -159,9 +159,9 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 def _start_wall(run: SweepRun) -> float:
     """The run's training time when this sweep first started it (its cap counts from there),
     kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
-    from .runs import train_wall
+    from .runs import SWEEP_MARKER, train_wall, write_atomic
 
-    marker = run.run_dir / MARKER
+    marker = run.run_dir / SWEEP_MARKER
     mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
     if marker.is_file():
         saved = json.loads(marker.read_text())
@@ -171,9 +171,7 @@ def _start_wall(run: SweepRun) -> float:
         shutil.rmtree(run.run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
     wall0 = train_wall(run.run_dir)
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = marker.with_name(".tmp-" + MARKER)
-    tmp.write_text(json.dumps({**mine, "wall0": wall0}))
-    os.replace(tmp, marker)
+    write_atomic(marker, lambda tmp: tmp.write_text(json.dumps({**mine, "wall0": wall0})))
     return wall0
 
 
@@ -388,10 +386,10 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
     drawn = 0
     for row in df.itertuples():
         folder = runs / run_name(row.setting, row.seed)
-        if (folder / "metrics.csv").is_file():
+        if (folder / METRICS).is_file():
             drawn += 1
             m = load_metrics(folder)
-            smooth = m["L_mask"].rolling(50, min_periods=1).mean()  # find_drop's window
+            smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()  # as find_drop reads it
             left.plot(m["step"] * row.batch, smooth, color=colours[row.setting], lw=0.8, alpha=0.8)
         if pd.notna(row.drop_step):
             right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
@@ -400,7 +398,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
                           facecolors="none", s=40)
     for s in settings:
         left.plot([], [], color=colours[s], label=s)
-    left.set(xlabel="matrices seen", ylabel="L_mask (training batch, 50-step mean)", title=f"{sweep}: every run")
+    left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)", title=f"{sweep}: every run")
     if drawn:
         left.set(xscale="log", yscale="log")
         left.legend(fontsize=7)
