@@ -32,7 +32,7 @@ from ..core.data import copy_level
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
 from ..core.runs import load_checkpoint, load_metrics, run_name, saved_steps
 from .chapter import Chapter
-from .plots import attention_grid, gpt_loss_curves
+from .plots import attention_grid, closed, gpt_loss_curves
 from .scorecard import CUT, agreement, claim, recorded_table
 
 CHAPTER = "08_gpt"
@@ -77,8 +77,8 @@ def loss_figure(ch: Chapter, curves: dict[int, pd.DataFrame]):
     """GPT's L (each seed) and L_obs, L_mask (seed 1) beside the book's BERT run, against
     steps and against matrices seen."""
     gpt = gpt_profile(ch.cfg)
-    return gpt_loss_curves(curves, ch.metrics, ch.cfg.data.rank, gpt.train.batch, ch.cfg.train.batch,
-                           drops={s: _drop(m, ch) for s, m in curves.items()}, bert_drop=ch.drop)
+    return closed(gpt_loss_curves(curves, ch.metrics, ch.cfg.data.rank, gpt.train.batch, ch.cfg.train.batch,
+                                  drops={s: _drop(m, ch) for s, m in curves.items()}, bert_drop=ch.drop))
 
 
 def _drop(m: pd.DataFrame, ch: Chapter) -> int | None:
@@ -133,9 +133,9 @@ def attention_figure(ch: Chapter, runs: dict[int, Path], curves: dict[int, pd.Da
     grid = np.stack([maps[i][layer] for i in range(2) for layer in range(layers)])   # [2·layers, heads, q, k]
     labels = [f"step {t:,}, layer {layer + 1}" for t in (pre, post) for layer in range(layers)]
     n2 = ch.cfg.data.n ** 2
-    return attention_grid(grid, row_labels=labels, col_labels=[f"head {h + 1}" for h in range(heads)],
-                          n=n2, title=f"GPT seed {seed}: attention before (step {pre:,}) and after (step {post:,}) "
-                                      "its drop", key_marks=[n2])
+    return closed(attention_grid(grid, row_labels=labels, col_labels=[f"head {h + 1}" for h in range(heads)],
+                                 n=n2, title=f"GPT seed {seed}: attention before (step {pre:,}) and after "
+                                             f"(step {post:,}) its drop", key_marks=[n2]))
 
 
 def readings(ch: Chapter, curves: dict[int, pd.DataFrame]) -> tuple[dict, list[dict]]:

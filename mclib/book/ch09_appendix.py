@@ -21,6 +21,7 @@ import seaborn as sns
 
 from ..analyses.sizes import by_setting, claims, large_model_finals, order_of_magnitude
 from .chapter import Chapter
+from .plots import closed
 from .reference import REPO
 from .scorecard import CUT, claim, recorded_table
 
@@ -69,7 +70,7 @@ def width_depth_figure(wd: pd.DataFrame | None):
              title="width")
     right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
     fig.tight_layout()
-    return fig
+    return closed(fig)
 
 
 def large_models(ch: Chapter) -> pd.DataFrame | None:
