@@ -138,3 +138,11 @@ def test_the_chapters_figures_and_tables(ch, gpt_runs):
     n2 = ch.cfg.data.n ** 2
     assert att.shape == (2, 2, 2 * n2 + 1, 2 * n2 + 1)
     assert np.allclose(att.sum(-1), 1, atol=1e-5) and np.allclose(np.triu(att[0, 0], 1), 0)  # causal rows
+
+
+def test_the_other_seeds_of_a_gpt_profile_stop_after_its_drop_in_l(gpt_profile):
+    from mclib.core.train import _seed_stop
+
+    rows = _curve(500, 150, 0.02, 0.95, steps=1200).to_dict("records")    # drops in L, never in L_mask
+    assert _seed_stop(gpt_profile, 100)(rows)
+    assert not _seed_stop(load_profile(profile_path("cpu")), 100)(rows)    # BERT reads L_mask: no drop there

@@ -43,7 +43,7 @@ from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, losses
 from .model import MatrixBert, build_model
-from .runs import (check_disk, convergence_stop, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
+from .runs import (check_disk, convergence_stop, drop_column, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
                    load_train_state, only_trainer, prune_checkpoints, resumable_steps, run_end, save_checkpoint,
                    seed_run_dirs, write_end, write_profile)
 from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
@@ -611,7 +611,9 @@ def parallel_runs(profile: Profile) -> int:
 
 
 def _seed_stop(profile: Profile, after_drop: int | None):
-    return stop_after_drop(profile.data.rank, after_drop) if after_drop is not None else None
+    if after_drop is None:
+        return None
+    return stop_after_drop(profile.data.rank, after_drop, drop_column(profile))
 
 
 def train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
