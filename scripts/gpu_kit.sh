@@ -11,7 +11,7 @@
 # 0 = no limit). The build resumes where the last call stopped: training from its newest
 # checkpoint, chapters already executed are reused. Every call ends by copying the run's
 # metrics, end.json, profile, scorecard, the executed chapters and their timings (never a
-# checkpoint) to $OUT/results/paper-<GPU>-<DATE>/ (OUT defaults to ./kit-out), which is
+# checkpoint) to $OUT/results/paper-<GPU>-<DATE>/ (metrics gzipped) (OUT defaults to ./kit-out), which is
 # what results/ in the repository holds once committed. docs/gpu.md has the whole recipe.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -36,6 +36,6 @@ def test_the_kit_builds_and_collects(tmp_path):
     (dest,) = (tmp_path / "kit" / "results").iterdir()
     assert dest.name.startswith("smoke-cpu-")
     run = dest / "runs" / "smoke-seed1"
-    assert {"metrics.csv", "end.json", "profile.yaml", "scorecard.json"} <= {f.name for f in run.iterdir()}
+    assert {"metrics.csv.gz", "end.json", "profile.yaml", "scorecard.json"} <= {f.name for f in run.iterdir()}
     assert json.loads((dest / "device.json").read_text())["device"] == "cpu"
     assert (dest / "book" / "manifest.json").is_file() and not list(dest.rglob("*.safetensors"))

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from mclib.book import reference
 from mclib.core.runs import SCORECARD
 
 
 def _fake_book(out, seed_rows):
     run = out / "runs" / "paper-seed1"
+    _paper_run(run, level_after=0.05)
     (run / "checkpoints" / "step_001000").mkdir(parents=True)
     (run / "checkpoints" / "step_001000" / "model.safetensors").write_bytes(b"x" * 1000)
-    for f in ("metrics.csv", "end.json", "profile.yaml"):
-        (run / f).write_text(f)
     (run / SCORECARD).write_text(json.dumps(seed_rows))
     (run / "freeze" / "mlp").mkdir(parents=True)
-    (run / "freeze" / "mlp" / "metrics.csv").write_text("step\n1\n")
-    (out / "runs" / "paper-seed2").mkdir()
-    (out / "runs" / "paper-seed2" / "metrics.csv").write_text("step\n1\n")
+    (run / "freeze" / "mlp" / "metrics.csv").write_text((run / "metrics.csv").read_text())
+    _paper_run(out / "runs" / "paper-seed2", level_after=1.0, steps=1000, drop_at=None, ended=None)
     (out / "book" / "_executed").mkdir(parents=True)
     (out / "book" / "_executed" / "01_train.ipynb").write_text("{}")
-    (out / "book" / "_executed" / "manifest.json").write_text("{}")
+    (out / "book" / "_executed" / "manifest.json").write_text(json.dumps(
+        {"notebooks": [{"name": "01_train", "complete": True}]}))
 
 
 ROW = {"id": "E1", "quantity": "drop step", "paper": 15000.0, "ours": 14000.0, "verdict": "matches"}
@@ -32,9 +33,9 @@ def test_collect_copies_the_small_files_and_never_a_checkpoint(tmp_path):
     dest = reference.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == ["book/01_train.ipynb", "book/manifest.json", "device.json", "runs/paper-seed1/end.json",
-                     "runs/paper-seed1/freeze/mlp/metrics.csv", "runs/paper-seed1/metrics.csv",
+                     "runs/paper-seed1/freeze/mlp/metrics.csv.gz", "runs/paper-seed1/metrics.csv.gz",
                      "runs/paper-seed1/profile.yaml", f"runs/paper-seed1/{SCORECARD}",
-                     "runs/paper-seed2/metrics.csv"]
+                     "runs/paper-seed2/metrics.csv.gz", "runs/paper-seed2/profile.yaml"]
     assert {"device", "torch", "date"} <= set(json.loads((dest / "device.json").read_text()))
 
 
@@ -56,3 +57,77 @@ def test_latest_and_beside(tmp_path):
     assert table.loc[0, "paper-setting verdict"] == "differs" and table.loc[0, "paper setting"] == 30000.0
     assert table.loc[1, "laptop verdict"] == "—"
     assert "ran on B on 2026-02-01" in reference.status(folder)
+
+
+# --- a paper run cut short: rows from its training curve alone ---------------------------------
+
+def _paper_run(run, level_after: float, steps: int = 6000, drop_at: int | None = 3000, ended: str | None = "converged"):
+    """A paper-shaped run folder: its profile.yaml, a curve on the copying plateau that
+    falls to `level_after` x E[X²] at `drop_at` (None: never), and end.json (None: cut)."""
+    import numpy as np
+    import pandas as pd
+    import yaml
+
+    from mclib.core.config import load_profile, profile_path
+    from mclib.core.data import copy_level
+
+    cfg = load_profile(profile_path("paper")).replace(**{"train.save_every": 500, "train.precision": "tf32"})
+    run.mkdir(parents=True)
+    (run / "profile.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    level = copy_level(cfg.data.rank)
+    step = np.arange(1, steps + 1)
+    after = step >= drop_at if drop_at else np.zeros(steps, bool)
+    noise = 1 + 0.01 * np.random.default_rng(0).standard_normal(steps)
+    L_mask = np.where(after, level_after * level, level) * noise
+    L_obs = np.where(after, 1e-4, 8e-4) * noise
+    pd.DataFrame({"step": step, "L": 0.3 * L_mask + 0.7 * L_obs, "L_obs": L_obs, "L_mask": L_mask,
+                  "mask_value": 0.0, "wall": 0.02 * step}).to_csv(run / "metrics.csv", index=False)
+    if ended:
+        (run / "end.json").write_text(json.dumps({"ended": ended, "step": steps, "drop": drop_at, "steps": 50000,
+                                                  "until": "converged"}))
+
+
+def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
+    _paper_run(tmp_path / "out" / "runs" / "paper-seed1", level_after=0.05)
+    _paper_run(tmp_path / "out" / "runs" / "paper-seed2", level_after=1.0, steps=2000, drop_at=None, ended=None)
+    dest = reference.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
+    assert (dest / "runs" / "paper-seed1" / "metrics.csv.gz").is_file()
+    assert not (dest / "runs" / "paper-seed1" / "metrics.csv").exists()
+    assert reference.read_metrics(dest / "runs" / "paper-seed1").equals(
+        reference.read_metrics(tmp_path / "out" / "runs" / "paper-seed1"))     # gzipped whole
+    folder = reference.latest(root=tmp_path / "results")
+    assert folder == dest
+
+    table = reference.runs_table(folder).set_index("run")
+    assert table.loc["seed 1", "drop step"] == reference.find_drop(reference.read_metrics(dest / "runs/paper-seed1"))
+    assert 3000 <= table.loc["seed 1", "drop step"] <= 3100
+    assert table.loc["seed 1", "final L_mask / E[X²]"] == pytest.approx(0.05, rel=0.05)
+    assert table.loc["seed 1", "ms a step"] == pytest.approx(20.0)
+    assert table.loc["seed 2", "ended"].startswith("cut") and table.loc["seed 2", "steps trained"] == 2000
+
+    by = {r["quantity"]: r for r in reference.rows(folder)}
+    assert by["pre-shift L_mask / E[X²]"]["verdict"] == "matches"           # on the plateau, as the paper's
+    final = by["final L / (p_mask · E[X²]), last 10 % of steps"]
+    assert final["ours"] == pytest.approx(0.3 * 0.05 * 0.2222 / (0.3 * 0.2222) + 0.7e-4 / (0.3 * 0.2222), rel=0.05)
+    assert final["verdict"] == "differs"                                   # 0.05 against the paper's 0.06 ± tiny se
+
+    table = reference.beside([ROW], folder).set_index("quantity")
+    assert table.loc[list(by), "paper-setting verdict"].tolist() == [r["verdict"] for r in by.values()]
+    assert table.loc["drop step", "paper-setting verdict"] == "not run"    # no chapter completed there
+    status = reference.status(folder)
+    assert "No chapter completed" in status and "seed 2: 2,000 steps, cut" in status and "tf32" in status
+    assert len(reference.loss_figure(folder).axes[0].get_lines()) == 2 + 1 + 1   # 2 seeds, 1 drop, E[X²]
+
+
+def test_the_committed_paper_run_reads_as_its_end_record():
+    """results/ as committed: the drop the book reads from the curve is the one the trainer
+    wrote when the run ended."""
+    folder = reference.latest()
+    if folder is None:
+        pytest.skip("results/ holds no run of the paper's own setting")
+    run = folder / "runs" / "paper-seed1"
+    end = json.loads((run / "end.json").read_text()) if (run / "end.json").is_file() else None
+    table = reference.runs_table(folder).set_index("run")
+    if end:
+        assert table.loc["seed 1", "drop step"] == end["drop"] and table.loc["seed 1", "steps trained"] == end["step"]
+    assert {r["id"] for r in reference.rows(folder)} >= {"E1"}

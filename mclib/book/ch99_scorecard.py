@@ -63,6 +63,25 @@ def reference_shown(rows: list[dict], ch):
                          "each row's value and verdict against the paper."))
 
 
+def reference_runs_shown():
+    """The paper setting's runs (`reference.runs_table`), or None when results/ holds none."""
+    folder = reference.latest()
+    if folder is None:
+        return None
+    return (reference.runs_table(folder).style.hide(axis="index")
+            .format({"drop step": "{:,.0f}", "final L_mask / E[X²]": "{:.4f}", "± se": "{:.1g}", "ms a step": "{:.1f}",
+                     "steps trained": "{:,}"}, na_rep="—")
+            .set_caption("Every run of the paper's own setting that results/ holds: how far it trained, why it "
+                         "stopped, its drop (none: not yet), its final L_mask over the copying level E[X²] (last "
+                         "tenth of its steps) and its wall-clock time a step on the GPU."))
+
+
+def reference_figure():
+    """The paper setting's L_mask curves (`reference.loss_figure`), or None when results/ holds none."""
+    folder = reference.latest()
+    return None if folder is None else closed(reference.loss_figure(folder))
+
+
 def glued(rows: list[dict], ch) -> dict:
     """The closing sentence's numbers (rows per verdict, all rows), the task note and the figure."""
     verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()

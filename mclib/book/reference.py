@@ -3,17 +3,22 @@ results/ (issue 24), and shown in the default book beside the laptop edition's s
 
     results/paper-<GPU>-<DATE>/
         device.json                       GPU, torch, CUDA, date, git revision of the run
-        runs/paper-seed1/{metrics.csv, end.json, profile.yaml, scorecard.json}
-        runs/paper-seed{2,3}/{metrics.csv, end.json}     runs/paper-seed1/freeze/GROUP/metrics.csv
+        runs/paper-seed1/{metrics.csv.gz, end.json, profile.yaml, scorecard.json}
+        runs/paper-seed{2,3}/{metrics.csv.gz, end.json}   runs/paper-seed1/freeze/GROUP/metrics.csv.gz
         book/*.ipynb, book/manifest.json  the executed chapters and their timings
 
 `collect` writes that folder from a built book (scripts/gpu_kit.sh calls it on the GPU
-machine); `latest` finds the newest; `beside` sets its rows next to ours. The paper
-setting's rows were judged against the paper on the paper's own task, by the same rules,
-so nothing is rescaled.
+machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
+repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds the
+newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters
+did (the first run, 2026-11-24), E1's rows computed here from seed 1's training curve
+alone; `beside` sets those rows next to ours; `runs_table` and `loss_figure` show every
+run it holds. The paper setting's rows are judged against the paper on the paper's own
+task, by the same rules, so nothing is rescaled.
 """
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 import subprocess
@@ -22,12 +27,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.runs import END, FREEZE, METRICS, PROFILE, SCORECARD, freeze_dir, run_name
+from ..core.data import copy_level
+from ..core.metrics import find_drop, last_tenth
+from ..core.runs import (END, FREEZE, METRICS, PROFILE, SCORECARD, RunEnd, freeze_dir, place_checkpoints, run_name,
+                         run_profile)
 from . import scorecard
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
-RUN_FILES = (METRICS, END, PROFILE, SCORECARD)
+RUN_FILES = (END, PROFILE, SCORECARD)   # copied as they are; METRICS is gzipped
+METRICS_GZ = METRICS + ".gz"
 
 
 def device_record() -> dict:
@@ -54,16 +63,9 @@ def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2,
         src = out / "runs" / run_name(name, seed)
         if not src.is_dir():
             continue
-        for f in RUN_FILES:
-            if (src / f).is_file():
-                (dest / "runs" / src.name).mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src / f, dest / "runs" / src.name / f)
+        _copy_run(src, dest / "runs" / src.name, RUN_FILES)
         for group in sorted((src / FREEZE).glob("*")) if (src / FREEZE).is_dir() else []:
-            target = freeze_dir(dest / "runs" / src.name, group.name)
-            target.mkdir(parents=True, exist_ok=True)
-            for f in (METRICS, END):
-                if (group / f).is_file():
-                    shutil.copy2(group / f, target / f)
+            _copy_run(group, freeze_dir(dest / "runs" / src.name, group.name), (END,))
     executed = out / "book" / "_executed"
     if executed.is_dir():
         (dest / "book").mkdir(exist_ok=True)
@@ -73,12 +75,126 @@ def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2,
     return dest
 
 
+def _copy_run(src: Path, dest: Path, files) -> None:
+    """A run's metrics (gzipped, written whole, then renamed: a cut copy never reads as
+    complete) and its small `files`, into `dest`."""
+    if (src / METRICS).is_file():
+        dest.mkdir(parents=True, exist_ok=True)
+        tmp = dest / (METRICS_GZ + ".tmp")
+        with open(src / METRICS, "rb") as f_in, gzip.open(tmp, "wb") as f_out:
+            shutil.copyfileobj(f_in, f_out)
+        tmp.replace(dest / METRICS_GZ)
+    for f in files:
+        if (src / f).is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / f, dest / f)
+
+
+def read_metrics(run: Path) -> pd.DataFrame:
+    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it)."""
+    return pd.read_csv(run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS)
+
+
+def _has_metrics(run: Path) -> bool:
+    return (run / METRICS_GZ).is_file() or (run / METRICS).is_file()
+
+
 def latest(name: str = "paper", root: Path = RESULTS) -> Path | None:
-    """The newest results/NAME-* folder that holds a scorecard (by its device.json date), or None."""
-    found = [d for d in root.glob(f"{name}-*") if (d / "runs" / run_name(name, 1) / SCORECARD).is_file()]
+    """The newest results/NAME-* folder whose book's run (seed 1) trained at least a
+    step (by its device.json date), or None."""
+    found = [d for d in root.glob(f"{name}-*") if _has_metrics(d / "runs" / run_name(name, 1))]
     if not found:
         return None
     return max(found, key=lambda d: (json.loads((d / "device.json").read_text()).get("date", ""), d.name))
+
+
+def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
+    """label -> run folder, for every run the results hold: the seeds, then E15's runs."""
+    runs = {}
+    for run in sorted((folder / "runs").glob(f"{name}-seed*"), key=lambda p: int(p.name.rsplit("seed", 1)[1])):
+        if _has_metrics(run):
+            runs[f"seed {run.name.rsplit('seed', 1)[1]}"] = run
+        for group in sorted((run / FREEZE).glob("*")) if (run / FREEZE).is_dir() else []:
+            if _has_metrics(group):
+                runs[f"{run.name.rsplit('-', 1)[1]}, E15 {group.name}"] = group
+    return runs
+
+
+def _end(run: Path) -> RunEnd | None:
+    return RunEnd(**json.loads((run / END).read_text())) if (run / END).is_file() else None
+
+
+def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
+    """One row per run the results hold: how far it trained and why it stopped (its
+    end.json; none: the GPU time ran out first), its drop (`find_drop`), its final
+    L_mask / E[X²] (mean over the last tenth of its steps, ± its standard error) and
+    its time a step (wall clock over steps, from its metrics' `wall` column)."""
+    rows = []
+    for label, run in run_folders(folder, name).items():
+        cfg, m, end = run_profile(run) if (run / PROFILE).is_file() else None, read_metrics(run), _end(run)
+        rank = cfg.data.rank if cfg else 2
+        tail = last_tenth(m)["L_mask"] / copy_level(rank)
+        wall = m.dropna(subset=["wall"]).iloc[-1] if m["wall"].notna().any() else None
+        rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]),
+                     "ended": end.ended if end else "cut (device time ran out)",
+                     "drop step": find_drop(m, rank=rank),
+                     "final L_mask / E[X²]": float(tail.mean()),
+                     "± se": float(tail.std(ddof=1) / len(tail) ** 0.5) if len(tail) > 1 else float("nan"),
+                     "ms a step": 1000 * float(wall["wall"]) / float(wall["step"]) if wall is not None else None,
+                     "precision": cfg.train.precision if cfg else None})
+    return pd.DataFrame(rows)
+
+
+def loss_figure(folder: Path, name: str = "paper"):
+    """L_mask of every seed the results hold, against step, each drop marked (`plots.seed_loss_curves`)."""
+    from .plots import seed_loss_curves
+
+    seeds = {label if _end(run) else f"{label} (cut at step {int(read_metrics(run)['step'].iloc[-1]):,})": run
+             for label, run in run_folders(folder, name).items() if "E15" not in label}
+    curves = {label: read_metrics(run) for label, run in seeds.items()}
+    rank = run_profile(next(iter(seeds.values()))).data.rank
+    drops = {label: find_drop(m, rank=rank) for label, m in curves.items()}
+    return seed_loss_curves(curves, drops, rank=rank, label="{}", smooth=100,
+                            title=f"The paper's own setting on {json.loads((folder / 'device.json').read_text())['device']}")
+
+
+def training_rows(folder: Path, name: str = "paper") -> list[dict]:
+    """E1's rows for the results' book run (seed 1), computed from its training curve
+    alone by the training chapter's own rules (`ch01_train.scorecard_rows`); the
+    pre-shift step is placed among the saves the run made (every `save_every` steps up to
+    where it ended), as the chapter places it among the checkpoints it kept. Each row
+    carries its verdict."""
+    import torch
+
+    from . import ch01_train
+    from .chapter import Chapter
+
+    run = folder / "runs" / run_name(name, 1)
+    cfg, m = run_profile(run), read_metrics(run)
+    last = int(m["step"].iloc[-1])
+    end = _end(run) or RunEnd(ended="unfinished", step=last, drop=find_drop(m, rank=cfg.data.rank),
+                              steps=cfg.train.steps, until=cfg.train.until)
+    every = cfg.train.save_every
+    saved = sorted({*range(every, end.step + 1, every), end.step})
+    steps = place_checkpoints(m[m["step"] <= end.step], saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
+    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=m[m["step"] <= end.step],
+                 drop=steps.drop, steps=steps, end=end)
+    return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.scorecard_rows(ch)]
+
+
+def rows(folder: Path, name: str = "paper") -> list[dict]:
+    """The results' scorecard rows: as recorded by its chapters, or, where no chapter
+    completed, E1's rows from the training curve (`training_rows`)."""
+    recorded = scorecard.load(folder / "runs" / run_name(name, 1))
+    return recorded or training_rows(folder, name)
+
+
+def chapters_run(folder: Path) -> list[str]:
+    """The chapters that completed on the GPU (the results' book/manifest.json)."""
+    manifest = folder / "book" / "manifest.json"
+    if not manifest.is_file():
+        return []
+    return [nb["name"] for nb in json.loads(manifest.read_text()).get("notebooks", []) if nb.get("complete")]
 
 
 def status(folder: Path | None) -> str:
@@ -88,23 +204,32 @@ def status(folder: Path | None) -> str:
                 "book yet: it needs a GPU. `bash scripts/gpu_kit.sh` on a GPU machine runs it and collects "
                 "its results into results/ (docs/gpu.md); this column then fills in.")
     dev = json.loads((folder / "device.json").read_text())
+    done = chapters_run(folder)
+    table = runs_table(folder)
+    ran = "; ".join(f"{r['run']}: {r['steps trained']:,} steps, {r['ended']}" for r in table.to_dict("records"))
+    precision = ", ".join(sorted({str(p) for p in table["precision"].dropna()})) or "unknown"
+    chapters = (f"The chapters that completed there: {', '.join(done)}." if done else
+                "No chapter completed there (the GPU time ran out while the training chapter was still "
+                "training), so the paper setting's column holds only E1's rows, computed from seed 1's "
+                "training curve by the training chapter's rules; every other row reads \"not run\".")
     return (f"The paper's own setting (params/paper.yaml) ran on {dev['device']} on {dev['date']} "
-            f"(torch {dev['torch']}, revision {dev.get('git') or 'unknown'}); its files are in "
-            f"{folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else folder}.")
+            f"(torch {dev['torch']}, revision {dev.get('git') or 'unknown'}, precision {precision}); its files are "
+            f"in {folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else folder}. "
+            f"What trained: {ran}. {chapters}")
 
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, and
     the paper setting's value and verdict (empty where it has no such row, or no results)."""
-    theirs = {} if folder is None else {
-        (r["id"], r["quantity"]): r for r in scorecard.load(folder / "runs" / run_name(name, 1))}
+    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name)}
+    absent = "not run" if folder is None or not chapters_run(folder) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
     mine = {(r["id"], r["quantity"]): r for r in ours}
-    rows = []
+    table = []
     for key in keys:
         a, b = mine.get(key, {}), theirs.get(key, {})
-        rows.append({"id": key[0], "quantity": key[1], "paper": a.get("paper", b.get("paper")),
+        table.append({"id": key[0], "quantity": key[1], "paper": a.get("paper", b.get("paper")),
                      "laptop edition": a.get("ours"), "laptop verdict": a.get("verdict", "—"),
                      "paper setting": b.get("ours"),
-                     "paper-setting verdict": b.get("verdict", "not run" if folder is None else "—")})
-    return pd.DataFrame(rows)
+                     "paper-setting verdict": b.get("verdict", absent)})
+    return pd.DataFrame(table)
