@@ -17,17 +17,21 @@ from mclib.core.runs import CheckpointSteps, RunEnd
 
 
 def test_training_rows(tmp_path):
-    pre = {"L_mask": 0.111, "L_obs": 1e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
-    rows = C.training_rows(2000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
+    from mclib.core.config import load_profile, profile_path
+
+    paper, cpu = load_profile(profile_path("paper")), load_profile(profile_path("cpu"))
+    pre = {"L_mask": 0.2222, "L_obs": 2e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
+    rows = C.training_rows(2000, pre, (0.004, 0.0002), paper)
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
     assert v["pre-shift L_mask / E[X²]"] == "matches" and v["pre-shift L_obs / E[X²]"] == "same direction"
-    assert v["drop step / training steps"] == "differs"          # 0.14 against the paper's 0.3
-    rows = C.training_rows(4200, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)
-    assert _verdict(tmp_path, rows[-1]) == "matches"
-    assert _verdict(tmp_path, C.training_rows(None, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000)[-1]) == "differs"
-    seeds = C.training_rows(4000, 14000, pre, 0.004, 0.0002, 0.3, 1, 50000, seeds={"mean": 0.4, "std": 0.05})
-    assert _verdict(tmp_path, seeds[-1]) == "matches"  # 0.1 <= 2 x 0.05 + 0.03
-    off = C.training_rows(4200, 14000, {**pre, "L_obs": 0.05}, 0.004, 0.0002, 0.3, 1, 50000)
+    assert v["drop step"] == "differs"                                # 2 000 against the paper's 15 000
+    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), paper)[-1]) == "matches"
+    assert _verdict(tmp_path, C.training_rows(None, pre, (0.004, 0.0002), paper)[-1]) == "differs"
+    tf32 = paper.replace(**{"train.precision": "tf32", "train.steps": 60000})   # neither moves the drop
+    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), tf32)[-1]) == "matches"
+    other = C.training_rows(14000, {**pre, "L_mask": 0.111}, (0.004, 0.0002), cpu)[-1]   # another task: n/a
+    assert _verdict(tmp_path, other) == "n/a" and "data.rank" in other["na"]
+    off = C.training_rows(4200, {**pre, "L_obs": 0.05}, (0.004, 0.0002), paper)
     assert _verdict(tmp_path, off[1]) == "differs" and off[1]["reading"].startswith("does not copy")
 
 
@@ -124,7 +128,7 @@ def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
     assert found["checkpoints_text"].startswith("The profile's fixed steps (checkpoints.place: fixed): pre-shift at step 20")
     assert found["drop_factor"] == pytest.approx(found["pre_L_mask"] / found["final_L_mask"])
     html = C.scorecard_table(ch, rows).to_html()
-    assert "drop step / training steps" in html and len(scorecard.load(book_run)) == 4
+    assert "drop step" in html and len(scorecard.load(book_run)) == 4
 
 
 def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, smoke_profile):

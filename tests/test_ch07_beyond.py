@@ -20,17 +20,31 @@ def test_seeds_text_in_every_case():
     assert chapter.seeds_text({1: None, 2: None}, 1000).startswith("no seed dropped within the 1,000 steps")
 
 
-def test_the_seeds_row_can_match_or_differ(tmp_path):
-    row = chapter.seeds_row({1: 100, 2: 300}, 1000)
-    assert row["ours"] == pytest.approx(0.2) and row["spread"] == pytest.approx(141.42 / 1000, rel=1e-3)
-    assert row["reading"] == "mean 200 ± 141 steps of 1,000; 2 of 2 seeds dropped"
-    paper = row["paper"]
-    same = chapter.seeds_row({1: round(paper * 1000), 2: round(paper * 1000)}, 1000)
-    assert scorecard.record(tmp_path, **same, chapter="t")["verdict"] == "matches"
-    far = chapter.seeds_row({1: 990, 2: 995}, 1000)
+@pytest.fixture
+def paper_profile():
+    from mclib.core.config import load_profile, profile_path
+
+    return load_profile(profile_path("paper"))
+
+
+def test_the_seeds_row_can_match_or_differ(tmp_path, paper_profile):
+    row = chapter.seeds_row({1: 14000, 2: 16000}, paper_profile)
+    assert row["ours"] == pytest.approx(15000) and row["spread"] == pytest.approx(1414.2, rel=1e-3)
+    assert row["reading"] == "mean 15,000 ± 1,414 steps; 2 of 2 seeds dropped (precision fp32)"
+    assert scorecard.record(tmp_path, **row, chapter="t")["verdict"] == "matches"
+    far = chapter.seeds_row({1: 5000, 2: 5100}, paper_profile)
     assert scorecard.record(tmp_path, **far, chapter="t")["verdict"] == "differs"
-    none = chapter.seeds_row({1: None}, 1000)
-    assert none["ours"] is None and none["reading"] == "no drop in 1 seeds"
+    none = chapter.seeds_row({1: None}, paper_profile)
+    assert none["ours"] is None and none["reading"].startswith("no drop in 1 seeds")
+    assert scorecard.record(tmp_path, **none, chapter="t")["verdict"] == "differs"
+
+
+def test_the_seeds_row_is_not_compared_off_the_paper_s_task(tmp_path):
+    from mclib.core.config import load_profile, profile_path
+
+    row = chapter.seeds_row({1: 15000, 2: 15000}, load_profile(profile_path("cpu")))
+    recorded = scorecard.record(tmp_path, **row, chapter="t")
+    assert recorded["verdict"] == "n/a" and "data.n" in recorded["reading"] and "train.batch" in recorded["reading"]
 
 
 def _leads(token_cross, column_cross, drop):

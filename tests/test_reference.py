@@ -111,9 +111,11 @@ def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
     assert final["ours"] == pytest.approx(0.3 * 0.05 * 0.2222 / (0.3 * 0.2222) + 0.7e-4 / (0.3 * 0.2222), rel=0.05)
     assert final["verdict"] == "differs"                                   # 0.05 against the paper's 0.06 ± tiny se
 
-    table = reference.beside([ROW], folder).set_index("quantity")
+    laptop = {"id": "E3", "quantity": "post-shift L_mask / E[X²]", "paper": 0.06, "ours": 0.05, "verdict": "matches"}
+    table = reference.beside([laptop], folder).set_index("quantity")
     assert table.loc[list(by), "paper-setting verdict"].tolist() == [r["verdict"] for r in by.values()]
-    assert table.loc["drop step", "paper-setting verdict"] == "not run"    # no chapter completed there
+    assert by["drop step"]["ours"] == table.loc["drop step", "paper setting"] and by["drop step"]["verdict"] == "differs"
+    assert table.loc[laptop["quantity"], "paper-setting verdict"] == "not run"    # no chapter completed there
     status = reference.status(folder)
     assert "No chapter completed" in status and "seed 2: 2,000 steps, cut" in status and "tf32" in status
     assert len(reference.loss_figure(folder).axes[0].get_lines()) == 2 + 1 + 1   # 2 seeds, 1 drop, E[X²]

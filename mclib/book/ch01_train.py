@@ -219,16 +219,34 @@ def findings(ch: Chapter) -> dict:
             "drop_factor": float(pre["L_mask"] / final_L_mask)}
 
 
-def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float, p_mask: float, rank: int,
-                  paper_steps: int, seeds: dict | None = None) -> list[dict]:
+# The drop step is compared with the paper's only where the task, the model and the
+# optimiser are the paper's: each of them moves it. The cap on steps does not, and TF32 or
+# bf16 only round the products (the row's reading names the precision).
+DROP_STEP_KEEPS = ("train.steps", "train.precision")
+
+
+def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> dict:
+    """E1's drop step against the paper's ~15 000 (number rule; `spread`: over seeds), or
+    n/a, with the departures named, where `profile` departs from the paper in anything
+    that moves the drop (everything but `DROP_STEP_KEEPS`)."""
+    from ..core.config import deviations
+
+    moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
+    na = (f"the drop step depends on the task, model and optimiser, and this profile departs from the paper's in "
+          f"{', '.join(moved)}; the scorecard's paper-setting column compares it") if moved else None
+    return claim("E1", quantity, ours, f"{reading} (precision {profile.train.precision})", paper=PAPER[("E1", "drop step")],
+                 spread=spread, na=na)
+
+
+def training_rows(drop, pre: dict, final: tuple[float, float], profile) -> list[dict]:
     """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
     copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
-    copying model's L (p_mask·E[X²]), and the drop step as a fraction of the `steps` trained
-    (number; `seeds`: mean and spread over seeds). pre: window means and their `_se`."""
+    copying model's L (p_mask·E[X²]; `final`: mean and standard error over the last tenth
+    of the steps), and the drop step itself (`drop_step_claim`: compared only on the
+    paper's task and recipe). pre: window means and their `_se`."""
+    p_mask, rank = profile.data.p_mask, profile.data.rank
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
-    frac, spread = (drop / steps if drop else None), None
-    if seeds:
-        frac, spread = seeds["mean"], seeds.get("std")
+    final_L, final_L_se = final
     return [
         claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
               "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
@@ -240,10 +258,7 @@ def training_rows(drop, steps: int, pre: dict, final_L: float, final_L_se: float
         claim("E1", "final L / (p_mask · E[X²]), last 10 % of steps", final_L / (p_mask * ours_lvl),
               "the paper's final L over its copying model's L (paper: 50 000 steps)",
               paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
-        claim("E1", "drop step / training steps", frac,
-              (f"drop at step {drop:,} of {steps:,}" if drop else f"no drop in {steps:,} steps")
-              + "; a profile's length is its own choice, so this fraction says when the drop came in this run, "
-                "not a property of the model", paper=PAPER[("E1", "drop step")] / paper_steps, spread=spread),
+        drop_step_claim("drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile),
     ]
 
 
@@ -253,8 +268,7 @@ def scorecard_rows(ch: Chapter) -> list[dict]:
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     pre = {**losses_at(ch.metrics, ch.steps.pre).to_dict(), **window_se(ch.metrics, ch.steps.pre)}
-    return training_rows(ch.drop, ch.end.step, pre, float(end["L"].mean()), final_se, ch.cfg.data.p_mask,
-                         ch.cfg.data.rank, paper_profile().train.steps)
+    return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg)
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):

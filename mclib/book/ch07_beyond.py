@@ -16,12 +16,11 @@ import pandas as pd
 
 from ..analyses import progress
 from ..core.metrics import find_drop, window_mean
-from ..core.paper import PAPER
-from ..core.paper import profile as paper_profile
 from ..core.runs import load_metrics
 from ..core.train import train_seeds
+from .ch01_train import drop_step_claim
 from .plots import closed, progress_panels, seed_loss_curves
-from .scorecard import claim, recorded_table
+from .scorecard import recorded_table
 
 CHAPTER = "07_beyond"
 
@@ -110,18 +109,16 @@ def seeds_text(drops: dict, steps: int) -> str:
             "average and the spread of the drop over seeds is unknown")
 
 
-def seeds_row(drops: dict, steps: int) -> dict:
-    """E1 over seeds: the drop step as a fraction of training, mean and sample standard
-    deviation over the seeds that dropped, against the paper's one run (number rule, with
-    the seeds' spread)."""
+def seeds_row(drops: dict, profile) -> dict:
+    """E1 over seeds: the drop step, mean and sample standard deviation over the seeds that
+    dropped, against the paper's one run (`ch01_train.drop_step_claim`: number rule with
+    the seeds' spread, n/a off the paper's task and recipe)."""
     dropped = [d for d in drops.values() if d is not None]
     mean = float(np.mean(dropped)) if dropped else None
     std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
-    reading = (f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + f" steps of {steps:,}; "
+    reading = (f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + " steps; "
                f"{len(dropped)} of {len(drops)} seeds dropped") if dropped else f"no drop in {len(drops)} seeds"
-    paper_frac = PAPER[("E1", "drop step")] / paper_profile().train.steps
-    return claim("E1", "drop step / training steps, over seeds", None if mean is None else mean / steps, reading,
-                 paper=paper_frac, spread=None if std is None else std / steps)
+    return drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
 
 
 def seeds_glue(s: Seeds, ch) -> dict:
