@@ -117,3 +117,30 @@ def test_no_chapter_types_its_own_agreement_with_the_paper():
     found = {p.name: [s for s in literal_strings(p) if typed.search(s)] for p in sorted(book.glob("*.py"))
              if p.name != "scorecard.py"}
     assert len(found) > 10 and not any(found.values()), {k: v for k, v in found.items() if v}
+
+
+def test_headline_counts_the_model_and_the_solvers_apart_and_names_a_reason():
+    rows = [{"id": "E1", "quantity": "drop step", "paper": 15000.0, "ours": 9000.0, "reading": "early",
+             "verdict": "differs"},
+            {"id": "E1", "quantity": "plateau", "paper": 1.0, "ours": 1.0, "reading": "", "verdict": "matches"},
+            {"id": "E4", "quantity": "ablation", "paper": 1.0, "ours": 1.0, "reading": "", "verdict": "matches"},
+            {"id": "E9", "quantity": "heads", "paper": None, "ours": None, "reading": "", "verdict": "n/a"},
+            {"id": "E17", "quantity": "λ = 0.001: L", "paper": 0.01, "ours": 0.05, "reading": "",
+             "verdict": "differs"}]
+    h = S.headline(rows)
+    assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differ and 1 have" in h["landing_model"]
+    assert h["landing_solvers"].startswith("Of the 1 claims about the classical solvers alone (E17") and "0 reproduced" in h["landing_solvers"]
+    assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
+    assert "E1 (drop step: ours 9e+03 vs the paper's 1.5e+04 (early))" in h["landing_differs"] and "E17" in h["landing_differs"]
+    assert S.headline(rows[1:3])["landing_differs"] == "Every experiment reproduced in full."
+
+
+def test_departures_text_names_every_key():
+    from mclib.core.config import deviations, load_profile, profile_path
+    from mclib.core.paper import profile as paper_profile
+
+    cpu = load_profile(profile_path("cpu"))
+    text = S.departures_text(cpu)
+    keys = [d["key"] for d in deviations(cpu, paper_profile())]
+    assert f"in {len(keys)} keys" in text and all(k in text for k in keys) and "data.n 5 (paper: 7)" in text
+    assert S.departures_text(paper_profile()).endswith("in nothing.")

@@ -87,4 +87,5 @@ def glued(rows: list[dict], ch) -> dict:
     verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(rows),
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
-            "reference_status": reference.status(reference.latest())}
+            "reference_status": reference.status(reference.latest()),
+            "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows)}

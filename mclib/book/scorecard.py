@@ -339,6 +339,57 @@ def findings(rows: list[dict]):
                                       "not tested"])
 
 
+# Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
+# the landing page counts them apart from the claims about the model.
+SOLVER_ONLY = ("E17",)
+REPRODUCED = ("matches", "same direction", "same order")
+
+
+def headline(rows: list[dict]) -> dict[str, str]:
+    """The landing page's results box, one plain sentence each: the claims about the model
+    and those about the solvers alone (`SOLVER_ONLY`) counted apart, then the experiments
+    that reproduced in full and those that did not, each with one reason (its first
+    reproduced, or first differing, row)."""
+    def counts(rs, what):
+        pos = sum(r["verdict"] in REPRODUCED for r in rs)
+        bad = sum(r["verdict"] == "differs" for r in rs)
+        return (f"Of the {len(rs)} claims {what}, {pos} reproduced (match the paper's number, or point or order the "
+                f"way it says), {bad} differ and {len(rs) - pos - bad} have nothing to test here.")
+
+    full, partial = [], []
+    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+        rs = [r for r in rows if r["id"] == e]
+        bad = [r for r in rs if r["verdict"] == "differs"]
+        good = [r for r in rs if r["verdict"] in REPRODUCED]
+        if bad:
+            partial.append(f"{e} ({_why(bad[0])})")
+        elif good:
+            full.append(f"{e} ({good[0]['quantity']}: {good[0]['verdict']})")
+    model = [r for r in rows if r["id"] not in SOLVER_ONLY]
+    solver = [r for r in rows if r["id"] in SOLVER_ONLY]
+    return {"landing_model": counts(model, "about the model"),
+            "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)}, on "
+                                              "the paper's task, no model)"),
+            "landing_reproduced": ("Reproduced in full: " + "; ".join(full) + ".") if full else
+                                  "No experiment reproduced in full.",
+            "landing_differs": ("Not reproduced in full, with the first claim that differs: " + "; ".join(partial)
+                                + ".") if partial else "Every experiment reproduced in full."}
+
+
+def departures_text(profile) -> str:
+    """Every key where `profile` departs from the paper's task and recipe, in one sentence
+    (`mclib.core.config.deviations`)."""
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)
+    rows = deviations(profile, paper_profile())
+    if not rows:
+        return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
+    return (f"Profile {profile.name} departs from the paper's task and recipe in {len(rows)} keys: "
+            + "; ".join(f"{d['key']} {fmt(d['profile'])} (paper: {fmt(d['paper'])})" for d in rows) + ".")
+
+
 # --- what a chapter adds -------------------------------------------------------------------
 
 def claim(id, quantity, ours, reading, paper=None, kind="number", **rule) -> dict:
