@@ -100,3 +100,10 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_pa
     glued |= found | chapter.closing_glue(ch, base, tables["e2"], tables["e3"], tables["e6"], ["matches", "differs"])
     assert used and used <= set(glued), used - set(glued)
     assert glued["n_rows"] == 2 and glued["verdicts"] == "1 matches, 1 differs"
+
+
+def test_e3_reads_the_headline_sample(ch, tables):
+    """One estimate per quantity: E3's unablated pre-shift row is the headline losses."""
+    base, _ = chapter.pre_losses_and_figures(ch)
+    none = tables["e3"][tables["e3"]["ablated"] == "none"].iloc[0]
+    assert none["L_mask"] == pytest.approx(base["L_mask"]) and none["L_obs"] == pytest.approx(base["L_obs"])

@@ -203,6 +203,10 @@ def test_the_headline_losses_use_their_own_sample_size_and_carry_errors(ch):
     assert base["L_mask"] == pytest.approx(evaluate(ch.post, ch.cfg.data, A.headline_matrices, A.seed)["L_mask"])
     assert base["L_mask"] != pytest.approx(evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)["L_mask"])
     assert 0 < base["L_mask_se"] < base["L_mask"]
+    # one estimate per quantity: the ablation table's unablated row, which E3's rows read, is the headline
+    abl = chapter.ablation_at_post(ch, {lab: [] for lab in chapter.LABELS})
+    none = abl[abl["ablated"] == "none"].iloc[0]
+    assert none["L_mask"] == pytest.approx(base["L_mask"]) and none["L_mask_se"] == pytest.approx(base["L_mask_se"])
 
 
 def test_the_lone_entry_sentence_compares_with_the_paper_only_for_its_own_mask():

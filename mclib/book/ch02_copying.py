@@ -47,7 +47,7 @@ def settings_table(ch):
     A = ch.cfg.analysis
     return (pd.DataFrame({"setting": ["run", "pre-shift checkpoint", "evaluation"], "value": [
         ch.where, f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
-        f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.eval_matrices} for E3 and E6"]})
+        f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for the headline, E3 and E6, {A.eval_matrices} for the scatter"]})
         .style.hide(axis="index").set_caption("What this chapter looks at."))
 
 
@@ -135,9 +135,10 @@ def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     """E3: every head ablated in the pre model, both readings (`ablation_table`); E6: the
     pre model with post's Q, K, V, and post itself for scale (`model_table`); one batch."""
     A, data = ch.cfg.analysis, ch.cfg.data
-    e3 = ablation_table(ch.pre, data, A.eval_matrices, A.seed, {"all heads": all_heads(ch.pre)})
+    # the headline's matrices: E3's unablated row is then the headline itself, one estimate
+    e3 = ablation_table(ch.pre, data, A.headline_matrices, A.seed, {"all heads": all_heads(ch.pre)})
     e6 = model_table({"pre with post's QKV": switch_qkv(ch.pre, ch.post), f"post (step {ch.steps.post:,})": ch.post},
-                     data, A.eval_matrices, A.seed)
+                     data, A.headline_matrices, A.seed)
     return e3, e6
 
 
@@ -153,7 +154,7 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
         (P(("E6", "post-QKV into pre L_obs")), P(("E6", "post-QKV into pre L_mask"))), (None, None))
     cols = ["experiment", "model", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
     styled = loss_styler(table, cols, cols[2:], f"E3 and E6 at the pre-shift checkpoint (step {ch.steps.pre:,}) and, "
-                         f"for scale, the post-shift model; {ch.cfg.analysis.eval_matrices} fresh matrices, the same "
+                         f"for scale, the post-shift model; {ch.cfg.analysis.headline_matrices:,} fresh matrices, the same "
                          "for every row. " + PAPER_COLUMNS)
     fig = loss_figure(table, "E3 and E6: interventions at the pre-shift checkpoint", ch.copy_level)
     return styled, {"fig_e3_e6": plots.closed(fig), "post_step": f"{ch.steps.post:,}"}

@@ -72,7 +72,8 @@ def settings_table(ch, base: dict):
     return (pd.DataFrame({"setting": ["run", "post-shift checkpoint", "pre-shift checkpoint", "evaluation"], "value": [
         ch.where, f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
                   f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
-        f"step {ch.steps.pre:,}", f"{A.eval_matrices} fresh matrices, seed {A.seed}, the same for every table"]})
+        f"step {ch.steps.pre:,}", f"fresh matrices, seed {A.seed}: {A.headline_matrices:,} for every loss (the headline, "
+                                  f"E3–E8), {A.eval_matrices} for the attention maps (E9, E10)"]})
         .style.hide(axis="index").set_caption("What this chapter looks at. Heads are numbered from 1 (the paper's "
                                                   "numbering)."))
 
@@ -172,7 +173,8 @@ def ablation_at_post(ch, groups: dict) -> pd.DataFrame:
     heads, for our 'other' heads; the same number for both readings)."""
     A = ch.cfg.analysis
     sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": groups[lab] for lab in LABELS}}
-    abl = ablation_table(ch.post, ch.cfg.data, A.eval_matrices, A.seed, sets)
+    # the headline's matrices: the unablated row (E3's post-shift losses) is the headline itself
+    abl = ablation_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed, sets)
     paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), "other heads": ("E4", "ablated ")}
     for kind in ("L_obs", "L_mask"):
         abl[f"paper {kind}"] = [PAPER.get((paper_of[a][0], paper_of[a][1] + kind)) if a in paper_of else None
@@ -184,7 +186,7 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
     """The ablation table (styled) and glue: fig_ablation."""
     cols = ["ablated", "reading", "heads", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
     table = loss_styler(abl.replace({"reading": READINGS}), cols, cols[3:],
-                        f"Ablations at step {ch.steps.post:,}, the same {ch.cfg.analysis.eval_matrices} matrices for "
+                        f"Ablations at step {ch.steps.post:,}, the same {ch.cfg.analysis.headline_matrices:,} matrices for "
                         "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads) for 'other heads'; "
                         "empty groups are left out. " + PAPER_COLUMNS)
     short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
@@ -209,7 +211,7 @@ def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     perms = {f"positions permuted (E7), permutation {s}": permute_positions(ch.post, s)
              for s in range(A.seed, A.seed + PERMUTATIONS)}
     e67 = model_table({"post": ch.post, E6_MODEL: switch_qkv(ch.post, ch.pre), **perms, "pre": ch.pre},
-                      ch.cfg.data, A.eval_matrices, A.seed)
+                      ch.cfg.data, A.headline_matrices, A.seed)
     return e67, e67[e67.model.isin(list(perms))]
 
 
@@ -256,7 +258,7 @@ def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
 def e8_table(ch) -> pd.DataFrame:
     """`patching_table` of the post model, with the paper's columns (one number for both readings)."""
     A = ch.cfg.analysis
-    e8 = patching_table(ch.post, ch.cfg.data, A.eval_matrices, A.seed)
+    e8 = patching_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed)
     for col, key in (("masked_vs_X", "masked MSE to X"), ("masked_vs_negX", "masked MSE to -X")):
         e8[f"paper {col}"] = [None if p == "none" else PAPER[("E8", key)] for p in e8.patched]
     return e8
