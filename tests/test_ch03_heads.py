@@ -27,7 +27,7 @@ def t(ch):
 
     heads = chapter.e9_heads(ch)
     e67, perm = chapter.e6_e7_tables(ch)
-    return dict(heads=heads, abl=chapter.ablation_at_post(ch, heads.groups), e67=e67, perm=perm,
+    return dict(heads=heads, abl=chapter.ablation_at_post(ch, heads), e67=e67, perm=perm,
                 e8=chapter.e8_table(ch), structured=chapter.e10_heads(ch),
                 columns=chapter.e10_heads(ch, chapter.e10_masks(ch.cfg.data.n)["columns"], "columns"),
                 base=chapter.post_losses(ch),
@@ -144,10 +144,11 @@ def test_heads_rows(tmp_path, t, ch):
     assert every["ours"] == pytest.approx(by_q["post L_mask / E[X²]"]["ours"], rel=1e-4)
     assert "cannot fail" in glue["e8_text"] and "The last-layer reading is the informative one" in glue["e8_text"]
     e4 = [r for r in rows if r["id"] == "E4"]
-    if t["heads"].groups["other"]:
+    if (t["abl"]["ablated"] == chapter.E4_SET).any():
         assert _verdict(tmp_path, {**e4[0], "ours": 4.4, "se": 0.1}) == "differs"
         assert _verdict(tmp_path, {**e4[0], "ours": 1.1, "se": 0.01}) == "matches"
-    glue2, rows2 = _rows(t, ch, groups=dict(t["heads"].groups, other=[]), pre=False)
+    glue2, rows2 = _rows(dict(t, abl=t["abl"][t["abl"]["ablated"] != chapter.E4_SET]), ch,
+                         groups=dict(t["heads"].groups, other=[]), pre=False)
     assert all(_verdict(tmp_path, r) == "n/a" for r in rows2 if r["id"] == "E4")  # an empty group: n/a, not differs
     assert "(n/a)" in glue2["e4_text"]
     assert _verdict(tmp_path, next(r for r in rows2 if r["quantity"] == "largest excess of any head, pre-shift")) == "n/a"
@@ -204,7 +205,7 @@ def test_the_headline_losses_use_their_own_sample_size_and_carry_errors(ch):
     assert base["L_mask"] != pytest.approx(evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed)["L_mask"])
     assert 0 < base["L_mask_se"] < base["L_mask"]
     # one estimate per quantity: the ablation table's unablated row, which E3's rows read, is the headline
-    abl = chapter.ablation_at_post(ch, {lab: [] for lab in chapter.LABELS})
+    abl = chapter.ablation_at_post(ch, chapter.e9_heads(ch))
     none = abl[abl["ablated"] == "none"].iloc[0]
     assert none["L_mask"] == pytest.approx(base["L_mask"]) and none["L_mask_se"] == pytest.approx(base["L_mask_se"])
 
@@ -230,8 +231,7 @@ def test_the_mean_over_permutations_carries_the_matrices_error_and_the_permutati
 def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(t, ch, flip_verdicts):
     speaks = {"e10_rows_text": ["structured mask: the best head's mass on the lone observed entry"],
               "e11_text": ["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]}
-    groups = t["heads"].groups
-    if groups["other"]:  # E4's sentence speaks for its two L_mask rows (an empty group: n/a, nothing to turn)
+    if (t["abl"]["ablated"] == chapter.E4_SET).any():  # E4's sentence speaks for its two L_mask rows (none: n/a)
         speaks["e4_text"] = [f"'other' heads ablated, {name}: ablated / unablated L_mask"
                              for name in ("uniform (the paper's text)", "batch mean (the released code)")]
     sentences_turn(lambda: _rows(t, ch), flip_verdicts, speaks)

@@ -32,12 +32,12 @@ import torch
 
 from ..analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
 from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, _as_layers, attention_progress, capture_probs,
-                              classify_heads, head_groups, head_scores, mean_attention)
+                              classify_heads, head_groups, head_scores, mean_attention, paper_matched)
 from ..analyses.interventions import permute_positions, switch_qkv
 from ..analyses.probes import probe_layers, probe_sets
 from ..core.data import structured_mask
 from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
-from ..core.paper import PAPER
+from ..core.paper import PAPER, PAPER_HEADS
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
                           all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
@@ -167,15 +167,21 @@ def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
 
 # --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
 
-def ablation_at_post(ch, groups: dict) -> pd.DataFrame:
-    """`ablation_table` of the post model: every head, then each label's group, both
-    readings; with the paper's columns (E3 for all heads; E4, its five "uninterpretable"
-    heads, for our 'other' heads; the same number for both readings)."""
+# E4's heads: ours in place of the authors' five uninterpretable ones (`paper_matched`)
+E4_SET = "E4's heads (matched)"
+
+
+def ablation_at_post(ch, heads: Heads) -> pd.DataFrame:
+    """`ablation_table` of the post model: every head, each label's group, and E4's set
+    (`paper_matched`: our 'other' heads in the layers and numbers of the paper's five), both
+    readings; with the paper's columns (E3 for all heads, E4 for E4's set; the paper gives
+    one number for both readings)."""
     A = ch.cfg.analysis
-    sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": groups[lab] for lab in LABELS}}
+    e4 = paper_matched(heads.labels, heads.scores, PAPER_HEADS["uninterpretable"])
+    sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": heads.groups[lab] for lab in LABELS}, E4_SET: e4}
     # the headline's matrices: the unablated row (E3's post-shift losses) is the headline itself
     abl = ablation_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed, sets)
-    paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), "other heads": ("E4", "ablated ")}
+    paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), E4_SET: ("E4", "ablated ")}
     for kind in ("L_obs", "L_mask"):
         abl[f"paper {kind}"] = [PAPER.get((paper_of[a][0], paper_of[a][1] + kind)) if a in paper_of else None
                                 for a in abl.ablated]
@@ -187,7 +193,9 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
     cols = ["ablated", "reading", "heads", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
     table = loss_styler(abl.replace({"reading": READINGS}), cols, cols[3:],
                         f"Ablations at step {ch.steps.post:,}, the same {ch.cfg.analysis.headline_matrices:,} matrices for "
-                        "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads) for 'other heads'; "
+                        "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads: one in its layer 3, four in "
+                        "layer 4) for E4's set, our 'other' heads in the same layers counted from the top and the same "
+                        "numbers, least structured first; "
                         "empty groups are left out. " + PAPER_COLUMNS)
     short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
     fig = plots.loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
@@ -503,21 +511,26 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
                          kind="ratio", se=se))
     glue["e3_match"] = matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")
 
-    # E4: our 'other' heads in place of the authors' five; the paper: no significant effect (its ratio 1.10)
-    n_other = len(groups.get("other", []))
+    # E4: our heads matched to the authors' five (`paper_matched`: role, layer, count); the
+    # paper: no significant effect (its ratio 1.10)
+    e4_rows = abl[abl["ablated"] == E4_SET]
+    n_e4, which = (int(e4_rows["heads"].iloc[0]), e4_rows["which"].iloc[0]) if len(e4_rows) else (0, "")
     e4 = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
-            r, se = ratio_and_se(abl, q, {"ablated": "other heads", "reading": mode}, UNABLATED) if n_other else (None, None)
+            r, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
             rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", r,
-                             f"our {n_other} 'other' heads" + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
+                             f"our {n_e4} 'other' heads in the paper's layers and numbers ({which})"
+                             + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
                              paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se,
-                             na=None if n_other else "no head of this run is labelled 'other'"))
-            if q == "L_mask" and n_other:
+                             na=None if n_e4 else "no head of this run is labelled 'other' in the paper's layers"))
+            if q == "L_mask" and n_e4:
                 e4.append((mode, r, row_verdict(rows[-1])))
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
-    glue["e4_text"] = ("no head of this run is labelled 'other', so there is nothing to ablate (n/a)" if not e4 else
-                       f"ablating our {n_other} 'other' heads multiplies L_mask by "
+    glue["e4_text"] = ("no head of this run is labelled 'other' in the layers of the paper's five, so there is nothing "
+                       "to ablate (n/a)" if not e4 else
+                       f"ablating the {n_e4} 'other' heads that stand in for the paper's five ({which}: the same layers "
+                       "counted from the top, the same numbers, least structured first) multiplies L_mask by "
                        + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
                        + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
                        + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")

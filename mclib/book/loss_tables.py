@@ -74,17 +74,18 @@ def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
     ablated under each reading, all on one batch. Empty sets are left out.
 
     Columns: ablated (the set's name, "none" first), reading ("—" or a READINGS key),
-    heads (how many), then the losses and their standard errors (`loss_row`).
+    heads (how many), which (their names, 'L1 H1, ...'), then the losses and their standard errors (`loss_row`).
     """
     batch = sample_eval_batch(data, n_matrices, seed, mask=mask)
-    rows = [{"ablated": "none", "reading": "—", "heads": 0, **loss_row(predict(model, batch), batch)}]
+    rows = [{"ablated": "none", "reading": "—", "heads": 0, "which": "", **loss_row(predict(model, batch), batch)}]
     for name, heads in head_sets.items():
         heads = sorted(set(heads))
         if not heads:
             continue
         for mode in modes:
             pred = predict(model, batch, hooks=lambda h, heads=heads, mode=mode: h.ablate(heads, mode=mode))
-            rows.append({"ablated": name, "reading": mode, "heads": len(heads), **loss_row(pred, batch)})
+            rows.append({"ablated": name, "reading": mode, "heads": len(heads),
+                         "which": ", ".join(head_name(p) for p in heads), **loss_row(pred, batch)})
     return pd.DataFrame(rows)
 
 
