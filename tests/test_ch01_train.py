@@ -23,14 +23,22 @@ def test_training_rows(tmp_path):
     pre = {"L_mask": 0.2222, "L_obs": 2e-4, "L_mask_se": 0.002, "L_obs_se": 1e-5}
     rows = C.training_rows(2000, pre, (0.004, 0.0002), paper)
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows}
+    assert len(rows) == 5
     assert v["pre-shift L_mask / E[X²]"] == "matches" and v["pre-shift L_obs / E[X²]"] == "same direction"
     assert v["drop step"] == "differs"                                # 2 000 against the paper's 15 000
-    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), paper)[-1]) == "matches"
-    assert _verdict(tmp_path, C.training_rows(None, pre, (0.004, 0.0002), paper)[-1]) == "differs"
+    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), paper)[-2]) == "matches"
+    assert _verdict(tmp_path, C.training_rows(None, pre, (0.004, 0.0002), paper)[-2]) == "differs"
     tf32 = paper.replace(**{"train.precision": "tf32", "train.steps": 60000})   # neither moves the drop
-    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), tf32)[-1]) == "matches"
-    other = C.training_rows(14000, {**pre, "L_mask": 0.111}, (0.004, 0.0002), cpu)[-1]   # another task: n/a
+    assert _verdict(tmp_path, C.training_rows(14000, pre, (0.004, 0.0002), tf32)[-2]) == "matches"
+    other = C.training_rows(14000, {**pre, "L_mask": 0.111}, (0.004, 0.0002), cpu)[-2]   # another task: n/a
     assert _verdict(tmp_path, other) == "n/a" and "data.rank" in other["na"]
+    from mclib.analyses.sharpness import Shape
+
+    sudden = C.training_rows(14000, pre, (0.004, 0.0002), paper, Shape(100, 13000, 14000, 14500, 0.01))[-1]
+    assert sudden["ours"] == pytest.approx(12900 / 1500) and _verdict(tmp_path, sudden) == "same direction"
+    slow = C.training_rows(14000, pre, (0.004, 0.0002), paper, Shape(100, 1000, 14000, 20000, 0.01))[-1]
+    assert _verdict(tmp_path, slow) == "differs"                      # a short plateau, a long fall: not sudden
+    assert _verdict(tmp_path, rows[-1]) == "differs" and rows[-1]["ours"] == 0   # no shape: no drop counts 0
     off = C.training_rows(4200, {**pre, "L_obs": 0.05}, (0.004, 0.0002), paper)
     assert _verdict(tmp_path, off[1]) == "differs" and off[1]["reading"].startswith("does not copy")
 
@@ -128,7 +136,7 @@ def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
     assert found["checkpoints_text"].startswith("The profile's fixed steps (checkpoints.place: fixed): pre-shift at step 20")
     assert found["drop_factor"] == pytest.approx(found["pre_L_mask"] / found["final_L_mask"])
     html = C.scorecard_table(ch, rows).to_html()
-    assert "drop step" in html and len(scorecard.load(book_run)) == 4
+    assert "drop step" in html and len(scorecard.load(book_run)) == 5
 
 
 def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, smoke_profile):

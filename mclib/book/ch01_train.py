@@ -20,6 +20,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from ..analyses import sharpness
+from ..analyses.sharpness import ABRUPT, SETTLE, Shape
 from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
@@ -238,12 +240,14 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
                  spread=spread, na=na)
 
 
-def training_rows(drop, pre: dict, final: tuple[float, float], profile) -> list[dict]:
+def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None) -> list[dict]:
     """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
     copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
     copying model's L (p_mask·E[X²]; `final`: mean and standard error over the last tenth
-    of the steps), and the drop step itself (`drop_step_claim`: compared only on the
-    paper's task and recipe). pre: window means and their `_se`."""
+    of the steps), the drop step itself (`drop_step_claim`: compared only on the paper's
+    task and recipe), and how sudden the drop is (`shape`, `mclib.analyses.sharpness`:
+    plateau steps over fall steps above ABRUPT, the book's cut-off; no drop counts 0).
+    pre: window means and their `_se`."""
     p_mask, rank = profile.data.p_mask, profile.data.rank
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
     final_L, final_L_se = final
@@ -259,6 +263,11 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile) -> list[
               "the paper's final L over its copying model's L (paper: 50 000 steps)",
               paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
         drop_step_claim("drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile),
+        claim("E1", "plateau steps / fall steps (a plateau, then a sudden drop)", 0.0 if shape is None else shape.ratio,
+              ("no drop, or no plateau before it" if shape is None else
+               f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
+               f"level by step {shape.settled:,}") + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
+              kind="direction", reference=ABRUPT, sense="above", margin=CUT),
     ]
 
 
@@ -268,7 +277,8 @@ def scorecard_rows(ch: Chapter) -> list[dict]:
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     pre = {**losses_at(ch.metrics, ch.steps.pre).to_dict(), **window_se(ch.metrics, ch.steps.pre)}
-    return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg)
+    return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
+                         sharpness.shape(ch.metrics, ch.cfg.data.rank))
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):
