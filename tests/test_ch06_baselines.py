@@ -56,8 +56,8 @@ def test_baseline_sentences_and_rows(tables):
     assert glue["solvers"].startswith("On the paper's task at p_mask 0.3")
     assert "gaussian factors" in glue["e18"] and "laplace factors" in glue["e18"]
     ids = [r["id"] for r in rows]
-    assert ids == ["E16"] * 2 + ["E17"] * 15 + ["E18"] * 2
-    e17 = [r for r in rows if r["id"] == "E17"]
+    assert ids == ["E16"] * 3 + ["E17"] * 16 + ["E18"] * 2
+    e17 = [r for r in rows if r["id"] == "E17" and not r["quantity"].startswith("BERT")]
     assert [r["paper"] for r in e17] == [v for lam in PAPER_E17 for v in PAPER_E17[lam]]
     assert all("scale" not in r for r in rows)  # no loss scale anywhere
     e18 = [r for r in rows if r["id"] == "E18"]
@@ -96,14 +96,31 @@ def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
 def test_e16_rows_are_directions(tmp_path, tables):
     _, rows = _readings(tables)
     e16 = [r for r in rows if r["id"] == "E16"]
-    assert [(r["kind"], r["sense"]) for r in e16] == [("direction", "below"), ("direction", "above")]
+    assert [(r["kind"], r["sense"]) for r in e16] == [("direction", "below"), ("direction", "above"), ("direction", "above")]
+    high = e16[2]                                   # the highest p_mask: the paper says BERT is worse there
+    assert high["quantity"].startswith("BERT L / solver L at p_mask 0.3, the highest")
+    assert _verdict(tmp_path, {**high, "ours": 1.5, "se": 0.05}) == "same direction"
+    assert _verdict(tmp_path, {**high, "ours": 0.8, "se": 0.05}) == "differs"
     assert _verdict(tmp_path, {**e16[0], "ours": 0.5, "se": 0.01}) == "same direction"
     assert _verdict(tmp_path, {**e16[0], "ours": 0.95, "se": 0.01}) == "differs"  # within the margin of 1
 
 
 def _e17_verdicts(tmp_path, tables, reg):
     _, rows = _readings(tables, reg=reg)
-    return {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E17"}
+    return {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E17" and not r["quantity"].startswith("BERT")}
+
+
+def test_e17_bert_beats_the_regularised_solver_only_where_it_ran_on_its_matrices(tmp_path, tables):
+    bert_row = lambda reg: next(r for r in _readings(tables, reg=reg)[1] if r["quantity"].startswith("BERT L_mask"))
+    assert _verdict(tmp_path, bert_row(_reg_like_paper(0.01))) == "n/a"      # no BERT on the paper's task
+    with_bert = lambda l_mask: pd.concat([_reg_like_paper(0.01), pd.DataFrame([{
+        "method": "BERT", "lam": float("nan"), "L_obs": 1e-4, "L_obs_se": 1e-6, "L_mask": l_mask,
+        "L_mask_se": 0.01 * l_mask, "L": 0.3 * l_mask, "L_se": 0.003 * l_mask}])], ignore_index=True)
+    good = bert_row(with_bert(0.0135))               # the paper's BERT: a third of the best λ
+    assert good["ours"] == pytest.approx(0.0135 / 0.040456) and _verdict(tmp_path, good) == "same direction"
+    assert "as in the paper" in good["reading"]
+    bad = bert_row(with_bert(0.06))
+    assert _verdict(tmp_path, bad) == "differs" and "unlike the paper" in bad["reading"]
 
 
 def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_ones(tmp_path, tables):

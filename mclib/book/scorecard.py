@@ -208,15 +208,22 @@ def rules_table():
                          for k, f in RULES.items()])
 
 
+def task_departures(profile) -> list[str]:
+    """The data keys where `profile`'s task departs from the paper's (empty: the paper's task)."""
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+
+    return [d["key"] for d in deviations(profile, paper_profile()) if d["key"].startswith("data.")]
+
+
 def task_note(profile) -> str:
     """One sentence for the scorecard page: whether `profile` trains the paper's task, and
     if not, how the model rows compare (scale-free quantities, no rescaling)."""
-    from ..core.config import deviations
     from ..core.paper import profile as paper_profile
     from ..core.data import copy_level
 
     paper = paper_profile()
-    keys = [d["key"] for d in deviations(profile, paper) if d["key"].startswith("data.")]
+    keys = task_departures(profile)
     if not keys:
         return "This profile's task is the paper's: every row compares like with like."
     return (f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
@@ -340,7 +347,8 @@ def findings(rows: list[dict]):
 
 
 # Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
-# the landing page counts them apart from the claims about the model.
+# the landing page counts them apart from the claims about the model (a row of theirs whose
+# quantity starts with "BERT" sets the model against the solver, and counts with the model).
 SOLVER_ONLY = ("E17",)
 REPRODUCED = ("matches", "same direction", "same order")
 
@@ -365,8 +373,9 @@ def headline(rows: list[dict]) -> dict[str, str]:
             partial.append(f"{e} ({_why(bad[0])})")
         elif good:
             full.append(f"{e} ({good[0]['quantity']}: {good[0]['verdict']})")
-    model = [r for r in rows if r["id"] not in SOLVER_ONLY]
-    solver = [r for r in rows if r["id"] in SOLVER_ONLY]
+    solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
+    model = [r for r in rows if not solver_only(r)]
+    solver = [r for r in rows if solver_only(r)]
     return {"landing_model": counts(model, "about the model"),
             "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)}, on "
                                               "the paper's task, no model)"),
