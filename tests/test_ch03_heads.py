@@ -155,6 +155,17 @@ def test_heads_rows(tmp_path, t, ch):
     e11 = by_q["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]
     assert f"layer {glue['e11_layer']} of" in e11["reading"] and f"best at layer {glue['e11_layer']} of" in glue["e11_text"]
     assert _verdict(tmp_path, {**e11, "ours": 0.9}) == "differs" and _verdict(tmp_path, {**e11, "ours": 0.1}) == "same direction"
+    # E11 (b), (c): the value probe better with depth; the singular vector not recovered (the paper: no clear answer)
+    pr = t["probes"]
+    deeper = pr.assign(mse=np.where(pr.target == "value", pr.mse_zero / (1 + pr.layer), pr.mse))
+    shallower = pr.assign(mse=np.where(pr.target == "value", pr.mse_zero * (1 + pr.layer) / 10, pr.mse))
+    value_q = "value probe at masked positions: last layer's test MSE / first layer's"
+    pick = lambda probes, q: next(r for r in _rows(t, ch, probes=probes)[1] if r["quantity"] == q)
+    assert _verdict(tmp_path, pick(deeper, value_q)) == "same direction"
+    assert _verdict(tmp_path, pick(shallower, value_q)) == "differs"
+    u1_q = "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0"
+    assert _verdict(tmp_path, pick(pr.assign(mse=pr.mse_zero * 0.9), u1_q)) == "same direction"
+    assert _verdict(tmp_path, pick(pr.assign(mse=pr.mse_zero * 0.1), u1_q)) == "differs"
     weak = t["probes"].assign(mse=t["probes"].mse_zero * 0.9)
     assert "does not recover the row here, unlike the paper" in _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
     strong = t["probes"].assign(mse=t["probes"].mse_zero * 0.1)

@@ -632,12 +632,29 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
                      float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
                      f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
                      kind="direction", reference=PROBED, sense="below", margin=CUT))
+    row_probe = rows[-1]
+    # E11 (b): the value probe at the masked positions gets better with depth (the paper);
+    # here: the last layer's relative test MSE over the first layer's (below 1: better deeper)
+    value = (probes[(probes.positions == "masked") & (probes.target == "value")]
+             .assign(rel=lambda d: d.mse / d.mse_zero).set_index("layer")["rel"])
+    rows.append(_row("E11", "value probe at masked positions: last layer's test MSE / first layer's",
+                     float(value.iloc[-1] / value.loc[1]) if 1 in value.index else None,
+                     "relative test MSE by layer (0 = the embeddings): "
+                     + ", ".join(f"{l}: {v:.2f}" for l, v in value.items()) + " (paper: better with depth; below 1 "
+                     "counts)", kind="direction", reference=1.0, sense="below", margin=CUT,
+                     na=None if 1 in value.index else "the model has no layer to compare"))
+    # E11 (c): the first singular vector, of which the paper found no clear linear trace
+    u1 = best_probe_layers(probes).loc["singular"]
+    rows.append(_row("E11", "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0",
+                     float(u1.rel), f"layer {int(u1.layer)} of {layers}; explains {1 - u1.rel:.0%} of the variance "
+                     f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts)",
+                     kind="direction", reference=PROBED, sense="above", margin=CUT))
     glue["e11_layer"] = int(best.layer)
     glue["e11_text"] = (
         f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
         f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
         f"{1 - best.rel:.0%} of the target's variance. "
-        + e11_claim(row_verdict(rows[-1])))
+        + e11_claim(row_verdict(row_probe)))
     return glue, rows
 
 
