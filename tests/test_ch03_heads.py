@@ -246,3 +246,16 @@ def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(t, ch, f
         speaks["e4_text"] = [f"'other' heads ablated, {name}: ablated / unablated L_mask"
                              for name in ("uniform (the paper's text)", "batch mean (the released code)")]
     sentences_turn(lambda: _rows(t, ch), flip_verdicts, speaks)
+
+
+def test_e10_scores_the_other_three_kinds_of_head(tmp_path, t):
+    s = t["structured"]
+    rows = chapter.e10_kind_rows(s)
+    assert [r["quantity"].split(": its ")[1] for r in rows] == ["self", "masked_lines", "column_excess"]
+    copies, ignores, follows = rows
+    assert copies["ours"] == pytest.approx(s.scores.set_index(["layer", "head"]).loc[s.picks["copies (self)"], "self"])
+    assert _verdict(tmp_path, {**copies, "ours": 0.9}) == "same direction" and _verdict(tmp_path, {**copies, "ours": 0.1}) == "differs"
+    low = s.chance["masked_lines"]
+    assert ignores["reference"] == pytest.approx(low / 2)
+    assert _verdict(tmp_path, {**ignores, "ours": 0.0}) == "same direction" and _verdict(tmp_path, {**ignores, "ours": low}) == "differs"
+    assert _verdict(tmp_path, {**follows, "ours": 0.9}) == "same direction" and _verdict(tmp_path, {**follows, "ours": 0.2}) == "differs"

@@ -3,6 +3,8 @@ case (all, some, none dropped), the E1 row over seeds, and the timing claims rea
 lead times, with a drop and without."""
 import math
 
+import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -88,3 +90,19 @@ def test_the_leads_table_and_sentence_use_the_plateau_band():
     assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
     ch.drop = None
     assert chapter.progress_glue(table, chapter.lead_times(table, ch), ch)["lead_text"].startswith("There is no drop")
+
+
+def test_structure_timing_rows_match_at_the_drop_and_differ_away_from_it(tmp_path):
+    from types import SimpleNamespace
+
+    steps = np.arange(1000, 10001, 1000)
+    table = pd.DataFrame({"step": steps, "max_row_excess": np.where(steps >= 5000, 0.8, 0.1),
+                          "max_column_excess": np.full(len(steps), 0.2)})
+    verdicts = lambda drop: [scorecard.record(tmp_path, **r, chapter="t")["verdict"]
+                             for r in chapter.structure_rows(table, SimpleNamespace(drop=drop))]
+    rows = chapter.structure_rows(table, SimpleNamespace(drop=5000))
+    assert rows[0]["ours"] == pytest.approx(1.0) and rows[0]["se"] == pytest.approx(1000 / 12 ** 0.5 / 5000)
+    assert "between checkpoints 4,000 and 5,000" in rows[0]["reading"]
+    assert verdicts(5000) == ["matches", "differs"]       # rows form at the drop; no column head ever forms
+    assert verdicts(10000)[0] == "differs"                 # formed at half the drop step: well before it
+    assert verdicts(None) == ["n/a", "n/a"]

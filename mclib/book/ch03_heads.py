@@ -472,6 +472,29 @@ def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
 
 # --- the scorecard -----------------------------------------------------------------------------
 
+def e10_kind_rows(s: Structured) -> list[dict]:
+    """E10's other three kinds of head under the paper's mask (the lone-entry kind is in
+    `scorecard_rows`), each the picked head's score against a stated cut: copies, most of
+    its attention on itself (above MOSTLY); ignores the masked lines, under half of a
+    uniform head's mass on them; follows the other axis, its excess above
+    STRUCTURE_THRESHOLD (E9's cut)."""
+    axis = s.scores.attrs["axis"]
+    at = s.scores.set_index(["layer", "head"])
+    kinds = e10_kinds(axis)
+    follows = next(k for k in kinds if k.startswith("follows"))
+    cuts = {"copies (self)": ("self", MOSTLY, "above", "most of its attention on itself"),
+            f"ignores masked {axis}s": ("masked_lines", s.chance["masked_lines"] / 2, "below",
+                                        f"under half a uniform head's {s.chance['masked_lines']:.3f}"),
+            follows: (kinds[follows][0], STRUCTURE_THRESHOLD, "above", "E9's structure cut")}
+    rows = []
+    for kind, (col, ref, sense, said) in cuts.items():
+        head = s.picks[kind]
+        rows.append(_row("E10", f"structured mask, the head that {kind.replace('(self)', 'itself')}: its {col}",
+                         float(at.loc[head, col]), f"{head_name(head)}; {sense} {ref:.3g} counts ({said})",
+                         kind="direction", reference=ref, sense=sense, margin=CUT))
+    return rows
+
+
 def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
     """The head scores at `step`, from `attention_progress` (None if that step is not saved)."""
     at = progress[progress["step"] == step]

@@ -15,12 +15,13 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import progress
+from ..analyses.heads import STRUCTURE_THRESHOLD
 from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
 from ..core.train import train_seeds
 from .ch01_train import drop_step_claim
 from .plots import closed, progress_panels, seed_loss_curves
-from .scorecard import recorded_table
+from .scorecard import claim, recorded_table
 
 CHAPTER = "07_beyond"
 
@@ -193,6 +194,27 @@ def claims_text(leads: pd.DataFrame, drop: int | None) -> str:
     return (f"The paper makes two claims about timing that these measures test: the token embeddings reach "
             f"their final arrangement before the loss drops (E13), and positions cluster by column only after "
             f"it (E14). Here {when(leads, 'token_alignment')}, and {when(leads, 'column_silhouette')}")
+
+
+def structure_rows(table: pd.DataFrame, ch) -> list[dict]:
+    """E9's timing: the step at which the most row- (column-) structured head first reaches
+    STRUCTURE_THRESHOLD, the cut E9's labels use, over the drop step (the paper: the heads
+    form at the drop, a ratio of 1; number rule). The crossing is known to within the
+    checkpoint interval before it, whose uniform spread (interval / √12) is its error."""
+    th = {m: (STRUCTURE_THRESHOLD, "above") for m in ("max_row_excess", "max_column_excess")}
+    at = progress.lead_times(table, ch.drop, thresholds=th).set_index("measure")
+    rows = []
+    for m, kind in (("max_row_excess", "row"), ("max_column_excess", "column")):
+        cross, res = at.loc[m, "cross_step"], at.loc[m, "resolution"]
+        crossed = bool(np.isfinite(cross))
+        reading = ((f"reached at step {cross:,.0f} (between checkpoints {cross - res:,.0f} and {cross:,.0f})"
+                    if crossed else "never reached") + (f"; drop at step {ch.drop:,}" if ch.drop else "")
+                   + "; the paper: the heads form at the drop")
+        rows.append(claim("E9", f"step the most {kind}-structured head reaches excess {STRUCTURE_THRESHOLD:g} / drop step",
+                          float(cross / ch.drop) if crossed and ch.drop else None, reading, paper=1.0,
+                          se=float(res / 12 ** 0.5 / ch.drop) if crossed and ch.drop else None,
+                          na=None if ch.drop else "the run has no drop"))
+    return rows
 
 
 def progress_glue(table: pd.DataFrame, leads: pd.DataFrame, ch) -> dict:
