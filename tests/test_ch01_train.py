@@ -39,6 +39,10 @@ def test_training_rows(tmp_path):
     slow = C.training_rows(14000, pre, (0.004, 0.0002), paper, Shape(100, 1000, 14000, 20000, 0.01))[-1]
     assert _verdict(tmp_path, slow) == "differs"                      # a short plateau, a long fall: not sudden
     assert _verdict(tmp_path, rows[-1]) == "differs" and rows[-1]["ours"] == 0   # no shape: no drop counts 0
+    far = C.training_rows(14000, pre, (0.004, 0.0002), paper, final_mask=(0.2222 / 17.5, 1e-4))
+    assert far[4]["quantity"].startswith("pre-shift L_mask / final L_mask") and _verdict(tmp_path, far[4]) == "matches"
+    short = C.training_rows(14000, pre, (0.004, 0.0002), paper, final_mask=(0.2222 / 5, 1e-4))
+    assert _verdict(tmp_path, short[4]) == "differs"                  # the drop goes 5x, not the paper's 17x
     off = C.training_rows(4200, {**pre, "L_obs": 0.05}, (0.004, 0.0002), paper)
     assert _verdict(tmp_path, off[1]) == "differs" and off[1]["reading"].startswith("does not copy")
 
@@ -130,13 +134,14 @@ def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
     rows = C.scorecard_rows(ch)
     found = {**C.findings(ch), **C.paper_glue(rows), "fig_loss": None, "downloads": None}
     assert glue_names("01_train.ipynb") <= set(found), glue_names("01_train.ipynb") - set(found)
-    assert found["end_text"] == "Training ended after the profile's fixed length: the run trained its 60 steps."
+    assert found["end_text"].startswith("Training ended after the profile's fixed length: the run trained its 60 steps. "
+                                        "Over its last 60 steps L_mask changed by ")
     assert found["drop_text"] == "did not drop within the 60 steps it trained"
     assert found["shape_text"] == "There is no drop to describe."
     assert found["checkpoints_text"].startswith("The profile's fixed steps (checkpoints.place: fixed): pre-shift at step 20")
     assert found["drop_factor"] == pytest.approx(found["pre_L_mask"] / found["final_L_mask"])
     html = C.scorecard_table(ch, rows).to_html()
-    assert "drop step" in html and len(scorecard.load(book_run)) == 5
+    assert "drop step" in html and len(scorecard.load(book_run)) == 6
 
 
 def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, smoke_profile):

@@ -262,3 +262,19 @@ def test_an_e15_run_stops_at_its_own_drop(tmp_path, smoke_run, smoke_profile, mo
     out = freezing.freeze_run(cfg, run, "mlp")
     assert saved_steps(out)[-1] == 6  # the first flush (every 2 steps) at or after step 5
     assert json.loads((out / END).read_text())["ended"] == "stopped"
+
+
+def test_end_slope_reads_the_fitted_rate_and_its_error():
+    import numpy as np
+    import pandas as pd
+
+    from mclib.core.metrics import end_slope
+
+    step = np.arange(1, 4001)
+    falling = pd.DataFrame({"step": step, "L_mask": 0.05 * 0.9 ** (step / 1000)})     # 10 % per 1 000 steps
+    rate, se = end_slope(falling, 2000)
+    assert rate == pytest.approx(-0.1, abs=1e-3) and se < 1e-3
+    noisy = falling.assign(L_mask=0.01 * np.exp(0.3 * np.random.default_rng(0).standard_normal(len(step))))
+    rate, se = end_slope(noisy, 2000)                                               # flat, with noise: a wide error
+    assert abs(rate) < 3 * se and se > 0.001
+    assert np.isnan(end_slope(falling.head(5), 2000)[0])

@@ -22,11 +22,13 @@ import pandas as pd
 
 from ..analyses import sharpness
 from ..analyses.sharpness import ABRUPT, SETTLE, Shape
-from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
+from ..core.metrics import (COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, end_slope, last_tenth,
+                            window_mean)
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
+from .loss_tables import ratio_se
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
@@ -182,6 +184,18 @@ def end_sentence(ch: Chapter) -> str:
             "stopped": f"The run {e.text}."}.get(e.ended, f"The run is {e.text}.")
 
 
+def slope_sentence(ch: Chapter) -> str:
+    """How fast L_mask still moved where training ended (`end_slope` over the rule's
+    window, or 2 000 steps), ± its standard error; empty for a run too short to fit."""
+    window = ch.cfg.train.patience or 2000
+    ran = ch.metrics[ch.metrics["step"] <= ch.end.step]
+    rate, se = end_slope(ran, window)
+    if not np.isfinite(rate):
+        return ""
+    return (f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} per 1 000 steps "
+            "(a fit of log L_mask to ten block means, ± one standard error).")
+
+
 # --- what we found -----------------------------------------------------------------------------
 
 PLATEAU_ROWS = {"for L_mask": "pre-shift L_mask / E[X²]", "for L_obs": "pre-shift L_obs / E[X²]"}
@@ -214,7 +228,7 @@ def findings(ch: Chapter) -> dict:
     s = ch.steps
     shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
     return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
-            "end_text": end_sentence(ch), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
+            "end_text": f"{end_sentence(ch)} {slope_sentence(ch)}".strip(), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
             "pre_step": s.pre, "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
             "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
             "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
@@ -240,7 +254,8 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
                  spread=spread, na=na)
 
 
-def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None) -> list[dict]:
+def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None,
+                  final_mask: tuple[float, float] | None = None) -> list[dict]:
     """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
     copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
     copying model's L (p_mask·E[X²]; `final`: mean and standard error over the last tenth
@@ -263,6 +278,11 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
               "the paper's final L over its copying model's L (paper: 50 000 steps)",
               paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
         drop_step_claim("drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile),
+        *([] if final_mask is None else [claim(
+            "E1", "pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)",
+            pre["L_mask"] / final_mask[0], f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
+            paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")], kind="ratio",
+            se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]))]),
         claim("E1", "plateau steps / fall steps (a plateau, then a sudden drop)", 0.0 if shape is None else shape.ratio,
               ("no drop, or no plateau before it" if shape is None else
                f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
@@ -277,8 +297,9 @@ def scorecard_rows(ch: Chapter) -> list[dict]:
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     pre = {**losses_at(ch.metrics, ch.steps.pre).to_dict(), **window_se(ch.metrics, ch.steps.pre)}
+    mask_se = float(end["L_mask"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
-                         sharpness.shape(ch.metrics, ch.cfg.data.rank))
+                         sharpness.shape(ch.metrics, ch.cfg.data.rank), final_mask=(float(end["L_mask"].mean()), mask_se))
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):

@@ -99,6 +99,23 @@ def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None
     }
 
 
+def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask", blocks: int = 10) -> tuple[float, float]:
+    """How fast `column` still moved at the end of the run: (relative change per 1 000
+    steps, its standard error), from a least-squares fit of log(block mean) against the
+    block's middle step over the last `window` steps cut into `blocks` blocks (block
+    means, not single batches: nearly independent, so the fit's error is honest). -0.1 =
+    falling 10 % per 1 000 steps. NaN where the run is shorter than `blocks` steps."""
+    tail = metrics.tail(window)
+    if len(tail) < blocks:
+        return float("nan"), float("nan")
+    parts = np.array_split(np.arange(len(tail)), blocks)
+    x = np.array([tail["step"].to_numpy()[i].mean() for i in parts]) / 1000
+    y = np.log([tail[column].to_numpy(dtype=float)[i].mean() for i in parts])
+    (b, a), cov = np.polyfit(x, y, 1, cov=True)
+    rate = float(np.expm1(b))
+    return rate, float(np.exp(b) * np.sqrt(cov[0, 0]))
+
+
 def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 1000, min_improvement: float = 0.05,
               column: str = "L_mask") -> int | None:
     """The step at which the run counts as converged, or None if it has not.
