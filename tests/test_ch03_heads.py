@@ -1,6 +1,8 @@
 """Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
 the closing sentences, each rule tested both ways."""
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -34,11 +36,14 @@ def t(ch):
                 probes=probe_layers(*probe_sets(ch.post, ch.cfg.data, 16, 8, seed=0)))
 
 
+def _results(t, groups=None, pre=True, probes=None):
+    h = t["heads"] if groups is None else dataclasses.replace(t["heads"], groups=groups)
+    return chapter.Results(t["abl"], t["e67"], t["perm"], t["e8"], h, t["heads"].scores if pre else None,
+                           t["structured"], t["probes"] if probes is None else probes)
+
+
 def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
-    h = t["heads"]
-    return chapter.scorecard_rows(t["abl"], t["e67"], t["perm"], t["e8"], h.groups if groups is None else groups,
-                                  h.scores, h.scores if pre else None, 0.3, 0.05,
-                                  t["probes"] if probes is None else probes, rank or ch.cfg.data.rank,
+    return chapter.scorecard_rows(_results(t, groups, pre, probes), rank or ch.cfg.data.rank,
                                   layers or ch.cfg.model.layers)
 
 
@@ -202,8 +207,7 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, t):
              | chapter.e8_shown(ch, t["e8"])[1] | chapter.e10_shown(ch, s, h.labels)[1]
              | chapter.e10_shown(ch, t["columns"], h.labels)[1]
              | chapter.probes_shown(ch, t["probes"])[1] | _rows(t, ch)[0]
-             | chapter.closing_glue(ch, t["base"], h.labels, h.groups, progress, t["abl"], t["e67"], t["perm"],
-                                    ["differs"]))
+             | chapter.closing_glue(ch, _results(t), t["base"], progress, ["differs"]))
     assert used and used <= set(glued), used - set(glued)
 
 

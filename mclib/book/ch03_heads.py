@@ -501,17 +501,29 @@ def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
     return at if len(at) else None
 
 
-def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8: pd.DataFrame, groups: dict,
-                   scores: pd.DataFrame, pre_scores: pd.DataFrame | None, lone: float, lone_chance: float,
-                   probes: pd.DataFrame, rank: int, layers: int) -> tuple[dict, list[dict]]:
+@dataclass
+class Results:
+    """What the chapter computed, as `scorecard_rows` and `closing_glue` read it."""
+    abl: pd.DataFrame                # `ablation_at_post`
+    e67: pd.DataFrame                # `e6_e7_tables`: the models
+    perm: pd.DataFrame               #   and the permuted rows
+    e8: pd.DataFrame                 # `e8_table`
+    heads: Heads                     # `e9_heads`: scores, labels, groups at post
+    pre_scores: pd.DataFrame | None  # `scores_at` the pre-shift checkpoint (None: not saved)
+    structured: Structured           # `e10_heads` under the paper's mask
+    probes: pd.DataFrame             # `probe_table`
+
+
+def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]]:
     """The chapter's scorecard rows, each a scale-free quantity (a ratio of two losses on
-    the same matrices, a loss over E[X²], a head score), and the sentences that state them.
-    abl: `ablation_at_post`; e67, perm: `e6_e7_tables`; e8: `patching_table`; groups:
-    `head_groups`; scores: `head_scores` at post (pre_scores at the pre-shift checkpoint, if
-    saved); lone: the E10 best head's mass on the lone observed entry (lone_chance: a
-    uniform head's); probes: `probe_layers`.
+    the same matrices, a loss over E[X²], a head score), and the sentences that state them
+    (`Results` says where each input comes from; E10's other kinds: `e10_kind_rows`).
     glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
     transposed one's: `e10_shown`), e11_text, e11_layer."""
+    abl, e67, perm, e8, probes, pre_scores = r.abl, r.e67, r.perm, r.e8, r.probes, r.pre_scores
+    groups, scores = r.heads.groups, r.heads.scores
+    structured = r.structured
+    lone, lone_chance = structured.lone, structured.chance["lone_entry"]
     level, paper_level = copy_levels(rank)["low-rank"]
     rows, glue = [], {}
     un = value_and_se(abl, "L_mask", **UNABLATED)
@@ -648,6 +660,7 @@ def scorecard_rows(abl: pd.DataFrame, e67: pd.DataFrame, perm: pd.DataFrame, e8:
                      f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                      kind="direction", reference=MOSTLY, sense="above", margin=CUT))
     glue[f"e10_{PAPER_MASK}_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
+    rows += e10_kind_rows(structured)
 
     # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
     best = best_probe_layers(probes).loc["row"]
@@ -709,11 +722,11 @@ def progress_text(progress: pd.DataFrame, drop: int | None) -> str:
             f"{top.iloc[-1]:.2f} at step {top.index[-1]:,}" + ("" if drop is None else f", against a drop at step {drop:,}"))
 
 
-def closing_glue(ch, base: dict, labels: pd.Series, groups: dict, progress: pd.DataFrame, abl: pd.DataFrame,
-                 e67: pd.DataFrame, perm: pd.DataFrame, verdicts) -> dict:
+def closing_glue(ch, r: Results, base: dict, progress: pd.DataFrame, verdicts) -> dict:
     """The run-dependent sentences of "What we found" that `scorecard_rows` does not give;
     verdicts: those of the chapter's recorded scorecard rows."""
-    L = lambda a, r="—": lookup(abl, "L_mask", ablated=a, reading=r)
+    abl, e67, perm, labels, groups = r.abl, r.e67, r.perm, r.heads.labels, r.heads.groups
+    L = lambda a, mode="—": lookup(abl, "L_mask", ablated=a, reading=mode)
     sw = e67.set_index("model").loc[E6_MODEL]
     return {
         "post_step": f"{ch.steps.post:,}",
