@@ -149,10 +149,11 @@ def loss_figure(folder: Path, name: str = "paper"):
     """L_mask of every seed the results hold, against step, each drop marked (`plots.seed_loss_curves`)."""
     from .plots import seed_loss_curves
 
-    seeds = {label if _end(run) else f"{label} (cut at step {int(read_metrics(run)['step'].iloc[-1]):,})": run
-             for label, run in run_folders(folder, name).items() if "E15" not in label}
-    curves = {label: read_metrics(run) for label, run in seeds.items()}
-    rank = run_profile(next(iter(seeds.values()))).data.rank
+    runs = {label: run for label, run in run_folders(folder, name).items() if "E15" not in label}
+    read = {label: read_metrics(run) for label, run in runs.items()}   # each run's metrics read once
+    curves = {label if _end(runs[label]) else f"{label} (cut at step {int(m['step'].iloc[-1]):,})": m
+              for label, m in read.items()}
+    rank = run_profile(next(iter(runs.values()))).data.rank
     drops = {label: find_drop(m, rank=rank) for label, m in curves.items()}
     return seed_loss_curves(curves, drops, rank=rank, label="{}", smooth=100,
                             title=f"The paper's own setting on {json.loads((folder / 'device.json').read_text())['device']}")
@@ -176,9 +177,9 @@ def training_rows(folder: Path, name: str = "paper") -> list[dict]:
                               steps=cfg.train.steps, until=cfg.train.until)
     every = cfg.train.save_every
     saved = sorted({*range(every, end.step + 1, every), end.step})
-    steps = place_checkpoints(m[m["step"] <= end.step], saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
-    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=m[m["step"] <= end.step],
-                 drop=steps.drop, steps=steps, end=end)
+    ran = m[m["step"] <= end.step]
+    steps = place_checkpoints(ran, saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
+    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end)
     return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.scorecard_rows(ch)]
 
 
