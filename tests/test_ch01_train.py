@@ -78,17 +78,17 @@ def test_drop_shape_tells_one_stretch_from_two_stages():
     assert C.shape_text(None) == "There is no drop to describe."
 
 
-def _fake(ended, step=14000, improvement=None, place="drop"):
-    end = RunEnd(ended, step, 10985, 14000, "converged", 1000, improvement)
+def _fake(ended, step=14000, slope=None, place="drop"):
+    end = RunEnd(ended, step, 10985, 14000, "converged", 2000, *(slope or (None, None)))
     steps = CheckpointSteps(place=place, pre=3000, transition=[9500, 10500], post=step, note="placed from the run's "
                             "drop at step 10,985", drop=10985, left_plateau=9766, near_final=12125)
     return SimpleNamespace(end=end, steps=steps)
 
 
 def test_end_sentence_says_whether_the_rule_or_the_cap_ended_training():
-    assert C.end_sentence(_fake("cap", improvement=0.31)) == ("Training ended at the cap, before the profile's rule "
-                                                              "fired: the run reached the cap of 14,000 steps while "
-                                                              "L_mask still fell 31% over its last 1,000 steps.")
+    assert C.end_sentence(_fake("cap", slope=(-0.119, 0.035))) == (
+        "Training ended at the cap, before the profile's rule fired: the run reached the cap of 14,000 steps while "
+        "L_mask still changed by -11.9% ± 3.5% per 1,000 steps over its last 2,000.")
     assert C.end_sentence(_fake("converged", 12000)).startswith("Training ended by the profile's rule")
     assert "12,000" in C.end_sentence(_fake("converged", 12000))
     assert C.end_sentence(_fake("unfinished", 500)) == "The run is unfinished at step 500 of 14,000."
@@ -158,3 +158,18 @@ def test_downloads_link_the_run_s_files_and_zip_the_checkpoint_once(book_run, sm
     shutil.rmtree(book_run.parent.parent / "book")  # not where the book puts runs: the files' places, no link
     assert C.downloads(ch).startswith("This run's files, to download: metrics.csv (one row per step): ")
     assert "{download}" not in C.downloads(ch) and "smoke-seed1/metrics.csv" in C.downloads(ch)
+
+
+def test_the_end_rate_is_given_once():
+    """end_sentence gives the rate where the run recorded it; slope_sentence then says only how it is read."""
+    import pandas as pd
+    from mclib.core.config import profile_from_dict
+    cfg = profile_from_dict({"train": {"until": "converged", "patience": 2000, "min_improvement": 0.05}})
+    step = np.arange(1, 4001)
+    metrics = pd.DataFrame({"step": step, "L_mask": 0.05 * 0.9 ** (step / 1000)})
+    ch = SimpleNamespace(cfg=cfg, metrics=metrics, end=_fake("cap", 4000, slope=(-0.1, 0.001)).end)
+    assert "-10.0% ± 0.1% per 1,000 steps" in C.end_sentence(ch)
+    assert C.slope_sentence(ch) == ("The rate is a fit of log L_mask to 10 block means, ± one standard error; the rule "
+                                    "ends a run once the fall is under 5% per 1,000 steps even at the rate minus 2 errors.")
+    ch.end = _fake("steps", 4000).end  # no rate recorded: the sentence computes it
+    assert C.slope_sentence(ch).startswith("Over its last 2,000 steps L_mask changed by -10.0% ± 0.0% per 1 000 steps")

@@ -64,6 +64,17 @@ def test_a_setting_not_run_yet_is_na(tmp_path):
     assert v["wider is better"] == v["6 layers drop earlier than 4"] == v["more layers add little"] == "n/a"
 
 
+def test_finals_under_different_end_rules_are_not_compared(tmp_path):
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000})
+    wd["end_rule"] = "slope 2000 0.05"
+    assert _verdicts(tmp_path, wd)["wider is better"] == "same direction"
+    wd.loc[wd["hidden"] == 32, "end_rule"] = "window-means 1000 0.05"                # the narrow runs ended earlier
+    _, rows = chapter.readings(_ch(tmp_path), wd, None)
+    width = next(r for r in rows if r["quantity"].startswith("wider is better"))
+    assert width["ours"] is None and "ended by different convergence rules" in width["na"]
+    assert _verdicts(tmp_path, wd)["wider is better"] == "n/a"
+
+
 def test_the_large_models_order_of_magnitude(tmp_path):
     wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000})
     ok = pd.DataFrame({"final_L": [1e-3, 2e-3, 8e-4, 3e-3]})

@@ -386,3 +386,10 @@ def test_a_cut_sweep_run_continues_and_a_folder_of_another_sweep_starts_afresh(t
     other = dataclasses.replace(cut, sweep="other.yaml")
     assert train_sweep_run(other)["steps_run"] == 20  # started afresh: not the 60-step folder resumed
     assert saved_steps(run.run_dir) == [20]
+
+
+def test_a_sweep_row_names_the_rule_that_ended_its_run(smoke_profile):
+    from mclib.core.sweep import end_rule
+    assert end_rule(smoke_profile.replace(**{"train.until": "steps"})) == "steps"
+    assert end_rule(smoke_profile.replace(**{"train.until": "converged", "train.patience": 2000,
+                                             "train.min_improvement": 0.05})) == "slope 2000 0.05"

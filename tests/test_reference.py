@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from mclib.book import reference
@@ -104,6 +105,9 @@ def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
     assert table.loc["seed 1", "final L_mask / E[X²]"] == pytest.approx(0.05, rel=0.05)
     assert table.loc["seed 1", "ms a step"] == pytest.approx(20.0)
     assert table.loc["seed 2", "ended"].startswith("cut") and table.loc["seed 2", "steps trained"] == 2000
+    # flat after its drop at 3 000: today's rule ends seed 1 once its 2 000-step window lies after the drop
+    assert 5000 <= table.loc["seed 1", "today's rule ends it at"] <= 5200
+    assert pd.isna(table.loc["seed 2", "today's rule ends it at"])                 # no drop: never converged
 
     by = {r["quantity"]: r for r in reference.rows(folder)}
     assert by["pre-shift L_mask / E[X²]"]["verdict"] == "matches"           # on the plateau, as the paper's

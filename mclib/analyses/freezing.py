@@ -14,19 +14,22 @@ run. `source.json` names the checkpoint the run started from; a folder started f
 another checkpoint (e.g. the main run was trained further since) is refused rather
 than silently continued.
 
-How long an E15 run trains (`freeze_steps`): until it drops (`find_drop`; it stops at
-the first log flush at or after its drop) or until it has trained as many steps as the
-main run took to drop (the main run's drop step), whichever comes first;
-`analysis.freeze_steps` is a cap on top (the main run without a drop: the cap alone).
-`freeze_ends` says, per group, which of these ended the run.
+How long an E15 run trains: until it has dropped (`find_drop`) and then converged by the
+main run's own rule (`mclib.core.metrics.converged`: the fitted slope of L_mask over the
+profile's `train.patience` steps, against `train.min_improvement` per 1 000 steps), so
+that whether it recovers is seen, not assumed. A run that has not dropped by the main
+run's drop step stops there (it has sat on the plateau as long as the main run did).
+`analysis.freeze_steps` caps every run (`freeze_steps`). `freeze_ends` says, per group,
+which of these ended the run.
 
     runs = freeze_runs(cfg, run_dir)          # {group: folder}, trains what is missing
     table = freeze_summary(runs, cfg)          # steps to the drop, losses
-    ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: dropped / main drop / cap
+    ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: converged / main drop / cap
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,8 +39,9 @@ from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
-from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, find_drop
-from ..core.train import stop_after_drop, train
+from .sharpness import shape
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop
+from ..core.train import train
 from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
                          saved_steps)
 
@@ -56,37 +60,41 @@ def main_drop(cfg: Profile, run_dir: str | Path) -> int | None:
     return find_drop(load_metrics(run_dir), rank=cfg.data.rank)
 
 
-def freeze_steps(cfg: Profile, drop: int | None) -> int:
-    """How many steps an E15 run may train at most: the main run's drop step `drop`,
-    capped at `analysis.freeze_steps` (the cap alone when the main run did not drop).
-    The run stops earlier, at its own drop (`freeze_stop`)."""
-    cap = cfg.analysis.freeze_steps
-    return cap if drop is None else min(drop, cap)
+def freeze_steps(cfg: Profile) -> int:
+    """How many steps an E15 run may train at most: the cap `analysis.freeze_steps`."""
+    return cfg.analysis.freeze_steps
 
 
-def freeze_stop(cfg: Profile):
-    """The `stop` of an E15 run: true at the first log flush at or after its drop."""
-    return stop_after_drop(cfg.data.rank, 0)
+def freeze_stop(cfg: Profile, main: int | None):
+    """The `stop` of an E15 run: true once it has trained `main` steps (the main run's drop
+    step) without dropping. None when the main run did not drop (the cap alone ends it)."""
+    if main is None:
+        return None
+    rank = cfg.data.rank
+
+    def stop(rows: list[dict]) -> bool:
+        if rows[-1]["step"] < main:
+            return False
+        curve = pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
+        return find_drop(curve, rank=rank) is None
+    return stop
 
 
-def freeze_profile(cfg: Profile, group: str, drop: int | None = None) -> Profile:
-    """The main profile, trained for at most `freeze_steps(cfg, drop)` steps.
-
-    drop: the main run's drop step (`main_drop`; None: the cap `analysis.freeze_steps`).
-    Same data, model, optimiser and seed (so the data stream is the main run's); it trains
-    a fixed number of steps (`train.until: steps`: its end is its own drop, `freeze_stop`,
-    not the main run's convergence rule); its fixed checkpoints are those of the main
-    profile that fall within the shorter run, and its last step. The name says which group
-    is trained.
+def freeze_profile(cfg: Profile, group: str) -> Profile:
+    """The main profile, trained until it converges by the main profile's rule
+    (`train.until: converged`, its `patience` and `min_improvement`), at most
+    `freeze_steps(cfg)` steps. Same data, model, optimiser and seed (so the data stream is
+    the main run's); its fixed checkpoints are those of the main profile that fall within
+    the cap, and the cap. The name says which group is trained.
     """
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
-    steps = freeze_steps(cfg, drop)
+    steps = freeze_steps(cfg)
     ck = cfg.checkpoints
     return cfg.replace(**{
         "name": f"{cfg.name}-freeze-{group}",
         "train.steps": steps,
-        "train.until": "steps",
+        "train.until": "converged",
         "checkpoints.place": "fixed",
         "checkpoints.pre": min(ck.pre, steps),
         "checkpoints.transition": [s for s in ck.transition if s <= steps],
@@ -116,7 +124,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
 
     source_step: the main run's checkpoint to start from (default: its post checkpoint,
     `mclib.core.runs.checkpoint_steps`). seed: of the re-initialisation (default: the
-    profile's seed). The run ends at its own drop or after `freeze_steps` steps.
+    profile's seed). The run ends once converged after its drop, at the main run's drop
+    step without a drop, or at the cap `freeze_steps` (the module's doc).
     """
     run_dir = Path(run_dir)
     folder, source = freeze_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
@@ -125,8 +134,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     model = reinit_component(load_checkpoint(run_dir, source["step"], device="cpu"), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FREEZE_SOURCE).write_text(json.dumps(source))
-    return train(freeze_profile(cfg, group, main_drop(cfg, run_dir)), folder, progress=progress,
-                 stop=freeze_stop(cfg), init_model=model, newest_only=True)  # the book reads its metrics and end
+    return train(freeze_profile(cfg, group), folder, progress=progress,
+                 stop=freeze_stop(cfg, main_drop(cfg, run_dir)), init_model=model, newest_only=True)  # the book reads its metrics and end
 
 
 # The order E15's runs are handed to the workers: the paper's latest drop first
@@ -140,9 +149,8 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
     source is checked, also for a complete run, which is then skipped)."""
     for g in groups:
         _check_source(freeze_dir(run_dir, g), _source(cfg, run_dir, g))
-    drop = main_drop(cfg, run_dir)
-    return [g for g in groups
-            if not is_complete(freeze_profile(cfg, g, drop), freeze_dir(run_dir, g), freeze_stop(cfg))]
+    stop = freeze_stop(cfg, main_drop(cfg, run_dir))
+    return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_dir(run_dir, g), stop)]
 
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
@@ -160,19 +168,20 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
     return {g: freeze_dir(run_dir, g) for g in groups}
 
 
-FREEZE_ENDINGS = ("dropped", "main drop", "cap", "unfinished")
+FREEZE_ENDINGS = ("converged", "main drop", "cap", "unfinished")
 
 
 @dataclass
 class FreezeEnd:
     """How one E15 run ended (`freeze_end`).
 
-    ended: "dropped"     it dropped (`find_drop`) at step `drop` and stopped there
+    ended: "converged"   it dropped (at `drop`) and then converged by the main run's rule (at `steps`)
            "main drop"   it trained as many steps as the main run took to drop
                          (`main_drop`) without dropping
-           "cap"         it reached `analysis.freeze_steps` (below the main run's drop
-                         step, or the main run did not drop) without dropping
+           "cap"         it reached `analysis.freeze_steps` before either
            "unfinished"  none of these yet (not trained, or cut)
+    slope, slope_se: how fast L_mask still moved over the rule's window at the end
+    (relative change per 1 000 steps and its standard error, `end_slope`).
     """
     group: str
     ended: str
@@ -180,16 +189,23 @@ class FreezeEnd:
     drop: int | None        # its own drop
     main_drop: int | None   # the main run's drop step
     cap: int                # analysis.freeze_steps
+    slope: float = float("nan")
+    slope_se: float = float("nan")
 
     @property
     def text(self) -> str:
-        """One phrase for the book: "dropped at step 310", "reached the main run's drop
-        step 10,985 without dropping", "reached the cap of 4,000 steps without dropping
-        (the main run dropped at step 10,985)"."""
-        if self.ended == "dropped":
-            return f"dropped at step {self.drop:,}"
+        """One phrase for the book: "dropped at step 310 and converged at step 2,900",
+        "reached the main run's drop step 10,985 without dropping", "dropped at step 310,
+        then reached the cap of 4,000 steps while L_mask still changed by -9.1% ± 2.0%
+        per 1,000 steps"."""
+        still = (f" while L_mask still changed by {self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps"
+                 if math.isfinite(self.slope) else "")
+        if self.ended == "converged":
+            return f"dropped at step {self.drop:,} and converged at step {self.steps:,}"
         if self.ended == "main drop":
             return f"reached the main run's drop step {self.main_drop:,} without dropping"
+        if self.ended == "cap" and self.drop is not None:
+            return f"dropped at step {self.drop:,}, then reached the cap of {self.cap:,} steps{still}"
         if self.ended == "cap":
             main = (f"the main run dropped at step {self.main_drop:,}" if self.main_drop is not None
                     else "the main run did not drop")
@@ -197,26 +213,30 @@ class FreezeEnd:
         return f"unfinished after {self.steps:,} steps"
 
 
-def freeze_end(group: str, metrics: pd.DataFrame, rank: int, main: int | None, cap: int) -> FreezeEnd:
-    """How an E15 run with these `metrics` (one row per step trained) ended, given the
-    main run's drop step `main` (None: none) and the cap `analysis.freeze_steps`: the
-    rule of the module docstring read back from the curve."""
+def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None) -> FreezeEnd:
+    """How an E15 run of `cfg` with these `metrics` (one row per step trained) ended, given
+    the main run's drop step `main` (None: none): the rule of the module docstring read
+    back from the curve."""
+    t, rank, cap = cfg.train, cfg.data.rank, freeze_steps(cfg)
     steps = int(metrics["step"].max()) if len(metrics) else 0
     drop = find_drop(metrics, rank=rank) if len(metrics) else None
-    limit = cap if main is None else min(main, cap)
-    if drop is not None:
-        ended = "dropped"
-    elif steps >= limit:
-        ended = "main drop" if main is not None and main <= cap else "cap"
+    done = converged(metrics, rank, t.patience, t.min_improvement) if drop is not None else None
+    if done is not None:
+        ended = "converged"
+    elif drop is None and main is not None and steps >= main:
+        ended = "main drop"
+    elif steps >= cap:
+        ended = "cap"
     else:
         ended = "unfinished"
-    return FreezeEnd(group, ended, steps, drop, main, cap)
+    slope, se = end_slope(metrics, t.patience) if len(metrics) else (float("nan"), float("nan"))
+    return FreezeEnd(group, ended, steps, drop, main, cap, slope, se)
 
 
 def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, FreezeEnd]:
     """{group: FreezeEnd} for the E15 runs of the main run in `run_dir`, read from their
-    folders (trains nothing): which of "dropped at step S", "reached the main run's drop
-    step S without dropping" or "reached the cap" ended each run (`FreezeEnd.text`)."""
+    folders (trains nothing): which of "converged", "reached the main run's drop step
+    without dropping" or "reached the cap" ended each run (`FreezeEnd.text`)."""
     main = main_drop(cfg, run_dir)
     out = {}
     for g in groups:
@@ -224,7 +244,7 @@ def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict
         steps = saved_steps(folder)
         m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
         m = m[m["step"] <= (steps[-1] if steps else 0)]
-        out[g] = freeze_end(g, m, cfg.data.rank, main, cfg.analysis.freeze_steps)
+        out[g] = freeze_end(g, m, cfg, main)
     return out
 
 
@@ -235,26 +255,36 @@ def trainable_count(model, group: str) -> int:
 
 
 def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW) -> pd.DataFrame:
-    """One row per group: the drop (`find_drop`, None if none), the steps trained, the
-    mean L_mask over the first and the last `window` steps, L_obs over the last, and
-    whether the run starts on the copying plateau (first-window L_mask within PLATEAU_BAND of E[X²])."""
-    plateau = copy_level(cfg.data.rank)
+    """One row per group: the drop (`find_drop`, <NA> if none), the steps trained, the
+    plateau and the fall around the drop (`mclib.analyses.sharpness.shape`, in steps; <NA>
+    without a drop; plateau 0 when the run never sat on the copying level), L_mask over
+    its first `window` steps and whether that is on the copying plateau (within
+    PLATEAU_BAND of E[X²]), and where it ended: L_mask and L_obs over the last
+    `train.patience` steps (the convergence rule's window), L_mask with its standard error
+    (`final_level`)."""
+    plateau, tail = copy_level(cfg.data.rank), cfg.train.patience
     rows = []
     for group, folder in runs.items():
         m = load_metrics(folder)
         drop = find_drop(m, rank=cfg.data.rank, window=window)
-        head, tail = m.head(window), m.tail(window)
+        s = shape(m, cfg.data.rank) if drop is not None else None
+        final, final_se = final_level(m, tail)
+        first = float(m.head(window)["L_mask"].mean())
         rows.append({
             "group": group,
             "steps": int(m["step"].max()),
             "drop": drop,
-            "first_L_mask": float(head["L_mask"].mean()),
-            "final_L_mask": float(tail["L_mask"].mean()),
-            "final_L_obs": float(tail["L_obs"].mean()),
-            "starts_on_plateau": bool(abs(head["L_mask"].mean() / plateau - 1) < PLATEAU_BAND),
+            "plateau": None if drop is None else (0 if s is None else s.plateau),
+            "fall": None if drop is None else (None if s is None else s.fall),
+            "first_L_mask": first,
+            "final_L_mask": final,
+            "final_L_mask_se": final_se,
+            "final_L_obs": final_level(m, tail, "L_obs")[0],
+            "starts_on_plateau": bool(abs(first / plateau - 1) < PLATEAU_BAND),
         })
     table = pd.DataFrame(rows)
-    table["drop"] = pd.array([r["drop"] for r in rows], dtype="Int64")  # a missing drop is <NA>, not a float NaN
+    for c in ("drop", "plateau", "fall"):  # a missing value is <NA>, not a float NaN
+        table[c] = pd.array([r[c] for r in rows], dtype="Int64")
     return table
 
 

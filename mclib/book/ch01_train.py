@@ -22,8 +22,8 @@ import pandas as pd
 
 from ..analyses import sharpness
 from ..analyses.sharpness import ABRUPT, SETTLE, Shape
-from ..core.metrics import (COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, end_slope, last_tenth,
-                            window_mean)
+from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, SLOPE_BLOCKS,
+                            end_slope, last_tenth, window_mean)
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
@@ -185,15 +185,22 @@ def end_sentence(ch: Chapter) -> str:
 
 
 def slope_sentence(ch: Chapter) -> str:
-    """How fast L_mask still moved where training ended (`end_slope` over the rule's
-    window, or 2 000 steps), ± its standard error; empty for a run too short to fit."""
-    window = ch.cfg.train.patience or 2000
+    """How fast L_mask still moved where training ended, ± its standard error (`end_slope`
+    over the rule's window, or 2 000 steps), and how that rate is read; empty for a run too
+    short to fit. Where `end_sentence` already gave the rate (`RunEnd.slope`), only how it
+    is read."""
+    t = ch.cfg.train
+    how = (f"a fit of log L_mask to {SLOPE_BLOCKS} block means, ± one standard error"
+           + (f"; the rule ends a run once the fall is under {t.min_improvement:.0%} per 1,000 steps even at the "
+              f"rate minus {CONVERGED_Z:g} errors" if t.until == "converged" else ""))
+    if ch.end.slope is not None and np.isfinite(ch.end.slope):
+        return f"The rate is {how}."
+    window = t.patience or 2000
     ran = ch.metrics[ch.metrics["step"] <= ch.end.step]
     rate, se = end_slope(ran, window)
     if not np.isfinite(rate):
         return ""
-    return (f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} per 1 000 steps "
-            "(a fit of log L_mask to ten block means, ± one standard error).")
+    return f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} per 1 000 steps ({how})."
 
 
 # --- what we found -----------------------------------------------------------------------------

@@ -11,19 +11,27 @@ trained alone from the main run's final checkpoint, the rest frozen.
     downloads(ch, runs)              # each run's metrics.csv and final checkpoint as {download} links
 
 The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so its
-description becomes claims: each run's drop step over the main run's (below E15_QUICK
-for "no plateau"), and the order of the drops (`mclib.core.paper.PAPER_E15_ORDER`).
+description becomes claims, each judged by a rule stated with it:
+- a plateau or none: the run's plateau over its fall (`mclib.analyses.sharpness`, the
+  rule E1 and E19 call a drop "sudden" by: a plateau when above ABRUPT);
+- it recovers: its final L_mask over the main run's, below SETTLE (both over the
+  convergence rule's window, each with its error);
+- the order of the drops (`mclib.core.paper.PAPER_E15_ORDER`).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
 
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
-from ..core.metrics import DROP_WINDOW, PLATEAU_BAND
+from ..analyses.sharpness import ABRUPT, BAND, SETTLE
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
 from .chapter import Chapter, checkpoint_links, download_links, shown_path
@@ -31,8 +39,23 @@ from .plots import freeze_curves
 from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "05_freezing"
-E15_QUICK = 0.1   # a re-initialised run dropping within a tenth of the main run's drop step has "no plateau"
-LOSSES = ("first_L_mask", "final_L_mask", "final_L_obs")
+LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")
+
+
+@dataclass
+class MainRun:
+    """What E15's runs are measured against: the main run's drop step (None: none), its
+    final L_mask with its standard error over the convergence rule's window
+    (`final_level`), and the cap of an E15 run (`freeze_steps`)."""
+    drop: int | None
+    final: float
+    final_se: float
+    cap: int
+
+
+def main_run(ch: Chapter) -> MainRun:
+    ran = ch.metrics[ch.metrics["step"] <= ch.end.step]
+    return MainRun(ch.drop, *final_level(ran, ch.cfg.train.patience), freeze_steps(ch.cfg))
 
 
 def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
@@ -42,16 +65,14 @@ def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
 
 
 def length_text(ch: Chapter) -> str:
-    """How long an E15 run may train, e.g. "until it drops or reaches the main run's drop
-    step (10,985), at most 4,000 steps (analysis.freeze_steps; ...)" (plain text: it goes
-    into a table's caption)."""
-    cap = ch.cfg.analysis.freeze_steps
+    """How long an E15 run may train (plain text: it goes into a table's caption)."""
+    t, cap = ch.cfg.train, freeze_steps(ch.cfg)
+    rule = (f"until it has dropped and then converged by the main run's rule (L_mask's fitted fall over "
+            f"{t.patience:,} steps under {t.min_improvement:.0%} per 1,000 steps)")
     if ch.drop is None:
-        return f"until it drops, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
-    limit = freeze_steps(ch.cfg, ch.drop)
-    binds = "the cap binds" if limit < ch.drop else "the main run's drop step binds"
-    return (f"until it drops or reaches the main run's drop step ({ch.drop:,}), at most {cap:,} steps "
-            f"(analysis.freeze_steps; {binds}: {limit:,} steps)")
+        return f"{rule}, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
+    return (f"{rule}, or until the main run's drop step ({ch.drop:,}) without a drop; at most {cap:,} steps "
+            "(analysis.freeze_steps)")
 
 
 def runs_table(ch: Chapter, runs: dict[str, Path]):
@@ -91,9 +112,10 @@ def results_table(ch: Chapter, runs: dict[str, Path]):
     shown = table.assign(result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]])
     return (shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]].style.hide(axis="index")
             .format({c: "{:.2e}" for c in LOSSES})
-            .set_caption(f"What ended each run; L_mask over its first {DROP_WINDOW} steps and L_mask, L_obs over its "
-                         f"last {DROP_WINDOW}; starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within "
-                         f"{PLATEAU_BAND:.0%} of E[X²]."))
+            .set_caption(f"What ended each run; L_mask over its first {DROP_WINDOW} steps; L_mask (± its standard "
+                         f"error) and L_obs over its last {ch.cfg.train.patience:,} (the convergence rule's window); "
+                         f"starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within {PLATEAU_BAND:.0%} "
+                         "of E[X²]."))
 
 
 def _runs_named(groups) -> str:
@@ -134,33 +156,54 @@ def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
     return f"not {paper} by the scorecard's ordering rule, {agreement(verdict)}: {why}"
 
 
-def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> tuple[dict, list[dict]]:
+def _plateau_reading(row, group: str) -> str:
+    if pd.isna(row["drop"]):
+        return f"{drop_text(None, int(row['steps']))} (paper: {PAPER_E15[group]})"
+    fall = "" if pd.isna(row["fall"]) else f", fall {int(row['fall']):,} steps"
+    return (f"{drop_text(row['drop'], int(row['steps']))}: plateau {int(row['plateau']):,} steps{fall} "
+            f"(paper: {PAPER_E15[group]}); a plateau when above {ABRUPT:g}")
+
+
+def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun) -> tuple[dict, list[dict]]:
     """The closing sentences and E15's scorecard rows.
 
-    table: `freeze_summary` (drop and steps trained per group); main_drop: the main run's
-    drop step (None: none); limit: the most steps a run could train (`freeze_steps`).
-    glue: found, verdict_text (`order_text`, from the ordering row's verdict), main_text;
-    rows: keyword arguments for `scorecard.record`."""
+    table: `freeze_summary`; ends: `freeze_ends` (what ended each run); main: `MainRun`.
+    Rules, stated in each row's reading:
+    - plateau: the run's plateau over its fall (`mclib.analyses.sharpness`: on the copying
+      level means within BAND of E[X²]); the paper's first tier (mlp, token) has none
+      (below ABRUPT), the later tiers have one (above); n/a for a run without a drop;
+    - recovers: final L_mask over the main run's, below SETTLE (a run that never drops stays
+      at the copying level and reads "differs");
+    - the order of the drops, with the ordering rule's margin.
+    glue: found, verdict_text (`order_text`, from the ordering row's verdict), main_text,
+    recover_text; rows: `scorecard.claim`s."""
+    rows_of = table.set_index("group")
     drops = drops_of(table)
-    trained = dict(zip(table["group"], (int(s) for s in table["steps"])))
     order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
-    # The paper's picture as claims: the first tier of PAPER_E15_ORDER (mlp, token) has no plateau (each
-    # drops within E15_QUICK of the main run's drop step), the later tiers sit on one and then drop, in order.
     rows = []
-    for g, d in drops.items():
-        quick = g in PAPER_E15_ORDER[0]
-        rows.append(claim("E15", f"steps to the drop / main run's drop step, {g} re-initialised",
-                          None if d is None or not main_drop else d / main_drop,
-                          f"{drop_text(d, trained[g])} (paper: {PAPER_E15.get(g, 'not reported')}); "
-                          f"{'below' if quick else 'above'} {E15_QUICK:g} counts",
-                          kind="direction", reference=E15_QUICK, sense="below" if quick else "above",
-                          na=None if main_drop else "the main run has no drop to measure against"))
+    for g in drops:
+        r, quick = rows_of.loc[g], g in PAPER_E15_ORDER[0]
+        fall = None if pd.isna(r["fall"]) else int(r["fall"])
+        ratio = None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
+        rows.append(claim("E15", f"plateau / fall, {g} re-initialised", ratio, _plateau_reading(r, g),
+                          kind="direction", reference=ABRUPT, sense="below" if quick else "above",
+                          na=None if ratio is not None else "the run did not drop: no plateau length to measure"))
+    for g in drops:
+        r = rows_of.loc[g]
+        ok = main.final > 0 and math.isfinite(r["final_L_mask"])
+        ratio = r["final_L_mask"] / main.final if ok else None
+        se = ratio * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final) if ok else None
+        rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", ratio,
+                          f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
+                          f"against the main run's {main.final:.3g} ± {main.final_se:.2g}; it recovers when below "
+                          f"{SETTLE:g} (the paper's curves all return to a low loss)",
+                          kind="direction", reference=SETTLE, sense="below", se=se))
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
-    too_short = not order and (main_drop is None or limit < main_drop)
+    too_short = not order and (main.drop is None or main.cap < main.drop)
     rows.append(claim("E15", f"order of the drops: {tiers_text(PAPER_E15_ORDER)}", None,
                       ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
                       kind="ordering", values=dict(drops), order=PAPER_E15_ORDER,
-                      na=f"no run dropped within the {limit:,} steps it could train" if too_short else None))
+                      na=f"no run dropped within the {main.cap:,} steps it could train" if too_short else None))
     if not order:
         found = "none of the four runs dropped"
     else:
@@ -168,17 +211,32 @@ def freeze_readings(table: pd.DataFrame, main_drop: int | None, limit: int) -> t
         found = ("the runs dropped in the order " + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
                  + ("" if not rest else "; " + ", ".join(rest) + " did not drop"))
     verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
-    main_text = (f"The main run, trained from scratch, dropped at step {main_drop:,}." if main_drop is not None
+    main_text = (f"The main run, trained from scratch, dropped at step {main.drop:,}." if main.drop is not None
                  else "The main run, trained from scratch, did not drop.")
-    return {"found": found, "verdict_text": verdict_text, "main_text": main_text}, rows
+    recovered = [g for g, row in zip(drops, rows[len(drops):2 * len(drops)]) if row_verdict(row) in POSITIVE.values()]
+    recover_text = (f"{_runs_named(recovered).capitalize()} ended within {SETTLE:g}x of the main run's final L_mask"
+                    + ("." if len(recovered) == len(drops) else
+                       f"; {_runs_named([g for g in drops if g not in recovered])} did not.")
+                    if recovered else f"No run ended within {SETTLE:g}x of the main run's final L_mask.")
+    return {"found": found, "verdict_text": verdict_text, "main_text": main_text, "recover_text": recover_text}, rows
 
 
 def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
-    """(glue, rows): the closing paragraph's glue (found, verdict_text, main_text, ends_text)
-    and E15's rows (`scorecard.claim`s, recorded by `scorecard_table`)."""
-    glue, rows = freeze_readings(summary(ch, runs), ch.drop, freeze_steps(ch.cfg, ch.drop))
-    glue["ends_text"] = ends_text(freeze_ends(ch.cfg, ch.run_dir, tuple(runs)))
+    """(glue, rows): the closing paragraph's glue (found, verdict_text, main_text,
+    recover_text, ends_text) and E15's rows (`scorecard.claim`s, recorded by `scorecard_table`)."""
+    ends = freeze_ends(ch.cfg, ch.run_dir, tuple(runs))
+    glue, rows = freeze_readings(summary(ch, runs), ends, main_run(ch))
+    glue["ends_text"] = ends_text(ends)
+    glue["rules_text"] = rules_text()
     return glue, rows
+
+
+def rules_text() -> str:
+    """The rules E15's rows are judged by, as a sentence (from the constants they use)."""
+    return (f"a run has a plateau when it sat on the copying level (within {BAND:.0%} of E[X²]) longer than its "
+            f"fall then took (plateau over fall above {ABRUPT:g}, the rule chapter 01 calls a drop sudden by); "
+            f"it recovers when its final L_mask is within {SETTLE:g}x the main run's; and the drops come in the "
+            "paper's order, each tier later than the one before")
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):

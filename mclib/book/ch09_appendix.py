@@ -103,16 +103,14 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -
         seeds = c["seeds"]
         missing = seeds.startswith("0 ") or seeds.endswith(" 0")
         ours = None if math.isnan(c["ours"]) else c["ours"]
+        why = c.get("note") or ("not measured yet (the sweep has no rows for one of the two settings)"
+                                if missing else None)
         reading = f"seeds {seeds}; the paper's claim is on 7×7 rank 2 at width 768-scale models"
         if c["sense"] == "about":
-            rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"],
-                              na="not measured yet (the sweep has no rows for one of the two settings)"
-                              if missing else None))
+            rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why))
         else:
             rows.append(claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below",
-                              se=c["se"], margin=CUT,
-                              na="not measured yet (the sweep has no rows for one of the two settings)"
-                              if missing else None))
+                              se=c["se"], margin=CUT, na=why))
     if wd is None:
         rows.append(claim("E20", "width and depth at laptop scale", None, "", kind="direction", reference=1.0,
                           sense="below", na=f"not run yet: {WIDTH_DEPTH_COMMAND}"))

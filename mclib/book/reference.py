@@ -28,7 +28,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.data import copy_level
-from ..core.metrics import find_drop, last_tenth
+from ..core.metrics import converged, find_drop, last_tenth
 from ..core.runs import (END, FREEZE, METRICS, PROFILE, SCORECARD, RunEnd, freeze_dir, place_checkpoints, run_name,
                          run_profile)
 from . import scorecard
@@ -121,14 +121,17 @@ def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
 
 
 def _end(run: Path) -> RunEnd | None:
-    return RunEnd(**json.loads((run / END).read_text())) if (run / END).is_file() else None
+    return RunEnd.from_json(json.loads((run / END).read_text())) if (run / END).is_file() else None
 
 
 def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
     """One row per run the results hold: how far it trained and why it stopped (its
-    end.json; none: the GPU time ran out first), its drop (`find_drop`), its final
-    L_mask / E[X²] (mean over the last tenth of its steps, ± its standard error) and
-    its time a step (wall clock over steps, from its metrics' `wall` column)."""
+    end.json; none: the GPU time ran out first), where today's convergence rule
+    (`mclib.core.metrics.converged`, with the run's own window and threshold) ends its
+    curve (results committed under an older rule may have ended elsewhere), its drop
+    (`find_drop`), its final L_mask / E[X²] (mean over the last tenth of its steps, ± its
+    standard error) and its time a step (wall clock over steps, from its metrics' `wall`
+    column)."""
     rows = []
     for label, run in run_folders(folder, name).items():
         cfg, m, end = run_profile(run) if (run / PROFILE).is_file() else None, read_metrics(run), _end(run)
@@ -137,12 +140,17 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
         wall = m.dropna(subset=["wall"]).iloc[-1] if m["wall"].notna().any() else None
         rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]),
                      "ended": end.ended if end else "cut (device time ran out)",
+                     "today's rule ends it at": (converged(m, rank, cfg.train.patience, cfg.train.min_improvement)
+                                                 if cfg and cfg.train.until == "converged" else None),
                      "drop step": find_drop(m, rank=rank),
                      "final L_mask / E[X²]": float(tail.mean()),
                      "± se": float(tail.std(ddof=1) / len(tail) ** 0.5) if len(tail) > 1 else float("nan"),
                      "ms a step": 1000 * float(wall["wall"]) / float(wall["step"]) if wall is not None else None,
                      "precision": cfg.train.precision if cfg else None})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    for c in ("today's rule ends it at", "drop step"):  # steps: integers, <NA> where there is none
+        table[c] = pd.array([r[c] for r in rows], dtype="Int64")
+    return table
 
 
 def loss_figure(folder: Path, name: str = "paper"):

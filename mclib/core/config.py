@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from .metrics import SLOPE_BLOCKS
+
 
 class ConfigError(ValueError):
     """A bad profile value; the message is one line naming the key and the value."""
@@ -46,8 +48,9 @@ class TrainConfig:
     steps: int = 50_000        # the last step; with until: converged, the cap
     until: str = "steps"       # "steps": train `steps` steps; "converged": stop once L_mask stops improving
     #   after the drop (mclib.core.metrics.converged: patience, min_improvement), at the latest at `steps`
-    patience: int = 1000       # until: converged; L_mask's mean over the last `patience` steps against the
-    min_improvement: float = 0.05  # mean over the `patience` before: converged when it fell by less than this (relative)
+    patience: int = 2000       # until: converged; the window (steps, after the drop) whose fitted slope is read
+    min_improvement: float = 0.05  # converged when L_mask falls by less than this per 1 000 steps, even at the
+    #   fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z)
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
@@ -236,6 +239,9 @@ def _validate(p: Profile) -> None:
         raise ConfigError(f"train.grad_clip = {t.grad_clip!r} must not be negative")
     if t.embedding_lr is not None and t.embedding_lr <= 0:
         raise ConfigError(f"train.embedding_lr = {t.embedding_lr!r} must be positive")
+    if t.patience < SLOPE_BLOCKS:
+        raise ConfigError(f"train.patience = {t.patience!r} is under {SLOPE_BLOCKS}: the convergence rule fits "
+                          f"{SLOPE_BLOCKS} block means")
     if not 0 <= t.min_improvement < 1:
         raise ConfigError(f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
     if t.warmup < 0 or t.threads < 0:

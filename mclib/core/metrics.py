@@ -99,47 +99,91 @@ def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None
     }
 
 
-def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask", blocks: int = 10) -> tuple[float, float]:
+# The convergence rule's fit (`converged`, `end_slope`): log L_mask is fitted against the
+# step over SLOPE_BLOCKS block means (block means, not single batches: nearly independent,
+# so the fit's error is honest), and the run counts as flat only when even the pessimistic
+# end of the fitted fall, rate - CONVERGED_Z · error, is under train.min_improvement per
+# 1 000 steps. Noise widens the error and so delays the verdict: it cannot fire the rule.
+SLOPE_BLOCKS = 10
+CONVERGED_Z = 2.0
+
+
+def fitted_slope(block_means: np.ndarray, block_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least-squares slope of log(block mean) against the block's step, per row of
+    `block_means` `[fit, block]` (`block_steps` `[block]`, shared by every fit): (relative
+    change per 1 000 steps, its standard error), each `[fit]`. -0.1 = falling 10 % per
+    1 000 steps. The error is the ordinary least-squares one (residual variance over
+    blocks - 2 degrees of freedom), as numpy.polyfit(..., cov=True) gives it."""
+    x = np.asarray(block_steps, dtype=float) / 1000
+    y = np.log(np.atleast_2d(np.asarray(block_means, dtype=float)))
+    dx = x - x.mean()
+    sxx = (dx ** 2).sum()
+    b = (y * dx).sum(axis=1) / sxx
+    residual = y - y.mean(axis=1, keepdims=True) - b[:, None] * dx
+    se_b = np.sqrt((residual ** 2).sum(axis=1) / (len(x) - 2) / sxx)
+    return np.expm1(b), np.exp(b) * se_b
+
+
+def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
+              blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
     """How fast `column` still moved at the end of the run: (relative change per 1 000
-    steps, its standard error), from a least-squares fit of log(block mean) against the
-    block's middle step over the last `window` steps cut into `blocks` blocks (block
-    means, not single batches: nearly independent, so the fit's error is honest). -0.1 =
-    falling 10 % per 1 000 steps. NaN where the run is shorter than `blocks` steps."""
+    steps, its standard error), `fitted_slope` over the last `window` steps cut into
+    `blocks` blocks. NaN where the run is shorter than `blocks` steps."""
     tail = metrics.tail(window)
     if len(tail) < blocks:
         return float("nan"), float("nan")
     parts = np.array_split(np.arange(len(tail)), blocks)
-    x = np.array([tail["step"].to_numpy()[i].mean() for i in parts]) / 1000
-    y = np.log([tail[column].to_numpy(dtype=float)[i].mean() for i in parts])
-    (b, a), cov = np.polyfit(x, y, 1, cov=True)
-    rate = float(np.expm1(b))
-    return rate, float(np.exp(b) * np.sqrt(cov[0, 0]))
+    x = np.array([tail["step"].to_numpy()[i].mean() for i in parts])
+    y = np.array([tail[column].to_numpy(dtype=float)[i].mean() for i in parts])
+    rate, se = fitted_slope(y, x)
+    return float(rate[0]), float(se[0])
 
 
-def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 1000, min_improvement: float = 0.05,
-              column: str = "L_mask") -> int | None:
+def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
+                blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
+    """Where `column` ended: its mean over the last `window` steps and the standard error
+    of that mean from `blocks` block means (batches are not independent of their
+    neighbours' noise, block means nearly are). NaN for fewer than `blocks` rows."""
+    tail = metrics.tail(window)[column].to_numpy(dtype=float)
+    if len(tail) < blocks:
+        return float("nan"), float("nan")
+    means = np.array([part.mean() for part in np.array_split(tail, blocks)])
+    return float(tail.mean()), float(means.std(ddof=1) / np.sqrt(blocks))
+
+
+def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 2000, min_improvement: float = 0.05,
+              column: str = "L_mask", blocks: int = SLOPE_BLOCKS, z: float = CONVERGED_Z) -> int | None:
     """The step at which the run counts as converged, or None if it has not.
 
-    Rule (the end of training for `train.until: converged`): the first step s such that
-    the run has dropped (`find_drop`, at step d) at least 2 × `patience` steps before s,
-    and the mean of `column` over the last `patience` steps (s - patience, s] is less than
-    `min_improvement` (relative) below its mean over the `patience` steps before them
-    (s - 2·patience, s - patience]. Both windows lie after the drop, so a plateau (flat
-    but not learned) never counts as converged; `patience`-step means (not single
-    batches) make the comparison robust to batch noise. `metrics` has one row per step
-    (`metrics.csv`), in order.
+    Rule (the end of training for `train.until: converged`): the first step s, among the
+    ends of blocks of `patience // blocks` steps, such that
+    - the run dropped (`find_drop`, at step d) at least `patience` steps before s, so the
+      whole window lies after the drop: a plateau (flat but not learned) never counts;
+    - over the window of the last `patience` steps (s - patience, s], cut into `blocks`
+      blocks, the fitted fall of `column` (`fitted_slope`) is less than
+      `min_improvement` per 1 000 steps even at its pessimistic end:
+      rate - z · error > -min_improvement.
+    A noisy window has a wide error and so does not count as flat: noise can delay the
+    end, not bring it forward. `metrics` has one row per step (`metrics.csv`), in order.
     """
     drop = find_drop(metrics, rank=rank, column=column)
     if drop is None:
         return None
+    block = max(1, patience // blocks)
     steps = metrics["step"].to_numpy()
     values = metrics[column].to_numpy(dtype=float)
-    if len(values) < 2 * patience:
+    if len(values) < block * blocks:
         return None
     cumsum = np.concatenate([[0.0], np.cumsum(values)])
-    mean = (cumsum[patience:] - cumsum[:-patience]) / patience   # mean[j]: rows j .. j+patience-1
-    later, earlier = mean[patience:], mean[:-patience]            # windows ending at row i and at row i - patience
-    ends = steps[2 * patience - 1:]                                # the step s of row i
-    ok = (ends - 2 * patience >= drop) & (later > (1 - min_improvement) * earlier)
-    hits = np.flatnonzero(ok)
-    return int(ends[hits[0]]) if len(hits) else None
+    means = (cumsum[block:] - cumsum[:-block]) / block   # means[j]: rows j .. j+block-1
+    # the candidate ends s: rows i (the last row of the window) at a block boundary
+    last = np.arange(block * blocks - 1, len(values))
+    last = last[(steps[last] % block == 0) & (steps[last] - block * blocks >= drop)]
+    if not len(last):
+        return None
+    starts = last[:, None] - block * blocks + 1 + block * np.arange(blocks)[None, :]   # [candidate, block]
+    centre = (np.arange(blocks) + 0.5) * block                                          # the same for every window
+    rate, se = fitted_slope(means[starts], centre)
+    hits = np.flatnonzero(rate - z * se > -min_improvement)
+    return int(steps[last[hits[0]]]) if len(hits) else None
+

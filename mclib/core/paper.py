@@ -22,7 +22,7 @@ def shapes_profile(steps: int = 6, batch: int = 8) -> Profile:
     return profile().replace(**{
         "name": "paper-shapes",
         "train.steps": steps, "train.batch": batch, "train.eval_every": 2, "train.eval_batch": batch,
-        "train.save_every": 2, "train.log_every": 2, "train.patience": 2, "train.threads": 1,
+        "train.save_every": 2, "train.log_every": 2, "train.patience": 10, "train.threads": 1,
         "checkpoints.pre": 2, "checkpoints.transition": [4], "checkpoints.post": steps,
         "analysis": {**smoke.__dict__, "seeds": [1, 2, 3], "after_drop": 2, "freeze_steps": 4}})
 

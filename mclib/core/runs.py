@@ -44,7 +44,7 @@ import yaml
 
 from .config import Checkpoints, ConfigError, Profile, profile_from_dict
 from .data import copy_level
-from .metrics import DROP_COLUMN, converged, find_drop
+from .metrics import DROP_COLUMN, SLOPE_BLOCKS, converged, end_slope, find_drop
 from .model import MatrixBert, load_model
 
 PROFILE = "profile.yaml"
@@ -161,8 +161,9 @@ def drop_column(profile: Profile) -> str:
 
 def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
     """The profile's own end rule as a `stop` for `train` (None with `train.until: steps`):
-    true once `mclib.core.metrics.converged` finds the run converged (its `train.patience`
-    and `train.min_improvement`); `train.steps` stays the cap."""
+    true once `mclib.core.metrics.converged` finds the run converged (the fitted slope of
+    L_mask over its `train.patience` steps, against `train.min_improvement` per 1 000
+    steps); `train.steps` stays the cap."""
     t, rank = profile.train, profile.data.rank
     if t.until != "converged":
         return None
@@ -203,9 +204,10 @@ class RunEnd:
            "stopped"    a caller's `stop` ended it (e.g. `analysis.after_drop` for the other seeds)
            "unfinished" none of these (still training, or cut)
     step: the newest checkpoint; drop: `find_drop`'s step (None: no drop).
-    improvement: with until: converged, how much the mean L_mask over the last
-    `train.patience` steps fell below the mean over the `patience` before (relative; what
-    the rule compares with `train.min_improvement`); None with fewer rows or until: steps.
+    slope, slope_se: with until: converged, how fast L_mask still moved over the rule's
+    window (the last `train.patience` steps): relative change per 1 000 steps and its
+    standard error (`mclib.core.metrics.end_slope`, the fit the rule reads); None with
+    until: steps or a run too short to fit.
     """
     ended: str
     step: int
@@ -213,17 +215,26 @@ class RunEnd:
     steps: int            # train.steps of the profile it trained with (the cap with until: converged)
     until: str
     patience: int | None = None
-    improvement: float | None = None
+    slope: float | None = None
+    slope_se: float | None = None
+
+    @classmethod
+    def from_json(cls, record: dict) -> "RunEnd":
+        """A RunEnd from end.json; keys of older records (e.g. `improvement`, the window-mean
+        rule's measure before 2026-11-25) are left out, so their slope reads None."""
+        return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
 
     @property
     def text(self) -> str:
-        """One phrase for the book, e.g. "L_mask stopped improving at step 16,500 (cap
-        20,000)" or "reached the cap of 14,000 steps while L_mask still fell 31 % over its
-        last 1,000 steps"."""
-        still = (f" while L_mask still fell {self.improvement:.0%} over its last {self.patience:,} steps"
-                 if self.improvement is not None and self.patience else "")
-        return {"converged": f"L_mask stopped improving at step {self.step:,} (cap {self.steps:,})",
-                "cap": f"reached the cap of {self.steps:,} steps{still}",
+        """One phrase for the book, e.g. "L_mask stopped improving at step 26,400 (cap
+        40,000): it changed by -1.2% ± 0.8% per 1,000 steps over its last 2,000" or
+        "reached the cap of 20,000 steps while L_mask still changed by -11.9% ± 3.5% per
+        1,000 steps over its last 2,000"."""
+        rate = (f"{self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps over its last {self.patience:,}"
+                if self.slope is not None and self.patience and math.isfinite(self.slope) else "")
+        return {"converged": f"L_mask stopped improving at step {self.step:,} (cap {self.steps:,})"
+                             + (f": it changed by {rate}" if rate else ""),
+                "cap": f"reached the cap of {self.steps:,} steps" + (f" while L_mask still changed by {rate}" if rate else ""),
                 "steps": f"trained its {self.steps:,} steps",
                 "stopped": f"stopped early at step {self.step:,}",
                 "unfinished": f"unfinished at step {self.step:,} of {self.steps:,}"}[self.ended]
@@ -242,12 +253,10 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
         ended = "cap" if t.until == "converged" else "steps"
     else:
         ended = "stopped" if stopped else "unfinished"
-    improvement = None
-    if t.until == "converged" and len(curve) >= 2 * t.patience:
-        values = curve["L_mask"].to_numpy(dtype=float)
-        later, earlier = values[-t.patience:].mean(), values[-2 * t.patience:-t.patience].mean()
-        improvement = float(1 - later / earlier)
-    return RunEnd(ended, step, drop, t.steps, t.until, t.patience if t.until == "converged" else None, improvement)
+    slope = slope_se = None
+    if t.until == "converged" and len(curve) >= SLOPE_BLOCKS:
+        slope, slope_se = end_slope(curve, t.patience)
+    return RunEnd(ended, step, drop, t.steps, t.until, t.patience if t.until == "converged" else None, slope, slope_se)
 
 
 def write_end(run_dir: Path, end: RunEnd) -> None:
@@ -270,7 +279,7 @@ def run_end(run_dir: str | Path) -> RunEnd:
     if not done:
         raise FileNotFoundError(f"no checkpoint in {run_dir}: the run has not started")
     if ended_at(run_dir, done[-1]):
-        return RunEnd(**json.loads((run_dir / END).read_text()))
+        return RunEnd.from_json(json.loads((run_dir / END).read_text()))
     rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
     return end_of_run(run_profile(run_dir), rows, done[-1])
 

@@ -216,6 +216,15 @@ def setting_columns(profile: Profile) -> dict:
             "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
 
 
+def end_rule(profile: Profile) -> str:
+    """How a run's length was decided, for its row: "steps" (a fixed length) or "slope
+    WINDOW MIN" (`mclib.core.metrics.converged`: the fitted slope over WINDOW steps, under
+    MIN per 1 000 steps). Rows written before 2026-11-25 read "window-means 1000 0.05":
+    the rule of the time compared two 1 000-step means, and ended runs earlier."""
+    t = profile.train
+    return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g}"
+
+
 def summarise(run: SweepRun) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
@@ -233,7 +242,7 @@ def summarise(run: SweepRun) -> dict:
             "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
             "steps_run": steps, "ms_per_step": round(ms_per_step, 1),
             "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
-            "cap_minutes": run.cap_minutes, "date": time.strftime("%Y-%m-%d"),
+            "cap_minutes": run.cap_minutes, "end_rule": end_rule(profile), "date": time.strftime("%Y-%m-%d"),
             "matrices": steps * profile.train.batch, **setting_columns(profile),
             "wall_minutes": round(wall / 60, 2), "sweep": run.sweep, **run.extra}
 
