@@ -76,7 +76,7 @@ def step_fns(profile, device: torch.device):
 
     def ref():
         with record_function("mclib::data"):
-            b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, d.dist)
+            b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, dist=d.dist)
         for g in opt.param_groups:
             g["lr"] = lr_at(10_000, g["base_lr"], t.warmup)
         return train_step(model, opt, b, "fp32", device)

@@ -141,7 +141,7 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
     gen = torch.Generator().manual_seed(profile.seed)  # sampled on the host and copied, as in training
 
     def data(size=batch):
-        return sample_batch(size, d.n, d.rank, d.p_mask, gen, d.dist).to(device, non_blocking=True)
+        return sample_batch(size, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device, non_blocking=True)
 
     def ours(precision, compile_=False):
         model = build_model(m, d.n, profile.seed).to(device).train()
@@ -220,7 +220,7 @@ def same_losses(profile: Profile, batch: int, device: torch.device, steps: int =
     for s in range(steps):
         for group in ref_opt.param_groups:
             group["lr"] = lr_at(s + 1, group["base_lr"], profile.train.warmup)
-        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, d.dist).to(device)
+        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device)
         a = train_step(ref_model, ref_opt, b, "fp32", device).cpu()
         f = fast()[0].cpu()
         worst = max(worst, ((a - f).abs() / a.abs()).max().item())

@@ -97,7 +97,7 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_pa
     base, glued = chapter.pre_losses_and_figures(ch)
     glued |= chapter.e2_shown(ch, tables["e2"])[1] | chapter.e3_e6_shown(ch, tables["e3"], tables["e6"])[1]
     found, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], ch.cfg.data.rank)
-    glued |= found | chapter.closing_glue(ch, base, tables["e2"], tables["e3"], tables["e6"], ["matches", "differs"])
+    glued |= found | chapter.closing_glue(ch, base, tables["e2"], tables["e3"], tables["e6"], verdicts=["matches", "differs"])
     assert used and used <= set(glued), used - set(glued)
     assert glued["n_rows"] == 2 and glued["verdicts"] == "1 matches, 1 differs"
 

@@ -77,3 +77,20 @@ def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, sou
     assert expected in upward_imports(root)
     assert "mclib/analyses/y.py:2 imports mclib.book.scorecard (analyses -> book)" in upward_imports(root)
     assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
+
+
+MAX_POSITIONAL = 5  # issue 26: results travel as small dataclasses, options by keyword
+
+
+def test_no_function_takes_more_than_five_positional_arguments():
+    """Every function of mclib takes at most MAX_POSITIONAL positional parameters (self
+    not counted); the rest are keyword-only, so a call names what it passes."""
+    too_many = []
+    for path in sorted(MCLIB.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                params = node.args.posonlyargs + node.args.args
+                own = 1 if params and params[0].arg in ("self", "cls") else 0
+                if len(params) - own > MAX_POSITIONAL:
+                    too_many.append(f"{path.relative_to(MCLIB.parent)}:{node.lineno} {node.name}")
+    assert not too_many, too_many

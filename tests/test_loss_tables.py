@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from mclib.analyses.evaluate import evaluate, sample_eval_batch
-from mclib.book import loss_tables as lt
+from mclib.analyses import loss_tables as lt
+from mclib.book import loss_tables as shown
 from mclib.core.runs import load_checkpoint
 
 N = 7
@@ -61,8 +62,8 @@ def test_ratio_and_its_error():
 
 
 def test_matching_reading_text_names_the_reading_that_matches():
-    assert lt.matching_reading_text(["matches", "differs"], "X") == (
+    assert shown.matching_reading_text(["matches", "differs"], "X") == (
         "the uniform reading (the paper's text) matches X; the batch-mean reading (the released code) does not")
-    assert lt.matching_reading_text(["differs", "matches"], "X").startswith("the batch-mean reading")
-    assert lt.matching_reading_text(["matches", "matches"], "X") == "both readings match X"
-    assert lt.matching_reading_text(["differs", "n/a"], "X") == "neither reading matches X"
+    assert shown.matching_reading_text(["differs", "matches"], "X").startswith("the batch-mean reading")
+    assert shown.matching_reading_text(["matches", "matches"], "X") == "both readings match X"
+    assert shown.matching_reading_text(["differs", "n/a"], "X") == "neither reading matches X"

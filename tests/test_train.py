@@ -395,12 +395,12 @@ def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_compl
     rows = load_metrics(run).to_dict("records")
     monkeypatch.setattr(MatrixBert, "save_pretrained", _fail_on(".tmp-step_000030", MatrixBert.save_pretrained))
     with pytest.raises(Killed):
-        save_checkpoint(run, 30, model, opt, gens, rows, 0.0)
+        save_checkpoint(run, 30, model, opt, gens, rows=rows, wall=0.0)
     monkeypatch.undo()
     assert saved_steps(run) == [10, 20, 30]
     after = _state(run, 30)
     assert all(torch.equal(before[k], after[k]) for k in before)
-    save_checkpoint(run, 30, model, opt, gens, rows, 0.0)  # and without a crash it is replaced
+    save_checkpoint(run, 30, model, opt, gens, rows=rows, wall=0.0)  # and without a crash it is replaced
     assert saved_steps(run) == [10, 20, 30] and sorted(p.name for p in (run / "checkpoints").iterdir()) == [
         "step_000010", "step_000020", "step_000030"]  # no temporary folder left behind
 
@@ -413,7 +413,7 @@ def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_pat
     gens = {"data": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(1)}
     monkeypatch.setattr(os, "replace", _fail_on(".tmp-step_000030", os.replace))
     with pytest.raises(Killed):
-        save_checkpoint(run, 30, model, opt, gens, load_metrics(run).to_dict("records"), 0.0)
+        save_checkpoint(run, 30, model, opt, gens, rows=load_metrics(run).to_dict("records"), wall=0.0)
     monkeypatch.undo()
     assert saved_steps(run) == [10, 20]
     train(short, run, progress=False)

@@ -4,6 +4,7 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
     attention.py      AttentionHooks at core.attention's hook points: capture, ablate, patch
     interventions.py  token replacement, QKV switching, position permutation, re-initialisation
     evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching
+    loss_tables.py    losses under ablations and changed models, one batch a table, with errors (E3-E8)
     heads.py          attention maps, head scores, head classes
     probes.py         linear probes on hidden states
     embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
@@ -11,4 +12,6 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
     baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
     comparisons.py    BERT beside those solvers on the same matrices (E16-E18), with standard errors
     freezing.py       component re-initialisation runs (E15)
+    sharpness.py      how abrupt a drop is: plateau and fall, in steps
+    sizes.py          the width/depth sweep's claims (E20)
 """

@@ -159,7 +159,7 @@ def _run_chunk(method: Callable, xs: np.ndarray, ms: np.ndarray, kwargs: dict) -
 
 
 def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool = True,
-                   chunk: int = 16, desc: str | None = None, **kwargs):
+                   *, chunk: int = 16, desc: str | None = None, **kwargs):
     """Run a per-matrix `method(x_i [n,n], mask_i [n,n], **kwargs) -> [n,n]` over a batch.
 
     x, mask `[batch, n, n]` (numpy or torch; mask True = masked) → `[batch, n, n]` like x.
@@ -212,7 +212,7 @@ def nuclear_norm_complete(x, mask, solver: str = SOLVER, workers: int = 1, progr
 
 
 def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers: int = 1,
-                             progress: bool = False):
+                             *, progress: bool = False):
     """E17: per matrix, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* (the authors' objective).
 
     x, mask `[batch, n, n]` → U `[batch, n, n]` like x. Observed entries are fitted, not
@@ -230,7 +230,7 @@ def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers:
 # ----------------------------------------------------------------------------- vectorised methods
 
 def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.95,
-                max_iter: int = 3000, tol: float = 1e-8, keep_observed: bool = False):
+                *, max_iter: int = 3000, tol: float = 1e-8, keep_observed: bool = False):
     """Soft-impute (Mazumder, Hastie & Tibshirani 2010), vectorised over the batch.
 
     Solves the E17 problem min (1/|Ω|) Σ_Ω (U−X)² + λ‖U‖_* (same λ as
@@ -286,7 +286,7 @@ def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.9
     return _like(np.where(ms, u, xs) if keep_observed else u, x)
 
 
-def als_complete(x, mask, rank: int, ridge: float = 1e-4, n_iter: int = 300, init: str = "spectral",
+def als_complete(x, mask, rank: int, ridge: float = 1e-4, n_iter: int = 300, *, init: str = "spectral",
                  seed: int = 0, ridge_start: float = 1.0, decay: float = 0.95, keep_observed: bool = False):
     """Alternating least squares with a known rank, vectorised over the batch (and rows).
 

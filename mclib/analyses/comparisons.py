@@ -204,7 +204,7 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
 
 
 def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
-              solver_matrices: int | None = None) -> pd.DataFrame:
+              *, solver_matrices: int | None = None) -> pd.DataFrame:
     """E18: BERT and the E16 solver on matrices whose factors are drawn from each
     distribution, same masking and rounding. The solver sees the first `solver_matrices`
     of BERT's matrices (None: all; 0: no solver rows), since it costs ~6 ms a matrix.

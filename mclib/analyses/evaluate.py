@@ -29,7 +29,7 @@ from ..core.model import eval_mode
 
 
 def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
-                      mask: torch.Tensor | None = None, fill_value: float | None = None) -> Batch:
+                      mask: torch.Tensor | None = None, *, fill_value: float | None = None) -> Batch:
     """Fresh matrices from `torch.Generator().manual_seed(seed)`.
 
     data: a DataConfig (n, rank, p_mask, dist). dist: None = data.dist.
@@ -62,11 +62,11 @@ def predict(model, batch: Batch, hooks: Callable[[AttentionHooks], None] | None 
 
 
 def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
-             mask: torch.Tensor | None = None, fill_value: float | None = None,
+             *, mask: torch.Tensor | None = None, fill_value: float | None = None,
              hooks: Callable[[AttentionHooks], None] | None = None) -> dict[str, float]:
     """L, L_obs, L_mask, mask_value on fresh matrices (and L'_mask when fill_value is given).
     Arguments as in `sample_eval_batch` and `predict`."""
-    batch = sample_eval_batch(data, n_matrices, seed, dist, mask, fill_value)
+    batch = sample_eval_batch(data, n_matrices, seed, dist, mask, fill_value=fill_value)
     pred = predict(model, batch, hooks)
     out = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
     if fill_value is not None:
@@ -75,7 +75,7 @@ def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | No
 
 
 def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
-                        layers: Sequence[int] | str = "all", errors: bool = False) -> dict[str, float]:
+                        layers: Sequence[int] | str = "all", *, errors: bool = False) -> dict[str, float]:
     """E8: run X, keep every layer's per-head outputs z, run −X (same mask) with the z of
     `layers` written in. layers: "all" (the paper's text), "last" (the authors' code), or
     0-indexed layer numbers ([] = the plain −X run).

@@ -119,7 +119,7 @@ def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | No
 
 
 def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
-               seed: int | None = None, progress: bool = False) -> Path:
+               seed: int | None = None, *, progress: bool = False) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
 
     source_step: the main run's checkpoint to start from (default: its post checkpoint,

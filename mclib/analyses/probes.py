@@ -112,7 +112,7 @@ def _where(mask: torch.Tensor, positions: str) -> torch.Tensor:
 
 
 def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSITIONS,
-                 fit_on: str = "all", svd_sign: str = "canonical") -> pd.DataFrame:
+                 fit_on: str = "all", *, svd_sign: str = "canonical") -> pd.DataFrame:
     """Fit one probe per (layer, target) on `fit`, score it on `test` at each kind of position.
 
     fit_on: the positions the probe is fitted on ("all", as the authors, who then split
@@ -148,7 +148,7 @@ def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch
 
 
 def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0,
-               chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
+               *, chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
     """Fresh fit and test matrices (E11: 2 048 / 256) from two seeded generators, and the
     model's hidden states on them."""
     model_n = matrix_n(model)
@@ -158,6 +158,6 @@ def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, se
     sets = []
     for size, s in ((n_fit, seed), (n_test, seed + TEST_SEED_OFFSET)):
         gen = torch.Generator().manual_seed(s)
-        b = sample_batch(size, data.n, data.rank, data.p_mask, gen, data.dist)
+        b = sample_batch(size, data.n, data.rank, data.p_mask, gen, dist=data.dist)
         sets.append(ProbeSet(collect_hidden(model, b.tokens.to(device), chunk), b.x, b.mask))
     return sets[0], sets[1]

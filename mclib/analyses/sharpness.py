@@ -54,7 +54,7 @@ class Shape:
 
 
 def shape(metrics: pd.DataFrame, rank: int, column: str = "L_mask", band: float = BAND,
-          settle: float = SETTLE, window: int = WINDOW) -> Shape | None:
+          settle: float = SETTLE, *, window: int = WINDOW) -> Shape | None:
     """The plateau and fall of `column` in one run (None: it never drops, or never sat on
     the plateau before its drop)."""
     drop = find_drop(metrics, rank=rank, column=column, window=window)

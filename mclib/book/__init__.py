@@ -4,7 +4,7 @@
     chapter.py       `open_chapter`, every chapter's first call; downloads; departures from the paper
     scorecard.py     one row per claim of the paper, the rule per kind of claim, the copying levels
     plots.py         every figure
-    loss_tables.py   loss tables shared by chapters 02 and 03 (ablations, changed models, ratios)
+    loss_tables.py   how chapters 02 and 03 show loss tables (computed by mclib.analyses.loss_tables)
     ch01_train.py ... ch99_scorecard.py
                      one module per chapter: book/NN_name.ipynb calls mclib/book/chNN_name.py
 """

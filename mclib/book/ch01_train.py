@@ -28,7 +28,7 @@ from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
-from .loss_tables import ratio_se
+from ..analyses.loss_tables import ratio_se
 from .plots import loss_curve, mark_checkpoints
 from .scorecard import copy_levels
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
@@ -136,7 +136,7 @@ class DropShape:
 
 
 def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: int,
-               smooth: int = SHAPE_SMOOTH, span: int | None = None) -> DropShape:
+               smooth: int = SHAPE_SMOOTH, *, span: int | None = None) -> DropShape:
     """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step
     trailing mean L from `left_plateau` to the last step, the fall over each `span` steps
     (default an eighth of that stretch) is log(L(t) / L(t+span)). A shoulder is the slowest
@@ -262,7 +262,7 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
 
 
 def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None,
-                  final_mask: tuple[float, float] | None = None) -> list[dict]:
+                  *, final_mask: tuple[float, float] | None = None) -> list[dict]:
     """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
     copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
     copying model's L (p_mask·E[X²]; `final`: mean and standard error over the last tenth

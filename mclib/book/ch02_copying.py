@@ -30,9 +30,9 @@ from ..core.config import DataConfig
 from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
-from .loss_tables import (PAPER_COLUMNS, READING_NAMES, UNABLATED, ablation_table, all_heads,
-                          loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, value_and_se)
+from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
+                                    ratio_se, value_and_se)
+from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from .scorecard import copy_levels
 from .scorecard import CUT, agreement, row_verdict, verdict_counts
 from .scorecard import claim as _row
@@ -77,7 +77,7 @@ def fill_label(value: float | None) -> str:
 
 
 def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
-               matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
+               *, matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
     """E2: every masked token replaced by the token of m (None: MASK, m = 0).
 
     One row per (matrices, m): L'_mask (mean (X̂ − m)² over the masked entries) and its
@@ -249,7 +249,7 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
             f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
 
 
-def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, verdicts) -> dict:
+def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, *, verdicts) -> dict:
     """Every number and sentence of "What we found" that depends on the run and that
     `scorecard_rows` does not give; verdicts: those of the chapter's recorded scorecard rows."""
     level = ch.copy_level

@@ -39,9 +39,10 @@ from ..core.data import structured_mask
 from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
 from . import plots
-from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, UNABLATED, ablation_table,
-                          all_heads, head_name, loss_figure, loss_row, loss_styler, lookup, matching_reading_text, model_table, ratio_and_se,
-                          ratio_se, value_and_se)
+from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
+                                    ratio_and_se, ratio_se, value_and_se)
+from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
+                          matching_reading_text)
 from .scorecard import copy_levels
 from .scorecard import CUT, agreement, agreements, row_verdict, verdict_counts
 from .scorecard import claim as _row

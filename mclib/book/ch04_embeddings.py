@@ -153,7 +153,7 @@ def _said(row: dict) -> tuple[str, bool]:
 
 
 def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
-                       drop: int | None, post_step: int) -> tuple[dict, list[dict]]:
+                       drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
     """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
     summary, with the initialisation as step 0 if available; tracks: `component_tracks`
     of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post.
@@ -261,7 +261,7 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
 
 def closing(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:
     """`embedding_readings` of this chapter's numbers: the closing paragraph's glue and the rows."""
-    return embedding_readings(progress, summary, t.tracks, t.symmetry, ch.drop, ch.steps.post)
+    return embedding_readings(progress, summary, t.tracks, t.symmetry, ch.drop, post_step=ch.steps.post)
 
 
 def scorecard_table(ch, rows: list[dict]):

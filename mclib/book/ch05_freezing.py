@@ -196,7 +196,8 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
         rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", ratio,
                           f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
                           f"against the main run's {main.final:.3g} ± {main.final_se:.2g}; it recovers when below "
-                          f"{SETTLE:g} (the paper's curves all return to a low loss)",
+                          f"{SETTLE:g} (the paper shows this run {'converging' if g in PAPER_E15_ORDER[0] else 'dropping'} but gives "
+                          "no final level: the main run's is the yardstick)",
                           kind="direction", reference=SETTLE, sense="below", se=se))
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)

@@ -20,7 +20,7 @@ from ..analyses.comparisons import E17_LOSSES, e17_beside_paper
 from ..core import paper
 from ..core.config import DataConfig
 from ..core.paper import PAPER, PAPER_E17, PAPER_E17_MATRICES
-from .loss_tables import ratio_se
+from ..analyses.loss_tables import ratio_se
 from .plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
 from .scorecard import MARGINS, agreement, claim, recorded_table, row_verdict, task_departures
 
@@ -380,7 +380,7 @@ def _solvers(solvers: pd.DataFrame, task) -> str:
 
 
 def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
-                      p_train: float, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
+                      p_train: float, *, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
                       solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
     """The tables above (`mclib.analyses.comparisons`). On the profile's task, with BERT on the same
     matrices: sweep (nuclear_sweep), ood (ood_table), classical (classical_table). On the
@@ -433,11 +433,11 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
     return glue, rows
 
 
-def closing(ch, sweep, reg, ood, classical, solver_sweep, solvers) -> tuple[dict, list[dict]]:
+def closing(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[dict, list[dict]]:
     """`baseline_readings` of this chapter's tables: every name the closing paragraph glues
     (with the solver rule's margin, solver_rule) and the scorecard rows."""
-    glue, rows = baseline_readings(sweep, reg, ood, classical, ch.cfg.data.p_mask, ch.cfg.data.rank,
-                                   ch.cfg.analysis.regularised_matrices, solver_sweep=solver_sweep, solvers=solvers,
+    glue, rows = baseline_readings(sweep, reg, ood, classical, ch.cfg.data.p_mask, rank=ch.cfg.data.rank,
+                                   n_regularised=ch.cfg.analysis.regularised_matrices, solver_sweep=solver_sweep, solvers=solvers,
                                    task=paper.task())
     return {**glue, "solver_rule": f"{SOLVER_RTOL:.0%}"}, rows
 

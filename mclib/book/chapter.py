@@ -82,7 +82,7 @@ class Chapter:
 
 
 def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
-                 cluster: str | None = None) -> Chapter:
+                 *, cluster: str | None = None) -> Chapter:
     """The first call of every chapter (see the module docstring). train=True (the training
     chapter only): first train, resume or find complete every run the book reads
     (`train_runs`). A run folder trained with another recipe than `profile` names is refused

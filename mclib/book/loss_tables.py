@@ -1,60 +1,21 @@
-"""What chapters 02 (copying) and 03 (heads) both use: a model's losses under an
-intervention, one batch per table, and the pieces of their scorecard rows.
-
-Every table evaluates on fresh matrices from `sample_eval_batch(data, n, seed)`, so rows
-that differ only in the intervention compare the model on the same batch, and carries
-the standard errors over matrices (`L_se`, `L_obs_se`, `L_mask_se`). Heads are 0-indexed
-(layer, head) pairs in code; `head_name` prints the paper's 1-indexed "L2 H5".
-
-    ablation_table(model, data, 256, 0, {"all heads": all_heads(model)})   # E3-E5, both readings
-    model_table({"post": post, "pre-QKV into post": switch_qkv(post, pre)}, data, 256, 0)  # E6, E7
+"""How chapters 02 (copying) and 03 (heads) show loss tables: the names of the two
+ablation readings, the paper's copying level, the bar figure beside the paper's, the
+styled table and the sentence on which reading lands on the paper's number. The tables
+themselves are computed in `mclib.analyses.loss_tables`.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-
-import numpy as np
 import pandas as pd
-import torch
 
-from ..analyses.attention import ABLATION_MODES
-from ..analyses.comparisons import pooled
-from ..analyses.evaluate import predict, sample_eval_batch
-from ..core.paper import task as paper_task
-from ..core.config import DataConfig
 from ..core.data import copy_level
-from ..core.metrics import losses
+from ..core.paper import task as paper_task
 from . import plots
 
 # The two readings of an ablation (docs/protocol.md §3), as tables, scorecard rows and sentences name them
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
 READING_NAMES = {"uniform": "uniform (the paper's text)", "batch_mean": "batch mean (the released code)"}
 SHORT = {"uniform": "uniform", "batch_mean": "batch-mean"}
-UNABLATED = {"ablated": "none", "reading": "—"}  # the row of `ablation_table` with nothing ablated
 PAPER_LEVEL = copy_level(paper_task().rank)  # the paper's E[X²] (2/9): its losses' copying level, as ours is ch.copy_level
-
-
-def head_name(pair: tuple[int, int]) -> str:
-    """(layer, head), 0-indexed -> 'L1 H1', 1-indexed as in the paper."""
-    return f"L{pair[0] + 1} H{pair[1] + 1}"
-
-
-def all_heads(model) -> list[tuple[int, int]]:
-    """Every (layer, head) of the model, 0-indexed."""
-    c = model.config
-    return [(l, h) for l in range(c.num_hidden_layers) for h in range(c.num_attention_heads)]
-
-
-def loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
-    """L, L_obs, L_mask, mask_value, and their standard errors L_se, L_obs_se, L_mask_se
-    over matrices (`pooled`: the matrices are the units)."""
-    row = {k: v.item() for k, v in losses(pred, batch.x, batch.mask).items()}
-    sq = ((pred.float() - batch.x.float()) ** 2).cpu().numpy()
-    mask = batch.mask.cpu().numpy().astype(bool)
-    for name, where in (("L", np.ones_like(mask)), ("L_obs", ~mask), ("L_mask", mask)):
-        row[f"{name}_se"] = pooled(sq, where)[1]
-    return row
-
 
 
 def loss_figure(table: pd.DataFrame, title: str, level: float):
@@ -65,62 +26,6 @@ def loss_figure(table: pd.DataFrame, title: str, level: float):
                            errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
                            paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
                            title=title, level=level, paper_level=PAPER_LEVEL)
-
-
-def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
-                   head_sets: Mapping[str, Iterable[tuple[int, int]]],
-                   modes: Sequence[str] = ABLATION_MODES, mask: torch.Tensor | None = None) -> pd.DataFrame:
-    """L, L_obs, L_mask, mask_value with nothing ablated, then with each set of heads
-    ablated under each reading, all on one batch. Empty sets are left out.
-
-    Columns: ablated (the set's name, "none" first), reading ("—" or a READINGS key),
-    heads (how many), which (their names, 'L1 H1, ...'), then the losses and their standard errors (`loss_row`).
-    """
-    batch = sample_eval_batch(data, n_matrices, seed, mask=mask)
-    rows = [{"ablated": "none", "reading": "—", "heads": 0, "which": "", **loss_row(predict(model, batch), batch)}]
-    for name, heads in head_sets.items():
-        heads = sorted(set(heads))
-        if not heads:
-            continue
-        for mode in modes:
-            pred = predict(model, batch, hooks=lambda h, heads=heads, mode=mode: h.ablate(heads, mode=mode))
-            rows.append({"ablated": name, "reading": mode, "heads": len(heads),
-                         "which": ", ".join(head_name(p) for p in heads), **loss_row(pred, batch)})
-    return pd.DataFrame(rows)
-
-
-def model_table(models: Mapping[str, object], data: DataConfig, n_matrices: int, seed: int) -> pd.DataFrame:
-    """L, L_obs, L_mask, mask_value (and errors) of each model on the same batch; one row each ("model", ...)."""
-    batch = sample_eval_batch(data, n_matrices, seed)
-    return pd.DataFrame([{"model": name, **loss_row(predict(m, batch), batch)} for name, m in models.items()])
-
-
-def lookup(table: pd.DataFrame, column: str, **where) -> float:
-    """The one value of `column` in the row matching every `where` (NaN if there is none)."""
-    sel = table
-    for key, value in where.items():
-        sel = sel[sel[key] == value]
-    if len(sel) > 1:
-        raise ValueError(f"{len(sel)} rows match {where}")
-    return float(sel[column].iloc[0]) if len(sel) else float("nan")
-
-
-def value_and_se(table: pd.DataFrame, column: str, **where) -> tuple[float, float]:
-    """(`column`, `column`_se) of the one row matching `where`."""
-    return lookup(table, column, **where), lookup(table, f"{column}_se", **where)
-
-
-def ratio_se(a: float, a_se: float, b: float, b_se: float) -> float:
-    """The standard error of a / b from the two errors, taken as independent (on the same
-    matrices the two are positively correlated, so this overstates the error: the rules
-    that use it err towards "matches" by at most that)."""
-    return float(abs(a / b) * np.hypot(a_se / a, b_se / b)) if a and b else float("nan")
-
-
-def ratio_and_se(table: pd.DataFrame, column: str, num: dict, den: dict) -> tuple[float, float]:
-    """(num / den, its standard error) of `column` between two rows of one table (same matrices)."""
-    (a, a_se), (b, b_se) = value_and_se(table, column, **num), value_and_se(table, column, **den)
-    return a / b, ratio_se(a, a_se, b, b_se)
 
 
 def matching_reading_text(verdicts: list[str], what: str) -> str:

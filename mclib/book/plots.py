@@ -107,7 +107,7 @@ LABEL_COLORS = {"row": "tab:blue", "column": "tab:orange", "identity": "tab:gree
 
 
 def prediction_scatter(x, pred, mask, title: str = "Output against the true value", max_points: int = 3000,
-                       seed: int = 0) -> plt.Figure:
+                       *, seed: int = 0) -> plt.Figure:
     """X̂ against X at observed (left) and masked (right) entries; x, pred, mask `[batch, n, n]`.
     A copying model sits on the diagonal on the left and on the line X̂ = 0 on the right."""
     import numpy as np
@@ -132,7 +132,7 @@ def prediction_scatter(x, pred, mask, title: str = "Output against the true valu
 
 def mask_value_curve(metrics: pd.DataFrame, reference: float, drop: int | None = None,
                      mark: dict[str, int] | None = None, smooth: int = 20,
-                     title: str = "The mask value during training") -> plt.Figure:
+                     *, title: str = "The mask value during training") -> plt.Figure:
     """Mean |X̂| at masked entries against step (smoothed); `reference` is the mean |X|
     there (what a model that completes outputs on average), `mark` names steps to mark."""
     sns.set_theme(style="whitegrid", context="notebook")
@@ -150,7 +150,7 @@ def mask_value_curve(metrics: pd.DataFrame, reference: float, drop: int | None =
 
 
 def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str, list[float | None]] | None = None,
-              title: str = "", xlabel: str | None = None, errors: dict[str, list[float]] | None = None,
+              title: str = "", xlabel: str | None = None, *, errors: dict[str, list[float]] | None = None,
               level: float | list[float] | None = None, paper_level: float | list[float] | None = None,
               reference: tuple[float, str] | None = None) -> plt.Figure:
     """Horizontal bars, one group per label (top to bottom) and one bar per quantity
@@ -212,7 +212,7 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
 
 
 def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[str] | None = None,
-                   title: str = "", n: int = 7, query_bands: list[tuple[int, int]] | None = None,
+                   title: str = "", n: int = 7, *, query_bands: list[tuple[int, int]] | None = None,
                    key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
                    panel: float = 1.7, query_marks: list[int] | None = None) -> plt.Figure:
     """A grid of attention maps `maps [rows, cols, n², n²]` (queries down, keys across),
@@ -547,7 +547,7 @@ def per_matrix_plot(per_matrix: dict, title: str = "Error per matrix at the trai
 # --- beyond the paper (07): the drop over seeds, progress measures -------------------------
 
 def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DROP_WINDOW,
-                     title: str = "L_mask over seeds", label: str = "seed {}") -> plt.Figure:
+                     title: str = "L_mask over seeds", *, label: str = "seed {}") -> plt.Figure:
     """L_mask against step (log scale, mean over `smooth` steps), one line per run
     (`curves`: key -> metrics; a key is a seed, or with label="{}" any name), each run's
     drop (if any) a dashed line in its colour; the copying plateau E[X²] dotted."""
@@ -566,7 +566,7 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DRO
     return fig
 
 
-def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: int, drops: dict,
+def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: int, *, drops: dict,
                     bert_drop: int | None = None, smooth: int = 50) -> plt.Figure:
     """E19: each GPT run's L (seed 1's L_obs and L_mask too) beside the BERT run's L and
     L_mask, against training steps (left) and matrices seen (right; the two models' batches

@@ -18,6 +18,7 @@ task, by the same rules, so nothing is rescaled.
 """
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import shutil
@@ -91,8 +92,16 @@ def _copy_run(src: Path, dest: Path, files) -> None:
 
 
 def read_metrics(run: Path) -> pd.DataFrame:
-    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it)."""
-    return pd.read_csv(run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS)
+    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
+    Parsed once per file version (the scorecard chapter asks for them from several
+    tables and a figure); each caller gets its own copy."""
+    path = run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS
+    return _parsed(path, path.stat().st_mtime_ns).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(path: Path, version: int) -> pd.DataFrame:
+    return pd.read_csv(path)
 
 
 def _has_metrics(run: Path) -> bool:

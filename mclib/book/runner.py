@@ -204,7 +204,7 @@ def _relative_everywhere(node, paths: dict[str, str]):
 
 
 def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool,
-             paths: dict[str, str] | None = None) -> None:
+             *, paths: dict[str, str] | None = None) -> None:
     """Run `template` into `output` with papermill, then make the copy the site offers for
     download machine-independent: every path of `paths` (`machine_paths`) written relative."""
     import nbformat
@@ -304,7 +304,7 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 
 
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
-          run_dir: str | Path | None = None, device: str | None = None, timeout: float | None = None,
+          run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True) -> dict:
     """Execute the chapters and build the site; returns the manifest (raises BookError)."""
     from ..core.train import resolve_device

@@ -112,7 +112,7 @@ def ratio(paper: float | None, ours: float | None, se: float | None = None, spre
 
 
 def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
-              spread: float | None = None, margin: float | None = None, paper: float | None = None) -> str:
+              spread: float | None = None, *, margin: float | None = None, paper: float | None = None) -> str:
     """A direction: the paper says the quantity lies *above* or *below* a stated reference
     (a copying level, a ratio of 1, a threshold the chapter names). *same direction* when
     ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
@@ -257,7 +257,7 @@ def forget_chapter(run_dir: str | Path, chapter: str) -> None:
         _write(run_dir, [r for r in rows if r["chapter"] != chapter])
 
 
-def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, margin=None, reference=None,
+def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
           sense=None, values=None, order=None, na: str | None = None) -> str:
     """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
     "n/a" (e.g. an empty group: nothing to test)."""
@@ -274,7 +274,7 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, mar
     raise ValueError(f"unknown kind of claim {kind!r}; one of {', '.join(RULES)}")
 
 
-def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, reading: str = "",
+def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *, reading: str = "",
            kind: str = "number", se=None, spread=None, chapter: str = "", **rule_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here by `judge`
     (rule_kw: margin, reference and sense for a direction, values and order for an
@@ -401,7 +401,7 @@ def departures_text(profile) -> str:
 
 # --- what a chapter adds -------------------------------------------------------------------
 
-def claim(id, quantity, ours, reading, paper=None, kind="number", **rule) -> dict:
+def claim(id, quantity, ours, reading, paper=None, *, kind="number", **rule) -> dict:
     """Keyword arguments for `record` (a chapter builds its rows with this, then records them
     with `recorded_table`): rule holds se, spread, margin, reference and sense (a
     direction), values and order (an ordering) or na (nothing to test)."""

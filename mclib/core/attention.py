@@ -29,7 +29,7 @@ IMPL = "mclib"
 
 
 def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, scaling: float | None = None,
+                    attention_mask: torch.Tensor | None, *, scaling: float | None = None,
                     dropout: float = 0.0, **kwargs):
     """BERT's eager attention with hook points. q, k, v: `[batch, head, seq, d_head]`.
 

@@ -137,20 +137,20 @@ def make_batch(x: torch.Tensor, mask: torch.Tensor, fill_value: float | None = N
 
 
 def sample_batch(batch: int, n: int, rank: int, p_mask: float, gen: torch.Generator,
-                 dist: str = "uniform") -> Batch:
+                 *, dist: str = "uniform") -> Batch:
     """One training batch: fresh matrices and fresh random masks."""
     x = sample_matrices(batch, n, rank, gen, dist)
     return make_batch(x, random_mask(batch, n, p_mask, gen))
 
 
 def sample_training_batch(batch: int, n: int, rank: int, p_mask: float, gen: torch.Generator,
-                          dist: str = "uniform", mix_rank: int = 0, mix_fraction: float = 0.0) -> Batch:
+                          *, dist: str = "uniform", mix_rank: int = 0, mix_fraction: float = 0.0) -> Batch:
     """A training batch whose first round(mix_fraction × batch) matrices have rank
     `mix_rank` (an easier task mixed into training, a lever of the paper-task search);
     the rest are the profile's task. No mixing: exactly `sample_batch`."""
     k = mixed_rows(batch, mix_fraction)
     if not k:
-        return sample_batch(batch, n, rank, p_mask, gen, dist)
+        return sample_batch(batch, n, rank, p_mask, gen, dist=dist)
     x = torch.cat([sample_matrices(k, n, mix_rank, gen, dist), sample_matrices(batch - k, n, rank, gen, dist)])
     return make_batch(x, random_mask(batch, n, p_mask, gen))
 

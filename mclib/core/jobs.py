@@ -237,7 +237,7 @@ def slots(client) -> int:
 
 
 def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | None = None,
-                     names: list[str] | None = None, busy: list = (), poll: float = 1.0) -> list:
+                     names: list[str] | None = None, *, busy: list = (), poll: float = 1.0) -> list:
     """`submit` each job only once a worker thread is free (`slots`, counting the `busy`
     futures still running); returns once every job is submitted, the futures in the
     order of `jobs`. Dask places a task on a worker when it is submitted, and a task of

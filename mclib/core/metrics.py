@@ -152,7 +152,7 @@ def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask
 
 
 def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 2000, min_improvement: float = 0.05,
-              column: str = "L_mask", blocks: int = SLOPE_BLOCKS, z: float = CONVERGED_Z) -> int | None:
+              column: str = "L_mask", *, blocks: int = SLOPE_BLOCKS, z: float = CONVERGED_Z) -> int | None:
     """The step at which the run counts as converged, or None if it has not.
 
     Rule (the end of training for `train.until: converged`): the first step s, among the

@@ -308,7 +308,7 @@ PLACE_WINDOW = 200        # steps of the trailing mean used to place them
 
 
 def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed: Checkpoints,
-                      place: str = "drop", window: int = PLACE_WINDOW) -> CheckpointSteps:
+                      place: str = "drop", *, window: int = PLACE_WINDOW) -> CheckpointSteps:
     """Choose the analysis checkpoints among the `saved` steps of a run from its metrics.
 
     place "drop" (the run has a drop d = `find_drop`):
@@ -413,7 +413,7 @@ def write_profile(run_dir: Path, profile: Profile) -> None:
                  lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
 
 
-def save_checkpoint(run_dir: Path, step: int, model, opt, gens, rows: list[dict], wall: float,
+def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict], wall: float,
                     device: torch.device | str = "cpu") -> None:
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.

@@ -306,7 +306,7 @@ def check_fits(runs: list[SweepRun]) -> None:
 
 
 def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "runs/sweep",
-              results: str | Path | None = None, figure: str | Path | None = None, threads: int | None = None,
+              results: str | Path | None = None, figure: str | Path | None = None, *, threads: int | None = None,
               progress_every: float = 30.0, out=None) -> int:
     """Run a sweep file (module doc); returns the number of runs that failed (0: all done).
     Progress lines go to `out` (default: sys.stdout)."""
@@ -334,7 +334,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
-            done, failed = _drive(client, pending, results, path.name, done, progress_every, out)
+            done, failed = _drive(client, pending, results, path.name, done, every=progress_every, out=out)
     draw_figure(results, path.name, figure, Path(runs))
     for label, error in failed:
         print(f"sweep {path.name}: {label} failed: {error}", file=out)
@@ -343,7 +343,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     return len(failed)
 
 
-def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, every: float, out):
+def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, out):
     from .jobs import resources_for
 
     futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",

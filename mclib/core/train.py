@@ -175,7 +175,7 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
 
 
 def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
-               device: torch.device, grad_clip: float = 0.0, task_from: int = 0) -> torch.Tensor:
+               device: torch.device, *, grad_clip: float = 0.0, task_from: int = 0) -> torch.Tensor:
     """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
     backward, optional clipping of the global gradient norm, optimiser step (Adam or
     MuonAdam). Returns the losses of this forward pass as a tensor
@@ -209,7 +209,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           stop: Callable[[list[dict]], bool] | None = None,
-          init_model: MatrixBert | None = None, newest_only: bool = False) -> Path:
+          init_model: MatrixBert | None = None, *, newest_only: bool = False) -> Path:
     """Train (or resume) `profile` in `run_dir`; returns run_dir.
 
     One trainer at a time per folder: a second process that tries to train the same
@@ -353,12 +353,12 @@ class _Run:
     def batch(self) -> Batch:
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
-            return sample_training_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], d.dist,
-                                         d.mix_rank, d.mix_fraction).to(self.device, non_blocking=True)
+            return sample_training_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist,
+                                         mix_rank=d.mix_rank, mix_fraction=d.mix_fraction).to(self.device, non_blocking=True)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
-        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], d.dist).to(
+        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], dist=d.dist).to(
             self.device, non_blocking=True)
 
     def flush(self) -> str | None:
@@ -390,7 +390,7 @@ class _ReferenceEngine:
             group["lr"] = lr_at(self.run.step + 1, group["base_lr"], self.run.t.warmup)
         d = self.run.profile.data
         return train_step(self.step_model, self.opt, batches[0], self.run.t.precision, self.device,
-                          self.run.t.grad_clip, mixed_rows(self.run.t.batch, d.mix_fraction)).unsqueeze(0)
+                          grad_clip=self.run.t.grad_clip, task_from=mixed_rows(self.run.t.batch, d.mix_fraction)).unsqueeze(0)
 
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
@@ -575,7 +575,7 @@ def _train(jobs: list[Job], progress: bool) -> None:
                 bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
             if r.step in r.save_at or stopping:
                 model, opt = engine.checkpoint(i)
-                save_checkpoint(r.dir, r.step, model, opt, r.gens, r.rows, r.wall, device)
+                save_checkpoint(r.dir, r.step, model, opt, r.gens, rows=r.rows, wall=r.wall, device=device)
                 prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
             if stopping or r.step >= r.t.steps:
                 r.record_end(reason)
