@@ -26,12 +26,12 @@ import torch
 from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv
+from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
+                                    ratio_se, value_and_se)
 from ..core.config import DataConfig
 from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
-from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
-                                    ratio_se, value_and_se)
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from .scorecard import copy_levels
 from .scorecard import CUT, agreement, row_verdict, verdict_counts

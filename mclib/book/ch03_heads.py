@@ -35,12 +35,12 @@ from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, _as_layers, attention
                               classify_heads, head_groups, head_scores, mean_attention, paper_matched)
 from ..analyses.interventions import permute_positions, switch_qkv
 from ..analyses.probes import probe_layers, probe_sets
+from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
+                                    ratio_and_se, ratio_se, value_and_se)
 from ..core.data import structured_mask
 from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
 from . import plots
-from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
-                                    ratio_and_se, ratio_se, value_and_se)
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
 from .scorecard import copy_levels
