@@ -20,10 +20,9 @@ description becomes claims, each judged by a rule stated with it:
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-
-import math
 
 import matplotlib.pyplot as plt
 import pandas as pd
