@@ -180,7 +180,7 @@ def _check_positions(rows: np.ndarray, n: int) -> None:
 # ---- progress over a run ---------------------------------------------------------
 
 def embedding_progress(run_dir: str | Path, final_step: int | None = None, centred: bool = True,
-                       metric: str = SILHOUETTE_METRIC, lo: float = VALUE_LO, *, hi: float = VALUE_HI) -> pd.DataFrame:
+                       metric: str = SILHOUETTE_METRIC, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
     """One row per saved checkpoint of a run.
 
     Columns: step; column_silhouette, row_silhouette (position rows, `metric`);
@@ -223,7 +223,7 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
 
 
 def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
-                      initial=None, lo: float = VALUE_LO, *, hi: float = VALUE_HI) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      initial=None, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> tuple[pd.DataFrame, pd.DataFrame]:
     """E13 at chosen checkpoints: the rows of the values −1.50 … 1.50 of each step in
     `steps`, projected onto the PCA(2) plane of the final checkpoint's rows, both
     uncentred (the authors) and centred.

@@ -43,7 +43,7 @@ from .sharpness import shape
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop
 from ..core.train import train
 from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
-                         saved_steps)
+                         rows_curve, saved_steps)
 
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
 # read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
@@ -75,8 +75,7 @@ def freeze_stop(cfg: Profile, main: int | None):
     def stop(rows: list[dict]) -> bool:
         if rows[-1]["step"] < main:
             return False
-        curve = pd.DataFrame({"step": [r["step"] for r in rows], "L_mask": [r["L_mask"] for r in rows]})
-        return find_drop(curve, rank=rank) is None
+        return find_drop(rows_curve(rows), rank=rank) is None
     return stop
 
 

@@ -283,7 +283,7 @@ def plateau_band(steps, values, drop_step: float, k: float = K, transient: float
     return float(base.mean() - half), float(base.mean() + half), start, end
 
 
-def departure_step(steps, values, low: float, high: float, after: float, *, before: float,
+def departure_step(steps, values, low: float, high: float, *, after: float, before: float,
                    sustain: int = SUSTAIN) -> float:
     """The first checkpoint in [after, before) where `values` is outside [low, high] and stays
     outside for `sustain` consecutive checkpoints (those after `before` count for staying
@@ -298,8 +298,8 @@ def departure_step(steps, values, low: float, high: float, after: float, *, befo
     return math.nan
 
 
-def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, k: float = K, transient: float = TRANSIENT,
-                  baseline: float = BASELINE, *, floor: float = FLOOR, sustain: int = SUSTAIN,
+def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, *, k: float = K, transient: float = TRANSIENT,
+                  baseline: float = BASELINE, floor: float = FLOOR, sustain: int = SUSTAIN,
                   n_boot: int = BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
     """One row per measure of a progress table: its plateau band (band_low, band_high, from
     the baseline window [window_start, window_end)), the first sustained departure from it
@@ -330,7 +330,7 @@ def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, k: float =
             for _ in range(n_boot):
                 b = rng.choice(base, size=len(base), replace=True)
                 half = max(k * float(b.std(ddof=1)), span)
-                d = departure_step(steps, values, b.mean() - half, b.mean() + half, end, before=drop_step, sustain=sustain)
+                d = departure_step(steps, values, b.mean() - half, b.mean() + half, after=end, before=drop_step, sustain=sustain)
                 boot.append(float(drop_step) - d if np.isfinite(d) else 0.0)
         boot = np.asarray(boot)
         rows.append({"measure": m, "band_low": low, "band_high": high, "window_start": start, "window_end": end,

@@ -179,27 +179,26 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
     rows_of = table.set_index("group")
     drops = drops_of(table)
     order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
-    rows = []
+    plateau_rows, recovery_rows = [], []
     for g in drops:
         r, quick = rows_of.loc[g], g in PAPER_E15_ORDER[0]
         fall = None if pd.isna(r["fall"]) else int(r["fall"])
         ratio = None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
-        rows.append(claim("E15", f"plateau / fall, {g} re-initialised", ratio, _plateau_reading(r, g),
-                          kind="direction", reference=ABRUPT, sense="below" if quick else "above",
-                          na=None if ratio is not None else "the run did not drop: no plateau length to measure"))
-    for g in drops:
-        r = rows_of.loc[g]
+        plateau_rows.append(claim("E15", f"plateau / fall, {g} re-initialised", ratio, _plateau_reading(r, g),
+                                  kind="direction", reference=ABRUPT, sense="below" if quick else "above",
+                                  na=None if ratio is not None else "the run did not drop: no plateau length to measure"))
         ok = main.final > 0 and math.isfinite(r["final_L_mask"])
-        ratio = r["final_L_mask"] / main.final if ok else None
-        se = ratio * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final) if ok else None
-        rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", ratio,
-                          f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
-                          f"against the main run's {main.final:.3g} ± {main.final_se:.2g}; it recovers when below "
-                          f"{SETTLE:g} (the paper shows this run {'converging' if g in PAPER_E15_ORDER[0] else 'dropping'} but gives "
-                          "no final level: the main run's is the yardstick)",
-                          kind="direction", reference=SETTLE, sense="below", se=se))
+        recovery = r["final_L_mask"] / main.final if ok else None
+        se = recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final) if ok else None
+        recovery_rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", recovery,
+                                   f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
+                                   f"against the main run's {main.final:.3g} ± {main.final_se:.2g}; it recovers when "
+                                   f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
+                                   "but gives no final level: the main run's is the yardstick)",
+                                   kind="direction", reference=SETTLE, sense="below", se=se))
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)
+    rows = plateau_rows + recovery_rows
     rows.append(claim("E15", f"order of the drops: {tiers_text(PAPER_E15_ORDER)}", None,
                       ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
                       kind="ordering", values=dict(drops), order=PAPER_E15_ORDER,
@@ -213,7 +212,7 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
     verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
     main_text = (f"The main run, trained from scratch, dropped at step {main.drop:,}." if main.drop is not None
                  else "The main run, trained from scratch, did not drop.")
-    recovered = [g for g, row in zip(drops, rows[len(drops):2 * len(drops)]) if row_verdict(row) in POSITIVE.values()]
+    recovered = [g for g, row in zip(drops, recovery_rows) if row_verdict(row) in POSITIVE.values()]
     recover_text = (f"{_runs_named(recovered).capitalize()} ended within {SETTLE:g}x of the main run's final L_mask"
                     + ("." if len(recovered) == len(drops) else
                        f"; {_runs_named([g for g in drops if g not in recovered])} did not.")

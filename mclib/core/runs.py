@@ -150,7 +150,9 @@ def run_profile(run_dir: str | Path) -> Profile:
     return profile_from_dict(yaml.safe_load((Path(run_dir) / PROFILE).read_text()))
 
 
-def _curve(rows: list[dict]) -> pd.DataFrame:
+def rows_curve(rows: list[dict]) -> pd.DataFrame:
+    """Metric rows (as `train` keeps them between flushes) as a curve: step, L, L_mask;
+    what a `stop` reads the drop and the convergence rule from."""
     return pd.DataFrame({k: [r[k] for r in rows] for k in ("step", "L", "L_mask")})
 
 
@@ -168,7 +170,7 @@ def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
     if t.until != "converged":
         return None
     column = drop_column(profile)
-    return lambda rows: bool(rows) and converged(_curve(rows), rank, t.patience, t.min_improvement,
+    return lambda rows: bool(rows) and converged(rows_curve(rows), rank, t.patience, t.min_improvement,
                                                  column=column) is not None
 
 
@@ -245,7 +247,7 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
     rows `rows` up to it (stopped: a caller's `stop` was true there)."""
     t = profile.train
     rule = convergence_stop(profile)
-    curve = _curve(rows)
+    curve = rows_curve(rows)
     drop = find_drop(curve, rank=profile.data.rank, column=drop_column(profile)) if rows else None
     if rule is not None and rule(rows):
         ended = "converged"
@@ -516,7 +518,7 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     if newest_only:
         keep = {newest}
     else:
-        drop = find_drop(_curve(rows), rank=profile.data.rank, column=drop_column(profile)) if rows else None
+        drop = find_drop(rows_curve(rows), rank=profile.data.rank, column=drop_column(profile)) if rows else None
         keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())
