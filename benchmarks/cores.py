@@ -6,7 +6,8 @@ The book trains several runs of the same profile (seeds; the four re-initialisat
 runs of E15). For a model as small as the cpu profile's, a matmul is too small to keep
 two threads busy, so two runs with one thread each may finish a pair of runs sooner
 than one two-thread run after another. This measures it, for the profile's model at
-its batch, with `mclib.core.train.train_step` (the function the training loop calls):
+its batch, with `mclib.core.train.train_step` (the function the training loop calls) on the
+reference path (one HF model, train.fast: false), where the attention implementation is chosen:
 
   - one process, each thread count from 1 to the number of cores, for each attention
     implementation ("sdpa", PyTorch's fused kernel; "eager", BERT's matmul-softmax-matmul);
@@ -33,24 +34,17 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.data import sample_batch  # noqa: E402
-from mclib.core.model import build_model  # noqa: E402
-from mclib.core.train import make_optimizer, train_step  # noqa: E402
+from mclib.core.train import step_function  # noqa: E402
 from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next to this file)
 
 
 def ms_per_step(profile_name: str, attention: str, threads: int, seconds: float, seed: int = 0) -> float:
     """Mean ms per training step of the profile's model, in this process."""
     torch.set_num_threads(threads)
-    profile = load_profile(profile_path(profile_name), **{"model.attention": attention})
-    model = build_model(profile.model, profile.data.n, seed).train()
-    opt = make_optimizer(model, profile.train, torch.device("cpu"))
-    gen = torch.Generator().manual_seed(seed)
-    d = profile.data
-
-    def step():
-        train_step(model, opt, sample_batch(profile.train.batch, d.n, d.rank, d.p_mask, gen), "fp32",
-                   torch.device("cpu"))
+    # the reference path (one HF model), where the attention implementation is a choice
+    profile = load_profile(profile_path(profile_name), **{"model.attention": attention, "train.fast": False,
+                                                          "train.compile": False, "train.precision": "fp32"})
+    step = step_function(profile.replace(seed=seed), torch.device("cpu"))
 
     for _ in range(20):
         step()

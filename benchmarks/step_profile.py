@@ -3,8 +3,8 @@ model's own shapes (the realistic ceiling).
 
     python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--threads 1] [--steps 30] [--out docs/data/step_profile.csv]
 
-For each profile and each path (ref: the HF step `mclib.core.train.train_step`; fast: the
-stacked step, `mclib.core.train.stacked_step`), torch.profiler records `--steps` steps after
+For each profile and each path (ref: `mclib.core.train.train_step` on one HF model,
+train.fast: false; fast: the stacked step, train.fast: true; both through `step_function`), torch.profiler records `--steps` steps after
 a warm-up, and every operator's self time goes into one bucket:
 
     matmul       mm, addmm, bmm, baddbmm (forward and backward products)
@@ -35,13 +35,11 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E402
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.data import sample_batch  # noqa: E402
 from mclib.core.flops import train_step_flops  # noqa: E402
-from mclib.core.model import build_model  # noqa: E402
-from mclib.core.train import lr_at, make_optimizer, stacked_step, train_step  # noqa: E402
+from mclib.core.train import step_function  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from train_step import cpu_model  # noqa: E402
@@ -61,28 +59,12 @@ def bucket_of(name: str) -> str:
 
 
 def step_fns(profile, device: torch.device):
-    """ref / fast: functions running one step, with the data and the optimiser in
-    `record_function` regions so the profile can tell them apart."""
-    d, t = profile.data, profile.train
-    gen = torch.Generator(device).manual_seed(0)
-    model = build_model(profile.model, d.n, profile.seed).to(device).train()
-    opt = make_optimizer(model, t, device)
-    inner_step = opt.step
-
-    def labelled_step(*a, **k):
-        with record_function("mclib::optimiser"):
-            return inner_step(*a, **k)
-    opt.step = labelled_step
-
-    def ref():
-        with record_function("mclib::data"):
-            b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, dist=d.dist)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(10_000, g["base_lr"], t.warmup)
-        return train_step(model, opt, b, "fp32", device)
-
-    fast = stacked_step(profile, device)
-    return {"ref": ref, "fast": fast}
+    """ref / fast: functions running one training step on each path
+    (`mclib.core.train.step_function`), whose data and optimiser run in `record_function`
+    regions of their own (mclib::data, mclib::optimiser) so the profile can tell them apart."""
+    return {"ref": step_function(profile.replace(**{"train.fast": False, "train.compile": False,
+                                                    "train.precision": "fp32"}), device),
+            "fast": step_function(profile.replace(**{"train.fast": True}), device)}
 
 
 def profile_step(fn, steps: int) -> dict:

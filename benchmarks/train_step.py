@@ -11,7 +11,8 @@ In one process and one run (docs/performance.md explains every column):
    (b) authors the authors' protocol: our update, then the model re-run on the training
                batch after the update and on 64 fresh matrices, every metric of those
                two passes read to the host each step;
-   (c) ours    mclib.core.train.train_step in fp32 (the function the training loop calls);
+   (c) ours    mclib.core.train.train_step on the reference path (train.fast: false, one
+               HF model) in fp32: the step the training loop runs with that setting;
    (d) ours    the same in bf16 autocast (fp32 master weights);
    (e) ours    (c) through torch.compile (--compile);
    (f) stacked the training loop's default path since 2026-11-23 (mclib.core.stacked, one
@@ -61,7 +62,7 @@ from mclib.core.data import VOCAB_SIZE, sample_batch  # noqa: E402
 from mclib.core.flops import authors_step_flops, train_step_flops  # noqa: E402
 from mclib.core.metrics import losses  # noqa: E402
 from mclib.core.model import build_model  # noqa: E402
-from mclib.core.train import lr_at, make_optimizer, resolve_device, stacked_step, train_step  # noqa: E402
+from mclib.core.train import resolve_device, step_function  # noqa: E402
 
 PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "a": ("stock HF fp32", "fp32", False),
@@ -143,13 +144,9 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
     def data(size=batch):
         return sample_batch(size, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device, non_blocking=True)
 
-    def ours(precision, compile_=False):
-        model = build_model(m, d.n, profile.seed).to(device).train()
-        # the optimiser exactly as mclib.core.train.train builds it
-        opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=t.lr,
-                               fused=device.type == "cuda" or None)
-        step_model = torch.compile(model) if compile_ else model
-        return lambda: train_step(step_model, opt, data(), precision, device)
+    def ours(precision, compile_=False):  # the reference path: one HF model (train.fast: false)
+        return step_function(profile.replace(**{"train.batch": batch, "train.precision": precision,
+                                                "train.fast": False, "train.compile": compile_}), device)
 
     def stock():
         torch.manual_seed(profile.seed)
@@ -178,7 +175,10 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
         def step():
             b = data()
             model.train()
-            train_step(model, opt, b, "fp32", device)
+            loss = losses(model(b.tokens).view_as(b.x), b.x, b.mask)["L"]  # our update, written out
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
             model.eval()
             with torch.no_grad():  # metrics from two extra passes, read every step
                 after = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
@@ -199,30 +199,24 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
         elif k == "e":
             paths[k] = ours("fp32", compile_=True)
         elif k in "fghi":  # the training loop's default path (mclib.core.stacked), one run
-            paths[k] = stacked_step(profile.replace(**{"train.batch": batch, "train.precision": PATHS[k][1]}),
-                                    device, compile=k == "g")
+            paths[k] = step_function(profile.replace(**{"train.batch": batch, "train.precision": PATHS[k][1],
+                                                        "train.fast": True, "train.compile": k == "g"}), device)
         elif k == "s":  # three seeds as one stacked model: how several runs fill one GPU
-            paths[k] = stacked_step(profile.replace(**{"train.batch": batch, "train.precision": "tf32"}),
-                                    device, runs=3)
+            paths[k] = step_function(profile.replace(**{"train.batch": batch, "train.precision": "tf32",
+                                                        "train.fast": True, "train.compile": False}), device, runs=3)
     return paths, notes
 
 
 def same_losses(profile: Profile, batch: int, device: torch.device, steps: int = 3) -> float:
     """The reference step (c) and the stacked step (f) from the same initial weights on the
-    same batches: prints both paths' losses step by step and returns the largest relative
-    difference (they must agree to fp32 tolerance)."""
-    d = profile.data
-    ref_model = build_model(profile.model, d.n, profile.seed).to(device).train()
-    ref_opt = make_optimizer(ref_model, profile.train, device)
-    fast = stacked_step(profile.replace(**{"train.batch": batch}), device)  # builds the same seed's model
-    gen = torch.Generator().manual_seed(profile.seed)  # the stacked step's own data stream (host-side)
+    same batches (both runs are the profile's seed): prints both paths' losses step by step
+    and returns the largest relative difference (they must agree to fp32 tolerance)."""
+    same = {"train.batch": batch, "train.precision": "fp32", "train.compile": False}
+    ref = step_function(profile.replace(**same, **{"train.fast": False}), device)
+    fast = step_function(profile.replace(**same, **{"train.fast": True}), device)
     worst = 0.0
     for s in range(steps):
-        for group in ref_opt.param_groups:
-            group["lr"] = lr_at(s + 1, group["base_lr"], profile.train.warmup)
-        b = sample_batch(batch, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device)
-        a = train_step(ref_model, ref_opt, b, "fp32", device).cpu()
-        f = fast()[0].cpu()
+        a, f = ref()[0].cpu(), fast()[0].cpu()
         worst = max(worst, ((a - f).abs() / a.abs()).max().item())
         print(f"  losses step {s + 1} (L, L_obs, L_mask): reference {a[:3].tolist()}, stacked {f[:3].tolist()}")
     print(f"  largest relative difference: {worst:.1e}", flush=True)

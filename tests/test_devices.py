@@ -4,7 +4,6 @@ where, and that a training step never waits for the device. What needs a GPU to 
 run by scripts/gpu_kit.sh on a lent GPU; here the CPU-side halves are tested."""
 from __future__ import annotations
 
-import shutil
 
 import pandas as pd
 import pytest
@@ -16,7 +15,7 @@ from mclib.core.config import ConfigError, deviations
 from mclib.core.data import sample_training_batch
 from mclib.core.jobs import gpu_workers, local_workers
 from mclib.core.runs import checkpoint_dir, load_metrics, load_train_state, run_profile
-from mclib.core.train import _Run, _StackedEngine, check_precision, set_precision, train, with_device
+from mclib.core.train import _engine, _Run, check_precision, set_precision, train, train_step, with_device
 
 COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 
@@ -100,21 +99,28 @@ def test_a_run_started_on_another_device_type_resumes_here_identically(tmp_path,
     assert run_profile(part).train.device == "cpu"  # it records where it went on
 
 
-def test_the_default_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profile):
-    """The stacked path (train.fast, the default) with its data copied in: no tensor is read
-    to the host inside a step (on CUDA each read would wait for the device). Sampling runs on
-    the host by design (CPU generators), so it happens before the reads are forbidden."""
-    p = smoke_profile.replace(**{"train.compile": False})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
-    engine = _StackedEngine(runs, torch.device("cpu"))
-    d = p.data
-    batches = [[sample_training_batch(p.train.batch, d.n, d.rank, d.p_mask, r.gens["data"]) for r in runs]
-               for _ in range(2)]
-    engine.step(batches[0])  # Adam's state is created here
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profile, fast):
+    """`train_step` on either path (the stacked one, train.fast, the default; the HF one with
+    fused Adam, what it uses on CUDA) with its data copied in: no tensor is read to the host
+    inside a step (on CUDA each read would wait for the device). Sampling runs on the host
+    by design (CPU generators), so it happens before the reads are forbidden."""
+    p = smoke_profile.replace(**{"train.compile": False, "train.fast": fast})
+    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in ((1, 2) if fast else (1,))]
+    engine = _engine(runs, torch.device("cpu"))
+    if not fast:  # fused Adam, as make_optimizer builds it on CUDA
+        engine.opt = torch.optim.Adam(runs[0].model.parameters(), lr=1e-3, fused=True)
+        engine.opt.param_groups[0]["base_lr"] = 1e-3
+    train_step(engine, runs)  # Adam's state is created here
     # Adam's step counters are host tensors on every device (torch's foreach Adam keeps them
     # there so that its bias corrections never wait for the device): reading them is allowed
-    counters = {id(t) for steps in engine.adam.steps for t in steps.values()}
-    assert counters and all(t.device.type == "cpu" for steps in engine.adam.steps for t in steps.values())
+    counters = ({id(t) for steps in engine.adam.steps for t in steps.values()} if fast
+                else {id(st["step"]) for st in engine.opt.state.values()})
+    assert counters and (not fast or all(t.device.type == "cpu" for steps in engine.adam.steps for t in steps.values()))
+    for r in runs:
+        d = p.data
+        b = sample_training_batch(p.train.batch, d.n, d.rank, d.p_mask, r.gens["data"])
+        r.batch = lambda b=b: b.to(torch.device("cpu"), non_blocking=True)
 
     def forbid(name, real):
         def read(self, *a, **k):
@@ -124,10 +130,9 @@ def test_the_default_training_step_reads_nothing_back_to_the_host(monkeypatch, s
         return read
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, forbid(name, getattr(torch.Tensor, name)))
-    moved = [b.to(torch.device("cpu"), non_blocking=True) for b in batches[1]]
-    out = engine.step(moved)
+    out = train_step(engine, runs)
     monkeypatch.undo()
-    assert out.shape == (2, 4) and torch.isfinite(out).all()
+    assert out.shape == (len(runs), 4) and torch.isfinite(out).all()
 
 
 def test_one_worker_per_gpu_each_seeing_only_its_own():

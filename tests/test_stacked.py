@@ -1,6 +1,8 @@
 """The stacked training path (mclib.core.stacked) against HF's MatrixBert, and runs trained together."""
 from __future__ import annotations
 
+import dataclasses
+
 import pandas as pd
 import pytest
 import torch
@@ -10,7 +12,8 @@ from mclib.analyses.interventions import reinit_component
 from mclib.core.model import build_model, load_model
 from mclib.core.stacked import Stack, forward, run_losses
 from mclib.core.metrics import losses
-from mclib.core.train import Job, make_optimizer, train, train_group, train_step
+from mclib.core.config import ModelConfig, load_profile, profile_path
+from mclib.core.train import Job, fast_path_refusal, step_function, train, train_group
 from mclib.core.runs import checkpoint_dir, load_checkpoint, load_metrics
 
 LOSS_COLS = ["L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
@@ -20,21 +23,49 @@ def _batch(p, seed, batch=16):
     return sample_batch(batch, p.data.n, p.data.rank, p.data.p_mask, torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("logit_scale, qk_norm", [(1.0, False), (4.0, False), (1.0, True)])
-def test_forward_equals_matrixbert_for_every_run_of_a_stack(smoke_profile, logit_scale, qk_norm):
-    p = smoke_profile.replace(**{"model.attn_logit_scale": logit_scale, "model.qk_norm": qk_norm})
+# Every field of ModelConfig with a value away from the smoke profile's. The stacked forward
+# (mclib.core.stacked) writes the architecture a second time, so it must equal MatrixBert's
+# under each lever; a field added to ModelConfig fails the next test until it is listed here.
+LEVERS = {"layers": 3, "heads": 4, "hidden": 24, "intermediate": 48, "init_std": 0.1, "position_init_std": 0.3,
+          "attn_logit_scale": 4.0, "attention": "eager", "qk_norm": True}
+NOT_STACKED = {"kind"}  # model.kind: gpt trains on the reference path (fast_path_refusal)
+
+
+def test_every_model_lever_is_checked_on_the_stacked_path(smoke_profile):
+    assert {f.name for f in dataclasses.fields(ModelConfig)} == set(LEVERS) | NOT_STACKED
+    gpt = load_profile(profile_path("gpt")).replace(**{"train.fast": True})
+    assert "reference path" in fast_path_refusal(gpt)
+
+
+@pytest.mark.parametrize("lever", [None, *LEVERS])
+def test_forward_equals_matrixbert_for_every_run_of_a_stack(smoke_profile, lever):
+    p = smoke_profile if lever is None else smoke_profile.replace(**{f"model.{lever}": LEVERS[lever]})
     models = [build_model(p.model, p.data.n, seed) for seed in (1, 2, 3)]
-    if qk_norm:  # away from their init (gain 1, bias 0), so that a norm read from the wrong run shows
-        with torch.no_grad():
-            for m in models:
-                for name, q in m.named_parameters():
-                    if "_norm." in name:
-                        q.add_(0.3 * torch.randn_like(q))
+    with torch.no_grad():  # layer norms away from their init (gain 1, bias 0), so that one read from the wrong run shows
+        for m in models:
+            for name, q in m.named_parameters():
+                if "LayerNorm." in name or "_norm." in name:
+                    q.add_(0.3 * torch.randn_like(q))
     batches = [_batch(p, seed) for seed in (11, 12, 13)]
     with torch.no_grad():
         out = forward(Stack(models), torch.stack([b.tokens for b in batches]))
         for r, (m, b) in enumerate(zip(models, batches)):
             torch.testing.assert_close(out[r], m.eval()(b.tokens), rtol=0, atol=1e-5)
+
+
+def test_a_stack_is_a_module_whose_parameters_torch_sees(smoke_profile):
+    """`.parameters()`, `.to()` and `state_dict()` are nn.Module's own; the forward reads the moved weights."""
+    models = [build_model(smoke_profile.model, 7, seed) for seed in (1, 2)]
+    stack = Stack(models)
+    assert sum(q.numel() for q in stack.parameters()) == sum(q.numel() for q in stack.params.values()) > 0
+    assert set(stack.state_dict()) == {n.replace(".", "/") for n in stack.params}
+    stack.to(torch.float64)
+    assert all(q.dtype == torch.float64 for q in stack.params.values())
+    assert all(a is b for a, b in zip(stack.parameters(), stack.params.values()))
+    tokens = torch.stack([_batch(smoke_profile, s).tokens for s in (1, 2)])
+    assert forward(stack, tokens).dtype == torch.float64
+    two = stack.select([1])
+    assert two.runs == 1 and len(list(two.parameters())) == len(list(stack.parameters()))
 
 
 def test_gradients_equal_matrixbert(smoke_profile):
@@ -151,15 +182,16 @@ def test_muon_falls_back_to_the_reference_path_with_a_notice(tmp_path, smoke_pro
     assert len(err) == 1 and "muon" in err[0] and "reference path" in err[0]
 
 
-def test_the_reference_step_is_still_the_benchmarks_reference(smoke_profile):
-    """train_step (the HF path, kept as the benchmark's reference) still trains."""
-    p = smoke_profile
-    model = build_model(p.model, p.data.n, 1).train()
-    opt = make_optimizer(model, p.train, torch.device("cpu"))
-    first = train_step(model, opt, _batch(p, 1), "fp32", torch.device("cpu"))
-    for _ in range(20):
-        last = train_step(model, opt, _batch(p, 1), "fp32", torch.device("cpu"))
-    assert last[0] < first[0]  # the same batch, 20 updates later: lower loss
+def test_step_function_gives_the_same_losses_on_both_paths(smoke_profile):
+    """`step_function` (what the benchmarks time): the reference and the stacked step of the
+    same seed see the same matrices and compute the same losses, step after step."""
+    p = smoke_profile.replace(**{"train.compile": False})
+    ref = step_function(p.replace(**{"train.fast": False}), torch.device("cpu"))
+    fast = step_function(p.replace(**{"train.fast": True}), torch.device("cpu"))
+    steps = [(ref()[0], fast()[0]) for _ in range(5)]
+    for a, f in steps:
+        torch.testing.assert_close(a, f, rtol=1e-4, atol=1e-7)
+    assert steps[-1][0][0] < steps[0][0][0]  # and they train
 
 
 def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_path, smoke_profile, monkeypatch,

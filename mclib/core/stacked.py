@@ -3,7 +3,14 @@
 `MatrixBert` (HuggingFace) stays the model of record: checkpoints are its folders, and
 every analysis reads it with its attention hooks. For training only, the weights of R
 runs are stacked into tensors `[run, ...]`, and `forward` computes for every run at
-once what `MatrixBert.forward` computes (tests/test_stacked.py: equal to 1e-5):
+once what `MatrixBert.forward` computes.
+
+This file writes the architecture a second time (HF's `BertModel` with mclib's attention
+function, `mclib.core.attention`, is the first), for speed. What keeps the two from
+diverging is a test, not a shared definition: tests/test_stacked.py checks the forward
+against MatrixBert's to 1e-5 under every field of `ModelConfig`, and fails when a field
+is added that it does not list; a lever that only the HF path has (model.kind: gpt) is
+refused here (`mclib.core.train.fast_path_refusal`) and trains on the reference path.
 
     tokens [run, batch, seq]
       -> token + position embeddings, LayerNorm              [run, batch*seq, hidden]
@@ -87,9 +94,25 @@ class Stack(nn.Module):
             trainable[name] = flags
             if name not in params:
                 params[name] = self._gather(models, name)
+        self._register(params, trainable)
+
+    def _register(self, params: dict[str, torch.Tensor], trainable: dict[str, tuple[bool, ...]]) -> None:
+        """Make each stacked tensor a registered parameter of this module (so `.parameters()`,
+        `.to()` and `state_dict()` are nn.Module's own); a name's dots become "/" (a
+        registered name cannot hold a dot). `params` is the view by HF name that the forward reads."""
         self.names = list(params)
         self.trainable = trainable
-        self.params = {n: nn.Parameter(p, requires_grad=any(trainable[n])) for n, p in params.items()}
+        for n, p in params.items():
+            self.register_parameter(n.replace(".", "/"), nn.Parameter(p, requires_grad=any(trainable[n])))
+        self._view()
+
+    def _view(self) -> None:
+        self.params = {n.replace("/", "."): p for n, p in self._parameters.items()}
+
+    def _apply(self, fn, recurse=True):  # .to(), .double(), ...: refresh the view by name after them
+        out = super()._apply(fn, recurse)
+        self._view()
+        return out
 
     def _gather(self, models, name: str) -> torch.Tensor:
         with torch.no_grad():
@@ -125,17 +148,9 @@ class Stack(nn.Module):
         new.layers, new.heads, new.hidden, new.eps, new.scaling = (
             self.layers, self.heads, self.hidden, self.eps, self.scaling)
         idx = torch.tensor(keep, device=next(iter(self.params.values())).device)
-        new.names = list(self.names)
-        new.trainable = {n: tuple(t[i] for i in keep) for n, t in self.trainable.items()}
-        new.params = {n: nn.Parameter(p.detach().index_select(0, idx).clone(),
-                                      requires_grad=any(new.trainable[n]))
-                      for n, p in self.params.items()}
+        new._register({n: p.detach().index_select(0, idx).clone() for n, p in self.params.items()},
+                      {n: tuple(t[i] for i in keep) for n, t in self.trainable.items()})
         return new
-
-    def to(self, device):  # the parameters live in a plain dict, so move them by hand
-        for n, p in self.params.items():
-            self.params[n] = nn.Parameter(p.detach().to(device), requires_grad=p.requires_grad)
-        return self
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

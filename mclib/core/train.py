@@ -15,7 +15,9 @@ Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
 `train.threads: 1`, or a cluster's workers); a run's numbers do not depend on which
 process trains it.
 
-The update itself is `train_step` (benchmarks/train_step.py times the same function).
+One step is `train_step`: sample, forward, loss, backward, clip, update, log, in that
+order in one function (benchmarks/train_step.py times it through `step_function`). The
+loop around it (`_train`) evaluates, flushes the logged losses, checkpoints and ends runs.
 On a CUDA device (docs/performance.md): fused Adam, no host sync inside the step (losses
 stay on the device until the flush every `log_every` steps; the data are sampled on the
 host by CPU generators, so a run's matrices are the same on any device and a run resumes
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import math
 import sys
 import time
@@ -174,24 +177,53 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None) ->
     return opt
 
 
-def train_step(model, opt: torch.optim.Optimizer, batch: Batch, precision: str,
-               device: torch.device, *, grad_clip: float = 0.0, task_from: int = 0) -> torch.Tensor:
-    """One update on `batch`: forward (autocast if bf16), pooled MSE over all entries,
-    backward, optional clipping of the global gradient norm, optimiser step (Adam or
-    MuonAdam). Returns the losses of this forward pass as a tensor
-    `[L, L_obs, L_mask, mask_value]` left on the device: no host sync inside the step.
-    task_from: the losses returned are those of matrices task_from... (the profile's task
-    when an easier one is mixed into the first rows); the gradient is the whole batch's."""
-    with autocast(device, precision):
-        pred = predict(model, batch)
-    ls = losses(pred[task_from:], batch.x[task_from:], batch.mask[task_from:])
-    opt.zero_grad(set_to_none=True)
-    (ls["L"] if not task_from else ((pred.float() - batch.x) ** 2).mean()).backward()
-    if grad_clip:
-        params = [p for group in opt.param_groups for p in group["params"]]
-        torch.nn.utils.clip_grad_norm_(params, grad_clip, foreach=True)
-    opt.step()
-    return torch.stack([ls[k].detach() for k in LOSS_NAMES])
+# --- one training step ---------------------------------------------------------------------
+
+def train_step(engine: "_ReferenceEngine | _StackedEngine", runs: list["_Run"]) -> torch.Tensor:
+    """One step of every run in `runs`, read top to bottom: sample, forward, loss, backward,
+    clip, update, log. Returns the `[run, 4]` losses of this forward pass (L, L_obs, L_mask,
+    mask value), left on the device: nothing inside a step waits for a GPU.
+
+    `engine` holds the runs' weights and optimisers: one HF model (`_ReferenceEngine`) or R
+    runs stacked into one (`_StackedEngine`, the default, `train.fast`). Both compute the
+    same step (tests/test_stacked.py); they differ only in how the weights are laid out.
+    """
+    # sample: each run draws from its own CPU generator (the same matrices on any device)
+    batches = [r.batch() for r in runs]
+    tokens, x, mask = (torch.stack(parts) for parts in zip(*((b.tokens, b.x, b.mask) for b in batches)))
+    # forward, loss, backward: one function (below), so that train.compile takes them as one graph
+    engine.zero_grad()
+    ls = engine.forward_loss_backward(tokens, x, mask)                    # [run, 4]
+    for i, r in enumerate(runs):
+        grads = engine.grads(i)                                           # run i's gradients
+        if r.t.grad_clip:  # clip: the run's global gradient norm, at most grad_clip
+            clip_grad_norm(grads, r.t.grad_clip)
+        engine.update(i, r.step + 1)   # update: Adam (or MuonAdam) at lr_at(step), the warm-up's lr
+        r.step += 1
+        r.pending.append(ls[i])        # log: kept on the device until the run's next flush
+    return ls
+
+
+def forward_loss_backward(forward: Callable[..., torch.Tensor], tokens: torch.Tensor, x: torch.Tensor,
+                          mask: torch.Tensor, *, task_from: int, device: torch.device, precision: str) -> torch.Tensor:
+    """The differentiated part of `train_step`. tokens `[run, batch, seq]`, x and mask `[run, batch, n, n]`;
+    forward(tokens, x, mask) -> predictions `[run, batch, seq]`. Returns the detached `[run, 4]` losses.
+    task_from: the losses are those of matrices task_from... (the profile's task, when an easier one is
+    mixed into the first rows: `data.mix_fraction`); the gradient is that of the whole batch."""
+    with autocast(device, precision):  # bf16 products with fp32 master weights, or nothing
+        pred = forward(tokens, x, mask)
+    k = task_from
+    ls = run_losses(pred[:, k:], x[:, k:], mask[:, k:])                   # [run, 4]
+    loss = ls[:, 0] if not k else ((pred.float() - x.flatten(2)) ** 2).mean((1, 2))  # pooled MSE, per run
+    loss.sum().backward()  # each run's parameters get the gradient of its own loss
+    return ls.detach()
+
+
+def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> None:
+    """`torch.nn.utils.clip_grad_norm_`'s arithmetic on a list of gradients (a stacked run's
+    are slices of the stack's, which the torch function, reading `.grad`, cannot take)."""
+    coef = (max_norm / (torch.nn.utils.get_total_norm(grads, foreach=True) + 1e-6)).clamp(max=1.0)
+    torch._foreach_mul_(grads, coef)
 
 
 def predict(model, batch: Batch) -> torch.Tensor:
@@ -342,10 +374,11 @@ class _Run:
 
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device) -> "_Run":
-        """A fresh run with no folder, for timing the step (`stacked_step`): the model, the
+        """A fresh run with no folder, for timing the step (`step_function`): the model, the
         data stream and the step, nothing saved."""
         run = cls.__new__(cls)
         run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
+        run.pending = []
         run.model = build_model(profile.model, profile.data.n, profile.seed).to(device).train()
         run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
         return run
@@ -375,22 +408,38 @@ class _Run:
         return self.stop_reason()
 
 
+# --- where the weights live: one HF model, or R runs stacked -----------------------------------
+# An engine gives `train_step` the runs' forward_loss_backward, their gradients and their
+# update; the training loop, their evaluation and their checkpoints.
+
 class _ReferenceEngine:
-    """The HF path: `MatrixBert` + `make_optimizer` + `train_step`, one run."""
+    """The HF path: one run's `MatrixBert` (or E19's `MatrixGPT`) with `make_optimizer`'s
+    optimiser. Under train.compile, torch.compile compiles the model."""
 
     def __init__(self, runs: list[_Run], device: torch.device):
         (run,) = runs
         t = run.t
         self.run, self.device = run, device
         self.opt = make_optimizer(run.model, t, device, run.state["optimizer"] if run.state is not None else None)
-        self.step_model = torch.compile(run.model) if t.compile else run.model
+        model = torch.compile(run.model) if t.compile else run.model
 
-    def step(self, batches: list[Batch]) -> torch.Tensor:
+        def forward(tokens, x, mask):  # [1, batch, seq], the one run's
+            return predict(model, Batch(x=x[0], mask=mask[0], tokens=tokens[0])).flatten(1).unsqueeze(0)
+        self.forward_loss_backward = functools.partial(
+            forward_loss_backward, forward, task_from=mixed_rows(t.batch, run.profile.data.mix_fraction),
+            device=device, precision=t.precision)
+
+    def zero_grad(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+
+    def grads(self, i: int) -> list[torch.Tensor]:
+        return [p.grad for group in self.opt.param_groups for p in group["params"] if p.grad is not None]
+
+    def update(self, i: int, step: int) -> None:
         for group in self.opt.param_groups:
-            group["lr"] = lr_at(self.run.step + 1, group["base_lr"], self.run.t.warmup)
-        d = self.run.profile.data
-        return train_step(self.step_model, self.opt, batches[0], self.run.t.precision, self.device,
-                          grad_clip=self.run.t.grad_clip, task_from=mixed_rows(self.run.t.batch, d.mix_fraction)).unsqueeze(0)
+            group["lr"] = lr_at(step, group["base_lr"], self.run.t.warmup)
+        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
+            self.opt.step()
 
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
@@ -407,7 +456,8 @@ class _ReferenceEngine:
 
 
 class _StackedEngine:
-    """The fast path: every run of the group in one `mclib.core.stacked.Stack`."""
+    """The fast path: every run of the group in one `mclib.core.stacked.Stack`, updated run by
+    run by `StackedAdam`. Under train.compile, torch.compile compiles `forward_loss_backward`."""
 
     def __init__(self, runs: list[_Run], device: torch.device):
         t = runs[0].t
@@ -422,64 +472,46 @@ class _StackedEngine:
         self.group_names = [self._group_names(i) for i in range(len(runs))]
         self._compile = t.compile
         self.task_from = mixed_rows(t.batch, runs[0].profile.data.mix_fraction)
-        self._step_fn = self._make_step_fn()
+        self._flb = self._make_flb()
 
-    def _make_step_fn(self):
+    def _make_flb(self):
         stack = self.stack
+        flb = functools.partial(forward_loss_backward, lambda tokens, x, mask: stacked_forward(stack, tokens),
+                                task_from=self.task_from, device=self.device, precision=self.precision)
+        return torch.compile(flb) if self._compile else flb
 
-        k = self.task_from
-
-        def forward_backward(tokens, x, mask):
-            with autocast(self.device, self.precision):
-                pred = stacked_forward(stack, tokens)
-            ls = run_losses(pred[:, k:], x[:, k:], mask[:, k:])             # [run, 4], the task's matrices
-            loss = ls[:, 0] if not k else ((pred.float() - x.flatten(2)) ** 2).mean((1, 2))
-            loss.sum().backward()  # each run's parameters get the gradient of its own loss
-            return ls.detach()
-        return torch.compile(forward_backward) if self._compile else forward_backward
-
-    def _group_names(self, i: int) -> list[tuple[list[str], float]]:
-        """Run i's param groups as (stacked names, base lr), in `make_optimizer`'s grouping."""
-        by_param = {p: n for n, p in self.runs[i].model.named_parameters()}
-        return [(list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"])), group["base_lr"])
-                for group in self.ref_opts[i].param_groups]
-
-    def _groups(self, i: int) -> list[tuple[list[str], float]]:
-        """Run i's param groups as (stacked names, lr at its next step)."""
-        run = self.runs[i]
-        return [(names, lr_at(run.step + 1, base, run.t.warmup)) for names, base in self.group_names[i]]
-
-    def step(self, batches: list[Batch]) -> torch.Tensor:
-        for p in self.stack.params.values():
-            p.grad = None
-        args = (torch.stack([b.tokens for b in batches]), torch.stack([b.x for b in batches]),
-                torch.stack([b.mask for b in batches]))
+    def forward_loss_backward(self, tokens: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         try:
-            ls = self._step_fn(*args)
+            return self._flb(tokens, x, mask)
         except Exception as e:  # torch.compile cannot run here (no C++ compiler, unsupported backend...)
             if not self._compile:
                 raise
             print(f"mclib: train.compile: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
                   "the step runs eagerly", file=sys.stderr)
             self._compile = False
-            self._step_fn = self._make_step_fn()
-            for p in self.stack.params.values():
-                p.grad = None
-            ls = self._step_fn(*args)
+            self._flb = self._make_flb()
+            self.zero_grad()
+            return self._flb(tokens, x, mask)
+
+    def zero_grad(self) -> None:
+        for p in self.stack.parameters():
+            p.grad = None
+
+    def grads(self, i: int) -> list[torch.Tensor]:
         word = self.stack.params[WORD]
         if word.grad is not None:
-            word.grad[:, MASK_ID] = 0  # MASK is the padding index: its embedding stays zero
-        with record_function("mclib::optimiser"):
-            self._update()
-        return ls
+            word.grad[i, MASK_ID] = 0  # MASK is the padding index: its embedding stays zero
+        return [p.grad[i] for n, p in self.stack.params.items() if p.grad is not None and self.stack.trainable[n][i]]
 
-    def _update(self) -> None:
-        for i, run in enumerate(self.runs):
-            grads = [p.grad[i] for n, p in self.stack.params.items() if p.grad is not None and self.stack.trainable[n][i]]
-            if run.t.grad_clip:  # clip_grad_norm_'s arithmetic, on this run's slices of the gradients
-                coef = (run.t.grad_clip / (torch.nn.utils.get_total_norm(grads, foreach=True) + 1e-6)).clamp(max=1.0)
-                torch._foreach_mul_(grads, coef)
-            self.adam.step(i, self._groups(i))
+    def update(self, i: int, step: int) -> None:
+        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
+            self.adam.step(i, [(names, lr_at(step, base, self.runs[i].t.warmup)) for names, base in self.group_names[i]])
+
+    def _group_names(self, i: int) -> list[tuple[list[str], float]]:
+        """Run i's param groups as (stacked names, base lr), in `make_optimizer`'s grouping."""
+        by_param = {p: n for n, p in self.runs[i].model.named_parameters()}
+        return [(list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"])), group["base_lr"])
+                for group in self.ref_opts[i].param_groups]
 
     @torch.no_grad()
     def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
@@ -501,24 +533,7 @@ class _StackedEngine:
         self.runs = [self.runs[i] for i in keep]
         self.ref_opts = [self.ref_opts[i] for i in keep]
         self.group_names = [self.group_names[i] for i in keep]
-        self._step_fn = self._make_step_fn()
-
-
-def stacked_step(profile: Profile, device: torch.device, runs: int = 1,
-                 compile: bool | None = None) -> Callable[[], torch.Tensor]:
-    """A function that runs one step of the stacked path on `runs` fresh models of
-    `profile` (seeds profile.seed, +1, ...), each with its own data, exactly as the
-    training loop does (benchmarks/train_step.py times it). Returns the `[run, 4]` losses."""
-    overrides = {} if compile is None else {"train.compile": compile}
-    stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r, **overrides), device) for r in range(runs)]
-    engine = _StackedEngine(stubs, device)
-
-    def step() -> torch.Tensor:
-        out = engine.step([s.batch() for s in stubs])
-        for s in stubs:
-            s.step += 1
-        return out
-    return step
+        self._flb = self._make_flb()
 
 
 def _engine(runs: list[_Run], device: torch.device):
@@ -531,6 +546,22 @@ def _engine(runs: list[_Run], device: torch.device):
     if len(runs) > 1:
         raise ValueError(f"{len(runs)} runs on the reference path: it trains one run at a time")
     return _ReferenceEngine(runs, device)
+
+
+def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Callable[[], torch.Tensor]:
+    """A function that runs one `train_step` of `runs` fresh runs of `profile` (seeds
+    profile.seed, +1, ..., in memory, nothing saved), on the path the profile takes
+    (`train.fast`, `train.compile`), exactly as the training loop does; it returns the
+    `[run, 4]` losses. benchmarks/train_step.py times it."""
+    stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r), device) for r in range(runs)]
+    engine = _engine(stubs, device)
+
+    def step() -> torch.Tensor:
+        out = train_step(engine, stubs)
+        for s in stubs:
+            s.pending.clear()
+        return out
+    return step
 
 
 def _train(jobs: list[Job], progress: bool) -> None:
@@ -549,13 +580,8 @@ def _train(jobs: list[Job], progress: bool) -> None:
                unit="step", dynamic_ncols=True)
     tick = time.perf_counter()
     while runs:
-        losses_now = engine.step([r.batch() for r in runs])               # [run, 4] on the device
-        due = []
-        for i, r in enumerate(runs):
-            r.step += 1
-            r.pending.append(losses_now[i])
-            if r.step % r.t.eval_every == 0:
-                due.append(i)
+        train_step(engine, runs)
+        due = [i for i, r in enumerate(runs) if r.step % r.t.eval_every == 0]
         if due:
             ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
             for i, values in zip(due, ev):
