@@ -27,6 +27,12 @@ the newest checkpoint of its run folder, so a retried run continues where it sto
 resource `GPU: 1` when it trains on CUDA (`resources_for`); workers of a cluster that
 has GPUs must be started with `--resources GPU=1`, else such a run waits forever.
 
+Every place that trains several runs gets its cluster and submits here: the seeds
+(`mclib.core.train.train_seeds`), E15's runs (`mclib.analyses.freezing.freeze_runs`),
+the book's schedule of both (`mclib.book.chapter.train_runs`) and the sweeps
+(`mclib.core.sweep`, which polls its futures itself to report progress). What a job
+does is theirs; where and when it runs is this module's.
+
 This module imports neither torch nor distributed at import time.
 """
 from __future__ import annotations
