@@ -11,10 +11,12 @@ import torch
 from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.analyses.comparisons import pooled
-from mclib.analyses.evaluate import predict, sample_eval_batch
-from mclib.analyses.heads import head_scores, position_masks
+from mclib.analyses.evaluate import patching_table, predict, sample_eval_batch
+from mclib.analyses.heads import (checkpoint_maps, e10_kinds, e10_masks, head_scores, masked_lines, pick_heads,
+                                  position_masks, scores_at, structured_scores)
+from mclib.analyses.loss_tables import permutation_errors
+from mclib.analyses.probes import best_probe_layers
 from mclib.book import ch03_heads as chapter
-from mclib.book import scorecard
 from mclib.core.data import make_batch, structured_mask
 
 N = 7
@@ -31,7 +33,7 @@ def t(ch):
     e67, perm = chapter.e6_e7_tables(ch)
     return dict(heads=heads, abl=chapter.ablation_at_post(ch, heads), e67=e67, perm=perm,
                 e8=chapter.e8_table(ch), structured=chapter.e10_heads(ch),
-                columns=chapter.e10_heads(ch, chapter.e10_masks(ch.cfg.data.n)["columns"], "columns"),
+                columns=chapter.e10_heads(ch, e10_masks(ch.cfg.data.n)["columns"], "columns"),
                 base=chapter.post_losses(ch),
                 probes=probe_layers(*probe_sets(ch.post, ch.cfg.data, 16, 8, seed=0)))
 
@@ -48,7 +50,7 @@ def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
 
 
 def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):
-    patch = chapter.patching_table(ch.post, smoke_profile.data, 8, 0).set_index("patched")
+    patch = patching_table(ch.post, smoke_profile.data, 8, 0).set_index("patched")
     assert list(patch.index) == ["none", "last layer", "all layers"]
     # "none" is the plain −X run, computed here without hooks: the model on −X of the seed's
     # matrices, same masks; MSE to X and to −X at masked and at observed entries
@@ -73,7 +75,7 @@ def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):
 def test_checkpoint_maps_are_batch_mean_probabilities(ch, smoke_profile):
     batch = sample_eval_batch(smoke_profile.data, 4, 0)
     steps = ch.steps.all_steps()[:2]
-    maps = chapter.checkpoint_maps({s: ch.model(s) for s in steps}, batch)
+    maps = checkpoint_maps({s: ch.model(s) for s in steps}, batch)
     m = smoke_profile.model
     assert list(maps) == steps and maps[steps[0]].shape == (m.layers, m.heads, N * N, N * N)
     assert torch.allclose(maps[steps[0]].sum(-1), torch.ones(m.layers, m.heads, N * N), atol=1e-4)
@@ -81,7 +83,7 @@ def test_checkpoint_maps_are_batch_mean_probabilities(ch, smoke_profile):
 
 def test_pick_heads_takes_distinct_heads():
     scores = pd.DataFrame({"layer": [0, 0, 1], "head": [0, 1, 0], "a": [3.0, 2.0, 1.0], "b": [3.0, 0.0, 2.0]})
-    picks = chapter.pick_heads(scores, {"top a": ("a", True), "top b": ("b", True), "low a": ("a", False),
+    picks = pick_heads(scores, {"top a": ("a", True), "top b": ("b", True), "low a": ("a", False),
                                         "more": ("a", True)})
     assert picks == {"top a": (0, 0), "top b": (1, 0), "low a": (0, 1)}  # "more": every head is taken
 
@@ -97,7 +99,7 @@ def test_structured_scores_on_synthetic_heads():
     uniform = torch.full((N * N, N * N), 1 / N**2, dtype=torch.double)
     ident = position_masks(N)["self"].double()
     probs = torch.stack([lone, uniform, ident])[None].expand(batch, -1, -1, -1)  # [batch, 3 heads, q, k]
-    scores = chapter.structured_scores(probs, mask, N)
+    scores = structured_scores(probs, mask, N)
     chance = scores.attrs["chance"]
     assert list(scores.columns[:len(head_scores(probs, mask, N).columns)]) == list(head_scores(probs, mask, N).columns)
     assert scores.loc[0, "lone_entry"] == pytest.approx(1.0)               # the lone entry of masked rows
@@ -106,29 +108,29 @@ def test_structured_scores_on_synthetic_heads():
     assert scores.loc[2, "lone_entry"] == 0 and scores.loc[2, "masked_lines"] == pytest.approx(1.0)  # self, in a masked row
     assert scores.attrs["axis"] == "row"
     with pytest.raises(ValueError, match="one \\[7, 7\\] mask"):
-        chapter.structured_scores(probs, mask.expand(batch, N, N), N)
+        structured_scores(probs, mask.expand(batch, N, N), N)
     with pytest.raises(ValueError, match="fills no row or column"):
-        chapter.structured_scores(probs, torch.zeros(N, N, dtype=torch.bool), N)
+        structured_scores(probs, torch.zeros(N, N, dtype=torch.bool), N)
 
 
 def test_the_transposed_mask_scores_the_transposed_heads_alike():
     """Transposing the grid (position r*n+c <-> c*n+r) in the mask and in every head's
     queries and keys must give the same E10 scores, with rows and columns swapped."""
-    masks = chapter.e10_masks(N)
+    masks = e10_masks(N)
     assert torch.equal(masks["columns"], masks["rows"].T)
-    assert chapter.masked_lines(masks["rows"], N) == ("row", [3, 6])
-    assert chapter.masked_lines(masks["columns"], N) == ("column", [3, 6])
+    assert masked_lines(masks["rows"], N) == ("row", [3, 6])
+    assert masked_lines(masks["columns"], N) == ("column", [3, 6])
     gen = torch.Generator().manual_seed(0)
     probs = torch.rand(2, 4, N * N, N * N, generator=gen, dtype=torch.double).softmax(-1)  # [batch, head, q, k]
     t = torch.arange(N * N).reshape(N, N).T.reshape(-1)                 # the transposed position of each position
     probs_t = probs[:, :, t][:, :, :, t]
-    a = chapter.structured_scores(probs, masks["rows"], N)
-    b = chapter.structured_scores(probs_t, masks["columns"], N)
+    a = structured_scores(probs, masks["rows"], N)
+    b = structured_scores(probs_t, masks["columns"], N)
     assert b.attrs["axis"] == "column" and b.attrs["chance"] == pytest.approx(a.attrs["chance"])
     for col in ("lone_entry", "masked_lines", "self", "masked"):
         assert b[col].to_numpy() == pytest.approx(a[col].to_numpy())
     assert b["column"].to_numpy() == pytest.approx(a["row"].to_numpy())
-    kinds = chapter.e10_kinds("column")
+    kinds = e10_kinds("column")
     assert kinds["follows rows"] == ("row_excess", True) and kinds["ignores masked columns"] == ("masked_lines", False)
 
 
@@ -184,7 +186,7 @@ def test_the_table_the_sentence_and_the_row_read_one_probe_layer():
     # layers 1 and 2 tie at the masked positions: the shallower one, everywhere
     probes = pd.DataFrame({"layer": [0, 1, 2, 1], "target": ["row"] * 4, "positions": ["masked"] * 3 + ["all"],
                            "mse": [0.9, 0.3, 0.3, 0.01], "mse_zero": [1.0] * 4, "abs_cos": [0.1, 0.8, 0.8, 0.9]})
-    best = chapter.best_probe_layers(probes)
+    best = best_probe_layers(probes)
     assert best.loc["row", "layer"] == 1 and best.loc["row", "rel"] == pytest.approx(0.3)
 
 
@@ -195,7 +197,7 @@ def test_phase_and_progress_sentences_turn_with_the_numbers():
                              "self_excess": [0.0, 0.0, 0.1]})
     assert chapter.progress_text(progress, None) == "the largest excess of any head goes from 0.20 at step 10 to 0.70 at step 20"
     assert chapter.progress_text(progress, 15).endswith(", against a drop at step 15")
-    assert chapter.scores_at(progress, 10).shape[0] == 2 and chapter.scores_at(progress, 30) is None
+    assert scores_at(progress, 10).shape[0] == 2 and scores_at(progress, 30) is None
 
 
 @pytest.mark.slow
@@ -238,7 +240,7 @@ def test_the_lone_entry_sentence_compares_with_the_paper_only_for_its_own_mask()
 def test_the_mean_over_permutations_carries_the_matrices_error_and_the_permutations_spread():
     perm = pd.DataFrame({q: [0.1, 0.3] for q in ("L", "L_obs", "L_mask")}
                         | {f"{q}_se": [0.03, 0.05] for q in ("L", "L_obs", "L_mask")})
-    se = chapter.permutation_errors(perm)
+    se = permutation_errors(perm)
     spread = np.std([0.1, 0.3], ddof=1) / np.sqrt(2)   # 0.1
     assert se["L_mask_se"] == pytest.approx(np.hypot(0.04, spread)) and set(se) == {"L_se", "L_obs_se", "L_mask_se"}
 

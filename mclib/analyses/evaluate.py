@@ -151,3 +151,15 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
             row[f"checkpoint_L_mask_{precision}"] = losses(pred, batch.x, batch.mask)["L_mask"].item()
         rows[label] = row
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+PATCH_READINGS = {"none": [], "last layer": "last", "all layers": "all"}
+
+
+def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
+    """E8 under both readings, and the plain −X run (no layer patched) as the reference.
+    One row per reading: MSE of the output to X and to −X at masked and observed entries,
+    and their standard errors over matrices (`_se`)."""
+    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers,
+                                                                    errors=True)}
+                         for reading, layers in PATCH_READINGS.items()])

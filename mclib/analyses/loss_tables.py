@@ -102,3 +102,12 @@ def ratio_and_se(table: pd.DataFrame, column: str, num: dict, den: dict) -> tupl
     """(num / den, its standard error) of `column` between two rows of one table (same matrices)."""
     (a, a_se), (b, b_se) = value_and_se(table, column, **num), value_and_se(table, column, **den)
     return a / b, ratio_se(a, a_se, b, b_se)
+
+
+def permutation_errors(perm: pd.DataFrame) -> dict[str, float]:
+    """The standard errors of the mean over permutations (`perm`: one row per permutation,
+    the same matrices): the matrices' error, common to every row (their mean `_se`), and
+    the permutations' spread over √k, added in quadrature."""
+    k = len(perm)
+    spread = lambda q: perm[q].std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
+    return {f"{q}_se": float(np.hypot(perm[f"{q}_se"].mean(), spread(q))) for q in ("L", "L_obs", "L_mask")}

@@ -161,3 +161,11 @@ def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, se
         b = sample_batch(size, data.n, data.rank, data.p_mask, gen, dist=data.dist)
         sets.append(ProbeSet(collect_hidden(model, b.tokens.to(device), chunk), b.x, b.mask))
     return sets[0], sets[1]
+
+
+def best_probe_layers(probes: pd.DataFrame) -> pd.DataFrame:
+    """Per target (the index), the layer whose probe has the lowest test MSE relative to
+    predicting 0 (rel) at the masked positions; ties go to the shallower layer. The one
+    choice the chapter's table, its sentence and its scorecard row all read."""
+    masked = probes[probes.positions == "masked"].assign(rel=lambda d: d.mse / d.mse_zero)
+    return masked.sort_values(["rel", "layer"], kind="stable").groupby("target").head(1).set_index("target")

@@ -12,32 +12,31 @@ bottom, in the chapter's order:
     ablation_at_post(ch, groups), ablation_shown     E3-E5, both readings
     e6_e7_tables(ch), e6_e7_shown                    E6, E7
     e8_table(ch), e8_shown                           E8, both readings
-    e10_masks(n), e10_heads(ch, mask), e10_shown     E10, the paper's mask and its transpose
-    probe_table(ch), best_probe_layers, probes_shown E11
-    scores_at(progress, ch.steps.pre)                the head scores before the drop
+    e10_heads(ch, mask), e10_shown                   E10, the paper's mask and its transpose (`e10_masks`)
+    probe_table(ch), probes_shown                    E11
     scorecard_rows(...)                              the chapter's scorecard rows (scale-free) and their sentences
     closing_glue(...)                                the other run-dependent sentences of "What we found"
 
+The computations these call live in `mclib.analyses` (heads: scores, picks, E10's masks
+and scores; evaluate: E8's patching; probes: E11; loss_tables: ablation and model tables).
 `ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
 {glue name: value}; figures come closed (glued, not shown twice).
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 import torch
 
-from ..analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, _as_layers, attention_progress, capture_probs,
-                              classify_heads, head_groups, head_scores, mean_attention, paper_matched)
+from ..analyses.evaluate import evaluate, patching_table, predict, sample_eval_batch
+from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, attention_progress, capture_probs, checkpoint_maps,
+                              classify_heads, e10_kinds, e10_masks, head_groups, head_scores, line_index, masked_lines,
+                              paper_matched, pick_heads, structured_scores)
 from ..analyses.interventions import permute_positions, switch_qkv
-from ..analyses.probes import probe_layers, probe_sets
+from ..analyses.probes import best_probe_layers, probe_layers, probe_sets
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
-                                    ratio_and_se, ratio_se, value_and_se)
-from ..core.data import structured_mask
+                                    permutation_errors, ratio_and_se, ratio_se, value_and_se)
 from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
 from . import plots
@@ -115,30 +114,6 @@ def e9_shown(ch, heads: Heads) -> tuple[object, dict]:
 
 
 # --- how the structure arrives -----------------------------------------------------------------
-
-def pick_heads(scores: pd.DataFrame, criteria: Mapping[str, tuple[str, bool]]) -> dict[str, tuple[int, int]]:
-    """One distinct head per criterion, in order: name -> (layer, head) of the head with the
-    largest (True) or smallest (False) value of the column among heads not yet picked.
-    Criteria are skipped once every head is picked."""
-    picked: dict[str, tuple[int, int]] = {}
-    for name, (column, largest) in criteria.items():
-        taken = set(picked.values())
-        left = scores[[(int(l), int(h)) not in taken for l, h in zip(scores["layer"], scores["head"])]]
-        if left.empty:
-            break
-        best = left.loc[left[column].idxmax() if largest else left[column].idxmin()]
-        picked[name] = (int(best["layer"]), int(best["head"]))
-    return picked
-
-
-def checkpoint_maps(models: Mapping[int, object], batch) -> dict[int, torch.Tensor]:
-    """step -> `[layer, head, n², n²]` batch-mean attention of every head on `batch`
-    (`models`: step -> model)."""
-    out = {}
-    for step, model in models.items():
-        probs = capture_probs(model, batch)
-        out[step] = torch.stack([mean_attention(probs[l]) for l in sorted(probs)])
-    return out
 
 
 def progress_table(ch) -> pd.DataFrame:
@@ -224,15 +199,6 @@ def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     return e67, e67[e67.model.isin(list(perms))]
 
 
-def permutation_errors(perm: pd.DataFrame) -> dict[str, float]:
-    """The standard errors of the mean over permutations (`perm`: one row per permutation,
-    the same matrices): the matrices' error, common to every row (their mean `_se`), and
-    the permutations' spread over √k, added in quadrature."""
-    k = len(perm)
-    spread = lambda q: perm[q].std(ddof=1) / np.sqrt(k) if k > 1 else 0.0
-    return {f"{q}_se": float(np.hypot(perm[f"{q}_se"].mean(), spread(q))) for q in ("L", "L_obs", "L_mask")}
-
-
 def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict]:
     """E6 and E7 in one table (the permutations by their mean; styled, with the paper's
     columns) and glue: fig_e6_e7, pre_step."""
@@ -251,17 +217,6 @@ def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict
 
 
 # --- E8: activation patching, X -> -X -----------------------------------------------------------
-
-PATCH_READINGS = {"none": [], "last layer": "last", "all layers": "all"}
-
-
-def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
-    """E8 under both readings, and the plain −X run (no layer patched) as the reference.
-    One row per reading: MSE of the output to X and to −X at masked and observed entries,
-    and their standard errors over matrices (`_se`)."""
-    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers,
-                                                                    errors=True)}
-                         for reading, layers in PATCH_READINGS.items()])
 
 
 def e8_table(ch) -> pd.DataFrame:
@@ -295,71 +250,7 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
 PAPER_MASK = "rows"  # the `e10_masks` key of the paper's mask; the other is ours
 
 
-def e10_masks(n: int) -> dict[str, torch.Tensor]:
-    """E10's two masks, `[n, n]` bool: "rows" is the paper's (`structured_mask`: two rows
-    masked but one entry each); "columns" is its transpose. The authors' configuration
-    holds only the first, so the second is ours: it asks of the column heads what the
-    first asks of the row heads."""
-    rows = structured_mask(n)
-    return {"rows": rows, "columns": rows.T.contiguous()}
-
-
-def masked_lines(mask: torch.Tensor, n: int) -> tuple[str, list[int]]:
-    """The lines a structured mask (almost) fills: ("row", [rows]) if it fills any row to
-    more than half, else ("column", [columns])."""
-    if mask.ndim != 2:
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected one [{n}, {n}] mask")
-    for axis, filled in (("row", mask.float().mean(1)), ("column", mask.float().mean(0))):
-        lines = [i for i in range(n) if filled[i] > 0.5]
-        if lines:
-            return axis, lines
-    raise ValueError("the mask fills no row or column to more than half")
-
-
-def line_index(axis: str, n: int) -> torch.Tensor:
-    """`[n²]`: the row (axis "row") or the column (axis "column") of each grid position."""
-    position = torch.arange(n * n)
-    return position // n if axis == "row" else position % n
-
-
-def e10_kinds(axis: str) -> dict[str, tuple[str, bool]]:
-    """The four kinds of head the paper describes under its (row) mask, for a mask along
-    `axis`: each kind's score and whether the best head has the largest (True) or the
-    smallest (False) value. Under the transposed mask "rows" and "columns" swap."""
-    other = "column" if axis == "row" else "row"
-    return {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
-            f"ignores masked {axis}s": ("masked_lines", False), f"follows {other}s": (f"{other}_excess", True)}
-
-
 E10_COLUMNS = ["lone_entry", "masked_lines", "self", "row_excess", "column_excess"]
-
-
-def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
-    """E10: `head_scores` under one fixed `[n, n]` mask, plus, over the masked queries of
-    the lines (rows, or columns for a transposed mask) the mask almost fills:
-        lone_entry    mass on the observed entries of the query's own line (E10's masks
-                      leave one), the "attend to the only observed entry" heads;
-        masked_lines  mass on the keys of those lines, low for heads that ignore them.
-    attrs["chance"]: a uniform head's values of the two; attrs["axis"]: "row" or "column".
-    """
-    axis, lines = masked_lines(mask, n)
-    scores = head_scores(probs, mask, n)
-    flat = mask.reshape(-1)
-    line_of = line_index(axis, n)
-    queries = torch.tensor([p for p in range(n * n) if line_of[p] in lines and flat[p]])
-    in_lines = torch.isin(line_of, torch.tensor(lines))
-    same_line_obs = (line_of[queries][:, None] == line_of[None]) & ~flat[None]  # [q, k]
-    lone, masked = [], []
-    for p in _as_layers(probs).values():  # the order of head_scores' rows
-        p = p.double().mean(0)[:, queries]                                     # [head, q, k]
-        lone.append((p * same_line_obs).sum(-1).mean(-1))
-        masked.append(p[..., in_lines].sum(-1).mean(-1))
-    scores["lone_entry"] = torch.cat(lone).numpy()
-    scores["masked_lines"] = torch.cat(masked).numpy()
-    scores.attrs["chance"] = {"lone_entry": same_line_obs.double().sum(-1).mean().item() / n**2,
-                              "masked_lines": in_lines.double().mean().item()}
-    scores.attrs["axis"] = axis
-    return scores
 
 
 @dataclass
@@ -453,14 +344,6 @@ def probe_table(ch) -> pd.DataFrame:
     return probe_layers(fit, test)
 
 
-def best_probe_layers(probes: pd.DataFrame) -> pd.DataFrame:
-    """Per target (the index), the layer whose probe has the lowest test MSE relative to
-    predicting 0 (rel) at the masked positions; ties go to the shallower layer. The one
-    choice the chapter's table, its sentence and its scorecard row all read."""
-    masked = probes[probes.positions == "masked"].assign(rel=lambda d: d.mse / d.mse_zero)
-    return masked.sort_values(["rel", "layer"], kind="stable").groupby("target").head(1).set_index("target")
-
-
 def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
     """The best layer per target (styled) and glue: fig_probes, probe_fit, probe_test."""
     A = ch.cfg.analysis
@@ -496,12 +379,6 @@ def e10_kind_rows(s: Structured) -> list[dict]:
     return rows
 
 
-def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
-    """The head scores at `step`, from `attention_progress` (None if that step is not saved)."""
-    at = progress[progress["step"] == step]
-    return at if len(at) else None
-
-
 @dataclass
 class Results:
     """What the chapter computed, as `scorecard_rows` and `closing_glue` read it."""
@@ -518,15 +395,24 @@ class Results:
 def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]]:
     """The chapter's scorecard rows, each a scale-free quantity (a ratio of two losses on
     the same matrices, a loss over E[X²], a head score), and the sentences that state them
-    (`Results` says where each input comes from; E10's other kinds: `e10_kind_rows`).
+    (`Results` says where each input comes from), experiment by experiment in the functions
+    below, each returning (glue, rows).
     glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
     transposed one's: `e10_shown`), e11_text, e11_layer."""
-    abl, e67, perm, e8, probes, pre_scores = r.abl, r.e67, r.perm, r.e8, r.probes, r.pre_scores
-    groups, scores = r.heads.groups, r.heads.scores
-    structured = r.structured
-    lone, lone_chance = structured.lone, structured.chance["lone_entry"]
-    level, paper_level = copy_levels(rank)["low-rank"]
-    rows, glue = [], {}
+    levels = copy_levels(rank)["low-rank"]  # (ours, the paper's) E[X²]
+    glue, rows = {}, []
+    for part_glue, part_rows in (e3_rows(r.abl, levels), e4_rows(r.abl), e5_rows(r.abl, r.heads.groups),
+                                 e6_e7_rows(r.e67, r.perm, levels), e8_rows(r.e8, r.abl, levels),
+                                 e9_rows(r.heads.scores, r.pre_scores), e10_rows(r.structured), e11_rows(r.probes, layers)):
+        glue.update(part_glue)
+        rows += part_rows
+    return glue, rows
+
+
+def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
+    """E3: the post model's losses over E[X²], and with every head ablated under both readings."""
+    level, paper_level = levels
+    rows = []
     un = value_and_se(abl, "L_mask", **UNABLATED)
     rows.append(_row("E3", "post L_mask / E[X²]", un[0] / level, "completes" if un[0] / level < DROP_FRACTION else
                      "does not complete", paper=PAPER[("E3", "post L_mask")] / paper_level, se=un[1] / level))
@@ -541,69 +427,77 @@ def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]
                          ("well below the copying level" if a[0] < level else "above the copying level"),
                          paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level))
         verdicts.append(row_verdict(rows[-1]))
-        r, se = ratio_and_se(abl, "L_obs", {"ablated": "all heads", "reading": mode}, UNABLATED)
-        rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: ablated / unablated L_obs", r,
-                         f"{r:.3g} ± {se:.2g}", paper=PAPER[("E3", "post ablated L_obs")] / PAPER[("E3", "post L_obs")],
+        ratio, se = ratio_and_se(abl, "L_obs", {"ablated": "all heads", "reading": mode}, UNABLATED)
+        rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: ablated / unablated L_obs", ratio,
+                         f"{ratio:.3g} ± {se:.2g}", paper=PAPER[("E3", "post ablated L_obs")] / PAPER[("E3", "post L_obs")],
                          kind="ratio", se=se))
-    glue["e3_match"] = matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")
+    return {"e3_match": matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")}, rows
 
-    # E4: our heads matched to the authors' five (`paper_matched`: role, layer, count); the
-    # paper: no significant effect (its ratio 1.10)
-    e4_rows = abl[abl["ablated"] == E4_SET]
-    n_e4, which = (int(e4_rows["heads"].iloc[0]), e4_rows["which"].iloc[0]) if len(e4_rows) else (0, "")
+
+def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
+    """E4: our heads matched to the authors' five (`paper_matched`: role, layer, count)
+    ablated; the paper: no significant effect (its ratio 1.10)."""
+    rows = []
+    e4_abl = abl[abl["ablated"] == E4_SET]
+    n_e4, which = (int(e4_abl["heads"].iloc[0]), e4_abl["which"].iloc[0]) if len(e4_abl) else (0, "")
     e4 = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
-            r, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
-            rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", r,
+            ratio, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
+            rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ratio,
                              f"our {n_e4} 'other' heads in the paper's layers and numbers ({which})"
-                             + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
+                             + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
                              paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se,
                              na=None if n_e4 else "no head of this run is labelled 'other' in the paper's layers"))
             if q == "L_mask" and n_e4:
-                e4.append((mode, r, row_verdict(rows[-1])))
+                e4.append((mode, ratio, row_verdict(rows[-1])))
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
-    glue["e4_text"] = ("no head of this run is labelled 'other' in the layers of the paper's five, so there is nothing "
-                       "to ablate (n/a)" if not e4 else
-                       f"ablating the {n_e4} 'other' heads that stand in for the paper's five ({which}: the same layers "
-                       "counted from the top, the same numbers, least structured first) multiplies L_mask by "
-                       + " and ".join(f"{r:.3g} under the {SHORT[m]} reading" for m, r, _ in e4)
-                       + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
-                       + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
+    text = ("no head of this run is labelled 'other' in the layers of the paper's five, so there is nothing "
+            "to ablate (n/a)" if not e4 else
+            f"ablating the {n_e4} 'other' heads that stand in for the paper's five ({which}: the same layers "
+            "counted from the top, the same numbers, least structured first) multiplies L_mask by "
+            + " and ".join(f"{ratio:.3g} under the {SHORT[m]} reading" for m, ratio, _ in e4)
+            + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
+            + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
+    return {"e4_text": text}, rows
 
-    # E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1
-    parts = []
+
+def e5_rows(abl: pd.DataFrame, groups: dict) -> tuple[dict, list[dict]]:
+    """E5: every group hurts (the paper; its numbers are lost): ablated / unablated L_mask above 1."""
+    rows, parts = [], []
     for lab in [l for l in LABELS if l != "other"]:
         said = []
         for mode in ("uniform", "batch_mean"):
             has = bool(groups.get(lab))
-            r, se = (ratio_and_se(abl, "L_mask", {"ablated": f"{lab} heads", "reading": mode}, UNABLATED) if has
-                     else (None, None))
-            rows.append(_row("E5", f"{lab} heads ablated, {READING_NAMES[mode]}: ablated / unablated L_mask", r,
-                             f"{len(groups.get(lab, []))} heads" + ("" if r is None else f"; {r:.3g} ± {se:.2g}"),
+            ratio, se = (ratio_and_se(abl, "L_mask", {"ablated": f"{lab} heads", "reading": mode}, UNABLATED) if has
+                         else (None, None))
+            rows.append(_row("E5", f"{lab} heads ablated, {READING_NAMES[mode]}: ablated / unablated L_mask", ratio,
+                             f"{len(groups.get(lab, []))} heads" + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
                              kind="direction", reference=1.0, sense="above", se=se,
                              na=None if has else f"no head of this run is labelled '{lab}'"))
             if has:
-                said.append((mode, r))
+                said.append((mode, ratio))
         if said:
-            parts.append(f"{lab} heads: " + ", ".join(f"{r:.3g}× ({m.replace('_', '-')})" for m, r in said))
-    glue["e5_text"] = (
+            parts.append(f"{lab} heads: " + ", ".join(f"{ratio:.3g}× ({m.replace('_', '-')})" for m, ratio in said))
+    text = (
         "the two readings test different claims. The uniform reading replaces a head's whole pattern, its fixed "
         "positional part included, so it tests whether the group's attention pattern matters at all. The batch "
         "mean keeps what every input shares: a head that always attends along the query's row or column has about "
         "the same map on every input, so its batch mean is that map and ablating it changes little; this reading "
         "tests only the input-dependent part of the attention. L_mask, ablated over unablated: "
         + ("; ".join(parts) if parts else "every group of our labels is empty in this run"))
+    return {"e5_text": text}, rows
 
-    # E6, E7
+
+def e6_e7_rows(e67: pd.DataFrame, perm: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
+    """E6: the post model with the pre-shift QKV; E7: its positions permuted (the mean over permutations)."""
+    level, paper_level = levels
+    rows = []
     post = {"model": "post"}
-    r, se = ratio_and_se(e67, "L_obs", {"model": E6_MODEL}, post)
-    rows.append(_row("E6", "post with pre's QKV / post: L_obs", r, f"{r:.3g} ± {se:.2g}",
+    ratio, se = ratio_and_se(e67, "L_obs", {"model": E6_MODEL}, post)
+    rows.append(_row("E6", "post with pre's QKV / post: L_obs", ratio, f"{ratio:.3g} ± {se:.2g}",
                      paper=PAPER[("E6", "pre-QKV into post L_obs")] / PAPER[("E3", "post L_obs")], kind="ratio", se=se))
-    pm_ = perm["L_mask"].mean()
-    # the spread over permutations and the sampling error of one permutation, combined
-    pm_se = float(np.hypot(perm["L_mask"].std(ddof=1) / np.sqrt(len(perm)) if len(perm) > 1 else 0,
-                           perm["L_mask_se"].mean()))
+    pm_, pm_se = perm["L_mask"].mean(), permutation_errors(perm)["L_mask_se"]
     rows.append(_row("E7", f"positions permuted (mean of {len(perm)}): L_mask / E[X²]", pm_ / level,
                      f"{'above' if pm_ > level else 'below'} the copying level; permutations range "
                      f"{perm.L_mask.min() / level:.3g} to {perm.L_mask.max() / level:.3g}",
@@ -613,20 +507,26 @@ def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]
     rows.append(_row("E7", "positions permuted / unpermuted: L_obs", po_obs / po[0],
                      "how much the permutation disturbs copying", paper=PAPER[("E7", "L_obs")] / PAPER[("E3", "post L_obs")],
                      kind="ratio", se=ratio_se(po_obs, po_obs_se, *po)))
+    return {}, rows
 
-    # E8: the last layer is the informative reading; every layer patched cannot fail
+
+def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
+    """E8: the last layer is the informative reading; every layer patched cannot fail (it
+    equals the unpatched L_mask of `abl`, by construction)."""
+    level, paper_level = levels
+    un = value_and_se(abl, "L_mask", **UNABLATED)
     x_last, nx_last = (lookup(e8, c, patched="last layer") for c in ("masked_vs_X", "masked_vs_negX"))
     x_all = lookup(e8, "masked_vs_X", patched="all layers")
-    rows.append(_row("E8", "last layer patched: masked MSE to X / E[X²]", x_last / level,
-                     "the patched run outputs X" if x_last < COPIES * level else "the patched run does not output X",
-                     paper=PAPER[("E8", "masked MSE to X")] / paper_level))
-    rows.append(_row("E8", "last layer patched: masked MSE to −X / E[X²]", nx_last / level,
-                     "4 means an output of X (E[(X − (−X))²] = 4 E[X²])",
-                     paper=PAPER[("E8", "masked MSE to -X")] / paper_level))
-    rows.append(_row("E8", "every layer patched: masked MSE to X / E[X²]", x_all / level,
-                     f"equals the unpatched L_mask / E[X²] ({un[0] / level:.4g}) by construction",
-                     paper=PAPER[("E8", "masked MSE to X")] / paper_level, kind="by construction"))
-    glue["e8_text"] = (
+    rows = [_row("E8", "last layer patched: masked MSE to X / E[X²]", x_last / level,
+                 "the patched run outputs X" if x_last < COPIES * level else "the patched run does not output X",
+                 paper=PAPER[("E8", "masked MSE to X")] / paper_level),
+            _row("E8", "last layer patched: masked MSE to −X / E[X²]", nx_last / level,
+                 "4 means an output of X (E[(X − (−X))²] = 4 E[X²])",
+                 paper=PAPER[("E8", "masked MSE to -X")] / paper_level),
+            _row("E8", "every layer patched: masked MSE to X / E[X²]", x_all / level,
+                 f"equals the unpatched L_mask / E[X²] ({un[0] / level:.4g}) by construction",
+                 paper=PAPER[("E8", "masked MSE to X")] / paper_level, kind="by construction")]
+    text = (
         f"With every layer patched the masked MSE to X is {x_all:.4g}, and the unpatched L_mask on the same "
         f"matrices is {un[0]:.4g}: the same number, and it has to be. At a masked position the input is the MASK "
         "token and the position, the same for X and −X; once every layer's attention output there comes from the run "
@@ -636,63 +536,74 @@ def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]
         f"informative one: there the masked MSE to X is {x_last:.3g} ({x_last / level:.3g} E[X²]; the paper's "
         f"reading: {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} E[X²]) and to −X {nx_last:.3g} "
         f"({nx_last / level:.3g} E[X²], where 4 means an output of exactly X)")
+    return {"e8_text": text}, rows
 
-    # E9: row, column and self heads after the drop, no structure before it
+
+def e9_rows(scores: pd.DataFrame, pre_scores: pd.DataFrame | None) -> tuple[dict, list[dict]]:
+    """E9: row, column and self heads after the drop, no structure before it."""
+    rows = []
     top = scores[["row_excess", "column_excess", "self_excess"]].max()
     last = scores[scores["layer"] == scores["layer"].max()]["self_excess"].max()
     for q, v in (("largest row excess of any head, post", top["row_excess"]),
                  ("largest column excess of any head, post", top["column_excess"]),
                  ("largest self excess of a last-layer head, post", last)):
         rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURE_THRESHOLD else 'no'} such head (above "
-                         f"{STRUCTURE_THRESHOLD:g} counts: half-way from uniform to pure)", kind="direction", reference=STRUCTURE_THRESHOLD,
-                         sense="above", margin=CUT))
+                         f"{STRUCTURE_THRESHOLD:g} counts: half-way from uniform to pure)", kind="direction",
+                         reference=STRUCTURE_THRESHOLD, sense="above", margin=CUT))
     pre_top = (None if pre_scores is None else
                float(pre_scores[["row_excess", "column_excess", "self_excess"]].max().max()))
     rows.append(_row("E9", "largest excess of any head, pre-shift", pre_top,
                      "no structure before the drop" if pre_top is not None and pre_top < STRUCTURE_THRESHOLD else
                      "structure before the drop", kind="direction", reference=STRUCTURE_THRESHOLD, sense="below", margin=CUT,
                      na=None if pre_scores is not None else "no pre-shift checkpoint saved"))
-    glue["e9_text"] = (f"the largest row excess of any head is {top['row_excess']:.2f}, column {top['column_excess']:.2f}, "
-                       f"self in the last layer {last:.2f}" + ("" if pre_top is None else
-                                                               f"; before the drop the largest excess is {pre_top:.2f}"))
+    text = (f"the largest row excess of any head is {top['row_excess']:.2f}, column {top['column_excess']:.2f}, "
+            f"self in the last layer {last:.2f}" + ("" if pre_top is None else
+                                                    f"; before the drop the largest excess is {pre_top:.2f}"))
+    return {"e9_text": text}, rows
 
-    # E10
-    rows.append(_row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
-                     f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
-                     kind="direction", reference=MOSTLY, sense="above", margin=CUT))
-    glue[f"e10_{PAPER_MASK}_text"] = lone_text(lone, lone_chance, "row", row_verdict(rows[-1]))
-    rows += e10_kind_rows(structured)
 
-    # E11: the layer of the chapter's table (`best_probe_layers`), for the text and the row
-    best = best_probe_layers(probes).loc["row"]
-    rows.append(_row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
+def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
+    """E10 under the paper's mask: the lone-entry head's mass (its sentence comes with its
+    verdict), then the other three kinds (`e10_kind_rows`)."""
+    lone, lone_chance = structured.lone, structured.chance["lone_entry"]
+    row = _row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
+               f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
+               kind="direction", reference=MOSTLY, sense="above", margin=CUT)
+    glue = {f"e10_{PAPER_MASK}_text": lone_text(lone, lone_chance, "row", row_verdict(row))}
+    return glue, [row, *e10_kind_rows(structured)]
+
+
+def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
+    """E11: the row probe at the layer of the chapter's table (`best_probe_layers`), the value
+    probe with depth, and the first singular vector."""
+    best_layers = best_probe_layers(probes)
+    best = best_layers.loc["row"]
+    row_probe = _row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
                      float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
                      f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
-                     kind="direction", reference=PROBED, sense="below", margin=CUT))
-    row_probe = rows[-1]
-    # E11 (b): the value probe at the masked positions gets better with depth (the paper);
-    # here: the last layer's relative test MSE over the first layer's (below 1: better deeper)
+                     kind="direction", reference=PROBED, sense="below", margin=CUT)
+    # (b) the value probe at the masked positions gets better with depth (the paper); here:
+    # the last layer's relative test MSE over the first layer's (below 1: better deeper)
     value = (probes[(probes.positions == "masked") & (probes.target == "value")]
              .assign(rel=lambda d: d.mse / d.mse_zero).set_index("layer")["rel"])
-    rows.append(_row("E11", "value probe at masked positions: last layer's test MSE / first layer's",
+    value_row = _row("E11", "value probe at masked positions: last layer's test MSE / first layer's",
                      float(value.iloc[-1] / value.loc[1]) if 1 in value.index else None,
                      "relative test MSE by layer (0 = the embeddings): "
                      + ", ".join(f"{l}: {v:.2f}" for l, v in value.items()) + " (paper: better with depth; below 1 "
                      "counts)", kind="direction", reference=1.0, sense="below", margin=CUT,
-                     na=None if 1 in value.index else "the model has no layer to compare"))
-    # E11 (c): the first singular vector, of which the paper found no clear linear trace
-    u1 = best_probe_layers(probes).loc["singular"]
-    rows.append(_row("E11", "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0",
-                     float(u1.rel), f"layer {int(u1.layer)} of {layers}; explains {1 - u1.rel:.0%} of the variance "
-                     f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts)",
-                     kind="direction", reference=PROBED, sense="above", margin=CUT))
-    glue["e11_layer"] = int(best.layer)
-    glue["e11_text"] = (
-        f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the embeddings), "
-        f"with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| {best.abs_cos:.2f}): it explains "
-        f"{1 - best.rel:.0%} of the target's variance. "
-        + e11_claim(row_verdict(row_probe)))
-    return glue, rows
+                     na=None if 1 in value.index else "the model has no layer to compare")
+    # (c) the first singular vector, of which the paper found no clear linear trace
+    u1 = best_layers.loc["singular"]
+    singular_row = _row("E11", "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0",
+                        float(u1.rel), f"layer {int(u1.layer)} of {layers}; explains {1 - u1.rel:.0%} of the variance "
+                        f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts)",
+                        kind="direction", reference=PROBED, sense="above", margin=CUT)
+    glue = {"e11_layer": int(best.layer),
+            "e11_text": (f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the "
+                         f"embeddings), with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| "
+                         f"{best.abs_cos:.2f}): it explains {1 - best.rel:.0%} of the target's variance. "
+                         + e11_claim(row_verdict(row_probe)))}
+    return glue, [row_probe, value_row, singular_row]
 
 
 def e11_claim(verdict: str) -> str:
