@@ -10,8 +10,8 @@ import torch
 from mclib.core.data import sample_batch
 from mclib.analyses.interventions import reinit_component
 from mclib.core.model import build_model, load_model
-from mclib.core.stacked import Stack, forward, run_losses
-from mclib.core.metrics import losses
+from mclib.core.stacked import Stack, forward
+from mclib.core.metrics import losses, run_losses
 from mclib.core.config import ModelConfig, load_profile, profile_path
 from mclib.core.train import Job, fast_path_refusal, step_function, train, train_group
 from mclib.core.runs import checkpoint_dir, load_checkpoint, load_metrics

@@ -29,16 +29,23 @@ def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     return (values * where).sum() / where.sum()
 
 
-def losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ), as 0-d tensors."""
+def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`[run, 4]`: L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ),
+    in the order of LOSS_NAMES, of each run, pooled over its batch. pred `[run, batch, seq]`
+    (or `[run, batch, n, n]`), x and mask `[run, batch, n, n]` (mask True = masked).
+    NaN where a set is empty (e.g. p_mask = 0), rather than a silent 0."""
     pred, x, mask = pred.float().flatten(1), x.flatten(1), mask.flatten(1)
     sq = (pred - x) ** 2
-    return {
-        "L": sq.mean(),
-        "L_obs": _masked_mean(sq, ~mask),
-        "L_mask": _masked_mean(sq, mask),
-        "mask_value": _masked_mean(pred.abs(), mask),
-    }
+    obs, msk = (~mask).float(), mask.float()
+    return torch.stack([sq.mean(1),
+                        (sq * obs).sum(1) / obs.sum(1),
+                        (sq * msk).sum(1) / msk.sum(1),
+                        (pred.abs() * msk).sum(1) / msk.sum(1)], dim=1)
+
+
+def losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four losses of one batch (`run_losses` of a single run), as 0-d tensors by name."""
+    return dict(zip(LOSS_NAMES, run_losses(pred[None], x[None], mask[None])[0]))
 
 
 def mse_to(pred: torch.Tensor, target: torch.Tensor, where: torch.Tensor) -> float:

@@ -215,18 +215,6 @@ def forward(stack: Stack, tokens: torch.Tensor, runs: list[int] | None = None) -
     return _linear(x, P["readout.weight"], P["readout.bias"]).view(R, B, S)
 
 
-def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`[run, 4]`: L, L_obs, L_mask, mask value of each run (`mclib.core.metrics.losses`, per run).
-    pred `[run, batch, seq]`, x and mask `[run, batch, n, n]`."""
-    pred, x, mask = pred.float().flatten(1), x.flatten(1), mask.flatten(1)
-    sq = (pred - x) ** 2
-    obs, msk = (~mask).float(), mask.float()
-    return torch.stack([sq.mean(1),
-                        (sq * obs).sum(1) / obs.sum(1),
-                        (sq * msk).sum(1) / msk.sum(1),
-                        (pred.abs() * msk).sum(1) / msk.sum(1)], dim=1)
-
-
 class StackedAdam:
     """Adam for a `Stack`, run by run: each run keeps its own step count and lrs, so
     runs resumed from different steps train in one stack. The arithmetic is PyTorch's

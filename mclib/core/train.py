@@ -44,12 +44,12 @@ from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
-from .metrics import LOSS_NAMES, find_drop, losses
+from .metrics import LOSS_NAMES, find_drop, losses, run_losses
 from .model import MatrixBert, build_model
 from .runs import (check_disk, convergence_stop, drop_column, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
                    load_train_state, only_trainer, prune_checkpoints, resumable_steps, run_end, save_checkpoint,
                    seed_run_dirs, write_end, write_profile)
-from .stacked import WORD, Stack, StackedAdam, run_losses, stacked_name
+from .stacked import WORD, Stack, StackedAdam, stacked_name
 from .stacked import forward as stacked_forward
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
