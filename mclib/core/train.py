@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
-from .metrics import LOSS_NAMES, find_drop, losses, run_losses
+from .metrics import LOSS_NAMES, find_drop, run_losses
 from .model import MatrixBert, build_model
 from .runs import (check_disk, convergence_stop, drop_column, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
                    load_train_state, only_trainer, prune_checkpoints, resumable_steps, run_end, save_checkpoint,
@@ -446,7 +446,7 @@ class _ReferenceEngine:
         model = self.run.model.eval()
         pred = predict(model, batches[0])
         model.train()
-        return torch.stack([v for v in losses(pred, batches[0].x, batches[0].mask).values()]).unsqueeze(0)
+        return run_losses(pred[None], batches[0].x[None], batches[0].mask[None])  # [1, 4]
 
     def checkpoint(self, position: int):
         return self.run.model, self.opt
