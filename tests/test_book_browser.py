@@ -65,7 +65,7 @@ def test_no_table_overflows_at_a_laptop_width(site):
     # own box, and a scrolling table's caption stays in view
     r = _check(site, "--all", "--tables", LAPTOP)
     assert r.returncode == 0, r.stdout + r.stderr
-    measured = {line.split()[1]: int(line.split(f"all to 127.0.0.1, ")[1].split()[0]) for line in r.stdout.splitlines()}
+    measured = {line.split()[1]: int(line.split("all to 127.0.0.1, ")[1].split()[0]) for line in r.stdout.splitlines()}
     chapters = [p for p in measured if p.startswith("book/_executed/")]
     from mclib.book.runner import chapters as templates
 

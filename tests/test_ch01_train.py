@@ -117,7 +117,7 @@ def test_drop_story_both_ways():
 
 def test_the_story_turns_with_e1_s_rows(ch, flip_verdicts):
     """The story's comparison with the paper is the verdict of E1's pre-shift rows."""
-    readings = lambda: (C.findings(ch), C.scorecard_rows(ch))
+    readings = lambda: (C.findings(ch), C.e1_rows(ch))
     sentences_turn(readings, flip_verdicts, {"story": list(C.PLATEAU_ROWS.values())})
 
 
@@ -131,7 +131,7 @@ def book_run(smoke_run, tmp_path):
 
 def test_the_page_s_glue_comes_from_the_module(book_run, smoke_profile):
     ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
-    rows = C.scorecard_rows(ch)
+    rows = C.e1_rows(ch)
     found = {**C.findings(ch), **C.paper_glue(rows), "fig_loss": None, "downloads": None}
     assert glue_names("01_train.ipynb") <= set(found), glue_names("01_train.ipynb") - set(found)
     assert found["end_text"].startswith("Training ended after the profile's fixed length: the run trained its 60 steps. "

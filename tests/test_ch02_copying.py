@@ -8,7 +8,6 @@ from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.book import ch02_copying as chapter
-from mclib.book import scorecard
 from mclib.book.scorecard import copy_levels
 from mclib.core.paper import PAPER_E2
 
@@ -42,13 +41,13 @@ def test_e2_table_sets_the_paper_s_numbers_beside_ours(tables):
     assert e2.loc[("low-rank", "MASK"), "paper L_obs"] == PAPER_E2[("low-rank", None)][1]
 
 
-def test_scorecard_rows_are_scale_free_and_can_fail(tmp_path, tables, smoke_profile):
-    glue, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], smoke_profile.data.rank)
+def test_scorecard_rows_are_scale_free_and_can_fail(tmp_path, tables, ch):
+    glue, rows = chapter.readings(ch, tables["e2"], tables["e3"], tables["e6"])
     assert glue["e3_match"].startswith(("both readings", "neither reading", "the uniform reading (the paper's text)",
                                         "the batch-mean reading (the released code)"))
     e2 = [r for r in rows if r["id"] == "E2"]
     random = [r for r in e2 if r["quantity"].startswith("random")]
-    assert copy_levels(smoke_profile.data.rank)["random"] == (1 / 3, 1 / 3) and len(random) == 6  # not rescaled
+    assert copy_levels(ch.cfg.data.rank)["random"] == (1 / 3, 1 / 3) and len(random) == 6  # not rescaled
     assert all(r["kind"] == "direction" for r in e2)
     assert _verdict(tmp_path, {**e2[0], "ours": 0.5, "se": 0.01}) == "differs"  # L'_mask half of E[X²]: not copying
     assert _verdict(tmp_path, {**e2[0], "ours": 0.001, "se": 0.0001}) == "same direction"
@@ -85,8 +84,8 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
     assert "0.9 E[X²], unlike the paper (1 E[X²]" in chapter.e6_text(e6, LEVEL, 1.0, "differs")
 
 
-def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, smoke_profile, flip_verdicts):
-    rows = lambda: chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], smoke_profile.data.rank)
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, ch, flip_verdicts):
+    rows = lambda: chapter.readings(ch, tables["e2"], tables["e3"], tables["e6"])
     e3_match = rows()[0]["e3_match"]
     sentences_turn(rows, flip_verdicts, {"e6_text": ["pre with post's QKV: L_mask / E[X²]"]})
     assert rows()[0]["e3_match"] != e3_match  # both readings' rows turned: the one that matches changes
@@ -96,7 +95,7 @@ def test_every_glue_name_the_chapter_s_prose_uses_is_produced(ch, tables, tmp_pa
     used = glue_names("02_copying.ipynb")
     base, glued = chapter.pre_losses_and_figures(ch)
     glued |= chapter.e2_shown(ch, tables["e2"])[1] | chapter.e3_e6_shown(ch, tables["e3"], tables["e6"])[1]
-    found, rows = chapter.scorecard_rows(tables["e2"], tables["e3"], tables["e6"], ch.cfg.data.rank)
+    found, rows = chapter.readings(ch, tables["e2"], tables["e3"], tables["e6"])
     glued |= found | chapter.closing_glue(ch, base, tables["e2"], tables["e3"], tables["e6"], verdicts=["matches", "differs"])
     assert used and used <= set(glued), used - set(glued)
     assert glued["n_rows"] == 2 and glued["verdicts"] == "1 matches, 1 differs"

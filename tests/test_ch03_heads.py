@@ -45,8 +45,8 @@ def _results(t, groups=None, pre=True, probes=None):
 
 
 def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
-    return chapter.scorecard_rows(_results(t, groups, pre, probes), rank or ch.cfg.data.rank,
-                                  layers or ch.cfg.model.layers)
+    cfg = ch.cfg.replace(**{"data.rank": rank or ch.cfg.data.rank, "model.layers": layers or ch.cfg.model.layers})
+    return chapter.readings(dataclasses.replace(ch, cfg=cfg), _results(t, groups, pre, probes))
 
 
 def test_patching_table_has_both_readings_and_the_reference(ch, smoke_profile):

@@ -110,13 +110,13 @@ def test_the_chapter_on_a_smoke_run(ch, tmp_path):
     coords, summary = chapter.token_projections(ch)
     assert summary["step"].iloc[0] == 0 and summary["vs the drop"].iloc[0] == "initialisation"
     progress = chapter.embedding_progress(ch)
-    found, rows = chapter.closing(ch, tokens, summary, progress)
+    found, rows = chapter.readings(ch, tokens, summary, progress)
     assert found["post_step"] == f"{ch.steps.post:,}"
     ch.run_dir = tmp_path  # record into a scratch folder, not the shared smoke run
     html = chapter.scorecard_table(ch, rows).to_html()
     assert html.count("<tr>") == len(rows) + 1 and "E14" in html
     assert {r["chapter"] for r in scorecard.load(tmp_path)} == {"04_embeddings"}
-    for fig in (chapter.tokens_figure(tokens, ch), chapter.token_progress_figure(coords, ch),
-                chapter.position_norms_figure(ch), chapter.progress_figure(progress, summary, ch)):
+    for fig in (chapter.tokens_figure(ch, tokens), chapter.token_progress_figure(ch, coords),
+                chapter.position_norms_figure(ch), chapter.progress_figure(ch, progress, summary)):
         assert fig.axes  # drawn, and closed in pyplot
         assert fig.number not in __import__("matplotlib.pyplot").pyplot.get_fignums()

@@ -211,10 +211,10 @@ def test_the_chapter_on_a_smoke_run(ch, tmp_path):
     solver_sweep, solvers = chapter.solver_sweep(ch), chapter.solvers_table(ch)
     classical, per = chapter.classical_tables(ch)
     ood = chapter.ood_table(ch)
-    assert "λ" in chapter.e17_shown(reg, ch).to_html()
-    assert "BERT − solver (paired)" in chapter.bert_sweep_shown(sweep, ch).to_html()
-    assert "BERT − solver" not in chapter.solver_sweep_shown(solver_sweep, ch).to_html()
-    found, rows = chapter.closing(ch, sweep, reg, ood, classical, solver_sweep=solver_sweep, solvers=solvers)
+    assert "λ" in chapter.e17_shown(ch, reg).to_html()
+    assert "BERT − solver (paired)" in chapter.bert_sweep_shown(ch, sweep).to_html()
+    assert "BERT − solver" not in chapter.solver_sweep_shown(ch, solver_sweep).to_html()
+    found, rows = chapter.readings(ch, sweep, reg, ood, classical, solver_sweep=solver_sweep, solvers=solvers)
     assert set(found) == {"e16", "e16_solver", "e17", "e18", "classical", "solvers", "solver_rule"}
     assert found["solver_rule"] == "10%"
     ch.run_dir = tmp_path

@@ -80,16 +80,16 @@ def test_the_leads_table_and_sentence_use_the_plateau_band():
                           "L_mask": np.where(steps >= 8000, 0.01, 0.11)})
     ch = SimpleNamespace(drop=8000, cfg=SimpleNamespace(seed=1, analysis=SimpleNamespace(seed=0),
                                                         train=SimpleNamespace(steps=10_000)))
-    leads = chapter.lead_times(table, ch).set_index("measure")
+    leads = chapter.lead_times(ch, table).set_index("measure")
     assert leads.loc["grad_early", "lead_time"] > 5000  # it crossed half-way early: moved, but
     assert np.isnan(leads.loc["grad_early", "lead"])     # it is no lead
     assert leads.loc["rises", "lead"] == 2000
     html = chapter.leads_shown(leads.reset_index()).to_html()
     assert "p_lead" in html and "100%" in html
-    text = chapter.progress_glue(table, leads.reset_index(), ch)["lead_text"]
+    text = chapter.progress_glue(ch, table, leads.reset_index())["lead_text"]
     assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
     ch.drop = None
-    assert chapter.progress_glue(table, chapter.lead_times(table, ch), ch)["lead_text"].startswith("There is no drop")
+    assert chapter.progress_glue(ch, table, chapter.lead_times(ch, table))["lead_text"].startswith("There is no drop")
 
 
 def test_structure_timing_rows_match_at_the_drop_and_differ_away_from_it(tmp_path):
@@ -99,8 +99,8 @@ def test_structure_timing_rows_match_at_the_drop_and_differ_away_from_it(tmp_pat
     table = pd.DataFrame({"step": steps, "max_row_excess": np.where(steps >= 5000, 0.8, 0.1),
                           "max_column_excess": np.full(len(steps), 0.2)})
     verdicts = lambda drop: [scorecard.record(tmp_path, **r, chapter="t")["verdict"]
-                             for r in chapter.structure_rows(table, SimpleNamespace(drop=drop))]
-    rows = chapter.structure_rows(table, SimpleNamespace(drop=5000))
+                             for r in chapter.structure_rows(SimpleNamespace(drop=drop), table)]
+    rows = chapter.structure_rows(SimpleNamespace(drop=5000), table)
     assert rows[0]["ours"] == pytest.approx(1.0) and rows[0]["se"] == pytest.approx(1000 / 12 ** 0.5 / 5000)
     assert "between checkpoints 4,000 and 5,000" in rows[0]["reading"]
     assert verdicts(5000) == ["matches", "differs"]       # rows form at the drop; no column head ever forms

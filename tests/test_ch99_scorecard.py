@@ -19,14 +19,14 @@ def _rows(tmp_path):
 
 def test_counts_and_table(ch, tmp_path):
     rows = _rows(tmp_path)
-    glued = chapter.glued(rows, ch)
+    glued = chapter.glued(ch, rows)
     assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
                                                       "n_na": 1, "n_cannot": 0}
     assert glued["n_rows"] == 4 and glued["task_note"] == scorecard.task_note(ch.cfg)
     assert glued["fig_scorecard"].axes
     html = chapter.scorecard_shown(rows).to_html()
     assert "The scorecard: 4 claims." in html and "font-weight: bold" in html
-    assert chapter.glued([], ch)["n_rows"] == 0  # an empty scorecard still reads
+    assert chapter.glued(ch, [])["n_rows"] == 0  # an empty scorecard still reads
 
 
 def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
@@ -34,7 +34,7 @@ def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
     other.run_dir = tmp_path
     rows = _rows(tmp_path)
     assert chapter.rows(other) == rows
-    assert "<caption>Findings, profile smoke" in chapter.findings_shown(rows, other).to_html()
+    assert "<caption>Findings, profile smoke" in chapter.findings_shown(other, rows).to_html()
     shown = chapter.departures_shown(ch)
     departs = {k: (a, b) for k, a, b in shown.data[["key", "profile", "paper"]].itertuples(index=False)}
     # smoke keeps the paper's task (n 7, rank 2, p_mask 0.3) and shrinks its model and recipe

@@ -1,5 +1,6 @@
 """The opening call of every chapter (mclib/book/chapter.py)."""
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,3 +61,34 @@ def test_departures_table_lists_the_keys_with_plain_numbers():
 def test_shown_path_is_never_absolute(tmp_path):
     assert not shown_path(tmp_path / "runs" / "cpu-seed1").startswith("/")
     assert shown_path(tmp_path / "runs" / "cpu-seed1") == "runs/cpu-seed1"
+
+
+# --- one protocol for every chapter module (mclib.book.chapter's docstring) ----------------------
+
+CHAPTER_MODULES = sorted(p.stem for p in (Path(__file__).parents[1] / "mclib" / "book").glob("ch[0-9][0-9]_*.py"))
+TWO_SECTIONS = {"ch07_beyond": ("seeds_readings", "structure_readings")}  # two scorecard tables, one per section
+
+
+@pytest.mark.parametrize("name", CHAPTER_MODULES)
+def test_every_chapter_module_has_the_same_entry_points(name):
+    import importlib
+    import inspect
+
+    mod = importlib.import_module(f"mclib.book.{name}")
+    book = Path(__file__).parents[1] / "book"
+    assert mod.CHAPTER == name[2:] and (book / f"{mod.CHAPTER}.ipynb").is_file()
+    notebook = (book / f"{mod.CHAPTER}.ipynb").read_text()
+    # every public function of the module that takes the chapter takes it first
+    for fname, f in vars(mod).items():
+        if inspect.isfunction(f) and f.__module__ == mod.__name__ and not fname.startswith("_"):
+            params = list(inspect.signature(f).parameters)
+            assert "ch" not in params or params[0] == "ch", f"{name}.{fname}{tuple(params)}: ch comes first"
+    if name == "ch99_scorecard":
+        return  # the scorecard reads the other chapters' rows; it records none
+    assert list(inspect.signature(mod.scorecard_table).parameters) == ["ch", "rows"]
+    assert "chapter.scorecard_table(ch, rows)" in notebook
+    for reader in TWO_SECTIONS.get(name, ("readings",)):
+        f = getattr(mod, reader)
+        assert list(inspect.signature(f).parameters)[0] == "ch"
+        assert f.__annotations__["return"] == "tuple[dict, list[dict]]"
+        assert f"chapter.{reader}(ch" in notebook

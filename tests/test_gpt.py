@@ -10,7 +10,6 @@ import torch
 
 from mclib.analyses.sharpness import shape
 from mclib.book import ch08_gpt as chapter
-from mclib.book import scorecard
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.gpt import SEP_ID, MatrixGPT, prompt

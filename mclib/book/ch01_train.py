@@ -6,8 +6,8 @@ scorecard rows, and the run's files as downloads.
     settings_table(ch); departures(ch)            # the run and where it departs from the paper
     loss_figure(ch)                               # the curve, checkpoints shaded
     checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
-    findings(ch)                                  # the glue of "What we found"
-    rows = scorecard_rows(ch); scorecard_table(ch, rows); paper_glue(rows)   # E1's rows, recorded
+    glue, rows = readings(ch)                     # E1's rows and the glue of "What we found"
+    scorecard_table(ch, rows)                     # E1's rows, recorded
     downloads(ch)                                 # metrics.csv and the final checkpoint as {download} links
 
 Every sentence is built from the run (drop or none, converged or capped), never typed.
@@ -230,7 +230,7 @@ def findings(ch: Chapter) -> dict:
     pre = losses_at(ch.metrics, ch.steps.pre)
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
-    rows = {r["quantity"]: r for r in scorecard_rows(ch)}
+    rows = {r["quantity"]: r for r in e1_rows(ch)}
     drop_text, story = drop_story(ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step)
     s = ch.steps
     shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
@@ -298,7 +298,7 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
     ]
 
 
-def scorecard_rows(ch: Chapter) -> list[dict]:
+def e1_rows(ch: Chapter) -> list[dict]:
     """E1's rows (`scorecard.claim`s, not yet recorded). Losses are divided by E[X²]: each
     quantity means the same on both tasks."""
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
@@ -307,6 +307,13 @@ def scorecard_rows(ch: Chapter) -> list[dict]:
     mask_se = float(end["L_mask"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
                          sharpness.shape(ch.metrics, ch.cfg.data.rank), final_mask=(float(end["L_mask"].mean()), mask_se))
+
+
+def readings(ch: Chapter) -> tuple[dict, list[dict]]:
+    """E1's scorecard rows (`e1_rows`) and the glue of "What we found" (`findings`, and the
+    paper's numbers beside ours, `paper_glue`)."""
+    rows = e1_rows(ch)
+    return {**findings(ch), **paper_glue(rows)}, rows
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):
@@ -318,7 +325,7 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 def paper_glue(rows: list[dict]) -> dict:
     """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows
-    (`scorecard_rows`)."""
+    (`e1_rows`)."""
     by = {r["quantity"]: r for r in rows}
     obs, final = by["pre-shift L_obs / E[X²]"], by["final L / (p_mask · E[X²]), last 10 % of steps"]
     return {"paper_pre_L_obs_rel": obs["paper"], "final_L_rel": final["ours"], "paper_final_L_rel": final["paper"]}

@@ -9,8 +9,9 @@ in the chapter's order:
     pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
     e2_table(ch), e2_shown(ch, e2)           E2 and its table and figure
     e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6 and their table and figure
-    scorecard_rows(e2, e3, e6, rank)         the chapter's scorecard rows (scale-free) and the sentences
+    readings(ch, e2, e3, e6)                 the chapter's scorecard rows (scale-free) and the sentences
                                              that state their verdicts (e3_match, e6_text)
+    scorecard_table(ch, rows)                the rows, recorded in the run's scorecard
     closing_glue(ch, base, e2, e3, e6, verdicts)  the other run-dependent sentences of "What we found"
 
 `ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
@@ -34,8 +35,10 @@ from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from .scorecard import copy_levels
-from .scorecard import CUT, agreement, row_verdict, verdict_counts
+from .scorecard import CUT, agreement, recorded_table, row_verdict, verdict_counts
 from .scorecard import claim as _row
+
+CHAPTER = "02_copying"
 
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
@@ -162,13 +165,13 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
 
 # --- the scorecard ---------------------------------------------------------------------------
 
-def scorecard_rows(e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, rank: int) -> tuple[dict, list[dict]]:
+def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
     """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
     kind's E[X²] (direction, below COPIES), E3 ablated / unablated L_mask and L_obs (ratio
     rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
     the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
     reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
-    levels = copy_levels(rank)
+    levels = copy_levels(ch.cfg.data.rank)
     rows = []
     for r in e2.to_dict("records"):
         ours_lvl, paper_lvl = levels[r["matrices"]]
@@ -249,9 +252,14 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
             f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
 
 
+def scorecard_table(ch, rows: list[dict]):
+    """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
+    return recorded_table(ch.run_dir, rows, CHAPTER)
+
+
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, *, verdicts) -> dict:
     """Every number and sentence of "What we found" that depends on the run and that
-    `scorecard_rows` does not give; verdicts: those of the chapter's recorded scorecard rows."""
+    `readings` does not give; verdicts: those of the chapter's recorded scorecard rows."""
     level = ch.copy_level
     paper_e2_values = [v[0] for v in PAPER_E2.values()]
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),

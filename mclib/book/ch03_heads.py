@@ -14,7 +14,7 @@ bottom, in the chapter's order:
     e8_table(ch), e8_shown                           E8, both readings
     e10_heads(ch, mask), e10_shown                   E10, the paper's mask and its transpose (`e10_masks`)
     probe_table(ch), probes_shown                    E11
-    scorecard_rows(...)                              the chapter's scorecard rows (scale-free) and their sentences
+    readings(ch, results), scorecard_table(ch, rows) the chapter's scorecard rows (scale-free) and their sentences
     closing_glue(...)                                the other run-dependent sentences of "What we found"
 
 The computations these call live in `mclib.analyses` (heads: scores, picks, E10's masks
@@ -43,8 +43,10 @@ from . import plots
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
 from .scorecard import copy_levels
-from .scorecard import CUT, agreement, agreements, row_verdict, verdict_counts
+from .scorecard import CUT, agreement, agreements, recorded_table, row_verdict, verdict_counts
 from .scorecard import claim as _row
+
+CHAPTER = "03_heads"
 
 MOSTLY = 0.5       # E10: a head that attends to an entry puts most of its attention there
 PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance
@@ -305,7 +307,7 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
     maps), fig_e10_NAME_all (every head's map) and, for a mask other than the paper's
     (PAPER_MASK), e10_NAME_text (the lone-entry sentence; the paper's mask's comes from
-    `scorecard_rows`, with its row).
+    `readings`, with its row).
     The masked lines are outlined (rows) or marked on the left (columns), their lone
     observed entries marked above."""
     n = ch.cfg.data.n
@@ -358,7 +360,7 @@ def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
 
 def e10_kind_rows(s: Structured) -> list[dict]:
     """E10's other three kinds of head under the paper's mask (the lone-entry kind is in
-    `scorecard_rows`), each the picked head's score against a stated cut: copies, most of
+    `readings`), each the picked head's score against a stated cut: copies, most of
     its attention on itself (above MOSTLY); ignores the masked lines, under half of a
     uniform head's mass on them; follows the other axis, its excess above
     STRUCTURE_THRESHOLD (E9's cut)."""
@@ -381,7 +383,7 @@ def e10_kind_rows(s: Structured) -> list[dict]:
 
 @dataclass
 class Results:
-    """What the chapter computed, as `scorecard_rows` and `closing_glue` read it."""
+    """What the chapter computed, as `readings` and `closing_glue` read it."""
     abl: pd.DataFrame                # `ablation_at_post`
     e67: pd.DataFrame                # `e6_e7_tables`: the models
     perm: pd.DataFrame               #   and the permuted rows
@@ -392,14 +394,15 @@ class Results:
     probes: pd.DataFrame             # `probe_table`
 
 
-def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]]:
+def readings(ch, r: Results) -> tuple[dict, list[dict]]:
     """The chapter's scorecard rows, each a scale-free quantity (a ratio of two losses on
     the same matrices, a loss over E[X²], a head score), and the sentences that state them
     (`Results` says where each input comes from), experiment by experiment in the functions
     below, each returning (glue, rows).
     glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
     transposed one's: `e10_shown`), e11_text, e11_layer."""
-    levels = copy_levels(rank)["low-rank"]  # (ours, the paper's) E[X²]
+    levels = copy_levels(ch.cfg.data.rank)["low-rank"]  # (ours, the paper's) E[X²]
+    layers = ch.cfg.model.layers
     glue, rows = {}, []
     for part_glue, part_rows in (e3_rows(r.abl, levels), e4_rows(r.abl), e5_rows(r.abl, r.heads.groups),
                                  e6_e7_rows(r.e67, r.perm, levels), e8_rows(r.e8, r.abl, levels),
@@ -407,6 +410,11 @@ def scorecard_rows(r: Results, rank: int, layers: int) -> tuple[dict, list[dict]
         glue.update(part_glue)
         rows += part_rows
     return glue, rows
+
+
+def scorecard_table(ch, rows: list[dict]):
+    """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
+    return recorded_table(ch.run_dir, rows, CHAPTER)
 
 
 def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
@@ -635,7 +643,7 @@ def progress_text(progress: pd.DataFrame, drop: int | None) -> str:
 
 
 def closing_glue(ch, r: Results, base: dict, progress: pd.DataFrame, verdicts) -> dict:
-    """The run-dependent sentences of "What we found" that `scorecard_rows` does not give;
+    """The run-dependent sentences of "What we found" that `readings` does not give;
     verdicts: those of the chapter's recorded scorecard rows."""
     abl, e67, perm, labels, groups = r.abl, r.e67, r.perm, r.heads.labels, r.heads.groups
     L = lambda a, mode="—": lookup(abl, "L_mask", ablated=a, reading=mode)

@@ -77,7 +77,7 @@ def tokens(ch) -> Tokens:
                   plane_share=float(pca.explained_variance_ratio_.sum()))
 
 
-def tokens_figure(t: Tokens, ch):
+def tokens_figure(ch, t: Tokens):
     return closed(token_embedding_plot(t.norms, t.coords,
                                        title=f"Token embeddings at the post-shift checkpoint (step {ch.steps.post:,})"))
 
@@ -106,7 +106,7 @@ def _side(ch, step: int) -> str:
     return "no drop in this run" if ch.drop is None else ("before the drop" if step < ch.drop else "after the drop")
 
 
-def token_progress_figure(coords: pd.DataFrame, ch):
+def token_progress_figure(ch, coords: pd.DataFrame):
     return closed(token_progress_plot(coords, {0: "initialisation", **labels(ch)},
                                       title="Token embeddings on the final checkpoint's PCA plane"))
 
@@ -139,7 +139,7 @@ def position_norms_figure(ch):
     return closed(position_norm_plot(norms, title=f"ℓ2 norm of each position embedding, step {ch.steps.post:,}"))
 
 
-def progress_figure(progress: pd.DataFrame, summary: pd.DataFrame, ch):
+def progress_figure(ch, progress: pd.DataFrame, summary: pd.DataFrame):
     init_align = float(summary.set_index("step").loc[0, "alignment_centred"])
     return closed(embedding_progress_plot(progress, ch.drop, init_align, title="Embeddings at every saved checkpoint"))
 
@@ -217,7 +217,7 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
              f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
              f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
     ]
-    (abs_said, abs_holds), (sign_said, sign_holds) = _said(rows[1]), _said(rows[2])
+    (_, abs_holds), (_, sign_holds) = _said(rows[1]), _said(rows[2])
     tracks_claim = ("one component tracks |x|" if abs_holds else "no component tracks |x|") + (
         " and the other the sign" if sign_holds else ", and the other does not track the sign")
     tracks_claim += ", " + agreements({"for |x|": row_verdict(rows[1]), "for the sign": row_verdict(rows[2])})
@@ -259,7 +259,7 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
     return glue, rows
 
 
-def closing(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:
+def readings(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:
     """`embedding_readings` of this chapter's numbers: the closing paragraph's glue and the rows."""
     return embedding_readings(progress, summary, t.tracks, t.symmetry, ch.drop, post_step=ch.steps.post)
 

@@ -112,7 +112,7 @@ def e17_table(ch) -> pd.DataFrame:
                                model=model)
 
 
-def e17_shown(reg: pd.DataFrame, ch):
+def e17_shown(ch, reg: pd.DataFrame):
     """`e17_beside_paper` for display: one row per λ, each loss as "ours ± s.e." beside the
     paper's, and how many of our standard errors apart (a styled table)."""
     t = e17_beside_paper(reg)
@@ -158,7 +158,7 @@ def sweep_shown(sweep: pd.DataFrame, caption: str):
 
 
 
-def solver_sweep_shown(sweep: pd.DataFrame, ch):
+def solver_sweep_shown(ch, sweep: pd.DataFrame):
     return sweep_shown(sweep, f"The solver on the paper's task, {ch.cfg.analysis.solver_matrices} matrices per "
                               "p_mask: L over all entries and the mean nuclear norm of the output, ± one standard error.")
 
@@ -168,7 +168,7 @@ def solvers_table(ch) -> pd.DataFrame:
     return C.classical_table(None, paper.task(), ch.cfg.analysis.solver_matrices, ch.cfg.analysis.seed)[0]
 
 
-def solvers_shown(solvers: pd.DataFrame, ch):
+def solvers_shown(ch, solvers: pd.DataFrame):
     return (with_errors(solvers, ["L", "L_obs", "L_mask", "median_L_mask", "nuclear"], keep=["method"])
             .style.hide(axis="index").set_caption(
                 f"The paper's task at p_mask {paper.task().p_mask:g}, {ch.cfg.analysis.solver_matrices} matrices, ± "
@@ -183,12 +183,12 @@ def bert_sweep(ch) -> pd.DataFrame:
     return C.nuclear_sweep(ch.post, ch.cfg.data, a.nuclear_p_masks, a.nuclear_matrices, a.seed)
 
 
-def bert_sweep_figure(sweep: pd.DataFrame, ch):
+def bert_sweep_figure(ch, sweep: pd.DataFrame):
     return closed(nuclear_comparison_plot(sweep, ch.cfg.data.p_mask,
                                           title=f"BERT against nuclear-norm minimisation ({ch.cfg.name})"))
 
 
-def bert_sweep_shown(sweep: pd.DataFrame, ch):
+def bert_sweep_shown(ch, sweep: pd.DataFrame):
     return sweep_shown(sweep, f"E16 on the profile's task, {ch.cfg.analysis.nuclear_matrices} matrices per p_mask: "
                               "L over all entries and the mean nuclear norm of the output, ± one standard error; "
                               "BERT − solver is paired (the same matrices).")
@@ -200,12 +200,12 @@ def classical_tables(ch) -> tuple[pd.DataFrame, dict]:
     return C.classical_table(ch.post, ch.cfg.data, ch.cfg.analysis.nuclear_matrices, ch.cfg.analysis.seed)
 
 
-def classical_figure(per: dict, ch):
+def classical_figure(ch, per: dict):
     return closed(per_matrix_plot(per, title=f"Error per matrix, p_mask {ch.cfg.data.p_mask:g}: BERT ({ch.cfg.name}) "
                                              "and classical methods"))
 
 
-def classical_shown(classical: pd.DataFrame, ch):
+def classical_shown(ch, classical: pd.DataFrame):
     shown = with_errors(classical, ["L", "L_obs", "L_mask", "median_L_mask", "nuclear", "BERT_d_L_mask", "BERT_better"],
                         keep=["method"])
     return (shown.rename(columns={"BERT_d_L_mask": "BERT − method, L_mask", "BERT_better": "BERT better on"})
@@ -222,11 +222,11 @@ def ood_table(ch) -> pd.DataFrame:
     return C.ood_table(ch.post, ch.cfg.data, a.ood_matrices, a.seed, solver_matrices=a.nuclear_matrices)
 
 
-def ood_figure(ood: pd.DataFrame, ch):
+def ood_figure(ch, ood: pd.DataFrame):
     return closed(ood_plot(ood, title=f"Factor distributions: BERT ({ch.cfg.name}) and the nuclear norm"))
 
 
-def ood_shown(ood: pd.DataFrame, ch):
+def ood_shown(ch, ood: pd.DataFrame):
     shown = with_errors(ood, ["L", "L_obs", "L_mask"], keep=["dist", "method", "matrices"])
     shown["E[X²]"], shown["L_mask / E[X²]"], shown["outside"] = ood["copy_level"], ood["L_mask_rel"], ood["outside"]
     return (shown.style.hide(axis="index").format({"E[X²]": "{:.3f}", "L_mask / E[X²]": "{:.3f}", "outside": "{:.1%}"})
@@ -433,7 +433,7 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
     return glue, rows
 
 
-def closing(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[dict, list[dict]]:
+def readings(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[dict, list[dict]]:
     """`baseline_readings` of this chapter's tables: every name the closing paragraph glues
     (with the solver rule's margin, solver_rule) and the scorecard rows."""
     glue, rows = baseline_readings(sweep, reg, ood, classical, ch.cfg.data.p_mask, rank=ch.cfg.data.rank,

@@ -56,7 +56,7 @@ def seeds(ch) -> Seeds:
     return Seeds(curves, drops, late, label, label)
 
 
-def seeds_figure(s: Seeds, ch):
+def seeds_figure(ch, s: Seeds):
     return closed(seed_loss_curves(s.curves, s.drops, ch.cfg.data.rank,
                                    title=f"L_mask over {len(s.curves)} seeds: profile {ch.cfg.name}"))
 
@@ -67,7 +67,7 @@ def _duration(wall: pd.Series) -> str:
     return f"{wall.iloc[-1] / 60:.1f} min" if wall.iloc[-1] >= 60 else f"{wall.iloc[-1]:.1f} s"
 
 
-def seeds_shown(s: Seeds, ch):
+def seeds_shown(ch, s: Seeds):
     steps = ch.cfg.train.steps
     table = pd.DataFrame([{
         "seed": seed,
@@ -122,9 +122,14 @@ def seeds_row(drops: dict, profile) -> dict:
     return drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
 
 
-def seeds_glue(s: Seeds, ch) -> dict:
+def seeds_glue(ch, s: Seeds) -> dict:
     return {"seeds_text": seeds_text(s.drops, ch.cfg.train.steps), "n_seeds": len(s.curves),
             "seed_list": _listing(s.curves)}
+
+
+def seeds_readings(ch, s: Seeds) -> tuple[dict, list[dict]]:
+    """The drop over seeds: the section's glue (`seeds_glue`) and its scorecard row (`seeds_row`)."""
+    return seeds_glue(ch, s), [seeds_row(s.drops, ch.cfg)]
 
 
 def scorecard_table(ch, rows: list[dict]):
@@ -140,7 +145,7 @@ def progress_table(ch) -> pd.DataFrame:
                                    seed=ch.cfg.analysis.seed)
 
 
-def lead_times(table: pd.DataFrame, ch) -> pd.DataFrame:
+def lead_times(ch, table: pd.DataFrame) -> pd.DataFrame:
     """Per measure, when it moved (the half-way crossing, `progress.lead_times`) and whether
     it leads: leaves its plateau band for good before the drop (`progress.plateau_leads`,
     with the bootstrap's range and p_lead)."""
@@ -148,7 +153,7 @@ def lead_times(table: pd.DataFrame, ch) -> pd.DataFrame:
                                                      on="measure")
 
 
-def progress_figure(table: pd.DataFrame, leads: pd.DataFrame, ch):
+def progress_figure(ch, table: pd.DataFrame, leads: pd.DataFrame):
     return closed(progress_panels(progress.normalised(table), leads, ch.drop,
                                   title=f"Progress measures: profile {ch.cfg.name}, seed {ch.cfg.seed}"))
 
@@ -196,7 +201,7 @@ def claims_text(leads: pd.DataFrame, drop: int | None) -> str:
             f"it (E14). Here {when(leads, 'token_alignment')}, and {when(leads, 'column_silhouette')}")
 
 
-def structure_rows(table: pd.DataFrame, ch) -> list[dict]:
+def structure_rows(ch, table: pd.DataFrame) -> list[dict]:
     """E9's timing: the step at which the most row- (column-) structured head first reaches
     STRUCTURE_THRESHOLD, the cut E9's labels use, over the drop step (the paper: the heads
     form at the drop, a ratio of 1; number rule). The crossing is known to within the
@@ -217,8 +222,14 @@ def structure_rows(table: pd.DataFrame, ch) -> list[dict]:
     return rows
 
 
-def progress_glue(table: pd.DataFrame, leads: pd.DataFrame, ch) -> dict:
+def progress_glue(ch, table: pd.DataFrame, leads: pd.DataFrame) -> dict:
     gap = int(np.diff(np.concatenate([[0], table["step"]])).max())  # the coarsest checkpoint interval
     return {"lead_text": progress.plateau_lead_summary(leads, ch.drop, ch.cfg.train.steps, gap),
             "claims_text": claims_text(leads, ch.drop),
             "main_run": f"seed {ch.cfg.seed}, {len(table)} checkpoints at most {gap:,} steps apart"}
+
+
+def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[dict, list[dict]]:
+    """Can the drop be seen coming: the section's glue (`progress_glue`) and E9's timing rows
+    (`structure_rows`)."""
+    return progress_glue(ch, table, leads), structure_rows(ch, table)

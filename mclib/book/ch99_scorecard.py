@@ -14,6 +14,8 @@ from . import reference, scorecard
 from .chapter import departures_table
 from .plots import VERDICT_COLORS, closed, scorecard_plot
 
+CHAPTER = "99_scorecard"
+
 # glue name -> the verdict it counts, in the order the closing sentence names them
 COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
            "n_na": "n/a", "n_cannot": "cannot fail"}
@@ -24,7 +26,7 @@ def rows(ch) -> list[dict]:
     return scorecard.load(ch.run_dir)
 
 
-def findings_shown(rows: list[dict], ch):
+def findings_shown(ch, rows: list[dict]):
     return scorecard.findings(rows).style.hide(axis="index").set_caption(
         f"Findings, profile {ch.cfg.name}: per experiment, the claims that reproduced (matches, same direction, same "
         "order), those that differ and our reading of each, and those not tested (n/a, cannot fail).")
@@ -53,7 +55,7 @@ def scorecard_shown(rows: list[dict]):
             .set_caption(f"The scorecard: {len(table)} claims."))
 
 
-def reference_shown(rows: list[dict], ch):
+def reference_shown(ch, rows: list[dict]):
     """Our verdicts beside the paper setting's (`mclib.book.reference`: the newest results/paper-*)."""
     table = reference.beside(rows, reference.latest())
     return (table.style.hide(axis="index")
@@ -82,7 +84,7 @@ def reference_figure():
     return None if folder is None else closed(reference.loss_figure(folder))
 
 
-def glued(rows: list[dict], ch) -> dict:
+def glued(ch, rows: list[dict]) -> dict:
     """The closing sentence's numbers (rows per verdict, all rows), the task note and the figure."""
     verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(rows),

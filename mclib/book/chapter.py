@@ -11,6 +11,17 @@ where its checkpoints sit (`mclib.core.runs.checkpoint_steps`: pre on the platea
 transition around the drop, post at the end), why training ended (`run_end`), and the
 models at those steps, each loaded once per chapter (`Chapter.model`).
 
+Every chapter module (`mclib.book.chNN_name`, the notebook book/NN_name.ipynb) has the
+same entry points, with `ch` (this module's `Chapter`) first (tests/test_chapter.py):
+
+    CHAPTER = "NN_name"                    the notebook it serves, and its scorecard's chapter name
+    readings(ch, ...) -> (glue, rows)      the chapter's scorecard rows and the sentences that state
+                                           them (a chapter with two scorecard tables: SECTION_readings)
+    scorecard_table(ch, rows)              records the rows in the run's scorecard, shows them styled
+
+plus its own computing (`e2_table(ch)`, ...) and showing (`..._shown(ch, ...)`, `..._figure`)
+functions; a notebook glues what they return with `glue_all`.
+
 Also here, because more than one chapter shows them: `departures_table` (where a
 profile departs from the paper), `shown_path` (a folder as the book prints it) and
 `download_links` (a run's metrics.csv and final checkpoint, zipped by `checkpoint_zip`).
@@ -106,6 +117,15 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     return Chapter(cfg=cfg, run_dir=run_dir, device=resolve_device(cfg.train.device), metrics=metrics,
                    drop=find_drop(metrics, rank=cfg.data.rank), steps=checkpoint_steps(run_dir, cfg),
                    end=run_end(run_dir))
+
+
+def glue_all(values) -> None:
+    """Glue every name -> value of `values` (a chapter function's glue) for the prose to show;
+    none is displayed where it is glued."""
+    from myst_nb import glue
+
+    for name, value in values.items():
+        glue(name, value, display=False)
 
 
 def notebook_setup() -> None:

@@ -178,7 +178,7 @@ def loss_figure(folder: Path, name: str = "paper"):
 
 def training_rows(folder: Path, name: str = "paper") -> list[dict]:
     """E1's rows for the results' book run (seed 1), computed from its training curve
-    alone by the training chapter's own rules (`ch01_train.scorecard_rows`); the
+    alone by the training chapter's own rules (`ch01_train.e1_rows`); the
     pre-shift step is placed among the saves the run made (every `save_every` steps up to
     where it ended), as the chapter places it among the checkpoints it kept. Each row
     carries its verdict."""
@@ -197,7 +197,7 @@ def training_rows(folder: Path, name: str = "paper") -> list[dict]:
     ran = m[m["step"] <= end.step]
     steps = place_checkpoints(ran, saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
     ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end)
-    return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.scorecard_rows(ch)]
+    return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.e1_rows(ch)]
 
 
 def rows(folder: Path, name: str = "paper") -> list[dict]:
