@@ -11,6 +11,7 @@ import pytest
 from mclib.analyses.sizes import by_setting, claims, ratio_of_means
 from mclib.book import ch09_appendix as chapter
 from mclib.core.config import load_profile, profile_path
+from mclib.core.data import copy_level
 
 
 def _table(final_by_width: dict, drop_by_depth: dict, n: int = 5, seeds=(1, 2, 3)) -> pd.DataFrame:
@@ -73,6 +74,35 @@ def test_finals_under_different_end_rules_are_not_compared(tmp_path):
     width = next(r for r in rows if r["quantity"].startswith("wider is better"))
     assert width["ours"] is None and "ended by different convergence rules" in width["na"]
     assert _verdicts(tmp_path, wd)["wider is better"] == "n/a"
+
+
+def test_a_run_cut_before_it_converged_has_no_final_level(tmp_path):
+    """A wide run stopped by the wall clock mid-fall has a high L_mask that is not its final
+    level: the width comparison leaves it out, says so, and the by-setting table too."""
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000})
+    wd["ended"] = "converged"
+    cut = (wd["hidden"] == 128) & (wd["seed"] == 1)
+    wd.loc[cut, ["ended", "final_L_mask"]] = ["wall cap", 0.5]                      # cut just after its drop
+    _, rows = chapter.readings(_ch(tmp_path), wd, None)
+    width = next(r for r in rows if r["quantity"].startswith("wider is better"))
+    assert width["ours"] < 1 and "hidden 128: seed 1 (wall cap)" in width["reading"]
+    assert _verdicts(tmp_path, wd)["wider is better"] == "same direction"
+    wide = by_setting(wd).set_index(["hidden", "layers"]).loc[(128, 4)]
+    assert wide["converged"] == 2 and wide["final_over_level"] == pytest.approx(0.01 * 1.025 / copy_level(1))
+    wd.loc[wd["hidden"] == 128, "ended"] = "wall cap"                                # none converged: n/a, said
+    width = next(r for r in chapter.readings(_ch(tmp_path), wd, None)[1] if r["quantity"].startswith("wider"))
+    assert width["ours"] is None and "no run of one of the widths converged" in width["na"]
+
+
+def test_a_sweep_row_says_how_its_run_ended():
+    from mclib.core.runs import RunEnd
+    from mclib.core.sweep import how_it_ended
+
+    end = lambda ended: RunEnd(ended=ended, step=12_000, drop=9_000, steps=30_000, until="converged")
+    assert how_it_ended(end("converged"), 9_000, 12_000, None) == "converged"
+    assert how_it_ended(end("stopped"), 9_000, 12_000, None) == "wall cap"        # the sweep's only other stop
+    assert how_it_ended(end("stopped"), 9_000, 12_000, 1_000) == "after drop"
+    assert how_it_ended(end("stopped"), 9_000, 9_500, 1_000) == "wall cap"       # stopped before drop + after_drop
 
 
 def test_the_large_models_order_of_magnitude(tmp_path):

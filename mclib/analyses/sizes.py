@@ -18,17 +18,31 @@ import pandas as pd
 from ..core.data import copy_level
 
 
+def converged(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose run ended by its convergence rule (the table's `ended`). A run cut by
+    the wall clock ("wall cap") or the step cap ("cap") stopped before its final level, so
+    its final L_mask is not a final level and is left out where final levels are compared.
+    A table without the column (rows written before 2026-11-25) counts every row."""
+    if "ended" not in runs:
+        return runs
+    return runs[runs["ended"] == "converged"]
+
+
 def by_setting(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (n, rank, hidden, layers): seeds run, drop step (mean, sd; NaN where a
     seed did not drop, counted in `dropped`), drop in matrices and minutes, final L_mask
-    over E[X²] (mean, sd), and how far the runs went."""
+    over E[X²] (mean, sd) of the runs that converged (`converged`, counted in
+    `converged`), and how far the runs went."""
     t = table.copy()
-    t["final_over_level"] = t["final_L_mask"] / t["rank"].map(copy_level)
+    done = t.index.isin(converged(t).index)
+    t["final_over_level"] = (t["final_L_mask"] / t["rank"].map(copy_level)).where(done)
+    t["converged"] = done
     t["drop_matrices"] = t["drop_step"] * t["batch"]
     g = t.groupby(["n", "rank", "hidden", "layers"], sort=True)
     out = g.agg(seeds=("seed", "count"), dropped=("drop_step", "count"),
                 drop_step=("drop_step", "mean"), drop_step_sd=("drop_step", "std"),
                 drop_matrices=("drop_matrices", "mean"), drop_minutes=("drop_minutes", "mean"),
+                converged=("converged", "sum"),
                 final_over_level=("final_over_level", "mean"), final_sd=("final_over_level", "std"),
                 steps_run=("steps_run", "max"))
     return out.reset_index()
@@ -57,12 +71,28 @@ def mixed_rules(*runs: pd.DataFrame) -> bool:
 
 
 def width_ratio(table: pd.DataFrame, n: int, wide: int = 128, narrow: int = 32, layers: int = 4):
-    """Final L_mask at `wide` over at `narrow` (4 layers): below 1 means wider is better.
-    NaN where the two settings' runs ended by different rules (`mixed_rules`)."""
+    """Final L_mask at `wide` over at `narrow` (4 layers), over the runs that converged
+    (`converged`): below 1 means wider is better. Returns the ratio and its error, and the
+    runs it reads at each width. NaN where the two settings' runs ended by different rules
+    (`mixed_rules`)."""
     a, b = _runs(table, n, wide, layers), _runs(table, n, narrow, layers)
     if mixed_rules(a, b):
         return (math.nan, math.nan), len(a), len(b)
+    a, b = converged(a), converged(b)
     return ratio_of_means(a["final_L_mask"], b["final_L_mask"]), len(a), len(b)
+
+
+def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int = 4) -> str | None:
+    """Which runs the width comparison leaves out because they did not converge, or None."""
+    parts = []
+    for w in widths:
+        runs = _runs(table, n, w, layers)
+        cut = runs[~runs.index.isin(converged(runs).index)]
+        if len(cut):
+            how = ", ".join(f"seed {int(s)} ({e if isinstance(e, str) else 'unknown'})"
+                            for s, e in zip(cut["seed"], cut.get("ended", [None] * len(cut))))
+            parts.append(f"hidden {w}: {how}")
+    return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
 
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
@@ -78,11 +108,15 @@ def claims(table: pd.DataFrame) -> list[dict]:
     out = []
     for n in sorted(table["n"].unique()):
         (r, se), ka, kb = width_ratio(table, n)
-        mixed = mixed_rules(_runs(table, n, 128, 4), _runs(table, n, 32, 4))
+        wide, narrow = _runs(table, n, 128, 4), _runs(table, n, 32, 4)
+        mixed = mixed_rules(wide, narrow)
+        none_converged = not mixed and len(wide) and len(narrow) and not (ka and kb)
         out.append({"n": int(n), "claim": "wider is better: final L_mask at hidden 128 / at hidden 32",
                     "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0,
-                    "note": "the two widths' runs ended by different convergence rules (the table's end_rule): "
-                            "their final L_mask are not compared" if mixed else None})
+                    "note": ("the two widths' runs ended by different convergence rules (the table's end_rule): "
+                             "their final L_mask are not compared" if mixed else
+                             "no run of one of the widths converged before its cap" if none_converged else None),
+                    "left_out": None if mixed else _left_out(table, n, (128, 32))})
         (r, se), ka, kb = depth_ratio(table, n, 6, 4)
         out.append({"n": int(n), "claim": "6 layers drop earlier than 4: drop step at 6 layers / at 4",
                     "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0})

@@ -46,8 +46,9 @@ def width_depth_shown(wd: pd.DataFrame | None):
             .format({"drop_step": "{:,.0f}", "drop_step_sd": "{:,.0f}", "drop_matrices": "{:,.0f}",
                      "steps_run": "{:,.0f}"}, na_rep="—")
             .set_caption("sweeps/width-depth.yaml, per setting: seeds run and dropped, the drop step (mean and "
-                         "standard deviation over the seeds that dropped), in matrices and minutes, final L_mask "
-                         "over E[X²] (mean, sd), and the longest run. On n×n matrices of rank 1 (not the paper's "
+                         "standard deviation over the seeds that dropped), in matrices and minutes, the runs that "
+                         "converged and their final L_mask over E[X²] (mean, sd; a run cut by the wall clock or the "
+                         "step cap has no final level and is left out of it), and the longest run. On n×n matrices of rank 1 (not the paper's "
                          "7×7 rank 2), the `cpu` recipe otherwise; one thread a run."))
 
 
@@ -66,7 +67,7 @@ def width_depth_figure(wd: pd.DataFrame | None):
             right.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o", capsize=3,
                            color=f"C{i}", label=f"{n}×{n}, rank 1")
         left.legend(fontsize=8)
-    left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²]",
+    left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
              title="width")
     right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
     fig.tight_layout()
@@ -105,7 +106,8 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -
         ours = None if math.isnan(c["ours"]) else c["ours"]
         why = c.get("note") or ("not measured yet (the sweep has no rows for one of the two settings)"
                                 if missing else None)
-        reading = f"seeds {seeds}; the paper's claim is on 7×7 rank 2 at width 768-scale models"
+        reading = (f"seeds {seeds}" + (f"; {c['left_out']}" if c.get("left_out") else "")
+                   + "; the paper's claim is on 7×7 rank 2 at width 768-scale models")
         if c["sense"] == "about":
             rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why))
         else:

@@ -225,11 +225,22 @@ def end_rule(profile: Profile) -> str:
     return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g}"
 
 
+def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> str:
+    """The row's `ended`: the run's own ending (`mclib.core.runs.RunEnd.ended`: converged,
+    cap, steps, unfinished), with a sweep's stop told apart: "after drop" (the sweep's
+    after_drop) or "wall cap" (its cap_minutes, the only other stop a sweep makes)."""
+    if end is None:
+        return "unfinished"
+    if end.ended != "stopped":
+        return end.ended
+    return "after drop" if after_drop is not None and drop is not None and steps >= drop + after_drop else "wall cap"
+
+
 def summarise(run: SweepRun) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
     from .metrics import find_drop, plateau_stats
-    from .runs import drop_column, load_metrics, run_profile
+    from .runs import drop_column, load_metrics, run_end, run_profile
 
     profile = run_profile(run.run_dir)
     m = load_metrics(run.run_dir)
@@ -242,7 +253,8 @@ def summarise(run: SweepRun) -> dict:
             "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
             "steps_run": steps, "ms_per_step": round(ms_per_step, 1),
             "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
-            "cap_minutes": run.cap_minutes, "end_rule": end_rule(profile), "date": time.strftime("%Y-%m-%d"),
+            "cap_minutes": run.cap_minutes, "end_rule": end_rule(profile),
+            "ended": how_it_ended(run_end(run.run_dir), drop, steps, run.after_drop), "date": time.strftime("%Y-%m-%d"),
             "matrices": steps * profile.train.batch, **setting_columns(profile),
             "wall_minutes": round(wall / 60, 2), "sweep": run.sweep, **run.extra}
 
