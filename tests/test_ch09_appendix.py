@@ -117,6 +117,16 @@ def test_ratio_of_means_and_its_error():
     r, se = ratio_of_means(pd.Series([2.0, 2.2, 1.8]), pd.Series([1.0, 1.0, 1.0]))
     assert r == pytest.approx(2.0) and se == pytest.approx(2.0 * (0.2 / 3 ** 0.5) / 2.0)
     assert math.isnan(ratio_of_means(pd.Series([None], dtype=float), pd.Series([1.0]))[0])
+    r, se = ratio_of_means(pd.Series([2.0]), pd.Series([1.0, 1.2]))   # one seed: no spread to read
+    assert r == pytest.approx(2.0 / 1.1) and math.isnan(se)
+
+
+def test_a_ratio_read_from_one_seed_is_not_judged(tmp_path):
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000})
+    one = wd[(wd["hidden"] != 128) | (wd["seed"] == 1)]
+    width = "wider is better"
+    assert _verdicts(tmp_path, wd, None)[width] == "same direction"
+    assert _verdicts(tmp_path, one, None)[width] == "n/a"
 
 
 def test_by_setting_counts_the_seeds_that_dropped():

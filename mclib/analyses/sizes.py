@@ -49,13 +49,17 @@ def by_setting(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
-    """mean(a) / mean(b) and its standard error (delta method, independent seeds; a lone
-    seed contributes no error). NaN when either side has no value."""
+    """mean(a) / mean(b) and its standard error (delta method, independent seeds). The
+    ratio is NaN when either side has no value; the error is NaN when either side has a
+    single value (one seed says nothing of the spread between seeds, and an error of 0
+    would claim it did)."""
     a, b = a.dropna().astype(float), b.dropna().astype(float)
     if a.empty or b.empty or b.mean() == 0:
         return math.nan, math.nan
     r = a.mean() / b.mean()
-    rel = lambda x: (x.std(ddof=1) / math.sqrt(len(x)) / x.mean()) ** 2 if len(x) > 1 else 0.0
+    if len(a) < 2 or len(b) < 2:
+        return float(r), math.nan
+    rel = lambda x: (x.std(ddof=1) / math.sqrt(len(x)) / x.mean()) ** 2
     return float(r), float(abs(r) * math.sqrt(rel(a) + rel(b)))
 
 

@@ -105,7 +105,9 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -
         missing = seeds.startswith("0 ") or seeds.endswith(" 0")
         ours = None if math.isnan(c["ours"]) else c["ours"]
         why = c.get("note") or ("not measured yet (the sweep has no rows for one of the two settings)"
-                                if missing else None)
+                                if missing else
+                                "one seed read at one of the two settings: a ratio without an error, not judged"
+                                if ours is not None and math.isnan(c["se"]) else None)
         reading = (f"seeds {seeds}" + (f"; {c['left_out']}" if c.get("left_out") else "")
                    + "; the paper's claim is on 7×7 rank 2 at width 768-scale models")
         if c["sense"] == "about":
