@@ -19,7 +19,7 @@ import yaml
 from mclib.book import runner as book, scorecard
 from mclib.__main__ import main
 from mclib.core.config import load_profile, profile_path
-from book_pages import manifest as _manifest, page as _page
+from book_pages import glue_names, manifest as _manifest, page as _page
 
 
 PAPER_URL = "https://arxiv.org/abs/2410.22244"
@@ -115,6 +115,16 @@ def test_every_chapter_executes(built):
         nb = nbformat.read(r["output"], as_version=4)
         errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
         assert not errors, f"{r['name']}: {errors}"
+
+
+@pytest.mark.slow
+def test_every_name_a_chapter_s_prose_glues_is_glued_by_its_code(built):
+    # myst-nb keeps each glued value as an output whose metadata names it ("scrapbook")
+    for r in _manifest(built)["notebooks"]:
+        nb = nbformat.read(r["output"], as_version=4)
+        glued = {o.get("metadata", {}).get("scrapbook", {}).get("name") for c in nb.cells for o in c.get("outputs", [])}
+        missing = glue_names(Path(r["output"]).name) - glued
+        assert not missing, f"{r['name']}: {sorted(missing)}"
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from mclib.analyses.sizes import by_setting, claims, ratio_of_means
+from book_pages import sentences_turn
 from mclib.book import ch09_appendix as chapter
 from mclib.core.config import load_profile, profile_path
 from mclib.core.data import copy_level
@@ -142,3 +143,12 @@ def test_the_committed_width_depth_data_reads(tmp_path):
     assert {"n", "hidden", "layers", "drop_step", "final_L_mask"} <= set(wd.columns)
     assert claims(wd)                                    # one set of claims per task size
     chapter.width_depth_figure(wd)
+
+
+def test_the_findings_sentence_turns_with_each_row(tmp_path, flip_verdicts):
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: 10_000, 6: 7_000, 8: 7_100})
+    large = pd.DataFrame({"final_L": [1e-3, 2e-3, 8e-4, 3e-3]})
+    ch = _ch(tmp_path)
+    _, rows = chapter.readings(ch, wd, large)
+    sentences_turn(lambda: chapter.readings(ch, wd, large), flip_verdicts,
+                   {"findings": [r["quantity"] for r in rows]})

@@ -7,7 +7,7 @@ on larger matrices, shown when a GPU has run them.
     width_depth_figure(wd)
     large = large_models(ch)               # results/sizes-gpu.csv or the book's runs/sweep/, or None
     large_shown(large)
-    glue, rows = readings(ch, wd, large)   # E20's scorecard rows
+    glue, rows = readings(ch, wd, large)   # E20's scorecard rows; glue["findings"] speaks for them
     scorecard_table(ch, rows)
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..analyses.sizes import by_setting, claims, large_model_finals, order_of_ma
 from .chapter import Chapter
 from .plots import closed
 from .reference import REPO
-from .scorecard import CUT, claim, recorded_table
+from .scorecard import CUT, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "09_appendix"
 WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"
@@ -104,7 +104,7 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -
         seeds = c["seeds"]
         missing = seeds.startswith("0 ") or seeds.endswith(" 0")
         ours = None if math.isnan(c["ours"]) else c["ours"]
-        why = c.get("note") or ("not measured yet (the sweep has no rows for one of the two settings)"
+        why = c.get("note") or ("not measured yet: the sweep has no rows for one of the two settings"
                                 if missing else
                                 "one seed read at one of the two settings: a ratio without an error, not judged"
                                 if ours is not None and math.isnan(c["se"]) else None)
@@ -124,9 +124,21 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -
                       None if math.isnan(magnitude) else magnitude,
                       f"below {ORDER:g} (under 1e-2; the book's cut-off for 'of the order of 1e-3')",
                       kind="direction", reference=ORDER, sense="below", margin=CUT,
-                      na=None if large is not None else "not run: it needs a GPU (sweeps/sizes-gpu.yaml)"))
-    found = {"wd_runs": str(0 if wd is None else len(wd)), "large_runs": str(0 if large is None else len(large))}
+                      na=None if large is not None else "not run: it needs a GPU, sweeps/sizes-gpu.yaml"))
+    found = {"wd_runs": str(0 if wd is None else len(wd)), "large_runs": str(0 if large is None else len(large)),
+             "findings": findings(rows)}
     return found, rows
+
+
+def findings(rows: list[dict]) -> str:
+    """One clause per row, "CLAIM (TASK): RATIO ± SE, as in the paper / unlike the paper /
+    not tested here", each phrase from the row's own verdict (`row_verdict`)."""
+    def clause(r):
+        number = "" if r["ours"] is None else f"{r['ours']:.2f}" + (
+            "" if r.get("se") is None or math.isnan(r["se"]) else f" ± {r['se']:.2f}") + ", "
+        why = f" ({r['na']})" if r.get("na") else ""
+        return f"{r['quantity']}: {number}{agreement(row_verdict(r))}{why}"
+    return "; ".join(clause(r) for r in rows) + "."
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):
