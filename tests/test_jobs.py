@@ -234,14 +234,21 @@ def test_unreachable_scheduler_on_the_command_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_smoke_sweep_on_a_scheduler_and_two_workers_equals_runs_alone(tmp_path, capsys):
+def test_smoke_sweep_on_a_scheduler_and_two_workers_equals_runs_alone(tmp_path, capsys, monkeypatch):
+    from mclib.core import sweep
+
     path = _sweep_file(tmp_path / "smoke.yaml", SMOKE_SWEEP)
     runs = tmp_path / "runs"
+    drawn = []   # the rows in the table each time the figure is drawn: after every row, then at the end
+    draw = sweep.draw_figure
+    monkeypatch.setattr(sweep, "draw_figure", lambda results, *a, **k: (drawn.append(len(pd.read_csv(results))),
+                                                                        draw(results, *a, **k))[1])
     with dask_processes(tmp_path) as (address, _):
-        args = ["sweep", str(path), "--cluster", address, "--runs", str(runs), "--progress-every", "5"]
+        args = ["sweep", str(path), "--cluster", address, "--runs", str(runs), "--progress-every", "0.5"]
         assert main(args) == 0
+        assert drawn == [1, 2, 3, 4, 4]
         out = capsys.readouterr().out
-        assert "4 of 4 runs done, 0 failed" in out and "running (" in out
+        assert "4 of 4 runs done, 0 failed" in out and "running (" in out, out
         table = pd.read_csv(runs / "smoke.csv")
         assert sorted(zip(table.setting, table.seed)) == [("base", 1), ("base", 2), ("lr2e-3", 1), ("lr2e-3", 2)]
         assert {"drop_step", "matrices", "wall_minutes", "final_L_obs", "final_L_mask"} <= set(table.columns)

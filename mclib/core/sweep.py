@@ -346,7 +346,8 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
-            done, failed = _drive(client, pending, results, path.name, done, every=progress_every, out=out)
+            done, failed = _drive(client, pending, results, path.name, done, every=progress_every, out=out,
+                                  redraw=lambda: draw_figure(results, path.name, figure, Path(runs)))
     draw_figure(results, path.name, figure, Path(runs))
     for label, error in failed:
         print(f"sweep {path.name}: {label} failed: {error}", file=out)
@@ -355,7 +356,10 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     return len(failed)
 
 
-def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, out):
+def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, out, redraw):
+    """Submit the pending runs and wait, appending each finished run's row to `results` and
+    redrawing the figure after it (a sweep cut by a wall cap still leaves a figure of its
+    rows); a progress line every `every` seconds. Returns (done, failed)."""
     from .jobs import resources_for
 
     futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
@@ -369,6 +373,7 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
             run = futures[f]
             if f.status == "finished":
                 append_row(results, f.result())
+                redraw()
                 done += 1
             else:
                 error = f.exception()
