@@ -42,9 +42,10 @@ def width_depth_shown(wd: pd.DataFrame | None):
     if wd is None:
         return f"No width/depth data yet: `{WIDTH_DEPTH_COMMAND}` produces it."
     table = by_setting(wd)
-    return (table.style.hide(axis="index").format(precision=3, na_rep="—")
-            .format({"drop_step": "{:,.0f}", "drop_step_sd": "{:,.0f}", "drop_matrices": "{:,.0f}",
-                     "steps_run": "{:,.0f}"}, na_rep="—")
+    # one format call: a second call with a dict would put the other columns back to pandas' default
+    whole = {c: "{:,.0f}" for c in ("drop_step", "drop_step_sd", "drop_matrices", "steps_run")}
+    return (table.style.hide(axis="index")
+            .format({**{c: "{:.3g}" for c in table.select_dtypes("float").columns}, **whole}, na_rep="—")
             .set_caption("sweeps/width-depth.yaml, per setting: seeds run and dropped, the drop step (mean and "
                          "standard deviation over the seeds that dropped), in matrices and minutes, the runs that "
                          "converged and their final L_mask over E[X²] (mean, sd; a run cut by the wall clock or the "
