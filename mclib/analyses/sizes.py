@@ -91,10 +91,10 @@ def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int 
     parts = []
     for w in widths:
         runs = _runs(table, n, w, layers)
-        cut = runs[~runs.index.isin(converged(runs).index)]
+        cut = runs.drop(converged(runs).index)   # empty where the table has no `ended` column
         if len(cut):
             how = ", ".join(f"seed {int(s)} ({e if isinstance(e, str) else 'unknown'})"
-                            for s, e in zip(cut["seed"], cut.get("ended", [None] * len(cut))))
+                            for s, e in zip(cut["seed"], cut["ended"]))
             parts.append(f"hidden {w}: {how}")
     return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
