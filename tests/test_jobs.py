@@ -109,6 +109,7 @@ def test_unreachable_scheduler_is_one_line_naming_it_within_the_timeout():
     ("base: smoke\nsettings:\n  - {name: a, overrides: {train.lrr: 1.0}}\n", "train.lrr"),
     ("base: smoke\nsettings:\n  - {name: a, overrides: {trian.lr: 1.0}}\n", "trian"),
     ("base: smoke\nseeds: one\nsettings:\n  - {name: a}\n", "seeds"),
+    ("base: smoke\norder: by-sed\nsettings:\n  - {name: a}\n", "by-sed"),
 ])
 def test_a_bad_sweep_key_is_one_line_naming_it_before_anything_runs(tmp_path, capsys, body, key):
     path = _sweep_file(tmp_path / "bad.yaml", body)
@@ -147,6 +148,22 @@ def test_sweep_file_format(tmp_path):
     assert runs[0].profile.train.lr == 2.0e-3 and runs[0].profile.seed == 1 and runs[0].profile.train.threads == 1
     assert (runs[0].cap_minutes, runs[2].cap_minutes, runs[2].after_drop) == (5, 1, 100)
     assert runs[2].run_dir == tmp_path / "runs" / "b-seed7"
+
+
+def test_a_sweep_by_seed_reads_every_setting_once_before_any_twice(tmp_path):
+    body = """\
+        base: smoke
+        seeds: [1, 2, 3]
+        order: {}
+        settings:
+          - {{name: a}}
+          - {{name: b, seeds: [5, 4]}}
+          - {{name: c, seeds: [9]}}
+    """
+    by_setting = load_sweep(_sweep_file(tmp_path / "s.yaml", body.format("by-setting")), tmp_path / "runs")
+    by_seed = load_sweep(_sweep_file(tmp_path / "t.yaml", body.format("by-seed")), tmp_path / "runs")
+    assert [r.label for r in by_setting] == ["a s1", "a s2", "a s3", "b s5", "b s4", "c s9"]
+    assert [r.label for r in by_seed] == ["a s1", "b s5", "c s9", "a s2", "b s4", "a s3"]
 
 
 def test_every_sweep_file_of_the_repository_loads():

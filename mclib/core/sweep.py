@@ -6,6 +6,7 @@ A sweep file (sweeps/*.yaml):
     cap_minutes: 30          # optional: a run stops after this much training time
     after_drop: 300          # optional: a run stops this many steps after its drop
     seeds: [1, 2]
+    order: by-seed           # optional: seed 1 of every setting before seed 2 of any (default by-setting)
     resume: false            # true: continue runs of an earlier sweep with the same names
     threads: 1               # optional: torch threads a run (default: the base profile's, else 1)
     cluster: tcp://HOST:8786 # optional: where the runs go (default: this machine)
@@ -13,7 +14,10 @@ A sweep file (sweeps/*.yaml):
       - {name: h64-lr1e-3, overrides: {train.lr: 1.0e-3}}
       - {name: wide, overrides: {model.hidden: 128}, seeds: [1], cap_minutes: 60}
 
-`cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Every
+`cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Runs
+start in file order, each setting's seeds in turn (`order: by-setting`), or with
+`order: by-seed` the first seed of every setting before the second of any, so that a sweep
+cut short has read every setting once. Every
 key and every profile the sweep would train is checked before anything runs: a bad one
 is a one-line `ConfigError` naming it. A run stops at its profile's steps, at its cap or
 `after_drop` steps past its drop (`mclib.core.metrics.find_drop`), whichever comes first.
@@ -45,7 +49,8 @@ from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from .metrics import DROP_WINDOW
 from .runs import METRICS, run_name
 
-TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "resume", "threads", "cluster", "settings")
+TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "order", "resume", "threads", "cluster", "settings")
+ORDERS = ("by-setting", "by-seed")
 SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
 EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
 
@@ -109,7 +114,10 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
            "after_drop": _number(spec.get("after_drop"), "after_drop", where, int),
            "resume": bool(spec.get("resume", False)),
            "seeds": _seeds(spec.get("seeds", [base.seed]), where)}
-    out, names = [], set()
+    order = spec.get("order", ORDERS[0])
+    if order not in ORDERS:
+        raise ConfigError(f"{where}: order = {order!r} is not one of {', '.join(ORDERS)}")
+    out, rank, names = [], [], set()  # rank: the run's place among its setting's seeds
     for i, s in enumerate(spec["settings"]):
         here = f"{where}: settings[{i}]"
         _check_keys(s, SETTING_KEYS, here)
@@ -125,7 +133,7 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
         cap = _number(s.get("cap_minutes", top["cap_minutes"]), "cap_minutes", here)
         after = _number(s.get("after_drop", top["after_drop"]), "after_drop", here, int)
         seeds = _seeds(s.get("seeds", top["seeds"]), here)
-        for seed in seeds:
+        for nth, seed in enumerate(seeds):
             try:
                 profile = base.replace(**{**overrides, "seed": seed, "train.threads": threads})
             except ConfigError as e:
@@ -134,6 +142,9 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
                 raise ConfigError(f"{here} ({name}): overrides: unknown key {e}") from None
             out.append(SweepRun(path.name, name, seed, overrides, profile, Path(runs) / run_name(name, seed),
                                 cap, after, bool(s.get("resume", top["resume"]))))
+            rank.append(nth)
+    if order == "by-seed":  # stable: within one seed rank, settings keep the file's order
+        out = [r for _, r in sorted(zip(rank, out), key=lambda pair: pair[0])]
     return out
 
 
