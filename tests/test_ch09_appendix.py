@@ -152,3 +152,16 @@ def test_the_findings_sentence_turns_with_each_row(tmp_path, flip_verdicts):
     _, rows = chapter.readings(ch, wd, large)
     sentences_turn(lambda: chapter.readings(ch, wd, large), flip_verdicts,
                    {"findings": [r["quantity"] for r in rows]})
+
+
+def test_a_claim_the_sweep_never_runs_says_so_and_one_it_will_says_not_yet(tmp_path):
+    """At 7×7 the sweep file trains no 8-layer model: that claim is "not in the sweep", for
+    good; a planned setting without rows is "not measured yet"."""
+    wd = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: 7_000}, n=7)
+    _, rows = chapter.readings(_ch(tmp_path), wd, None)
+    why = {r["quantity"].split(":")[0]: r["na"] for r in rows}
+    assert "(7×7" in [r["quantity"] for r in rows][2]
+    assert why["more layers add little"].startswith("not in the sweep") and "8 layers" in why["more layers add little"]
+    _, rows = chapter.readings(_ch(tmp_path), wd, None, plan=chapter.planned() | {(7, 64, 8)})
+    assert {r["quantity"].split(":")[0]: r["na"] for r in rows}["more layers add little"].startswith("not measured yet")
+    assert chapter.planned() >= {(5, 64, 8), (7, 64, 6), (7, 32, 4), (7, 128, 4)}

@@ -107,10 +107,11 @@ def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: in
 
 
 def claims(table: pd.DataFrame) -> list[dict]:
-    """The appendix's three claims per task size in the table: {task, claim, ours, se,
-    seeds, note}; ours NaN where a setting is missing or never dropped (the note says)."""
+    """The appendix's three claims per task size in the table: {n, claim, ours, se, seeds,
+    note, compares}; ours NaN where a setting is missing or never dropped (the note says).
+    `compares`: the two settings, each (n, hidden, layers)."""
     out = []
-    for n in sorted(table["n"].unique()):
+    for n in (int(n) for n in sorted(table["n"].unique())):
         (r, se), ka, kb = width_ratio(table, n)
         wide, narrow = _runs(table, n, 128, 4), _runs(table, n, 32, 4)
         mixed = mixed_rules(wide, narrow)
@@ -120,13 +121,16 @@ def claims(table: pd.DataFrame) -> list[dict]:
                     "note": ("the two widths' runs ended by different convergence rules (the table's end_rule): "
                              "their final L_mask are not compared" if mixed else
                              "no run of one of the widths converged before its cap" if none_converged else None),
-                    "left_out": None if mixed else _left_out(table, n, (128, 32))})
+                    "left_out": None if mixed else _left_out(table, n, (128, 32)),
+                    "compares": ((n, 128, 4), (n, 32, 4))})
         (r, se), ka, kb = depth_ratio(table, n, 6, 4)
         out.append({"n": int(n), "claim": "6 layers drop earlier than 4: drop step at 6 layers / at 4",
-                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0})
+                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0,
+                    "compares": ((n, 64, 6), (n, 64, 4))})
         (r, se), ka, kb = depth_ratio(table, n, 8, 6)
         out.append({"n": int(n), "claim": "more layers add little: drop step at 8 layers / at 6",
-                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "about", "reference": 1.0})
+                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "about", "reference": 1.0,
+                    "compares": ((n, 64, 8), (n, 64, 6))})
     return out
 
 

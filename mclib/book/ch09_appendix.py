@@ -20,6 +20,7 @@ import pandas as pd
 import seaborn as sns
 
 from ..analyses.sizes import by_setting, claims, large_model_finals, order_of_magnitude
+from ..core.sweep import load_sweep
 from .chapter import Chapter
 from .plots import closed
 from .reference import REPO
@@ -27,6 +28,7 @@ from .scorecard import CUT, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "09_appendix"
 WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"
+WIDTH_DEPTH_SWEEP = REPO / "sweeps" / "width-depth.yaml"
 SIZES_GPU = REPO / "results" / "sizes-gpu.csv"
 WIDTH_DEPTH_COMMAND = ("taskset -c 1 python -m mclib sweep sweeps/width-depth.yaml "
                        "--results docs/data/width_depth.csv --figure docs/figures/width_depth.png")
@@ -36,6 +38,13 @@ ORDER = -2.0   # "of the order of 1e-3": the mean log10 of the final total MSE b
 
 def width_depth(path: Path = WIDTH_DEPTH) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
+
+
+def planned(path: Path = WIDTH_DEPTH_SWEEP) -> set[tuple[int, int, int]]:
+    """(n, hidden, layers) of every setting the width/depth sweep file trains: a claim whose
+    settings are planned but have no rows is "not measured yet"; one the sweep never runs
+    is "not in the sweep"."""
+    return {(r.profile.data.n, r.profile.model.hidden, r.profile.model.layers) for r in load_sweep(path)}
 
 
 def width_depth_shown(wd: pd.DataFrame | None):
@@ -94,18 +103,24 @@ def large_shown(large: pd.DataFrame | None):
                          "steps) per run."))
 
 
-def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None) -> tuple[dict, list[dict]]:
+def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
+             plan: set[tuple[int, int, int]] | None = None) -> tuple[dict, list[dict]]:
     """E20's rows: per task size in the width/depth table, the three appendix claims as
     ratios (two directions below 1, one ratio near 1), each n/a until its settings have
-    rows; and the large models' order of magnitude (n/a until a GPU has run them)."""
+    rows (or for good, where the sweep file `plan`s no run of one of them: default
+    `planned()`); and the large models' order of magnitude (n/a until a GPU has run them)."""
     rows = []
+    plan = planned() if plan is None else plan
     for c in claims(wd) if wd is not None else []:
         task = f"{c['n']}×{c['n']} rank 1"
         quantity = f"{c['claim']} ({task}; laptop scale)"
         seeds = c["seeds"]
         missing = seeds.startswith("0 ") or seeds.endswith(" 0")
+        unplanned = [f"hidden {h}, {layers} layers" for n, h, layers in c["compares"] if (n, h, layers) not in plan]
         ours = None if math.isnan(c["ours"]) else c["ours"]
-        why = c.get("note") or ("not measured yet: the sweep has no rows for one of the two settings"
+        why = c.get("note") or (f"not in the sweep: {WIDTH_DEPTH_SWEEP.relative_to(REPO)} trains no {task} model "
+                                f"at {' or '.join(unplanned)}" if missing and unplanned else
+                                "not measured yet: the sweep has no rows for one of the two settings"
                                 if missing else
                                 "one seed read at one of the two settings: a ratio without an error, not judged"
                                 if ours is not None and math.isnan(c["se"]) else None)
