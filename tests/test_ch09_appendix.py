@@ -75,6 +75,11 @@ def test_finals_under_different_end_rules_are_not_compared(tmp_path):
     width = next(r for r in rows if r["quantity"].startswith("wider is better"))
     assert width["ours"] is None and "ended by different convergence rules" in width["na"]
     assert _verdicts(tmp_path, wd)["wider is better"] == "n/a"
+    assert by_setting(wd).set_index(["hidden", "layers"]).loc[(32, 4), "end_rule"] == "window-means 1000 0.05"
+    labels = lambda fig: [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "ended by: window-means 1000 0.05" in labels(chapter.width_depth_figure(wd))      # the figure says so
+    wd["end_rule"] = "slope 2000 0.05"
+    assert not any(t.startswith("ended by") for t in labels(chapter.width_depth_figure(wd)))  # one rule: no key
 
 
 def test_a_run_cut_before_it_converged_has_no_final_level(tmp_path):

@@ -32,7 +32,7 @@ def by_setting(table: pd.DataFrame) -> pd.DataFrame:
     """One row per (n, rank, hidden, layers): seeds run, drop step (mean, sd; NaN where a
     seed did not drop, counted in `dropped`), drop in matrices and minutes, final L_mask
     over E[X²] (mean, sd) of the runs that converged (`converged`, counted in
-    `converged`), and how far the runs went."""
+    `converged`), how far the runs went, and (where the table says) the rule that ended them."""
     t = table.copy()
     done = t.index.isin(converged(t).index)
     t["final_over_level"] = (t["final_L_mask"] / t["rank"].map(copy_level)).where(done)
@@ -45,6 +45,8 @@ def by_setting(table: pd.DataFrame) -> pd.DataFrame:
                 converged=("converged", "sum"),
                 final_over_level=("final_over_level", "mean"), final_sd=("final_over_level", "std"),
                 steps_run=("steps_run", "max"))
+    if "end_rule" in t:  # the rule(s) that ended the setting's runs: finals under unlike rules are not compared
+        out["end_rule"] = g["end_rule"].agg(lambda r: " + ".join(sorted(set(r.dropna()))) or None)
     return out.reset_index()
 
 

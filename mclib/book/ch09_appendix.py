@@ -58,27 +58,39 @@ def width_depth_shown(wd: pd.DataFrame | None):
             .set_caption("sweeps/width-depth.yaml, per setting: seeds run and dropped, the drop step (mean and "
                          "standard deviation over the seeds that dropped), in matrices and minutes, the runs that "
                          "converged and their final L_mask over E[X²] (mean, sd; a run cut by the wall clock or the "
-                         "step cap has no final level and is left out of it), and the longest run. On n×n matrices of rank 1 (not the paper's "
+                         "step cap has no final level and is left out of it), the longest run, and the convergence rule that "
+                         "ended the runs (end_rule). On n×n matrices of rank 1 (not the paper's "
                          "7×7 rank 2), the `cpu` recipe otherwise; one thread a run."))
 
 
 def width_depth_figure(wd: pd.DataFrame | None):
     """Final L_mask / E[X²] against width, and the drop step against depth, per task size;
-    error bars: the standard deviation over seeds."""
+    error bars: the standard deviation over seeds. On the width panel a marker per
+    convergence rule (the table's end_rule): finals under unlike rules are read at unlike
+    points, so the claim never compares them."""
     sns.set_theme(style="whitegrid", context="notebook")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     if wd is not None:
         t = by_setting(wd)
+        rules = t["end_rule"].fillna("unknown") if "end_rule" in t else pd.Series("unknown", index=t.index)
+        marker = {r: m for r, m in zip(sorted(rules.unique()), "osD^v")}
         for i, n in enumerate(sorted(t["n"].unique())):
             w = t[(t["n"] == n) & (t["layers"] == 4)].sort_values("hidden")
-            left.errorbar(w["hidden"], w["final_over_level"], yerr=w["final_sd"].fillna(0), marker="o", capsize=3,
+            left.errorbar(w["hidden"], w["final_over_level"], yerr=w["final_sd"].fillna(0), marker="none", capsize=3,
                           color=f"C{i}", label=f"{n}×{n}, rank 1")
+            for rule, at in w.groupby(rules[w.index]):
+                left.plot(at["hidden"], at["final_over_level"], ls="none", marker=marker[rule], color=f"C{i}")
+        if len(marker) > 1:
+            for rule, m in marker.items():
+                left.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
             d = t[(t["n"] == n) & (t["hidden"] == 64)].sort_values("layers")
             right.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o", capsize=3,
                            color=f"C{i}", label=f"{n}×{n}, rank 1")
         left.legend(fontsize=8)
     left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
              title="width")
+    left.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
+    left.xaxis.set_minor_locator(plt.NullLocator())  # the log axis would label 3×10¹ … between the widths
     right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
     fig.tight_layout()
     return closed(fig)
