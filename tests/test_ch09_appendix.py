@@ -20,8 +20,8 @@ def _table(final_by_width: dict, drop_by_depth: dict, n: int = 5, seeds=(1, 2, 3
     for hidden, final in final_by_width.items():
         for s in seeds:
             rows.append({"n": n, "rank": 1, "hidden": hidden, "layers": 4, "seed": s, "batch": 64,
-                         "drop_step": drop_by_depth.get(4, 10_000) + 100 * s, "drop_minutes": 10.0,
-                         "final_L_mask": final * (1 + 0.01 * s), "steps_run": 20_000})
+                         "drop_step": None if drop_by_depth.get(4, 10_000) is None else drop_by_depth.get(4, 10_000) + 100 * s,
+                         "drop_minutes": 10.0, "final_L_mask": final * (1 + 0.01 * s), "steps_run": 20_000})
     for layers, drop in drop_by_depth.items():
         if layers == 4:
             continue
@@ -170,3 +170,48 @@ def test_a_claim_the_sweep_never_runs_says_so_and_one_it_will_says_not_yet(tmp_p
     _, rows = chapter.readings(_ch(tmp_path), wd, None, plan=chapter.planned() | {(7, 64, 8)})
     assert {r["quantity"].split(":")[0]: r["na"] for r in rows}["more layers add little"].startswith("not measured yet")
     assert chapter.planned() >= {(5, 64, 8), (7, 64, 6), (7, 32, 4), (7, 128, 4)}
+
+
+def _depth(tmp_path, wd):
+    _, rows = chapter.readings(_ch(tmp_path), wd, None)
+    row = next(r for r in rows if r["quantity"].startswith("6 layers drop earlier"))
+    return _verdicts(tmp_path, wd)["6 layers drop earlier than 4"], row
+
+
+def test_a_run_that_never_dropped_bounds_the_depth_ratio_and_the_bound_decides_one_way_only(tmp_path):
+    """A run still on its plateau at its last step is censored there, not left out. Only the
+    4-layer runs not dropping by 20 000 steps: the ratio is at most ~0.36, which shows the
+    claim. Only the 6-layer runs not dropping: at least ~1.96, which refutes it. The same
+    bounds the other way round (cut early) decide nothing: n/a, said. Neither dropping: n/a."""
+    shown = _table({64: 0.02}, {4: None, 6: 7_000})
+    v, row = _depth(tmp_path, shown)
+    assert v == "same direction" and row["ours"] == pytest.approx(7_200 / 20_000, rel=1e-6)
+    assert "at most 0.36" in row["reading"] and "4 layers: seeds 1, 2, 3 (by steps 20,000" in row["reading"]
+    assert "at most 0.36 ± " in chapter.readings(_ch(tmp_path), shown, None)[0]["findings"]
+    refuted = _table({64: 0.02}, {4: 10_000, 6: None})
+    v, row = _depth(tmp_path, refuted)
+    assert v == "differs" and "at least" in row["reading"]
+    early = refuted.copy()
+    early.loc[early["layers"] == 6, "steps_run"] = 5_000       # cut at 5 000 steps: a lower bound of ~0.49
+    v, row = _depth(tmp_path, early)
+    assert v == "n/a" and row["na"].startswith("undecided: the ratio is at least 0.49")
+    late = shown.copy()
+    late.loc[late["layers"] == 4, "steps_run"] = 6_000         # an upper bound of 1.2 shows nothing
+    v, row = _depth(tmp_path, late)
+    assert v == "n/a" and row["na"].startswith("undecided: the ratio is at most 1.20")
+    neither = _table({64: 0.02}, {4: None, 6: None})
+    v, row = _depth(tmp_path, neither)
+    assert v == "n/a" and "runs of both settings did not drop" in row["na"]
+    about = _table({64: 0.02}, {4: 10_000, 6: None, 8: 7_000})
+    rows = chapter.readings(_ch(tmp_path), about, None)[1]
+    assert "a bound (at most" in next(r for r in rows if r["quantity"].startswith("more layers"))["na"]
+
+
+def test_the_figure_draws_each_task_size_and_a_setting_that_never_dropped(tmp_path):
+    wd = pd.concat([_table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: 10_000, 6: 7_000}),
+                    _table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: None, 6: 7_000}, n=7)], ignore_index=True)
+    right = chapter.width_depth_figure(wd).axes[1]
+    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    assert sorted(labels) == ["5×5, rank 1", "7×7, rank 1", "7×7: no drop by"]
+    triangle = right.collections[-1].get_offsets()
+    assert triangle.tolist() == [[4, 20_000]]               # at the 4-layer runs' last step

@@ -102,16 +102,62 @@ def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int 
 
 
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
-    """Drop step at `deep` layers over at `shallow` (width 64), over the seeds that dropped;
-    a setting none of whose seeds dropped gives NaN (and its count of seeds)."""
+    """Drop step at `deep` layers over at `shallow` (width 64). Returns the ratio and its
+    error, the runs read at each depth, and what the ratio is:
+    - "exact": every run of both settings dropped;
+    - "at most": some `shallow` runs did not drop by their last step (`steps_run`), so their
+      drops come later than that step, at which they are counted: the true ratio is lower;
+    - "at least": the same for some `deep` runs: the true ratio is higher;
+    - "none": both settings have runs that did not drop (no bound either way), or a
+      setting has no runs: the ratio is NaN.
+    A run that stops on its plateau is censored, not left out: leaving it out would keep
+    only the early droppers of the slower setting and bias the ratio towards 1."""
     a, b = _runs(table, n, hidden, deep), _runs(table, n, hidden, shallow)
-    return ratio_of_means(a["drop_step"], b["drop_step"]), len(a), len(b)
+    cut_a, cut_b = a["drop_step"].isna().any(), b["drop_step"].isna().any()
+    if a.empty or b.empty or (cut_a and cut_b):
+        return (math.nan, math.nan), len(a), len(b), "none"
+    bound = "at least" if cut_a else "at most" if cut_b else "exact"
+    at = lambda runs: runs["drop_step"].fillna(runs["steps_run"])  # a run that never dropped: at its last step
+    return ratio_of_means(at(a), at(b)), len(a), len(b), bound
+
+
+def _undropped(table: pd.DataFrame, n: int, layers: tuple[int, ...], hidden: int = 64) -> str:
+    """'6 layers: seeds 1, 3 (by steps 30,000, 28,150)': the runs that did not drop."""
+    parts = []
+    for L in layers:
+        runs = _runs(table, n, hidden, L)
+        cut = runs[runs["drop_step"].isna()]
+        if len(cut):
+            parts.append(f"{L} layers: seed{'s' if len(cut) > 1 else ''} {', '.join(str(int(s)) for s in cut['seed'])}"
+                         f" (by step{'s' if len(cut) > 1 else ''} {', '.join(f'{int(k):,}' for k in cut['steps_run'])})")
+    return "; ".join(parts)
+
+
+def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, claim: str, sense: str) -> dict:
+    """One depth claim's row: the ratio (`depth_ratio`), and where runs did not drop, what
+    the bound decides. A bound decides one way only: for "below", an upper bound ("at
+    most") can show the claim and a lower bound ("at least") can refute it; the other way
+    it is left undecided (the note), and a claim of a ratio near 1 ("about") needs the ratio."""
+    (r, se), ka, kb, bound = depth_ratio(table, n, deep, shallow)
+    row = {"n": int(n), "claim": claim, "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": sense,
+           "reference": 1.0, "compares": ((n, 64, deep), (n, 64, shallow)), "bound": bound, "note": None}
+    undropped = _undropped(table, n, (deep, shallow))
+    if bound == "none" and ka and kb:
+        row["note"] = f"runs of both settings did not drop ({undropped}): no bound either way"
+    elif bound in ("at most", "at least"):
+        row["left_out"] = f"{bound} {r:.2f}: runs that did not drop are counted at their last step ({undropped})"
+        if sense == "about":
+            row["note"] = f"a bound ({bound} {r:.2f}), not the ratio a claim of 'about 1' needs"
+        else:
+            row["undecided_unless"] = "same direction" if bound == "at most" else "differs"
+    return row
 
 
 def claims(table: pd.DataFrame) -> list[dict]:
     """The appendix's three claims per task size in the table: {n, claim, ours, se, seeds,
     note, compares}; ours NaN where a setting is missing or never dropped (the note says).
-    `compares`: the two settings, each (n, hidden, layers)."""
+    `compares`: the two settings, each (n, hidden, layers). The depth claims may carry a
+    `bound` and the one verdict it can decide (`_depth_claim`)."""
     out = []
     for n in (int(n) for n in sorted(table["n"].unique())):
         (r, se), ka, kb = width_ratio(table, n)
@@ -125,14 +171,8 @@ def claims(table: pd.DataFrame) -> list[dict]:
                              "no run of one of the widths converged before its cap" if none_converged else None),
                     "left_out": None if mixed else _left_out(table, n, (128, 32)),
                     "compares": ((n, 128, 4), (n, 32, 4))})
-        (r, se), ka, kb = depth_ratio(table, n, 6, 4)
-        out.append({"n": int(n), "claim": "6 layers drop earlier than 4: drop step at 6 layers / at 4",
-                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0,
-                    "compares": ((n, 64, 6), (n, 64, 4))})
-        (r, se), ka, kb = depth_ratio(table, n, 8, 6)
-        out.append({"n": int(n), "claim": "more layers add little: drop step at 8 layers / at 6",
-                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "about", "reference": 1.0,
-                    "compares": ((n, 64, 8), (n, 64, 6))})
+        out.append(_depth_claim(table, n, 6, 4, "6 layers drop earlier than 4: drop step at 6 layers / at 4", "below"))
+        out.append(_depth_claim(table, n, 8, 6, "more layers add little: drop step at 8 layers / at 6", "about"))
     return out
 
 

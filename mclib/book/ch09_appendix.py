@@ -80,13 +80,17 @@ def width_depth_figure(wd: pd.DataFrame | None):
                           color=f"C{i}", label=f"{n}×{n}, rank 1")
             for rule, at in w.groupby(rules[w.index]):
                 left.plot(at["hidden"], at["final_over_level"], ls="none", marker=marker[rule], color=f"C{i}")
-        if len(marker) > 1:
-            for rule, m in marker.items():
-                left.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
             d = t[(t["n"] == n) & (t["hidden"] == 64)].sort_values("layers")
             right.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o", capsize=3,
                            color=f"C{i}", label=f"{n}×{n}, rank 1")
+            none = d[d["dropped"] == 0]   # no seed dropped: its drop comes after its longest run, drawn there
+            right.scatter(none["layers"], none["steps_run"], marker="^", s=50, facecolors="none", edgecolors=f"C{i}",
+                          label=f"{n}×{n}: no drop by" if len(none) else None)
+        if len(marker) > 1:
+            for rule, m in marker.items():
+                left.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
         left.legend(fontsize=8)
+        right.legend(fontsize=8)
     left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
              title="width")
     left.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
@@ -121,11 +125,13 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
     ratios (two directions below 1, one ratio near 1), each n/a until its settings have
     rows (or for good, where the sweep file `plan`s no run of one of them: default
     `planned()`); and the large models' order of magnitude (n/a until a GPU has run them)."""
-    rows = []
+    rows, bounds = [], {}
     plan = planned() if plan is None else plan
     for c in claims(wd) if wd is not None else []:
         task = f"{c['n']}×{c['n']} rank 1"
         quantity = f"{c['claim']} ({task}; laptop scale)"
+        if c.get("bound") in ("at most", "at least"):
+            bounds[quantity] = c["bound"]
         seeds = c["seeds"]
         missing = seeds.startswith("0 ") or seeds.endswith(" 0")
         unplanned = [f"hidden {h}, {layers} layers" for n, h, layers in c["compares"] if (n, h, layers) not in plan]
@@ -140,9 +146,15 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
                    + "; the paper's claim is on 7×7 rank 2 at width 768-scale models")
         if c["sense"] == "about":
             rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why))
-        else:
-            rows.append(claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below",
-                              se=c["se"], margin=CUT, na=why))
+            continue
+        row = claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below", se=c["se"],
+                    margin=CUT, na=why)
+        decides = c.get("undecided_unless")  # a bound decides one verdict only (sizes._depth_claim)
+        if decides and not why and row_verdict(row) != decides:
+            row = claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below", se=c["se"],
+                        margin=CUT, na=f"undecided: the ratio is {c['bound']} {ours:.2f}, and such a bound can only "
+                                         + ("show the claim" if decides == "same direction" else "refute it"))
+        rows.append(row)
     if wd is None:
         rows.append(claim("E20", "width and depth at laptop scale", None, "", kind="direction", reference=1.0,
                           sense="below", na=f"not run yet: {WIDTH_DEPTH_COMMAND}"))
@@ -154,15 +166,19 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
                       kind="direction", reference=ORDER, sense="below", margin=CUT,
                       na=None if large is not None else "not run: it needs a GPU, sweeps/sizes-gpu.yaml"))
     found = {"wd_runs": str(0 if wd is None else len(wd)), "large_runs": str(0 if large is None else len(large)),
-             "findings": findings(rows)}
+             "findings": findings(rows, bounds)}
     return found, rows
 
 
-def findings(rows: list[dict]) -> str:
+def findings(rows: list[dict], bounds: dict[str, str] | None = None) -> str:
     """One clause per row, "CLAIM (TASK): RATIO ± SE, as in the paper / unlike the paper /
-    not tested here", each phrase from the row's own verdict (`row_verdict`)."""
+    not tested here", each phrase from the row's own verdict (`row_verdict`); a ratio that
+    is a bound (`bounds`: quantity -> "at most" / "at least") says so."""
+    bounds = bounds or {}
+
     def clause(r):
-        number = "" if r["ours"] is None else f"{r['ours']:.2f}" + (
+        bound = f"{bounds[r['quantity']]} " if r["quantity"] in bounds else ""
+        number = "" if r["ours"] is None else bound + f"{r['ours']:.2f}" + (
             "" if r.get("se") is None or math.isnan(r["se"]) else f" ± {r['se']:.2f}") + ", "
         why = f" ({r['na']})" if r.get("na") else ""
         return f"{r['quantity']}: {number}{agreement(row_verdict(r))}{why}"
