@@ -133,7 +133,7 @@ def _undropped(table: pd.DataFrame, n: int, layers: tuple[int, ...], hidden: int
     return "; ".join(parts)
 
 
-def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, claim: str, sense: str) -> dict:
+def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, *, claim: str, sense: str) -> dict:
     """One depth claim's row: the ratio (`depth_ratio`), and where runs did not drop, what
     the bound decides. A bound decides one way only: for "below", an upper bound ("at
     most") can show the claim and a lower bound ("at least") can refute it; the other way
@@ -171,8 +171,10 @@ def claims(table: pd.DataFrame) -> list[dict]:
                              "no run of one of the widths converged before its cap" if none_converged else None),
                     "left_out": None if mixed else _left_out(table, n, (128, 32)),
                     "compares": ((n, 128, 4), (n, 32, 4))})
-        out.append(_depth_claim(table, n, 6, 4, "6 layers drop earlier than 4: drop step at 6 layers / at 4", "below"))
-        out.append(_depth_claim(table, n, 8, 6, "more layers add little: drop step at 8 layers / at 6", "about"))
+        out.append(_depth_claim(table, n, 6, 4, claim="6 layers drop earlier than 4: drop step at 6 layers / at 4",
+                                sense="below"))
+        out.append(_depth_claim(table, n, 8, 6, claim="more layers add little: drop step at 8 layers / at 6",
+                                sense="about"))
     return out
 
 
