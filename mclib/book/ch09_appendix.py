@@ -143,7 +143,7 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
                                 "one seed read at one of the two settings: a ratio without an error, not judged"
                                 if ours is not None and math.isnan(c["se"]) else None)
         reading = (f"seeds {seeds}" + (f"; {c['left_out']}" if c.get("left_out") else "")
-                   + "; the paper's claim is on 7×7 rank 2 at width 768-scale models")
+                   + "; the paper tests this claim on 7×7 rank 2")
         if c["sense"] == "about":
             rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why))
             continue
