@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from mclib.analyses.sizes import by_setting, claims, ratio_of_means
+from mclib.analyses.sizes import by_setting, claims, drops_by_task, ratio_of_means
 from book_pages import sentences_turn
 from mclib.book import ch09_appendix as chapter
 from mclib.core.config import load_profile, profile_path
@@ -215,3 +215,13 @@ def test_the_figure_draws_each_task_size_and_a_setting_that_never_dropped(tmp_pa
     assert sorted(labels) == ["5×5, rank 1", "7×7, rank 1", "7×7: no drop by"]
     triangle = right.collections[-1].get_offsets()
     assert triangle.tolist() == [[4, 20_000]]               # at the 4-layer runs' last step
+
+
+def test_the_page_says_per_task_size_how_many_runs_dropped():
+    wd = pd.concat([_table({64: 0.02}, {4: 10_000, 6: 7_000}),
+                    _table({64: 0.02}, {4: None, 6: None}, n=7)], ignore_index=True)
+    wd.loc[(wd["n"] == 7) & (wd["seed"] == 2), "steps_run"] = 30_000
+    assert drops_by_task(wd) == ("5×5 rank 1: 6 of 6 runs dropped; 7×7 rank 1: 0 of 6 runs dropped "
+                                 "(the longest ran 30,000 steps, 1,920,000 matrices)")
+    wd.loc[(wd["n"] == 7) & (wd["layers"] == 6) & (wd["seed"] == 1), "drop_step"] = 25_000
+    assert "7×7 rank 1: 1 of 6 runs dropped" in drops_by_task(wd) and "longest" not in drops_by_task(wd)

@@ -50,6 +50,19 @@ def by_setting(table: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def drops_by_task(table: pd.DataFrame) -> str:
+    """'5×5 rank 1: 18 of 18 runs dropped; 7×7 rank 1: 0 of 4 (the longest ran 30,000
+    steps, 1,920,000 matrices)': per task size, how many runs dropped within their caps."""
+    parts = []
+    for (n, rank), runs in table.groupby(["n", "rank"], sort=True):
+        k = int(runs["drop_step"].notna().sum())
+        longest = runs.loc[runs["steps_run"].idxmax()]
+        tail = "" if k else (f" (the longest ran {int(longest['steps_run']):,} steps, "
+                             f"{int(longest['steps_run'] * longest['batch']):,} matrices)")
+        parts.append(f"{n}×{n} rank {rank}: {k} of {len(runs)} runs dropped{tail}")
+    return "; ".join(parts)
+
+
 def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
     """mean(a) / mean(b) and its standard error (delta method, independent seeds). The
     ratio is NaN when either side has no value; the error is NaN when either side has a

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from ..analyses.sizes import by_setting, claims, large_model_finals, order_of_magnitude
+from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
 from ..core.sweep import load_sweep
 from .chapter import Chapter
 from .plots import closed
@@ -166,6 +166,7 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
                       kind="direction", reference=ORDER, sense="below", margin=CUT,
                       na=None if large is not None else "not run: it needs a GPU, sweeps/sizes-gpu.yaml"))
     found = {"wd_runs": str(0 if wd is None else len(wd)), "large_runs": str(0 if large is None else len(large)),
+             "wd_drops": "no width/depth runs yet" if wd is None else drops_by_task(wd),
              "findings": findings(rows, bounds)}
     return found, rows
 
