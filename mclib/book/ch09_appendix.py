@@ -151,9 +151,8 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
                     margin=CUT, na=why)
         decides = c.get("undecided_unless")  # a bound decides one verdict only (sizes._depth_claim)
         if decides and not why and row_verdict(row) != decides:
-            row = claim("E20", quantity, ours, reading, kind="direction", reference=1.0, sense="below", se=c["se"],
-                        margin=CUT, na=f"undecided: the ratio is {c['bound']} {ours:.2f}, and such a bound can only "
-                                         + ("show the claim" if decides == "same direction" else "refute it"))
+            row["na"] = (f"undecided: the ratio is {c['bound']} {ours:.2f}, and such a bound can only "
+                         + ("show the claim" if decides == "same direction" else "refute it"))
         rows.append(row)
     if wd is None:
         rows.append(claim("E20", "width and depth at laptop scale", None, "", kind="direction", reference=1.0,
