@@ -258,7 +258,7 @@ def summarise(run: SweepRun) -> dict:
     drop = find_drop(m, profile.data.rank, column=drop_column(profile))
     wall = float(m["wall"].dropna().iloc[-1])
     steps = int(m["step"].iloc[-1])
-    ms_per_step = 1000 * wall / steps
+    ms_per_step = 1000 * wall / steps  # drop_minutes is the drop step at this mean pace (also over a resume)
     stats = plateau_stats(m, drop)
     return {"setting": run.setting, "seed": run.seed, "overrides": json.dumps(run.overrides),
             "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
