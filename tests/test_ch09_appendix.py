@@ -97,7 +97,10 @@ def test_a_run_cut_before_it_converged_has_no_final_level(tmp_path):
     assert wide["converged"] == 2 and wide["final_over_level"] == pytest.approx(0.01 * 1.025 / copy_level(1))
     wd.loc[wd["hidden"] == 128, "ended"] = "wall cap"                                # none converged: n/a, said
     width = next(r for r in chapter.readings(_ch(tmp_path), wd, None)[1] if r["quantity"].startswith("wider"))
-    assert width["ours"] is None and "no run of one of the widths converged" in width["na"]
+    assert width["ours"] is None and "hidden 128: none of 3 runs converged, 3 dropped" in width["na"]
+    wd.loc[wd["hidden"] == 128, "drop_step"] = float("nan")                          # never left the plateau
+    width = next(r for r in chapter.readings(_ch(tmp_path), wd, None)[1] if r["quantity"].startswith("wider"))
+    assert "hidden 128: none of 3 runs converged, none dropped (by steps" in width["na"]
 
 
 def test_a_sweep_row_says_how_its_run_ended():

@@ -114,6 +114,21 @@ def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int 
     return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
 
+def _unconverged(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int = 4) -> str:
+    """'hidden 128: none of 2 runs converged, none dropped (by steps 30,000, 30,000)': the
+    widths at which no run converged, and whether their runs ever left the plateau, which
+    tells a width too slow to drop in the budget from runs cut mid-fall."""
+    parts = []
+    for w in widths:
+        runs = _runs(table, n, w, layers)
+        if len(runs) and converged(runs).empty:
+            dropped = int(runs["drop_step"].notna().sum())
+            parts.append(f"hidden {w}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
+                         + (f"{dropped} dropped" if dropped else "none dropped")
+                         + f" (by step{'s' if len(runs) > 1 else ''} {', '.join(f'{int(k):,}' for k in runs['steps_run'])})")
+    return "; ".join(parts)
+
+
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
     """Drop step at `deep` layers over at `shallow` (width 64). Returns the ratio and its
     error, the runs read at each depth, and what the ratio is:
@@ -181,7 +196,8 @@ def claims(table: pd.DataFrame) -> list[dict]:
                     "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0,
                     "note": ("the two widths' runs ended by different convergence rules (the table's end_rule): "
                              "their final L_mask are not compared" if mixed else
-                             "no run of one of the widths converged before its cap" if none_converged else None),
+                             f"no final level to compare: {_unconverged(table, n, (128, 32))}" if none_converged
+                             else None),
                     "left_out": None if mixed else _left_out(table, n, (128, 32)),
                     "compares": ((n, 128, 4), (n, 32, 4))})
         out.append(_depth_claim(table, n, 6, 4, claim="6 layers drop earlier than 4: drop step at 6 layers / at 4",
