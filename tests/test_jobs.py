@@ -168,6 +168,14 @@ def test_a_sweep_by_seed_reads_every_setting_once_before_any_twice(tmp_path):
     assert [r.label for r in by_seed] == ["a s1", "b s5", "c s9", "a s2", "b s4", "a s3"]
 
 
+def test_a_sweep_figure_gives_every_setting_its_own_colour():
+    from mclib.core.sweep import setting_colours
+
+    for k in (3, 11, 20):  # the width/depth sweep has 11 settings: tab10 alone would repeat one
+        colours = setting_colours([f"s{i}" for i in range(k)])
+        assert len(set(colours.values())) == k, k
+
+
 def test_every_sweep_file_of_the_repository_loads():
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         if path.name.endswith(".example.yaml"):

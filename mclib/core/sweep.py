@@ -399,10 +399,20 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
     return done, failed
 
 
+def setting_colours(settings: list[str]) -> dict[str, tuple]:
+    """A colour per setting, distinct up to 20 settings (tab10, then tab20: a sweep of 11
+    settings would reuse tab10's first colour for its last)."""
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab10" if len(settings) <= 10 else "tab20"]
+    return {s: cmap(i % cmap.N) for i, s in enumerate(settings)}
+
+
 def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/sweep")) -> Path | None:
     """The runs of `sweep` in the results table: L_mask against matrices seen, one line per
-    run (a colour per setting, a dot at the drop), beside each run's drop (or how far it got
-    without one) by setting. Run folders that are not here (another machine's disk) are skipped."""
+    run (a colour per setting), beside each run's drop (a dot), or how far it got without
+    one (a hollow triangle), by setting. Run folders that are not here (another machine's
+    disk) are skipped."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -418,7 +428,7 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
     if df.empty:
         return None
     settings = list(dict.fromkeys(df["setting"]))
-    colours = {s: f"C{i % 10}" for i, s in enumerate(settings)}
+    colours = setting_colours(settings)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     drawn = 0
     for row in df.itertuples():
