@@ -114,6 +114,11 @@ def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int 
     return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
 
+def _by_steps(runs: pd.DataFrame) -> str:
+    """'by steps 30,000, 28,150': how far these runs got."""
+    return f"by step{'s' if len(runs) > 1 else ''} {', '.join(f'{int(k):,}' for k in runs['steps_run'])}"
+
+
 def _unconverged(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int = 4) -> str:
     """'hidden 128: none of 2 runs converged, none dropped (by steps 30,000, 30,000)': the
     widths at which no run converged, and whether their runs ever left the plateau, which
@@ -125,7 +130,7 @@ def _unconverged(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: i
             dropped = int(runs["drop_step"].notna().sum())
             parts.append(f"hidden {w}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
                          + (f"{dropped} dropped" if dropped else "none dropped")
-                         + f" (by step{'s' if len(runs) > 1 else ''} {', '.join(f'{int(k):,}' for k in runs['steps_run'])})")
+                         + f" ({_by_steps(runs)})")
     return "; ".join(parts)
 
 
@@ -157,7 +162,7 @@ def _undropped(table: pd.DataFrame, n: int, layers: tuple[int, ...], hidden: int
         cut = runs[runs["drop_step"].isna()]
         if len(cut):
             parts.append(f"{L} layers: seed{'s' if len(cut) > 1 else ''} {', '.join(str(int(s)) for s in cut['seed'])}"
-                         f" (by step{'s' if len(cut) > 1 else ''} {', '.join(f'{int(k):,}' for k in cut['steps_run'])})")
+                         f" ({_by_steps(cut)})")
     return "; ".join(parts)
 
 
