@@ -191,6 +191,8 @@ def test_a_run_that_never_dropped_bounds_the_depth_ratio_and_the_bound_decides_o
     assert v == "same direction" and row["ours"] == pytest.approx(7_200 / 20_000, rel=1e-6)
     assert "at most 0.36" in row["reading"] and "4 layers: seeds 1, 2, 3 (by steps 20,000" in row["reading"]
     assert "at most 0.36 ± " in chapter.readings(_ch(tmp_path), shown, None)[0]["findings"]
+    finished_out_of_order = shown.iloc[::-1].reset_index(drop=True)   # the sweep appends rows as runs end
+    assert "4 layers: seeds 1, 2, 3 (" in _depth(tmp_path, finished_out_of_order)[1]["reading"]
     refuted = _table({64: 0.02}, {4: 10_000, 6: None})
     v, row = _depth(tmp_path, refuted)
     assert v == "differs" and "at least" in row["reading"]

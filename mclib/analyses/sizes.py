@@ -79,7 +79,8 @@ def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
 
 
 def _runs(table: pd.DataFrame, n: int, hidden: int, layers: int) -> pd.DataFrame:
-    return table[(table["n"] == n) & (table["hidden"] == hidden) & (table["layers"] == layers)]
+    """One setting's rows, by seed (the table holds them in the order they finished)."""
+    return table[(table["n"] == n) & (table["hidden"] == hidden) & (table["layers"] == layers)].sort_values("seed")
 
 
 def mixed_rules(*runs: pd.DataFrame) -> bool:
