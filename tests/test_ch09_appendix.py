@@ -230,3 +230,25 @@ def test_the_page_says_per_task_size_how_many_runs_dropped():
                                  "(the longest ran 30,000 steps, 1,920,000 matrices)")
     wd.loc[(wd["n"] == 7) & (wd["layers"] == 6) & (wd["seed"] == 1), "drop_step"] = 25_000
     assert "7×7 rank 1: 1 of 6 runs dropped" in drops_by_task(wd) and "longest" not in drops_by_task(wd)
+
+
+def test_the_curves_figure_draws_the_kept_curves_and_counts_the_rest():
+    """A panel per task size; a run with no kept curve has no line and the title says so;
+    one setting (hidden, layers) has one colour in both panels."""
+    wd = pd.concat([_table({64: 0.02}, {4: 10_000, 6: 7_000}),
+                    _table({64: 0.02}, {4: 10_000, 6: 7_000}, n=7)], ignore_index=True)
+    wd["setting"] = [f"n{n}-h{h}-L{L}" for n, h, L in zip(wd["n"], wd["hidden"], wd["layers"])]
+    curve = lambda setting, seed: pd.DataFrame({"setting": setting, "seed": seed, "step": [1, 10, 100],
+                                                "L_mask": [0.5, 0.1, 0.01]})
+    kept = pd.concat([curve(s, seed) for s, seed in zip(wd["setting"], wd["seed"])
+                      if not (s == "n5-h64-L6" and seed == 2)], ignore_index=True)
+    five, seven = chapter.width_depth_curves_figure(wd, kept).axes
+    assert five.get_title() == "5×5 rank 1: 5 of 6 runs (no curve kept for the others)"
+    assert seven.get_title() == "7×7 rank 1: every run" and len(seven.lines) == 6
+    assert five.lines[0].get_xdata().tolist() == [64, 640, 6_400]          # matrices: steps × batch
+    colour = lambda ax: {t.get_text(): h.get_color() for h, t in zip(ax.get_legend().legend_handles,
+                                                                       ax.get_legend().get_texts())}
+    assert colour(five) == colour(seven) and len(set(colour(five).values())) == 2
+    empty = chapter.width_depth_curves_figure(wd, None).axes
+    assert [ax.get_title() for ax in empty] == ["5×5 rank 1: 0 of 6 runs (no curve kept for the others)",
+                                                "7×7 rank 1: 0 of 6 runs (no curve kept for the others)"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -175,6 +176,59 @@ def test_a_sweep_figure_gives_every_setting_its_own_colour():
     for k in (3, 11, 20):  # the width/depth sweep has 11 settings: tab10 alone would repeat one
         colours = setting_colours([f"s{i}" for i in range(k)])
         assert len(set(colours.values())) == k, k
+
+
+def _fake_run(runs: Path, name: str, steps: int, level: float) -> None:
+    """A run folder holding only a metrics table: L_mask falls from 1 to `level` over `steps`."""
+    (runs / name).mkdir(parents=True, exist_ok=True)
+    step = pd.Series(range(1, steps + 1))
+    pd.DataFrame({"step": step, "L_mask": 1 - (1 - level) * step / steps}).to_csv(runs / name / "metrics.csv",
+                                                                                  index=False)
+
+
+def test_a_sweep_keeps_each_runs_curve_beside_its_table_and_draws_from_it(tmp_path, monkeypatch):
+    """The curves outlive the run folders; a row trained again replaces its curve; a folder
+    that is not the row's run (another last step) is not read; the figure's title counts
+    the runs it draws."""
+    from matplotlib.figure import Figure
+
+    from mclib.core.sweep import CURVE_POINTS, curves_path, draw_figure, keep_curves
+
+    runs, results = tmp_path / "runs", tmp_path / "data" / "wd.csv"
+    results.parent.mkdir()
+    rows = pd.DataFrame({"sweep": "wd.yaml", "setting": ["a", "b"], "seed": [1, 1], "steps_run": [1_000, 400],
+                         "drop_step": [None, 300], "matrices": [64_000, 25_600], "batch": 64})
+    rows.to_csv(results, index=False)
+    _fake_run(runs, "a-seed1", 1_000, 0.5)
+    assert keep_curves(results, "wd.yaml", runs) == 1                   # b's folder is not here
+    kept = pd.read_csv(curves_path(results))
+    a = kept[kept["setting"] == "a"]
+    assert len(a) <= CURVE_POINTS and a["step"].iloc[0] == 1 and a["step"].iloc[-1] == 1_000
+    assert a["step"].is_monotonic_increasing and (a["step"] < 100).sum() > 50   # dense where log(step) is
+    full = 1 - 0.5 * pd.Series(range(1, 1_001)) / 1_000
+    trailing = full.rolling(50, min_periods=1).mean()                    # find_drop's reading of the curve
+    assert a["L_mask"].to_numpy() == pytest.approx(trailing.iloc[a["step"] - 1].to_numpy(), abs=1e-6)
+
+    titles = []
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: titles.append(fig.axes[0].get_title()))
+    draw_figure(results, "wd.yaml", tmp_path / "wd.png")
+    assert titles[-1] == "wd.yaml: 1 of 2 runs (the others' curves were not kept)"
+
+    shutil.rmtree(runs / "a-seed1")                                      # the folder gone: the curve stays
+    _fake_run(runs, "b-seed1", 999, 0.1)                                 # not b's run: it ended at 400
+    assert keep_curves(results, "wd.yaml", runs) == 1
+    pd.testing.assert_frame_equal(pd.read_csv(curves_path(results)), kept)
+    _fake_run(runs, "b-seed1", 400, 0.1)
+    assert keep_curves(results, "wd.yaml", runs) == 2
+    draw_figure(results, "wd.yaml", tmp_path / "wd.png")
+    assert titles[-1] == "wd.yaml: every run"
+
+    rows.loc[0, "steps_run"] = 2_000                                     # a trained again, here, further
+    rows.to_csv(results, index=False)
+    _fake_run(runs, "a-seed1", 2_000, 0.01)
+    keep_curves(results, "wd.yaml", runs)
+    a = pd.read_csv(curves_path(results)).query("setting == 'a'")
+    assert a["step"].iloc[-1] == 2_000 and a["L_mask"].iloc[-1] < 0.1
 
 
 def test_every_sweep_file_of_the_repository_loads():

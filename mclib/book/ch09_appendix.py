@@ -5,6 +5,7 @@ on larger matrices, shown when a GPU has run them.
     wd = width_depth()                     # docs/data/width_depth.csv, or None
     width_depth_shown(wd)                  # per setting: seeds, drop, final L_mask / E[X²]
     width_depth_figure(wd)
+    width_depth_curves_figure(wd, width_depth_curves())   # every run's L_mask, per task size
     large = large_models(ch)               # results/sizes-gpu.csv or the book's runs/sweep/, or None
     large_shown(large)
     glue, rows = readings(ch, wd, large)   # E20's scorecard rows; glue["findings"] speaks for them
@@ -20,7 +21,8 @@ import pandas as pd
 import seaborn as sns
 
 from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
-from ..core.sweep import load_sweep
+from ..core.metrics import DROP_WINDOW
+from ..core.sweep import curves_path, load_sweep, setting_colours
 from .chapter import Chapter
 from .plots import closed
 from .reference import REPO
@@ -37,6 +39,11 @@ ORDER = -2.0   # "of the order of 1e-3": the mean log10 of the final total MSE b
 
 
 def width_depth(path: Path = WIDTH_DEPTH) -> pd.DataFrame | None:
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def width_depth_curves(path: Path = curves_path(WIDTH_DEPTH)) -> pd.DataFrame | None:
+    """The sweep's kept loss curves (`mclib.core.sweep.keep_curves`), or None."""
     return pd.read_csv(path) if path.is_file() else None
 
 
@@ -97,6 +104,41 @@ def width_depth_figure(wd: pd.DataFrame | None):
     left.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
     left.xaxis.set_minor_locator(plt.NullLocator())  # the log axis would label 3×10¹ … between the widths
     right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
+    fig.tight_layout()
+    return closed(fig)
+
+
+def width_depth_curves_figure(wd: pd.DataFrame | None, curves: pd.DataFrame | None):
+    """Every run's training L_mask (the trailing mean `find_drop` reads) against matrices
+    seen, one panel per task size, a colour per (hidden, layers), the same in both panels.
+    A run whose curve was not kept (trained before the sweep kept curves, on a machine
+    whose run folders are gone) has no line; each panel's title counts the runs it draws."""
+    sns.set_theme(style="whitegrid", context="notebook")
+    sizes = sorted(wd["n"].unique()) if wd is not None else []
+    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(10, 3.8), sharey=True, squeeze=False)
+    if wd is None:
+        axes[0, 0].text(0.5, 0.5, "no width/depth data yet", ha="center", transform=axes[0, 0].transAxes)
+        return closed(fig)
+    lever = {(h, L): f"hidden {h}, {L} layers" for h, L in sorted(set(zip(wd["hidden"], wd["layers"])))}
+    colours = setting_colours(list(lever.values()))
+    kept = {} if curves is None else {k: c for k, c in curves.groupby(["setting", "seed"])}
+    for ax, n in zip(axes[0], sizes):
+        runs = wd[wd["n"] == n].sort_values(["hidden", "layers", "seed"])
+        drawn = 0
+        for row in runs.itertuples():
+            curve = kept.get((row.setting, int(row.seed)))
+            if curve is not None:
+                drawn += 1
+                label = lever[(row.hidden, row.layers)]
+                ax.plot(curve["step"] * row.batch, curve["L_mask"], color=colours[label], lw=0.8, alpha=0.8,
+                        label=None if label in ax.get_legend_handles_labels()[1] else label)
+        which = "every run" if drawn == len(runs) else f"{drawn} of {len(runs)} runs (no curve kept for the others)"
+        ax.set_title(f"{n}×{n} rank 1: {which}", fontsize=10)
+        if drawn:
+            ax.set(xscale="log", yscale="log")
+            ax.legend(fontsize=7)
+        ax.set(xlabel="matrices seen")
+    axes[0, 0].set(ylabel=f"training L_mask ({DROP_WINDOW}-step mean)")
     fig.tight_layout()
     return closed(fig)
 

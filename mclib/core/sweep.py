@@ -25,8 +25,10 @@ is a one-line `ConfigError` naming it. A run stops at its profile's steps, at it
 Runs live in RUNS/NAME-seedS (default runs/sweep/), each an ordinary run folder with a
 `sweep.json` naming the sweep that trains it. One row per finished run is appended to
 the results table (default RUNS/STEM.csv; `scripts/sweep_cpu_profile.py` appends to
-docs/data/cpu_sweep.csv) the moment it finishes, and a figure (default RUNS/STEM.png)
-is drawn at the end.
+docs/data/cpu_sweep.csv) the moment it finishes, and its loss curve, thinned, to the
+curves table beside it (STEM_curves.csv, `keep_curves`), so that a committed table keeps
+the curves after the run folders are gone; a figure (default RUNS/STEM.png) is drawn
+from the two.
 
 Resumable: a run that already has its row (same sweep file name, setting and seed) is
 skipped; a run that was cut (sweep killed, worker lost) continues from its newest
@@ -352,14 +354,19 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     done, failed = len(todo) - len(pending), []
     print(f"sweep {path.name}: {len(todo)} runs, {done} already in {results}, {len(pending)} to train", file=out,
           flush=True)
+
+    def record():  # after each row: its curve kept beside the table, and the figure drawn from both
+        keep_curves(results, path.name, Path(runs))
+        draw_figure(results, path.name, figure)
+
     if pending and resolve_address(cluster) is None:
         check_fits(pending)  # this machine trains them: refuse a row that cannot fit, before any starts
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
             done, failed = _drive(client, pending, results, path.name, done, every=progress_every, out=out,
-                                  redraw=lambda: draw_figure(results, path.name, figure, Path(runs)))
-    draw_figure(results, path.name, figure, Path(runs))
+                                  redraw=record)
+    record()
     for label, error in failed:
         print(f"sweep {path.name}: {label} failed: {error}", file=out)
     print(f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
@@ -399,6 +406,61 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
     return done, failed
 
 
+CURVE_POINTS = 200  # points kept per run, spaced evenly in log(step): enough for a log-x plot
+
+
+def curves_path(results: Path) -> Path:
+    """Where the curves of a results table are kept: beside it, STEM_curves.csv."""
+    return results.with_name(f"{results.stem}_curves.csv")
+
+
+def thinned_curve(run_dir: Path, points: int = CURVE_POINTS):
+    """A run's L_mask curve as `find_drop` reads it (the trailing DROP_WINDOW-step mean of
+    the training batch), at `points` logged steps spaced evenly in log(step), the last step
+    included. Columns: step, L_mask."""
+    import numpy as np
+
+    from .runs import load_metrics
+
+    m = load_metrics(run_dir)
+    smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()
+    at = np.unique(np.geomspace(1, len(m), num=min(points, len(m))).round().astype(int) - 1)
+    return m.iloc[at][["step"]].assign(L_mask=smooth.iloc[at].round(6).to_numpy()).reset_index(drop=True)
+
+
+def keep_curves(results: Path, sweep: str, runs: Path) -> int:
+    """Write the curves table (`curves_path`): for every row of `sweep` in `results` whose
+    run folder is here and ended at the row's `steps_run`, its thinned curve
+    (`thinned_curve`), taken afresh (a row trained again replaces its old curve); for the
+    other rows, the curve kept before, if any (a folder on another machine, or one that is
+    not this row's run). Written whole to a temporary file, then renamed. Returns the
+    number of rows with a curve."""
+    import pandas as pd
+
+    from .runs import load_metrics
+
+    if not results.is_file():
+        return 0
+    rows = pd.read_csv(results)
+    rows = rows[rows["sweep"] == sweep] if "sweep" in rows.columns else rows.assign(sweep=sweep)
+    path = curves_path(results)
+    columns = ["sweep", "setting", "seed", "step", "L_mask"]
+    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=columns)
+    kept = {k: c for k, c in old.groupby(["sweep", "setting", "seed"])}
+    table = [c for (w, _, _), c in kept.items() if w != sweep]   # other sweeps' curves, as they were
+    for row in rows.itertuples():
+        folder = runs / run_name(row.setting, int(row.seed))
+        here = (folder / METRICS).is_file() and int(load_metrics(folder)["step"].iloc[-1]) == int(row.steps_run)
+        curve = (thinned_curve(folder).assign(sweep=sweep, setting=row.setting, seed=int(row.seed)) if here
+                 else kept.get((sweep, row.setting, int(row.seed))))
+        if curve is not None:
+            table.append(curve[columns])
+    tmp = path.with_name(".tmp-" + path.name)
+    (pd.concat(table, ignore_index=True) if table else pd.DataFrame(columns=columns)).to_csv(tmp, index=False)
+    os.replace(tmp, path)
+    return sum(1 for c in table if (c["sweep"] == sweep).all())
+
+
 def setting_colours(settings: list[str]) -> dict[str, tuple]:
     """A colour per setting, distinct up to 20 settings (tab10, then tab20: a sweep of 11
     settings would reuse tab10's first colour for its last)."""
@@ -408,18 +470,16 @@ def setting_colours(settings: list[str]) -> dict[str, tuple]:
     return {s: cmap(i % cmap.N) for i, s in enumerate(settings)}
 
 
-def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/sweep")) -> Path | None:
+def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
     """The runs of `sweep` in the results table: L_mask against matrices seen, one line per
-    run (a colour per setting), beside each run's drop (a dot), or how far it got without
-    one (a hollow triangle), by setting. Run folders that are not here (another machine's
-    disk) are skipped."""
+    run (a colour per setting) from the curves table (`keep_curves`), beside each run's
+    drop (a dot), or how far it got without one (a hollow triangle), by setting. A run
+    with no kept curve has no line, and the title says how many of the runs are drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import pandas as pd
-
-    from .runs import load_metrics
 
     if not results.is_file():
         return None
@@ -427,17 +487,17 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
     df = df[df["sweep"] == sweep] if "sweep" in df.columns else df
     if df.empty:
         return None
+    kept = pd.read_csv(curves_path(results)) if curves_path(results).is_file() else None
+    curves = {} if kept is None else {k: c for k, c in kept[kept["sweep"] == sweep].groupby(["setting", "seed"])}
     settings = list(dict.fromkeys(df["setting"]))
     colours = setting_colours(settings)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     drawn = 0
     for row in df.itertuples():
-        folder = runs / run_name(row.setting, row.seed)
-        if (folder / METRICS).is_file():
+        curve = curves.get((row.setting, int(row.seed)))
+        if curve is not None:
             drawn += 1
-            m = load_metrics(folder)
-            smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()  # as find_drop reads it
-            left.plot(m["step"] * row.batch, smooth, color=colours[row.setting], lw=0.8, alpha=0.8)
+            left.plot(curve["step"] * row.batch, curve["L_mask"], color=colours[row.setting], lw=0.8, alpha=0.8)
         if pd.notna(row.drop_step):
             right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
         else:
@@ -445,12 +505,14 @@ def draw_figure(results: Path, sweep: str, path: Path, runs: Path = Path("runs/s
                           facecolors="none", s=40)
     for s in settings:
         left.plot([], [], color=colours[s], label=s)
-    left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)", title=f"{sweep}: every run")
+    which = "every run" if drawn == len(df) else f"{drawn} of {len(df)} runs (the others' curves were not kept)"
+    left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)")
+    left.set_title(f"{sweep}: {which}", fontsize=10)
     if drawn:
         left.set(xscale="log", yscale="log")
         left.legend(fontsize=7)
     else:
-        left.text(0.5, 0.5, f"no run folder in {runs}", ha="center", transform=left.transAxes)
+        left.text(0.5, 0.5, f"no curve kept in {curves_path(results)}", ha="center", transform=left.transAxes)
     right.set_xticks(range(len(settings)), settings, rotation=30, ha="right", fontsize=7)
     right.set(yscale="log", ylabel="matrices seen", title="drop (dot) or none by (triangle)")
     fig.tight_layout()
