@@ -414,15 +414,12 @@ def curves_path(results: Path) -> Path:
     return results.with_name(f"{results.stem}_curves.csv")
 
 
-def thinned_curve(run_dir: Path, points: int = CURVE_POINTS):
-    """A run's L_mask curve as `find_drop` reads it (the trailing DROP_WINDOW-step mean of
-    the training batch), at `points` logged steps spaced evenly in log(step), the last step
-    included. Columns: step, L_mask."""
+def thinned_curve(m, points: int = CURVE_POINTS):
+    """A run's L_mask curve (`m`: its metrics table) as `find_drop` reads it (the trailing
+    DROP_WINDOW-step mean of the training batch), at `points` logged steps spaced evenly in
+    log(step), the last step included. Columns: step, L_mask."""
     import numpy as np
 
-    from .runs import load_metrics
-
-    m = load_metrics(run_dir)
     smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()
     at = np.unique(np.geomspace(1, len(m), num=min(points, len(m))).round().astype(int) - 1)
     return m.iloc[at][["step"]].assign(L_mask=smooth.iloc[at].round(6).to_numpy()).reset_index(drop=True)
@@ -433,11 +430,11 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
     run folder is here and ended at the row's `steps_run`, its thinned curve
     (`thinned_curve`), taken afresh (a row trained again replaces its old curve); for the
     other rows, the curve kept before, if any (a folder on another machine, or one that is
-    not this row's run). Written whole to a temporary file, then renamed. Returns the
-    number of rows with a curve."""
+    not this row's run). Written atomically (`write_atomic`). Returns the number of rows
+    with a curve."""
     import pandas as pd
 
-    from .runs import load_metrics
+    from .runs import load_metrics, write_atomic
 
     if not results.is_file():
         return 0
@@ -450,14 +447,14 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
     table = [c for (w, _, _), c in kept.items() if w != sweep]   # other sweeps' curves, as they were
     for row in rows.itertuples():
         folder = runs / run_name(row.setting, int(row.seed))
-        here = (folder / METRICS).is_file() and int(load_metrics(folder)["step"].iloc[-1]) == int(row.steps_run)
-        curve = (thinned_curve(folder).assign(sweep=sweep, setting=row.setting, seed=int(row.seed)) if here
+        m = load_metrics(folder) if (folder / METRICS).is_file() else None
+        here = m is not None and int(m["step"].iloc[-1]) == int(row.steps_run)
+        curve = (thinned_curve(m).assign(sweep=sweep, setting=row.setting, seed=int(row.seed)) if here
                  else kept.get((sweep, row.setting, int(row.seed))))
         if curve is not None:
             table.append(curve[columns])
-    tmp = path.with_name(".tmp-" + path.name)
-    (pd.concat(table, ignore_index=True) if table else pd.DataFrame(columns=columns)).to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    whole = pd.concat(table, ignore_index=True) if table else pd.DataFrame(columns=columns)
+    write_atomic(path, lambda tmp: whole.to_csv(tmp, index=False))
     return sum(1 for c in table if (c["sweep"] == sweep).all())
 
 
