@@ -48,6 +48,7 @@ def test_the_appendix_picture_agrees(tmp_path):
     assert v["wider is better"] == "same direction"
     assert v["6 layers drop earlier than 4"] == "same direction"
     assert v["more layers add little"] == "matches"
+    assert v["deeper ends lower"] == "same direction"          # 6 layers end at 0.01, 4 layers at ~0.02
     assert v["12-layer models on 7×7 r2 … 15×15 r4"] == "n/a"
 
 
@@ -58,12 +59,15 @@ def test_each_claim_can_differ(tmp_path):
     assert v["more layers add little"] == "differs"
     never = _table({32: 0.05, 64: 0.02, 128: 0.01}, {4: 10_000, 6: None})       # 6 layers never drop
     assert _verdicts(tmp_path, never)["6 layers drop earlier than 4"] == "differs"
+    shallow_lower = _table({32: 0.05, 64: 0.005, 128: 0.01}, {4: 10_000, 6: 7_000})  # 4 layers end at ~0.005, 6 at 0.01
+    assert _verdicts(tmp_path, shallow_lower)["deeper ends lower"] == "differs"
 
 
 def test_a_setting_not_run_yet_is_na(tmp_path):
     wd = _table({64: 0.02}, {4: 10_000})
     v = _verdicts(tmp_path, wd)
     assert v["wider is better"] == v["6 layers drop earlier than 4"] == v["more layers add little"] == "n/a"
+    assert v["deeper ends lower"] == "n/a"
 
 
 def test_finals_under_different_end_rules_are_not_compared(tmp_path):
@@ -101,6 +105,19 @@ def test_a_run_cut_before_it_converged_has_no_final_level(tmp_path):
     wd.loc[wd["hidden"] == 128, "drop_step"] = float("nan")                          # never left the plateau
     width = next(r for r in chapter.readings(_ch(tmp_path), wd, None)[1] if r["quantity"].startswith("wider"))
     assert "hidden 128: none of 3 runs converged, none dropped (by steps" in width["na"]
+
+
+def test_the_depth_claim_on_final_levels_names_the_depths_it_leaves_out(tmp_path):
+    """"Deeper ends lower" reads final levels as the width claim does: runs cut before they
+    converged are left out and named by their depth; no converged run at a depth is n/a."""
+    wd = _table({64: 0.02}, {4: 10_000, 6: 7_000})
+    wd["ended"] = "converged"
+    wd.loc[(wd["layers"] == 4) & (wd["seed"] == 2), "ended"] = "cap"
+    depth = lambda: next(r for r in chapter.readings(_ch(tmp_path), wd, None)[1]
+                         if r["quantity"].startswith("deeper ends lower"))
+    assert depth()["ours"] == pytest.approx(0.01 / (0.02 * (1.01 + 1.03) / 2)) and "4 layers: seed 2 (cap)" in depth()["reading"]
+    wd.loc[wd["layers"] == 6, ["ended", "drop_step"]] = ["cap", float("nan")]
+    assert depth()["ours"] is None and "6 layers: none of 3 runs converged, none dropped (by steps" in depth()["na"]
 
 
 def test_a_sweep_row_says_how_its_run_ended():
@@ -215,11 +232,15 @@ def test_a_run_that_never_dropped_bounds_the_depth_ratio_and_the_bound_decides_o
 def test_the_figure_draws_each_task_size_and_a_setting_that_never_dropped(tmp_path):
     wd = pd.concat([_table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: 10_000, 6: 7_000}),
                     _table({32: 0.05, 64: 0.02, 128: 0.01}, {2: 14_000, 4: None, 6: 7_000}, n=7)], ignore_index=True)
-    right = chapter.width_depth_figure(wd).axes[1]
-    labels = [t.get_text() for t in right.get_legend().get_texts()]
+    _, depth_final, depth_drop = chapter.width_depth_figure(wd).axes
+    labels = [t.get_text() for t in depth_drop.get_legend().get_texts()]
     assert sorted(labels) == ["5×5, rank 1", "7×7, rank 1", "7×7: no drop by"]
-    triangle = right.collections[-1].get_offsets()
+    triangle = depth_drop.collections[-1].get_offsets()
     assert triangle.tolist() == [[4, 20_000]]               # at the 4-layer runs' last step
+    five = depth_final.lines[0]                             # 5×5's final levels against depth, hidden 64
+    assert five.get_xdata().tolist() == [2, 4, 6]
+    level = copy_level(1)
+    assert five.get_ydata().tolist() == pytest.approx([0.01 / level, 0.02 * 1.02 / level, 0.01 / level])
 
 
 def test_the_page_says_per_task_size_how_many_runs_dropped():

@@ -3,10 +3,12 @@ table (one row per run: `mclib.core.sweep`'s columns), and the large models' fin
 
 The appendix (paper Figs. 13-14, NeurIPS version, on 7×7 rank 2 with the 4-layer model) says:
 - width: hidden 64 is too small for accurate completion, 128 sub-optimal: wider is better;
-- depth: 6 layers drop earlier than 4; 8 or 12 add little.
+- depth: 6 layers drop earlier than 4; 8 or 12 add little; and the final MSE is largest at
+  4 layers and falls with depth, "though the variation is not significant" (Fig. 14).
 At laptop scale (sweeps/width-depth.yaml: n×n rank 1, widths 32/64/128 at 4 layers, depths
 2/4/6/8 at width 64) each becomes a ratio of two settings' seed means, with its standard
-error by the delta method (`ratio_of_means`).
+error by the delta method (`ratio_of_means`): final levels for width and for "deeper ends
+lower" (`final_ratio`), drop steps for the other two depth claims (`depth_ratio`).
 """
 from __future__ import annotations
 
@@ -90,28 +92,35 @@ def mixed_rules(*runs: pd.DataFrame) -> bool:
     return len(rules) > 1
 
 
-def width_ratio(table: pd.DataFrame, n: int, wide: int = 128, narrow: int = 32, layers: int = 4):
-    """Final L_mask at `wide` over at `narrow` (4 layers), over the runs that converged
-    (`converged`): below 1 means wider is better. Returns the ratio and its error, and the
-    runs it reads at each width. NaN where the two settings' runs ended by different rules
-    (`mixed_rules`)."""
-    a, b = _runs(table, n, wide, layers), _runs(table, n, narrow, layers)
-    if mixed_rules(a, b):
-        return (math.nan, math.nan), len(a), len(b)
-    a, b = converged(a), converged(b)
-    return ratio_of_means(a["final_L_mask"], b["final_L_mask"]), len(a), len(b)
+Setting = tuple[int, int]  # (hidden, layers) of one model in the sweep
 
 
-def _left_out(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int = 4) -> str | None:
-    """Which runs the width comparison leaves out because they did not converge, or None."""
+def _name(setting: Setting, other: Setting) -> str:
+    """'hidden 128' where two settings differ in width, '6 layers' where they differ in depth."""
+    return f"hidden {setting[0]}" if setting[0] != other[0] else f"{setting[1]} layers"
+
+
+def final_ratio(table: pd.DataFrame, n: int, a: Setting, b: Setting):
+    """Final L_mask at setting `a` over at `b`, over the runs that converged (`converged`):
+    below 1 means `a` ends lower. Returns the ratio and its error, and the runs it reads at
+    each setting. NaN where the two settings' runs ended by different rules (`mixed_rules`)."""
+    runs_a, runs_b = _runs(table, n, *a), _runs(table, n, *b)
+    if mixed_rules(runs_a, runs_b):
+        return (math.nan, math.nan), len(runs_a), len(runs_b)
+    runs_a, runs_b = converged(runs_a), converged(runs_b)
+    return ratio_of_means(runs_a["final_L_mask"], runs_b["final_L_mask"]), len(runs_a), len(runs_b)
+
+
+def _left_out(table: pd.DataFrame, n: int, a: Setting, b: Setting) -> str | None:
+    """Which runs the comparison of final levels leaves out because they did not converge, or None."""
     parts = []
-    for w in widths:
-        runs = _runs(table, n, w, layers)
+    for s, other in ((a, b), (b, a)):
+        runs = _runs(table, n, *s)
         cut = runs.drop(converged(runs).index)   # empty where the table has no `ended` column
         if len(cut):
-            how = ", ".join(f"seed {int(s)} ({e if isinstance(e, str) else 'unknown'})"
-                            for s, e in zip(cut["seed"], cut["ended"]))
-            parts.append(f"hidden {w}: {how}")
+            how = ", ".join(f"seed {int(k)} ({e if isinstance(e, str) else 'unknown'})"
+                            for k, e in zip(cut["seed"], cut["ended"]))
+            parts.append(f"{_name(s, other)}: {how}")
     return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
 
@@ -120,19 +129,35 @@ def _by_steps(runs: pd.DataFrame) -> str:
     return f"by step{'s' if len(runs) > 1 else ''} {', '.join(f'{int(k):,}' for k in runs['steps_run'])}"
 
 
-def _unconverged(table: pd.DataFrame, n: int, widths: tuple[int, ...], layers: int = 4) -> str:
+def _unconverged(table: pd.DataFrame, n: int, a: Setting, b: Setting) -> str:
     """'hidden 128: none of 2 runs converged, none dropped (by steps 30,000, 30,000)': the
-    widths at which no run converged, and whether their runs ever left the plateau, which
-    tells a width too slow to drop in the budget from runs cut mid-fall."""
+    settings at which no run converged, and whether their runs ever left the plateau, which
+    tells a setting too slow to drop in the budget from runs cut mid-fall."""
     parts = []
-    for w in widths:
-        runs = _runs(table, n, w, layers)
+    for s, other in ((a, b), (b, a)):
+        runs = _runs(table, n, *s)
         if len(runs) and converged(runs).empty:
             dropped = int(runs["drop_step"].notna().sum())
-            parts.append(f"hidden {w}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
+            parts.append(f"{_name(s, other)}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
                          + (f"{dropped} dropped" if dropped else "none dropped")
                          + f" ({_by_steps(runs)})")
     return "; ".join(parts)
+
+
+def _final_claim(table: pd.DataFrame, n: int, a: Setting, b: Setting, *, claim: str) -> dict:
+    """One claim on final levels (`final_ratio`): setting `a` ends lower than `b`. Its note
+    says why there is no ratio where the runs ended by unlike rules or none converged."""
+    (r, se), ka, kb = final_ratio(table, n, a, b)
+    runs_a, runs_b = _runs(table, n, *a), _runs(table, n, *b)
+    mixed = mixed_rules(runs_a, runs_b)
+    none_converged = not mixed and len(runs_a) and len(runs_b) and not (ka and kb)
+    return {"n": int(n), "claim": claim, "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below",
+            "reference": 1.0,
+            "note": ("the two settings' runs ended by different convergence rules (the table's end_rule): "
+                     "their final L_mask are not compared" if mixed else
+                     f"no final level to compare: {_unconverged(table, n, a, b)}" if none_converged else None),
+            "left_out": None if mixed else _left_out(table, n, a, b),
+            "compares": ((n, *a), (n, *b))}
 
 
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
@@ -188,28 +213,20 @@ def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, *, claim:
 
 
 def claims(table: pd.DataFrame) -> list[dict]:
-    """The appendix's three claims per task size in the table: {n, claim, ours, se, seeds,
-    note, compares}; ours NaN where a setting is missing or never dropped (the note says).
-    `compares`: the two settings, each (n, hidden, layers). The depth claims may carry a
-    `bound` and the one verdict it can decide (`_depth_claim`)."""
+    """The appendix's four claims per task size in the table: {n, claim, ours, se, seeds,
+    note, compares}; ours NaN where a setting is missing, never dropped or never converged
+    (the note says). `compares`: the two settings, each (n, hidden, layers). The drop-step
+    claims may carry a `bound` and the one verdict it can decide (`_depth_claim`)."""
     out = []
     for n in (int(n) for n in sorted(table["n"].unique())):
-        (r, se), ka, kb = width_ratio(table, n)
-        wide, narrow = _runs(table, n, 128, 4), _runs(table, n, 32, 4)
-        mixed = mixed_rules(wide, narrow)
-        none_converged = not mixed and len(wide) and len(narrow) and not (ka and kb)
-        out.append({"n": int(n), "claim": "wider is better: final L_mask at hidden 128 / at hidden 32",
-                    "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below", "reference": 1.0,
-                    "note": ("the two widths' runs ended by different convergence rules (the table's end_rule): "
-                             "their final L_mask are not compared" if mixed else
-                             f"no final level to compare: {_unconverged(table, n, (128, 32))}" if none_converged
-                             else None),
-                    "left_out": None if mixed else _left_out(table, n, (128, 32)),
-                    "compares": ((n, 128, 4), (n, 32, 4))})
+        out.append(_final_claim(table, n, (128, 4), (32, 4),
+                                claim="wider is better: final L_mask at hidden 128 / at hidden 32"))
         out.append(_depth_claim(table, n, 6, 4, claim="6 layers drop earlier than 4: drop step at 6 layers / at 4",
                                 sense="below"))
         out.append(_depth_claim(table, n, 8, 6, claim="more layers add little: drop step at 8 layers / at 6",
                                 sense="about"))
+        out.append(_final_claim(table, n, (64, 6), (64, 4),
+                                claim="deeper ends lower: final L_mask at 6 layers / at 4"))
     return out
 
 

@@ -72,38 +72,45 @@ def width_depth_shown(wd: pd.DataFrame | None):
 
 
 def width_depth_figure(wd: pd.DataFrame | None):
-    """Final L_mask / E[X²] against width, and the drop step against depth, per task size;
-    error bars: the standard deviation over seeds. On the width panel a marker per
-    convergence rule (the table's end_rule): finals under unlike rules are read at unlike
-    points, so the claim never compares them."""
+    """Final L_mask / E[X²] against width and against depth, and the drop step against
+    depth, per task size; error bars: the standard deviation over seeds. On the two final-
+    level panels a marker per convergence rule (the table's end_rule): finals under unlike
+    rules are read at unlike points, so the claims never compare them."""
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    fig, (width, depth_final, depth_drop) = plt.subplots(1, 3, figsize=(13, 3.8))
     if wd is not None:
         t = by_setting(wd)
         rules = t["end_rule"].fillna("unknown") if "end_rule" in t else pd.Series("unknown", index=t.index)
         marker = {r: m for r, m in zip(sorted(rules.unique()), "osD^v")}
+
+        def finals(ax, rows, x, colour, label):  # one line per task size, a marker per convergence rule
+            ax.errorbar(rows[x], rows["final_over_level"], yerr=rows["final_sd"].fillna(0), marker="none",
+                        capsize=3, color=colour, label=label)
+            for rule, at in rows.groupby(rules[rows.index]):
+                ax.plot(at[x], at["final_over_level"], ls="none", marker=marker[rule], color=colour)
+
         for i, n in enumerate(sorted(t["n"].unique())):
-            w = t[(t["n"] == n) & (t["layers"] == 4)].sort_values("hidden")
-            left.errorbar(w["hidden"], w["final_over_level"], yerr=w["final_sd"].fillna(0), marker="none", capsize=3,
-                          color=f"C{i}", label=f"{n}×{n}, rank 1")
-            for rule, at in w.groupby(rules[w.index]):
-                left.plot(at["hidden"], at["final_over_level"], ls="none", marker=marker[rule], color=f"C{i}")
+            label = f"{n}×{n}, rank 1"
+            finals(width, t[(t["n"] == n) & (t["layers"] == 4)].sort_values("hidden"), "hidden", f"C{i}", label)
             d = t[(t["n"] == n) & (t["hidden"] == 64)].sort_values("layers")
-            right.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o", capsize=3,
-                           color=f"C{i}", label=f"{n}×{n}, rank 1")
+            finals(depth_final, d, "layers", f"C{i}", label)
+            depth_drop.errorbar(d["layers"], d["drop_step"], yerr=d["drop_step_sd"].fillna(0), marker="o",
+                                capsize=3, color=f"C{i}", label=label)
             none = d[d["dropped"] == 0]   # no seed dropped: its drop comes after its longest run, drawn there
-            right.scatter(none["layers"], none["steps_run"], marker="^", s=50, facecolors="none", edgecolors=f"C{i}",
-                          label=f"{n}×{n}: no drop by" if len(none) else None)
+            depth_drop.scatter(none["layers"], none["steps_run"], marker="^", s=50, facecolors="none",
+                               edgecolors=f"C{i}", label=f"{n}×{n}: no drop by" if len(none) else None)
         if len(marker) > 1:
             for rule, m in marker.items():
-                left.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
-        left.legend(fontsize=8)
-        right.legend(fontsize=8)
-    left.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
-             title="width")
-    left.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
-    left.xaxis.set_minor_locator(plt.NullLocator())  # the log axis would label 3×10¹ … between the widths
-    right.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth")
+                width.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
+        for ax in (width, depth_final, depth_drop):
+            ax.legend(fontsize=8)
+    width.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
+              title="width: final level")
+    width.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
+    width.xaxis.set_minor_locator(plt.NullLocator())  # the log axis would label 3×10¹ … between the widths
+    depth_final.set(yscale="log", xlabel="layers (hidden 64)", ylabel="final L_mask / E[X²] (converged runs)",
+                    title="depth: final level")
+    depth_drop.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth: drop step")
     fig.tight_layout()
     return closed(fig)
 
@@ -164,8 +171,8 @@ def large_shown(large: pd.DataFrame | None):
 
 def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
              plan: set[tuple[int, int, int]] | None = None) -> tuple[dict, list[dict]]:
-    """E20's rows: per task size in the width/depth table, the three appendix claims as
-    ratios (two directions below 1, one ratio near 1), each n/a until its settings have
+    """E20's rows: per task size in the width/depth table, the four appendix claims as
+    ratios (three directions below 1, one ratio near 1), each n/a until its settings have
     rows (or for good, where the sweep file `plan`s no run of one of them: default
     `planned()`); and the large models' order of magnitude (n/a until a GPU has run them)."""
     rows, bounds = [], {}
