@@ -77,7 +77,10 @@ def width_depth_figure(wd: pd.DataFrame | None):
     level panels a marker per convergence rule (the table's end_rule): finals under unlike
     rules are read at unlike points, so the claims never compare them."""
     sns.set_theme(style="whitegrid", context="notebook")
-    fig, (width, depth_final, depth_drop) = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig = plt.figure(figsize=(12, 3.8))
+    width = fig.add_subplot(1, 3, 1)
+    depth_final = fig.add_subplot(1, 3, 2, sharey=width)   # the same quantity as the width panel, on one scale
+    depth_drop = fig.add_subplot(1, 3, 3)
     if wd is not None:
         t = by_setting(wd)
         rules = t["end_rule"].fillna("unknown") if "end_rule" in t else pd.Series("unknown", index=t.index)
@@ -102,14 +105,13 @@ def width_depth_figure(wd: pd.DataFrame | None):
         if len(marker) > 1:
             for rule, m in marker.items():
                 width.plot([], [], ls="none", marker=m, color="grey", label=f"ended by: {rule}")
-        for ax in (width, depth_final, depth_drop):
-            ax.legend(fontsize=8)
+        width.legend(fontsize=8)        # the middle panel's colours and markers are the left one's
+        depth_drop.legend(fontsize=8)
     width.set(xscale="log", yscale="log", xlabel="hidden size (4 layers)", ylabel="final L_mask / E[X²] (converged runs)",
               title="width: final level")
     width.set_xticks([32, 64, 128], ["32", "64", "128"], minor=False)
     width.xaxis.set_minor_locator(plt.NullLocator())  # the log axis would label 3×10¹ … between the widths
-    depth_final.set(yscale="log", xlabel="layers (hidden 64)", ylabel="final L_mask / E[X²] (converged runs)",
-                    title="depth: final level")
+    depth_final.set(xlabel="layers (hidden 64)", title="depth: final level")
     depth_drop.set(xlabel="layers (hidden 64)", ylabel="drop step (seeds that dropped)", title="depth: drop step")
     fig.tight_layout()
     return closed(fig)
