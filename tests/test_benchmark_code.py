@@ -1,0 +1,34 @@
+"""The benchmarks' own code on the CPU, in-process and fast: every precision a path of
+benchmarks/train_step.py times has a matmul ceiling (the TF32 paths once crashed on a
+lookup before timing anything, on the GPU only, where no test ran them)."""
+import importlib.util
+import math
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load(script):
+    spec = importlib.util.spec_from_file_location(script.replace(".", "_"), ROOT / "benchmarks" / script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_precision_of_every_path_has_a_ceiling():
+    bench = load("train_step.py")
+    precisions = sorted({p for _, p, _ in bench.PATHS.values()})
+    assert "tf32" in precisions
+    peaks = bench.matmul_ceilings(32, 1, torch.device("cpu"), precisions)
+    for key, (label, precision, _) in bench.PATHS.items():
+        assert peaks[precision] > 0, f"path ({key}) {label}: no ceiling for {precision}"
+
+
+def test_an_unmeasured_precision_is_nan_and_the_tf32_switch_is_restored():
+    bench = load("train_step.py")
+    before = torch.backends.cuda.matmul.allow_tf32
+    peaks = bench.matmul_ceilings(16, 1, torch.device("cpu"), ("tf32",))
+    assert peaks["tf32"] > 0 and math.isnan(peaks["fp32"]) and math.isnan(peaks["bf16"])
+    assert torch.backends.cuda.matmul.allow_tf32 == before
