@@ -225,9 +225,11 @@ def resolve(roots: list[str], constraints: list[str], target: list[str], stage: 
     return resolved
 
 
-def walk(roots: list[Requirement], resolved: dict[str, dict], skip, env) -> tuple[dict[str, str], list[Requirement]]:
+def walk(roots: list[Requirement], resolved: dict[str, dict], skip, env,
+         leaves: frozenset[str] = frozenset()) -> tuple[dict[str, str], list[Requirement]]:
     """The packages of pip's resolution reached from `roots`, not going through a package for
-    which skip(name) is true -> ({name: version}, requirements that pip did not resolve)."""
+    which skip(name) is true, nor past one of `leaves` (taken without what it requires)
+    -> ({name: version}, requirements that pip did not resolve)."""
     out: dict[str, str] = {}
     missing: list[Requirement] = []
     seen: set[tuple[str, frozenset]] = set()
@@ -243,6 +245,8 @@ def walk(roots: list[Requirement], resolved: dict[str, dict], skip, env) -> tupl
             missing.append(req)
             continue
         out[name] = item["version"]
+        if name in leaves:
+            continue
         extras = ("",) + tuple(canonicalize_name(e) for e in req.extras)
         queue += [sub for sub in map(Requirement, item["requires_dist"])
                   if applies(sub, env, extras)]
@@ -279,12 +283,29 @@ def print_table(rows) -> int:
     return total
 
 
+# --kit: what a lent GPU machine needs to train and execute the paper book's chapters from the
+# checkout (PYTHONPATH=., no install of mclib, so no build backend): papermill and the kernel it
+# runs, and myst-nb for its `glue` alone (mclib.book.chapter.glue_all), without the Sphinx stack
+# that myst-nb requires for building sites, which the GPU side never does (the site is built on
+# the CPU machine). Everything else the chapters import is in the GPU image
+# (scripts/wheelhouse-have.txt), tabulate included; jupyter-book, cvxpy and dask stay out.
+KIT = ["papermill==2.7.0", "ipykernel", "myst-nb"]
+KIT_LEAVES = frozenset({"myst-nb"})
+# Left out: the kernel runs without them (ipykernel guards both imports): debugpy serves an
+# interactive debugger, jedi (and its parso) tab completion; 6.7 of the kit's 11.2 MiB. The node
+# installs the kit with --no-deps, so pip does not ask for them.
+KIT_OMIT = frozenset({"debugpy", "jedi", "parso"})
+KIT_MAX_MIB = 8.0  # docs/gpu.md: the tracked tree plus the kit travel in at most 16 MiB
+
+
 def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float, newest: bool = False,
-          pyproject: Path = ROOT / "pyproject.toml") -> list[tuple[str, str, int, Path]]:
+          pyproject: Path = ROOT / "pyproject.toml", kit: bool = False) -> list[tuple[str, str, int, Path]]:
     python = check_python(python)
     platforms = platform_tags(platform)
     have = read_have(have_file)
     deps, build_reqs = project_requirements(pyproject)
+    if kit:
+        deps, build_reqs = [Requirement(r) for r in KIT], []
     env = marker_environment(python, platform)
     deps = [r for r in deps if applies(r, env)]
     check_node_versions(deps, have)
@@ -302,7 +323,8 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
         # Python has (python_version >= "3.12", say) is added as a root and resolved again.
         for _ in range(3):
             resolved = resolve(roots, constraints, target, Path(tmp) / "run")
-            runtime, missing = walk(deps, resolved, lambda n: n in have or is_gpu_stack(n), env)
+            runtime, missing = walk(deps, resolved, lambda n: n in have or is_gpu_stack(n) or (kit and n in KIT_OMIT), env,
+                                    KIT_LEAVES if kit else frozenset())
             if not missing:
                 break
             roots += [str(r) for r in missing if str(r) not in roots]
@@ -310,7 +332,7 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
             raise WheelhouseError(f"pip did not resolve {', '.join(map(str, missing))} for Python {python}")
         # The build backend, resolved apart and unconstrained by the node: pip builds `-e .` in an
         # isolated environment, which sees none of the node's packages.
-        built = resolve([str(r) for r in build_reqs], ["torch<0"], target, Path(tmp) / "build")
+        built = resolve([str(r) for r in build_reqs], ["torch<0"], target, Path(tmp) / "build") if build_reqs else {}
         backend, missing = walk(build_reqs, built, is_gpu_stack, env)
         if missing:
             raise WheelhouseError(f"pip did not resolve {', '.join(map(str, missing))} for Python {python}")
@@ -341,17 +363,22 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="wheelhouse", help="the folder of wheels (default ./wheelhouse)")
     ap.add_argument("--have", default=str(DEFAULT_HAVE),
                     help="the node's `pip list --format=freeze` (default scripts/wheelhouse-have.txt)")
-    ap.add_argument("--max-mib", type=float, default=64.0, help="fail above this total size (default 64)")
+    ap.add_argument("--max-mib", type=float, help="fail above this total size (default 64; with --kit 8)")
+    ap.add_argument("--kit", action="store_true",
+                    help="only what a GPU lease needs to train and execute chapters from the checkout "
+                         f"({', '.join(KIT)}; myst-nb without its Sphinx stack); --max-mib defaults to {KIT_MAX_MIB:g}; install: pip install --no-index --no-deps DIR/*.whl")
     ap.add_argument("--newest", action="store_true",
                     help=f"take the newest releases of {', '.join(c.split('<')[0] for c in SMALLER)} too (over 64 MiB)")
     args = ap.parse_args(argv)
     try:
-        build(args.python, args.platform, Path(args.out), Path(args.have), args.max_mib, args.newest)
+        max_mib = args.max_mib if args.max_mib is not None else KIT_MAX_MIB if args.kit else 64.0
+        build(args.python, args.platform, Path(args.out), Path(args.have), max_mib, args.newest, kit=args.kit)
     except WheelhouseError as e:
         print(f"wheelhouse: error: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {Path(args.out) / 'requirements.txt'}; on the node: "
-          f"pip install --no-index --find-links {args.out} -e .")
+    print(f"wrote {Path(args.out) / 'requirements.txt'}; on the node: " + (
+        f"pip install --no-index --no-deps {args.out}/*.whl (mclib runs from the checkout)" if args.kit
+        else f"pip install --no-index --find-links {args.out} -e ."))
     return 0
 
 

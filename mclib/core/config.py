@@ -67,6 +67,9 @@ class TrainConfig:
     eval_every: int = 100      # eval L on fresh matrices every this many steps
     eval_batch: int = 64
     save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
+    state_every: int = 0       # Adam's state and the generators (train_state.pt) with every this many steps'
+    #   checkpoint, a multiple of save_every; 0: with every checkpoint. Always at a run's end, at a deadline and on
+    #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
     log_every: int = 50        # metrics are read from the device every this many steps
     compile: bool = False      # run the training step through torch.compile
     fast: bool = True          # the stacked training path (mclib.core.stacked); false: HF MatrixBert's own forward
@@ -244,6 +247,9 @@ def _validate(p: Profile) -> None:
                           f"{SLOPE_BLOCKS} block means")
     if not 0 <= t.min_improvement < 1:
         raise ConfigError(f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
+    if t.state_every < 0 or (t.state_every and t.state_every % t.save_every):
+        raise ConfigError(f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
+                          f"train.save_every = {t.save_every}")
     if t.warmup < 0 or t.threads < 0:
         bad = "warmup" if t.warmup < 0 else "threads"
         raise ConfigError(f"train.{bad} = {getattr(t, bad)!r} must not be negative")
@@ -304,7 +310,7 @@ def profile_path(name_or_path: str) -> Path:
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
 RECIPE = ("data", "model", "train")
 # Precision is recipe: TF32 and bf16 round the model's products, so they are departures.
-_NOT_RECIPE = {"train": ("device", "threads", "eval_every", "eval_batch", "save_every",
+_NOT_RECIPE = {"train": ("device", "threads", "eval_every", "eval_batch", "save_every", "state_every",
                          "log_every", "compile", "fast", "until", "patience", "min_improvement"),
                "model": ("attention",)}
 

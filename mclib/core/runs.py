@@ -193,7 +193,7 @@ def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict
 
 # --- how a run ended, and the checkpoints the analyses read ------------------------------------
 
-ENDINGS = ("converged", "cap", "steps", "stopped", "unfinished")
+ENDINGS = ("converged", "cap", "steps", "stopped", "cut", "unfinished")
 
 
 @dataclass
@@ -204,6 +204,8 @@ class RunEnd:
            "cap"        it reached `train.steps` without the rule firing (until: converged)
            "steps"      it trained its `train.steps` (until: steps)
            "stopped"    a caller's `stop` ended it (e.g. `analysis.after_drop` for the other seeds)
+           "cut"        a wall-clock deadline or a signal ended it before any of these (`train(deadline=)`,
+                        SIGTERM/SIGINT): it saved a resumable checkpoint there, and trains on if resumed
            "unfinished" none of these (still training, or cut)
     step: the newest checkpoint; drop: `find_drop`'s step (None: no drop).
     slope, slope_se: with until: converged, how fast L_mask still moved over the rule's
@@ -239,12 +241,14 @@ class RunEnd:
                 "cap": f"reached the cap of {self.steps:,} steps" + (f" while L_mask still changed by {rate}" if rate else ""),
                 "steps": f"trained its {self.steps:,} steps",
                 "stopped": f"stopped early at step {self.step:,}",
+                "cut": f"was cut at step {self.step:,} of {self.steps:,} by its wall-clock deadline",
                 "unfinished": f"unfinished at step {self.step:,} of {self.steps:,}"}[self.ended]
 
 
-def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = False) -> RunEnd:
+def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = False, cut: bool = False) -> RunEnd:
     """The `RunEnd` of a run of `profile` whose newest checkpoint is `step`, with metric
-    rows `rows` up to it (stopped: a caller's `stop` was true there)."""
+    rows `rows` up to it (stopped: a caller's `stop` was true there; cut: a deadline or a
+    signal ended it there)."""
     t = profile.train
     rule = convergence_stop(profile)
     curve = rows_curve(rows)
@@ -254,7 +258,7 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
     elif step >= t.steps:
         ended = "cap" if t.until == "converged" else "steps"
     else:
-        ended = "stopped" if stopped else "unfinished"
+        ended = "stopped" if stopped else "cut" if cut else "unfinished"
     slope = slope_se = None
     if t.until == "converged" and len(curve) >= SLOPE_BLOCKS:
         slope, slope_se = end_slope(curve, t.patience)
@@ -415,20 +419,57 @@ def write_profile(run_dir: Path, profile: Profile) -> None:
                  lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
 
 
-def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict], wall: float,
+def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict] | None, wall: float,
                     device: torch.device | str = "cpu") -> None:
+    """The model at `step` (HF's folder), with `train_state.pt` (Adam's state `opt`, the
+    generators, the wall time) unless `opt` is None: a weights-only checkpoint, which the
+    analyses read and resuming skips (`train.state_every`). `rows`: every metric row so far,
+    written whole first; None when the caller appends them itself (`append_metrics`)."""
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.
-    write_atomic(run_dir / METRICS, lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+    if rows is not None:
+        write_atomic(run_dir / METRICS, lambda p: pd.DataFrame(rows).to_csv(p, index=False))
 
     def write(tmp: Path):
         model.save_pretrained(tmp)
-        torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
-                    "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)
+        if opt is not None:
+            torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
+                        "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)
 
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(final, write)
+
+
+def append_metrics(run_dir: Path, rows: list[dict], start: int) -> int:
+    """metrics.csv holds rows[:start]: append rows[start:] (the training loop's write at each
+    checkpoint, so the file is never rewritten whole while a run trains); a missing file is
+    written whole, atomically. Returns len(rows), the next call's `start`. A kill mid-append
+    can leave a partial last line past the newest checkpoint: `resume_metrics` drops it."""
+    path = Path(run_dir) / METRICS
+    if start == 0 or not path.is_file():
+        write_atomic(path, lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+    elif rows[start:]:
+        header = path.open().readline().strip().split(",")
+        frame = pd.DataFrame(rows[start:])
+        if list(frame.columns) != header:
+            raise ValueError(f"{path}: metric columns {list(frame.columns)} differ from the file's {header}")
+        with path.open("a") as f:
+            f.write(frame.to_csv(index=False, header=False))
+    return len(rows)
+
+
+def resume_metrics(run_dir: Path, step: int) -> list[dict]:
+    """The metric rows of a run resumed at `step`: those up to it. Rows past it (appended
+    before a kill that came ahead of their checkpoint, a partial last line among them) are
+    dropped from the file too, so that appends continue a file that ends at `step`."""
+    path = Path(run_dir) / METRICS
+    frame = pd.read_csv(path, on_bad_lines="skip")
+    frame = frame[pd.to_numeric(frame["step"], errors="coerce") <= step]
+    rows = frame.to_dict("records")
+    if len(frame) != sum(1 for _ in path.open()) - 1:
+        write_atomic(path, lambda p: frame.to_csv(p, index=False))
+    return rows
 
 
 def check_same_profile(run_dir: Path, profile: Profile) -> None:
@@ -436,7 +477,8 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast"):
+        for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast",
+                    "state_every"):
             d["train"].pop(key, None)  # where, how and how long it runs, not what it is
         d["checkpoints"].pop("place", None)
         d["checkpoints"].pop("keep", None)
@@ -515,18 +557,20 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     if not saved:
         return []
     newest = saved[-1]
+    resume = (resumable_steps(run_dir) or [newest])[-1]  # weights-only saves may follow it (train.state_every)
     if newest_only:
-        keep = {newest}
+        keep = {newest, resume}
     else:
         drop = find_drop(rows_curve(rows), rank=profile.data.rank, column=drop_column(profile)) if rows else None
         keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())
+        keep.add(resume)
     removed = [s for s in saved if s not in keep]
     for s in removed:
         shutil.rmtree(checkpoint_dir(run_dir, s))
     for s in resumable_steps(run_dir):
-        if s != newest:
+        if s != resume:
             (checkpoint_dir(run_dir, s) / STATE_FILE).unlink()
     return removed
 

@@ -31,7 +31,10 @@ import contextlib
 import copy
 import functools
 import math
+import shutil
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,9 +49,9 @@ from .config import PRECISIONS, ConfigError, Profile
 from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
 from .metrics import LOSS_NAMES, find_drop, run_losses
 from .model import MatrixBert, build_model
-from .runs import (check_disk, convergence_stop, drop_column, end_of_run, ended_at, is_complete, load_checkpoint, load_metrics,
-                   load_train_state, only_trainer, prune_checkpoints, resumable_steps, run_end, save_checkpoint,
-                   seed_run_dirs, write_end, write_profile)
+from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
+                   is_complete, load_checkpoint, load_train_state, only_trainer, prune_checkpoints, resumable_steps,
+                   resume_metrics, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
 from .stacked import WORD, Stack, StackedAdam, stacked_name
 from .stacked import forward as stacked_forward
 
@@ -241,7 +244,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           stop: Callable[[list[dict]], bool] | None = None,
-          init_model: MatrixBert | None = None, *, newest_only: bool = False) -> Path:
+          init_model: MatrixBert | None = None, *, newest_only: bool = False, deadline: float | None = None) -> Path:
     """Train (or resume) `profile` in `run_dir`; returns run_dir.
 
     One trainer at a time per folder: a second process that tries to train the same
@@ -259,8 +262,11 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
     of which the book reads the metrics and the end: other seeds, E15's runs).
     A run whose checkpoints would not fit on its disk (`mclib.core.runs.check_disk`) is
     refused before it starts, with a one-line error.
+    deadline: a `time.time()` at which the run saves a resumable checkpoint and ends "cut"
+    (end.json; SIGTERM and SIGINT do the same); training it again continues from there.
     """
-    return train_group([Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress)[0]
+    return train_group([Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress,
+                       deadline=deadline)[0]
 
 
 @dataclass
@@ -282,7 +288,7 @@ def stack_key(profile: Profile) -> tuple:
             str(resolve_device(t.device)), t.fast, t.compile, t.threads)
 
 
-def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
+def train_group(jobs: list[Job], progress: bool = False, deadline: float | None = None) -> list[Path]:
     """Train (or resume) several runs at once, as one stacked model (`mclib.core.stacked`) when
     their profiles allow it (`train.fast`, equal `stack_key`), else on the reference
     path (HF `MatrixBert`, `train_step`), which takes one run. Each run's numbers do not
@@ -298,7 +304,7 @@ def train_group(jobs: list[Job], progress: bool = False) -> list[Path]:
             for j in jobs:
                 j.run_dir.mkdir(parents=True, exist_ok=True)
                 locks.enter_context(only_trainer(j.run_dir))
-            _train(jobs, progress)
+            _train(jobs, progress, deadline)
         return [j.run_dir for j in jobs]
     finally:
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
@@ -333,7 +339,9 @@ class _Run:
             self.state = load_train_state(self.dir, self.step)
             for k, g in self.gens.items():
                 g.set_state(self.state["gens"][k])
-            self.rows = [r for r in load_metrics(self.dir).to_dict("records") if r["step"] <= self.step]
+            self.rows = resume_metrics(self.dir, self.step)
+            for later in [s for s in saved_steps(self.dir) if s > self.step]:  # weights-only saves past the resume
+                shutil.rmtree(checkpoint_dir(self.dir, later))                  # point: trained again from here
             self.wall = self.state["wall"]
             if job.init_model is not None:  # from_pretrained made every weight trainable again
                 frozen = {n for n, q in job.init_model.named_parameters() if not q.requires_grad}
@@ -346,6 +354,7 @@ class _Run:
         self.model.train()
         self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
                         | {self.t.steps})
+        self.written = len(self.rows)  # metric rows already in metrics.csv (`append_metrics`)
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
         self.rule = convergence_stop(p)
@@ -366,9 +375,9 @@ class _Run:
 
     def record_end(self, reason: str | None) -> None:
         """Write end.json for the run that ended at this step (`mclib.core.runs.run_end`),
-        unless it already says the same."""
+        unless it already says the same. reason: "stopped", "cut" or that of the rule."""
         rows = [r for r in self.rows if r["step"] <= self.step]
-        end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped")
+        end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped", cut=reason == "cut")
         if not ended_at(self.dir, self.step) or run_end(self.dir) != end:
             write_end(self.dir, end)
 
@@ -564,7 +573,40 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
     return step
 
 
-def _train(jobs: list[Job], progress: bool) -> None:
+class _CutSignals:
+    """While training, SIGTERM and SIGINT ask the loop to save and end (the run ends "cut",
+    `mclib.core.runs.RunEnd`) instead of dying between checkpoints; a second signal
+    raises KeyboardInterrupt at once. Only the main thread can take signals: elsewhere (a
+    Dask worker's thread) nothing is installed."""
+
+    def __init__(self):
+        self.requested = False
+        self._old = {}
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)",
+              file=sys.stderr)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> None:
+    """The loop: a `train_step` of every run, then per run, in this order: evaluate
+    (every eval_every), flush the logged losses (every log_every), checkpoint (every
+    save_every; Adam's state every state_every), end (rule, stop, cap, or cut). A cut comes
+    from `deadline` (a `time.time()`) or a signal (`_CutSignals`): every run then flushes,
+    saves a resumable checkpoint and ends "cut" at the step it reached."""
     t = jobs[0].profile.train
     device = resolve_device(t.device)
     set_precision(device, t.precision)
@@ -579,37 +621,42 @@ def _train(jobs: list[Job], progress: bool) -> None:
     bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}", disable=not progress,
                unit="step", dynamic_ncols=True)
     tick = time.perf_counter()
-    while runs:
-        train_step(engine, runs)
-        due = [i for i, r in enumerate(runs) if r.step % r.t.eval_every == 0]
-        if due:
-            ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
-            for i, values in zip(due, ev):
-                runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
-        now = time.perf_counter()
-        for r in runs:
-            r.wall += now - tick
-        tick = now
-        ended = []
-        for i, r in enumerate(runs):
-            if r.step % r.t.log_every and r.step not in r.save_at:
-                continue
-            reason = r.flush()
-            stopping = reason is not None
-            if r is lead:
-                bar.update(r.step - bar.n)
-                bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
-            if r.step in r.save_at or stopping:
-                model, opt = engine.checkpoint(i)
-                save_checkpoint(r.dir, r.step, model, opt, r.gens, rows=r.rows, wall=r.wall, device=device)
-                prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
-            if stopping or r.step >= r.t.steps:
-                r.record_end(reason)
-                ended.append(i)
-        if ended:
-            engine.remove(ended)
-            runs = [r for i, r in enumerate(runs) if i not in ended]
-        tick = time.perf_counter()  # checkpoint I/O is not training time
+    with _CutSignals() as signals:
+        while runs:
+            train_step(engine, runs)
+            due = [i for i, r in enumerate(runs) if r.step % r.t.eval_every == 0]
+            if due:
+                ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
+                for i, values in zip(due, ev):
+                    runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
+            now = time.perf_counter()
+            for r in runs:
+                r.wall += now - tick
+            tick = now
+            cut = signals.requested or (deadline is not None and time.time() >= deadline)
+            ended = []
+            for i, r in enumerate(runs):
+                if not cut and r.step % r.t.log_every and r.step not in r.save_at:
+                    continue
+                reason = r.flush()
+                final = reason is not None or cut or r.step >= r.t.steps
+                if r is lead:
+                    bar.update(r.step - bar.n)
+                    bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
+                if r.step in r.save_at or final:
+                    model, opt = engine.checkpoint(i)
+                    state = final or not r.t.state_every or r.step % r.t.state_every == 0
+                    r.written = append_metrics(r.dir, r.rows, r.written)  # metrics first: see save_checkpoint
+                    save_checkpoint(r.dir, r.step, model, opt if state else None, r.gens, rows=None, wall=r.wall,
+                                    device=device)
+                    prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
+                if final:
+                    r.record_end(reason if reason is not None or not cut or r.step >= r.t.steps else "cut")
+                    ended.append(i)
+            if ended:
+                engine.remove(ended)
+                runs = [r for i, r in enumerate(runs) if i not in ended]
+            tick = time.perf_counter()  # checkpoint I/O is not training time
     bar.close()
 
 
