@@ -37,14 +37,15 @@ def cmd_train(args) -> None:
 def cmd_book(args) -> None:
     import os
 
-    from .book.runner import build
-    from .core.jobs import ENV
+    from .book.runner import build, select_chapters
 
     if args.cluster:
+        from .core.jobs import ENV
         os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.core.jobs.cluster reads it)
 
     build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
-          device=args.device, timeout=args.timeout, progress=not args.quiet)
+          device=args.device, timeout=args.timeout, progress=not args.quiet,
+          templates=select_chapters(args.chapters) if args.chapters else None, site=not args.no_site)
 
 
 CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
@@ -56,6 +57,23 @@ def cmd_sweep(args) -> int:
 
     return 1 if run_sweep(args.file, cluster=args.cluster, runs=args.runs, results=args.results, figure=args.figure,
                           threads=args.threads, progress_every=args.progress_every) else 0
+
+
+def cmd_slice(args) -> int:
+    from .book import slices
+
+    ledger = Path(args.ledger) if args.ledger else slices.LEDGER
+    if args.action in ("start", "run"):
+        slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger)
+    if args.action in ("finish", "run"):
+        slices.finish(args.out_dir, args.dest)
+    if args.action == "merge":
+        if not args.file:
+            raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
+        slices.merge(Path(args.file), root=ledger.parent, ledger_path=ledger)
+    if args.action == "status":
+        print(slices.status(ledger))
+    return 0
 
 
 def main(argv=None) -> int:
@@ -78,6 +96,9 @@ def main(argv=None) -> int:
     p.add_argument("--quiet", action="store_true",
                    help="no progress: neither papermill's cell bar nor the training runs' steps")
     p.add_argument("--cluster", help=CLUSTER_HELP)
+    p.add_argument("--chapters", help="only these chapters, comma-separated (e.g. 01_train,03_heads; default every one "
+                                      "of _toc.yml); the others keep their last executed copies")
+    p.add_argument("--no-site", action="store_true", help="execute the chapters, do not build the HTML site")
     p.set_defaults(func=cmd_book)
     p = sub.add_parser("sweep", help="train profile overrides x seeds on a Dask cluster; a results table and a figure")
     p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/core/sweep.py)")
@@ -89,6 +110,19 @@ def main(argv=None) -> int:
                                                "profile's train.threads, else 1)")
     p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)")
     p.set_defaults(func=cmd_sweep)
+    p = sub.add_parser("slice", help="the paper book on a GPU lease, one slice at a time (docs/gpu.md)")
+    p.add_argument("action", nargs="?", default="run", choices=("run", "start", "finish", "merge", "status"),
+                   help="run (default): start and finish the next slice in one command; start: refuse it if it "
+                        "cannot fit, else train it detached; finish: wait, execute its chapters, pack results.tgz; "
+                        "merge FILE: file a lease's results.tgz under results/; status: the ledger")
+    p.add_argument("file", nargs="?", help="merge: the results.tgz")
+    p.add_argument("--out-dir", default="slice-work", help="the work folder on the GPU machine (default slice-work)")
+    p.add_argument("--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)")
+    p.add_argument("--budget-s", type=float, help="start: seconds left on the lease (default: the ledger's lease less "
+                                                  "the machine's start)")
+    p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
+    p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
+    p.set_defaults(func=cmd_slice)
     args = parser.parse_args(argv)
     from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
     from .core.jobs import ClusterError

@@ -161,6 +161,8 @@ RANGE_CHECKS = (
     + [(k, "bogus", f"{k} = 'bogus' is not one of") for k in CHOICES]
     + [
         ("data.p_mask", 1.0, "data.p_mask = 1.0 is outside [0, 1)"),
+        ("train.state_every", 1500, "train.state_every = 1500 is not 0 or a positive multiple of train.save_every = 1000"),
+        ("train.state_every", -1000, "train.state_every = -1000 is not 0 or a positive multiple"),
         ("data.p_mask", -0.1, "data.p_mask = -0.1 is outside [0, 1)"),
         ("data.mix_fraction", 1.0, "data.mix_fraction = 1.0 is outside [0, 1)"),
         ("model.position_init_std", 0, "model.position_init_std = 0.0 must be positive"),
@@ -182,7 +184,8 @@ RANGE_CHECKS = (
         ("seed", -1, "seed = -1 must not be negative"),
     ])
 # keys whose only check is their type (any value of it is valid)
-TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm", "analysis.download_checkpoint"}
+TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm", "analysis.download_checkpoint",
+             "analysis.freeze", "analysis.train_in_book"}
 # keys checked only together with another key (test_checks_across_keys)
 CROSS_CHECKED = {"data.mix_rank"}
 

@@ -33,7 +33,7 @@ from ..analyses.sharpness import ABRUPT, BAND, SETTLE
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
-from .chapter import Chapter, checkpoint_links, download_links, shown_path
+from .chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
 from .plots import freeze_curves
 from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
@@ -60,6 +60,10 @@ def main_run(ch: Chapter) -> MainRun:
 def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
     """{group: folder} of the E15 runs (the training chapter trains them; a chapter run
     alone trains what is missing, resumes a cut run, returns at once if all are complete)."""
+    if not ch.cfg.analysis.freeze:
+        raise MissingRuns("E15 is off in this book (analysis.freeze: false): chapter 05 has no runs to read")
+    if not ch.cfg.analysis.train_in_book:
+        return require_runs(ch.cfg, ch.run_dir, freeze=True)
     return freeze_runs(ch.cfg, ch.run_dir)
 
 

@@ -105,8 +105,10 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     if device != named.train.device:  # a device chosen on the command line
         named = named.replace(**{"train.device": device})
     run_dir = Path(run_dir)
-    if train:
+    if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster)[named.seed]
+    elif train:
+        require_runs(named, run_dir)
     if not (run_dir / PROFILE).is_file():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
                                 "trains it first")
@@ -156,18 +158,39 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
 
     jobs = seed_jobs(cfg, run_dir)
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
-    if not jobs and not pending_groups(cfg, run_dir):
+    e15 = pending_groups if cfg.analysis.freeze else (lambda cfg, run_dir: [])  # analysis.freeze: false, no E15
+    if not jobs and not e15(cfg, run_dir):
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
     with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
         seeds = submit_when_free(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
         if main_pending:
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
-        groups = pending_groups(cfg, run_dir)
+        groups = e15(cfg, run_dir)
         e15 = submit_when_free(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
                                [f"freeze-{g}" for g in groups], busy=seeds)
         results(seeds + e15)  # a run that failed raises here, once the others have ended
     return seed_run_dirs(cfg, run_dir)
+
+
+class MissingRuns(RuntimeError):
+    """A chapter that may not train (`analysis.train_in_book: false`) found runs it reads
+    missing; the message is one line naming them."""
+
+
+def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dict:
+    """The book's runs as they are, none trained here (`analysis.train_in_book: false`):
+    {seed: folder} of `seed_run_dirs`, or with freeze=True {group: folder} of E15's runs.
+    A run without a checkpoint raises `MissingRuns`, one line naming every such folder."""
+    from ..analyses.freezing import GROUPS
+    from ..core.runs import freeze_dir, saved_steps, seed_run_dirs
+
+    runs = ({g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir))
+    missing = [shown_path(d) for d in runs.values() if not saved_steps(d)]
+    if missing:
+        raise MissingRuns(f"{len(missing)} run(s) this chapter reads are not trained, and this book does not train "
+                          f"(analysis.train_in_book: false): {', '.join(missing)}")
+    return runs
 
 
 def departures_table(profile: Profile, caption: str):

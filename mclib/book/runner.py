@@ -62,6 +62,18 @@ class BookError(RuntimeError):
     """A chapter or the site build failed; the message is one line."""
 
 
+def select_chapters(names: str, toc: Path = REPO / "_toc.yml") -> list[Path]:
+    """The templates named in `names` ("01_train,03_heads"), in toc order; an unknown name
+    is a one-line BookError naming it and the chapters there are."""
+    known = {t.stem: t for t in chapters(toc)}
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    bad = [n for n in wanted if n not in known]
+    if bad or not wanted:
+        raise BookError(f"--chapters {names!r}: unknown chapter {', '.join(bad) or '(none named)'}; "
+                        f"chapters: {', '.join(known)}")
+    return [t for name, t in known.items() if name in wanted]
+
+
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
     def files(node):
@@ -305,8 +317,11 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
-          templates: list[Path] | None = None, progress: bool = True) -> dict:
-    """Execute the chapters and build the site; returns the manifest (raises BookError)."""
+          templates: list[Path] | None = None, progress: bool = True, site: bool = True) -> dict:
+    """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
+    site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
+    site); returns the manifest (raises BookError). Chapters left out keep their last
+    records in the manifest, marked "not run", so a later build can still reuse them."""
     from ..core.train import resolve_device
 
     t_start = time.time()
@@ -365,6 +380,13 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
                     "key": _key(template, params, cfg.to_dict(), run_dir, src), "output_sha": _file_sha(output)})
         save()
 
+    ran = {r["name"] for r in manifest["notebooks"]}
+    manifest["notebooks"] += [{**r, "status": "not run"} for name, r in prev_nb.items() if name not in ran]
+    if not site:
+        manifest["site"] = {"status": "skipped"}
+        save()
+        print(f"book: {len(templates)} chapter(s), no site ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
+        return manifest
     # the site: skipped when its inputs are exactly those of the last good build
     site_key = _sha([_file_sha(p) for p in staged], [r["output_sha"] for r in manifest["notebooks"]])
     html = out / "_build" / "html"

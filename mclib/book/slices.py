@@ -1,0 +1,298 @@
+"""The paper book in slices, one GPU lease each (issue 37; docs/gpu.md).
+
+    results/paper-slices.yaml         the plan: the slices in order, what each trains and which
+                                      chapters it executes, the step time they are sized with
+    results/paper-SLICE-DEVICE-DATE/  a slice done: its runs' small files, executed chapters and
+                                      slice.json (device, date, git revision, precision, ends)
+
+A lease's commands are at most 10 minutes and the chapters must run where the weights are,
+so a slice is two commands issued back to back (docs/gpu.md gives them exactly):
+
+    python -m mclib slice start  --out-dir W --hold-s S   # refuses a slice that cannot fit; trains
+                                                          # detached under the slice's deadline
+    python -m mclib slice finish --out-dir W --dest $OUT  # waits for it, executes the slice's
+                                                          # chapters (no site), packs results.tgz
+
+and, back on the CPU machine, `python -m mclib slice merge results.tgz` files it under
+results/. `python -m mclib slice` alone (a GPU of one's own, no command limit) starts and
+finishes the next slice in one process; `slice status` prints the ledger.
+
+Inside a slice no chapter trains (`analysis.train_in_book: false`): training ran before,
+and ended at the slice's deadline ("cut", end.json) or by its rule.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
+from ..core.runs import write_atomic
+
+REPO = Path(__file__).resolve().parents[2]
+LEDGER = REPO / "results" / "paper-slices.yaml"
+STATE = "slice.json"           # in the work folder: the slice in flight; in a result folder: the slice done
+RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
+TRAIN_LOG = "slice-train.log"
+RETURN_MIB = 16                # the largest file a lease sends back
+COLLECT_S = 30                 # packing and the return, in a slice's time
+STATE_EVERY = 5000             # Adam's state (240 MB at the paper's shapes) every this many steps in a slice
+
+
+class SliceError(ConfigError):
+    """A slice that cannot run (no time, nothing left, a bad ledger); one line."""
+
+
+@dataclass
+class Slice:
+    name: str
+    what: str
+    seeds: list[int]
+    chapters: list[str] = field(default_factory=list)
+    train_s: float | None = None      # the training deadline; None: train until the run's own end
+    chapters_s: float = 0.0           # the time its chapters may take
+    expected_steps: int | None = None  # steps its runs need (a slice without train_s is sized by them)
+
+
+def read_ledger(path: Path = LEDGER) -> dict:
+    raw = read_yaml(path, "slice ledger", SliceError)
+    try:
+        raw["slices"] = [Slice(**s) for s in raw["slices"]]
+    except (KeyError, TypeError) as e:
+        raise SliceError(f"slice ledger {str(path)!r}: {e}") from None
+    return raw
+
+
+def done(root: Path = LEDGER.parent, name: str = "paper") -> dict[str, Path]:
+    """{slice: result folder} of the slices done (a folder holding slice.json), the newest of each."""
+    out = {}
+    for record in sorted(root.glob(f"{name}-*/{STATE}")):
+        out[json.loads(record.read_text())["slice"]] = record.parent
+    return out
+
+
+def next_slice(ledger: dict, root: Path = LEDGER.parent) -> Slice | None:
+    have = done(root, ledger["profile"])
+    return next((s for s in ledger["slices"] if s.name not in have), None)
+
+
+def slice_profile(ledger: dict, s: Slice) -> Profile:
+    """The profile a slice trains and reads: the ledger's, at its precision, with the slice's
+    seeds (the first is the book's run), no E15, no training inside chapters, Adam's state
+    every STATE_EVERY steps (and at the deadline)."""
+    p = load_profile(profile_path(ledger["profile"]))
+    return p.replace(**{"seed": s.seeds[0], "train.precision": ledger["precision"],
+                        "train.state_every": STATE_EVERY if STATE_EVERY % p.train.save_every == 0 else 0,
+                        "analysis.seeds": list(s.seeds), "analysis.freeze": False, "analysis.train_in_book": False})
+
+
+def needed_s(ledger: dict, s: Slice) -> float:
+    """Seconds the slice needs after the machine's start: its training (the deadline, or its
+    expected steps at the ledger's step time), its chapters, the packing."""
+    train = s.train_s if s.train_s is not None else (s.expected_steps or 0) * ledger["step_ms"] / 1000
+    return train + s.chapters_s + COLLECT_S
+
+
+def check_fits(ledger: dict, s: Slice, budget_s: float) -> None:
+    need = needed_s(ledger, s)
+    if need > budget_s:
+        raise SliceError(f"slice {s.name} needs about {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s "
+                         f"at {ledger['step_ms']} ms a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) "
+                         f"but {budget_s:.0f} s are left")
+
+
+# --- on the GPU machine --------------------------------------------------------------------
+
+def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER) -> dict:
+    """Refuse a slice that cannot fit `budget_s` (default: the lease less the machine's start),
+    else write its profile and start its training detached (a new process session, which the
+    lease keeps when this command returns), then hold this command `hold_s` seconds or until
+    training ends. Returns the state written to OUT_DIR/slice.json."""
+    ledger = read_ledger(ledger_path)
+    s = next_slice(ledger, ledger_path.parent)
+    if s is None:
+        raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
+    budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
+    check_fits(ledger, s, budget)
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    profile = slice_profile(ledger, s)
+    ppath = out_dir / f"slice-{s.name}.yaml"
+    write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+    deadline = time.time() + (s.train_s if s.train_s is not None else budget - s.chapters_s - COLLECT_S)
+    log = open(out_dir / TRAIN_LOG, "ab")
+    proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline)],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": time.time(), "profile": str(ppath),
+             "chapters": s.chapters, "seeds": s.seeds, "git": _git()}
+    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
+          f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
+    _wait(proc.pid, time.time() + hold_s, out_dir, quiet=hold_s <= 0)
+    return state
+
+
+def train_slice(profile_file: Path, out_dir: Path, deadline: float) -> None:
+    """The detached trainer: the slice's seeds one after the other under one deadline; the
+    book's run (the first seed) trains toward its last step, the others stop
+    `analysis.after_drop` steps after their drop (`mclib.core.train.seed_jobs`)."""
+    from ..core.train import _seed_stop, seed_jobs, train
+
+    profile = load_profile(profile_file)
+    for job_profile, run_dir, after in seed_jobs(profile, Path(out_dir) / "runs" / f"{profile.name}-seed{profile.seed}"):
+        if time.time() >= deadline:
+            break
+        train(job_profile, run_dir, progress=False, stop=_seed_stop(job_profile, after),
+              newest_only=after is not None, deadline=deadline)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has ended
+
+
+def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
+    """Wait while `pid` runs, at most until `until`, a progress line every 30 s; True if it ended."""
+    from .runner import training_status
+
+    last = 0.0
+    while _alive(pid) and time.time() < until:
+        if not quiet and time.time() - last >= 30:
+            print("  training: " + (", ".join(training_status(out_dir / "runs", 0)) or "starting"), flush=True)
+            last = time.time()
+        time.sleep(1.0)
+    return not _alive(pid)
+
+
+def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
+    """Wait for the slice's training, execute its chapters (no site), pack results.tgz into
+    `dest`. A chapter that fails is named, and what ran is packed all the same."""
+    from .reference import collect, device_record
+    from .runner import BookError, build, select_chapters
+
+    out_dir, dest = Path(out_dir).resolve(), Path(dest)
+    state = json.loads((out_dir / STATE).read_text())
+    _wait(state["pid"], float("inf"), out_dir)
+    error = None
+    if state["chapters"]:
+        try:
+            build(state["profile"], out_dir=out_dir, templates=select_chapters(",".join(state["chapters"])),
+                  site=False, progress=False, timeout=timeout)
+        except BookError as e:
+            error = str(e)
+            print(f"slice {state['slice']}: {e}", file=sys.stderr)
+    profile = load_profile(state["profile"])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "slice"
+        collect(out_dir, folder, name=profile.name, seeds=state["seeds"])
+        (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
+        record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
+                  "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
+                  "chapters": state["chapters"], "chapter_error": error,
+                  "ends": _ends(out_dir, profile, state["seeds"])}
+        (folder / STATE).write_text(json.dumps(record, indent=1))
+        dest.mkdir(parents=True, exist_ok=True)
+        path = dest / RESULTS_TGZ
+        left_out = _pack(folder, path)
+    print(f"slice {state['slice']}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
+          + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""), flush=True)
+    return path
+
+
+def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
+    from ..core.runs import run_end, run_name, saved_steps
+
+    ends = {}
+    for seed in seeds:
+        run = out_dir / "runs" / run_name(profile.name, seed)
+        ends[str(seed)] = run_end(run).__dict__ if saved_steps(run) else None
+    return ends
+
+
+def _pack(folder: Path, path: Path) -> list[str]:
+    """tar.gz of `folder` at `path`, leaving out the largest executed chapters until it is
+    under RETURN_MIB; returns what was left out (named in slice.json too)."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    left: list[str] = []
+    while True:
+        with tarfile.open(path, "w:gz") as tar:
+            for f in files:
+                if f.relative_to(folder).as_posix() not in left:
+                    tar.add(f, arcname=f.relative_to(folder).as_posix())
+        if path.stat().st_size <= RETURN_MIB * 2**20:
+            return left
+        notebooks = sorted((f for f in files if f.suffix == ".ipynb" and f.relative_to(folder).as_posix() not in left),
+                           key=lambda f: f.stat().st_size)
+        if not notebooks:
+            raise SliceError(f"{path.name} is {path.stat().st_size / 2**20:.1f} MiB without any chapter, over {RETURN_MIB}")
+        left.append(notebooks[-1].relative_to(folder).as_posix())
+        record = json.loads((folder / STATE).read_text())
+        record["left_out"] = left
+        (folder / STATE).write_text(json.dumps(record, indent=1))
+
+
+# --- on the CPU machine ----------------------------------------------------------------------
+
+def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> Path:
+    """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/. A slice that is not
+    the ledger's next, another profile, or another revision than this checkout's is merged
+    with a note printed (and kept in slice.json); files left out are named."""
+    ledger = read_ledger(ledger_path)
+    with tarfile.open(tgz) as tar:
+        record = json.loads(tar.extractfile(STATE).read())
+        dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
+        tar.extractall(dest, filter="data")
+    notes = []
+    expected = next_slice(ledger, root)
+    if record["profile"] != ledger["profile"]:
+        notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['profile']!r}")
+    if expected is None or record["slice"] != expected.name:
+        notes.append(f"slice {record['slice']}, the ledger's next was {expected.name if expected else 'none'}")
+    if record["git"].split("-")[0] != _git().split("-")[0]:
+        notes.append(f"ran at revision {record['git']}, this checkout is {_git()}")
+    for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
+        print(f"slice merge: note: {n}")
+    record["merge_notes"] = notes
+    write_atomic(dest / STATE, lambda f: f.write_text(json.dumps(record, indent=1)))
+    print(f"slice {record['slice']}: merged into {dest}")
+    return dest
+
+
+def status(ledger_path: Path = LEDGER) -> str:
+    ledger = read_ledger(ledger_path)
+    have = done(ledger_path.parent, ledger["profile"])
+    lines = []
+    for s in ledger["slices"]:
+        if s.name in have:
+            r = json.loads((have[s.name] / STATE).read_text())
+            lines.append(f"{s.name}: done on {r['device']}, {r['date']}, revision {r['git']}, {r['precision']}")
+        else:
+            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(ledger, s):.0f} s of a lease)")
+    nxt = next_slice(ledger, ledger_path.parent)
+    lines.append(f"next: {nxt.name if nxt else 'none, every slice is done'}")
+    return "\n".join(lines)
+
+
+def _git() -> str:
+    from .runner import git_revision
+    return git_revision()
+
+
+if __name__ == "__main__":  # the detached trainer `start` launches
+    train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))

@@ -1,0 +1,91 @@
+"""The paper book in slices (mclib.book.slices; issue 37), rehearsed on the CPU with the
+smoke profile: the two commands of a lease, with only what the GPU image and the kit hold
+importable, then the merge on the CPU side."""
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mclib.book import slices
+from mclib.core.runs import run_end
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Packages the GPU side must never import: the site builder, the solver, the cluster
+# (scripts/wheelhouse.py --kit leaves them out; the image does not have them).
+NOT_ON_THE_GPU = ("jupyter_book", "sphinx", "cvxpy", "clarabel", "dask", "distributed", "debugpy", "jedi")
+
+# None in sys.modules: `import x` fails as if x were not installed, and find_spec("x") says
+# "not installed" (what guarded imports, IPython's of jedi among them, ask)
+BLOCKER = "import sys\nfor _name in %r:\n    sys.modules[_name] = None\n" % (NOT_ON_THE_GPU,)
+
+
+def _ledger(tmp_path, train_s=20, **extra):
+    plan = {"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test", "lease_s": 900,
+            "start_s": 120, "slices": [{"name": "A", "what": "the smoke run under a deadline", "seeds": [1],
+                                       "train_s": train_s, "chapters": ["01_train", "02_copying"], "chapters_s": 200,
+                                       **extra}]}
+    path = tmp_path / "results" / "paper-slices.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def test_a_slice_that_cannot_fit_is_refused_in_one_line(tmp_path):
+    ledger = _ledger(tmp_path, train_s=600)
+    with pytest.raises(slices.SliceError) as e:
+        slices.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
+    assert str(e.value) == ("slice A needs about 830 s (training 600 s at 5.0 ms a step, chapters 200 s, "
+                            "packing 30 s) but 700 s are left")
+    assert not (tmp_path / "work").exists()  # refused before anything is written
+
+
+def test_a_slice_sized_by_steps_uses_the_ledger_step_time(tmp_path):
+    ledger = slices.read_ledger(_ledger(tmp_path, train_s=None, expected_steps=10_000))
+    assert slices.needed_s(ledger, ledger["slices"][0]) == 10_000 * 5.0 / 1000 + 200 + 30
+
+
+@pytest.mark.slow
+def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
+    ledger = _ledger(tmp_path)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(BLOCKER)
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "PYTHONUNBUFFERED": "1"}
+    work, out = tmp_path / "work", tmp_path / "OUT"
+
+    def mclib(*args):
+        p = subprocess.run([sys.executable, "-m", "mclib", "slice", *args, "--ledger", str(ledger)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        return p.stdout
+
+    started = mclib("start", "--out-dir", str(work), "--hold-s", "1")
+    assert "slice A" in started and "training started" in started
+    finished = mclib("finish", "--out-dir", str(work), "--dest", str(out))
+    assert "packed" in finished
+    # what comes back fits the device tool: one file, under 16 MiB, no folder
+    back = list(out.iterdir())
+    assert [p.name for p in back] == [slices.RESULTS_TGZ] and back[0].stat().st_size < 16 * 2**20
+    # the run was cut by its deadline or ran its 60 steps; the chapters executed without training
+    end = run_end(work / "runs" / "smoke-seed1")
+    assert end.ended in ("cut", "steps")
+    manifest = json.loads((work / "book" / "_executed" / "manifest.json").read_text())
+    assert [r["name"] for r in manifest["notebooks"] if r["status"] == "executed"] == ["01_train", "02_copying"], (
+        finished, manifest)
+    assert manifest["site"] == {"status": "skipped"}
+    with tarfile.open(back[0]) as tar:
+        names = tar.getnames()
+    assert "slice.json" in names and "book/01_train.ipynb" in names and "runs/smoke-seed1/metrics.csv.gz" in names
+    # the CPU side: merged under results/, and the ledger then has no next slice
+    merged = mclib("merge", str(back[0]))
+    assert "merged into" in merged
+    assert "next: none" in mclib("status")
+    record = json.loads(next((tmp_path / "results").glob("smoke-A-*/slice.json")).read_text())
+    assert record["chapters"] == ["01_train", "02_copying"] and record["chapter_error"] is None
