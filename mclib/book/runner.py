@@ -321,7 +321,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
-    records in the manifest, marked "not run", so a later build can still reuse them."""
+    records in the manifest as they were, so a later build can still reuse them."""
     from ..core.train import resolve_device
 
     t_start = time.time()
@@ -380,8 +380,10 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
                     "key": _key(template, params, cfg.to_dict(), run_dir, src), "output_sha": _file_sha(output)})
         save()
 
-    ran = {r["name"] for r in manifest["notebooks"]}
-    manifest["notebooks"] += [{**r, "status": "not run"} for name, r in prev_nb.items() if name not in ran]
+    ran = {r["name"]: r for r in manifest["notebooks"]}  # chapters left out keep their last records as they were
+    order = [t.stem for t in chapters()]
+    manifest["notebooks"] = sorted([*ran.values(), *(r for name, r in prev_nb.items() if name not in ran)],
+                                   key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
     if not site:
         manifest["site"] = {"status": "skipped"}
         save()

@@ -121,6 +121,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     s = next_slice(ledger, ledger_path.parent)
     if s is None:
         raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
+    t0 = time.time()
     budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
     check_fits(ledger, s, budget)
     out_dir = Path(out_dir).resolve()
@@ -128,12 +129,13 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     profile = slice_profile(ledger, s)
     ppath = out_dir / f"slice-{s.name}.yaml"
     write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
-    deadline = time.time() + (s.train_s if s.train_s is not None else budget - s.chapters_s - COLLECT_S)
+    deadline = t0 + (s.train_s if s.train_s is not None else budget - s.chapters_s - COLLECT_S)
     log = open(out_dir / TRAIN_LOG, "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
-    state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": time.time(), "profile": str(ppath),
+    state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
+             "profile": str(ppath),
              "chapters": s.chapters, "seeds": s.seeds, "git": _git()}
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
@@ -181,22 +183,30 @@ def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
 
 
 def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
-    """Wait for the slice's training, execute its chapters (no site), pack results.tgz into
-    `dest`. A chapter that fails is named, and what ran is packed all the same."""
+    """Wait for the slice's training, execute its chapters (no site) one at a time while the
+    slice's budget (`start`'s) leaves time, pack results.tgz into `dest`. A chapter that
+    fails or finds no time is named (slice.json), and what ran is packed all the same."""
     from .reference import collect, device_record
     from .runner import BookError, build, select_chapters
 
     out_dir, dest = Path(out_dir).resolve(), Path(dest)
     state = json.loads((out_dir / STATE).read_text())
     _wait(state["pid"], float("inf"), out_dir)
-    error = None
-    if state["chapters"]:
+    end_by = state["started"] + state["budget_s"] - COLLECT_S  # the chapters may not eat the packing's time
+    error, skipped = None, []
+    for name in state["chapters"]:  # one at a time, each only while the lease has time for it
+        left = end_by - time.time()
+        if error or left < 20:
+            skipped.append(name)
+            continue
         try:
-            build(state["profile"], out_dir=out_dir, templates=select_chapters(",".join(state["chapters"])),
-                  site=False, progress=False, timeout=timeout)
+            build(state["profile"], out_dir=out_dir, templates=select_chapters(name), site=False, progress=False,
+                  timeout=int(min(timeout or left, left)))  # papermill takes whole seconds
         except BookError as e:
             error = str(e)
             print(f"slice {state['slice']}: {e}", file=sys.stderr)
+    if skipped:
+        print(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}", file=sys.stderr)
     profile = load_profile(state["profile"])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "slice"
@@ -204,7 +214,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
         (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
         record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
                   "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
-                  "chapters": state["chapters"], "chapter_error": error,
+                  "chapters": state["chapters"], "chapter_error": error, "chapters_not_run": skipped,
                   "ends": _ends(out_dir, profile, state["seeds"])}
         (folder / STATE).write_text(json.dumps(record, indent=1))
         dest.mkdir(parents=True, exist_ok=True)
