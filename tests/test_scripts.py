@@ -29,7 +29,7 @@ PROFILE = "smoke-drop"
 # below (`test_every_script_is_run_or_skipped_for_a_reason`).
 SKIPPED = {
     "check_book_html.py": "needs headless Chromium and a built site (tests/test_book_browser.py runs it)",
-    "gpu_kit.sh": "builds the paper book on a GPU (tests/test_gpu_kit.py runs it on the CPU with the smoke profile)",
+    "lease.sh": "runs a slice of the paper book on a GPU lease (tests/test_slices.py rehearses it on the CPU)",
     "oracle_attention.py": "takes a profile, not a run folder, and trains its own model for thousands of steps",
     "sweep_cpu_profile.py": "takes a sweep file, not a run folder, and trains every run of the sweep",
     "wheelhouse.py": "takes no run folder: downloads wheels from PyPI (tests/test_wheelhouse.py runs it)",

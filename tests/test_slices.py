@@ -66,9 +66,20 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return p.stdout
 
-    started = mclib("start", "--out-dir", str(work), "--hold-s", "1")
-    assert "slice A" in started and "training started" in started
-    finished = mclib("finish", "--out-dir", str(work), "--dest", str(out))
+    def lease(action):  # the two commands docs/gpu.md gives, as a lease issues them
+        p = subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, capture_output=True,
+                           text=True, timeout=900,
+                           env={**env, "PYTHON": sys.executable, "OUT": str(out), "WORK": str(work),
+                                "LEDGER": str(ledger), "BENCH_S": "20", "BENCH_ARGS": "--profile smoke --steps 3",
+                                "HOLD_S": "1", "BUDGET_S": "700"})
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        return p.stdout
+
+    started = lease("start")
+    assert "lease: kit ready" in started and "slice A" in started and "training started" in started
+    assert "stacked-tf32" in (out / "lease_step.csv").read_text()  # the step's table comes back
+    (out / "lease_step.csv").unlink()  # (a lease returns it beside results.tgz; checked, set aside)
+    finished = lease("finish")
     assert "packed" in finished
     # what comes back fits the device tool: one file, under 16 MiB, no folder
     back = list(out.iterdir())

@@ -7,7 +7,7 @@ results/ (issue 24), and shown in the default book beside the laptop edition's s
         runs/paper-seed{2,3}/{metrics.csv.gz, end.json}   runs/paper-seed1/freeze/GROUP/metrics.csv.gz
         book/*.ipynb, book/manifest.json  the executed chapters and their timings
 
-`collect` writes that folder from a built book (scripts/gpu_kit.sh calls it on the GPU
+`collect` writes that folder from a built book (`mclib slice finish` calls it on the GPU
 machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
 repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds the
 newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters
@@ -219,8 +219,8 @@ def status(folder: Path | None) -> str:
     """One sentence: where the paper setting's results are, or that they do not exist yet."""
     if folder is None:
         return ("The paper's own setting (params/paper.yaml: 7×7 rank 2, hidden 768) has not been run for this "
-                "book yet: it needs a GPU. `bash scripts/gpu_kit.sh` on a GPU machine runs it and collects "
-                "its results into results/ (docs/gpu.md); this column then fills in.")
+                "book yet: it needs a GPU. its slices run on GPU leases (`bash scripts/lease.sh`, "
+                "docs/gpu.md) and are merged into results/; this column then fills in.")
     dev = json.loads((folder / "device.json").read_text())
     done = chapters_run(folder)
     table = runs_table(folder)
