@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mclib.book import slices
-from mclib.core.runs import run_end
+from mclib.core.runs import run_end, saved_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,10 +26,10 @@ NOT_ON_THE_GPU = ("jupyter_book", "sphinx", "cvxpy", "clarabel", "dask", "distri
 BLOCKER = "import sys\nfor _name in %r:\n    sys.modules[_name] = None\n" % (NOT_ON_THE_GPU,)
 
 
-def _ledger(tmp_path, train_s=20, **extra):
-    plan = {"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test", "lease_s": 900,
+def _ledger(tmp_path, train_s=20, profile="smoke", chapters=("01_train", "02_copying"), **extra):
+    plan = {"profile": str(profile), "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test", "lease_s": 900,
             "start_s": 120, "slices": [{"name": "A", "what": "the smoke run under a deadline", "seeds": [1],
-                                       "train_s": train_s, "chapters": ["01_train", "02_copying"], "chapters_s": 200,
+                                       "train_s": train_s, "chapters": list(chapters), "chapters_s": 200,
                                        **extra}]}
     path = tmp_path / "results" / "paper-slices.yaml"
     path.parent.mkdir(parents=True)
@@ -51,9 +51,27 @@ def test_a_slice_sized_by_steps_uses_the_ledger_step_time(tmp_path):
     assert slices.needed_s(ledger, ledger["slices"][0]) == 10_000 * 5.0 / 1000 + 200 + 30
 
 
+SLICE_A = ("01_train", "02_copying", "03_heads", "04_embeddings")
+
+
+def _paper_shapes(tmp_path) -> Path:
+    """The paper's model and task (mclib.core.paper.shapes_profile) at batch 8, long enough
+    that the slice's deadline cuts it after a few checkpoints."""
+    from mclib.core.paper import shapes_profile
+
+    p = shapes_profile(steps=2000, batch=8).replace(**{
+        "train.save_every": 10, "train.state_every": 20, "train.log_every": 5, "train.eval_every": 10,
+        "checkpoints.pre": 10, "checkpoints.transition": [20], "checkpoints.post": 2000})
+    path = tmp_path / "paper-shapes.yaml"
+    path.write_text(yaml.safe_dump(p.to_dict(), sort_keys=False))
+    return path
+
+
 @pytest.mark.slow
 def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
-    ledger = _ledger(tmp_path)
+    """Slice A at the paper's shapes, a handful of steps, through scripts/lease.sh's two commands."""
+    shapes = _paper_shapes(tmp_path)
+    ledger = _ledger(tmp_path, train_s=25, profile=shapes, chapters=SLICE_A)
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(BLOCKER)
@@ -70,7 +88,7 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
         p = subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, capture_output=True,
                            text=True, timeout=900,
                            env={**env, "PYTHON": sys.executable, "OUT": str(out), "WORK": str(work),
-                                "LEDGER": str(ledger), "BENCH_S": "20", "BENCH_ARGS": "--profile smoke --steps 3",
+                                "LEDGER": str(ledger), "BENCH_S": "20", "BENCH_ARGS": f"--profile {shapes} --batch 8 --steps 2",
                                 "HOLD_S": "1", "BUDGET_S": "700"})
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         return p.stdout
@@ -84,19 +102,22 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     # what comes back fits the device tool: one file, under 16 MiB, no folder
     back = list(out.iterdir())
     assert [p.name for p in back] == [slices.RESULTS_TGZ] and back[0].stat().st_size < 16 * 2**20
-    # the run was cut by its deadline or ran its 60 steps; the chapters executed without training
-    end = run_end(work / "runs" / "smoke-seed1")
-    assert end.ended in ("cut", "steps")
+    # the run was cut by its deadline; the chapters executed without training, post = the cut
+    run = work / "runs" / "paper-shapes-seed1"
+    end = run_end(run)
+    assert end.ended == "cut" and 0 < end.step < 2000 and saved_steps(run)[-1] == end.step
     manifest = json.loads((work / "book" / "_executed" / "manifest.json").read_text())
-    assert [r["name"] for r in manifest["notebooks"] if r["status"] == "executed"] == ["01_train", "02_copying"], (
+    assert [r["name"] for r in manifest["notebooks"] if r["status"] == "executed"] == list(SLICE_A), (
         finished, manifest)
     assert manifest["site"] == {"status": "skipped"}
     with tarfile.open(back[0]) as tar:
         names = tar.getnames()
-    assert "slice.json" in names and "book/01_train.ipynb" in names and "runs/smoke-seed1/metrics.csv.gz" in names
+    assert "slice.json" in names and "book/04_embeddings.ipynb" in names and "runs/paper-shapes-seed1/metrics.csv.gz" in names
+    assert not [n for n in names if n.endswith((".safetensors", ".pt"))]  # never a checkpoint
     # the CPU side: merged under results/, and the ledger then has no next slice
     merged = mclib("merge", str(back[0]))
     assert "merged into" in merged
     assert "next: none" in mclib("status")
-    record = json.loads(next((tmp_path / "results").glob("smoke-A-*/slice.json")).read_text())
-    assert record["chapters"] == ["01_train", "02_copying"] and record["chapter_error"] is None
+    record = json.loads(next((tmp_path / "results").glob("paper-shapes-A-*/slice.json")).read_text())
+    assert record["chapters"] == list(SLICE_A) and record["chapter_error"] is None and not record["chapters_not_run"]
+    assert record["ends"]["1"]["ended"] == "cut"

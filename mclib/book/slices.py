@@ -45,7 +45,6 @@ RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device t
 TRAIN_LOG = "slice-train.log"
 RETURN_MIB = 16                # the largest file a lease sends back
 COLLECT_S = 30                 # packing and the return, in a slice's time
-STATE_EVERY = 5000             # Adam's state (240 MB at the paper's shapes) every this many steps in a slice
 
 
 class SliceError(ConfigError):
@@ -67,6 +66,7 @@ def read_ledger(path: Path = LEDGER) -> dict:
     raw = read_yaml(path, "slice ledger", SliceError)
     try:
         raw["slices"] = [Slice(**s) for s in raw["slices"]]
+        raw["name"] = load_profile(profile_path(raw["profile"])).name  # result folders: NAME-SLICE-DEVICE-DATE
     except (KeyError, TypeError) as e:
         raise SliceError(f"slice ledger {str(path)!r}: {e}") from None
     return raw
@@ -81,17 +81,15 @@ def done(root: Path = LEDGER.parent, name: str = "paper") -> dict[str, Path]:
 
 
 def next_slice(ledger: dict, root: Path = LEDGER.parent) -> Slice | None:
-    have = done(root, ledger["profile"])
+    have = done(root, ledger["name"])
     return next((s for s in ledger["slices"] if s.name not in have), None)
 
 
 def slice_profile(ledger: dict, s: Slice) -> Profile:
     """The profile a slice trains and reads: the ledger's, at its precision, with the slice's
-    seeds (the first is the book's run), no E15, no training inside chapters, Adam's state
-    every STATE_EVERY steps (and at the deadline)."""
+    seeds (the first is the book's run), no E15, no training inside chapters."""
     p = load_profile(profile_path(ledger["profile"]))
     return p.replace(**{"seed": s.seeds[0], "train.precision": ledger["precision"],
-                        "train.state_every": STATE_EVERY if STATE_EVERY % p.train.save_every == 0 else 0,
                         "analysis.seeds": list(s.seeds), "analysis.freeze": False, "analysis.train_in_book": False})
 
 
@@ -270,8 +268,8 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         tar.extractall(dest, filter="data")
     notes = []
     expected = next_slice(ledger, root)
-    if record["profile"] != ledger["profile"]:
-        notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['profile']!r}")
+    if record["profile"] != ledger["name"]:
+        notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
     if expected is None or record["slice"] != expected.name:
         notes.append(f"slice {record['slice']}, the ledger's next was {expected.name if expected else 'none'}")
     if record["git"].split("-")[0] != _git().split("-")[0]:
@@ -286,7 +284,7 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
 
 def status(ledger_path: Path = LEDGER) -> str:
     ledger = read_ledger(ledger_path)
-    have = done(ledger_path.parent, ledger["profile"])
+    have = done(ledger_path.parent, ledger["name"])
     lines = []
     for s in ledger["slices"]:
         if s.name in have:
