@@ -101,8 +101,24 @@ def checkpoint_table(ch: Chapter):
                          "mask_value is the mean |X̂| at the masked entries."))
 
 
+def skipped_text(ch: Chapter) -> str:
+    """One sentence naming the saved checkpoints the book skipped because a file of theirs
+    cannot be read (`CheckpointSteps.skipped`), or "" when there are none."""
+    skipped = ch.steps.skipped
+    if not skipped:
+        return ""
+    which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
+    return (f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, "
+            "and reads the others.")
+
+
 def checkpoint_text(ch: Chapter) -> str:
-    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`)."""
+    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`),
+    and which saved checkpoints were skipped as unreadable (`skipped_text`)."""
+    return _placement_text(ch) + skipped_text(ch)
+
+
+def _placement_text(ch: Chapter) -> str:
     s = ch.steps
     trans = ", ".join(f"{t:,}" for t in s.transition)
     if s.place != "drop":
