@@ -29,7 +29,7 @@ from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
-from .plots import loss_curve, mark_checkpoints
+from .plots import closed, loss_curve, mark_checkpoints
 from .scorecard import copy_levels
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
 
@@ -71,8 +71,7 @@ def loss_figure(ch: Chapter) -> plt.Figure:
     fig = loss_curve(ch.metrics, ch.drop, ch.cfg.data.rank, title=f"Training loss: profile {ch.cfg.name}, "
                                                                   f"seed {ch.cfg.seed}")
     mark_checkpoints(fig, ch.steps.pre, ch.steps.transition, ch.steps.post)
-    plt.close(fig)
-    return fig
+    return closed(fig)
 
 
 # --- the checkpoints ---------------------------------------------------------------------------
