@@ -178,7 +178,25 @@ def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run,
         "step_000020", "step_000030", "step_000040", "step_000060"]
 
 
+def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, short, capsys):
+    from mclib.book import ch01_train
+    from mclib.book.chapter import Chapter
+
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    _truncate(checkpoint_dir(run, 30) / STATE_FILE)
+    train(short, run, progress=False)  # sets step 30 aside, trains it again
+    steps = checkpoint_steps(run)
+    assert steps.skipped == {} and steps.set_aside == [f"checkpoints/{DAMAGED}step_000030"]
+    ch = Chapter(cfg=short, run_dir=run, device=torch.device("cpu"), metrics=load_metrics(run), drop=None,
+                 steps=steps, end=None)
+    assert ch01_train.checkpoint_text(ch).endswith(
+        f" Training set aside 1 checkpoint it could not read (`checkpoints/{DAMAGED}step_000030`, kept in the run "
+        "folder) and resumed from the newest intact one.")
+
+
 def test_an_intact_run_skips_nothing(ch):
     from mclib.book import ch01_train
 
-    assert ch.steps.skipped == {} and "skipped" not in ch01_train.checkpoint_text(ch)
+    assert ch.steps.skipped == {} and ch.steps.set_aside == []
+    assert "skipped" not in ch01_train.checkpoint_text(ch) and "set aside" not in ch01_train.checkpoint_text(ch)

@@ -101,14 +101,18 @@ def checkpoint_table(ch: Chapter):
 
 
 def skipped_text(ch: Chapter) -> str:
-    """One sentence naming the saved checkpoints the book skipped because a file of theirs
-    cannot be read (`CheckpointSteps.skipped`), or "" when there are none."""
-    skipped = ch.steps.skipped
-    if not skipped:
-        return ""
-    which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
-    return (f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, "
-            "and reads the others.")
+    """A sentence naming the saved checkpoints the book skipped because a file of theirs
+    cannot be read (`CheckpointSteps.skipped`), and one naming those that training set
+    aside as unreadable when it resumed (`CheckpointSteps.set_aside`); "" when there are none."""
+    skipped, aside = ch.steps.skipped, ch.steps.set_aside
+    out = ""
+    if skipped:
+        which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
+        out += f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, and reads the others."
+    if aside:
+        out += (f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
+                f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one.")
+    return out
 
 
 def checkpoint_text(ch: Chapter) -> str:

@@ -209,6 +209,12 @@ def load_train_state(run_dir: Path, step: int) -> dict:
     return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
+def set_aside_dirs(run_dir: Path) -> list[Path]:
+    """The checkpoints set aside as unreadable when the run resumed (`set_aside`), oldest step first."""
+    root = Path(run_dir) / CHECKPOINTS
+    return sorted(root.glob(f"{DAMAGED}step_*")) if root.is_dir() else []
+
+
 def set_aside(run_dir: Path, step: int) -> Path:
     """Rename the checkpoint at `step` to checkpoints/damaged-step_NNNNNN (then -2, -3, ...
     if a damaged copy of that step is set aside already) and return its new path: out of the
@@ -419,13 +425,15 @@ class CheckpointSteps(Checkpoints):
     note: one sentence saying which, and why ("the run did not drop: ...")
     drop: `find_drop`'s step (None: no drop); left_plateau, near_final: the steps that
     bound the transition window (None with place "fixed"); skipped: the saved checkpoints
-    left out because a file of theirs cannot be read, each with which and why."""
+    left out because a file of theirs cannot be read, each with which and why; set_aside:
+    the run folder's checkpoints that training set aside as unreadable when it resumed."""
     note: str = ""
     drop: int | None = None
     left_plateau: int | None = None
     near_final: int | None = None
     saved: list[int] = field(default_factory=list)
     skipped: dict[int, str] = field(default_factory=dict)  # saved checkpoints that cannot be read (`damaged_steps`)
+    set_aside: list[str] = field(default_factory=list)  # checkpoints/damaged-step_N folders (`set_aside_dirs`)
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
@@ -519,6 +527,7 @@ def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> Che
                                     transition=[t for t in fixed.transition if t not in skipped])
     steps = place_checkpoints(metrics, done, profile.data.rank, fixed, profile.checkpoints.place)
     steps.skipped = skipped
+    steps.set_aside = [f"{CHECKPOINTS}/{d.name}" for d in set_aside_dirs(run_dir)]
     return steps
 
 
