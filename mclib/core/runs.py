@@ -52,7 +52,6 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
-
 from safetensors import SafetensorError, safe_open
 from transformers.utils import CONFIG_NAME
 
@@ -229,19 +228,17 @@ def set_aside(run_dir: Path, step: int) -> Path:
     return aside
 
 
-_STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, ValueError, KeyError, TypeError, OSError,
-                 zipfile.BadZipFile, AttributeError, ImportError)
-_MODEL_ERRORS = (OSError, ValueError, RuntimeError, KeyError, SafetensorError)
+# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see)
+_STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfile.BadZipFile)
 
 
 def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
                       device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict] | None:
     """The newest checkpoint a run resumes from, as (step, model, train state), or None
     (nothing to resume: the run starts at step 0). A checkpoint with a file that cannot be
-    read (`checkpoint_damage`; or a train_state.pt that torch.load cannot load, or a model
-    that from_pretrained cannot build) is set aside (`set_aside`) and the next older one
-    tried; each one set aside is named on stderr in one line, with why and where the run
-    resumes."""
+    read (`checkpoint_damage`, or a train_state.pt that torch.load cannot load or that lacks
+    what resuming needs) is set aside (`set_aside`) and the next older one tried; each one
+    set aside is named on stderr in one line, with why and where the run resumes."""
     run_dir = Path(run_dir)
     aside: list[str] = []
     found = None
@@ -256,12 +253,7 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
             except _STATE_ERRORS as e:
                 damage = STATE_FILE, f"cannot be loaded ({_first_line(e)})"
         if damage is None:
-            try:
-                model = load_checkpoint(run_dir, step, attention, device="cpu")
-            except _MODEL_ERRORS as e:
-                damage = MODEL_FILE, f"cannot be loaded with its config.json ({_first_line(e)})"
-        if damage is None:
-            found = step, model.to(device), state
+            found = step, load_checkpoint(run_dir, step, attention, device), state
             break
         moved = set_aside(run_dir, step)
         aside.append(f"{folder / damage[0]} {damage[1]}; set aside as {moved.relative_to(run_dir)}")
