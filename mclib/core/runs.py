@@ -27,10 +27,10 @@ trains (`prune_checkpoints`).
 
 Every file and checkpoint is written to a temporary name and renamed into place, so
 whatever exists is complete. A checkpoint damaged afterwards (a truncated copy, a full
-disk, a bad sector) is not read: `saved_steps` and `resumable_steps` leave out one whose
-files fail `checkpoint_damage`, and the trainer, resuming (`resume_checkpoint`), sets a
-damaged newest checkpoint aside and resumes from the newest intact one, saying so in one
-line. `mclib.core.train` writes runs; everything else reads them
+disk, a bad sector) is not read: `saved_steps` leaves out one whose files fail
+`checkpoint_damage`, a run whose newest checkpoint fails it is not complete (`is_complete`),
+and the trainer, resuming (`resume_checkpoint`), sets a damaged newest checkpoint aside and
+resumes from the newest intact one, saying so in one line. `mclib.core.train` writes runs; everything else reads them
 through this module.
 """
 from __future__ import annotations
@@ -123,9 +123,9 @@ def saved_steps(run_dir: Path) -> list[int]:
 
 def resumable_steps(run_dir: Path) -> list[int]:
     """The steps a run can resume from: the model and `train_state.pt` (with
-    `checkpoints.keep: analysis`, only the newest), none of them failing `checkpoint_damage`."""
-    return [s for s in _steps_with(run_dir, STATE_FILE)
-            if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None]
+    `checkpoints.keep: analysis`, only the newest). Their files are not checked here:
+    `resume_checkpoint` sets a damaged one aside."""
+    return _steps_with(run_dir, STATE_FILE)
 
 
 def _first_line(e: BaseException, limit: int = 160) -> str:
@@ -302,8 +302,8 @@ def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict
     (`convergence_stop`) or `stop` was already true there. Cheap (no model is loaded), so
     a finished run costs no process to find finished."""
     done = resumable_steps(run_dir)
-    if not done:
-        return False
+    if not done or checkpoint_damage(checkpoint_dir(run_dir, done[-1]), state=True) is not None:
+        return False  # nothing saved, or a damaged newest checkpoint that training sets aside
     if done[-1] >= profile.train.steps:
         return True
     stops = [f for f in (convergence_stop(profile), stop) if f is not None]
