@@ -79,6 +79,15 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_the_wall_time_a_sweep_resumes_from_is_the_intact_checkpoint_s(tmp_path, whole):
+    from mclib.core.runs import load_train_state, train_wall
+
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    _truncate(checkpoint_dir(run, 30) / STATE_FILE)
+    assert train_wall(run) == load_train_state(whole, 20)["wall"] < train_wall(whole)
+
+
 def test_a_train_state_that_torch_cannot_load_is_set_aside(tmp_path, short, whole, capsys):
     """A train_state.pt whose zip holds but whose pickle does not: only a full load finds it."""
     run = tmp_path / "run"

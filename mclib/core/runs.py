@@ -198,8 +198,9 @@ def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
 
 
 def train_wall(run_dir: Path) -> float:
-    """Training time (s) at the run's newest resumable checkpoint; 0 for a run not started."""
-    done = resumable_steps(run_dir)
+    """Training time (s) at the run's newest resumable checkpoint whose files pass
+    `checkpoint_damage` (where the run resumes); 0 for a run not started."""
+    done = [s for s in resumable_steps(run_dir) if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None]
     return float(load_train_state(run_dir, done[-1])["wall"]) if done else 0.0
 
 
