@@ -259,7 +259,7 @@ def test_wrong_types_unknown_keys_and_ranges_are_named_together():
     with pytest.raises(ConfigError) as e:
         profile_from_dict(raw)
     assert e.value.problems == [
-        "unknown key colour (known: name, seed, data, model, train, checkpoints, analysis, notes)",
+        "unknown key colour (known: " + ", ".join(f.name for f in fields(Profile)) + ")",
         "unknown key model.hedas (known: " + ", ".join(f.name for f in fields(ModelConfig)) + ")",
         "train.steps = 2.5 is not an integer", "analysis = [1] is not a mapping",
         "model.layers = 0 must be positive", "train.precision = 'fp8' is not one of fp32, tf32, bf16"]
