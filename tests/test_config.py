@@ -240,3 +240,75 @@ def test_a_missing_file_is_named(tmp_path):
 
 def test_a_yaml_file_that_is_not_a_mapping_is_refused(tmp_path):
     assert "is not a mapping" in _load_error(tmp_path / "list.yaml", "- 1\n- 2\n")
+
+
+# --- every bad value at once ---------------------------------------------------------------
+
+SEVERAL = {"data": {"n": 5, "rank": 9, "p_mask": 1.5}, "train": {"lr": -1}, "model": {"heads": 3, "hidden": 16}}
+SEVERAL_LINES = ["train.lr = -1.0 must be positive", "data.rank = 9 is larger than data.n = 5",
+                 "data.p_mask = 1.5 is outside [0, 1)", "model.heads = 3 does not divide model.hidden = 16"]
+
+
+def test_several_bad_values_are_named_together():
+    with pytest.raises(ConfigError) as e:
+        profile_from_dict(SEVERAL)
+    assert str(e.value).splitlines() == ["4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
+    assert e.value.problems == SEVERAL_LINES
+
+
+def test_wrong_types_unknown_keys_and_ranges_are_named_together():
+    raw = {"colour": 1, "model": {"hedas": 8, "layers": 0}, "train": {"steps": 2.5, "precision": "fp8"},
+           "analysis": [1]}
+    with pytest.raises(ConfigError) as e:
+        profile_from_dict(raw)
+    assert e.value.problems == [
+        "unknown key colour (known: " + ", ".join(f.name for f in fields(Profile)) + ")",
+        "unknown key model.hedas (known: " + ", ".join(f.name for f in fields(ModelConfig)) + ")",
+        "train.steps = 2.5 is not an integer", "analysis = [1] is not a mapping",
+        "model.layers = 0 must be positive", "train.precision = 'fp8' is not one of fp32, tf32, bf16"]
+
+
+def test_a_bad_value_is_named_once_not_again_by_the_checks_that_read_it():
+    # n = 0 is not also "rank 2 is larger than n 0"; steps = 'x' keeps its default for the
+    # checkpoint check, which is not judged on it; heads = 0 is not also "does not divide"
+    assert _one_line_error({"data": {"n": 0}}) == "data.n = 0 must be positive"
+    assert _one_line_error({"train": {"steps": "x"}, "checkpoints": {"pre": 1, "transition": [2], "post": 3}}) \
+        == "train.steps = 'x' is not an integer"
+    assert _one_line_error({"model": {"heads": 0}}) == "model.heads = 0 must be positive"
+
+
+def test_several_checkpoint_steps_outside_the_run_are_one_line():
+    assert _one_line_error({"train": {"steps": 100}}) == \
+        "checkpoints steps 4000, 10000, 14000, 16000, 20000, 50000 are outside 1..train.steps = 100"
+
+
+def test_many_bad_values_fit_a_screen():
+    keys = POSITIVE_INT[:25]
+    raw: dict = {}
+    for key in keys:
+        section, leaf = key.split(".")
+        raw.setdefault(section, {})[leaf] = 0
+    with pytest.raises(ConfigError) as e:
+        profile_from_dict(raw)
+    lines = str(e.value).splitlines()
+    assert len(e.value.problems) == len(keys) > 20
+    assert lines[0] == f"{len(keys)} bad values:" and len(lines) == 22
+    assert lines[-1] == f"  ... and {len(keys) - 20} more"
+
+
+def test_a_file_with_several_bad_values_is_named_once(tmp_path):
+    path = tmp_path / "p.yaml"
+    message = _load_error(path, "data: {n: 5, rank: 9, p_mask: 1.5}\ntrain: {lr: -1}\nmodel: {heads: 3, hidden: 16}\n")
+    assert message.splitlines() == [f"{path}: 4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
+
+
+def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
+    from mclib.__main__ import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ndata: {n: 5, rank: 9, p_mask: 1.5}\ntrain: {lr: -1}\nmodel: {heads: 3, hidden: 16}\n")
+    out = tmp_path / "run"
+    assert main(["train", "--params", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"mclib: error: {bad}: 4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
+    assert not out.exists()

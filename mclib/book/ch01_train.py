@@ -29,7 +29,7 @@ from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
 from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
-from .plots import loss_curve, mark_checkpoints
+from .plots import closed, loss_curve, mark_checkpoints
 from .scorecard import copy_levels
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
 
@@ -71,8 +71,7 @@ def loss_figure(ch: Chapter) -> plt.Figure:
     fig = loss_curve(ch.metrics, ch.drop, ch.cfg.data.rank, title=f"Training loss: profile {ch.cfg.name}, "
                                                                   f"seed {ch.cfg.seed}")
     mark_checkpoints(fig, ch.steps.pre, ch.steps.transition, ch.steps.post)
-    plt.close(fig)
-    return fig
+    return closed(fig)
 
 
 # --- the checkpoints ---------------------------------------------------------------------------
@@ -101,8 +100,28 @@ def checkpoint_table(ch: Chapter):
                          "mask_value is the mean |X̂| at the masked entries."))
 
 
+def skipped_text(ch: Chapter) -> str:
+    """A sentence naming the saved checkpoints the book skipped because a file of theirs
+    cannot be read (`CheckpointSteps.skipped`), and one naming those that training set
+    aside as unreadable when it resumed (`CheckpointSteps.set_aside`); "" when there are none."""
+    skipped, aside = ch.steps.skipped, ch.steps.set_aside
+    out = ""
+    if skipped:
+        which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
+        out += f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, and reads the others."
+    if aside:
+        out += (f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
+                f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one.")
+    return out
+
+
 def checkpoint_text(ch: Chapter) -> str:
-    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`)."""
+    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`),
+    and which saved checkpoints were skipped as unreadable (`skipped_text`)."""
+    return _placement_text(ch) + skipped_text(ch)
+
+
+def _placement_text(ch: Chapter) -> str:
     s = ch.steps
     trans = ", ".join(f"{t:,}" for t in s.transition)
     if s.place != "drop":

@@ -34,7 +34,7 @@ from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
 from .chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
-from .plots import freeze_curves
+from .plots import closed, freeze_curves
 from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "05_freezing"
@@ -105,8 +105,7 @@ def freeze_figure(ch: Chapter, runs: dict[str, Path]) -> plt.Figure:
     """The four runs' L_mask curves, each drop marked (closed: glue it)."""
     fig = freeze_curves({g: load_metrics(f) for g, f in runs.items()}, drops_of(summary(ch, runs)), ch.cfg.data.rank,
                         title=f"Re-initialise one component, freeze the rest ({ch.cfg.name}, seed {ch.cfg.seed})")
-    plt.close(fig)
-    return fig
+    return closed(fig)
 
 
 def results_table(ch: Chapter, runs: dict[str, Path]):

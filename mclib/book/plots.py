@@ -1,5 +1,13 @@
-"""Figures. Each function takes data (a DataFrame, an array) and returns a matplotlib Figure."""
+"""Figures. Each function takes data (a DataFrame, an array) and returns a matplotlib Figure.
+
+A chapter hands every figure it glues through `closed`, which signs it under its bottom
+edge with the function that drew it ("drawn by mclib.book.ch02_copying.e2_shown"), so a
+reader of the book finds under each figure the call that draws it again; `drawer` reads
+the name back (tests/test_drawers.py checks that every one names a real function).
+"""
 from __future__ import annotations
+
+import sys
 
 import matplotlib.pyplot as plt
 import pandas as pd
@@ -641,8 +649,34 @@ def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop:
     return fig
 
 
+DRAWER_GID = "mclib-drawer"  # the gid of the text that names a figure's drawer (`sign`)
+
+
 def closed(fig: plt.Figure) -> plt.Figure:
     """`fig`, closed in pyplot: a chapter glues it (glue still renders a closed figure) and
-    the notebook does not show it a second time at the end of the cell."""
+    the notebook does not show it a second time at the end of the cell. Signed (`sign`)
+    with the module-level function that called this one: the chapter function that drew it."""
+    frame = sys._getframe(1)
+    while frame.f_code.co_name.startswith("<"):  # a comprehension or lambda: the function around it
+        frame = frame.f_back
+    sign(fig, f"{frame.f_globals['__name__']}.{frame.f_code.co_qualname.split('.<locals>.')[0]}")
     plt.close(fig)
     return fig
+
+
+def sign(fig: plt.Figure, drawer_name: str) -> plt.Figure:
+    """Write "drawn by DRAWER_NAME" in small grey type just under the figure's bottom edge
+    (the book's PNGs are cropped to what is drawn, so it shows below the plot, over nothing);
+    a figure already signed keeps its first name."""
+    if drawer(fig) is None:
+        fig.text(0.995, 0.0, f"drawn by {drawer_name}", ha="right", va="top", fontsize=7, color="grey",
+                 gid=DRAWER_GID)
+    return fig
+
+
+def drawer(fig: plt.Figure) -> str | None:
+    """The qualified name of the function that drew `fig` (`sign`), or None if unsigned."""
+    for text in fig.texts:
+        if text.get_gid() == DRAWER_GID:
+            return text.get_text().removeprefix("drawn by ")
+    return None

@@ -1,7 +1,13 @@
 """Profiles: one YAML file per setting (params/*.yaml), loaded into typed dataclasses.
 
 Every key is validated when the profile loads; a bad one raises `ConfigError` with a
-one-line message that names the key and the value (the CLI prints it and exits 2).
+one-line message that names the key and the value (the CLI prints it and exits 2). A
+profile with several bad values gets one `ConfigError` naming them all, one line each
+(at most MAX_PROBLEMS), so that a user fixes them in one pass:
+
+    params/x.yaml: 4 bad values:
+      data.p_mask = 1.5 is outside [0, 1)
+      ...
 """
 from __future__ import annotations
 
@@ -16,7 +22,25 @@ from .metrics import SLOPE_BLOCKS
 
 
 class ConfigError(ValueError):
-    """A bad profile value; the message is one line naming the key and the value."""
+    """A bad profile value; the message is one line naming the key and the value. With
+    several bad values (`problems`, one line each) the message is a header line and
+    then one indented line per value."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems if problems is not None else [message]
+
+
+MAX_PROBLEMS = 20  # lines one ConfigError lists at most (a screenful); the rest are counted
+
+
+def _config_error(problems: list[str]) -> ConfigError:
+    """One ConfigError for every problem found: the problem itself when there is one."""
+    if len(problems) == 1:
+        return ConfigError(problems[0])
+    shown = problems[:MAX_PROBLEMS]
+    more = [f"  ... and {len(problems) - len(shown)} more"] if len(problems) > len(shown) else []
+    return ConfigError("\n".join([f"{len(problems)} bad values:", *(f"  {m}" for m in shown), *more]), problems)
 
 
 @dataclass
@@ -195,87 +219,112 @@ def _coerce(where: str, value: Any, typ: Any) -> Any:
     return value
 
 
-def _section(cls, raw: Any, where: str):
+def _section(cls, raw: Any, where: str, problems: dict[str, str]):
+    """`cls` from the mapping `raw`; each key that is unknown or of the wrong type is added to
+    `problems` (key -> message) and keeps its default, so that every key is read."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where} = {raw!r} is not a mapping")
+        problems.setdefault(where, f"{where} = {raw!r} is not a mapping")
+        return cls()
     known = {f.name: f for f in fields(cls)}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"unknown key {where + '.' if where else ''}{key} (known: {', '.join(known)})")
     kwargs = {}
     for key, value in raw.items():
-        f = known[key]
+        name = f"{where + '.' if where else ''}{key}"
+        if key not in known:
+            problems.setdefault(name, f"unknown key {name} (known: {', '.join(known)})")
+            continue
         sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
                "checkpoints": Checkpoints, "analysis": Analysis}.get(key) if cls is Profile else None
-        kwargs[key] = _section(sub, value, key) if sub else _coerce(f"{where + '.' if where else ''}{key}", value, f.type)
+        if sub:
+            kwargs[key] = _section(sub, value, key, problems)
+            continue
+        try:
+            kwargs[key] = _coerce(name, value, known[key].type)
+        except ConfigError as e:
+            problems.setdefault(name, str(e))
     return cls(**kwargs)
 
 
-def _validate(p: Profile) -> None:
+def _validate(p: Profile, problems: dict[str, str]) -> None:
+    """Add every bad value of `p` to `problems` (key -> message). A key already there (a
+    wrong type, kept at its default) is not judged again, nor is a check across keys that
+    reads one, so each bad value gets one line."""
+    def bad(key: str, message: str, *reads: str) -> None:
+        if not any(k in problems or k.split(".")[0] in problems for k in (key, *reads)):
+            problems[key] = message
+
     for section, keys in _POSITIVE.items():
         for key in keys:
             value = getattr(getattr(p, section), key)
             if value <= 0:
-                raise ConfigError(f"{section}.{key} = {value!r} must be positive")
+                bad(f"{section}.{key}", f"{section}.{key} = {value!r} must be positive")
     for (section, key), choices in _CHOICES.items():
         value = getattr(getattr(p, section), key)
         if value not in choices:
-            raise ConfigError(f"{section}.{key} = {value!r} is not one of {', '.join(choices)}")
+            bad(f"{section}.{key}", f"{section}.{key} = {value!r} is not one of {', '.join(choices)}")
     d, m, t = p.data, p.model, p.train
     if d.rank > d.n:
-        raise ConfigError(f"data.rank = {d.rank} is larger than data.n = {d.n}")
+        bad("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", "data.n")
     if not 0 <= d.mix_fraction < 1:
-        raise ConfigError(f"data.mix_fraction = {d.mix_fraction!r} is outside [0, 1)")
+        bad("data.mix_fraction", f"data.mix_fraction = {d.mix_fraction!r} is outside [0, 1)")
     if d.mix_fraction and not 1 <= d.mix_rank <= d.n:
-        raise ConfigError(f"data.mix_rank = {d.mix_rank!r} is outside 1..data.n = {d.n}")
+        bad("data.mix_rank", f"data.mix_rank = {d.mix_rank!r} is outside 1..data.n = {d.n}", "data.n",
+            "data.mix_fraction")
     if not 0 <= d.p_mask < 1:
-        raise ConfigError(f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
+        bad("data.p_mask", f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
     if m.kind == "gpt":  # BERT's levers have no meaning in the GPT-2 classes
         for key, default in BERT_ONLY.items():
             if getattr(m, key) != default:
-                raise ConfigError(f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such lever")
-    if m.hidden % m.heads:
-        raise ConfigError(f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}")
+                bad(f"model.{key}", f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such lever",
+                    "model.kind")
+    if m.heads > 0 and m.hidden % m.heads:
+        bad("model.heads", f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}", "model.hidden")
     if m.position_init_std is not None and m.position_init_std <= 0:
-        raise ConfigError(f"model.position_init_std = {m.position_init_std!r} must be positive")
+        bad("model.position_init_std", f"model.position_init_std = {m.position_init_std!r} must be positive")
     if not 0 <= t.beta2 < 1:
-        raise ConfigError(f"train.beta2 = {t.beta2!r} is outside [0, 1)")
+        bad("train.beta2", f"train.beta2 = {t.beta2!r} is outside [0, 1)")
     if t.grad_clip < 0:
-        raise ConfigError(f"train.grad_clip = {t.grad_clip!r} must not be negative")
+        bad("train.grad_clip", f"train.grad_clip = {t.grad_clip!r} must not be negative")
     if t.embedding_lr is not None and t.embedding_lr <= 0:
-        raise ConfigError(f"train.embedding_lr = {t.embedding_lr!r} must be positive")
+        bad("train.embedding_lr", f"train.embedding_lr = {t.embedding_lr!r} must be positive")
     if t.patience < SLOPE_BLOCKS:
-        raise ConfigError(f"train.patience = {t.patience!r} is under {SLOPE_BLOCKS}: the convergence rule fits "
-                          f"{SLOPE_BLOCKS} block means")
+        bad("train.patience", f"train.patience = {t.patience!r} is under {SLOPE_BLOCKS}: the convergence rule fits "
+                              f"{SLOPE_BLOCKS} block means")
     if not 0 <= t.min_improvement < 1:
-        raise ConfigError(f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
-    if t.state_every < 0 or (t.state_every and t.state_every % t.save_every):
-        raise ConfigError(f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
-                          f"train.save_every = {t.save_every}")
-    if t.warmup < 0 or t.threads < 0:
-        bad = "warmup" if t.warmup < 0 else "threads"
-        raise ConfigError(f"train.{bad} = {getattr(t, bad)!r} must not be negative")
-    for step in p.checkpoints.all_steps():
-        if not 0 < step <= t.steps:
-            raise ConfigError(f"checkpoints step {step} is outside 1..train.steps = {t.steps}")
+        bad("train.min_improvement", f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
+    if t.state_every < 0 or (t.state_every and t.save_every > 0 and t.state_every % t.save_every):
+        bad("train.state_every", f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
+                                 f"train.save_every = {t.save_every}", "train.save_every")
+    for key in ("warmup", "threads"):
+        if getattr(t, key) < 0:
+            bad(f"train.{key}", f"train.{key} = {getattr(t, key)!r} must not be negative")
+    outside = [s for s in p.checkpoints.all_steps() if not 0 < s <= t.steps]
+    if outside:
+        steps = (f"step {outside[0]} is" if len(outside) == 1
+                 else f"steps {', '.join(str(s) for s in outside)} are")
+        bad("checkpoints.steps", f"checkpoints {steps} outside 1..train.steps = {t.steps}", "train.steps",
+            "checkpoints.pre", "checkpoints.transition", "checkpoints.post")
     for q in p.analysis.nuclear_p_masks:
         if not 0 < q < 1:
-            raise ConfigError(f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
+            bad("analysis.nuclear_p_masks", f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
     if not p.analysis.seeds:
-        raise ConfigError("analysis.seeds = [] must name at least one seed")
+        bad("analysis.seeds", "analysis.seeds = [] must name at least one seed")
     if p.analysis.gpt_steps is not None and p.analysis.gpt_steps <= 0:
-        raise ConfigError(f"analysis.gpt_steps = {p.analysis.gpt_steps!r} must be positive")
+        bad("analysis.gpt_steps", f"analysis.gpt_steps = {p.analysis.gpt_steps!r} must be positive")
     if p.analysis.after_drop is not None and p.analysis.after_drop < 0:
-        raise ConfigError(f"analysis.after_drop = {p.analysis.after_drop!r} must not be negative")
+        bad("analysis.after_drop", f"analysis.after_drop = {p.analysis.after_drop!r} must not be negative")
     if p.seed < 0:
-        raise ConfigError(f"seed = {p.seed!r} must not be negative")
+        bad("seed", f"seed = {p.seed!r} must not be negative")
 
 
 def profile_from_dict(raw: Any) -> Profile:
-    profile = _section(Profile, raw, "")
-    _validate(profile)
+    """A validated Profile from a parsed profile; every bad value is named in one ConfigError."""
+    problems: dict[str, str] = {}
+    profile = _section(Profile, raw, "", problems)
+    _validate(profile, problems)
+    if problems:
+        raise _config_error(list(problems.values()))
     return profile
 
 
@@ -299,7 +348,7 @@ def load_profile(path: str | Path, **overrides) -> Profile:
         profile = profile_from_dict(raw)
         return profile.replace(**overrides) if overrides else profile
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+        raise ConfigError(f"{path}: {e}", e.problems) from None
 
 
 def profile_path(name_or_path: str) -> Path:

@@ -22,6 +22,7 @@ import contextlib
 import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
+from transformers.utils import CONFIG_NAME
 from transformers.utils import logging as hf_logging
 
 from .attention import IMPL  # importing it registers mclib's attention function
@@ -136,7 +137,7 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
     import json
     from pathlib import Path
 
-    if json.loads((Path(path) / "config.json").read_text()).get("model_type") == "gpt2":
+    if json.loads((Path(path) / CONFIG_NAME).read_text()).get("model_type") == "gpt2":
         from .gpt import load_gpt
         return load_gpt(path)
     model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(BertConfig.from_pretrained(path), attention))

@@ -3,6 +3,9 @@
     NAME-seedS/profile.yaml          the profile the run was started with
     NAME-seedS/metrics.csv           one row per step (pandas.read_csv reads it)
     NAME-seedS/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
+    NAME-seedS/checkpoints/damaged-step_004000/  a checkpoint with a file that cannot be read, set
+                                     aside (renamed, never deleted) when the run resumed (`set_aside`;
+                                     -2, -3, ... after it when the name is taken)
     NAME-seedS/end.json              why and where the run ended (`run_end`), once it has
     NAME-seedS/.lock                 held by the one process that trains the folder
     NAME-seedS/loss_curve.png        the curve `python -m mclib train` draws when it ends
@@ -23,16 +26,24 @@ newest checkpoint keeps its `train_state.pt`, and older ones are thinned as the 
 trains (`prune_checkpoints`).
 
 Every file and checkpoint is written to a temporary name and renamed into place, so
-whatever exists is complete. `mclib.core.train` writes runs; everything else reads them
+whatever exists is complete. A checkpoint damaged afterwards (a truncated copy, a full
+disk, a bad sector) is not read: `saved_steps` leaves out one whose files fail
+`checkpoint_damage`, a run whose newest checkpoint fails it is not complete (`is_complete`),
+and the trainer, resuming (`resume_checkpoint`), sets a damaged newest checkpoint aside and
+resumes from the newest intact one, saying so in one line. `mclib.core.train` writes runs; everything else reads them
 through this module.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
+import pickle
 import shutil
+import sys
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -41,6 +52,8 @@ import numpy as np
 import pandas as pd
 import torch
 import yaml
+from safetensors import SafetensorError, safe_open
+from transformers.utils import CONFIG_NAME
 
 from .config import Checkpoints, ConfigError, Profile, profile_from_dict
 from .data import copy_level
@@ -51,6 +64,8 @@ PROFILE = "profile.yaml"
 METRICS = "metrics.csv"
 CHECKPOINTS = "checkpoints"
 MODEL_FILE, STATE_FILE = "model.safetensors", "train_state.pt"  # in a checkpoint, beside HF's config.json
+CONFIG_FILE = CONFIG_NAME  # "config.json", HF's, written by save_pretrained
+DAMAGED = "damaged-"  # checkpoints/damaged-step_004000: a checkpoint set aside as unreadable (`set_aside`)
 END = "end.json"
 LOCK = ".lock"
 LOSS_CURVE = "loss_curve.png"
@@ -101,14 +116,66 @@ def _steps_with(run_dir: Path, name: str) -> list[int]:
 
 
 def saved_steps(run_dir: Path) -> list[int]:
-    """The steps whose model is saved (what the analyses can read)."""
-    return _steps_with(run_dir, MODEL_FILE)
+    """The steps whose model is saved and readable (what the analyses can read); a
+    checkpoint whose model fails `checkpoint_damage` is left out (`damaged_steps`)."""
+    return [s for s in _steps_with(run_dir, MODEL_FILE) if checkpoint_damage(checkpoint_dir(run_dir, s)) is None]
 
 
 def resumable_steps(run_dir: Path) -> list[int]:
     """The steps a run can resume from: the model and `train_state.pt` (with
-    `checkpoints.keep: analysis`, only the newest)."""
+    `checkpoints.keep: analysis`, only the newest). Their files are not checked here:
+    `resume_checkpoint` sets a damaged one aside."""
     return _steps_with(run_dir, STATE_FILE)
+
+
+def _first_line(e: BaseException, limit: int = 160) -> str:
+    text = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {text[:limit]}" if text else type(e).__name__
+
+
+def checkpoint_damage(folder: Path, state: bool = False) -> tuple[str, str] | None:
+    """Why the checkpoint in `folder` cannot be read, as (file name, what is wrong with it),
+    or None when it can. Cheap, no model is built: config.json must be a JSON object, and
+    model.safetensors' header must parse and cover the file exactly (safetensors checks it
+    against the file's size, so a truncated file fails); with state=True, train_state.pt
+    must be a whole zip archive (what torch.save writes; a truncated one has no central
+    directory). A file whose bytes are damaged but whose structure holds is not caught here:
+    `resume_checkpoint` loads the train state in full."""
+    folder = Path(folder)
+    config = folder / CONFIG_FILE
+    if not config.is_file():
+        return CONFIG_FILE, "is missing"
+    try:
+        if not isinstance(json.loads(config.read_text()), dict):
+            return CONFIG_FILE, "is not a JSON object"
+    except (ValueError, UnicodeDecodeError) as e:
+        return CONFIG_FILE, f"is not valid JSON ({_first_line(e)})"
+    if not (folder / MODEL_FILE).is_file():
+        return MODEL_FILE, "is missing"
+    try:
+        with safe_open(folder / MODEL_FILE, "pt") as f:
+            f.keys()
+    except (SafetensorError, OSError) as e:
+        return MODEL_FILE, f"cannot be read ({_first_line(e)})"
+    if state:
+        try:
+            with zipfile.ZipFile(folder / STATE_FILE) as z:
+                z.namelist()
+        except (zipfile.BadZipFile, OSError) as e:
+            return STATE_FILE, f"cannot be read ({_first_line(e)})"
+    return None
+
+
+def damaged_steps(run_dir: Path) -> dict[int, str]:
+    """The saved checkpoints whose model cannot be read (`checkpoint_damage`), each with one
+    phrase saying which file and why: {60: "model.safetensors cannot be read (...)"}. The
+    analyses skip them (`saved_steps`); the book says so (`CheckpointSteps.skipped`)."""
+    out = {}
+    for s in _steps_with(run_dir, MODEL_FILE):
+        damage = checkpoint_damage(checkpoint_dir(run_dir, s))
+        if damage is not None:
+            out[s] = f"{damage[0]} {damage[1]}"
+    return out
 
 
 def run_device(run_dir: str | Path) -> torch.device:
@@ -131,14 +198,70 @@ def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
 
 
 def train_wall(run_dir: Path) -> float:
-    """Training time (s) at the run's newest resumable checkpoint; 0 for a run not started."""
-    done = resumable_steps(run_dir)
+    """Training time (s) at the run's newest resumable checkpoint whose files pass
+    `checkpoint_damage` (where the run resumes); 0 for a run not started."""
+    done = [s for s in resumable_steps(run_dir) if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None]
     return float(load_train_state(run_dir, done[-1])["wall"]) if done else 0.0
 
 
 def load_train_state(run_dir: Path, step: int) -> dict:
     """What a checkpoint holds beside the model: step, optimiser state, wall time, generators."""
     return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def set_aside_dirs(run_dir: Path) -> list[Path]:
+    """The checkpoints set aside as unreadable when the run resumed (`set_aside`), oldest step first."""
+    root = Path(run_dir) / CHECKPOINTS
+    return sorted(root.glob(f"{DAMAGED}step_*")) if root.is_dir() else []
+
+
+def set_aside(run_dir: Path, step: int) -> Path:
+    """Rename the checkpoint at `step` to checkpoints/damaged-step_NNNNNN (then -2, -3, ...
+    if a damaged copy of that step is set aside already) and return its new path: out of the
+    way of `saved_steps` and of a new checkpoint at the same step, and never deleted."""
+    folder = checkpoint_dir(run_dir, step)
+    aside = folder.with_name(DAMAGED + folder.name)
+    k = 1
+    while aside.exists():
+        k += 1
+        aside = folder.with_name(f"{DAMAGED}{folder.name}-{k}")
+    os.replace(folder, aside)
+    return aside
+
+
+# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see)
+_STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfile.BadZipFile)
+
+
+def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
+                      device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict] | None:
+    """The newest checkpoint a run resumes from, as (step, model, train state), or None
+    (nothing to resume: the run starts at step 0). A checkpoint with a file that cannot be
+    read (`checkpoint_damage`, or a train_state.pt that torch.load cannot load or that lacks
+    what resuming needs) is set aside (`set_aside`) and the next older one tried; each one
+    set aside is named on stderr in one line, with why and where the run resumes."""
+    run_dir = Path(run_dir)
+    aside: list[str] = []
+    found = None
+    for step in reversed(_steps_with(run_dir, STATE_FILE)):
+        folder = checkpoint_dir(run_dir, step)
+        damage = checkpoint_damage(folder, state=True)
+        if damage is None:
+            try:
+                state = load_train_state(run_dir, step)
+                if not {"step", "optimizer", "gens", "wall"} <= set(state):
+                    damage = STATE_FILE, "lacks what resuming needs (step, optimizer, gens, wall)"
+            except _STATE_ERRORS as e:
+                damage = STATE_FILE, f"cannot be loaded ({_first_line(e)})"
+        if damage is None:
+            found = step, load_checkpoint(run_dir, step, attention, device), state
+            break
+        moved = set_aside(run_dir, step)
+        aside.append(f"{folder / damage[0]} {damage[1]}; set aside as {moved.relative_to(run_dir)}")
+    where = f"resuming from step {found[0]}" if found else "starting from step 0"
+    for line in aside:
+        print(f"mclib: {line}, {where}", file=sys.stderr)
+    return found
 
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
@@ -180,8 +303,8 @@ def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict
     (`convergence_stop`) or `stop` was already true there. Cheap (no model is loaded), so
     a finished run costs no process to find finished."""
     done = resumable_steps(run_dir)
-    if not done:
-        return False
+    if not done or checkpoint_damage(checkpoint_dir(run_dir, done[-1]), state=True) is not None:
+        return False  # nothing saved, or a damaged newest checkpoint that training sets aside
     if done[-1] >= profile.train.steps:
         return True
     stops = [f for f in (convergence_stop(profile), stop) if f is not None]
@@ -298,12 +421,16 @@ class CheckpointSteps(Checkpoints):
     place: "drop" (placed from the measured drop) or "fixed" (the profile's steps)
     note: one sentence saying which, and why ("the run did not drop: ...")
     drop: `find_drop`'s step (None: no drop); left_plateau, near_final: the steps that
-    bound the transition window (None with place "fixed")."""
+    bound the transition window (None with place "fixed"); skipped: the saved checkpoints
+    left out because a file of theirs cannot be read, each with which and why; set_aside:
+    the run folder's checkpoints that training set aside as unreadable when it resumed."""
     note: str = ""
     drop: int | None = None
     left_plateau: int | None = None
     near_final: int | None = None
     saved: list[int] = field(default_factory=list)
+    skipped: dict[int, str] = field(default_factory=dict)  # saved checkpoints that cannot be read (`damaged_steps`)
+    set_aside: list[str] = field(default_factory=list)  # checkpoints/damaged-step_N folders (`set_aside_dirs`)
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
@@ -389,7 +516,16 @@ def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> Che
         raise FileNotFoundError(f"no checkpoint in {run_dir}: the run has not started")
     metrics = load_metrics(run_dir)
     metrics = metrics[metrics["step"] <= done[-1]]
-    return place_checkpoints(metrics, done, profile.data.rank, profile.checkpoints, profile.checkpoints.place)
+    skipped = damaged_steps(run_dir)
+    fixed = profile.checkpoints
+    if skipped:  # a fixed step that cannot be read: the transition goes without it, pre and post take the saved step before
+        before = lambda s: s if s not in skipped else max([d for d in done if d < s], default=done[0])
+        fixed = dataclasses.replace(fixed, pre=before(fixed.pre), post=before(fixed.post),
+                                    transition=[t for t in fixed.transition if t not in skipped])
+    steps = place_checkpoints(metrics, done, profile.data.rank, fixed, profile.checkpoints.place)
+    steps.skipped = skipped
+    steps.set_aside = [f"{CHECKPOINTS}/{d.name}" for d in set_aside_dirs(run_dir)]
+    return steps
 
 
 # --- writing ---------------------------------------------------------------------------------

@@ -51,7 +51,8 @@ from .metrics import LOSS_NAMES, find_drop, run_losses
 from .model import MatrixBert, build_model
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
                    is_complete, load_checkpoint, load_train_state, only_trainer, prune_checkpoints, resumable_steps,
-                   resume_metrics, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
+                   resume_checkpoint, resume_metrics, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end,
+                   write_profile)
 from .stacked import WORD, Stack, StackedAdam, stacked_name
 from .stacked import forward as stacked_forward
 
@@ -331,12 +332,11 @@ class _Run:
         # run resumes on another device type (a CUDA generator's state is another format)
         self.gens = {"data": torch.Generator().manual_seed(p.seed),
                      "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
-        done = resumable_steps(self.dir)
+        # the newest intact checkpoint; a damaged newer one is set aside, named in one line on stderr
+        resumed = resume_checkpoint(self.dir, p.model.attention, device)
         self.state = None
-        if done:
-            self.step = done[-1]
-            self.model = load_checkpoint(self.dir, self.step, p.model.attention).to(device)
-            self.state = load_train_state(self.dir, self.step)
+        if resumed:
+            self.step, self.model, self.state = resumed
             for k, g in self.gens.items():
                 g.set_state(self.state["gens"][k])
             self.rows = resume_metrics(self.dir, self.step)
