@@ -31,6 +31,7 @@ import json
 from pathlib import Path
 
 import torch
+from transformers.utils import CONFIG_NAME as CONFIG  # HuggingFace's config.json, in every checkpoint folder
 
 from ..core.data import Batch
 from ..core.metrics import losses
@@ -39,7 +40,6 @@ from ..core.model import MatrixBert, load_model
 EXTRA = "interp"
 MODES = ("zero", "uniform")
 ARCHITECTURE = {"model_type": "bert", "architectures": ["MatrixBert"]}  # what mclib's config.json says
-CONFIG = "config.json"  # HuggingFace's name, in every checkpoint folder
 
 
 class InterpError(ValueError):

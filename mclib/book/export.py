@@ -87,7 +87,7 @@ def _tensorboard(folder: Path, rows, image: np.ndarray, profile: dict, name: str
     writer.close()
 
 
-def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, project: str) -> None:
+def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, *, project: str) -> None:
     import wandb
 
     folder.mkdir(parents=True)
@@ -117,7 +117,7 @@ def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None
     if tracker == "tensorboard":
         write_atomic(dest, lambda tmp: _tensorboard(tmp, rows, image, profile, run_dir.name))
     else:
-        write_atomic(dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project))
+        write_atomic(dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project=project))
     return dest
 
 

@@ -109,7 +109,7 @@ class Analysis:
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
     after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
     gpt_steps: int | None = None    # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
-    download_checkpoint: bool = False  # offer a final checkpoint over 50 MB as a download in the site (a GPU run's)
+    download_checkpoint: bool = False  # offer checkpoints over 50 MB (the final one, the analysis series) as downloads in the site (a GPU run's)
 
 
 @dataclass
