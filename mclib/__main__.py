@@ -100,9 +100,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("export", help="a run's metrics and loss curve to TensorBoard event files or an offline "
                                       "W&B run (the optional extra 'track')")
     p.add_argument("run_dir", help="a run folder (runs/NAME-seedS)")
-    p.add_argument("--to", required=True, choices=("tensorboard", "wandb"), help="the tracker")
+    p.add_argument("--to", required=True, help="the tracker: tensorboard or wandb")
     p.add_argument("--out", help="where the export goes (default RUN_DIR/export/TRACKER; an earlier one is replaced)")
-    p.add_argument("--project", default="mclib", help="the W&B project `wandb sync` puts the run in (default mclib)")
+    p.add_argument("--project", help="the W&B project `wandb sync` puts the run in (default mclib)")
     p.set_defaults(func=cmd_export)
     args = parser.parse_args(argv)
     from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs

@@ -91,6 +91,9 @@ def test_without_the_extra_one_line_names_it_and_nothing_is_written(smoke_run, t
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "optional extra 'track'" in err and "pip install -e '.[track]'" in err
     assert not (tmp_path / "wb").exists()
+    assert main(["export", str(smoke_run), "--to", "mlflow", "--out", str(tmp_path / "ml")]) == 2
+    assert capsys.readouterr().err.strip() == "mclib: error: tracker 'mlflow' is not one of tensorboard, wandb"
+    assert not (tmp_path / "ml").exists()
     with pytest.raises(export.ExportError, match="is not a run folder"):
         export.export_run(tmp_path, "tensorboard", tmp_path / "tb")
     assert not (tmp_path / "tb").exists()

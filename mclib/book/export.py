@@ -102,10 +102,11 @@ def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, *, p
         run.finish()
 
 
-def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str = PROJECT) -> Path:
+def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str | None = None) -> Path:
     """Export the run in `run_dir` to `tracker` ("tensorboard" or "wandb") in the folder
     `dest` (default `runs.export_dir`: RUN/export/TRACKER), replacing an earlier export
-    there; returns `dest`. project: the W&B project a later `wandb sync` puts the run in."""
+    there; returns `dest`. project: the W&B project a later `wandb sync` puts the run in
+    (default PROJECT)."""
     check_export(run_dir, tracker)
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else export_dir(run_dir, tracker)
@@ -117,7 +118,7 @@ def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None
     if tracker == "tensorboard":
         write_atomic(dest, lambda tmp: _tensorboard(tmp, rows, image, profile, run_dir.name))
     else:
-        write_atomic(dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project=project))
+        write_atomic(dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project=project or PROJECT))
     return dest
 
 
