@@ -76,6 +76,14 @@ def cmd_slice(args) -> int:
     return 0
 
 
+def cmd_export(args) -> None:
+    from .book.export import export_run, viewing
+
+    dest = export_run(args.run_dir, args.to, args.out, project=args.project)
+    print(f"{args.run_dir} exported to {args.to} in {dest}; {'view' if args.to == 'tensorboard' else 'upload'} "
+          f"it with: {viewing(dest, args.to)}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -123,6 +131,13 @@ def main(argv=None) -> int:
     p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
     p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
     p.set_defaults(func=cmd_slice)
+    p = sub.add_parser("export", help="a run's metrics and loss curve to TensorBoard event files or an offline "
+                                      "W&B run (the optional extra 'track')")
+    p.add_argument("run_dir", help="a run folder (runs/NAME-seedS)")
+    p.add_argument("--to", required=True, help="the tracker: tensorboard or wandb")
+    p.add_argument("--out", help="where the export goes (default RUN_DIR/export/TRACKER; an earlier one is replaced)")
+    p.add_argument("--project", help="the W&B project `wandb sync` puts the run in (default mclib)")
+    p.set_defaults(func=cmd_export)
     args = parser.parse_args(argv)
     from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
     from .core.jobs import ClusterError

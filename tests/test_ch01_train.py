@@ -1,5 +1,6 @@
 """Chapter 01_train's module (mclib/book/ch01_train.py): E1's rows, why training ended,
 where the checkpoints sit, the drop's shape, the glue the page uses, the downloads."""
+import os
 import shutil
 import zipfile
 from types import SimpleNamespace
@@ -7,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
@@ -173,3 +175,89 @@ def test_the_end_rate_is_given_once():
                                     "ends a run once the fall is under 5% per 1,000 steps even at the rate minus 2 errors.")
     ch.end = _fake("steps", 4000).end  # no rate recorded: the sentence computes it
     assert C.slope_sentence(ch).startswith("Over its last 2,000 steps L_mask changed by -10.0% ± 0.0% per 1 000 steps")
+
+
+def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_card(book_run, smoke_profile, tmp_path):
+    import re
+
+    from mclib.book import chapter
+    from mclib.core.data import make_batch
+    from mclib.core.model import MatrixBert
+    from mclib.core.runs import checkpoint_series_path, load_checkpoint, load_metrics
+
+    ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
+    text = C.downloads(ch)
+    assert "<../../runs/smoke-seed1/checkpoint_series.zip>`" in text and "steps 20, 30, 40, 60" in text
+    path = checkpoint_series_path(book_run)
+    with zipfile.ZipFile(path) as z:
+        names = set(z.namelist())
+        z.extractall(tmp_path / "unzipped")
+    assert names == {f"smoke-seed1/step_{s:06d}/{f}" for s in (20, 30, 40, 60)
+                     for f in ("config.json", "model.safetensors", "README.md")}          # no train_state.pt
+    assert not list(book_run.glob(".tmp-*"))
+    folder = tmp_path / "unzipped" / "smoke-seed1"
+    card = (folder / "step_000030" / "README.md").read_text()
+    row = load_metrics(book_run).set_index("step").loc[30]
+    assert "Step 30 of the run smoke-seed1 (transition: around the drop)" in " ".join(card.split())
+    assert f"| {row.L:.4g} | {row.L_obs:.4g} | {row.L_mask:.4g} |" in card and f"{row.eval_L_mask:.4g}" in card
+    assert (book_run / "profile.yaml").read_text().strip() in card and "CITATION.cff" in card
+    assert "pre-shift: on the copying plateau" in (folder / "step_000020" / "README.md").read_text()
+    # the card's own loading code, run as written in the unzipped folder
+    code = re.search(r"```python\n(.*?)```", card, re.S).group(1)
+    batch = make_batch(torch.rand(4, 7, 7), torch.rand(4, 7, 7) < 0.3)
+    scope = {"x": batch.x, "mask": batch.mask}
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        exec(code, scope)
+    finally:
+        os.chdir(cwd)
+    assert isinstance(scope["model"], MatrixBert)
+    with torch.no_grad():
+        torch.testing.assert_close(scope["pred"], load_checkpoint(book_run, 30, device="cpu")(batch.tokens))
+
+
+def test_large_analysis_checkpoints_say_where_they_are_and_how_to_offer_them(book_run, smoke_profile, monkeypatch):
+    from mclib.book import chapter
+    from mclib.core.runs import checkpoint_series_path
+
+    ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
+    monkeypatch.setattr(chapter, "CHECKPOINT_DOWNLOAD_MB", 0.001)        # as if it were the paper profile's
+    [line] = chapter.checkpoint_series_links(ch)
+    assert "MB together, are not copied into the site" in line and "`smoke-seed1/checkpoints`" in line
+    assert "analysis.download_checkpoint: true" in line and "upload each folder to a model hub" in line
+    assert "the analysis checkpoints (steps 20, 30, 40, 60)" in C.downloads(ch)
+    assert not checkpoint_series_path(book_run).exists()                # nothing zipped
+    monkeypatch.setattr(ch, "cfg", ch.cfg.replace(**{"analysis.download_checkpoint": True}))
+    assert "{download}" in chapter.checkpoint_series_links(ch)[0] and checkpoint_series_path(book_run).is_file()
+
+
+def test_a_gpt_run_s_model_card_loads_it_as_written(tmp_path):
+    """E19's decoder (model.kind: gpt) has its own class and forward: the card says which."""
+    import re
+
+    from mclib.book import chapter
+    from mclib.core.config import load_profile, profile_path
+    from mclib.core.data import make_batch
+    from mclib.core.runs import checkpoint_steps, load_checkpoint, load_metrics, run_end, run_profile
+    from mclib.core.train import train
+
+    p = load_profile(profile_path("gpt")).replace(**{"train.steps": 20, "train.save_every": 10, "train.eval_every": 10,
+                                                     "train.log_every": 10, "train.until": "steps",
+                                                     "checkpoints": {"pre": 10, "transition": [], "post": 20}})
+    run = tmp_path / "gpt-seed1"
+    train(p, run, progress=False)
+    ch = chapter.Chapter(cfg=run_profile(run), run_dir=run, device=torch.device("cpu"), metrics=load_metrics(run),
+                         drop=None, steps=checkpoint_steps(run), end=run_end(run))
+    card = chapter.model_card(ch, 20)
+    assert card.startswith("# MatrixGPT: gpt profile, seed 1, step 20")
+    batch = make_batch(torch.rand(4, 5, 5), torch.rand(4, 5, 5) < 0.3)
+    scope = {"x": batch.x, "mask": batch.mask}
+    cwd = os.getcwd()
+    os.chdir(run / "checkpoints")
+    try:
+        exec(re.search(r"```python\n(.*?)```", card, re.S).group(1), scope)
+    finally:
+        os.chdir(cwd)
+    with torch.no_grad():
+        torch.testing.assert_close(scope["pred"], load_checkpoint(run, 20, device="cpu")(batch))

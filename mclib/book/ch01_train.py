@@ -8,7 +8,7 @@ scorecard rows, and the run's files as downloads.
     checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
     glue, rows = readings(ch)                     # E1's rows and the glue of "What we found"
     scorecard_table(ch, rows)                     # E1's rows, recorded
-    downloads(ch)                                 # metrics.csv and the final checkpoint as {download} links
+    downloads(ch)                                 # metrics.csv, the final checkpoint, the analysis checkpoints
 
 Every sentence is built from the run (drop or none, converged or capped), never typed.
 """
@@ -27,7 +27,7 @@ from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOS
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
-from .chapter import Chapter, checkpoint_links, departures_table, download_links, shown_path
+from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
 from .plots import closed, loss_curve, mark_checkpoints
 from .scorecard import copy_levels
@@ -353,8 +353,11 @@ def paper_glue(rows: list[dict]) -> dict:
 # --- the run's files as downloads ----------------------------------------------------------------
 
 def downloads(ch: Chapter) -> str:
-    """MyST: the run's metrics.csv and final checkpoint (zipped) as {download} links
+    """MyST: the run's metrics.csv, its final checkpoint (zipped, with what resuming needs)
+    and its analysis checkpoints (one zip, each folder with its model card:
+    `checkpoint_series_links`; on the paper profile, where they are) as {download} links
     (`download_links`; Sphinx copies them into _downloads)."""
     links = (download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
-             + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)"))
-    return f"This run's files, to download: {' and '.join(links)}."
+             + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)")
+             + checkpoint_series_links(ch))
+    return f"This run's files, to download: {', '.join(links[:-1])} and {links[-1]}."

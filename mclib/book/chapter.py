@@ -24,7 +24,8 @@ functions; a notebook glues what they return with `glue_all`.
 
 Also here, because more than one chapter shows them: `departures_table` (where a
 profile departs from the paper), `shown_path` (a folder as the book prints it) and
-`download_links` (a run's metrics.csv and final checkpoint, zipped by `checkpoint_zip`).
+`download_links` (a run's metrics.csv and final checkpoint, zipped by `checkpoint_zip`), and the
+analysis checkpoints as one download, each with its model card (`checkpoint_series_links`).
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+from transformers.utils import CONFIG_NAME as CONFIG_FILE  # HuggingFace's config.json
 
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
@@ -246,6 +248,127 @@ def checkpoint_links(ch: "Chapter", run_dir: str | Path, step: int, label: str) 
         return download_links(ch.run_dir, [(checkpoint_zip(run_dir, step), label)])
     return [f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
             f"in `{shown_path(folder)}`"]
+
+
+CITATION = "CITATION.cff"  # the book's citation, at the root of its repository
+PAPER_CITATION = ("Gopalani, Lubana & Hu, Abrupt Learning in Transformers: A Case Study on Matrix Completion "
+                  "(NeurIPS 2024), https://arxiv.org/abs/2410.22244")
+CARD_MODELS = {  # model.kind -> where its class lives, its name, what its forward takes, what it wraps
+    "bert": ("mclib.core.model", "MatrixBert", ".tokens", "HuggingFace's BertModel"),
+    "gpt": ("mclib.core.gpt", "MatrixGPT", "", "HuggingFace's GPT2Model, teacher-forced"),
+}
+ROLES = {"pre": "pre-shift: on the copying plateau", "transition": "transition: around the drop",
+         "post": "post-shift: the end of training"}
+
+
+def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
+    """Each analysis checkpoint's step -> its role (`ROLES`), in step order."""
+    roles = {s: ROLES["transition"] for s in steps.transition}
+    roles[steps.pre], roles[steps.post] = ROLES["pre"], ROLES["post"]
+    return dict(sorted(roles.items()))
+
+
+def model_card(ch: "Chapter", step: int) -> str:
+    """The model card (README.md) of the checkpoint at `step` in the checkpoint series: the
+    task, the step and its role, its losses at that step (its metrics.csv row), the model,
+    how to load it, the run's profile.yaml, and how to cite the book and the paper."""
+    from ..core.runs import METRICS
+
+    cfg, d, m = ch.cfg, ch.cfg.data, ch.cfg.model
+    row = ch.metrics[ch.metrics["step"] == step]
+    cells = {k: v for k, v in row.iloc[0].items() if k not in ("step", "wall") and pd.notna(v)} if len(row) else {}
+    losses = ("| " + " | ".join(cells) + " |\n|" + "---|" * len(cells) + "\n| "
+              + " | ".join(f"{v:.4g}" for v in cells.values()) + " |") if cells else f"{METRICS} has no row at step {step}."
+    drop = f"the run's drop is at step {ch.drop:,}" if ch.drop is not None else "the run did not drop"
+    folder = checkpoint_dir(ch.run_dir, step).name
+    module, cls, arg, what = CARD_MODELS[m.kind]
+    return f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
+
+A checkpoint of the book that reproduces {PAPER_CITATION}.
+
+## Task
+
+Low-rank matrix completion: {d.n}x{d.n} matrices of rank {d.rank} ({d.dist} factors), each entry masked
+with probability {d.p_mask}. The model reads the {d.n * d.n} entries as tokens (a masked entry is token 0)
+and outputs one number per entry; L is the squared error over all entries, L_obs over the observed
+ones, L_mask over the masked ones.
+
+## This checkpoint
+
+Step {step:,} of the run {ch.run_dir.name} ({checkpoint_roles(ch.steps)[step]}); {drop}. Where
+the analysis checkpoints sit: {ch.steps.note}. The run {ch.end.text}.
+
+Its losses at step {step:,} (the run's {METRICS}: the training batch of that step; eval_* on a
+held-out batch, where the run evaluated):
+
+{losses}
+
+The model: {m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}
+({what} and a linear read-out, {module}.{cls}).
+
+## Load it
+
+With mclib (the book's repository, `pip install -e .`):
+
+```python
+from mclib.core.data import make_batch
+from {module} import {cls}
+
+model = {cls}.from_pretrained("{folder}").eval()
+pred = model(make_batch(x, mask){arg})   # x [batch, {d.n}, {d.n}] float, mask [batch, {d.n}, {d.n}] bool (True = masked)
+```
+
+## The run's profile ({PROFILE})
+
+```yaml
+{(ch.run_dir / PROFILE).read_text().strip()}
+```
+
+## Cite
+
+The book: {CITATION} at the root of its repository. The paper: {PAPER_CITATION}.
+"""
+
+
+def checkpoint_series_zip(ch: "Chapter") -> Path:
+    """`runs.checkpoint_series_path`: the run's analysis checkpoints (`checkpoint_roles`) in
+    one zip, each a HuggingFace folder RUN/step_NNNNNN/ with config.json, model.safetensors
+    and its model card (`model_card`; train_state.pt, what resuming needs, is left out);
+    written atomically (`write_atomic`) at every call, since the series moves while the run
+    trains."""
+    from ..core.runs import MODEL_CARD, MODEL_FILE, checkpoint_series_path, write_atomic
+
+    path = checkpoint_series_path(ch.run_dir)
+
+    def write(tmp: Path):
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+            for step in checkpoint_roles(ch.steps):
+                src = checkpoint_dir(ch.run_dir, step)
+                folder = f"{ch.run_dir.name}/{src.name}"
+                for name in (CONFIG_FILE, MODEL_FILE):
+                    z.write(src / name, f"{folder}/{name}")
+                z.writestr(f"{folder}/{MODEL_CARD}", model_card(ch, step))
+    write_atomic(path, write)
+    return path
+
+
+def checkpoint_series_links(ch: "Chapter") -> list[str]:
+    """The analysis checkpoints as one download (`checkpoint_series_zip`) when together they
+    are small (<= CHECKPOINT_DOWNLOAD_MB, the laptop profiles) or the profile opts in
+    (`analysis.download_checkpoint`); else one sentence saying where they are and how to offer them."""
+    from ..core.runs import CHECKPOINTS, MODEL_FILE, checkpoint_series_path
+
+    steps = list(checkpoint_roles(ch.steps))
+    size = sum((checkpoint_dir(ch.run_dir, s) / name).stat().st_size for s in steps for name in (CONFIG_FILE, MODEL_FILE))
+    listed = ", ".join(f"{s:,}" for s in steps)
+    if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
+        label = f"the analysis checkpoints (steps {listed}; zip, each a HuggingFace folder with its model card)"
+        return download_links(ch.run_dir, [(checkpoint_series_zip(ch), label)])
+    return [f"the analysis checkpoints (steps {listed}), {size / 1e6:,.0f} MB together, are not copied into the "
+            f"site: they are the folders step_NNNNNN of `{shown_path(ch.run_dir / CHECKPOINTS)}`; to offer them, "
+            f"set analysis.download_checkpoint: true in the profile (the book then zips them with their model "
+            f"cards into `{shown_path(checkpoint_series_path(ch.run_dir))}` and links it here), or upload each "
+            f"folder to a model hub"]
 
 
 def executed_dir(run_dir: str | Path) -> Path | None:

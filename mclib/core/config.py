@@ -136,7 +136,7 @@ class Analysis:
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
     after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
     gpt_steps: int | None = None    # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
-    download_checkpoint: bool = False  # offer a final checkpoint over 50 MB as a download in the site (a GPU run's)
+    download_checkpoint: bool = False  # offer checkpoints over 50 MB (the final one, the analysis series) as downloads in the site (a GPU run's)
     freeze: bool = True             # E15's re-initialised runs: trained by the book (false: chapter 05 has none to read)
     train_in_book: bool = True      # the training chapter trains, resumes or finds complete the book's runs; false: no
     #   chapter trains, each reads the runs as they are and names a missing one in one line (a GPU lease's slice,

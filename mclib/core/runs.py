@@ -12,6 +12,10 @@
     NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then (mclib.core.sweep)
     NAME-seedS/scorecard.json        the book's scorecard rows (mclib.book.scorecard)
     NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
+    NAME-seedS/checkpoint_series.zip the analysis checkpoints (`checkpoint_steps`: pre, transition, post) as one
+                                     download of the book: NAME-seedS/step_004000/{config.json,
+                                     model.safetensors, README.md}, README.md its model card (mclib.book.chapter)
+    NAME-seedS/export/TRACKER/       the run exported to a tracker, `tensorboard` or `wandb` (mclib.book.export)
     NAME-seedS/freeze/GROUP/         E15's run of one component group (mclib.analyses.freezing): a run
                                      folder as above, plus source.json, the checkpoint it started from
     .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it
@@ -73,11 +77,25 @@ SWEEP_MARKER = "sweep.json"
 SCORECARD = "scorecard.json"
 FREEZE = "freeze"
 FREEZE_SOURCE = "source.json"
+CHECKPOINT_SERIES = "checkpoint_series.zip"
+MODEL_CARD = "README.md"  # a checkpoint's model card, in the series' folders
+EXPORT = "export"
 
 
 def checkpoint_zip_path(run_dir: str | Path, step: int) -> Path:
     """Where the checkpoint at `step` lies zipped (`mclib.book.chapter.checkpoint_zip` writes it)."""
     return Path(run_dir) / f"checkpoint_{checkpoint_dir(run_dir, step).name}.zip"
+
+
+def checkpoint_series_path(run_dir: str | Path) -> Path:
+    """Where the run's analysis checkpoints lie zipped as one download
+    (`mclib.book.chapter.checkpoint_series_zip` writes it)."""
+    return Path(run_dir) / CHECKPOINT_SERIES
+
+
+def export_dir(run_dir: str | Path, tracker: str) -> Path:
+    """Where `python -m mclib export RUN_DIR --to TRACKER` writes by default."""
+    return Path(run_dir) / EXPORT / tracker
 
 
 def freeze_dir(run_dir: str | Path, group: str) -> Path:

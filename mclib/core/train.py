@@ -50,9 +50,8 @@ from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batc
 from .metrics import LOSS_NAMES, find_drop, run_losses
 from .model import MatrixBert, build_model
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
-                   is_complete, load_checkpoint, load_train_state, only_trainer, prune_checkpoints, resumable_steps,
-                   resume_checkpoint, resume_metrics, run_end, save_checkpoint, saved_steps, seed_run_dirs, write_end,
-                   write_profile)
+                   is_complete, only_trainer, prune_checkpoints, resume_checkpoint, resume_metrics, run_end,
+                   save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
 from .stacked import WORD, Stack, StackedAdam, stacked_name
 from .stacked import forward as stacked_forward
 

@@ -1,0 +1,113 @@
+"""mclib's checkpoints in nnsight, the interpretability library that wraps any PyTorch module
+(docs/interpretability.md; the optional extra `interp`).
+
+    model = load_for_interp(checkpoint_dir(run_dir, step))   # a MatrixBert, eager attention, eval mode
+    net = nnsight_model(model)                               # nnsight.NNsight(model)
+    with net.trace(batch.tokens):
+        probs = net.bert.encoder.layer[0].attention.self.output[1].save()   # [batch, head, query, key]
+        mlp = net.bert.encoder.layer[0].E_output.dense.output.save()        # [batch, seq, hidden]
+    nnsight_ablated_l_mask(net, batch, layer=1, head=0, mode="zero")        # L_mask with one head zeroed
+
+Names inside a `MatrixBert` (HuggingFace's BertModel under `bert`, then mclib's `readout`),
+layer l and head h 0-indexed as everywhere in mclib:
+- attention pattern: `bert.encoder.layer[l].attention.self.output[1]`, `[batch, head, query, key]`
+  (softmax(q kᵀ) of every head; "eager" attention returns it, "sdpa" returns None, hence
+  `load_for_interp` loads eager);
+- per-head outputs z: `...attention.self.output[0]`, `[batch, query, head * d_head]`, head h in
+  columns h·d_head … (h+1)·d_head − 1 (`head_columns`); the input of the output projection;
+- MLP output: `bert.encoder.layer[l].E_output.dense.output`, `[batch, seq, hidden]`, before the
+  residual add and the LayerNorm. BERT calls that sub-module `output`, a name nnsight keeps
+  for every module's output, so nnsight (>= 0.8) mounts it as `E_output`.
+
+`nnsight_ablated_l_mask` does in nnsight what mclib does with `AttentionHooks`: "zero" writes
+zeros over a head's z (mclib: capture z, zero the head, `patch`); "uniform" writes the mean of
+the head's values over the keys, which is what attention with every probability 1/seq gives
+(mclib: `ablate(..., mode="uniform")`). tests/test_interp.py checks that both give mclib's
+L_mask on the same matrices.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers.utils import CONFIG_NAME as CONFIG  # HuggingFace's config.json, in every checkpoint folder
+
+from ..core.data import Batch
+from ..core.metrics import losses
+from ..core.model import MatrixBert, load_model
+
+EXTRA = "interp"
+MODES = ("zero", "uniform")
+ARCHITECTURE = {"model_type": "bert", "architectures": ["MatrixBert"]}  # what mclib's config.json says
+
+
+class InterpError(ValueError):
+    """A folder or an input the interpretability loader cannot take (one line: what differs)."""
+
+
+def architecture_differences(config: dict) -> list[str]:
+    """What in a checkpoint's config.json differs from a MatrixBert's (empty: it is one)."""
+    diffs = [f"{key} {config.get(key)!r} (MatrixBert: {want!r})" for key, want in ARCHITECTURE.items()
+             if config.get(key) != want]
+    if "matrix_n" not in config:
+        diffs.append("no matrix_n (the n of mclib's n x n matrices)")
+    return diffs
+
+
+def load_for_interp(folder: str | Path) -> MatrixBert:
+    """The MatrixBert saved in `folder` (config.json + model.safetensors), with "eager"
+    attention (so the pattern is returned), in eval mode, on the CPU. A folder of another
+    architecture is refused in one line naming what differs, before any weight is read."""
+    folder = Path(folder)
+    if not (folder / CONFIG).is_file():
+        raise InterpError(f"{str(folder)!r} is not a checkpoint folder: it has no {CONFIG}")
+    diffs = architecture_differences(json.loads((folder / CONFIG).read_text()))
+    if diffs:
+        raise InterpError(f"{str(folder)!r} is not a MatrixBert checkpoint: {'; '.join(diffs)}")
+    return load_model(folder, attention="eager").to("cpu")
+
+
+def nnsight_model(model):
+    """`nnsight.NNsight(model)`; without nnsight, one line naming the extra."""
+    try:
+        from nnsight import NNsight
+    except ImportError:
+        raise InterpError(f"nnsight is not installed: it is the optional extra {EXTRA!r} "
+                          f"(pip install -e '.[{EXTRA}]')") from None
+    return NNsight(model)
+
+
+def head_columns(model, head: int) -> slice:
+    """The columns of head `head` in a layer's concatenated per-head outputs `[batch, query, head * d_head]`."""
+    heads = model.config.num_attention_heads
+    if not 0 <= head < heads:
+        raise InterpError(f"head {head} is out of range: the model has {heads} heads (0-indexed)")
+    d_head = model.config.hidden_size // heads
+    return slice(head * d_head, (head + 1) * d_head)
+
+
+def nnsight_ablated(net, batch: Batch, layer: int, head: int, mode: str = "zero") -> torch.Tensor:
+    """`[batch, n, n]` predictions of the model wrapped in `net` (an `nnsight_model`) on
+    `batch`, with head (`layer`, `head`) zeroed ("zero": its z set to 0) or made uniform
+    ("uniform": its z set to the mean of its values over the keys), through nnsight's names alone."""
+    if mode not in MODES:
+        raise InterpError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+    layers = net._module.config.num_hidden_layers
+    if not 0 <= layer < layers:
+        raise InterpError(f"layer {layer} does not exist: the model has {layers} layers (0-indexed)")
+    cols = head_columns(net._module, head)
+    attention = net.bert.encoder.layer[layer].attention.self
+    with torch.no_grad(), net.trace(batch.tokens):
+        if mode == "uniform":
+            values = attention.value.output                       # [batch, key, head * d_head]
+            uniform = values[:, :, cols].mean(1, keepdim=True)    # every probability 1/seq
+        z = attention.output[0]                                   # [batch, query, head * d_head]
+        z[:, :, cols] = 0.0 if mode == "zero" else uniform
+        pred = net.output.save()                                  # [batch, seq]
+    return pred.view_as(batch.x)
+
+
+def nnsight_ablated_l_mask(net, batch: Batch, layer: int, head: int, mode: str = "zero") -> float:
+    """L_mask of `nnsight_ablated`'s predictions."""
+    return losses(nnsight_ablated(net, batch, layer, head, mode), batch.x, batch.mask)["L_mask"].item()
