@@ -399,7 +399,7 @@ def fake_chapters(monkeypatch):
             raise RuntimeError("boom in a cell")
         output.write_text(template.read_text())
 
-    def build_site(out):
+    def build_site(out, toc=None):
         site["builds"] += 1
         if site["fail"]:
             return {"status": "failed", "duration_s": 0.0, "log": str(out / "_build" / "jupyter-book.log"),
@@ -460,6 +460,6 @@ def test_build_site_reports_a_failing_jupyter_book(tmp_path, monkeypatch):
         return subprocess.CompletedProcess(cmd, 2, stdout="WARNING: a bad reference\n", stderr="ERROR: x\n")
 
     monkeypatch.setattr(book.subprocess, "run", fake_run)
-    rec = book._build_site(tmp_path)
+    rec = book._build_site(tmp_path, tmp_path / "_toc.yml")
     assert rec["status"] == "failed" and rec["error"] == "exit 2, 2 warnings/errors" and rec["warnings"] == 2
     assert "a bad reference" in (tmp_path / "_build" / "jupyter-book.log").read_text()

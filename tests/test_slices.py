@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import tarfile
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -121,3 +120,12 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     record = json.loads(next((tmp_path / "results").glob("paper-shapes-A-*/slice.json")).read_text())
     assert record["chapters"] == list(SLICE_A) and record["chapter_error"] is None and not record["chapters_not_run"]
     assert record["ends"]["1"]["ended"] == "cut"
+    # the CPU side builds the site (the smoke book here) with the slice's chapters as they ran, in their part
+    from mclib.book import runner
+
+    site = tmp_path / "site"
+    runner.build("smoke", out_dir=site, progress=False, ledger=ledger)
+    html = site / "_build" / "html" / "book" / "_executed" / "paper"
+    assert {f"A_{name}.html" for name in SLICE_A} <= {p.name for p in html.iterdir()}
+    page = (html / "A_03_heads.html").read_text()
+    assert "executed on a GPU lease: slice A" in page and "the paper" in page

@@ -136,8 +136,9 @@ def _end(run: Path) -> RunEnd | None:
 def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
     """One row per run the results hold: how far it trained and why it stopped (its
     end.json; none: the GPU time ran out first), where today's convergence rule
-    (`mclib.core.metrics.converged`, with the run's own window and threshold) ends its
-    curve (results committed under an older rule may have ended elsewhere), its drop
+    (`mclib.core.metrics.converged`, with the run's own window and threshold, also for a
+    run that trains the paper's fixed 50 000 steps) ends its curve (results committed under
+    an older rule may have ended elsewhere), its drop
     (`find_drop`), its final L_mask / E[X²] (mean over the last tenth of its steps, ± its
     standard error) and its time a step (wall clock over steps, from its metrics' `wall`
     column)."""
@@ -150,7 +151,7 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
         rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]),
                      "ended": end.ended if end else "cut (device time ran out)",
                      "today's rule ends it at": (converged(m, rank, cfg.train.patience, cfg.train.min_improvement)
-                                                 if cfg and cfg.train.until == "converged" else None),
+                                                 if cfg else None),  # also under until: steps (the paper's 50 000)
                      "drop step": find_drop(m, rank=rank),
                      "final L_mask / E[X²]": float(tail.mean()),
                      "± se": float(tail.std(ddof=1) / len(tail) ** 0.5) if len(tail) > 1 else float("nan"),

@@ -317,11 +317,15 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
-          templates: list[Path] | None = None, progress: bool = True, site: bool = True) -> dict:
+          templates: list[Path] | None = None, progress: bool = True, site: bool = True,
+          ledger: Path | None = None) -> dict:
     """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
-    records in the manifest as they were, so a later build can still reuse them."""
+    records in the manifest as they were, so a later build can still reuse them. The site
+    holds the chapters executed here and the part "The paper's own setting"
+    (`paper_part`: the chapters GPU leases executed, from the slices done beside `ledger`,
+    default results/paper-slices.yaml)."""
     from ..core.train import resolve_device
 
     t_start = time.time()
@@ -390,14 +394,20 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         print(f"book: {len(templates)} chapter(s), no site ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
         return manifest
     # the site: skipped when its inputs are exactly those of the last good build
-    site_key = _sha([_file_sha(p) for p in staged], [r["output_sha"] for r in manifest["notebooks"]])
+    from . import paper_part, slices
+
+    part = paper_part.stage(out, ledger or slices.LEDGER)
+    executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
+                if r.get("complete") and Path(r["output"]).is_file()]
+    toc = paper_part.toc(out, part, executed)
+    site_key = _sha([_file_sha(p) for p in staged + part + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
     html = out / "_build" / "html"
     if (prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
         manifest["site"] = {**prev["site"], "status": "reused"}
         print("site: unchanged, reused")
     else:
         print("site: jupyter-book build", flush=True)
-        manifest["site"] = _build_site(out)
+        manifest["site"] = _build_site(out, toc)
         if manifest["site"]["status"] != "ok":
             save()
             raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
@@ -407,7 +417,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     return manifest
 
 
-def _build_site(out: Path) -> dict:
+def _build_site(out: Path, toc: Path) -> dict:
     """Jupyter Book 1, every page re-read (--all: an incremental Sphinx build would not
     repeat the warnings of unchanged pages), warnings are errors."""
     t0 = time.time()
@@ -415,7 +425,7 @@ def _build_site(out: Path) -> dict:
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no stale pages or images
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-           "build", str(out), "--path-output", str(out), "-W", "-n", "--keep-going", "--all"]
+           "build", str(out), "--path-output", str(out), "--toc", str(toc), "-W", "-n", "--keep-going", "--all"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     log.write_text(p.stdout + p.stderr)
     warnings = [l for l in (p.stdout + p.stderr).splitlines() if "WARNING" in l or "ERROR" in l]

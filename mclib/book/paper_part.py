@@ -1,0 +1,134 @@
+"""The book's part "The paper's own setting": the chapters GPU leases executed, as they ran.
+
+    OUT/book/_executed/paper/index.md          the part's first page: the slices, done and missing
+    OUT/book/_executed/paper/A_01_train.ipynb  slice A's executed 01_train, opened by where it ran
+    OUT/_build/_toc.yml                        the book's _toc.yml: the chapters executed here,
+                                               then this part (jupyter-book build --toc)
+
+A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.book.slices.done`); its
+book/*.ipynb are the chapters its lease executed. Each is copied as it ran (outputs, figures,
+glued values untouched) with three changes that let it sit in this site beside the laptop
+chapters: a first note saying which slice, device, date, revision and precision its numbers
+come from, how its run ended, and which slices are still missing; its title marked as the
+paper's setting; its cross-reference labels prefixed by the slice (the laptop chapter holds
+the same labels) and its download links turned to text (the files stayed on the GPU machine).
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import yaml
+
+from . import slices
+
+PART = Path("book") / "_executed" / "paper"
+TOC = Path("_build") / "_toc.yml"
+
+_LABEL = re.compile(r"^\(([\w][\w\-.]*)\)=", re.M)
+_REF = re.compile(r"\{(ref|numref)\}`([^`<]*?)<?([\w][\w\-.]*)>?`")
+_DOWNLOAD = re.compile(r"\{download\}`([^`<]+?)\s*<[^`>]+>`")
+
+
+def missing_text(ledger: dict, have: dict) -> str:
+    missing = [s.name for s in ledger["slices"] if s.name not in have]
+    return f"still missing: slice{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else "every slice is done"
+
+
+def provenance(record: dict, s: slices.Slice, missing: str) -> str:
+    ends = "; ".join(f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items())
+    notes = "".join(f" Merged with a note: {n}." for n in record.get("merge_notes", []))
+    left = (f" Left out on the machine (over the return limit): {', '.join(record['left_out'])}."
+            if record.get("left_out") else "")
+    return (f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "
+            f"on {record['device']} on {record['date']}, revision `{record['git']}`, precision {record['precision']}. "
+            f"{ends}. The paper book is {missing}.{notes}{left}\n:::")
+
+
+def _end_text(end: dict | None) -> str:
+    if end is None:
+        return "no checkpoint"
+    from ..core.runs import RunEnd
+    return RunEnd.from_json(end).text
+
+
+def adapt(nb, slice_name: str, note: str):
+    """The executed notebook `nb` (nbformat) made to sit in this site: see the module docstring."""
+    import nbformat
+
+    prefix = f"paper-{slice_name.lower()}-"
+
+    def text(src: str) -> str:
+        src = _LABEL.sub(lambda m: f"({prefix}{m.group(1)})=", src)
+        src = _REF.sub(lambda m: f"{{{m.group(1)}}}`{m.group(2)}<{prefix}{m.group(3)}>`" if m.group(2).strip()
+                       else f"{{{m.group(1)}}}`{prefix}{m.group(3)}`", src)
+        return _DOWNLOAD.sub(lambda m: f"{m.group(1).strip()} (not offered: it stayed on the GPU machine)", src)
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = text(cell.source)
+        for out in cell.get("outputs", []):
+            for mime, value in out.get("data", {}).items():
+                if mime.startswith("text/") and isinstance(value, str):
+                    out["data"][mime] = text(value)
+    first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
+    if first is not None:
+        nb.cells[first].source = re.sub(r"^# (.+)$", r"# \1 (the paper's setting)", nb.cells[first].source,
+                                        count=1, flags=re.M)
+    nb.cells.insert(0 if first is None else first + 1, nbformat.v4.new_markdown_cell(note))
+    return nb
+
+
+def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
+    """Write the part into OUT (module docstring); returns its files, the first page first."""
+    import nbformat
+
+    folder = Path(out) / PART
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    ledger = slices.read_ledger(ledger_path)
+    have = slices.done(ledger_path.parent, ledger["name"])
+    missing = missing_text(ledger, have)
+    pages, rows = [], []
+    for s in ledger["slices"]:
+        if s.name not in have:
+            rows.append(f"| {s.name} | {s.what} | not run yet | |")
+            continue
+        record = json.loads((have[s.name] / slices.STATE).read_text())
+        ran = []
+        for nb_path in sorted((have[s.name] / "book").glob("*.ipynb")):
+            nb = adapt(nbformat.read(nb_path, as_version=4), s.name, provenance(record, s, missing))
+            dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
+            nbformat.write(nb, dest)
+            pages.append(dest)
+            ran.append(f"[{nb_path.stem}]({dest.stem})")
+        rows.append(f"| {s.name} | {s.what} | {record['device']}, {record['date']}, revision `{record['git']}`, "
+                    f"{record['precision']} | {', '.join(ran) or 'none'} |")
+    index = folder / "index.md"
+    index.write_text(
+        "# The paper's own setting\n\n"
+        "The paper's model and task (7×7 rank 2, 4 layers × 8 heads, hidden 768, batch 256), trained and "
+        "analysed on GPU leases of 15 minutes, one slice each (docs/gpu.md). The chapters below are the "
+        "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
+        f"laptop edition's. The paper book is {missing}.\n\n"
+        "| slice | what it does | where and when it ran | chapters |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+    return [index, *pages]
+
+
+def toc(out: Path, pages: list[Path], executed: list[str]) -> Path:
+    """OUT/_build/_toc.yml: the book's chapters that have an executed copy (`executed`, their
+    toc entries), then the part: its first page, its chapters as sections."""
+    from .runner import REPO
+
+    book = yaml.safe_load((REPO / "_toc.yml").read_text())
+    book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
+    part = {"file": (PART / "index").as_posix()}
+    if pages[1:]:
+        part["sections"] = [{"file": (PART / p.stem).as_posix()} for p in pages[1:]]
+    book["chapters"].append(part)
+    path = Path(out) / TOC
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    return path

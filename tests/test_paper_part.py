@@ -1,0 +1,69 @@
+"""The book's part "The paper's own setting" (mclib.book.paper_part): the chapters a GPU
+lease executed, shown as they ran, each saying where its numbers come from."""
+import json
+
+import nbformat
+import yaml
+
+from mclib.book import paper_part, slices
+
+
+def _notebook():
+    return nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 03 · Row and column heads\n\n(heads-e10)=\n## E10\n\nSee {ref}`heads-e10` "
+                                      "and {ref}`the figure <fig-e10>`; {download}`metrics <../../runs/x/metrics.csv>`."),
+        nbformat.v4.new_code_cell("1 + 1", outputs=[nbformat.v4.new_output(
+            "display_data", data={"text/markdown": "{download}`checkpoint <../../runs/x/c.zip>`"})]),
+    ])
+
+
+def test_an_executed_chapter_is_adapted_to_sit_beside_the_laptop_one():
+    nb = paper_part.adapt(_notebook(), "A", ":::{note}\nfrom slice A\n:::")
+    title, note, body = nb.cells[0].source, nb.cells[1].source, nb.cells[0].source
+    assert title.startswith("# 03 · Row and column heads (the paper's setting)")
+    assert note == ":::{note}\nfrom slice A\n:::"
+    assert "(paper-a-heads-e10)=" in body and "{ref}`paper-a-heads-e10`" in body
+    assert "{ref}`the figure <paper-a-fig-e10>`" in body
+    assert "{download}" not in body and "metrics (not offered: it stayed on the GPU machine)" in body
+    assert nb.cells[2].outputs[0]["data"]["text/markdown"] == "checkpoint (not offered: it stayed on the GPU machine)"
+
+
+def _results(tmp_path, done=("A",)):
+    root = tmp_path / "results"
+    root.mkdir()
+    plan = {"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "lease_s": 900, "start_s": 120, "slices": [
+        {"name": "A", "what": "the book's run", "seeds": [1], "train_s": 10, "chapters": ["03_heads"]},
+        {"name": "B", "what": "seed 2", "seeds": [2], "expected_steps": 100}]}
+    (root / "paper-slices.yaml").write_text(yaml.safe_dump(plan))
+    for name in done:
+        folder = root / f"smoke-{name}-NVIDIA-H100-2026-12-01"
+        (folder / "book").mkdir(parents=True)
+        nbformat.write(_notebook(), folder / "book" / "03_heads.ipynb")
+        (folder / slices.STATE).write_text(json.dumps({
+            "slice": name, "device": "NVIDIA H100", "date": "2026-12-01", "git": "abc1234", "precision": "tf32",
+            "profile": "smoke", "ends": {"1": {"ended": "cut", "step": 21000, "drop": 13000, "steps": 50000,
+                                               "until": "steps"}}}))
+    return root / "paper-slices.yaml"
+
+
+def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_path):
+    ledger = _results(tmp_path)
+    index, page = paper_part.stage(tmp_path / "out", ledger)
+    text = index.read_text()
+    assert "| A | the book's run | NVIDIA H100, 2026-12-01, revision `abc1234`, tf32 | [03_heads](A_03_heads) |" in text
+    assert "| B | seed 2 | not run yet | |" in text and "still missing: slice B" in text
+    note = nbformat.read(page, as_version=4).cells[1].source
+    assert "slice A (the book's run), on NVIDIA H100 on 2026-12-01, revision `abc1234`, precision tf32" in note
+    assert "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline" in note
+    assert "still missing: slice B" in note
+    toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index, page], ["book/_executed/01_train"]).read_text())
+    assert [c["file"] for c in toc["chapters"]] == ["book/_executed/01_train", "book/_executed/paper/index"]
+    assert toc["chapters"][1]["sections"] == [{"file": "book/_executed/paper/A_03_heads"}]
+
+
+def test_with_no_slice_done_the_part_is_one_page_that_says_so(tmp_path):
+    ledger = _results(tmp_path, done=())
+    (index,) = paper_part.stage(tmp_path / "out", ledger)
+    assert "still missing: slices A, B" in index.read_text()
+    toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index], []).read_text())
+    assert toc["chapters"] == [{"file": "book/_executed/paper/index"}]
