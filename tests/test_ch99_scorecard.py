@@ -2,10 +2,10 @@
 coloured table, on synthetic rows and on a smoke run's scorecard."""
 import copy
 
-
 from mclib.book import ch99_scorecard as chapter
 from mclib.book import scorecard
 from mclib.core.paper import profile as paper_profile
+from mclib.core.runs import RunEnd
 
 
 
@@ -44,5 +44,10 @@ def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
     assert ">model.hidden</td>" in shown.to_html() and ">768</td>" in shown.to_html()
     paper = copy.copy(ch)
     paper.cfg = paper_profile()
-    assert chapter.departures_shown(paper).data.empty  # the paper departs from nothing
+    paper.end = RunEnd(ended="steps", step=50_000, drop=None, steps=50_000, until="steps")
+    assert chapter.departures_shown(paper).data.empty  # the paper, trained its 50 000 steps, departs from nothing
+    paper.end = RunEnd(ended="cut", step=21_000, drop=13_000, steps=50_000, until="steps")
+    (row,) = chapter.departures_shown(paper).data.to_dict("records")  # a lease's deadline cut it: a departure
+    assert row == {"key": "where training ended", "paper": "after its 50,000 steps",
+                   "profile": "cut at step 21,000 (was cut at step 21,000 of 50,000 by its wall-clock deadline)"}
     assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard.RULES) + 1

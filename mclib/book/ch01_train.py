@@ -63,7 +63,8 @@ def settings_table(ch: Chapter):
 
 def departures(ch: Chapter):
     return departures_table(ch.cfg, f"Where profile {ch.cfg.name} departs from the paper's task and recipe (the "
-                                    "paper profile: nowhere). Every number of this book comes from this setting.")
+                                    "paper profile: nowhere, unless its run ended early). Every number of this book "
+                                    "comes from this setting.", ch.end)
 
 
 def loss_figure(ch: Chapter) -> plt.Figure:

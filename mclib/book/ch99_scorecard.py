@@ -39,7 +39,8 @@ def rules_shown():
 
 def departures_shown(ch):
     return departures_table(ch.cfg, f"Our numbers come from profile {ch.cfg.name}, which departs from the paper's "
-                                    "task and recipe in these keys: read every comparison below with them in mind.")
+                                    "task and recipe in these keys: read every comparison below with them in mind.",
+                            ch.end)
 
 
 def _colour(verdict: str) -> str:

@@ -195,12 +195,18 @@ def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dic
     return runs
 
 
-def departures_table(profile: Profile, caption: str):
+def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
     """The keys where `profile` departs from the paper's task and recipe
-    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's."""
+    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's;
+    and, with the run's `end`, where training ended when that came before the paper's last step
+    (by the profile's rule, a caller's stop, or a deadline's cut), with its step."""
     from ..core.config import deviations
 
-    rows = deviations(profile, paper_profile())
+    paper = paper_profile()
+    rows = deviations(profile, paper)
+    if end is not None and end.step < paper.train.steps:
+        rows.append({"key": "where training ended", "profile": f"{end.ended} at step {end.step:,} ({end.text})",
+                     "paper": f"after its {paper.train.steps:,} steps"})
     table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
     return (table.style.hide(axis="index").set_caption(caption)
             .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
