@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Packages the GPU side must never import: the site builder, the solver, the cluster
 # (scripts/wheelhouse.py --kit leaves them out; the image does not have them).
-NOT_ON_THE_GPU = ("jupyter_book", "sphinx", "cvxpy", "clarabel", "dask", "distributed", "debugpy", "jedi")
+# (Sphinx is left importable: scipy asks whether "sphinx" is in sys.modules, which a blocked
+# entry would answer yes; jupyter_book, which would bring it, is blocked.)
+NOT_ON_THE_GPU = ("jupyter_book", "cvxpy", "clarabel", "dask", "distributed", "debugpy", "jedi")
 
 # None in sys.modules: `import x` fails as if x were not installed, and find_spec("x") says
 # "not installed" (what guarded imports, IPython's of jedi among them, ask)

@@ -160,3 +160,32 @@ def test_the_wheelhouse_installs_mclib_beside_the_nodes_own_torch(tmp_path):
     assert out.strip() == torch_before, "the install replaced the node's torch"
     _run([py, "-m", "pip", "check"], env=offline)
     print(f"wheelhouse test: {len(names)} wheels, {time.monotonic() - start:.0f} s")
+
+
+@pytest.mark.slow
+def test_the_lease_kit_is_small_and_holds_what_the_chapters_import_on_the_gpu(tmp_path):
+    """scripts/wheelhouse.py --kit (docs/gpu.md): papermill, its kernel and myst-nb's glue,
+    without the site builder, the solver, the cluster, or what the kernel runs without;
+    under KIT_MAX_MIB (the script fails above it); installed with --no-deps it imports."""
+    if not _pypi_reachable():
+        pytest.skip("PyPI is not reachable: building the kit needs the network")
+    platform = _native_platform()
+    if platform is None:
+        pytest.skip("this machine has no manylinux platform tag")
+    kit = tmp_path / "kit"
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    built = _run([sys.executable, SCRIPT, "--kit", "--python", python, "--platform", platform, "--out", kit])
+    assert "--no-deps" in built.stdout
+    names = {wheelhouse.parse_wheel_filename(w.name)[0] for w in kit.glob("*.whl")}
+    assert {"papermill", "ipykernel", "myst-nb", "nbclient", "nbformat", "jupyter-client"} <= names
+    assert not names & {"jupyter-book", "sphinx", "cvxpy", "dask", "distributed", "debugpy", "jedi", "torch",
+                        "transformers", "pandas", "numpy"}
+    assert sum(w.stat().st_size for w in kit.glob("*.whl")) <= wheelhouse.KIT_MAX_MIB * wheelhouse.MIB
+    site = tmp_path / "site"
+    t0 = time.monotonic()
+    _run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
+          *kit.glob("*.whl")])
+    print(f"the kit installs in {time.monotonic() - t0:.1f} s here (docs/gpu.md)")
+    out = _run([sys.executable, "-c", "import papermill, ipykernel, myst_nb; from myst_nb import glue; "
+                                      "print(papermill.__file__)"], env={**os.environ, "PYTHONPATH": str(site)})
+    assert out.stdout.startswith(str(site))

@@ -60,6 +60,7 @@ class Slice:
     train_s: float | None = None      # the training deadline; None: train until the run's own end
     chapters_s: float = 0.0           # the time its chapters may take
     expected_steps: int | None = None  # steps its runs need (a slice without train_s is sized by them)
+    results_mib: float = 2.0          # what it may add under results/ (tests/test_travel.py sums them)
 
 
 def read_ledger(path: Path = LEDGER) -> dict:
@@ -274,6 +275,11 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         notes.append(f"slice {record['slice']}, the ledger's next was {expected.name if expected else 'none'}")
     if record["git"].split("-")[0] != _git().split("-")[0]:
         notes.append(f"ran at revision {record['git']}, this checkout is {_git()}")
+    planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
+    size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
+    if planned is not None and size > planned.results_mib:
+        notes.append(f"{size:.1f} MiB under results/, over the slice's budget of {planned.results_mib:g} MiB "
+                     "(results_mib; what travels to a lease must stay under 32 MiB)")
     for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
         print(f"slice merge: note: {n}")
     record["merge_notes"] = notes

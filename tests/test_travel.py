@@ -1,0 +1,35 @@
+"""What travels to a GPU lease (docs/gpu.md): the tracked tree plus the kit, at most 16 MiB
+today and at most 32 MiB once every slice's results are committed (each slice's budget,
+`results_mib` in results/paper-slices.yaml). The device tool refuses a call over 64 MiB;
+these limits leave the results room to grow."""
+import importlib.util
+import subprocess
+from pathlib import Path
+
+from mclib.book import slices
+
+ROOT = Path(__file__).resolve().parent.parent
+MIB = 2**20
+NOW_MIB, ALL_SLICES_MIB = 16, 32
+
+
+def tracked_mib() -> float:
+    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
+    return sum((ROOT / f).stat().st_size for f in files.decode().split("\0") if f and (ROOT / f).is_file()) / MIB
+
+
+def kit_ceiling_mib() -> float:
+    spec = importlib.util.spec_from_file_location("wheelhouse", ROOT / "scripts" / "wheelhouse.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.KIT_MAX_MIB  # the script fails a kit above it (tests/test_wheelhouse.py builds one)
+
+
+def test_what_travels_fits_today_and_with_every_slice_committed():
+    tree, kit = tracked_mib(), kit_ceiling_mib()
+    ledger = slices.read_ledger()
+    done = slices.done(slices.LEDGER.parent, ledger["name"])
+    to_come = sum(s.results_mib for s in ledger["slices"] if s.name not in done)
+    assert tree + kit <= NOW_MIB, f"tracked {tree:.1f} MiB + kit {kit:g} MiB is over {NOW_MIB} MiB"
+    assert tree + kit + to_come <= ALL_SLICES_MIB, (
+        f"tracked {tree:.1f} + kit {kit:g} + the slices to come {to_come:g} MiB is over {ALL_SLICES_MIB} MiB")
