@@ -11,9 +11,12 @@ from mclib.book import paper_part, slices
 def _notebook():
     return nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# 03 · Row and column heads\n\n(heads-e10)=\n## E10\n\nSee {ref}`heads-e10` "
-                                      "and {ref}`the figure <fig-e10>`; {download}`metrics <../../runs/x/metrics.csv>`."),
+                                      "and {ref}`the figure <fig-e10>`; {download}`metrics <../../runs/x/metrics.csv>`.\n\n"
+                                      ":::{glue:figure} fig_e10\n:name: fig-e10\n:::\n\nSee [the scorecard](99_scorecard) "
+                                      "and [above](#heads-e10)."),
         nbformat.v4.new_code_cell("1 + 1", outputs=[nbformat.v4.new_output(
-            "display_data", data={"text/markdown": "{download}`checkpoint <../../runs/x/c.zip>`"})]),
+            "display_data", data={"text/markdown": "{download}`checkpoint <../../runs/x/c.zip>`",
+                                  "application/papermill.record/text/markdown": "{download}`m <../../runs/x/m.csv>`"})]),
     ])
 
 
@@ -25,7 +28,11 @@ def test_an_executed_chapter_is_adapted_to_sit_beside_the_laptop_one():
     assert "(paper-a-heads-e10)=" in body and "{ref}`paper-a-heads-e10`" in body
     assert "{ref}`the figure <paper-a-fig-e10>`" in body
     assert "{download}" not in body and "metrics (not offered: it stayed on the GPU machine)" in body
-    assert nb.cells[2].outputs[0]["data"]["text/markdown"] == "checkpoint (not offered: it stayed on the GPU machine)"
+    assert ":name: paper-a-fig-e10" in body and "[above](#paper-a-heads-e10)" in body
+    assert "[the scorecard](../99_scorecard)" in body  # the laptop edition's, one folder up
+    data = nb.cells[2].outputs[0]["data"]
+    assert data["text/markdown"] == "checkpoint (not offered: it stayed on the GPU machine)"
+    assert data["application/papermill.record/text/markdown"] == "m (not offered: it stayed on the GPU machine)"
 
 
 def _results(tmp_path, done=("A",)):

@@ -10,8 +10,10 @@ book/*.ipynb are the chapters its lease executed. Each is copied as it ran (outp
 glued values untouched) with three changes that let it sit in this site beside the laptop
 chapters: a first note saying which slice, device, date, revision and precision its numbers
 come from, how its run ended, and which slices are still missing; its title marked as the
-paper's setting; its cross-reference labels prefixed by the slice (the laptop chapter holds
-the same labels) and its download links turned to text (the files stayed on the GPU machine).
+paper's setting; its cross-reference labels (targets, figures' :name:, #anchors) prefixed by
+the slice (the laptop chapter holds the same labels); its links to other chapters pointed one
+folder up, at the laptop edition's; its download links turned to text (the files stayed on
+the GPU machine).
 """
 from __future__ import annotations
 
@@ -28,6 +30,9 @@ PART = Path("book") / "_executed" / "paper"
 TOC = Path("_build") / "_toc.yml"
 
 _LABEL = re.compile(r"^\(([\w][\w\-.]*)\)=", re.M)
+_NAME = re.compile(r"^(:name:[ \t]*)([\w][\w\-.]*)", re.M)           # a directive's label (glue:figure)
+_CHAPTER_LINK = re.compile(r"\]\((\d\d_[\w]+)((?:#[^)]*)?)\)")       # [text](99_scorecard): a laptop chapter
+_ANCHOR = re.compile(r"\]\(#([\w][\w\-.]*)\)")
 _REF = re.compile(r"\{(ref|numref)\}`([^`<]*?)<?([\w][\w\-.]*)>?`")
 _DOWNLOAD = re.compile(r"\{download\}`([^`<]+?)\s*<[^`>]+>`")
 
@@ -62,6 +67,9 @@ def adapt(nb, slice_name: str, note: str):
 
     def text(src: str) -> str:
         src = _LABEL.sub(lambda m: f"({prefix}{m.group(1)})=", src)
+        src = _NAME.sub(lambda m: f"{m.group(1)}{prefix}{m.group(2)}", src)
+        src = _ANCHOR.sub(lambda m: f"](#{prefix}{m.group(1)})", src)
+        src = _CHAPTER_LINK.sub(lambda m: f"](../{m.group(1)}{m.group(2)})", src)  # the part sits one folder down
         src = _REF.sub(lambda m: f"{{{m.group(1)}}}`{m.group(2)}<{prefix}{m.group(3)}>`" if m.group(2).strip()
                        else f"{{{m.group(1)}}}`{prefix}{m.group(3)}`", src)
         return _DOWNLOAD.sub(lambda m: f"{m.group(1).strip()} (not offered: it stayed on the GPU machine)", src)
@@ -71,7 +79,7 @@ def adapt(nb, slice_name: str, note: str):
             cell.source = text(cell.source)
         for out in cell.get("outputs", []):
             for mime, value in out.get("data", {}).items():
-                if mime.startswith("text/") and isinstance(value, str):
+                if "text/" in mime and isinstance(value, str):  # text/markdown, papermill.record/text/markdown
                     out["data"][mime] = text(value)
     first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
     if first is not None:
