@@ -137,3 +137,19 @@ def test_the_committed_paper_run_reads_as_its_end_record():
     if end:
         assert table.loc["seed 1", "drop step"] == end["drop"] and table.loc["seed 1", "steps trained"] == end["step"]
     assert {r["id"] for r in reference.rows(folder)} >= {"E1"}
+
+
+def test_the_slices_of_the_paper_book_read_as_one_set_of_runs(tmp_path):
+    # slice A holds the book's run, B seed 2: the runs table and the figure read both
+    root = tmp_path / "results"
+    for name, seed, date in (("A", 1, "2026-12-01"), ("B", 2, "2026-12-02")):
+        out = tmp_path / f"out-{name}"
+        _paper_run(out / "runs" / f"paper-seed{seed}", level_after=0.05)
+        dest = reference.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[seed])
+        (dest / "slice.json").write_text(json.dumps({"slice": name, "profile": "paper", "device": "GPU",
+                                                     "date": date, "git": "abc", "precision": "tf32"}))
+    folder = reference.latest(root=root)
+    assert folder.name == "paper-A-GPU-2026-12-01"  # the one holding the book's run
+    assert list(reference.runs_table(folder)["run"]) == ["seed 1", "seed 2"]
+    (root / "paper-B-GPU-2026-12-02" / "slice.json").unlink()  # not a slice: read alone
+    assert list(reference.runs_table(folder)["run"]) == ["seed 1"]

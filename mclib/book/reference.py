@@ -117,10 +117,21 @@ def latest(name: str = "paper", root: Path = RESULTS) -> Path | None:
     return max(found, key=lambda d: (json.loads((d / "device.json").read_text()).get("date", ""), d.name))
 
 
+def _slice_folders(folder: Path, name: str) -> list[Path]:
+    """`folder`, or, for a slice of the paper book (its slice.json), every slice done beside
+    it (`mclib.book.slices.done`): slice A holds seed 1, B seed 2, C seed 3."""
+    if not (folder / "slice.json").is_file():
+        return [folder]
+    from .slices import done
+    return list(done(folder.parent, name).values()) or [folder]
+
+
 def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
-    """label -> run folder, for every run the results hold: the seeds, then E15's runs."""
+    """label -> run folder, for every run the results hold (for a slice, every slice done
+    beside it): the seeds, then E15's runs."""
     runs = {}
-    for run in sorted((folder / "runs").glob(f"{name}-seed*"), key=lambda p: int(p.name.rsplit("seed", 1)[1])):
+    found = [r for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")]
+    for run in sorted(found, key=lambda p: int(p.name.rsplit("seed", 1)[1])):
         if _has_metrics(run):
             runs[f"seed {run.name.rsplit('seed', 1)[1]}"] = run
         for group in sorted((run / FREEZE).glob("*")) if (run / FREEZE).is_dir() else []:
