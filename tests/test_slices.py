@@ -122,6 +122,7 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     record = json.loads(next((tmp_path / "results").glob("paper-shapes-A-*/slice.json")).read_text())
     assert record["chapters"] == list(SLICE_A) and record["chapter_error"] is None and not record["chapters_not_run"]
     assert record["ends"]["1"]["ended"] == "cut"
+    assert not [n for n in record["merge_notes"] if "next was" in n or "profile" in n]  # the slice the ledger expected
     # the CPU side builds the site (the smoke book here) with the slice's chapters as they ran, in their part
     from mclib.book import runner
 

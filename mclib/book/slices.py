@@ -263,12 +263,12 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     the ledger's next, another profile, or another revision than this checkout's is merged
     with a note printed (and kept in slice.json); files left out are named."""
     ledger = read_ledger(ledger_path)
+    expected = next_slice(ledger, root)  # before this one is filed
     with tarfile.open(tgz) as tar:
         record = json.loads(tar.extractfile(STATE).read())
         dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
         tar.extractall(dest, filter="data")
     notes = []
-    expected = next_slice(ledger, root)
     if record["profile"] != ledger["name"]:
         notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
     if expected is None or record["slice"] != expected.name:
