@@ -628,11 +628,15 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                 ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
                 for i, values in zip(due, ev):
                     runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
+            cut = signals.requested or (deadline is not None and time.time() >= deadline)
+            if device.type == "cuda" and (cut or any(r.step % r.t.log_every == 0 or r.step in r.save_at for r in runs)):
+                # the steps queued since the last flush finish here: their time is the steps' own (`wall`),
+                # not the flush's; without this sync, `wall` counted the host's queueing alone
+                torch.cuda.synchronize(device)
             now = time.perf_counter()
             for r in runs:
                 r.wall += now - tick
             tick = now
-            cut = signals.requested or (deadline is not None and time.time() >= deadline)
             ended = []
             for i, r in enumerate(runs):
                 if not cut and r.step % r.t.log_every and r.step not in r.save_at:
