@@ -19,6 +19,7 @@ import torch
 
 from .attention import AttentionHooks
 from .evaluate import sample_eval_batch
+from ..core.attention import position_masks  # the one definition of row / column / self keys
 from ..core.config import DataConfig
 from ..core.data import structured_mask
 from ..core.runs import load_checkpoint, saved_steps
@@ -102,16 +103,6 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
         raise ValueError(f"layer {first_layer} rows sum to {row_sum.flatten()[0].item():.4g}, not 1: "
                          "pass softmax probabilities, not logits")
     return mask.reshape(batch, n * n).bool()
-
-
-def position_masks(n: int) -> dict[str, torch.Tensor]:
-    """`[n², n²]` bool key sets per query: same row (not itself), same column (not itself), itself."""
-    pos = torch.arange(n * n)
-    row, col = pos // n, pos % n
-    eye = torch.eye(n * n, dtype=torch.bool)
-    return {"row": (row[:, None] == row[None]) & ~eye,
-            "column": (col[:, None] == col[None]) & ~eye,
-            "self": eye}
 
 
 def _mask_preference(masked: float, share: float) -> float:

@@ -224,7 +224,7 @@ def setting_columns(profile: Profile) -> dict:
             "mix_fraction": d.mix_fraction,
             "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
             "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
-            "qk_norm": m.qk_norm,
+            "qk_norm": m.qk_norm, "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
             "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
             "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
 
