@@ -105,6 +105,15 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
     return mask.reshape(batch, n * n).bool()
 
 
+def key_mass(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """`[batch, head, q, k]` probabilities, `[q, k]` bool key sets -> `[batch, head]`: the
+    mass each head puts on each query's keys, averaged over queries. The one definition of
+    a head's "mass" on a key set: `head_scores` averages it over the batch, and the
+    follow-up's attention progress (`mclib.analyses.plateau.attention_share`) reads it on
+    the row and column keys together."""
+    return (probs * keys.to(probs.device, probs.dtype)).sum(-1).mean(-1)
+
+
 def _mask_preference(masked: float, share: float) -> float:
     # -1 only observed keys, 0 chance (the keys' masked share), +1 only masked keys.
     if not 0 < share < 1:
@@ -133,8 +142,7 @@ def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     for layer, p in layers.items():
         p = p.double()                                                    # [batch, head, q, k]
         m = mask.to(p.device, p.dtype)                                    # [batch, k]
-        mass = {name: (p * keys.to(p.device)).sum(-1).mean((0, 2))        # [head]
-                for name, keys in keysets.items()}
+        mass = {name: key_mass(p, keys).mean(0) for name, keys in keysets.items()}  # [head]
         mass["masked"] = torch.einsum("bhqk,bk->bhq", p, m).mean((0, 2))  # [head]
         entropy = attention_entropy(p)
         for h in range(p.shape[1]):
