@@ -1,0 +1,211 @@
+"""Chapter 07, second part: the plateau through the authors' 2025 follow-up (issue 39;
+docs/protocol.md §5). Its tables and its scorecard rows; the measures themselves are
+`mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
+docs/data/attention_bias.csv).
+
+Each of the follow-up's claims (protocol §5.3) becomes one row, judged by the scorecard's
+direction rule (`scorecard.direction`) with the error over seeds; the rows' source is the
+follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list):
+
+  F1 repetition      the masked outputs' spread ratio is lower on the plateau than after
+                     the drop: per seed, plateau value minus after value; their mean over
+                     seeds must lie below 0 by more than 2 s.e. (s.e. = SD / √seeds).
+  F2 collapse        the last hidden state's collapse (cosine) is higher on the plateau
+                     than after the drop: the same paired rule, above 0.
+  F3 attention lead  the attention share (the layer with the largest share at the end) leaves
+                     its plateau band for good before the drop (`progress.plateau_leads`,
+                     chapter 07's lead rule): the lead in steps, a seed without one counting
+                     0; the mean over seeds must lie above 0 by more than 2 s.e.
+  F4 intervention    from the sweep: the mean drop step of a row/column bias over the
+                     unbiased one's must lie below 1 (F4a), and the control's (bias toward
+                     the other keys) above 1 (F4b), beyond 2 s.e. (delta method over seeds)
+                     and the rule's 10 % margin. A run that did not drop counts at its last
+                     step, a lower bound on its drop (it can only make a plateau look
+                     shorter, so it decides F4b one way only: the reading says so).
+  F5 LLMs            not testable here.
+
+"Plateau" is the mean over the checkpoints in the second half of the steps before the drop
+(the first half is the start of training); "after" is the run's last checkpoint, at least
+AFTER_MIN steps past the drop (the book's seeds 2 and 3 stop 1 000 steps after it).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analyses import plateau, progress
+from ..core.metrics import find_drop
+from ..core.runs import load_metrics
+from .scorecard import claim
+
+CHAPTER = "07_beyond"
+SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
+AFTER_MIN = 500    # the "after" checkpoint lies at least this many steps past the drop
+BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep's settings F4 compares
+
+
+# --- the measures over training ------------------------------------------------------------------
+
+def curves(ch) -> pd.DataFrame:
+    """`plateau.plateau_table` of every seed's run (`analysis.seeds`, as chapter 07's first
+    part trains them), one row per (seed, checkpoint), with the seed's drop step. The steps
+    skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
+    from ..core.train import train_seeds
+
+    frames, skipped = [], {}
+    for seed, run_dir in train_seeds(ch.cfg, ch.run_dir).items():
+        t = plateau.plateau_table(run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices,
+                                  seed=ch.cfg.analysis.seed)
+        skipped[seed] = t.attrs["skipped"]
+        drop = find_drop(load_metrics(run_dir), rank=ch.cfg.data.rank)
+        frames.append(t.assign(seed=seed, drop=drop if drop is not None else math.nan))
+    table = pd.concat(frames, ignore_index=True)
+    table.attrs["skipped"] = skipped
+    return table
+
+
+def last_layer(table: pd.DataFrame, prefix: str) -> str:
+    """The column of the last hidden state or layer among `prefix` + L{l} (collapse_L4, share_L3)."""
+    cols = [c for c in table.columns if c.startswith(prefix + "_L")]
+    if not cols:
+        raise ValueError(f"the table has no {prefix}_L* column")
+    return max(cols, key=lambda c: int(c.rsplit("L", 1)[1]))
+
+
+def phases(table: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """Per seed: `plateau` (mean of `measure` over the checkpoints in [drop/2, drop)), `after`
+    (its value at the last checkpoint, NaN unless that is AFTER_MIN past the drop) and
+    their difference; NaN throughout for a seed without a drop."""
+    rows = []
+    for seed, t in table.groupby("seed"):
+        drop = float(t["drop"].iloc[0])
+        if not np.isfinite(drop):
+            rows.append({"seed": seed, "plateau": math.nan, "after": math.nan, "change": math.nan})
+            continue
+        on = t[(t["step"] >= drop / 2) & (t["step"] < drop)][measure]
+        last = t.sort_values("step").iloc[-1]
+        after = float(last[measure]) if last["step"] >= drop + AFTER_MIN else math.nan
+        p = float(on.mean()) if len(on) else math.nan
+        rows.append({"seed": seed, "plateau": p, "after": after, "change": p - after})
+    return pd.DataFrame(rows)
+
+
+def _mean_se(values) -> tuple[float | None, float | None, int]:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if not len(v):
+        return None, None, 0
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None, len(v)
+
+
+def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, sense: str, what: str) -> dict:
+    ph = phases(table, measure)
+    mean, se, k = _mean_se(ph["change"])
+    reading = (f"plateau − after = {mean:+.3g}" + (f" ± {se:.2g}" if se is not None else "")
+               + f" (mean ± s.e. over {k} seed{'s' if k != 1 else ''}; {measure}); the follow-up: {what}"
+               if mean is not None else f"no seed with both a plateau and an after value; the follow-up: {what}")
+    return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="direction", reference=0.0, sense=sense, se=se,
+                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: "
+                                        "no error over seeds")
+
+
+def repetition_row(table: pd.DataFrame) -> dict:
+    """F1: the masked outputs' spread ratio is lower on the plateau than after the drop."""
+    return _paired_row("F1", "repetition analogue: masked spread ratio, plateau − after", table,
+                       measure="spread_ratio", sense="below", what="outputs repeat on the plateau (Fig. 2), a bias its token-level measure sees "
+                       "beyond what the loss rewards; here a spread this low is what the loss asks of a model "
+                       "that cannot yet compute")
+
+
+def collapse_row(table: pd.DataFrame) -> dict:
+    """F2: the last hidden state's collapse is higher on the plateau than after the drop."""
+    return _paired_row("F2", "representation collapse: cosine of masked entries' last hidden states, plateau − after",
+                       table, measure=last_layer(table, "collapse"), sense="above",
+                       what="hidden states nearly parallel on the plateau (Fig. 2, Figs. 41-42)")
+
+
+def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
+    """F3: attention progress leads the drop (chapter 07's lead rule on the share of the
+    layer whose share is largest at the end of the book's run)."""
+    last = table[table["seed"] == table["seed"].min()].sort_values("step").iloc[-1]
+    shares = [c for c in table.columns if c.startswith("share_L")]
+    measure = max(shares, key=lambda c: last[c])
+    leads = []
+    for s, t in table.groupby("seed"):
+        drop = float(t["drop"].iloc[0])
+        if not np.isfinite(drop):
+            continue
+        r = progress.plateau_leads(t[["step", measure]], drop, seed=seed).iloc[0]
+        leads.append(float(r["lead"]) if np.isfinite(r["lead"]) else 0.0)
+    mean, se, k = _mean_se(leads)
+    reading = (f"{measure} leaves its plateau band {mean:,.0f}" + (f" ± {se:,.0f}" if se is not None else "")
+               + f" steps before the drop (mean ± s.e. over {k} seeds, a seed without a lead counting 0)"
+               if mean is not None else "no seed dropped")
+    return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
+                 reading + "; the follow-up: hidden progress in attention before the drop (Fig. 2)",
+                 kind="direction", reference=0.0, sense="above", se=se,
+                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a drop: no error over seeds")
+
+
+# --- the intervention (the sweep's table) ---------------------------------------------------------
+
+def sweep_drops(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: seeds, dropped, mean drop step (a run without a drop at its last step,
+    a lower bound) and its s.e. over seeds."""
+    rows = []
+    for setting, t in sweep.groupby("setting"):
+        steps = t["drop_step"].where(t["drop_step"].notna(), t["steps_run"]).astype(float)
+        rows.append({"setting": setting, "seeds": len(t), "dropped": int(t["drop_step"].notna().sum()),
+                     "drop_mean": float(steps.mean()),
+                     "drop_se": float(steps.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else math.nan,
+                     "final_L_mask": float(t["final_L_mask"].mean())})
+    return pd.DataFrame(rows)
+
+
+def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sense: str, what: str) -> dict:
+    d = drops.set_index("setting")
+    missing = [s for s in (setting, UNBIASED) if s not in d.index or d.loc[s, "seeds"] < 2]
+    if missing:
+        return claim(id, f"{quantity} ({SOURCE})", None, f"the follow-up: {what}", kind="direction", reference=1.0,
+                     sense=sense, na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
+                                     "(docs/data/attention_bias.csv)")
+    a, b = d.loc[setting], d.loc[UNBIASED]
+    ratio = a["drop_mean"] / b["drop_mean"]
+    se = ratio * math.sqrt((a["drop_se"] / a["drop_mean"]) ** 2 + (b["drop_se"] / b["drop_mean"]) ** 2)
+    censored = int(a["seeds"] - a["dropped"]) + int(b["seeds"] - b["dropped"])
+    reading = (f"mean drop {a['drop_mean']:,.0f} ({setting}, {int(a['dropped'])}/{int(a['seeds'])} dropped) over "
+               f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
+               + (f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
+                  "(a lower bound)" if censored else "") + f"; the follow-up: {what}")
+    return claim(id, f"{quantity} ({SOURCE})", float(ratio), reading, kind="direction", reference=1.0,
+                 sense=sense, se=float(se))
+
+
+def intervention_rows(sweep: pd.DataFrame | None) -> list[dict]:
+    """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it)."""
+    drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
+    return [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
+                       setting=BIASED, sense="below", what="a bias toward the optimal keys (c > 1) shortens the plateau (Figs. 3-4)"),
+            _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
+                       setting=CONTROL, sense="above", what="a bias away from them (c < 1) lengthens it (Figs. 3-4)")]
+
+
+def llm_row() -> dict:
+    return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
+                 "the follow-up: Pythia and OLMo checkpoints (Fig. 8, Figs. 23-25)", kind="direction",
+                 reference=0.0, sense="above",
+                 na="not testable here: this project trains no language model and reads no LLM checkpoint")
+
+
+def read_sweep(path: str | Path) -> pd.DataFrame | None:
+    """The sweep's committed table, or None when it does not exist yet."""
+    path = Path(path)
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> list[dict]:
+    """The part's scorecard rows, F1-F5 (the module docstring gives each rule)."""
+    return [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
+            *intervention_rows(sweep), llm_row()]

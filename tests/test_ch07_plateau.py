@@ -1,0 +1,93 @@
+"""Chapter 07's second part (mclib/book/ch07_plateau.py): every row of the follow-up's claims
+comes out each way on tables made to order, and a claim with nothing to test reads n/a."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from mclib.book import ch07_plateau as part
+from mclib.book import scorecard
+
+DROP = {1: 6000, 2: 5000, 3: 7000}
+
+
+def _table(plateau: dict, after: dict, lead: bool = False, seeds=(1, 2, 3), noise=0.005) -> pd.DataFrame:
+    """Checkpoints every 250 steps up to drop + 1 000; each measure sits at its plateau value
+    before the drop and at its after value from the drop on. With `lead`, the share measures
+    reach their after value at 80 % of the drop instead (a lead of 20 % of the plateau)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for s in seeds:
+        drop = DROP[s]
+        for step in range(250, drop + 1001, 250):
+            row = {"step": step, "seed": s, "drop": float(drop)}
+            for m in plateau:
+                moved = step >= (0.8 * drop if lead and m.startswith("share") else drop)
+                row[m] = (after[m] if moved else plateau[m]) + noise * rng.standard_normal()
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+LOW = {"collapse_L0": 0.2, "collapse_L2": 0.3, "spread_ratio": 0.1, "share_L0": 0.32, "share_L1": 0.3}
+HIGH = {"collapse_L0": 0.2, "collapse_L2": 0.9, "spread_ratio": 0.9, "share_L0": 0.32, "share_L1": 0.7}
+
+
+def _verdict(tmp_path, row):
+    return scorecard.record(tmp_path, **row, chapter="t")["verdict"]
+
+
+def test_collapse_row_each_way(tmp_path):
+    collapsed = {**LOW, "collapse_L2": 0.9}
+    spread_out = {**LOW, "collapse_L2": 0.3}
+    row = part.collapse_row(_table(collapsed, spread_out))
+    assert "collapse_L2" in row["reading"] and part.SOURCE in row["quantity"]
+    assert row["ours"] == pytest.approx(0.6, abs=0.01) and _verdict(tmp_path, row) == "same direction"
+    assert _verdict(tmp_path, part.collapse_row(_table(spread_out, collapsed))) == "differs"
+
+
+def test_repetition_row_each_way(tmp_path):
+    repeats = {**LOW, "spread_ratio": 0.1}
+    spreads = {**LOW, "spread_ratio": 0.9}
+    assert _verdict(tmp_path, part.repetition_row(_table(repeats, spreads))) == "same direction"
+    assert _verdict(tmp_path, part.repetition_row(_table(spreads, repeats))) == "differs"
+
+
+def test_attention_lead_row_each_way(tmp_path):
+    row = part.attention_lead_row(_table(LOW, HIGH, lead=True))
+    assert row["reading"].startswith("share_L1 leaves its plateau band") and row["ours"] > 0
+    assert _verdict(tmp_path, row) == "same direction"
+    at_drop = part.attention_lead_row(_table(LOW, HIGH, lead=False))
+    assert at_drop["ours"] == 0 and _verdict(tmp_path, at_drop) == "differs"
+
+
+def test_a_row_with_one_seed_is_not_judged(tmp_path):
+    row = part.collapse_row(_table(HIGH, LOW, seeds=(1,)))
+    assert _verdict(tmp_path, row) == "n/a" and "no error over seeds" in row["na"]
+
+
+def _sweep(drops: dict) -> pd.DataFrame:
+    """{setting: [drop or None per seed]} -> rows as mclib.core.sweep writes them (cap 16 000)."""
+    return pd.DataFrame([{"setting": s, "seed": i + 1, "drop_step": d, "steps_run": 16000 if d is None else d + 2000,
+                          "final_L_mask": 0.01} for s, ds in drops.items() for i, d in enumerate(ds)])
+
+
+def test_intervention_rows_each_way(tmp_path):
+    base = [9000, 9500, 10000]
+    shorter = _sweep({"bias0": base, part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, 15000]})
+    a, b = part.intervention_rows(shorter)
+    assert _verdict(tmp_path, a) == "same direction" and _verdict(tmp_path, b) == "same direction"
+    assert "2 runs without a drop counted at the last step" in b["reading"]
+    longer = _sweep({"bias0": base, part.BIASED: [12000, 13000, 14000], part.CONTROL: [5000, 5500, 6000]})
+    a, b = part.intervention_rows(longer)
+    assert _verdict(tmp_path, a) == "differs" and _verdict(tmp_path, b) == "differs"
+
+
+def test_intervention_rows_without_the_sweep_rows_are_n_a(tmp_path):
+    for sweep in (None, _sweep({"bias0": [9000, 9500], part.BIASED: [3000]})):
+        a, b = part.intervention_rows(sweep)
+        assert _verdict(tmp_path, a) == _verdict(tmp_path, b) == "n/a"
+        assert part.BIASED in a["na"] and "attention_bias.csv" in a["na"]
+
+
+def test_llm_row_is_not_testable_here(tmp_path):
+    row = part.llm_row()
+    assert _verdict(tmp_path, row) == "n/a" and row["na"].startswith("not testable here")
