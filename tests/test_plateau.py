@@ -70,7 +70,8 @@ def test_spread_ratio_is_one_for_the_truth_zero_for_one_value_and_scales_with_th
     assert const["spread_ratio"] == pytest.approx(0.0, abs=1e-12)
     half = masked_spread(Stub(output=lambda tokens: 0.5 * x + 3.0), b)
     assert half["spread_ratio"] == pytest.approx(0.5, abs=1e-6)  # float32 outputs
-    noisy = masked_spread(Stub(output=lambda tokens: x + torch.randn(x.shape, generator=torch.Generator().manual_seed(2))), b)
+    jitter = torch.randn(x.shape, generator=torch.Generator().manual_seed(2))
+    noisy = masked_spread(Stub(output=lambda tokens: x + jitter), b)
     assert noisy["spread_ratio"] > 1 and noisy["se"] > 0
 
 

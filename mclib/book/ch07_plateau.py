@@ -114,9 +114,10 @@ def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, se
 def repetition_row(table: pd.DataFrame) -> dict:
     """F1: the masked outputs' spread ratio is lower on the plateau than after the drop."""
     return _paired_row("F1", "repetition analogue: masked spread ratio, plateau − after", table,
-                       measure="spread_ratio", sense="below", what="outputs repeat on the plateau (Fig. 2), a bias its token-level measure sees "
-                       "beyond what the loss rewards; here a spread this low is what the loss asks of a model "
-                       "that cannot yet compute")
+                       measure="spread_ratio", sense="below",
+                       what="outputs repeat on the plateau (Fig. 2), a bias its token-level measure sees "
+                            "beyond what the loss rewards; here a spread this low is what the loss asks of a "
+                            "model that cannot yet compute")
 
 
 def collapse_row(table: pd.DataFrame) -> dict:
@@ -187,7 +188,8 @@ def intervention_rows(sweep: pd.DataFrame | None) -> list[dict]:
     """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it)."""
     drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
     return [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
-                       setting=BIASED, sense="below", what="a bias toward the optimal keys (c > 1) shortens the plateau (Figs. 3-4)"),
+                       setting=BIASED, sense="below",
+                       what="a bias toward the optimal keys (c > 1) shortens the plateau (Figs. 3-4)"),
             _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
                        setting=CONTROL, sense="above", what="a bias away from them (c < 1) lengthens it (Figs. 3-4)")]
 
