@@ -118,3 +118,41 @@ def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path,
     row = plateau_measures(build_model(smoke_profile.model, smoke_profile.data.n, 1),
                            sample_eval_batch(smoke_profile.data, 8, 0))
     assert set(t.columns) == {"step", *row}
+
+
+def test_measure_sweep_measures_each_finished_run_once(tmp_path):
+    import textwrap
+
+    import pandas as pd
+
+    from mclib.analyses.plateau import measure_sweep
+    from mclib.core.sweep import append_row, load_sweep, summarise
+    from mclib.core.train import train
+
+    sweep = tmp_path / "bias.yaml"
+    sweep.write_text(textwrap.dedent("""\
+        base: smoke
+        seeds: [1]
+        settings:
+          - {name: bias0, overrides: {}}
+          - {name: rowcol-2, overrides: {model.attn_bias: 2.0}}
+    """))
+    runs, results, out = tmp_path / "runs", tmp_path / "bias.csv", tmp_path / "measures.csv"
+    todo = load_sweep(sweep, runs)
+    for run in todo:
+        train(run.profile, run.run_dir, progress=False)
+    assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 0 and not out.exists()  # no row yet
+    append_row(results, summarise(todo[1]))
+    assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 1
+    t = pd.read_csv(out)
+    assert set(t["setting"]) == {"rowcol-2"} and (t["attn_bias"] == 2.0).all()
+    assert t["step"].tolist() == saved_steps(todo[1].run_dir) and t["share_L0"].notna().all()
+    append_row(results, summarise(todo[0]))
+    assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 1
+    assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 0
+    t = pd.read_csv(out)
+    assert t.groupby("setting").size().to_dict() == {s: len(saved_steps(r.run_dir)) for s, r in
+                                                      zip(("bias0", "rowcol-2"), todo)}
+    # the bias shows in the measure it acts on: more mass on row and column keys at every checkpoint
+    first = t.groupby("setting")["share_L0"].mean()
+    assert first["rowcol-2"] > first["bias0"] + 0.1

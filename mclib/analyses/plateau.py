@@ -170,3 +170,37 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
     table = pd.DataFrame(rows)
     table.attrs["skipped"] = skipped
     return table
+
+
+def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, runs: str | Path = "runs/sweep",
+                  *, n_matrices: int = 256, seed: int = 0) -> int:
+    """`plateau_table` of every run of a sweep that has its row in `results` and none yet in
+    `out`, on one fixed batch per run (`n_matrices`, `seed`); its rows, with the run's
+    setting, seed, bias and drop step, are added to the CSV `out` (rewritten whole, atomically).
+    Returns how many runs it measured. The sweep's runs keep every checkpoint when the base
+    profile says `checkpoints.keep: all` (the cpu profile does)."""
+    from ..core.metrics import find_drop
+    from ..core.runs import drop_column, load_metrics, write_atomic
+    from ..core.sweep import finished, load_sweep
+
+    out = Path(out)
+    todo = load_sweep(sweep_file, runs)
+    have = finished(Path(results), todo)
+    old = pd.read_csv(out) if out.is_file() else pd.DataFrame(columns=["setting", "seed"])
+    measured = set(zip(old["setting"].astype(str), old["seed"].astype(int)))
+    frames = []
+    for run in todo:
+        if (run.sweep, run.setting, run.seed) not in have or (run.setting, run.seed) in measured:
+            continue
+        p = run.profile
+        drop = find_drop(load_metrics(run.run_dir), rank=p.data.rank, column=drop_column(p))
+        t = plateau_table(run.run_dir, p.data, n_matrices=n_matrices, seed=seed)
+        frames.append(t.assign(setting=run.setting, seed=run.seed, attn_bias=p.model.attn_bias,
+                               attn_bias_target=p.model.attn_bias_target, drop_step=drop))
+    if frames:
+        table = pd.concat([old, *frames], ignore_index=True) if len(old) else pd.concat(frames, ignore_index=True)
+        lead = ["setting", "seed", "attn_bias", "attn_bias_target", "drop_step", "step"]
+        table = table[lead + [c for c in table.columns if c not in lead]]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, lambda tmp: table.to_csv(tmp, index=False))
+    return len(frames)
