@@ -1,11 +1,14 @@
-"""Chapter 07, second part: the plateau through the authors' 2025 follow-up (issue 39;
-docs/protocol.md §5). Its tables and its scorecard rows; the measures themselves are
+"""The plateau through the authors' 2025 follow-up (issue 39; docs/protocol.md §5), for a
+second part of chapter 07 (its rows are recorded under chapter 07; the notebook does not
+call this module yet). Its tables and its scorecard rows; the measures themselves are
 `mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
 docs/data/attention_bias.csv).
 
 Each of the follow-up's claims (protocol §5.3) becomes one row, judged by the scorecard's
 direction rule (`scorecard.direction`) with the error over seeds; the rows' source is the
-follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list):
+follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list; its figures
+are cited as "its figure N", by the numbers of the follow-up's code README, so that they
+are not read as the 2024 paper's):
 
   F1 repetition      the masked outputs' spread ratio is lower on the plateau than after
                      the drop: per seed, plateau value minus after value; their mean over
@@ -115,7 +118,7 @@ def repetition_row(table: pd.DataFrame) -> dict:
     """F1: the masked outputs' spread ratio is lower on the plateau than after the drop."""
     return _paired_row("F1", "repetition analogue: masked spread ratio, plateau − after", table,
                        measure="spread_ratio", sense="below",
-                       what="outputs repeat on the plateau (Fig. 2), a bias its token-level measure sees "
+                       what="outputs repeat on the plateau (its figure 2), a bias its token-level measure sees "
                             "beyond what the loss rewards; here a spread this low is what the loss asks of a "
                             "model that cannot yet compute")
 
@@ -124,7 +127,7 @@ def collapse_row(table: pd.DataFrame) -> dict:
     """F2: the last hidden state's collapse is higher on the plateau than after the drop."""
     return _paired_row("F2", "representation collapse: cosine of masked entries' last hidden states, plateau − after",
                        table, measure=last_layer(table, "collapse"), sense="above",
-                       what="hidden states nearly parallel on the plateau (Fig. 2, Figs. 41-42)")
+                       what="hidden states nearly parallel on the plateau (its figures 2, 41-42)")
 
 
 def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
@@ -145,7 +148,7 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
                + f" steps before the drop (mean ± s.e. over {k} seeds, a seed without a lead counting 0)"
                if mean is not None else "no seed dropped")
     return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
-                 reading + "; the follow-up: hidden progress in attention before the drop (Fig. 2)",
+                 reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
                  kind="direction", reference=0.0, sense="above", se=se,
                  na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a drop: no error over seeds")
 
@@ -189,14 +192,15 @@ def intervention_rows(sweep: pd.DataFrame | None) -> list[dict]:
     drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
     return [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
                        setting=BIASED, sense="below",
-                       what="a bias toward the optimal keys (c > 1) shortens the plateau (Figs. 3-4)"),
+                       what="a bias toward the optimal keys (c > 1) shortens the plateau (its figures 3-4)"),
             _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
-                       setting=CONTROL, sense="above", what="a bias away from them (c < 1) lengthens it (Figs. 3-4)")]
+                       setting=CONTROL, sense="above",
+                       what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
 
 
 def llm_row() -> dict:
     return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
-                 "the follow-up: Pythia and OLMo checkpoints (Fig. 8, Figs. 23-25)", kind="direction",
+                 "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="direction",
                  reference=0.0, sense="above",
                  na="not testable here: this project trains no language model and reads no LLM checkpoint")
 
@@ -207,7 +211,13 @@ def read_sweep(path: str | Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
 
-def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> list[dict]:
-    """The part's scorecard rows, F1-F5 (the module docstring gives each rule)."""
-    return [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
+def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict, list[dict]]:
+    """The part's glue (the checkpoints skipped, the sweep's rows) and its scorecard rows,
+    F1-F5 (the module docstring gives each rule)."""
+    skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
+    glue = {"followup_skipped": ("; ".join(f"seed {s}: step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                                           for s, v in skipped.items()) or "none"),
+            "followup_sweep_rows": 0 if sweep is None else len(sweep)}
+    rows = [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
             *intervention_rows(sweep), llm_row()]
+    return glue, rows

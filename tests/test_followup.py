@@ -1,10 +1,10 @@
-"""Chapter 07's second part (mclib/book/ch07_plateau.py): every row of the follow-up's claims
+"""Chapter 07's second part (mclib/book/followup.py): every row of the follow-up's claims
 comes out each way on tables made to order, and a claim with nothing to test reads n/a."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from mclib.book import ch07_plateau as part
+from mclib.book import followup as part
 from mclib.book import scorecard
 
 DROP = {1: 6000, 2: 5000, 3: 7000}
@@ -91,3 +91,14 @@ def test_intervention_rows_without_the_sweep_rows_are_n_a(tmp_path):
 def test_llm_row_is_not_testable_here(tmp_path):
     row = part.llm_row()
     assert _verdict(tmp_path, row) == "n/a" and row["na"].startswith("not testable here")
+
+
+def test_readings_give_five_claims_and_name_the_skipped_checkpoints():
+    from types import SimpleNamespace
+
+    ch = SimpleNamespace(cfg=SimpleNamespace(analysis=SimpleNamespace(seed=0)))
+    table = _table(HIGH, LOW)
+    table.attrs["skipped"] = {1: [], 2: [1500, 2000]}
+    glue, rows = part.readings(ch, table, None)
+    assert [r["id"] for r in rows] == ["F1", "F2", "F3", "F4a", "F4b", "F5"]
+    assert glue == {"followup_skipped": "seed 2: steps 1500, 2000", "followup_sweep_rows": 0}
