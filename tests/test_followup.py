@@ -102,3 +102,35 @@ def test_readings_give_five_claims_and_name_the_skipped_checkpoints():
     glue, rows = part.readings(ch, table, None)
     assert [r["id"] for r in rows] == ["F1", "F2", "F3", "F4a", "F4b", "F5"]
     assert glue == {"followup_skipped": "seed 2: steps 1500, 2000", "followup_sweep_rows": 0}
+
+
+def test_strength_table_reads_the_sweep_and_the_measures():
+    sweep = _sweep({"bias0": [9000, 10000, None], part.BIASED: [3000, 4000, 5000]})
+    sweep["plateau_L_mask"], sweep["attn_bias"] = 0.11, [0.0] * 3 + [2.303] * 3
+    sweep["attn_bias_target"] = "row_col"
+    measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
+                          _table(LOW, LOW).assign(setting=part.BIASED)]).rename(columns={"drop": "drop_step"})
+    t = part.strength_table(sweep, measures).set_index("setting")
+    assert t.loc["bias0", "dropped"] == 2 and t.loc["bias0", "drop_step"] == pytest.approx((9000 + 10000 + 16000) / 3)
+    assert t.loc[part.BIASED, "drop_step"] == pytest.approx(4000) and t.loc[part.BIASED, "drop_se"] == pytest.approx(
+        1000 / np.sqrt(3))
+    assert t.loc["bias0", "collapse_plateau"] == pytest.approx(0.9, abs=0.01)
+    assert t.loc["bias0", "collapse_end"] == pytest.approx(0.3, abs=0.02)
+    assert t.loc[part.BIASED, "collapse_plateau"] == pytest.approx(0.3, abs=0.01)
+    assert "collapse_end" not in part.strength_table(sweep).columns  # no measures: no collapse columns
+
+
+def test_the_figures_draw_every_setting_and_strength():
+    measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
+                          _table(LOW, LOW).assign(setting=part.BIASED)]).rename(columns={"drop": "drop_step"})
+    measures["share_chance"] = 0.32
+    fig = part.measures_figure(measures)
+    assert len(fig.axes) == 3 and all(len(ax.get_legend_handles_labels()[1]) in (0, 2) for ax in fig.axes)
+    assert fig.axes[0].get_legend_handles_labels()[1] == ["bias0", part.BIASED]
+    sweep = _sweep({"bias0": [9000, 10000], part.BIASED: [3000, 4000], part.CONTROL: [12000, None]})
+    sweep["plateau_L_mask"] = 0.11
+    sweep["attn_bias"] = [0.0, 0.0, 2.303, 2.303, 2.303, 2.303]
+    sweep["attn_bias_target"] = ["row_col"] * 4 + ["other"] * 2
+    fig = part.strength_figure(part.strength_table(sweep, measures))
+    assert len(fig.axes) == 3 and fig.axes[0].get_legend_handles_labels()[1] == ["toward row_col keys",
+                                                                                 "toward other keys"]

@@ -134,14 +134,17 @@ def attention_share(model, batch) -> pd.DataFrame:
 
 def plateau_measures(model, batch) -> dict[str, float]:
     """The three measures of one model as one flat row: collapse_L{l} and collapse_se_L{l}
-    per hidden state, spread_ratio and spread_se, share_L{l} and share_se_L{l} per layer."""
+    per hidden state, spread_ratio and spread_se, share_L{l} and share_se_L{l} per layer,
+    share_chance (the share of uniform attention)."""
     row = {}
     for r in representation_collapse(model, batch).itertuples():
         row[f"collapse_L{r.layer}"], row[f"collapse_se_L{r.layer}"] = r.cosine, r.se
     spread = masked_spread(model, batch)
     row["spread_ratio"], row["spread_se"] = spread["spread_ratio"], spread["se"]
-    for r in attention_share(model, batch).itertuples():
+    share = attention_share(model, batch)
+    for r in share.itertuples():
         row[f"share_L{r.layer}"], row[f"share_se_L{r.layer}"] = r.share, r.se
+    row["share_chance"] = float(share["chance"].iloc[0])
     return row
 
 

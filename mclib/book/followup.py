@@ -198,6 +198,96 @@ def intervention_rows(sweep: pd.DataFrame | None) -> list[dict]:
                        what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
 
 
+def _mean_and_se(values: pd.Series) -> tuple[float, float]:
+    v = values.dropna().astype(float)
+    return (float(v.mean()) if len(v) else math.nan,
+            float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
+
+
+def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The intervention against its strength, one row per setting of the sweep: bias,
+    target, seeds, dropped, the drop step (mean and s.e. over seeds; a run without a drop at
+    its last step, a lower bound), the plateau's and the end's L_mask (the sweep's
+    `plateau_L_mask` and `final_L_mask`, the mean over each run's last 10 % of steps) and,
+    with the measures table (`plateau.measure_sweep`), the last hidden state's collapse on
+    the plateau and at each run's last checkpoint (`phases`)."""
+    drops = sweep_drops(sweep).set_index("setting")
+    rows = []
+    for setting, t in sweep.groupby("setting", sort=False):
+        first = t.iloc[0]
+        row = {"setting": setting, "attn_bias": float(first.get("attn_bias", 0.0)),
+               "target": first.get("attn_bias_target", "row_col"), "seeds": len(t),
+               "dropped": int(drops.loc[setting, "dropped"]), "drop_step": drops.loc[setting, "drop_mean"],
+               "drop_se": drops.loc[setting, "drop_se"]}
+        for col in ("plateau_L_mask", "final_L_mask"):
+            row[col], row[col + "_se"] = _mean_and_se(t[col])
+        if measures is not None and (measures["setting"] == setting).any():
+            m = measures[measures["setting"] == setting].rename(columns={"drop_step": "drop"})
+            ph = phases(m.assign(drop=m["drop"].astype(float)), last_layer(m, "collapse"))
+            ends = m.sort_values("step").groupby("seed").tail(1)[last_layer(m, "collapse")]
+            row["collapse_plateau"], row["collapse_plateau_se"] = _mean_and_se(ph["plateau"])
+            row["collapse_end"], row["collapse_end_se"] = _mean_and_se(ends)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def measures_figure(measures: pd.DataFrame):
+    """Three panels over training, one line per setting (mean over its seeds at each
+    checkpoint, shaded ± s.e. where two seeds or more have it): the last hidden state's
+    collapse, the masked spread ratio, and the attention share of the layer with the most;
+    a dashed line at each setting's mean drop step."""
+    import matplotlib.pyplot as plt
+
+    from ..core.sweep import setting_colours
+    from .plots import closed
+
+    collapse = last_layer(measures, "collapse")
+    shares = [c for c in measures.columns if c.startswith("share_L")]
+    data = measures.assign(share_max=measures[shares].max(axis=1))
+    panels = ((collapse, f"collapse ({collapse}: cosine of masked entries)"),
+              ("spread_ratio", "masked spread ratio (repetition analogue)"),
+              ("share_max", "row+column attention share (largest layer)"))
+    colours = setting_colours(list(dict.fromkeys(data["setting"])))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+    for ax, (col, title) in zip(axes, panels):
+        for setting, t in data.groupby("setting", sort=False):
+            g = t.groupby("step")[col]
+            mean, se = g.mean(), g.std(ddof=1) / np.sqrt(g.count())
+            ax.plot(mean.index, mean.values, color=colours[setting], label=setting)
+            ok = g.count() >= 2
+            ax.fill_between(mean.index[ok], (mean - se)[ok], (mean + se)[ok], color=colours[setting], alpha=0.2)
+            drop = t.groupby("seed")["drop_step"].first().astype(float).mean()
+            if np.isfinite(drop):
+                ax.axvline(drop, color=colours[setting], ls="--", lw=0.8)
+        ax.set(title=title, xlabel="step")
+    if "share_chance" in measures:
+        axes[-1].axhline(float(measures["share_chance"].iloc[0]), color="grey", lw=0.5, ls=":")  # uniform attention
+    axes[0].legend(fontsize=8)
+    return closed(fig)
+
+
+def strength_figure(table: pd.DataFrame):
+    """The intervention against its strength: drop step, final L_mask and (with measures)
+    the last hidden state's collapse at the end, mean ± s.e. over seeds, one marker per
+    target (row and column; the other keys)."""
+    import matplotlib.pyplot as plt
+
+    from .plots import closed
+
+    cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
+    if "collapse_end" in table:
+        cols.append(("collapse_end", "collapse at the end"))
+    fig, axes = plt.subplots(1, len(cols), figsize=(5 * len(cols), 4), constrained_layout=True)
+    for ax, (col, title) in zip(np.atleast_1d(axes), cols):
+        for target, marker in (("row_col", "o"), ("other", "s")):
+            t = table[(table["target"] == target) | (table["attn_bias"] == 0)].sort_values("attn_bias")
+            se = t[col.replace("_step", "") + "_se"] if col == "drop_step" else t[col + "_se"]
+            ax.errorbar(t["attn_bias"], t[col], yerr=se, marker=marker, capsize=3, label=f"toward {target} keys")
+        ax.set(title=title, xlabel="bias strength b (factor e^b)")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    return closed(fig)
+
+
 def llm_row() -> dict:
     return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
                  "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="direction",
