@@ -134,3 +134,15 @@ def test_the_figures_draw_every_setting_and_strength():
     fig = part.strength_figure(part.strength_table(sweep, measures))
     assert len(fig.axes) == 3 and fig.axes[0].get_legend_handles_labels()[1] == ["toward row_col keys",
                                                                                  "toward other keys"]
+
+
+def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
+    """The smoke run (no drop): the measures are read at every checkpoint, and no claim that
+    needs a drop is judged."""
+    from mclib.core.runs import saved_steps
+
+    table = part.curves(ch, {ch.cfg.seed: smoke_run})
+    assert table["step"].tolist() == saved_steps(smoke_run) and table["drop"].isna().all()
+    glue, rows = part.readings(ch, table, None)
+    assert glue["followup_skipped"] == "none"
+    assert {_verdict(tmp_path, r) for r in rows} == {"n/a"}

@@ -52,14 +52,17 @@ BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep'
 
 # --- the measures over training ------------------------------------------------------------------
 
-def curves(ch) -> pd.DataFrame:
-    """`plateau.plateau_table` of every seed's run (`analysis.seeds`, as chapter 07's first
-    part trains them), one row per (seed, checkpoint), with the seed's drop step. The steps
-    skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
-    from ..core.train import train_seeds
+def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
+    """`plateau.plateau_table` of every seed's run (`run_dirs`, {seed: folder}; None: the runs
+    of `analysis.seeds`, as chapter 07's first part trains them), one row per (seed,
+    checkpoint), with the seed's drop step (NaN without one). The steps skipped (no model to
+    read) are in `attrs["skipped"]`, {seed: [steps]}."""
+    if run_dirs is None:
+        from ..core.train import train_seeds
 
+        run_dirs = train_seeds(ch.cfg, ch.run_dir)
     frames, skipped = [], {}
-    for seed, run_dir in train_seeds(ch.cfg, ch.run_dir).items():
+    for seed, run_dir in run_dirs.items():
         t = plateau.plateau_table(run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices,
                                   seed=ch.cfg.analysis.seed)
         skipped[seed] = t.attrs["skipped"]
