@@ -19,7 +19,7 @@ def _table(plateau: dict, after: dict, lead: bool = False, seeds=(1, 2, 3), nois
     for s in seeds:
         drop = DROP[s]
         for step in range(250, drop + 1001, 250):
-            row = {"step": step, "seed": s, "drop": float(drop)}
+            row = {"step": step, "seed": s, "drop_step": float(drop)}
             for m in plateau:
                 moved = step >= (0.8 * drop if lead and m.startswith("share") else drop)
                 row[m] = (after[m] if moved else plateau[m]) + noise * rng.standard_normal()
@@ -109,7 +109,7 @@ def test_strength_table_reads_the_sweep_and_the_measures():
     sweep["plateau_L_mask"], sweep["attn_bias"] = 0.11, [0.0] * 3 + [2.303] * 3
     sweep["attn_bias_target"] = "row_col"
     measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
-                          _table(LOW, LOW).assign(setting=part.BIASED)]).rename(columns={"drop": "drop_step"})
+                          _table(LOW, LOW).assign(setting=part.BIASED)])
     t = part.strength_table(sweep, measures).set_index("setting")
     assert t.loc["bias0", "dropped"] == 2 and t.loc["bias0", "drop_step"] == pytest.approx((9000 + 10000 + 16000) / 3)
     assert t.loc[part.BIASED, "drop_step"] == pytest.approx(4000) and t.loc[part.BIASED, "drop_se"] == pytest.approx(
@@ -122,7 +122,7 @@ def test_strength_table_reads_the_sweep_and_the_measures():
 
 def test_the_figures_draw_every_setting_and_strength():
     measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
-                          _table(LOW, LOW).assign(setting=part.BIASED)]).rename(columns={"drop": "drop_step"})
+                          _table(LOW, LOW).assign(setting=part.BIASED)])
     measures["share_chance"] = 0.32
     fig = part.measures_figure(measures)
     assert len(fig.axes) == 3 and all(len(ax.get_legend_handles_labels()[1]) in (0, 2) for ax in fig.axes)
@@ -142,7 +142,17 @@ def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
     from mclib.core.runs import saved_steps
 
     table = part.curves(ch, {ch.cfg.seed: smoke_run})
-    assert table["step"].tolist() == saved_steps(smoke_run) and table["drop"].isna().all()
+    assert table["step"].tolist() == saved_steps(smoke_run) and table["drop_step"].isna().all()
     glue, rows = part.readings(ch, table, None)
     assert glue["followup_skipped"] == "none"
     assert {_verdict(tmp_path, r) for r in rows} == {"n/a"}
+
+
+def test_without_sweep_rows_the_part_says_how_to_make_them():
+    shown = part.sweep_shown(None)
+    assert shown.startswith("No attention-bias rows yet") and "sweeps/attention-bias.yaml" in shown
+    fig = part.strength_figure(None)
+    assert all("no sweep rows yet" in ax.get_title() for ax in fig.axes)
+    sweep = _sweep({"bias0": [9000, 10000]})
+    sweep["plateau_L_mask"] = 0.11
+    assert "bias0" in part.sweep_shown(sweep).to_html()

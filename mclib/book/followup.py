@@ -42,9 +42,14 @@ import pandas as pd
 from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
+from .reference import REPO
 from .scorecard import claim
 
 CHAPTER = "07_beyond"
+ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
+ATTENTION_BIAS_MEASURES = REPO / "docs" / "data" / "attention_bias_measures.csv"  # its runs' measures
+SWEEP_COMMAND = ("taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
+                 "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png")
 SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
 AFTER_MIN = 500    # the "after" checkpoint lies at least this many steps past the drop
 BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep's settings F4 compares
@@ -67,7 +72,7 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
                                   seed=ch.cfg.analysis.seed)
         skipped[seed] = t.attrs["skipped"]
         drop = find_drop(load_metrics(run_dir), rank=ch.cfg.data.rank)
-        frames.append(t.assign(seed=seed, drop=drop if drop is not None else math.nan))
+        frames.append(t.assign(seed=seed, drop_step=drop if drop is not None else math.nan))
     table = pd.concat(frames, ignore_index=True)
     table.attrs["skipped"] = skipped
     return table
@@ -87,7 +92,7 @@ def phases(table: pd.DataFrame, measure: str) -> pd.DataFrame:
     their difference; NaN throughout for a seed without a drop."""
     rows = []
     for seed, t in table.groupby("seed"):
-        drop = float(t["drop"].iloc[0])
+        drop = float(t["drop_step"].iloc[0])
         if not np.isfinite(drop):
             rows.append({"seed": seed, "plateau": math.nan, "after": math.nan, "change": math.nan})
             continue
@@ -141,7 +146,7 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
     measure = max(shares, key=lambda c: last[c])
     leads = []
     for s, t in table.groupby("seed"):
-        drop = float(t["drop"].iloc[0])
+        drop = float(t["drop_step"].iloc[0])
         if not np.isfinite(drop):
             continue
         r = progress.plateau_leads(t[["step", measure]], drop, seed=seed).iloc[0]
@@ -225,8 +230,8 @@ def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) ->
         for col in ("plateau_L_mask", "final_L_mask"):
             row[col], row[col + "_se"] = _mean_and_se(t[col])
         if measures is not None and (measures["setting"] == setting).any():
-            m = measures[measures["setting"] == setting].rename(columns={"drop_step": "drop"})
-            ph = phases(m.assign(drop=m["drop"].astype(float)), last_layer(m, "collapse"))
+            m = measures[measures["setting"] == setting]
+            ph = phases(m.assign(drop_step=m["drop_step"].astype(float)), last_layer(m, "collapse"))
             ends = m.sort_values("step").groupby("seed").tail(1)[last_layer(m, "collapse")]
             row["collapse_plateau"], row["collapse_plateau_se"] = _mean_and_se(ph["plateau"])
             row["collapse_end"], row["collapse_end_se"] = _mean_and_se(ends)
@@ -269,18 +274,38 @@ def measures_figure(measures: pd.DataFrame):
     return closed(fig)
 
 
-def strength_figure(table: pd.DataFrame):
+def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
+    """The sweep per setting (`strength_table`), or a sentence saying how to produce it."""
+    if sweep is None or not len(sweep):
+        return f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them."
+    table = strength_table(sweep, measures)
+    return (table.style.hide(axis="index")
+            .format({**{c: "{:.3g}" for c in table.select_dtypes("float").columns},
+                     "drop_step": "{:,.0f}", "drop_se": "{:,.0f}"}, na_rep="—")
+            .set_caption("sweeps/attention-bias.yaml, per setting: the bias strength b (the logits of the target "
+                         "keys get +b: their weight × e^b) and its target, seeds run and dropped, the drop step (mean "
+                         "and s.e. over seeds; a run without a drop counts at its last step, a lower bound), L_mask on "
+                         "the plateau and over each run's last 10 % of steps (which end 2 000 steps after the drop), "
+                         "and, where the runs were measured (scripts/plateau_measures.py), the last hidden state's "
+                         "collapse on the plateau and at the end. The `cpu` profile (5×5, rank 1) otherwise."))
+
+
+def strength_figure(table: pd.DataFrame | None):
     """The intervention against its strength: drop step, final L_mask and (with measures)
     the last hidden state's collapse at the end, mean ± s.e. over seeds, one marker per
-    target (row and column; the other keys)."""
+    target (row and column; the other keys). None: empty panels that say so."""
     import matplotlib.pyplot as plt
 
     from .plots import closed
 
     cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
-    if "collapse_end" in table:
+    if table is not None and "collapse_end" in table:
         cols.append(("collapse_end", "collapse at the end"))
     fig, axes = plt.subplots(1, len(cols), figsize=(5 * len(cols), 4), constrained_layout=True)
+    if table is None:
+        for ax, (_, title) in zip(axes, cols):
+            ax.set(title=f"{title}: no sweep rows yet", xlabel="bias strength b (factor e^b)")
+        return closed(fig)
     for ax, (col, title) in zip(np.atleast_1d(axes), cols):
         for target, marker in (("row_col", "o"), ("other", "s")):
             t = table[(table["target"] == target) | (table["attn_bias"] == 0)].sort_values("attn_bias")
