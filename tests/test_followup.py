@@ -101,7 +101,8 @@ def test_readings_give_five_claims_and_name_the_skipped_checkpoints():
     table.attrs["skipped"] = {1: [], 2: [1500, 2000]}
     glue, rows = part.readings(ch, table, None)
     assert [r["id"] for r in rows] == ["F1", "F2", "F3", "F4a", "F4b", "F5"]
-    assert glue == {"followup_skipped": "seed 2: steps 1500, 2000", "followup_sweep_rows": 0}
+    assert glue == {"followup_skipped": "seed 2: steps 1500, 2000",
+                    "followup_sweep_rows": "0 of the 15 runs it plans (5 settings, seeds 1, 2, 3)"}
 
 
 def test_strength_table_reads_the_sweep_and_the_measures():
@@ -131,7 +132,7 @@ def test_the_figures_draw_every_setting_and_strength():
     sweep["plateau_L_mask"] = 0.11
     sweep["attn_bias"] = [0.0, 0.0, 2.303, 2.303, 2.303, 2.303]
     sweep["attn_bias_target"] = ["row_col"] * 4 + ["other"] * 2
-    fig = part.strength_figure(part.strength_table(sweep, measures))
+    fig = part.strength_figure(sweep, measures)
     assert len(fig.axes) == 3 and fig.axes[0].get_legend_handles_labels()[1] == ["toward row_col keys",
                                                                                  "toward other keys"]
 
@@ -145,6 +146,7 @@ def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
     assert table["step"].tolist() == saved_steps(smoke_run) and table["drop_step"].isna().all()
     glue, rows = part.readings(ch, table, None)
     assert glue["followup_skipped"] == "none"
+    assert part.measures_figure(table).axes[0].get_legend_handles_labels()[1] == [ch.cfg.name]
     assert {_verdict(tmp_path, r) for r in rows} == {"n/a"}
 
 

@@ -1,6 +1,6 @@
-"""The plateau through the authors' 2025 follow-up (issue 39; docs/protocol.md §5), for a
-second part of chapter 07 (its rows are recorded under chapter 07; the notebook does not
-call this module yet). Its tables and its scorecard rows; the measures themselves are
+"""The plateau through the authors' 2025 follow-up (issue 39; docs/protocol.md §5): the last
+section of chapter 07 (book/07_beyond.ipynb calls this module; its rows are recorded under
+chapter 07). Its tables, figures and scorecard rows; the measures themselves are
 `mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
 docs/data/attention_bias.csv).
 
@@ -43,11 +43,12 @@ from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
 from .reference import REPO
-from .scorecard import claim
+from .scorecard import claim, recorded_table
 
 CHAPTER = "07_beyond"
 ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
 ATTENTION_BIAS_MEASURES = REPO / "docs" / "data" / "attention_bias_measures.csv"  # its runs' measures
+ATTENTION_BIAS_SWEEP = REPO / "sweeps" / "attention-bias.yaml"
 SWEEP_COMMAND = ("taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
                  "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png")
 SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
@@ -60,8 +61,9 @@ BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep'
 def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
     """`plateau.plateau_table` of every seed's run (`run_dirs`, {seed: folder}; None: the runs
     of `analysis.seeds`, as chapter 07's first part trains them), one row per (seed,
-    checkpoint), with the seed's drop step (NaN without one). The steps skipped (no model to
-    read) are in `attrs["skipped"]`, {seed: [steps]}."""
+    checkpoint), with the seed's drop step (NaN without one) and the profile's name as its
+    `setting` (as in the sweep's measures, so `measures_figure` draws either). The steps
+    skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
     if run_dirs is None:
         from ..core.train import train_seeds
 
@@ -72,7 +74,7 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
                                   seed=ch.cfg.analysis.seed)
         skipped[seed] = t.attrs["skipped"]
         drop = find_drop(load_metrics(run_dir), rank=ch.cfg.data.rank)
-        frames.append(t.assign(seed=seed, drop_step=drop if drop is not None else math.nan))
+        frames.append(t.assign(setting=ch.cfg.name, seed=seed, drop_step=drop if drop is not None else math.nan))
     table = pd.concat(frames, ignore_index=True)
     table.attrs["skipped"] = skipped
     return table
@@ -290,13 +292,16 @@ def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None
                          "collapse on the plateau and at the end. The `cpu` profile (5×5, rank 1) otherwise."))
 
 
-def strength_figure(table: pd.DataFrame | None):
-    """The intervention against its strength: drop step, final L_mask and (with measures)
-    the last hidden state's collapse at the end, mean ± s.e. over seeds, one marker per
-    target (row and column; the other keys). None: empty panels that say so."""
+def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
+    """The intervention against its strength (`strength_table` of the sweep's rows and, if
+    given, its runs' measures): drop step, final L_mask and (with measures) the last hidden
+    state's collapse at the end, mean ± s.e. over seeds, one marker per target (row and
+    column; the other keys). No rows: empty panels that say so."""
     import matplotlib.pyplot as plt
 
     from .plots import closed
+
+    table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
 
     cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
     if table is not None and "collapse_end" in table:
@@ -323,6 +328,14 @@ def llm_row() -> dict:
                  na="not testable here: this project trains no language model and reads no LLM checkpoint")
 
 
+def claims_table(ch, rows: list[dict]):
+    """Record the rows (under chapter 07) and show them: each claim's reading, our number,
+    its s.e. over seeds and the verdict."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "se", "verdict", "reading"),
+                          caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
+                                  "each judged by the direction rule with the error over seeds.")
+
+
 def read_sweep(path: str | Path) -> pd.DataFrame | None:
     """The sweep's committed table, or None when it does not exist yet."""
     path = Path(path)
@@ -330,12 +343,17 @@ def read_sweep(path: str | Path) -> pd.DataFrame | None:
 
 
 def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict, list[dict]]:
-    """The part's glue (the checkpoints skipped, the sweep's rows) and its scorecard rows,
+    """The part's glue (the checkpoints skipped, the sweep's rows against its plan) and its scorecard rows,
     F1-F5 (the module docstring gives each rule)."""
     skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
+    from ..core.sweep import load_sweep
+
+    planned = load_sweep(ATTENTION_BIAS_SWEEP)
     glue = {"followup_skipped": ("; ".join(f"seed {s}: step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
                                            for s, v in skipped.items()) or "none"),
-            "followup_sweep_rows": 0 if sweep is None else len(sweep)}
+            "followup_sweep_rows": f"{0 if sweep is None else len(sweep)} of the {len(planned)} runs it plans "
+                                   f"({len({r.setting for r in planned})} settings, seeds "
+                                   f"{', '.join(map(str, sorted({r.seed for r in planned})))})"}
     rows = [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
             *intervention_rows(sweep), llm_row()]
     return glue, rows
