@@ -96,7 +96,7 @@ def test_llm_row_is_not_testable_here(tmp_path):
 def test_readings_give_five_claims_and_name_the_skipped_checkpoints():
     from types import SimpleNamespace
 
-    ch = SimpleNamespace(cfg=SimpleNamespace(analysis=SimpleNamespace(seed=0)))
+    ch = SimpleNamespace(cfg=SimpleNamespace(name="cpu", analysis=SimpleNamespace(seed=0)))
     table = _table(HIGH, LOW)
     table.attrs["skipped"] = {1: [], 2: [1500, 2000]}
     glue, rows = part.readings(ch, table, None)
@@ -158,3 +158,16 @@ def test_without_sweep_rows_the_part_says_how_to_make_them():
     sweep = _sweep({"bias0": [9000, 10000]})
     sweep["plateau_L_mask"] = 0.11
     assert "bias0" in part.sweep_shown(sweep).to_html()
+
+
+def test_the_sweep_is_judged_only_in_the_book_of_the_profile_it_trains(tmp_path):
+    from types import SimpleNamespace
+
+    assert part.sweep_base() == "cpu"
+    sweep = _sweep({"bias0": [9000, 9500, 10000], part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, None]})
+    for name, want in (("cpu", "same direction"), ("paper", "n/a")):
+        ch = SimpleNamespace(cfg=SimpleNamespace(name=name, analysis=SimpleNamespace(seed=0)))
+        _, rows = part.readings(ch, _table(HIGH, LOW), sweep)
+        f4a = next(r for r in rows if r["id"] == "F4a")
+        assert _verdict(tmp_path, f4a) == want
+        assert name == "cpu" or "trains the cpu profile, not this book's paper" in f4a["na"]

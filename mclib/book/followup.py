@@ -197,15 +197,29 @@ def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sen
                  sense=sense, se=float(se))
 
 
-def intervention_rows(sweep: pd.DataFrame | None) -> list[dict]:
-    """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it)."""
+def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = None) -> list[dict]:
+    """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it).
+    `other_profile`: the book's profile when the sweep trains another one (its rows then
+    say so and are not judged in this book)."""
     drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
-    return [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
+    rows = [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
                        setting=BIASED, sense="below",
                        what="a bias toward the optimal keys (c > 1) shortens the plateau (its figures 3-4)"),
             _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
                        setting=CONTROL, sense="above",
                        what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
+    if other_profile is not None:
+        for r in rows:
+            r["na"] = (f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
+                       f"{other_profile}; its rows are judged in the {sweep_base()} book")
+    return rows
+
+
+def sweep_base() -> str:
+    """The profile the attention-bias sweep trains (its file's `base`)."""
+    from ..core.sweep import load_sweep
+
+    return load_sweep(ATTENTION_BIAS_SWEEP)[0].profile.name
 
 
 def _mean_and_se(values: pd.Series) -> tuple[float, float]:
@@ -354,6 +368,7 @@ def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict,
             "followup_sweep_rows": f"{0 if sweep is None else len(sweep)} of the {len(planned)} runs it plans "
                                    f"({len({r.setting for r in planned})} settings, seeds "
                                    f"{', '.join(map(str, sorted({r.seed for r in planned})))})"}
+    other = None if ch.cfg.name == sweep_base() else ch.cfg.name
     rows = [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
-            *intervention_rows(sweep), llm_row()]
+            *intervention_rows(sweep, other), llm_row()]
     return glue, rows
