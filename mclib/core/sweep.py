@@ -380,8 +380,11 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
     rows); a progress line every `every` seconds. Returns (done, failed)."""
     from .jobs import resources_for
 
+    # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
+    # submitted together by their keys, i.e. alphabetically by setting name
     futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
-                             pure=False, resources=resources_for(r.profile)): r for r in pending}
+                             pure=False, resources=resources_for(r.profile), priority=len(pending) - i): r
+               for i, r in enumerate(pending)}
     left, failed, last = set(futures), [], 0.0
     while left:
         time.sleep(0.5)
