@@ -182,6 +182,10 @@ RANGE_CHECKS = (
         ("analysis.after_drop", -1, "analysis.after_drop = -1 must not be negative"),
         ("analysis.gpt_steps", 0, "analysis.gpt_steps = 0 must be positive"),
         ("seed", -1, "seed = -1 must not be negative"),
+        ("model.attn_bias", -0.5, "model.attn_bias = -0.5 must be a finite number >= 0"),
+        ("model.attn_bias", float("nan"), "model.attn_bias = nan must be a finite number >= 0"),
+        ("model.attn_bias", float("inf"), "model.attn_bias = inf must be a finite number >= 0"),
+        ("model.attn_bias_target", "rows", "model.attn_bias_target = 'rows' is not one of row_col, other"),
     ])
 # keys whose only check is their type (any value of it is valid)
 TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "model.qk_norm", "analysis.download_checkpoint",

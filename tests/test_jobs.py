@@ -484,3 +484,38 @@ def test_a_sweep_row_names_the_rule_that_ended_its_run(smoke_profile):
     assert end_rule(smoke_profile.replace(**{"train.until": "steps"})) == "steps"
     assert end_rule(smoke_profile.replace(**{"train.until": "converged", "train.patience": 2000,
                                              "train.min_improvement": 0.05})) == "slope 2000 0.05"
+
+
+def test_sweep_runs_start_in_the_sweeps_order_not_by_name(tmp_path, monkeypatch):
+    """One worker, every run submitted at once: they start in the file's order (here
+    by-seed), not in the alphabetical order of their keys."""
+    import io
+
+    from distributed import Client, LocalCluster
+
+    from mclib.core import sweep
+
+    log = tmp_path / "started.txt"  # the worker runs a copy of the function: it tells the test through a file
+
+    def fake_run(run):
+        with open(log, "a") as f:
+            f.write(run.label + "\n")
+        time.sleep(0.3)  # every run is queued while the first one runs
+        return {"setting": run.setting, "seed": run.seed, "sweep": run.sweep}
+
+    monkeypatch.setattr(sweep, "train_sweep_run", fake_run)
+    path = _sweep_file(tmp_path / "o.yaml", """\
+        base: smoke
+        seeds: [1, 2]
+        order: by-seed
+        settings:
+          - {name: zeta, overrides: {}}
+          - {name: alpha, overrides: {}}
+          - {name: mid, overrides: {}}
+    """)
+    pending = load_sweep(path, tmp_path / "runs")
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc, set_as_default=False) as client:
+        sweep._drive(client, pending, tmp_path / "o.csv", "o.yaml", 0, every=1e9, out=io.StringIO(),
+                     redraw=lambda: None)
+    assert log.read_text().splitlines() == ["zeta s1", "alpha s1", "mid s1", "zeta s2", "alpha s2", "mid s2"]

@@ -27,7 +27,9 @@ def _batch(p, seed, batch=16):
 # (mclib.core.stacked) writes the architecture a second time, so it must equal MatrixBert's
 # under each lever; a field added to ModelConfig fails the next test until it is listed here.
 LEVERS = {"layers": 3, "heads": 4, "hidden": 24, "intermediate": 48, "init_std": 0.1, "position_init_std": 0.3,
-          "attn_logit_scale": 4.0, "attention": "eager", "qk_norm": True}
+          "attn_logit_scale": 4.0, "attention": "eager", "qk_norm": True,
+          "attn_bias": 1.5, "attn_bias_target": "other"}
+WITH = {"attn_bias_target": {"model.attn_bias": 1.5}}  # a lever that acts only with another one set
 NOT_STACKED = {"kind"}  # model.kind: gpt trains on the reference path (fast_path_refusal)
 
 
@@ -39,7 +41,8 @@ def test_every_model_lever_is_checked_on_the_stacked_path(smoke_profile):
 
 @pytest.mark.parametrize("lever", [None, *LEVERS])
 def test_forward_equals_matrixbert_for_every_run_of_a_stack(smoke_profile, lever):
-    p = smoke_profile if lever is None else smoke_profile.replace(**{f"model.{lever}": LEVERS[lever]})
+    p = smoke_profile if lever is None else smoke_profile.replace(**{f"model.{lever}": LEVERS[lever],
+                                                                     **WITH.get(lever, {})})
     models = [build_model(p.model, p.data.n, seed) for seed in (1, 2, 3)]
     with torch.no_grad():  # layer norms away from their init (gain 1, bias 0), so that one read from the wrong run shows
         for m in models:

@@ -19,6 +19,7 @@ import torch
 
 from .attention import AttentionHooks
 from .evaluate import sample_eval_batch
+from ..core.attention import position_masks  # the one definition of row / column / self keys
 from ..core.config import DataConfig
 from ..core.data import structured_mask
 from ..core.runs import load_checkpoint, saved_steps
@@ -104,14 +105,13 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
     return mask.reshape(batch, n * n).bool()
 
 
-def position_masks(n: int) -> dict[str, torch.Tensor]:
-    """`[n², n²]` bool key sets per query: same row (not itself), same column (not itself), itself."""
-    pos = torch.arange(n * n)
-    row, col = pos // n, pos % n
-    eye = torch.eye(n * n, dtype=torch.bool)
-    return {"row": (row[:, None] == row[None]) & ~eye,
-            "column": (col[:, None] == col[None]) & ~eye,
-            "self": eye}
+def key_mass(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """`[batch, head, q, k]` probabilities, `[q, k]` bool key sets -> `[batch, head]`: the
+    mass each head puts on each query's keys, averaged over queries. The one definition of
+    a head's "mass" on a key set: `head_scores` averages it over the batch, and the
+    follow-up's attention progress (`mclib.analyses.plateau.attention_share`) reads it on
+    the row and column keys together."""
+    return (probs * keys.to(probs.device, probs.dtype)).sum(-1).mean(-1)
 
 
 def _mask_preference(masked: float, share: float) -> float:
@@ -142,8 +142,7 @@ def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     for layer, p in layers.items():
         p = p.double()                                                    # [batch, head, q, k]
         m = mask.to(p.device, p.dtype)                                    # [batch, k]
-        mass = {name: (p * keys.to(p.device)).sum(-1).mean((0, 2))        # [head]
-                for name, keys in keysets.items()}
+        mass = {name: key_mass(p, keys).mean(0) for name, keys in keysets.items()}  # [head]
         mass["masked"] = torch.einsum("bhqk,bk->bhq", p, m).mean((0, 2))  # [head]
         entropy = attention_entropy(p)
         for h in range(p.shape[1]):

@@ -18,9 +18,8 @@ from ..analyses import progress
 from ..analyses.heads import STRUCTURE_THRESHOLD
 from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
-from ..core.train import train_seeds
 from .ch01_train import drop_step_claim
-from .chapter import require_runs
+from .chapter import seed_runs
 from .plots import closed, progress_panels, seed_loss_curves
 from .scorecard import claim, recorded_table
 
@@ -45,8 +44,7 @@ def seeds(ch) -> Seeds:
     what is missing). With `analysis.after_drop` the other seeds stop that many steps after
     their drop, so every seed's late L_mask is read there (a 50-step mean); without it every
     run trained in full and the late L_mask is the mean over its last 10 % of steps."""
-    folders = (train_seeds if ch.cfg.analysis.train_in_book else require_runs)(ch.cfg, ch.run_dir)
-    curves = {s: load_metrics(d) for s, d in folders.items()}
+    curves = {s: load_metrics(d) for s, d in seed_runs(ch.cfg, ch.run_dir).items()}
     drops = {s: find_drop(m, rank=ch.cfg.data.rank) for s, m in curves.items()}
     after = ch.cfg.analysis.after_drop
     if after is None:

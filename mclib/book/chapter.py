@@ -195,6 +195,16 @@ def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dic
     return runs
 
 
+def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
+    """{seed: folder} of `analysis.seeds`, the chapters' one way to them: trained, resumed or
+    found complete when the book trains (`mclib.core.train.train_seeds`), else read as they
+    are (`require_runs`: a missing one is a one-line error)."""
+    if not cfg.analysis.train_in_book:
+        return require_runs(cfg, run_dir)
+    from ..core.train import train_seeds
+    return train_seeds(cfg, run_dir)
+
+
 def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
     """The keys where `profile` departs from the paper's task and recipe
     (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's;

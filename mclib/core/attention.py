@@ -7,8 +7,9 @@ BERT's eager attention
     probs = softmax(q kᵀ · scaling + mask)      [batch, head, query, key]
     z     = probs @ v                           [batch, head, query, d_head]
 
-(with QK-LayerNorm first when the model has it, `model.qk_norm`: such a model always runs
-this function, `model.attention_for`), and offers three hook points to the object attached
+(with QK-LayerNorm first when the model has it, `model.qk_norm`, and the attention bias
+`model.attn_bias` added to the logits when it is set: such a model always runs this
+function, `model.attention_for`), and offers three hook points to the object attached
 to the module as `mclib_hooks`, if any:
 
     probs = hooks._ablate(layer, probs)          between the two lines
@@ -17,8 +18,22 @@ to the module as `mclib_hooks`, if any:
 
 With no hooks attached it is exactly the eager attention. The hooks themselves (capture,
 ablation, patching) are analyses: `mclib.analyses.attention.AttentionHooks`.
+
+The attention bias (issue 39, after Gopalani & Hu 2025, docs/protocol.md §5): a constant
+`strength` added to the logit of every query toward a set of keys, in every head of every
+layer, from the first step to the last:
+
+    scores = q kᵀ · scaling + strength · [key in target(query)]
+
+with target "row_col" (the other keys of the query's own row and column: what the row and
+column heads of the solution read) or "other" (the keys in neither, the control). Adding b
+to a logit multiplies that key's unnormalised weight by e^b, so strength b is the
+follow-up's multiplicative factor c = e^b on a softmax map. The key sets are
+`position_masks`, the one definition that chapter 03's head scores use too.
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 from torch import nn
@@ -26,6 +41,38 @@ from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 IMPL = "mclib"
+BIAS_TARGETS = ("row_col", "other")  # model.attn_bias_target
+
+
+def position_masks(n: int) -> dict[str, torch.Tensor]:
+    """`[n², n²]` bool key sets per query, for positions read row by row (p is row p // n,
+    column p % n): same row (not itself), same column (not itself), itself."""
+    pos = torch.arange(n * n)
+    row, col = pos // n, pos % n
+    eye = torch.eye(n * n, dtype=torch.bool)
+    return {"row": (row[:, None] == row[None]) & ~eye,
+            "column": (col[:, None] == col[None]) & ~eye,
+            "self": eye}
+
+
+def bias_keys(n: int, target: str) -> torch.Tensor:
+    """`[n², n²]` bool: the keys each query's bias goes to. "row_col": the other keys of its
+    row and column; "other": the keys in neither its row nor its column."""
+    if target not in BIAS_TARGETS:
+        raise ValueError(f"attention bias target {target!r} is not one of {', '.join(BIAS_TARGETS)}")
+    keys = position_masks(n)
+    row_col = keys["row"] | keys["column"]
+    return row_col if target == "row_col" else ~(row_col | keys["self"])
+
+
+@functools.lru_cache(maxsize=16)
+def _bias(n: int, target: str, strength: float) -> torch.Tensor:
+    return bias_keys(n, target).float() * strength
+
+
+def logit_bias(n: int, target: str, strength: float, device=None, dtype=torch.float32) -> torch.Tensor:
+    """`[n², n²]`: `strength` where `bias_keys(n, target)`, 0 elsewhere; what the logits get."""
+    return _bias(n, target, float(strength)).to(device=device, dtype=dtype)
 
 
 def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -42,6 +89,10 @@ def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling   # [batch, head, query, key]
     if attention_mask is not None:
         scores = scores + attention_mask                          # 0 or dtype min, [batch, 1, query, key]
+    strength = getattr(module, "attn_bias", 0.0)  # model.attn_bias, set by MatrixBert on every layer
+    if strength:
+        scores = scores + logit_bias(module.matrix_n, module.attn_bias_target, strength,
+                                     scores.device, scores.dtype)  # [query, key]
     probs = nn.functional.softmax(scores, dim=-1)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
 

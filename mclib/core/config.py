@@ -12,6 +12,7 @@ profile with several bad values gets one `ConfigError` naming them all, one line
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ class ModelConfig:
     attn_logit_scale: float = 1.0           # multiplies 1/sqrt(d_head)
     attention: str = "sdpa"                 # HF attention implementation used in training
     qk_norm: bool = False                   # LayerNorm on each head's queries and keys (a lever; not the paper's)
+    attn_bias: float = 0.0                  # added to every head's attention logits toward attn_bias_target keys
+    #   (issue 39, after Gopalani & Hu 2025; mclib.core.attention): 0 = off, the paper's model
+    attn_bias_target: str = "row_col"       # "row_col" (the query's own row and column) or "other" (the control)
 
 
 @dataclass
@@ -169,7 +173,8 @@ class Profile:
         return profile_from_dict(d)
 
 
-BERT_ONLY = {"position_init_std": None, "attn_logit_scale": 1.0, "qk_norm": False, "attention": "sdpa"}
+BERT_ONLY = {"position_init_std": None, "attn_logit_scale": 1.0, "qk_norm": False, "attention": "sdpa",
+             "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
@@ -177,6 +182,7 @@ _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
     ("model", "attention"): ("sdpa", "eager"),
     ("model", "kind"): ("bert", "gpt"),
+    ("model", "attn_bias_target"): ("row_col", "other"),  # mclib.core.attention.BIAS_TARGETS
     ("train", "precision"): PRECISIONS,
     ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
@@ -264,6 +270,8 @@ def _validate(p: Profile, problems: dict[str, str]) -> None:
         if value not in choices:
             bad(f"{section}.{key}", f"{section}.{key} = {value!r} is not one of {', '.join(choices)}")
     d, m, t = p.data, p.model, p.train
+    if not (math.isfinite(m.attn_bias) and m.attn_bias >= 0):
+        raise ConfigError(f"model.attn_bias = {m.attn_bias!r} must be a finite number >= 0")
     if d.rank > d.n:
         bad("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", "data.n")
     if not 0 <= d.mix_fraction < 1:

@@ -14,6 +14,12 @@ position embeddings, `qk_norm` puts a LayerNorm (over the head dimension, with i
 gain and bias, shared by the heads of a layer) on queries and keys before their product
 (QK-LayerNorm; such a model always runs mclib's attention function). They default to
 the paper's recipe (1.0, initializer_range, off).
+
+The intervention of issue 39 lives there too: `attn_bias` (a strength >= 0) and
+`attn_bias_target` add a constant to every head's attention logits toward the query's own
+row and column (or, the control, toward the other keys); `mclib.core.attention` says how.
+A model with a strength above 0 runs mclib's attention function; at 0 it is the paper's
+model, unchanged.
 """
 from __future__ import annotations
 
@@ -50,6 +56,8 @@ def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
         attn_logit_scale=cfg.attn_logit_scale,
         position_init_std=cfg.position_init_std,
         qk_norm=cfg.qk_norm,
+        attn_bias=cfg.attn_bias,
+        attn_bias_target=cfg.attn_bias_target,
         matrix_n=n,
     )
 
@@ -69,6 +77,9 @@ class MatrixBert(BertPreTrainedModel):
             if getattr(config, "qk_norm", False):  # read by mclib.core.attention.mclib_attention
                 attn.q_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
                 attn.k_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
+            if getattr(config, "attn_bias", 0.0):  # read by mclib_attention: a constant, not a parameter
+                attn.attn_bias, attn.attn_bias_target = config.attn_bias, config.attn_bias_target
+                attn.matrix_n = config.matrix_n
         self.post_init()
         # BertModel initialises its own sub-modules (our _init_weights is not called for
         # them), so the two deviations from its init are applied here, after it.
@@ -127,8 +138,10 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
 
 def attention_for(config: BertConfig, wanted: str) -> str:
     """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
-    model with QK-LayerNorm needs mclib's own attention function, the one that applies it."""
-    return IMPL if getattr(config, "qk_norm", False) else wanted
+    model with QK-LayerNorm or an attention bias needs mclib's own attention function, the
+    one that applies them."""
+    own = getattr(config, "qk_norm", False) or getattr(config, "attn_bias", 0.0)
+    return IMPL if own else wanted
 
 
 def load_model(path, attention: str = "sdpa") -> MatrixBert:

@@ -36,6 +36,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.optim.adam import adam as adam_update  # torch's own Adam arithmetic, on a run's slices
 
+from .attention import logit_bias
 from .model import MatrixBert
 
 QKV = re.compile(r"(.*\.attention\.self)\.(query|key|value)\.(weight|bias)$")
@@ -75,9 +76,13 @@ class Stack(nn.Module):
         self.layers, self.heads, self.hidden = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
         self.eps = cfg.layer_norm_eps
         self.scaling = getattr(cfg, "attn_logit_scale", 1.0) * (self.hidden // self.heads) ** -0.5
+        strength = getattr(cfg, "attn_bias", 0.0)  # model.attn_bias: the logits' constant [query, key], or None
+        self.bias = (logit_bias(cfg.matrix_n, cfg.attn_bias_target, strength, models[0].device)
+                     if strength else None)
         for m in models[1:]:
             arch = lambda c: (c.num_hidden_layers, c.num_attention_heads, c.hidden_size, c.intermediate_size,
-                              c.max_position_embeddings, getattr(c, "qk_norm", False))
+                              c.max_position_embeddings, getattr(c, "qk_norm", False),
+                              getattr(c, "attn_bias", 0.0), getattr(c, "attn_bias_target", "row_col"))
             if arch(m.config) != arch(cfg):
                 raise ValueError("models of different architectures cannot be stacked")
         for m in models:
@@ -112,6 +117,8 @@ class Stack(nn.Module):
     def _apply(self, fn, recurse=True):  # .to(), .double(), ...: refresh the view by name after them
         out = super()._apply(fn, recurse)
         self._view()
+        if self.bias is not None:  # a constant, not a parameter: moved with them
+            self.bias = fn(self.bias)
         return out
 
     def _gather(self, models, name: str) -> torch.Tensor:
@@ -145,8 +152,8 @@ class Stack(nn.Module):
         """A stack of only the runs `keep` (in that order); new leaf tensors."""
         new = Stack.__new__(Stack)
         nn.Module.__init__(new)
-        new.layers, new.heads, new.hidden, new.eps, new.scaling = (
-            self.layers, self.heads, self.hidden, self.eps, self.scaling)
+        new.layers, new.heads, new.hidden, new.eps, new.scaling, new.bias = (
+            self.layers, self.heads, self.hidden, self.eps, self.scaling, self.bias)
         idx = torch.tensor(keep, device=next(iter(self.params.values())).device)
         new._register({n: p.detach().index_select(0, idx).clone() for n, p in self.params.items()},
                       {n: tuple(t[i] for i in keep) for n, t in self.trainable.items()})
@@ -174,15 +181,20 @@ def _head_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, runs: int, eps
     return (x * w[:, None, None, None] + b[:, None, None, None]).view(shape)
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float) -> torch.Tensor:
-    """softmax(q kᵀ · scaling) v for q, k, v `[batch, head, seq, d_head]` (no mask: every
-    token attends to every token). Eagerly, sdpa's kernel is the fastest CPU form at
-    head dimension 8; under torch.compile the broadcast form below fuses into one loop
-    and is faster still (docs/performance.md). Both compute the same attention."""
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
+              bias: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ · scaling + bias) v for q, k, v `[batch, head, seq, d_head]` (no mask:
+    every token attends to every token; `bias [query, key]`: model.attn_bias, or None).
+    Eagerly, sdpa's kernel is the fastest CPU form at head dimension 8; under
+    torch.compile the broadcast form below fuses into one loop and is faster still
+    (docs/performance.md). Both compute the same attention."""
     if torch.compiler.is_compiling():
         scores = (q.unsqueeze(3) * k.unsqueeze(2)).sum(-1) * scaling   # [batch, head, query, key]
+        if bias is not None:
+            scores = scores + bias.to(scores.dtype)
         return (torch.softmax(scores, dim=-1).unsqueeze(-1) * v.unsqueeze(2)).sum(3)
-    return F.scaled_dot_product_attention(q, k, v, scale=scaling)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype),
+                                          scale=scaling)
 
 
 def forward(stack: Stack, tokens: torch.Tensor, runs: list[int] | None = None) -> torch.Tensor:
@@ -206,7 +218,7 @@ def forward(stack: Stack, tokens: torch.Tensor, runs: list[int] | None = None) -
         if a + "attention.self.q_norm.weight" in P:  # QK-LayerNorm (model.qk_norm)
             q = _head_norm(q, P[a + "attention.self.q_norm.weight"], P[a + "attention.self.q_norm.bias"], R, eps)
             k = _head_norm(k, P[a + "attention.self.k_norm.weight"], P[a + "attention.self.k_norm.bias"], R, eps)
-        z = attention(q, k, v, stack.scaling).transpose(1, 2).reshape(R, B * S, H)
+        z = attention(q, k, v, stack.scaling, stack.bias).transpose(1, 2).reshape(R, B * S, H)
         h = _linear(z, P[a + "attention.output.dense.weight"], P[a + "attention.output.dense.bias"])
         x = _layer_norm(h + x, P[a + "attention.output.LayerNorm.weight"], P[a + "attention.output.LayerNorm.bias"], eps)
         h = F.gelu(_linear(x, P[a + "intermediate.dense.weight"], P[a + "intermediate.dense.bias"]))

@@ -224,7 +224,7 @@ def setting_columns(profile: Profile) -> dict:
             "mix_fraction": d.mix_fraction,
             "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
             "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
-            "qk_norm": m.qk_norm,
+            "qk_norm": m.qk_norm, "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
             "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
             "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
 
@@ -380,8 +380,11 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
     rows); a progress line every `every` seconds. Returns (done, failed)."""
     from .jobs import resources_for
 
+    # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
+    # submitted together by their keys, i.e. alphabetically by setting name
     futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
-                             pure=False, resources=resources_for(r.profile)): r for r in pending}
+                             pure=False, resources=resources_for(r.profile), priority=len(pending) - i): r
+               for i, r in enumerate(pending)}
     left, failed, last = set(futures), [], 0.0
     while left:
         time.sleep(0.5)

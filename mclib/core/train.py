@@ -284,7 +284,8 @@ def stack_key(profile: Profile) -> tuple:
     architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
     counts and frozen groups may differ."""
     m, d, t = profile.model, profile.data, profile.train
-    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, m.qk_norm, d.n, d.mix_fraction, t.batch, t.precision,
+    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, m.qk_norm, m.attn_bias,
+            m.attn_bias_target, d.n, d.mix_fraction, t.batch, t.precision,
             str(resolve_device(t.device)), t.fast, t.compile, t.threads)
 
 

@@ -1,0 +1,209 @@
+"""The follow-up's plateau measures on matrix completion (issue 39; docs/protocol.md §5).
+
+Gopalani & Hu (2025), "What Happens During the Loss Plateau?", measure three things on
+their algorithmic tasks while the loss sits on its plateau. Here each is a plain function
+of (model, batch) -> a small table, computed on one batch (`mclib.core.data.Batch`):
+
+    representation_collapse   per layer (0: the embeddings' output, l: layer l's output,
+                              `MatrixBert.hidden_states`): the cosine similarity of the
+                              hidden states of two different masked entries of one
+                              matrix, averaged over the pairs of the matrix, then over
+                              matrices (s.e. over matrices). The follow-up pairs the
+                              output positions of a sequence (our masked entries: where
+                              the model has to compute, not copy), and reads mainly the
+                              last hidden state; its Figs. 41-42 read other layers.
+    masked_spread             this task's analogue of repetition bias: within a matrix,
+                              the spread (standard deviation) of the model's outputs over
+                              its masked entries, divided by the spread of the true values
+                              there (ratio of the means over matrices; jackknife s.e.).
+                              0: every masked entry of a matrix gets the same value; 1:
+                              as spread as the truth.
+    attention_share           attention progress: per layer, the mass the heads put on the
+                              other keys of the query's own row and column, averaged over
+                              heads, queries and matrices (s.e. over matrices), with its
+                              chance level 2(n-1)/n² (uniform attention). The mass is
+                              `heads.key_mass`, the one chapter 03's head scores use; this
+                              is their row + column mass averaged over a layer's heads.
+
+Where the analogue of repetition is weaker than the follow-up's token-level measure (the
+protocol says it too): the follow-up counts exactly equal consecutive output tokens of a
+model that generates them one after another, against the rate at which the data repeats,
+so repetition there is a bias the loss does not reward. Here the outputs are real numbers
+read in one pass: nothing repeats exactly, and a model that cannot yet compute a masked
+entry minimises its squared error by outputting the same guess (about E[X] = 0) at every
+masked entry. A small spread on the plateau is therefore what the loss asks of an
+ignorant model, not a degeneracy beyond it; the measure says whether the outputs
+collapse, not why.
+
+`plateau_table` reads every saved checkpoint of a run; a checkpoint without a model file
+(or that fails to load) is skipped with a printed line naming its step, and listed in the
+table's `attrs["skipped"]`.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .heads import capture_probs, key_mass
+from ..core.attention import position_masks
+from ..core.config import DataConfig
+from ..core.model import eval_mode
+
+
+def _masked_flat(batch) -> torch.Tensor:
+    return batch.mask.reshape(batch.mask.shape[0], -1).bool()  # [batch, n²]
+
+
+def representation_collapse(model, batch) -> pd.DataFrame:
+    """One row per hidden state (layer 0: the embeddings' output; l: layer l's output):
+    `cosine` (mean over matrices of the mean cosine similarity between the hidden states
+    of two different masked entries), `se` (over matrices), `matrices` (those with at
+    least two masked entries; the others have no pair)."""
+    if not hasattr(model, "hidden_states"):
+        raise ValueError(f"{type(model).__name__} has no hidden_states(tokens): "
+                         "representation_collapse reads a MatrixBert")
+    masked = _masked_flat(batch)
+    with eval_mode(model):
+        hidden = model.hidden_states(batch.tokens.to(next(model.parameters()).device))
+    pair = masked[:, :, None] & masked[:, None, :] & ~torch.eye(masked.shape[1], dtype=torch.bool)  # [batch, q, k]
+    pairs = pair.sum((1, 2))
+    keep = pairs > 0
+    if not keep.any():
+        raise ValueError("no matrix of the batch has two masked entries: no pair to compare")
+    rows = []
+    for layer, h in enumerate(hidden):
+        u = torch.nn.functional.normalize(h.detach().double().cpu(), dim=-1)  # [batch, seq, hidden]
+        cos = u @ u.transpose(1, 2)                                           # [batch, seq, seq]
+        per = (cos * pair).sum((1, 2))[keep] / pairs[keep]                    # [matrices]
+        rows.append({"layer": layer, "cosine": per.mean().item(),
+                     "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
+                     "matrices": int(per.numel())})
+    return pd.DataFrame(rows)
+
+
+def _ratio_jackknife(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    """sum(a) / sum(b) and its jackknife standard error (leave one matrix out)."""
+    n = a.numel()
+    ratio = (a.sum() / b.sum()).item()
+    if n < 2:
+        return ratio, float("nan")
+    loo = (a.sum() - a) / (b.sum() - b)
+    return ratio, ((n - 1) / n * ((loo - loo.mean()) ** 2).sum()).sqrt().item()
+
+
+def masked_spread(model, batch) -> dict[str, float]:
+    """`spread_ratio`: Σ over matrices of the std of the outputs at its masked entries,
+    over Σ of the std of the true values there (matrices with at least two masked
+    entries); `se` (jackknife over matrices), `matrices`."""
+    masked = _masked_flat(batch)
+    with eval_mode(model):
+        pred = model(batch.tokens.to(next(model.parameters()).device)).detach().double().cpu()  # [batch, n²]
+    x = batch.x.reshape(masked.shape).double().cpu()
+    count = masked.sum(1)
+    keep = count >= 2
+    if not keep.any():
+        raise ValueError("no matrix of the batch has two masked entries: no spread to measure")
+
+    def std(v: torch.Tensor) -> torch.Tensor:  # per matrix, over its masked entries (n - 1 in the denominator)
+        v, m, c = v[keep], masked[keep].double(), count[keep].double()
+        mean = (v * m).sum(1) / c
+        return (((v - mean[:, None]) ** 2 * m).sum(1) / (c - 1)).sqrt()
+
+    ratio, se = _ratio_jackknife(std(pred), std(x))
+    return {"spread_ratio": ratio, "se": se, "matrices": int(keep.sum())}
+
+
+def attention_share(model, batch) -> pd.DataFrame:
+    """One row per layer: `share` (mass on the other keys of the query's row and column,
+    mean over heads, queries and matrices), `se` (over matrices), `chance` (2(n-1)/n²)."""
+    n = batch.n
+    keys = position_masks(n)
+    row_col = keys["row"] | keys["column"]
+    probs = capture_probs(model, batch)
+    rows = []
+    for layer in sorted(probs):
+        per = key_mass(probs[layer].double(), row_col).mean(1)  # [batch]: mean over heads
+        rows.append({"layer": layer, "share": per.mean().item(),
+                     "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
+                     "chance": 2 * (n - 1) / n**2})
+    return pd.DataFrame(rows)
+
+
+def plateau_measures(model, batch) -> dict[str, float]:
+    """The three measures of one model as one flat row: collapse_L{l} and collapse_se_L{l}
+    per hidden state, spread_ratio and spread_se, share_L{l} and share_se_L{l} per layer,
+    share_chance (the share of uniform attention)."""
+    row = {}
+    for r in representation_collapse(model, batch).itertuples():
+        row[f"collapse_L{r.layer}"], row[f"collapse_se_L{r.layer}"] = r.cosine, r.se
+    spread = masked_spread(model, batch)
+    row["spread_ratio"], row["spread_se"] = spread["spread_ratio"], spread["se"]
+    share = attention_share(model, batch)
+    for r in share.itertuples():
+        row[f"share_L{r.layer}"], row[f"share_se_L{r.layer}"] = r.share, r.se
+    row["share_chance"] = float(share["chance"].iloc[0])
+    return row
+
+
+def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, seed: int = 0,
+                  steps: list[int] | None = None) -> pd.DataFrame:
+    """`plateau_measures` at every saved checkpoint of a run (or at `steps`), on one fixed
+    batch (`sample_eval_batch(data, n_matrices, seed)`): one row per step. A checkpoint
+    whose model cannot be read is skipped with a line on stderr naming its step; the
+    skipped steps are in `attrs["skipped"]`."""
+    from .evaluate import sample_eval_batch
+    from ..core.runs import load_checkpoint, saved_steps
+
+    run_dir = Path(run_dir)
+    steps = saved_steps(run_dir) if steps is None else list(steps)
+    batch = sample_eval_batch(data, n_matrices, seed)
+    rows, skipped = [], []
+    for step in steps:
+        try:
+            model = load_checkpoint(run_dir, step)
+        except (FileNotFoundError, OSError, ValueError) as e:
+            print(f"plateau measures: {run_dir.name} step {step} skipped (no hidden states to read: "
+                  f"{str(e).splitlines()[0]})", file=sys.stderr)
+            skipped.append(step)
+            continue
+        rows.append({"step": step, **plateau_measures(model, batch)})
+    table = pd.DataFrame(rows)
+    table.attrs["skipped"] = skipped
+    return table
+
+
+def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, runs: str | Path = "runs/sweep",
+                  *, n_matrices: int = 256, seed: int = 0) -> int:
+    """`plateau_table` of every run of a sweep that has its row in `results` and none yet in
+    `out`, on one fixed batch per run (`n_matrices`, `seed`); its rows, with the run's
+    setting, seed, bias and drop step, are added to the CSV `out` (rewritten whole, atomically).
+    Returns how many runs it measured. The sweep's runs keep every checkpoint when the base
+    profile says `checkpoints.keep: all` (the cpu profile does)."""
+    from ..core.metrics import find_drop
+    from ..core.runs import drop_column, load_metrics, write_atomic
+    from ..core.sweep import finished, load_sweep
+
+    out = Path(out)
+    todo = load_sweep(sweep_file, runs)
+    have = finished(Path(results), todo)
+    old = pd.read_csv(out) if out.is_file() else pd.DataFrame(columns=["setting", "seed"])
+    measured = set(zip(old["setting"].astype(str), old["seed"].astype(int)))
+    frames = []
+    for run in todo:
+        if (run.sweep, run.setting, run.seed) not in have or (run.setting, run.seed) in measured:
+            continue
+        p = run.profile
+        drop = find_drop(load_metrics(run.run_dir), rank=p.data.rank, column=drop_column(p))
+        t = plateau_table(run.run_dir, p.data, n_matrices=n_matrices, seed=seed)
+        frames.append(t.assign(setting=run.setting, seed=run.seed, attn_bias=p.model.attn_bias,
+                               attn_bias_target=p.model.attn_bias_target, drop_step=drop))
+    if frames:
+        table = pd.concat([old, *frames], ignore_index=True) if len(old) else pd.concat(frames, ignore_index=True)
+        lead = ["setting", "seed", "attn_bias", "attn_bias_target", "drop_step", "step"]
+        table = table[lead + [c for c in table.columns if c not in lead]]
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, lambda tmp: table.to_csv(tmp, index=False))
+    return len(frames)

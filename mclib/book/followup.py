@@ -1,0 +1,374 @@
+"""The plateau through the authors' 2025 follow-up (issue 39; docs/protocol.md §5): the last
+section of chapter 07 (book/07_beyond.ipynb calls this module; its rows are recorded under
+chapter 07). Its tables, figures and scorecard rows; the measures themselves are
+`mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
+docs/data/attention_bias.csv).
+
+Each of the follow-up's claims (protocol §5.3) becomes one row, judged by the scorecard's
+direction rule (`scorecard.direction`) with the error over seeds; the rows' source is the
+follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list; its figures
+are cited as "its figure N", by the numbers of the follow-up's code README, so that they
+are not read as the 2024 paper's):
+
+  F1 repetition      the masked outputs' spread ratio is lower on the plateau than after
+                     the drop: per seed, plateau value minus after value; their mean over
+                     seeds must lie below 0 by more than 2 s.e. (s.e. = SD / √seeds).
+  F2 collapse        the last hidden state's collapse (cosine) is higher on the plateau
+                     than after the drop: the same paired rule, above 0.
+  F3 attention lead  the attention share (the layer with the largest share at the end) leaves
+                     its plateau band for good before the drop (`progress.plateau_leads`,
+                     chapter 07's lead rule): the lead in steps, a seed without one counting
+                     0; the mean over seeds must lie above 0 by more than 2 s.e.
+  F4 intervention    from the sweep: the mean drop step of a row/column bias over the
+                     unbiased one's must lie below 1 (F4a), and the control's (bias toward
+                     the other keys) above 1 (F4b), beyond 2 s.e. (delta method over seeds)
+                     and the rule's 10 % margin. A run that did not drop counts at its last
+                     step, a lower bound on its drop (it can only make a plateau look
+                     shorter, so it decides F4b one way only: the reading says so).
+  F5 LLMs            not testable here.
+
+"Plateau" is the mean over the checkpoints in the second half of the steps before the drop
+(the first half is the start of training); "after" is the run's last checkpoint, at least
+AFTER_MIN steps past the drop (the book's seeds 2 and 3 stop 1 000 steps after it).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..analyses import plateau, progress
+from ..core.metrics import find_drop
+from ..core.runs import load_metrics
+from .reference import REPO
+from .scorecard import claim, recorded_table
+
+CHAPTER = "07_beyond"
+ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
+ATTENTION_BIAS_MEASURES = REPO / "docs" / "data" / "attention_bias_measures.csv"  # its runs' measures
+ATTENTION_BIAS_SWEEP = REPO / "sweeps" / "attention-bias.yaml"
+SWEEP_COMMAND = ("taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
+                 "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png")
+SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
+AFTER_MIN = 500    # the "after" checkpoint lies at least this many steps past the drop
+BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep's settings F4 compares
+
+
+# --- the measures over training ------------------------------------------------------------------
+
+def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
+    """`plateau.plateau_table` of every seed's run (`run_dirs`, {seed: folder}; None: the runs
+    of `analysis.seeds`, as chapter 07's first part trains them), one row per (seed,
+    checkpoint), with the seed's drop step (NaN without one) and the profile's name as its
+    `setting` (as in the sweep's measures, so `measures_figure` draws either). The steps
+    skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
+    if run_dirs is None:
+        from .chapter import seed_runs
+
+        run_dirs = seed_runs(ch.cfg, ch.run_dir)
+    frames, skipped = [], {}
+    for seed, run_dir in run_dirs.items():
+        t = plateau.plateau_table(run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices,
+                                  seed=ch.cfg.analysis.seed)
+        skipped[seed] = t.attrs["skipped"]
+        drop = find_drop(load_metrics(run_dir), rank=ch.cfg.data.rank)
+        frames.append(t.assign(setting=ch.cfg.name, seed=seed, drop_step=drop if drop is not None else math.nan))
+    table = pd.concat(frames, ignore_index=True)
+    table.attrs["skipped"] = skipped
+    return table
+
+
+def last_layer(table: pd.DataFrame, prefix: str) -> str:
+    """The column of the last hidden state or layer among `prefix` + L{l} (collapse_L4, share_L3)."""
+    cols = [c for c in table.columns if c.startswith(prefix + "_L")]
+    if not cols:
+        raise ValueError(f"the table has no {prefix}_L* column")
+    return max(cols, key=lambda c: int(c.rsplit("L", 1)[1]))
+
+
+def phases(table: pd.DataFrame, measure: str) -> pd.DataFrame:
+    """Per seed: `plateau` (mean of `measure` over the checkpoints in [drop/2, drop)), `after`
+    (its value at the last checkpoint, NaN unless that is AFTER_MIN past the drop) and
+    their difference; NaN throughout for a seed without a drop."""
+    rows = []
+    for seed, t in table.groupby("seed"):
+        drop = float(t["drop_step"].iloc[0])
+        if not np.isfinite(drop):
+            rows.append({"seed": seed, "plateau": math.nan, "after": math.nan, "change": math.nan})
+            continue
+        on = t[(t["step"] >= drop / 2) & (t["step"] < drop)][measure]
+        last = t.sort_values("step").iloc[-1]
+        after = float(last[measure]) if last["step"] >= drop + AFTER_MIN else math.nan
+        p = float(on.mean()) if len(on) else math.nan
+        rows.append({"seed": seed, "plateau": p, "after": after, "change": p - after})
+    return pd.DataFrame(rows)
+
+
+def _mean_se(values) -> tuple[float | None, float | None, int]:
+    v = np.asarray([x for x in values if np.isfinite(x)], dtype=float)
+    if not len(v):
+        return None, None, 0
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None, len(v)
+
+
+def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, sense: str, what: str) -> dict:
+    ph = phases(table, measure)
+    mean, se, k = _mean_se(ph["change"])
+    reading = (f"plateau − after = {mean:+.3g}" + (f" ± {se:.2g}" if se is not None else "")
+               + f" (mean ± s.e. over {k} seed{'s' if k != 1 else ''}; {measure}); the follow-up: {what}"
+               if mean is not None else f"no seed with both a plateau and an after value; the follow-up: {what}")
+    return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="direction", reference=0.0, sense=sense, se=se,
+                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: "
+                                        "no error over seeds")
+
+
+def repetition_row(table: pd.DataFrame) -> dict:
+    """F1: the masked outputs' spread ratio is lower on the plateau than after the drop."""
+    return _paired_row("F1", "repetition analogue: masked spread ratio, plateau − after", table,
+                       measure="spread_ratio", sense="below",
+                       what="outputs repeat on the plateau (its figure 2), a bias its token-level measure sees "
+                            "beyond what the loss rewards; here a spread this low is what the loss asks of a "
+                            "model that cannot yet compute")
+
+
+def collapse_row(table: pd.DataFrame) -> dict:
+    """F2: the last hidden state's collapse is higher on the plateau than after the drop."""
+    return _paired_row("F2", "representation collapse: cosine of masked entries' last hidden states, plateau − after",
+                       table, measure=last_layer(table, "collapse"), sense="above",
+                       what="hidden states nearly parallel on the plateau (its figures 2, 41-42)")
+
+
+def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
+    """F3: attention progress leads the drop (chapter 07's lead rule on the share of the
+    layer whose share is largest at the end of the book's run)."""
+    last = table[table["seed"] == table["seed"].min()].sort_values("step").iloc[-1]
+    shares = [c for c in table.columns if c.startswith("share_L")]
+    measure = max(shares, key=lambda c: last[c])
+    leads = []
+    for s, t in table.groupby("seed"):
+        drop = float(t["drop_step"].iloc[0])
+        if not np.isfinite(drop):
+            continue
+        r = progress.plateau_leads(t[["step", measure]], drop, seed=seed).iloc[0]
+        leads.append(float(r["lead"]) if np.isfinite(r["lead"]) else 0.0)
+    mean, se, k = _mean_se(leads)
+    reading = (f"{measure} leaves its plateau band {mean:,.0f}" + (f" ± {se:,.0f}" if se is not None else "")
+               + f" steps before the drop (mean ± s.e. over {k} seeds, a seed without a lead counting 0)"
+               if mean is not None else "no seed dropped")
+    return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
+                 reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
+                 kind="direction", reference=0.0, sense="above", se=se,
+                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a drop: no error over seeds")
+
+
+# --- the intervention (the sweep's table) ---------------------------------------------------------
+
+def sweep_drops(sweep: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: seeds, dropped, mean drop step (a run without a drop at its last step,
+    a lower bound) and its s.e. over seeds."""
+    rows = []
+    for setting, t in sweep.groupby("setting"):
+        steps = t["drop_step"].where(t["drop_step"].notna(), t["steps_run"]).astype(float)
+        rows.append({"setting": setting, "seeds": len(t), "dropped": int(t["drop_step"].notna().sum()),
+                     "drop_mean": float(steps.mean()),
+                     "drop_se": float(steps.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else math.nan,
+                     "final_L_mask": float(t["final_L_mask"].mean())})
+    return pd.DataFrame(rows)
+
+
+def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sense: str, what: str) -> dict:
+    d = drops.set_index("setting")
+    missing = [s for s in (setting, UNBIASED) if s not in d.index or d.loc[s, "seeds"] < 2]
+    if missing:
+        return claim(id, f"{quantity} ({SOURCE})", None, f"the follow-up: {what}", kind="direction", reference=1.0,
+                     sense=sense, na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
+                                     "(docs/data/attention_bias.csv)")
+    a, b = d.loc[setting], d.loc[UNBIASED]
+    ratio = a["drop_mean"] / b["drop_mean"]
+    se = ratio * math.sqrt((a["drop_se"] / a["drop_mean"]) ** 2 + (b["drop_se"] / b["drop_mean"]) ** 2)
+    censored = int(a["seeds"] - a["dropped"]) + int(b["seeds"] - b["dropped"])
+    reading = (f"mean drop {a['drop_mean']:,.0f} ({setting}, {int(a['dropped'])}/{int(a['seeds'])} dropped) over "
+               f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
+               + (f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
+                  "(a lower bound)" if censored else "") + f"; the follow-up: {what}")
+    return claim(id, f"{quantity} ({SOURCE})", float(ratio), reading, kind="direction", reference=1.0,
+                 sense=sense, se=float(se))
+
+
+def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = None) -> list[dict]:
+    """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it).
+    `other_profile`: the book's profile when the sweep trains another one (its rows then
+    say so and are not judged in this book)."""
+    drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
+    rows = [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
+                       setting=BIASED, sense="below",
+                       what="a bias toward the optimal keys (c > 1) shortens the plateau (its figures 3-4)"),
+            _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
+                       setting=CONTROL, sense="above",
+                       what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
+    if other_profile is not None:
+        for r in rows:
+            r["na"] = (f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
+                       f"{other_profile}; its rows are judged in the {sweep_base()} book")
+    return rows
+
+
+def sweep_base() -> str:
+    """The profile the attention-bias sweep trains (its file's `base`)."""
+    from ..core.sweep import load_sweep
+
+    return load_sweep(ATTENTION_BIAS_SWEEP)[0].profile.name
+
+
+def _mean_and_se(values: pd.Series) -> tuple[float, float]:
+    v = values.dropna().astype(float)
+    return (float(v.mean()) if len(v) else math.nan,
+            float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
+
+
+def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The intervention against its strength, one row per setting of the sweep: bias,
+    target, seeds, dropped, the drop step (mean and s.e. over seeds; a run without a drop at
+    its last step, a lower bound), the plateau's and the end's L_mask (the sweep's
+    `plateau_L_mask` and `final_L_mask`, the mean over each run's last 10 % of steps) and,
+    with the measures table (`plateau.measure_sweep`), the last hidden state's collapse on
+    the plateau and at each run's last checkpoint (`phases`)."""
+    drops = sweep_drops(sweep).set_index("setting")
+    rows = []
+    for setting, t in sweep.groupby("setting", sort=False):
+        first = t.iloc[0]
+        row = {"setting": setting, "attn_bias": float(first.get("attn_bias", 0.0)),
+               "target": first.get("attn_bias_target", "row_col"), "seeds": len(t),
+               "dropped": int(drops.loc[setting, "dropped"]), "drop_step": drops.loc[setting, "drop_mean"],
+               "drop_se": drops.loc[setting, "drop_se"]}
+        for col in ("plateau_L_mask", "final_L_mask"):
+            row[col], row[col + "_se"] = _mean_and_se(t[col])
+        if measures is not None and (measures["setting"] == setting).any():
+            m = measures[measures["setting"] == setting]
+            ph = phases(m.assign(drop_step=m["drop_step"].astype(float)), last_layer(m, "collapse"))
+            ends = m.sort_values("step").groupby("seed").tail(1)[last_layer(m, "collapse")]
+            row["collapse_plateau"], row["collapse_plateau_se"] = _mean_and_se(ph["plateau"])
+            row["collapse_end"], row["collapse_end_se"] = _mean_and_se(ends)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def measures_figure(measures: pd.DataFrame):
+    """Three panels over training, one line per setting (mean over its seeds at each
+    checkpoint, shaded ± s.e. where two seeds or more have it): the last hidden state's
+    collapse, the masked spread ratio, and the attention share of the layer with the most;
+    a dashed line at each setting's mean drop step."""
+    import matplotlib.pyplot as plt
+
+    from ..core.sweep import setting_colours
+    from .plots import closed
+
+    collapse = last_layer(measures, "collapse")
+    shares = [c for c in measures.columns if c.startswith("share_L")]
+    data = measures.assign(share_max=measures[shares].max(axis=1))
+    panels = ((collapse, f"collapse ({collapse}: cosine of masked entries)"),
+              ("spread_ratio", "masked spread ratio (repetition analogue)"),
+              ("share_max", "row+column attention share (largest layer)"))
+    colours = setting_colours(list(dict.fromkeys(data["setting"])))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+    for ax, (col, title) in zip(axes, panels):
+        for setting, t in data.groupby("setting", sort=False):
+            g = t.groupby("step")[col]
+            mean, se = g.mean(), g.std(ddof=1) / np.sqrt(g.count())
+            ax.plot(mean.index, mean.values, color=colours[setting], label=setting)
+            ok = g.count() >= 2
+            ax.fill_between(mean.index[ok], (mean - se)[ok], (mean + se)[ok], color=colours[setting], alpha=0.2)
+            drop = t.groupby("seed")["drop_step"].first().astype(float).mean()
+            if np.isfinite(drop):
+                ax.axvline(drop, color=colours[setting], ls="--", lw=0.8)
+        ax.set(title=title, xlabel="step")
+    if "share_chance" in measures:
+        axes[-1].axhline(float(measures["share_chance"].iloc[0]), color="grey", lw=0.5, ls=":")  # uniform attention
+    axes[0].legend(fontsize=8)
+    return closed(fig)
+
+
+def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
+    """The sweep per setting (`strength_table`), or a sentence saying how to produce it."""
+    if sweep is None or not len(sweep):
+        return f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them."
+    table = strength_table(sweep, measures)
+    return (table.style.hide(axis="index")
+            .format({**{c: "{:.3g}" for c in table.select_dtypes("float").columns},
+                     "drop_step": "{:,.0f}", "drop_se": "{:,.0f}"}, na_rep="—")
+            .set_caption("sweeps/attention-bias.yaml, per setting: the bias strength b (the logits of the target "
+                         "keys get +b: their weight × e^b) and its target, seeds run and dropped, the drop step (mean "
+                         "and s.e. over seeds; a run without a drop counts at its last step, a lower bound), L_mask on "
+                         "the plateau and over each run's last 10 % of steps (which end 2 000 steps after the drop), "
+                         "and, where the runs were measured (scripts/plateau_measures.py), the last hidden state's "
+                         "collapse on the plateau and at the end. The `cpu` profile (5×5, rank 1) otherwise."))
+
+
+def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
+    """The intervention against its strength (`strength_table` of the sweep's rows and, if
+    given, its runs' measures): drop step, final L_mask and (with measures) the last hidden
+    state's collapse at the end, mean ± s.e. over seeds, one marker per target (row and
+    column; the other keys). No rows: empty panels that say so."""
+    import matplotlib.pyplot as plt
+
+    from .plots import closed
+
+    table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
+
+    cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
+    if table is not None and "collapse_end" in table:
+        cols.append(("collapse_end", "collapse at the end"))
+    fig, axes = plt.subplots(1, len(cols), figsize=(5 * len(cols), 4), constrained_layout=True)
+    if table is None:
+        for ax, (_, title) in zip(axes, cols):
+            ax.set(title=f"{title}: no sweep rows yet", xlabel="bias strength b (factor e^b)")
+        return closed(fig)
+    for ax, (col, title) in zip(np.atleast_1d(axes), cols):
+        for target, marker in (("row_col", "o"), ("other", "s")):
+            t = table[(table["target"] == target) | (table["attn_bias"] == 0)].sort_values("attn_bias")
+            se = t[col.replace("_step", "") + "_se"] if col == "drop_step" else t[col + "_se"]
+            ax.errorbar(t["attn_bias"], t[col], yerr=se, marker=marker, capsize=3, label=f"toward {target} keys")
+        ax.set(title=title, xlabel="bias strength b (factor e^b)")
+    np.atleast_1d(axes)[0].legend(fontsize=8)
+    return closed(fig)
+
+
+def llm_row() -> dict:
+    return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
+                 "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="direction",
+                 reference=0.0, sense="above",
+                 na="not testable here: this project trains no language model and reads no LLM checkpoint")
+
+
+def claims_table(ch, rows: list[dict]):
+    """Record the rows (under chapter 07) and show them: each claim's reading, our number,
+    its s.e. over seeds and the verdict."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "se", "verdict", "reading"),
+                          caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
+                                  "each judged by the direction rule with the error over seeds.")
+
+
+def read_sweep(path: str | Path) -> pd.DataFrame | None:
+    """The sweep's committed table, or None when it does not exist yet."""
+    path = Path(path)
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict, list[dict]]:
+    """The part's glue (the checkpoints skipped, the sweep's rows against its plan) and its scorecard rows,
+    F1-F5 (the module docstring gives each rule)."""
+    skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
+    from ..core.sweep import load_sweep
+
+    planned = load_sweep(ATTENTION_BIAS_SWEEP)
+    glue = {"followup_skipped": ("; ".join(f"seed {s}: step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                                           for s, v in skipped.items()) or "none"),
+            "followup_sweep_rows": f"{0 if sweep is None else len(sweep)} of the {len(planned)} runs it plans "
+                                   f"({len({r.setting for r in planned})} settings, seeds "
+                                   f"{', '.join(map(str, sorted({r.seed for r in planned})))})"}
+    other = None if ch.cfg.name == sweep_base() else ch.cfg.name
+    rows = [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
+            *intervention_rows(sweep, other), llm_row()]
+    return glue, rows

@@ -1,0 +1,118 @@
+"""model.attn_bias (issue 39): a constant added to the attention logits toward the query's
+own row and column (or, the control, toward the other keys), on both training paths."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mclib.analyses.attention import AttentionHooks
+from mclib.core.attention import IMPL, bias_keys, position_masks
+from mclib.core.config import ConfigError, load_profile, profile_path
+from mclib.core.data import sample_batch
+from mclib.core.model import build_model, load_model
+from mclib.core.train import step_function
+
+
+def _batch(p, seed=3, batch=16):
+    return sample_batch(batch, p.data.n, p.data.rank, p.data.p_mask, torch.Generator().manual_seed(seed))
+
+
+def _probs(model, tokens):
+    with AttentionHooks(model) as hooks:
+        hooks.capture()
+        with torch.no_grad():
+            model.eval()(tokens)
+    return hooks.probs  # {layer: [batch, head, query, key]}
+
+
+def test_key_sets_partition_the_keys_of_every_query():
+    n = 5
+    keys = position_masks(n)
+    rc, other = bias_keys(n, "row_col"), bias_keys(n, "other")
+    assert rc.sum(1).tolist() == [2 * (n - 1)] * n * n and other.sum(1).tolist() == [(n - 1) ** 2] * n * n
+    assert not (rc & other).any() and not (rc & keys["self"]).any() and not (other & keys["self"]).any()
+    assert (rc | other | keys["self"]).all()
+    # position 7 of a 5x5 matrix is row 1, column 2: its row keys are 5, 6, 8, 9, its column keys 2, 12, 17, 22
+    assert rc[7].nonzero().flatten().tolist() == [2, 5, 6, 8, 9, 12, 17, 22]
+    with pytest.raises(ValueError, match="'diagonal' is not one of row_col, other"):
+        bias_keys(n, "diagonal")
+
+
+@pytest.mark.parametrize("target", ["row_col", "other"])
+def test_the_bias_multiplies_the_target_keys_weights_by_e_to_the_strength(smoke_profile, target):
+    """Same weights with and without the bias (it is no parameter); every head of every layer
+    gets softmax(s + b·[key in target]) = softmax(s)·e^(b·[...]) renormalised. Layer 0 sees the
+    same input either way, so there the identity is exact; deeper layers see other inputs,
+    so there only the direction is checked: more mass on the target keys."""
+    p = smoke_profile
+    b = 1.5
+    plain = build_model(p.model, p.data.n, 1)
+    biased = build_model(p.replace(**{"model.attn_bias": b, "model.attn_bias_target": target}).model, p.data.n, 1)
+    assert biased.config._attn_implementation == IMPL
+    for (k, v), (k2, v2) in zip(plain.state_dict().items(), biased.state_dict().items()):
+        assert k == k2 and torch.equal(v, v2)
+    tokens = _batch(p).tokens
+    p0, p1 = _probs(plain, tokens), _probs(biased, tokens)
+    keys = bias_keys(p.data.n, target)
+    want = p0[0] * torch.exp(b * keys.float())
+    torch.testing.assert_close(p1[0], want / want.sum(-1, keepdim=True), rtol=1e-5, atol=1e-6)
+    for layer in p0:
+        on0 = (p0[layer] * keys).sum(-1).mean()
+        on1 = (p1[layer] * keys).sum(-1).mean()
+        assert on1 > on0 + 0.05, (layer, on0.item(), on1.item())
+
+
+def test_strength_zero_is_bit_identical_to_no_bias(smoke_profile):
+    p = smoke_profile.replace(**{"train.compile": False})
+    zero = p.replace(**{"model.attn_bias": 0.0, "model.attn_bias_target": "other"})
+    tokens = _batch(p).tokens
+    a, z = build_model(p.model, p.data.n, 1).eval(), build_model(zero.model, p.data.n, 1).eval()
+    assert a.config._attn_implementation == z.config._attn_implementation != IMPL
+    with torch.no_grad():
+        assert torch.equal(a(tokens), z(tokens))
+    for fast in (False, True):
+        ref = step_function(p.replace(**{"train.fast": fast}), torch.device("cpu"))
+        off = step_function(zero.replace(**{"train.fast": fast}), torch.device("cpu"))
+        for _ in range(4):
+            assert torch.equal(ref(), off())
+
+
+@pytest.mark.parametrize("target", ["row_col", "other"])
+def test_both_training_paths_give_the_same_losses_with_the_bias_on(smoke_profile, target):
+    p = smoke_profile.replace(**{"train.compile": False, "model.attn_bias": 2.0, "model.attn_bias_target": target})
+    ref = step_function(p.replace(**{"train.fast": False}), torch.device("cpu"))
+    fast = step_function(p.replace(**{"train.fast": True}), torch.device("cpu"))
+    plain = step_function(smoke_profile.replace(**{"train.compile": False}), torch.device("cpu"))
+    steps = [(ref()[0], fast()[0], plain()[0]) for _ in range(5)]
+    for a, f, _ in steps:
+        torch.testing.assert_close(a, f, rtol=1e-4, atol=1e-7)
+    assert not torch.allclose(steps[-1][0], steps[-1][2])  # and the bias does change training
+
+
+def test_the_compiled_fast_step_applies_the_bias_too(smoke_profile):
+    """The cpu profile trains with train.compile: true, whose attention is the broadcast form."""
+    p = smoke_profile.replace(**{"model.attn_bias": 2.0})
+    ref = step_function(p.replace(**{"train.fast": False, "train.compile": False}), torch.device("cpu"))
+    comp = step_function(p.replace(**{"train.fast": True, "train.compile": True}), torch.device("cpu"))
+    for _ in range(3):
+        torch.testing.assert_close(ref()[0], comp()[0], rtol=1e-4, atol=1e-6)
+
+
+def test_a_saved_biased_model_loads_with_its_bias(tmp_path, smoke_profile):
+    p = smoke_profile.replace(**{"model.attn_bias": 1.0, "model.attn_bias_target": "other"})
+    model = build_model(p.model, p.data.n, 1).eval()
+    model.save_pretrained(tmp_path / "m")
+    loaded = load_model(tmp_path / "m")
+    tokens = _batch(p).tokens
+    with torch.no_grad():
+        assert torch.equal(loaded(tokens), model(tokens))
+        assert not torch.allclose(build_model(smoke_profile.model, p.data.n, 1).eval()(tokens), loaded(tokens))
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])
+def test_a_bad_strength_is_one_line_naming_the_key(value):
+    with pytest.raises(ConfigError) as e:
+        load_profile(profile_path("cpu"), **{"model.attn_bias": value})
+    assert "\n" not in str(e.value) and "model.attn_bias = " in str(e.value)
+    with pytest.raises(ConfigError, match=r"model.attn_bias = 1.0 is a BERT key"):
+        load_profile(profile_path("gpt"), **{"model.attn_bias": 1.0})
