@@ -42,9 +42,19 @@ def test_a_slice_that_cannot_fit_is_refused_in_one_line(tmp_path):
     ledger = _ledger(tmp_path, train_s=600)
     with pytest.raises(slices.SliceError) as e:
         slices.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
-    assert str(e.value) == ("slice A needs about 830 s (training 600 s at 5.0 ms a step, chapters 200 s, "
+    assert str(e.value) == ("slice A needs at least 830 s (training 600 s at 5.0 ms a step, chapters 200 s, "
                             "packing 30 s) but 700 s are left")
     assert not (tmp_path / "work").exists()  # refused before anything is written
+
+
+def test_a_lease_short_of_time_shortens_the_deadline_down_to_its_floor(tmp_path):
+    ledger = slices.read_ledger(_ledger(tmp_path, train_s=350, min_train_s=290))
+    s = ledger["slices"][0]  # chapters 200 s, packing 30 s
+    assert slices.train_seconds(s, 700) == 350              # time enough: the whole deadline
+    assert slices.train_seconds(s, 560) == 330              # short: the chapters keep their time
+    slices.check_fits(ledger, s, 520)                       # 290 + 200 + 30: still fits
+    with pytest.raises(slices.SliceError, match="needs at least 520 s"):
+        slices.check_fits(ledger, s, 519)
 
 
 def test_a_slice_sized_by_steps_uses_the_ledger_step_time(tmp_path):

@@ -58,6 +58,7 @@ class Slice:
     seeds: list[int]
     chapters: list[str] = field(default_factory=list)
     train_s: float | None = None      # the training deadline; None: train until the run's own end
+    min_train_s: float | None = None  # with train_s: the least a lease short of time may shorten it to
     chapters_s: float = 0.0           # the time its chapters may take
     expected_steps: int | None = None  # steps its runs need (a slice without train_s is sized by them)
     results_mib: float = 2.0          # what it may add under results/ (tests/test_travel.py sums them)
@@ -101,10 +102,21 @@ def needed_s(ledger: dict, s: Slice) -> float:
     return train + s.chapters_s + COLLECT_S
 
 
+def train_seconds(s: Slice, budget_s: float) -> float:
+    """The slice's training deadline in a lease with `budget_s` left: its train_s, shortened
+    (not below min_train_s) so that its chapters and the packing still fit."""
+    fit = budget_s - s.chapters_s - COLLECT_S
+    if s.train_s is None:
+        return fit
+    return min(s.train_s, max(fit, s.min_train_s if s.min_train_s is not None else s.train_s))
+
+
 def check_fits(ledger: dict, s: Slice, budget_s: float) -> None:
     need = needed_s(ledger, s)
+    if s.train_s is not None and s.min_train_s is not None:
+        need -= s.train_s - s.min_train_s  # the deadline may shorten that far
     if need > budget_s:
-        raise SliceError(f"slice {s.name} needs about {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s "
+        raise SliceError(f"slice {s.name} needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s "
                          f"at {ledger['step_ms']} ms a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) "
                          f"but {budget_s:.0f} s are left")
 
@@ -128,7 +140,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     profile = slice_profile(ledger, s)
     ppath = out_dir / f"slice-{s.name}.yaml"
     write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
-    deadline = t0 + (s.train_s if s.train_s is not None else budget - s.chapters_s - COLLECT_S)
+    deadline = t0 + train_seconds(s, budget)
     log = open(out_dir / TRAIN_LOG, "ab")
     proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
