@@ -20,6 +20,20 @@ def smoke_run(tmp_path_factory, smoke_profile):
 
 
 @pytest.fixture(scope="module")
+def short(smoke_profile):
+    """30 steps, a checkpoint every 10, metrics flushed every 5 (the resume and damage tests)."""
+    return smoke_profile.replace(**{"train.steps": 30, "train.save_every": 10, "train.log_every": 5,
+                                    "train.eval_every": 5, "checkpoints.pre": 10, "checkpoints.transition": [20],
+                                    "checkpoints.post": 30})
+
+
+@pytest.fixture(scope="module")
+def whole(short, tmp_path_factory):
+    """`short` trained straight through, once per test module (tests copy it before changing it)."""
+    return train(short, tmp_path_factory.mktemp("whole"), progress=False)
+
+
+@pytest.fixture(scope="module")
 def ch(smoke_run, smoke_profile):
     """The smoke run opened as a chapter (`open_chapter`), one per test module, so that a
     module's checkpoints load once and no module sees another's cached models."""

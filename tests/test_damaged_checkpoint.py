@@ -16,19 +16,6 @@ from mclib.core.train import train
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 
 
-@pytest.fixture(scope="module")
-def short(smoke_profile):
-    """30 steps, a checkpoint every 10."""
-    return smoke_profile.replace(**{"train.steps": 30, "train.save_every": 10, "train.log_every": 5,
-                                    "train.eval_every": 5, "checkpoints.pre": 10, "checkpoints.transition": [20],
-                                    "checkpoints.post": 30})
-
-
-@pytest.fixture(scope="module")
-def whole(short, tmp_path_factory):
-    return train(short, tmp_path_factory.mktemp("whole"), progress=False)
-
-
 def _truncate(path: Path) -> None:
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 

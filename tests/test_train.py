@@ -312,19 +312,6 @@ def _kill_at(step: int):
     return stop
 
 
-@pytest.fixture(scope="module")
-def short(smoke_profile):
-    """30 steps, a checkpoint every 10, metrics flushed every 5."""
-    return smoke_profile.replace(**{"train.steps": 30, "train.save_every": 10, "train.log_every": 5,
-                                    "train.eval_every": 5, "checkpoints.pre": 10, "checkpoints.transition": [20],
-                                    "checkpoints.post": 30})
-
-
-@pytest.fixture(scope="module")
-def whole(short, tmp_path_factory):
-    return train(short, tmp_path_factory.mktemp("whole"), progress=False)
-
-
 def _same_run(a: Path, b: Path, step: int = 30) -> None:
     pd.testing.assert_frame_equal(load_metrics(a)[LOSS_COLS], load_metrics(b)[LOSS_COLS], check_exact=True)
     x, y = _state(a, step), _state(b, step)
