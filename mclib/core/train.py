@@ -457,8 +457,9 @@ class _ReferenceEngine:
         model.train()
         return run_losses(pred[None], batches[0].x[None], batches[0].mask[None])  # [1, 4]
 
-    def checkpoint(self, position: int):
-        return self.run.model, self.opt
+    def checkpoint(self, position: int, state: bool = True):
+        """(model, optimiser) to save; the optimiser None for a weights-only save."""
+        return self.run.model, self.opt if state else None
 
     def remove(self, positions: list[int]) -> None:
         pass
@@ -527,9 +528,13 @@ class _StackedEngine:
         pred = stacked_forward(self.stack, torch.stack([b.tokens for b in batches]), runs=positions)
         return run_losses(pred, torch.stack([b.x for b in batches]), torch.stack([b.mask for b in batches]))
 
-    def checkpoint(self, position: int):
+    def checkpoint(self, position: int, state: bool = True):
+        """(model, optimiser) to save, copied out of the stack; for a weights-only save
+        (state=False) Adam's state is not exported and the optimiser is None."""
         run = self.runs[position]
         self.stack.copy_into(position, run.model)
+        if not state:
+            return run.model, None
         self.adam.export(position, run.model, self.ref_opts[position])
         return run.model, self.ref_opts[position]
 
@@ -630,7 +635,8 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                 for i, values in zip(due, ev):
                     runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
             cut = signals.requested or (deadline is not None and time.time() >= deadline)
-            if device.type == "cuda" and (cut or any(r.step % r.t.log_every == 0 or r.step in r.save_at for r in runs)):
+            flushing = [i for i, r in enumerate(runs) if cut or r.step % r.t.log_every == 0 or r.step in r.save_at]
+            if device.type == "cuda" and flushing:
                 # the steps queued since the last flush finish here: their time is the steps' own (`wall`),
                 # not the flush's; without this sync, `wall` counted the host's queueing alone
                 torch.cuda.synchronize(device)
@@ -639,23 +645,22 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                 r.wall += now - tick
             tick = now
             ended = []
-            for i, r in enumerate(runs):
-                if not cut and r.step % r.t.log_every and r.step not in r.save_at:
-                    continue
-                reason = r.flush()
-                final = reason is not None or cut or r.step >= r.t.steps
+            for i in flushing:
+                r = runs[i]
+                # why the run ends here: its rule or stop, else the cut (a deadline, a signal), else none
+                reason = r.flush() or ("cut" if cut and r.step < r.t.steps else None)
+                final = reason is not None or r.step >= r.t.steps
                 if r is lead:
                     bar.update(r.step - bar.n)
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
                 if r.step in r.save_at or final:
-                    model, opt = engine.checkpoint(i)
                     state = final or not r.t.state_every or r.step % r.t.state_every == 0
+                    model, opt = engine.checkpoint(i, state)
                     r.written = append_metrics(r.dir, r.rows, r.written)  # metrics first: see save_checkpoint
-                    save_checkpoint(r.dir, r.step, model, opt if state else None, r.gens, rows=None, wall=r.wall,
-                                    device=device)
+                    save_checkpoint(r.dir, r.step, model, opt, r.gens, rows=None, wall=r.wall, device=device)
                     prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
                 if final:
-                    r.record_end(reason if reason is not None or not cut or r.step >= r.t.steps else "cut")
+                    r.record_end(reason)
                     ended.append(i)
             if ended:
                 engine.remove(ended)
