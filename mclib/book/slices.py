@@ -159,10 +159,11 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float) -> None:
     """The detached trainer: the slice's seeds one after the other under one deadline; the
     book's run (the first seed) trains toward its last step, the others stop
     `analysis.after_drop` steps after their drop (`mclib.core.train.seed_jobs`)."""
+    from ..core.runs import default_run_dir
     from ..core.train import _seed_stop, seed_jobs, train
 
     profile = load_profile(profile_file)
-    for job_profile, run_dir, after in seed_jobs(profile, Path(out_dir) / "runs" / f"{profile.name}-seed{profile.seed}"):
+    for job_profile, run_dir, after in seed_jobs(profile, default_run_dir(profile, Path(out_dir) / "runs")):
         if time.time() >= deadline:
             break
         train(job_profile, run_dir, progress=False, stop=_seed_stop(job_profile, after),
