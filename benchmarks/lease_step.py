@@ -75,7 +75,8 @@ def main(argv=None) -> int:
             precision = "fp32"  # TF32 is CUDA's; the rehearsal times the same code in fp32
         left = t_end - time.time()
         slowest = max((r["ms_step"] for r in rows if r["ran"]), default=0.0)
-        if rows and left < 3 * slowest * (args.steps + 3) / 1000 + (45 if compile_ else 0)  # compiling the paper's step: tens of seconds:
+        # room for warm-up and timing at the slowest rate so far; compiling the paper's step takes tens of seconds
+        if rows and left < 3 * slowest * (args.steps + 3) / 1000 + (45 if compile_ else 0):
             rows.append({"variant": name, "ran": False, "note": f"skipped: {left:.0f} s of the budget left"})
             continue
         over = {"train.fast": fast, "train.precision": precision, "train.compile": compile_,

@@ -32,3 +32,14 @@ def test_an_unmeasured_precision_is_nan_and_the_tf32_switch_is_restored():
     peaks = bench.matmul_ceilings(16, 1, torch.device("cpu"), ("tf32",))
     assert peaks["tf32"] > 0 and math.isnan(peaks["fp32"]) and math.isnan(peaks["bf16"])
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_every_script_and_benchmark_compiles():
+    """A benchmark is run by hand on a lease, where a syntax error costs the lease's first
+    minute (benchmarks/lease_step.py once shipped one that only the slow rehearsal caught)."""
+    import py_compile
+
+    files = sorted((ROOT / "benchmarks").glob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
+    assert len(files) > 5
+    for f in files:
+        py_compile.compile(str(f), cfile=str(ROOT / ".pytest_cache" / "compiled.pyc"), doraise=True)

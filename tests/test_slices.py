@@ -102,11 +102,12 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
                                 "LEDGER": str(ledger), "BENCH_S": "20", "BENCH_ARGS": f"--profile {shapes} --batch 8 --steps 2",
                                 "HOLD_S": "1", "BUDGET_S": "700"})
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-        return p.stdout
+        return p.stdout + p.stderr
 
     started = lease("start")
     assert "lease: kit ready" in started and "slice A" in started and "training started" in started
-    assert "stacked-tf32" in (out / "lease_step.csv").read_text()  # the step's table comes back
+    assert (out / "lease_step.csv").exists(), started[-3000:]  # the step's table comes back (else lease.sh says why)
+    assert "stacked-tf32" in (out / "lease_step.csv").read_text()
     (out / "lease_step.csv").unlink()  # (a lease returns it beside results.tgz; checked, set aside)
     finished = lease("finish")
     assert "packed" in finished
