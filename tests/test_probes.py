@@ -34,6 +34,20 @@ def test_probe_recovers_a_planted_linear_map(gen):
     assert torch.allclose(fit_probe(h, h @ w), w.double(), atol=1e-10)
 
 
+def test_the_gpu_method_fits_a_rank_deficient_probe_as_lapack_does(gen):
+    """fit_probe's "pinv" (what a GPU runs) and "gelsd" (the CPU's) on h with dead dimensions:
+    the same minimum-norm W; an unknown method is named."""
+    h = torch.randn(400, 12, generator=gen)
+    h[:, 3] = 0.0                                   # a dead dimension
+    h[:, 7] = 2.0 * h[:, 1]                          # a copied one
+    y = h @ torch.randn(12, 2, generator=gen) + 0.01 * torch.randn(400, 2, generator=gen)
+    gelsd, pinv = fit_probe(h, y, "gelsd"), fit_probe(h, y, "pinv")
+    assert torch.allclose(gelsd, pinv, atol=1e-9)
+    assert gelsd[3].abs().max() < 1e-12             # minimum norm: nothing on the dead dimension
+    with pytest.raises(ValueError, match="'qr'"):
+        fit_probe(h, y, "qr")
+
+
 def _planted_sets(gen, batch):
     """Layer 0: a random linear image of every target (exactly probe-able); layer 1: noise."""
     b = sample_batch(batch, N, 2, 0.3, gen)

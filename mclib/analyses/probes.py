@@ -81,17 +81,26 @@ def probe_target(x: torch.Tensor, mask: torch.Tensor, target: str,
     raise ValueError(f"target {target!r} is not one of {TARGETS}")
 
 
-def fit_probe(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Least squares, no intercept: `h [N, hidden]`, `y [N, dim]` -> `W [hidden, dim]`.
-    float64 with the SVD-based driver, so rank-deficient h (dead dimensions) is fine."""
+def fit_probe(h: torch.Tensor, y: torch.Tensor, method: str | None = None) -> torch.Tensor:
+    """Least squares, no intercept: `h [N, hidden]`, `y [N, dim]` -> `W [hidden, dim]`, in
+    float64 on h's device, safe for rank-deficient h (dead dimensions). method: "gelsd"
+    (LAPACK's SVD-based driver, CPU only) or "pinv" (the pseudo-inverse by an SVD, which a GPU
+    runs); by default gelsd on the CPU and pinv elsewhere. Both drop the singular values
+    below eps · max(N, hidden) of the largest, so they give the same W to float64 rounding."""
     if h.shape[0] != y.shape[0]:
         raise ValueError(f"h has {h.shape[0]} rows, y has {y.shape[0]}")
-    return torch.linalg.lstsq(h.double(), y.double(), driver="gelsd").solution
+    method = method or ("gelsd" if h.device.type == "cpu" else "pinv")
+    h, y = h.double(), y.double().to(h.device)
+    if method == "gelsd":
+        return torch.linalg.lstsq(h, y, driver="gelsd").solution
+    if method == "pinv":
+        return torch.linalg.pinv(h) @ y
+    raise ValueError(f"method {method!r} is not 'gelsd' or 'pinv'")
 
 
 def probe_metrics(h: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
     """MSE, MSE of predicting 0, and mean |cosine| (NaN if dim = 1) of `h @ w` against y."""
-    pred, y = h.double() @ w, y.double()                              # [N, dim]
+    pred, y = h.double() @ w, y.double().to(h.device)                 # [N, dim]
     cos = float("nan")
     if y.shape[1] > 1:
         keep = y.norm(dim=1) > 0  # a zero target has no direction
@@ -129,10 +138,10 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
         y_fit = probe_target(fit.x, fit.mask, target, svd_sign).flatten(0, 1)[keep_fit]     # [N, dim]
         y_test = probe_target(test.x, test.mask, target, svd_sign).flatten(0, 1)            # [M, dim]
         for layer, (h_fit, h_test) in enumerate(zip(fit.hidden, test.hidden)):
-            w = fit_probe(h_fit.flatten(0, 1)[keep_fit], y_fit)
+            w = fit_probe(h_fit.flatten(0, 1)[keep_fit.to(h_fit.device)], y_fit)
             h_test = h_test.flatten(0, 1)
             for where in positions:
-                keep = _where(test.mask, where)
+                keep = _where(test.mask, where).to(h_test.device)
                 rows.append({"layer": layer, "target": target, "positions": where,
                              **probe_metrics(h_test[keep], y_test[keep], w),
                              "n_fit": int(keep_fit.sum()), "n_test": int(keep.sum())})
@@ -140,11 +149,12 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
 
 
 def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, ...]:
-    """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`.
+    """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`,
+    on the model's device (the probes are fitted there: `fit_probe`).
     Memory: 4·batch·seq·hidden bytes per layer (2 048 × 49 × 768 ≈ 0.3 GB)."""
     with eval_mode(model):
         parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
-    return tuple(torch.cat([p[layer] for p in parts]).float().cpu() for layer in range(len(parts[0])))
+    return tuple(torch.cat([p[layer] for p in parts]).float() for layer in range(len(parts[0])))
 
 
 def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0,
