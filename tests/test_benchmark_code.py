@@ -43,3 +43,27 @@ def test_every_script_and_benchmark_compiles():
     assert len(files) > 5
     for f in files:
         py_compile.compile(str(f), cfile=str(ROOT / ".pytest_cache" / "compiled.pyc"), doraise=True)
+
+
+def test_the_chapter_estimate_counts_every_encoder_pass_in_another_process(tmp_path):
+    """benchmarks/slice_chapters.py's sitecustomize: one line per BertModel pass, with its tokens,
+    whether the pass comes from MatrixBert.forward or from hidden_states; nothing without the variable."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    bench = load("slice_chapters.py")
+    (tmp_path / "sitecustomize.py").write_text(bench.HOOK)
+    code = ("import torch\nfrom mclib.core.config import ModelConfig\nfrom mclib.core.model import build_model\n"
+            "m = build_model(ModelConfig(layers=1, heads=2, hidden=8, intermediate=16), 3, seed=0)\n"
+            "t = torch.ones(5, 9, dtype=torch.long)\nm(t); m.hidden_states(t[:2])\n")
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    log = tmp_path / "passes.jsonl"
+    subprocess.run([sys.executable, "-c", code], env={**env, "MCLIB_FORWARD_LOG": str(log)}, check=True, cwd=ROOT)
+    passes = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [p["tokens"] for p in passes] == [45, 18] and {p["seq"] for p in passes} == {9}
+    assert len({p["model"] for p in passes}) == 1 and all(p["seconds"] > 0 for p in passes)
+    log.unlink()
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
+    assert not log.exists()
