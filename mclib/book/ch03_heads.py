@@ -386,9 +386,10 @@ def e10_kind_rows(s: Structured) -> list[dict]:
     return rows
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Results:
-    """What the chapter computed, as `readings` and `closing_glue` read it."""
+    """What the chapter computed, as `readings` and `closing_glue` read it; built by keyword
+    only (eight fields: a positional call would be read by their order)."""
     abl: pd.DataFrame                # `ablation_at_post`
     e67: pd.DataFrame                # `e6_e7_tables`: the models
     perm: pd.DataFrame               #   and the permuted rows
