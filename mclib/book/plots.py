@@ -575,7 +575,7 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DRO
 
 
 def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: int, *, drops: dict,
-                    bert_drop: int | None = None, smooth: int = 50) -> plt.Figure:
+                    bert_drop: int | None = None, smooth: int = DROP_WINDOW) -> plt.Figure:
     """E19: each GPT run's L (seed 1's L_obs and L_mask too) beside the BERT run's L and
     L_mask, against training steps (left) and matrices seen (right; the two models' batches
     may differ); log scale, mean over `smooth` steps, each drop a dashed line, E[X²] dotted."""

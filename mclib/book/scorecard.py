@@ -137,11 +137,11 @@ def direction(ours: float | None, reference: float, sense: str, se: float | None
     s = 1.0 if sense == "above" else -1.0
     if not _missing(paper) and s * (paper - reference) <= 0:
         raise ValueError(f"the paper's value {paper} is not {sense} the reference {reference}")
-    return "same direction" if _beyond(ours, reference, s, se, spread,
-                                       MARGINS["direction"] if margin is None else margin) else "differs"
+    m = MARGINS["direction"] if margin is None else margin
+    return "same direction" if _beyond(ours, reference, s, se=se, spread=spread, margin=m) else "differs"
 
 
-def _beyond(ours, reference: float, s: float, se, spread, margin: float) -> bool:
+def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
     """Whether ours lies beyond the reference on side s (+1 above, -1 below) by more than
     2·√(se² + spread²) + margin·|reference| (False without a number): the test of the
     direction and finding rules."""
@@ -158,8 +158,9 @@ def finding(ours: float | None, reference: float, sense: str, se: float | None =
     number. Shown apart from the paper's claims and never counted among them."""
     if sense not in ("above", "below"):
         raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
-    return "holds" if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se, spread,
-                              MARGINS["finding"] if margin is None else margin) else "fails"
+    m = MARGINS["finding"] if margin is None else margin
+    return "holds" if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread,
+                              margin=m) else "fails"
 
 
 def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:

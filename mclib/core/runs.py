@@ -452,7 +452,11 @@ class CheckpointSteps(Checkpoints):
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
-PLATEAU_TOLERANCE = 0.1   # "on the plateau": smoothed L_mask within 10 % of the copying level E[X²]
+# "On the plateau" for a smoothed curve (a PLACE_WINDOW-step mean, tighter than one reading):
+# L_mask within 10 % of the copying level E[X²]; where the plateau begins and ends (the checkpoints
+# here, mclib.analyses.sharpness). Its partner for a single reading, 20 %, is
+# mclib.core.metrics.PLATEAU_BAND.
+PLATEAU_TOLERANCE = 0.1
 FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
 MAX_TRANSITION = 4        # transition checkpoints at most (the paper has 4)
 PLACE_WINDOW = 200        # steps of the trailing mean used to place them
