@@ -59,7 +59,7 @@ import yaml
 from safetensors import SafetensorError, safe_open
 from transformers.utils import CONFIG_NAME
 
-from .config import Checkpoints, ConfigError, Profile, profile_from_dict
+from .config import RUNNING, Checkpoints, ConfigError, Profile, profile_from_dict
 from .data import copy_level
 from .metrics import DROP_COLUMN, SLOPE_BLOCKS, converged, end_slope, find_drop
 from .model import MatrixBert, load_model
@@ -635,9 +635,8 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast",
-                    "state_every"):
-            d["train"].pop(key, None)  # where, how and how long it runs, not what it is
+        for key in RUNNING + ("steps",):
+            d["train"].pop(key, None)  # how it runs (config.RUNNING) and how long, not what it is
         d["checkpoints"].pop("place", None)
         d["checkpoints"].pop("keep", None)
         d["checkpoints"].pop("post")
