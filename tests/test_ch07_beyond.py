@@ -88,6 +88,8 @@ def test_the_leads_table_and_sentence_use_the_plateau_band():
     assert "p_lead" in html and "100%" in html
     text = chapter.progress_glue(ch, table, leads.reset_index())["lead_text"]
     assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
+    b1 = chapter.lead_row(ch, leads.reset_index())  # B1 on the same leads: the longest is found in every resample
+    assert b1["ours"] == 1.0 and scorecard.row_verdict(b1) == "holds" and "grad_early" not in b1["reading"]
     ch.drop = None
     assert chapter.progress_glue(ch, table, chapter.lead_times(ch, table))["lead_text"].startswith("There is no drop")
 

@@ -44,7 +44,7 @@ def test_findings_of_ours_are_shown_and_counted_apart(ch, tmp_path):
     assert "The scorecard: 4 claims of the paper." in chapter.scorecard_shown(rows).to_html()
     own = chapter.own_shown(rows)
     assert list(own.data["id"]) == ["B1", "F1"] and "paper" not in own.data.columns
-    assert "2 findings of our own" in own.to_html()
+    assert "2 findings tested here" in own.to_html()
 
 
 def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):

@@ -183,6 +183,7 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
     assert h["landing_model"].startswith("Of the 1 claims about the model, 1 reproduced")
     assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
     assert h["landing_differs"] == "Every experiment reproduced in full."            # F2 fails, but is not the paper's
-    assert h["landing_own"] == ("Beyond the paper, 3 findings of our own, counted apart from its claims: 1 hold, "
+    assert h["landing_own"] == ("Beyond the paper, 3 findings tested here (our own, and the 2025 follow-up's claims "
+                                "on this task), counted apart from its claims: 1 hold, "
                                 "1 do not and 1 have nothing to test here.")
     assert list(S.findings(rows)["experiment"]) == ["E4"]

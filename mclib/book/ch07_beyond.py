@@ -24,7 +24,7 @@ from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
 from .chapter import seed_runs
 from .plots import closed, progress_panels, seed_loss_curves
-from .scorecard import CUT, agreement, claim, recorded_table, row_verdict
+from .scorecard import CUT, agreement, claim, is_own, recorded_table, row_verdict
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -137,8 +137,11 @@ def seeds_readings(ch, s: Seeds) -> tuple[dict, list[dict]]:
 
 
 def scorecard_table(ch, rows: list[dict]):
+    own = [r["id"] for r in rows if is_own(r)]
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "spread", "verdict"),
-                          caption="The number this section adds to the scorecard.")
+                          caption="The rows this section adds to the scorecard" + (
+                              f"; {', '.join(own)}, a finding of our own, is counted apart from the paper's claims"
+                              if own else "") + ".")
 
 
 # --- can the drop be seen coming? -----------------------------------------------------------------

@@ -47,8 +47,12 @@ def departures_shown(ch):
                             ch.end)
 
 
+# a finding of our own holds or fails in the colours of a claim that matches or differs
+COLOURS = {**VERDICT_COLORS, "holds": VERDICT_COLORS["matches"], "fails": VERDICT_COLORS["differs"]}
+
+
 def _colour(verdict: str) -> str:
-    return f"color: {to_hex(VERDICT_COLORS.get(verdict, 'grey'))}; font-weight: bold"
+    return f"color: {to_hex(COLOURS.get(verdict, 'grey'))}; font-weight: bold"
 
 
 def _styled(rows: list[dict], columns, caption: str):
@@ -68,7 +72,8 @@ def scorecard_shown(rows: list[dict]):
 def own_shown(rows: list[dict]):
     """Our own findings beyond the paper (`scorecard.own_rows`), apart from its claims: no paper column."""
     return _styled(scorecard.own_rows(rows), [c for c in scorecard.SHOWN if c != "paper"],
-                   "Beyond the paper: {n} findings of our own (chapter 07), each judged by the finding rule and "
+                   "Beyond the paper: {n} findings tested here (chapter 07: our own, and the 2025 follow-up's claims), "
+                   "each judged by the finding rule and "
                    "never counted among the paper's claims.")
 
 
@@ -79,7 +84,7 @@ def reference_shown(ch, rows: list[dict]):
             .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
             .map(_colour, subset=["laptop verdict", "paper-setting verdict"])
             .set_caption(f"Profile {ch.cfg.name} beside the paper's own setting (params/paper.yaml, on a GPU): "
-                         "each row's value and verdict against the paper."))
+                         "each row's value and verdict against the paper (a finding of our own: whether it holds)."))
 
 
 def reference_runs_shown():

@@ -442,7 +442,8 @@ def headline(rows: list[dict]) -> dict[str, str]:
                                   "No experiment reproduced in full.",
             "landing_differs": ("Not reproduced in full, with the first claim that differs: " + "; ".join(partial)
                                 + ".") if partial else "Every experiment reproduced in full.",
-            "landing_own": (f"Beyond the paper, {len(own)} findings of our own, counted apart from its claims: "
+            "landing_own": (f"Beyond the paper, {len(own)} findings tested here (our own, and the 2025 follow-up's "
+                            "claims on this task), counted apart from its claims: "
                             f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
                             f"{sum(r['verdict'] == 'fails' for r in own)} do not and "
                             f"{sum(r['verdict'] == 'n/a' for r in own)} have nothing to test here.")}
