@@ -452,9 +452,9 @@ class CheckpointSteps(Checkpoints):
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
-# "On the plateau" for a smoothed curve (a PLACE_WINDOW-step mean, tighter than one reading):
-# L_mask within 10 % of the copying level E[X²]; where the plateau begins and ends (the checkpoints
-# here, mclib.analyses.sharpness). Its partner for a single reading, 20 %, is
+# "On the plateau" for a smoothed curve, step by step (a trailing mean: PLACE_WINDOW steps here,
+# the drop's window in mclib.analyses.sharpness): L_mask within 10 % of the copying level E[X²];
+# where the plateau begins and ends. Its partner for a single reading, 20 %, is
 # mclib.core.metrics.PLATEAU_BAND.
 PLATEAU_TOLERANCE = 0.1
 FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
