@@ -20,8 +20,8 @@ A finding beyond the paper (chapter 07's lead, the 2025 follow-up's claims carri
 task) is a row of kind "finding" (`OWN`): judged by its own rule (`finding`, the direction
 rule's test, worded "holds" or "fails"), its sentence says "holds here" or "does not hold
 here", never "as in the paper", and it is counted apart: `paper_rows` leaves it out of
-every count of the paper's claims (`headline`, `findings`, chapter 99), `own_rows` and
-`own_findings` show it on its own.
+every count of the paper's claims (`headline`, `findings`, chapter 99), and `own_rows`
+gives chapter 99 its own table and counts.
 
 No number is multiplied across tasks into a verdict. When the profile's task is not the
 paper's, a row compares a scale-free quantity (a loss over its own task's copying level
