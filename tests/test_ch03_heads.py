@@ -40,8 +40,9 @@ def t(ch):
 
 def _results(t, groups=None, pre=True, probes=None):
     h = t["heads"] if groups is None else dataclasses.replace(t["heads"], groups=groups)
-    return chapter.Results(t["abl"], t["e67"], t["perm"], t["e8"], h, t["heads"].scores if pre else None,
-                           t["structured"], t["probes"] if probes is None else probes)
+    return chapter.Results(abl=t["abl"], e67=t["e67"], perm=t["perm"], e8=t["e8"], heads=h,
+                           pre_scores=t["heads"].scores if pre else None, structured=t["structured"],
+                           probes=t["probes"] if probes is None else probes)
 
 
 def _rows(t, ch, groups=None, pre=True, probes=None, rank=None, layers=None):
@@ -265,3 +266,8 @@ def test_e10_scores_the_other_three_kinds_of_head(tmp_path, t):
     assert ignores["reference"] == pytest.approx(low / 2)
     assert _verdict(tmp_path, {**ignores, "ours": 0.0}) == "same direction" and _verdict(tmp_path, {**ignores, "ours": low}) == "differs"
     assert _verdict(tmp_path, {**follows, "ours": 0.9}) == "same direction" and _verdict(tmp_path, {**follows, "ours": 0.2}) == "differs"
+
+
+def test_results_are_built_by_keyword_only(t):
+    with pytest.raises(TypeError):
+        chapter.Results(t["abl"], t["e67"], t["perm"], t["e8"], t["heads"], None, t["structured"], t["probes"])

@@ -88,6 +88,8 @@ def test_the_leads_table_and_sentence_use_the_plateau_band():
     assert "p_lead" in html and "100%" in html
     text = chapter.progress_glue(ch, table, leads.reset_index())["lead_text"]
     assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
+    b1 = chapter.lead_row(ch, leads.reset_index())  # B1 on the same leads: the longest is found in every resample
+    assert b1["ours"] == 1.0 and scorecard.row_verdict(b1) == "holds" and "grad_early" not in b1["reading"]
     ch.drop = None
     assert chapter.progress_glue(ch, table, chapter.lead_times(ch, table))["lead_text"].startswith("There is no drop")
 
@@ -106,3 +108,28 @@ def test_structure_timing_rows_match_at_the_drop_and_differ_away_from_it(tmp_pat
     assert verdicts(5000) == ["matches", "differs"]       # rows form at the drop; no column head ever forms
     assert verdicts(10000)[0] == "differs"                 # formed at half the drop step: well before it
     assert verdicts(None) == ["n/a", "n/a"]
+
+
+def test_the_lead_finding_holds_or_fails_and_reads_as_ours(tmp_path):
+    """B1, our finding beyond the paper: it holds when a measure leaves its band before the
+    loss in (nearly) every bootstrap resample, fails when none does, n/a without a drop;
+    its sentence takes its words from the verdict and never names the paper."""
+    from types import SimpleNamespace
+
+    def leads(rises_lead, p):
+        return pd.DataFrame({"measure": ["rises", "flat", "L_mask"], "leaves_at": [8000 - rises_lead, np.nan, np.nan],
+                             "lead": [rises_lead if rises_lead else np.nan, np.nan, np.nan],
+                             "lead_lo": [0.0, 0.0, 0.0], "lead_hi": [2000.0, 0.0, 0.0], "p_lead": [p, 0.0, 0.0]})
+
+    ch = SimpleNamespace(drop=8000)
+    verdict = lambda row: scorecard.record(tmp_path, **row, chapter="t")["verdict"]
+    sure = chapter.lead_row(ch, leads(2000, 1.0))
+    assert sure["kind"] == "finding" and sure["ours"] == 1.0 and "rises, the longest of 1 leads among 2" in sure["reading"]
+    assert verdict(sure) == "holds" and "which holds here" in chapter.lead_finding_text(sure)
+    unsure = chapter.lead_row(ch, leads(2000, 0.6))              # a lead in only 60 % of the resamples
+    assert verdict(unsure) == "fails" and "which does not hold here" in chapter.lead_finding_text(unsure)
+    none = chapter.lead_row(ch, leads(0, 0.0))
+    assert none["ours"] == 0.0 and verdict(none) == "fails" and "none of the 2 measures" in none["reading"]
+    assert verdict(chapter.lead_row(SimpleNamespace(drop=None), leads(2000, 1.0))) == "n/a"
+    assert not any(w in chapter.lead_finding_text(r) for r in (sure, unsure, none)
+                   for w in ("as in the paper", "unlike the paper"))

@@ -25,8 +25,26 @@ def test_counts_and_table(ch, tmp_path):
     assert glued["n_rows"] == 4 and glued["task_note"] == scorecard.task_note(ch.cfg)
     assert glued["fig_scorecard"].axes
     html = chapter.scorecard_shown(rows).to_html()
-    assert "The scorecard: 4 claims." in html and "font-weight: bold" in html
+    assert "The scorecard: 4 claims of the paper." in html and "font-weight: bold" in html
     assert chapter.glued(ch, [])["n_rows"] == 0  # an empty scorecard still reads
+
+
+def test_findings_of_ours_are_shown_and_counted_apart(ch, tmp_path):
+    rows = _rows(tmp_path)
+    scorecard.record(tmp_path, "B1", "lead", None, 0.95, kind="finding", reference=0.9, sense="above",
+                     margin=scorecard.CUT)                                                          # holds
+    scorecard.record(tmp_path, "F1", "spread", None, 0.3, kind="finding", reference=0.0, sense="below")  # fails
+    rows = scorecard.load(tmp_path)
+    glued = chapter.glued(ch, rows)
+    # the paper's counts are those of the four rows of the paper, as without the findings
+    assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
+                                                      "n_na": 1, "n_cannot": 0} and glued["n_rows"] == 4
+    assert {k: glued[k] for k in chapter.COUNTED_OWN} == {"n_own_holds": 1, "n_own_fails": 1, "n_own_na": 0}
+    assert glued["n_own"] == 2 and glued["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced")
+    assert "The scorecard: 4 claims of the paper." in chapter.scorecard_shown(rows).to_html()
+    own = chapter.own_shown(rows)
+    assert list(own.data["id"]) == ["B1", "F1"] and "paper" not in own.data.columns
+    assert "2 findings tested here" in own.to_html()
 
 
 def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):

@@ -92,3 +92,26 @@ def test_every_chapter_module_has_the_same_entry_points(name):
         assert list(inspect.signature(f).parameters)[0] == "ch"
         assert f.__annotations__["return"] == "tuple[dict, list[dict]]"
         assert f"chapter.{reader}(ch" in notebook
+
+
+def test_every_glue_name_the_prose_uses_is_a_literal_that_grep_finds():
+    """A glue name that a chapter's prose uses is written whole, as a string literal, in
+    mclib/book or in a code cell of its notebook: none is built at run time (an f-string
+    such as f"fig_e10_{name}"), so that grep finds where each comes from."""
+    import ast
+    import json
+
+    from book_pages import BOOK, glue_names
+    from sources import literal_strings
+
+    import mclib.book
+
+    literals = {s for p in Path(mclib.book.__file__).parent.glob("*.py") for s in literal_strings(p)}
+    missing = {}
+    for nb in sorted(BOOK.glob("*.ipynb")):
+        cells = json.loads(nb.read_text())["cells"]
+        code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        code = "\n".join(l for l in code.splitlines() if not l.lstrip().startswith(("%", "!")))
+        own = {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        missing[nb.name] = sorted(glue_names(nb.name) - literals - own)
+    assert len(missing) > 5 and not any(missing.values()), {k: v for k, v in missing.items() if v}

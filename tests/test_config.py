@@ -316,3 +316,31 @@ def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.splitlines() == [f"mclib: error: {bad}: 4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
     assert not out.exists()
+
+
+def test_what_is_not_recipe_and_what_may_change_on_resume_come_from_one_list(tmp_path):
+    """config.RUNNING (how a run is executed) is neither a departure from the paper nor a
+    change that stops a folder from resuming; train.steps departs but may grow on resume;
+    what the folder records (eval, log and save steps) and the attention implementation are
+    no departure but fixed for the folder."""
+    from mclib.core.config import RUNNING, deviations
+    from mclib.core.runs import check_same_profile, write_profile
+
+    base = paper.profile()
+    write_profile(tmp_path, base)
+    other = {bool: lambda v: not v, int: lambda v: v + 1, float: lambda v: v * 2,
+             str: lambda v: {"auto": "cpu", "steps": "converged"}[v]}
+    keys = [k for k in RUNNING if hasattr(base.train, k)]
+    assert len(keys) >= 6
+    for key in keys + ["steps"]:
+        v = getattr(base.train, key)
+        new = 2 * base.train.save_every if key == "state_every" else other[type(v)](v)  # a multiple of save_every
+        changed = base.replace(**{f"train.{key}": new})
+        check_same_profile(tmp_path, changed)  # resumes
+        assert [d["key"] for d in deviations(changed, base)] == ([] if key != "steps" else ["train.steps"])
+    for key, value in (("train.eval_every", 7), ("train.eval_batch", 7), ("train.save_every", 500),
+                       ("train.log_every", 7), ("model.attention", "eager")):
+        changed = base.replace(**{key: value})
+        assert deviations(changed, base) == []
+        with pytest.raises(ConfigError, match=f"{key} differs"):
+            check_same_profile(tmp_path, changed)

@@ -122,6 +122,13 @@ def _drawer_of(module, name: str, code: str):
                 if isinstance(d, ast.Dict) and any(p is not None and (pat := _pattern(p)) and pat.match(name)
                                                    for p in d.keys):
                     found.add(fn.name)
+    if not found:  # the name held by a module-level constant (ch03_heads.E10_GLUE): the function that reads it and signs
+        held = {t.id for a in tree.body if isinstance(a, ast.Assign) for t in a.targets if isinstance(t, ast.Name)
+                and any(isinstance(c, ast.Constant) and c.value == name for c in ast.walk(a.value))}
+        found = {fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)
+                 and any(isinstance(n, ast.Name) and n.id in held for n in ast.walk(fn))
+                 and any(isinstance(n, ast.Call) and "closed" in (getattr(n.func, "id", None), getattr(n.func, "attr", None))
+                         for n in ast.walk(fn))}
     assert len(found) == 1, (module.__name__, name, found)
     return module, found.pop()
 

@@ -40,23 +40,23 @@ def test_collapse_row_each_way(tmp_path):
     spread_out = {**LOW, "collapse_L2": 0.3}
     row = part.collapse_row(_table(collapsed, spread_out))
     assert "collapse_L2" in row["reading"] and part.SOURCE in row["quantity"]
-    assert row["ours"] == pytest.approx(0.6, abs=0.01) and _verdict(tmp_path, row) == "same direction"
-    assert _verdict(tmp_path, part.collapse_row(_table(spread_out, collapsed))) == "differs"
+    assert row["ours"] == pytest.approx(0.6, abs=0.01) and _verdict(tmp_path, row) == "holds"
+    assert _verdict(tmp_path, part.collapse_row(_table(spread_out, collapsed))) == "fails"
 
 
 def test_repetition_row_each_way(tmp_path):
     repeats = {**LOW, "spread_ratio": 0.1}
     spreads = {**LOW, "spread_ratio": 0.9}
-    assert _verdict(tmp_path, part.repetition_row(_table(repeats, spreads))) == "same direction"
-    assert _verdict(tmp_path, part.repetition_row(_table(spreads, repeats))) == "differs"
+    assert _verdict(tmp_path, part.repetition_row(_table(repeats, spreads))) == "holds"
+    assert _verdict(tmp_path, part.repetition_row(_table(spreads, repeats))) == "fails"
 
 
 def test_attention_lead_row_each_way(tmp_path):
     row = part.attention_lead_row(_table(LOW, HIGH, lead=True))
     assert row["reading"].startswith("share_L1 leaves its plateau band") and row["ours"] > 0
-    assert _verdict(tmp_path, row) == "same direction"
+    assert _verdict(tmp_path, row) == "holds"
     at_drop = part.attention_lead_row(_table(LOW, HIGH, lead=False))
-    assert at_drop["ours"] == 0 and _verdict(tmp_path, at_drop) == "differs"
+    assert at_drop["ours"] == 0 and _verdict(tmp_path, at_drop) == "fails"
 
 
 def test_a_row_with_one_seed_is_not_judged(tmp_path):
@@ -74,11 +74,11 @@ def test_intervention_rows_each_way(tmp_path):
     base = [9000, 9500, 10000]
     shorter = _sweep({"bias0": base, part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, 15000]})
     a, b = part.intervention_rows(shorter)
-    assert _verdict(tmp_path, a) == "same direction" and _verdict(tmp_path, b) == "same direction"
+    assert _verdict(tmp_path, a) == "holds" and _verdict(tmp_path, b) == "holds"
     assert "2 runs without a drop counted at the last step" in b["reading"]
     longer = _sweep({"bias0": base, part.BIASED: [12000, 13000, 14000], part.CONTROL: [5000, 5500, 6000]})
     a, b = part.intervention_rows(longer)
-    assert _verdict(tmp_path, a) == "differs" and _verdict(tmp_path, b) == "differs"
+    assert _verdict(tmp_path, a) == "fails" and _verdict(tmp_path, b) == "fails"
 
 
 def test_intervention_rows_without_the_sweep_rows_are_n_a(tmp_path):
@@ -165,7 +165,7 @@ def test_the_sweep_is_judged_only_in_the_book_of_the_profile_it_trains(tmp_path)
 
     assert part.sweep_base() == "cpu"
     sweep = _sweep({"bias0": [9000, 9500, 10000], part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, None]})
-    for name, want in (("cpu", "same direction"), ("paper", "n/a")):
+    for name, want in (("cpu", "holds"), ("paper", "n/a")):
         ch = SimpleNamespace(cfg=SimpleNamespace(name=name, analysis=SimpleNamespace(seed=0)))
         _, rows = part.readings(ch, _table(HIGH, LOW), sweep)
         f4a = next(r for r in rows if r["id"] == "F4a")

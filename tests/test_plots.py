@@ -151,3 +151,26 @@ def test_probe_lines_plot_mse_relative_to_zero():
     mse_row = fig.axes[0].get_lines()
     assert len(mse_row) == 2 and np.allclose(mse_row[0].get_ydata(), [0.1, 0.2, 0.3])
     assert any("no cosine" in t.get_text() for t in fig.axes[3].texts)  # the value target has no cosine
+
+
+def test_the_theme_is_set_in_one_place_and_a_heatmap_leaves_it_as_it_was():
+    """The book's plot theme is set once, in mclib/book/plots.py; the gridless maps draw
+    without a grid and leave the theme's grid on for the next figure."""
+    import re
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    import mclib
+
+    root = Path(mclib.__file__).parents[1]
+    setters = re.compile(r"sns\.set_theme|sns\.set\(|sns\.set_style|plt\.style\.use")
+    calls = [f"{p.relative_to(root)}:{i}" for p in sorted([*root.glob("mclib/**/*.py"), *root.glob("scripts/*.py"),
+                                                           *root.glob("book/*.ipynb")])
+             for i, l in enumerate(p.read_text().splitlines(), 1) if setters.search(l)]
+    assert calls == ["mclib/book/plots.py:23"]
+    assert plt.rcParams["axes.grid"]                                   # the theme: whitegrid
+    grid = plots.attention_grid(torch.full((1, 1, 9, 9), 1 / 9), n=3)
+    assert not grid.axes[0].xaxis._major_tick_kw.get("gridOn", False)  # the map has no grid
+    assert plt.rcParams["axes.grid"]                                   # and the theme is back
+    plt.close(grid)

@@ -86,7 +86,9 @@ def test_findings_table():
 def test_agreement_says_each_verdict_in_the_chapters_words():
     assert {v: S.agreement(v) for v in S.VERDICTS} == {
         "matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
-        "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction"}
+        "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction",
+        "holds": "holds here", "fails": "does not hold here"}
+    assert not any("paper" in S.agreement(v) for v in ("holds", "fails"))  # a finding of ours never names the paper
     with pytest.raises(ValueError, match="unknown verdict 'maybe'"):
         S.agreement("maybe")
     assert S.agreements({"under A": "matches", "under B": "same direction"}) == "as in the paper"
@@ -112,7 +114,7 @@ def test_no_chapter_types_its_own_agreement_with_the_paper():
     from pathlib import Path
 
     typed = re.compile(r"as in the paper|unlike the paper|as the paper (says|describes|shows)|"
-                       r"not what the paper shows|the paper's claim .* holds", re.I)
+                       r"not what the paper shows|the paper's claim .* holds|holds here|does not hold here", re.I)
     book = Path(S.__file__).parent
     found = {p.name: [s for s in literal_strings(p) if typed.search(s)] for p in sorted(book.glob("*.py"))
              if p.name != "scorecard.py"}
@@ -144,3 +146,44 @@ def test_departures_text_names_every_key():
     keys = [d["key"] for d in deviations(cpu, paper_profile())]
     assert f"in {len(keys)} keys" in text and all(k in text for k in keys) and "data.n 5 (paper: 7)" in text
     assert S.departures_text(paper_profile()).endswith("in nothing.")
+
+
+def test_finding_rule_holds_or_fails():
+    assert S.finding(0.6, 0.0, "above", se=0.1) == "holds"                 # 0.6 > 2 x 0.1
+    assert S.finding(0.15, 0.0, "above", se=0.1) == "fails"                # within two standard errors
+    assert S.finding(-0.6, 0.0, "above", se=0.1) == "fails"                # the other side
+    assert S.finding(0.5, 1.0, "below") == "holds" and S.finding(0.95, 1.0, "below") == "fails"  # 10 % margin
+    assert S.finding(0.95, 0.9, "above", margin=S.CUT) == "holds" and S.finding(0.9, 0.9, "above", margin=S.CUT) == "fails"
+    assert S.finding(None, 0.0, "above") == "fails"
+    with pytest.raises(ValueError):
+        S.finding(0.1, 0.0, "over")
+    with pytest.raises(ValueError, match="no paper's value"):
+        S.judge("finding", paper=1.0, ours=2.0, reference=0.0, sense="above")
+
+
+def test_a_finding_of_ours_never_reads_as_the_paper_s(tmp_path):
+    row = dict(id="B1", quantity="lead", ours=0.95, kind="finding", reference=0.9, sense="above", margin=S.CUT)
+    with pytest.raises(ValueError, match="says 'as in the paper' but its verdict is 'holds'"):
+        S.record(tmp_path, **row, reading="it leads, as in the paper")
+    assert S.record(tmp_path, **row, reading="it leads, which holds here")["verdict"] == "holds"
+    with pytest.raises(ValueError, match="says 'holds here' but its verdict is 'fails'"):
+        S.record(tmp_path, **{**row, "ours": 0.5}, reading="it leads, which holds here")
+
+
+def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
+    """A finding of ours that holds is no reproduced claim of the paper: the landing counts,
+    the findings table and the paper's rows leave it out; it is counted on its own."""
+    S.record(tmp_path, "E4", "ablation", 1.0, 1.0, kind="ratio")                                   # matches
+    S.record(tmp_path, "B1", "lead", None, 0.95, kind="finding", reference=0.9, sense="above", margin=S.CUT)  # holds
+    S.record(tmp_path, "F2", "collapse", None, -0.2, kind="finding", reference=0.0, sense="above", se=0.05)  # fails
+    S.record(tmp_path, "F5", "LLMs", None, None, kind="finding", reference=0.0, sense="above", na="no LLM")  # n/a
+    rows = S.load(tmp_path)
+    assert [r["id"] for r in S.paper_rows(rows)] == ["E4"] and [r["id"] for r in S.own_rows(rows)] == ["B1", "F2", "F5"]
+    h = S.headline(rows)
+    assert h["landing_model"].startswith("Of the 1 claims about the model, 1 reproduced")
+    assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
+    assert h["landing_differs"] == "Every experiment reproduced in full."            # F2 fails, but is not the paper's
+    assert h["landing_own"] == ("Beyond the paper, 3 findings tested here (our own, and the 2025 follow-up's claims "
+                                "on this task), counted apart from its claims: 1 hold, "
+                                "1 do not and 1 have nothing to test here.")
+    assert list(S.findings(rows)["experiment"]) == ["E4"]

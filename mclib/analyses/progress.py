@@ -341,6 +341,16 @@ def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, *, k: floa
     return pd.DataFrame(rows, columns=columns)
 
 
+def leaders(leads: pd.DataFrame, control: str = "L_mask") -> tuple[pd.DataFrame, float]:
+    """The measures that lead (`plateau_leads`' rows with a lead that leave their band before
+    the `control` leaves its own), longest lead first, and the step the control leaves its
+    band (inf if it stays in until the drop)."""
+    ctrl = leads.loc[leads["measure"] == control, "leaves_at"]
+    ctrl_at = float(ctrl.iloc[0]) if len(ctrl) and np.isfinite(ctrl.iloc[0]) else math.inf
+    lead = leads[(leads["measure"] != control) & (leads["lead"] > 0) & (leads["leaves_at"] < ctrl_at)]
+    return lead.sort_values("lead", ascending=False), ctrl_at
+
+
 def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
                          control: str = "L_mask") -> str:
     """One sentence for the book: which measures leave their plateau band, for good, before
@@ -349,12 +359,9 @@ def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int,
     if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
         return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
                 "the lead times are undefined, and the curves only show how far each measure moved")
-    ctrl = leads.loc[leads["measure"] == control, "leaves_at"]
-    ctrl_at = float(ctrl.iloc[0]) if len(ctrl) and np.isfinite(ctrl.iloc[0]) else math.inf
+    lead, ctrl_at = leaders(leads, control)
     ctrl_text = (f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
                  else "the loss itself stays in its band until the drop")
-    lead = leads[(leads["measure"] != control) & (leads["lead"] > 0) & (leads["leaves_at"] < ctrl_at)]
-    lead = lead.sort_values("lead", ascending=False)
     no_band = leads.loc[~np.isfinite(leads["band_low"]), "measure"].tolist()
     short = (f"; the plateau is too short for a band for {', '.join(no_band)}" if no_band else "")
     if lead.empty:

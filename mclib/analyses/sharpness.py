@@ -22,12 +22,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.data import copy_level
-from ..core.metrics import find_drop, last_tenth
+from ..core.metrics import DROP_WINDOW, find_drop, last_tenth
+from ..core.runs import FINAL_FACTOR, PLATEAU_TOLERANCE
 
-BAND = 0.1      # on the plateau: within 10 % of E[X²] (as mclib.core.runs.PLATEAU_TOLERANCE)
-SETTLE = 2.0    # the fall ends within 2x the final level (as mclib.core.runs.FINAL_FACTOR)
-ABRUPT = 1.0    # sudden: plateau steps over fall steps above this
-WINDOW = 50     # the trailing mean's window (find_drop's)
+BAND = PLATEAU_TOLERANCE  # on the plateau: the smoothed curve within 10 % of E[X²], as the checkpoints are placed
+SETTLE = FINAL_FACTOR     # the fall ends within 2x the final level, where the transition's checkpoints end
+ABRUPT = 1.0              # sudden: plateau steps over fall steps above this
+WINDOW = DROP_WINDOW      # the trailing mean's window: the drop's (`find_drop`)
 
 
 @dataclass

@@ -250,6 +250,10 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
 # --- E10: a structured mask -----------------------------------------------------------------------
 
 PAPER_MASK = "rows"  # the `e10_masks` key of the paper's mask; the other is ours
+# E10's glue names per `e10_masks` key, spelled out so that grep finds each: the best heads'
+# figure, every head's figure, the sentence on the lone-entry head
+E10_GLUE = {"rows": ("fig_e10_rows", "fig_e10_rows_all", "e10_rows_text"),
+            "columns": ("fig_e10_columns", "fig_e10_columns_all", "e10_columns_text")}
 
 
 E10_COLUMNS = ["lone_entry", "masked_lines", "self", "row_excess", "column_excess"]
@@ -331,9 +335,10 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
               .set_caption(f"E10, masked {axis}s: head scores. A uniform head has lone_entry {s.chance['lone_entry']:.3f}, "
                            f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
-    glue = {f"fig_e10_{s.name}": plots.closed(fig), f"fig_e10_{s.name}_all": plots.closed(fig_all)}
+    fig_name, fig_all_name, text_name = E10_GLUE[s.name]
+    glue = {fig_name: plots.closed(fig), fig_all_name: plots.closed(fig_all)}
     if s.name != PAPER_MASK:  # the paper's mask is compared with the paper: its sentence comes with its row
-        glue[f"e10_{s.name}_text"] = lone_text(s.lone, s.chance["lone_entry"], axis)
+        glue[text_name] = lone_text(s.lone, s.chance["lone_entry"], axis)
     return styled, glue
 
 
@@ -381,9 +386,10 @@ def e10_kind_rows(s: Structured) -> list[dict]:
     return rows
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Results:
-    """What the chapter computed, as `readings` and `closing_glue` read it."""
+    """What the chapter computed, as `readings` and `closing_glue` read it; built by keyword
+    only (eight fields: a positional call would be read by their order)."""
     abl: pd.DataFrame                # `ablation_at_post`
     e67: pd.DataFrame                # `e6_e7_tables`: the models
     perm: pd.DataFrame               #   and the permuted rows
@@ -577,7 +583,7 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
     row = _row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
                kind="direction", reference=MOSTLY, sense="above", margin=CUT)
-    glue = {f"e10_{PAPER_MASK}_text": lone_text(lone, lone_chance, "row", row_verdict(row))}
+    glue = {E10_GLUE[PAPER_MASK][2]: lone_text(lone, lone_chance, "row", row_verdict(row))}
     return glue, [row, *e10_kind_rows(structured)]
 
 

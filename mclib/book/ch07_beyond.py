@@ -1,6 +1,9 @@
 """Chapter 07, beyond the paper (book/07_beyond.ipynb): the drop over seeds, and whether
 any measure of the model's inside moves before the loss does. Its tables, figures,
-sentences and its one scorecard row, in the order the page shows them.
+sentences and its scorecard rows, in the order the page shows them: the paper's claims it
+tests (E1 over seeds, E9's timing) and its own finding B1 (`lead_row`: a measure leads
+the drop), a row of kind "finding" that the scorecard shows and counts apart from the
+paper's claims; the follow-up's rows F1-F5 (`mclib.book.followup`) are findings too.
 
 The paper trains one model and reports one drop; over seeds the drop becomes a mean with
 a spread, recorded as a fraction of training (profiles differ in length) by the
@@ -21,9 +24,10 @@ from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
 from .chapter import seed_runs
 from .plots import closed, progress_panels, seed_loss_curves
-from .scorecard import claim, recorded_table
+from .scorecard import CUT, agreement, claim, is_own, recorded_table, row_verdict
 
 CHAPTER = "07_beyond"
+LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
 
 
 # --- the drop over seeds ------------------------------------------------------------------------
@@ -133,8 +137,11 @@ def seeds_readings(ch, s: Seeds) -> tuple[dict, list[dict]]:
 
 
 def scorecard_table(ch, rows: list[dict]):
+    own = [r["id"] for r in rows if is_own(r)]
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "spread", "verdict"),
-                          caption="The number this section adds to the scorecard.")
+                          caption="The rows this section adds to the scorecard" + (
+                              f"; {', '.join(own)}, a finding of our own, is counted apart from the paper's claims"
+                              if own else "") + ".")
 
 
 # --- can the drop be seen coming? -----------------------------------------------------------------
@@ -229,7 +236,42 @@ def progress_glue(ch, table: pd.DataFrame, leads: pd.DataFrame) -> dict:
             "main_run": f"seed {ch.cfg.seed}, {len(table)} checkpoints at most {gap:,} steps apart"}
 
 
+def lead_row(ch, leads: pd.DataFrame) -> dict:
+    """Our finding B1, beyond the paper: some measure of the model's inside leaves its plateau
+    band for good before the loss leaves its own (`progress.leaders`, the rule of
+    `progress.plateau_leads`). ours: the share of bootstrap resamples of the plateau band in
+    which the measure with the longest lead has a lead (its p_lead; 0 when no measure
+    leads); it holds above LEAD_SURE, a cut-off the chapter names (finding rule, margin
+    CUT). The measure is the longest-leading of all, chosen after the fact: the reading
+    says which, and how many were looked at. n/a without a drop."""
+    lead, ctrl_at = progress.leaders(leads)
+    looked = int((leads["measure"] != "L_mask").sum())
+    quantity = (f"a measure of the inside leaves its plateau band before the loss: p_lead of the longest lead "
+                f"(cut-off {LEAD_SURE:.0%})")
+    if ch.drop is None:
+        return claim("B1", quantity, None, "", kind="finding", reference=LEAD_SURE, sense="above", margin=CUT,
+                     na="the run has no drop")
+    if lead.empty:
+        return claim("B1", quantity, 0.0, f"none of the {looked} measures leaves its band before the loss does",
+                     kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
+    r = lead.iloc[0]
+    return claim("B1", quantity, float(r["p_lead"]),
+                 f"{r['measure']}, the longest of {len(lead)} leads among {looked} measures: {r['lead']:,.0f} steps "
+                 f"before the drop (bootstrap 5-95 %: {r['lead_lo']:,.0f} to {r['lead_hi']:,.0f})",
+                 kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
+
+
+def lead_finding_text(row: dict) -> str:
+    """The sentence that speaks for B1, its words from the row's verdict (`scorecard.agreement`)."""
+    if row.get("na"):
+        return f"The scorecard keeps the lead as a finding of our own, B1, with nothing to test here ({row['na']})"
+    return (f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of the "
+            f"bootstrap resamples), which {agreement(row_verdict(row))}, apart from the paper's claims")
+
+
 def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """Can the drop be seen coming: the section's glue (`progress_glue`) and E9's timing rows
-    (`structure_rows`)."""
-    return progress_glue(ch, table, leads), structure_rows(ch, table)
+    """Can the drop be seen coming: the section's glue (`progress_glue`, and B1's sentence
+    `lead_finding_text`), E9's timing rows (`structure_rows`) and our finding B1 (`lead_row`)."""
+    lead = lead_row(ch, leads)
+    return ({**progress_glue(ch, table, leads), "lead_finding": lead_finding_text(lead)},
+            [*structure_rows(ch, table), lead])

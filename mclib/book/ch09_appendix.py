@@ -18,7 +18,6 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
-import seaborn as sns
 
 from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
 from ..core.metrics import DROP_WINDOW
@@ -76,7 +75,6 @@ def width_depth_figure(wd: pd.DataFrame | None):
     depth, per task size; error bars: the standard deviation over seeds. On the two final-
     level panels a marker per convergence rule (the table's end_rule): finals under unlike
     rules are read at unlike points, so the claims never compare them."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig = plt.figure(figsize=(12, 3.8))
     width = fig.add_subplot(1, 3, 1)
     depth_final = fig.add_subplot(1, 3, 2, sharey=width)   # the same quantity as the width panel, on one scale
@@ -122,7 +120,6 @@ def width_depth_curves_figure(wd: pd.DataFrame | None, curves: pd.DataFrame | No
     seen, one panel per task size, a colour per (hidden, layers), the same in both panels.
     A run whose curve was not kept (trained before the sweep kept curves, on a machine
     whose run folders are gone) has no line; each panel's title counts the runs it draws."""
-    sns.set_theme(style="whitegrid", context="notebook")
     sizes = sorted(wd["n"].unique()) if wd is not None else []
     fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(10, 3.8), sharey=True, squeeze=False)
     if wd is None:

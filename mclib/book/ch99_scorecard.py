@@ -1,7 +1,9 @@
 """Chapter 99, the scorecard (book/99_scorecard.ipynb): every row the chapters recorded
 (`mclib.book.scorecard`, the run's scorecard.json), shown as the findings, the rules, the
 profile's departures from the paper, the whole table and a figure, with the counts the
-closing sentence glues. It reads what the others wrote, so it comes last, and the book's
+closing sentence glues. The paper's claims and our own findings beyond it
+(`scorecard.OWN`) are shown and counted apart: every count of the paper's claims reads
+`scorecard.paper_rows`. It reads what the others wrote, so it comes last, and the book's
 runner re-runs it when scorecard.json changes (the notebook's metadata declares that it
 reads it).
 """
@@ -16,9 +18,11 @@ from .plots import VERDICT_COLORS, closed, scorecard_plot
 
 CHAPTER = "99_scorecard"
 
-# glue name -> the verdict it counts, in the order the closing sentence names them
+# glue name -> the verdict it counts among the paper's claims, in the order the closing sentence names them
 COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
            "n_na": "n/a", "n_cannot": "cannot fail"}
+# glue name -> the verdict it counts among our own findings
+COUNTED_OWN = {"n_own_holds": "holds", "n_own_fails": "fails", "n_own_na": "n/a"}
 
 
 def rows(ch) -> list[dict]:
@@ -43,17 +47,34 @@ def departures_shown(ch):
                             ch.end)
 
 
+# a finding of our own holds or fails in the colours of a claim that matches or differs
+COLOURS = {**VERDICT_COLORS, "holds": VERDICT_COLORS["matches"], "fails": VERDICT_COLORS["differs"]}
+
+
 def _colour(verdict: str) -> str:
-    return f"color: {to_hex(VERDICT_COLORS.get(verdict, 'grey'))}; font-weight: bold"
+    return f"color: {to_hex(COLOURS.get(verdict, 'grey'))}; font-weight: bold"
+
+
+def _styled(rows: list[dict], columns, caption: str):
+    table = pd.DataFrame(rows, columns=list(scorecard.FIELDS))
+    return (table[list(columns)].style.hide(axis="index")
+            .format({k: f for k, f in {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}.items()
+                     if k in columns}, na_rep="—")
+            .map(_colour, subset=["verdict"])
+            .set_caption(caption.format(n=len(table))))
 
 
 def scorecard_shown(rows: list[dict]):
-    """Every row, its verdict coloured as in the figure."""
-    table = pd.DataFrame(rows, columns=list(scorecard.FIELDS))
-    return (table[list(scorecard.SHOWN)].style.hide(axis="index")
-            .format({"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}, na_rep="—")
-            .map(_colour, subset=["verdict"])
-            .set_caption(f"The scorecard: {len(table)} claims."))
+    """Every row of the paper's claims (`scorecard.paper_rows`), its verdict coloured as in the figure."""
+    return _styled(scorecard.paper_rows(rows), scorecard.SHOWN, "The scorecard: {n} claims of the paper.")
+
+
+def own_shown(rows: list[dict]):
+    """Our own findings beyond the paper (`scorecard.own_rows`), apart from its claims: no paper column."""
+    return _styled(scorecard.own_rows(rows), [c for c in scorecard.SHOWN if c != "paper"],
+                   "Beyond the paper: {n} findings tested here (chapter 07: our own, and the 2025 follow-up's claims), "
+                   "each judged by the finding rule and "
+                   "never counted among the paper's claims.")
 
 
 def reference_shown(ch, rows: list[dict]):
@@ -63,7 +84,7 @@ def reference_shown(ch, rows: list[dict]):
             .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
             .map(_colour, subset=["laptop verdict", "paper-setting verdict"])
             .set_caption(f"Profile {ch.cfg.name} beside the paper's own setting (params/paper.yaml, on a GPU): "
-                         "each row's value and verdict against the paper."))
+                         "each row's value and verdict against the paper (a finding of our own: whether it holds)."))
 
 
 def reference_runs_shown():
@@ -86,9 +107,13 @@ def reference_figure():
 
 
 def glued(ch, rows: list[dict]) -> dict:
-    """The closing sentence's numbers (rows per verdict, all rows), the task note and the figure."""
-    verdicts = pd.Series([r["verdict"] for r in rows], dtype=object).value_counts()
-    return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(rows),
+    """The closing sentence's numbers (the paper's claims per verdict and in all; our own
+    findings per verdict and in all, counted apart), the task note and the figure."""
+    paper, own = scorecard.paper_rows(rows), scorecard.own_rows(rows)
+    verdicts = pd.Series([r["verdict"] for r in paper], dtype=object).value_counts()
+    own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
+    return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(paper),
+            **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
             "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows)}

@@ -4,9 +4,10 @@ chapter 07). Its tables, figures and scorecard rows; the measures themselves are
 `mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
 docs/data/attention_bias.csv).
 
-Each of the follow-up's claims (protocol §5.3) becomes one row, judged by the scorecard's
-direction rule (`scorecard.direction`) with the error over seeds; the rows' source is the
-follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list; its figures
+Each of the follow-up's claims (protocol §5.3) becomes one row, a finding beyond the 2024
+paper (kind "finding", `scorecard.finding`: it holds or fails, is shown apart from the
+paper's claims and never counted among them), judged with the error over seeds; the rows'
+source is the follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list; its figures
 are cited as "its figure N", by the numbers of the follow-up's code README, so that they
 are not read as the 2024 paper's):
 
@@ -119,7 +120,7 @@ def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, se
     reading = (f"plateau − after = {mean:+.3g}" + (f" ± {se:.2g}" if se is not None else "")
                + f" (mean ± s.e. over {k} seed{'s' if k != 1 else ''}; {measure}); the follow-up: {what}"
                if mean is not None else f"no seed with both a plateau and an after value; the follow-up: {what}")
-    return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="direction", reference=0.0, sense=sense, se=se,
+    return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="finding", reference=0.0, sense=sense, se=se,
                  na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: "
                                         "no error over seeds")
 
@@ -159,7 +160,7 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
                if mean is not None else "no seed dropped")
     return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
                  reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
-                 kind="direction", reference=0.0, sense="above", se=se,
+                 kind="finding", reference=0.0, sense="above", se=se,
                  na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a drop: no error over seeds")
 
 
@@ -182,7 +183,7 @@ def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sen
     d = drops.set_index("setting")
     missing = [s for s in (setting, UNBIASED) if s not in d.index or d.loc[s, "seeds"] < 2]
     if missing:
-        return claim(id, f"{quantity} ({SOURCE})", None, f"the follow-up: {what}", kind="direction", reference=1.0,
+        return claim(id, f"{quantity} ({SOURCE})", None, f"the follow-up: {what}", kind="finding", reference=1.0,
                      sense=sense, na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
                                      "(docs/data/attention_bias.csv)")
     a, b = d.loc[setting], d.loc[UNBIASED]
@@ -193,7 +194,7 @@ def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sen
                f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
                + (f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
                   "(a lower bound)" if censored else "") + f"; the follow-up: {what}")
-    return claim(id, f"{quantity} ({SOURCE})", float(ratio), reading, kind="direction", reference=1.0,
+    return claim(id, f"{quantity} ({SOURCE})", float(ratio), reading, kind="finding", reference=1.0,
                  sense=sense, se=float(se))
 
 
@@ -337,7 +338,7 @@ def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = 
 
 def llm_row() -> dict:
     return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
-                 "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="direction",
+                 "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="finding",
                  reference=0.0, sense="above",
                  na="not testable here: this project trains no language model and reads no LLM checkpoint")
 
@@ -347,7 +348,8 @@ def claims_table(ch, rows: list[dict]):
     its s.e. over seeds and the verdict."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "se", "verdict", "reading"),
                           caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
-                                  "each judged by the direction rule with the error over seeds.")
+                                  "each a finding beyond the 2024 paper, judged by the finding rule with the error over "
+                                  "seeds and counted apart from the paper's claims.")
 
 
 def read_sweep(path: str | Path) -> pd.DataFrame | None:

@@ -7,6 +7,7 @@ the name back (tests/test_drawers.py checks that every one names a real function
 """
 from __future__ import annotations
 
+import functools
 import sys
 
 import matplotlib.pyplot as plt
@@ -16,12 +17,26 @@ import seaborn as sns
 from ..core.data import copy_level
 from ..core.metrics import DROP_WINDOW
 
+# The book's one plot theme, set here, once, when the figures' module is imported (every
+# chapter imports it); a figure without a grid (a heatmap) is drawn under `_without_grid`.
+THEME = {"style": "whitegrid", "context": "notebook"}
+sns.set_theme(**THEME)
+
+
+def _without_grid(draw):
+    """`draw`, run inside seaborn's "white" axes style (the theme without its grid, for maps
+    and heatmaps), so that the book's theme is left as it was afterwards."""
+    @functools.wraps(draw)
+    def drawn(*args, **kwargs):
+        with sns.axes_style("white"):
+            return draw(*args, **kwargs)
+    return drawn
+
 
 def loss_curve(metrics: pd.DataFrame, drop: int | None = None, rank: int = 2,
                title: str = "Training loss", smooth: int = 20) -> plt.Figure:
     """L, L_obs and L_mask against step (log scale), smoothed over `smooth` steps;
     the copying plateau E[X²] and the drop (if any) are marked."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 4))
     for col, label in [("L", "L (all entries)"), ("L_obs", "L_obs (observed)"), ("L_mask", "L_mask (masked)")]:
         ax.plot(metrics["step"], metrics[col].rolling(smooth, min_periods=1).mean(), label=label)
@@ -69,7 +84,6 @@ def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
     labels = [textwrap.fill(f"{r['id']}: {r['quantity']}", label_width) for r in rows]
     lines = [l.count("\n") + 1 for l in labels]
 
-    sns.set_theme(style="whitegrid", context="notebook")
     row_in, top_in, bottom_in = 0.2, 1.0, 0.7                 # inches: per label line, title + legend, x axis
     slots = np.cumsum([0] + [max(n, 1.4) for n in lines])     # each row as tall as its label
     height = top_in + bottom_in + row_in * slots[-1]
@@ -120,7 +134,6 @@ def prediction_scatter(x, pred, mask, title: str = "Output against the true valu
     A copying model sits on the diagonal on the left and on the line X̂ = 0 on the right."""
     import numpy as np
 
-    sns.set_theme(style="whitegrid", context="notebook")
     x, pred, mask = (np.asarray(a).reshape(-1) for a in (x, pred, mask))
     rng = np.random.default_rng(seed)
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.8), sharex=True, sharey=True)
@@ -143,7 +156,6 @@ def mask_value_curve(metrics: pd.DataFrame, reference: float, drop: int | None =
                      *, title: str = "The mask value during training") -> plt.Figure:
     """Mean |X̂| at masked entries against step (smoothed); `reference` is the mean |X|
     there (what a model that completes outputs on average), `mark` names steps to mark."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 3.5))
     ax.plot(metrics["step"], metrics["mask_value"].rolling(smooth, min_periods=1).mean(), label="mask value (mean |X̂|, masked)")
     ax.axhline(reference, color="grey", ls=":", label=f"mean |X| at masked entries = {reference:.2f}")
@@ -180,7 +192,6 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
     ours_lvl = per_label(level) if level is not None else np.ones(n)
     paper_lvl = per_label(paper_level if paper_level is not None else level) if level is not None else np.ones(n)
 
-    sns.set_theme(style="whitegrid", context="notebook")
     k = len(values)
     height = 0.8 / k
     fig, ax = plt.subplots(figsize=(8, 0.3 * n * k + 1.8))
@@ -219,6 +230,7 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
     return fig
 
 
+@_without_grid
 def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[str] | None = None,
                    title: str = "", n: int = 7, *, query_bands: list[tuple[int, int]] | None = None,
                    key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
@@ -238,7 +250,6 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
     if maps.ndim != 4:
         raise ValueError(f"maps has shape {maps.shape}, expected [rows, cols, query, key]")
     rows, cols, q, _ = maps.shape
-    sns.set_theme(style="white", context="notebook")
     fig, axes = plt.subplots(rows, cols, figsize=(panel * cols + 1.4, panel * rows + 0.8), squeeze=False)
     vmax = max(float(maps.max()), 3 / q)  # one scale for every panel: maps compare by colour
     for r in range(rows):
@@ -270,6 +281,7 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
     return fig
 
 
+@_without_grid
 def head_label_heatmap(labels: pd.Series, title: str = "Head labels") -> plt.Figure:
     """Layer × head grid coloured by label (`labels` indexed by 0-indexed (layer, head));
     shown 1-indexed, as in the paper."""
@@ -282,7 +294,6 @@ def head_label_heatmap(labels: pd.Series, title: str = "Head labels") -> plt.Fig
     grid = np.full((len(layers), len(heads)), np.nan)
     for (l, h), lab in labels.items():
         grid[layers.index(l), heads.index(h)] = names.index(lab)
-    sns.set_theme(style="white", context="notebook")
     fig, ax = plt.subplots(figsize=(0.75 * len(heads) + 2.6, 0.6 * len(layers) + 1.4))
     ax.imshow(grid, cmap=ListedColormap([LABEL_COLORS[k] for k in names]), vmin=-0.5, vmax=len(names) - 0.5)
     for (l, h), lab in labels.items():
@@ -300,7 +311,6 @@ def progress_lines(progress: pd.DataFrame, drop: int | None = None, mark: dict[s
                    title: str = "Attention structure during training") -> plt.Figure:
     """Row, column and self excess of every head against step (thin grey lines) and the
     largest over heads (bold); `progress` as from heads.attention_progress."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), sharey=True)
     for ax, (col, name) in zip(axes, [("row_excess", "row"), ("column_excess", "column"), ("self_excess", "self")]):
         for _, g in progress.groupby(["layer", "head"]):
@@ -327,7 +337,6 @@ def progress_lines(progress: pd.DataFrame, drop: int | None = None, mark: dict[s
 def probe_lines(probes: pd.DataFrame, title: str = "Linear probes per layer") -> plt.Figure:
     """Test MSE (relative to predicting 0) and mean |cosine| against layer, one panel per
     target, one line per kind of position; `probes` as from probes.probe_layers."""
-    sns.set_theme(style="whitegrid", context="notebook")
     targets = list(dict.fromkeys(probes["target"]))
     fig, axes = plt.subplots(2, len(targets), figsize=(3.6 * len(targets), 6), sharex=True, squeeze=False)
     styles = {"all": "-", "masked": "--", "observed": ":"}
@@ -360,7 +369,6 @@ def token_embedding_plot(norms: pd.DataFrame, coords: pd.DataFrame,
                          title: str = "Token embeddings of the values −1.50 … 1.50") -> plt.Figure:
     """E12: ℓ2 norm against value (norms: value, norm) and the PCA(2) scatter coloured by
     value (coords: value, pc1, pc2)."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(norms["value"], norms["norm"], color="tab:blue")
     a.set(xlabel="value x", ylabel="‖embedding(x)‖₂", title="ℓ2 norm against value")
@@ -376,7 +384,6 @@ def token_progress_plot(coords: pd.DataFrame, labels: dict | None = None,
                         title: str = "Token embeddings on the final PCA plane") -> plt.Figure:
     """E13: one column per checkpoint (coords: step, centred, value, pc1, pc2), the
     uncentred projection on top, the centred one below; labels: step -> column title."""
-    sns.set_theme(style="whitegrid", context="notebook")
     steps = list(dict.fromkeys(coords["step"]))
     fig, axes = plt.subplots(2, len(steps), figsize=(2.6 * len(steps) + 1, 5.6), squeeze=False,
                              layout="constrained")
@@ -398,7 +405,6 @@ def token_progress_plot(coords: pd.DataFrame, labels: dict | None = None,
 def position_tsne_plot(frames: dict, title: str = "t-SNE of the position embeddings") -> plt.Figure:
     """E14: one panel per checkpoint (frames: label -> DataFrame with x, y, column, row),
     points coloured by column, the marker's label is the row."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, len(frames), figsize=(2.9 * len(frames) + 0.5, 3.3), squeeze=False)
     colours = sns.color_palette("tab10", 10)
     for ax, (label, d) in zip(axes[0], frames.items()):
@@ -416,7 +422,6 @@ def position_tsne_plot(frames: dict, title: str = "t-SNE of the position embeddi
 
 def position_norm_plot(norms: pd.DataFrame, title: str = "ℓ2 norm of each position embedding") -> plt.Figure:
     """E14: bars per position (norms: position, row, norm), coloured by row; the middle row shaded."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(8, 3.2))
     n = int(norms["row"].max()) + 1
     colours = sns.color_palette("viridis", n)
@@ -435,7 +440,6 @@ def embedding_progress_plot(progress: pd.DataFrame, drop: int | None = None, ini
     column and row silhouette of the position embeddings, and the centred alignment of
     the token embeddings with their final layout (dotted: its value at initialisation,
     if given); the drop (if any) marked."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     a.plot(progress["step"], progress["column_silhouette"], "o-", ms=3, label="grouped by column")
     a.plot(progress["step"], progress["row_silhouette"], "s-", ms=3, label="grouped by row")
@@ -463,7 +467,6 @@ def freeze_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 20,
     """E15: L_mask against step for each re-initialised group (curves: group -> metrics),
     smoothed over `smooth` steps; each run's drop (drops: group -> step or None) marked
     in its colour, the copying level dotted."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 4))
     colours = dict(zip(curves, sns.color_palette("tab10", len(curves))))
     for group, m in curves.items():
@@ -495,7 +498,6 @@ def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
     """E16 (table: `mclib.analyses.comparisons.nuclear_sweep`): L over all entries and the mean
     nuclear norm against p_mask, BERT and the solver (± 2 s.e.); the true matrices'
     nuclear norm dotted; the training p_mask marked."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, (method, d) in enumerate(table.groupby("method", sort=False)):
         colour = _method_colour(method, i)
@@ -517,7 +519,6 @@ def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
 def ood_plot(table: pd.DataFrame, title: str = "Other factor distributions (E18)") -> plt.Figure:
     """E18 (table: `mclib.analyses.comparisons.ood_table`): L_mask / E[X²] per distribution and
     method (± 2 s.e.): 1 is the error of outputting 0 at every masked entry."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 3.8))
     dists = list(dict.fromkeys(table["dist"]))
     methods = list(dict.fromkeys(table["method"]))
@@ -540,7 +541,6 @@ def per_matrix_plot(per_matrix: dict, title: str = "Error per matrix at the trai
     each method's pooled L_mask is not shown here: few bad matrices dominate it."""
     import numpy as np
 
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for i, (method, v) in enumerate(per_matrix.items()):
         v = np.sort(np.maximum(np.asarray(v, dtype=float), 1e-8))
@@ -559,7 +559,6 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DRO
     """L_mask against step (log scale, mean over `smooth` steps), one line per run
     (`curves`: key -> metrics; a key is a seed, or with label="{}" any name), each run's
     drop (if any) a dashed line in its colour; the copying plateau E[X²] dotted."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (key, m) in enumerate(curves.items()):
         drop = drops.get(key)
@@ -575,11 +574,10 @@ def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DRO
 
 
 def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: int, *, drops: dict,
-                    bert_drop: int | None = None, smooth: int = 50) -> plt.Figure:
+                    bert_drop: int | None = None, smooth: int = DROP_WINDOW) -> plt.Figure:
     """E19: each GPT run's L (seed 1's L_obs and L_mask too) beside the BERT run's L and
     L_mask, against training steps (left) and matrices seen (right; the two models' batches
     may differ); log scale, mean over `smooth` steps, each drop a dashed line, E[X²] dotted."""
-    sns.set_theme(style="whitegrid", context="notebook")
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, per in zip(axes, ("step", "matrix")):
         scale_g, scale_b = (1, 1) if per == "step" else (gpt_batch, bert_batch)
@@ -615,7 +613,6 @@ def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop:
     drop a dashed line. Each panel's title gives the raw first and extreme values."""
     import numpy as np
 
-    sns.set_theme(style="whitegrid", context="notebook")
     names = list(dict.fromkeys(norm["measure"]))
     nrows = -(-len(names) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.0 * ncols, 2.4 * nrows + 0.6), sharex=True, sharey=True,

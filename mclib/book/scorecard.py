@@ -1,4 +1,5 @@
-"""The scorecard: every claim of the paper the book tests, one row each, with a verdict.
+"""The scorecard: every claim of the paper the book tests, one row each, with a verdict;
+and, apart, the findings of our own beyond the paper.
 
 A chapter records a row per claim with `record(run_dir, ...)`; rows live in the run
 folder's scorecard.json (`mclib.core.runs.SCORECARD`), keyed by (experiment id, quantity), so re-running a chapter
@@ -14,6 +15,13 @@ A chapter's sentence that compares with the paper ("as in the paper", "unlike th
 takes those words from the verdict of the row it speaks for (`agreement`, with the verdict
 from `row_verdict`), never from a test of its own, so prose and scorecard cannot disagree;
 `record` refuses a row whose reading says otherwise than its verdict.
+
+A finding beyond the paper (chapter 07's lead, the 2025 follow-up's claims carried to this
+task) is a row of kind "finding" (`OWN`): judged by its own rule (`finding`, the direction
+rule's test, worded "holds" or "fails"), its sentence says "holds here" or "does not hold
+here", never "as in the paper", and it is counted apart: `paper_rows` leaves it out of
+every count of the paper's claims (`headline`, `findings`, chapter 99), and `own_rows`
+gives chapter 99 its own table and counts.
 
 No number is multiplied across tasks into a verdict. When the profile's task is not the
 paper's, a row compares a scale-free quantity (a loss over its own task's copying level
@@ -60,6 +68,8 @@ MARGINS = {
     # A direction (ours above or below a stated reference): beyond the reference by 10 %
     # of it, so a value sitting on the reference does not count either way.
     "direction": 0.10,
+    # A finding of our own: as a direction, for the same reason (0 for a cut-off, CUT).
+    "finding": 0.10,
     # An ordering of events (steps): each later item later by 10 % of its step, so two
     # events at about the same checkpoint are not an ordering.
     "ordering": 0.10,
@@ -68,8 +78,10 @@ MARGINS = {
 # STRONG, ALIGNED, ...): the cut-off is then the claim itself, so no margin is added.
 CUT = 0.0
 POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
-            "by construction": "cannot fail"}
-VERDICTS = ("matches", "same direction", "same order", "differs", "n/a", "cannot fail")
+            "by construction": "cannot fail", "finding": "holds"}
+VERDICTS = ("matches", "same direction", "same order", "differs", "n/a", "cannot fail", "holds", "fails")
+# The kinds of claim that are ours, not the paper's: never counted among the paper's claims.
+OWN = ("finding",)
 
 
 def _missing(x) -> bool:
@@ -125,10 +137,30 @@ def direction(ours: float | None, reference: float, sense: str, se: float | None
     s = 1.0 if sense == "above" else -1.0
     if not _missing(paper) and s * (paper - reference) <= 0:
         raise ValueError(f"the paper's value {paper} is not {sense} the reference {reference}")
-    if _missing(ours):
-        return "differs"
     m = MARGINS["direction"] if margin is None else margin
-    return "same direction" if s * (ours - reference) > 2 * _se(se, spread) + m * abs(reference) else "differs"
+    return "same direction" if _beyond(ours, reference, s, se=se, spread=spread, margin=m) else "differs"
+
+
+def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
+    """Whether ours lies beyond the reference on side s (+1 above, -1 below) by more than
+    2·√(se² + spread²) + margin·|reference| (False without a number): the test of the
+    direction and finding rules."""
+    return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
+
+
+def finding(ours: float | None, reference: float, sense: str, se: float | None = None,
+            spread: float | None = None, *, margin: float | None = None) -> str:
+    """A finding of our own, beyond the paper (chapter 07's lead, the 2025 follow-up's claims
+    tested on this task): the quantity lies *above* or *below* a stated reference. *holds*
+    when ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
+    margin·|reference|, margin 10 % (0 when the reference is a cut-off the row names);
+    *fails* otherwise (on the other side, or too close to tell), or when we have no
+    number. Shown apart from the paper's claims and never counted among them."""
+    if sense not in ("above", "below"):
+        raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
+    m = MARGINS["finding"] if margin is None else margin
+    return "holds" if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread,
+                              margin=m) else "fails"
 
 
 def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:
@@ -159,17 +191,20 @@ def by_construction(*_, **__) -> str:
 
 
 RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": ordering,
-         "by construction": by_construction}
+         "by construction": by_construction, "finding": finding}
 
-# How a sentence says a verdict: every positive verdict agrees with the paper.
+# How a sentence says a verdict: every positive verdict of the paper's kinds agrees with the
+# paper; a finding of our own holds or does not, and never names the paper.
 AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
-             "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction"}
+             "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction",
+             "holds": "holds here", "fails": "does not hold here"}
 
 
 def agreement(verdict: str) -> str:
     """The words a chapter's sentence uses for the verdict of the row it speaks for:
     "as in the paper" (matches, same direction, same order), "unlike the paper" (differs),
-    "not tested here" (n/a), "true by construction" (cannot fail)."""
+    "not tested here" (n/a), "true by construction" (cannot fail); for a finding of our
+    own, "holds here" (holds) or "does not hold here" (fails)."""
     if verdict not in AGREEMENT:
         raise ValueError(f"unknown verdict {verdict!r}; one of {', '.join(VERDICTS)}")
     return AGREEMENT[verdict]
@@ -267,6 +302,10 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
         return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
     if kind == "direction":
         return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
+    if kind == "finding":
+        if not _missing(paper):
+            raise ValueError(f"a finding of our own has no paper's value, not {paper}")
+        return finding(ours, reference, sense, se=se, spread=spread, margin=margin)
     if kind == "ordering":
         return ordering(values, order, margin=margin, se=se)
     if kind == "by construction":
@@ -327,12 +366,29 @@ def _why(r: dict) -> str:
         f"{r['quantity']}: {r['reading']}"
 
 
+def is_own(row: dict) -> bool:
+    """Whether `row` is a finding of our own (its kind is in `OWN`), not a claim of the paper."""
+    return row.get("kind", "number") in OWN
+
+
+def paper_rows(rows: list[dict]) -> list[dict]:
+    """The rows that test claims of the paper: what every count of reproduced claims reads."""
+    return [r for r in rows if not is_own(r)]
+
+
+def own_rows(rows: list[dict]) -> list[dict]:
+    """The findings of our own, beyond the paper (`OWN`): shown apart, never counted with the paper's."""
+    return [r for r in rows if is_own(r)]
+
+
 def findings(rows: list[dict]):
-    """The landing table: one line per experiment, what reproduced and what did not.
-    Columns: experiment, rows, reproduced (the positive verdicts), differs, the claims that
-    differ (quantity: our reading), and the rows that cannot fail or have nothing to test."""
+    """The landing table: one line per experiment of the paper (findings of our own left
+    out, `paper_rows`), what reproduced and what did not. Columns: experiment, rows,
+    reproduced (the positive verdicts), differs, the claims that differ (quantity: our
+    reading), and the rows that cannot fail or have nothing to test."""
     import pandas as pd
 
+    rows = paper_rows(rows)
     out = []
     for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
         rs = [r for r in rows if r["id"] == e]
@@ -357,7 +413,10 @@ def headline(rows: list[dict]) -> dict[str, str]:
     """The landing page's results box, one plain sentence each: the claims about the model
     and those about the solvers alone (`SOLVER_ONLY`) counted apart, then the experiments
     that reproduced in full and those that did not, each with one reason (its first
-    reproduced, or first differing, row)."""
+    reproduced, or first differing, row); last, our own findings, counted on their own
+    (`own_rows`: none of them is among the paper's claims above)."""
+    own = own_rows(rows)
+    rows = paper_rows(rows)
     def counts(rs, what):
         pos = sum(r["verdict"] in REPRODUCED for r in rs)
         bad = sum(r["verdict"] == "differs" for r in rs)
@@ -382,7 +441,12 @@ def headline(rows: list[dict]) -> dict[str, str]:
             "landing_reproduced": ("Reproduced in full: " + "; ".join(full) + ".") if full else
                                   "No experiment reproduced in full.",
             "landing_differs": ("Not reproduced in full, with the first claim that differs: " + "; ".join(partial)
-                                + ".") if partial else "Every experiment reproduced in full."}
+                                + ".") if partial else "Every experiment reproduced in full.",
+            "landing_own": (f"Beyond the paper, {len(own)} findings tested here (our own, and the 2025 follow-up's "
+                            "claims on this task), counted apart from its claims: "
+                            f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
+                            f"{sum(r['verdict'] == 'fails' for r in own)} do not and "
+                            f"{sum(r['verdict'] == 'n/a' for r in own)} have nothing to test here.")}
 
 
 def departures_text(profile) -> str:

@@ -371,8 +371,15 @@ def profile_path(name_or_path: str) -> Path:
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
 RECIPE = ("data", "model", "train")
 # Precision is recipe: TF32 and bf16 round the model's products, so they are departures.
-_NOT_RECIPE = {"train": ("device", "threads", "eval_every", "eval_batch", "save_every", "state_every",
-                         "log_every", "compile", "fast", "until", "patience", "min_improvement"),
+# The train keys that say how a run is executed (where, how fast, until when it keeps going, how
+# often Adam's state is kept): not recipe, and free to change when a run folder is resumed
+# (mclib.core.runs.check_same_profile reads this list; it also lets train.steps grow, which is
+# recipe: a run may be resumed to train longer).
+RUNNING = ("device", "threads", "compile", "fast", "until", "patience", "min_improvement", "state_every")
+# Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
+# (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
+# attention implementation (sdpa or eager: the same model, other rounding).
+_NOT_RECIPE = {"train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every"),
                "model": ("attention",)}
 
 

@@ -17,7 +17,11 @@ LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
 # observed entries; mclib.core.gpt).
 DROP_COLUMN = {"bert": "L_mask", "gpt": "L"}
 COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
-PLATEAU_BAND = 0.2  # L_mask within 20 % of E[X²]: the masked outputs stay near 0, as a copying model's
+# A single reading on the copying level (`copies`; a chapter's "on the copying plateau" for one
+# window mean or one evaluation): L_mask within 20 % of E[X²], the masked outputs near 0, as a
+# copying model's. Its partner for a smoothed curve, which holds to 10 % (where the plateau
+# begins and ends: placing checkpoints, a drop's shape), is mclib.core.runs.PLATEAU_TOLERANCE.
+PLATEAU_BAND = 0.2
 # The drop (`find_drop`): the trailing DROP_WINDOW-step mean of L_mask falls below DROP_FRACTION of the
 # copying plateau E[X²]. Defined here only; everything that reads a loss "as the drop does" imports them.
 DROP_FRACTION = 0.5  # half-way from the copying plateau to a perfect completion

@@ -59,7 +59,7 @@ import yaml
 from safetensors import SafetensorError, safe_open
 from transformers.utils import CONFIG_NAME
 
-from .config import Checkpoints, ConfigError, Profile, profile_from_dict
+from .config import RUNNING, Checkpoints, ConfigError, Profile, profile_from_dict
 from .data import copy_level
 from .metrics import DROP_COLUMN, SLOPE_BLOCKS, converged, end_slope, find_drop
 from .model import MatrixBert, load_model
@@ -452,7 +452,11 @@ class CheckpointSteps(Checkpoints):
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
-PLATEAU_TOLERANCE = 0.1   # "on the plateau": smoothed L_mask within 10 % of the copying level E[X²]
+# "On the plateau" for a smoothed curve, step by step (a trailing mean: PLACE_WINDOW steps here,
+# the drop's window in mclib.analyses.sharpness): L_mask within 10 % of the copying level E[X²];
+# where the plateau begins and ends. Its partner for a single reading, 20 %, is
+# mclib.core.metrics.PLATEAU_BAND.
+PLATEAU_TOLERANCE = 0.1
 FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
 MAX_TRANSITION = 4        # transition checkpoints at most (the paper has 4)
 PLACE_WINDOW = 200        # steps of the trailing mean used to place them
@@ -631,9 +635,8 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     saved = run_profile(run_dir).to_dict()
     mine = profile.to_dict()
     for d in (saved, mine):
-        for key in ("steps", "until", "patience", "min_improvement", "device", "threads", "compile", "fast",
-                    "state_every"):
-            d["train"].pop(key, None)  # where, how and how long it runs, not what it is
+        for key in RUNNING + ("steps",):
+            d["train"].pop(key, None)  # how it runs (config.RUNNING) and how long, not what it is
         d["checkpoints"].pop("place", None)
         d["checkpoints"].pop("keep", None)
         d["checkpoints"].pop("post")
