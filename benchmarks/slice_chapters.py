@@ -11,9 +11,12 @@ chapters' kernels is timed and counted by a global torch forward hook (a sitecus
 the kernels' PYTHONPATH: nothing in mclib changes for it).
 
 How the estimate is made, per chapter:
-  rest_s      = the chapter's wall time here - its forward passes' time here: the data, the
-                numpy/pandas work, the figures, the kernel's start; the same work on the GPU
-                machine (taken as no faster there: its 16 cores are not assumed to help)
+  rest_s      = CPU seconds spent outside the encoder's passes: the kernel's CPU time (at its
+                exit) less its passes' CPU time, plus the runner's own (papermill, the chapter's
+                key): the data, the numpy/pandas work, the figures, the kernel's start. CPU time,
+                not wall time, so that other work on the machine does not inflate it (wall - the
+                passes' wall is printed beside it, rest_wall_s); the same work on the GPU machine,
+                taken as no faster there (its 16 cores are not assumed to help)
   model_s     = the same forward passes at the paper's model (hidden 768, 3072), their FLOPs
                 (`mclib.core.flops`, per pass: tokens x (2 N_mm + 4 layers s h)) at the rate the
                 paper's training step reached on the H100 (the ledger's step_ms: TF32, batch 256)
@@ -61,22 +64,25 @@ HOOK = '''
 import os, time, json
 _log = os.environ.get("MCLIB_FORWARD_LOG")
 if _log:
+    import atexit
     import torch
     _start = {}
+    def _write(record):
+        with open(_log, "a") as f:
+            f.write(json.dumps({"pid": os.getpid(), **record}) + "\\n")
     def _pre(module, args):
         if type(module).__name__ == "BertModel":
-            _start[id(module)] = time.perf_counter()
+            _start[id(module)] = (time.perf_counter(), time.process_time())
     def _post(module, args, output):
         t0 = _start.pop(id(module), None)
         if t0 is None:
             return
-        seconds = time.perf_counter() - t0
         batch, seq = output.last_hidden_state.shape[:2]
-        with open(_log, "a") as f:
-            f.write(json.dumps({"pid": os.getpid(), "model": id(module), "tokens": batch * seq, "seq": seq,
-                                "seconds": seconds}) + "\\n")
+        _write({"model": id(module), "tokens": batch * seq, "seq": seq, "seconds": time.perf_counter() - t0[0],
+                "cpu_s": time.process_time() - t0[1]})
     torch.nn.modules.module.register_module_forward_pre_hook(_pre)
     torch.nn.modules.module.register_module_forward_hook(_post)
+    atexit.register(lambda: _write({"process_cpu_s": time.process_time()}))
 '''
 
 
@@ -144,23 +150,31 @@ def main(argv=None) -> int:
         for name in s.chapters:
             log.unlink(missing_ok=True)
             os.environ["MCLIB_FORWARD_LOG"] = str(log)
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), _own_cpu()
             build(str(ppath), out_dir=work, templates=select_chapters(name), site=False, progress=False)
-            wall = time.perf_counter() - t0
-            passes = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            wall, runner_cpu = time.perf_counter() - t0, _own_cpu() - cpu0
+            records = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+            passes = [r for r in records if "tokens" in r]
+            kernel_cpu = sum(r["process_cpu_s"] for r in records if "process_cpu_s" in r)
+            forward_cpu = sum(p["cpu_s"] for p in passes)
             rows.append({"chapter": name, "wall_s": wall, "forward_s": sum(p["seconds"] for p in passes),
+                         "rest_wall_s": wall - sum(p["seconds"] for p in passes),
+                         "kernel_cpu_s": kernel_cpu, "forward_cpu_s": forward_cpu, "runner_cpu_s": runner_cpu,
+                         "rest_s": kernel_cpu - forward_cpu + runner_cpu,
                          "passes": len(passes), "models": len({(p["pid"], p["model"]) for p in passes}),
                          "tokens": sum(p["tokens"] for p in passes),
                          "paper_tflop": sum(forward_flops(paper.profile().model, paper.task().n, 1) * p["tokens"]
                                             / p["seq"] for p in passes) / 1e12})
-            print(f"{name}: {wall:.1f} s, {len(passes)} forward passes, {rows[-1]['forward_s']:.1f} s of them", flush=True)
+            if not any("process_cpu_s" in r for r in records):
+                sys.exit(f"{name}: its kernel wrote no CPU time at exit (killed?): no estimate")
+            print(f"{name}: {wall:.1f} s, {len(passes)} encoder passes ({rows[-1]['forward_s']:.1f} s); CPU time outside "
+                  f"them {rows[-1]['rest_s']:.1f} s", flush=True)
         load_s = seconds_per_load(work)
         probe_rows = (profile.analysis.probe_fit * paper.task().n ** 2)
         probe_cpu_s = seconds_per_probe_fit(probe_rows, paper.profile().model.hidden)
     step_flops = train_step_flops(paper.profile().model, paper.task().n, 256)
     rate = step_flops / (ledger["step_ms"] / 1000)  # FLOP/s of the paper's training step on the H100
     table = pd.DataFrame(rows)
-    table["rest_s"] = table.wall_s - table.forward_s
     table["model_s"] = table.paper_tflop * 1e12 / rate
     table["loads_s"] = table.models * load_s
     fits = paper.profile().model.layers + 1  # the embedding output and every layer
@@ -168,7 +182,8 @@ def main(argv=None) -> int:
     table["probes_s"] = [probe_flops / (H100_FP64_TFLOPS * 1e12 * PROBE_FP64_EFFICIENCY) if c == "03_heads" else 0.0
                          for c in table.chapter]
     table["estimate_s"] = table.rest_s + table.model_s + table.loads_s + table.probes_s
-    total = table[["wall_s", "forward_s", "rest_s", "model_s", "loads_s", "probes_s", "estimate_s"]].sum()
+    total = table[["wall_s", "forward_s", "rest_wall_s", "kernel_cpu_s", "forward_cpu_s", "runner_cpu_s", "rest_s",
+                   "model_s", "loads_s", "probes_s", "estimate_s"]].sum()
     table = pd.concat([table, pd.DataFrame([{"chapter": "slice " + s.name, **total,
                                              "passes": table.passes.sum(), "models": table.models.sum(),
                                              "tokens": table.tokens.sum(), "paper_tflop": table.paper_tflop.sum()}])])
@@ -186,6 +201,14 @@ def main(argv=None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)
     return 0
+
+
+def _own_cpu() -> float:
+    """CPU seconds of this process (all its threads: papermill's, the runner's) so far."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _cpu() -> str:

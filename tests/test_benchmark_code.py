@@ -61,9 +61,12 @@ def test_the_chapter_estimate_counts_every_encoder_pass_in_another_process(tmp_p
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     log = tmp_path / "passes.jsonl"
     subprocess.run([sys.executable, "-c", code], env={**env, "MCLIB_FORWARD_LOG": str(log)}, check=True, cwd=ROOT)
-    passes = [json.loads(line) for line in log.read_text().splitlines()]
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    passes = [r for r in records if "tokens" in r]
     assert [p["tokens"] for p in passes] == [45, 18] and {p["seq"] for p in passes} == {9}
-    assert len({p["model"] for p in passes}) == 1 and all(p["seconds"] > 0 for p in passes)
+    assert len({p["model"] for p in passes}) == 1 and all(p["seconds"] > 0 and p["cpu_s"] > 0 for p in passes)
+    exits = [r["process_cpu_s"] for r in records if "process_cpu_s" in r]  # the process's CPU time, at exit
+    assert len(exits) == 1 and exits[0] > sum(p["cpu_s"] for p in passes)
     log.unlink()
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=ROOT)
     assert not log.exists()

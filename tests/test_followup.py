@@ -151,7 +151,7 @@ def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
 
 
 def test_without_sweep_rows_the_part_says_how_to_make_them():
-    shown = part.sweep_shown(None)
+    shown = part.sweep_shown(None).data  # a Markdown sentence, displayed as it is
     assert shown.startswith("No attention-bias rows yet") and "sweeps/attention-bias.yaml" in shown
     fig = part.strength_figure(None)
     assert all("no sweep rows yet" in ax.get_title() for ax in fig.axes)
@@ -171,3 +171,33 @@ def test_the_sweep_is_judged_only_in_the_book_of_the_profile_it_trains(tmp_path)
         f4a = next(r for r in rows if r["id"] == "F4a")
         assert _verdict(tmp_path, f4a) == want
         assert name == "cpu" or "trains the cpu profile, not this book's paper" in f4a["na"]
+
+
+def test_the_section_says_where_the_paper_setting_stands(tmp_path):
+    """followup.paper_setting: no slice executed chapter 07 yet (the sentence names the planned
+    slices' chapters); a slice that did is named with its device, date and revision; a chapter
+    executed at the ledger's own profile says so."""
+    import json
+
+    import yaml
+
+    ledger = tmp_path / "results" / "paper-slices.yaml"
+    ledger.parent.mkdir()
+    ledger.write_text(yaml.safe_dump({"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "lease_s": 900,
+                                      "start_s": 120, "slices": [
+                                          {"name": "A", "what": "w", "seeds": [1], "train_s": 10,
+                                           "chapters": ["01_train", "03_heads"]},
+                                          {"name": "B", "what": "w", "seeds": [2], "chapters": []}]}))
+    none_yet = part.paper_setting("cpu", ledger)
+    assert "no GPU slice has executed these measures yet" in none_yet
+    assert "slice A: 01_train, 03_heads; slice B: no chapters" in none_yet and "profile cpu" in none_yet
+    done = tmp_path / "results" / "smoke-A-H100-2026-12-01"
+    done.mkdir()
+    record = {"slice": "A", "device": "NVIDIA H100", "date": "2026-12-01", "git": "abcdef0123",
+              "chapters": ["01_train", part.CHAPTER], "chapters_not_run": []}
+    (done / "slice.json").write_text(json.dumps(record))
+    ran = part.paper_setting("cpu", ledger)
+    assert "slice A (NVIDIA H100, 2026-12-01, revision abcdef0" in ran and "no GPU slice" not in ran
+    (done / "slice.json").write_text(json.dumps({**record, "chapters_not_run": [part.CHAPTER]}))
+    assert "no GPU slice has executed" in part.paper_setting("cpu", ledger)  # planned, but it found no time
+    assert "executed at the paper's own setting" in part.paper_setting("smoke", ledger)

@@ -34,6 +34,8 @@ AFTER_MIN steps past the drop (the book's seeds 2 and 3 stop 1 000 steps after i
 """
 from __future__ import annotations
 
+import json
+
 import math
 from pathlib import Path
 
@@ -291,10 +293,37 @@ def measures_figure(measures: pd.DataFrame):
     return closed(fig)
 
 
+def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
+    """Where these measures stand at the paper's own setting (7×7 rank 2, hidden 768): the GPU
+    slices done (`mclib.book.slices`, results/paper-slices.yaml) that executed this chapter, or a
+    sentence saying that none has, and which chapters the planned slices execute instead."""
+    from . import slices
+
+    ledger_path = Path(ledger) if ledger is not None else slices.LEDGER
+    plan = slices.read_ledger(ledger_path)
+    if profile_name == plan["name"]:
+        return f"This chapter was executed at the paper's own setting (profile {profile_name})."
+    ran = []
+    for name, folder in slices.done(ledger_path.parent, plan["name"]).items():
+        record = json.loads((folder / slices.STATE).read_text())
+        if CHAPTER in record.get("chapters", []) and CHAPTER not in (record.get("chapters_not_run") or []):
+            ran.append(f"slice {name} ({record.get('device', '?')}, {record.get('date', '?')}, revision "
+                       f"{str(record.get('git', '?'))[:7]}; {folder.name})")
+    if ran:
+        return ("At the paper's own setting these measures were executed by " + "; ".join(ran)
+                + ": see the part \"The paper's own setting\".")
+    planned = "; ".join(f"slice {s.name}: {', '.join(s.chapters) or 'no chapters'}" for s in plan["slices"])
+    return (f"At the paper's own setting (7×7, rank 2, hidden 768) no GPU slice has executed these measures yet: "
+            f"the slices planned in {ledger_path.name} execute other chapters ({planned}). Everything in this "
+            f"section comes from the profile {profile_name}.")
+
+
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
-    """The sweep per setting (`strength_table`), or a sentence saying how to produce it."""
+    """The sweep per setting (`strength_table`, styled), or a sentence (Markdown) saying how to produce it."""
+    from IPython.display import Markdown
+
     if sweep is None or not len(sweep):
-        return f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them."
+        return Markdown(f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them.")
     table = strength_table(sweep, measures)
     return (table.style.hide(axis="index")
             .format({**{c: "{:.3g}" for c in table.select_dtypes("float").columns},
