@@ -122,7 +122,9 @@ def _call(fn, name: str, tensor: torch.Tensor) -> torch.Tensor | None:
     return new
 
 
-def _register(module, kind: str, view, unview, name: str, fn):
+def _register(point: tuple, name: str, fn):
+    """A torch hook on `point` = (module, kind, view, unview) of `_points` that runs fn."""
+    module, kind, view, unview = point
     if kind == "out":
         def on_output(mod, args, out):
             new = _call(fn, name, view(out))
@@ -198,13 +200,12 @@ def hooks(model, fwd_hooks: Iterable[Hook]):
     handles, attention, mine = [], None, []
     try:
         for name, fn in fwd_hooks:
-            module, kind, view, unview = points[name]
-            if kind == "attn":
+            if points[name][1] == "attn":
                 attention = attention or _open_attention(model)
                 mine.append((name, fn))
                 attention.fns.append(mine[-1])
             else:
-                handles.append(_register(module, kind, view, unview, name, fn))
+                handles.append(_register(points[name], name, fn))
         yield
     finally:
         for handle in handles:
