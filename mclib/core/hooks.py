@@ -54,7 +54,6 @@ import torch
 from .attention import IMPL  # importing it registers mclib's attention function
 
 Hook = tuple[str, Callable]  # (name, fn(tensor, name) -> replacement or None)
-ATTENTION_POINTS = ("hook_pattern", "hook_z")  # the two names served by mclib's attention function
 
 
 def _heads(n_heads: int):
@@ -110,7 +109,7 @@ def check_names(model, names: Iterable[str]) -> list[str]:
     for name in names:
         if name not in points:
             near = difflib.get_close_matches(str(name), points, n=1)
-            hint = f" (did you mean {near[0]!r}?)" if near else f" (see mclib.core.hooks.hook_names)"
+            hint = f" (did you mean {near[0]!r}?)" if near else " (see mclib.core.hooks.hook_names)"
             raise ValueError(f"no hook point {name!r} on this model{hint}")
     return names
 
