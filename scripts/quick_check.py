@@ -9,7 +9,8 @@ import argparse
 from pathlib import Path
 
 from mclib.analyses.evaluate import activation_patching, evaluate
-from mclib.analyses.interventions import permute_positions, switch_qkv
+from mclib.analyses.attention import ablation_hooks
+from mclib.analyses.interventions import permute_positions_hooks, switch_qkv_hooks
 from mclib.core.paper import PAPER
 from mclib.core.runs import checkpoint_steps, load_checkpoint, run_profile
 
@@ -35,13 +36,13 @@ def main():
         base = ev(model)
         rows.append(("E3", f"{name} L_obs / L_mask", base, PAPER[("E3", f"{name} L_obs")], PAPER[("E3", f"{name} L_mask")]))
         for mode in ("uniform", "batch_mean"):
-            r = ev(model, hooks=lambda h, mode=mode: h.ablate(every_head, mode))
+            r = ev(model, hooks=ablation_hooks(model, every_head, mode))
             rows.append(("E3", f"{name} all heads ablated ({mode})", r,
                          PAPER[("E3", f"{name} ablated L_obs")], PAPER[("E3", f"{name} ablated L_mask")]))
-    rows.append(("E6", "post-QKV into pre", ev(switch_qkv(pre, post)),
+    rows.append(("E6", "post-QKV into pre", ev(pre, hooks=switch_qkv_hooks(pre, post)),
                  PAPER[("E6", "post-QKV into pre L_obs")], PAPER[("E6", "post-QKV into pre L_mask")]))
-    rows.append(("E6", "pre-QKV into post", ev(switch_qkv(post, pre)), PAPER[("E6", "pre-QKV into post L_obs")], None))
-    rows.append(("E7", "positions permuted (post)", ev(permute_positions(post, args.seed)),
+    rows.append(("E6", "pre-QKV into post", ev(post, hooks=switch_qkv_hooks(post, pre)), PAPER[("E6", "pre-QKV into post L_obs")], None))
+    rows.append(("E7", "positions permuted (post)", ev(post, hooks=permute_positions_hooks(post, args.seed)),
                  PAPER[("E7", "L_obs")], PAPER[("E7", "L_mask")]))
     print(f"{run}: pre = step {cp.pre}, post = step {cp.post}, {args.n} matrices, seed {args.seed}")
     print(f"{'id':4} {'what':38} {'L_obs':>9} {'paper':>9} {'L_mask':>8} {'paper':>8}")

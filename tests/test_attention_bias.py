@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mclib.analyses.attention import AttentionHooks
+from mclib.core.hooks import run_with_cache
 from mclib.core.attention import IMPL, bias_keys, position_masks
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
@@ -18,11 +18,10 @@ def _batch(p, seed=3, batch=16):
 
 
 def _probs(model, tokens):
-    with AttentionHooks(model) as hooks:
-        hooks.capture()
-        with torch.no_grad():
-            model.eval()(tokens)
-    return hooks.probs  # {layer: [batch, head, query, key]}
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.config.num_hidden_layers)]
+    with torch.no_grad():
+        _, cache = run_with_cache(model.eval(), tokens, names)
+    return {l: cache[name] for l, name in enumerate(names)}  # {layer: [batch, head, query, key]}
 
 
 def test_key_sets_partition_the_keys_of_every_query():

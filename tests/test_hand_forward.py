@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from mclib.core.config import DataConfig, ModelConfig
 from mclib.core.data import make_batch
+from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import activation_patching, predict, sample_eval_batch
 from mclib.core.model import build_model
 
@@ -80,7 +81,7 @@ def _replace(mode):
 
 @pytest.mark.parametrize("mode", ["uniform", "batch_mean"])
 def test_ablation_is_the_hand_forward_with_those_heads_replaced(model, batch, mode):
-    ablated = predict(model, batch, hooks=lambda h: h.ablate(ABLATED, mode))
+    ablated = predict(model, batch, hooks=ablation_hooks(model, ABLATED, mode))
     expected = hand_forward(model, batch.tokens, probs_of=_replace(mode)).float()
     assert torch.allclose(ablated, expected, atol=1e-5)
     # and the replacement matters here: the plain forward is far from it

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from mclib.analyses import interp
-from mclib.analyses.attention import AttentionHooks
+from mclib.analyses.attention import ablation_hooks
+from mclib.core.hooks import hooks, run_with_cache
 from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.core.metrics import losses
 from mclib.core.runs import checkpoint_dir, run_profile
@@ -32,9 +33,8 @@ def test_pattern_and_mlp_output_by_name_are_the_model_s(loaded):
         p1 = net.bert.encoder.layer[1].attention.self.output[1].save()
         mlp = net.bert.encoder.layer[1].E_output.dense.output.save()    # [batch, seq, hidden]
     probs = [p0, p1]
-    with AttentionHooks(model) as hooks, torch.no_grad():   # mclib's own capture
-        hooks.capture()
-        model(batch.tokens)
+    with torch.no_grad():   # mclib's own capture
+        _, cache = run_with_cache(model, batch.tokens, [f"blocks.{l}.attn.hook_pattern" for l in range(2)])
     seen = {}
     handle = model.bert.encoder.layer[1].output.dense.register_forward_hook(lambda m, i, o: seen.update(mlp=o))
     with torch.no_grad():
@@ -42,20 +42,18 @@ def test_pattern_and_mlp_output_by_name_are_the_model_s(loaded):
     handle.remove()
     for layer in range(2):
         assert probs[layer].shape == (64, 2, 49, 49)                      # [batch, head, query, key]
-        torch.testing.assert_close(probs[layer], hooks.probs[layer], rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(probs[layer], cache[f"blocks.{layer}.attn.hook_pattern"], rtol=1e-6, atol=1e-7)
     assert mlp.shape == (64, 49, 16)
     torch.testing.assert_close(mlp, seen["mlp"], rtol=0, atol=0)
 
 
 def _mclib_zeroed(model, batch, layer, head):
-    """mclib's own way: capture every layer's z, zero the head's, patch it back."""
-    with AttentionHooks(model) as hooks, torch.no_grad():
-        hooks.capture()
-        model(batch.tokens)
-        z = dict(hooks.z)
-        z[layer] = z[layer].clone()
-        z[layer][:, head] = 0.0
-        hooks.capture(False).patch(z, [layer])
+    """mclib's own way: a hook on the layer's z that zeroes the head's."""
+    def zero(z, name):
+        z = z.clone()
+        z[:, head] = 0.0
+        return z
+    with hooks(model, [(f"blocks.{layer}.attn.hook_z", zero)]), torch.no_grad():
         return model(batch.tokens).view_as(batch.x)
 
 
@@ -78,7 +76,7 @@ def test_a_head_ablated_in_nnsight_gives_mclib_s_l_mask(which, layer, head, requ
     model, net, batch = request.getfixturevalue(which)
     clean = predict(model, batch)
     ours = {"zero": _mclib_zeroed(model, batch, layer, head),
-            "uniform": predict(model, batch, hooks=lambda h: h.ablate({(layer, head)}, mode="uniform"))}
+            "uniform": predict(model, batch, hooks=ablation_hooks(model, {(layer, head)}, mode="uniform"))}
     for mode, mine in ours.items():
         theirs = interp.nnsight_ablated(net, batch, layer, head, mode)
         torch.testing.assert_close(theirs, mine, rtol=0, atol=1e-6)       # the same predictions, to float32

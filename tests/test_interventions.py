@@ -7,9 +7,11 @@ import torch
 from mclib.core.config import ModelConfig
 from mclib.core.data import MASK_ID, make_batch, sample_batch, sample_matrices, tokenize
 from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions,
-                                 position_permutation, reinit_component, replace_masked_tokens, switch_qkv)
+from mclib.analyses.attention import ablation_hooks
+from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions_hooks,
+                                 position_permutation, reinit_component, replace_masked_tokens, switch_qkv_hooks)
 from mclib.core.metrics import losses
+from mclib.core.hooks import run_with_hooks
 from mclib.core.model import build_model
 from mclib.core.train import train
 from mclib.core.runs import load_checkpoint
@@ -46,30 +48,27 @@ def test_replace_masked_tokens_and_l_prime_mask():
 
 # --- E6 ----------------------------------------------------------------------------------
 
-def test_switch_qkv_touches_exactly_query_key_value():
-    target, source = tiny(0), tiny(1)
-    before = {k: v.clone() for k, v in target.state_dict().items()}
-    switched = switch_qkv(target, source).state_dict()
-    n_qkv = 0
-    for name, value in switched.items():
-        expected = source.state_dict()[name] if QKV_NAME.fullmatch(name) else before[name]
-        n_qkv += bool(QKV_NAME.fullmatch(name))
-        assert torch.equal(value, expected), name
-    assert n_qkv == 2 * 3 * 2  # layers × {q, k, v} × {weight, bias}
-    assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())  # target untouched
+def surgery_switch_qkv(target, source):
+    """E6 by weight surgery (the code before the hooks): a copy of `target` with every
+    layer's query, key and value weights and biases loaded from `source`."""
+    model = copy.deepcopy(target)
+    state = {k: v for k, v in source.state_dict().items() if QKV_NAME.fullmatch(k)}
+    assert len(state) == 2 * 3 * 2  # layers × {q, k, v} × {weight, bias}
+    model.load_state_dict(state, strict=False)
+    return model
 
 
 def test_switched_model_computes_with_the_source_qkv_modules():
-    # the expected model is built another way: the source's query/key/value modules put in a copy of the target
+    # the expected model is built by weight surgery; the hooks leave the target untouched
     target, source, t = tiny(0), tiny(1), tokens()
-    expected = copy.deepcopy(target)
-    for mine, theirs in zip(expected.bert.encoder.layer, source.bert.encoder.layer):
-        for name in ("query", "key", "value"):
-            setattr(mine.attention.self, name, copy.deepcopy(getattr(theirs.attention.self, name)))
+    before = {k: v.clone() for k, v in target.state_dict().items()}
     with torch.no_grad():
-        out = switch_qkv(target, source)(t)
-        assert torch.allclose(out, expected(t), atol=1e-6)
+        out = run_with_hooks(target, t, switch_qkv_hooks(target, source))
+        assert torch.equal(out, surgery_switch_qkv(target, source)(t))
         assert not torch.allclose(out, target(t), atol=1e-3) and not torch.allclose(out, source(t), atol=1e-3)
+    assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())
+    with pytest.raises(ValueError, match="models differ in num_hidden_layers"):
+        switch_qkv_hooks(target, build_model(ModelConfig(layers=3, heads=2, hidden=16, intermediate=32), 7, 0))
 
 
 # --- E7 ----------------------------------------------------------------------------------
@@ -81,14 +80,17 @@ def test_permute_positions_is_a_seeded_reordering_of_the_first_n2_rows():
     assert torch.equal(perm, position_permutation(49, seed=3))
     assert not torch.equal(perm, position_permutation(49, seed=4))
     original = m.bert.embeddings.position_embeddings.weight.clone()
-    permuted = permute_positions(m, seed=3)
-    assert torch.equal(permuted.bert.embeddings.position_embeddings.weight, original[perm])
-    assert torch.equal(m.bert.embeddings.position_embeddings.weight, original)  # source untouched
-    # reading position p from row perm[p] of the original table is the same model
+    surgery = copy.deepcopy(m)  # E7 by weight surgery (the code before the hooks): the table's rows reordered
+    with torch.no_grad():
+        surgery.bert.embeddings.position_embeddings.weight[:49] = original[perm]
     t = tokens()
     with torch.no_grad():
-        assert torch.allclose(permuted(t), m(t, position_ids=perm.expand(8, -1)), atol=1e-6)
-        assert not torch.allclose(permuted(t), m(t), atol=1e-3)
+        permuted = run_with_hooks(m, t, permute_positions_hooks(m, seed=3))
+        assert torch.equal(permuted, surgery(t))
+        # reading position p from row perm[p] of the original table is the same model
+        assert torch.allclose(permuted, m(t, position_ids=perm.expand(8, -1)), atol=1e-6)
+        assert not torch.allclose(permuted, m(t), atol=1e-3)
+    assert torch.equal(m.bert.embeddings.position_embeddings.weight, original)  # source untouched
 
 
 # --- E15 ---------------------------------------------------------------------------------
@@ -177,8 +179,8 @@ def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
 def test_evaluate_with_hooks_ablates_on_the_same_batch(post, smoke_profile):
     all_heads = {(l, h) for l in range(2) for h in range(2)}
     plain = evaluate(post, smoke_profile.data, 64, seed=0)
-    ablated = evaluate(post, smoke_profile.data, 64, seed=0, hooks=lambda h: h.ablate(all_heads, "uniform"))
-    nothing = evaluate(post, smoke_profile.data, 64, seed=0, hooks=lambda h: None)
+    ablated = evaluate(post, smoke_profile.data, 64, seed=0, hooks=ablation_hooks(post, all_heads, "uniform"))
+    nothing = evaluate(post, smoke_profile.data, 64, seed=0, hooks=[])
     assert ablated != plain and nothing == pytest.approx(plain, rel=1e-5)
     assert post.config._attn_implementation == "sdpa"
 

@@ -4,6 +4,7 @@ import math
 import pytest
 import torch
 
+from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import evaluate, sample_eval_batch
 from mclib.analyses import loss_tables as lt
 from mclib.book import loss_tables as shown
@@ -29,7 +30,7 @@ def test_ablation_table_compares_on_one_batch(post, smoke_profile):
     assert list(zip(table.ablated, table.reading)) == [("none", "—"), ("all", "uniform"), ("all", "batch_mean"),
                                                        ("one", "uniform"), ("one", "batch_mean")]
     assert table.iloc[0]["L"] == pytest.approx(evaluate(post, smoke_profile.data, 16, 0)["L"])
-    hooked = evaluate(post, smoke_profile.data, 16, 0, hooks=lambda h: h.ablate(heads, mode="batch_mean"))
+    hooked = evaluate(post, smoke_profile.data, 16, 0, hooks=ablation_hooks(post, heads, mode="batch_mean"))
     assert lt.lookup(table, "L_mask", ablated="all", reading="batch_mean") == pytest.approx(hooked["L_mask"])
     assert lt.lookup(table, "heads", ablated="one", reading="uniform") == 1
     assert math.isnan(lt.lookup(table, "L", ablated="empty"))

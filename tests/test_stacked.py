@@ -239,7 +239,7 @@ def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, sm
 def test_qk_norm_is_saved_loaded_and_seen_by_the_attention_hooks(tmp_path, smoke_profile):
     """model.qk_norm: the norms are part of the HF checkpoint, a loaded model applies them
     (it runs mclib's attention function), and the captured attention is the normalised one."""
-    from mclib.analyses.attention import AttentionHooks
+    from mclib.core.hooks import run_with_cache
     p = smoke_profile.replace(**{"model.qk_norm": True})
     model = build_model(p.model, p.data.n, 1)
     with torch.no_grad():
@@ -252,13 +252,11 @@ def test_qk_norm_is_saved_loaded_and_seen_by_the_attention_hooks(tmp_path, smoke
         plain = build_model(smoke_profile.model, p.data.n, 1).eval()
         plain.load_state_dict({k: v for k, v in model.state_dict().items() if "_norm." not in k})
         assert not torch.allclose(plain(b.tokens), loaded(b.tokens), atol=1e-4)  # the norms do act
-        with AttentionHooks(loaded) as hooks:
-            hooks.capture()
-            loaded(b.tokens)
+        _, cache = run_with_cache(loaded, b.tokens, ["blocks.0.attn.hook_pattern"])
         attn = loaded.bert.encoder.layer[0].attention.self
         x = loaded.bert.embeddings(input_ids=b.tokens)
         heads, d = attn.num_attention_heads, attn.attention_head_size
         split = lambda t: t.view(t.shape[0], t.shape[1], heads, d).transpose(1, 2)
         q, k = attn.q_norm(split(attn.query(x))), attn.k_norm(split(attn.key(x)))
         want = torch.softmax(q @ k.transpose(-1, -2) * attn.scaling, dim=-1)
-        torch.testing.assert_close(hooks.probs[0], want, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], want, rtol=1e-5, atol=1e-6)

@@ -1,8 +1,8 @@
 """The analyses: one module per kind of measurement on a trained model. They read models
 and run folders (mclib.core) and return numbers and tables; they draw nothing.
 
-    attention.py      AttentionHooks at core.attention's hook points: capture, ablate, patch
-    interventions.py  token replacement, QKV switching, position permutation, re-initialisation
+    attention.py      head ablation and activation patching as hooks (core.hooks)
+    interventions.py  token replacement, QKV switching and position permutation (hooks), re-initialisation
     evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching
     loss_tables.py    losses under ablations and changed models, one batch a table, with errors (E3-E8)
     heads.py          attention maps, head scores, head classes

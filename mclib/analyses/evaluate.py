@@ -1,10 +1,10 @@
-"""A model on fresh matrices: its losses, with attention hooks (E3-E5), with activation
-patching (E8); and the runs of one task side by side.
+"""A model on fresh matrices: its losses, with hooks (`mclib.core.hooks`: E3-E7, or any
+activation), with activation patching (E8); and the runs of one task side by side.
 
     evaluate(model, profile.data, 256, seed=0)                                # L, L_obs, L_mask, mask_value
     evaluate(model, profile.data, 512, seed=0, fill_value=0.44)               # + L'_mask (E2)
     evaluate(model, profile.data, 256, seed=0,
-             hooks=lambda h: h.ablate(heads, mode="uniform"))            # E3-E5
+             hooks=ablation_hooks(model, heads, mode="uniform"))        # E3-E5
     activation_patching(model, profile.data, 256, seed=0, layers="last")      # E8
     compare_runs({"fp32": run_a, "bf16": run_b})                        # runs of one task side by side
 
@@ -15,15 +15,16 @@ fp32 (compare_runs can add bf16 autocast); the model's train/eval mode is restor
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import torch
 
-from .attention import AttentionHooks
+from .attention import patching_hooks, z_names
 from ..core.data import Batch, make_batch, random_mask, sample_matrices
 from .interventions import l_prime_mask
 from ..core.config import DataConfig
+from ..core.hooks import Hook, run_with_cache, run_with_hooks
 from ..core.metrics import losses, mse_to
 from ..core.model import eval_mode
 
@@ -47,23 +48,18 @@ def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | 
     return make_batch(x, mask.bool(), fill_value)
 
 
-def predict(model, batch: Batch, hooks: Callable[[AttentionHooks], None] | None = None) -> torch.Tensor:
-    """`[batch, n, n]` predictions (fp32, eval mode, no grad). hooks: called with an active
-    AttentionHooks before the forward pass (to capture, ablate or patch)."""
+def predict(model, batch: Batch, hooks: Sequence[Hook] = ()) -> torch.Tensor:
+    """`[batch, n, n]` predictions (fp32, eval mode, no grad). hooks: (name, fn) pairs on
+    the model's hook points for this pass (`mclib.core.hooks`)."""
     device = next(model.parameters()).device
     with eval_mode(model):
-        if hooks is None:
-            pred = model(batch.tokens.to(device))
-        else:
-            with AttentionHooks(model) as h:
-                hooks(h)
-                pred = model(batch.tokens.to(device))
+        pred = run_with_hooks(model, batch.tokens.to(device), hooks)
     return pred.float().cpu().view_as(batch.x)
 
 
 def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
              *, mask: torch.Tensor | None = None, fill_value: float | None = None,
-             hooks: Callable[[AttentionHooks], None] | None = None) -> dict[str, float]:
+             hooks: Sequence[Hook] = ()) -> dict[str, float]:
     """L, L_obs, L_mask, mask_value on fresh matrices (and L'_mask when fill_value is given).
     Arguments as in `sample_eval_batch` and `predict`."""
     batch = sample_eval_batch(data, n_matrices, seed, dist, mask, fill_value=fill_value)
@@ -92,12 +88,10 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
     corrupt = make_batch(-clean.x, clean.mask)  # −X is on the same 0.01 grid; same mask
 
     device = next(model.parameters()).device
-    with eval_mode(model), AttentionHooks(model) as hooks:
-        hooks.capture()
-        model(clean.tokens.to(device))
-        clean_z = hooks.z                                    # [layer] -> [batch, head, query, d_head]
-        hooks.reset().patch(clean_z, layers)
-        f = model(corrupt.tokens.to(device)).float().cpu().view_as(clean.x)
+    with eval_mode(model):
+        _, cache = run_with_cache(model, clean.tokens.to(device), names=z_names(model))  # [batch, head, query, d_head]
+        f = run_with_hooks(model, corrupt.tokens.to(device), patching_hooks(model, cache, layers))
+    f = f.float().cpu().view_as(clean.x)
     mask = clean.mask
     out = {
         "masked_vs_X": mse_to(f, clean.x, mask),

@@ -17,11 +17,11 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from .attention import AttentionHooks
 from .evaluate import sample_eval_batch
 from ..core.attention import position_masks  # the one definition of row / column / self keys
 from ..core.config import DataConfig
 from ..core.data import structured_mask
+from ..core.hooks import run_with_cache
 from ..core.runs import load_checkpoint, saved_steps
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
@@ -220,12 +220,10 @@ def paper_matched(labels: pd.Series, scores: pd.DataFrame, paper_heads, paper_la
 
 def capture_probs(model, batch) -> dict[int, torch.Tensor]:
     """Every layer's attention probabilities on `batch`: {layer: [batch, head, query, key]}."""
-    with AttentionHooks(model) as hooks:
-        hooks.capture()
-        with torch.no_grad():
-            model(batch.tokens.to(next(model.parameters()).device))
-        probs = {layer: p.cpu() for layer, p in hooks.probs.items()}
-    return probs
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.config.num_hidden_layers)]
+    with torch.no_grad():
+        _, cache = run_with_cache(model, batch.tokens.to(next(model.parameters()).device), names)
+    return {layer: cache[name].cpu() for layer, name in enumerate(names)}
 
 
 def attention_progress(run_dir, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:

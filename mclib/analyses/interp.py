@@ -19,10 +19,10 @@ layer l and head h 0-indexed as everywhere in mclib:
   residual add and the LayerNorm. BERT calls that sub-module `output`, a name nnsight keeps
   for every module's output, so nnsight (>= 0.8) mounts it as `E_output`.
 
-`nnsight_ablated_l_mask` does in nnsight what mclib does with `AttentionHooks`: "zero" writes
-zeros over a head's z (mclib: capture z, zero the head, `patch`); "uniform" writes the mean of
-the head's values over the keys, which is what attention with every probability 1/seq gives
-(mclib: `ablate(..., mode="uniform")`). tests/test_interp.py checks that both give mclib's
+`nnsight_ablated_l_mask` does in nnsight what mclib does with its hooks (`mclib.core.hooks`):
+"zero" writes zeros over a head's z (mclib: a hook on `blocks.{l}.attn.hook_z`); "uniform"
+writes the mean of the head's values over the keys, which is what attention with every
+probability 1/seq gives (mclib: `ablation_hooks(..., mode="uniform")`). tests/test_interp.py checks that both give mclib's
 L_mask on the same matrices.
 """
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""Interventions on inputs and weights: the copy check (E2), model switching (E6),
-permuted positions (E7) and component re-initialisation (E15).
+"""Interventions on inputs, activations and weights: the copy check (E2), model switching
+(E6), permuted positions (E7) and component re-initialisation (E15).
 
-Every function that changes a model returns a changed deep copy; the model passed in
-is never touched. Interventions on attention itself (ablation, patching) live in
-mclib.analyses.attention.
+E6 and E7 are hooks (`mclib.core.hooks`, lists of (name, fn) for `hooks(model, ...)` or
+`predict(model, batch, hooks=...)`); the model is never touched. E15 returns a changed
+deep copy, since that copy is trained. Interventions on attention itself (ablation,
+patching) live in mclib.analyses.attention.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from ..core.data import Batch, make_batch, round2
 from ..core.metrics import mse_to
+from ..core.hooks import Hook
 from ..core.model import matrix_n
 
 # --- E2: the copy check ------------------------------------------------------------------
@@ -37,19 +39,24 @@ def l_prime_mask(pred: torch.Tensor, batch: Batch, value: float | None) -> float
 QKV = ("query", "key", "value")
 
 
-def switch_qkv(target, source):
-    """A copy of `target` whose every layer takes its query, key and value weights and
-    biases from `source` (not the attention output projection, not the layer norms)."""
+def switch_qkv_hooks(target, source) -> list[Hook]:
+    """Hooks with which `target` runs on `source`'s query, key and value weights and biases
+    in every layer (not the attention output projection, not the layer norms): each
+    `blocks.{l}.attn.hook_q/k/v` becomes `source`'s projection of the block's input
+    (`blocks.{l}.hook_resid_pre`, kept by a hook of the same list, which comes first)."""
     t, s = target.config, source.config
     for key in ("num_hidden_layers", "num_attention_heads", "hidden_size"):
         if getattr(t, key) != getattr(s, key):
             raise ValueError(f"models differ in {key}: target {getattr(t, key)}, source {getattr(s, key)}")
-    model = copy.deepcopy(target)
-    with torch.no_grad():
-        for dst, src in zip(model.bert.encoder.layer, source.bert.encoder.layer):
-            for name in QKV:
-                getattr(dst.attention.self, name).load_state_dict(getattr(src.attention.self, name).state_dict())
-    return model
+    out = []
+    for layer, src in enumerate(source.bert.encoder.layer):
+        seen = {}
+        out.append((f"blocks.{layer}.hook_resid_pre", lambda x, name, seen=seen: seen.update(x=x)))
+        for short, name in zip("qkv", QKV):
+            projection = getattr(src.attention.self, name)
+            out.append((f"blocks.{layer}.attn.hook_{short}",
+                        lambda h, name, seen=seen, projection=projection: projection(seen["x"]).view_as(h)))
+    return out
 
 
 # --- E7: permuted positional embeddings ----------------------------------------------------
@@ -61,19 +68,21 @@ def n_positions(model) -> int:
 
 
 def position_permutation(n_pos: int, seed: int) -> torch.Tensor:
-    """The seeded random permutation `permute_positions` applies, `[n_pos]` long."""
+    """The seeded random permutation `permute_positions_hooks` applies, `[n_pos]` long."""
     return torch.randperm(n_pos, generator=torch.Generator().manual_seed(seed))
 
 
-def permute_positions(model, seed: int):
-    """A copy of `model` whose first n² position embeddings are reordered: position p
-    gets the row of position perm[p], perm = position_permutation(n², seed)."""
-    model = copy.deepcopy(model)
-    table = model.bert.embeddings.position_embeddings.weight  # [max_positions, hidden]
-    perm = position_permutation(n_positions(model), seed).to(table.device)
-    with torch.no_grad():
-        table[: len(perm)] = table[perm].clone()
-    return model
+def permute_positions_hooks(model, seed: int) -> list[Hook]:
+    """A hook on `hook_pos_embed` `[1, pos, d_model]` that reorders the position
+    embeddings: position p gets the row of position perm[p], perm =
+    position_permutation(n², seed)."""
+    perm = position_permutation(n_positions(model), seed)
+
+    def permute(table: torch.Tensor, name: str) -> torch.Tensor:
+        if table.shape[1] != len(perm):
+            raise ValueError(f"{name} has {table.shape[1]} positions, the permutation {len(perm)}")
+        return table[:, perm.to(table.device)]
+    return [("hook_pos_embed", permute)]
 
 
 # --- E15: component re-initialisation ------------------------------------------------------

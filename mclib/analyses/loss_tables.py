@@ -7,7 +7,7 @@ the standard errors over matrices (`L_se`, `L_obs_se`, `L_mask_se`). Heads are 0
 (layer, head) pairs in code; `head_name` prints the paper's 1-indexed "L2 H5".
 
     ablation_table(model, data, 256, 0, {"all heads": all_heads(model)})   # E3-E5, both readings
-    model_table({"post": post, "pre-QKV into post": switch_qkv(post, pre)}, data, 256, 0)  # E6, E7
+    model_table({"post": post, "pre-QKV into post": (post, switch_qkv_hooks(post, pre))}, data, 256, 0)  # E6, E7
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 
 from ..core.config import DataConfig
 from ..core.metrics import losses
-from .attention import ABLATION_MODES
+from .attention import ABLATION_MODES, ablation_hooks
 from .comparisons import pooled
 from .evaluate import predict, sample_eval_batch
 
@@ -64,16 +64,20 @@ def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
         if not heads:
             continue
         for mode in modes:
-            pred = predict(model, batch, hooks=lambda h, heads=heads, mode=mode: h.ablate(heads, mode=mode))
+            pred = predict(model, batch, hooks=ablation_hooks(model, heads, mode))
             rows.append({"ablated": name, "reading": mode, "heads": len(heads),
                          "which": ", ".join(head_name(p) for p in heads), **loss_row(pred, batch)})
     return pd.DataFrame(rows)
 
 
 def model_table(models: Mapping[str, object], data: DataConfig, n_matrices: int, seed: int) -> pd.DataFrame:
-    """L, L_obs, L_mask, mask_value (and errors) of each model on the same batch; one row each ("model", ...)."""
+    """L, L_obs, L_mask, mask_value (and errors) of each model on the same batch; one row each ("model", ...).
+    A value is a model, or a pair (model, hooks) run with those hooks (E6's `switch_qkv_hooks`,
+    E7's `permute_positions_hooks`)."""
     batch = sample_eval_batch(data, n_matrices, seed)
-    return pd.DataFrame([{"model": name, **loss_row(predict(m, batch), batch)} for name, m in models.items()])
+    pairs = {name: m if isinstance(m, tuple) else (m, ()) for name, m in models.items()}
+    return pd.DataFrame([{"model": name, **loss_row(predict(m, batch, hooks), batch)}
+                         for name, (m, hooks) in pairs.items()])
 
 
 def lookup(table: pd.DataFrame, column: str, **where) -> float:

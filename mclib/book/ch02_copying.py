@@ -26,7 +26,7 @@ import torch
 
 from ..analyses.comparisons import pooled
 from ..analyses.evaluate import predict, sample_eval_batch
-from ..analyses.interventions import l_prime_mask, switch_qkv
+from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
                                     ratio_se, value_and_se)
 from ..core.config import DataConfig
@@ -140,7 +140,7 @@ def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     A, data = ch.cfg.analysis, ch.cfg.data
     # the headline's matrices: E3's unablated row is then the headline itself, one estimate
     e3 = ablation_table(ch.pre, data, A.headline_matrices, A.seed, {"all heads": all_heads(ch.pre)})
-    e6 = model_table({"pre with post's QKV": switch_qkv(ch.pre, ch.post), f"post (step {ch.steps.post:,})": ch.post},
+    e6 = model_table({"pre with post's QKV": (ch.pre, switch_qkv_hooks(ch.pre, ch.post)), f"post (step {ch.steps.post:,})": ch.post},
                      data, A.headline_matrices, A.seed)
     return e3, e6
 

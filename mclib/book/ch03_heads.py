@@ -33,7 +33,7 @@ from ..analyses.evaluate import evaluate, patching_table, predict, sample_eval_b
 from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, attention_progress, capture_probs, checkpoint_maps,
                               classify_heads, e10_kinds, e10_masks, head_groups, head_scores, line_index, masked_lines,
                               paper_matched, pick_heads, structured_scores)
-from ..analyses.interventions import permute_positions, switch_qkv
+from ..analyses.interventions import permute_positions_hooks, switch_qkv_hooks
 from ..analyses.probes import best_probe_layers, probe_layers, probe_sets
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
                                     permutation_errors, ratio_and_se, ratio_se, value_and_se)
@@ -194,9 +194,9 @@ def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(e67, perm): `model_table` of post, post with pre's QKV, post with its positions
     permuted (PERMUTATIONS seeds) and pre, on one batch; perm: the permuted rows."""
     A = ch.cfg.analysis
-    perms = {f"positions permuted (E7), permutation {s}": permute_positions(ch.post, s)
+    perms = {f"positions permuted (E7), permutation {s}": (ch.post, permute_positions_hooks(ch.post, s))
              for s in range(A.seed, A.seed + PERMUTATIONS)}
-    e67 = model_table({"post": ch.post, E6_MODEL: switch_qkv(ch.post, ch.pre), **perms, "pre": ch.pre},
+    e67 = model_table({"post": ch.post, E6_MODEL: (ch.post, switch_qkv_hooks(ch.post, ch.pre)), **perms, "pre": ch.pre},
                       ch.cfg.data, A.headline_matrices, A.seed)
     return e67, e67[e67.model.isin(list(perms))]
 

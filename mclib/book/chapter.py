@@ -62,8 +62,8 @@ class Chapter:
 
     def model(self, step: int):
         """The checkpoint at `step`, on the chapter's device, in eval mode. Loaded once per
-        chapter and shared: analyses copy a model before changing it (`switch_qkv`,
-        `permute_positions`, `reinit_component`), so sharing is safe."""
+        chapter and shared: analyses change a model through hooks that leave nothing
+        attached (`mclib.core.hooks`) or copy it first (`reinit_component`), so sharing is safe."""
         if step not in self._models:
             self._models[step] = load_checkpoint(self.run_dir, step, self.cfg.model.attention).to(self.device)
         return self._models[step]

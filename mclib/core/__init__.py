@@ -4,6 +4,7 @@
     data.py      low-rank matrices, masks, the tokenizer
     model.py     BertModel + linear read-out; checkpoints are HuggingFace folders
     attention.py mclib's attention function (QK-LayerNorm, hook points), registered with transformers
+    hooks.py     every activation by name (TransformerLens' scheme): hooks(), run_with_cache()
     metrics.py   L, L_obs, L_mask, mask value; `find_drop`, the one definition of the drop
     train.py     the optimiser, the step and the loop (online data, exact resume)
     stacked.py   the fast training path: R runs as one stacked model

@@ -9,15 +9,14 @@ BERT's eager attention
 
 (with QK-LayerNorm first when the model has it, `model.qk_norm`, and the attention bias
 `model.attn_bias` added to the logits when it is set: such a model always runs this
-function, `model.attention_for`), and offers three hook points to the object attached
+function, `model.attention_for`), and offers two hook points to the object attached
 to the module as `mclib_hooks`, if any:
 
-    probs = hooks._ablate(layer, probs)          between the two lines
-    z     = hooks._patch(layer, z)               after the second
-    hooks._capture(layer, probs, z)              then
+    probs = hooks.pattern(layer, probs)          between the two lines
+    z     = hooks.z(layer, z)                    after the second
 
-With no hooks attached it is exactly the eager attention. The hooks themselves (capture,
-ablation, patching) are analyses: `mclib.analyses.attention.AttentionHooks`.
+With no hooks attached it is exactly the eager attention. The object is
+`mclib.core.hooks`' (the names `blocks.{l}.attn.hook_pattern` and `blocks.{l}.attn.hook_z`).
 
 The attention bias (issue 39, after Gopalani & Hu 2025, docs/protocol.md §5): a constant
 `strength` added to the logit of every query toward a set of keys, in every head of every
@@ -99,11 +98,10 @@ def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     hooks = getattr(module, "mclib_hooks", None)
     layer = module.layer_idx
     if hooks is not None:
-        probs = hooks._ablate(layer, probs)
+        probs = hooks.pattern(layer, probs)
     z = torch.matmul(probs, value)                                # [batch, head, query, d_head]
     if hooks is not None:
-        z = hooks._patch(layer, z)
-        hooks._capture(layer, probs, z)
+        z = hooks.z(layer, z)
     return z.transpose(1, 2).contiguous(), probs
 
 
