@@ -145,7 +145,7 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
     config = BertConfig.from_pretrained(path)
     for key, off in REMOVED_LEVERS.items():
         if getattr(config, key, off) != off:
-            raise ValueError(f"{path}: config.json has {key} = {getattr(config, key)!r}, a lever removed after "
+            raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
                              f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
     model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(config, attention))
     # from_pretrained turns requires_grad back on; the token types stay frozen.
