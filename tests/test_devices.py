@@ -12,7 +12,7 @@ import yaml
 
 from mclib.core import paper
 from mclib.core.config import ConfigError, deviations
-from mclib.core.data import sample_training_batch
+from mclib.core.data import sample_batch
 from mclib.core.jobs import gpu_workers, local_workers
 from mclib.core.runs import checkpoint_dir, load_metrics, load_train_state, run_profile
 from mclib.core.train import _engine, _Run, check_precision, set_precision, train, train_step, with_device
@@ -119,7 +119,7 @@ def test_a_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profi
     assert counters and (not fast or all(t.device.type == "cpu" for steps in engine.adam.steps for t in steps.values()))
     for r in runs:
         d = p.data
-        b = sample_training_batch(p.train.batch, d.n, d.rank, d.p_mask, r.gens["data"])
+        b = sample_batch(p.train.batch, d.n, d.rank, d.p_mask, r.gens["data"])
         r.batch = lambda b=b: b.to(torch.device("cpu"), non_blocking=True)
 
     def forbid(name, real):

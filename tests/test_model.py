@@ -1,3 +1,6 @@
+import json
+
+import pytest
 import torch
 
 from mclib.core.config import ModelConfig
@@ -56,7 +59,7 @@ def test_no_pooler_and_output_shape():
 
 
 def test_checkpoint_round_trip_through_from_pretrained(tmp_path):
-    m = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32, attn_logit_scale=2.0), 7, seed=0)
+    m = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32), 7, seed=0)
     m.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").is_file() and (tmp_path / "model.safetensors").is_file()
     r = load_model(tmp_path)
@@ -71,8 +74,25 @@ def test_checkpoint_round_trip_through_from_pretrained(tmp_path):
         torch.testing.assert_close(m.eval()(toks), r(toks), rtol=0, atol=1e-6)
 
 
-def test_same_seed_same_init_and_levers_apply():
+def test_same_seed_same_init():
     a, b = build_model(SMALL, 7, seed=3), build_model(SMALL, 7, seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
-    big = build_model(ModelConfig(layers=1, heads=2, hidden=64, intermediate=32, position_init_std=0.5), 7, seed=0)
-    assert abs(big.bert.embeddings.position_embeddings.weight.std().item() - 0.5) < 0.05
+
+
+@pytest.mark.parametrize("key, on", [("attn_logit_scale", 4.0), ("position_init_std", 0.2), ("qk_norm", True)])
+def test_a_checkpoint_from_before_the_levers_left_loads_while_they_are_off(tmp_path, key, on):
+    """config.json of a checkpoint saved at c6ddcac or before holds attn_logit_scale,
+    position_init_std and qk_norm: at their "off" values it loads as the same model; with
+    the lever on it is refused in one line naming it (it would load as another model)."""
+    m = build_model(SMALL, 7, seed=0)
+    m.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps(
+        {**config, "attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False}))
+    toks = torch.randint(1, 2002, (2, 49))
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path)(toks), m.eval()(toks), rtol=0, atol=1e-6)
+    (tmp_path / "config.json").write_text(json.dumps({**config, key: on}))
+    with pytest.raises(ValueError, match=rf"config.json has {key} = {on!r}, a lever removed after revision c6ddcac") as e:
+        load_model(tmp_path)
+    assert "\n" not in str(e.value)

@@ -26,8 +26,7 @@ def _batch(p, seed, batch=16):
 # Every field of ModelConfig with a value away from the smoke profile's. The stacked forward
 # (mclib.core.stacked) writes the architecture a second time, so it must equal MatrixBert's
 # under each lever; a field added to ModelConfig fails the next test until it is listed here.
-LEVERS = {"layers": 3, "heads": 4, "hidden": 24, "intermediate": 48, "init_std": 0.1, "position_init_std": 0.3,
-          "attn_logit_scale": 4.0, "attention": "eager", "qk_norm": True,
+LEVERS = {"layers": 3, "heads": 4, "hidden": 24, "intermediate": 48, "init_std": 0.1, "attention": "eager",
           "attn_bias": 1.5, "attn_bias_target": "other"}
 WITH = {"attn_bias_target": {"model.attn_bias": 1.5}}  # a lever that acts only with another one set
 NOT_STACKED = {"kind"}  # model.kind: gpt trains on the reference path (fast_path_refusal)
@@ -177,14 +176,6 @@ def test_frozen_groups_stay_frozen_in_a_stack(tmp_path, smoke_profile):
         assert moved and all(start[n].requires_grad for n in moved), job.run_dir.name
 
 
-def test_muon_falls_back_to_the_reference_path_with_a_notice(tmp_path, smoke_profile, capsys):
-    p = smoke_profile.replace(**{"train.optimizer": "muon", "train.steps": 10, "checkpoints.pre": 10,
-                                 "checkpoints.transition": [10], "checkpoints.post": 10})
-    train(p, tmp_path / "muon", progress=False)
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "muon" in err[0] and "reference path" in err[0]
-
-
 def test_step_function_gives_the_same_losses_on_both_paths(smoke_profile):
     """`step_function` (what the benchmarks time): the reference and the stacked step of the
     same seed see the same matrices and compute the same losses, step after step."""
@@ -211,52 +202,3 @@ def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
     assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
-
-
-def test_mixed_in_matrices_come_first_and_the_metrics_are_the_tasks(tmp_path, smoke_profile):
-    """data.mix_fraction: the first matrices of a training batch have rank mix_rank; the
-    logged losses are those of the profile's task only, on both paths alike."""
-    from mclib.core.data import sample_training_batch
-    b = sample_training_batch(32, 7, 2, 0.3, torch.Generator().manual_seed(0), mix_rank=1, mix_fraction=0.25)
-    ranks = torch.linalg.matrix_rank(b.x, atol=0.05)  # rounding to 0.01 leaves tiny singular values
-    assert ranks[:8].tolist() == [1] * 8 and (ranks[8:] == 2).all()
-    p = smoke_profile.replace(**{"data.mix_fraction": 0.25, "train.steps": 20, "checkpoints.post": 20,
-                                 "checkpoints.transition": [20]})
-    fast = load_metrics(train(p, tmp_path / "fast", progress=False))
-    ref = load_metrics(train(p.replace(**{"train.fast": False}), tmp_path / "ref", progress=False))
-    pd.testing.assert_frame_equal(fast[LOSS_COLS], ref[LOSS_COLS], check_exact=False, rtol=1e-4)
-    # step 1's losses recomputed by hand from the initial model on the task's rows
-    gen = torch.Generator().manual_seed(p.seed)
-    first = sample_training_batch(p.train.batch, 7, 2, 0.3, gen, mix_rank=1, mix_fraction=0.25)
-    with torch.no_grad():
-        pred = build_model(p.model, 7, p.seed)(first.tokens).view_as(first.x)
-    k = 8  # round(32 * 0.25)
-    want = ((pred[k:] - first.x[k:]) ** 2)[first.mask[k:]].mean().item()
-    assert fast["L_mask"].iloc[0] == pytest.approx(want, rel=1e-5)
-    assert fast["L_mask"].iloc[0] != pytest.approx(((pred - first.x) ** 2)[first.mask].mean().item(), rel=1e-5)
-
-
-def test_qk_norm_is_saved_loaded_and_seen_by_the_attention_hooks(tmp_path, smoke_profile):
-    """model.qk_norm: the norms are part of the HF checkpoint, a loaded model applies them
-    (it runs mclib's attention function), and the captured attention is the normalised one."""
-    from mclib.core.hooks import run_with_cache
-    p = smoke_profile.replace(**{"model.qk_norm": True})
-    model = build_model(p.model, p.data.n, 1)
-    with torch.no_grad():
-        model.bert.encoder.layer[0].attention.self.q_norm.weight.mul_(3.0)
-    model.save_pretrained(tmp_path / "m")
-    loaded = load_model(tmp_path / "m")
-    b = _batch(p, 2)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(b.tokens), model.eval()(b.tokens), rtol=0, atol=1e-6)
-        plain = build_model(smoke_profile.model, p.data.n, 1).eval()
-        plain.load_state_dict({k: v for k, v in model.state_dict().items() if "_norm." not in k})
-        assert not torch.allclose(plain(b.tokens), loaded(b.tokens), atol=1e-4)  # the norms do act
-        _, cache = run_with_cache(loaded, b.tokens, ["blocks.0.attn.hook_pattern"])
-        attn = loaded.bert.encoder.layer[0].attention.self
-        x = loaded.bert.embeddings(input_ids=b.tokens)
-        heads, d = attn.num_attention_heads, attn.attention_head_size
-        split = lambda t: t.view(t.shape[0], t.shape[1], heads, d).transpose(1, 2)
-        q, k = attn.q_norm(split(attn.query(x))), attn.k_norm(split(attn.key(x)))
-        want = torch.softmax(q @ k.transpose(-1, -2) * attn.scaling, dim=-1)
-        torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], want, rtol=1e-5, atol=1e-6)

@@ -1,3 +1,4 @@
+import copy
 import multiprocessing as mp
 import os
 import shutil
@@ -15,7 +16,7 @@ from mclib.core.config import ConfigError
 from mclib.core.metrics import find_drop
 from mclib.core.model import build_model
 from mclib.core import train as train_module
-from mclib.core.data import copy_level
+from mclib.core.data import copy_level, sample_batch
 from mclib.core.metrics import window_mean
 from mclib.core.train import _engine, _Run, make_optimizer, parallel_runs, stop_after_drop, train, train_seeds, train_step
 from mclib.core.runs import (checkpoint_dir, freeze_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
@@ -164,29 +165,51 @@ def test_find_drop_definition():
 
 
 @pytest.mark.slow
-def test_muon_optimizer_trains_and_resumes_bit_identically(tmp_path, smoke_profile):
-    # warm-up past the resume point: the lr after resuming must follow the schedule
-    p = smoke_profile.replace(**{"train.optimizer": "muon", "train.warmup": 40})
-    whole, _ = _whole_and_resumed(p, tmp_path)
-    m = load_metrics(whole)
-    assert m["L_obs"].tail(10).mean() < 0.5 * m["L_obs"].head(5).mean()
-
-
-@pytest.mark.slow
 def test_optimiser_levers(tmp_path, smoke_profile):
-    """embedding_lr gives the token and position embeddings their own Adam group; beta2
-    reaches Adam; the levers (and grad_clip: test_train_step_clips_each_runs_gradient_norm)
-    resume bit-identically like everything else."""
-    p = smoke_profile.replace(**{"train.embedding_lr": 3e-4, "train.beta2": 0.98, "train.grad_clip": 0.01,
-                                 "train.warmup": 30})
+    """beta2 reaches Adam (one param group, every trainable parameter at train.lr); the
+    levers (and grad_clip: test_train_step_clips_each_runs_gradient_norm) resume
+    bit-identically like everything else."""
+    p = smoke_profile.replace(**{"train.beta2": 0.98, "train.grad_clip": 0.01, "train.warmup": 30})
     model = build_model(p.model, 7, seed=0)
     opt = make_optimizer(model, p.train, torch.device("cpu"))
-    groups = [(g["lr"], g["betas"], {n for n, q in model.named_parameters() if any(q is x for x in g["params"])})
-              for g in opt.param_groups]
-    assert [lr for lr, _, _ in groups] == [p.train.lr, 3e-4] and all(b == (0.9, 0.98) for _, b, _ in groups)
-    assert groups[1][2] == {"bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight"}
+    (group,) = opt.param_groups
+    assert group["lr"] == p.train.lr and group["betas"] == (0.9, 0.98)
+    assert [id(q) for q in group["params"]] == [id(q) for q in model.parameters() if q.requires_grad]
 
     _whole_and_resumed(p, tmp_path)
+
+
+def test_an_adam_state_saved_in_two_groups_resumes_in_one(smoke_profile):
+    """Runs saved at c6ddcac or before kept the token and position embeddings in a second
+    Adam group (train.embedding_lr, removed): `make_optimizer` loads such a state with
+    every parameter's moments and step where they were, and steps as the old optimiser would."""
+    p = smoke_profile.replace(**{"train.lr": 1e-3})
+    model = build_model(p.model, 7, seed=0)
+    named = [(n, q) for n, q in model.named_parameters() if q.requires_grad]
+    emb = lambda n: n.endswith("embeddings.weight") and ".embeddings." in n
+    old = torch.optim.Adam([{"params": [q for n, q in named if not emb(n)]}, {"params": [q for n, q in named if emb(n)]}],
+                           lr=p.train.lr, betas=(0.9, p.train.beta2))
+    b = sample_batch(8, 7, p.data.rank, p.data.p_mask, torch.Generator().manual_seed(0))
+
+    def step(opt):
+        opt.zero_grad()
+        ((model(b.tokens).view_as(b.x) - b.x) ** 2).mean().backward()
+        opt.step()
+    for _ in range(3):
+        step(old)
+    assert len(old.state_dict()["param_groups"]) == 2 and any(emb(n) for n, _ in named)
+    new = make_optimizer(model, p.train, torch.device("cpu"), copy.deepcopy(old.state_dict()))
+    assert len(new.param_groups) == 1
+    for _, q in named:
+        for key in ("step", "exp_avg", "exp_avg_sq"):
+            assert torch.equal(new.state[q][key], old.state[q][key])
+    before = copy.deepcopy(model.state_dict())
+    step(old)
+    after_old = copy.deepcopy(model.state_dict())
+    model.load_state_dict(before)  # the same weights, stepped by the loaded optimiser
+    step(new)
+    assert not torch.equal(after_old["readout.weight"], before["readout.weight"])
+    assert all(torch.equal(a, model.state_dict()[k]) for k, a in after_old.items())
 
 
 def test_stop_after_drop_counts_from_the_drop():

@@ -122,9 +122,7 @@ def reinit_component(model, group: str, seed: int):
     re-initialised with BERT's own init and trainable, every other parameter frozen.
 
     BERT's own init is the model's `_init_weights`: normal(0, initializer_range) weights,
-    zero biases, zero padding (MASK) row of the token embeddings; for the position
-    embeddings the model's `position_init_std` when the profile sets it (the init the
-    model was built with). Not PyTorch's defaults.
+    zero biases, zero padding (MASK) row of the token embeddings. Not PyTorch's defaults.
     """
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
@@ -141,9 +139,6 @@ def reinit_component(model, group: str, seed: int):
                 if hasattr(p, "_is_hf_initialized"):
                     del p._is_hf_initialized
             model._init_weights(module)
-        std = getattr(model.config, "position_init_std", None)
-        if group == "positional" and std:
-            model.bert.embeddings.position_embeddings.weight.normal_(0.0, std)
     for name, p in model.named_parameters():
         p.requires_grad_(groups[name] == group)
     return model

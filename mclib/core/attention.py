@@ -7,10 +7,9 @@ BERT's eager attention
     probs = softmax(q kᵀ · scaling + mask)      [batch, head, query, key]
     z     = probs @ v                           [batch, head, query, d_head]
 
-(with QK-LayerNorm first when the model has it, `model.qk_norm`, and the attention bias
-`model.attn_bias` added to the logits when it is set: such a model always runs this
-function, `model.attention_for`), and offers two hook points to the object attached
-to the module as `mclib_hooks`, if any:
+(with the attention bias `model.attn_bias` added to the logits when it is set: such a
+model always runs this function, `model.attention_for`), and offers two hook points to
+the object attached to the module as `mclib_hooks`, if any:
 
     probs = hooks.pattern(layer, probs)          between the two lines
     z     = hooks.z(layer, z)                    after the second
@@ -83,8 +82,6 @@ def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     layout BertSelfAttention expects from any attention implementation.
     """
     scaling = query.size(-1) ** -0.5 if scaling is None else scaling  # module.scaling, passed by BERT
-    if hasattr(module, "q_norm"):  # QK-LayerNorm (model.qk_norm): normalise each head's queries and keys
-        query, key = module.q_norm(query), module.k_norm(key)
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling   # [batch, head, query, key]
     if attention_mask is not None:
         scores = scores + attention_mask                          # 0 or dtype min, [batch, 1, query, key]

@@ -50,8 +50,6 @@ class DataConfig:
     rank: int = 2
     p_mask: float = 0.3     # probability that an entry is masked
     dist: str = "uniform"   # factor distribution, see mclib.core.data.sample_matrices
-    mix_rank: int = 1       # rank of the matrices mixed into training (used when mix_fraction > 0)
-    mix_fraction: float = 0.0  # share of each training batch with rank mix_rank; metrics and evaluation use only the task's rank
 
 
 @dataclass
@@ -62,10 +60,7 @@ class ModelConfig:
     hidden: int = 768
     intermediate: int = 3072
     init_std: float = 0.02                  # BERT's initializer_range
-    position_init_std: float | None = None  # None: same as init_std
-    attn_logit_scale: float = 1.0           # multiplies 1/sqrt(d_head)
     attention: str = "sdpa"                 # HF attention implementation used in training
-    qk_norm: bool = False                   # LayerNorm on each head's queries and keys (a lever; not the paper's)
     attn_bias: float = 0.0                  # added to every head's attention logits toward attn_bias_target keys
     #   (issue 39, after Gopalani & Hu 2025; mclib.core.attention): 0 = off, the paper's model
     attn_bias_target: str = "row_col"       # "row_col" (the query's own row and column) or "other" (the control)
@@ -82,11 +77,8 @@ class TrainConfig:
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
-    optimizer: str = "adam"    # "adam" (the paper) or "muon" (Muon on encoder matrices, Adam elsewhere)
-    muon_lr: float = 0.02      # Muon's lr, used only with optimizer: muon
     beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
     grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
-    embedding_lr: float | None = None  # lr of the token and position embeddings (None: train.lr)
     precision: str = "fp32"    # "fp32" (strict: no TF32 on CUDA), "tf32" (CUDA's TF32 matmuls) or "bf16"
     #   (autocast, fp32 master weights); mclib.core.train.set_precision
     device: str = "auto"       # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
@@ -173,8 +165,7 @@ class Profile:
         return profile_from_dict(d)
 
 
-BERT_ONLY = {"position_init_std": None, "attn_logit_scale": 1.0, "qk_norm": False, "attention": "sdpa",
-             "attn_bias": 0.0, "attn_bias_target": "row_col"}
+BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
@@ -184,7 +175,6 @@ _CHOICES = {
     ("model", "kind"): ("bert", "gpt"),
     ("model", "attn_bias_target"): ("row_col", "other"),  # mclib.core.attention.BIAS_TARGETS
     ("train", "precision"): PRECISIONS,
-    ("train", "optimizer"): ("adam", "muon"),
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "until"): ("steps", "converged"),
     ("checkpoints", "place"): ("fixed", "drop"),
@@ -192,8 +182,8 @@ _CHOICES = {
 }
 _POSITIVE = {
     "data": ("n", "rank"),
-    "model": ("layers", "heads", "hidden", "intermediate", "init_std", "attn_logit_scale"),
-    "train": ("steps", "batch", "lr", "muon_lr", "eval_every", "eval_batch", "save_every", "log_every", "patience"),
+    "model": ("layers", "heads", "hidden", "intermediate", "init_std"),
+    "train": ("steps", "batch", "lr", "eval_every", "eval_batch", "save_every", "log_every", "patience"),
     "analysis": ("headline_matrices", "eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
                  "nuclear_matrices", "regularised_matrices", "solver_matrices", "ood_matrices"),
 }
@@ -274,11 +264,6 @@ def _validate(p: Profile, problems: dict[str, str]) -> None:
         raise ConfigError(f"model.attn_bias = {m.attn_bias!r} must be a finite number >= 0")
     if d.rank > d.n:
         bad("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", "data.n")
-    if not 0 <= d.mix_fraction < 1:
-        bad("data.mix_fraction", f"data.mix_fraction = {d.mix_fraction!r} is outside [0, 1)")
-    if d.mix_fraction and not 1 <= d.mix_rank <= d.n:
-        bad("data.mix_rank", f"data.mix_rank = {d.mix_rank!r} is outside 1..data.n = {d.n}", "data.n",
-            "data.mix_fraction")
     if not 0 <= d.p_mask < 1:
         bad("data.p_mask", f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
     if m.kind == "gpt":  # BERT's levers have no meaning in the GPT-2 classes
@@ -288,14 +273,10 @@ def _validate(p: Profile, problems: dict[str, str]) -> None:
                     "model.kind")
     if m.heads > 0 and m.hidden % m.heads:
         bad("model.heads", f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}", "model.hidden")
-    if m.position_init_std is not None and m.position_init_std <= 0:
-        bad("model.position_init_std", f"model.position_init_std = {m.position_init_std!r} must be positive")
     if not 0 <= t.beta2 < 1:
         bad("train.beta2", f"train.beta2 = {t.beta2!r} is outside [0, 1)")
     if t.grad_clip < 0:
         bad("train.grad_clip", f"train.grad_clip = {t.grad_clip!r} must not be negative")
-    if t.embedding_lr is not None and t.embedding_lr <= 0:
-        bad("train.embedding_lr", f"train.embedding_lr = {t.embedding_lr!r} must be positive")
     if t.patience < SLOPE_BLOCKS:
         bad("train.patience", f"train.patience = {t.patience!r} is under {SLOPE_BLOCKS}: the convergence rule fits "
                               f"{SLOPE_BLOCKS} block means")
@@ -334,6 +315,28 @@ def profile_from_dict(raw: Any) -> Profile:
     if problems:
         raise _config_error(list(problems.values()))
     return profile
+
+
+# Levers of the CPU-profile search that no shipped profile, chapter or current sweep used, removed
+# by issue 38 (the last revision that has them: c6ddcac; docs/cpu-profile.md says what they found),
+# each with the value that meant "off". A run folder written before then records every key in its
+# profile.yaml; `profile_from_saved` reads such a key at that value as absent. Set to anything
+# else, it is an unknown key, in a saved profile as in a profile of params/.
+REMOVED = {"data.mix_rank": 1, "data.mix_fraction": 0.0, "model.position_init_std": None,
+           "model.attn_logit_scale": 1.0, "model.qk_norm": False, "train.optimizer": "adam",
+           "train.muon_lr": 0.02, "train.embedding_lr": None}
+
+
+def profile_from_saved(raw: Any) -> Profile:
+    """`profile_from_dict` for a profile a run folder saved (its profile.yaml), which may
+    hold the `REMOVED` levers at their "off" values (a run from before they left)."""
+    def off(key: str, value: Any) -> bool:
+        return key in REMOVED and REMOVED[key] == value
+
+    if isinstance(raw, dict):
+        raw = {section: {k: v for k, v in keys.items() if not off(f"{section}.{k}", v)} if isinstance(keys, dict)
+               else keys for section, keys in raw.items()}
+    return profile_from_dict(raw)
 
 
 def read_yaml(path: str | Path, what: str, error: type[Exception] = ConfigError) -> Any:

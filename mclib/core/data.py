@@ -143,23 +143,6 @@ def sample_batch(batch: int, n: int, rank: int, p_mask: float, gen: torch.Genera
     return make_batch(x, random_mask(batch, n, p_mask, gen))
 
 
-def sample_training_batch(batch: int, n: int, rank: int, p_mask: float, gen: torch.Generator,
-                          *, dist: str = "uniform", mix_rank: int = 0, mix_fraction: float = 0.0) -> Batch:
-    """A training batch whose first round(mix_fraction × batch) matrices have rank
-    `mix_rank` (an easier task mixed into training, a lever of the paper-task search);
-    the rest are the profile's task. No mixing: exactly `sample_batch`."""
-    k = mixed_rows(batch, mix_fraction)
-    if not k:
-        return sample_batch(batch, n, rank, p_mask, gen, dist=dist)
-    x = torch.cat([sample_matrices(k, n, mix_rank, gen, dist), sample_matrices(batch - k, n, rank, gen, dist)])
-    return make_batch(x, random_mask(batch, n, p_mask, gen))
-
-
-def mixed_rows(batch: int, mix_fraction: float) -> int:
-    """How many of a training batch's matrices are the mixed-in task (they come first)."""
-    return round(batch * mix_fraction)
-
-
 FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 ** 2}  # Var of one factor entry
 
 

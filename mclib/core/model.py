@@ -7,19 +7,16 @@ Faithful details (docs/protocol.md, §1.3), each tested in tests/test_model.py:
 - the read-out keeps PyTorch's default `nn.Linear` init (BERT's 0.02 normal init
   is applied to everything else).
 
-Three optional levers for the CPU profile search live in the config so that
-`from_pretrained` rebuilds them: `attn_logit_scale` multiplies every head's
-1/sqrt(d_head) logit scale, `position_init_std` overrides the init std of the
-position embeddings, `qk_norm` puts a LayerNorm (over the head dimension, with its own
-gain and bias, shared by the heads of a layer) on queries and keys before their product
-(QK-LayerNorm; such a model always runs mclib's attention function). They default to
-the paper's recipe (1.0, initializer_range, off).
-
-The intervention of issue 39 lives there too: `attn_bias` (a strength >= 0) and
+The intervention of issue 39 lives in the config, so that `from_pretrained` rebuilds it:
+`attn_bias` (a strength >= 0) and
 `attn_bias_target` add a constant to every head's attention logits toward the query's own
 row and column (or, the control, toward the other keys); `mclib.core.attention` says how.
 A model with a strength above 0 runs mclib's attention function; at 0 it is the paper's
 model, unchanged.
+
+A checkpoint saved before issue 38 removed the CPU search's levers has `attn_logit_scale`,
+`position_init_std` and `qk_norm` in its config.json; `load_model` loads it while they are
+off (1.0, null, false) and refuses it in one line otherwise (`REMOVED_LEVERS`).
 """
 from __future__ import annotations
 
@@ -53,9 +50,6 @@ def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
         initializer_range=cfg.init_std,
         layer_norm_eps=1e-12,
         pad_token_id=MASK_ID,
-        attn_logit_scale=cfg.attn_logit_scale,
-        position_init_std=cfg.position_init_std,
-        qk_norm=cfg.qk_norm,
         attn_bias=cfg.attn_bias,
         attn_bias_target=cfg.attn_bias_target,
         matrix_n=n,
@@ -70,24 +64,16 @@ class MatrixBert(BertPreTrainedModel):
         self.bert = BertModel(config, add_pooling_layer=False)
         self.readout = nn.Linear(config.hidden_size, 1)
         self.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
-        scale = getattr(config, "attn_logit_scale", 1.0)
         for layer in self.bert.encoder.layer:
             attn = layer.attention.self
-            attn.scaling = scale * attn.attention_head_size ** -0.5
-            if getattr(config, "qk_norm", False):  # read by mclib.core.attention.mclib_attention
-                attn.q_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
-                attn.k_norm = nn.LayerNorm(attn.attention_head_size, eps=config.layer_norm_eps)
             if getattr(config, "attn_bias", 0.0):  # read by mclib_attention: a constant, not a parameter
                 attn.attn_bias, attn.attn_bias_target = config.attn_bias, config.attn_bias_target
                 attn.matrix_n = config.matrix_n
         self.post_init()
         # BertModel initialises its own sub-modules (our _init_weights is not called for
-        # them), so the two deviations from its init are applied here, after it.
-        emb = self.bert.embeddings
+        # them), so the deviation from its init is applied here, after it.
         with torch.no_grad():
-            emb.token_type_embeddings.weight.zero_()
-            if getattr(config, "position_init_std", None):
-                emb.position_embeddings.weight.normal_(0.0, config.position_init_std)
+            self.bert.embeddings.token_type_embeddings.weight.zero_()
 
     def _init_weights(self, module):
         if module is self.readout:
@@ -138,10 +124,13 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
 
 def attention_for(config: BertConfig, wanted: str) -> str:
     """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
-    model with QK-LayerNorm or an attention bias needs mclib's own attention function, the
-    one that applies them."""
-    own = getattr(config, "qk_norm", False) or getattr(config, "attn_bias", 0.0)
-    return IMPL if own else wanted
+    model with an attention bias needs mclib's own attention function, the one that applies it."""
+    return IMPL if getattr(config, "attn_bias", 0.0) else wanted
+
+
+# config.json keys of the levers that issue 38 removed (mclib.core.config.REMOVED; the last
+# revision that has them: c6ddcac), each at the value that built the paper's model.
+REMOVED_LEVERS = {"attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False}
 
 
 def load_model(path, attention: str = "sdpa") -> MatrixBert:
@@ -153,7 +142,12 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
     if json.loads((Path(path) / CONFIG_NAME).read_text()).get("model_type") == "gpt2":
         from .gpt import load_gpt
         return load_gpt(path)
-    model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(BertConfig.from_pretrained(path), attention))
+    config = BertConfig.from_pretrained(path)
+    for key, off in REMOVED_LEVERS.items():
+        if getattr(config, key, off) != off:
+            raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
+                             f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
+    model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(config, attention))
     # from_pretrained turns requires_grad back on; the token types stay frozen.
     model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
     return model.eval()

@@ -75,14 +75,14 @@ class Stack(nn.Module):
         cfg = models[0].config
         self.layers, self.heads, self.hidden = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.hidden_size
         self.eps = cfg.layer_norm_eps
-        self.scaling = getattr(cfg, "attn_logit_scale", 1.0) * (self.hidden // self.heads) ** -0.5
+        self.scaling = (self.hidden // self.heads) ** -0.5
         strength = getattr(cfg, "attn_bias", 0.0)  # model.attn_bias: the logits' constant [query, key], or None
         self.bias = (logit_bias(cfg.matrix_n, cfg.attn_bias_target, strength, models[0].device)
                      if strength else None)
         for m in models[1:]:
             arch = lambda c: (c.num_hidden_layers, c.num_attention_heads, c.hidden_size, c.intermediate_size,
-                              c.max_position_embeddings, getattr(c, "qk_norm", False),
-                              getattr(c, "attn_bias", 0.0), getattr(c, "attn_bias_target", "row_col"))
+                              c.max_position_embeddings, getattr(c, "attn_bias", 0.0),
+                              getattr(c, "attn_bias_target", "row_col"))
             if arch(m.config) != arch(cfg):
                 raise ValueError("models of different architectures cannot be stacked")
         for m in models:
@@ -174,13 +174,6 @@ def _layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, eps: float) -
     return F.layer_norm(x, x.shape[-1:], eps=eps) * w.unsqueeze(1) + b.unsqueeze(1)
 
 
-def _head_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, runs: int, eps: float) -> torch.Tensor:
-    """LayerNorm over the head dimension of x `[run*batch, head, seq, d]` with each run's gain w, bias b `[run, d]`."""
-    shape = x.shape
-    x = F.layer_norm(x, shape[-1:], eps=eps).view(runs, -1, *shape[1:])
-    return (x * w[:, None, None, None] + b[:, None, None, None]).view(shape)
-
-
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scaling: float,
               bias: torch.Tensor | None = None) -> torch.Tensor:
     """softmax(q kᵀ · scaling + bias) v for q, k, v `[batch, head, seq, d_head]` (no mask:
@@ -215,9 +208,6 @@ def forward(stack: Stack, tokens: torch.Tensor, runs: list[int] | None = None) -
         a = f"bert.encoder.layer.{i}."
         qkv = _linear(x, P[a + "attention.self.qkv.weight"], P[a + "attention.self.qkv.bias"])
         q, k, v = qkv.view(R * B, S, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)  # each [run*batch, head, seq, d]
-        if a + "attention.self.q_norm.weight" in P:  # QK-LayerNorm (model.qk_norm)
-            q = _head_norm(q, P[a + "attention.self.q_norm.weight"], P[a + "attention.self.q_norm.bias"], R, eps)
-            k = _head_norm(k, P[a + "attention.self.k_norm.weight"], P[a + "attention.self.k_norm.bias"], R, eps)
         z = attention(q, k, v, stack.scaling, stack.bias).transpose(1, 2).reshape(R, B * S, H)
         h = _linear(z, P[a + "attention.output.dense.weight"], P[a + "attention.output.dense.bias"])
         x = _layer_norm(h + x, P[a + "attention.output.LayerNorm.weight"], P[a + "attention.output.LayerNorm.bias"], eps)

@@ -218,15 +218,15 @@ def train_sweep_run(run: SweepRun) -> dict:
 
 def setting_columns(profile: Profile) -> dict:
     """The levers of a run, resolved (the base profile may change between rounds, so a
-    row names its whole setting, not only its overrides)."""
+    row names its whole setting, not only its overrides). Tables written before issue 38
+    removed the CPU search's levers keep their columns (mix_rank, mix_fraction,
+    position_init_std, attn_logit_scale, qk_norm, optimizer, embedding_lr); a row appended
+    now leaves them empty (`append_row`)."""
     d, m, t = profile.data, profile.model, profile.train
-    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask, "mix_rank": d.mix_rank if d.mix_fraction else None,
-            "mix_fraction": d.mix_fraction,
+    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask,
             "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
-            "position_init_std": m.position_init_std, "attn_logit_scale": m.attn_logit_scale,
-            "qk_norm": m.qk_norm, "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
-            "batch": t.batch, "optimizer": t.optimizer, "lr": t.lr, "embedding_lr": t.embedding_lr,
-            "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
+            "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
+            "batch": t.batch, "lr": t.lr, "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
 
 
 def end_rule(profile: Profile) -> str:

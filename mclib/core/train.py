@@ -46,7 +46,7 @@ from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile
-from .data import MASK_ID, Batch, mixed_rows, sample_batch, sample_training_batch
+from .data import MASK_ID, Batch, sample_batch
 from .metrics import LOSS_NAMES, find_drop, run_losses
 from .model import MatrixBert, build_model
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
@@ -119,65 +119,38 @@ def autocast(device: torch.device, precision: str):
     return contextlib.nullcontext()
 
 
-class MuonAdam(torch.optim.Optimizer):
-    """Muon on the encoder's 2-D weight matrices, Adam on everything else (embeddings,
-    biases, layer norms, read-out), stepped together. Muon orthogonalises each update,
-    so every singular direction of a weight grows at the same rate, including the
-    small ones that attention needs to leave the uniform-attention plateau."""
-
-    def __init__(self, muon_params, adam_params, muon_lr: float, adam_lr: float, betas=(0.9, 0.999)):
-        self.muon = torch.optim.Muon(muon_params, lr=muon_lr, weight_decay=0.0)
-        self.adam = torch.optim.Adam(adam_params, lr=adam_lr, betas=betas)
-        self.defaults, self.state = {}, {}
-
-    @property
-    def param_groups(self):  # a property: load_state_dict replaces the inner lists
-        return self.muon.param_groups + self.adam.param_groups
-
-    def zero_grad(self, set_to_none: bool = True):
-        self.muon.zero_grad(set_to_none)
-        self.adam.zero_grad(set_to_none)
-
-    def step(self):
-        self.muon.step()
-        self.adam.step()
-
-    def state_dict(self):
-        return {"muon": self.muon.state_dict(), "adam": self.adam.state_dict()}
-
-    def load_state_dict(self, state):
-        self.muon.load_state_dict(state["muon"])
-        self.adam.load_state_dict(state["adam"])
-
-
 def make_optimizer(model, t, device: torch.device, state: dict | None = None) -> torch.optim.Optimizer:
-    """Adam (the paper) or MuonAdam over the trainable parameters, with a saved `state`
-    loaded; every param group carries its `base_lr` (from the profile, not the state),
-    which the warm-up scales. With `train.embedding_lr` the token and position
-    embeddings form their own Adam group at that lr."""
+    """Adam (the paper) over the trainable parameters, one param group, with a saved `state`
+    loaded; the group carries its `base_lr` (from the profile, not the state), which the
+    warm-up scales."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    is_embedding = lambda n: ".embeddings." in n and n.endswith("embeddings.weight")
-    emb_lr = t.embedding_lr if t.embedding_lr is not None else t.lr
-
-    def adam_groups(params):
-        groups = [{"params": [p for n, p in params if not is_embedding(n)], "lr": t.lr},
-                  {"params": [p for n, p in params if is_embedding(n)], "lr": emb_lr}]
-        return [g for g in groups if g["params"]]
-
-    betas = (0.9, t.beta2)
-    if t.optimizer == "adam":
-        opt = torch.optim.Adam(adam_groups(named), lr=t.lr, betas=betas, fused=device.type == "cuda" or None)
-    else:
-        is_matrix = lambda n, p: p.ndim == 2 and ".encoder." in n
-        opt = MuonAdam([p for n, p in named if is_matrix(n, p)],
-                       adam_groups([(n, p) for n, p in named if not is_matrix(n, p)]),
-                       muon_lr=t.muon_lr, adam_lr=t.lr, betas=betas)
+    opt = torch.optim.Adam([p for _, p in named], lr=t.lr, betas=(0.9, t.beta2),
+                           fused=device.type == "cuda" or None)
     base = [group["lr"] for group in opt.param_groups]
     if state is not None:
-        opt.load_state_dict(state)
+        opt.load_state_dict(one_group([n for n, _ in named], state))
     for group, lr in zip(opt.param_groups, base):
         group["base_lr"] = lr
     return opt
+
+
+def one_group(names: list[str], state: dict) -> dict:
+    """A saved Adam `state` of the parameters `names` (trainable, in the model's order) as one
+    param group. Runs saved before issue 38 (revision c6ddcac and earlier) kept the token and
+    position embeddings in a second group after the others, for `train.embedding_lr` (removed):
+    their per-parameter states are put back in `names`' order, unchanged."""
+    groups = state["param_groups"]
+    if len(groups) == 1:
+        return state
+    is_embedding = lambda n: ".embeddings." in n and n.endswith("embeddings.weight")  # the old grouping
+    old_order = [n for n in names if not is_embedding(n)] + [n for n in names if is_embedding(n)]
+    ids = [i for g in groups for i in g["params"]]
+    if len(ids) != len(names) or len(groups) != 2:
+        raise ValueError(f"a saved Adam state of {len(groups)} param groups and {len(ids)} parameters does not "
+                         f"fit this model's {len(names)} trainable parameters")
+    id_of = dict(zip(old_order, ids))
+    return {"state": {i: state["state"][id_of[n]] for i, n in enumerate(names) if id_of[n] in state["state"]},
+            "param_groups": [{**groups[0], "params": list(range(len(names)))}]}
 
 
 # --- one training step ---------------------------------------------------------------------
@@ -201,24 +174,20 @@ def train_step(engine: "_ReferenceEngine | _StackedEngine", runs: list["_Run"]) 
         grads = engine.grads(i)                                           # run i's gradients
         if r.t.grad_clip:  # clip: the run's global gradient norm, at most grad_clip
             clip_grad_norm(grads, r.t.grad_clip)
-        engine.update(i, r.step + 1)   # update: Adam (or MuonAdam) at lr_at(step), the warm-up's lr
+        engine.update(i, r.step + 1)   # update: Adam at lr_at(step), the warm-up's lr
         r.step += 1
         r.pending.append(ls[i])        # log: kept on the device until the run's next flush
     return ls
 
 
 def forward_loss_backward(forward: Callable[..., torch.Tensor], tokens: torch.Tensor, x: torch.Tensor,
-                          mask: torch.Tensor, *, task_from: int, device: torch.device, precision: str) -> torch.Tensor:
+                          mask: torch.Tensor, *, device: torch.device, precision: str) -> torch.Tensor:
     """The differentiated part of `train_step`. tokens `[run, batch, seq]`, x and mask `[run, batch, n, n]`;
-    forward(tokens, x, mask) -> predictions `[run, batch, seq]`. Returns the detached `[run, 4]` losses.
-    task_from: the losses are those of matrices task_from... (the profile's task, when an easier one is
-    mixed into the first rows: `data.mix_fraction`); the gradient is that of the whole batch."""
+    forward(tokens, x, mask) -> predictions `[run, batch, seq]`. Returns the detached `[run, 4]` losses."""
     with autocast(device, precision):  # bf16 products with fp32 master weights, or nothing
         pred = forward(tokens, x, mask)
-    k = task_from
-    ls = run_losses(pred[:, k:], x[:, k:], mask[:, k:])                   # [run, 4]
-    loss = ls[:, 0] if not k else ((pred.float() - x.flatten(2)) ** 2).mean((1, 2))  # pooled MSE, per run
-    loss.sum().backward()  # each run's parameters get the gradient of its own loss
+    ls = run_losses(pred, x, mask)                                        # [run, 4]
+    ls[:, 0].sum().backward()  # each run's parameters get the gradient of its own loss
     return ls.detach()
 
 
@@ -284,8 +253,8 @@ def stack_key(profile: Profile) -> tuple:
     architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
     counts and frozen groups may differ."""
     m, d, t = profile.model, profile.data, profile.train
-    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_logit_scale, m.qk_norm, m.attn_bias,
-            m.attn_bias_target, d.n, d.mix_fraction, t.batch, t.precision,
+    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_bias,
+            m.attn_bias_target, d.n, t.batch, t.precision,
             str(resolve_device(t.device)), t.fast, t.compile, t.threads)
 
 
@@ -316,8 +285,6 @@ def fast_path_refusal(profile: Profile) -> str | None:
     once, as a one-line notice, and the run trains on the reference path."""
     if profile.model.kind != "bert":
         return f"train.fast: model.kind {profile.model.kind!r} runs on the reference path (the stacked path is BERT's)"
-    if profile.train.optimizer != "adam":
-        return f"train.fast: optimizer {profile.train.optimizer!r} runs on the reference path (the stacked path has Adam only)"
     return None
 
 
@@ -395,8 +362,8 @@ class _Run:
     def batch(self) -> Batch:
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
-            return sample_training_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist,
-                                         mix_rank=d.mix_rank, mix_fraction=d.mix_fraction).to(self.device, non_blocking=True)
+            return sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist).to(
+                self.device, non_blocking=True)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
@@ -434,9 +401,8 @@ class _ReferenceEngine:
 
         def forward(tokens, x, mask):  # [1, batch, seq], the one run's
             return predict(model, Batch(x=x[0], mask=mask[0], tokens=tokens[0])).flatten(1).unsqueeze(0)
-        self.forward_loss_backward = functools.partial(
-            forward_loss_backward, forward, task_from=mixed_rows(t.batch, run.profile.data.mix_fraction),
-            device=device, precision=t.precision)
+        self.forward_loss_backward = functools.partial(forward_loss_backward, forward, device=device,
+                                                       precision=t.precision)
 
     def zero_grad(self) -> None:
         self.opt.zero_grad(set_to_none=True)
@@ -481,13 +447,12 @@ class _StackedEngine:
             self.adam.load(i, r.model, self.ref_opts[i])
         self.group_names = [self._group_names(i) for i in range(len(runs))]
         self._compile = t.compile
-        self.task_from = mixed_rows(t.batch, runs[0].profile.data.mix_fraction)
         self._flb = self._make_flb()
 
     def _make_flb(self):
         stack = self.stack
         flb = functools.partial(forward_loss_backward, lambda tokens, x, mask: stacked_forward(stack, tokens),
-                                task_from=self.task_from, device=self.device, precision=self.precision)
+                                device=self.device, precision=self.precision)
         return torch.compile(flb) if self._compile else flb
 
     def forward_loss_backward(self, tokens: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
