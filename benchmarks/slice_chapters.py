@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=64, help="the narrow model's width (default 64)")
     ap.add_argument("--slice", default="A", help="the ledger's slice whose chapters are timed (default A)")
     ap.add_argument("--ledger", default=str(slices.LEDGER))
+    ap.add_argument("--chapters", help="these chapters instead of the slice's (comma-separated, e.g. 07_beyond)")
     ap.add_argument("--work", help="a folder for the run and the executed chapters (default: a temporary one)")
     ap.add_argument("--out", help="CSV to write the table to")
     args = ap.parse_args(argv)
@@ -147,7 +148,7 @@ def main(argv=None) -> int:
         log = work / "forwards.jsonl"
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), str(ROOT), os.environ.get("PYTHONPATH")]))
         rows = []
-        for name in s.chapters:
+        for name in (args.chapters.split(",") if args.chapters else s.chapters):
             log.unlink(missing_ok=True)
             os.environ["MCLIB_FORWARD_LOG"] = str(log)
             t0, cpu0 = time.perf_counter(), _own_cpu()
@@ -184,7 +185,7 @@ def main(argv=None) -> int:
     table["estimate_s"] = table.rest_s + table.model_s + table.loads_s + table.probes_s
     total = table[["wall_s", "forward_s", "rest_wall_s", "kernel_cpu_s", "forward_cpu_s", "runner_cpu_s", "rest_s",
                    "model_s", "loads_s", "probes_s", "estimate_s"]].sum()
-    table = pd.concat([table, pd.DataFrame([{"chapter": "slice " + s.name, **total,
+    table = pd.concat([table, pd.DataFrame([{"chapter": "all" if args.chapters else "slice " + s.name, **total,
                                              "passes": table.passes.sum(), "models": table.models.sum(),
                                              "tokens": table.tokens.sum(), "paper_tflop": table.paper_tflop.sum()}])])
     table["hidden_here"] = args.hidden
@@ -195,8 +196,9 @@ def main(argv=None) -> int:
           f"one paper-size checkpoint load here {load_s:.2f} s; one probe fit of [{probe_rows}, "
           f"{paper.profile().model.hidden}] on this CPU {probe_cpu_s:.1f} s ({3 * fits} fits: "
           f"{3 * fits * probe_cpu_s:.0f} s if they ran on one core)")
-    print(f"slice {s.name}'s chapters: estimated {table.estimate_s.iloc[-1]:.0f} s on an H100 machine "
-          f"(the ledger sizes them {s.chapters_s:.0f} s)")
+    which = f"chapters {args.chapters}" if args.chapters else f"slice {s.name}'s chapters"
+    print(f"{which}: estimated {table.estimate_s.iloc[-1]:.0f} s on an H100 machine "
+          f"(the ledger sizes slice {s.name}'s {s.chapters_s:.0f} s)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, index=False)

@@ -112,8 +112,9 @@ def test_the_chapter_on_a_smoke_run(ch, tmp_path):
     progress = chapter.embedding_progress(ch)
     found, rows = chapter.readings(ch, tokens, summary, progress)
     assert found["post_step"] == f"{ch.steps.post:,}"
-    ch.run_dir = tmp_path  # record into a scratch folder, not the shared smoke run
+    run, ch.run_dir = ch.run_dir, tmp_path  # record into a scratch folder, not the shared smoke run
     html = chapter.scorecard_table(ch, rows).to_html()
+    ch.run_dir = run  # the figures read the run's checkpoints
     assert html.count("<tr>") == len(rows) + 1 and "E14" in html
     assert {r["chapter"] for r in scorecard.load(tmp_path)} == {"04_embeddings"}
     for fig in (chapter.tokens_figure(ch, tokens), chapter.token_progress_figure(ch, coords),

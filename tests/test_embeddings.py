@@ -163,3 +163,19 @@ def test_value_range_keeps_the_values_the_task_produces(smoke_run):
     progress = E.embedding_progress(smoke_run, lo=-1.0, hi=1.0)
     coords, _ = E.token_projections(smoke_run, saved_steps(smoke_run)[:1], lo=-1.0, hi=1.0)
     assert coords["value"].abs().max() == 1.0 and len(progress)
+
+
+def test_the_tables_are_read_from_the_weights_file_as_the_model_holds_them(smoke_run):
+    """checkpoint_embeddings (two tensors of model.safetensors, no model built) gives the rows
+    token_rows and position_rows read from the loaded model, at every saved step; a step not
+    saved is named."""
+    from mclib.analyses.embeddings import position_rows, token_rows
+    from mclib.core.runs import checkpoint_embeddings
+
+    for step in saved_steps(smoke_run):
+        tables, model = checkpoint_embeddings(smoke_run, step), load_checkpoint(smoke_run, step, device="cpu")
+        assert tables["n"] == model.config.matrix_n
+        assert np.array_equal(token_rows(tables), token_rows(model))
+        assert np.array_equal(position_rows(tables), position_rows(model))
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 7"):
+        checkpoint_embeddings(smoke_run, 7)

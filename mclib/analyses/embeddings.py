@@ -26,7 +26,7 @@ from sklearn.metrics import silhouette_score
 
 from ..core.data import tokenize
 from ..core.model import matrix_n
-from ..core.runs import load_checkpoint, saved_steps
+from ..core.runs import checkpoint_embeddings, saved_steps
 
 VALUE_LO, VALUE_HI = -1.5, 1.5
 # t-SNE's perplexity is the effective number of neighbours; sklearn's default 30 (the
@@ -60,10 +60,18 @@ def token_ids(lo: float = VALUE_LO, hi: float = VALUE_HI) -> torch.Tensor:
     return tokenize(torch.tensor(token_values(lo, hi)))
 
 
+def _table(model, which: str) -> torch.Tensor:
+    """The "word" or "position" embedding table of a model, or of a checkpoint's tables
+    (`mclib.core.runs.checkpoint_embeddings`, read without building the model)."""
+    if isinstance(model, dict):
+        return model[which]
+    return getattr(model.bert.embeddings, f"{which}_embeddings").weight.detach().cpu()
+
+
 def token_rows(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
-    """`[values, hidden]` word-embedding rows of the values lo … hi."""
-    table = model.bert.embeddings.word_embeddings.weight.detach().cpu()
-    return table[token_ids(lo, hi)].double().numpy()
+    """`[values, hidden]` word-embedding rows of the values lo … hi (model: a model or
+    `checkpoint_embeddings`)."""
+    return _table(model, "word")[token_ids(lo, hi)].double().numpy()
 
 
 def token_norms(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
@@ -134,9 +142,10 @@ def component_tracks(proj: np.ndarray, values: np.ndarray) -> pd.DataFrame:
 
 
 def position_rows(model, n: int | None = None) -> np.ndarray:
-    """`[n², hidden]`: the first n² rows of the position table (the positions used)."""
-    n = n or matrix_n(model)
-    table = model.bert.embeddings.position_embeddings.weight.detach().cpu()
+    """`[n², hidden]`: the first n² rows of the position table (the positions used); model: a
+    model or `checkpoint_embeddings`."""
+    n = n or (model["n"] if isinstance(model, dict) else matrix_n(model))
+    table = _table(model, "position")
     if table.shape[0] < n * n:
         raise ValueError(f"n = {n} needs {n * n} positions, the table has {table.shape[0]}")
     return table[: n * n].double().numpy()
@@ -199,13 +208,13 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
     if final_step not in steps:
         raise ValueError(f"final_step {final_step} is not a saved step ({steps})")
     values = token_values(lo, hi)
-    final_rows = token_rows(load_checkpoint(run_dir, final_step), lo, hi)
+    final_rows = token_rows(checkpoint_embeddings(run_dir, final_step), lo, hi)
     pca = fit_pca(final_rows)
     final_proj = project(final_rows, pca, centred)
     out = []
     for step in steps:
-        model = load_checkpoint(run_dir, step)
-        n = matrix_n(model)
+        model = checkpoint_embeddings(run_dir, step)  # the two tables, not the model
+        n = model["n"]
         pos = position_rows(model, n)
         norms = np.linalg.norm(pos, axis=1)
         tok = token_rows(model, lo, hi)
@@ -242,13 +251,13 @@ def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
     if missing:
         raise ValueError(f"steps {missing} are not saved checkpoints ({saved})")
     values = token_values(lo, hi)
-    final = token_rows(load_checkpoint(run_dir, final_step), lo, hi)
+    final = token_rows(checkpoint_embeddings(run_dir, final_step), lo, hi)
     pca = fit_pca(final)
     finals = {c: project(final, pca, c) for c in (False, True)}
     coords, summary = [], []
     models = ([(0, initial)] if initial is not None else []) + [(s, None) for s in steps]
     for step, model in models:
-        rows = token_rows(model if model is not None else load_checkpoint(run_dir, step), lo, hi)
+        rows = token_rows(model if model is not None else checkpoint_embeddings(run_dir, step), lo, hi)
         out = {"step": step}
         for centred in (False, True):
             proj = project(rows, pca, centred)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from ..analyses import embeddings as E
 from ..core.model import build_model
+from ..core.runs import checkpoint_embeddings
 from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
 from .scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
@@ -66,10 +67,17 @@ class Tokens:
     plane_share: float  # the share of the rows' variance in the plane
 
 
+def tables(ch, step: int) -> dict:
+    """The embedding tables saved at `step`, read from the weights file without building the
+    model (`mclib.core.runs.checkpoint_embeddings`): this chapter reads nothing else of a checkpoint."""
+    return checkpoint_embeddings(ch.run_dir, step)
+
+
 def tokens(ch) -> Tokens:
     lo, hi = value_range(ch)
-    norms = E.token_norms(ch.post, lo, hi)
-    values, rows = norms["value"].to_numpy(), E.token_rows(ch.post, lo, hi)
+    post = tables(ch, ch.steps.post)
+    norms = E.token_norms(post, lo, hi)
+    values, rows = norms["value"].to_numpy(), E.token_rows(post, lo, hi)
     pca = E.fit_pca(rows)
     proj = E.project(rows, pca, centred=True)
     return Tokens(norms=norms, coords=pd.DataFrame({"value": values, "pc1": proj[:, 0], "pc2": proj[:, 1]}),
@@ -129,13 +137,13 @@ def embedding_progress(ch) -> pd.DataFrame:
 def tsne_figure(ch):
     """One t-SNE of the n² position embeddings per analysed checkpoint, coloured by column."""
     n = ch.cfg.data.n
-    frames = {label: E.position_tsne(E.position_rows(ch.model(s), n), n, seed=ch.cfg.analysis.seed)
+    frames = {label: E.position_tsne(E.position_rows(tables(ch, s), n), n, seed=ch.cfg.analysis.seed)
               for s, label in labels(ch).items()}
     return closed(position_tsne_plot(frames, title="t-SNE of the position embeddings, coloured by column"))
 
 
 def position_norms_figure(ch):
-    norms = E.position_norms(E.position_rows(ch.post, ch.cfg.data.n), ch.cfg.data.n)
+    norms = E.position_norms(E.position_rows(tables(ch, ch.steps.post), ch.cfg.data.n), ch.cfg.data.n)
     return closed(position_norm_plot(norms, title=f"ℓ2 norm of each position embedding, step {ch.steps.post:,}"))
 
 

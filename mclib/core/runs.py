@@ -215,6 +215,25 @@ def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
     return load_model(path, attention).to(device if device is not None else run_device(run_dir))
 
 
+EMBEDDING_TENSORS = {"word": "bert.embeddings.word_embeddings.weight",          # [vocab, hidden]
+                     "position": "bert.embeddings.position_embeddings.weight"}  # [n², hidden]
+
+
+def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
+    """The token and position tables saved at `step` (`EMBEDDING_TENSORS`, CPU float tensors) and
+    the model's n (`matrix_n` of its config.json), read from the weights file without building
+    the model: two tensors of the file, not all of it (chapter 04 reads every saved checkpoint)."""
+    path = checkpoint_dir(run_dir, step)
+    if not (path / MODEL_FILE).is_file():
+        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
+    with safe_open(str(path / MODEL_FILE), framework="pt") as f:
+        tables = {key: f.get_tensor(name) for key, name in EMBEDDING_TENSORS.items()}
+    config = json.loads((path / CONFIG_NAME).read_text())
+    if "matrix_n" not in config:
+        raise ValueError(f"{path / CONFIG_NAME}: no matrix_n: not a model built by mclib.core.model")
+    return {**tables, "n": config["matrix_n"]}
+
+
 def train_wall(run_dir: Path) -> float:
     """Training time (s) at the run's newest resumable checkpoint whose files pass
     `checkpoint_damage` (where the run resumes); 0 for a run not started."""
