@@ -201,3 +201,8 @@ def test_the_section_says_where_the_paper_setting_stands(tmp_path):
     (done / "slice.json").write_text(json.dumps({**record, "chapters_not_run": [part.CHAPTER]}))
     assert "no GPU slice has executed" in part.paper_setting("cpu", ledger)  # planned, but it found no time
     assert "executed at the paper's own setting" in part.paper_setting("smoke", ledger)
+    plan = yaml.safe_load(ledger.read_text())
+    plan["slices"][0]["chapters"].append(part.CHAPTER)
+    ledger.write_text(yaml.safe_dump(plan))
+    (done / "slice.json").unlink()
+    assert "slice A of paper-slices.yaml executes them, after its other chapters" in part.paper_setting("cpu", ledger)

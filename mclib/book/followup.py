@@ -312,10 +312,15 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     if ran:
         return ("At the paper's own setting these measures were executed by " + "; ".join(ran)
                 + ": see the part \"The paper's own setting\".")
-    planned = "; ".join(f"slice {s.name}: {', '.join(s.chapters) or 'no chapters'}" for s in plan["slices"])
+    will = [s.name for s in plan["slices"] if CHAPTER in s.chapters]
+    if will:
+        planned = (f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when its "
+                   f"lease has time left")
+    else:
+        planned = "the slices planned in {} execute other chapters ({})".format(
+            ledger_path.name, "; ".join(f"slice {s.name}: {', '.join(s.chapters) or 'no chapters'}" for s in plan["slices"]))
     return (f"At the paper's own setting (7×7, rank 2, hidden 768) no GPU slice has executed these measures yet: "
-            f"the slices planned in {ledger_path.name} execute other chapters ({planned}). Everything in this "
-            f"section comes from the profile {profile_name}.")
+            f"{planned}. Everything in this section comes from the profile {profile_name}.")
 
 
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
