@@ -42,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # train_step.cpu_model, also when this file is imported (tests)
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
@@ -53,6 +54,7 @@ from mclib.core import paper  # noqa: E402
 from mclib.core.flops import forward_flops, train_step_flops  # noqa: E402
 from mclib.core.model import build_model, load_model  # noqa: E402
 from mclib.core.train import train  # noqa: E402
+from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next to this file)
 
 H100_FP64_TFLOPS = 67.0   # the H100 SXM's dense fp64 (tensor core) peak, NVIDIA's datasheet
 PROBE_FP64_EFFICIENCY = 0.05  # the share of that peak an SVD of a tall matrix is assumed to reach
@@ -189,7 +191,7 @@ def main(argv=None) -> int:
                                              "passes": table.passes.sum(), "models": table.models.sum(),
                                              "tokens": table.tokens.sum(), "paper_tflop": table.paper_tflop.sum()}])])
     table["hidden_here"] = args.hidden
-    table["cpu"] = _cpu()
+    table["cpu"] = cpu_model()
     table["date"] = time.strftime("%Y-%m-%d")
     print(table.round(2).to_string(index=False))
     print(f"rate: {rate / 1e12:.0f} TFLOP/s (the ledger's {ledger['step_ms']} ms a training step at the paper's shapes); "
@@ -211,13 +213,6 @@ def _own_cpu() -> float:
 
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ AFTER_MIN steps past the drop (the book's seeds 2 and 3 stop 1 000 steps after i
 """
 from __future__ import annotations
 
-import json
 
 import math
 from pathlib import Path
@@ -305,7 +304,7 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
         return f"This chapter was executed at the paper's own setting (profile {profile_name})."
     ran = []
     for name, folder in slices.done(ledger_path.parent, plan["name"]).items():
-        record = json.loads((folder / slices.STATE).read_text())
+        record = slices.record(folder)
         if CHAPTER in record.get("chapters", []) and CHAPTER not in (record.get("chapters_not_run") or []):
             ran.append(f"slice {name} ({record.get('device', '?')}, {record.get('date', '?')}, revision "
                        f"{str(record.get('git', '?'))[:7]}; {folder.name})")

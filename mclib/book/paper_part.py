@@ -17,7 +17,6 @@ the GPU machine).
 """
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
@@ -104,7 +103,7 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
         if s.name not in have:
             rows.append(f"| {s.name} | {s.what} | not run yet | |")
             continue
-        record = json.loads((have[s.name] / slices.STATE).read_text())
+        record = slices.record(have[s.name])
         ran = []
         for nb_path in sorted((have[s.name] / "book").glob("*.ipynb")):
             nb = adapt(nbformat.read(nb_path, as_version=4), s.name, provenance(record, s, missing))

@@ -74,11 +74,16 @@ def read_ledger(path: Path = LEDGER) -> dict:
     return raw
 
 
+def record(folder: Path) -> dict:
+    """A done slice's slice.json (device, date, git revision, precision, chapters, how runs ended)."""
+    return json.loads((Path(folder) / STATE).read_text())
+
+
 def done(root: Path = LEDGER.parent, name: str = "paper") -> dict[str, Path]:
     """{slice: result folder} of the slices done (a folder holding slice.json), the newest of each."""
     out = {}
-    for record in sorted(root.glob(f"{name}-*/{STATE}")):
-        out[json.loads(record.read_text())["slice"]] = record.parent
+    for path in sorted(root.glob(f"{name}-*/{STATE}")):
+        out[record(path.parent)["slice"]] = path.parent
     return out
 
 
@@ -307,7 +312,7 @@ def status(ledger_path: Path = LEDGER) -> str:
     lines = []
     for s in ledger["slices"]:
         if s.name in have:
-            r = json.loads((have[s.name] / STATE).read_text())
+            r = record(have[s.name])
             lines.append(f"{s.name}: done on {r['device']}, {r['date']}, revision {r['git']}, {r['precision']}")
         else:
             lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(ledger, s):.0f} s of a lease)")

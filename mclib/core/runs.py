@@ -205,13 +205,19 @@ def run_device(run_dir: str | Path) -> torch.device:
     return torch.device("cuda" if device in ("cuda", "auto") and cuda else "cpu")
 
 
+def saved_checkpoint(run_dir: Path, step: int) -> Path:
+    """The folder of the checkpoint saved at `step`; a step without weights is a one-line error naming the saved ones."""
+    path = checkpoint_dir(run_dir, step)
+    if not (path / MODEL_FILE).is_file():
+        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
+    return path
+
+
 def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
                     device: str | torch.device | None = None) -> MatrixBert:
     """The model saved at `step` of a run, in eval mode, on `device` (default: the run's
     own device, `run_device`)."""
-    path = checkpoint_dir(run_dir, step)
-    if not (path / MODEL_FILE).is_file():
-        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
+    path = saved_checkpoint(run_dir, step)
     return load_model(path, attention).to(device if device is not None else run_device(run_dir))
 
 
@@ -223,9 +229,7 @@ def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
     """The token and position tables saved at `step` (`EMBEDDING_TENSORS`, CPU float tensors) and
     the model's n (`matrix_n` of its config.json), read from the weights file without building
     the model: two tensors of the file, not all of it (chapter 04 reads every saved checkpoint)."""
-    path = checkpoint_dir(run_dir, step)
-    if not (path / MODEL_FILE).is_file():
-        raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
+    path = saved_checkpoint(run_dir, step)
     with safe_open(str(path / MODEL_FILE), framework="pt") as f:
         tables = {key: f.get_tensor(name) for key, name in EMBEDDING_TENSORS.items()}
     config = json.loads((path / CONFIG_NAME).read_text())
