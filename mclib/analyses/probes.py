@@ -138,12 +138,12 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
         y_fit = probe_target(fit.x, fit.mask, target, svd_sign).flatten(0, 1)[keep_fit]     # [N, dim]
         y_test = probe_target(test.x, test.mask, target, svd_sign).flatten(0, 1)            # [M, dim]
         for layer, (h_fit, h_test) in enumerate(zip(fit.hidden, test.hidden)):
-            w = fit_probe(h_fit.flatten(0, 1)[keep_fit.to(h_fit.device)], y_fit)
-            h_test = h_test.flatten(0, 1)
+            w = fit_probe(h_fit.flatten(0, 1)[keep_fit.to(h_fit.device)], y_fit.to(h_fit.device))
+            h_test, y_on = h_test.flatten(0, 1), y_test.to(h_test.device)
             for where in positions:
                 keep = _where(test.mask, where).to(h_test.device)
                 rows.append({"layer": layer, "target": target, "positions": where,
-                             **probe_metrics(h_test[keep], y_test[keep], w),
+                             **probe_metrics(h_test[keep], y_on[keep], w),
                              "n_fit": int(keep_fit.sum()), "n_test": int(keep.sum())})
     return pd.DataFrame(rows)
 
