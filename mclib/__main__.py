@@ -66,7 +66,7 @@ def cmd_slice(args) -> int:
     if args.action in ("start", "run"):
         slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger)
     if args.action in ("finish", "run"):
-        slices.finish(args.out_dir, args.dest)
+        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s)
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
@@ -129,6 +129,8 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, help="start: seconds left on the lease (default: the ledger's lease less "
                                                   "the machine's start)")
     p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
+    p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
+                                                    "from now for the chapters not yet executed")
     p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
     p.set_defaults(func=cmd_slice)
     p = sub.add_parser("export", help="a run's metrics and loss curve to TensorBoard event files or an offline "

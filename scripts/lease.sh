@@ -13,7 +13,9 @@
 # deadline, and this command holds HOLD_S seconds while it runs. `finish`, issued at once
 # (the machine is handed back 30 s after a command ends), waits for that training, executes
 # the slice's chapters while time is left, and packs everything that comes back into one
-# file, $OUT/results.tgz. Back here: python -m mclib slice merge results.tgz
+# file, $OUT/results.tgz. Back here: python -m mclib slice merge results.tgz. A chapter that failed
+# (its cause fixed here, the fix travels with the next call): `bash scripts/lease.sh finish
+# --chapters-s 200` on the still-warm machine executes the chapters not yet done and packs again.
 #
 # Settings (environment): OUT (default kit-out), WORK (default slice-work: runs, executed
 # chapters), PYTHON (default python3), BUDGET_S (default 760: the lease's 900 s less the
@@ -41,7 +43,7 @@ start)
     exec "$py" -m mclib slice start --out-dir "$work" --budget-s "$left" --hold-s "${HOLD_S:-420}" "${ledger[@]}"
     ;;
 finish)
-    exec "$py" -m mclib slice finish --out-dir "$work" --dest "$out" "${ledger[@]}"
+    exec "$py" -m mclib slice finish --out-dir "$work" --dest "$out" "${ledger[@]}" "${@:2}"
     ;;
 *)
     echo "usage: bash scripts/lease.sh start|finish (docs/gpu.md)" >&2

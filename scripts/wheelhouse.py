@@ -288,9 +288,11 @@ def print_table(rows) -> int:
 # runs, and myst-nb for its `glue` alone (mclib.book.chapter.glue_all), without the Sphinx stack
 # that myst-nb requires for building sites, which the GPU side never does (the site is built on
 # the CPU machine). Everything else the chapters import is in the GPU image
-# (scripts/wheelhouse-have.txt), tabulate included; jupyter-book, cvxpy and dask stay out.
-KIT = ["papermill==2.7.0", "ipykernel", "myst-nb"]
-KIT_LEAVES = frozenset({"myst-nb"})
+# (scripts/wheelhouse-have.txt), tabulate included; jupyter-book, cvxpy and dask stay out. glue
+# itself imports docutils (myst_nb.core.loggers), which myst-nb's leaf status would leave out: the
+# lease of 2026-11-26 failed its first chapter on it (tests/test_wheelhouse.py checks the closure).
+KIT = ["papermill==2.7.0", "ipykernel", "myst-nb", "docutils"]
+KIT_LEAVES = frozenset({"myst-nb", "docutils"})
 # Left out: the kernel runs without them (ipykernel guards both imports): debugpy serves an
 # interactive debugger, jedi (and its parso) tab completion; 6.7 of the kit's 11.2 MiB. The node
 # installs the kit with --no-deps, so pip does not ask for them.

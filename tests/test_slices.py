@@ -143,3 +143,48 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     assert {f"A_{name}.html" for name in SLICE_A} <= {p.name for p in html.iterdir()}
     page = (html / "A_03_heads.html").read_text()
     assert "executed on a GPU lease: slice A" in page and "the paper" in page
+
+
+def test_a_file_that_is_not_a_slices_results_is_refused_in_one_line(tmp_path):
+    tgz = tmp_path / "other.tgz"
+    (tmp_path / "x.txt").write_text("x")
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(tmp_path / "x.txt", arcname="x.txt")
+    with pytest.raises(slices.SliceError, match="no slice.json at its top"):
+        slices.merge(tgz, root=tmp_path)
+
+
+def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, monkeypatch, smoke_profile):
+    """A lease whose chapter failed: the fix travels with the next call, and `finish --chapters-s`
+    executes the chapters not in `chapters_done`, within the new seconds, then packs again."""
+    from mclib.book import reference, runner
+    from mclib.core.runs import write_atomic
+
+    work = tmp_path / "work"
+    work.mkdir()
+    ppath = work / "slice-A.yaml"
+    ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    state = {"slice": "A", "pid": ended.pid, "deadline": 0, "started": 0.0, "budget_s": 1.0, "profile": str(ppath),
+             "chapters": ["01_train", "02_copying", "03_heads"], "chapters_done": ["01_train"], "seeds": [1],
+             "git": "abc1234"}
+    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    built = []
+    monkeypatch.setattr(runner, "build", lambda profile, templates, **kw: built.append((templates, kw["timeout"])))
+    monkeypatch.setattr(runner, "select_chapters", lambda name: name)
+    monkeypatch.setattr(reference, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
+
+    # the first budget is spent: nothing runs without new seconds
+    path = slices.finish(work, tmp_path / "out")
+    assert built == []
+    with tarfile.open(path) as tar:
+        record = json.loads(tar.extractfile(slices.STATE).read())
+    assert record["chapters_not_run"] == ["02_copying", "03_heads"] and record["chapters_done"] == ["01_train"]
+
+    slices.finish(work, tmp_path / "out", chapters_s=300)
+    assert [name for name, _ in built] == ["02_copying", "03_heads"]
+    assert all(t <= 300 - slices.COLLECT_S for _, t in built)
+    assert json.loads((work / slices.STATE).read_text())["chapters_done"] == ["01_train", "02_copying", "03_heads"]
+    slices.finish(work, tmp_path / "out", chapters_s=300)
+    assert len(built) == 2  # nothing left to execute

@@ -162,6 +162,33 @@ def test_the_wheelhouse_installs_mclib_beside_the_nodes_own_torch(tmp_path):
     print(f"wheelhouse test: {len(names)} wheels, {time.monotonic() - start:.0f} s")
 
 
+def test_the_kit_holds_every_distribution_the_chapters_glue_imports():
+    """What a chapter on the GPU imports beyond the image (papermill, its kernel, and myst-nb's
+    glue, whose `glue()` imports myst_nb.ext.glue only when called) is in scripts/wheelhouse-have.txt
+    or in the kit's closure (KIT walked as --kit walks it, here over the installed metadata): the
+    lease of 2026-11-26 lost its first chapter to docutils, which glue imports and the kit lacked."""
+    import importlib.metadata as md
+    from packaging.markers import default_environment
+    from packaging.utils import canonicalize_name
+    probe = ("import sys; before = set(sys.modules); import papermill, ipykernel; from myst_nb.ext.glue import glue; "
+             "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} - {m.split('.')[0] for m in before})))")
+    modules = _run([sys.executable, "-c", probe]).stdout.split()
+    owners = md.packages_distributions()
+    needed = {canonicalize_name(d) for m in modules for d in owners.get(m, [])}
+    assert {"docutils", "myst-nb", "papermill"} <= needed  # the probe saw the imports
+    resolved = {}
+    for dist in md.distributions():
+        resolved[canonicalize_name(dist.metadata["Name"])] = {"version": dist.version,
+                                                              "requires_dist": dist.requires or []}
+    have = wheelhouse.read_have(ROOT / "scripts" / "wheelhouse-have.txt")
+    kit, _ = wheelhouse.walk([wheelhouse.Requirement(r) for r in wheelhouse.KIT], resolved,
+                             lambda n: n in have or wheelhouse.is_gpu_stack(n) or n in wheelhouse.KIT_OMIT,
+                             dict(default_environment()),
+                             wheelhouse.KIT_LEAVES)
+    missing = sorted(n for n in needed if n not in have and n not in kit and not wheelhouse.is_gpu_stack(n))
+    assert not missing, f"the chapters import {missing} on the GPU, in neither the image nor the kit"
+
+
 @pytest.mark.slow
 def test_the_lease_kit_is_small_and_holds_what_the_chapters_import_on_the_gpu(tmp_path):
     """scripts/wheelhouse.py --kit (docs/gpu.md): papermill, its kernel and myst-nb's glue,
@@ -186,6 +213,6 @@ def test_the_lease_kit_is_small_and_holds_what_the_chapters_import_on_the_gpu(tm
     _run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--target", site,
           *kit.glob("*.whl")])
     print(f"the kit installs in {time.monotonic() - t0:.1f} s here (docs/gpu.md)")
-    out = _run([sys.executable, "-c", "import papermill, ipykernel, myst_nb; from myst_nb import glue; "
+    out = _run([sys.executable, "-c", "import papermill, ipykernel, myst_nb; from myst_nb.ext.glue import glue; "
                                       "print(papermill.__file__)"], env={**os.environ, "PYTHONPATH": str(site)})
     assert out.stdout.startswith(str(site))

@@ -305,7 +305,7 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     ran = []
     for name, folder in slices.done(ledger_path.parent, plan["name"]).items():
         record = slices.record(folder)
-        if CHAPTER in record.get("chapters", []) and CHAPTER not in (record.get("chapters_not_run") or []):
+        if CHAPTER in slices.chapters_executed(record):
             ran.append(f"slice {name} ({record.get('device', '?')}, {record.get('date', '?')}, revision "
                        f"{str(record.get('git', '?'))[:7]}; {folder.name})")
     if ran:

@@ -199,19 +199,29 @@ def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
     return not _alive(pid)
 
 
-def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
+def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None) -> Path:
     """Wait for the slice's training, execute its chapters (no site) one at a time while the
     slice's budget (`start`'s) leaves time, pack results.tgz into `dest`. A chapter that
-    fails or finds no time is named (slice.json), and what ran is packed all the same."""
+    fails or finds no time is named (slice.json), and what ran is packed all the same.
+
+    Issued again on the same machine (after a fix travels with the checkout), it executes only
+    the chapters not yet executed (slice.json's `chapters_done`), within `chapters_s` seconds
+    from now where given (the first budget is spent by then), and packs everything again."""
     from .reference import collect, device_record
     from .runner import BookError, build, select_chapters
 
     out_dir, dest = Path(out_dir).resolve(), Path(dest)
     state = json.loads((out_dir / STATE).read_text())
     _wait(state["pid"], float("inf"), out_dir)
-    end_by = state["started"] + state["budget_s"] - COLLECT_S  # the chapters may not eat the packing's time
+    if chapters_s is not None:
+        end_by = time.time() + chapters_s - COLLECT_S
+    else:
+        end_by = state["started"] + state["budget_s"] - COLLECT_S  # the chapters may not eat the packing's time
+    done = state.setdefault("chapters_done", [])
     error, skipped = None, []
     for name in state["chapters"]:  # one at a time, each only while the lease has time for it
+        if name in done:
+            continue
         left = end_by - time.time()
         if error or left < 20:
             skipped.append(name)
@@ -222,6 +232,9 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
         except BookError as e:
             error = str(e)
             print(f"slice {state['slice']}: {e}", file=sys.stderr)
+            continue
+        done.append(name)
+        write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     if skipped:
         print(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}", file=sys.stderr)
     profile = load_profile(state["profile"])
@@ -231,7 +244,8 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
         (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
         record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
                   "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
-                  "chapters": state["chapters"], "chapter_error": error, "chapters_not_run": skipped,
+                  "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
+                  "chapters_not_run": skipped,
                   "ends": _ends(out_dir, profile, state["seeds"])}
         (folder / STATE).write_text(json.dumps(record, indent=1))
         dest.mkdir(parents=True, exist_ok=True)
@@ -240,6 +254,14 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None) -> Path:
     print(f"slice {state['slice']}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
           + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""), flush=True)
     return path
+
+
+def chapters_executed(record: dict) -> list[str]:
+    """The chapters a done slice executed, from its slice.json: `chapters_done` where the record
+    has it, else (older records) the planned ones less those `chapters_not_run`."""
+    if "chapters_done" in record:
+        return list(record["chapters_done"])
+    return [c for c in record.get("chapters", []) if c not in (record.get("chapters_not_run") or [])]
 
 
 def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
@@ -283,7 +305,10 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     ledger = read_ledger(ledger_path)
     expected = next_slice(ledger, root)  # before this one is filed
     with tarfile.open(tgz) as tar:
-        record = json.loads(tar.extractfile(STATE).read())
+        names = {m.name.removeprefix("./") for m in tar.getmembers()}
+        if STATE not in names:
+            raise SliceError(f"{tgz}: no {STATE} at its top: not a slice's results.tgz")
+        record = json.loads(tar.extractfile(tar.getmember(STATE if STATE in tar.getnames() else "./" + STATE)).read())
         dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
         tar.extractall(dest, filter="data")
     notes = []

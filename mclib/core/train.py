@@ -532,6 +532,7 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
     profile.seed, +1, ..., in memory, nothing saved), on the path the profile takes
     (`train.fast`, `train.compile`), exactly as the training loop does; it returns the
     `[run, 4]` losses. benchmarks/train_step.py times it."""
+    set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
     stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r), device) for r in range(runs)]
     engine = _engine(stubs, device)
 
