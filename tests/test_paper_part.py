@@ -74,3 +74,12 @@ def test_with_no_slice_done_the_part_is_one_page_that_says_so(tmp_path):
     assert "still missing: slices A, B" in index.read_text()
     toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index], []).read_text())
     assert toc["chapters"] == [{"file": "book/_executed/paper/index"}]
+
+
+def test_what_happened_on_the_lease_beyond_the_two_commands_is_on_every_page():
+    s = slices.Slice(name="A", what="seed 1", seeds=[1])
+    record = {"device": "GPU", "date": "2026-11-26", "git": "abc1234", "precision": "tf32", "ends": {},
+              "lease_note": "Executed in three finish calls."}
+    assert "On the lease: Executed in three finish calls." in paper_part.provenance(record, s, "every slice is done")
+    del record["lease_note"]
+    assert "On the lease" not in paper_part.provenance(record, s, "every slice is done")

@@ -153,3 +153,20 @@ def test_the_slices_of_the_paper_book_read_as_one_set_of_runs(tmp_path):
     assert list(reference.runs_table(folder)["run"]) == ["seed 1", "seed 2"]
     (root / "paper-B-GPU-2026-12-02" / "slice.json").unlink()  # not a slice: read alone
     assert list(reference.runs_table(folder)["run"]) == ["seed 1"]
+
+
+def test_a_slices_chapters_are_those_its_record_says_it_executed(tmp_path):
+    """A lease whose `finish` ran twice leaves a manifest of the last call's chapters only:
+    the slice's own record (`chapters_done`) is what says which chapters ran."""
+    folder = tmp_path / "paper-A-GPU-2026-11-26"
+    (folder / "book").mkdir(parents=True)
+    (folder / "book" / "manifest.json").write_text(json.dumps({"notebooks": [{"name": "03_heads", "complete": True}]}))
+    record = {"chapters": ["01_train", "03_heads", "04_embeddings"], "chapters_done": ["01_train", "03_heads"],
+              "chapters_not_run": ["04_embeddings"]}
+    (folder / "slice.json").write_text(json.dumps(record))
+    assert reference.chapters_run(folder) == ["01_train", "03_heads"]
+    del record["chapters_done"]  # an older record: the planned chapters less those not run
+    (folder / "slice.json").write_text(json.dumps(record))
+    assert reference.chapters_run(folder) == ["01_train", "03_heads"]
+    (folder / "slice.json").unlink()  # not a slice (the first run's folder): its manifest
+    assert reference.chapters_run(folder) == ["03_heads"]

@@ -44,6 +44,8 @@ def missing_text(ledger: dict, have: dict) -> str:
 def provenance(record: dict, s: slices.Slice, missing: str) -> str:
     ends = "; ".join(f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items())
     notes = "".join(f" Merged with a note: {n}." for n in record.get("merge_notes", []))
+    if record.get("lease_note"):  # what happened on the lease beyond the two commands, in the merger's words
+        notes += f" On the lease: {record['lease_note']}"
     left = (f" Left out on the machine (over the return limit): {', '.join(record['left_out'])}."
             if record.get("left_out") else "")
     return (f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "

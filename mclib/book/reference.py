@@ -220,7 +220,11 @@ def rows(folder: Path, name: str = "paper") -> list[dict]:
 
 
 def chapters_run(folder: Path) -> list[str]:
-    """The chapters that completed on the GPU (the results' book/manifest.json)."""
+    """The chapters that completed on the GPU: a slice's own record (`slices.chapters_executed`:
+    its manifest names only the last `finish`'s chapters), else the results' book/manifest.json."""
+    from . import slices
+    if (folder / slices.STATE).is_file():
+        return slices.chapters_executed(slices.record(folder))
     manifest = folder / "book" / "manifest.json"
     if not manifest.is_file():
         return []
