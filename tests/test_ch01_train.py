@@ -94,6 +94,9 @@ def test_end_sentence_says_whether_the_rule_or_the_cap_ended_training():
     assert C.end_sentence(_fake("converged", 12000)).startswith("Training ended by the profile's rule")
     assert "12,000" in C.end_sentence(_fake("converged", 12000))
     assert C.end_sentence(_fake("unfinished", 500)) == "The run is unfinished at step 500 of 14,000."
+    # slice A's page on the H100 read "The run is was cut at step 16,591 ..." (2026-11-26)
+    assert C.end_sentence(_fake("cut", 9000)) == ("Training was cut short of the profile's length: the run was cut "
+                                                 "at step 9,000 of 14,000 by its wall-clock deadline.")
 
 
 def test_checkpoint_text_says_where_and_why():

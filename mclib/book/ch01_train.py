@@ -201,7 +201,8 @@ def end_sentence(ch: Chapter) -> str:
     return {"converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
             "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
             "steps": f"Training ended after the profile's fixed length: the run {e.text}.",
-            "stopped": f"The run {e.text}."}.get(e.ended, f"The run is {e.text}.")
+            "stopped": f"The run {e.text}.",
+            "cut": f"Training was cut short of the profile's length: the run {e.text}."}.get(e.ended, f"The run is {e.text}.")
 
 
 def slope_sentence(ch: Chapter) -> str:
