@@ -565,3 +565,14 @@ def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     pd.testing.assert_frame_equal(whole[LOSS_COLS], resumed[LOSS_COLS], check_exact=False, rtol=1e-4)
     state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=False)
     assert {s["step"].item() for s in state["optimizer"]["state"].values()} == {40.0}
+
+
+def test_a_group_of_runs_with_different_process_settings_is_refused_before_anything_is_written(tmp_path, smoke_profile):
+    """One process sets the device, the TF32 switch and the thread count once for all its runs;
+    runs that differ in those cannot share a `train_group` call. Architectures may differ."""
+    wide = smoke_profile.replace(**{"model.hidden": 32, "seed": 2})
+    assert train_module.process_key(wide) == train_module.process_key(smoke_profile)
+    other = smoke_profile.replace(**{"train.precision": "bf16"})
+    with pytest.raises(ValueError, match="equal process_key"):
+        train_group([Job(smoke_profile, tmp_path / "a"), Job(other, tmp_path / "b")])
+    assert not any(tmp_path.iterdir())
