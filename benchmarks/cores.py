@@ -6,8 +6,8 @@ The book trains several runs of the same profile (seeds; the four re-initialisat
 runs of E15). For a model as small as the cpu profile's, a matmul is too small to keep
 two threads busy, so two runs with one thread each may finish a pair of runs sooner
 than one two-thread run after another. This measures it, for the profile's model at
-its batch, with `mclib.core.train.train_step` (the function the training loop calls) on the
-reference path (one HF model, train.fast: false), where the attention implementation is chosen:
+its batch, with `mclib.core.train.train_step` (the function the training loop calls), for each
+attention implementation:
 
   - one process, each thread count from 1 to the number of cores, for each attention
     implementation ("sdpa", PyTorch's fused kernel; "eager", BERT's matmul-softmax-matmul);
@@ -41,8 +41,7 @@ from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next 
 def ms_per_step(profile_name: str, attention: str, threads: int, seconds: float, seed: int = 0) -> float:
     """Mean ms per training step of the profile's model, in this process."""
     torch.set_num_threads(threads)
-    # the reference path (one HF model), where the attention implementation is a choice
-    profile = load_profile(profile_path(profile_name), **{"model.attention": attention, "train.fast": False,
+    profile = load_profile(profile_path(profile_name), **{"model.attention": attention,
                                                           "train.compile": False, "train.precision": "fp32"})
     step = step_function(profile.replace(seed=seed), torch.device("cpu"))
 

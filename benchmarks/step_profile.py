@@ -3,8 +3,11 @@ model's own shapes (the realistic ceiling).
 
     python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--threads 1] [--steps 30] [--out docs/data/step_profile.csv]
 
-For each profile and each path (ref: `mclib.core.train.train_step` on one HF model,
-train.fast: false; fast: the stacked step, train.fast: true; both through `step_function`), torch.profiler records `--steps` steps after
+For each profile and each path (eager: `mclib.core.train.train_step`, the HF model and torch's
+Adam, in fp32; compiled: the same through torch.compile, train.compile; both through
+`step_function`; rows of docs/data/step_profile.csv with paths ref and fast are from revision
+d54ea56 or earlier, where "fast" was the stacked copy of the model that issue 38 removed and
+"ref" the eager step), torch.profiler records `--steps` steps after
 a warm-up, and every operator's self time goes into one bucket:
 
     matmul       mm, addmm, bmm, baddbmm (forward and backward products)
@@ -59,12 +62,12 @@ def bucket_of(name: str) -> str:
 
 
 def step_fns(profile, device: torch.device):
-    """ref / fast: functions running one training step on each path
+    """eager / compiled: functions running one training step each way
     (`mclib.core.train.step_function`), whose data and optimiser run in `record_function`
     regions of their own (mclib::data, mclib::optimiser) so the profile can tell them apart."""
-    return {"ref": step_function(profile.replace(**{"train.fast": False, "train.compile": False,
-                                                    "train.precision": "fp32"}), device),
-            "fast": step_function(profile.replace(**{"train.fast": True}), device)}
+    fp32 = {"train.precision": "fp32"}
+    return {"eager": step_function(profile.replace(**fp32, **{"train.compile": False}), device),
+            "compiled": step_function(profile.replace(**fp32, **{"train.compile": True}), device)}
 
 
 def profile_step(fn, steps: int) -> dict:

@@ -11,16 +11,14 @@ In one process and one run (docs/performance.md explains every column):
    (b) authors the authors' protocol: our update, then the model re-run on the training
                batch after the update and on 64 fresh matrices, every metric of those
                two passes read to the host each step;
-   (c) ours    mclib.core.train.train_step on the reference path (train.fast: false, one
-               HF model) in fp32: the step the training loop runs with that setting;
+   (c) ours    mclib.core.train.train_step (the HF model, torch's Adam) in fp32: the step
+               the training loop runs;
    (d) ours    the same in bf16 autocast (fp32 master weights);
-   (e) ours    (c) through torch.compile (--compile);
-   (f) stacked the training loop's default path since 2026-11-23 (mclib.core.stacked, one
-               run): (c) is the step it replaced, kept here as the reference;
-   (g) stacked (f) through torch.compile (its compile time is printed, not timed);
-   (h) stacked (f) with TF32 matmuls (train.precision: tf32; CUDA only);
-   (i) stacked (f) in bf16 autocast (train.precision: bf16);
-   (s) three seeds as one stacked model in TF32 (CUDA only; its ms are for all three runs);
+   (e) ours    (c) through torch.compile (train.compile; --compile);
+   (h) ours    (c) with TF32 matmuls (train.precision: tf32; CUDA only);
+   Paths (f), (g), (i) and (s) timed the stacked copy of the model (mclib/core/stacked.py),
+   removed by issue 38: their rows in docs/data/performance.csv are from revision d54ea56
+   or earlier.
    the paths run in alternation (a, b, c, d, then rotated) for several rounds after
    warm-up rounds, so that machine noise hits all of them alike; each ratio is the
    median over rounds of the ratio within a round.
@@ -30,7 +28,7 @@ In one process and one run (docs/performance.md explains every column):
 The table is printed; rows are appended to --out with the date and the machine.
 --quick: batch ≤ 32, fewer rounds, a smaller matmul (a sanity run, minutes).
 --dry-run: one step of every path at batch 4, nothing timed, nothing written.
---paths: the paths to time (default abcd; with --device cuda, acfhis; path (a) is every
+--paths: the paths to time (default abcd; with --device cuda, acdh; path (a) is every
 ratio's reference and always runs). On a GPU: `--device cuda --profiles paper`.
 A machine without bf16 hardware can leave out (d): emulated bf16 takes minutes a step on
 the paper model, and its ceiling is then not measured either.
@@ -70,11 +68,7 @@ PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "c": ("ours fp32", "fp32", False),
     "d": ("ours bf16 autocast", "bf16", False),
     "e": ("ours fp32 + torch.compile", "fp32", False),
-    "f": ("stacked fp32", "fp32", False),
-    "g": ("stacked fp32 + torch.compile", "fp32", False),
-    "h": ("stacked TF32 (CUDA)", "tf32", False),
-    "i": ("stacked bf16 autocast", "bf16", False),
-    "s": ("3 seeds stacked TF32 (CUDA; ms for all 3)", "tf32", False),
+    "h": ("ours TF32 (CUDA)", "tf32", False),
 }
 
 CSV_COLUMNS = [  # fixed, so that appended runs line up
@@ -150,9 +144,9 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
     def data(size=batch):
         return sample_batch(size, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device, non_blocking=True)
 
-    def ours(precision, compile_=False):  # the reference path: one HF model (train.fast: false)
+    def ours(precision, compile_=False):  # the training loop's step: one HF model, torch's Adam
         return step_function(profile.replace(**{"train.batch": batch, "train.precision": precision,
-                                                "train.fast": False, "train.compile": compile_}), device)
+                                                "train.compile": compile_}), device)
 
     def stock():
         torch.manual_seed(profile.seed)
@@ -200,33 +194,11 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
             paths[k], notes["attention_a"] = stock()
         elif k == "b":
             paths[k] = authors()
-        elif k in "cd":
+        elif k in "cdh":
             paths[k] = ours(PATHS[k][1])
         elif k == "e":
             paths[k] = ours("fp32", compile_=True)
-        elif k in "fghi":  # the training loop's default path (mclib.core.stacked), one run
-            paths[k] = step_function(profile.replace(**{"train.batch": batch, "train.precision": PATHS[k][1],
-                                                        "train.fast": True, "train.compile": k == "g"}), device)
-        elif k == "s":  # three seeds as one stacked model: how several runs fill one GPU
-            paths[k] = step_function(profile.replace(**{"train.batch": batch, "train.precision": "tf32",
-                                                        "train.fast": True, "train.compile": False}), device, runs=3)
     return paths, notes
-
-
-def same_losses(profile: Profile, batch: int, device: torch.device, steps: int = 3) -> float:
-    """The reference step (c) and the stacked step (f) from the same initial weights on the
-    same batches (both runs are the profile's seed): prints both paths' losses step by step
-    and returns the largest relative difference (they must agree to fp32 tolerance)."""
-    same = {"train.batch": batch, "train.precision": "fp32", "train.compile": False}
-    ref = step_function(profile.replace(**same, **{"train.fast": False}), device)
-    fast = step_function(profile.replace(**same, **{"train.fast": True}), device)
-    worst = 0.0
-    for s in range(steps):
-        a, f = ref()[0].cpu(), fast()[0].cpu()
-        worst = max(worst, ((a - f).abs() / a.abs()).max().item())
-        print(f"  losses step {s + 1} (L, L_obs, L_mask): reference {a[:3].tolist()}, stacked {f[:3].tolist()}")
-    print(f"  largest relative difference: {worst:.1e}", flush=True)
-    return worst
 
 
 def run_path(key: str, fn, inner: int, device: torch.device) -> float:
@@ -243,8 +215,6 @@ def run_path(key: str, fn, inner: int, device: torch.device) -> float:
 
 def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) -> list[dict]:
     keys = args.paths
-    if set(keys) & set("fg"):
-        same_losses(profile, batch, device)
     paths, notes = make_paths(profile, batch, device, keys)
     m, n = profile.model, profile.data.n
     flops = {k: (authors_step_flops(m, n, batch, profile.train.eval_batch) if PATHS[k][2]
@@ -318,7 +288,7 @@ def main(argv=None) -> None:
                     help="which paths to time, e.g. abc to leave out bf16 (default abcd; (a) always runs)")
     args = ap.parse_args(argv)
     if args.paths is None:
-        args.paths = "acfhis" if resolve_device(args.device).type == "cuda" else "abcd"
+        args.paths = "acdh" if resolve_device(args.device).type == "cuda" else "abcd"
     bad = sorted(set(args.paths) - set(PATHS))
     if bad or not args.paths:
         ap.error(f"--paths {args.paths!r}: unknown path {''.join(bad)!r}; choose from {''.join(PATHS)}")
@@ -327,8 +297,8 @@ def main(argv=None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
-    if device.type != "cuda" and set(args.paths) & set("hs"):
-        ap.error(f"--paths {args.paths!r}: (h) and (s) are TF32, which only CUDA has; --device is {device.type}")
+    if device.type != "cuda" and "h" in args.paths:
+        ap.error(f"--paths {args.paths!r}: (h) is TF32, which only CUDA has; --device is {device.type}")
 
     machine = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
                "bf16_flags": bf16_hardware(), "cores": os.cpu_count(), "threads": torch.get_num_threads(), "device": str(device),
@@ -371,9 +341,9 @@ def main(argv=None) -> None:
     for p in df["profile"].unique():
         r = df[df["profile"] == p]
         r = r.set_index(r["path"].str[1])
-        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("f", "a"), ("g", "a"))
+        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("e", "a"))
                  if k in r.index and ref in r.index]
-        pairs += [(k, "c") for k in "fg" if k in r.index and "c" in r.index]
+        pairs += [(k, "c") for k in "eh" if k in r.index and "c" in r.index]
         print(f"{p}: " + ", ".join(f"t({k})/t({ref}) = {r.at[k, f't_over_{ref}']:.3f}" for k, ref in pairs)
               + "  (medians of per-round ratios; < 1 = faster)")
     print("ceilings: " + ", ".join(f"{p} {g:.0f}" for p, g in peaks.items() if not math.isnan(g))

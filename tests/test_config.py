@@ -7,7 +7,7 @@ import pytest
 from mclib.core import paper
 
 from mclib.core.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
-                          REMOVED, deviations, load_profile, profile_from_dict, profile_from_saved, profile_path)
+                          REMOVED, REMOVED_RUNNING, deviations, load_profile, profile_from_dict, profile_from_saved, profile_path)
 
 
 SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
@@ -142,12 +142,13 @@ def test_a_run_saved_before_the_levers_left_loads_while_they_are_off():
     params/, the key is unknown, in one line naming it."""
     import yaml
     raw = yaml.safe_load((OLD_RUN / "paper-seed1" / "profile.yaml").read_text())
-    assert {f"{s}.{k}" for s, keys in raw.items() if isinstance(keys, dict) for k in keys} >= set(REMOVED)
+    assert {f"{s}.{k}" for s, keys in raw.items() if isinstance(keys, dict) for k in keys} >= {*REMOVED,
+                                                                                               *REMOVED_RUNNING}
     p = profile_from_saved(raw)
     assert (p.name, p.data.n, p.model.hidden, p.train.lr) == ("paper", 7, 768, 1e-4)
     with pytest.raises(ConfigError) as e:
         profile_from_dict(raw)  # strict: read as a profile of params/, every removed key is unknown
-    assert sorted(m.split()[2] for m in e.value.problems) == sorted(REMOVED)
+    assert sorted(m.split()[2] for m in e.value.problems) == sorted([*REMOVED, *REMOVED_RUNNING])
     for key, off in REMOVED.items():
         section, leaf = key.split(".")
         with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
@@ -155,6 +156,12 @@ def test_a_run_saved_before_the_levers_left_loads_while_they_are_off():
         on = {**raw, section: {**raw[section], leaf: "on"}}
         with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
             profile_from_saved(on)
+    for key in REMOVED_RUNNING:  # train.fast: read as absent at any value, in a saved profile only
+        section, leaf = key.split(".")
+        for value in (True, False):
+            assert profile_from_saved({**raw, section: {**raw[section], leaf: value}}) == p
+        with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
+            profile_from_dict(_raw(key, True))
 
 
 @pytest.mark.parametrize("key", ALL_KEYS)
@@ -208,7 +215,7 @@ RANGE_CHECKS = (
         ("model.attn_bias_target", "rows", "model.attn_bias_target = 'rows' is not one of row_col, other"),
     ])
 # keys whose only check is their type (any value of it is valid)
-TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "train.fast", "analysis.download_checkpoint",
+TYPE_ONLY = {"name", "notes", "analysis.seed", "train.compile", "analysis.download_checkpoint",
              "analysis.freeze", "analysis.train_in_book"}
 # keys checked only together with another key (test_checks_across_keys)
 CROSS_CHECKED: set[str] = set()

@@ -18,7 +18,8 @@ from mclib.core.model import build_model
 from mclib.core import train as train_module
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.metrics import window_mean
-from mclib.core.train import _engine, _Run, make_optimizer, parallel_runs, stop_after_drop, train, train_seeds, train_step
+from mclib.core.train import (Job, _Run, make_optimizer, parallel_runs, step_function, stop_after_drop, train,
+                              train_group, train_seeds, train_step)
 from mclib.core.runs import (checkpoint_dir, freeze_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
                              saved_steps, seed_run_dirs)
 
@@ -136,20 +137,20 @@ def test_paper_profile_runs_a_step_on_cpu(tmp_path):
     assert len(m) == 2 and m["L"].notna().all()
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_train_step_clips_each_runs_gradient_norm(smoke_profile, fast):
-    """train.grad_clip: the gradient the optimiser sees has global norm grad_clip, run by run
-    (two runs in one stack must not share one norm)."""
-    p = smoke_profile.replace(**{"train.grad_clip": 0.01, "train.fast": fast, "train.compile": False})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in ((1, 2) if fast else (1,))]
-    engine = _engine(runs, torch.device("cpu"))
-    seen, update = [], engine.update
+def test_train_step_clips_each_runs_gradient_norm(smoke_profile):
+    """train.grad_clip: the gradient Adam sees has global norm grad_clip, run by run (two runs
+    stepped together must not share one norm)."""
+    p = smoke_profile.replace(**{"train.grad_clip": 0.01, "train.compile": False})
+    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
+    seen = []
+    for r in runs:
+        step = r.opt.step
 
-    def spy(i, step):
-        seen.append(torch.cat([g.flatten() for g in engine.grads(i)]).norm().item())
-        update(i, step)
-    engine.update = spy
-    train_step(engine, runs)
+        def spy(step=step, r=r):
+            seen.append(torch.cat([q.grad.flatten() for q in r.model.parameters() if q.grad is not None]).norm().item())
+            step()
+        r.opt.step = spy
+    train_step(runs)
     assert seen == pytest.approx([0.01] * len(runs), rel=1e-4)
     assert [r.step for r in runs] == [1] * len(runs) and all(len(r.pending) == 1 for r in runs)
 
@@ -452,3 +453,126 @@ def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_pr
     monkeypatch.setattr(train_module, "set_precision", lambda device, precision: seen.append((device.type, precision)))
     train_module.step_function(smoke_profile.replace(**{"train.precision": "fp32"}), torch.device("cpu"))
     assert seen == [("cpu", "fp32")]
+
+
+# --- several runs in one train_group call (until issue 38 they trained stacked, tests/test_stacked.py) --
+
+def test_runs_trained_together_match_runs_trained_alone(tmp_path, smoke_profile):
+    """Each run of a `train_group` call owns its model, Adam and generators: its numbers do
+    not depend on the runs beside it or their order, to the bit on the CPU."""
+    p = smoke_profile
+    jobs = lambda root, seeds: [Job(p.replace(seed=s), root / f"seed{s}") for s in seeds]
+    train_group(jobs(tmp_path / "together", [1, 2, 3]))
+    train_group(jobs(tmp_path / "pair", [3, 1]))
+    for s in (1, 2, 3):
+        alone = load_metrics(train(p.replace(seed=s), tmp_path / f"alone{s}", progress=False))[LOSS_COLS]
+        pd.testing.assert_frame_equal(alone, load_metrics(tmp_path / "together" / f"seed{s}")[LOSS_COLS],
+                                      check_exact=True)
+        if s != 2:
+            pd.testing.assert_frame_equal(alone, load_metrics(tmp_path / "pair" / f"seed{s}")[LOSS_COLS],
+                                          check_exact=True)
+    assert not load_metrics(tmp_path / "together" / "seed1")[LOSS_COLS].equals(
+        load_metrics(tmp_path / "together" / "seed2")[LOSS_COLS])  # the seeds did train differently
+
+
+def test_runs_at_different_steps_in_one_group_with_one_stopping_early(tmp_path, smoke_profile):
+    """Runs resumed from different checkpoints train in one group (each its own step and
+    warm-up), and a run whose `stop` fires ends while the others go on."""
+    p = smoke_profile.replace(**{"train.warmup": 10})
+    a, b = tmp_path / "a", tmp_path / "b"
+    train(p.replace(**{"train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]}), a, progress=False)
+    stop_b = lambda rows: rows[-1]["step"] >= 30
+    train_group([Job(p, a), Job(p.replace(seed=2), b, stop=stop_b)])
+    assert load_metrics(a)["step"].iloc[-1] == 60 and load_metrics(b)["step"].iloc[-1] == 30
+    whole = load_metrics(train(p, tmp_path / "whole", progress=False))
+    pd.testing.assert_frame_equal(whole[LOSS_COLS], load_metrics(a)[LOSS_COLS], check_exact=True)
+
+
+def test_frozen_groups_stay_frozen_in_a_group(tmp_path, smoke_profile):
+    """E15's runs: each re-initialises one group and freezes the rest; trained together,
+    every frozen parameter of every run is unchanged bit for bit."""
+    from mclib.analyses.interventions import reinit_component
+    from mclib.core.model import load_model
+
+    p = smoke_profile.replace(**{"train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]})
+    source = load_checkpoint(train(p, tmp_path / "main", progress=False), 20)
+    jobs = [Job(p.replace(name=f"freeze-{g}"), tmp_path / g, init_model=reinit_component(source, g, seed=1))
+            for g in ("attention", "positional")]
+    train_group(jobs)
+    for job in jobs:
+        trained = load_model(checkpoint_dir(job.run_dir, 20))
+        start = dict(job.init_model.named_parameters())
+        moved = {n for n, q in trained.named_parameters() if not torch.equal(q, start[n])}
+        assert moved and all(start[n].requires_grad for n in moved), job.run_dir.name
+
+
+def test_the_step_function_is_a_plain_adam_step_of_the_hf_model(smoke_profile):
+    """`step_function` (what the benchmarks time) computes, step after step, what a few plain
+    lines compute: the seed's model and matrices, the loss, backward, torch's Adam at the
+    warm-up's lr."""
+    from mclib.core.metrics import losses
+
+    p = smoke_profile.replace(**{"train.compile": False, "train.warmup": 3})
+    d, t = p.data, p.train
+    step = step_function(p, torch.device("cpu"))
+    model = build_model(p.model, d.n, p.seed).train()
+    opt = torch.optim.Adam([q for q in model.parameters() if q.requires_grad], lr=t.lr, betas=(0.9, t.beta2))
+    gen = torch.Generator().manual_seed(p.seed)
+    for k in range(1, 6):
+        b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, dist=d.dist)
+        opt.zero_grad()
+        expected = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
+        expected["L"].backward()
+        opt.param_groups[0]["lr"] = t.lr * min(1.0, k / t.warmup)
+        opt.step()
+        got = step()[0]
+        assert torch.equal(got, torch.stack(list(expected.values())).detach()), k
+
+
+def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_path, smoke_profile, monkeypatch,
+                                                                         capsys):
+    def broken_compile(fn, *args, **kwargs):
+        def run(*a, **k):
+            raise RuntimeError("no C++ compiler found\nsecond line")
+        return run
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    p = smoke_profile.replace(**{"train.compile": True, "train.steps": 20, "checkpoints.post": 20,
+                                 "checkpoints.transition": [20]})
+    eager = load_metrics(train(p.replace(**{"train.compile": False}), tmp_path / "eager", progress=False))
+    fell_back = load_metrics(train(p, tmp_path / "compiled", progress=False))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
+    assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
+
+
+STACKED_RUN = Path(__file__).parent / "data" / "stacked-run-d54ea56"
+
+
+def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
+    """tests/data/stacked-run-d54ea56: 20 steps trained at revision d54ea56 on the stacked path
+    (`train.fast: true`, mclib/core/stacked.py, removed by issue 38), a tiny model. Its
+    profile.yaml still says train.fast; its Adam state was saved in torch Adam's layout. It
+    resumes to step 40 and continues like a run trained here from the start, to fp32
+    tolerance (the stacked forward summed in another order), with Adam's step counters at 40."""
+    p = smoke_profile.replace(**{"model.hidden": 4, "model.heads": 1, "model.layers": 1, "model.intermediate": 8,
+                                 "train.warmup": 30, "train.steps": 40, "checkpoints.post": 40})
+    run = shutil.copytree(STACKED_RUN, tmp_path / "old")
+    assert "fast: true" in (run / "profile.yaml").read_text() and saved_steps(run) == [20]
+    before = load_metrics(run)
+    resumed = load_metrics(train(p, run, progress=False))
+    whole = load_metrics(train(p, tmp_path / "whole", progress=False))
+    assert before[LOSS_COLS].equals(resumed[LOSS_COLS].head(20))  # the old rows are kept as they were
+    pd.testing.assert_frame_equal(whole[LOSS_COLS], resumed[LOSS_COLS], check_exact=False, rtol=1e-4)
+    state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=False)
+    assert {s["step"].item() for s in state["optimizer"]["state"].values()} == {40.0}
+
+
+def test_a_group_of_runs_with_different_process_settings_is_refused_before_anything_is_written(tmp_path, smoke_profile):
+    """One process sets the device, the TF32 switch and the thread count once for all its runs;
+    runs that differ in those cannot share a `train_group` call. Architectures may differ."""
+    wide = smoke_profile.replace(**{"model.hidden": 32, "seed": 2})
+    assert train_module.process_key(wide) == train_module.process_key(smoke_profile)
+    other = smoke_profile.replace(**{"train.precision": "bf16"})
+    with pytest.raises(ValueError, match="equal process_key"):
+        train_group([Job(smoke_profile, tmp_path / "a"), Job(other, tmp_path / "b")])
+    assert not any(tmp_path.iterdir())

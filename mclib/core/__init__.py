@@ -7,7 +7,6 @@
     hooks.py     every activation by name (TransformerLens' scheme): hooks(), run_with_cache()
     metrics.py   L, L_obs, L_mask, mask value; `find_drop`, the one definition of the drop
     train.py     the optimiser, the step and the loop (online data, exact resume)
-    stacked.py   the fast training path: R runs as one stacked model
     runs.py      a run folder: its paths, profile, metrics, checkpoints, lock, and its name
     jobs.py      several runs at once on Dask: local cluster, a scheduler's address, SLURM/PBS
     sweep.py     `python -m mclib sweep FILE.yaml`: settings x seeds, resumable

@@ -91,8 +91,7 @@ class TrainConfig:
     #   checkpoint, a multiple of save_every; 0: with every checkpoint. Always at a run's end, at a deadline and on
     #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
     log_every: int = 50        # metrics are read from the device every this many steps
-    compile: bool = False      # run the training step through torch.compile
-    fast: bool = True          # the stacked training path (mclib.core.stacked); false: HF MatrixBert's own forward
+    compile: bool = False      # run the model's forward (and so its backward) through torch.compile
 
 
 @dataclass
@@ -325,13 +324,18 @@ def profile_from_dict(raw: Any) -> Profile:
 REMOVED = {"data.mix_rank": 1, "data.mix_fraction": 0.0, "model.position_init_std": None,
            "model.attn_logit_scale": 1.0, "model.qk_norm": False, "train.optimizer": "adam",
            "train.muon_lr": 0.02, "train.embedding_lr": None}
+# Keys of how a run was executed that issue 38 removed, read as absent in a saved profile.yaml
+# at any value: they never changed what a run computes. train.fast chose the stacked copy of the
+# model (mclib/core/stacked.py, last at revision d54ea56), which computed MatrixBert's step to 1e-5.
+REMOVED_RUNNING = ("train.fast",)
 
 
 def profile_from_saved(raw: Any) -> Profile:
     """`profile_from_dict` for a profile a run folder saved (its profile.yaml), which may
-    hold the `REMOVED` levers at their "off" values (a run from before they left)."""
+    hold the `REMOVED` levers at their "off" values and the `REMOVED_RUNNING` keys at any
+    value (a run from before they left)."""
     def off(key: str, value: Any) -> bool:
-        return key in REMOVED and REMOVED[key] == value
+        return key in REMOVED_RUNNING or (key in REMOVED and REMOVED[key] == value)
 
     if isinstance(raw, dict):
         raw = {section: {k: v for k, v in keys.items() if not off(f"{section}.{k}", v)} if isinstance(keys, dict)
@@ -378,7 +382,7 @@ RECIPE = ("data", "model", "train")
 # often Adam's state is kept): not recipe, and free to change when a run folder is resumed
 # (mclib.core.runs.check_same_profile reads this list; it also lets train.steps grow, which is
 # recipe: a run may be resumed to train longer).
-RUNNING = ("device", "threads", "compile", "fast", "until", "patience", "min_improvement", "state_every")
+RUNNING = ("device", "threads", "compile", "until", "patience", "min_improvement", "state_every")
 # Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
 # (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
 # attention implementation (sdpa or eager: the same model, other rounding).

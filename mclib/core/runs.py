@@ -311,7 +311,8 @@ def load_metrics(run_dir: Path) -> pd.DataFrame:
 
 def run_profile(run_dir: str | Path) -> Profile:
     """The profile a run folder was started with (its profile.yaml; one written before a
-    lever was removed loads while it holds that lever off: `mclib.core.config.REMOVED`)."""
+    lever was removed loads while it holds that lever off: `mclib.core.config.REMOVED`,
+    `REMOVED_RUNNING`)."""
     return profile_from_saved(yaml.safe_load((Path(run_dir) / PROFILE).read_text()))
 
 

@@ -15,21 +15,24 @@ Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
 `train.threads: 1`, or a cluster's workers); a run's numbers do not depend on which
 process trains it.
 
-One step is `train_step`: sample, forward, loss, backward, clip, update, log, in that
-order in one function (benchmarks/train_step.py times it through `step_function`). The
-loop around it (`_train`) evaluates, flushes the logged losses, checkpoints and ends runs.
+One step is `train_step`, in this file, read top to bottom: batch, forward (the HF model
+the checkpoints hold, `MatrixBert`, or E19's `MatrixGPT`), loss, backward,
+`torch.nn.utils.clip_grad_norm_`, `torch.optim.Adam` at `lr_at`, log. The loop around it
+(`_train`) evaluates, flushes the logged losses, checkpoints and ends runs (stop rules, a
+deadline, a signal). Several runs of one `train_group` call each own their model and Adam;
+the step goes over them one after another. (Until issue 38, revision d54ea56, a second copy of
+the architecture, `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
 On a CUDA device (docs/performance.md): fused Adam, no host sync inside the step (losses
 stay on the device until the flush every `log_every` steps; the data are sampled on the
 host by CPU generators, so a run's matrices are the same on any device and a run resumes
 on another device type, and copied to the device without waiting); `train.precision`
 chooses strict fp32, TF32 matmuls or bf16 autocast (`set_precision`); `train.compile:
-true` runs the step through torch.compile.
+true` runs the model through torch.compile.
 """
 from __future__ import annotations
 
 import contextlib
 import copy
-import functools
 import math
 import shutil
 import signal
@@ -46,14 +49,12 @@ from torch.profiler import record_function
 from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile
-from .data import MASK_ID, Batch, sample_batch
+from .data import Batch, sample_batch
 from .metrics import LOSS_NAMES, find_drop, run_losses
-from .model import MatrixBert, build_model
+from .model import MatrixBert, build_model, eval_mode
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
                    is_complete, only_trainer, prune_checkpoints, resume_checkpoint, resume_metrics, run_end,
                    save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
-from .stacked import WORD, Stack, StackedAdam, stacked_name
-from .stacked import forward as stacked_forward
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -155,47 +156,33 @@ def one_group(names: list[str], state: dict) -> dict:
 
 # --- one training step ---------------------------------------------------------------------
 
-def train_step(engine: "_ReferenceEngine | _StackedEngine", runs: list["_Run"]) -> torch.Tensor:
-    """One step of every run in `runs`, read top to bottom: sample, forward, loss, backward,
-    clip, update, log. Returns the `[run, 4]` losses of this forward pass (L, L_obs, L_mask,
-    mask value), left on the device: nothing inside a step waits for a GPU.
+def train_step(runs: list["_Run"]) -> torch.Tensor:
+    """One step of every run in `runs`, read top to bottom: batch, forward, loss, backward,
+    clip, step (Adam at `lr_at`), log. Returns the `[run, 4]` losses of this forward pass
+    (L, L_obs, L_mask, mask value), left on the device: nothing inside a step waits for a GPU.
 
-    `engine` holds the runs' weights and optimisers: one HF model (`_ReferenceEngine`) or R
-    runs stacked into one (`_StackedEngine`, the default, `train.fast`). Both compute the
-    same step (tests/test_stacked.py); they differ only in how the weights are laid out.
+    Each run owns its model (the HF `MatrixBert` its checkpoints hold, or E19's `MatrixGPT`)
+    and its `torch.optim.Adam` (`make_optimizer`), so a run's numbers do not depend on the
+    runs stepped beside it.
     """
-    # sample: each run draws from its own CPU generator (the same matrices on any device)
-    batches = [r.batch() for r in runs]
-    tokens, x, mask = (torch.stack(parts) for parts in zip(*((b.tokens, b.x, b.mask) for b in batches)))
-    # forward, loss, backward: one function (below), so that train.compile takes them as one graph
-    engine.zero_grad()
-    ls = engine.forward_loss_backward(tokens, x, mask)                    # [run, 4]
-    for i, r in enumerate(runs):
-        grads = engine.grads(i)                                           # run i's gradients
-        if r.t.grad_clip:  # clip: the run's global gradient norm, at most grad_clip
-            clip_grad_norm(grads, r.t.grad_clip)
-        engine.update(i, r.step + 1)   # update: Adam at lr_at(step), the warm-up's lr
+    out = []
+    for r in runs:
+        batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
+        r.opt.zero_grad(set_to_none=True)
+        with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
+            pred = r.forward(batch)            # forward: [batch, n, n]
+        ls = run_losses(pred[None], batch.x[None], batch.mask[None])[0]  # loss: L, L_obs, L_mask, mask value
+        ls[0].backward()                       # backward: the gradient of L
+        if r.t.grad_clip:                      # clip: the global gradient norm, at most grad_clip
+            torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
         r.step += 1
-        r.pending.append(ls[i])        # log: kept on the device until the run's next flush
-    return ls
-
-
-def forward_loss_backward(forward: Callable[..., torch.Tensor], tokens: torch.Tensor, x: torch.Tensor,
-                          mask: torch.Tensor, *, device: torch.device, precision: str) -> torch.Tensor:
-    """The differentiated part of `train_step`. tokens `[run, batch, seq]`, x and mask `[run, batch, n, n]`;
-    forward(tokens, x, mask) -> predictions `[run, batch, seq]`. Returns the detached `[run, 4]` losses."""
-    with autocast(device, precision):  # bf16 products with fp32 master weights, or nothing
-        pred = forward(tokens, x, mask)
-    ls = run_losses(pred, x, mask)                                        # [run, 4]
-    ls[:, 0].sum().backward()  # each run's parameters get the gradient of its own loss
-    return ls.detach()
-
-
-def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> None:
-    """`torch.nn.utils.clip_grad_norm_`'s arithmetic on a list of gradients (a stacked run's
-    are slices of the stack's, which the torch function, reading `.grad`, cannot take)."""
-    coef = (max_norm / (torch.nn.utils.get_total_norm(grads, foreach=True) + 1e-6)).clamp(max=1.0)
-    torch._foreach_mul_(grads, coef)
+        for group in r.opt.param_groups:       # step: Adam at lr_at(step), the warm-up's lr
+            group["lr"] = lr_at(r.step, group["base_lr"], r.t.warmup)
+        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
+            r.opt.step()
+        r.pending.append(ls.detach())          # log: kept on the device until the run's next flush
+        out.append(r.pending[-1])
+    return torch.stack(out)
 
 
 def predict(model, batch: Batch) -> torch.Tensor:
@@ -248,25 +235,22 @@ class Job:
     newest_only: bool = False
 
 
-def stack_key(profile: Profile) -> tuple:
-    """Runs whose profiles share this key can train as one stack (`train_group`): the same
-    architecture, grid, batch, precision, device and path. Seeds, lrs, warm-up, step
-    counts and frozen groups may differ."""
-    m, d, t = profile.model, profile.data, profile.train
-    return (m.kind, m.layers, m.heads, m.hidden, m.intermediate, m.attn_bias,
-            m.attn_bias_target, d.n, t.batch, t.precision,
-            str(resolve_device(t.device)), t.fast, t.compile, t.threads)
+def process_key(profile: Profile) -> tuple:
+    """Runs of one `train_group` call share this key: what a process sets once for all of
+    them (the device, the precision's TF32 switch, torch's thread count). Everything else
+    (architecture, seeds, lrs, warm-up, step counts, frozen groups, compile) may differ."""
+    t = profile.train
+    return str(resolve_device(t.device)), t.precision, t.threads
 
 
 def train_group(jobs: list[Job], progress: bool = False, deadline: float | None = None) -> list[Path]:
-    """Train (or resume) several runs at once, as one stacked model (`mclib.core.stacked`) when
-    their profiles allow it (`train.fast`, equal `stack_key`), else on the reference
-    path (HF `MatrixBert`, `train_step`), which takes one run. Each run's numbers do not
-    depend on which runs it trained beside (tests/test_stacked.py). Returns the folders."""
+    """Train (or resume) several runs in one process, stepped one after another (`train_step`):
+    each run its own model and Adam, so its numbers do not depend on which runs it trained
+    beside (tests/test_train.py). Returns the folders."""
     if not jobs:
         return []
-    if len({stack_key(j.profile) for j in jobs}) > 1:
-        raise ValueError("runs trained as one stack need equal stack_key(profile): "
+    if len({process_key(j.profile) for j in jobs}) > 1:
+        raise ValueError("runs trained in one process need equal process_key(profile) (device, precision, threads): "
                          + ", ".join(f"{j.run_dir}" for j in jobs))
     threads = torch.get_num_threads()
     try:
@@ -280,16 +264,9 @@ def train_group(jobs: list[Job], progress: bool = False, deadline: float | None 
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
 
 
-def fast_path_refusal(profile: Profile) -> str | None:
-    """Why `profile` cannot take the stacked path (None: it can). A refusal is printed
-    once, as a one-line notice, and the run trains on the reference path."""
-    if profile.model.kind != "bert":
-        return f"train.fast: model.kind {profile.model.kind!r} runs on the reference path (the stacked path is BERT's)"
-    return None
-
-
 class _Run:
-    """One run's bookkeeping in the loop: its folder, generators, step, metric rows."""
+    """One run in the loop: its model and Adam (`train_step` steps them), its folder,
+    generators, step and metric rows."""
 
     def __init__(self, job: Job, device: torch.device):
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
@@ -318,7 +295,7 @@ class _Run:
             self.step, self.wall, self.rows = 0, 0.0, []
             self.model = (copy.deepcopy(job.init_model) if job.init_model is not None
                           else build_model(p.model, p.data.n, p.seed)).to(device)
-        self.model.train()
+        self._optimise()
         self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
                         | {self.t.steps})
         self.written = len(self.rows)  # metric rows already in metrics.csv (`append_metrics`)
@@ -355,9 +332,39 @@ class _Run:
         run = cls.__new__(cls)
         run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
         run.pending = []
-        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device).train()
+        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device)
         run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
+        run._optimise()
         return run
+
+    def _optimise(self) -> None:
+        """The run's Adam over its trainable parameters (with the saved state, on a resume),
+        and the model its forward calls: compiled under `train.compile`."""
+        self.model.train()
+        self.opt = make_optimizer(self.model, self.t, self.device,
+                                  self.state["optimizer"] if self.state is not None else None)
+        self.compiled = torch.compile(self.model) if self.t.compile else self.model
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """`predict` through the compiled model; a compile that cannot run here (no C++
+        compiler, an unsupported backend) is said in one line and the run goes on eagerly."""
+        try:
+            return predict(self.compiled, batch)
+        except Exception as e:
+            if self.compiled is self.model:
+                raise
+            print(f"mclib: train.compile: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+                  "the step runs eagerly", file=sys.stderr)
+            self.compiled = self.model
+            return predict(self.model, batch)
+
+    @torch.no_grad()
+    def evaluate(self) -> torch.Tensor:
+        """`[4]` losses of the (uncompiled) model on a fresh eval batch, in eval mode."""
+        batch = self.eval_batch()
+        with eval_mode(self.model):
+            pred = predict(self.model, batch)
+        return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 
     def batch(self) -> Batch:
         d = self.profile.data
@@ -384,160 +391,17 @@ class _Run:
         return self.stop_reason()
 
 
-# --- where the weights live: one HF model, or R runs stacked -----------------------------------
-# An engine gives `train_step` the runs' forward_loss_backward, their gradients and their
-# update; the training loop, their evaluation and their checkpoints.
-
-class _ReferenceEngine:
-    """The HF path: one run's `MatrixBert` (or E19's `MatrixGPT`) with `make_optimizer`'s
-    optimiser. Under train.compile, torch.compile compiles the model."""
-
-    def __init__(self, runs: list[_Run], device: torch.device):
-        (run,) = runs
-        t = run.t
-        self.run, self.device = run, device
-        self.opt = make_optimizer(run.model, t, device, run.state["optimizer"] if run.state is not None else None)
-        model = torch.compile(run.model) if t.compile else run.model
-
-        def forward(tokens, x, mask):  # [1, batch, seq], the one run's
-            return predict(model, Batch(x=x[0], mask=mask[0], tokens=tokens[0])).flatten(1).unsqueeze(0)
-        self.forward_loss_backward = functools.partial(forward_loss_backward, forward, device=device,
-                                                       precision=t.precision)
-
-    def zero_grad(self) -> None:
-        self.opt.zero_grad(set_to_none=True)
-
-    def grads(self, i: int) -> list[torch.Tensor]:
-        return [p.grad for group in self.opt.param_groups for p in group["params"] if p.grad is not None]
-
-    def update(self, i: int, step: int) -> None:
-        for group in self.opt.param_groups:
-            group["lr"] = lr_at(step, group["base_lr"], self.run.t.warmup)
-        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
-            self.opt.step()
-
-    @torch.no_grad()
-    def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
-        model = self.run.model.eval()
-        pred = predict(model, batches[0])
-        model.train()
-        return run_losses(pred[None], batches[0].x[None], batches[0].mask[None])  # [1, 4]
-
-    def checkpoint(self, position: int, state: bool = True):
-        """(model, optimiser) to save; the optimiser None for a weights-only save."""
-        return self.run.model, self.opt if state else None
-
-    def remove(self, positions: list[int]) -> None:
-        pass
-
-
-class _StackedEngine:
-    """The fast path: every run of the group in one `mclib.core.stacked.Stack`, updated run by
-    run by `StackedAdam`. Under train.compile, torch.compile compiles `forward_loss_backward`."""
-
-    def __init__(self, runs: list[_Run], device: torch.device):
-        t = runs[0].t
-        self.runs, self.device, self.precision = list(runs), device, t.precision
-        self.stack = Stack([r.model for r in runs]).to(device)
-        # per run: an optimizer of the reference path, the format its checkpoints are saved in
-        self.ref_opts = [make_optimizer(r.model, r.t, device, r.state["optimizer"] if r.state is not None else None)
-                         for r in runs]
-        self.adam = StackedAdam(self.stack, betas=(0.9, t.beta2), foreach=True)
-        for i, r in enumerate(runs):
-            self.adam.load(i, r.model, self.ref_opts[i])
-        self.group_names = [self._group_names(i) for i in range(len(runs))]
-        self._compile = t.compile
-        self._flb = self._make_flb()
-
-    def _make_flb(self):
-        stack = self.stack
-        flb = functools.partial(forward_loss_backward, lambda tokens, x, mask: stacked_forward(stack, tokens),
-                                device=self.device, precision=self.precision)
-        return torch.compile(flb) if self._compile else flb
-
-    def forward_loss_backward(self, tokens: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        try:
-            return self._flb(tokens, x, mask)
-        except Exception as e:  # torch.compile cannot run here (no C++ compiler, unsupported backend...)
-            if not self._compile:
-                raise
-            print(f"mclib: train.compile: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
-                  "the step runs eagerly", file=sys.stderr)
-            self._compile = False
-            self._flb = self._make_flb()
-            self.zero_grad()
-            return self._flb(tokens, x, mask)
-
-    def zero_grad(self) -> None:
-        for p in self.stack.parameters():
-            p.grad = None
-
-    def grads(self, i: int) -> list[torch.Tensor]:
-        word = self.stack.params[WORD]
-        if word.grad is not None:
-            word.grad[i, MASK_ID] = 0  # MASK is the padding index: its embedding stays zero
-        return [p.grad[i] for n, p in self.stack.params.items() if p.grad is not None and self.stack.trainable[n][i]]
-
-    def update(self, i: int, step: int) -> None:
-        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
-            self.adam.step(i, [(names, lr_at(step, base, self.runs[i].t.warmup)) for names, base in self.group_names[i]])
-
-    def _group_names(self, i: int) -> list[tuple[list[str], float]]:
-        """Run i's param groups as (stacked names, base lr), in `make_optimizer`'s grouping."""
-        by_param = {p: n for n, p in self.runs[i].model.named_parameters()}
-        return [(list(dict.fromkeys(stacked_name(by_param[p]) for p in group["params"])), group["base_lr"])
-                for group in self.ref_opts[i].param_groups]
-
-    @torch.no_grad()
-    def evaluate(self, positions: list[int], batches: list[Batch]) -> torch.Tensor:
-        pred = stacked_forward(self.stack, torch.stack([b.tokens for b in batches]), runs=positions)
-        return run_losses(pred, torch.stack([b.x for b in batches]), torch.stack([b.mask for b in batches]))
-
-    def checkpoint(self, position: int, state: bool = True):
-        """(model, optimiser) to save, copied out of the stack; for a weights-only save
-        (state=False) Adam's state is not exported and the optimiser is None."""
-        run = self.runs[position]
-        self.stack.copy_into(position, run.model)
-        if not state:
-            return run.model, None
-        self.adam.export(position, run.model, self.ref_opts[position])
-        return run.model, self.ref_opts[position]
-
-    def remove(self, positions: list[int]) -> None:
-        keep = [i for i in range(len(self.runs)) if i not in positions]
-        if not keep:
-            return
-        self.stack = self.stack.select(keep)
-        self.adam = self.adam.select(self.stack, keep)
-        self.runs = [self.runs[i] for i in keep]
-        self.ref_opts = [self.ref_opts[i] for i in keep]
-        self.group_names = [self.group_names[i] for i in keep]
-        self._flb = self._make_flb()
-
-
-def _engine(runs: list[_Run], device: torch.device):
-    t = runs[0].t
-    refusal = fast_path_refusal(runs[0].profile) if t.fast else "off"
-    if refusal is None:
-        return _StackedEngine(runs, device)
-    if refusal != "off":
-        print(f"mclib: {refusal}", file=sys.stderr)
-    if len(runs) > 1:
-        raise ValueError(f"{len(runs)} runs on the reference path: it trains one run at a time")
-    return _ReferenceEngine(runs, device)
-
 
 def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Callable[[], torch.Tensor]:
     """A function that runs one `train_step` of `runs` fresh runs of `profile` (seeds
-    profile.seed, +1, ..., in memory, nothing saved), on the path the profile takes
-    (`train.fast`, `train.compile`), exactly as the training loop does; it returns the
-    `[run, 4]` losses. benchmarks/train_step.py times it."""
+    profile.seed, +1, ..., in memory, nothing saved), as the training loop does (the
+    profile's precision and `train.compile`); it returns the `[run, 4]` losses.
+    benchmarks/train_step.py times it."""
     set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
     stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r), device) for r in range(runs)]
-    engine = _engine(stubs, device)
 
     def step() -> torch.Tensor:
-        out = train_step(engine, stubs)
+        out = train_step(stubs)
         for s in stubs:
             s.pending.clear()
         return out
@@ -587,19 +451,16 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
     if not runs:
         return
     check_disk([(r.profile, r.dir, r.job.newest_only) for r in runs])
-    engine = _engine(runs, device)
     lead = runs[0]
     bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}", disable=not progress,
                unit="step", dynamic_ncols=True)
     tick = time.perf_counter()
     with _CutSignals() as signals:
         while runs:
-            train_step(engine, runs)
-            due = [i for i, r in enumerate(runs) if r.step % r.t.eval_every == 0]
-            if due:
-                ev = engine.evaluate(due, [runs[i].eval_batch() for i in due]).cpu().tolist()
-                for i, values in zip(due, ev):
-                    runs[i].evals[runs[i].step] = dict(zip(LOSS_NAMES, values))
+            train_step(runs)
+            for r in runs:
+                if r.step % r.t.eval_every == 0:  # evaluate: fresh matrices of the run's eval generator
+                    r.evals[r.step] = dict(zip(LOSS_NAMES, r.evaluate().cpu().tolist()))
             cut = signals.requested or (deadline is not None and time.time() >= deadline)
             flushing = [i for i, r in enumerate(runs) if cut or r.step % r.t.log_every == 0 or r.step in r.save_at]
             if device.type == "cuda" and flushing:
@@ -621,15 +482,14 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
                 if r.step in r.save_at or final:
                     state = final or not r.t.state_every or r.step % r.t.state_every == 0
-                    model, opt = engine.checkpoint(i, state)
                     r.written = append_metrics(r.dir, r.rows, r.written)  # metrics first: see save_checkpoint
-                    save_checkpoint(r.dir, r.step, model, opt, r.gens, rows=None, wall=r.wall, device=device)
+                    save_checkpoint(r.dir, r.step, r.model, r.opt if state else None, r.gens, rows=None,
+                                    wall=r.wall, device=device)
                     prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
                 if final:
                     r.record_end(reason)
                     ended.append(i)
             if ended:
-                engine.remove(ended)
                 runs = [r for i, r in enumerate(runs) if i not in ended]
             tick = time.perf_counter()  # checkpoint I/O is not training time
     bar.close()
