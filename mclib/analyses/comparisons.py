@@ -325,8 +325,9 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
             note = f.readline()
             if not note.startswith("# "):
                 raise SolverCacheError(f"{bad}: its first line is not the '# ...' note a solver cache starts with")
-            table = pd.read_csv(f, float_precision="round_trip", keep_default_na=False,
-                                dtype={"method": str, "setting": str, "dist": str, "digest": str})
+            # every column as text: the numbers are parsed by Python's float(), which reads back exactly
+            # what `save` wrote (pandas' own parser need not, and its precision option is going away)
+            table = pd.read_csv(f, dtype=str, keep_default_na=False)
     except SolverCacheError:
         raise
     except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error) as e:
@@ -334,8 +335,13 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
     missing = [c for c in CACHE_COLUMNS if c not in table.columns]
     if missing:
         raise SolverCacheError(f"{bad}: no column {', '.join(missing)}")
-    for c in ("n", "rank", "seed", "matrices", "index", "p_mask", *STATS):
-        if not pd.api.types.is_numeric_dtype(table[c]) or not np.isfinite(table[c].to_numpy(dtype=float)).all():
+    for c, kind in (("n", int), ("rank", int), ("seed", int), ("matrices", int), ("index", int), ("p_mask", float),
+                    *((c, float) for c in STATS)):
+        try:
+            table[c] = np.array([kind(v) for v in table[c]], dtype=kind)
+        except ValueError:
+            table[c] = np.nan
+        if not np.isfinite(table[c].to_numpy(dtype=float)).all():
             raise SolverCacheError(f"{bad}: column {c} has a value that is not a finite number")
     blocks = {}
     for (method, how, dig), g in table.groupby(["method", "setting", "digest"], sort=False):
