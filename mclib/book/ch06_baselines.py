@@ -507,22 +507,24 @@ def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable 
     per block as it is solved, and save the solvers' results at `path` (default
     `solver_cache(cfg.name)`), atomically; the last line says how many and how long. It runs
     the chapter's own TABLES without a model, so the file holds exactly the matrices, masks
-    and solver settings the chapter draws. At the paper profile: 28 672 cvxpy solves (6-16 ms
-    each on one CPU core) and soft-impute and ALS on 3 072 matrices."""
+    and solver settings the chapter draws. At the paper profile: 34 blocks, 28 672 cvxpy solves
+    and soft-impute and ALS on 3 072 matrices, 0.86 MiB; 404 s in one process on the 2 shared
+    cores of the CPU machine, niced (2026-11-26: 8-16 ms a cvxpy solve)."""
+    from .runner import git_revision
+
     path = solver_cache(cfg.name) if path is None else Path(path)
+    revision = git_revision()  # of the code that solves
     solves = C.Solves(say=say, log=True)
     start = time.perf_counter()
     for table in TABLES:
         table(_NoModel(cfg), solves)
     seconds = time.perf_counter() - start
-    from .runner import git_revision
-
     versions = ", ".join(f"{m} {importlib.metadata.version(m)}" for m in ("cvxpy", "clarabel", "numpy"))
     rows = sum(b.rows for b in solves.blocks.values())
     convex = sum(b.rows for (_, how, _), b in solves.blocks.items() if how.startswith(C.NEEDS_CVXPY))
     note = (f"chapter 06's solver results at profile {cfg.name}: {len(solves.blocks)} blocks, {rows} matrices "
             f"({convex} cvxpy solves); built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {seconds:.0f} s "
-            f"on one process, revision {git_revision()}, {versions}")
+            f"on one process, revision {revision}, {versions}")
     solves.save(path, note)
     say(f"{path}: {len(solves.blocks)} blocks, {rows:,} matrices ({convex:,} cvxpy solves), "
         f"{path.stat().st_size / 2**20:.2f} MiB, solved in {seconds:.0f} s")
