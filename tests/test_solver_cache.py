@@ -8,14 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
 from mclib.__main__ import main
 from mclib.analyses import comparisons as C
 from mclib.book import ch06_baselines as chapter
-from mclib.core.config import load_profile, profile_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_CACHE = ROOT / "results" / "solvers-paper.csv.gz"
@@ -193,47 +191,47 @@ def test_the_cache_is_written_atomically(cache, tmp_path, monkeypatch):
     assert target.read_bytes() == cache.read_bytes()
 
 
-CHAPTER_WITHOUT_CVXPY = """
+WITHOUT_CVXPY = """
 import sys
 for name in ("cvxpy", "clarabel"):
     sys.modules[name] = None
 from pathlib import Path
+import numpy as np
+from mclib.analyses import comparisons as C
 from mclib.book import ch06_baselines as chapter
 from mclib.book.chapter import open_chapter
+from mclib.core.config import load_profile, profile_path
+
+# the paper profile: every table of the chapter that solves, as the build runs them (no model)
+told = []
+solves = C.read_solves(chapter.solver_cache("paper"), say=told.append)
+for table in chapter.TABLES:
+    table(chapter._NoModel(load_profile(profile_path("paper"))), solves)
+    assert told == [], told[0]
+assert solves.solved == [] and np.isfinite(solves.frame()[list(C.STATS)].to_numpy()).all()
+print("paper, cvxpy solves read:", sum(b.rows for (_, how, _), b in solves.blocks.items()
+                                       if how.startswith(C.NEEDS_CVXPY)))
+# the smoke profile's whole chapter, BERT included, as its notebook calls it
 chapter.RESULTS = Path(sys.argv[2])
 ch = open_chapter("smoke", 1, sys.argv[1], "cpu")
 reg, solver_sweep, solvers = chapter.e17_table(ch), chapter.solver_sweep(ch), chapter.solvers_table(ch)
 sweep, (classical, per), ood = chapter.bert_sweep(ch), chapter.classical_tables(ch), chapter.ood_table(ch)
 chapter.readings(ch, sweep, reg, ood, classical, solver_sweep=solver_sweep, solvers=solvers)
-print("solved here:", len(chapter.solver_results(ch).solved))
+print("smoke, solved here:", len(chapter.solver_results(ch).solved))
 """
 
 
-def test_with_the_cache_the_chapter_needs_no_cvxpy(smoke_run, cache, tmp_path):
-    def run(results: Path):
-        return subprocess.run([sys.executable, "-c", CHAPTER_WITHOUT_CVXPY, str(smoke_run), str(results)], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)
-
-    p = run(cache.parent)
+def test_with_the_cache_the_chapter_needs_no_cvxpy(smoke_run, cache):
+    """With cvxpy unimportable (a GPU lease): chapter 06 at the smoke profile with its cache, and
+    every solver of the chapter at the paper profile with the committed results/solvers-paper.csv.gz.
+    If the paper part fails, the chapter draws other matrices than the file was built for (a
+    changed sampler, sample size, seed or solver setting): rebuild it with `python -m mclib
+    solvers --profile paper` (docs/gpu.md). Without a cache a solve stops in one line:
+    test_a_solve_without_cvxpy_says_what_to_do_in_one_line."""
+    assert PAPER_CACHE.is_file()
+    p = subprocess.run([sys.executable, "-c", WITHOUT_CVXPY, str(smoke_run), str(cache.parent)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert p.stdout.splitlines()[-1] == "solved here: 0"
-    p = run(tmp_path)  # no cache there: the first solve needs cvxpy, and says so
-    assert p.returncode == 1 and p.stderr.strip().splitlines()[-1].startswith(
-        "ModuleNotFoundError: regularised, λ = 0.0005 on 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices "
-        f"needs cvxpy, which is not installed here; there is no solver cache at {tmp_path / 'solvers-smoke.csv.gz'}")
-
-
-def test_the_committed_paper_cache_holds_every_solve_of_the_paper_chapter():
-    """If this fails, the chapter at the paper profile draws other matrices than the cache was
-    built for (a changed sampler, sample size, seed or solver setting): rebuild it with
-    `python -m mclib solvers --profile paper` (docs/gpu.md)."""
-    told = []
-    solves = C.read_solves(PAPER_CACHE, say=told.append)
-    paper = load_profile(profile_path("paper"))
-    for table in chapter.TABLES:
-        table(chapter._NoModel(paper), solves)
-        assert told == [], told[0]
-    assert solves.solved == []
-    assert sum(b.rows for (_, how, _), b in solves.blocks.items() if how.startswith(C.NEEDS_CVXPY)) == 28_672
-    assert len(solves.blocks) == len(set(solves.blocks))
-    assert np.isfinite(solves.frame()[list(C.STATS)].to_numpy()).all()
+    lines = p.stdout.splitlines()
+    assert lines[0] == "paper, cvxpy solves read: 28672"  # 5 λ x 2048 + 11 p_masks x (1024 + 512) + 3 x 512
+    assert lines[-1] == "smoke, solved here: 0" and f"Solver results read from {cache}" in p.stdout
