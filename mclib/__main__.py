@@ -76,6 +76,12 @@ def cmd_slice(args) -> int:
     return 0
 
 
+def cmd_solvers(args) -> None:
+    from .book.ch06_baselines import build_solver_cache
+
+    build_solver_cache(load_profile(profile_path(args.profile)), args.out)
+
+
 def cmd_export(args) -> None:
     from .book.export import export_run, viewing
 
@@ -133,6 +139,11 @@ def main(argv=None) -> int:
                                                     "from now for the chapters not yet executed")
     p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
     p.set_defaults(func=cmd_slice)
+    p = sub.add_parser("solvers", help="chapter 06's solver results for a profile, solved here and saved for the "
+                                       "chapter (a GPU lease has no cvxpy): results/solvers-PROFILE.csv.gz")
+    p.add_argument("--profile", default="paper", help="profile name (params/NAME.yaml) or a YAML path")
+    p.add_argument("--out", help="the file (default results/solvers-<profile>.csv.gz)")
+    p.set_defaults(func=cmd_solvers)
     p = sub.add_parser("export", help="a run's metrics and loss curve to TensorBoard event files or an offline "
                                       "W&B run (the optional extra 'track')")
     p.add_argument("run_dir", help="a run folder (runs/NAME-seedS)")

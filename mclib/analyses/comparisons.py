@@ -9,6 +9,7 @@ of the baselines chapter (which words and shows them: mclib.book.ch06_baselines)
     nuclear_sweep(model, cfg.data, p_masks, 512, seed)           # E16: BERT vs min ‖U‖_*, the profile's task
     classical_table(model, cfg.data, 512, seed)                  # BERT beside the classical methods, same matrices
     ood_table(model, cfg.data, 1024, seed, solver_matrices=512)  # E18: Gaussian, Laplace vs uniform
+    ... (..., solves=open_solves(path))                          # each: the solvers' results from a cache file
 
 The solvers need no model, so their tables are computed on the paper's task whatever the
 profile, and compared with the paper's numbers as they are. BERT is compared with a solver
@@ -30,11 +31,30 @@ one matrix are not independent):
     the two separate errors combined when the methods fail on the same matrices;
   - a mean over matrices (the nuclear norm) has std / √b; a share of matrices √(p(1−p)/b);
     a median over matrices the distribution-free order-statistic error (`median_se`).
+
+The solvers' results, kept. Every number of a table comes from three per-matrix values
+of each method (`matrix_stats`: its squared errors summed over the observed and over the
+masked entries, and the nuclear norm of its output), so a solver's part of the chapter is
+those values for the matrices it saw. `Solves` holds them, keyed by the method, its
+setting (the solver function and every argument that changes its answer) and the sha256
+of the exact matrices and masks: a table asks it, and a method is run only for a key it
+does not hold. `Solves.save` writes them as one gzipped CSV (one row per matrix, with the
+task, seed and sample size each block was drawn with); `open_solves` reads such a file,
+which `mclib.book.ch06_baselines.build_solver_cache` writes for a profile on the CPU
+machine, so that chapter 06 solves nothing (and needs no cvxpy) where its draws match.
 """
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import hashlib
+import importlib
+import inspect
+import io
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -52,12 +72,17 @@ SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 ste
 def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
     """Pooled mean of `values` over `where` (`[batch, n, n]`), and its standard error with
     matrices as the units: R = Σ s_i / Σ c_i, se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)."""
-    s = (values * where).reshape(len(values), -1).sum(1)
-    c = where.reshape(len(values), -1).sum(1).astype(float)
+    return pooled_sums((values * where).reshape(len(values), -1).sum(1),
+                       where.reshape(len(values), -1).sum(1).astype(float))
+
+
+def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
+    """`pooled` from the per-matrix sums s_i `[batch]` and counts c_i `[batch]`."""
+    c = np.asarray(c, dtype=float)
     if c.sum() == 0:
         return float("nan"), float("nan")
     r = s.sum() / c.sum()
-    b = len(values)
+    b = len(s)
     se = np.sqrt(((s - r * c) ** 2).sum() / (b * (b - 1))) / c.mean() if b > 1 else float("nan")
     return float(r), float(se)
 
@@ -81,31 +106,72 @@ def share_se(share: float, b: int) -> float:
     return float(np.sqrt(share * (1 - share) / b)) if b > 1 else float("nan")
 
 
-def per_matrix_l_mask(pred: np.ndarray, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """`[matrices with a masked entry]`: each matrix's own mean squared error over its masked entries."""
-    sq = ((pred - x) ** 2 * mask).reshape(len(x), -1).sum(1)
-    c = mask.reshape(len(x), -1).sum(1)
-    return sq[c > 0] / c[c > 0]
+# --- a method's per-matrix values, and the rows computed from them -------------------------------
+
+STATS = ("sse_obs", "sse_mask", "nuclear")  # `matrix_stats`: all that a table reads of a method's output
 
 
 def _arrays(*arrays):
     return [np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=float) for a in arrays]
 
 
+def _counts(mask) -> tuple[np.ndarray, np.ndarray]:
+    """`[batch]` numbers of observed and of masked entries of each matrix."""
+    m = np.asarray(mask.numpy() if hasattr(mask, "numpy") else mask, dtype=bool).reshape(len(mask), -1)
+    c_mask = m.sum(1).astype(float)
+    return m.shape[1] - c_mask, c_mask
+
+
+def matrix_stats(pred, x, mask) -> dict[str, np.ndarray]:
+    """Per matrix (`[batch]` each): sse_obs and sse_mask, the sums of (pred − x)² over its
+    observed and over its masked entries, and nuclear, the nuclear norm of pred."""
+    pred, x, mask = _arrays(pred, x, mask)
+    m = mask.astype(bool).reshape(len(x), -1)
+    sq = ((pred - x) ** 2).reshape(len(x), -1)
+    return {"sse_obs": (sq * ~m).sum(1), "sse_mask": (sq * m).sum(1), "nuclear": B.nuclear_norm(pred)}
+
+
+def _per_matrix(stats: dict, mask) -> np.ndarray:
+    _, c = _counts(mask)
+    return stats["sse_mask"][c > 0] / c[c > 0]
+
+
+def per_matrix_l_mask(pred: np.ndarray, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """`[matrices with a masked entry]`: each matrix's own mean squared error over its masked entries."""
+    return _per_matrix(matrix_stats(pred, x, mask), mask)
+
+
+def stats_row(stats: dict, mask) -> dict[str, float]:
+    """`completion_row` from a method's `matrix_stats` on the matrices masked by `mask`."""
+    c_obs, c_mask = _counts(mask)
+    row = {}
+    for name, s, c in (("L", stats["sse_obs"] + stats["sse_mask"], c_obs + c_mask), ("L_obs", stats["sse_obs"], c_obs),
+                       ("L_mask", stats["sse_mask"], c_mask)):
+        row[name], row[f"{name}_se"] = pooled_sums(s, c)
+    per = _per_matrix(stats, mask)
+    row["median_L_mask"], row["median_L_mask_se"] = float(np.median(per)), median_se(per)
+    nuc = stats["nuclear"]
+    row["nuclear"], row["nuclear_se"] = float(nuc.mean()), float(nuc.std(ddof=1) / np.sqrt(len(nuc)))
+    return row
+
+
 def completion_row(pred, x, mask) -> dict[str, float]:
     """L, L_obs, L_mask with standard errors, the median per-matrix L_mask (and its
     `median_se`), and the mean nuclear norm (with its standard error) of the completed
     matrices."""
-    pred, x, mask = _arrays(pred, x, mask)
-    mask = mask.astype(bool)
-    sq = (pred - x) ** 2
+    return stats_row(matrix_stats(pred, x, mask), mask)
+
+
+def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
+    """`paired` from the two methods' `matrix_stats` on the same matrices."""
+    c_obs, c_mask = _counts(mask)
     row = {}
-    for name, where in (("L", np.ones_like(mask)), ("L_obs", ~mask), ("L_mask", mask)):
-        row[name], row[f"{name}_se"] = pooled(sq, where)
-    per = per_matrix_l_mask(pred, x, mask)
-    row["median_L_mask"], row["median_L_mask_se"] = float(np.median(per)), median_se(per)
-    nuc = B.nuclear_norm(pred)
-    row["nuclear"], row["nuclear_se"] = float(nuc.mean()), float(nuc.std(ddof=1) / np.sqrt(len(nuc)))
+    row["d_L"], row["d_L_se"] = pooled_sums((a["sse_obs"] + a["sse_mask"]) - (b["sse_obs"] + b["sse_mask"]),
+                                            c_obs + c_mask)
+    row["d_L_mask"], row["d_L_mask_se"] = pooled_sums(a["sse_mask"] - b["sse_mask"], c_mask)
+    better = _per_matrix(a, mask) < _per_matrix(b, mask)
+    row["a_better"] = float(better.mean()) if len(better) else float("nan")
+    row["a_better_se"] = share_se(row["a_better"], len(better))
     return row
 
 
@@ -114,72 +180,262 @@ def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
     d_L, d_L_mask (pooled over the per-matrix differences of squared-error sums, see
     `pooled`; negative = a better) and their _se; a_better (± a_better_se): the share of
     matrices with a masked entry whose own L_mask is strictly lower with a."""
-    pred_a, pred_b, x, mask = _arrays(pred_a, pred_b, x, mask)
-    mask = mask.astype(bool)
-    diff = (pred_a - x) ** 2 - (pred_b - x) ** 2
-    row = {}
-    for name, where in (("d_L", np.ones_like(mask)), ("d_L_mask", mask)):
-        row[name], row[f"{name}_se"] = pooled(diff, where)
-    better = per_matrix_l_mask(pred_a, x, mask) < per_matrix_l_mask(pred_b, x, mask)
-    row["a_better"] = float(better.mean()) if len(better) else float("nan")
-    row["a_better_se"] = share_se(row["a_better"], len(better))
-    return row
+    return stats_paired(matrix_stats(pred_a, x, mask), matrix_stats(pred_b, x, mask), mask)
 
+
+# --- the solvers' results, kept (the module docstring) ----------------------------------------------
+
+class SolverCacheError(ValueError):
+    """A solver cache file that cannot be read as one; the message is one line naming the file."""
+
+
+ABOUT = ("n", "rank", "p_mask", "dist", "seed", "matrices")  # the draw a block's matrices are the first rows of
+CACHE_COLUMNS = ("method", "setting", *ABOUT, "digest", "index", *STATS)
+UNCHANGING = ("workers", "progress")  # a solver's arguments that do not change its answer
+NEEDS_CVXPY = ("nuclear_norm_complete", "regularised_nuclear_norm")
+
+
+def digest(x: np.ndarray, mask: np.ndarray) -> str:
+    """sha256 of a batch's exact matrices (float64) and masks (bool), their shape included."""
+    x, mask = np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(mask, dtype=bool)
+    return hashlib.sha256(str(x.shape).encode() + x.tobytes() + mask.tobytes()).hexdigest()
+
+
+def setting(func: Callable, kwargs: dict) -> str:
+    """'soft_impute(rank=2, decay=0.95, ..., lam=0.0005)': the solver and every argument that
+    changes its answer, its defaults included, so that a changed default changes the key."""
+    args = {k: p.default for k, p in inspect.signature(func).parameters.items()
+            if p.default is not inspect.Parameter.empty and k not in UNCHANGING}
+    args.update(kwargs)
+    return f"{func.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
+
+
+def describe(about: dict, rows: int) -> str:
+    """'7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 512 matrices' (or 'the first 512 of 1024')."""
+    size = f"{rows} matrices" if rows == about["matrices"] else f"the first {rows} of {about['matrices']} matrices"
+    return (f"{about['n']}×{about['n']} rank {about['rank']}, p_mask {about['p_mask']:g}, {about['dist']} factors, "
+            f"seed {about['seed']}, {size}")
+
+
+@dataclasses.dataclass
+class Block:
+    about: dict                   # ABOUT: the draw (`_batch`) whose first rows the method saw
+    stats: dict[str, np.ndarray]  # `matrix_stats`, `[rows]` each
+
+    @property
+    def rows(self) -> int:
+        return len(self.stats["nuclear"])
+
+
+class Solves:
+    """The solvers' per-matrix results (`matrix_stats`), keyed by (method, `setting`, `digest`).
+
+    `get` returns a key's results and runs the method only for a key it does not hold.
+    path: the cache file the blocks were read from (None: nothing read); the first key that
+    file does not hold is named in one line (`say`), with why, and solved here. hint: how
+    to build the file (named when a solve needs cvxpy and it is not installed). log: one
+    line per block solved, with its time."""
+
+    def __init__(self, blocks: dict | None = None, path: Path | None = None, *, note: str = "", hint: str = "",
+                 say: Callable = print, log: bool = False):
+        self.blocks: dict[tuple[str, str, str], Block] = dict(blocks or {})
+        self.read = frozenset(self.blocks)  # the keys read from the file
+        self.path, self.note, self.hint, self.say, self.log = path, note, hint, say, log
+        self.solved: list[tuple[str, str, str]] = []
+        self.told = False
+
+    def get(self, method: str, how: tuple[Callable, dict], x: np.ndarray, mask: np.ndarray,
+            about: dict) -> dict[str, np.ndarray]:
+        """`matrix_stats` of method how = (func, kwargs), func(x, mask, **kwargs), on x, mask
+        `[rows, n, n]`: the first rows of the draw `about` (`_batch`)."""
+        func, kwargs = how
+        key = (method, setting(func, kwargs), digest(x, mask))
+        if key not in self.blocks:
+            why = self.why_not(key, about, len(x)) if self.path is not None else ""
+            if why and not self.told:
+                self.say(f"{self.path} does not hold what this chapter draws ({why}): solving here")
+                self.told = True
+            if func.__name__ in NEEDS_CVXPY:
+                _need_cvxpy(method, describe(about, len(x)), why, self.hint)
+            t = time.perf_counter()
+            self.blocks[key] = Block(dict(about), matrix_stats(func(x, mask, **kwargs), x, mask))
+            self.solved.append(key)
+            if self.log:
+                self.say(f"{method}, {describe(about, len(x))}: {time.perf_counter() - t:.1f} s")
+        return self.blocks[key].stats
+
+    def why_not(self, key: tuple[str, str, str], about: dict, rows: int) -> str:
+        """Why the file does not hold `key` for this draw, in a few words."""
+        method, how, dig = key
+        here = describe(about, rows)
+        mine = {k: b for k, b in self.blocks.items() if k in self.read and k[0] == method}
+        same = [k for k, b in mine.items() if b.about == about and b.rows == rows]
+        if any(k[2] == dig for k in same):
+            there = next(k[1] for k in same if k[2] == dig)
+            return f"it solved {method} on {here} with {there}, this chapter asks {how}"
+        if same:
+            return (f"its {method} matrices for {here} are other matrices (sha256 {same[0][2][:12]}… there, "
+                    f"{dig[:12]}… here): the matrices or masks drawn for it changed since the file was built")
+        if not mine:
+            return f"it has no {method} results"
+        nearest = min(mine.values(), key=lambda b: sum(b.about[f] != about[f] for f in ABOUT) + (b.rows != rows))
+        return f"it has no {method} results for {here}; the nearest it has: {describe(nearest.about, nearest.rows)}"
+
+    def frame(self) -> pd.DataFrame:
+        """One row per matrix of every block held: CACHE_COLUMNS."""
+        parts = [pd.DataFrame({"method": m, "setting": how, **b.about, "digest": dig, "index": np.arange(b.rows),
+                               **b.stats}) for (m, how, dig), b in self.blocks.items()]
+        return pd.concat(parts, ignore_index=True)[list(CACHE_COLUMNS)]
+
+    def save(self, path: Path, note: str) -> None:
+        """Every block held, as one gzipped CSV at `path` (written atomically), whose first line
+        is `note` as a comment (what built it, when). Floats are written to round-trip exactly."""
+        from ..core.runs import write_atomic
+
+        frame, note = self.frame(), " ".join(note.split())
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
+                    io.TextIOWrapper(gz, encoding="utf-8", newline="") as f:
+                f.write(f"# {note}\n")
+                frame.to_csv(f, index=False, lineterminator="\n")
+
+        write_atomic(Path(path), write)
+
+
+def _need_cvxpy(method: str, what: str, why: str, hint: str) -> None:
+    try:
+        importlib.import_module("cvxpy")  # the solvers import it when they first run
+    except ImportError:
+        raise ModuleNotFoundError(f"{method} on {what} needs cvxpy, which is not installed here"
+                                  + (f" ({why})" if why else "") + (f"; {hint}" if hint else "")) from None
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(f"{type(e).__name__}: {e}".split())
+
+
+def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
+    """The `Solves` a cache file holds (`Solves.save`). A file that cannot be read as one:
+    SolverCacheError, one line naming the file and what is wrong with it."""
+    path = Path(path)
+    bad = f"solver cache {path}"
+    try:
+        with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
+            note = f.readline()
+            if not note.startswith("# "):
+                raise SolverCacheError(f"{bad}: its first line is not the '# ...' note a solver cache starts with")
+            # every column as text: the numbers are parsed by Python's float(), which reads back exactly
+            # what `save` wrote (pandas' own parser need not, and its precision option is going away)
+            table = pd.read_csv(f, dtype=str, keep_default_na=False)
+    except SolverCacheError:
+        raise
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, zlib.error) as e:
+        raise SolverCacheError(f"{bad}: unreadable ({_one_line(e)})") from None
+    missing = [c for c in CACHE_COLUMNS if c not in table.columns]
+    if missing:
+        raise SolverCacheError(f"{bad}: no column {', '.join(missing)}")
+    for c, kind in (("n", int), ("rank", int), ("seed", int), ("matrices", int), ("index", int), ("p_mask", float),
+                    *((c, float) for c in STATS)):
+        try:
+            table[c] = np.array([kind(v) for v in table[c]], dtype=kind)
+        except ValueError:
+            table[c] = np.nan
+        if not np.isfinite(table[c].to_numpy(dtype=float)).all():
+            raise SolverCacheError(f"{bad}: column {c} has a value that is not a finite number")
+    blocks = {}
+    for (method, how, dig), g in table.groupby(["method", "setting", "digest"], sort=False):
+        if not (g["index"].to_numpy() == np.arange(len(g))).all() or (g[list(ABOUT)].nunique() > 1).any():
+            raise SolverCacheError(f"{bad}: the block of {method} with sha256 {dig[:12]}… is damaged (its rows are "
+                                   "not one draw's matrices 0, 1, 2, ... in order)")
+        first = g.iloc[0]
+        about = {"n": int(first.n), "rank": int(first["rank"]), "p_mask": float(first.p_mask), "dist": str(first.dist),
+                 "seed": int(first.seed), "matrices": int(first.matrices)}
+        blocks[(method, how, dig)] = Block(about, {s: g[s].to_numpy(dtype=float) for s in STATS})
+    return Solves(blocks, path, note=note[2:].strip(), hint=hint, say=say)
+
+
+_OPEN: dict[tuple, Solves] = {}
+
+
+def open_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
+    """The solver results a chapter reads from `path`, read once per process (and version of
+    the file) and said in one line. No file there: the solvers run here, said in one line.
+    A damaged file: SolverCacheError (`read_solves`)."""
+    path = Path(path)
+    stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
+    key = (str(path.resolve()), stamp)
+    if key not in _OPEN:
+        if stamp is None:
+            say(f"No solver cache at {path}: the solvers run here" + (f" ({hint})" if hint else ""))
+            _OPEN[key] = Solves(hint=f"there is no solver cache at {path}" + (f"; {hint}" if hint else ""), say=say)
+        else:
+            s = _OPEN[key] = read_solves(path, hint=hint, say=say)
+            say(f"Solver results read from {path} ({s.note}): {len(s.blocks)} blocks, "
+                f"{sum(b.rows for b in s.blocks.values()):,} matrices")
+    return _OPEN[key]
+
+
+SESSION = Solves()  # the tables' default: what this process solved, shared (E16 at the training p_mask and
+#                     `classical_table` see the same matrices and solve them once)
+
+
+# --- the tables -------------------------------------------------------------------------------
 
 def _batch(data: DataConfig, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
+    """The batch every method sees, as numpy x `[batch, n, n]` float64 and mask bool, and `about`
+    the draw (ABOUT)."""
     if p_mask is not None:
         data = dataclasses.replace(data, p_mask=p_mask)
     b = sample_eval_batch(data, n_matrices, seed, dist)
-    return b, b.x.double().numpy(), b.mask.numpy()
+    about = {"n": int(data.n), "rank": int(data.rank), "p_mask": float(data.p_mask), "dist": dist or data.dist,
+             "seed": int(seed), "matrices": int(n_matrices)}
+    return b, b.x.double().numpy(), b.mask.numpy(), about
 
 
-def _bert(model, batch) -> np.ndarray:
-    return predict(model, batch).double().numpy()
+def _bert(model, batch) -> dict[str, np.ndarray]:
+    """BERT's `matrix_stats` on `batch`."""
+    return matrix_stats(predict(model, batch).double().numpy(), batch.x.double().numpy(), batch.mask.numpy())
 
 
-_NUCLEAR_CACHE: dict[str, np.ndarray] = {}
+NUCLEAR = (B.nuclear_norm_complete, {})  # E16's solver: (method, its arguments)
 
 
-def _nuclear(x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """`nuclear_norm_complete`, remembered for the last 32 batches: E16 at the training
-    p_mask and `classical_table` solve the same matrices (~6 ms each), once."""
-    key = hashlib.sha1(x.tobytes() + mask.tobytes() + str(x.shape).encode()).hexdigest()
-    if key not in _NUCLEAR_CACHE:
-        if len(_NUCLEAR_CACHE) >= 32:  # E16 solves one batch per p_mask (~0.2 MB each)
-            _NUCLEAR_CACHE.pop(next(iter(_NUCLEAR_CACHE)))
-        _NUCLEAR_CACHE[key] = B.nuclear_norm_complete(x, mask)
-    return _NUCLEAR_CACHE[key].copy()
-
-
-def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int) -> pd.DataFrame:
+def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int, *,
+                  solves: Solves | None = None) -> pd.DataFrame:
     """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
 
     One row per (p_mask, method) with `completion_row`'s columns; method "truth" is X
     itself (its nuclear norm is the reference; its losses are 0). model None: the solver
     alone (e.g. on `paper.task()`, which BERT of another task cannot read). BERT's rows
     also carry `paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
-    the share of matrices where BERT's L_mask is lower; NaN on the other rows)."""
+    the share of matrices where BERT's L_mask is lower; NaN on the other rows).
+    solves: where the solver's results come from (default SESSION: solved in this process)."""
+    solves = SESSION if solves is None else solves
     rows = []
     for p in p_masks:
-        batch, x, mask = _batch(data, n_matrices, seed, p_mask=p)
-        solver = _nuclear(x, mask)
+        batch, x, mask, about = _batch(data, n_matrices, seed, p_mask=p)
+        solver = solves.get("nuclear norm", NUCLEAR, x, mask, about)
         if model is not None:
             bert = _bert(model, batch)
-            rows.append({"p_mask": p, "method": "BERT", **completion_row(bert, x, mask),
-                         **paired(bert, solver, x, mask)})
-        for method, pred in (("nuclear norm", solver), ("truth", x)):
-            rows.append({"p_mask": p, "method": method, **completion_row(pred, x, mask)})
+            rows.append({"p_mask": p, "method": "BERT", **stats_row(bert, mask), **stats_paired(bert, solver, mask)})
+        for method, st in (("nuclear norm", solver), ("truth", matrix_stats(x, x, mask))):
+            rows.append({"p_mask": p, "method": method, **stats_row(st, mask)})
     return pd.DataFrame(rows)
 
 
-def regularised_table(data: DataConfig, lams, n_matrices: int, seed: int, model=None) -> pd.DataFrame:
+def regularised_table(data: DataConfig, lams, n_matrices: int, seed: int, model=None, *,
+                      solves: Solves | None = None) -> pd.DataFrame:
     """E17: per λ, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* on the same matrices; one row per λ
     (lam, L_obs, L_mask, L and their _se), and a last row "BERT" (lam NaN) if a model is given."""
-    batch, x, mask = _batch(data, n_matrices, seed)
-    rows = [{"method": f"λ = {lam:g}", "lam": lam, **completion_row(B.regularised_nuclear_norm(x, mask, lam), x, mask)}
+    solves = SESSION if solves is None else solves
+    batch, x, mask, about = _batch(data, n_matrices, seed)
+    rows = [{"method": f"λ = {lam:g}", "lam": lam,
+             **stats_row(solves.get(f"regularised, λ = {lam:g}", (B.regularised_nuclear_norm, {"lam": lam}), x, mask,
+                                    about), mask)}
             for lam in lams]
     if model is not None:
-        rows.append({"method": "BERT", "lam": float("nan"), **completion_row(_bert(model, batch), x, mask)})
+        rows.append({"method": "BERT", "lam": float("nan"), **stats_row(_bert(model, batch), mask)})
     return pd.DataFrame(rows)
 
 
@@ -204,40 +460,44 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
 
 
 def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
-              *, solver_matrices: int | None = None) -> pd.DataFrame:
+              *, solver_matrices: int | None = None, solves: Solves | None = None) -> pd.DataFrame:
     """E18: BERT and the E16 solver on matrices whose factors are drawn from each
     distribution, same masking and rounding. The solver sees the first `solver_matrices`
-    of BERT's matrices (None: all; 0: no solver rows), since it costs ~6 ms a matrix.
+    of BERT's matrices (None: all; 0: no solver rows), since it costs ~6 ms a matrix;
+    model None: the solver's rows alone.
     Extra columns: matrices; copy_level (E[X²]); L_mask_rel = L_mask / E[X²] (scale-free);
     outside = the share of entries beyond ±rank, the largest |x| uniform factors can give
     (values training never showed)."""
+    solves = SESSION if solves is None else solves
     d = data
     rows = []
     for dist in dists:
-        batch, x, mask = _batch(data, n_matrices, seed, dist=dist)
+        batch, x, mask, about = _batch(data, n_matrices, seed, dist=dist)
         k = n_matrices if solver_matrices is None else min(solver_matrices, n_matrices)
-        methods = [("BERT", _bert(model, batch), n_matrices)]
+        methods = [] if model is None else [("BERT", _bert(model, batch), n_matrices)]
         if k > 0:
-            methods.append(("nuclear norm", _nuclear(x[:k], mask[:k]), k))
+            methods.append(("nuclear norm", solves.get("nuclear norm", NUCLEAR, x[:k], mask[:k], about), k))
         level = copy_level(d.rank, dist)
         outside = float((np.abs(x) > d.rank).mean())
-        for method, pred, m in methods:
-            row = completion_row(pred, x[:m], mask[:m])
+        for method, st, m in methods:
+            row = stats_row(st, mask[:m])
             rows.append({"dist": dist, "method": method, "matrices": m, **row, "copy_level": level,
                          "L_mask_rel": row["L_mask"] / level, "outside": outside})
     return pd.DataFrame(rows)
 
 
-def classical_methods(rank: int) -> dict:
-    """name -> method(x, mask) of the classical comparison (numpy `[b, n, n]` in and out)."""
+def classical_methods(rank: int) -> dict[str, tuple[Callable, dict]]:
+    """name -> (method, its arguments) of the classical comparison: method(x, mask, **arguments),
+    numpy `[b, n, n]` in and out."""
     return {
-        "nuclear norm": lambda x, m: B.nuclear_norm_complete(x, m),
-        f"soft-impute, rank {rank}": lambda x, m: B.soft_impute(x, m, SOFT_IMPUTE_LAM, rank=rank),
-        f"ALS, rank {rank}": lambda x, m: B.als_complete(x, m, rank),
+        "nuclear norm": NUCLEAR,
+        f"soft-impute, rank {rank}": (B.soft_impute, {"lam": SOFT_IMPUTE_LAM, "rank": rank}),
+        f"ALS, rank {rank}": (B.als_complete, {"rank": rank}),
     }
 
 
-def classical_table(model, data: DataConfig, n_matrices: int, seed: int) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
+                    solves: Solves | None = None) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """The classical methods (nuclear norm, soft-impute and ALS with the task's rank) and
     BERT on the same matrices at the task's p_mask; model None: the methods alone (e.g. on
     `paper.task()`).
@@ -246,18 +506,17 @@ def classical_table(model, data: DataConfig, n_matrices: int, seed: int) -> tupl
     method's row also has `paired`'s columns for BERT minus that method, as BERT_d_L,
     BERT_d_L_se, BERT_d_L_mask, BERT_d_L_mask_se, BERT_better, BERT_better_se) and, per
     method, the per-matrix L_mask (`per_matrix_l_mask`) for a distribution plot."""
-    d = data
-    batch, x, mask = _batch(data, n_matrices, seed)
-    methods = {**classical_methods(d.rank), "nuclear norm": _nuclear}  # same order; the E16 solution, if computed
-    preds = {} if model is None else {"BERT": _bert(model, batch)}
-    preds.update({k: f(x, mask) for k, f in methods.items()})
+    solves = SESSION if solves is None else solves
+    batch, x, mask, about = _batch(data, n_matrices, seed)
+    stats = {} if model is None else {"BERT": _bert(model, batch)}
+    stats.update({k: solves.get(k, how, x, mask, about) for k, how in classical_methods(data.rank).items()})
     rows = []
-    for k, p in preds.items():
-        row = {"method": k, **completion_row(p, x, mask)}
+    for k, st in stats.items():
+        row = {"method": k, **stats_row(st, mask)}
         if model is not None and k != "BERT":
-            row.update({f"BERT_{q.replace('a_better', 'better')}": v for q, v in paired(preds["BERT"], p, x, mask).items()})
+            row.update({f"BERT_{q.replace('a_better', 'better')}": v for q, v in stats_paired(stats["BERT"], st, mask).items()})
         rows.append(row)
-    return pd.DataFrame(rows), {k: per_matrix_l_mask(p, x, mask) for k, p in preds.items()}
+    return pd.DataFrame(rows), {k: _per_matrix(st, mask) for k, st in stats.items()}
 
 
 def main(argv=None) -> None:

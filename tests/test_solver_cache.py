@@ -1,0 +1,237 @@
+"""Chapter 06's solver results computed beforehand (issue 37, item 5): `python -m mclib solvers`
+saves them (mclib.book.ch06_baselines.build_solver_cache), the chapter reads them where its
+draws match exactly, solves what they do not hold with a one-line notice, refuses a damaged
+file in one line, and with them needs no cvxpy (a GPU lease has none)."""
+import copy
+import gzip
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mclib.__main__ import main
+from mclib.analyses import comparisons as C
+from mclib.book import ch06_baselines as chapter
+
+ROOT = Path(__file__).resolve().parent.parent
+PAPER_CACHE = ROOT / "results" / "solvers-paper.csv.gz"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory, smoke_profile):
+    """The smoke profile's solver cache, built by the command line into a folder of its own."""
+    folder = tmp_path_factory.mktemp("results")
+    assert main(["solvers", "--profile", "smoke", "--out", str(folder / "solvers-smoke.csv.gz")]) == 0
+    return folder / "solvers-smoke.csv.gz"
+
+
+def _tables(ch, solves):
+    """Every table of chapter 06 that solves, as (name, DataFrame)."""
+    classical, per = chapter.classical_tables(ch, solves)
+    return {"e17": chapter.e17_table(ch, solves), "solver_sweep": chapter.solver_sweep(ch, solves),
+            "solvers": chapter.solvers_table(ch, solves), "bert_sweep": chapter.bert_sweep(ch, solves),
+            "classical": classical, "ood": chapter.ood_table(ch, solves),
+            **{f"per {k}": pd.DataFrame({"L_mask": v}) for k, v in per.items()}}
+
+
+def test_the_cache_gives_exactly_what_the_solvers_give(ch, cache, monkeypatch, capsys):
+    monkeypatch.setattr(chapter, "RESULTS", cache.parent)
+    monkeypatch.setattr(C, "_OPEN", {})  # as in a fresh process
+    capsys.readouterr()
+    read = chapter.solver_results(ch)
+    assert capsys.readouterr().out.startswith(f"Solver results read from {cache} (chapter 06's solver results at "
+                                              "profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built ")
+    cached, fresh = _tables(ch, None), _tables(ch, C.Solves())  # None: the chapter's own, from the file
+    assert read.solved == [] and "does not hold" not in capsys.readouterr().out
+    # equal to the solver's own precision: cvxpy with Clarabel solving one matrix twice in a process
+    # differed by up to 3e-8 relative in a matrix's sse_mask at λ = 5e-4 (flat E17 objective), 8e-11 for
+    # the nuclear norm; soft-impute and ALS repeat to the bit
+    for name in fresh:
+        pd.testing.assert_frame_equal(cached[name], fresh[name], rtol=1e-6, atol=1e-15, obj=name)
+    for name in ("per soft-impute, rank 2", "per ALS, rank 2"):
+        pd.testing.assert_frame_equal(cached[name], fresh[name], check_exact=True, obj=name)
+    assert cached["e17"]["L_mask"].notna().all() and (cached["solver_sweep"]["L"] > 0).any()
+    # what was read is what was written, to the last bit
+    pd.testing.assert_frame_equal(C.read_solves(cache).frame(), read.frame(), check_exact=True)
+
+
+def _count_lines(text: str, what: str) -> int:
+    return sum(what in line for line in text.splitlines())
+
+
+def test_another_seed_is_solved_with_a_one_line_notice(ch, cache, capsys):
+    other = copy.copy(ch)
+    other.cfg = ch.cfg.replace(**{"analysis.seed": 1})
+    solves = C.read_solves(cache)
+    capsys.readouterr()
+    got = chapter.solver_sweep(other, solves)
+    out = capsys.readouterr().out
+    assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
+    assert (f"{cache} does not hold what this chapter draws (it has no nuclear norm results for 7×7 rank 2, p_mask "
+            "0.2, uniform factors, seed 1, 8 matrices; the nearest it has: 7×7 rank 2, p_mask 0.2, uniform factors, "
+            "seed 0, 8 matrices): solving here") in out
+    assert len(solves.solved) == 3  # one block per p_mask, solved here
+    pd.testing.assert_frame_equal(got, chapter.solver_sweep(other, C.Solves()), rtol=1e-6, atol=1e-15)
+
+
+def test_other_matrices_under_the_same_description_do_not_match(ch, cache, monkeypatch, capsys):
+    draw = C.sample_eval_batch
+
+    def shifted(data, n, seed, dist=None):  # the same task, seed and size: other matrices (a changed sampler)
+        b = draw(data, n, seed, dist)
+        b.x[0, 0, 0] += 0.01
+        return b
+
+    monkeypatch.setattr(C, "sample_eval_batch", shifted)
+    solves = C.read_solves(cache)
+    capsys.readouterr()
+    chapter.e17_table(ch, solves)
+    out = capsys.readouterr().out
+    assert _count_lines(out, "does not hold") == 1
+    assert "its regularised, λ = 0.0005 matrices for 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices " \
+           "are other matrices (sha256 " in out
+    assert len(solves.solved) == 5
+
+
+def test_another_solver_setting_does_not_match(ch, cache, monkeypatch, capsys):
+    monkeypatch.setattr(C, "SOFT_IMPUTE_LAM", 1e-3)
+    solves = C.read_solves(cache)
+    capsys.readouterr()
+    chapter.classical_tables(ch, solves)
+    out = capsys.readouterr().out
+    assert ("it solved soft-impute, rank 2 on 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices with "
+            "soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, lam=0.0005), this "
+            "chapter asks soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, "
+            "lam=0.001)): solving here") in out
+    assert [k[0] for k in solves.solved] == ["soft-impute, rank 2"]
+
+
+def test_another_task_is_solved(ch, cache, capsys):
+    other = copy.copy(ch)
+    other.cfg = ch.cfg.replace(**{"data.p_mask": 0.35})
+    solves = C.read_solves(cache)
+    capsys.readouterr()
+    chapter.classical_tables(other, solves)
+    assert "it has no nuclear norm results for 7×7 rank 2, p_mask 0.35" in capsys.readouterr().out
+    assert len(solves.solved) == 3
+
+
+def test_no_cache_file_is_said_and_everything_solved(ch, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(chapter, "RESULTS", tmp_path)
+    monkeypatch.setattr(C, "_OPEN", {})
+    capsys.readouterr()
+    solves = chapter.solver_results(ch)
+    assert capsys.readouterr().out == (f"No solver cache at {tmp_path / 'solvers-smoke.csv.gz'}: the solvers run here "
+                                       "(`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)\n")
+    chapter.solvers_table(ch)
+    assert len(solves.solved) == 3 and chapter.solver_results(ch) is solves  # said once, solved once
+
+
+def test_a_solve_without_cvxpy_says_what_to_do_in_one_line(ch, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cvxpy", None)
+    solves = C.Solves(hint="there is no solver cache at X; `python -m mclib solvers --profile smoke` builds it")
+    with pytest.raises(ModuleNotFoundError) as e:
+        chapter.solver_sweep(ch, solves)
+    assert str(e.value) == ("nuclear norm on 7×7 rank 2, p_mask 0.2, uniform factors, seed 0, 8 matrices needs cvxpy, "
+                            "which is not installed here; there is no solver cache at X; `python -m mclib solvers "
+                            "--profile smoke` builds it")
+
+
+def _damaged(path: Path, good: Path, how: str) -> Path:
+    data = gzip.decompress(good.read_bytes()).decode()
+    if how == "not gzip":
+        path.write_bytes(b"method,setting\n")
+    elif how == "truncated":
+        path.write_bytes(good.read_bytes()[: len(good.read_bytes()) // 2])
+    elif how == "no note":
+        path.write_bytes(gzip.compress(data.split("\n", 1)[1].encode()))
+    elif how == "no column":
+        path.write_bytes(gzip.compress(data.replace(",nuclear\n", ",nuclearx\n", 1).encode()))
+    elif how == "not a number":
+        lines = data.split("\n")
+        lines[3] = lines[3].rsplit(",", 1)[0] + ",oops"
+        path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    elif how == "rows out of order":
+        lines = data.split("\n")
+        lines[2], lines[3] = lines[3], lines[2]
+        path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    return path
+
+
+@pytest.mark.parametrize("how, says", [("not gzip", "unreadable (BadGzipFile: Not a gzipped file"),
+                                       ("truncated", "unreadable"),
+                                       ("no note", "its first line is not the '# ...' note"),
+                                       ("no column", "no column nuclear"),
+                                       ("not a number", "column nuclear has a value that is not a finite number"),
+                                       ("rows out of order", "is damaged")])
+def test_a_damaged_cache_is_refused_in_one_line_naming_the_file(ch, cache, tmp_path, monkeypatch, how, says):
+    bad = _damaged(tmp_path / "solvers-smoke.csv.gz", cache, how)
+    with pytest.raises(C.SolverCacheError) as e:
+        C.read_solves(bad)
+    message = str(e.value)
+    assert message.startswith(f"solver cache {bad}: ") and says in message and "\n" not in message
+    monkeypatch.setattr(chapter, "RESULTS", tmp_path)  # the chapter refuses it too, before any table
+    with pytest.raises(C.SolverCacheError, match="solver cache"):
+        chapter.e17_table(ch)
+
+
+def test_the_cache_is_written_atomically(cache, tmp_path, monkeypatch):
+    target = tmp_path / "solvers-smoke.csv.gz"
+    target.write_bytes(cache.read_bytes())
+    solves = C.read_solves(cache)
+
+    def fails(*a, **kw):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", fails)
+    with pytest.raises(OSError, match="disk full"):
+        solves.save(target, "a note")
+    assert target.read_bytes() == cache.read_bytes()
+
+
+WITHOUT_CVXPY = """
+import sys
+for name in ("cvxpy", "clarabel"):
+    sys.modules[name] = None
+from pathlib import Path
+import numpy as np
+from mclib.analyses import comparisons as C
+from mclib.book import ch06_baselines as chapter
+from mclib.book.chapter import open_chapter
+from mclib.core.config import load_profile, profile_path
+
+# the paper profile: every table of the chapter that solves, as the build runs them (no model)
+told = []
+solves = C.read_solves(chapter.solver_cache("paper"), say=told.append)
+for table in chapter.TABLES:
+    table(chapter._NoModel(load_profile(profile_path("paper"))), solves)
+    assert told == [], told[0]
+assert solves.solved == [] and np.isfinite(solves.frame()[list(C.STATS)].to_numpy()).all()
+print("paper, cvxpy solves read:", sum(b.rows for (_, how, _), b in solves.blocks.items()
+                                       if how.startswith(C.NEEDS_CVXPY)))
+# the smoke profile's whole chapter, BERT included, as its notebook calls it
+chapter.RESULTS = Path(sys.argv[2])
+ch = open_chapter("smoke", 1, sys.argv[1], "cpu")
+reg, solver_sweep, solvers = chapter.e17_table(ch), chapter.solver_sweep(ch), chapter.solvers_table(ch)
+sweep, (classical, per), ood = chapter.bert_sweep(ch), chapter.classical_tables(ch), chapter.ood_table(ch)
+chapter.readings(ch, sweep, reg, ood, classical, solver_sweep=solver_sweep, solvers=solvers)
+print("smoke, solved here:", len(chapter.solver_results(ch).solved))
+"""
+
+
+def test_with_the_cache_the_chapter_needs_no_cvxpy(smoke_run, cache):
+    """With cvxpy unimportable (a GPU lease): chapter 06 at the smoke profile with its cache, and
+    every solver of the chapter at the paper profile with the committed results/solvers-paper.csv.gz.
+    If the paper part fails, the chapter draws other matrices than the file was built for (a
+    changed sampler, sample size, seed or solver setting): rebuild it with `python -m mclib
+    solvers --profile paper` (docs/gpu.md). Without a cache a solve stops in one line:
+    test_a_solve_without_cvxpy_says_what_to_do_in_one_line."""
+    assert PAPER_CACHE.is_file()
+    p = subprocess.run([sys.executable, "-c", WITHOUT_CVXPY, str(smoke_run), str(cache.parent)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert lines[0] == "paper, cvxpy solves read: 28672"  # 5 λ x 2048 + 11 p_masks x (1024 + 512) + 3 x 512
+    assert lines[-1] == "smoke, solved here: 0" and f"Solver results read from {cache}" in p.stdout
