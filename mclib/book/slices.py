@@ -305,10 +305,10 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     ledger = read_ledger(ledger_path)
     expected = next_slice(ledger, root)  # before this one is filed
     with tarfile.open(tgz) as tar:
-        names = {m.name.removeprefix("./") for m in tar.getmembers()}
-        if STATE not in names:
+        member = next((m for m in tar.getmembers() if m.name.removeprefix("./") == STATE), None)
+        if member is None:
             raise SliceError(f"{tgz}: no {STATE} at its top: not a slice's results.tgz")
-        record = json.loads(tar.extractfile(tar.getmember(STATE if STATE in tar.getnames() else "./" + STATE)).read())
+        record = json.loads(tar.extractfile(member).read())
         dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
         tar.extractall(dest, filter="data")
     notes = []
