@@ -115,3 +115,48 @@ def test_every_glue_name_the_prose_uses_is_a_literal_that_grep_finds():
         own = {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
         missing[nb.name] = sorted(glue_names(nb.name) - literals - own)
     assert len(missing) > 5 and not any(missing.values()), {k: v for k, v in missing.items() if v}
+
+
+def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smoke_profile, tmp_path, monkeypatch):
+    """What the book's idle workers may do while its run trains (chapter.idle_tasks): chapter
+    06's solvers unless a cache is there to read (committed, or the book's own for this
+    library's source), then chapter 08's GPT runs that are not complete."""
+    from mclib.book import ch06_baselines
+    from mclib.book.chapter import idle_tasks
+    from mclib.book.runner import mclib_sha
+
+    monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache
+    run_dir = tmp_path / "runs" / "smoke-seed1"
+    names = [name for _, _, name in idle_tasks(smoke_profile, run_dir)]
+    assert names == ["solvers-smoke", "train-gpt-smoke-seed1", "train-gpt-smoke-seed2"]
+    fn, (cfg, path), _ = idle_tasks(smoke_profile, run_dir)[0]
+    assert path == tmp_path / "runs" / f"solvers-smoke-{mclib_sha()[:12]}.csv.gz"
+    path.parent.mkdir()
+    (tmp_path / "runs" / "solvers-smoke-000000000000.csv.gz").write_text("")  # solved by other code: not read
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)][0] == "solvers-smoke"
+    path.write_text("")
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)] == names[1:]
+    path.unlink()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "solvers-smoke.csv.gz").write_text("")
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)] == names[1:]
+
+
+@pytest.mark.slow
+def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_profile, tmp_path, monkeypatch):
+    """train_runs: seed 2 ends long before seed 1, and the freed worker takes the idle tasks
+    before seed 1 ends (which tasks are left once it has ended: test_jobs.py)."""
+    from mclib.book import chapter
+    from mclib.core import train as train_module
+    from mclib.core.runs import seed_run_dirs
+
+    cfg = smoke_profile.replace(**{"train.steps": 400, "checkpoints.post": 400, "analysis.freeze": False})
+    short = cfg.replace(**{"train.steps": 20, "checkpoints.pre": 10, "checkpoints.transition": [], "checkpoints.post": 20})
+    dirs = seed_run_dirs(cfg, tmp_path / "runs" / "smoke-seed1")
+    monkeypatch.setattr(train_module, "seed_jobs", lambda profile, run_dir: [
+        (cfg, dirs[1], None), (short.replace(seed=2), dirs[2], None)])
+    marks = [tmp_path / f"mark{i}" for i in range(2)]
+    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir: [(Path.touch, (m,), m.name) for m in marks])
+    chapter.train_runs(cfg, dirs[1])
+    end = (dirs[1] / "end.json").stat().st_mtime
+    assert all(m.stat().st_mtime < end for m in marks)  # done while the book's run trained

@@ -304,6 +304,23 @@ def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     assert ends[2] < busy_end                               # all three ran beside the busy job, not behind it
 
 
+def test_idle_workers_take_tasks_only_while_the_long_job_runs():
+    """submit_while: beside a 1.5 s job on one of two workers, 0.6 s tasks go out one at a
+    time on the other; the one whose turn comes after the long job ended is not submitted."""
+    from distributed import Client, LocalCluster
+
+    from mclib.core import jobs
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
+            Client(lc, set_as_default=False) as client:
+        long = client.submit(_sleep_then_time, 1.5, pure=False)
+        tasks = [(_sleep_then_time, (0.6,), f"task{i}") for i in range(4)]  # starts 0, 0.6, 1.2; then 1.8 > 1.5
+        futures = jobs.submit_while(client, tasks, long, busy=[long], poll=0.05)
+        ends, long_end = jobs.results(futures), long.result()
+    assert [f.key.split("-")[0] for f in futures] == ["task0", "task1", "task2"]  # a prefix, in order
+    assert ends == sorted(ends) and ends[1] < long_end < ends[2]                    # one at a time, beside it
+
+
 # --- slow: real processes ------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -129,6 +129,36 @@ def test_no_cache_file_is_said_and_everything_solved(ch, tmp_path, monkeypatch, 
     assert len(solves.solved) == 3 and chapter.solver_results(ch) is solves  # said once, solved once
 
 
+def test_the_books_own_cache_is_read_where_none_is_committed(ch, cache, tmp_path, monkeypatch, capsys):
+    """Where nothing is committed under results/, the chapter reads the file the book's idle
+    worker built beside its run (`book_solver_cache`); a committed file wins over it."""
+    own = tmp_path / "runs" / "solvers-smoke-own.csv.gz"
+    own.parent.mkdir()
+    own.write_bytes(cache.read_bytes())
+    monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(chapter, "book_solver_cache", lambda cfg, run_dir: own)
+    monkeypatch.setattr(C, "_OPEN", {})
+    capsys.readouterr()
+    read = chapter.solver_results(ch)
+    assert capsys.readouterr().out.startswith(f"Solver results read from {own} (chapter 06's solver results at ")
+    pd.testing.assert_frame_equal(read.frame(), C.read_solves(cache).frame(), check_exact=True)
+    committed = tmp_path / "results" / "solvers-smoke.csv.gz"
+    committed.parent.mkdir()
+    committed.write_bytes(cache.read_bytes())
+    chapter.solver_results(ch)
+    assert capsys.readouterr().out.startswith(f"Solver results read from {committed} (")
+
+
+def test_the_idle_workers_build_says_nothing_and_holds_every_block(cache, smoke_profile, tmp_path, capsys):
+    """The task `book_solver_task` hands an idle worker: the command line's blocks, saved, and no
+    line printed (a worker's output reaches no page)."""
+    capsys.readouterr()
+    fn, args, _ = chapter.book_solver_task(smoke_profile, tmp_path / "runs" / "smoke-seed1")
+    (tmp_path / "runs").mkdir()
+    assert fn(*args) == args[1] and capsys.readouterr().out == ""
+    assert C.read_solves(args[1]).blocks.keys() == C.read_solves(cache).blocks.keys()
+
+
 def test_a_solve_without_cvxpy_says_what_to_do_in_one_line(ch, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cvxpy", None)
     solves = C.Solves(hint="there is no solver cache at X; `python -m mclib solvers --profile smoke` builds it")

@@ -16,7 +16,10 @@ this chapter's table functions without a model and saves every solver's per-matr
 results at `solver_cache(NAME)`, results/solvers-NAME.csv.gz, keyed by the sha256 of the
 exact matrices and masks. The chapter reads that file (`solver_results`) and solves only
 what it does not hold, saying so in one line: on a GPU lease, which has no cvxpy and whose
-CPU time is the lease's, it then solves nothing.
+CPU time is the lease's, it then solves nothing. Where no such file is committed (the laptop
+profiles), the book builds one for itself beside its run (`book_solver_cache`) on a worker
+that the other seeds leave idle while the book's run trains (`mclib.book.chapter.idle_tasks`),
+and the chapter reads that.
 """
 from __future__ import annotations
 
@@ -128,11 +131,34 @@ def _build_hint(name: str) -> str:
     return f"`python -m mclib solvers --profile {name}` builds it on a machine with cvxpy"
 
 
+def book_solver_cache(cfg: Profile, run_dir: str | Path) -> Path:
+    """OUT/runs/solvers-NAME-SHA.csv.gz, beside the book's run `run_dir`: the solvers' results
+    this book built for itself while its run trained (`book_solver_task`). SHA is the first 12
+    digits of the library's source hash (`mclib.book.runner.mclib_sha`), so that a file
+    solved by other code is never read."""
+    from .runner import mclib_sha
+
+    return Path(run_dir).parent / f"solvers-{cfg.name}-{mclib_sha()[:12]}.csv.gz"
+
+
+def book_solver_task(cfg: Profile, run_dir: str | Path) -> tuple[Callable, tuple, str] | None:
+    """The solving of this chapter as a task for a worker that the book's seeds leave idle
+    (`mclib.book.chapter.idle_tasks`): (fn, args, name), or None where a cache is there to
+    read (the committed `solver_cache`, or `book_solver_cache`)."""
+    own = book_solver_cache(cfg, run_dir)
+    if solver_cache(cfg.name).is_file() or own.is_file():
+        return None
+    return _build_on_a_worker, (cfg, own), f"solvers-{cfg.name}"
+
+
 def solver_results(ch) -> C.Solves:
-    """The solvers' results this chapter reads: `solver_cache(profile)`, read once, where it was
-    built; what it does not hold (or all, without it) is solved here. Each said in one line
+    """The solvers' results this chapter reads: `solver_cache(profile)`, committed, else the
+    book's own `book_solver_cache`, read once, where it was built; what it does not hold (or
+    all, without either) is solved here. Each said in one line
     (`mclib.analyses.comparisons.open_solves`)."""
-    return C.open_solves(solver_cache(ch.cfg.name), hint=_build_hint(ch.cfg.name))
+    committed, own = solver_cache(ch.cfg.name), book_solver_cache(ch.cfg, ch.run_dir)
+    path = own if own.is_file() and not committed.is_file() else committed
+    return C.open_solves(path, hint=_build_hint(ch.cfg.name))
 
 
 def _solves(ch, solves: C.Solves | None) -> C.Solves:
@@ -529,3 +555,9 @@ def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable 
     say(f"{path}: {len(solves.blocks)} blocks, {rows:,} matrices ({convex:,} cvxpy solves), "
         f"{path.stat().st_size / 2**20:.2f} MiB, solved in {seconds:.0f} s")
     return path, solves
+
+
+def _build_on_a_worker(cfg: Profile, path: Path) -> Path:
+    """`build_solver_cache` without its lines (a worker's output reaches no page; the chapter
+    says where its results come from, and the file's note how they were built)."""
+    return build_solver_cache(cfg, path, say=lambda *_: None)[0]

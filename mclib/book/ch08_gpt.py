@@ -57,16 +57,29 @@ def gpt_profile(cfg: Profile) -> Profile:
 def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     """{seed: folder} of the GPT runs beside the book's run (OUT/runs/gpt-NAME-seedS), each
     trained to its last step; side by side on the book's Dask cluster; nothing trains when
-    all are complete."""
+    all are complete (the book's training chapter may have trained them already, on a
+    worker its seeds left idle: `mclib.book.chapter.idle_tasks`)."""
     from ..core.jobs import run_profile_jobs
-    from ..core.runs import is_complete
     from ..core.train import train_seed, with_device
 
-    gpt = with_device(gpt_profile(ch.cfg))
-    runs = {s: ch.run_dir.parent / run_name(gpt.name, s) for s in gpt.analysis.seeds}
-    todo = [(gpt.replace(seed=s), d, None) for s, d in runs.items() if not is_complete(gpt.replace(seed=s), d)]
-    run_profile_jobs(gpt, train_seed, todo, cluster)
-    return runs
+    run_profile_jobs(with_device(gpt_profile(ch.cfg)), train_seed, gpt_jobs(ch.cfg, ch.run_dir), cluster)
+    return gpt_run_dirs(ch.cfg, ch.run_dir)
+
+
+def gpt_run_dirs(cfg: Profile, run_dir: Path) -> dict[int, Path]:
+    """{seed: folder} of the GPT runs beside the book's run `run_dir`."""
+    gpt = gpt_profile(cfg)
+    return {s: Path(run_dir).parent / run_name(gpt.name, s) for s in gpt.analysis.seeds}
+
+
+def gpt_jobs(cfg: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
+    """`train_seed` arguments (profile, folder, None) of the GPT runs not yet complete."""
+    from ..core.runs import is_complete
+    from ..core.train import with_device
+
+    gpt = with_device(gpt_profile(cfg))
+    runs = gpt_run_dirs(cfg, run_dir)
+    return [(gpt.replace(seed=s), d, None) for s, d in runs.items() if not is_complete(gpt.replace(seed=s), d)]
 
 
 def gpt_curves(runs: dict[int, Path]) -> dict[int, pd.DataFrame]:

@@ -149,12 +149,13 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     (`mclib.core.train.seed_jobs`), and, as soon as the book's run is complete, E15's
     re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`,
     the paper's longest plateau first). Each run starts on the first worker that frees
-    (`mclib.core.jobs.submit_when_free`). Complete runs are skipped, cut ones resume; when
-    every run is complete no cluster starts. Returns {seed: folder}
-    (`mclib.core.runs.seed_run_dirs`)."""
+    (`mclib.core.jobs.submit_when_free`). While the book's run still trains, a worker that
+    the other seeds leave idle takes the later chapters' work that does not read it
+    (`idle_tasks`). Complete runs are skipped, cut ones resume; when every run is complete
+    no cluster starts. Returns {seed: folder} (`mclib.core.runs.seed_run_dirs`)."""
     from ..analyses.freezing import freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
-    from ..core.jobs import needs_gpu, resources_for, results, submit_when_free
+    from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
     from ..core.runs import seed_run_dirs
     from ..core.train import seed_jobs, train_seed
 
@@ -166,13 +167,34 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     resources = resources_for(cfg)
     with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
         seeds = submit_when_free(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
+        idle = []
         if main_pending:
+            idle = submit_while(client, idle_tasks(cfg, run_dir), seeds[0], resources, busy=seeds)
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
         groups = e15(cfg, run_dir)
         e15 = submit_when_free(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
-                               [f"freeze-{g}" for g in groups], busy=seeds)
+                               [f"freeze-{g}" for g in groups], busy=seeds + idle)
         results(seeds + e15)  # a run that failed raises here, once the others have ended
+        for f in idle:  # what failed here, its chapter does again, and fails there if it must
+            if f.exception() is not None:
+                print(f"{f.key}: failed on an idle worker ({' '.join(str(f.exception()).split())}); "
+                      "its chapter does it again")
     return seed_run_dirs(cfg, run_dir)
+
+
+def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
+    """(fn, args, name) of the later chapters' work that does not read the book's run, for
+    the workers that the other seeds leave idle while the book's run trains alone
+    (`train_runs`): chapter 06's solvers (`ch06_baselines.book_solver_task`; none where a
+    cache is there to read) and chapter 08's GPT runs (`ch08_gpt.gpt_jobs`), the longest
+    first. On the cpu profile that idle time is about 13 minutes of one core (2026-11-26).
+    What no worker took before the book's run ended, its chapter does, as it always did."""
+    from ..core.train import train_seed
+    from .ch06_baselines import book_solver_task
+    from .ch08_gpt import gpt_jobs
+
+    solvers = book_solver_task(cfg, run_dir)
+    return ([solvers] if solvers else []) + [(train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(cfg, run_dir)]
 
 
 class MissingRuns(RuntimeError):

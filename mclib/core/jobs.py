@@ -252,15 +252,41 @@ def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | 
     the other worker idled); submitted this way, each job starts on the first worker that
     frees. poll: seconds between looks at the running jobs and the workers."""
     names = names or [getattr(fn, "__name__", "job")] * len(jobs)
-    running = [f for f in busy if not f.done()]
-    futures = []
+    running, futures = list(busy), []
     for job, name in zip(jobs, names):
-        # polled (a run takes minutes, so a second's delay costs nothing), which also counts
-        # workers that join meanwhile, as a batch system's do
-        while len(running) >= slots(client):
-            time.sleep(poll)
-            running = [f for f in running if not f.done()]
+        running = _free_slot(client, running, poll)
         (f,) = submit(client, fn, [job], resources, [name])
+        futures.append(f)
+        running.append(f)
+    return futures
+
+
+def _free_slot(client, running: list, poll: float, until=None) -> list:
+    """Wait until fewer of the futures `running` still run than the workers have threads
+    (`slots`), or until the future `until` has ended; the ones still running. Polled (a run
+    takes minutes, so a second's delay costs nothing), which also counts workers that join
+    meanwhile, as a batch system's do."""
+    running = [f for f in running if not f.done()]
+    while len(running) >= slots(client) and not (until is not None and until.done()):
+        time.sleep(poll)
+        running = [f for f in running if not f.done()]
+    return running
+
+
+def submit_while(client, tasks: list[tuple[Callable, tuple, str]], until, resources: dict | None = None, *,
+                 busy: list = (), poll: float = 1.0) -> list:
+    """Fill the workers that `busy` futures leave idle, for as long as the future `until`
+    runs: each task (fn, args, name) is submitted once a worker thread is free, in order,
+    and none once `until` has ended. Returns the futures of the tasks submitted (a prefix
+    of `tasks`); the rest are left to whoever needs them later. The book uses it to do,
+    while its long run trains alone, work that later chapters would otherwise do after it
+    (`mclib.book.chapter.idle_tasks`)."""
+    running, futures = list(busy), []
+    for fn, args, name in tasks:
+        running = _free_slot(client, running, poll, until)
+        if until.done():
+            break
+        (f,) = submit(client, fn, [args], resources, [name])
         futures.append(f)
         running.append(f)
     return futures
