@@ -143,7 +143,7 @@ def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smo
 
 
 @pytest.mark.slow
-def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_profile, tmp_path, monkeypatch):
+def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_profile, tmp_path, monkeypatch, capsys):
     """train_runs: seed 2 ends long before seed 1, and the freed worker takes the idle tasks
     before seed 1 ends (which tasks are left once it has ended: test_jobs.py)."""
     from mclib.book import chapter
@@ -156,7 +156,12 @@ def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_pr
     monkeypatch.setattr(train_module, "seed_jobs", lambda profile, run_dir: [
         (cfg, dirs[1], None), (short.replace(seed=2), dirs[2], None)])
     marks = [tmp_path / f"mark{i}" for i in range(2)]
-    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir: [(Path.touch, (m,), m.name) for m in marks])
-    chapter.train_runs(cfg, dirs[1])
+    failing = (Path.unlink, (tmp_path / "absent",), "failing")  # FileNotFoundError on the worker
+    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir: [(Path.touch, (m,), m.name) for m in marks]
+                        + [failing])
+    chapter.train_runs(cfg, dirs[1])  # an idle task that failed does not fail the book's training
     end = (dirs[1] / "end.json").stat().st_mtime
     assert all(m.stat().st_mtime < end for m in marks)  # done while the book's run trained
+    said = capsys.readouterr().out
+    assert said.startswith("failing-") and "failed on an idle worker (" in said and "absent" in said
+    assert said.count("\n") == 1 and "mark" not in said  # one line, and only for the one that failed

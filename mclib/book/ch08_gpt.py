@@ -62,24 +62,23 @@ def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     from ..core.jobs import run_profile_jobs
     from ..core.train import train_seed, with_device
 
-    run_profile_jobs(with_device(gpt_profile(ch.cfg)), train_seed, gpt_jobs(ch.cfg, ch.run_dir), cluster)
-    return gpt_run_dirs(ch.cfg, ch.run_dir)
+    gpt = with_device(gpt_profile(ch.cfg))
+    run_profile_jobs(gpt, train_seed, gpt_jobs(gpt, ch.run_dir), cluster)
+    return gpt_run_dirs(gpt, ch.run_dir)
 
 
-def gpt_run_dirs(cfg: Profile, run_dir: Path) -> dict[int, Path]:
-    """{seed: folder} of the GPT runs beside the book's run `run_dir`."""
-    gpt = gpt_profile(cfg)
+def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
+    """{seed: folder} of the runs of `gpt` (`gpt_profile`) beside the book's run `run_dir`."""
     return {s: Path(run_dir).parent / run_name(gpt.name, s) for s in gpt.analysis.seeds}
 
 
-def gpt_jobs(cfg: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
-    """`train_seed` arguments (profile, folder, None) of the GPT runs not yet complete."""
+def gpt_jobs(gpt: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
+    """`train_seed` arguments (profile, folder, None) of the runs of `gpt` (`gpt_profile`,
+    its device resolved: `with_device`) that are not yet complete."""
     from ..core.runs import is_complete
-    from ..core.train import with_device
 
-    gpt = with_device(gpt_profile(cfg))
-    runs = gpt_run_dirs(cfg, run_dir)
-    return [(gpt.replace(seed=s), d, None) for s, d in runs.items() if not is_complete(gpt.replace(seed=s), d)]
+    seeded = {s: gpt.replace(seed=s) for s in gpt.analysis.seeds}
+    return [(seeded[s], d, None) for s, d in gpt_run_dirs(gpt, run_dir).items() if not is_complete(seeded[s], d)]
 
 
 def gpt_curves(runs: dict[int, Path]) -> dict[int, pd.DataFrame]:

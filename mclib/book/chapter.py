@@ -176,9 +176,9 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
                                [f"freeze-{g}" for g in groups], busy=seeds + idle)
         results(seeds + e15)  # a run that failed raises here, once the others have ended
         for f in idle:  # what failed here, its chapter does again, and fails there if it must
-            if f.exception() is not None:
-                print(f"{f.key}: failed on an idle worker ({' '.join(str(f.exception()).split())}); "
-                      "its chapter does it again")
+            error = f.exception()
+            if error is not None:
+                print(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
     return seed_run_dirs(cfg, run_dir)
 
 
@@ -189,12 +189,13 @@ def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
     cache is there to read) and chapter 08's GPT runs (`ch08_gpt.gpt_jobs`), the longest
     first. On the cpu profile that idle time is about 13 minutes of one core (2026-11-26).
     What no worker took before the book's run ended, its chapter does, as it always did."""
-    from ..core.train import train_seed
+    from ..core.train import train_seed, with_device
     from .ch06_baselines import book_solver_task
-    from .ch08_gpt import gpt_jobs
+    from .ch08_gpt import gpt_jobs, gpt_profile
 
     solvers = book_solver_task(cfg, run_dir)
-    return ([solvers] if solvers else []) + [(train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(cfg, run_dir)]
+    gpt = gpt_jobs(with_device(gpt_profile(cfg)), run_dir)
+    return ([solvers] if solvers else []) + [(train_seed, job, f"train-{job[1].name}") for job in gpt]
 
 
 class MissingRuns(RuntimeError):

@@ -86,7 +86,8 @@ def adapt(nb, slice_name: str, note: str):
     if first is not None:
         nb.cells[first].source = re.sub(r"^# (.+)$", r"# \1 (the paper's setting)", nb.cells[first].source,
                                         count=1, flags=re.M)
-    nb.cells.insert(0 if first is None else first + 1, nbformat.v4.new_markdown_cell(note, id="paper-setting-provenance"))  # a fixed id: the site's key stays the same
+    cell = nbformat.v4.new_markdown_cell(note, id="paper-setting-provenance")  # a fixed id: the site's key stays the same
+    nb.cells.insert(0 if first is None else first + 1, cell)
     return nb
 
 
