@@ -84,6 +84,7 @@ def test_the_bias_changes_training(smoke_profile, target):
     assert not torch.allclose(*steps[-1])
 
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_the_compiled_step_applies_the_bias_too(smoke_profile):
     """The cpu profile trains with train.compile: true: the compiled model applies the bias as the eager one does."""
     p = smoke_profile.replace(**{"model.attn_bias": 2.0})

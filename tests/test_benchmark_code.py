@@ -5,6 +5,7 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,7 @@ def test_every_script_and_benchmark_compiles():
         py_compile.compile(str(f), cfile=str(ROOT / ".pytest_cache" / "compiled.pyc"), doraise=True)
 
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_the_chapter_estimate_counts_every_encoder_pass_in_another_process(tmp_path):
     """benchmarks/slice_chapters.py's sitecustomize: one line per BertModel pass, with its tokens,
     whether the pass comes from MatrixBert.forward or from hidden_states; nothing without the variable."""

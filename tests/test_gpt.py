@@ -119,6 +119,7 @@ def gpt_runs(ch):
     return chapter.gpt_runs(ch)
 
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_the_gpt_runs_on_the_books_task(ch, gpt_runs):
     p = chapter.gpt_profile(ch.cfg)
     assert p.name == "gpt-smoke" and p.data == ch.cfg.data and p.train.steps == ch.cfg.analysis.gpt_steps
@@ -127,6 +128,7 @@ def test_the_gpt_runs_on_the_books_task(ch, gpt_runs):
     assert chapter.gpt_runs(ch) == gpt_runs                        # complete: nothing trains again
 
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_the_chapters_figures_and_tables(ch, gpt_runs):
     curves = chapter.gpt_curves(gpt_runs)
     fig = chapter.loss_figure(ch, curves)

@@ -57,8 +57,9 @@ def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_p
     ledger = _results(tmp_path)
     index, page = paper_part.stage(tmp_path / "out", ledger)
     text = index.read_text()
-    assert "| A | the book's run | NVIDIA H100, 2026-12-01, revision `abc1234`, tf32 | [03_heads](A_03_heads) |" in text
-    assert "| B | seed 2 | not run yet | |" in text and "still missing: slice B" in text
+    assert ("| A | the book's run | NVIDIA H100, 2026-12-01, revision `abc1234`, tf32 | [03_heads](A_03_heads) | "
+            "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline |") in text
+    assert "| B | seed 2 | not run yet | | |" in text and "still missing: slice B" in text
     note = nbformat.read(page, as_version=4).cells[1].source
     assert "slice A (the book's run), on NVIDIA H100 on 2026-12-01, revision `abc1234`, precision tf32" in note
     assert "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline" in note
@@ -74,6 +75,15 @@ def test_with_no_slice_done_the_part_is_one_page_that_says_so(tmp_path):
     assert "still missing: slices A, B" in index.read_text()
     toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index], []).read_text())
     assert toc["chapters"] == [{"file": "book/_executed/paper/index"}]
+
+
+def test_an_e15_slice_says_how_its_group_s_run_ended():
+    record = {"ends": {"1": {"ended": "stopped", "step": 16000, "drop": 13228, "steps": 50000, "until": "steps"}},
+              "freeze_ends": {"mlp": {"group": "mlp", "ended": "converged", "steps": 2900, "drop": 310,
+                                      "main_drop": 13228, "cap": 14000},
+                              "token": None}}
+    assert paper_part.runs_text(record) == ("seed 1: stopped early at step 16,000; E15 mlp: dropped at step 310 and "
+                                            "converged at step 2,900; E15 token: no checkpoint")
 
 
 def test_what_happened_on_the_lease_beyond_the_two_commands_is_on_every_page():

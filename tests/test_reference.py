@@ -155,6 +155,59 @@ def test_the_slices_of_the_paper_book_read_as_one_set_of_runs(tmp_path):
     assert list(reference.runs_table(folder)["run"]) == ["seed 1"]
 
 
+def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_book_run_first(tmp_path):
+    """Slice D (chapter 06) and E15's slices each train seed 1 again: the runs table names
+    each such run by its slice, the figure shows seed 1 once, the scorecard's paper-setting
+    rows come from every slice's chapters, and E15's rows from its slices' runs (the order
+    of the drops only once all four groups are in)."""
+    from mclib.core.runs import freeze_dir
+
+    root = tmp_path / "results"
+    e1 = {**ROW, "verdict": "matches"}
+    e16 = {"id": "E16", "quantity": "BERT / nuclear norm", "paper": 1.0, "ours": 1.1, "verdict": "matches"}
+    plan = (("A", "2026-12-01", [e1], None), ("D", "2026-12-02", [e16], None),
+            ("E15-mlp", "2026-12-03", [], ("mlp", 200)), ("E15-token", "2026-12-04", [], ("token", None)))
+    for name, date, recorded, e15 in plan:
+        out = tmp_path / f"out-{name}"
+        run = out / "runs" / "paper-seed1"
+        _paper_run(run, level_after=0.05)
+        if recorded:
+            (run / SCORECARD).write_text(json.dumps(recorded))
+        record = {"slice": name, "profile": "paper", "device": "GPU", "date": date, "git": "abc", "precision": "tf32",
+                  "chapters_done": ["01_train"] if name == "A" else ["06_baselines"] if name == "D" else []}
+        if e15:
+            group, drop = e15
+            _paper_run(freeze_dir(run, group), level_after=0.05, steps=4000, drop_at=drop, ended=None)
+            record["freeze_ends"] = {group: {"group": group, "ended": "converged" if drop else "main drop",
+                                             "steps": 4000, "drop": drop, "main_drop": 3000, "cap": 14000}}
+        dest = reference.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[1])
+        (dest / "slice.json").write_text(json.dumps(record))
+        (dest / "device.json").write_text(json.dumps({"device": "GPU", "date": date, "torch": "2.x", "git": "abc"}))
+    folder = reference.latest(root=root)
+    assert list(reference.runs_table(folder)["run"]) == [
+        "seed 1", "seed 1 (slice D)", "seed 1 (slice E15-mlp)", "seed1, E15 mlp", "seed 1 (slice E15-token)",
+        "seed1, E15 token"]
+    assert len(reference.loss_figure(folder).axes[0].get_lines()) == 1 + 1 + 1   # seed 1 once, its drop, E[X²]
+    assert len(reference.freeze_figure(folder).axes[0].get_lines()) == 2 + 1 + 1  # two runs, mlp's drop, E[X²]
+    assert reference.freeze_figure(tmp_path / "no-results") is None
+    got = reference.rows(folder)
+    assert [r["id"] for r in got][:2] == ["E1", "E16"] and all(r["id"] == "E15" for r in got[2:])
+    e15_rows = {r["quantity"]: r for r in got[2:]}
+    order = "order of the drops: mlp and token, then attention, then positional"
+    assert set(e15_rows) == {"plateau / fall, mlp re-initialised", "plateau / fall, token re-initialised",
+                             "final L_mask / the main run's, mlp re-initialised",
+                             "final L_mask / the main run's, token re-initialised", order}
+    assert e15_rows[order]["verdict"] == "n/a"  # two groups of four: the order waits for the others
+    assert e15_rows[order]["na"] == "the attention and positional runs not in yet: the order needs all four"
+    assert e15_rows["plateau / fall, token re-initialised"]["verdict"] == "n/a"       # it did not drop
+    assert e15_rows["final L_mask / the main run's, mlp re-initialised"]["ours"] == pytest.approx(1.0, rel=0.05)
+    status = reference.status(folder)
+    assert "ran in 4 slices on GPU leases" in status and "slice D on GPU on 2026-12-02" in status
+    assert "slice E15-mlp on GPU on 2026-12-03 (torch" in status
+    table = reference.beside([e1], folder).set_index("quantity")
+    assert table.loc["BERT / nuclear norm", "paper-setting verdict"] == "matches"
+
+
 def test_a_slices_chapters_are_those_its_record_says_it_executed(tmp_path):
     """A lease whose `finish` ran twice leaves a manifest of the last call's chapters only:
     the slice's own record (`chapters_done`) is what says which chapters ran."""

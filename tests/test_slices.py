@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,70 @@ def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, m
     assert json.loads((work / slices.STATE).read_text())["chapters_done"] == ["01_train", "02_copying", "03_heads"]
     slices.finish(work, tmp_path / "out", chapters_s=300)
     assert len(built) == 2  # nothing left to execute
+
+
+# --- E15's slices: seed 1 again to a fixed step, then one group's run -------------------------
+
+LEASE_AFTER_KIT_AND_TIMING_S = 760 - 15 - 60  # scripts/lease.sh: BUDGET_S less the kit's install and the step's timing
+
+
+def test_every_planned_slice_fits_a_lease_after_the_kit_and_the_step_timing():
+    ledger = slices.read_ledger()
+    for s in ledger["slices"]:
+        slices.check_fits(ledger, s, LEASE_AFTER_KIT_AND_TIMING_S)
+    e15 = [s for s in ledger["slices"] if s.freeze]
+    assert sorted(g for s in e15 for g in s.freeze) == ["attention", "mlp", "positional", "token"]
+    assert len({s.source_steps for s in e15}) == 1  # every E15 run starts from the same step of seed 1
+
+
+def test_an_e15_slice_with_a_bad_group_or_no_source_step_is_refused_in_one_line(tmp_path):
+    with pytest.raises(slices.SliceError, match="slice A: freeze group 'mlps' is not one of attention, mlp, "):
+        slices.read_ledger(_ledger(tmp_path / "a", freeze=["mlps"], source_steps=40))
+    with pytest.raises(slices.SliceError, match="slice A: E15's runs .freeze. need source_steps"):
+        slices.read_ledger(_ledger(tmp_path / "b", freeze=["mlp"]))
+    ledger = _ledger(tmp_path / "c", chapters=(), freeze=["mlp"], source_steps=45)  # smoke logs every 10 steps
+    with pytest.raises(slices.SliceError, match="source_steps 45 must be a multiple of train.log_every .10."):
+        slices.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
+    assert not (tmp_path / "work").exists()  # refused before anything is written
+
+
+def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_there(tmp_path):
+    """In-process (the detached trainer's function): the smoke run stops at step 40 of its 60,
+    then two groups train from that checkpoint, capped at the slice's 20 steps; what a lease
+    packs holds both runs' small files and how each ended."""
+    from mclib.book.reference import collect
+    from mclib.core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
+
+    ledger = slices.read_ledger(_ledger(tmp_path, chapters=(), freeze=["mlp", "token"], source_steps=40,
+                                        freeze_steps=20))
+    s = ledger["slices"][0]
+    profile = slices.slice_profile(ledger, s)
+    assert profile.analysis.freeze_steps == 20 and not profile.analysis.freeze
+    ppath = tmp_path / "slice.yaml"
+    ppath.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    work = tmp_path / "work"
+    slices.train_slice(ppath, work, time.time() + 600, s.source_steps, tuple(s.freeze))
+    run = work / "runs" / "smoke-seed1"
+    end = run_end(run)
+    assert (end.ended, end.step) == ("stopped", 40) and load_metrics(run)["step"].max() == 40
+    for g in ("mlp", "token"):
+        folder = freeze_dir(run, g)
+        assert json.loads((folder / FREEZE_SOURCE).read_text())["step"] == 40
+        assert load_metrics(folder)["step"].max() == 20  # the smoke run does not drop: the cap ends it
+    ends = slices._freeze_ends(work, profile, ["mlp", "token", "attention"])
+    assert ends["mlp"]["ended"] == "cap" and ends["mlp"]["steps"] == 20 and ends["attention"] is None
+    packed = collect(work, tmp_path / "packed", name=profile.name, seeds=[1])
+    got = {p.relative_to(packed).as_posix() for p in packed.rglob("*") if p.is_file()}
+    assert {"runs/smoke-seed1/freeze/mlp/metrics.csv.gz", "runs/smoke-seed1/freeze/mlp/end.json",
+            "runs/smoke-seed1/freeze/mlp/source.json", "runs/smoke-seed1/freeze/mlp/profile.yaml"} <= got
+    assert not [n for n in got if n.endswith((".safetensors", ".pt"))]
+
+
+def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_run(tmp_path, capsys):
+    ledger = slices.read_ledger(_ledger(tmp_path, chapters=(), freeze=["mlp"], source_steps=40, freeze_steps=20))
+    s = ledger["slices"][0]
+    ppath = tmp_path / "slice.yaml"
+    ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, s).to_dict(), sort_keys=False))
+    slices.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
+    assert "E15's runs not started" in capsys.readouterr().out
+    assert not (tmp_path / "work" / "runs" / "smoke-seed1" / "freeze").exists()

@@ -251,6 +251,7 @@ print("smoke, solved here:", len(chapter.solver_results(ch).solved))
 """
 
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_with_the_cache_the_chapter_needs_no_cvxpy(smoke_run, cache):
     """With cvxpy unimportable (a GPU lease): chapter 06 at the smoke profile with its cache, and
     every solver of the chapter at the paper profile with the committed results/solvers-paper.csv.gz.

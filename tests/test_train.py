@@ -457,6 +457,7 @@ def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_pr
 
 # --- several runs in one train_group call (until issue 38 they trained stacked, tests/test_stacked.py) --
 
+@pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_runs_trained_together_match_runs_trained_alone(tmp_path, smoke_profile):
     """Each run of a `train_group` call owns its model, Adam and generators: its numbers do
     not depend on the runs beside it or their order, to the bit on the CPU."""

@@ -118,13 +118,14 @@ def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | No
 
 
 def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
-               seed: int | None = None, *, progress: bool = False) -> Path:
+               seed: int | None = None, *, progress: bool = False, deadline: float | None = None) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
 
     source_step: the main run's checkpoint to start from (default: its post checkpoint,
     `mclib.core.runs.checkpoint_steps`). seed: of the re-initialisation (default: the
     profile's seed). The run ends once converged after its drop, at the main run's drop
-    step without a drop, or at the cap `freeze_steps` (the module's doc).
+    step without a drop, or at the cap `freeze_steps` (the module's doc); deadline (a
+    `time.time()`, a GPU lease's slice): it is cut there, resumable (`train`).
     """
     run_dir = Path(run_dir)
     folder, source = freeze_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
@@ -134,7 +135,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FREEZE_SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group), folder, progress=progress,
-                 stop=freeze_stop(cfg, main_drop(cfg, run_dir)), init_model=model, newest_only=True)  # the book reads its metrics and end
+                 stop=freeze_stop(cfg, main_drop(cfg, run_dir)), init_model=model, newest_only=True,  # the book reads its metrics and end
+                 deadline=deadline)
 
 
 # The order E15's runs are handed to the workers: the paper's latest drop first
@@ -253,18 +255,19 @@ def trainable_count(model, group: str) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if groups[name] == group)
 
 
-def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW) -> pd.DataFrame:
+def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW, read=load_metrics) -> pd.DataFrame:
     """One row per group: the drop (`find_drop`, <NA> if none), the steps trained, the
     plateau and the fall around the drop (`mclib.analyses.sharpness.shape`, in steps; <NA>
     without a drop; plateau 0 when the run never sat on the copying level), L_mask over
     its first `window` steps and whether that is on the copying plateau (within
     PLATEAU_BAND of E[X²]), and where it ended: L_mask and L_obs over the last
     `train.patience` steps (the convergence rule's window), L_mask with its standard error
-    (`final_level`)."""
+    (`final_level`). read: how a folder's metrics are read (default `load_metrics`; runs merged
+    from GPU leases hold them gzipped, and their reader is passed here)."""
     plateau, tail = copy_level(cfg.data.rank), cfg.train.patience
     rows = []
     for group, folder in runs.items():
-        m = load_metrics(folder)
+        m = read(folder)
         drop = find_drop(m, rank=cfg.data.rank, window=window)
         s = shape(m, cfg.data.rank) if drop is not None else None
         final, final_se = final_level(m, tail)

@@ -201,11 +201,13 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
                                    kind="direction", reference=SETTLE, sense="below", se=se))
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)
+    missing = [g for tier in PAPER_E15_ORDER for g in tier if g not in drops]  # runs not in yet (a GPU slice each)
     rows = plateau_rows + recovery_rows
     rows.append(claim("E15", f"order of the drops: {tiers_text(PAPER_E15_ORDER)}", None,
                       ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
                       kind="ordering", values=dict(drops), order=PAPER_E15_ORDER,
-                      na=f"no run dropped within the {main.cap:,} steps it could train" if too_short else None))
+                      na=(f"{_runs_named(missing)} not in yet: the order needs all four" if missing else
+                          f"no run dropped within the {main.cap:,} steps it could train" if too_short else None)))
     if not order:
         found = "none of the four runs dropped"
     else:

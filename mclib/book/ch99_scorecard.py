@@ -106,6 +106,13 @@ def reference_figure():
     return None if folder is None else closed(reference.loss_figure(folder))
 
 
+def reference_freeze_figure():
+    """E15's runs at the paper's setting (`reference.freeze_figure`), or None when no E15 slice is done."""
+    folder = reference.latest()
+    figure = None if folder is None else reference.freeze_figure(folder)
+    return None if figure is None else closed(figure)
+
+
 def glued(ch, rows: list[dict]) -> dict:
     """The closing sentence's numbers (the paper's claims per verdict and in all; our own
     findings per verdict and in all, counted apart), the task note and the figure."""

@@ -41,8 +41,19 @@ def missing_text(ledger: dict, have: dict) -> str:
     return f"still missing: slice{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else "every slice is done"
 
 
+def runs_text(record: dict) -> str:
+    """How a done slice's runs ended, from its slice.json: "seed 1: was cut at step 16,591 of
+    50,000 by its wall-clock deadline; E15 mlp: dropped at step 310 and converged at step 2,900"."""
+    from ..analyses.freezing import FreezeEnd
+
+    ends = [f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items()]
+    ends += [f"E15 {group}: {FreezeEnd(**end).text if end else 'no checkpoint'}"
+             for group, end in (record.get("freeze_ends") or {}).items()]
+    return "; ".join(ends)
+
+
 def provenance(record: dict, s: slices.Slice, missing: str) -> str:
-    ends = "; ".join(f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items())
+    ends = runs_text(record)
     notes = "".join(f" Merged with a note: {n}." for n in record.get("merge_notes", []))
     if record.get("lease_note"):  # what happened on the lease beyond the two commands, in the merger's words
         notes += f" On the lease: {record['lease_note']}"
@@ -104,7 +115,7 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
     pages, rows = [], []
     for s in ledger["slices"]:
         if s.name not in have:
-            rows.append(f"| {s.name} | {s.what} | not run yet | |")
+            rows.append(f"| {s.name} | {s.what} | not run yet | | |")
             continue
         record = slices.record(have[s.name])
         ran = []
@@ -115,7 +126,7 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
             pages.append(dest)
             ran.append(f"[{nb_path.stem}]({dest.stem})")
         rows.append(f"| {s.name} | {s.what} | {record['device']}, {record['date']}, revision `{record['git']}`, "
-                    f"{record['precision']} | {', '.join(ran) or 'none'} |")
+                    f"{record['precision']} | {', '.join(ran) or 'none'} | {runs_text(record)} |")
     index = folder / "index.md"
     index.write_text(
         "# The paper's own setting\n\n"
@@ -123,7 +134,8 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
         "analysed on GPU leases of 15 minutes, one slice each (docs/gpu.md). The chapters below are the "
         "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
         f"laptop edition's. The paper book is {missing}.\n\n"
-        "| slice | what it does | where and when it ran | chapters |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
+        + "\n".join(rows) + "\n")
     return [index, *pages]
 
 

@@ -13,8 +13,11 @@ repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds 
 newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters
 did (the first run, 2026-11-24), E1's rows computed here from seed 1's training curve
 alone; `beside` sets those rows next to ours; `runs_table` and `loss_figure` show every
-run it holds. The paper setting's rows are judged against the paper on the paper's own
-task, by the same rules, so nothing is rescaled.
+run it holds. A folder that is a slice of the paper book (its slice.json) is read together
+with every slice done beside it: their chapters' rows, their runs (a seed trained again in a
+later slice named by it), and E15's rows and curves from E15's slices (`freeze_rows`,
+`freeze_figure`), computed here from their merged metrics. The paper setting's rows are
+judged against the paper on the paper's own task, by the same rules, so nothing is rescaled.
 """
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ import pandas as pd
 
 from ..core.data import copy_level
 from ..core.metrics import converged, find_drop, last_tenth
-from ..core.runs import (END, FREEZE, METRICS, PROFILE, SCORECARD, RunEnd, freeze_dir, place_checkpoints, run_name,
-                         run_profile)
+from ..core.runs import (END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, SCORECARD, RunEnd, freeze_dir, place_checkpoints,
+                         run_name, run_profile)
 from . import scorecard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +69,7 @@ def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2,
             continue
         _copy_run(src, dest / "runs" / src.name, RUN_FILES)
         for group in sorted((src / FREEZE).glob("*")) if (src / FREEZE).is_dir() else []:
-            _copy_run(group, freeze_dir(dest / "runs" / src.name, group.name), (END,))
+            _copy_run(group, freeze_dir(dest / "runs" / src.name, group.name), (END, PROFILE, FREEZE_SOURCE))
     executed = out / "book" / "_executed"
     if executed.is_dir():
         (dest / "book").mkdir(exist_ok=True)
@@ -126,14 +129,24 @@ def _slice_folders(folder: Path, name: str) -> list[Path]:
     return list(done(folder.parent, name).values()) or [folder]
 
 
+def _slice_name(folder: Path) -> str | None:
+    path = folder / "slice.json"
+    return json.loads(path.read_text()).get("slice") if path.is_file() else None
+
+
 def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
     """label -> run folder, for every run the results hold (for a slice, every slice done
-    beside it): the seeds, then E15's runs."""
+    beside it): the seeds, each followed by E15's runs started from it. A seed trained again
+    in a later slice (slice D and E15's slices retrain seed 1) is labelled with that slice:
+    "seed 1 (slice D)"; the plain "seed 1" is the first slice's, the book's run."""
     runs = {}
-    found = [r for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")]
-    for run in sorted(found, key=lambda p: int(p.name.rsplit("seed", 1)[1])):
+    found = [(r, _slice_name(f)) for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")]
+    for run, slice_name in sorted(found, key=lambda p: int(p[0].name.rsplit("seed", 1)[1])):  # stable: slice order kept
+        label = f"seed {run.name.rsplit('seed', 1)[1]}"
+        if label in runs:
+            label = f"{label} (slice {slice_name})"
         if _has_metrics(run):
-            runs[f"seed {run.name.rsplit('seed', 1)[1]}"] = run
+            runs[label] = run
         for group in sorted((run / FREEZE).glob("*")) if (run / FREEZE).is_dir() else []:
             if _has_metrics(group):
                 runs[f"{run.name.rsplit('-', 1)[1]}, E15 {group.name}"] = group
@@ -178,7 +191,8 @@ def loss_figure(folder: Path, name: str = "paper"):
     """L_mask of every seed the results hold, against step, each drop marked (`plots.seed_loss_curves`)."""
     from .plots import seed_loss_curves
 
-    runs = {label: run for label, run in run_folders(folder, name).items() if "E15" not in label}
+    runs = {label: run for label, run in run_folders(folder, name).items()
+            if "E15" not in label and "(slice" not in label}  # each seed once: a seed trained again is the same run
     read = {label: read_metrics(run) for label, run in runs.items()}   # each run's metrics read once
     curves = {label if _end(runs[label]) else f"{label} (cut at step {int(m['step'].iloc[-1]):,})": m
               for label, m in read.items()}
@@ -212,11 +226,69 @@ def training_rows(folder: Path, name: str = "paper") -> list[dict]:
     return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.e1_rows(ch)]
 
 
+def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None]:
+    """E15's runs merged from the E15 slices done beside `folder`: ({group: run folder},
+    {group: `FreezeEnd`, from slice.json's `freeze_ends`}, the seed 1 folder the first of
+    them started from), groups in `GROUPS` order; ({}, {}, None) when none is done."""
+    from ..analyses.freezing import GROUPS, FreezeEnd
+
+    runs, ends, source = {}, {}, None
+    for f in _slice_folders(folder, name):
+        record = json.loads((f / "slice.json").read_text()) if (f / "slice.json").is_file() else {}
+        run = f / "runs" / run_name(name, 1)
+        for group, end in (record.get("freeze_ends") or {}).items():
+            if end and group not in runs and _has_metrics(freeze_dir(run, group)):
+                runs[group], ends[group] = freeze_dir(run, group), FreezeEnd(**end)
+                source = source or run
+    order = [g for g in GROUPS if g in runs]
+    return {g: runs[g] for g in order}, {g: ends[g] for g in order}, source
+
+
+def freeze_figure(folder: Path, name: str = "paper"):
+    """E15's runs at the paper's setting (`e15_runs`), their L_mask curves with each drop
+    marked (`plots.freeze_curves`, as chapter 05 draws them); None when no E15 slice is done."""
+    from .plots import freeze_curves
+
+    runs, _, source = e15_runs(folder, name)
+    if not runs:
+        return None
+    rank = run_profile(source).data.rank
+    curves = {g: read_metrics(run) for g, run in runs.items()}
+    return freeze_curves(curves, {g: find_drop(m, rank=rank) for g, m in curves.items()}, rank,
+                         title="E15 at the paper's own setting: one component re-initialised, the rest frozen")
+
+
+def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
+    """E15's rows at the paper's setting, from the E15 slices done beside `folder` (each
+    trained seed 1 to a fixed step, then one group's run from it: `mclib.book.slices`),
+    computed here from their merged metrics and how each run ended (slice.json's
+    `freeze_ends`), by chapter 05's own rules (`ch05_freezing.freeze_readings`), each with its
+    verdict. The yardstick is the seed 1 the runs started from (the first E15 slice's). The
+    order of the drops reads n/a until all four groups are in. [] when none is done."""
+    from ..analyses.freezing import freeze_steps, freeze_summary
+    from ..core.metrics import final_level
+    from .ch05_freezing import MainRun, freeze_readings
+
+    runs, ends, source = e15_runs(folder, name)
+    if not runs:
+        return []
+    cfg, main = run_profile(source), read_metrics(source)
+    yardstick = MainRun(find_drop(main, rank=cfg.data.rank), *final_level(main, cfg.train.patience), freeze_steps(cfg))
+    _, found = freeze_readings(freeze_summary(runs, cfg, read=read_metrics), ends, yardstick)  # the order: n/a
+    return [{**r, "verdict": scorecard.row_verdict(r)} for r in found]
+
+
 def rows(folder: Path, name: str = "paper") -> list[dict]:
-    """The results' scorecard rows: as recorded by its chapters, or, where no chapter
-    completed, E1's rows from the training curve (`training_rows`)."""
-    recorded = scorecard.load(folder / "runs" / run_name(name, 1))
-    return recorded or training_rows(folder, name)
+    """The results' scorecard rows: as recorded by its chapters (for a slice, by the chapters
+    of every slice done beside it, the first slice's row where two recorded the same), or,
+    where no chapter completed, E1's rows from the training curve (`training_rows`); then
+    E15's rows from E15's slices (`freeze_rows`)."""
+    recorded: dict = {}
+    for f in _slice_folders(folder, name):
+        for r in scorecard.load(f / "runs" / run_name(name, 1)):
+            recorded.setdefault((r["id"], r["quantity"]), r)
+    book_run = next((f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder)
+    return (list(recorded.values()) or training_rows(book_run, name)) + freeze_rows(folder, name)
 
 
 def chapters_run(folder: Path) -> list[str]:
@@ -231,32 +303,50 @@ def chapters_run(folder: Path) -> list[str]:
     return [nb["name"] for nb in json.loads(manifest.read_text()).get("notebooks", []) if nb.get("complete")]
 
 
-def status(folder: Path | None) -> str:
-    """One sentence: where the paper setting's results are, or that they do not exist yet."""
+def all_chapters_run(folder: Path, name: str = "paper") -> list[str]:
+    """`chapters_run` of every slice done beside `folder` (or of `folder` alone), in order."""
+    return list(dict.fromkeys(c for f in _slice_folders(folder, name) for c in chapters_run(f)))
+
+
+def _shown(folder: Path) -> str:
+    return folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else str(folder)
+
+
+def status(folder: Path | None, name: str = "paper") -> str:
+    """One sentence: where the paper setting's results are, or that they do not exist yet.
+    For slices: where and when each ran, and which chapters it executed."""
     if folder is None:
         return ("The paper's own setting (params/paper.yaml: 7×7 rank 2, hidden 768) has not been run for this "
                 "book yet: it needs a GPU. its slices run on GPU leases (`bash scripts/lease.sh`, "
                 "docs/gpu.md) and are merged into results/; this column then fills in.")
-    dev = json.loads((folder / "device.json").read_text())
-    done = chapters_run(folder)
-    table = runs_table(folder)
+    done = all_chapters_run(folder, name)
+    table = runs_table(folder, name)
     ran = "; ".join(f"{r['run']}: {r['steps trained']:,} steps, {r['ended']}" for r in table.to_dict("records"))
     precision = ", ".join(sorted({str(p) for p in table["precision"].dropna()})) or "unknown"
     chapters = (f"The chapters that completed there: {', '.join(done)}." if done else
                 "No chapter completed there (the GPU time ran out while the training chapter was still "
                 "training), so the paper setting's column holds only E1's rows, computed from seed 1's "
                 "training curve by the training chapter's rules; every other row reads \"not run\".")
-    return (f"The paper's own setting (params/paper.yaml) ran on {dev['device']} on {dev['date']} "
-            f"(torch {dev['torch']}, revision {dev.get('git') or 'unknown'}, precision {precision}); its files are "
-            f"in {folder.relative_to(REPO).as_posix() if folder.is_relative_to(REPO) else folder}. "
-            f"What trained: {ran}. {chapters}")
+    folders = _slice_folders(folder, name)
+
+    def where(f: Path) -> str:
+        dev = json.loads((f / "device.json").read_text())
+        return f"on {dev['device']} on {dev['date']} (torch {dev['torch']}, revision {dev.get('git') or 'unknown'}"
+    if _slice_name(folder) is None:
+        return (f"The paper's own setting (params/paper.yaml) ran {where(folder)}, precision {precision}); its files "
+                f"are in {_shown(folder)}. What trained: {ran}. {chapters}")
+    each = "; ".join(f"slice {_slice_name(f)} {where(f)}): {', '.join(chapters_run(f)) or 'no chapter'}"
+                     for f in folders)
+    return (f"The paper's own setting (params/paper.yaml) ran in {len(folders)} slice{'s' * (len(folders) > 1)} on "
+            f"GPU leases, precision {precision}: {each}. Their files are in "
+            f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}")
 
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, and
     the paper setting's value and verdict (empty where it has no such row, or no results)."""
     theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name)}
-    absent = "not run" if folder is None or not chapters_run(folder) else "—"
+    absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
     mine = {(r["id"], r["quantity"]): r for r in ours}
     table = []

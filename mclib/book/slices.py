@@ -18,7 +18,9 @@ results/. `python -m mclib slice` alone (a GPU of one's own, no command limit) s
 finishes the next slice in one process; `slice status` prints the ledger.
 
 Inside a slice no chapter trains (`analysis.train_in_book: false`): training ran before,
-and ended at the slice's deadline ("cut", end.json) or by its rule.
+and ended at the slice's deadline ("cut", end.json) or by its rule. E15's slices
+(`Slice.freeze`) stop the book's run at a fixed step (`source_steps`), the same in each, then
+train their group's E15 run from that checkpoint; slice.json's `freeze_ends` says how it ended.
 """
 from __future__ import annotations
 
@@ -62,6 +64,19 @@ class Slice:
     chapters_s: float = 0.0           # the time its chapters may take
     expected_steps: int | None = None  # steps its runs need (a slice without train_s is sized by them)
     results_mib: float = 2.0          # what it may add under results/ (tests/test_travel.py sums them)
+    source_steps: int | None = None   # the book's run stops at this step (E15's slices: every one starts
+                                      # from the same weights), not at its deadline or its own end
+    freeze: list[str] = field(default_factory=list)  # E15's groups trained from that step (`freeze_run`)
+    freeze_steps: int | None = None   # their cap (analysis.freeze_steps) where the lease needs one
+
+    def __post_init__(self):
+        from ..analyses.interventions import GROUPS
+
+        bad = [g for g in self.freeze if g not in GROUPS]
+        if bad:
+            raise SliceError(f"slice {self.name}: freeze group {bad[0]!r} is not one of {', '.join(GROUPS)}")
+        if self.freeze and self.source_steps is None:
+            raise SliceError(f"slice {self.name}: E15's runs (freeze) need source_steps, the step they start from")
 
 
 def read_ledger(path: Path = LEDGER) -> dict:
@@ -94,10 +109,13 @@ def next_slice(ledger: dict, root: Path = LEDGER.parent) -> Slice | None:
 
 def slice_profile(ledger: dict, s: Slice) -> Profile:
     """The profile a slice trains and reads: the ledger's, at its precision, with the slice's
-    seeds (the first is the book's run), no E15, no training inside chapters."""
+    seeds (the first is the book's run), no E15 inside a chapter, no training inside chapters;
+    E15's cap where the slice sets one (its own runs, `Slice.freeze`, train before the chapters)."""
     p = load_profile(profile_path(ledger["profile"]))
+    cap = {"analysis.freeze_steps": s.freeze_steps} if s.freeze_steps is not None else {}
     return p.replace(**{"seed": s.seeds[0], "train.precision": ledger["precision"],
-                        "analysis.seeds": list(s.seeds), "analysis.freeze": False, "analysis.train_in_book": False})
+                        "analysis.seeds": list(s.seeds), "analysis.freeze": False, "analysis.train_in_book": False,
+                        **cap})
 
 
 def needed_s(ledger: dict, s: Slice) -> float:
@@ -140,19 +158,23 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     t0 = time.time()
     budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
     check_fits(ledger, s, budget)
+    profile = slice_profile(ledger, s)
+    if s.source_steps is not None and (s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps):
+        raise SliceError(f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
+                         f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})")
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    profile = slice_profile(ledger, s)
     ppath = out_dir / f"slice-{s.name}.yaml"
     write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
     deadline = t0 + train_seconds(s, budget)
     log = open(out_dir / TRAIN_LOG, "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline)],
+    e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
+    proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline), e15],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
              "profile": str(ppath),
-             "chapters": s.chapters, "seeds": s.seeds, "git": _git()}
+             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": _git()}
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
           f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
@@ -160,19 +182,37 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     return state
 
 
-def train_slice(profile_file: Path, out_dir: Path, deadline: float) -> None:
+def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps: int | None = None,
+                freeze: tuple[str, ...] = ()) -> None:
     """The detached trainer: the slice's seeds one after the other under one deadline; the
-    book's run (the first seed) trains toward its last step, the others stop
-    `analysis.after_drop` steps after their drop (`mclib.core.train.seed_jobs`)."""
-    from ..core.runs import default_run_dir
-    from ..core.train import _seed_stop, seed_jobs, train
+    book's run (the first seed) trains toward its last step, or stops at `source_steps`
+    where given; the others stop `analysis.after_drop` steps after their drop
+    (`mclib.core.train.seed_jobs`). Then E15's runs of the groups in `freeze`, one after
+    the other, from the book's run's checkpoint at `source_steps`
+    (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline)."""
+    from ..analyses.freezing import freeze_run
+    from ..core.runs import default_run_dir, run_end, saved_steps
+    from ..core.train import _seed_stop, seed_jobs, stop_at_step, train
 
     profile = load_profile(profile_file)
-    for job_profile, run_dir, after in seed_jobs(profile, default_run_dir(profile, Path(out_dir) / "runs")):
+    book_run = default_run_dir(profile, Path(out_dir) / "runs")
+    for job_profile, run_dir, after in seed_jobs(profile, book_run):
         if time.time() >= deadline:
             break
-        train(job_profile, run_dir, progress=False, stop=_seed_stop(job_profile, after),
-              newest_only=after is not None, deadline=deadline)
+        stop = stop_at_step(source_steps) if run_dir == book_run and source_steps is not None else \
+            _seed_stop(job_profile, after)
+        train(job_profile, run_dir, progress=False, stop=stop, newest_only=after is not None, deadline=deadline)
+    if not freeze:
+        return
+    reached = run_end(book_run).step if saved_steps(book_run) else 0
+    if reached != source_steps:  # cut by the deadline first: E15 would start from other weights than planned
+        print(f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started",
+              flush=True)
+        return
+    for group in freeze:
+        if time.time() >= deadline:
+            break
+        freeze_run(profile, book_run, group, source_step=source_steps, deadline=deadline)
 
 
 def _alive(pid: int) -> bool:
@@ -246,7 +286,8 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                   "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
                   "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
                   "chapters_not_run": skipped,
-                  "ends": _ends(out_dir, profile, state["seeds"])}
+                  "ends": _ends(out_dir, profile, state["seeds"]),
+                  "freeze_ends": _freeze_ends(out_dir, profile, state.get("freeze", []))}
         (folder / STATE).write_text(json.dumps(record, indent=1))
         dest.mkdir(parents=True, exist_ok=True)
         path = dest / RESULTS_TGZ
@@ -272,6 +313,21 @@ def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
         run = out_dir / "runs" / run_name(profile.name, seed)
         ends[str(seed)] = run_end(run).__dict__ if saved_steps(run) else None
     return ends
+
+
+def _freeze_ends(out_dir: Path, profile: Profile, groups: list[str]) -> dict:
+    """{group: how its E15 run ended (`mclib.analyses.freezing.freeze_end`, as a dict)} for
+    the slice's E15 runs; None for a group that saved nothing."""
+    from dataclasses import asdict
+
+    from ..analyses.freezing import freeze_ends
+    from ..core.runs import run_name, saved_steps
+
+    if not groups:
+        return {}
+    run = out_dir / "runs" / run_name(profile.name, profile.seed)
+    ends = freeze_ends(profile, run, tuple(groups)) if saved_steps(run) else {}
+    return {g: asdict(ends[g]) if g in ends and ends[g].steps else None for g in groups}
 
 
 def _pack(folder: Path, path: Path) -> list[str]:
@@ -352,4 +408,6 @@ def _git() -> str:
 
 
 if __name__ == "__main__":  # the detached trainer `start` launches
-    train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
+    e15 = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), e15.get("source_steps"),
+                tuple(e15.get("freeze") or ()))

@@ -495,6 +495,14 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
     bar.close()
 
 
+def stop_at_step(step: int) -> Callable[[list[dict]], bool]:
+    """A `stop` for `train`: true once the run has reached `step` (it is asked at every log
+    flush, so a multiple of `train.log_every` ends the run exactly there)."""
+    def stop(rows: list[dict]) -> bool:
+        return rows[-1]["step"] >= step
+    return stop
+
+
 def stop_after_drop(rank: int, after: int, column: str = "L_mask") -> Callable[[list[dict]], bool]:
     """A `stop` for `train`: true once the run is `after` steps past its drop
     (`mclib.core.metrics.find_drop` in `column`); a run that never drops trains to its last step."""
