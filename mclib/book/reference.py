@@ -129,9 +129,14 @@ def _slice_folders(folder: Path, name: str) -> list[Path]:
     return list(done(folder.parent, name).values()) or [folder]
 
 
+def _slice_record(folder: Path) -> dict:
+    """A slice's slice.json (`slices.record`); {} for a folder that is not a slice."""
+    from . import slices
+    return slices.record(folder) if (folder / slices.STATE).is_file() else {}
+
+
 def _slice_name(folder: Path) -> str | None:
-    path = folder / "slice.json"
-    return json.loads(path.read_text()).get("slice") if path.is_file() else None
+    return _slice_record(folder).get("slice")
 
 
 def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
@@ -234,9 +239,8 @@ def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None
 
     runs, ends, source = {}, {}, None
     for f in _slice_folders(folder, name):
-        record = json.loads((f / "slice.json").read_text()) if (f / "slice.json").is_file() else {}
         run = f / "runs" / run_name(name, 1)
-        for group, end in (record.get("freeze_ends") or {}).items():
+        for group, end in (_slice_record(f).get("freeze_ends") or {}).items():
             if end and group not in runs and _has_metrics(freeze_dir(run, group)):
                 runs[group], ends[group] = freeze_dir(run, group), FreezeEnd(**end)
                 source = source or run
@@ -284,10 +288,11 @@ def rows(folder: Path, name: str = "paper") -> list[dict]:
     where no chapter completed, E1's rows from the training curve (`training_rows`); then
     E15's rows from E15's slices (`freeze_rows`)."""
     recorded: dict = {}
-    for f in _slice_folders(folder, name):
+    folders = _slice_folders(folder, name)
+    for f in folders:
         for r in scorecard.load(f / "runs" / run_name(name, 1)):
             recorded.setdefault((r["id"], r["quantity"]), r)
-    book_run = next((f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder)
+    book_run = next((f for f in folders if _has_metrics(f / "runs" / run_name(name, 1))), folder)
     return (list(recorded.values()) or training_rows(book_run, name)) + freeze_rows(folder, name)
 
 
