@@ -1,19 +1,27 @@
-import pytest
-import torch
+"""Fixtures shared by the test modules. The library is imported inside the fixtures, not
+here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts without loading
+torch and transformers; the workers import them with their first test module."""
+import os
 
-from mclib.__main__ import main
-from mclib.core.config import load_profile, profile_path
-from mclib.core.train import train
+import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `python -m pytest -m "not slow" -n 2`: two workers on two cores, each on one thread (and
+    # every process a test starts too), so that they do not fight for the cores.
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
 
 
 @pytest.fixture(scope="session")
 def smoke_profile():
+    from mclib.core.config import load_profile, profile_path
     return load_profile(profile_path("smoke"))
 
 
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory, smoke_profile):
     """A trained smoke run (seconds): checkpoints at the profile's pre/transition/post steps."""
+    from mclib.core.train import train
     run_dir = tmp_path_factory.mktemp("smoke_run")
     train(smoke_profile, run_dir, progress=False)
     return run_dir
@@ -30,6 +38,7 @@ def short(smoke_profile):
 @pytest.fixture(scope="module")
 def whole(short, tmp_path_factory):
     """`short` trained straight through, once per test module (tests copy it before changing it)."""
+    from mclib.core.train import train
     return train(short, tmp_path_factory.mktemp("whole"), progress=False)
 
 
@@ -43,6 +52,7 @@ def ch(smoke_run, smoke_profile):
 
 @pytest.fixture
 def gen():
+    import torch
     return torch.Generator().manual_seed(0)
 
 
@@ -50,6 +60,7 @@ def gen():
 def built(tmp_path_factory):
     """The smoke book, built once for the session (tests/test_book.py, test_book_browser.py):
     OUT/book/_executed/, OUT/_build/html/, OUT/runs/smoke-seed1/."""
+    from mclib.__main__ import main
     out = tmp_path_factory.mktemp("book")
     assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
     return out

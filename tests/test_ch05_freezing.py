@@ -1,6 +1,7 @@
 """Chapter 05_freezing's module (mclib/book/ch05_freezing.py): E15's closing sentences
 and scorecard rows in every branch, how long a run may train, what ended each run, and
 the glue the page uses."""
+import dataclasses
 import shutil
 from types import SimpleNamespace
 
@@ -48,6 +49,11 @@ def test_freeze_sentences(tmp_path):
     assert "paper: no plateau" in rows[1]["reading"] and "a plateau when above 1" in rows[1]["reading"]
     assert [_verdict(tmp_path, r) for r in rows] == ["same direction"] * 8 + ["same order"]
     assert glue["recover_text"] == "The attention, mlp, positional and token runs ended within 2x of the main run's final L_mask."
+    assert "where it was stopped" not in rows[4]["reading"]  # the main run ended by its rule: no step to name
+    stopped = dataclasses.replace(MAIN, stopped=16000)       # E15's slices: the main run stopped at their source step
+    _, at = C.freeze_readings(table, _ends(), stopped)
+    assert "against the main run's 0.01 ± 0.0001 at step 16,000, where it was stopped" in at[4]["reading"]
+    assert [r["ours"] for r in at] == [r["ours"] for r in rows]
     # the token run sits on the copying level for 600 steps before a fall of 100: a plateau, unlike the paper's
     _, rows = C.freeze_readings(_table([500, 40, 900, 660], plateaus=[450, 0, 850, 600]), _ends(), MAIN)
     assert _verdict(tmp_path, rows[3]) == "differs"

@@ -7,7 +7,7 @@ import pytest
 from mclib.core import paper
 
 from mclib.core.config import (Analysis, Checkpoints, ConfigError, DataConfig, ModelConfig, Profile, TrainConfig,
-                          REMOVED, REMOVED_RUNNING, deviations, load_profile, profile_from_dict, profile_from_saved, profile_path)
+                          REMOVED, REMOVED_RUNNING, deviations, load_profile, parse_yaml, profile_from_dict, profile_from_saved, profile_path)
 
 
 SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
@@ -260,6 +260,20 @@ def test_malformed_yaml_is_one_line_naming_the_file(tmp_path):
     path = tmp_path / "broken.yaml"
     message = _load_error(path, "data: {n: 7\nmodel: [\n")
     assert message.startswith(f"profile file {str(path)!r} is not valid YAML: ") and "\n" not in message
+
+
+def test_parse_yaml_reads_every_yaml_file_of_the_repository_as_safe_load_does():
+    """parse_yaml takes libyaml's parser where PyYAML has it; the values must be safe_load's,
+    down to the type (1 vs 1.0 vs "1", dates, None)."""
+    import yaml
+
+    root = profile_path("paper").parents[1]
+    files = [p for d in ("params", "results", "sweeps", ".") for p in sorted((root / d).glob("*.y*ml"))]
+    assert len(files) > 20
+    for path in files:
+        text = path.read_text()
+        expected, got = yaml.safe_load(text), parse_yaml(text)
+        assert got == expected and repr(got) == repr(expected), path
 
 
 def test_a_missing_file_is_named(tmp_path):

@@ -14,8 +14,9 @@ from mclib.__main__ import main
 from mclib.book import export
 from mclib.core.runs import export_dir, load_metrics, run_profile
 
-pytest.importorskip("tensorboard", reason="the extra 'track' (in the test extra) is not installed")
-pytest.importorskip("wandb", reason="the extra 'track' (in the test extra) is not installed")
+# found, not imported: wandb takes a second to import, and only the slow test needs it
+pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("tensorboard", "wandb")),
+                                reason="the extra 'track' (in the test extra) is not installed")
 
 
 def _expected(run_dir) -> dict[str, pd.Series]:
@@ -49,6 +50,7 @@ def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
     assert not list(tmp_path.glob(".tmp-*"))
 
 
+@pytest.mark.slow  # wandb's reader runs in a process of its own
 def test_wandb_offline_run_holds_metrics_csv(smoke_run, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "online")     # the export is offline whatever the environment says
     monkeypatch.setenv("WANDB_API_KEY", "")

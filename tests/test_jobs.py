@@ -102,7 +102,7 @@ def test_unreachable_scheduler_is_one_line_naming_it_within_the_timeout():
     address = f"tcp://127.0.0.1:{free_port()}"  # nothing listens there
     start = time.monotonic()
     with pytest.raises(ClusterError) as e:
-        with cluster(address, connect_timeout=2):
+        with cluster(address, connect_timeout=1):
             pass
     assert time.monotonic() - start < 10
     assert address in str(e.value) and "\n" not in str(e.value)
@@ -295,8 +295,8 @@ def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
             Client(lc, set_as_default=False) as client:
         assert jobs.slots(client) == 2
-        busy = client.submit(_sleep_then_time, 3.0, pure=False)  # 2 s more than the three jobs need: no race
-        futures = jobs.submit_when_free(client, _sleep_then_time, [(0.3,), (0.3,), (0.3,)], busy=[busy], poll=0.05)
+        busy = client.submit(_sleep_then_time, 1.5, pure=False)  # 0.9 s more than the three jobs need: no race
+        futures = jobs.submit_when_free(client, _sleep_then_time, [(0.2,), (0.2,), (0.2,)], busy=[busy], poll=0.05)
         ends = jobs.results(futures)
         busy_end = busy.result()
     assert len(handed) == 3 and handed == sorted(handed)
@@ -539,7 +539,7 @@ def test_sweep_runs_start_in_the_sweeps_order_not_by_name(tmp_path, monkeypatch)
     def fake_run(run):
         with open(log, "a") as f:
             f.write(run.label + "\n")
-        time.sleep(0.3)  # every run is queued while the first one runs
+        time.sleep(0.1)  # every run is queued while the first one runs
         return {"setting": run.setting, "seed": run.seed, "sweep": run.sweep}
 
     monkeypatch.setattr(sweep, "train_sweep_run", fake_run)

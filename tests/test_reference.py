@@ -170,7 +170,7 @@ def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_boo
     for name, date, recorded, e15 in plan:
         out = tmp_path / f"out-{name}"
         run = out / "runs" / "paper-seed1"
-        _paper_run(run, level_after=0.05)
+        _paper_run(run, level_after=0.05, ended="stopped" if e15 else "converged")  # E15's: at its source_steps
         if recorded:
             (run / SCORECARD).write_text(json.dumps(recorded))
         record = {"slice": name, "profile": "paper", "device": "GPU", "date": date, "git": "abc", "precision": "tf32",
@@ -200,7 +200,10 @@ def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_boo
     assert e15_rows[order]["verdict"] == "n/a"  # two groups of four: the order waits for the others
     assert e15_rows[order]["na"] == "the attention and positional runs not in yet: the order needs all four"
     assert e15_rows["plateau / fall, token re-initialised"]["verdict"] == "n/a"       # it did not drop
-    assert e15_rows["final L_mask / the main run's, mlp re-initialised"]["ours"] == pytest.approx(1.0, rel=0.05)
+    recovery = e15_rows["final L_mask / the main run's, mlp re-initialised"]
+    assert recovery["ours"] == pytest.approx(1.0, rel=0.05)
+    assert "against the main run's" in recovery["reading"]  # its level where the slice stopped it, named
+    assert "at step 6,000, where it was stopped so that the runs start from its weights there" in recovery["reading"]
     status = reference.status(folder)
     assert "ran in 4 slices on GPU leases" in status and "slice D on GPU on 2026-12-02" in status
     assert "slice E15-mlp on GPU on 2026-12-03 (torch" in status

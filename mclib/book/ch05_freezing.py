@@ -45,11 +45,15 @@ LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")
 class MainRun:
     """What E15's runs are measured against: the main run's drop step (None: none), its
     final L_mask with its standard error over the convergence rule's window
-    (`final_level`), and the cap of an E15 run (`freeze_steps`)."""
+    (`final_level`), the cap of an E15 run (`freeze_steps`), and where the main run was
+    stopped before its own end (E15's slices at the paper's setting stop it at their
+    `source_steps`: its final level is read there, and the readings say so); None when it
+    ended by its own rule."""
     drop: int | None
     final: float
     final_se: float
     cap: int
+    stopped: int | None = None
 
 
 def main_run(ch: Chapter) -> MainRun:
@@ -195,7 +199,10 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
         se = recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final) if ok else None
         recovery_rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", recovery,
                                    f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
-                                   f"against the main run's {main.final:.3g} ± {main.final_se:.2g}; it recovers when "
+                                   f"against the main run's {main.final:.3g} ± {main.final_se:.2g}"
+                                   + (f" at step {main.stopped:,}, where it was stopped so that the runs start from "
+                                      "its weights there" if main.stopped is not None else "")
+                                   + f"; it recovers when "
                                    f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
                                    "but gives no final level: the main run's is the yardstick)",
                                    kind="direction", reference=SETTLE, sense="below", se=se))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ..core.config import parse_yaml
 from . import slices
 
 PART = Path("book") / "_executed" / "paper"
@@ -144,7 +145,7 @@ def toc(out: Path, pages: list[Path], executed: list[str]) -> Path:
     toc entries), then the part: its first page, its chapters as sections."""
     from .runner import REPO
 
-    book = yaml.safe_load((REPO / "_toc.yml").read_text())
+    book = parse_yaml((REPO / "_toc.yml").read_text())
     book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
     part = {"file": (PART / "index").as_posix()}
     if pages[1:]:

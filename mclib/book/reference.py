@@ -267,7 +267,8 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     trained seed 1 to a fixed step, then one group's run from it: `mclib.book.slices`),
     computed here from their merged metrics and how each run ended (slice.json's
     `freeze_ends`), by chapter 05's own rules (`ch05_freezing.freeze_readings`), each with its
-    verdict. The yardstick is the seed 1 the runs started from (the first E15 slice's). The
+    verdict. The yardstick is the seed 1 the runs started from (the first E15 slice's), its
+    final level read where the slice stopped it (the readings name that step). The
     order of the drops reads n/a until all four groups are in. [] when none is done."""
     from ..analyses.freezing import freeze_steps, freeze_summary
     from ..core.metrics import final_level
@@ -276,8 +277,12 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     runs, ends, source = e15_runs(folder, name)
     if not runs:
         return []
-    cfg, main = run_profile(source), read_metrics(source)
-    yardstick = MainRun(find_drop(main, rank=cfg.data.rank), *final_level(main, cfg.train.patience), freeze_steps(cfg))
+    cfg, end, main = run_profile(source), _end(source), read_metrics(source)
+    if end is not None:
+        main = main[main["step"] <= end.step]
+    stopped = end.step if end is not None and end.ended in ("stopped", "cut") else None
+    yardstick = MainRun(find_drop(main, rank=cfg.data.rank), *final_level(main, cfg.train.patience), freeze_steps(cfg),
+                        stopped=stopped)
     _, found = freeze_readings(freeze_summary(runs, cfg, read=read_metrics), ends, yardstick)  # the order: n/a
     return [{**r, "verdict": scorecard.row_verdict(r)} for r in found]
 

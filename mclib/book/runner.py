@@ -46,7 +46,7 @@ from pathlib import Path
 import yaml
 
 from . import scorecard
-from ..core.config import ConfigError, load_profile, profile_path
+from ..core.config import ConfigError, load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
 from ..core.runs import default_run_dir
 
@@ -88,7 +88,7 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
                 yield from files(v)
 
     out = []
-    for f in files(yaml.safe_load(toc.read_text())):
+    for f in files(parse_yaml(toc.read_text())):
         if Path(f).parent == EXECUTED:
             template = REPO / "book" / f"{Path(f).name}.ipynb"
             if not template.is_file():

@@ -343,6 +343,16 @@ def profile_from_saved(raw: Any) -> Profile:
     return profile_from_dict(raw)
 
 
+# PyYAML's C parser (libyaml) where the installed wheel has it: the same safe constructor
+# builds the same values, about ten times sooner than the pure-Python scanner.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str) -> Any:
+    """`yaml.safe_load(text)`, parsed by libyaml where PyYAML was built with it."""
+    return yaml.load(text, Loader=_SAFE_LOADER)
+
+
 def read_yaml(path: str | Path, what: str, error: type[Exception] = ConfigError) -> Any:
     """The parsed YAML file at `path`; a missing file or bad YAML raises `error` with one
     line naming it ("{what} file 'x.yaml' does not exist")."""
@@ -350,7 +360,7 @@ def read_yaml(path: str | Path, what: str, error: type[Exception] = ConfigError)
     if not path.is_file():
         raise error(f"{what} file {str(path)!r} does not exist")
     try:
-        return yaml.safe_load(path.read_text())
+        return parse_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise error(f"{what} file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
 

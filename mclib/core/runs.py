@@ -59,7 +59,7 @@ import yaml
 from safetensors import SafetensorError, safe_open
 from transformers.utils import CONFIG_NAME
 
-from .config import RUNNING, Checkpoints, ConfigError, Profile, profile_from_saved
+from .config import RUNNING, Checkpoints, ConfigError, Profile, parse_yaml, profile_from_saved
 from .data import copy_level
 from .metrics import DROP_COLUMN, SLOPE_BLOCKS, converged, end_slope, find_drop
 from .model import MatrixBert, load_model
@@ -313,7 +313,7 @@ def run_profile(run_dir: str | Path) -> Profile:
     """The profile a run folder was started with (its profile.yaml; one written before a
     lever was removed loads while it holds that lever off: `mclib.core.config.REMOVED`,
     `REMOVED_RUNNING`)."""
-    return profile_from_saved(yaml.safe_load((Path(run_dir) / PROFILE).read_text()))
+    return profile_from_saved(parse_yaml((Path(run_dir) / PROFILE).read_text()))
 
 
 def rows_curve(rows: list[dict]) -> pd.DataFrame:
