@@ -134,9 +134,9 @@ def fast_tier(repeat: int) -> None:
             start = time.perf_counter()
             codes[name].add(subprocess.run(cmd, cwd=ROOT, capture_output=True).returncode)
             times[name].append(time.perf_counter() - start)
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               "unknown CPU")
-    print(f"fast tier on {cpu}, {len(os.sched_getaffinity(0))} cores:\n")
+    from train_step import cpu_model  # benchmarks/train_step.py, next to this file
+
+    print(f"fast tier on {cpu_model()}, {len(os.sched_getaffinity(0))} cores:\n")
     print("| command | runs (s) | median (s) | exit codes |\n|---|---|---|---|")
     for name in commands:
         runs = ", ".join(f"{t:.1f}" for t in times[name])

@@ -30,6 +30,7 @@ import pandas as pd
 from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
 from ..analyses.sharpness import ABRUPT, BAND, SETTLE
+from ..core.config import Profile
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
@@ -57,8 +58,14 @@ class MainRun:
 
 
 def main_run(ch: Chapter) -> MainRun:
-    ran = ch.metrics[ch.metrics["step"] <= ch.end.step]
-    return MainRun(ch.drop, *final_level(ran, ch.cfg.train.patience), freeze_steps(ch.cfg))
+    return main_run_from(ch.metrics[ch.metrics["step"] <= ch.end.step], ch.cfg, ch.drop)
+
+
+def main_run_from(ran: pd.DataFrame, cfg: Profile, drop: int | None, stopped: int | None = None) -> MainRun:
+    """The yardstick from the main run's metrics up to where it ended (`ran`), its drop, and
+    where it was stopped, if it was (`MainRun`): the one recipe for this chapter and for E15's
+    rows at the paper's setting (`mclib.book.reference.freeze_rows`)."""
+    return MainRun(drop, *final_level(ran, cfg.train.patience), freeze_steps(cfg), stopped)
 
 
 def freeze_runs_of(ch: Chapter) -> dict[str, Path]:

@@ -270,19 +270,18 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     verdict. The yardstick is the seed 1 the runs started from (the first E15 slice's), its
     final level read where the slice stopped it (the readings name that step). The
     order of the drops reads n/a until all four groups are in. [] when none is done."""
-    from ..analyses.freezing import freeze_steps, freeze_summary
-    from ..core.metrics import final_level
-    from .ch05_freezing import MainRun, freeze_readings
+    from ..analyses.freezing import freeze_summary
+    from .ch05_freezing import freeze_readings, main_run_from
 
     runs, ends, source = e15_runs(folder, name)
     if not runs:
         return []
     cfg, end, main = run_profile(source), _end(source), read_metrics(source)
+    stopped = None
     if end is not None:
         main = main[main["step"] <= end.step]
-    stopped = end.step if end is not None and end.ended in ("stopped", "cut") else None
-    yardstick = MainRun(find_drop(main, rank=cfg.data.rank), *final_level(main, cfg.train.patience), freeze_steps(cfg),
-                        stopped=stopped)
+        stopped = end.step if end.ended in ("stopped", "cut") else None
+    yardstick = main_run_from(main, cfg, find_drop(main, rank=cfg.data.rank), stopped)
     _, found = freeze_readings(freeze_summary(runs, cfg, read=read_metrics), ends, yardstick)  # the order: n/a
     return [{**r, "verdict": scorecard.row_verdict(r)} for r in found]
 
