@@ -29,13 +29,15 @@ def test_auto_device_is_resolved_once_and_recorded(tmp_path, smoke_profile):
     assert recorded == with_device(auto).train.device and recorded != "auto"
 
 
-def test_precision_a_device_cannot_do_is_refused_in_one_line():
-    with pytest.raises(ConfigError, match=r"^train.precision = 'tf32' needs a CUDA device") as e:
-        check_precision(torch.device("cpu"), "tf32")
-    assert "\n" not in str(e.value)
-    with pytest.raises(ConfigError, match="train.precision = 'fp16' is not one of"):
+def test_a_precision_that_does_not_exist_is_refused_in_one_line_and_tf32_off_a_gpu_is_emulated(capsys):
+    with pytest.raises(ConfigError, match="train.precision = 'fp16' is not one of") as e:
         set_precision(torch.device("cpu"), "fp16")
-    check_precision(torch.device("cpu"), "fp32")  # fine
+    assert "\n" not in str(e.value)
+    check_precision(torch.device("cpu"), "fp32")  # fine, and silent
+    assert capsys.readouterr().err == ""
+    check_precision(torch.device("cpu"), "tf32")  # mclib.core.tf32, said in one line
+    err = capsys.readouterr().err
+    assert "TF32 products emulated" in err and err.count("\n") == 1
 
 
 def test_bf16_on_a_cpu_without_bf16_units_is_said(monkeypatch, capsys):

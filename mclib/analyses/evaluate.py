@@ -116,10 +116,10 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     (50-step mean) `k` steps after the drop for each k in `after` (NaN where the run
     stopped sooner), and the last checkpoint's L_mask on `n_matrices` fresh matrices,
     the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
-    under bf16 autocast, which tells a model that is worse from a forward pass that is
-    less precise)."""
+    under bf16 autocast; "tf32": TF32 products, emulated off a GPU; which tells a model
+    that is worse from a forward pass that is less precise)."""
     from ..core.metrics import find_drop, plateau_stats, window_mean
-    from ..core.train import autocast
+    from ..core.train import autocast, emulated_tf32
     from ..core.runs import load_checkpoint, load_metrics, run_profile, saved_steps
 
     rows = {}
@@ -140,7 +140,8 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
         row["checkpoint_step"] = step
         batch = sample_eval_batch(profile.data, n_matrices, seed)
         for precision in precisions:
-            with autocast(next(model.parameters()).device, precision):  # the forward pass only
+            device = next(model.parameters()).device
+            with autocast(device, precision), emulated_tf32(device, precision):  # the forward pass only
                 pred = predict(model, batch)
             row[f"checkpoint_L_mask_{precision}"] = losses(pred, batch.x, batch.mask)["L_mask"].item()
         rows[label] = row

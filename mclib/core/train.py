@@ -87,13 +87,14 @@ def cpu_has_bf16() -> bool:
 
 
 def check_precision(device: torch.device, precision: str) -> None:
-    """A precision the device cannot do: tf32 off CUDA is a one-line `ConfigError`; bf16
-    on a CPU without bf16 units runs emulated, said in one line on stderr."""
+    """A precision the device does not have runs emulated, said in one line on stderr: tf32
+    off CUDA (`mclib.core.tf32`: the GPU's TF32 products, for studies of what TF32 changes),
+    bf16 on a CPU without bf16 units. A precision that does not exist is a `ConfigError`."""
     if precision not in PRECISIONS:
         raise ConfigError(f"train.precision = {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision == "tf32" and device.type != "cuda":
-        raise ConfigError(f"train.precision = 'tf32' needs a CUDA device (TF32 is a GPU tensor-core format); "
-                          f"this run is on {device.type}: use fp32 or bf16")
+        print(f"mclib: train.precision = 'tf32' on {device.type}: TF32 products emulated (mclib.core.tf32), "
+              "eagerly and slower than fp32", file=sys.stderr)
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
         print("mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
               "torch emulates it, slower than fp32", file=sys.stderr)
@@ -117,6 +118,15 @@ def autocast(device: torch.device, precision: str):
         raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def emulated_tf32(device: torch.device, precision: str):
+    """Around a forward and its backward: tf32 off CUDA rounds the inputs of the GPU's
+    TF32 products (`mclib.core.tf32.EmulateTF32`); anything else, nothing."""
+    if precision == "tf32" and device.type != "cuda":
+        from .tf32 import EmulateTF32
+        return EmulateTF32()
     return contextlib.nullcontext()
 
 
@@ -169,10 +179,11 @@ def train_step(runs: list["_Run"]) -> torch.Tensor:
     for r in runs:
         batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
         r.opt.zero_grad(set_to_none=True)
-        with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
-            pred = r.forward(batch)            # forward: [batch, n, n]
-        ls = run_losses(pred[None], batch.x[None], batch.mask[None])[0]  # loss: L, L_obs, L_mask, mask value
-        ls[0].backward()                       # backward: the gradient of L
+        with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
+            with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
+                pred = r.forward(batch)            # forward: [batch, n, n]
+            ls = run_losses(pred[None], batch.x[None], batch.mask[None])[0]  # loss: L, L_obs, L_mask, mask value
+            ls[0].backward()                       # backward: the gradient of L
         if r.t.grad_clip:                      # clip: the global gradient norm, at most grad_clip
             torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
         r.step += 1
@@ -343,7 +354,12 @@ class _Run:
         self.model.train()
         self.opt = make_optimizer(self.model, self.t, self.device,
                                   self.state["optimizer"] if self.state is not None else None)
-        self.compiled = torch.compile(self.model) if self.t.compile else self.model
+        self.compiled = torch.compile(self.model) if self.t.compile and not self.emulates_tf32() else self.model
+
+    def emulates_tf32(self) -> bool:
+        """TF32 emulated (tf32 off CUDA): compiled code would bypass the emulation, so the
+        model runs eagerly, said once in `check_precision`'s line."""
+        return self.t.precision == "tf32" and self.device.type != "cuda"
 
     def forward(self, batch: Batch) -> torch.Tensor:
         """`predict` through the compiled model; a compile that cannot run here (no C++
@@ -362,7 +378,7 @@ class _Run:
     def evaluate(self) -> torch.Tensor:
         """`[4]` losses of the (uncompiled) model on a fresh eval batch, in eval mode."""
         batch = self.eval_batch()
-        with eval_mode(self.model):
+        with eval_mode(self.model), emulated_tf32(self.device, self.t.precision):  # as a GPU in TF32 evaluates
             pred = predict(self.model, batch)
         return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 

@@ -1,0 +1,59 @@
+"""Does a training precision change the science? Two arms of the same profile (a reference
+precision and another), several seeds each, compared measure by measure.
+
+`compare_runs` (mclib.analyses.evaluate) gives one row per run: the drop, the plateau, L_mask
+k steps after the drop, the final level. `arm_spread` sets the arms side by side: per measure
+each arm's seed mean with its standard error, the reference's seed range, the ratio of means
+with its error, and whether the other arm's mean lies inside the reference's seed range
+(the verdict a precision must pass before a profile may train in it: docs/performance.md).
+"""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+MEASURES = ("drop", "plateau_L_mask", "L_mask_drop+500", "L_mask_drop+1000", "L_mask_drop+2000",
+            "L_mask_drop+4000", "final_L_mask")
+
+
+def arm_spread(table: pd.DataFrame, arm: pd.Series, reference: str, other: str,
+               measures: tuple[str, ...] = MEASURES) -> pd.DataFrame:
+    """One row per measure of `table` (`compare_runs`' rows, one per run; `arm` names each
+    run's arm): n, mean, standard error (sd / sqrt(n)) and range of each arm's seeds; the
+    ratio other / reference of the means with its standard error (first-order: the two
+    relative errors in quadrature); and `inside`: the other arm's mean lies within the
+    reference's seed range (min..max). A measure some run lacks (NaN) counts only the runs
+    that have it; with fewer than two runs in an arm, `inside` is None (no spread to be in)."""
+    unknown = set(measures) - set(table.columns)
+    if unknown:
+        raise ValueError(f"arm_spread: the table has no column {sorted(unknown)[0]!r}")
+    rows = []
+    for name in measures:
+        row = {"measure": name}
+        stats = {}
+        for label in (reference, other):
+            v = table.loc[arm == label, name].dropna().astype(float)
+            n = len(v)
+            sd = float(v.std(ddof=1)) if n > 1 else math.nan
+            stats[label] = (float(v.mean()) if n else math.nan, sd / math.sqrt(n) if n > 1 else math.nan)
+            row.update({f"{label}_n": n, f"{label}_mean": stats[label][0], f"{label}_se": stats[label][1],
+                        f"{label}_min": float(v.min()) if n else math.nan,
+                        f"{label}_max": float(v.max()) if n else math.nan})
+        (m_ref, se_ref), (m_oth, se_oth) = stats[reference], stats[other]
+        ratio = m_oth / m_ref if m_ref else math.nan
+        row["ratio"] = ratio
+        row["ratio_se"] = abs(ratio) * math.hypot(se_ref / m_ref, se_oth / m_oth) if m_ref and m_oth else math.nan
+        enough = row[f"{reference}_n"] > 1 and row[f"{other}_n"] > 0
+        row["inside"] = bool(row[f"{reference}_min"] <= m_oth <= row[f"{reference}_max"]) if enough else None
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("measure")
+
+
+def verdict(spread: pd.DataFrame) -> str:
+    """"inside" when every measure's mean of the other arm lies inside the reference's seed
+    range, "outside" when any does not, "untested" when no measure could be judged."""
+    judged = [v for v in spread["inside"] if v is not None]
+    if not judged:
+        return "untested"
+    return "inside" if all(judged) else "outside"
