@@ -11,6 +11,31 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
 
+# Tolerances for comparing TWO DIFFERENT float32 paths through the same model: sdpa against
+# mclib's eager attention (any hook on a pattern or z switches to it), a forward in float64
+# by hand against the float32 model, compiled against eager, nnsight's ablation against
+# ours, one batch against chunks. They share every weight, but not the kernels or the
+# order of the sums (q·k over 8 dims, softmax and pattern·v over 49 keys, MLP over 32),
+# and x86 CPUs pick other kernels: MKL's and oneDNN's on an Intel Xeon with AMX are not
+# those on an AMD EPYC with AVX512. A last-bit difference (float32 eps 1.2e-7) grows
+# through each LayerNorm and softmax; how much depends on how large the logits are.
+# A computation that is the same on both sides is compared with torch.equal instead.
+#
+# The test models built with init_std 0.3-0.5 (sharp attention): predictions of O(1)
+# differed between the two paths by at most 3.0e-6 on the Intel machine that runs CI and by
+# 1e-5 on an AMD EPYC (sdpa vs eager); any intervention those tests check moves them by
+# more than 1e-2.
+TWO_PATHS = dict(rtol=0, atol=1e-4)
+# Models at BERT's init std 0.02 (the smoke checkpoints, tiny models with the default):
+# near-uniform attention, the paths differed by at most 4e-7 on the Intel machine. There a
+# head ablated, or the wrong head, moves predictions by only ~1e-4, so the tolerance stays
+# well below that.
+TWO_PATHS_SMALL = dict(rtol=0, atol=2e-5)
+# A loss (L_mask, a mean of squared errors over hundreds of entries) from two such paths:
+# relative differences of at most 2.5e-7 on the Intel machine; an intervention the tests
+# check moves it by more than 1e-3 relative.
+TWO_PATHS_REL = 1e-5
+
 
 @pytest.fixture(scope="session")
 def smoke_profile():

@@ -12,6 +12,7 @@ from mclib.core.data import make_batch
 from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import activation_patching, predict, sample_eval_batch
 from mclib.core.model import build_model
+from conftest import TWO_PATHS, TWO_PATHS_REL
 
 DATA = DataConfig(n=7, rank=2, p_mask=0.3)
 SEQ = 49
@@ -62,8 +63,9 @@ def batch():
 
 
 def test_the_hand_forward_is_the_model(model, batch):
-    # the reference itself: equal to the model with nothing switched on
-    assert torch.allclose(hand_forward(model, batch.tokens).float(), predict(model, batch), atol=1e-5)
+    # the reference itself: equal to the model with nothing switched on, up to float32 against
+    # float64 (two float paths, conftest)
+    torch.testing.assert_close(hand_forward(model, batch.tokens).float(), predict(model, batch), **TWO_PATHS)
 
 
 ABLATED = {(0, 1), (1, 0)}
@@ -83,7 +85,7 @@ def _replace(mode):
 def test_ablation_is_the_hand_forward_with_those_heads_replaced(model, batch, mode):
     ablated = predict(model, batch, hooks=ablation_hooks(model, ABLATED, mode))
     expected = hand_forward(model, batch.tokens, probs_of=_replace(mode)).float()
-    assert torch.allclose(ablated, expected, atol=1e-5)
+    torch.testing.assert_close(ablated, expected, **TWO_PATHS)  # float32 hooks vs float64 by hand (conftest)
     # and the replacement matters here: the plain forward is far from it
     assert (ablated - predict(model, batch)).abs().max() > 1e-2
 
@@ -118,7 +120,7 @@ def test_patching_is_the_hand_forward_on_minus_x_with_the_clean_z(model, layers,
     out = activation_patching(model, DATA, 16, seed=3, layers=layers)
     assert out == pytest.approx({"masked_vs_X": mse(clean.x, m), "masked_vs_negX": mse(-clean.x, m),
                                  "observed_vs_X": mse(clean.x, ~m), "observed_vs_negX": mse(-clean.x, ~m)},
-                                rel=1e-4)
+                                rel=TWO_PATHS_REL)  # float32 hooks vs float64 by hand (conftest)
 
 
 def test_patching_every_layer_gives_the_clean_output_at_masked_entries(model):
@@ -129,5 +131,6 @@ def test_patching_every_layer_gives_the_clean_output_at_masked_entries(model):
     plain = predict(model, clean)
     m = clean.mask
     out = activation_patching(model, DATA, 16, seed=3, layers="all")
-    assert out["masked_vs_X"] == pytest.approx(((plain - clean.x)[m] ** 2).mean().item(), rel=1e-5)
+    # patched (mclib's eager attention) against plain (sdpa): two float paths (conftest)
+    assert out["masked_vs_X"] == pytest.approx(((plain - clean.x)[m] ** 2).mean().item(), rel=TWO_PATHS_REL)
     assert out["observed_vs_X"] != pytest.approx(((plain - clean.x)[~m] ** 2).mean().item(), rel=1e-3)

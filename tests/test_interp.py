@@ -13,6 +13,7 @@ from mclib.core.hooks import hooks, run_with_cache
 from mclib.analyses.evaluate import predict, sample_eval_batch
 from mclib.core.metrics import losses
 from mclib.core.runs import checkpoint_dir, run_profile
+from conftest import TWO_PATHS, TWO_PATHS_REL, TWO_PATHS_SMALL
 
 pytest.importorskip("nnsight", reason="the extra 'interp' (in the test extra) is not installed")
 pytestmark = pytest.mark.filterwarnings("ignore:Module .* has a submodule named 'output'")
@@ -79,9 +80,12 @@ def test_a_head_ablated_in_nnsight_gives_mclib_s_l_mask(which, layer, head, requ
             "uniform": predict(model, batch, hooks=ablation_hooks(model, {(layer, head)}, mode="uniform"))}
     for mode, mine in ours.items():
         theirs = interp.nnsight_ablated(net, batch, layer, head, mode)
-        torch.testing.assert_close(theirs, mine, rtol=0, atol=1e-6)       # the same predictions, to float32
+        # the same predictions up to float32: "uniform" is a mean of the values there, 1/49 · pattern @ v
+        # here (two float paths, conftest; at init std 0.02 the smaller tolerance)
+        torch.testing.assert_close(theirs, mine, **(TWO_PATHS_SMALL if which == "loaded" else TWO_PATHS))
         l_mask = losses(mine, batch.x, batch.mask)["L_mask"].item()
-        assert interp.nnsight_ablated_l_mask(net, batch, layer, head, mode) == pytest.approx(l_mask, rel=1e-6, abs=0)
+        assert interp.nnsight_ablated_l_mask(net, batch, layer, head, mode) == pytest.approx(l_mask, rel=TWO_PATHS_REL,
+                                                                                              abs=0)
         moved = (mine - clean).abs().max().item()
         assert moved > 1e-5 if which == "loaded" else moved > 0.1, (mode, moved)   # the ablation does something
     if which == "sensitive":   # there the ablation moves L_mask far beyond the tolerance
