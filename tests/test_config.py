@@ -184,7 +184,7 @@ POSITIVE_INT = ["data.n", "data.rank", "model.layers", "model.heads", "model.hid
                 "analysis.regularised_matrices", "analysis.solver_matrices", "analysis.ood_matrices"]
 POSITIVE_FLOAT = ["model.init_std", "train.lr"]
 CHOICES = ["data.dist", "model.attention", "model.kind", "train.precision", "train.device", "train.until",
-           "checkpoints.place", "checkpoints.keep"]
+           "train.step", "checkpoints.place", "checkpoints.keep"]
 RANGE_CHECKS = (
     [(k, 0, f"{k} = 0 must be positive") for k in POSITIVE_INT]
     + [(k, -1, f"{k} = -1.0 must be positive") for k in POSITIVE_FLOAT]
@@ -373,7 +373,8 @@ def test_what_is_not_recipe_and_what_may_change_on_resume_come_from_one_list(tmp
     assert len(keys) >= 6
     for key in keys + ["steps"]:
         v = getattr(base.train, key)
-        new = 2 * base.train.save_every if key == "state_every" else other[type(v)](v)  # a multiple of save_every
+        new = (2 * base.train.save_every if key == "state_every"  # a multiple of save_every
+               else "cuda-graph" if key == "step" else other[type(v)](v))
         changed = base.replace(**{f"train.{key}": new})
         check_same_profile(tmp_path, changed)  # resumes
         assert [d["key"] for d in deviations(changed, base)] == ([] if key != "steps" else ["train.steps"])

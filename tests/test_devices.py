@@ -102,15 +102,12 @@ def test_a_run_started_on_another_device_type_resumes_here_identically(tmp_path,
 
 
 def test_a_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profile):
-    """`train_step` of two runs, each with fused Adam (what make_optimizer builds on CUDA) and
-    its gradient clipped, with their data copied in: no tensor is read to the host inside a
-    step (on CUDA each read would wait for the device). Sampling runs on the host by design
-    (CPU generators), so it happens before the reads are forbidden."""
-    p = smoke_profile.replace(**{"train.compile": False, "train.grad_clip": 0.5})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
-    for r in runs:  # fused Adam, as make_optimizer builds it on CUDA
-        r.opt = torch.optim.Adam([q for q in r.model.parameters() if q.requires_grad], lr=1e-3, fused=True)
-        r.opt.param_groups[0]["base_lr"] = 1e-3
+    """`train_step` of two runs, each with the capture-ready Adam make_optimizer builds on CUDA
+    (fused, capturable, the lr a tensor) and its gradient clipped, with their data copied in: no
+    tensor is read to the host inside a step (on CUDA each read would wait for the device).
+    Sampling runs on the host by design (CPU generators), so it happens before the reads are forbidden."""
+    p = smoke_profile.replace(**{"train.compile": False, "train.grad_clip": 0.5, "train.warmup": 5})
+    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu"), capture_ready=True) for s in (1, 2)]
     train_step(runs)  # Adam's state is created here
     # Adam's step counters: reading them is allowed (torch's fused Adam keeps them as tensors
     # beside the parameters and reads none of them on the host)

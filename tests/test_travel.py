@@ -1,5 +1,5 @@
 """What travels to a GPU lease (docs/gpu.md): the tracked tree plus the kit, at most 16 MiB
-today and at most 32 MiB once every slice's results are committed (each slice's budget,
+today and at most 40 MiB once every slice's results are committed (each slice's budget,
 `results_mib` in results/paper-slices.yaml). The device tool refuses a call over 64 MiB;
 these limits leave the results room to grow."""
 import importlib.util
@@ -10,7 +10,9 @@ from mclib.book import slices
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
-NOW_MIB, ALL_SLICES_MIB = 16, 32
+# 40 since 2026-11-27 (32 before): the slice A trained on the stacked path stays under results/ as the record of
+# that path beside the A that replaces it; a call still has 24 MiB of room under the device tool's 64.
+NOW_MIB, ALL_SLICES_MIB = 16, 40
 
 
 def tracked_mib(under: Path | None = None) -> float:
@@ -26,6 +28,17 @@ def kit_ceiling_mib() -> float:
     return module.KIT_MAX_MIB  # the script fails a kit above it (tests/test_wheelhouse.py builds one)
 
 
+def results_to_come(ledger: dict, have: dict) -> float:
+    """MiB the slices not done will add: a slice that joins others (seeds 2 and 3 in one lease) is
+    one way of doing them, so the larger of it and what they would add alone, not both."""
+    open_ = {s.name: s for s in ledger["slices"] if not slices.is_done(ledger, s, have)}
+    members = {m for s in ledger["slices"] for m in s.joins}
+    alone = sum(s.results_mib for n, s in open_.items() if n not in members and not s.joins)
+    joint = sum(max(s.results_mib, sum(open_[m].results_mib for m in s.joins if m in open_))
+                for s in open_.values() if s.joins)
+    return alone + joint
+
+
 def test_what_travels_fits_today_and_with_every_slice_committed():
     """16 MiB for the tree without the slices' results (the project itself) plus the kit; 32 MiB
     for everything once the slices still to come have added their budgets."""
@@ -33,7 +46,7 @@ def test_what_travels_fits_today_and_with_every_slice_committed():
     ledger = slices.read_ledger()
     done = slices.done(slices.LEDGER.parent, ledger["name"])
     results = sum(tracked_mib(folder) for folder in done.values())
-    to_come = sum(s.results_mib for s in ledger["slices"] if s.name not in done)
+    to_come = results_to_come(ledger, done)
     assert tree - results + kit <= NOW_MIB, (
         f"tracked {tree:.1f} MiB less the done slices' {results:.1f} + kit {kit:g} MiB is over {NOW_MIB} MiB")
     assert tree + kit + to_come <= ALL_SLICES_MIB, (

@@ -46,7 +46,12 @@ STATE = "slice.json"           # in the work folder: the slice in flight; in a r
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
 RETURN_MIB = 16                # the largest file a lease sends back
+STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
+STEP_TABLE_S = 3600            # older than this, a table is another lease's: not read
+TRAINED_STEPS = ("eager", "compile", "reduce-overhead", "cuda-graph")  # the table's variants a slice may train with
 COLLECT_S = 30                 # packing and the return, in a slice's time
+MEASURE_S = 125                # the kit (at most 15 s) and the step's measurement (at most 110 s) before a slice
+RETURN_S = 20                  # the results' way back, outside the slice (scripts/lease.sh: BUDGET_S = 900 - 120 - 20)
 
 
 class SliceError(ConfigError):
@@ -68,6 +73,12 @@ class Slice:
                                       # from the same weights), not at its deadline or its own end
     freeze: list[str] = field(default_factory=list)  # E15's groups trained from that step (`freeze_run`)
     freeze_steps: int | None = None   # their cap (analysis.freeze_steps) where the lease needs one
+    min_steps: int | None = None      # the book's run must reach this step within the slice's deadline at
+                                      # the step time measured in the lease, else another slice runs there
+    valid_from: str | None = None     # a result of this slice dated before (YYYY-MM-DD) trained on an earlier
+                                      # path: kept and shown until a newer one comes, but not done
+    joins: list[str] = field(default_factory=list)  # slices this one runs together in one lease: it is
+                                      # done when they all are, and they are done when it is
 
     def __post_init__(self):
         from ..analyses.interventions import GROUPS
@@ -95,16 +106,70 @@ def record(folder: Path) -> dict:
 
 
 def done(root: Path = LEDGER.parent, name: str = "paper") -> dict[str, Path]:
-    """{slice: result folder} of the slices done (a folder holding slice.json), the newest of each."""
-    out = {}
-    for path in sorted(root.glob(f"{name}-*/{STATE}")):
-        out[record(path.parent)["slice"]] = path.parent
-    return out
+    """{slice: result folder} of the slices done (a folder holding slice.json), the newest of
+    each by the date its slice.json records (the folder's name on a tie)."""
+    found = sorted(((record(path.parent).get("date", ""), path.parent.name, path.parent)
+                    for path in root.glob(f"{name}-*/{STATE}")), key=lambda t: t[:2])
+    return {record(folder)["slice"]: folder for _, _, folder in found}
 
 
-def next_slice(ledger: dict, root: Path = LEDGER.parent) -> Slice | None:
+def is_done(ledger: dict, s: Slice, have: dict[str, Path]) -> bool:
+    """Whether slice `s` needs no lease: a result of its own dated from its `valid_from` on,
+    a done slice that joins it, or (a joint slice) every slice it joins done."""
+    def own(x: Slice) -> bool:
+        return x.name in have and (x.valid_from is None or record(have[x.name]).get("date", "") >= x.valid_from)
+    by_name = {x.name: x for x in ledger["slices"]}
+    if own(s) or any(own(x) and s.name in x.joins for x in ledger["slices"]):
+        return True
+    return bool(s.joins) and all(n in by_name and own(by_name[n]) for n in s.joins)
+
+
+def steps_needed(s: Slice) -> int | None:
+    """The steps the slice's training must reach: its `min_steps`; for E15's slices the book's run
+    to `source_steps` and each group's run to its cap; else its `expected_steps`."""
+    if s.min_steps is not None:
+        return s.min_steps
+    if s.freeze and s.source_steps is not None and s.freeze_steps is not None:
+        return s.source_steps + len(s.freeze) * s.freeze_steps
+    return s.expected_steps
+
+
+def why_not(ledger: dict, s: Slice, budget_s: float, step_ms: float) -> str | None:
+    """Why slice `s` cannot run in a lease with `budget_s` left at `step_ms` a step (one
+    clause), or None where it fits: its time at its floor, and for a slice with a deadline,
+    the steps that deadline reaches against the steps it needs."""
+    need = needed_s({**ledger, "step_ms": step_ms}, s)
+    if s.train_s is not None and s.min_train_s is not None:
+        need -= s.train_s - s.min_train_s  # the deadline may shorten that far
+    if need > budget_s:
+        return (f"needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s at {step_ms:g} ms "
+                f"a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) but {budget_s:.0f} s are left")
+    steps = steps_needed(s)
+    if s.train_s is not None and steps is not None:
+        reach = int(train_seconds(s, budget_s) * 1000 / step_ms)
+        if reach < steps:
+            return (f"its deadline of {train_seconds(s, budget_s):.0f} s reaches about {reach:,} steps at "
+                    f"{step_ms:g} ms a step, short of the {steps:,} it needs")
+    return None
+
+
+def next_slice(ledger: dict, root: Path = LEDGER.parent, budget_s: float | None = None,
+               step_ms: float | None = None, say=None) -> Slice | None:
+    """The first slice of the ledger not done (`is_done`); with `budget_s`, the first that also
+    fits this lease at `step_ms` (default the ledger's) a step, each one passed over named in a
+    line through `say`. None when nothing is left (or nothing fits)."""
     have = done(root, ledger["name"])
-    return next((s for s in ledger["slices"] if s.name not in have), None)
+    for s in ledger["slices"]:
+        if is_done(ledger, s, have):
+            continue
+        if budget_s is None:
+            return s
+        reason = why_not(ledger, s, budget_s, step_ms if step_ms is not None else ledger["step_ms"])
+        if reason is None:
+            return s
+        if say is not None:
+            say(f"slice {s.name} passed over: {reason}")
+    return None
 
 
 def slice_profile(ledger: dict, s: Slice) -> Profile:
@@ -134,14 +199,52 @@ def train_seconds(s: Slice, budget_s: float) -> float:
     return min(s.train_s, max(fit, s.min_train_s if s.min_train_s is not None else s.train_s))
 
 
-def check_fits(ledger: dict, s: Slice, budget_s: float) -> None:
-    need = needed_s(ledger, s)
-    if s.train_s is not None and s.min_train_s is not None:
-        need -= s.train_s - s.min_train_s  # the deadline may shorten that far
-    if need > budget_s:
-        raise SliceError(f"slice {s.name} needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s "
-                         f"at {ledger['step_ms']} ms a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) "
-                         f"but {budget_s:.0f} s are left")
+def pick_step(table: Path, precision: str, device: str | None = None) -> tuple[str, str]:
+    """(train.step, one line saying which and why) from this lease's step table (benchmarks/lease_step.py):
+    the fastest variant at `precision` that passed its check against eager in that table; eager (the
+    reference every check compares with) where none did, where the table is missing, older than
+    STEP_TABLE_S or from another device (`device`: this machine's, where known), the line naming the
+    cause. A variant the table did not check is never picked."""
+    import pandas as pd
+
+    if not Path(table).is_file():
+        return "eager", f"training variant: eager (no step table at {table})"
+    t = pd.read_csv(table)
+    if t.empty or not {"variant", "passed", "ms_step", "precision", "time", "device"} <= set(t.columns):
+        return "eager", f"training variant: eager ({Path(table).name} is not a step table of this revision)"
+    if time.time() - float(t["time"].max()) > STEP_TABLE_S:
+        return "eager", f"training variant: eager ({Path(table).name} is from an earlier lease)"
+    if device is not None and not (t["device"] == device).all():
+        return "eager", f"training variant: eager ({Path(table).name} was measured on {t['device'].iloc[0]}, this is {device})"
+    ok = t[t["variant"].isin(TRAINED_STEPS) & (t["passed"].astype(str) == "True") & (t["precision"] == precision)
+           & t["ms_step"].notna()]
+    if ok.empty:
+        return "eager", f"training variant: eager (no variant at {precision} passed its check in {Path(table).name})"
+    best = ok.sort_values("ms_step").iloc[0]
+    eager = ok[ok["variant"] == "eager"]
+    than = f" (eager {eager['ms_step'].iloc[0]:.1f})" if len(eager) and best["variant"] != "eager" else ""
+    return best["variant"], (f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at {precision}, "
+                             f"{best['check']}")
+
+
+def measured_ms(table: Path, variant: str, precision: str) -> float | None:
+    """ms a step of `variant` at `precision` in this lease's step table (the one `pick_step` read),
+    or None where the table has no such row."""
+    import pandas as pd
+
+    if not Path(table).is_file():
+        return None
+    t = pd.read_csv(table)
+    if not {"variant", "precision", "ms_step"} <= set(t.columns):
+        return None
+    row = t[(t["variant"] == variant) & (t["precision"] == precision) & t["ms_step"].notna()]
+    return float(row["ms_step"].iloc[0]) if len(row) else None
+
+
+def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = None) -> None:
+    reason = why_not(ledger, s, budget_s, step_ms if step_ms is not None else ledger["step_ms"])
+    if reason is not None:
+        raise SliceError(f"slice {s.name} {reason}")
 
 
 # --- on the GPU machine --------------------------------------------------------------------
@@ -152,13 +255,22 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     lease keeps when this command returns), then hold this command `hold_s` seconds or until
     training ends. Returns the state written to OUT_DIR/slice.json."""
     ledger = read_ledger(ledger_path)
-    s = next_slice(ledger, ledger_path.parent)
-    if s is None:
+    if next_slice(ledger, ledger_path.parent) is None:
         raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
     t0 = time.time()
     budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
-    check_fits(ledger, s, budget)
-    profile = slice_profile(ledger, s)
+    # the plan follows this lease's own step: the variant that passed its check and its time, else the ledger's
+    table = Path(out_dir) / STEP_TABLE
+    variant, why = pick_step(table, ledger["precision"], _device_name())
+    measured = measured_ms(table, variant, ledger["precision"])
+    step_ms = measured if measured is not None else ledger["step_ms"]
+    print(f"lease: {why}; the plan reads {step_ms:g} ms a step "
+          f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})", flush=True)
+    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=lambda line: print(line, flush=True))
+    if s is None:
+        first = next_slice(ledger, ledger_path.parent)
+        raise SliceError(f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}")
+    profile = slice_profile(ledger, s).replace(**{"train.step": variant})
     if s.source_steps is not None and (s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps):
         raise SliceError(f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
                          f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})")
@@ -174,7 +286,8 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
              "profile": str(ppath),
-             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": _git()}
+             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": _git(),
+             "train_step": variant, "train_step_why": why}
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
           f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
@@ -286,6 +399,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                   "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
                   "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
                   "chapters_not_run": skipped,
+                  "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
                   "ends": _ends(out_dir, profile, state["seeds"]),
                   "freeze_ends": _freeze_ends(out_dir, profile, state.get("freeze", []))}
         (folder / STATE).write_text(json.dumps(record, indent=1))
@@ -359,7 +473,8 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     the ledger's next, another profile, or another revision than this checkout's is merged
     with a note printed (and kept in slice.json); files left out are named."""
     ledger = read_ledger(ledger_path)
-    expected = next_slice(ledger, root)  # before this one is filed
+    have = done(root, ledger["name"])  # before this one is filed
+    open_slices = [s.name for s in ledger["slices"] if not is_done(ledger, s, have)]
     with tarfile.open(tgz) as tar:
         member = next((m for m in tar.getmembers() if m.name.removeprefix("./") == STATE), None)
         if member is None:
@@ -370,15 +485,15 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     notes = []
     if record["profile"] != ledger["name"]:
         notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
-    if expected is None or record["slice"] != expected.name:
-        notes.append(f"slice {record['slice']}, the ledger's next was {expected.name if expected else 'none'}")
+    if record["slice"] not in open_slices:
+        notes.append(f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})")
     if record["git"].split("-")[0] != _git().split("-")[0]:
         notes.append(f"ran at revision {record['git']}, this checkout is {_git()}")
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
     if planned is not None and size > planned.results_mib:
         notes.append(f"{size:.1f} MiB under results/, over the slice's budget of {planned.results_mib:g} MiB "
-                     "(results_mib; what travels to a lease must stay under 32 MiB)")
+                     "(results_mib; what travels to a lease must stay under 40 MiB)")
     for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
         print(f"slice merge: note: {n}")
     record["merge_notes"] = notes
@@ -392,19 +507,36 @@ def status(ledger_path: Path = LEDGER) -> str:
     have = done(ledger_path.parent, ledger["name"])
     lines = []
     for s in ledger["slices"]:
-        if s.name in have:
-            r = record(have[s.name])
-            lines.append(f"{s.name}: done on {r['device']}, {r['date']}, revision {r['git']}, {r['precision']}")
+        r = record(have[s.name]) if s.name in have else None
+        ran = f"{r['device']}, {r['date']}, revision {r['git']}, {r['precision']}" if r else ""
+        if is_done(ledger, s, have):
+            lines.append(f"{s.name}: done" + (f" on {ran}" if r else " (by the slices it joins, or one joining it)"))
         else:
-            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(ledger, s):.0f} s of a lease)")
-    nxt = next_slice(ledger, ledger_path.parent)
-    lines.append(f"next: {nxt.name if nxt else 'none, every slice is done'}")
+            earlier = f"; a result of an earlier path kept as a record ({ran})" if r else ""
+            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(ledger, s):.0f} s of a lease at the "
+                         f"ledger's {ledger['step_ms']:g} ms a step{earlier})")
+    if next_slice(ledger, ledger_path.parent) is None:
+        return "\n".join(lines + ["next: none, every slice is done"])
+    budget = ledger["lease_s"] - ledger["start_s"] - RETURN_S - MEASURE_S
+    passed: list[str] = []
+    nxt = next_slice(ledger, ledger_path.parent, budget, ledger["step_ms"], say=passed.append)
+    lines.append(f"next, in a lease with {budget:.0f} s left after the kit and the step's measurement, at the "
+                 f"ledger's {ledger['step_ms']:g} ms a step: {nxt.name if nxt else 'none fits'}"
+                 + "".join(f"\n  ({p})" for p in passed)
+                 + "\n  (a lease picks by the step it measures itself: `slice start`)")
     return "\n".join(lines)
 
 
 def _git() -> str:
     from .runner import git_revision
     return git_revision()
+
+
+def _device_name() -> str:
+    """This machine's training device as benchmarks/lease_step.py names it."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
 if __name__ == "__main__":  # the detached trainer `start` launches

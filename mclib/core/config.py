@@ -92,6 +92,8 @@ class TrainConfig:
     #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
     log_every: int = 50        # metrics are read from the device every this many steps
     compile: bool = False      # run the model's forward (and so its backward) through torch.compile
+    step: str = "auto"         # how the step runs (mclib.core.train.step_variant): eager, compile, reduce-overhead,
+    #   cuda-graph, or auto: on the CPU as `compile` says; on CUDA the faster of eager and cuda-graph checked in the process
 
 
 @dataclass
@@ -166,6 +168,7 @@ class Profile:
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
+STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph")  # train.step (mclib.core.train.step_variant)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
 _CHOICES = {
@@ -174,6 +177,7 @@ _CHOICES = {
     ("model", "kind"): ("bert", "gpt"),
     ("model", "attn_bias_target"): ("row_col", "other"),  # mclib.core.attention.BIAS_TARGETS
     ("train", "precision"): PRECISIONS,
+    ("train", "step"): STEPS,
     ("train", "device"): ("auto", "cpu", "cuda"),
     ("train", "until"): ("steps", "converged"),
     ("checkpoints", "place"): ("fixed", "drop"),
@@ -392,7 +396,7 @@ RECIPE = ("data", "model", "train")
 # often Adam's state is kept): not recipe, and free to change when a run folder is resumed
 # (mclib.core.runs.check_same_profile reads this list; it also lets train.steps grow, which is
 # recipe: a run may be resumed to train longer).
-RUNNING = ("device", "threads", "compile", "until", "patience", "min_improvement", "state_every")
+RUNNING = ("device", "threads", "compile", "step", "until", "patience", "min_improvement", "state_every")
 # Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
 # (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
 # attention implementation (sdpa or eager: the same model, other rounding).

@@ -33,13 +33,24 @@ def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     return (values * where).sum() / where.sum()
 
 
-def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def squared_errors(pred: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """`[run, batch·n·n]`: (X̂ - X)² of every entry, in fp32. pred `[run, batch, seq]` (or
+    `[run, batch, n, n]`), x `[run, batch, n, n]`. Their mean over all entries is L, the loss
+    that training differentiates (mclib.core.train.device_step); `run_losses` reads the rest
+    from the same values."""
+    return (pred.float().flatten(1) - x.flatten(1)) ** 2
+
+
+def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor,
+               sq: torch.Tensor | None = None) -> torch.Tensor:
     """`[run, 4]`: L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ),
     in the order of LOSS_NAMES, of each run, pooled over its batch. pred `[run, batch, seq]`
     (or `[run, batch, n, n]`), x and mask `[run, batch, n, n]` (mask True = masked).
+    sq: `squared_errors(pred, x)` where the caller has them already (the training step, which
+    differentiated their mean), so they are not computed twice.
     NaN where a set is empty (e.g. p_mask = 0), rather than a silent 0."""
-    pred, x, mask = pred.float().flatten(1), x.flatten(1), mask.flatten(1)
-    sq = (pred - x) ** 2
+    sq = squared_errors(pred, x) if sq is None else sq
+    pred, mask = pred.float().flatten(1), mask.flatten(1)
     obs, msk = (~mask).float(), mask.float()
     return torch.stack([sq.mean(1),
                         (sq * obs).sum(1) / obs.sum(1),

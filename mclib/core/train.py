@@ -22,12 +22,14 @@ the checkpoints hold, `MatrixBert`, or E19's `MatrixGPT`), loss, backward,
 deadline, a signal). Several runs of one `train_group` call each own their model and Adam;
 the step goes over them one after another. (Until issue 38, revision d54ea56, a second copy of
 the architecture, `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
-On a CUDA device (docs/performance.md): fused Adam, no host sync inside the step (losses
-stay on the device until the flush every `log_every` steps; the data are sampled on the
-host by CPU generators, so a run's matrices are the same on any device and a run resumes
-on another device type, and copied to the device without waiting); `train.precision`
-chooses strict fp32, TF32 matmuls or bf16 autocast (`set_precision`); `train.compile:
-true` runs the model through torch.compile.
+On a CUDA device (docs/performance.md): fused, capturable Adam reading its lr from a device
+tensor, no host sync inside the step (losses stay on the device until the flush every
+`log_every` steps; the data are sampled on the host by CPU generators, so a run's matrices
+are the same on any device and a run resumes on another device type, and copied into fixed
+input buffers without waiting); `train.precision` chooses strict fp32, TF32 matmuls or bf16
+autocast (`set_precision`); `train.step` how the step runs (`step_variant`: eagerly, the
+model through torch.compile, or the whole device step as one CUDA graph,
+`mclib.core.graphstep`); `train.compile: true` compiles the model where `train.step` is auto.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ from tqdm.auto import tqdm
 
 from .config import PRECISIONS, ConfigError, Profile
 from .data import Batch, sample_batch
-from .metrics import LOSS_NAMES, find_drop, run_losses
+from .metrics import LOSS_NAMES, find_drop, run_losses, squared_errors
 from .model import MatrixBert, build_model, eval_mode
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
                    is_complete, only_trainer, prune_checkpoints, resume_checkpoint, resume_metrics, run_end,
@@ -113,11 +115,14 @@ def set_precision(device: torch.device, precision: str) -> None:
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast (fp32 master weights) or nothing (fp32, tf32: `set_precision`)."""
+    """bf16 autocast (fp32 master weights) or nothing (fp32, tf32: `set_precision`).
+    Without autocast's cache of bf16 weight copies: a copy cached while a CUDA graph captures
+    would be one the replays never refresh (`mclib.core.graphstep`), and each weight is cast
+    once a forward anyway, so the cache saves nothing here (the products are the same bits)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
     return contextlib.nullcontext()
 
 
@@ -130,19 +135,51 @@ def emulated_tf32(device: torch.device, precision: str):
     return contextlib.nullcontext()
 
 
-def make_optimizer(model, t, device: torch.device, state: dict | None = None) -> torch.optim.Optimizer:
+def make_optimizer(model, t, device: torch.device, state: dict | None = None,
+                   capture_ready: bool | None = None) -> torch.optim.Optimizer:
     """Adam (the paper) over the trainable parameters, one param group, with a saved `state`
     loaded; the group carries its `base_lr` (from the profile, not the state), which the
-    warm-up scales."""
+    warm-up scales (`set_lr`).
+
+    capture_ready (default: on CUDA): `Adam(fused=True, capturable=True)` with the lr an fp32
+    tensor on the device, which `set_lr` writes before each step: Adam's kernels then read the
+    lr and the step counts from device memory, so a CUDA graph's replay of the step
+    (`mclib.core.graphstep`) trains as the eager step does; the eager step on CUDA runs the same
+    Adam, so the two are the same arithmetic. The lr Adam reads is then the fp32 nearest the
+    profile's (1e-4 -> 0.99999997e-4), where the fused Adam of revisions up to 2026-11-26 read the
+    float64 one: GPU runs since differ from slice A's in the last bits. Elsewhere (the CPU) torch's
+    Adam as before, the lr a Python float: the CPU runs' numbers to the bit.
+    The saved state's flags and lr are another run's or device's (a CPU checkpoint resumed on a
+    GPU): this Adam keeps its own, and its step counts move where it keeps them."""
+    capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    opt = torch.optim.Adam([p for _, p in named], lr=t.lr, betas=(0.9, t.beta2),
-                           fused=device.type == "cuda" or None)
-    base = [group["lr"] for group in opt.param_groups]
+    if capture_ready:
+        own = {"lr": torch.tensor(t.lr, dtype=torch.float32, device=device), "fused": True, "capturable": True}
+    else:
+        own = {"lr": t.lr, "fused": device.type == "cuda" or None, "capturable": False}
+    opt = torch.optim.Adam([p for _, p in named], betas=(0.9, t.beta2), **own)
     if state is not None:
         opt.load_state_dict(one_group([n for n, _ in named], state))
-    for group, lr in zip(opt.param_groups, base):
-        group["base_lr"] = lr
+        for group in opt.param_groups:
+            group.update(own, foreach=None)
+        if capture_ready:
+            for per_param in opt.state.values():
+                per_param["step"] = per_param["step"].to(device=device, dtype=torch.float32)
+    for group in opt.param_groups:
+        group["base_lr"] = t.lr
+    if capture_ready:  # torch warns that capturable slows an uncaptured step; the fused kernel is the same either way
+        opt._warned_capturable_if_run_uncaptured = True
     return opt
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """The lr of Adam's next step: written into the device tensor that a capture-ready Adam
+    reads (`make_optimizer`; a kernel, no host sync, outside any graph), else the group's float."""
+    for group in opt.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
 
 
 def one_group(names: list[str], state: dict) -> dict:
@@ -167,33 +204,53 @@ def one_group(names: list[str], state: dict) -> dict:
 # --- one training step ---------------------------------------------------------------------
 
 def train_step(runs: list["_Run"]) -> torch.Tensor:
-    """One step of every run in `runs`, read top to bottom: batch, forward, loss, backward,
-    clip, step (Adam at `lr_at`), log. Returns the `[run, 4]` losses of this forward pass
-    (L, L_obs, L_mask, mask value), left on the device: nothing inside a step waits for a GPU.
+    """One step of every run in `runs`, read top to bottom: batch, lr, then on the device
+    (`device_step`) forward, loss, backward, clip, Adam; log. Returns the `[run, 4]` losses of
+    this forward pass (L, L_obs, L_mask, mask value), left on the device: nothing inside a step
+    waits for a GPU.
 
     Each run owns its model (the HF `MatrixBert` its checkpoints hold, or E19's `MatrixGPT`)
     and its `torch.optim.Adam` (`make_optimizer`), so a run's numbers do not depend on the
-    runs stepped beside it.
+    runs stepped beside it. Everything that changes from step to step on the host is done
+    here, before the device part: the batch (into the run's fixed input buffers on CUDA) and
+    the lr (into the tensor Adam reads), so that a run with `train.step: cuda-graph` replays the
+    device part captured once (`mclib.core.graphstep.StepGraph`) and trains exactly as this
+    eager step does.
     """
     out = []
     for r in runs:
         batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
-        r.opt.zero_grad(set_to_none=True)
-        with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
-            with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
-                pred = r.forward(batch)            # forward: [batch, n, n]
-            ls = run_losses(pred[None], batch.x[None], batch.mask[None])[0]  # loss: L, L_obs, L_mask, mask value
-            ls[0].backward()                       # backward: the gradient of L
-        if r.t.grad_clip:                      # clip: the global gradient norm, at most grad_clip
-            torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
         r.step += 1
-        for group in r.opt.param_groups:       # step: Adam at lr_at(step), the warm-up's lr
-            group["lr"] = lr_at(r.step, group["base_lr"], r.t.warmup)
-        with record_function("mclib::optimiser"):  # named for benchmarks/step_profile.py
-            r.opt.step()
-        r.pending.append(ls.detach())          # log: kept on the device until the run's next flush
-        out.append(r.pending[-1])
+        set_lr(r.opt, lr_at(r.step, r.opt.param_groups[0]["base_lr"], r.t.warmup))  # lr: the warm-up's, where Adam reads it
+        if r.graph is not None:                # the device part below, captured once and replayed (train.step)
+            ls = r.graph.replay(batch)
+        else:
+            ls = device_step(r, batch)
+        r.pending.append(ls)                   # log: kept on the device until the run's next flush
+        out.append(ls)
     return torch.stack(out)
+
+
+def device_step(r: "_Run", batch: Batch) -> torch.Tensor:
+    """The device part of `train_step`, in order: forward, loss, backward, clip, Adam; returns
+    the `[4]` losses (L, L_obs, L_mask, mask value), a new tensor. Only L, the mean over all
+    entries, is differentiated: the other three are read under `no_grad`, so the backward runs
+    no kernels for them (their gradient was zero; the parameters' gradients are the same bits,
+    tests/test_graphstep.py). Nothing here reads a device value on the host or depends on a
+    host value that changes between steps (the lr is set before, `set_lr`), and every shape is
+    the profile's: what a CUDA graph can capture (`mclib.core.graphstep`)."""
+    r.opt.zero_grad(set_to_none=True)          # the backward below writes the gradients afresh
+    with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
+        with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
+            pred = r.forward(batch)            # forward: [batch, n, n]
+        sq = squared_errors(pred[None], batch.x[None])  # loss: [1, batch·n·n] squared errors
+        sq.mean(1).sum().backward()            # backward: the gradient of L (their mean) alone
+    if r.t.grad_clip:                          # clip: the global gradient norm, at most grad_clip
+        torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
+    with record_function("mclib::optimiser"):  # step: Adam (named for benchmarks/step_profile.py)
+        r.opt.step()
+    with torch.no_grad():                      # log: L, L_obs, L_mask, mask value of this forward pass
+        return run_losses(pred[None], batch.x[None], batch.mask[None], sq=sq)[0]
 
 
 def predict(model, batch: Batch) -> torch.Tensor:
@@ -207,6 +264,52 @@ def predict(model, batch: Batch) -> torch.Tensor:
 def lr_at(step: int, base_lr: float, warmup: int) -> float:
     """Constant lr after a linear warm-up of `warmup` steps (step counts from 1)."""
     return base_lr * min(1.0, step / warmup) if warmup else base_lr
+
+
+CUDA_ONLY_STEPS = ("reduce-overhead", "cuda-graph")  # train.step variants made of CUDA graphs
+
+
+def step_variant(profile: Profile, device: torch.device, emulated: bool = False) -> str:
+    """How a run's step runs on `device` (`train.step`, mclib.core.config.STEPS): "eager";
+    "compile" (the model through torch.compile, default mode); "reduce-overhead" (torch.compile
+    with its CUDA graphs around the model); "cuda-graph" (the whole device step as one CUDA graph,
+    `mclib.core.graphstep`). "auto": on the CPU "compile" where `train.compile` says so, else
+    "eager" (the CPU profiles' way, unchanged); on CUDA "compile" where `train.compile` says so,
+    else the faster of eager and cuda-graph, cuda-graph only where it matched eager to the bit
+    over 20 steps in this process (`mclib.core.graphstep.choose`, measured once per process and
+    setting, said in one line). A variant this device cannot run (CUDA graphs off CUDA; a
+    compile under emulated TF32, `emulated`) is said in one line, and the step runs eagerly."""
+    t = profile.train
+    wanted = t.step
+    if wanted == "auto":
+        if t.compile or device.type != "cuda":
+            wanted = "compile" if t.compile else "eager"
+        else:
+            from .graphstep import choose
+            wanted = choose(profile, device)
+    if wanted in CUDA_ONLY_STEPS and device.type != "cuda":
+        print(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly",
+              file=sys.stderr)
+        return "eager"
+    if wanted in ("compile", "reduce-overhead") and emulated:
+        return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
+    return wanted
+
+
+def compile_model(model, variant: str, device: torch.device):
+    """The model a run's forward calls: `model` itself, or through torch.compile for "compile"
+    (default mode) and "reduce-overhead". On CUDA with Inductor's mix-order reduction off where
+    this torch has the switch: with it, Inductor (torch 2.10 and 2.11, the GPU image's) can return
+    a gradient of the wrong shape (pytorch/pytorch#178080: "invalid gradient at index k", what the
+    compiled step hit on the H100 lease of 2026-11-26); it is a GPU (Triton) switch, so CPU code
+    is unchanged."""
+    if variant not in ("compile", "reduce-overhead"):
+        return model
+    if device.type == "cuda":
+        import torch._inductor.config as inductor
+        if hasattr(inductor, "triton") and hasattr(inductor.triton, "mix_order_reduction"):
+            inductor.triton.mix_order_reduction = False
+    return torch.compile(model, mode="reduce-overhead" if variant == "reduce-overhead" else None)
 
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
@@ -279,9 +382,10 @@ class _Run:
     """One run in the loop: its model and Adam (`train_step` steps them), its folder,
     generators, step and metric rows."""
 
-    def __init__(self, job: Job, device: torch.device):
+    def __init__(self, job: Job, device: torch.device, capture_ready: bool | None = None):
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
         self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
+        self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
         write_profile(self.dir, p)
         # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
         # run resumes on another device type (a CUDA generator's state is another format)
@@ -337,11 +441,12 @@ class _Run:
             write_end(self.dir, end)
 
     @classmethod
-    def in_memory(cls, profile: Profile, device: torch.device) -> "_Run":
+    def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None) -> "_Run":
         """A fresh run with no folder, for timing the step (`step_function`): the model, the
-        data stream and the step, nothing saved."""
+        data stream and the step, nothing saved. capture_ready: as `make_optimizer` (default: on CUDA)."""
         run = cls.__new__(cls)
         run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
+        run.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
         run.pending = []
         run.model = build_model(profile.model, profile.data.n, profile.seed).to(device)
         run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
@@ -350,11 +455,21 @@ class _Run:
 
     def _optimise(self) -> None:
         """The run's Adam over its trainable parameters (with the saved state, on a resume),
-        and the model its forward calls: compiled under `train.compile`."""
+        and how its step runs (`step_variant`): the model its forward calls (compiled for
+        compile and reduce-overhead) and, for cuda-graph, the graph that replays the device part
+        of the step (`mclib.core.graphstep.StepGraph`). On a capture-ready run (CUDA) the batch
+        comes into fixed buffers (`inputs`, made at the first batch)."""
+        from .graphstep import StepGraph
+
         self.model.train()
         self.opt = make_optimizer(self.model, self.t, self.device,
-                                  self.state["optimizer"] if self.state is not None else None)
-        self.compiled = torch.compile(self.model) if self.t.compile and not self.emulates_tf32() else self.model
+                                  self.state["optimizer"] if self.state is not None else None,
+                                  capture_ready=self.capture_ready)
+        self.variant = step_variant(self.profile, self.device, self.emulates_tf32())
+        self.fell_back: str | None = None  # why a compiled model fell back to eager (`forward`), once it has
+        self.compiled = compile_model(self.model, self.variant, self.device)
+        self.graph = StepGraph(self, device_step) if self.variant == "cuda-graph" else None
+        self.inputs = None
 
     def emulates_tf32(self) -> bool:
         """TF32 emulated (tf32 off CUDA): compiled code would bypass the emulation, so the
@@ -365,11 +480,14 @@ class _Run:
         """`predict` through the compiled model; a compile that cannot run here (no C++
         compiler, an unsupported backend) is said in one line and the run goes on eagerly."""
         try:
+            if self.variant == "reduce-overhead":  # a new step: the last one's graph outputs are free to reuse
+                torch.compiler.cudagraph_mark_step_begin()
             return predict(self.compiled, batch)
         except Exception as e:
             if self.compiled is self.model:
                 raise
-            print(f"mclib: train.compile: torch.compile failed ({type(e).__name__}: {str(e).splitlines()[0][:120]}); "
+            self.fell_back = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+            print(f"mclib: train.step {self.variant}: torch.compile failed ({self.fell_back}); "
                   "the step runs eagerly", file=sys.stderr)
             self.compiled = self.model
             return predict(self.model, batch)
@@ -383,10 +501,18 @@ class _Run:
         return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 
     def batch(self) -> Batch:
+        """The next training batch of the run's generator, on the device: on a capture-ready
+        run (CUDA) copied into its fixed input buffers (`mclib.core.graphstep.StaticBatch`), which
+        the step reads at the same addresses every time."""
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
-            return sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist).to(
-                self.device, non_blocking=True)
+            batch = sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist)
+            if not self.capture_ready:
+                return batch.to(self.device, non_blocking=True)
+            if self.inputs is None:
+                from .graphstep import StaticBatch
+                self.inputs = StaticBatch(batch, self.device)
+            return self.inputs.fill(batch)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
