@@ -107,6 +107,10 @@ def test_checkpoint_text_says_where_and_why():
     fixed.steps.place, fixed.steps.note = "fixed", "the run did not drop, so the profile's fixed steps stand in"
     assert C.checkpoint_text(fixed).startswith("The run did not drop, so the profile's fixed steps stand in: "
                                                "pre-shift at step 3,000")
+    # a run cut short of its length: its post-shift step is where it was cut, not the end of training
+    assert "Post-shift, step 14,000: the end of training." in text
+    cut = C.checkpoint_text(_fake("cut", 9000))
+    assert "Post-shift, step 9,000: where training was cut, short of its 14,000 steps" in cut and "end of training" not in cut
 
 
 def test_drop_story_both_ways():

@@ -48,15 +48,32 @@ def test_scorecard_rows_are_scale_free_and_can_fail(tmp_path, tables, ch):
     e2 = [r for r in rows if r["id"] == "E2"]
     random = [r for r in e2 if r["quantity"].startswith("random")]
     assert copy_levels(ch.cfg.data.rank)["random"] == (1 / 3, 1 / 3) and len(random) == 6  # not rescaled
-    assert all(r["kind"] == "direction" for r in e2)
-    assert _verdict(tmp_path, {**e2[0], "ours": 0.5, "se": 0.01}) == "differs"  # L'_mask half of E[X²]: not copying
-    assert _verdict(tmp_path, {**e2[0], "ours": 0.001, "se": 0.0001}) == "same direction"
+    # E2 against the paper's number itself (ratio rule): a cut-off 14-70x above both sides could not fail
+    assert all(r["kind"] == "ratio" for r in e2)
+    judged = {**e2[0], "na": None}
+    assert _verdict(tmp_path, {**judged, "ours": 5 * judged["paper"], "se": 0.01 * judged["paper"]}) == "differs"
+    assert _verdict(tmp_path, {**judged, "ours": 1.1 * judged["paper"], "se": 0.01 * judged["paper"]}) == "matches"
+    # the smoke profile trains the paper's task and reads another pre step than the paper's 4 000: n/a, saying why
+    assert all(_verdict(tmp_path, r) == "n/a" for r in rows if r["id"] in ("E2", "E3", "E6"))
+    assert chapter.pre_na(ch.steps.pre, True) in e2[0]["na"] and "nothing to compare" in glue["e2_ratio_text"]
     e3 = [r for r in rows if r["id"] == "E3"]
     assert len(e3) == 4 and all(r["kind"] == "ratio" and r["paper"] > 0 for r in e3)
-    assert _verdict(tmp_path, {**e3[0], "ours": 2.0, "se": 0.05}) == "differs"   # ablation doubles L_mask
-    assert _verdict(tmp_path, {**e3[0], "ours": 1.02, "se": 0.01}) == "matches"
+    assert _verdict(tmp_path, {**e3[0], "na": None, "ours": 2.0, "se": 0.05}) == "differs"   # ablation doubles L_mask
+    assert _verdict(tmp_path, {**e3[0], "na": None, "ours": 1.02, "se": 0.01}) == "matches"
     e6 = {r["quantity"]: r for r in rows if r["id"] == "E6"}
     assert e6["pre with post's QKV: L_mask / E[X²]"]["paper"] == pytest.approx(0.2246 / LEVEL)
+
+
+def test_the_pre_rows_read_the_papers_pre_step_on_its_task():
+    assert chapter.pre_na(4_000, True) is None and chapter.pre_na(2_000, False) is None   # another task: the analogue
+    assert chapter.pre_na(2_000, True) == "read at step 2,000, not at the paper's pre step 4,000, where no checkpoint was read"
+
+
+def test_e2_ratio_text_turns_with_its_rows():
+    row = lambda ours: {"id": "E2", "quantity": "q", "kind": "ratio", "paper": 1.0, "ours": ours, "se": 0.01}
+    assert "unlike the paper" in chapter.e2_ratio_text([row(3.0), row(5.0)])
+    assert "as in the paper" in chapter.e2_ratio_text([row(1.0), row(1.05)])
+    assert "from 1 to 5 times" in chapter.e2_ratio_text([row(1.0), row(5.0)])
 
 
 def test_copy_text_follows_the_copies_rule_both_ways():
@@ -84,7 +101,8 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
     assert "0.9 E[X²], unlike the paper (1 E[X²]" in chapter.e6_text(e6, LEVEL, 1.0, "differs")
 
 
-def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, ch, flip_verdicts):
+def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, ch, flip_verdicts, monkeypatch):
+    monkeypatch.setattr(chapter, "pre_na", lambda step, on_paper_task: None)  # as if read at the paper's pre step
     rows = lambda: chapter.readings(ch, tables["e2"], tables["e3"], tables["e6"])
     e3_match = rows()[0]["e3_match"]
     sentences_turn(rows, flip_verdicts, {"e6_text": ["pre with post's QKV: L_mask / E[X²]"]})

@@ -60,6 +60,16 @@ def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
 
 
 
+def test_e13_needs_a_final_layout_far_enough_after_the_checkpoint_it_tests(tmp_path):
+    # the tested checkpoint at step 200, the final layout at 400: judged (same direction above); at 300 (1.5x): n/a
+    progress = _progress([0.0, 0.05, 0.6, 0.7])
+    glue, rows = chapter.embedding_readings(progress, _summary(0.1), TRACKS, 0.97, drop=250, post_step=300)
+    assert _verdict(tmp_path, rows[3]) == "n/a" and rows[3]["na"] == chapter.e13_na(200, 300)
+    assert "only 100 steps after the checkpoint it tests (step 200)" in rows[3]["na"]
+    assert glue["align_claim"].startswith("but it is not tested against the drop here")
+    assert chapter.e13_na(13_000, 16_591) and chapter.e13_na(14_000, 50_000) is None
+
+
 def test_e14_reading_states_its_own_verdict(tmp_path):
     """The contradiction issue 27 found: the pre-drop row "same direction" while its reading
     said "unlike the paper" about the end of the run, which is another row."""

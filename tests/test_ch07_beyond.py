@@ -131,5 +131,10 @@ def test_the_lead_finding_holds_or_fails_and_reads_as_ours(tmp_path):
     none = chapter.lead_row(ch, leads(0, 0.0))
     assert none["ours"] == 0.0 and verdict(none) == "fails" and "none of the 2 measures" in none["reading"]
     assert verdict(chapter.lead_row(SimpleNamespace(drop=None), leads(2000, 1.0))) == "n/a"
+    # every measure without a band (the plateau too short): nothing was tested, n/a, not a finding that failed
+    no_band = chapter.lead_row(ch, leads(0, 0.0).assign(band_low=np.nan))
+    assert verdict(no_band) == "n/a" and "too short for a band for every one of the 2 measures" in no_band["na"]
+    one_band = chapter.lead_row(ch, leads(0, 0.0).assign(band_low=[0.1, np.nan, np.nan]))
+    assert verdict(one_band) == "fails"
     assert not any(w in chapter.lead_finding_text(r) for r in (sure, unsure, none)
                    for w in ("as in the paper", "unlike the paper"))

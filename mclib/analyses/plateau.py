@@ -116,6 +116,12 @@ def masked_spread(model, batch) -> dict[str, float]:
     return {"spread_ratio": ratio, "se": se, "matrices": int(keep.sum())}
 
 
+def share_chance(n: int) -> float:
+    """The attention share of a uniform head on n×n matrices: the other keys of the query's row
+    and column, 2(n − 1) of n² (0.32 at 5×5, 0.245 at 7×7)."""
+    return 2 * (n - 1) / n**2
+
+
 def attention_share(model, batch) -> pd.DataFrame:
     """One row per layer: `share` (mass on the other keys of the query's row and column,
     mean over heads, queries and matrices), `se` (over matrices), `chance` (2(n-1)/n²)."""
@@ -128,7 +134,7 @@ def attention_share(model, batch) -> pd.DataFrame:
         per = key_mass(probs[layer].double(), row_col).mean(1)  # [batch]: mean over heads
         rows.append({"layer": layer, "share": per.mean().item(),
                      "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
-                     "chance": 2 * (n - 1) / n**2})
+                     "chance": share_chance(n)})
     return pd.DataFrame(rows)
 
 

@@ -31,7 +31,7 @@ from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departu
 from ..analyses.loss_tables import ratio_se
 from .plots import closed, loss_curve, mark_checkpoints
 from .scorecard import copy_levels
-from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict
+from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
 
 CHAPTER = "01_train"
 
@@ -127,14 +127,22 @@ def _placement_text(ch: Chapter) -> str:
     trans = ", ".join(f"{t:,}" for t in s.transition)
     if s.place != "drop":
         return (f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
-                f"{trans or 'no step'}, post-shift at step {s.post:,}, the end of training.")
+                f"{trans or 'no step'}, post-shift at step {s.post:,}, {_post_end(ch)}.")
     return (f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.runs.checkpoint_steps`). "
             f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
             f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
             f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
             f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
-            f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: the end "
-            "of training.")
+            f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: {_post_end(ch)}.")
+
+
+def _post_end(ch: Chapter) -> str:
+    """What the post-shift step is: the end of training, or, for a run cut short of its
+    length (`scorecard.Stage.cut`), where it was cut, so the post model is not the end's."""
+    if is_cut(ch.end):
+        return (f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
+                "or the final level is provisional")
+    return "the end of training"
 
 
 # --- the drop's shape --------------------------------------------------------------------------

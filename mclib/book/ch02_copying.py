@@ -34,8 +34,8 @@ from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
-from .scorecard import copy_levels
-from .scorecard import CUT, agreement, recorded_table, row_verdict, verdict_counts
+from .scorecard import PAPER_PRE, copy_levels, task_departures
+from .scorecard import agreement, agreements, recorded_table, row_verdict, verdict_counts
 from .scorecard import claim as _row
 
 CHAPTER = "02_copying"
@@ -43,6 +43,31 @@ CHAPTER = "02_copying"
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
 NO_EFFECT = 0.05   # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
+
+
+def at_paper_pre(ch):
+    """`ch` reading its pre-shift model where the paper read its own: on the paper's task, the
+    checkpoint at the paper's pre step (PAPER_PRE, 4 000) where the run saved one, so that E2,
+    E3 and E6 compare like with like; on another task (or without that checkpoint) the step
+    the drop placed (`mclib.core.runs.checkpoint_steps`), and `pre_na` says why a row reading
+    it has nothing to compare on the paper's task."""
+    from dataclasses import replace
+
+    from ..core.runs import saved_steps
+
+    if task_departures(ch.cfg) or ch.steps.pre == PAPER_PRE or PAPER_PRE not in saved_steps(ch.run_dir):
+        return ch
+    return replace(ch, steps=replace(ch.steps, pre=PAPER_PRE), _models={})
+
+
+def pre_na(step: int, on_paper_task: bool) -> str | None:
+    """Why a row read at the pre-shift checkpoint `step` has nothing to compare with the
+    paper's number, or None: on the paper's task the paper's numbers are at step PAPER_PRE
+    (a copying model's small losses still fall along the plateau, so another step is another
+    quantity); on another task the step the drop placed is the analogue of the paper's."""
+    if not on_paper_task or step == PAPER_PRE:
+        return None
+    return f"read at step {step:,}, not at the paper's pre step {PAPER_PRE:,}, where no checkpoint was read"
 
 
 def settings_table(ch):
@@ -172,6 +197,7 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
     the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
     reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
     levels = copy_levels(ch.cfg.data.rank)
+    na = pre_na(ch.steps.pre, not task_departures(ch.cfg))
     rows = []
     for r in e2.to_dict("records"):
         ours_lvl, paper_lvl = levels[r["matrices"]]
@@ -179,32 +205,52 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
         for q, i in (("L'_mask", 0), ("L_obs", 1)):
             said = ("outputs the token's value", "does not output the token's value") if q == "L'_mask" else \
                 ("copies the observed entries", "does not copy the observed entries")
-            rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", r[q] / ours_lvl,
-                             said[0] if r[q] / ours_lvl < COPIES else said[1],
-                             paper=paper[i] / paper_lvl, kind="direction", reference=COPIES, sense="below",
-                             margin=CUT, se=r[f"{q}_se"] / ours_lvl))
+            ours, se = r[q] / ours_lvl, r[f"{q}_se"] / ours_lvl
+            # the paper's number itself, by the ratio rule: a cut-off at COPIES sits 14-70x above both sides
+            rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
+                             f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g} counts); "
+                             f"{ours / (paper[i] / paper_lvl):.2g}× the paper's ± {se / (paper[i] / paper_lvl):.2g}",
+                             paper=paper[i] / paper_lvl, kind="ratio", se=se, na=na))
+    glue_e2 = e2_ratio_text(rows)
     verdicts = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
             ours, se = ratio_and_se(e3, q, {"ablated": "all heads", "reading": mode}, UNABLATED)
             paper = PAPER[("E3", f"pre ablated {q}")] / PAPER[("E3", f"pre {q}")]
             rows.append(_row("E3", f"pre, every head ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ours,
-                             f"{ours:.3g} ± {se:.2g} (paper {paper:.3g}: no effect)", paper=paper, kind="ratio", se=se))
+                             f"{ours:.3g} ± {se:.2g} (paper {paper:.3g}: no effect)", paper=paper, kind="ratio", se=se,
+                             na=na))
             if q == "L_mask":
                 verdicts.append(row_verdict(rows[-1]))
     level, paper_level = levels["low-rank"]
     sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
     rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
                      "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
-                     paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level))
+                     paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level, na=na))
     glue = {"e6_text": e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))}
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
     rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
                      "how much the switch disturbs copying",
                      paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
-                     se=ratio_se(*sw["L_obs"], *base)))
+                     se=ratio_se(*sw["L_obs"], *base), na=na))
     glue["e3_match"] = matching_reading_text(verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")
+    glue["e2_ratio_text"] = glue_e2
     return glue, rows
+
+
+def e2_ratio_text(rows: list[dict]) -> str:
+    """E2's rows judged against the paper's numbers themselves (ratio rule), in a sentence: how
+    many of them, ours over the paper's from least to most, and in what words (`agreements`)."""
+    if rows and rows[0].get("na"):
+        return f"E2 has nothing to compare here ({rows[0]['na']})"
+    ratios = [r["ours"] / r["paper"] for r in rows]
+    verdicts = [row_verdict(r) for r in rows]
+    same = sum(v == "matches" for v in verdicts)
+    return (f"Set against the paper's numbers themselves (ratio rule: within a factor 1.25 and two standard errors), "
+            f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: {same} of the {len(rows)} rows "
+            + agreements({"where they match": "matches"} if same == len(rows) else
+                         {"where they differ": "differs"} if not same else
+                         {"for some": "matches", "for the others": "differs"}))
 
 
 # --- What we found -----------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from . import plots
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
 from .scorecard import copy_levels
-from .scorecard import CUT, agreement, agreements, recorded_table, row_verdict, verdict_counts
+from .scorecard import CUT, agreement, agreements, recorded_table, row_verdict, stage, verdict_counts
 from .scorecard import claim as _row
 
 CHAPTER = "03_heads"
@@ -145,17 +145,18 @@ def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
 
 # --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
 
-# E4's heads: ours in place of the authors' five uninterpretable ones (`paper_matched`)
+# E4's heads: ours in place of the authors' five uninterpretable ones (`paper_matched`, filled to their count)
 E4_SET = "E4's heads (matched)"
 
 
 def ablation_at_post(ch, heads: Heads) -> pd.DataFrame:
     """`ablation_table` of the post model: every head, each label's group, and E4's set
-    (`paper_matched`: our 'other' heads in the layers and numbers of the paper's five), both
+    (`paper_matched`: our 'other' heads in the layers and numbers of the paper's five, a layer
+    short of them filled with its least structured other heads to the paper's count), both
     readings; with the paper's columns (E3 for all heads, E4 for E4's set; the paper gives
     one number for both readings)."""
     A = ch.cfg.analysis
-    e4 = paper_matched(heads.labels, heads.scores, PAPER_HEADS["uninterpretable"])
+    e4 = paper_matched(heads.labels, heads.scores, PAPER_HEADS["uninterpretable"], fill=True)
     sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": heads.groups[lab] for lab in LABELS}, E4_SET: e4}
     # the headline's matrices: the unablated row (E3's post-shift losses) is the headline itself
     abl = ablation_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed, sets)
@@ -448,28 +449,41 @@ def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[
     return {"e3_match": matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")}, rows
 
 
+def e4_na(n_heads: int) -> str | None:
+    """Why E4 has nothing to test with `n_heads` heads ablated, or None: its ratio is the
+    paper's for its five heads, and ablating fewer of the weakest heads than that meets a
+    25 % band almost whatever the model does, so only the paper's count is judged."""
+    paper_count = len(PAPER_HEADS["uninterpretable"])
+    if n_heads == paper_count:
+        return None
+    return (f"{n_heads} heads ablated, not the paper's {paper_count}: no head of this run in the paper's layers to "
+            "ablate" if not n_heads else f"{n_heads} heads ablated, not the paper's {paper_count}: a test that "
+            "ablating a few weak heads passes almost whatever the model does")
+
+
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """E4: our heads matched to the authors' five (`paper_matched`: role, layer, count)
-    ablated; the paper: no significant effect (its ratio 1.10)."""
+    """E4: our heads matched to the authors' five (`paper_matched`: role, layer and the
+    paper's count) ablated; the paper: no significant effect (its ratio 1.10). n/a where
+    the set is not the paper's count (`e4_na`)."""
     rows = []
     e4_abl = abl[abl["ablated"] == E4_SET]
     n_e4, which = (int(e4_abl["heads"].iloc[0]), e4_abl["which"].iloc[0]) if len(e4_abl) else (0, "")
+    na = e4_na(n_e4)
     e4 = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
             ratio, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
             rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ratio,
-                             f"our {n_e4} 'other' heads in the paper's layers and numbers ({which})"
+                             f"our {n_e4} heads in the paper's layers, its count and numbers ({which}; 'other' heads "
+                             "first, then the least structured of their layer)"
                              + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
-                             paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se,
-                             na=None if n_e4 else "no head of this run is labelled 'other' in the paper's layers"))
-            if q == "L_mask" and n_e4:
+                             paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se, na=na))
+            if q == "L_mask" and n_e4 and not na:
                 e4.append((mode, ratio, row_verdict(rows[-1])))
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
-    text = ("no head of this run is labelled 'other' in the layers of the paper's five, so there is nothing "
-            "to ablate (n/a)" if not e4 else
-            f"ablating the {n_e4} 'other' heads that stand in for the paper's five ({which}: the same layers "
-            "counted from the top, the same numbers, least structured first) multiplies L_mask by "
+    text = (f"E4 has nothing to test here ({na})" if not e4 else
+            f"ablating the {n_e4} heads that stand in for the paper's five ({which}: the same layers "
+            "counted from the top, the same numbers, 'other' heads first, then the least structured) multiplies L_mask by "
             + " and ".join(f"{ratio:.3g} under the {SHORT[m]} reading" for m, ratio, _ in e4)
             + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
             + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
@@ -524,32 +538,41 @@ def e6_e7_rows(e67: pd.DataFrame, perm: pd.DataFrame, levels: tuple[float, float
     return {}, rows
 
 
+# What the authors' code runs for E8: github.com/pulkitgopalani/tf-matcomp, src/patch.py (revision
+# 5afce89) writes the clean run's states into the run on −X with `patch_mask[3, :, :, :] = 1`, the
+# last of the 4 layers only, of the checkpoint at epoch 49999 (src/configs/patch.yaml): its 0.014 is
+# the last-layer reading, the headline here; the text's every-layer reading is ours.
+E8_SOURCE = "the authors' src/patch.py patches only the last layer (patch_mask[3] of 4), at step 49 999"
+
+
 def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
-    """E8: the last layer is the informative reading; every layer patched cannot fail (it
-    equals the unpatched L_mask of `abl`, by construction)."""
+    """E8: the last layer patched, the reading the authors' code runs (`E8_SOURCE`), against
+    the paper's numbers; every layer patched, the text's reading, ours alone: it cannot fail
+    (it equals the unpatched L_mask of `abl`, by construction), so it carries no paper's value."""
     level, paper_level = levels
     un = value_and_se(abl, "L_mask", **UNABLATED)
     x_last, nx_last = (lookup(e8, c, patched="last layer") for c in ("masked_vs_X", "masked_vs_negX"))
     x_all = lookup(e8, "masked_vs_X", patched="all layers")
     rows = [_row("E8", "last layer patched: masked MSE to X / E[X²]", x_last / level,
-                 "the patched run outputs X" if x_last < COPIES * level else "the patched run does not output X",
-                 paper=PAPER[("E8", "masked MSE to X")] / paper_level),
+                 ("the patched run outputs X" if x_last < COPIES * level else "the patched run does not output X")
+                 + f" ({E8_SOURCE})", paper=PAPER[("E8", "masked MSE to X")] / paper_level),
             _row("E8", "last layer patched: masked MSE to −X / E[X²]", nx_last / level,
                  "4 means an output of X (E[(X − (−X))²] = 4 E[X²])",
                  paper=PAPER[("E8", "masked MSE to -X")] / paper_level),
             _row("E8", "every layer patched: masked MSE to X / E[X²]", x_all / level,
-                 f"equals the unpatched L_mask / E[X²] ({un[0] / level:.4g}) by construction",
-                 paper=PAPER[("E8", "masked MSE to X")] / paper_level, kind="by construction")]
+                 f"equals the unpatched L_mask / E[X²] ({un[0] / level:.4g}) by construction; the text's reading, "
+                 "not the one the paper's number comes from", kind="by construction")]
+    said = agreement(row_verdict(rows[0]))
     text = (
-        f"With every layer patched the masked MSE to X is {x_all:.4g}, and the unpatched L_mask on the same "
-        f"matrices is {un[0]:.4g}: the same number, and it has to be. At a masked position the input is the MASK "
-        "token and the position, the same for X and −X; once every layer's attention output there comes from the run "
-        "on X, the masked positions' states are those of the run on X, whatever the observed entries say. This "
-        "reading cannot fail, in the paper too, whose 0.014 sits next to its own unpatched L_mask "
-        f"({PAPER[('E3', 'post L_mask')]} in E3, {PAPER[('E4', 'L_mask')]} in E4). The last-layer reading is the "
-        f"informative one: there the masked MSE to X is {x_last:.3g} ({x_last / level:.3g} E[X²]; the paper's "
-        f"reading: {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} E[X²]) and to −X {nx_last:.3g} "
-        f"({nx_last / level:.3g} E[X²], where 4 means an output of exactly X)")
+        f"The paper's 0.014 is the reading its authors' code runs: {E8_SOURCE} (github.com/pulkitgopalani/tf-matcomp, "
+        "src/patch.py and src/configs/patch.yaml). With the last layer patched, our masked MSE to X is "
+        f"{x_last:.3g} ({x_last / level:.3g} E[X²], against the paper's {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} "
+        f"E[X²]), {said}, and to −X {nx_last:.3g} ({nx_last / level:.3g} E[X²], where 4 means an output of exactly X). "
+        f"The paper's text patches every layer; that reading is ours alone: the masked MSE to X is then {x_all:.4g}, "
+        f"and the unpatched L_mask on the same matrices is {un[0]:.4g}, the same number, as it has to be. At a masked "
+        "position the input is the MASK token and the position, the same for X and −X; once every layer's attention "
+        "output there comes from the run on X, the masked positions' states are those of the run on X, whatever the "
+        "observed entries say, so that reading cannot fail")
     return {"e8_text": text}, rows
 
 
@@ -587,14 +610,21 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
     return glue, [row, *e10_kind_rows(structured)]
 
 
+# The model the paper probed: the authors' src/configs/probe.yaml (github.com/pulkitgopalani/tf-matcomp)
+# loads a 12-layer, 12-head model (hidden 768) at epoch 49999, not the 4-layer model of E1-E10.
+PROBED_MODEL = "the paper probed its 12-layer, 12-head model at step 49 999 (the authors' src/configs/probe.yaml)"
+
+
 def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
     """E11: the row probe at the layer of the chapter's table (`best_probe_layers`), the value
-    probe with depth, and the first singular vector."""
+    probe with depth, and the first singular vector; each reading names the model probed on
+    each side (`PROBED_MODEL`; ours: the book's run, `layers` layers)."""
+    ours = f"{PROBED_MODEL}; ours: the book's {layers}-layer model"
     best_layers = best_probe_layers(probes)
     best = best_layers.loc["row"]
     row_probe = _row("E11", "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
                      float(best.rel), f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
-                     f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts)",
+                     f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts; {ours})",
                      kind="direction", reference=PROBED, sense="below", margin=CUT)
     # (b) the value probe at the masked positions gets better with depth (the paper); here:
     # the last layer's relative test MSE over the first layer's (below 1: better deeper)
@@ -603,14 +633,14 @@ def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
     value_row = _row("E11", "value probe at masked positions: last layer's test MSE / first layer's",
                      float(value.iloc[-1] / value.loc[1]) if 1 in value.index else None,
                      "relative test MSE by layer (0 = the embeddings): "
-                     + ", ".join(f"{l}: {v:.2f}" for l, v in value.items()) + " (paper: better with depth; below 1 "
-                     "counts)", kind="direction", reference=1.0, sense="below", margin=CUT,
+                     + ", ".join(f"{l}: {v:.2f}" for l, v in value.items()) + f" (paper: better with depth; below 1 "
+                     f"counts; {ours})", kind="direction", reference=1.0, sense="below", margin=CUT,
                      na=None if 1 in value.index else "the model has no layer to compare")
     # (c) the first singular vector, of which the paper found no clear linear trace
     u1 = best_layers.loc["singular"]
     singular_row = _row("E11", "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0",
                         float(u1.rel), f"layer {int(u1.layer)} of {layers}; explains {1 - u1.rel:.0%} of the variance "
-                        f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts)",
+                        f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts; {ours})",
                         kind="direction", reference=PROBED, sense="above", margin=CUT)
     glue = {"e11_layer": int(best.layer),
             "e11_text": (f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the "
@@ -630,12 +660,14 @@ def e11_claim(verdict: str) -> str:
 
 # --- What we found -----------------------------------------------------------------------------
 
-def phase_text(base: dict, level: float) -> str:
+def phase_text(base: dict, level: float, at=None) -> str:
     """Whether the post model completes the matrix (`completes`), and what that means for
-    the comparisons that follow."""
+    the comparisons that follow: from the run's stage (`at`, `scorecard.Stage`: a cut run's
+    comparisons are provisional), not from the loss alone."""
     if completes(base, level):
         return (f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "
-                "copying model, so the comparisons below are the paper's")
+                "copying model; " + (at.comparisons if at is not None else
+                                     "the comparisons below read the run's end, as the paper reads its own"))
     return (f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = {level:.3f}. "
             "Every comparison below therefore sets a model without the drop against the paper's model after it, "
             "and differences are expected")
@@ -656,7 +688,7 @@ def closing_glue(ch, r: Results, base: dict, progress: pd.DataFrame, verdicts) -
     sw = e67.set_index("model").loc[E6_MODEL]
     return {
         "post_step": f"{ch.steps.post:,}",
-        "phase_text": phase_text(base, ch.copy_level),
+        "phase_text": phase_text(base, ch.copy_level, stage(ch.end, ch.metrics, ch.cfg.data.rank)),
         "head_counts": ", ".join(f"{len(groups[lab])} {lab}" for lab in LABELS) + f" (of {len(labels)} heads)",
         "progress_text": progress_text(progress, ch.drop),
         "e3_text": (f"L_mask goes from {L('none'):.3g} to {L('all heads', 'uniform'):.3g} (uniform) and "

@@ -243,7 +243,8 @@ def lead_row(ch, leads: pd.DataFrame) -> dict:
     which the measure with the longest lead has a lead (its p_lead; 0 when no measure
     leads); it holds above LEAD_SURE, a cut-off the chapter names (finding rule, margin
     CUT). The measure is the longest-leading of all, chosen after the fact: the reading
-    says which, and how many were looked at. n/a without a drop."""
+    says which, and how many were looked at. n/a without a drop, and n/a when no measure
+    could be tested (`untestable`: the plateau too short for a band for every one)."""
     lead, ctrl_at = progress.leaders(leads)
     looked = int((leads["measure"] != "L_mask").sum())
     quantity = (f"a measure of the inside leaves its plateau band before the loss: p_lead of the longest lead "
@@ -253,12 +254,22 @@ def lead_row(ch, leads: pd.DataFrame) -> dict:
                      na="the run has no drop")
     if lead.empty:
         return claim("B1", quantity, 0.0, f"none of the {looked} measures leaves its band before the loss does",
-                     kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
+                     kind="finding", reference=LEAD_SURE, sense="above", margin=CUT, na=untestable(leads))
     r = lead.iloc[0]
     return claim("B1", quantity, float(r["p_lead"]),
                  f"{r['measure']}, the longest of {len(lead)} leads among {looked} measures: {r['lead']:,.0f} steps "
                  f"before the drop (bootstrap 5-95 %: {r['lead_lo']:,.0f} to {r['lead_hi']:,.0f})",
                  kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
+
+
+def untestable(leads: pd.DataFrame) -> str | None:
+    """Why B1 has nothing to test, or None: every measure of the inside (L_mask aside) lacks a
+    plateau band (`progress.plateau_leads`: the plateau too short for one), so none could
+    lead, and a 0 would read as a finding that failed."""
+    inside = leads[leads["measure"] != "L_mask"]
+    if "band_low" in inside and len(inside) and not np.isfinite(inside["band_low"].to_numpy(dtype=float)).any():
+        return f"the plateau is too short for a band for every one of the {len(inside)} measures: none can be tested"
+    return None
 
 
 def lead_finding_text(row: dict) -> str:

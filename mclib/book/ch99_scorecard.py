@@ -21,6 +21,8 @@ CHAPTER = "99_scorecard"
 # glue name -> the verdict it counts among the paper's claims, in the order the closing sentence names them
 COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
            "n_na": "n/a", "n_cannot": "cannot fail"}
+# a provisional row (`scorecard.is_provisional`: it reads the end of a run cut short) is counted
+# under n_provisional alone, never under its verdict's name above
 # glue name -> the verdict it counts among our own findings
 COUNTED_OWN = {"n_own_holds": "holds", "n_own_fails": "fails", "n_own_na": "n/a"}
 
@@ -52,11 +54,14 @@ COLOURS = {**VERDICT_COLORS, "holds": VERDICT_COLORS["matches"], "fails": VERDIC
 
 
 def _colour(verdict: str) -> str:
-    return f"color: {to_hex(COLOURS.get(verdict, 'grey'))}; font-weight: bold"
+    """A verdict's colour; a provisional one ("differs, provisional") in its verdict's colour, in italics."""
+    base, _, mark = str(verdict).partition(", ")
+    return (f"color: {to_hex(COLOURS.get(base, 'grey'))}; font-weight: bold"
+            + ("; font-style: italic" if mark == "provisional" else ""))
 
 
 def _styled(rows: list[dict], columns, caption: str):
-    table = pd.DataFrame(rows, columns=list(scorecard.FIELDS))
+    table = pd.DataFrame([{**r, "verdict": scorecard.shown_verdict(r)} for r in rows], columns=list(scorecard.FIELDS))
     return (table[list(columns)].style.hide(axis="index")
             .format({k: f for k, f in {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}.items()
                      if k in columns}, na_rep="—")
@@ -84,7 +89,10 @@ def reference_shown(ch, rows: list[dict]):
             .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
             .map(_colour, subset=["laptop verdict", "paper-setting verdict"])
             .set_caption(f"Profile {ch.cfg.name} beside the paper's own setting (params/paper.yaml, on a GPU): "
-                         "each row's value and verdict against the paper (a finding of our own: whether it holds)."))
+                         "each row's value and verdict against the paper (a finding of our own: whether it holds). "
+                         "The paper setting's verdicts are its recorded values re-judged on the CPU by today's rules "
+                         "(mclib.book.reference.rejudge); the last column keeps the lease's own where it changed; "
+                         "provisional: read at the end of a run cut short of the paper's 50,000 steps."))
 
 
 def reference_runs_shown():
@@ -117,9 +125,16 @@ def glued(ch, rows: list[dict]) -> dict:
     """The closing sentence's numbers (the paper's claims per verdict and in all; our own
     findings per verdict and in all, counted apart), the task note and the figure."""
     paper, own = scorecard.paper_rows(rows), scorecard.own_rows(rows)
-    verdicts = pd.Series([r["verdict"] for r in paper], dtype=object).value_counts()
+    firm = [r for r in paper if not scorecard.is_provisional(r)]
+    verdicts = pd.Series([r["verdict"] for r in firm], dtype=object).value_counts()
     own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
+    folder = reference.latest()
+    theirs = [] if folder is None else reference.rows(folder)
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(paper),
+            "n_provisional": len(paper) - len(firm),
+            "landing_editions": " ".join([scorecard.setting_counts(rows, "the laptop edition")]
+                                         + ([scorecard.setting_counts(theirs, "the paper's own setting")
+                                             + f" {reference.rejudged_text(folder)}"] if theirs else [])),
             **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),

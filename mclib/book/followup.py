@@ -292,6 +292,13 @@ def measures_figure(measures: pd.DataFrame):
     return closed(fig)
 
 
+def uniform_share_text(n: int) -> str:
+    """The attention share of uniform attention on the profile's n×n matrices, as the list
+    of measures states it (`plateau.share_chance`)."""
+    from ..analyses.plateau import share_chance
+    return f"{share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
+
+
 def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     """Where these measures stand at the paper's own setting (7×7 rank 2, hidden 768): the GPU
     slices done (`mclib.book.slices`, results/paper-slices.yaml) that executed this chapter, or a

@@ -53,7 +53,38 @@ def runs_text(record: dict) -> str:
     return "; ".join(ends)
 
 
-def provenance(record: dict, s: slices.Slice, missing: str) -> str:
+def rejudged_note(found: list[dict], chapter: str) -> str:
+    """What today's rules change on the page of `chapter`, from the slice's recorded values
+    re-judged on the CPU (`reference.rejudge`): each row whose verdict changed (before → after,
+    and why) and how many of its rows are provisional, with the run's stage once; "" when
+    nothing on the page changes."""
+    from . import scorecard
+
+    mine = [r for r in found if r.get("chapter") == chapter]
+    changed = [r for r in mine if r.get("was") is not None and r["was"] != r["verdict"]]
+    late = [r for r in mine if scorecard.is_provisional(r)]
+    if not changed and not late:
+        return ""
+    out = [f"Re-judged on the CPU by today's rules (`mclib.book.reference.rejudge`), from the values this page "
+           "recorded; the page below shows the verdicts as the lease gave them."]
+    if changed:  # rows of one experiment that change alike, and why, said once
+        groups: dict = {}
+        for r in changed:
+            groups.setdefault((r["id"], r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
+        out.append("Verdicts that change: " + "; ".join(
+            f"{i} ({qs[0] if len(qs) == 1 else f'{len(qs)} rows'}): "
+            f"{was} → {now}" + (f" ({na})" if na else "") for (i, was, now, na), qs in groups.items()) + ".")
+    also = [r for r in mine if r.get("rejudged") and r.get("was") == r["verdict"] and "provisional:" not in r["rejudged"]]
+    if also:
+        out.append("Also: " + "; ".join(f"{r['id']} {r['quantity']}: {r['rejudged']}" for r in also) + ".")
+    if late:
+        out.append(f"Provisional ({len(late)} rows: " + ", ".join(dict.fromkeys(r["id"] for r in late))
+                   + f"): each {late[0]['provisional']}; the paper read its model at step {scorecard.PAPER_POST:,}, "
+                   "so these rows are counted apart until a run of that length reads them.")
+    return " ".join(out)
+
+
+def provenance(record: dict, s: slices.Slice, missing: str, rejudged: str = "") -> str:
     ends = runs_text(record)
     notes = "".join(f" Merged with a note: {n}." for n in record.get("merge_notes", []))
     if record.get("lease_note"):  # what happened on the lease beyond the two commands, in the merger's words
@@ -62,7 +93,7 @@ def provenance(record: dict, s: slices.Slice, missing: str) -> str:
             if record.get("left_out") else "")
     return (f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "
             f"on {record['device']} on {record['date']}, revision `{record['git']}`, precision {record['precision']}. "
-            f"{ends}. The paper book is {missing}.{notes}{left}\n:::")
+            f"{ends}. The paper book is {missing}.{notes}{left}" + (f"\n\n{rejudged}" if rejudged else "") + "\n:::")
 
 
 def _end_text(end: dict | None) -> str:
@@ -114,6 +145,7 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
     have = slices.done(ledger_path.parent, ledger["name"])
     missing = missing_text(ledger, have)
     pages, rows = [], []
+    found = _rejudged(have, ledger["name"])
     for s in ledger["slices"]:
         if s.name not in have:
             rows.append(f"| {s.name} | {s.what} | not run yet | | |")
@@ -121,7 +153,8 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
         record = slices.record(have[s.name])
         ran = []
         for nb_path in sorted((have[s.name] / "book").glob("*.ipynb")):
-            nb = adapt(nbformat.read(nb_path, as_version=4), s.name, provenance(record, s, missing))
+            note = provenance(record, s, missing, rejudged_note(found, nb_path.stem))
+            nb = adapt(nbformat.read(nb_path, as_version=4), s.name, note)
             dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
             nbformat.write(nb, dest)
             pages.append(dest)
@@ -136,8 +169,66 @@ def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
         "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
         f"laptop edition's. The paper book is {missing}.\n\n"
         "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
-        + "\n".join(rows) + "\n")
+        + "\n".join(rows) + "\n" + _runs_section(folder, have, ledger["name"], found))
     return [index, *pages]
+
+
+E1_FIGURE = "paper-runs-loss.png"
+
+
+def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str:
+    """The part's first page, after the slices: every run of the paper's setting the results
+    hold (`reference.runs_table`: the slices' and the whole-book run before them, each with its
+    path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
+    page), and the paper setting's counts re-judged by today's rules (`scorecard.setting_counts`)."""
+    from . import reference, scorecard
+
+    first = next(iter(have.values()), None)
+    if first is None or not reference._has_metrics(first / "runs" / f"{name}-seed1"):
+        return ""
+    try:
+        table = reference.runs_table(first, name)
+        figure = reference.loss_figure(first, name)
+    except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what the table needs: said, not raised
+        return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
+    figure.savefig(folder / E1_FIGURE, dpi=110, metadata={"Software": None})
+    import matplotlib.pyplot as plt
+    plt.close(figure)
+    step = lambda x: "—" if _missing(x) else f"{int(x):,}"
+    lines = [f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
+             f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
+             for r in table.to_dict("records")]
+    counts = scorecard.setting_counts(found, "the paper's own setting") if found else ""
+    return ("\n## Every run of the book's seed\n\n"
+            "Each run of the paper's setting that results/ holds, the slices' and the whole-book run before them "
+            "(the same seed and kit: its losses equal slice A's over their common steps). The rows computed from "
+            "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
+            "the last tenth of that run's steps.\n\n"
+            "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
+            "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
+            f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
+            "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
+            + (f"{counts} {reference.rejudged_text(first, name)}\n" if counts else ""))
+
+
+def _missing(x) -> bool:
+    import pandas as pd
+    return x is None or x is pd.NA or (isinstance(x, float) and x != x)
+
+
+def _rejudged(have: dict, name: str) -> list[dict]:
+    """The done slices' rows re-judged by today's rules (`reference.rows`); [] when no slice
+    holds the book's run (nothing recorded to re-judge)."""
+    from . import reference
+
+    first = next(iter(have.values()), None)
+    if first is None:
+        return []
+    try:
+        return reference.rows(first, name)
+    except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
+        print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
+        return []
 
 
 def toc(out: Path, pages: list[Path], executed: list[str]) -> Path:

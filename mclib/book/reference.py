@@ -155,7 +155,27 @@ def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
         for group in sorted((run / FREEZE).glob("*")) if (run / FREEZE).is_dir() else []:
             if _has_metrics(group):
                 runs[f"{run.name.rsplit('-', 1)[1]}, E15 {group.name}"] = group
+    runs.update(earlier_runs(folder, name))
     return runs
+
+
+def earlier_runs(folder: Path, name: str = "paper") -> dict[str, Path]:
+    """The book's seed (seed 1) trained in a results folder beside the slices that is not a
+    slice (no slice.json: a run of the whole book before the slices, e.g. 2026-11-24's to step
+    44,450), on the same kind of device: label ("seed 1, DATE run") -> run folder. {} for a
+    folder that is not a slice (it is itself that run's folder)."""
+    if _slice_name(folder) is None:
+        return {}
+    device = json.loads((folder / "device.json").read_text()).get("device")
+    found = {}
+    for f in sorted(folder.parent.glob(f"{name}-*")):
+        run = f / "runs" / run_name(name, 1)
+        if (f / "slice.json").is_file() or not (f / "device.json").is_file() or not _has_metrics(run):
+            continue
+        dev = json.loads((f / "device.json").read_text())
+        if dev.get("device") == device:
+            found[f"seed 1, {dev.get('date', f.name)} run"] = run
+    return found
 
 
 def _end(run: Path) -> RunEnd | None:
@@ -177,7 +197,9 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
         rank = cfg.data.rank if cfg else 2
         tail = last_tenth(m)["L_mask"] / copy_level(rank)
         wall = m.dropna(subset=["wall"]).iloc[-1] if m["wall"].notna().any() else None
-        rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]),
+        where = run.parents[1] if run.parent.name == "runs" else run.parents[3]  # a seed's folder, or E15's
+        dev = json.loads((where / "device.json").read_text()) if (where / "device.json").is_file() else {}
+        rows.append({"run": label, "path": _shown(run), "date": dev.get("date"), "steps trained": int(m["step"].iloc[-1]),
                      "ended": end.ended if end else "cut (device time ran out)",
                      "today's rule ends it at": (converged(m, rank, cfg.train.patience, cfg.train.min_improvement)
                                                  if cfg else None),  # also under until: steps (the paper's 50 000)
@@ -286,18 +308,155 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     return [{**r, "verdict": scorecard.row_verdict(r)} for r in found]
 
 
-def rows(folder: Path, name: str = "paper") -> list[dict]:
-    """The results' scorecard rows: as recorded by its chapters (for a slice, by the chapters
-    of every slice done beside it, the first slice's row where two recorded the same), or,
-    where no chapter completed, E1's rows from the training curve (`training_rows`); then
-    E15's rows from E15's slices (`freeze_rows`)."""
+def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
+    """The results' scorecard rows as the GPU left them: as recorded by its chapters (for a
+    slice, by the chapters of every slice done beside it, the first slice's row where two
+    recorded the same), or, where no chapter completed, E1's rows from the training curve
+    (`training_rows`); then E15's rows from E15's slices (`freeze_rows`)."""
     recorded: dict = {}
     folders = _slice_folders(folder, name)
     for f in folders:
         for r in scorecard.load(f / "runs" / run_name(name, 1)):
             recorded.setdefault((r["id"], r["quantity"]), r)
-    book_run = next((f for f in folders if _has_metrics(f / "runs" / run_name(name, 1))), folder)
-    return (list(recorded.values()) or training_rows(book_run, name)) + freeze_rows(folder, name)
+    return (list(recorded.values()) or training_rows(_book_folder(folder, name), name)) + freeze_rows(folder, name)
+
+
+def rows(folder: Path, name: str = "paper") -> list[dict]:
+    """The results' scorecard rows (`recorded_rows`), re-judged here on the CPU by today's
+    rules (`rejudge`): what the scorecard's paper-setting column and the paper part's notes show."""
+    return rejudge(recorded_rows(folder, name), folder, name)
+
+
+def _book_folder(folder: Path, name: str = "paper") -> Path:
+    """The folder (of the slices done beside `folder`) that holds the book's run, seed 1."""
+    return next((f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder)
+
+
+def book_stage(folder: Path, name: str = "paper") -> scorecard.Stage | None:
+    """The `scorecard.Stage` of the book's run (seed 1) the results hold: how far it trained,
+    L_mask where it ended, how fast it still fell. None without its end.json."""
+    run = _book_folder(folder, name) / "runs" / run_name(name, 1)
+    end = _end(run)
+    if end is None or not _has_metrics(run):
+        return None
+    return scorecard.stage(end, read_metrics(run), run_profile(run).data.rank)
+
+
+def _book_steps(folder: Path, name: str = "paper"):
+    """The book run's analysis checkpoints (`CheckpointSteps`), placed among the saves it made
+    as its chapters placed them: which step each recorded row read."""
+    run = _book_folder(folder, name) / "runs" / run_name(name, 1)
+    cfg, m = run_profile(run), read_metrics(run)
+    end = _end(run) or RunEnd(ended="unfinished", step=int(m["step"].iloc[-1]), drop=find_drop(m, rank=cfg.data.rank),
+                              steps=cfg.train.steps, until=cfg.train.until)
+    every = cfg.train.save_every
+    saved = sorted({*range(every, end.step + 1, every), end.step})
+    return place_checkpoints(m[m["step"] <= end.step], saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
+
+
+def _glued(folder: Path, chapter: str, name: str, book: str = "paper") -> str | None:
+    """The text a chapter the GPU executed glued under `name` (its notebook's outputs), or None."""
+    import nbformat
+
+    for f in _slice_folders(folder, book):
+        path = f / "book" / f"{chapter}.ipynb"
+        if not path.is_file():
+            continue
+        for cell in nbformat.read(path, as_version=4).cells:
+            for out in cell.get("outputs", []):
+                if out.get("metadata", {}).get("scrapbook", {}).get("name") == name:
+                    text = out.get("data", {}).get("application/papermill.record/text/plain")
+                    return text.strip("'\"") if isinstance(text, str) else None
+    return None
+
+
+REJUDGED = "re-judged on the CPU by today's rules"
+
+
+def rejudge(found: list[dict], folder: Path, name: str = "paper") -> list[dict]:
+    """The rows a GPU lease recorded, judged again here by the rules the chapters apply today,
+    from the values it recorded (no model is read): each row that changes keeps the lease's
+    verdict in `was` and says why in `rejudged`. The rules (one definition each, the
+    chapters' own):
+
+    - provisional: a row that reads the run's end, from a run cut short (`scorecard.provisional`);
+    - E2, E3 pre, E6: n/a where the pre-shift checkpoint read is not the paper's pre step
+      (`ch02_copying.pre_na`); E2 judged by the ratio rule against the paper's number;
+    - E4: n/a unless the paper's count of heads was ablated (`ch03_heads.e4_na`, the count read
+      from the row's reading);
+    - E8: the every-layer reading carries no paper's value (the authors' code patches only the
+      last layer, `ch03_heads.E8_SOURCE`); E11 names the model the paper probed;
+    - E13: n/a where the final layout lies too close after the checkpoint it tests (`ch04_embeddings.e13_na`);
+    - B1: n/a where every measure lacked a plateau band (read from chapter 07's glued `lead_text`).
+
+    A row that lacks what a rule needs gets n/a with the reason in one line."""
+    import re
+
+    from . import ch02_copying, ch03_heads, ch04_embeddings
+
+    at = book_stage(folder, name)
+    try:
+        steps = _book_steps(folder, name)
+    except (FileNotFoundError, KeyError, ValueError):
+        steps = None
+    glued_pre = _glued(folder, "02_copying", "pre_step2", name)  # the step chapter 02 read, as it said
+    pre = (int(glued_pre.replace(",", "")) if glued_pre and glued_pre.replace(",", "").isdigit() else
+           None if steps is None else steps.pre)
+    out, whys = [], []
+    for r in found:
+        new, why = dict(r), []
+        if r.get("chapter") == "02_copying" and r["id"] in ("E2", "E3", "E6"):
+            if r["id"] == "E2":
+                new["kind"] = "ratio"
+            na = "no pre-shift checkpoint could be placed in the run" if pre is None else ch02_copying.pre_na(pre, True)
+            if na:
+                new["na"] = na
+        if r["id"] == "E4":
+            m = re.search(r"\bour (\d+) ", r.get("reading", ""))
+            na = ch03_heads.e4_na(int(m.group(1))) if m else "the row does not say how many heads it ablated"
+            if na:
+                new["na"] = na
+        if r["id"] == "E8" and r["quantity"].startswith("every layer") and r.get("paper") is not None:
+            new["paper"] = None
+            why.append(f"the paper's value moved to the last-layer rows ({ch03_heads.E8_SOURCE})")
+        if r["id"] == "E11" and "12-layer, 12-head" not in r.get("reading", ""):
+            new["reading"] = f"{r.get('reading', '')}; {ch03_heads.PROBED_MODEL}"
+        if r["id"] == "E13":
+            final = at.step if at is not None else None
+            tested = None if steps is None or steps.drop is None else max(
+                (s for s in steps.saved if s < steps.drop), default=None)
+            na = ("the run's end or its last checkpoint before the drop is unknown" if final is None or tested is None
+                  else ch04_embeddings.e13_na(tested, final))
+            if na:
+                new["na"] = na
+        if r["id"] == "B1" and r.get("verdict") != "n/a":
+            lead_text = _glued(folder, "07_beyond", "lead_text", name) or ""
+            m = re.search(r"too short for a band for ([^;.]+)", lead_text)
+            no_band = [x.strip() for x in m.group(1).split(",") if x.strip() != "L_mask"] if m else []
+            looked = re.search(r"none of the (\d+) measures", r.get("reading", ""))
+            if looked and no_band and len(no_band) >= int(looked.group(1)):
+                new["na"] = f"the plateau is too short for a band for every one of the {len(no_band)} measures: none can be tested"
+        rule = {k: new[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in new}
+        kind = new.get("kind", "number")
+        if new.get("na"):
+            new["verdict"] = "n/a"
+        elif kind != r.get("kind", "number") or new.get("paper") != r.get("paper"):  # a rule that changed: judged anew
+            new["verdict"] = scorecard.judge(kind, paper=new.get("paper"), ours=new.get("ours"), **rule)
+        # otherwise the lease's verdict stands: its rule is today's (a recorded row keeps no reference to judge again)
+        if new.get("na"):
+            new["reading"] = f"{new.get('reading', '')}; n/a: {new['na']}".lstrip("; ")
+        out.append(new)
+        whys.append(why)
+    out = scorecard.provisional(out, at)
+    for r, new, why in zip(found, out, whys):
+        if new["verdict"] != r["verdict"]:
+            why.insert(0, f"{r['verdict']} → {new['verdict']}" + (f" ({new['na']})" if new.get("na") else
+                                                                  " (judged against the paper's number, ratio rule)"))
+        if new.get("provisional") and not r.get("provisional"):
+            why.append(f"provisional: {new['provisional']}")
+        if why:
+            new["was"], new["rejudged"] = r["verdict"], "; ".join(why)
+    return out
 
 
 def chapters_run(folder: Path) -> list[str]:
@@ -353,7 +512,8 @@ def status(folder: Path | None, name: str = "paper") -> str:
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, and
-    the paper setting's value and verdict (empty where it has no such row, or no results)."""
+    the paper setting's value and verdict (empty where it has no such row, or no results),
+    re-judged by today's rules (`rows`), with the verdict the lease gave where it changed."""
     theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name)}
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
@@ -362,7 +522,21 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
     for key in keys:
         a, b = mine.get(key, {}), theirs.get(key, {})
         table.append({"id": key[0], "quantity": key[1], "paper": a.get("paper", b.get("paper")),
-                     "laptop edition": a.get("ours"), "laptop verdict": a.get("verdict", "—"),
+                     "laptop edition": a.get("ours"), "laptop verdict": scorecard.shown_verdict(a) if a else "—",
                      "paper setting": b.get("ours"),
-                     "paper-setting verdict": b.get("verdict", absent)})
+                     "paper-setting verdict": scorecard.shown_verdict(b) if b else absent,
+                     "as the lease judged it": b.get("was", "—") if b else "—"})
     return pd.DataFrame(table)
+
+
+def rejudged_text(folder: Path, name: str = "paper") -> str:
+    """One sentence: that the paper setting's verdicts are the lease's recorded values judged
+    again on the CPU by today's rules (`rejudge`), how many changed, and the run's stage
+    (`book_stage`) behind its provisional rows."""
+    found = rows(folder, name)
+    changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
+    late = sum(scorecard.is_provisional(r) for r in scorecard.paper_rows(found))
+    at = book_stage(folder, name)
+    return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.book.reference.rejudge`): "
+            f"{len(changed)} changed from the lease's, and {late} are provisional"
+            + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")

@@ -33,11 +33,12 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.runs import SCORECARD, write_atomic
 
-FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter")
+FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
 
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
@@ -268,6 +269,154 @@ def task_note(profile) -> str:
             "same matrices, a step over another step), and no number is multiplied across tasks.")
 
 
+# --- a cut run: provisional verdicts ------------------------------------------------------
+
+# The paper's "pre" and "post" (EXPERIMENTS.md §2): the steps its numbers were read at.
+PAPER_PRE, PAPER_POST = 4_000, 50_000
+# Experiments whose every row reads the run's last model (post), whatever their quantity
+# says; other rows read it when their quantity names it (`LATE_WORDS`), e.g. E3's "post ...",
+# E6's "pre with post's QKV", E1's "final L".
+LATE_IDS = ("E4", "E5", "E7", "E8", "E10", "E11", "E12", "E13", "E16", "E18")
+LATE_WORDS = re.compile(r"\b(post|final)\b")
+
+
+def reads_late(row: dict) -> bool:
+    """Whether `row` reads a model or a level of the run's end (post, final, "after"): a
+    row of `LATE_IDS`, a quantity naming post or final, or a BERT row of E17 (BERT's post
+    model beside the solvers). Findings of our own read the plateau and the drop, not the end."""
+    if is_own(row):
+        return False
+    return (row["id"] in LATE_IDS or bool(LATE_WORDS.search(row["quantity"]))
+            or (row["id"] == "E17" and row["quantity"].startswith("BERT")))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """How far the run a chapter reads got, for the rows that read its end (`reads_late`).
+
+    step: the step its last model and final level are read at (the run's end);
+    planned: the length it was to train (the profile's train.steps; the paper's 50 000 on its task);
+    cut: a deadline, a signal or an unfinished run ended it before `planned` (RunEnd "cut",
+         "unfinished"); a run that converged, reached its cap or trained its steps is not cut;
+    rel: L_mask / E[X²] over the window ending at `step` (`window_mean`, as `find_drop` reads a loss);
+    paper_rel: the paper's post L_mask / E[X²] (its E3 post L_mask, step 50 000);
+    slope, slope_se: L_mask's relative change per 1 000 steps over the run's last 2 000 (`end_slope`)."""
+    step: int
+    planned: int
+    cut: bool
+    rel: float | None = None
+    paper_rel: float | None = None
+    slope: float | None = None
+    slope_se: float | None = None
+
+    @property
+    def note(self) -> str:
+        """One line a provisional row carries: the step read, L_mask there and its ratio to the
+        paper's at step 50 000, and how fast the run still fell; "" for a run not cut."""
+        if not self.cut:
+            return ""
+        level = "" if _missing(self.rel) else f"; L_mask there {self.rel:.3g}·E[X²]"
+        if not _missing(self.rel) and not _missing(self.paper_rel) and self.paper_rel > 0:
+            level += f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} ({self.paper_rel:.3g}·E[X²])"
+        fall = ("" if _missing(self.slope) else
+                f"; still changing {self.slope:+.1%} ± {_se(self.slope_se):.1%} per 1,000 steps")
+        return f"reads step {self.step:,} of a run cut short of its {self.planned:,}{level}{fall}"
+
+    @property
+    def comparisons(self) -> str:
+        """What the rows that read the run's end compare, as a clause: the paper's end
+        ("the paper's", for a run not cut) or a cut run's provisional reading."""
+        if not self.cut:
+            return "the comparisons below read the run's end, as the paper reads its own"
+        return (f"the comparisons below are provisional: the run was cut at step {self.step:,} of its "
+                f"{self.planned:,}, and the paper read its model at step {PAPER_POST:,}")
+
+
+def is_cut(end) -> bool:
+    """Whether a run (its `RunEnd`) was cut short of the length it was to train: a deadline, a
+    signal or an unfinished run ("cut", "unfinished") before its train.steps. A run with no
+    end.json yet (None: still training, or stopped before it ended) is not known to be cut."""
+    return end is not None and end.ended in ("cut", "unfinished") and end.step < end.steps
+
+
+def stage(end, metrics, rank: int) -> Stage:
+    """The `Stage` of a run from its `RunEnd` and metrics (the rows up to its end)."""
+    from ..core import paper
+    from ..core.data import copy_level
+    from ..core.metrics import end_slope, window_mean
+
+    ran = metrics[metrics["step"] <= end.step] if metrics is not None else None
+    rel = slope = slope_se = None
+    if ran is not None and len(ran):
+        rel = float(window_mean(ran, end.step)["L_mask"]) / copy_level(rank)
+        slope, slope_se = end_slope(ran, 2000)
+    return Stage(step=int(end.step), planned=int(end.steps), cut=is_cut(end),
+                 rel=rel, paper_rel=paper.PAPER[("E3", "post L_mask")] / copy_level(paper.task().rank),
+                 slope=slope, slope_se=slope_se)
+
+
+def run_stage(run_dir: str | Path) -> Stage | None:
+    """The `Stage` of the run in `run_dir` (its end.json and metrics), or None where it has
+    neither (a folder that holds rows but no run)."""
+    from ..core.runs import END, METRICS, RunEnd, run_profile
+
+    run_dir = Path(run_dir)
+    if not (run_dir / END).is_file():
+        return None
+    import pandas as pd
+
+    end = RunEnd.from_json(json.loads((run_dir / END).read_text()))
+    metrics = None
+    for name in (METRICS, METRICS + ".gz"):
+        if (run_dir / name).is_file():
+            metrics = pd.read_csv(run_dir / name)
+            break
+    try:
+        rank = run_profile(run_dir).data.rank
+    except (FileNotFoundError, OSError, ValueError):
+        rank = 2
+    return stage(end, metrics, rank)
+
+
+def provisional(rows: list[dict], at: Stage | None) -> list[dict]:
+    """`rows` with the provisional mark set: every row that reads the run's end
+    (`reads_late`) and has a verdict to give (not n/a, not cannot fail) carries `Stage.note` while the run
+    is cut; the others carry None. The verdict itself stays the rule's."""
+    mark = at.note if at is not None and at.cut else ""
+    return [{**r, "provisional": (mark or None) if reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
+             else None} for r in rows]
+
+
+def is_provisional(row: dict) -> bool:
+    return bool(row.get("provisional"))
+
+
+def shown_verdict(row: dict) -> str:
+    """The verdict as a table shows it: "differs, provisional" for a provisional row."""
+    return f"{row['verdict']}, provisional" if is_provisional(row) else row["verdict"]
+
+
+def tally(rows: list[dict]) -> dict[str, int]:
+    """Counts of the paper's claims (`paper_rows`): reproduced (`REPRODUCED`), differ,
+    not tested (n/a, cannot fail) and provisional, each row in one of them: a provisional
+    row is counted there, whatever its verdict, and in no other."""
+    rows = paper_rows(rows)
+    firm = [r for r in rows if not is_provisional(r)]
+    return {"rows": len(rows), "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
+            "differ": sum(r["verdict"] == "differs" for r in firm),
+            "not tested": sum(r["verdict"] in ("n/a", "cannot fail") for r in firm),
+            "provisional": len(rows) - len(firm)}
+
+
+def tally_text(rows: list[dict], what: str) -> str:
+    """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 5 have nothing to test and 25 are
+    provisional': `tally` in a sentence."""
+    t = tally(rows)
+    return (f"Of the {t['rows']} claims {what}, {t['reproduced']} reproduced, {t['differ']} differ, "
+            f"{t['not tested']} have nothing to test here and {t['provisional']} are provisional (they read the end "
+            "of a run cut short of its length).")
+
+
 def load(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / SCORECARD
     return json.loads(path.read_text()) if path.is_file() else []
@@ -314,10 +463,12 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 
 
 def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *, reading: str = "",
-           kind: str = "number", se=None, spread=None, chapter: str = "", **rule_kw) -> dict:
+           kind: str = "number", se=None, spread=None, chapter: str = "", at: Stage | None = None,
+           **rule_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here by `judge`
     (rule_kw: margin, reference and sense for a direction, values and order for an
-    ordering, na for a claim with nothing to test). Returns the row."""
+    ordering, na for a claim with nothing to test), and marked provisional where the row
+    reads the end of a run cut short (`at`: the run's `Stage`; `provisional`). Returns the row."""
     clean = lambda x: None if _missing(x) else float(x)  # JSON has no NaN
     v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
     said = contradiction(reading, v)
@@ -328,6 +479,7 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
         reading = f"{reading}; n/a: {rule_kw['na']}" if reading else f"n/a: {rule_kw['na']}"
     row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
            "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter}
+    row = provisional([row], at)[0]
     rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
     _write(run_dir, rows)
@@ -343,8 +495,10 @@ def row_verdict(row: dict) -> str:
 
 def record_rows(run_dir: str | Path, rows: list[dict], chapter: str) -> list[dict]:
     """`record` every row (keyword arguments, as the chapters' modules build them) for
-    `chapter`; returns the recorded rows, verdicts included."""
-    return [record(run_dir, **r, chapter=chapter) for r in rows]
+    `chapter`, each marked provisional where it reads the end of the run in `run_dir` and
+    that run was cut (`run_stage`); returns the recorded rows, verdicts included."""
+    at = run_stage(run_dir)
+    return [record(run_dir, **r, chapter=chapter, at=at) for r in rows]
 
 
 def verdict_counts(verdicts) -> str:
@@ -385,21 +539,21 @@ def findings(rows: list[dict]):
     """The landing table: one line per experiment of the paper (findings of our own left
     out, `paper_rows`), what reproduced and what did not. Columns: experiment, rows,
     reproduced (the positive verdicts), differs, the claims that differ (quantity: our
-    reading), and the rows that cannot fail or have nothing to test."""
+    reading), the rows that cannot fail or have nothing to test, and the provisional rows
+    (`tally`: read at the end of a cut run, counted there whatever their verdict)."""
     import pandas as pd
 
     rows = paper_rows(rows)
     out = []
     for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
         rs = [r for r in rows if r["id"] == e]
-        pos = [r for r in rs if r["verdict"] in ("matches", "same direction", "same order")]
-        bad = [r for r in rs if r["verdict"] == "differs"]
-        rest = [r for r in rs if r["verdict"] in ("n/a", "cannot fail")]
-        out.append({"experiment": e, "rows": len(rs), "reproduced": len(pos), "differs": len(bad),
+        t = tally(rs)
+        bad = [r for r in rs if r["verdict"] == "differs" and not is_provisional(r)]
+        out.append({"experiment": e, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
                     "what differs, and our reading": "; ".join(_why(r) for r in bad) or "—",
-                    "not tested": len(rest)})
+                    "not tested": t["not tested"], "provisional": t["provisional"]})
     return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
-                                      "not tested"])
+                                      "not tested", "provisional"])
 
 
 # Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
@@ -418,19 +572,21 @@ def headline(rows: list[dict]) -> dict[str, str]:
     own = own_rows(rows)
     rows = paper_rows(rows)
     def counts(rs, what):
-        pos = sum(r["verdict"] in REPRODUCED for r in rs)
-        bad = sum(r["verdict"] == "differs" for r in rs)
-        return (f"Of the {len(rs)} claims {what}, {pos} reproduced (match the paper's number, or point or order the "
-                f"way it says), {bad} differ and {len(rs) - pos - bad} have nothing to test here.")
+        t = tally(rs)
+        late = f" and {t['provisional']} are provisional (read at the end of a run cut short)" if t["provisional"] else ""
+        return (f"Of the {len(rs)} claims {what}, {t['reproduced']} reproduced (match the paper's number, or point or "
+                f"order the way it says), {t['differ']} differ{',' if late else ' and'} {t['not tested']} have "
+                f"nothing to test here{late}.")
 
     full, partial = [], []
     for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
-        rs = [r for r in rows if r["id"] == e]
+        every = [r for r in rows if r["id"] == e]
+        rs = [r for r in every if not is_provisional(r)]
         bad = [r for r in rs if r["verdict"] == "differs"]
         good = [r for r in rs if r["verdict"] in REPRODUCED]
         if bad:
             partial.append(f"{e} ({_why(bad[0])})")
-        elif good:
+        elif good and len(rs) == len(every):  # a provisional row leaves the experiment open
             full.append(f"{e} ({good[0]['quantity']}: {good[0]['verdict']})")
     solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
     model = [r for r in rows if not solver_only(r)]
@@ -447,6 +603,15 @@ def headline(rows: list[dict]) -> dict[str, str]:
                             f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
                             f"{sum(r['verdict'] == 'fails' for r in own)} do not and "
                             f"{sum(r['verdict'] == 'n/a' for r in own)} have nothing to test here.")}
+
+
+def setting_counts(rows: list[dict], where: str) -> str:
+    """The landing page's line for one edition (`where`: "the laptop edition", "the paper's
+    own setting"): its counts of the paper's claims (`tally`) in one sentence."""
+    t = tally(rows)
+    return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']} reproduced, {t['differ']} differ, "
+            f"{t['not tested']} n/a (nothing to test, or true by construction), {t['provisional']} provisional, of "
+            f"{t['rows']} claims.")
 
 
 def departures_text(profile) -> str:
@@ -479,7 +644,8 @@ def recorded_table(run_dir: str | Path, rows: list[dict], chapter: str,
     paragraph, with the chosen columns (the verdicts as `record` computed them)."""
     import pandas as pd
 
-    shown = pd.DataFrame(record_rows(run_dir, rows, chapter))[list(columns)]
+    recorded = record_rows(run_dir, rows, chapter)
+    shown = pd.DataFrame([{**r, "verdict": shown_verdict(r)} for r in recorded])[list(columns)]
     formats = {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}
     return (shown.rename(columns={"se": "s.e."}).style.hide(axis="index")
             .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")

@@ -1,0 +1,109 @@
+"""Provisional verdicts for a cut run, the paper setting's rows re-judged on the CPU, and the
+paper part's pages that say so (mclib.book.scorecard, reference, paper_part)."""
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mclib.book import paper_part, reference, scorecard, slices
+from mclib.core.runs import RunEnd
+
+CUT = scorecard.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129, slope_se=0.005)
+WHOLE = scorecard.Stage(step=50_000, planned=50_000, cut=False, rel=0.06, paper_rel=0.0576)
+
+
+def _row(id, quantity, verdict, kind="number"):
+    return {"id": id, "quantity": quantity, "kind": kind, "verdict": verdict, "paper": 1.0, "ours": 1.0}
+
+
+def test_a_row_that_reads_the_end_of_a_cut_run_is_provisional_and_counted_apart():
+    rows = [_row("E3", "post L_mask / E[X²]", "differs"), _row("E3", "pre, every head ablated: L_mask", "matches"),
+            _row("E1", "final L / (p_mask · E[X²])", "differs"), _row("E4", "'other' heads ablated", "n/a"),
+            _row("E8", "every layer patched", "cannot fail", "by construction"), _row("B1", "a lead", "fails", "finding")]
+    marked = scorecard.provisional(rows, CUT)
+    assert [bool(r["provisional"]) for r in marked] == [True, False, True, False, False, False]
+    assert marked[0]["provisional"] == CUT.note and "2.95× the paper's at step 50,000" in CUT.note
+    assert "reads step 16,591 of a run cut short of its 50,000" in CUT.note and "-12.9% ± 0.5%" in CUT.note
+    assert scorecard.shown_verdict(marked[0]) == "differs, provisional"
+    assert scorecard.tally(marked) == {"rows": 5, "reproduced": 1, "differ": 0, "not tested": 2, "provisional": 2}
+    # the same rows from a run that trained its length: nothing provisional, the verdicts count as they are
+    whole = scorecard.provisional(rows, WHOLE)
+    assert not any(r["provisional"] for r in whole)
+    assert scorecard.tally(whole) == {"rows": 5, "reproduced": 1, "differ": 2, "not tested": 2, "provisional": 0}
+    assert "2 are provisional" in scorecard.headline(marked)["landing_model"]
+    assert "E3" not in scorecard.headline(marked)["landing_reproduced"]  # a provisional row leaves E3 open
+
+
+def test_a_run_is_cut_only_short_of_its_length_by_a_deadline_or_unfinished():
+    end = lambda ended, step: RunEnd(ended=ended, step=step, drop=None, steps=50_000, until="steps")
+    assert scorecard.is_cut(end("cut", 16_591)) and scorecard.is_cut(end("unfinished", 100))
+    assert not scorecard.is_cut(end("converged", 16_591)) and not scorecard.is_cut(end("steps", 50_000))
+    assert "provisional" in CUT.comparisons and "provisional" not in WHOLE.comparisons
+
+
+def test_record_marks_the_rows_of_a_cut_run(tmp_path):
+    (tmp_path / "end.json").write_text(json.dumps({"ended": "cut", "step": 900, "drop": 500, "steps": 5000,
+                                                   "until": "steps"}))
+    rows = scorecard.record_rows(tmp_path, [scorecard.claim("E3", "post L_mask / E[X²]", 0.3, "", paper=0.06),
+                                            scorecard.claim("E1", "drop step", 500, "", paper=15000)], "t")
+    assert rows[0]["provisional"].startswith("reads step 900 of a run cut short of its 5,000") and not rows[1]["provisional"]
+    (tmp_path / "end.json").write_text(json.dumps({"ended": "converged", "step": 900, "drop": 500, "steps": 5000,
+                                                   "until": "converged"}))
+    assert not scorecard.record_rows(tmp_path, [scorecard.claim("E3", "post L_mask / E[X²]", 0.3, "", paper=0.06)],
+                                     "t")[0]["provisional"]
+
+
+def test_the_paper_matched_heads_are_filled_to_the_papers_count():
+    import pandas as pd
+
+    from mclib.analyses.heads import paper_matched
+    heads = [(l, h) for l in range(4) for h in range(8)]
+    labels = pd.Series({k: ("other" if k in ((2, 2), (3, 4)) else "row") for k in heads})
+    scores = pd.DataFrame([{"layer": l, "head": h, "row_excess": 0.1 * h, "column_excess": 0.0, "self_excess": 0.0}
+                           for l, h in heads])
+    paper = [(3, 3), (4, 2), (4, 5), (4, 6), (4, 7)]
+    assert paper_matched(labels, scores, paper) == [(2, 2), (3, 4)]                          # two 'other' heads
+    assert paper_matched(labels, scores, paper, fill=True) == [(2, 2), (3, 0), (3, 1), (3, 2), (3, 4)]  # the paper's 5
+
+
+RESULTS = reference.latest()
+needs_slice = pytest.mark.skipif(RESULTS is None or not (RESULTS / "slice.json").is_file(),
+                                 reason="results/ holds no slice of the paper book")
+
+
+@needs_slice
+def test_slice_a_re_judged_by_todays_rules():
+    found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS)}
+    by = lambda i: [r for k, r in found.items() if k[0] == i]
+    assert all(r["verdict"] == "n/a" and "not at the paper's pre step 4,000" in r["na"] for r in by("E2"))
+    assert all(r["verdict"] == "n/a" and "not the paper's 5" in r["na"] for r in by("E4"))
+    assert by("E13")[0]["verdict"] == "n/a" and "too close for the test to fail" in by("E13")[0]["na"]
+    assert by("B1")[0]["verdict"] == "n/a" and by("B1")[0]["was"] == "fails"
+    post = found[("E3", "post L_mask / E[X²]")]
+    assert post["verdict"] == "differs" and post["provisional"].startswith("reads step 16,591")
+    every = found[("E8", "every layer patched: masked MSE to X / E[X²]")]
+    assert every["paper"] is None and every["verdict"] == "cannot fail"
+    assert all("12-layer, 12-head model" in r["reading"] for r in by("E11"))
+    t = scorecard.tally(list(found.values()))
+    assert t["provisional"] > 0 and sum(v for k, v in t.items() if k != "rows") == t["rows"]
+    # the longer run of the same seed is shown beside slice A, with its path and date
+    table = reference.runs_table(RESULTS)
+    assert "seed 1, 2026-11-24 run" in set(table["run"]) and table["path"].str.contains("2026-11-24").any()
+
+
+@needs_slice
+def test_no_page_of_the_paper_part_states_a_verdict_its_row_does_not_hold(tmp_path):
+    """Each page shows the verdicts its lease gave; where today's rules give another, or make a
+    row provisional, the page's first note says so, with the row's experiment and its new verdict."""
+    pages = paper_part.stage(tmp_path, slices.LEDGER)
+    found = reference.rows(RESULTS)
+    assert "The paper's own setting: " in pages[0].read_text() and "provisional" in pages[0].read_text()
+    for page in pages[1:]:
+        chapter = page.stem.split("_", 1)[1]
+        note = nbformat.read(page, as_version=4).cells[1].source
+        for r in (r for r in found if r.get("chapter") == chapter):
+            if r.get("was") is not None and r["was"] != r["verdict"]:
+                assert f"{r['was']} → {r['verdict']}" in note and r["id"] in note, (chapter, r["quantity"])
+            if scorecard.is_provisional(r):
+                assert "Provisional (" in note and r["id"] in note.split("Provisional (")[1], (chapter, r["quantity"])
