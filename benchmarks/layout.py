@@ -1,4 +1,4 @@
-"""How the code is laid out, as numbers: the figures issue 16 asks for before and after a move.
+"""How the code is laid out, as numbers: the figures to compare before and after a move.
 
     python benchmarks/layout.py              # import graph, notebook cells, duplicates
     python benchmarks/layout.py --tests      # also time the fast test tier

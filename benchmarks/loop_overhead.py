@@ -4,7 +4,7 @@
 
 Trains the paper's model and task (mclib.core.paper.shapes_profile, at a small batch so
 that a CPU takes seconds) twice in fresh folders: once with Adam's state in every
-checkpoint (state_every 0, the loop before issue 37) and once with the paper profile's
+checkpoint (state_every 0, the loop before b7485eb, 2026-11-26) and once with the paper profile's
 ratio of state_every to save_every (5). For each it measures the whole `train` call and the
 steps' own time (the `wall` column: steps and evaluation, no flush and no writes), and from
 their difference the cost of one checkpoint. The paper's schedule on a GPU is then

@@ -1,4 +1,4 @@
-"""Slice A's chapters on a GPU lease, estimated from the CPU (issue 37, item 5).
+"""Slice A's chapters on a GPU lease, estimated from the CPU.
 
     python benchmarks/slice_chapters.py [--hidden 64] [--out docs/data/slice_chapters.csv]
 

@@ -6,7 +6,7 @@ model's own shapes (the realistic ceiling).
 For each profile and each path (eager: `mclib.core.train.train_step`, the HF model and torch's
 Adam, in fp32; compiled: the same through torch.compile, train.compile; both through
 `step_function`; rows of docs/data/step_profile.csv with paths ref and fast are from revision
-d54ea56 or earlier, where "fast" was the stacked copy of the model that issue 38 removed and
+d54ea56 or earlier, where "fast" was the stacked copy of the model removed in 9842a40 (2026-11-26) and
 "ref" the eager step), torch.profiler records `--steps` steps after
 a warm-up, and every operator's self time goes into one bucket:
 

@@ -17,7 +17,7 @@ In one process and one run (docs/performance.md explains every column):
    (e) ours    (c) through torch.compile (train.compile; --compile);
    (h) ours    (c) with TF32 matmuls (train.precision: tf32; CUDA only);
    Paths (f), (g), (i) and (s) timed the stacked copy of the model (mclib/core/stacked.py),
-   removed by issue 38: their rows in docs/data/performance.csv are from revision d54ea56
+   removed in 9842a40 (2026-11-26): their rows in docs/data/performance.csv are from revision d54ea56
    or earlier.
    the paths run in alternation (a, b, c, d, then rotated) for several rounds after
    warm-up rounds, so that machine noise hits all of them alike; each ratio is the

@@ -1,4 +1,4 @@
-"""The follow-up's plateau measures (issue 39; mclib.analyses.plateau) at every saved
+"""The follow-up's plateau measures (mclib.analyses.plateau) at every saved
 checkpoint of the finished runs of a sweep, added to a table:
 
     python scripts/plateau_measures.py sweeps/attention-bias.yaml --results docs/data/attention_bias.csv \

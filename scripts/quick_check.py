@@ -3,7 +3,7 @@
     python scripts/quick_check.py runs/cpu-seed1 [--n 256] [--seed 0]
 
 A sanity check that the interventions give numbers that make sense before the book
-shows them (issue 4, "done means"). All on the same 256 fresh matrices per line.
+shows them. All on the same 256 fresh matrices per line.
 """
 import argparse
 from pathlib import Path

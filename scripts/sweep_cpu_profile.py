@@ -1,4 +1,4 @@
-"""The default-profile search (issue 3), on the sweep command (`python -m mclib sweep`,
+"""The default-profile search, on the sweep command (`python -m mclib sweep`,
 mclib/core/sweep.py): run a list of settings, each under a wall-time cap, and append one row
 per run to the search's results table.
 

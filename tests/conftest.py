@@ -83,7 +83,7 @@ def gen():
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
-    """The smoke book, built once for the session (tests/test_book.py, test_book_browser.py):
+    """The smoke book, built once per test run (tests/test_book.py, test_book_browser.py):
     OUT/book/_executed/, OUT/_build/html/, OUT/runs/smoke-seed1/."""
     from mclib.__main__ import main
     out = tmp_path_factory.mktemp("book")

@@ -1,4 +1,4 @@
-"""model.attn_bias (issue 39): a constant added to the attention logits toward the query's
+"""model.attn_bias: a constant added to the attention logits toward the query's
 own row and column (or, the control, toward the other keys), on both training paths."""
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_e13_needs_a_final_layout_far_enough_after_the_checkpoint_it_tests(tmp_p
 
 
 def test_e14_reading_states_its_own_verdict(tmp_path):
-    """The contradiction issue 27 found: the pre-drop row "same direction" while its reading
+    """A contradiction found on 2026-11-25: the pre-drop row "same direction" while its reading
     said "unlike the paper" about the end of the run, which is another row."""
     _, rows = chapter.embedding_readings(_progress([0.0, 0.05, 0.1, 0.1]), _summary(0.1), TRACKS, 0.97, drop=250,
                                          post_step=400)

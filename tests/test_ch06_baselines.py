@@ -164,7 +164,7 @@ def _classical(tables, nuclear: tuple[float, float], L: tuple[float, float]) -> 
 
 
 def test_e16_nuclear_norm_larger_within_the_margin_is_not_the_paper_s_claim(tables, tmp_path):
-    """Issue 27's contradiction: BERT's nuclear norm 1.06 times the solver's, under the
+    """A contradiction found on 2026-11-25: BERT's nuclear norm 1.06 times the solver's, under the
     direction rule's 1.10 (+ 2 s.e.): the row differs, and so does every sentence about it."""
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
     glue, rows = chapter.baseline_readings(sweep, reg, ood, _classical(tables, (1.06, 1.0), (0.05, 0.1)), p_train=0.3,

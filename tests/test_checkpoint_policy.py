@@ -1,4 +1,4 @@
-"""checkpoints.keep (issue 24): what stays on disk as a run trains, that the analyses and a
+"""checkpoints.keep: what stays on disk as a run trains, that the analyses and a
 resume still find what they need, and that a run which would fill its disk is refused."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CITATION.cff (issue 40, item 4): valid Citation File Format 1.2.0, citing the book and,
+"""CITATION.cff: valid Citation File Format 1.2.0, citing the book and,
 as a reference, the paper it reproduces, with the paper's facts as docs/protocol.md has them."""
 import re
 from pathlib import Path

@@ -1,5 +1,5 @@
 """The end of training (train.until: converged), where the analysis checkpoints go
-(checkpoints.place: drop) and how long E15's runs train (issue 15, item 4)."""
+(checkpoints.place: drop) and how long E15's runs train."""
 import json
 import shutil
 

@@ -1,4 +1,4 @@
-"""A damaged run folder does not stop the work (issue 40, item 5): a checkpoint file that
+"""A damaged run folder does not stop the work: a checkpoint file that
 cannot be read is set aside (renamed, never deleted), training resumes from the newest
 intact checkpoint and says so in one line, and the book skips it and says which."""
 import shutil

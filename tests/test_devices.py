@@ -1,4 +1,4 @@
-"""Devices and precision (issue 24): what a run records, what it refuses, what resumes
+"""Devices and precision: what a run records, what it refuses, what resumes
 where, and that a training step never waits for the device. What needs a GPU to check
 (TF32 switched on and off, one worker per GPU actually training, a CUDA->CPU resume) is
 run by scripts/gpu_kit.sh on a lent GPU; here the CPU-side halves are tested."""

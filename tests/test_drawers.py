@@ -1,4 +1,4 @@
-"""Finding what drew a figure (issue 40, item 4): every figure a chapter glues is signed with
+"""Finding what drew a figure: every figure a chapter glues is signed with
 the function that drew it (`mclib.book.plots.closed`), and the README's table from the
 paper's figures to the chapters names only functions that exist."""
 import ast

@@ -79,7 +79,7 @@ def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, sou
     assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
 
 
-MAX_POSITIONAL = 5  # issue 26: results travel as small dataclasses, options by keyword
+MAX_POSITIONAL = 5  # results travel as small dataclasses, options by keyword
 
 
 def test_no_function_takes_more_than_five_positional_arguments():

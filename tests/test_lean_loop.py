@@ -1,4 +1,4 @@
-"""The training loop's lean writes and its cut (issue 37): a deadline or a signal saves a
+"""The training loop's lean writes and its cut: a deadline or a signal saves a
 resumable checkpoint and ends the run "cut"; Adam's state only every `train.state_every`
 steps; metrics.csv appended, never rewritten while a run trains. Each resume still ends
 bit-identical (on the CPU) to a run never interrupted."""

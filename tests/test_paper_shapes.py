@@ -1,4 +1,4 @@
-"""The whole book at the paper's shapes (issue 24): params/paper.yaml's model and task
+"""The whole book at the paper's shapes: params/paper.yaml's model and task
 (4 layers x 8 heads, hidden 768, intermediate 3072, 7x7 rank 2) trained a few steps, every
 chapter executed, and the checkpoint policy and the site's downloads as a GPU run would
 have them. Minutes on a CPU (docs/performance.md, "The paper book at full shape")."""

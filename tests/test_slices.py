@@ -1,4 +1,4 @@
-"""The paper book in slices (mclib.book.slices; issue 37), rehearsed on the CPU with the
+"""The paper book in slices (mclib.book.slices), rehearsed on the CPU with the
 smoke profile: the two commands of a lease, with only what the GPU image and the kit hold
 importable, then the merge on the CPU side."""
 import json

@@ -1,4 +1,4 @@
-"""Chapter 06's solver results computed beforehand (issue 37, item 5): `python -m mclib solvers`
+"""Chapter 06's solver results computed beforehand: `python -m mclib solvers`
 saves them (mclib.book.ch06_baselines.build_solver_cache), the chapter reads them where its
 draws match exactly, solves what they do not hold with a one-line notice, refuses a damaged
 file in one line, and with them needs no cvxpy (a GPU lease has none)."""

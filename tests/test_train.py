@@ -455,7 +455,7 @@ def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_pr
     assert seen == [("cpu", "fp32")]
 
 
-# --- several runs in one train_group call (until issue 38 they trained stacked, tests/test_stacked.py) --
+# --- several runs in one train_group call (until 9842a40, 2026-11-26, they trained stacked) --
 
 @pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_runs_trained_together_match_runs_trained_alone(tmp_path, smoke_profile):
@@ -551,7 +551,7 @@ STACKED_RUN = Path(__file__).parent / "data" / "stacked-run-d54ea56"
 
 def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     """tests/data/stacked-run-d54ea56: 20 steps trained at revision d54ea56 on the stacked path
-    (`train.fast: true`, mclib/core/stacked.py, removed by issue 38), a tiny model. Its
+    (`train.fast: true`, mclib/core/stacked.py, removed in 9842a40), a tiny model. Its
     profile.yaml still says train.fast; its Adam state was saved in torch Adam's layout. It
     resumes to step 40 and continues like a run trained here from the start, to fp32
     tolerance (the stacked forward summed in another order), with Adam's step counters at 40."""

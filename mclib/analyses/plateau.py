@@ -1,4 +1,4 @@
-"""The follow-up's plateau measures on matrix completion (issue 39; docs/protocol.md §5).
+"""The follow-up's plateau measures on matrix completion (docs/protocol.md §5).
 
 Gopalani & Hu (2025), "What Happens During the Loss Plateau?", measure three things on
 their algorithmic tasks while the loss sits on its plateau. Here each is a plain function

@@ -1,4 +1,4 @@
-"""The plateau through the authors' 2025 follow-up (issue 39; docs/protocol.md §5): the last
+"""The plateau through the authors' 2025 follow-up (docs/protocol.md §5): the last
 section of chapter 07 (book/07_beyond.ipynb calls this module; its rows are recorded under
 chapter 07). Its tables, figures and scorecard rows; the measures themselves are
 `mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,

@@ -1,5 +1,5 @@
 """The paper setting's reference results: the `paper` book run on a GPU, committed under
-results/ (issue 24), and shown in the default book beside the laptop edition's scorecard.
+results/, and shown in the default book beside the laptop edition's scorecard.
 
     results/paper-<GPU>-<DATE>/
         device.json                       GPU, torch, CUDA, date, git revision of the run

@@ -1,4 +1,4 @@
-"""The paper book in slices, one GPU lease each (issue 37; docs/gpu.md).
+"""The paper book in slices, one GPU lease each (docs/gpu.md).
 
     results/paper-slices.yaml         the plan: the slices in order, what each trains and which
                                       chapters it executes, the step time they are sized with

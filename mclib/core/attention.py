@@ -17,7 +17,7 @@ the object attached to the module as `mclib_hooks`, if any:
 With no hooks attached it is exactly the eager attention. The object is
 `mclib.core.hooks`' (the names `blocks.{l}.attn.hook_pattern` and `blocks.{l}.attn.hook_z`).
 
-The attention bias (issue 39, after Gopalani & Hu 2025, docs/protocol.md §5): a constant
+The attention bias (after Gopalani & Hu 2025, docs/protocol.md §5): a constant
 `strength` added to the logit of every query toward a set of keys, in every head of every
 layer, from the first step to the last:
 

@@ -62,7 +62,7 @@ class ModelConfig:
     init_std: float = 0.02                  # BERT's initializer_range
     attention: str = "sdpa"                 # HF attention implementation used in training
     attn_bias: float = 0.0                  # added to every head's attention logits toward attn_bias_target keys
-    #   (issue 39, after Gopalani & Hu 2025; mclib.core.attention): 0 = off, the paper's model
+    #   (after Gopalani & Hu 2025; mclib.core.attention): 0 = off, the paper's model
     attn_bias_target: str = "row_col"       # "row_col" (the query's own row and column) or "other" (the control)
 
 
@@ -321,14 +321,14 @@ def profile_from_dict(raw: Any) -> Profile:
 
 
 # Levers of the CPU-profile search that no shipped profile, chapter or current sweep used, removed
-# by issue 38 (the last revision that has them: c6ddcac; docs/cpu-profile.md says what they found),
+# in c508192, 2026-11-26 (the last revision that has them: c6ddcac; docs/cpu-profile.md says what they found),
 # each with the value that meant "off". A run folder written before then records every key in its
 # profile.yaml; `profile_from_saved` reads such a key at that value as absent. Set to anything
 # else, it is an unknown key, in a saved profile as in a profile of params/.
 REMOVED = {"data.mix_rank": 1, "data.mix_fraction": 0.0, "model.position_init_std": None,
            "model.attn_logit_scale": 1.0, "model.qk_norm": False, "train.optimizer": "adam",
            "train.muon_lr": 0.02, "train.embedding_lr": None}
-# Keys of how a run was executed that issue 38 removed, read as absent in a saved profile.yaml
+# Keys of how a run was executed that 9842a40 removed (2026-11-26), read as absent in a saved profile.yaml
 # at any value: they never changed what a run computes. train.fast chose the stacked copy of the
 # model (mclib/core/stacked.py, last at revision d54ea56), which computed MatrixBert's step to 1e-5.
 REMOVED_RUNNING = ("train.fast",)

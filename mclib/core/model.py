@@ -7,14 +7,14 @@ Faithful details (docs/protocol.md, §1.3), each tested in tests/test_model.py:
 - the read-out keeps PyTorch's default `nn.Linear` init (BERT's 0.02 normal init
   is applied to everything else).
 
-The intervention of issue 39 lives in the config, so that `from_pretrained` rebuilds it:
+The follow-up's intervention (the attention bias) lives in the config, so that `from_pretrained` rebuilds it:
 `attn_bias` (a strength >= 0) and
 `attn_bias_target` add a constant to every head's attention logits toward the query's own
 row and column (or, the control, toward the other keys); `mclib.core.attention` says how.
 A model with a strength above 0 runs mclib's attention function; at 0 it is the paper's
 model, unchanged.
 
-A checkpoint saved before issue 38 removed the CPU search's levers has `attn_logit_scale`,
+A checkpoint saved before c508192 (2026-11-26) removed the CPU search's levers has `attn_logit_scale`,
 `position_init_std` and `qk_norm` in its config.json; `load_model` loads it while they are
 off (1.0, null, false) and refuses it in one line otherwise (`REMOVED_LEVERS`).
 """
@@ -128,7 +128,7 @@ def attention_for(config: BertConfig, wanted: str) -> str:
     return IMPL if getattr(config, "attn_bias", 0.0) else wanted
 
 
-# config.json keys of the levers that issue 38 removed (mclib.core.config.REMOVED; the last
+# config.json keys of the levers that c508192 removed (mclib.core.config.REMOVED; the last
 # revision that has them: c6ddcac), each at the value that built the paper's model.
 REMOVED_LEVERS = {"attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False}
 

@@ -218,7 +218,7 @@ def train_sweep_run(run: SweepRun) -> dict:
 
 def setting_columns(profile: Profile) -> dict:
     """The levers of a run, resolved (the base profile may change between rounds, so a
-    row names its whole setting, not only its overrides). Tables written before issue 38
+    row names its whole setting, not only its overrides). Tables written before 9842a40 (2026-11-26)
     removed the CPU search's levers keep their columns (mix_rank, mix_fraction,
     position_init_std, attn_logit_scale, qk_norm, optimizer, embedding_lr); a row appended
     now leaves them empty (`append_row`)."""

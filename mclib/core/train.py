@@ -20,7 +20,7 @@ the checkpoints hold, `MatrixBert`, or E19's `MatrixGPT`), loss, backward,
 `torch.nn.utils.clip_grad_norm_`, `torch.optim.Adam` at `lr_at`, log. The loop around it
 (`_train`) evaluates, flushes the logged losses, checkpoints and ends runs (stop rules, a
 deadline, a signal). Several runs of one `train_group` call each own their model and Adam;
-the step goes over them one after another. (Until issue 38, revision d54ea56, a second copy of
+the step goes over them one after another. (Until revision d54ea56, 2026-11-26, a second copy of
 the architecture, `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
 On a CUDA device (docs/performance.md): fused, capturable Adam reading its lr from a device
 tensor, no host sync inside the step (losses stay on the device until the flush every
@@ -184,7 +184,7 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
 
 def one_group(names: list[str], state: dict) -> dict:
     """A saved Adam `state` of the parameters `names` (trainable, in the model's order) as one
-    param group. Runs saved before issue 38 (revision c6ddcac and earlier) kept the token and
+    param group. Runs saved at revision c6ddcac or earlier (2026-11-26) kept the token and
     position embeddings in a second group after the others, for `train.embedding_lr` (removed):
     their per-parameter states are put back in `names`' order, unchanged."""
     groups = state["param_groups"]
