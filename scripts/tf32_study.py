@@ -58,8 +58,11 @@ def main(argv=None) -> int:
     print()
     print(spread[["fp32_mean", "fp32_se", "fp32_min", "fp32_max", "tf32_mean", "tf32_se", "ratio", "ratio_se",
                   "inside"]].to_markdown(floatfmt=".4g"))
-    print(f"\nverdict: TF32 is {verdict(spread)} fp32's seed spread "
-          f"({sum(a == 'fp32' for a in arm.values())} fp32 and {sum(a == 'tf32' for a in arm.values())} TF32 runs)")
+    said = {"inside": "TF32 is inside fp32's seed spread on every measure",
+            "outside": "TF32 is outside fp32's seed spread on " + ", ".join(spread.index[spread["inside"] == False]),  # noqa: E712
+            "untested": "not judged: fewer than two fp32 runs give no spread"}[verdict(spread)]
+    print(f"\nverdict: {said} ({sum(a == 'fp32' for a in arm.values())} fp32 and "
+          f"{sum(a == 'tf32' for a in arm.values())} TF32 runs)")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         pd.concat([table.assign(arm=pd.Series(arm)), spread], keys=["runs", "arms"]).to_csv(args.out)
