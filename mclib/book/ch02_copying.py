@@ -24,8 +24,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from ..analyses.comparisons import pooled
-from ..analyses.evaluate import predict, sample_eval_batch
+from ..analyses.evaluate import pooled, predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
                                     ratio_se, value_and_se)
