@@ -4,6 +4,7 @@ and analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__
 Every module's imports are read with `ast`, lazy imports inside functions included, so an
 arrow that runs upward fails here, naming the file, the line and the import."""
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,34 @@ def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, sou
     assert expected in upward_imports(root)
     assert "mclib/analyses/y.py:2 imports mclib.book.scorecard (analyses -> book)" in upward_imports(root)
     assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
+
+
+def _layout():
+    """benchmarks/layout.py, the project's import-graph measure: the circles this test fails on
+    are the ones it reports."""
+    spec = importlib.util.spec_from_file_location("layout", MCLIB.parent / "benchmarks" / "layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_circle_among_files():
+    """No module reaches itself through imports (lazy ones included): a change to one file
+    reaches only the files above it."""
+    layout = _layout()
+    found = layout.circles(layout.file_arrows(MCLIB.parent))
+    assert not found, "circles among files (each reaches the others through imports):\n" + "\n".join(
+        ", ".join(c) for c in found)
+
+
+def test_the_measure_sees_a_circle_through_a_lazy_import(tmp_path):
+    layout = _layout()
+    (tmp_path / "mclib" / "book").mkdir(parents=True)
+    (tmp_path / "mclib" / "book" / "a.py").write_text("from . import b\n")
+    (tmp_path / "mclib" / "book" / "b.py").write_text("def f():\n    from .c import g\n")
+    (tmp_path / "mclib" / "book" / "c.py").write_text("from .a import x\n")
+    (tmp_path / "mclib" / "book" / "d.py").write_text("from .a import x\n")  # downward only: not in it
+    assert layout.circles(layout.file_arrows(tmp_path)) == [["mclib.book.a", "mclib.book.b", "mclib.book.c"]]
 
 
 MAX_POSITIONAL = 5  # results travel as small dataclasses, options by keyword

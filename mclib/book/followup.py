@@ -44,7 +44,7 @@ import pandas as pd
 from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
-from .reference import REPO
+from ..core.repo import REPO
 from .scorecard import claim, recorded_table
 
 CHAPTER = "07_beyond"
