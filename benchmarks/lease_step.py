@@ -21,7 +21,7 @@ logged loss and UPDATE_RTOL on the parameter update; a compile that fell back to
 host's time to enqueue them without waiting (host_ms_step). Cheap variants run first; one that does
 not fit the budget left is skipped, and the table says so and why. Beside the table (--out), the
 top kernels of 5 eager steps by self device time (torch.profiler): OUT_kernels.csv and .md.
-mclib.book.slices.pick_step reads the table: the slice trains with the fastest variant that passed.
+mclib.lease.slices.pick_step reads the table: the slice trains with the fastest variant that passed.
 
 On the CPU this is a rehearsal (tests/test_lease_step.py): the CUDA-only variants are skipped
 ("needs CUDA"), tf32 runs as fp32, the times are wall-clock and the kernel table is by CPU time.

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mclib.book import slices
+from mclib.lease import slices
 
 from mclib.core import paper
 import yaml

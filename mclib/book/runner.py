@@ -54,6 +54,7 @@ from ..core.runs import default_run_dir
 # module for BookError, and should stay light.
 
 EXECUTED = Path("book") / "_executed"
+SITE_TOC = Path("_build") / "_toc.yml"
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
@@ -315,9 +316,10 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
     records in the manifest as they were, so a later build can still reuse them. The site
-    holds the chapters executed here and the part "The paper's own setting"
-    (`paper_part`: the chapters GPU leases executed, from the slices done beside `ledger`,
-    default results/paper-slices.yaml)."""
+    holds the chapters executed here, then the parts the chapters declare (`site_part(out,
+    ledger)`, `declared`): the scorecard chapter's "The paper's own setting"
+    (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
+    `ledger`, default results/paper-slices.yaml)."""
     from ..core.train import resolve_device
 
     t_start = time.time()
@@ -386,13 +388,12 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         print(f"book: {len(templates)} chapter(s), no site ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
         return manifest
     # the site: skipped when its inputs are exactly those of the last good build
-    from . import paper_part, slices
-
-    part = paper_part.stage(out, ledger or slices.LEDGER)
+    parts = [site_part(out, ledger) for site_part in declared("site_part")]
     executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
                 if r.get("complete") and Path(r["output"]).is_file()]
-    toc = paper_part.toc(out, part, executed)
-    site_key = short_sha([_file_sha(p) for p in staged + part + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
+    toc = site_toc(out, executed, parts)
+    pages = [p for part in parts for p in part]
+    site_key = short_sha([_file_sha(p) for p in staged + pages + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
     html = out / "_build" / "html"
     if (prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
         manifest["site"] = {**prev["site"], "status": "reused"}
@@ -407,6 +408,24 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     save()
     print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
     return manifest
+
+
+def site_toc(out: Path, executed: list[str], parts: list[list[Path]]) -> Path:
+    """OUT/_build/_toc.yml (jupyter-book build --toc): the book's chapters that have an
+    executed copy (`executed`, their toc entries), then each part of `parts` (files under OUT,
+    its first page first): that page, the others as its sections."""
+    entry = lambda page: Path(page).relative_to(out).with_suffix("").as_posix()
+    book = parse_yaml((REPO / "_toc.yml").read_text())
+    book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
+    for pages in parts:
+        part = {"file": entry(pages[0])}
+        if pages[1:]:
+            part["sections"] = [{"file": entry(p)} for p in pages[1:]]
+        book["chapters"].append(part)
+    path = Path(out) / SITE_TOC
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    return path
 
 
 def _build_site(out: Path, toc: Path) -> dict:

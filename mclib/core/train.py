@@ -817,7 +817,7 @@ def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> 
     steps and is faster, else "eager"; measured once per process and setting (model, task, batch,
     precision, clip, warm-up), said in one line. Nothing else is tried here: the compiled variants
     take a minute to compile and are chosen on a lease from benchmarks/lease_step.py's table
-    (mclib.book.slices.pick_step) or named in the profile."""
+    (mclib.lease.slices.pick_step) or named in the profile."""
     t = profile.train
     key = (str(device), repr(profile.model), repr(profile.data), t.batch, t.precision, t.grad_clip, t.warmup > 0)
     if key not in _CHOSEN:
