@@ -6,6 +6,9 @@
 Prints one table per measure:
 - the import graph of mclib: files, arrows (module -> module it imports, lazy imports
   included), the largest file, and the modules most imported (fan-in);
+- the rooms (mclib's packages): files and lines each, and the circles among files (a set of
+  modules each of which reaches the others through imports; tests/test_layers.py fails on one);
+- the longest functions of mclib, in lines;
 - lines per notebook code cell (non-blank lines), longest and mean, per notebook and overall;
 - the duplicate pairs over mclib, scripts, benchmarks, tests AND the notebooks' code (each
   notebook exported to a .py with nbconvert), through the `duplicates` command when it is on
@@ -32,17 +35,17 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: Path, root: Path = ROOT) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts = parts[:-1]
     return ".".join(parts)
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
+def imported_modules(path: Path, known: set[str], root: Path = ROOT) -> set[str]:
     """The mclib modules a file imports, anywhere in it (top level or inside functions)."""
-    me = module_name(path)
+    me = module_name(path, root)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -65,12 +68,53 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
     return found
 
 
+def file_arrows(root: Path = ROOT) -> set[tuple[str, str]]:
+    """(module, module it imports) for every file of root/mclib, lazy imports included; a
+    package's __init__ re-exporting its modules is not a dependency between layers."""
+    files = sorted((root / "mclib").rglob("*.py"))
+    known = {module_name(f, root) for f in files}
+    arrows = {(module_name(f, root), m) for f in files for m in imported_modules(f, known, root)}
+    return {(a, b) for a, b in arrows if not b.startswith(a + ".")}
+
+
+def circles(arrows: set[tuple[str, str]]) -> list[list[str]]:
+    """The circles among modules: each set of two or more modules that reach one another
+    through `arrows` (a strongly connected component, Tarjan's), sorted, largest first."""
+    out, index, low, stack, on_stack = [], {}, {}, [], set()
+    succ: dict[str, list[str]] = {}
+    for a, b in sorted(arrows):
+        succ.setdefault(a, []).append(b)
+
+    def visit(v: str) -> None:  # recursive: mclib's graph is a few dozen modules deep at most
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in succ.get(v, []):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted({m for arrow in arrows for m in arrow}):
+        if v not in index:
+            visit(v)
+    return sorted(out, key=lambda c: (-len(c), c))
+
+
 def import_graph() -> None:
     files = sorted((ROOT / "mclib").rglob("*.py"))
-    known = {module_name(f) for f in files}
-    arrows = {(module_name(f), m) for f in files for m in imported_modules(f, known)}
-    # a package's __init__ re-exporting its modules is not a dependency between layers
-    arrows = {(a, b) for a, b in arrows if not b.startswith(a + ".")}
+    arrows = file_arrows()
     lines = {f: len(f.read_text().splitlines()) for f in files}
     largest = max(lines, key=lines.get)
     fan_in = Counter(b for _, b in arrows)
@@ -81,6 +125,29 @@ def import_graph() -> None:
     print(f"| largest file | {largest.relative_to(ROOT)} ({lines[largest]} lines) |")
     top = ", ".join(f"{m} ({k})" for m, k in fan_in.most_common(5))
     print(f"| most imported | {top} |\n")
+
+    rooms: dict[str, list[int]] = {}
+    for f in files:
+        rooms.setdefault(f.parent.relative_to(ROOT).as_posix(), []).append(lines[f])
+    print("| room | files | lines |\n|---|---|---|")
+    for room, sizes in sorted(rooms.items()):
+        print(f"| {room}/ | {len(sizes)} | {sum(sizes)} |")
+    found = circles(arrows)
+    print(f"\ncircles among files: {len(found)}" + "".join(
+        f"\n- {len(c)} files: {', '.join(c)}" for c in found) + "\n")
+
+
+def longest_functions(k: int = 8) -> None:
+    """The k longest functions of mclib (methods and nested functions included), in lines."""
+    found = []
+    for f in sorted((ROOT / "mclib").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((node.end_lineno - node.lineno + 1, f"{f.relative_to(ROOT)}:{node.lineno} {node.name}"))
+    print("| longest functions of mclib | lines |\n|---|---|")
+    for n, where in sorted(found, key=lambda x: (-x[0], x[1]))[:k]:
+        print(f"| {where} | {n} |")
+    print()
 
 
 def notebook_cells() -> None:
@@ -150,6 +217,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="with --tests: runs of each command (default 1)")
     args = ap.parse_args()
     import_graph()
+    longest_functions()
     notebook_cells()
     duplicate_pairs()
     if args.tests:

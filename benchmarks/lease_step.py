@@ -14,14 +14,14 @@ Every variant trains a fresh run of the profile's seed (its initial weights, its
   compile          torch.compile, default mode, Inductor's mix-order reduction off (pytorch/pytorch#178080)
   reduce-overhead  torch.compile(mode="reduce-overhead")
 
-Checks (mclib.core.graphstep.compare): over 20 steps from the same weights and batches in this
+Checks (mclib.core.train.compare): over 20 steps from the same weights and batches in this
 process, cuda-graph bitwise (losses and parameters), the compiled ones within LOSS_RTOL on every
 logged loss and UPDATE_RTOL on the parameter update; a compile that fell back to eager is reported
 "fell back: <cause>" and fails its check. Times: CUDA events over --steps steps (ms_step), and the
 host's time to enqueue them without waiting (host_ms_step). Cheap variants run first; one that does
 not fit the budget left is skipped, and the table says so and why. Beside the table (--out), the
 top kernels of 5 eager steps by self device time (torch.profiler): OUT_kernels.csv and .md.
-mclib.book.slices.pick_step reads the table: the slice trains with the fastest variant that passed.
+mclib.lease.slices.pick_step reads the table: the slice trains with the fastest variant that passed.
 
 On the CPU this is a rehearsal (tests/test_lease_step.py): the CUDA-only variants are skipped
 ("needs CUDA"), tf32 runs as fp32, the times are wall-clock and the kernel table is by CPU time.
@@ -40,9 +40,9 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from mclib.core import graphstep  # noqa: E402
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.train import CUDA_ONLY_STEPS, resolve_device, set_precision  # noqa: E402
+from mclib.core.train import (CHECK_STEPS, CUDA_ONLY_STEPS, compare, initial_params, resolve_device,  # noqa: E402
+                              set_precision, time_run, trace)
 
 LEDGER = ROOT / "results" / "paper-slices.yaml"
 VARIANTS = ("eager", "cuda-graph", "bf16", "compile", "reduce-overhead")  # the order they run in: cheap first
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", help="the book's GPU precision to time (default: the ledger's, else the profile's)")
     ap.add_argument("--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}, run in this order")
     ap.add_argument("--steps", type=int, default=30, help="timed steps per variant (default 30)")
-    ap.add_argument("--check-steps", type=int, default=graphstep.CHECK_STEPS, help="steps each check compares (20)")
+    ap.add_argument("--check-steps", type=int, default=CHECK_STEPS, help="steps each check compares (20)")
     ap.add_argument("--batch", type=int, help="override train.batch (the rehearsal's CPU run)")
     ap.add_argument("--out", help="CSV of the table; the kernel table goes beside it")
     args = ap.parse_args(argv)
@@ -130,13 +130,13 @@ def main(argv=None) -> int:
               flush=True)
 
     set_precision(device, precision)
-    start = graphstep.initial_params(base, device)
+    start = initial_params(base, device)
     t0 = time.time()
-    ref = graphstep.trace(base, device, "eager", args.check_steps)
-    again = graphstep.trace(base, device, "eager", args.check_steps)
+    ref = trace(base, device, "eager", args.check_steps)
+    again = trace(base, device, "eager", args.check_steps)
     first_s = time.time() - t0
-    repeat = graphstep.compare(ref, again, start, exact=True)
-    ms, host = graphstep.time_run(again.run, args.steps)
+    repeat = compare(ref, again, start, exact=True)
+    ms, host = time_run(again.run, args.steps)
     kernels = kernel_table(again.run, device)
     row("eager", "ran", passed=True, check=f"the reference; run twice, {repeat.text}", ms_step=ms, host_ms_step=host,
         first_s=first_s, loss_rel=repeat.loss_rel, update_rel=repeat.update_rel)
@@ -157,10 +157,10 @@ def main(argv=None) -> int:
         try:
             set_precision(device, profile.train.precision)
             t0 = time.time()
-            got = graphstep.trace(profile, device, step, args.check_steps)
+            got = trace(profile, device, step, args.check_steps)
             took = time.time() - t0
-            check = graphstep.compare(ref, got, start, exact=variant == "cuda-graph")
-            ms, host = graphstep.time_run(got.run, args.steps)
+            check = compare(ref, got, start, exact=variant == "cuda-graph")
+            ms, host = time_run(got.run, args.steps)
             if variant in COMPILED:
                 compile_s = max(took, 10.0)
             if variant == "bf16":

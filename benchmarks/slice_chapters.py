@@ -48,7 +48,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 import yaml  # noqa: E402
 
-from mclib.book import slices  # noqa: E402
+from mclib.lease import slices  # noqa: E402
 from mclib.book.runner import build, select_chapters  # noqa: E402
 from mclib.core import paper  # noqa: E402
 from mclib.core.flops import forward_flops, train_step_flops  # noqa: E402

@@ -60,7 +60,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_slice(args) -> int:
-    from .book import slices
+    from .lease import slices
 
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):

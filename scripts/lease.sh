@@ -40,7 +40,7 @@ start)
     echo "lease: kit ready after $(( $(date +%s) - t0 )) s"
     "$py" benchmarks/lease_step.py --budget-s "${BENCH_S:-110}" --out "$out/lease_step.csv" "${ledger[@]}" ${BENCH_ARGS:-} \
         || echo "lease: the step benchmark failed (exit $?); the slice starts all the same, eagerly" >&2
-    # the slice trains with the fastest variant that passed its check in this table (mclib.book.slices.pick_step)
+    # the slice trains with the fastest variant that passed its check in this table (mclib.lease.slices.pick_step)
     mkdir -p "$work" && { [ -f "$out/lease_step.csv" ] && cp "$out/lease_step.csv" "$work/" || rm -f "$work/lease_step.csv"; }
     left=$(( ${BUDGET_S:-760} - ($(date +%s) - t0) ))
     exec "$py" -m mclib slice start --out-dir "$work" --budget-s "$left" --hold-s "${HOLD_S:-420}" "${ledger[@]}"

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mclib.book import slices
+from mclib.lease import slices
 
 from mclib.core import paper
 import yaml
@@ -327,13 +327,15 @@ def test_git_revision_is_dirty_only_for_tracked_changes(tmp_path, monkeypatch):
     (tmp_path / "a.txt").write_text("1")
     run("add", "a.txt")
     run("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
-    monkeypatch.setattr(book, "REPO", tmp_path)
-    clean = book.git_revision()
+    from mclib.core import repo
+
+    monkeypatch.setattr(repo, "REPO", tmp_path)
+    clean = repo.git_revision()
     assert re.fullmatch(r"[0-9a-f]{7,}", clean)
     (tmp_path / "untracked.txt").write_text("x")
-    assert book.git_revision() == clean
+    assert repo.git_revision() == clean
     (tmp_path / "a.txt").write_text("2")
-    assert book.git_revision() == clean + "-dirty"
+    assert repo.git_revision() == clean + "-dirty"
 
 
 def test_a_chapter_that_runs_again_leaves_no_stale_row(tmp_path):

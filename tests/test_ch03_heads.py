@@ -10,8 +10,7 @@ import torch
 
 from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
-from mclib.analyses.comparisons import pooled
-from mclib.analyses.evaluate import patching_table, predict, sample_eval_batch
+from mclib.analyses.evaluate import patching_table, pooled, predict, sample_eval_batch
 from mclib.analyses.heads import (checkpoint_maps, e10_kinds, e10_masks, head_scores, masked_lines, pick_heads,
                                   position_masks, scores_at, structured_scores)
 from mclib.analyses.loss_tables import permutation_errors

@@ -123,7 +123,7 @@ def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smo
     library's source), then chapter 08's GPT runs that are not complete."""
     from mclib.book import ch06_baselines
     from mclib.book.chapter import idle_tasks
-    from mclib.book.runner import mclib_sha
+    from mclib.core.repo import mclib_sha
 
     monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache
     run_dir = tmp_path / "runs" / "smoke-seed1"

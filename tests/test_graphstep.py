@@ -14,7 +14,7 @@ from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.metrics import run_losses
 from mclib.core.model import build_model
-from mclib.core.train import Job, _Run, device_step, set_lr, step_variant, train, train_step
+from mclib.core.train import Job, Trace, _Run, compare, device_step, initial_params, set_lr, step_variant, trace, train, train_step
 
 CPU = torch.device("cpu")
 
@@ -172,7 +172,9 @@ def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eage
 
 
 def test_auto_on_the_cpu_is_the_profiles_compile_and_measures_nothing(monkeypatch):
-    monkeypatch.setattr(graphstep, "choose", lambda *a: pytest.fail("auto measured on the CPU"))
+    import mclib.core.train
+
+    monkeypatch.setattr(mclib.core.train, "choose", lambda *a: pytest.fail("auto measured on the CPU"))
     p = _profile(**{"train.step": "auto"})
     assert step_variant(p, CPU) == "eager"
     assert step_variant(p.replace(**{"train.compile": True}), CPU) == "compile"
@@ -186,20 +188,20 @@ def test_a_step_variant_that_does_not_exist_is_refused_in_one_line():
 
 
 def _trace(losses, params, fell_back=None):
-    return graphstep.Trace("v", torch.tensor(losses), {"w": torch.tensor(params)}, fell_back, None)
+    return Trace("v", torch.tensor(losses), {"w": torch.tensor(params)}, fell_back, None)
 
 
 def test_the_check_is_bitwise_for_the_graph_and_within_tolerance_for_a_compile():
     start = {"w": torch.tensor([0.0, 0.0])}
     ref = _trace([[1.0, 2.0]], [1.0, 1.0])
-    assert graphstep.compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0]), start, exact=True).passed
+    assert compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0]), start, exact=True).passed
     off = _trace([[1.0, 2.0 + 1e-6]], [1.0, 1.0])
-    assert not graphstep.compare(ref, off, start, exact=True).passed
-    near = graphstep.compare(ref, off, start, exact=False)
+    assert not compare(ref, off, start, exact=True).passed
+    near = compare(ref, off, start, exact=False)
     assert near.passed and near.text.startswith("within tolerance of eager over 1 steps")
-    far = graphstep.compare(ref, _trace([[1.0, 2.0]], [1.0, 1.2]), start, exact=False)
+    far = compare(ref, _trace([[1.0, 2.0]], [1.0, 1.2]), start, exact=False)
     assert not far.passed and "OUTSIDE" in far.text
-    fell = graphstep.compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0], fell_back="BackendCompilerFailed: x"), start,
+    fell = compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0], fell_back="BackendCompilerFailed: x"), start,
                              exact=False)
     assert not fell.passed and fell.text == "fell back: BackendCompilerFailed: x"  # never reported as compiled
 
@@ -209,9 +211,9 @@ def test_the_cuda_graph_trains_bitwise_as_eager_over_20_steps():
     p = load_profile(profile_path("cpu")).replace(**{"train.device": "cuda", "train.compile": False,
                                                      "train.warmup": 5})
     device = torch.device("cuda")
-    start = graphstep.initial_params(p, device)
-    ref, graph = graphstep.trace(p, device, "eager"), graphstep.trace(p, device, "cuda-graph")
-    check = graphstep.compare(ref, graph, start, exact=True)
+    start = initial_params(p, device)
+    ref, graph = trace(p, device, "eager"), trace(p, device, "cuda-graph")
+    check = compare(ref, graph, start, exact=True)
     assert graph.fell_back is None and check.passed, check.text
 
 

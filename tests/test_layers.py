@@ -1,15 +1,25 @@
 """The layers of mclib import downward only: core knows nothing of analyses or the book,
-and analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__init__.py).
+analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__init__.py), and
+the GPU lease's room sits between the book's two floors (mclib/lease/__init__.py): it
+executes chapters through the book's runner and judges by its scorecard, and the chapters
+read its results and declare the rules it re-judges by.
 
 Every module's imports are read with `ast`, lazy imports inside functions included, so an
-arrow that runs upward fails here, naming the file, the line and the import."""
+arrow that runs upward fails here, naming the file, the line and the import; and no file
+reaches itself through imports (benchmarks/layout.py's circles)."""
 import ast
+import importlib.util
+import re
 from pathlib import Path
 
 import pytest
 
 MCLIB = Path(__file__).resolve().parents[1] / "mclib"
-LAYERS = ("core", "analyses", "book")  # bottom to top
+# bottom to top; "book" is the machinery the chapters share (runner, chapter protocol,
+# scorecard, plots, ...), "chapters" the book's chapter modules (mclib/book/chNN_name.py, and
+# followup.py, chapter 07's last section)
+LAYERS = ("core", "analyses", "book", "lease", "chapters")
+CHAPTER_MODULE = re.compile(r"ch\d\d_\w+|followup")
 
 
 def _module(path: Path, root: Path) -> list[str]:
@@ -32,16 +42,23 @@ def imports(path: Path, root: Path = MCLIB) -> list[tuple[int, str]]:
                 stem = ".".join(base + ([node.module] if node.module else []))
             else:
                 stem = node.module or ""
-            # `from ..analyses.attention import IMPL` names the module; `from .. import book` names book
-            names = [stem] if layer_of(stem) else [f"{stem}.{a.name}" for a in node.names]
+            # `from ..analyses.attention import IMPL` names the module; `from .. import book` names
+            # book; `from ..book import ch01_train` names the module imported from the package
+            module = layer_of(stem) and stem.count(".") >= 2
+            names = [stem] if module else [f"{stem}.{a.name}" for a in node.names]
             found += [(node.lineno, name) for name in names]
     return found
 
 
 def layer_of(dotted: str) -> str | None:
-    """"mclib.analyses.attention" -> "analyses"; None for anything outside the three layers."""
+    """"mclib.analyses.attention" -> "analyses", "mclib.book.ch01_train" -> "chapters"; None for
+    anything outside the layers (mclib/__main__.py, the command line, sits above them all)."""
     parts = dotted.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "mclib" and parts[1] in LAYERS else None
+    if len(parts) < 2 or parts[0] != "mclib" or parts[1] not in LAYERS:
+        return None
+    if parts[1] == "book" and len(parts) > 2 and CHAPTER_MODULE.fullmatch(parts[2]):
+        return "chapters"
+    return parts[1]
 
 
 def upward_imports(root: Path = MCLIB) -> list[str]:
@@ -60,7 +77,7 @@ def upward_imports(root: Path = MCLIB) -> list[str]:
 
 def test_no_layer_imports_a_higher_one():
     bad = upward_imports()
-    assert not bad, "imports that run upward (core < analyses < book):\n" + "\n".join(bad)
+    assert not bad, f"imports that run upward ({' < '.join(LAYERS)}):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -77,6 +94,49 @@ def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, sou
     assert expected in upward_imports(root)
     assert "mclib/analyses/y.py:2 imports mclib.book.scorecard (analyses -> book)" in upward_imports(root)
     assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
+
+
+def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_path):
+    root = tmp_path / "mclib"
+    for room in ("book", "lease"):
+        (root / room).mkdir(parents=True)
+    (root / "lease" / "x.py").write_text("from ..book import scorecard\nfrom ..book import ch01_train\n"
+                                         "def f():\n    from ..book.followup import g\n")
+    (root / "book" / "runner.py").write_text("from ..lease import part\n")
+    (root / "book" / "ch99_scorecard.py").write_text("from ..lease import reference\nfrom .runner import declared\n")
+    assert upward_imports(root) == [
+        "mclib/book/runner.py:1 imports mclib.lease.part (book -> lease)",
+        "mclib/lease/x.py:2 imports mclib.book.ch01_train (lease -> chapters)",
+        "mclib/lease/x.py:4 imports mclib.book.followup (lease -> chapters)",
+    ]
+
+
+def _layout():
+    """benchmarks/layout.py, the project's import-graph measure: the circles this test fails on
+    are the ones it reports."""
+    spec = importlib.util.spec_from_file_location("layout", MCLIB.parent / "benchmarks" / "layout.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_circle_among_files():
+    """No module reaches itself through imports (lazy ones included): a change to one file
+    reaches only the files above it."""
+    layout = _layout()
+    found = layout.circles(layout.file_arrows(MCLIB.parent))
+    assert not found, "circles among files (each reaches the others through imports):\n" + "\n".join(
+        ", ".join(c) for c in found)
+
+
+def test_the_measure_sees_a_circle_through_a_lazy_import(tmp_path):
+    layout = _layout()
+    (tmp_path / "mclib" / "book").mkdir(parents=True)
+    (tmp_path / "mclib" / "book" / "a.py").write_text("from . import b\n")
+    (tmp_path / "mclib" / "book" / "b.py").write_text("def f():\n    from .c import g\n")
+    (tmp_path / "mclib" / "book" / "c.py").write_text("from .a import x\n")
+    (tmp_path / "mclib" / "book" / "d.py").write_text("from .a import x\n")  # downward only: not in it
+    assert layout.circles(layout.file_arrows(tmp_path)) == [["mclib.book.a", "mclib.book.b", "mclib.book.c"]]
 
 
 MAX_POSITIONAL = 5  # results travel as small dataclasses, options by keyword

@@ -1,5 +1,5 @@
 """The lease's step measurement (benchmarks/lease_step.py) rehearsed on the CPU with a tiny batch,
-and how a slice picks its training variant from the table (mclib.book.slices.pick_step)."""
+and how a slice picks its training variant from the table (mclib.lease.slices.pick_step)."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mclib.book import slices
+from mclib.lease import slices
 
 ROOT = Path(__file__).resolve().parent.parent
 

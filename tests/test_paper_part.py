@@ -1,11 +1,12 @@
-"""The book's part "The paper's own setting" (mclib.book.paper_part): the chapters a GPU
+"""The book's part "The paper's own setting" (mclib.lease.part): the chapters a GPU
 lease executed, shown as they ran, each saying where its numbers come from."""
 import json
 
 import nbformat
 import yaml
 
-from mclib.book import paper_part, slices
+from mclib.book.runner import site_toc
+from mclib.lease import part, slices
 
 
 def _notebook():
@@ -21,7 +22,7 @@ def _notebook():
 
 
 def test_an_executed_chapter_is_adapted_to_sit_beside_the_laptop_one():
-    nb = paper_part.adapt(_notebook(), "A", ":::{note}\nfrom slice A\n:::")
+    nb = part.adapt(_notebook(), "A", ":::{note}\nfrom slice A\n:::")
     title, note, body = nb.cells[0].source, nb.cells[1].source, nb.cells[0].source
     assert title.startswith("# 03 · Row and column heads (the paper's setting)")
     assert note == ":::{note}\nfrom slice A\n:::"
@@ -55,7 +56,7 @@ def _results(tmp_path, done=("A",)):
 
 def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_path):
     ledger = _results(tmp_path)
-    index, page = paper_part.stage(tmp_path / "out", ledger)
+    index, page = part.stage(tmp_path / "out", ledger)
     text = index.read_text()
     assert ("| A | the book's run | NVIDIA H100, 2026-12-01, revision `abc1234`, tf32 | [03_heads](A_03_heads) | "
             "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline |") in text
@@ -64,16 +65,16 @@ def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_p
     assert "slice A (the book's run), on NVIDIA H100 on 2026-12-01, revision `abc1234`, precision tf32" in note
     assert "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline" in note
     assert "still missing: slice B" in note
-    toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index, page], ["book/_executed/01_train"]).read_text())
+    toc = yaml.safe_load(site_toc(tmp_path / "out", ["book/_executed/01_train"], [[index, page]]).read_text())
     assert [c["file"] for c in toc["chapters"]] == ["book/_executed/01_train", "book/_executed/paper/index"]
     assert toc["chapters"][1]["sections"] == [{"file": "book/_executed/paper/A_03_heads"}]
 
 
 def test_with_no_slice_done_the_part_is_one_page_that_says_so(tmp_path):
     ledger = _results(tmp_path, done=())
-    (index,) = paper_part.stage(tmp_path / "out", ledger)
+    (index,) = part.stage(tmp_path / "out", ledger)
     assert "still missing: slices A, B" in index.read_text()
-    toc = yaml.safe_load(paper_part.toc(tmp_path / "out", [index], []).read_text())
+    toc = yaml.safe_load(site_toc(tmp_path / "out", [], [[index]]).read_text())
     assert toc["chapters"] == [{"file": "book/_executed/paper/index"}]
 
 
@@ -82,7 +83,7 @@ def test_an_e15_slice_says_how_its_group_s_run_ended():
               "freeze_ends": {"mlp": {"group": "mlp", "ended": "converged", "steps": 2900, "drop": 310,
                                       "main_drop": 13228, "cap": 14000},
                               "token": None}}
-    assert paper_part.runs_text(record) == ("seed 1: stopped early at step 16,000; E15 mlp: dropped at step 310 and "
+    assert part.runs_text(record) == ("seed 1: stopped early at step 16,000; E15 mlp: dropped at step 310 and "
                                             "converged at step 2,900; E15 token: no checkpoint")
 
 
@@ -90,9 +91,9 @@ def test_what_happened_on_the_lease_beyond_the_two_commands_is_on_every_page():
     s = slices.Slice(name="A", what="seed 1", seeds=[1])
     record = {"device": "GPU", "date": "2026-11-26", "git": "abc1234", "precision": "tf32", "ends": {},
               "lease_note": "Executed in three finish calls."}
-    assert "On the lease: Executed in three finish calls." in paper_part.provenance(record, s, "every slice is done")
+    assert "On the lease: Executed in three finish calls." in part.provenance(record, s, "every slice is done")
     del record["lease_note"]
-    assert "On the lease" not in paper_part.provenance(record, s, "every slice is done")
+    assert "On the lease" not in part.provenance(record, s, "every slice is done")
 
 
 def test_staging_the_part_twice_writes_the_same_bytes(tmp_path):
@@ -101,6 +102,6 @@ def test_staging_the_part_twice_writes_the_same_bytes(tmp_path):
     import hashlib
 
     def staged():
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in paper_part.stage(tmp_path, slices.LEDGER)}
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in part.stage(tmp_path, slices.LEDGER)}
     first = staged()
     assert first and staged() == first

@@ -6,7 +6,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mclib.book import paper_part, reference, scorecard, slices
+from mclib.book import scorecard
+from mclib.lease import part, reference, slices
 from mclib.core.runs import RunEnd
 
 CUT = scorecard.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129, slope_se=0.005)
@@ -96,7 +97,7 @@ def test_slice_a_re_judged_by_todays_rules():
 def test_no_page_of_the_paper_part_states_a_verdict_its_row_does_not_hold(tmp_path):
     """Each page shows the verdicts its lease gave; where today's rules give another, or make a
     row provisional, the page's first note says so, with the row's experiment and its new verdict."""
-    pages = paper_part.stage(tmp_path, slices.LEDGER)
+    pages = part.stage(tmp_path, slices.LEDGER)
     found = reference.rows(RESULTS)
     assert "The paper's own setting: " in pages[0].read_text() and "provisional" in pages[0].read_text()
     for page in pages[1:]:

@@ -1,4 +1,4 @@
-"""The paper book in slices (mclib.book.slices), rehearsed on the CPU with the
+"""The paper book in slices (mclib.lease.slices), rehearsed on the CPU with the
 smoke profile: the two commands of a lease, with only what the GPU image and the kit hold
 importable, then the merge on the CPU side."""
 import json
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mclib.book import slices
+from mclib.lease import slices
 from mclib.core.runs import run_end, saved_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,7 +230,7 @@ def test_a_file_that_is_not_a_slices_results_is_refused_in_one_line(tmp_path):
 def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, monkeypatch, smoke_profile):
     """A lease whose chapter failed: the fix travels with the next call, and `finish --chapters-s`
     executes the chapters not in `chapters_done`, within the new seconds, then packs again."""
-    from mclib.book import reference, runner
+    from mclib.book import runner
     from mclib.core.runs import write_atomic
 
     work = tmp_path / "work"
@@ -246,7 +246,7 @@ def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, m
     built = []
     monkeypatch.setattr(runner, "build", lambda profile, templates, **kw: built.append((templates, kw["timeout"])))
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
-    monkeypatch.setattr(reference, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
+    monkeypatch.setattr(slices, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
 
     # the first budget is spent: nothing runs without new seconds
     path = slices.finish(work, tmp_path / "out")
@@ -296,7 +296,7 @@ def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_ther
     """In-process (the detached trainer's function): the smoke run stops at step 40 of its 60,
     then two groups train from that checkpoint, capped at the slice's 20 steps; what a lease
     packs holds both runs' small files and how each ended."""
-    from mclib.book.reference import collect
+    from mclib.lease.slices import collect
     from mclib.core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
 
     ledger = slices.read_ledger(_ledger(tmp_path, chapters=(), freeze=["mlp", "token"], source_steps=40,

@@ -6,7 +6,7 @@ import importlib.util
 import subprocess
 from pathlib import Path
 
-from mclib.book import slices
+from mclib.lease import slices
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20

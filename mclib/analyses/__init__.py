@@ -3,7 +3,7 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
 
     attention.py      head ablation and activation patching as hooks (core.hooks)
     interventions.py  token replacement, QKV switching and position permutation (hooks), re-initialisation
-    evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching
+    evaluate.py       L, L_obs, L_mask of a model (+ hooks) on fresh matrices; activation patching; pooled errors
     loss_tables.py    losses under ablations and changed models, one batch a table, with errors (E3-E8)
     heads.py          attention maps, head scores, head classes
     probes.py         linear probes on hidden states

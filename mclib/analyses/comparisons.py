@@ -60,31 +60,13 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import baselines as B
-from ..analyses.evaluate import predict, sample_eval_batch
+from ..analyses.evaluate import pooled, pooled_sums, predict, sample_eval_batch
 from ..core import paper
 from ..core.config import DataConfig
 from ..core.data import copy_level
 
 LOSSES = ("L", "L_obs", "L_mask")
 SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 steps, where 1e-5 does not
-
-
-def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
-    """Pooled mean of `values` over `where` (`[batch, n, n]`), and its standard error with
-    matrices as the units: R = Σ s_i / Σ c_i, se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)."""
-    return pooled_sums((values * where).reshape(len(values), -1).sum(1),
-                       where.reshape(len(values), -1).sum(1).astype(float))
-
-
-def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
-    """`pooled` from the per-matrix sums s_i `[batch]` and counts c_i `[batch]`."""
-    c = np.asarray(c, dtype=float)
-    if c.sum() == 0:
-        return float("nan"), float("nan")
-    r = s.sum() / c.sum()
-    b = len(s)
-    se = np.sqrt(((s - r * c) ** 2).sum() / (b * (b - 1))) / c.mean() if b > 1 else float("nan")
-    return float(r), float(se)
 
 
 def median_se(values: np.ndarray, z: float = 1.96) -> float:

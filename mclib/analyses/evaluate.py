@@ -11,12 +11,15 @@ activation), with activation patching (E8); and the runs of one task side by sid
 The same seed gives the same matrices and masks, so two calls that differ only in the
 intervention compare the model on the same batch. Always eval mode, no gradients,
 fp32 (compare_runs can add bf16 autocast); the model's train/eval mode is restored afterwards.
+Standard errors are `pooled`'s: matrices as the units (here, below every table that reports
+one: loss_tables, comparisons).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -27,6 +30,24 @@ from ..core.config import DataConfig
 from ..core.hooks import Hook, run_with_cache, run_with_hooks
 from ..core.metrics import losses, mse_to
 from ..core.model import eval_mode
+
+
+def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
+    """Pooled mean of `values` over `where` (`[batch, n, n]`), and its standard error with
+    matrices as the units: R = Σ s_i / Σ c_i, se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)."""
+    return pooled_sums((values * where).reshape(len(values), -1).sum(1),
+                       where.reshape(len(values), -1).sum(1).astype(float))
+
+
+def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
+    """`pooled` from the per-matrix sums s_i `[batch]` and counts c_i `[batch]`."""
+    c = np.asarray(c, dtype=float)
+    if c.sum() == 0:
+        return float("nan"), float("nan")
+    r = s.sum() / c.sum()
+    b = len(s)
+    se = np.sqrt(((s - r * c) ** 2).sum() / (b * (b - 1))) / c.mean() if b > 1 else float("nan")
+    return float(r), float(se)
 
 
 def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
@@ -100,8 +121,6 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
         "observed_vs_negX": mse_to(f, corrupt.x, ~mask),
     }
     if errors:
-        from .comparisons import pooled  # comparisons imports this module
-
         for key, target, where in (("masked_vs_X", clean.x, mask), ("masked_vs_negX", corrupt.x, mask),
                                    ("observed_vs_X", clean.x, ~mask), ("observed_vs_negX", corrupt.x, ~mask)):
             out[f"{key}_se"] = pooled(((f - target.float()) ** 2).numpy(), where.numpy().astype(bool))[1]

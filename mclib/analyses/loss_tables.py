@@ -20,8 +20,7 @@ import torch
 from ..core.config import DataConfig
 from ..core.metrics import losses
 from .attention import ABLATION_MODES, ablation_hooks
-from .comparisons import pooled
-from .evaluate import predict, sample_eval_batch
+from .evaluate import pooled, predict, sample_eval_batch
 
 UNABLATED = {"ablated": "none", "reading": "—"}  # the row of `ablation_table` with nothing ablated
 

@@ -26,7 +26,7 @@ from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOS
                             end_slope, last_tenth, window_mean)
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION
+from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
 from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
 from .plots import closed, loss_curve, mark_checkpoints
@@ -337,6 +337,21 @@ def e1_rows(ch: Chapter) -> list[dict]:
     return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
                          sharpness.shape(ch.metrics, ch.cfg.data.rank), final_mask=(float(end["L_mask"].mean()), mask_se))
 
+
+def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
+    """E1's rows (`e1_rows`) from a run's training curve alone, its checkpoints elsewhere (the
+    paper setting's runs on GPU leases: `mclib.lease.reference.training_rows`, which iterates
+    over what chapters declare): the pre-shift step placed among the saves the run made (every
+    `save_every` steps up to `end`, its `RunEnd`), as this chapter places it among the
+    checkpoints it kept."""
+    import torch
+
+    every = cfg.train.save_every
+    saved = sorted({*range(every, end.step + 1, every), end.step})
+    ran = metrics[metrics["step"] <= end.step]
+    steps = place_checkpoints(ran, saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
+    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end)
+    return e1_rows(ch)
 
 def readings(ch: Chapter) -> tuple[dict, list[dict]]:
     """E1's scorecard rows (`e1_rows`) and the glue of "What we found" (`findings`, and the

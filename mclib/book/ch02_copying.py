@@ -24,8 +24,7 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from ..analyses.comparisons import pooled
-from ..analyses.evaluate import predict, sample_eval_batch
+from ..analyses.evaluate import pooled, predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
                                     ratio_se, value_and_se)
@@ -69,6 +68,26 @@ def pre_na(step: int, on_paper_task: bool) -> str | None:
         return None
     return f"read at step {step:,}, not at the paper's pre step {PAPER_PRE:,}, where no checkpoint was read"
 
+
+
+
+def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
+    """This chapter's rows that a GPU lease recorded, judged by today's rules
+    (`mclib.lease.reference.rejudge`, which iterates over what chapters declare): E2, E3 and E6
+    n/a where the pre-shift checkpoint they read is not the paper's pre step (`pre_na`; the
+    step as this chapter glued it, `pre_step2`, else the run's placed pre step); E2 judged by
+    the ratio rule against the paper's number."""
+    if row.get("chapter") != CHAPTER or row["id"] not in ("E2", "E3", "E6"):
+        return row, []
+    new = dict(row)
+    if row["id"] == "E2":
+        new["kind"] = "ratio"
+    glued = (recorded.glued(CHAPTER, "pre_step2") or "").replace(",", "")
+    pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
+    na = "no pre-shift checkpoint could be placed in the run" if pre is None else pre_na(pre, True)
+    if na:
+        new["na"] = na
+    return new, []
 
 def settings_table(ch):
     """The run, the pre-shift checkpoint and the sample sizes, as a styled table."""

@@ -615,6 +615,28 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
 PROBED_MODEL = "the paper probed its 12-layer, 12-head model at step 49 999 (the authors' src/configs/probe.yaml)"
 
 
+
+
+def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
+    """This chapter's rows that a GPU lease recorded, judged by today's rules
+    (`mclib.lease.reference.rejudge`): E4 n/a unless the paper's count of heads was ablated
+    (`e4_na`, the count read from the row's reading); E8's every-layer reading carries no
+    paper's value (`E8_SOURCE`); E11 names the model the paper probed (`PROBED_MODEL`)."""
+    import re
+
+    new, why = dict(row), []
+    if row["id"] == "E4":
+        m = re.search(r"\bour (\d+) ", row.get("reading", ""))
+        na = e4_na(int(m.group(1))) if m else "the row does not say how many heads it ablated"
+        if na:
+            new["na"] = na
+    if row["id"] == "E8" and row["quantity"].startswith("every layer") and row.get("paper") is not None:
+        new["paper"] = None
+        why.append(f"the paper's value moved to the last-layer rows ({E8_SOURCE})")
+    if row["id"] == "E11" and "12-layer, 12-head" not in row.get("reading", ""):
+        new["reading"] = f"{row.get('reading', '')}; {PROBED_MODEL}"
+    return new, why
+
 def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
     """E11: the row probe at the layer of the chapter's table (`best_probe_layers`), the value
     probe with depth, and the first singular vector; each reading names the model probed on

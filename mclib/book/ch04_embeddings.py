@@ -45,6 +45,22 @@ def e13_na(tested: int, final: int) -> str | None:
 
 # --- the opening: which rows, which checkpoints -------------------------------------------------
 
+
+
+def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
+    """This chapter's rows that a GPU lease recorded, judged by today's rules
+    (`mclib.lease.reference.rejudge`): E13 n/a where the final layout lies too close after the
+    checkpoint it tests (`e13_na`: the run's end, and its last checkpoint before the drop)."""
+    if row["id"] != "E13":
+        return row, []
+    at, steps = recorded.at, recorded.steps
+    final = at.step if at is not None else None
+    tested = None if steps is None or steps.drop is None else max((s for s in steps.saved if s < steps.drop),
+                                                                 default=None)
+    na = ("the run's end or its last checkpoint before the drop is unknown" if final is None or tested is None
+          else e13_na(tested, final))
+    return ({**row, "na": na} if na else row), []
+
 def value_range(ch) -> tuple[float, float]:
     """The token values this task produces: |x| <= rank (the rows beyond stay at their initialisation)."""
     return E.value_range(ch.cfg.data.rank)

@@ -31,7 +31,7 @@ from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends
                                  freeze_summary, paper_pattern, trainable_count)
 from ..analyses.sharpness import ABRUPT, BAND, SETTLE
 from ..core.config import Profile
-from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
 from .chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
@@ -64,7 +64,7 @@ def main_run(ch: Chapter) -> MainRun:
 def main_run_from(ran: pd.DataFrame, cfg: Profile, drop: int | None, stopped: int | None = None) -> MainRun:
     """The yardstick from the main run's metrics up to where it ended (`ran`), its drop, and
     where it was stopped, if it was (`MainRun`): the one recipe for this chapter and for E15's
-    rows at the paper's setting (`mclib.book.reference.freeze_rows`)."""
+    rows at the paper's setting (`mclib.lease.reference.freeze_rows`)."""
     return MainRun(drop, *final_level(ran, cfg.train.patience), freeze_steps(cfg), stopped)
 
 
@@ -238,6 +238,21 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
                     if recovered else f"No run ended within {SETTLE:g}x of the main run's final L_mask.")
     return {"found": found, "verdict_text": verdict_text, "main_text": main_text, "recover_text": recover_text}, rows
 
+
+def e15_rows(runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd.DataFrame, *, read) -> list[dict]:
+    """E15's rows from runs trained elsewhere and merged (the paper setting's E15 slices:
+    `mclib.lease.reference.freeze_rows`, which iterates over what chapters declare), by this
+    chapter's rules (`freeze_readings`): `runs` {group: folder} and their `ends`, `read` reading
+    a folder's metrics; the yardstick is the run they started from (`cfg`, its `end` or None,
+    its metrics `main`), its final level read where a slice stopped it. The order of the drops
+    reads n/a until all four groups are in."""
+    stopped = None
+    if end is not None:
+        main = main[main["step"] <= end.step]
+        stopped = end.step if end.ended in ("stopped", "cut") else None
+    yardstick = main_run_from(main, cfg, find_drop(main, rank=cfg.data.rank), stopped)
+    _, found = freeze_readings(freeze_summary(runs, cfg, read=read), ends, yardstick)
+    return found
 
 def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
     """(glue, rows): the closing paragraph's glue (found, verdict_text, main_text,

@@ -38,7 +38,7 @@ from ..core import paper
 from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER, PAPER_E17, PAPER_E17_MATRICES
 from ..analyses.loss_tables import ratio_se
-from .reference import RESULTS
+from ..core.repo import RESULTS
 from .plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
 from .scorecard import MARGINS, agreement, claim, recorded_table, row_verdict, task_departures
 
@@ -134,9 +134,9 @@ def _build_hint(name: str) -> str:
 def book_solver_cache(cfg: Profile, run_dir: str | Path) -> Path:
     """OUT/runs/solvers-NAME-SHA.csv.gz, beside the book's run `run_dir`: the solvers' results
     this book built for itself while its run trained (`book_solver_task`). SHA is the first 12
-    digits of the library's source hash (`mclib.book.runner.mclib_sha`), so that a file
+    digits of the library's source hash (`mclib.core.repo.mclib_sha`), so that a file
     solved by other code is never read."""
-    from .runner import mclib_sha
+    from ..core.repo import mclib_sha
 
     return Path(run_dir).parent / f"solvers-{cfg.name}-{mclib_sha()[:12]}.csv.gz"
 
@@ -149,6 +149,13 @@ def book_solver_task(cfg: Profile, run_dir: str | Path) -> tuple[Callable, tuple
     if solver_cache(cfg.name).is_file() or own.is_file():
         return None
     return _build_on_a_worker, (cfg, own), f"solvers-{cfg.name}"
+
+
+def idle_work(cfg: Profile, run_dir: str | Path) -> list[tuple[Callable, tuple, str]]:
+    """This chapter's declared work for a worker the book's seeds leave idle
+    (`mclib.book.chapter.idle_tasks`): its solving (`book_solver_task`), where no cache is there."""
+    task = book_solver_task(cfg, run_dir)
+    return [task] if task else []
 
 
 def solver_results(ch) -> C.Solves:
@@ -536,7 +543,7 @@ def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable 
     and solver settings the chapter draws. At the paper profile: 34 blocks, 28 672 cvxpy solves
     and soft-impute and ALS on 3 072 matrices, 0.86 MiB; 404 s in one process on the 2 shared
     cores of the CPU machine, niced (2026-11-26: 8-16 ms a cvxpy solve)."""
-    from .runner import git_revision
+    from ..core.repo import git_revision
 
     path = solver_cache(cfg.name) if path is None else Path(path)
     revision = git_revision()  # of the code that solves

@@ -272,6 +272,22 @@ def untestable(leads: pd.DataFrame) -> str | None:
     return None
 
 
+def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
+    """This chapter's rows that a GPU lease recorded, judged by today's rules
+    (`mclib.lease.reference.rejudge`): B1 n/a where every measure lacked a plateau band, read
+    from the `lead_text` this chapter glued (as `untestable` decides it from the leads)."""
+    import re
+
+    if row["id"] != "B1" or row.get("verdict") == "n/a":
+        return row, []
+    m = re.search(r"too short for a band for ([^;.]+)", recorded.glued(CHAPTER, "lead_text") or "")
+    no_band = [x.strip() for x in m.group(1).split(",") if x.strip() != "L_mask"] if m else []
+    looked = re.search(r"none of the (\d+) measures", row.get("reading", ""))
+    if looked and no_band and len(no_band) >= int(looked.group(1)):
+        return {**row, "na": f"the plateau is too short for a band for every one of the {len(no_band)} measures: "
+                             "none can be tested"}, []
+    return row, []
+
 def lead_finding_text(row: dict) -> str:
     """The sentence that speaks for B1, its words from the row's verdict (`scorecard.agreement`)."""
     if row.get("na"):

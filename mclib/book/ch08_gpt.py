@@ -67,6 +67,15 @@ def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     return gpt_run_dirs(gpt, ch.run_dir)
 
 
+def idle_work(cfg: Profile, run_dir: Path) -> list[tuple]:
+    """This chapter's declared work for a worker the book's seeds leave idle
+    (`mclib.book.chapter.idle_tasks`): its GPT runs not yet complete (`gpt_jobs`), as
+    `train_seed` tasks."""
+    from ..core.train import train_seed, with_device
+
+    return [(train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(with_device(gpt_profile(cfg)), run_dir)]
+
+
 def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
     """{seed: folder} of the runs of `gpt` (`gpt_profile`) beside the book's run `run_dir`."""
     return {s: Path(run_dir).parent / run_name(gpt.name, s) for s in gpt.analysis.seeds}

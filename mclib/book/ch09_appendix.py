@@ -24,7 +24,7 @@ from ..core.metrics import DROP_WINDOW
 from ..core.sweep import curves_path, load_sweep, setting_colours
 from .chapter import Chapter
 from .plots import closed
-from .reference import REPO
+from ..core.repo import REPO
 from .scorecard import CUT, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "09_appendix"

@@ -12,7 +12,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from . import reference, scorecard
+from . import scorecard
+from ..lease import part, reference
 from .chapter import departures_table
 from .plots import VERDICT_COLORS, closed, scorecard_plot
 
@@ -83,7 +84,7 @@ def own_shown(rows: list[dict]):
 
 
 def reference_shown(ch, rows: list[dict]):
-    """Our verdicts beside the paper setting's (`mclib.book.reference`: the newest results/paper-*)."""
+    """Our verdicts beside the paper setting's (`mclib.lease.reference`: the newest results/paper-*)."""
     table = reference.beside(rows, reference.latest())
     return (table.style.hide(axis="index")
             .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
@@ -91,7 +92,7 @@ def reference_shown(ch, rows: list[dict]):
             .set_caption(f"Profile {ch.cfg.name} beside the paper's own setting (params/paper.yaml, on a GPU): "
                          "each row's value and verdict against the paper (a finding of our own: whether it holds). "
                          "The paper setting's verdicts are its recorded values re-judged on the CPU by today's rules "
-                         "(mclib.book.reference.rejudge); the last column keeps the lease's own where it changed; "
+                         "(mclib.lease.reference.rejudge); the last column keeps the lease's own where it changed; "
                          "provisional: read at the end of a run cut short of the paper's 50,000 steps."))
 
 
@@ -139,3 +140,10 @@ def glued(ch, rows: list[dict]) -> dict:
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
             "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows)}
+
+
+def site_part(out, ledger=None) -> list:
+    """The part the site shows after the chapters (`mclib.book.runner.declared`): "The paper's
+    own setting", the chapters GPU leases executed, whose verdicts this chapter sets beside
+    ours (`mclib.lease.part.stage`, from the slices done beside `ledger`)."""
+    return part.stage(out, ledger)

@@ -42,10 +42,10 @@ from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import find_drop
 from ..core.paper import profile as paper_profile
+from ..core.repo import REPO
 from ..core.runs import (PROFILE, CheckpointSteps, RunEnd, check_same_profile, checkpoint_dir, checkpoint_steps,
                          load_checkpoint, load_metrics, run_end, run_profile)
 
-REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -185,17 +185,14 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
 def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
     """(fn, args, name) of the later chapters' work that does not read the book's run, for
     the workers that the other seeds leave idle while the book's run trains alone
-    (`train_runs`): chapter 06's solvers (`ch06_baselines.book_solver_task`; none where a
-    cache is there to read) and chapter 08's GPT runs (`ch08_gpt.gpt_jobs`), the longest
-    first. On the cpu profile that idle time is about 13 minutes of one core (2026-11-26).
-    What no worker took before the book's run ended, its chapter does, as it always did."""
-    from ..core.train import train_seed, with_device
-    from .ch06_baselines import book_solver_task
-    from .ch08_gpt import gpt_jobs, gpt_profile
+    (`train_runs`): what each chapter of the toc declares in its `idle_work(cfg, run_dir)`
+    (`mclib.book.runner.declared`), in toc order, the longest first (chapter 06's solvers,
+    then chapter 08's GPT runs). On the cpu profile that idle time is about 13 minutes of one
+    core (2026-11-26). What no worker took before the book's run ended, its chapter does, as it
+    always did."""
+    from .runner import declared
 
-    solvers = book_solver_task(cfg, run_dir)
-    gpt = gpt_jobs(with_device(gpt_profile(cfg)), run_dir)
-    return ([solvers] if solvers else []) + [(train_seed, job, f"train-{job[1].name}") for job in gpt]
+    return [task for idle_work in declared("idle_work") for task in idle_work(cfg, run_dir)]
 
 
 class MissingRuns(RuntimeError):

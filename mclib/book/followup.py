@@ -44,7 +44,7 @@ import pandas as pd
 from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
-from .reference import REPO
+from ..core.repo import REPO
 from .scorecard import claim, recorded_table
 
 CHAPTER = "07_beyond"
@@ -301,9 +301,9 @@ def uniform_share_text(n: int) -> str:
 
 def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     """Where these measures stand at the paper's own setting (7×7 rank 2, hidden 768): the GPU
-    slices done (`mclib.book.slices`, results/paper-slices.yaml) that executed this chapter, or a
+    slices done (`mclib.lease.slices`, results/paper-slices.yaml) that executed this chapter, or a
     sentence saying that none has, and which chapters the planned slices execute instead."""
-    from . import slices
+    from ..lease import slices
 
     ledger_path = Path(ledger) if ledger is not None else slices.LEDGER
     plan = slices.read_ledger(ledger_path)

@@ -33,7 +33,6 @@ manifest marks the chapter failed, nothing after it runs, no site is built, and
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import shutil
@@ -48,13 +47,14 @@ import yaml
 from . import scorecard
 from ..core.config import ConfigError, load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
+from ..core.repo import REPO, git_revision, mclib_sha, short_sha
 from ..core.runs import default_run_dir
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: the CLI imports this
 # module for BookError, and should stay light.
 
-REPO = Path(__file__).resolve().parents[2]
 EXECUTED = Path("book") / "_executed"
+SITE_TOC = Path("_build") / "_toc.yml"
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
@@ -97,40 +97,33 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     return out
 
 
+def chapter_modules(toc: Path = REPO / "_toc.yml") -> list:
+    """The module of each chapter of the toc, in order: book/NN_name.ipynb is served by
+    mclib.book.chNN_name (mclib/book/__init__.py)."""
+    import importlib
+
+    return [importlib.import_module(f"{__package__}.ch{t.stem}") for t in chapters(toc)]
+
+
+def declared(name: str, toc: Path = REPO / "_toc.yml") -> list:
+    """What the toc's chapters declare under `name`, in toc order: the attribute `name` of each
+    chapter module that has one. The machinery names no chapter; it iterates over these:
+    `idle_work` (work for idle cores while the book's run trains: `chapter.idle_tasks`),
+    `site_part` (a part of the site after the chapters), and the paper setting's rows
+    (`curve_rows`, `freeze_rows`, `rejudged`: mclib.lease.reference)."""
+    return [getattr(m, name) for m in chapter_modules(toc) if hasattr(m, name)]
+
+
 # --- hashes -------------------------------------------------------------------------
 
-def _sha(*parts) -> str:
-    h = hashlib.sha256()
-    for p in parts:
-        h.update(p if isinstance(p, bytes) else json.dumps(p, sort_keys=True, default=str).encode())
-    return h.hexdigest()[:16]
-
-
 def _file_sha(path: Path) -> str | None:
-    return _sha(path.read_bytes()) if path.is_file() else None
-
-
-def mclib_sha() -> str:
-    files = sorted((REPO / "mclib").rglob("*.py"))  # all of it: a chapter may import any module
-    return _sha(*[f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes() for f in files])
+    return short_sha(path.read_bytes()) if path.is_file() else None
 
 
 def run_state(run_dir: Path) -> str:
     from ..core.runs import METRICS, saved_steps
 
-    return _sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
-
-
-def git_revision() -> str:
-    try:
-        git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
-                                        check=True).stdout.strip()
-        # dirty = a tracked file changed (as `git describe --dirty`); untracked files such
-        # as a virtualenv in the clone do not make the revision's code different
-        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain",
-                                                                      "--untracked-files=no") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return short_sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
 
 
 # --- one chapter --------------------------------------------------------------------
@@ -145,7 +138,7 @@ def declared_reads(template: Path) -> list[str]:
 
 def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -> str:
     extra = [(name, _file_sha(run_dir / name)) for name in declared_reads(template)]
-    return _sha(_file_sha(template), params, profile, src, run_state(run_dir), extra or None)
+    return short_sha(_file_sha(template), params, profile, src, run_state(run_dir), extra or None)
 
 
 @contextlib.contextmanager
@@ -323,9 +316,10 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
     records in the manifest as they were, so a later build can still reuse them. The site
-    holds the chapters executed here and the part "The paper's own setting"
-    (`paper_part`: the chapters GPU leases executed, from the slices done beside `ledger`,
-    default results/paper-slices.yaml)."""
+    holds the chapters executed here, then the parts the chapters declare (`site_part(out,
+    ledger)`, `declared`): the scorecard chapter's "The paper's own setting"
+    (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
+    `ledger`, default results/paper-slices.yaml)."""
     from ..core.train import resolve_device
 
     t_start = time.time()
@@ -394,13 +388,12 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         print(f"book: {len(templates)} chapter(s), no site ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
         return manifest
     # the site: skipped when its inputs are exactly those of the last good build
-    from . import paper_part, slices
-
-    part = paper_part.stage(out, ledger or slices.LEDGER)
+    parts = [site_part(out, ledger) for site_part in declared("site_part")]
     executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
                 if r.get("complete") and Path(r["output"]).is_file()]
-    toc = paper_part.toc(out, part, executed)
-    site_key = _sha([_file_sha(p) for p in staged + part + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
+    toc = site_toc(out, executed, parts)
+    pages = [p for part in parts for p in part]
+    site_key = short_sha([_file_sha(p) for p in staged + pages + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
     html = out / "_build" / "html"
     if (prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
         manifest["site"] = {**prev["site"], "status": "reused"}
@@ -415,6 +408,24 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     save()
     print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
     return manifest
+
+
+def site_toc(out: Path, executed: list[str], parts: list[list[Path]]) -> Path:
+    """OUT/_build/_toc.yml (jupyter-book build --toc): the book's chapters that have an
+    executed copy (`executed`, their toc entries), then each part of `parts` (files under OUT,
+    its first page first): that page, the others as its sections."""
+    entry = lambda page: Path(page).relative_to(out).with_suffix("").as_posix()
+    book = parse_yaml((REPO / "_toc.yml").read_text())
+    book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
+    for pages in parts:
+        part = {"file": entry(pages[0])}
+        if pages[1:]:
+            part["sections"] = [{"file": entry(p)} for p in pages[1:]]
+        book["chapters"].append(part)
+    path = Path(out) / SITE_TOC
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    return path
 
 
 def _build_site(out: Path, toc: Path) -> dict:

@@ -12,4 +12,5 @@
     sweep.py     `python -m mclib sweep FILE.yaml`: settings x seeds, resumable
     flops.py     FLOPs of a training step
     paper.py     what the paper reports, and its profile (params/paper.yaml)
+    repo.py      the repository this code runs from: its root, git revision, the hash of mclib's sources
 """

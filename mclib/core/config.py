@@ -137,7 +137,7 @@ class Analysis:
     freeze: bool = True             # E15's re-initialised runs: trained by the book (false: chapter 05 has none to read)
     train_in_book: bool = True      # the training chapter trains, resumes or finds complete the book's runs; false: no
     #   chapter trains, each reads the runs as they are and names a missing one in one line (a GPU lease's slice,
-    #   whose training ran before: mclib.book.slices)
+    #   whose training ran before: mclib.lease.slices)
 
 
 @dataclass

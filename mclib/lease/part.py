@@ -2,10 +2,11 @@
 
     OUT/book/_executed/paper/index.md          the part's first page: the slices, done and missing
     OUT/book/_executed/paper/A_01_train.ipynb  slice A's executed 01_train, opened by where it ran
-    OUT/_build/_toc.yml                        the book's _toc.yml: the chapters executed here,
-                                               then this part (jupyter-book build --toc)
 
-A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.book.slices.done`); its
+The book's runner puts it after the chapters executed here (`mclib.book.runner.site_toc`): the
+scorecard chapter declares it (`mclib.book.ch99_scorecard.site_part`).
+
+A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.lease.slices.done`); its
 book/*.ipynb are the chapters its lease executed. Each is copied as it ran (outputs, figures,
 glued values untouched) with three changes that let it sit in this site beside the laptop
 chapters: a first note saying which slice, device, date, revision and precision its numbers
@@ -21,13 +22,9 @@ import re
 import shutil
 from pathlib import Path
 
-import yaml
-
-from ..core.config import parse_yaml
 from . import slices
 
 PART = Path("book") / "_executed" / "paper"
-TOC = Path("_build") / "_toc.yml"
 
 _LABEL = re.compile(r"^\(([\w][\w\-.]*)\)=", re.M)
 _NAME = re.compile(r"^(:name:[ \t]*)([\w][\w\-.]*)", re.M)           # a directive's label (glue:figure)
@@ -58,14 +55,14 @@ def rejudged_note(found: list[dict], chapter: str) -> str:
     re-judged on the CPU (`reference.rejudge`): each row whose verdict changed (before → after,
     and why) and how many of its rows are provisional, with the run's stage once; "" when
     nothing on the page changes."""
-    from . import scorecard
+    from ..book import scorecard
 
     mine = [r for r in found if r.get("chapter") == chapter]
     changed = [r for r in mine if r.get("was") is not None and r["was"] != r["verdict"]]
     late = [r for r in mine if scorecard.is_provisional(r)]
     if not changed and not late:
         return ""
-    out = [f"Re-judged on the CPU by today's rules (`mclib.book.reference.rejudge`), from the values this page "
+    out = [f"Re-judged on the CPU by today's rules (`mclib.lease.reference.rejudge`), from the values this page "
            "recorded; the page below shows the verdicts as the lease gave them."]
     if changed:  # rows of one experiment that change alike, and why, said once
         groups: dict = {}
@@ -134,10 +131,12 @@ def adapt(nb, slice_name: str, note: str):
     return nb
 
 
-def stage(out: Path, ledger_path: Path = slices.LEDGER) -> list[Path]:
-    """Write the part into OUT (module docstring); returns its files, the first page first."""
+def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
+    """Write the part into OUT (module docstring), from the slices done beside `ledger_path`
+    (default results/paper-slices.yaml); returns its files, the first page first."""
     import nbformat
 
+    ledger_path = Path(ledger_path or slices.LEDGER)
     folder = Path(out) / PART
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
@@ -181,7 +180,8 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str
     hold (`reference.runs_table`: the slices' and the whole-book run before them, each with its
     path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
     page), and the paper setting's counts re-judged by today's rules (`scorecard.setting_counts`)."""
-    from . import reference, scorecard
+    from ..book import scorecard
+    from . import reference
 
     first = next(iter(have.values()), None)
     if first is None or not reference._has_metrics(first / "runs" / f"{name}-seed1"):
@@ -229,20 +229,3 @@ def _rejudged(have: dict, name: str) -> list[dict]:
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
         print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
-
-
-def toc(out: Path, pages: list[Path], executed: list[str]) -> Path:
-    """OUT/_build/_toc.yml: the book's chapters that have an executed copy (`executed`, their
-    toc entries), then the part: its first page, its chapters as sections."""
-    from .runner import REPO
-
-    book = parse_yaml((REPO / "_toc.yml").read_text())
-    book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
-    part = {"file": (PART / "index").as_posix()}
-    if pages[1:]:
-        part["sections"] = [{"file": (PART / p.stem).as_posix()} for p in pages[1:]]
-    book["chapters"].append(part)
-    path = Path(out) / TOC
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(book, sort_keys=False))
-    return path

@@ -7,8 +7,8 @@ results/, and shown in the default book beside the laptop edition's scorecard.
         runs/paper-seed{2,3}/{metrics.csv.gz, end.json}   runs/paper-seed1/freeze/GROUP/metrics.csv.gz
         book/*.ipynb, book/manifest.json  the executed chapters and their timings
 
-`collect` writes that folder from a built book (`mclib slice finish` calls it on the GPU
-machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
+`mclib.lease.slices.collect` writes that folder from a built book (`mclib slice finish` on the
+GPU machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
 repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds the
 newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters
 did (the first run, 2026-11-24), E1's rows computed here from seed 1's training curve
@@ -22,78 +22,21 @@ judged against the paper on the paper's own task, by the same rules, so nothing 
 from __future__ import annotations
 
 import functools
-import gzip
 import json
-import shutil
-import subprocess
-import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import pandas as pd
 
 from ..core.data import copy_level
 from ..core.metrics import converged, find_drop, last_tenth
-from ..core.runs import (END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, SCORECARD, RunEnd, freeze_dir, place_checkpoints,
-                         run_name, run_profile)
-from . import scorecard
-
-REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "results"
-RUN_FILES = (END, PROFILE, SCORECARD)   # copied as they are; METRICS is gzipped
-METRICS_GZ = METRICS + ".gz"
-
-
-def device_record() -> dict:
-    """What ran it: the GPU's name, torch and CUDA versions, the date, the git revision."""
-    import torch
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        rev = ""
-    return {"device": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
-            "git": rev}
-
-
-def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2, 3)) -> Path:
-    """Copy the small files of a built book in `out` (its runs/ and book/_executed/) to
-    `dest`: everything results/ holds, never a checkpoint."""
-    out, dest = Path(out), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "device.json").write_text(json.dumps(device_record(), indent=1))
-    for seed in seeds:
-        src = out / "runs" / run_name(name, seed)
-        if not src.is_dir():
-            continue
-        _copy_run(src, dest / "runs" / src.name, RUN_FILES)
-        for group in sorted((src / FREEZE).glob("*")) if (src / FREEZE).is_dir() else []:
-            _copy_run(group, freeze_dir(dest / "runs" / src.name, group.name), (END, PROFILE, FREEZE_SOURCE))
-    executed = out / "book" / "_executed"
-    if executed.is_dir():
-        (dest / "book").mkdir(exist_ok=True)
-        for f in sorted(executed.glob("*.ipynb")) + [executed / "manifest.json"]:
-            if f.is_file():
-                shutil.copy2(f, dest / "book" / f.name)
-    return dest
-
-
-def _copy_run(src: Path, dest: Path, files) -> None:
-    """A run's metrics (gzipped, written whole, then renamed: a cut copy never reads as
-    complete) and its small `files`, into `dest`."""
-    if (src / METRICS).is_file():
-        dest.mkdir(parents=True, exist_ok=True)
-        tmp = dest / (METRICS_GZ + ".tmp")
-        with open(src / METRICS, "rb") as f_in, gzip.open(tmp, "wb") as f_out:
-            shutil.copyfileobj(f_in, f_out)
-        tmp.replace(dest / METRICS_GZ)
-    for f in files:
-        if (src / f).is_file():
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / f, dest / f)
-
-
+from ..core.runs import END, FREEZE, METRICS, PROFILE, RunEnd, freeze_dir, place_checkpoints, run_name, run_profile
+from ..core.repo import REPO, RESULTS
+from ..book import scorecard
+from ..book.runner import declared
+from . import slices
+from .slices import METRICS_GZ
 def read_metrics(run: Path) -> pd.DataFrame:
     """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
     Parsed once per file version (the scorecard chapter asks for them from several
@@ -122,16 +65,14 @@ def latest(name: str = "paper", root: Path = RESULTS) -> Path | None:
 
 def _slice_folders(folder: Path, name: str) -> list[Path]:
     """`folder`, or, for a slice of the paper book (its slice.json), every slice done beside
-    it (`mclib.book.slices.done`): slice A holds seed 1, B seed 2, C seed 3."""
+    it (`mclib.lease.slices.done`): slice A holds seed 1, B seed 2, C seed 3."""
     if not (folder / "slice.json").is_file():
         return [folder]
-    from .slices import done
-    return list(done(folder.parent, name).values()) or [folder]
+    return list(slices.done(folder.parent, name).values()) or [folder]
 
 
 def _slice_record(folder: Path) -> dict:
     """A slice's slice.json (`slices.record`); {} for a folder that is not a slice."""
-    from . import slices
     return slices.record(folder) if (folder / slices.STATE).is_file() else {}
 
 
@@ -216,7 +157,7 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
 
 def loss_figure(folder: Path, name: str = "paper"):
     """L_mask of every seed the results hold, against step, each drop marked (`plots.seed_loss_curves`)."""
-    from .plots import seed_loss_curves
+    from ..book.plots import seed_loss_curves
 
     runs = {label: run for label, run in run_folders(folder, name).items()
             if "E15" not in label and "(slice" not in label}  # each seed once: a seed trained again is the same run
@@ -230,27 +171,17 @@ def loss_figure(folder: Path, name: str = "paper"):
 
 
 def training_rows(folder: Path, name: str = "paper") -> list[dict]:
-    """E1's rows for the results' book run (seed 1), computed from its training curve
-    alone by the training chapter's own rules (`ch01_train.e1_rows`); the
-    pre-shift step is placed among the saves the run made (every `save_every` steps up to
-    where it ended), as the chapter places it among the checkpoints it kept. Each row
-    carries its verdict."""
-    import torch
-
-    from . import ch01_train
-    from .chapter import Chapter
-
+    """The rows the results' book run (seed 1) gives from its training curve alone, by the
+    chapters' own rules: each chapter's declared `curve_rows` (`mclib.book.runner.declared`:
+    chapter 01's E1 rows, its pre-shift step placed among the saves the run made). A run
+    without its end.json ends where its curve does. Each row carries its verdict."""
     run = folder / "runs" / run_name(name, 1)
     cfg, m = run_profile(run), read_metrics(run)
     last = int(m["step"].iloc[-1])
     end = _end(run) or RunEnd(ended="unfinished", step=last, drop=find_drop(m, rank=cfg.data.rank),
                               steps=cfg.train.steps, until=cfg.train.until)
-    every = cfg.train.save_every
-    saved = sorted({*range(every, end.step + 1, every), end.step})
-    ran = m[m["step"] <= end.step]
-    steps = place_checkpoints(ran, saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
-    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end)
-    return [{**r, "verdict": scorecard.row_verdict(r)} for r in ch01_train.e1_rows(ch)]
+    return [{**r, "verdict": scorecard.row_verdict(r)}
+            for curve_rows in declared("curve_rows") for r in curve_rows(cfg, run, m, end)]
 
 
 def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None]:
@@ -273,7 +204,7 @@ def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None
 def freeze_figure(folder: Path, name: str = "paper"):
     """E15's runs at the paper's setting (`e15_runs`), their L_mask curves with each drop
     marked (`plots.freeze_curves`, as chapter 05 draws them); None when no E15 slice is done."""
-    from .plots import freeze_curves
+    from ..book.plots import freeze_curves
 
     runs, _, source = e15_runs(folder, name)
     if not runs:
@@ -286,26 +217,17 @@ def freeze_figure(folder: Path, name: str = "paper"):
 
 def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     """E15's rows at the paper's setting, from the E15 slices done beside `folder` (each
-    trained seed 1 to a fixed step, then one group's run from it: `mclib.book.slices`),
+    trained seed 1 to a fixed step, then one group's run from it: `mclib.lease.slices`),
     computed here from their merged metrics and how each run ended (slice.json's
-    `freeze_ends`), by chapter 05's own rules (`ch05_freezing.freeze_readings`), each with its
-    verdict. The yardstick is the seed 1 the runs started from (the first E15 slice's), its
-    final level read where the slice stopped it (the readings name that step). The
-    order of the drops reads n/a until all four groups are in. [] when none is done."""
-    from ..analyses.freezing import freeze_summary
-    from .ch05_freezing import freeze_readings, main_run_from
-
+    `freeze_ends`), by the chapters' own rules (each chapter's declared `e15_rows`: chapter
+    05's), each with its verdict. The yardstick is the seed 1 the runs started from (the first
+    E15 slice's), its final level read where the slice stopped it. [] when none is done."""
     runs, ends, source = e15_runs(folder, name)
     if not runs:
         return []
     cfg, end, main = run_profile(source), _end(source), read_metrics(source)
-    stopped = None
-    if end is not None:
-        main = main[main["step"] <= end.step]
-        stopped = end.step if end.ended in ("stopped", "cut") else None
-    yardstick = main_run_from(main, cfg, find_drop(main, rank=cfg.data.rank), stopped)
-    _, found = freeze_readings(freeze_summary(runs, cfg, read=read_metrics), ends, yardstick)  # the order: n/a
-    return [{**r, "verdict": scorecard.row_verdict(r)} for r in found]
+    return [{**r, "verdict": scorecard.row_verdict(r)}
+            for e15_rows in declared("e15_rows") for r in e15_rows(runs, ends, cfg, end, main, read=read_metrics)]
 
 
 def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
@@ -373,69 +295,39 @@ def _glued(folder: Path, chapter: str, name: str, book: str = "paper") -> str | 
 REJUDGED = "re-judged on the CPU by today's rules"
 
 
+@dataclass
+class Recorded:
+    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book
+    run's stage (`book_stage`), its analysis checkpoints (`_book_steps`, None when they cannot
+    be placed), and the text a chapter the GPU executed glued under a name
+    (`glued(chapter, name)`, None where it glued none)."""
+    at: scorecard.Stage | None
+    steps: object | None
+    glued: Callable[[str, str], str | None]
+
+
 def rejudge(found: list[dict], folder: Path, name: str = "paper") -> list[dict]:
     """The rows a GPU lease recorded, judged again here by the rules the chapters apply today,
     from the values it recorded (no model is read): each row that changes keeps the lease's
-    verdict in `was` and says why in `rejudged`. The rules (one definition each, the
-    chapters' own):
-
-    - provisional: a row that reads the run's end, from a run cut short (`scorecard.provisional`);
-    - E2, E3 pre, E6: n/a where the pre-shift checkpoint read is not the paper's pre step
-      (`ch02_copying.pre_na`); E2 judged by the ratio rule against the paper's number;
-    - E4: n/a unless the paper's count of heads was ablated (`ch03_heads.e4_na`, the count read
-      from the row's reading);
-    - E8: the every-layer reading carries no paper's value (the authors' code patches only the
-      last layer, `ch03_heads.E8_SOURCE`); E11 names the model the paper probed;
-    - E13: n/a where the final layout lies too close after the checkpoint it tests (`ch04_embeddings.e13_na`);
-    - B1: n/a where every measure lacked a plateau band (read from chapter 07's glued `lead_text`).
-
-    A row that lacks what a rule needs gets n/a with the reason in one line."""
-    import re
-
-    from . import ch02_copying, ch03_heads, ch04_embeddings
-
+    verdict in `was` and says why in `rejudged`. Each chapter's rules are its own, declared as
+    `rejudged(row, recorded) -> (row, reasons)` (`mclib.book.runner.declared`; `Recorded`):
+    chapter 02's pre-shift step, 03's heads ablated, patched layers and probed model, 04's
+    tested layout, 07's plateau bands. Then, for every row, provisional where it reads the
+    run's end from a run cut short (`scorecard.provisional`). A row that lacks what a rule
+    needs gets n/a with the reason in one line."""
     at = book_stage(folder, name)
     try:
         steps = _book_steps(folder, name)
     except (FileNotFoundError, KeyError, ValueError):
         steps = None
-    glued_pre = _glued(folder, "02_copying", "pre_step2", name)  # the step chapter 02 read, as it said
-    pre = (int(glued_pre.replace(",", "")) if glued_pre and glued_pre.replace(",", "").isdigit() else
-           None if steps is None else steps.pre)
+    recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)))
+    rules = declared("rejudged")
     out, whys = [], []
     for r in found:
         new, why = dict(r), []
-        if r.get("chapter") == "02_copying" and r["id"] in ("E2", "E3", "E6"):
-            if r["id"] == "E2":
-                new["kind"] = "ratio"
-            na = "no pre-shift checkpoint could be placed in the run" if pre is None else ch02_copying.pre_na(pre, True)
-            if na:
-                new["na"] = na
-        if r["id"] == "E4":
-            m = re.search(r"\bour (\d+) ", r.get("reading", ""))
-            na = ch03_heads.e4_na(int(m.group(1))) if m else "the row does not say how many heads it ablated"
-            if na:
-                new["na"] = na
-        if r["id"] == "E8" and r["quantity"].startswith("every layer") and r.get("paper") is not None:
-            new["paper"] = None
-            why.append(f"the paper's value moved to the last-layer rows ({ch03_heads.E8_SOURCE})")
-        if r["id"] == "E11" and "12-layer, 12-head" not in r.get("reading", ""):
-            new["reading"] = f"{r.get('reading', '')}; {ch03_heads.PROBED_MODEL}"
-        if r["id"] == "E13":
-            final = at.step if at is not None else None
-            tested = None if steps is None or steps.drop is None else max(
-                (s for s in steps.saved if s < steps.drop), default=None)
-            na = ("the run's end or its last checkpoint before the drop is unknown" if final is None or tested is None
-                  else ch04_embeddings.e13_na(tested, final))
-            if na:
-                new["na"] = na
-        if r["id"] == "B1" and r.get("verdict") != "n/a":
-            lead_text = _glued(folder, "07_beyond", "lead_text", name) or ""
-            m = re.search(r"too short for a band for ([^;.]+)", lead_text)
-            no_band = [x.strip() for x in m.group(1).split(",") if x.strip() != "L_mask"] if m else []
-            looked = re.search(r"none of the (\d+) measures", r.get("reading", ""))
-            if looked and no_band and len(no_band) >= int(looked.group(1)):
-                new["na"] = f"the plateau is too short for a band for every one of the {len(no_band)} measures: none can be tested"
+        for rule in rules:
+            new, reasons = rule(new, recorded)
+            why += reasons
         rule = {k: new[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in new}
         kind = new.get("kind", "number")
         if new.get("na"):
@@ -462,7 +354,6 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper") -> list[dict]:
 def chapters_run(folder: Path) -> list[str]:
     """The chapters that completed on the GPU: a slice's own record (`slices.chapters_executed`:
     its manifest names only the last `finish`'s chapters), else the results' book/manifest.json."""
-    from . import slices
     if (folder / slices.STATE).is_file():
         return slices.chapters_executed(slices.record(folder))
     manifest = folder / "book" / "manifest.json"
@@ -537,6 +428,6 @@ def rejudged_text(folder: Path, name: str = "paper") -> str:
     changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
     late = sum(scorecard.is_provisional(r) for r in scorecard.paper_rows(found))
     at = book_stage(folder, name)
-    return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.book.reference.rejudge`): "
+    return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.lease.reference.rejudge`): "
             f"{len(changed)} changed from the lease's, and {late} are provisional"
             + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")

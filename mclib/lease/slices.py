@@ -25,8 +25,10 @@ train their group's E15 run from that checkpoint; slice.json's `freeze_ends` say
 from __future__ import annotations
 
 import datetime
+import gzip
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -38,14 +40,16 @@ from pathlib import Path
 import yaml
 
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
-from ..core.runs import write_atomic
+from ..core.repo import REPO, git_revision
+from ..core.runs import END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, SCORECARD, freeze_dir, run_name, write_atomic
 
-REPO = Path(__file__).resolve().parents[2]
 LEDGER = REPO / "results" / "paper-slices.yaml"
 STATE = "slice.json"           # in the work folder: the slice in flight; in a result folder: the slice done
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
 RETURN_MIB = 16                # the largest file a lease sends back
+RUN_FILES = (END, PROFILE, SCORECARD)  # copied as they are; METRICS is gzipped
+METRICS_GZ = METRICS + ".gz"
 STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
 STEP_TABLE_S = 3600            # older than this, a table is another lease's: not read
 TRAINED_STEPS = ("eager", "compile", "reduce-overhead", "cuda-graph")  # the table's variants a slice may train with
@@ -281,12 +285,12 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     deadline = t0 + train_seconds(s, budget)
     log = open(out_dir / TRAIN_LOG, "ab")
     e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
-    proc = subprocess.Popen([sys.executable, "-m", "mclib.book.slices", str(ppath), str(out_dir), str(deadline), e15],
+    proc = subprocess.Popen([sys.executable, "-m", "mclib.lease.slices", str(ppath), str(out_dir), str(deadline), e15],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
              "profile": str(ppath),
-             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": _git(),
+             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": git_revision(),
              "train_step": variant, "train_step_why": why}
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
@@ -341,7 +345,7 @@ def _alive(pid: int) -> bool:
 
 def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
     """Wait while `pid` runs, at most until `until`, a progress line every 30 s; True if it ended."""
-    from .runner import training_status
+    from ..book.runner import training_status
 
     last = 0.0
     while _alive(pid) and time.time() < until:
@@ -360,8 +364,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
     Issued again on the same machine (after a fix travels with the checkout), it executes only
     the chapters not yet executed (slice.json's `chapters_done`), within `chapters_s` seconds
     from now where given (the first budget is spent by then), and packs everything again."""
-    from .reference import collect, device_record
-    from .runner import BookError, build, select_chapters
+    from ..book.runner import BookError, build, select_chapters
 
     out_dir, dest = Path(out_dir).resolve(), Path(dest)
     state = json.loads((out_dir / STATE).read_text())
@@ -411,6 +414,59 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
     return path
 
 
+# --- what a lease sends back: the results folder ---------------------------------------------
+
+def device_record() -> dict:
+    """What ran it: the GPU's name, torch and CUDA versions, the date, the git revision."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                             text=True).stdout.strip()
+    except OSError:
+        rev = ""
+    return {"device": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
+            "git": rev}
+
+
+def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2, 3)) -> Path:
+    """Copy the small files of a built book in `out` (its runs/ and book/_executed/) to
+    `dest`: everything results/ holds, never a checkpoint."""
+    out, dest = Path(out), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "device.json").write_text(json.dumps(device_record(), indent=1))
+    for seed in seeds:
+        src = out / "runs" / run_name(name, seed)
+        if not src.is_dir():
+            continue
+        _copy_run(src, dest / "runs" / src.name, RUN_FILES)
+        for group in sorted((src / FREEZE).glob("*")) if (src / FREEZE).is_dir() else []:
+            _copy_run(group, freeze_dir(dest / "runs" / src.name, group.name), (END, PROFILE, FREEZE_SOURCE))
+    executed = out / "book" / "_executed"
+    if executed.is_dir():
+        (dest / "book").mkdir(exist_ok=True)
+        for f in sorted(executed.glob("*.ipynb")) + [executed / "manifest.json"]:
+            if f.is_file():
+                shutil.copy2(f, dest / "book" / f.name)
+    return dest
+
+
+def _copy_run(src: Path, dest: Path, files) -> None:
+    """A run's metrics (gzipped, written whole, then renamed: a cut copy never reads as
+    complete) and its small `files`, into `dest`."""
+    if (src / METRICS).is_file():
+        dest.mkdir(parents=True, exist_ok=True)
+        tmp = dest / (METRICS_GZ + ".tmp")
+        with open(src / METRICS, "rb") as f_in, gzip.open(tmp, "wb") as f_out:
+            shutil.copyfileobj(f_in, f_out)
+        tmp.replace(dest / METRICS_GZ)
+    for f in files:
+        if (src / f).is_file():
+            dest.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / f, dest / f)
+
+
 def chapters_executed(record: dict) -> list[str]:
     """The chapters a done slice executed, from its slice.json: `chapters_done` where the record
     has it, else (older records) the planned ones less those `chapters_not_run`."""
@@ -420,7 +476,7 @@ def chapters_executed(record: dict) -> list[str]:
 
 
 def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
-    from ..core.runs import run_end, run_name, saved_steps
+    from ..core.runs import run_end, saved_steps
 
     ends = {}
     for seed in seeds:
@@ -435,7 +491,7 @@ def _freeze_ends(out_dir: Path, profile: Profile, groups: list[str]) -> dict:
     from dataclasses import asdict
 
     from ..analyses.freezing import freeze_ends
-    from ..core.runs import run_name, saved_steps
+    from ..core.runs import saved_steps
 
     if not groups:
         return {}
@@ -487,8 +543,8 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
     if record["slice"] not in open_slices:
         notes.append(f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})")
-    if record["git"].split("-")[0] != _git().split("-")[0]:
-        notes.append(f"ran at revision {record['git']}, this checkout is {_git()}")
+    if record["git"].split("-")[0] != git_revision().split("-")[0]:
+        notes.append(f"ran at revision {record['git']}, this checkout is {git_revision()}")
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
     if planned is not None and size > planned.results_mib:
@@ -525,11 +581,6 @@ def status(ledger_path: Path = LEDGER) -> str:
                  + "".join(f"\n  ({p})" for p in passed)
                  + "\n  (a lease picks by the step it measures itself: `slice start`)")
     return "\n".join(lines)
-
-
-def _git() -> str:
-    from .runner import git_revision
-    return git_revision()
 
 
 def _device_name() -> str:
