@@ -36,6 +36,15 @@ def test_a_row_that_reads_the_end_of_a_cut_run_is_provisional_and_counted_apart(
     assert "E3" not in scorecard.headline(marked)["landing_reproduced"]  # a provisional row leaves E3 open
 
 
+def test_rows_that_read_the_end_or_the_fall_to_it_read_late_and_the_plateau_and_drop_do_not():
+    row = lambda id_, q: {"id": id_, "quantity": q, "kind": "claim"}
+    late = ["final L / (p_mask · E[X²]), last 10 % of steps", "plateau steps / fall steps (a plateau, then a drop)",
+            "post L_mask"]
+    early = ["drop step", "pre-shift L_mask / E[X²]", "plateau L_mask"]
+    assert all(scorecard.reads_late(row("E1", q)) for q in late) and not any(scorecard.reads_late(row("E1", q)) for q in early)
+    assert scorecard.reads_late(row("E8", "L'_mask, last layer patched"))   # E8 reads the post model whatever it says
+
+
 def test_a_run_is_cut_only_short_of_its_length_by_a_deadline_or_unfinished():
     end = lambda ended, step: RunEnd(ended=ended, step=step, drop=None, steps=50_000, until="steps")
     assert scorecard.is_cut(end("cut", 16_591)) and scorecard.is_cut(end("unfinished", 100))

@@ -275,9 +275,10 @@ def task_note(profile) -> str:
 PAPER_PRE, PAPER_POST = 4_000, 50_000
 # Experiments whose every row reads the run's last model (post), whatever their quantity
 # says; other rows read it when their quantity names it (`LATE_WORDS`), e.g. E3's "post ...",
-# E6's "pre with post's QKV", E1's "final L".
+# E6's "pre with post's QKV", E1's "final L", and E1's "fall steps" (the fall ends where L_mask comes
+# within a factor of its final level, so a run cut short ends its fall sooner).
 LATE_IDS = ("E4", "E5", "E7", "E8", "E10", "E11", "E12", "E13", "E16", "E18")
-LATE_WORDS = re.compile(r"\b(post|final)\b")
+LATE_WORDS = re.compile(r"\b(post|final|fall)\b")
 
 
 def reads_late(row: dict) -> bool:
