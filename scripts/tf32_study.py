@@ -72,7 +72,7 @@ def main(argv=None) -> int:
         curves = {label: load_metrics(folder) for label, folder in folders.items()}
         rank = run_profile(next(iter(folders.values()))).data.rank
         fig = seed_loss_curves(curves, {k: find_drop(m, rank) for k, m in curves.items()}, rank,
-                               title="L_mask: fp32 and emulated TF32, three seeds each", label="{}")
+                               title=f"L_mask: fp32 and emulated TF32 ({', '.join(folders)})", label="{}")
         Path(args.fig).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.fig, dpi=120)
         print(f"figure: {args.fig}")
