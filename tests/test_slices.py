@@ -111,6 +111,23 @@ def test_a_joint_slice_and_its_members_count_each_other_done_and_an_earlier_path
     assert slices.done(path.parent, "smoke")["A"].name == "smoke-A-GPU-2026-11-30"   # the newer one is shown
 
 
+def test_a_result_of_another_precision_or_a_slice_not_open_is_merged_with_a_note(tmp_path, capsys):
+    path = _plan(tmp_path)
+    _done(path, "B", "2026-11-28")
+    out = tmp_path / "back"
+    (out / "runs").mkdir(parents=True)
+    (out / slices.STATE).write_text(json.dumps({"slice": "B", "profile": "smoke", "device": "GPU", "date": "2026-11-29",
+                                                "git": "abc", "precision": "tf32"}))
+    tgz = tmp_path / "results.tgz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        tar.add(out / slices.STATE, arcname=slices.STATE)
+    dest = slices.merge(tgz, path.parent, path)
+    notes = json.loads((dest / slices.STATE).read_text())["merge_notes"]
+    assert "trained in tf32, the ledger's precision is fp32" in notes
+    assert any(n.startswith("slice B was not open in the ledger") for n in notes)
+    assert "slice merge: note: trained in tf32" in capsys.readouterr().out
+
+
 def test_a_joint_slice_done_counts_its_members_done(tmp_path):
     path = _plan(tmp_path)
     ledger = slices.read_ledger(path)
@@ -206,7 +223,8 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     record = json.loads(next((tmp_path / "results").glob("paper-shapes-A-*/slice.json")).read_text())
     assert record["chapters"] == list(SLICE_A) and record["chapter_error"] is None and not record["chapters_not_run"]
     assert record["ends"]["1"]["ended"] == "cut"
-    assert not [n for n in record["merge_notes"] if "next was" in n or "profile" in n]  # the slice the ledger expected
+    assert not [n for n in record["merge_notes"]                                        # the slice the ledger expected,
+                if "was not open" in n or "profile" in n or "precision" in n]             # its profile and precision
     # the CPU side builds the site (the smoke book here) with the slice's chapters as they ran, in their part
     from mclib.book import runner
 

@@ -543,6 +543,8 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
     if record["slice"] not in open_slices:
         notes.append(f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})")
+    if record.get("precision") != ledger["precision"]:
+        notes.append(f"trained in {record.get('precision')}, the ledger's precision is {ledger['precision']}")
     if record["git"].split("-")[0] != git_revision().split("-")[0]:
         notes.append(f"ran at revision {record['git']}, this checkout is {git_revision()}")
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
