@@ -36,6 +36,8 @@ SKIPPED = {
     "sweep_report.py": "reads the sweep's results table (docs/data/cpu_sweep.csv) and rewrites docs, not a run folder",
     "plateau_measures.py": "takes a sweep file and its results table, not a run folder; its function, "
                            "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",
+    "tf32_study.py": "reads the six 16 000-step runs of sweeps/tf32.yaml, not a run folder; its functions, "
+                     "mclib.analyses.precision.arm_spread and verdict, are tested in tests/test_precision_study.py",
 }
 
 
