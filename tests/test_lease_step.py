@@ -39,7 +39,8 @@ def test_the_measurement_rehearsed_on_the_cpu(tmp_path, capsys):
     assert len(kernels) > 5 and (kernels["self_cpu_ms_step"] > 0).all()
     assert (tmp_path / "lease_step_kernels.md").read_text().startswith("| name")
     assert slices.pick_step(out, "fp32", "cpu") == ("eager", "training variant: eager, "
-                                                    f"{eager['ms_step']:.1f} ms a step at fp32, {eager['check']}")
+                                                    f"{eager['ms_step']:.1f} ms a step at fp32, {eager['check']}",
+                                                    eager["ms_step"])
 
 
 def test_a_variant_that_does_not_fit_the_budget_is_skipped_and_says_why(tmp_path):
@@ -69,18 +70,19 @@ def test_the_slice_trains_with_the_fastest_variant_that_passed(tmp_path):
          "check": "fell back: BackendCompilerFailed"},  # faster, but it was eager in disguise
         {"variant": "reduce-overhead", "passed": True, "ms_step": 9.5}])
     assert slices.pick_step(table, "tf32", H100) == (
-        "cuda-graph", "training variant: cuda-graph, 8.9 ms a step (eager 19.5) at tf32, bitwise equal to eager over 20 steps")
+        "cuda-graph", "training variant: cuda-graph, 8.9 ms a step (eager 19.5) at tf32, bitwise equal to eager over 20 steps",
+        8.9)
 
 
 def test_without_a_passed_variant_or_a_fresh_table_the_slice_trains_eagerly_and_says_why(tmp_path):
     assert slices.pick_step(tmp_path / "none.csv", "tf32", H100) == (
-        "eager", f"training variant: eager (no step table at {tmp_path / 'none.csv'})")
+        "eager", f"training variant: eager (no step table at {tmp_path / 'none.csv'})", None)
     failed = _table(tmp_path / "f.csv", [{"variant": "cuda-graph", "passed": False, "ms_step": 8.9}])
     assert slices.pick_step(failed, "tf32", H100)[1] == ("training variant: eager (no variant at tf32 passed its "
                                                          "check in f.csv)")
     other = _table(tmp_path / "p.csv", [{"variant": "cuda-graph", "passed": True, "ms_step": 8.9}])
     assert slices.pick_step(other, "fp32", H100)[0] == "eager"  # measured at another precision
     old = _table(tmp_path / "o.csv", [{"variant": "cuda-graph", "passed": True, "ms_step": 8.9}], age_s=7200)
-    assert slices.pick_step(old, "tf32", H100) == ("eager", "training variant: eager (o.csv is from an earlier lease)")
+    assert slices.pick_step(old, "tf32", H100) == ("eager", "training variant: eager (o.csv is from an earlier lease)", None)
     h200 = _table(tmp_path / "h.csv", [{"variant": "cuda-graph", "passed": True, "ms_step": 8.9}], device="NVIDIA H200")
     assert "was measured on NVIDIA H200" in slices.pick_step(h200, "tf32", H100)[1]

@@ -9,6 +9,7 @@ import tarfile
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -138,10 +139,18 @@ def test_a_joint_slice_done_counts_its_members_done(tmp_path):
 
 
 def test_the_step_a_slice_plans_with_is_the_picked_variant_s_measured_time(tmp_path):
+    rows = [{"variant": "eager", "passed": True, "ms_step": 19.5, "check": "the reference"},
+            {"variant": "cuda-graph", "passed": True, "ms_step": 8.9, "check": "bitwise equal"},
+            {"variant": "bf16", "passed": False, "ms_step": 6.0, "precision": "bf16", "check": "for the record"}]
+    base = {"status": "ran", "precision": "tf32", "device": "NVIDIA H100 80GB HBM3"}
     table = tmp_path / slices.STEP_TABLE
-    table.write_text("variant,precision,ms_step\neager,tf32,19.5\ncuda-graph,tf32,8.9\nbf16,bf16,18.2\n")
-    assert slices.measured_ms(table, "cuda-graph", "tf32") == 8.9
-    assert slices.measured_ms(table, "compile", "tf32") is None and slices.measured_ms(tmp_path / "no", "eager", "tf32") is None
+    pd.DataFrame([{**base, "time": time.time(), **r} for r in rows]).to_csv(table, index=False)
+    assert slices.pick_step(table, "tf32", base["device"]).ms == 8.9
+    assert slices.pick_step(table, "fp32", base["device"]).ms is None       # nothing measured at fp32
+    # a table from an earlier lease: eager, and none of its times either (the ledger's step_ms plans)
+    pd.DataFrame([{**base, "time": time.time() - 2 * slices.STEP_TABLE_S, **r} for r in rows]).to_csv(table, index=False)
+    assert slices.pick_step(table, "tf32", base["device"])[::2] == ("eager", None)
+    assert slices.pick_step(tmp_path / "no", "tf32").ms is None
 
 
 def test_a_slice_sized_by_steps_uses_the_ledger_step_time(tmp_path):

@@ -539,12 +539,16 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
     profile's precision and `train.compile`); it returns the `[run, 4]` losses.
     benchmarks/train_step.py times it."""
     set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
-    stubs = [_Run.in_memory(profile.replace(seed=profile.seed + r), device) for r in range(runs)]
+    return steps_of([_Run.in_memory(profile.replace(seed=profile.seed + r), device) for r in range(runs)])
 
+
+def steps_of(runs: list["_Run"]) -> Callable[[], torch.Tensor]:
+    """A function that runs one `train_step` of in-memory `runs` and drops the logged rows the
+    loop would have written (nothing is saved); it returns the `[run, 4]` losses."""
     def step() -> torch.Tensor:
-        out = train_step(stubs)
-        for s in stubs:
-            s.pending.clear()
+        out = train_step(runs)
+        for r in runs:
+            r.pending.clear()
         return out
     return step
 
@@ -801,9 +805,7 @@ def time_steps(step: Callable[[], object], n: int, device: torch.device) -> tupl
 
 def time_run(run, n: int) -> tuple[float, float]:
     """`time_steps` of `n` more training steps of `run` (after 3 untimed ones)."""
-    def step():
-        train_step([run])
-        run.pending.clear()
+    step = steps_of([run])
     for _ in range(3):
         step()
     return time_steps(step, n, run.device)

@@ -36,6 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -203,46 +204,42 @@ def train_seconds(s: Slice, budget_s: float) -> float:
     return min(s.train_s, max(fit, s.min_train_s if s.min_train_s is not None else s.train_s))
 
 
-def pick_step(table: Path, precision: str, device: str | None = None) -> tuple[str, str]:
-    """(train.step, one line saying which and why) from this lease's step table (benchmarks/lease_step.py):
-    the fastest variant at `precision` that passed its check against eager in that table; eager (the
-    reference every check compares with) where none did, where the table is missing, older than
-    STEP_TABLE_S or from another device (`device`: this machine's, where known), the line naming the
-    cause. A variant the table did not check is never picked."""
+class Picked(NamedTuple):
+    """What `pick_step` chose: the train.step, one line saying which and why, and its measured ms a
+    step in this lease's table (None where it fell back to eager without a usable table row)."""
+    variant: str
+    why: str
+    ms: float | None
+
+
+def pick_step(table: Path, precision: str, device: str | None = None) -> Picked:
+    """The step this lease trains with, from its step table (benchmarks/lease_step.py): the fastest
+    variant at `precision` that passed its check against eager in that table, with its time; eager
+    (the reference every check compares with), with no time, where none did, where the table is
+    missing, older than STEP_TABLE_S or from another device (`device`: this machine's, where
+    known), the line naming the cause. A variant the table did not check is never picked."""
     import pandas as pd
 
     if not Path(table).is_file():
-        return "eager", f"training variant: eager (no step table at {table})"
+        return Picked("eager", f"training variant: eager (no step table at {table})", None)
     t = pd.read_csv(table)
     if t.empty or not {"variant", "passed", "ms_step", "precision", "time", "device"} <= set(t.columns):
-        return "eager", f"training variant: eager ({Path(table).name} is not a step table of this revision)"
+        return Picked("eager", f"training variant: eager ({Path(table).name} is not a step table of this revision)", None)
     if time.time() - float(t["time"].max()) > STEP_TABLE_S:
-        return "eager", f"training variant: eager ({Path(table).name} is from an earlier lease)"
+        return Picked("eager", f"training variant: eager ({Path(table).name} is from an earlier lease)", None)
     if device is not None and not (t["device"] == device).all():
-        return "eager", f"training variant: eager ({Path(table).name} was measured on {t['device'].iloc[0]}, this is {device})"
+        return Picked("eager", f"training variant: eager ({Path(table).name} was measured on "
+                               f"{t['device'].iloc[0]}, this is {device})", None)
     ok = t[t["variant"].isin(TRAINED_STEPS) & (t["passed"].astype(str) == "True") & (t["precision"] == precision)
            & t["ms_step"].notna()]
     if ok.empty:
-        return "eager", f"training variant: eager (no variant at {precision} passed its check in {Path(table).name})"
+        return Picked("eager", f"training variant: eager (no variant at {precision} passed its check in "
+                               f"{Path(table).name})", None)
     best = ok.sort_values("ms_step").iloc[0]
     eager = ok[ok["variant"] == "eager"]
     than = f" (eager {eager['ms_step'].iloc[0]:.1f})" if len(eager) and best["variant"] != "eager" else ""
-    return best["variant"], (f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at {precision}, "
-                             f"{best['check']}")
-
-
-def measured_ms(table: Path, variant: str, precision: str) -> float | None:
-    """ms a step of `variant` at `precision` in this lease's step table (the one `pick_step` read),
-    or None where the table has no such row."""
-    import pandas as pd
-
-    if not Path(table).is_file():
-        return None
-    t = pd.read_csv(table)
-    if not {"variant", "precision", "ms_step"} <= set(t.columns):
-        return None
-    row = t[(t["variant"] == variant) & (t["precision"] == precision) & t["ms_step"].notna()]
-    return float(row["ms_step"].iloc[0]) if len(row) else None
+    return Picked(best["variant"], f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at "
+                                   f"{precision}, {best['check']}", float(best["ms_step"]))
 
 
 def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = None) -> None:
@@ -265,8 +262,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
     # the plan follows this lease's own step: the variant that passed its check and its time, else the ledger's
     table = Path(out_dir) / STEP_TABLE
-    variant, why = pick_step(table, ledger["precision"], _device_name())
-    measured = measured_ms(table, variant, ledger["precision"])
+    variant, why, measured = pick_step(table, ledger["precision"], _device_name())
     step_ms = measured if measured is not None else ledger["step_ms"]
     print(f"lease: {why}; the plan reads {step_ms:g} ms a step "
           f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})", flush=True)
