@@ -3,7 +3,7 @@
     python scripts/compare_books.py BEFORE_OUT_DIR AFTER_OUT_DIR
 
 Each argument is a `python -m mclib book --out-dir` folder. Compared: the scorecard
-(runs/*/scorecard.json, row by row) and every glued value of every executed chapter
+(runs/*/scorecard.json, row by row, each changed field named) and every glued value of every executed chapter
 (its text/plain form; figures are compared by name only, since PNG bytes carry
 matplotlib's metadata). Prints each difference and exits 1 if there is any, so a
 refactor that must not change the book can be checked on one machine in one command.
@@ -34,8 +34,22 @@ def glued(out_dir: Path) -> dict[str, str]:
     return values
 
 
-def scorecards(out_dir: Path) -> dict[str, object]:
-    return {p.parent.name: json.loads(p.read_text()) for p in sorted((out_dir / "runs").glob(f"*/{SCORECARD}"))}
+def scorecards(out_dir: Path) -> dict[str, dict]:
+    """Every scorecard row of every run, keyed "RUN ID: QUANTITY" (a second row under the same key
+    gets " (2)", in the order recorded)."""
+    rows = {}
+    for path in sorted((out_dir / "runs").glob(f"*/{SCORECARD}")):
+        for row in json.loads(path.read_text()):
+            key = f"{path.parent.name} {row.get('id')}: {row.get('quantity')}"
+            n = sum(k == key or k.startswith(key + " (") for k in rows)
+            rows[key if n == 0 else f"{key} ({n + 1})"] = row
+    return rows
+
+
+def row_changes(before: dict, after: dict) -> str:
+    """The fields of one scorecard row that changed, "verdict 'matches' -> 'differs'; ..."."""
+    return "; ".join(f"{k} {str(before.get(k))[:120]!r} -> {str(after.get(k))[:120]!r}"
+                     for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k))
 
 
 def differences(before: dict, after: dict, what: str) -> list[str]:
@@ -45,6 +59,9 @@ def differences(before: dict, after: dict, what: str) -> list[str]:
             out.append(f"{what} {key}: only before")
         elif key not in before:
             out.append(f"{what} {key}: only after")
+        elif isinstance(before[key], dict) and isinstance(after[key], dict):
+            if changes := row_changes(before[key], after[key]):  # a field absent counts as None
+                out.append(f"{what} {key}: {changes}")
         elif before[key] != after[key]:
             out.append(f"{what} {key}: {str(before[key])[:200]!r} -> {str(after[key])[:200]!r}")
     return out

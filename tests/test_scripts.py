@@ -123,4 +123,5 @@ def test_compare_books(out, tmp_path):
     card.write_text(json.dumps(rows))
     changed = script("compare_books.py", str(out), str(other))
     assert changed.returncode == 1, changed.stdout + changed.stderr
-    assert f"scorecard {run_name(PROFILE, 1)}:" in changed.stdout and "1 difference(s)" in changed.stdout
+    assert f"scorecard {run_name(PROFILE, 1)} {rows[0]['id']}: {rows[0]['quantity']}: ours " in changed.stdout
+    assert "1 difference(s)" in changed.stdout and "verdict" not in changed.stdout  # only the field that changed
