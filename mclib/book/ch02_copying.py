@@ -211,7 +211,8 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
 
 def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
     """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
-    kind's E[X²] (direction, below COPIES), E3 ablated / unablated L_mask and L_obs (ratio
+    kind's E[X²] (ratio rule against the paper's number; the reading also says whether it is
+    below COPIES, the copying criterion), E3 ablated / unablated L_mask and L_obs (ratio
     rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
     the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
     reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
@@ -227,7 +228,7 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             ours, se = r[q] / ours_lvl, r[f"{q}_se"] / ours_lvl
             # the paper's number itself, by the ratio rule: a cut-off at COPIES sits 14-70x above both sides
             rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
-                             f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g} counts); "
+                             f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); "
                              f"{ours / (paper[i] / paper_lvl):.2g}× the paper's ± {se / (paper[i] / paper_lvl):.2g}",
                              paper=paper[i] / paper_lvl, kind="ratio", se=se, na=na))
     glue_e2 = e2_ratio_text(rows)
