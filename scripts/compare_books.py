@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,12 +38,12 @@ def glued(out_dir: Path) -> dict[str, str]:
 def scorecards(out_dir: Path) -> dict[str, dict]:
     """Every scorecard row of every run, keyed "RUN ID: QUANTITY" (a second row under the same key
     gets " (2)", in the order recorded)."""
-    rows = {}
+    rows, seen = {}, Counter()
     for path in sorted((out_dir / "runs").glob(f"*/{SCORECARD}")):
         for row in json.loads(path.read_text()):
             key = f"{path.parent.name} {row.get('id')}: {row.get('quantity')}"
-            n = sum(k == key or k.startswith(key + " (") for k in rows)
-            rows[key if n == 0 else f"{key} ({n + 1})"] = row
+            seen[key] += 1
+            rows[key if seen[key] == 1 else f"{key} ({seen[key]})"] = row
     return rows
 
 
