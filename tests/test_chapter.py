@@ -143,20 +143,47 @@ def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smo
 
 
 @pytest.mark.slow
+def _train_once_flagged(profile, run_dir, after_drop, flag: Path, seed: int, wait_s: float = 120.0):
+    """A seed job for the test below (run on a worker of the local cluster): the run of `seed`
+    starts training only once `flag` exists, so it is still training whatever the CPU's speed
+    when the idle tasks are handed out; a worker that never gets them fails it after wait_s."""
+    import time as clock
+
+    from mclib.core.train import train_seed
+
+    give_up = clock.monotonic() + wait_s
+    while profile.seed == seed and not flag.exists():
+        if clock.monotonic() > give_up:
+            raise TimeoutError(f"no idle task ran within {wait_s:g} s while the run of seed {seed} waited")
+        clock.sleep(0.05)
+    return train_seed(profile, run_dir, after_drop)
+
+
+def _touch_then_unlink(flag: Path, absent: Path) -> None:
+    """The last idle task: it marks that it ran, then fails (FileNotFoundError naming `absent`)."""
+    flag.touch()
+    absent.unlink()
+
+
 def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_profile, tmp_path, monkeypatch, capsys):
     """train_runs: seed 2 ends long before seed 1, and the freed worker takes the idle tasks
-    before seed 1 ends (which tasks are left once it has ended: test_jobs.py)."""
+    before seed 1 ends (which tasks are left once it has ended: test_jobs.py). Seed 1 starts
+    training only once the last idle task has run (`_train_once_flagged`), so the test does not
+    hang on how fast a CPU trains: on 2 AMD EPYC cores (2026-11-27) seed 1's 400 steps once ended
+    before the failing task's turn came, and nothing was printed."""
     from mclib.book import chapter
     from mclib.core import train as train_module
     from mclib.core.runs import seed_run_dirs
 
-    cfg = smoke_profile.replace(**{"train.steps": 400, "checkpoints.post": 400, "analysis.freeze": False})
+    cfg = smoke_profile.replace(**{"train.steps": 40, "checkpoints.post": 40, "analysis.freeze": False})
     short = cfg.replace(**{"train.steps": 20, "checkpoints.pre": 10, "checkpoints.transition": [], "checkpoints.post": 20})
     dirs = seed_run_dirs(cfg, tmp_path / "runs" / "smoke-seed1")
+    flag = tmp_path / "failing-ran"
+    monkeypatch.setattr(train_module, "train_seed", _train_once_flagged)
     monkeypatch.setattr(train_module, "seed_jobs", lambda profile, run_dir: [
-        (cfg, dirs[1], None), (short.replace(seed=2), dirs[2], None)])
+        (cfg, dirs[1], None, flag, cfg.seed), (short.replace(seed=2), dirs[2], None, flag, cfg.seed)])
     marks = [tmp_path / f"mark{i}" for i in range(2)]
-    failing = (Path.unlink, (tmp_path / "absent",), "failing")  # FileNotFoundError on the worker
+    failing = (_touch_then_unlink, (flag, tmp_path / "absent"), "failing")  # FileNotFoundError on the worker
     monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir: [(Path.touch, (m,), m.name) for m in marks]
                         + [failing])
     chapter.train_runs(cfg, dirs[1])  # an idle task that failed does not fail the book's training
