@@ -297,8 +297,8 @@ LEASE_AFTER_KIT_AND_TIMING_S = 760 - slices.MEASURE_S  # scripts/lease.sh: BUDGE
 
 def test_every_planned_slice_fits_a_lease_at_a_step_a_gpu_has_given_or_the_target():
     """At 19.5 ms a step (TF32, eager, H100, 2026-11-26) every single slice fits and the joint ones are
-    alternatives; at the 10 ms target, A and the joint slices fit too. At the ledger's own step (strict
-    fp32, 54.9 ms) none may: a lease then measures the step and ends (docs/gpu.md)."""
+    alternatives; at the 10 ms target, A and the joint slices fit too. At fp32's 54.9 ms (eager, H100,
+    2026-11-26) none may, which is why the ledger trains in TF32 (results/paper-slices.yaml)."""
     ledger = slices.read_ledger()
     fits = lambda ms: {s.name for s in ledger["slices"]
                        if slices.why_not(ledger, s, LEASE_AFTER_KIT_AND_TIMING_S, ms) is None}
