@@ -14,6 +14,8 @@ def _rows(tmp_path):
     scorecard.record(tmp_path, "E2", "b", 1.0, 3.0, reading="far")                            # differs
     scorecard.record(tmp_path, "E3", "c", None, 0.2, kind="direction", reference=0.5, sense="below")  # same direction
     scorecard.record(tmp_path, "E4", "d", None, None, na="nothing to test")                   # n/a
+    scorecard.record(tmp_path, "E20", "e", None, 1.13, se=0.41, kind="direction", reference=1.0, sense="below",
+                     margin=scorecard.CUT)                                                    # too close to tell
     return scorecard.load(tmp_path)
 
 
@@ -21,11 +23,11 @@ def test_counts_and_table(ch, tmp_path):
     rows = _rows(tmp_path)
     glued = chapter.glued(ch, rows)
     assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
-                                                      "n_na": 1, "n_cannot": 0}
-    assert glued["n_rows"] == 4 and glued["task_note"] == scorecard.task_note(ch.cfg)
+                                                      "n_close": 1, "n_na": 1, "n_cannot": 0}
+    assert glued["n_rows"] == 5 and glued["task_note"] == scorecard.task_note(ch.cfg)
     assert glued["fig_scorecard"].axes
     html = chapter.scorecard_shown(rows).to_html()
-    assert "The scorecard: 4 claims of the paper." in html and "font-weight: bold" in html
+    assert "The scorecard: 5 claims of the paper." in html and "font-weight: bold" in html
     assert chapter.glued(ch, [])["n_rows"] == 0  # an empty scorecard still reads
 
 
@@ -38,10 +40,10 @@ def test_findings_of_ours_are_shown_and_counted_apart(ch, tmp_path):
     glued = chapter.glued(ch, rows)
     # the paper's counts are those of the four rows of the paper, as without the findings
     assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
-                                                      "n_na": 1, "n_cannot": 0} and glued["n_rows"] == 4
+                                                      "n_close": 1, "n_na": 1, "n_cannot": 0} and glued["n_rows"] == 5
     assert {k: glued[k] for k in chapter.COUNTED_OWN} == {"n_own_holds": 1, "n_own_fails": 1, "n_own_na": 0}
-    assert glued["n_own"] == 2 and glued["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced")
-    assert "The scorecard: 4 claims of the paper." in chapter.scorecard_shown(rows).to_html()
+    assert glued["n_own"] == 2 and glued["landing_model"].startswith("Of the 5 claims about the model, 2 reproduced")
+    assert "The scorecard: 5 claims of the paper." in chapter.scorecard_shown(rows).to_html()
     own = chapter.own_shown(rows)
     assert list(own.data["id"]) == ["B1", "F1"] and "paper" not in own.data.columns
     assert "2 findings tested here" in own.to_html()

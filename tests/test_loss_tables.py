@@ -68,3 +68,9 @@ def test_matching_reading_text_names_the_reading_that_matches():
     assert shown.matching_reading_text(["differs", "matches"], "X").startswith("the batch-mean reading")
     assert shown.matching_reading_text(["matches", "matches"], "X") == "both readings match X"
     assert shown.matching_reading_text(["differs", "n/a"], "X") == "neither reading matches X"
+    close = "too close to tell"  # scorecard.CLOSE
+    assert shown.matching_reading_text(["matches", close], "X").endswith("the released code) is too close to tell")
+    assert shown.matching_reading_text(["differs", close], "X") == (
+        "the batch-mean reading (the released code) is too close to X to tell; the uniform reading (the paper's text) "
+        "does not")
+    assert shown.matching_reading_text([close, close], "X") == "both readings are too close to X to tell"

@@ -1,5 +1,6 @@
 """Every kind of claim has a rule that can fail: a consistent value gets the positive
-verdict, a contradicting one "differs"."""
+verdict, a contradicting one "differs", and one whose interval (± two standard errors)
+reaches both bands "too close to tell"."""
 import math
 
 import pytest
@@ -12,15 +13,18 @@ def test_number_rule():
     assert S.number(0.30, 0.31) == "matches"                       # within 10 % of the paper's value
     assert S.number(0.30, 0.45) == "differs"                       # 50 % off: the old blanket tolerance is gone
     assert S.number(0.30, 0.45, se=0.05) == "differs"              # 0.15 > 2 x 0.05 + 0.03
-    assert S.number(0.30, 0.45, se=0.07) == "matches"              # 0.15 <= 2 x 0.07 + 0.03
-    assert S.number(0.30, 0.45, spread=0.07) == "matches"          # seed spread widens the band alike
+    assert S.number(0.30, 0.45, se=0.07) == S.CLOSE                # 0.31-0.59 reaches 0.27-0.33 and beyond it
+    assert S.number(0.30, 0.45, spread=0.07) == S.CLOSE            # seed spread widens the interval alike
+    assert S.number(0.30, 0.31, se=0.005) == "matches"             # 0.30-0.32 inside 0.27-0.33
+    assert S.number(0.30, 0.31, se=0.02) == S.CLOSE                # 0.27-0.35: agrees or not, it cannot tell
     assert S.number(0.30, None) == "differs" and S.number(None, 0.3) == "n/a"
 
 
 def test_ratio_rule():
     assert S.ratio(1.10, 1.2) == "matches"                         # E4's "no significant effect" (paper: 1.10)
     assert S.ratio(1.10, 4.4) == "differs"                         # ablating raises L_mask 4.4x
-    assert S.ratio(17.0, 11.0) == "differs" and S.ratio(17.0, 11.0, se=2.0) == "matches"
+    assert S.ratio(17.0, 11.0) == "differs" and S.ratio(17.0, 11.0, se=2.0) == S.CLOSE
+    assert S.ratio(17.0, 16.0, se=0.5) == "matches"                 # ln 16 ± 0.06 inside ln 17 ± ln 1.25
     assert S.ratio(1.0, 0.5) == "differs"                          # symmetric on the log scale
     assert S.ratio(1.0, -1.0) == "differs" and S.ratio(None, 2.0) == "n/a"
 
@@ -29,7 +33,9 @@ def test_direction_rule():
     assert S.direction(0.05, 0.5, "below") == "same direction"
     assert S.direction(0.9, 0.5, "below") == "differs"             # the other side
     assert S.direction(0.46, 0.5, "below") == "differs"            # within the 10 % margin: too close to tell
-    assert S.direction(0.40, 0.5, "below", se=0.04) == "differs"   # 0.10 < 2 x 0.04 + 0.05
+    assert S.direction(0.40, 0.5, "below", se=0.04) == S.CLOSE     # 0.32-0.48 reaches below 0.45 and above it
+    assert S.direction(0.40, 0.5, "below", se=0.02) == "same direction"  # 0.36-0.44, all below 0.45
+    assert S.direction(0.48, 0.5, "below", se=0.01) == "differs"   # 0.46-0.50: none of it below 0.45
     assert S.direction(2.0, 1.0, "above") == "same direction" and S.direction(None, 1.0, "above") == "differs"
     with pytest.raises(ValueError):
         S.direction(0.1, 0.5, "below", paper=0.7)                  # the row misstates the paper's claim
@@ -46,6 +52,36 @@ def test_ordering_rule():
     assert S.ordering({"mlp": 10, "token": 20, "attention": 300, "positional": 320}, order) == "differs"  # a tie
     assert S.ordering({"aligned": 200, "drop": 250}, [["aligned"], ["drop"]]) == "same order"
     assert S.ordering({"aligned": 260, "drop": 250}, [["aligned"], ["drop"]]) == "differs"
+    assert S.ordering({"aligned": 200, "drop": 250}, [["aligned"], ["drop"]], se=5) == "same order"   # 40 > 25 + 10
+    assert S.ordering({"aligned": 200, "drop": 250}, [["aligned"], ["drop"]], se=20) == S.CLOSE       # 50 ± 40 vs 25
+    assert S.ordering({"aligned": 240, "drop": 250}, [["aligned"], ["drop"]], se=5) == "differs"      # 10 + 10 <= 25
+
+
+def test_too_close_to_tell_the_issue_s_cases():
+    """The rows the book wrote "unlike the paper" while their interval reached both bands
+    (2026-11-27): E20's ratios below 1 (cut-off, no margin) and E16's BERT L / solver L above 1."""
+    e20 = dict(kind="direction", reference=1.0, sense="below", margin=S.CUT)
+    assert S.judge(ours=1.13, se=0.41, **e20) == S.CLOSE and S.judge(ours=1.79, se=0.82, **e20) == S.CLOSE
+    assert S.judge(ours=1.79, se=0.2, **e20) == "differs" and S.judge(ours=0.5, se=0.2, **e20) == "same direction"
+    e16 = dict(kind="direction", reference=1.0, sense="above")     # BERT − solver 0.0002 ± 0.0012 on L ≈ 0.01
+    assert S.judge(ours=1.02, se=0.12, **e16) == S.CLOSE
+    assert S.judge(ours=1.02, se=0.01, **e16) == "differs" and S.judge(ours=1.5, se=0.1, **e16) == "same direction"
+    assert S.agreement(S.CLOSE) == "too close to tell" and S.CLOSE in S.VERDICTS
+
+
+def test_too_close_is_counted_apart():
+    rows = [{"id": "E20", "quantity": "a", "verdict": S.CLOSE, "reading": ""},
+            {"id": "E20", "quantity": "b", "verdict": "same direction", "reading": ""},
+            {"id": "E3", "quantity": "c", "verdict": "matches", "reading": ""},
+            {"id": "E4", "quantity": "d", "verdict": "differs", "reading": "", "paper": 1.0, "ours": 3.0}]
+    t = S.tally(rows)
+    assert (t["reproduced"], t["differ"], t["too close"], t["not tested"]) == (2, 1, 1, 0)
+    h = S.headline(rows)
+    assert "1 differ, 1 is too close to tell (our value ± two standard errors reaches both" in h["landing_model"]
+    assert h["landing_reproduced"] == "Reproduced in full: E3 (c: matches)."   # E20 has a row that cannot tell
+    assert "1 too close to tell" in S.setting_counts(rows, "the laptop edition")
+    assert S.findings(rows).set_index("experiment").loc["E20", "too close to tell"] == 1
+    assert "1 is too close to tell" in S.tally_text(rows, "here")
 
 
 def test_by_construction_and_na(tmp_path):
@@ -86,7 +122,7 @@ def test_findings_table():
 def test_agreement_says_each_verdict_in_the_chapters_words():
     assert {v: S.agreement(v) for v in S.VERDICTS} == {
         "matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
-        "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction",
+        "differs": "unlike the paper", S.CLOSE: "too close to tell", "n/a": "not tested here", "cannot fail": "true by construction",
         "holds": "holds here", "fails": "does not hold here"}
     assert not any("paper" in S.agreement(v) for v in ("holds", "fails"))  # a finding of ours never names the paper
     with pytest.raises(ValueError, match="unknown verdict 'maybe'"):
@@ -130,8 +166,8 @@ def test_headline_counts_the_model_and_the_solvers_apart_and_names_a_reason():
             {"id": "E17", "quantity": "λ = 0.001: L", "paper": 0.01, "ours": 0.05, "reading": "",
              "verdict": "differs"}]
     h = S.headline(rows)
-    assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differ and 1 have" in h["landing_model"]
-    assert h["landing_solvers"].startswith("Of the 1 claims about the classical solvers alone (E17") and "0 reproduced" in h["landing_solvers"]
+    assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differ, 0 are too close to tell, and 1 have" in h["landing_model"]
+    assert h["landing_solvers"].startswith("Of the 1 claim about the classical solvers alone (E17") and "0 reproduced" in h["landing_solvers"]
     assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
     assert "E1 (drop step: ours 9e+03 vs the paper's 1.5e+04 (early))" in h["landing_differs"] and "E17" in h["landing_differs"]
     assert S.headline(rows[1:3])["landing_differs"] == "Every experiment reproduced in full."
@@ -180,7 +216,7 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
     rows = S.load(tmp_path)
     assert [r["id"] for r in S.paper_rows(rows)] == ["E4"] and [r["id"] for r in S.own_rows(rows)] == ["B1", "F2", "F5"]
     h = S.headline(rows)
-    assert h["landing_model"].startswith("Of the 1 claims about the model, 1 reproduced")
+    assert h["landing_model"].startswith("Of the 1 claim about the model, 1 reproduced")
     assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
     assert h["landing_differs"] == "Every experiment reproduced in full."            # F2 fails, but is not the paper's
     assert h["landing_own"] == ("Beyond the paper, 3 findings tested here (our own, and the 2025 follow-up's claims "

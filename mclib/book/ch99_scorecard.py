@@ -21,7 +21,7 @@ CHAPTER = "99_scorecard"
 
 # glue name -> the verdict it counts among the paper's claims, in the order the closing sentence names them
 COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
-           "n_na": "n/a", "n_cannot": "cannot fail"}
+           "n_close": scorecard.CLOSE, "n_na": "n/a", "n_cannot": "cannot fail"}
 # a provisional row (`scorecard.is_provisional`: it reads the end of a run cut short) is counted
 # under n_provisional alone, never under its verdict's name above
 # glue name -> the verdict it counts among our own findings
@@ -36,7 +36,8 @@ def rows(ch) -> list[dict]:
 def findings_shown(ch, rows: list[dict]):
     return scorecard.findings(rows).style.hide(axis="index").set_caption(
         f"Findings, profile {ch.cfg.name}: per experiment, the claims that reproduced (matches, same direction, same "
-        "order), those that differ and our reading of each, and those not tested (n/a, cannot fail).")
+        "order), those that differ and our reading of each, those too close to tell (our value ± two standard "
+        "errors reaches both what agrees with the paper and what does not), and those not tested (n/a, cannot fail).")
 
 
 def rules_shown():

@@ -31,15 +31,19 @@ def loss_figure(table: pd.DataFrame, title: str, level: float):
 def matching_reading_text(verdicts: list[str], what: str) -> str:
     """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
     batch mean) rows: e.g. 'the uniform reading (the paper's text) matches X; the
-    batch-mean reading (the released code) does not'."""
+    batch-mean reading (the released code) does not'; a row too close to tell (`scorecard.CLOSE`)
+    says so, never "does not"."""
+    from .scorecard import CLOSE
+
     names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}
-    ok = [m for m, v in zip(("uniform", "batch_mean"), verdicts) if v == "matches"]
-    if len(ok) == 2:
-        return f"both readings match {what}"
-    if not ok:
-        return f"neither reading matches {what}"
-    other = "batch_mean" if ok[0] == "uniform" else "uniform"
-    return f"{names[ok[0]]} matches {what}; {names[other]} does not"
+    said = {m: "match" if v == "matches" else "close" if v == CLOSE else "no"
+            for m, v in zip(("uniform", "batch_mean"), verdicts)}
+    if said["uniform"] == said["batch_mean"]:
+        return {"match": f"both readings match {what}", "no": f"neither reading matches {what}",
+                "close": f"both readings are too close to {what} to tell"}[said["uniform"]]
+    first, other = sorted(said, key=lambda m: ("match", "close", "no").index(said[m]))
+    full = {"match": f"matches {what}", "close": f"is too close to {what} to tell"}[said[first]]
+    return f"{names[first]} {full}; {names[other]} " + {"close": "is too close to tell", "no": "does not"}[said[other]]
 
 
 def loss_styler(table: pd.DataFrame, columns: list[str], numbers: list[str], caption: str, fmt: str = "{:.2e}"):

@@ -61,7 +61,7 @@ def mark_checkpoints(fig: plt.Figure, pre: int, transition: list[int], post: int
 
 
 VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same order": "tab:cyan", "differs": "tab:red",
-                  "n/a": "grey", "cannot fail": "silver"}
+                  "too close to tell": "tab:orange", "n/a": "grey", "cannot fail": "silver"}
 
 
 def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:

@@ -8,7 +8,10 @@ replaces its rows instead of adding duplicates. `book/99_scorecard.ipynb` render
 Each row names its *kind* of claim, and the kind's rule (one function per kind, in
 `RULES`) gives the verdict. Every rule can come out "differs": the tolerance is two
 standard errors of our measurement plus a stated relative margin (`MARGINS`), never a
-blanket factor. `rules_table()` prints the rules from the functions' docstrings, so the
+blanket factor. Each rule has a band that counts as agreeing with the paper (the paper's
+number ± its margin; beyond the reference by its margin) and sets our estimate's interval,
+± two standard errors, against it: inside the band, the positive verdict; outside it, "differs";
+reaching both, "too close to tell" (`CLOSE`), counted apart from both. `rules_table()` prints the rules from the functions' docstrings, so the
 book states them without typing them twice.
 
 A chapter's sentence that compares with the paper ("as in the paper", "unlike the paper")
@@ -80,7 +83,10 @@ MARGINS = {
 CUT = 0.0
 POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
             "by construction": "cannot fail", "finding": "holds"}
-VERDICTS = ("matches", "same direction", "same order", "differs", "n/a", "cannot fail", "holds", "fails")
+# The verdict of a rule whose interval (our estimate ± two standard errors) reaches both the
+# band that counts as agreeing with the paper and the band that counts as differing.
+CLOSE = "too close to tell"
+VERDICTS = ("matches", "same direction", "same order", "differs", CLOSE, "n/a", "cannot fail", "holds", "fails")
 # The kinds of claim that are ours, not the paper's: never counted among the paper's claims.
 OWN = ("finding",)
 
@@ -94,52 +100,75 @@ def _se(*errors) -> float:
     return math.sqrt(sum(0.0 if _missing(e) else float(e) ** 2 for e in errors))
 
 
+def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str) -> str:
+    """Our interval [lo, hi] against the band that counts as agreeing, [band_lo, band_hi]:
+    `positive` when the interval lies inside it, "differs" when it lies outside, `CLOSE`
+    when it reaches both."""
+    if band_lo <= lo and hi <= band_hi:
+        return positive
+    if hi < band_lo or lo > band_hi:
+        return "differs"
+    return CLOSE
+
+
 def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
            margin: float | None = None) -> str:
     """A number, as the paper reports it (on the same task, or a scale-free quantity of
-    the profile's task): *matches* when |ours − paper| ≤ 2·√(se² + spread²) + margin·|paper|,
-    with se our standard error, spread the standard deviation over seeds (a single run of
-    the paper is one draw), margin 10 %; *differs* otherwise or when we have no number
-    (e.g. no drop); *n/a* when the paper gives none."""
+    the profile's task). The band that agrees: within margin·|paper| of the paper's number,
+    margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
+    spread the standard deviation over seeds (a single run of the paper is one draw).
+    *matches* when the interval lies inside the band; *differs* when it lies outside it
+    (|ours − paper| > 2·√(se² + spread²) + margin·|paper|), or when we have no number
+    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none."""
     if _missing(paper):
         return "n/a"
     if _missing(ours):
         return "differs"
     m = MARGINS["number"] if margin is None else margin
-    return "matches" if abs(ours - paper) <= 2 * _se(se, spread) + m * abs(paper) else "differs"
+    half = 2 * _se(se, spread)
+    return _banded(ours - half, ours + half, paper - m * abs(paper), paper + m * abs(paper), "matches")
 
 
 def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
           margin: float | None = None) -> str:
-    """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask):
-    compared on the log scale, *matches* when |ln(ours / paper)| ≤ ln(1 + margin) +
-    2·√(se² + spread²) / ours, margin 25 %; *differs* otherwise, or when ours is missing or
-    not positive; *n/a* when the paper gives none. A claim of "no effect" is a ratio of 1
-    (or the paper's measured ratio)."""
+    """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
+    compared on the log scale. The band that agrees: within a factor 1 + margin of the
+    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours.
+    *matches* when the interval lies inside the band; *differs* when it lies outside it
+    (|ln(ours / paper)| > ln(1 + margin) + 2·√(se² + spread²) / ours), or when ours is
+    missing or not positive; *too close to tell* when it reaches both; *n/a* when the paper
+    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio)."""
     if _missing(paper):
         return "n/a"
     if _missing(ours) or ours <= 0 or paper <= 0:
         return "differs"
     m = MARGINS["ratio"] if margin is None else margin
-    return "matches" if abs(math.log(ours / paper)) <= math.log1p(m) + 2 * _se(se, spread) / ours else "differs"
+    x, half, band = math.log(ours), 2 * _se(se, spread) / ours, math.log1p(m)
+    return _banded(x - half, x + half, math.log(paper) - band, math.log(paper) + band, "matches")
 
 
 def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
               spread: float | None = None, *, margin: float | None = None, paper: float | None = None) -> str:
     """A direction: the paper says the quantity lies *above* or *below* a stated reference
-    (a copying level, a ratio of 1, a threshold the chapter names). *same direction* when
-    ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
-    margin·|reference|, margin 10 % (0 when the reference is a cut-off the book defines
-    as the claim itself, e.g. |r| > 0.8 for "tracks"; the row says so); *differs* otherwise (on the other side, or too close to
-    tell), or when we have no number. The paper's own value, if given, must lie on the
-    claimed side (a check of the row, not of our run)."""
+    (a copying level, a ratio of 1, a threshold the chapter names). The band that agrees:
+    beyond the reference on that side by more than margin·|reference|, margin 10 % (0 when
+    the reference is a cut-off the book defines as the claim itself, e.g. |r| > 0.8 for
+    "tracks"; the row says so); our interval: ours ± 2·√(se² + spread²). *same direction*
+    when the interval lies inside the band; *differs* when it lies outside it (on the other
+    side, or within the margin), or when we have no number; *too close to tell* when it
+    reaches both. The paper's own value, if given, must lie on the claimed side (a check of
+    the row, not of our run)."""
     if sense not in ("above", "below"):
         raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
     s = 1.0 if sense == "above" else -1.0
     if not _missing(paper) and s * (paper - reference) <= 0:
         raise ValueError(f"the paper's value {paper} is not {sense} the reference {reference}")
     m = MARGINS["direction"] if margin is None else margin
-    return "same direction" if _beyond(ours, reference, s, se=se, spread=spread, margin=m) else "differs"
+    if _beyond(ours, reference, s, se=se, spread=spread, margin=m):
+        return "same direction"
+    if _missing(ours) or s * (ours - reference) + 2 * _se(se, spread) <= m * abs(reference):
+        return "differs"
+    return CLOSE
 
 
 def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
@@ -167,19 +196,25 @@ def finding(ours: float | None, reference: float, sense: str, se: float | None =
 def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:
     """An ordering of events by step (e.g. which re-initialised run drops first): `order`
     lists tiers, earliest first; a missing value (the event did not happen within the
-    run) is later than any that did. *same order* when every item of an earlier tier comes
-    before every item of a later one by more than margin·(the later step) + 2·se, margin
-    10 %; *differs* otherwise (a pair reversed, tied, or neither happened)."""
+    run) is later than any that did. For each pair, the band that agrees: the later item
+    later by more than margin·(its step), margin 10 %; our interval: the gap ± 2·se.
+    *same order* when every pair's interval lies inside its band; *differs* when a pair's
+    lies outside it (reversed, tied, or the earlier never happened); *too close to tell*
+    otherwise (a pair whose interval reaches both)."""
     m = MARGINS["ordering"] if margin is None else margin
     at = {k: math.inf if _missing(v) else float(v) for k, v in values.items()}
+    close = False
     for i, early in enumerate(order):
         for late in order[i + 1:]:
             for a in early:
                 for b in late:
-                    if math.isinf(at[a]) or not (at[b] - at[a] > m * abs(at[b] if math.isfinite(at[b]) else at[a])
-                                                 + 2 * _se(se)):
+                    if math.isinf(at[a]):
                         return "differs"
-    return "same order"
+                    gap, need = at[b] - at[a], m * abs(at[b] if math.isfinite(at[b]) else at[a])
+                    if gap + 2 * _se(se) <= need:
+                        return "differs"
+                    close = close or not gap - 2 * _se(se) > need
+    return CLOSE if close else "same order"
 
 
 def by_construction(*_, **__) -> str:
@@ -197,14 +232,16 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 # How a sentence says a verdict: every positive verdict of the paper's kinds agrees with the
 # paper; a finding of our own holds or does not, and never names the paper.
 AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
-             "differs": "unlike the paper", "n/a": "not tested here", "cannot fail": "true by construction",
+             "differs": "unlike the paper", CLOSE: "too close to tell",
+             "n/a": "not tested here", "cannot fail": "true by construction",
              "holds": "holds here", "fails": "does not hold here"}
 
 
 def agreement(verdict: str) -> str:
     """The words a chapter's sentence uses for the verdict of the row it speaks for:
     "as in the paper" (matches, same direction, same order), "unlike the paper" (differs),
-    "not tested here" (n/a), "true by construction" (cannot fail); for a finding of our
+    "too close to tell" (too close to tell), "not tested here" (n/a),
+    "true by construction" (cannot fail); for a finding of our
     own, "holds here" (holds) or "does not hold here" (fails)."""
     if verdict not in AGREEMENT:
         raise ValueError(f"unknown verdict {verdict!r}; one of {', '.join(VERDICTS)}")
@@ -399,21 +436,28 @@ def shown_verdict(row: dict) -> str:
 
 def tally(rows: list[dict]) -> dict[str, int]:
     """Counts of the paper's claims (`paper_rows`): reproduced (`REPRODUCED`), differ,
-    not tested (n/a, cannot fail) and provisional, each row in one of them: a provisional
-    row is counted there, whatever its verdict, and in no other."""
+    too close to tell (`CLOSE`), not tested (n/a, cannot fail) and provisional, each row in
+    one of them: a provisional row is counted there, whatever its verdict, and in no other."""
     rows = paper_rows(rows)
     firm = [r for r in rows if not is_provisional(r)]
     return {"rows": len(rows), "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
             "differ": sum(r["verdict"] == "differs" for r in firm),
+            "too close": sum(r["verdict"] == CLOSE for r in firm),
             "not tested": sum(r["verdict"] in ("n/a", "cannot fail") for r in firm),
             "provisional": len(rows) - len(firm)}
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
 def tally_text(rows: list[dict], what: str) -> str:
-    """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 5 have nothing to test and 25 are
-    provisional': `tally` in a sentence."""
+    """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 2 are too close to tell, 5 have nothing
+    to test and 23 are provisional': `tally` in a sentence."""
     t = tally(rows)
-    return (f"Of the {t['rows']} claims {what}, {t['reproduced']} reproduced, {t['differ']} differ, "
+    return (f"Of the {plural(t['rows'], 'claim')} {what}, {t['reproduced']} reproduced, {t['differ']} differ, "
+            f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell, "
             f"{t['not tested']} have nothing to test here and {t['provisional']} are provisional (they read the end "
             "of a run cut short of its length).")
 
@@ -540,8 +584,9 @@ def findings(rows: list[dict]):
     """The landing table: one line per experiment of the paper (findings of our own left
     out, `paper_rows`), what reproduced and what did not. Columns: experiment, rows,
     reproduced (the positive verdicts), differs, the claims that differ (quantity: our
-    reading), the rows that cannot fail or have nothing to test, and the provisional rows
-    (`tally`: read at the end of a cut run, counted there whatever their verdict)."""
+    reading), those too close to tell (`CLOSE`), the rows that cannot fail or have nothing
+    to test, and the provisional rows (`tally`: read at the end of a cut run, counted there
+    whatever their verdict)."""
     import pandas as pd
 
     rows = paper_rows(rows)
@@ -552,9 +597,10 @@ def findings(rows: list[dict]):
         bad = [r for r in rs if r["verdict"] == "differs" and not is_provisional(r)]
         out.append({"experiment": e, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
                     "what differs, and our reading": "; ".join(_why(r) for r in bad) or "—",
-                    "not tested": t["not tested"], "provisional": t["provisional"]})
+                    "too close to tell": t["too close"], "not tested": t["not tested"],
+                    "provisional": t["provisional"]})
     return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
-                                      "not tested", "provisional"])
+                                      "too close to tell", "not tested", "provisional"])
 
 
 # Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
@@ -575,8 +621,11 @@ def headline(rows: list[dict]) -> dict[str, str]:
     def counts(rs, what):
         t = tally(rs)
         late = f" and {t['provisional']} are provisional (read at the end of a run cut short)" if t["provisional"] else ""
-        return (f"Of the {len(rs)} claims {what}, {t['reproduced']} reproduced (match the paper's number, or point or "
-                f"order the way it says), {t['differ']} differ{',' if late else ' and'} {t['not tested']} have "
+        close = (f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell"
+                 + (" (our value ± two standard errors reaches both what agrees with the paper and what does not)"
+                    if t["too close"] else "") + ", ")
+        return (f"Of the {plural(len(rs), 'claim')} {what}, {t['reproduced']} reproduced (match the paper's number, or point or "
+                f"order the way it says), {t['differ']} differ, {close}{'' if late else 'and '}{t['not tested']} have "
                 f"nothing to test here{late}.")
 
     full, partial = [], []
@@ -585,9 +634,10 @@ def headline(rows: list[dict]) -> dict[str, str]:
         rs = [r for r in every if not is_provisional(r)]
         bad = [r for r in rs if r["verdict"] == "differs"]
         good = [r for r in rs if r["verdict"] in REPRODUCED]
+        close = [r for r in rs if r["verdict"] == CLOSE]
         if bad:
             partial.append(f"{e} ({_why(bad[0])})")
-        elif good and len(rs) == len(every):  # a provisional row leaves the experiment open
+        elif good and not close and len(rs) == len(every):  # a provisional or too-close row leaves it open
             full.append(f"{e} ({good[0]['quantity']}: {good[0]['verdict']})")
     solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
     model = [r for r in rows if not solver_only(r)]
@@ -611,7 +661,7 @@ def setting_counts(rows: list[dict], where: str) -> str:
     own setting"): its counts of the paper's claims (`tally`) in one sentence."""
     t = tally(rows)
     return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']} reproduced, {t['differ']} differ, "
-            f"{t['not tested']} n/a (nothing to test, or true by construction), {t['provisional']} provisional, of "
+            f"{t['too close']} too close to tell, {t['not tested']} n/a (nothing to test, or true by construction), {t['provisional']} provisional, of "
             f"{t['rows']} claims.")
 
 
