@@ -94,7 +94,8 @@ def built(tmp_path_factory):
 @pytest.fixture
 def flip_verdicts(monkeypatch):
     """A function that turns every scorecard verdict from then on: a positive one (matches,
-    same direction, same order) becomes "differs" and "differs" its kind's positive verdict
+    same direction, same order) or one too close to tell becomes "differs" and "differs" its
+    kind's positive verdict
     (`scorecard.judge`, through which `record` and `row_verdict` judge). A sentence
     generated from its row's verdict turns with it; one that decides by a test of its own
     does not."""
@@ -106,6 +107,6 @@ def flip_verdicts(monkeypatch):
         v = judge(kind, **kw)
         if v == "differs":
             return scorecard.POSITIVE[kind]
-        return "differs" if v in ("matches", "same direction", "same order") else v
+        return "differs" if v in ("matches", "same direction", "same order", scorecard.CLOSE) else v
 
     return lambda: monkeypatch.setattr(scorecard, "judge", flipped)

@@ -76,6 +76,21 @@ def test_e2_ratio_text_turns_with_its_rows():
     assert "from 1 to 5 times" in chapter.e2_ratio_text([row(1.0), row(5.0)])
 
 
+def test_e2_ratio_text_counts_each_verdict_from_its_rows():
+    """2026-11-27: the page said "0 of the 12 rows unlike the paper" while all 12 differed."""
+    from mclib.book import scorecard
+
+    row = lambda ours, se=0.0: {"ours": ours, "paper": 1.0, "kind": "ratio", "se": se}
+    differ = [row(1.8 + 0.4 * i) for i in range(12)]
+    assert chapter.e2_ratio_text(differ).endswith(": all 12 rows unlike the paper")
+    assert chapter.e2_ratio_text([row(1.0)] * 12).endswith(": all 12 rows as in the paper")
+    mixed = [row(1.0)] * 3 + [row(3.0)] * 8 + [row(1.3, 0.1)]
+    assert [scorecard.row_verdict(r) for r in mixed[-1:]] == [scorecard.CLOSE]
+    assert chapter.e2_ratio_text(mixed).endswith(
+        "of the 12 rows, 3 as in the paper, 8 unlike the paper and 1 too close to tell")
+    assert "1.25" in chapter.e2_ratio_text(differ)
+
+
 def test_copy_text_follows_the_copies_rule_both_ways():
     assert chapter.copy_text({"L_obs": 0.001, "L_mask": LEVEL}, LEVEL).startswith("copies:")
     assert "L_obs is not small" in chapter.copy_text({"L_obs": 0.05, "L_mask": LEVEL}, LEVEL)

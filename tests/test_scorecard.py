@@ -223,3 +223,12 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
                                 "on this task), counted apart from its claims: 1 hold, "
                                 "1 do not and 1 have nothing to test here.")
     assert list(S.findings(rows)["experiment"]) == ["E4"]
+
+
+def test_verdicts_text_counts_every_verdict_from_the_verdicts():
+    assert S.verdicts_text(["differs"] * 12) == "all 12 rows unlike the paper"
+    assert S.verdicts_text(["matches"]) == "the one row as in the paper"
+    assert S.verdicts_text(["differs", "matches", S.CLOSE, "same direction"]) == (
+        "of the 4 rows, 2 as in the paper, 1 unlike the paper and 1 too close to tell")
+    assert S.verdicts_text(["n/a", "differs"], "head") == "of the 2 heads, 1 unlike the paper and 1 not tested here"
+    assert S.verdicts_text([]) == "no rows" and S.plural(1, "seed") == "1 seed" and S.plural(3, "seed") == "3 seeds"

@@ -34,7 +34,7 @@ from ..core.paper import PAPER, PAPER_E2
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from .scorecard import PAPER_PRE, copy_levels, task_departures
-from .scorecard import agreement, agreements, recorded_table, row_verdict, verdict_counts
+from .scorecard import MARGINS, agreement, recorded_table, row_verdict, verdict_counts, verdicts_text
 from .scorecard import claim as _row
 
 CHAPTER = "02_copying"
@@ -260,17 +260,14 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
 
 def e2_ratio_text(rows: list[dict]) -> str:
     """E2's rows judged against the paper's numbers themselves (ratio rule), in a sentence: how
-    many of them, ours over the paper's from least to most, and in what words (`agreements`)."""
+    many of them, ours over the paper's from least to most, and how many say each verdict's
+    words (`verdicts_text`, counted from the rows' own verdicts)."""
     if rows and rows[0].get("na"):
         return f"E2 has nothing to compare here ({rows[0]['na']})"
     ratios = [r["ours"] / r["paper"] for r in rows]
-    verdicts = [row_verdict(r) for r in rows]
-    same = sum(v == "matches" for v in verdicts)
-    return (f"Set against the paper's numbers themselves (ratio rule: within a factor 1.25 and two standard errors), "
-            f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: {same} of the {len(rows)} rows "
-            + agreements({"where they match": "matches"} if same == len(rows) else
-                         {"where they differ": "differs"} if not same else
-                         {"for some": "matches", "for the others": "differs"}))
+    return (f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, our "
+            f"value ± two standard errors), ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
+            + verdicts_text(row_verdict(r) for r in rows))
 
 
 # --- What we found -----------------------------------------------------------------------------

@@ -259,6 +259,24 @@ def agreements(verdicts: dict[str, str]) -> str:
     return ", ".join(f"{agreement(v)} {name}" for name, v in verdicts.items())
 
 
+def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
+    """How many of `verdicts` say each `agreement`, every count from the verdicts themselves:
+    "all 12 rows unlike the paper", "the one row as in the paper", "of the 12 rows, 3 as in
+    the paper, 8 unlike the paper and 1 too close to tell" (phrases in the order of `VERDICTS`)."""
+    verdicts = list(verdicts)
+    counts: dict[str, int] = {}
+    for v in sorted(verdicts, key=lambda v: VERDICTS.index(v) if v in VERDICTS else len(VERDICTS)):
+        counts[agreement(v)] = counts.get(agreement(v), 0) + 1
+    many = nouns or noun + "s"
+    if not verdicts:
+        return f"no {many}"
+    if len(counts) == 1:
+        phrase = next(iter(counts))
+        return f"the one {noun} {phrase}" if len(verdicts) == 1 else f"all {len(verdicts):,} {many} {phrase}"
+    parts = [f"{k:,} {phrase}" for phrase, k in counts.items()]
+    return f"of the {plural(len(verdicts), noun, nouns)}, " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
 def contradiction(reading: str, verdict: str) -> str | None:
     """The agreement phrase in `reading` that another verdict would use than `verdict`
     (e.g. "as in the paper" on a row that differs), or None: what `record` refuses."""
