@@ -6,10 +6,13 @@ k steps after the drop, the final level. `arm_spread` sets the arms side by side
 each arm's seed mean with its standard error, the reference's seed range, the ratio of means
 with its error, and whether the other arm's mean lies inside the reference's seed range
 (the verdict a precision must pass before a profile may train in it: docs/performance.md).
+`read_study` and `study_effect` read a study back as scripts/tf32_study.py committed it
+(docs/data/tf32_study.csv), so that a sentence quoting it is glued from the table.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -57,3 +60,54 @@ def verdict(spread: pd.DataFrame) -> str:
     if not judged:
         return "untested"
     return "inside" if all(judged) else "outside"
+
+
+# --- the study as committed: docs/data/tf32_study.csv ----------------------------------------
+
+# The measure the paper's final numbers are: the last checkpoint's L_mask on fresh matrices,
+# evaluated in fp32 (scripts/tf32_study.py's `checkpoint_L_mask_fp32`).
+FINAL = "checkpoint_L_mask_fp32"
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One measure of a committed precision study: the other arm's seed mean over the
+    reference's (`ratio` ± `se`, `arm_spread`), the runs in each arm, whether the two arms
+    hold the same seeds (paired: the same initial weights and batches, the rounding the one
+    difference), and whether the other arm's mean lies inside the reference's seed range."""
+    measure: str
+    reference: str
+    other: str
+    ratio: float
+    se: float
+    n: int
+    paired: bool
+    inside: bool | None
+
+    def text(self, task: str = "the laptop task") -> str:
+        """"TF32 on the laptop task: final checkpoint 0.63 ± 0.15× fp32's, paired, 3 seeds"."""
+        what = "final checkpoint" if self.measure == FINAL else self.measure
+        return (f"{self.other.upper()} on {task}: {what} {self.ratio:.2f} ± {self.se:.2f}× {self.reference}'s, "
+                f"{'paired, ' if self.paired else ''}{self.n} seeds")
+
+
+def read_study(path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A study table as scripts/tf32_study.py writes it (`--out`: the runs' rows, then the arms'
+    `arm_spread` rows): (runs, arms), each indexed by its run or measure."""
+    t = pd.read_csv(path, index_col=[0, 1])
+    return t.loc["runs"].dropna(axis=1, how="all"), t.loc["arms"].dropna(axis=1, how="all")
+
+
+def study_effect(path, measure: str = FINAL, reference: str = "fp32", other: str = "tf32") -> Effect:
+    """`Effect` of `measure` in the study table at `path` (`read_study`). Paired where every
+    seed of one arm ("tf32 s2") has its twin in the other ("fp32 s2")."""
+    runs, arms = read_study(path)
+    if measure not in arms.index:
+        raise ValueError(f"{path}: no measure {measure!r} among the arms' rows ({', '.join(arms.index)})")
+    row = arms.loc[measure]
+    seeds = {label: {r.split(" ", 1)[1] for r in runs.index if r.startswith(f"{label} ")} for label in (reference, other)}
+    inside = row.get("inside")
+    return Effect(measure, reference, other, float(row["ratio"]), float(row["ratio_se"]),
+                  int(min(row[f"{reference}_n"], row[f"{other}_n"])),
+                  bool(seeds[reference]) and seeds[reference] == seeds[other],
+                  None if pd.isna(inside) else str(inside) == "True")

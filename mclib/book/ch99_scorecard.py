@@ -94,7 +94,10 @@ def reference_shown(ch, rows: list[dict]):
                          "each row's value and verdict against the paper (a finding of our own: whether it holds). "
                          "The paper setting's verdicts are its recorded values re-judged on the CPU by today's rules "
                          "(mclib.lease.reference.rejudge); the last column keeps the lease's own where it changed; "
-                         "provisional: read at the end of a run cut short of the paper's 50,000 steps."))
+                         "provisional: read at the end of a run cut short of the paper's 50,000 steps; precision's "
+                         "effect: beside a row that reads a final level of a run trained in another precision than "
+                         "the paper's fp32, that precision's measured effect (mclib.lease.precision), no value or "
+                         "verdict adjusted."))
 
 
 def reference_runs_shown():

@@ -22,7 +22,7 @@ import re
 import shutil
 from pathlib import Path
 
-from . import slices
+from . import precision, slices
 
 PART = Path("book") / "_executed" / "paper"
 
@@ -152,7 +152,8 @@ def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
         record = slices.record(have[s.name])
         ran = []
         for nb_path in sorted((have[s.name] / "book").glob("*.ipynb")):
-            note = provenance(record, s, missing, rejudged_note(found, nb_path.stem))
+            note = provenance(record, s, missing, "\n\n".join(filter(None, (
+                rejudged_note(found, nb_path.stem), precision.page_note(found, nb_path.stem)))))
             nb = adapt(nbformat.read(nb_path, as_version=4), s.name, note)
             dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
             nbformat.write(nb, dest)
@@ -168,7 +169,8 @@ def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
         "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
         f"laptop edition's. The paper book is {missing}.\n\n"
         "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
-        + "\n".join(rows) + "\n" + _runs_section(folder, have, ledger["name"], found))
+        + "\n".join(rows) + "\n" + precision.departure(ledger["precision"])
+        + _runs_section(folder, have, ledger["name"], found))
     return [index, *pages]
 
 
@@ -199,11 +201,14 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str
              f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
              for r in table.to_dict("records")]
     counts = scorecard.setting_counts(found, "the paper's own setting") if found else ""
+    effect = " ".join(f"Final levels of the runs trained in {p} ({'; '.join(table.loc[table['precision'] == p, 'run'])}): "
+                      f"{text}." for p in table["precision"].dropna().unique()
+                      if (text := precision.effect_text(p)))
     return ("\n## Every run of the book's seed\n\n"
             "Each run of the paper's setting that results/ holds, the slices' and the whole-book run before them "
             "(the same seed and kit: its losses equal slice A's over their common steps). The rows computed from "
             "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
-            "the last tenth of that run's steps.\n\n"
+            f"the last tenth of that run's steps.{f' {effect}' if effect else ''}\n\n"
             "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
             f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "

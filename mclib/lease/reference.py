@@ -36,6 +36,7 @@ from ..core.repo import REPO, RESULTS
 from ..book import scorecard
 from ..book.runner import declared
 from . import slices
+from .precision import FIELD as PRECISION_EFFECT, annotate, departure_text
 from .slices import METRICS_GZ
 def read_metrics(run: Path) -> pd.DataFrame:
     """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
@@ -245,8 +246,16 @@ def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
 
 def rows(folder: Path, name: str = "paper") -> list[dict]:
     """The results' scorecard rows (`recorded_rows`), re-judged here on the CPU by today's
-    rules (`rejudge`): what the scorecard's paper-setting column and the paper part's notes show."""
-    return rejudge(recorded_rows(folder, name), folder, name)
+    rules (`rejudge`): what the scorecard's paper-setting column and the paper part's notes show.
+    A row that reads a final level of a run trained in another precision than the paper's
+    carries that precision's measured effect as text (`mclib.lease.precision.annotate`)."""
+    return annotate(rejudge(recorded_rows(folder, name), folder, name), book_precision(folder, name))
+
+
+def book_precision(folder: Path, name: str = "paper") -> str | None:
+    """The precision the book's run (seed 1) trained in, from its profile.yaml; None without one."""
+    run = _book_folder(folder, name) / "runs" / run_name(name, 1)
+    return run_profile(run).train.precision if (run / PROFILE).is_file() else None
 
 
 def _book_folder(folder: Path, name: str = "paper") -> Path:
@@ -398,13 +407,16 @@ def status(folder: Path | None, name: str = "paper") -> str:
                      for f in folders)
     return (f"The paper's own setting (params/paper.yaml) ran in {len(folders)} slice{'s' * (len(folders) > 1)} on "
             f"GPU leases, precision {precision}: {each}. Their files are in "
-            f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}")
+            f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}"
+            + (f" {departure}" if (departure := departure_text(book_precision(folder, name))) else ""))
 
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, and
     the paper setting's value and verdict (empty where it has no such row, or no results),
-    re-judged by today's rules (`rows`), with the verdict the lease gave where it changed."""
+    re-judged by today's rules (`rows`), with the verdict the lease gave where it changed, and
+    beside a row that reads a final level of a run trained in another precision than the paper's,
+    that precision's measured effect (`mclib.lease.precision.effect_text`)."""
     theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name)}
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
@@ -416,7 +428,8 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
                      "laptop edition": a.get("ours"), "laptop verdict": scorecard.shown_verdict(a) if a else "—",
                      "paper setting": b.get("ours"),
                      "paper-setting verdict": scorecard.shown_verdict(b) if b else absent,
-                     "as the lease judged it": b.get("was", "—") if b else "—"})
+                     "as the lease judged it": b.get("was", "—") if b else "—",
+                     "precision's effect": b.get(PRECISION_EFFECT) or "—"})
     return pd.DataFrame(table)
 
 
