@@ -307,7 +307,7 @@ def test_failing_chapter_stops_the_book(tmp_path, monkeypatch, capsys, cell, why
     nb.cells = [params, nbformat.v4.new_code_cell(cell)]
     bad = tmp_path / "50_broken.ipynb"
     nbformat.write(nb, bad)
-    later = book.chapters()[-1]
+    later = book.chapters()[0]  # the training chapter: the book's run is not trained yet
     monkeypatch.setattr(book, "chapters", lambda: [bad, later])
 
     rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--timeout", "5"])
@@ -474,3 +474,102 @@ def test_build_site_reports_a_failing_jupyter_book(tmp_path, monkeypatch):
     rec = book._build_site(tmp_path, tmp_path / "_toc.yml")
     assert rec["status"] == "failed" and rec["error"] == "exit 2, 2 warnings/errors" and rec["warnings"] == 2
     assert "a bad reference" in (tmp_path / "_build" / "jupyter-book.log").read_text()
+
+
+# --- which runs a build trains (`plan`): --chapters trains only what its chapters read ------
+
+TOC = [t.stem for t in book.chapters()]
+
+
+def test_chapters_01_to_03_train_the_book_s_run_alone_and_say_what_they_leave_out(tmp_path):
+    cfg = load_profile(profile_path("smoke"))
+    run = tmp_path / "runs" / "smoke-seed1"
+    p = book.plan(cfg, run, ["01_train", "02_copying", "03_heads"], tmp_path)
+    assert p.train == {"seed 1": "01_train"} and p.error is None
+    assert p.line == ("runs: training in 01_train: seed 1 (every chapter); left out, no chapter asked reads them: "
+                      "seed 2 (07_beyond), E15 positional, attention, mlp, token (05_freezing)")
+    whole = book.plan(cfg, run, TOC, tmp_path)
+    assert set(whole.train) == {"seed 1", "seed 2", "E15 attention", "E15 mlp", "E15 positional", "E15 token"}
+    assert set(whole.train.values()) == {"01_train"} and "left out" not in whole.line
+    off = book.plan(cfg.replace(**{"analysis.freeze": False}), run, TOC, tmp_path)
+    assert set(off.train) == {"seed 1", "seed 2"}  # E15 off: chapter 05 declares no run
+
+
+def test_chapters_whose_runs_nothing_asked_trains_stop_in_one_line(tmp_path):
+    cfg = load_profile(profile_path("smoke"))
+    run = tmp_path / "runs" / "smoke-seed1"
+    p = book.plan(cfg, run, ["02_copying", "03_heads"], tmp_path)
+    assert p.error == ("02_copying, 03_heads: 1 run(s) read are not trained, and no chapter asked trains them "
+                       "(add 01_train): seed 1 (runs/smoke-seed1)")
+    p = book.plan(cfg, run, ["05_freezing"], tmp_path)  # chapter 05 trains E15, from the book's run
+    assert p.error == ("05_freezing: 1 run(s) read are not trained, and no chapter asked trains them "
+                       "(add 01_train): seed 1 (runs/smoke-seed1)")
+    p = book.plan(cfg.replace(**{"analysis.train_in_book": False}), run, ["01_train"], tmp_path)
+    assert p.error.endswith("not trained, and this book does not train (analysis.train_in_book: false): "
+                            "seed 1 (runs/smoke-seed1)")
+    assert book.plan(cfg, run, ["10_a"], tmp_path) == book.Plan({}, [], "", None)  # no chapter of the book
+
+
+def test_with_the_book_s_run_trained_a_chapter_alone_trains_what_it_reads(smoke_run, tmp_path):
+    cfg = load_profile(profile_path("smoke"))
+    p = book.plan(cfg, smoke_run, ["02_copying"], tmp_path)
+    assert p.train == {} and p.error is None and p.line.startswith("runs: training: none; complete: seed 1 (every")
+    p = book.plan(cfg, smoke_run, ["05_freezing", "07_beyond"], tmp_path)
+    assert p.error is None and p.train == {"seed 2": "07_beyond", **{f"E15 {g}": "05_freezing" for g in
+                                                                      ("positional", "attention", "mlp", "token")}}
+    assert p.line.startswith("runs: training in 07_beyond: seed 2 (07_beyond); training in 05_freezing: E15 ")
+    assert p.line.endswith("; complete: seed 1 (every chapter)")
+
+
+def test_a_set_whose_runs_are_missing_stops_before_any_chapter_runs(tmp_path, fake_chapters, capsys):
+    ran, site = fake_chapters
+    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--chapters", "02_copying"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and ran == [] and not (tmp_path / "out" / "book" / "_executed" / "manifest.json").exists()
+    assert err == ["mclib: error: 02_copying: 1 run(s) read are not trained, and no chapter asked trains them "
+                   "(add 01_train): seed 1 (runs/smoke-seed1)"]
+    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--chapters", "02_copying,2_heads"])
+    assert rc == 1 and ran == [] and "unknown chapter 2_heads; chapters: 01_train" in capsys.readouterr().err
+
+
+def test_the_training_chapter_runs_again_while_a_run_it_trains_is_not_complete(tmp_path, fake_chapters, smoke_run,
+                                                                              capsys):
+    ran, site = fake_chapters
+    templates = book.select_chapters("01_train,02_copying")
+    build = lambda run_dir: book.build("smoke", out_dir=tmp_path / "out", run_dir=run_dir, templates=templates,
+                                       progress=False, site=False)
+    build(tmp_path / "out" / "runs" / "smoke-seed1")  # the fake chapter trains nothing
+    ran.clear()
+    build(tmp_path / "out" / "runs" / "smoke-seed1")
+    assert ran == ["01_train"]  # chapter 02 reused, the training chapter not: seed 1 is still to train
+    build(smoke_run)
+    ran.clear()
+    m = build(smoke_run)
+    assert ran == [] and [r["status"] for r in m["notebooks"]] == ["reused", "reused"]
+    assert "runs: training: none; complete: seed 1 (every chapter)" in capsys.readouterr().out
+
+
+def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapters_asked_read(smoke_profile, tmp_path,
+                                                                                              monkeypatch):
+    """train_runs and idle_tasks in a kernel of a build of chapters 01-03 ($MCLIB_BOOK_CHAPTERS):
+    seed 2 (chapter 07's), E15 (chapter 05's), the solvers (06's) and the GPT runs (08's) are
+    not theirs."""
+    from mclib.book import ch06_baselines, chapter
+    from mclib.core import train as train_module
+
+    monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache
+    run_dir = tmp_path / "runs" / "smoke-seed1"
+    seed2 = (smoke_profile.replace(seed=2), run_dir.parent / "smoke-seed2", None)
+    monkeypatch.setattr(train_module, "seed_jobs", lambda profile, run_dir: [seed2])  # seed 1 complete, seed 2 not
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
+    monkeypatch.setenv(book.ASKED, "01_train,02_copying,03_heads")
+    assert chapter.idle_tasks(smoke_profile, run_dir) == []
+    assert list(chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)) == [1, 2]
+    monkeypatch.setenv(book.ASKED, "01_train,07_beyond")
+    with pytest.raises(AssertionError, match="a cluster was started"):
+        chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)
+    monkeypatch.setenv(book.ASKED, "01_train,06_baselines")
+    assert [name for _, _, name in chapter.idle_tasks(smoke_profile, run_dir)] == ["solvers-smoke"]

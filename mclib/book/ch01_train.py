@@ -34,6 +34,10 @@ from .scorecard import copy_levels
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
 
 CHAPTER = "01_train"
+# The training chapter (`open_chapter(..., train=True)`): it trains the runs that the chapters a
+# build executes read (`mclib.book.chapter.train_runs`), and the runner executes it again while
+# one of those runs is not complete (`mclib.book.runner.plan`).
+trains_runs = True
 
 
 # --- the run -----------------------------------------------------------------------------------

@@ -34,8 +34,10 @@ from ..core.config import Profile
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
+from ..analyses.interventions import GROUPS
 from .chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
 from .plots import closed, freeze_curves
+from .runner import Reads
 from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "05_freezing"
@@ -66,6 +68,12 @@ def main_run_from(ran: pd.DataFrame, cfg: Profile, drop: int | None, stopped: in
     where it was stopped, if it was (`MainRun`): the one recipe for this chapter and for E15's
     rows at the paper's setting (`mclib.lease.reference.freeze_rows`)."""
     return MainRun(drop, *final_level(ran, cfg.train.patience), freeze_steps(cfg), stopped)
+
+
+def runs_read(cfg: Profile) -> Reads:
+    """The runs this chapter reads beside the book's run (`mclib.book.runner.Reads`): E15's, one
+    per group; none with analysis.freeze: false."""
+    return Reads(e15=tuple(GROUPS) if cfg.analysis.freeze else ())
 
 
 def freeze_runs_of(ch: Chapter) -> dict[str, Path]:

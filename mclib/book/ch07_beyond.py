@@ -24,6 +24,7 @@ from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
 from .chapter import seed_runs
 from .plots import closed, progress_panels, seed_loss_curves
+from .runner import Reads
 from .scorecard import CUT, agreement, claim, is_own, recorded_table, row_verdict
 
 CHAPTER = "07_beyond"
@@ -31,6 +32,12 @@ LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this sha
 
 
 # --- the drop over seeds ------------------------------------------------------------------------
+
+def runs_read(cfg) -> Reads:
+    """The runs this chapter reads beside the book's run (`mclib.book.runner.Reads`): every seed
+    of `analysis.seeds`, for the drop over seeds and the follow-up's measures (`followup.curves`)."""
+    return Reads(seeds=tuple(cfg.analysis.seeds))
+
 
 @dataclass
 class Seeds:

@@ -97,9 +97,9 @@ class Chapter:
 def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
                  *, cluster: str | None = None) -> Chapter:
     """The first call of every chapter (see the module docstring). train=True (the training
-    chapter only): first train, resume or find complete every run the book reads
-    (`train_runs`). A run folder trained with another recipe than `profile` names is refused
-    with a one-line ConfigError."""
+    chapter only): first train, resume or find complete every run that the chapters the
+    build executes read (`train_runs`). A run folder trained with another recipe than
+    `profile` names is refused with a one-line ConfigError."""
     notebook_setup()  # before any progress bar is made
     from ..core.train import resolve_device
 
@@ -109,8 +109,11 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     run_dir = Path(run_dir)
     if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster)[named.seed]
-    elif train:
-        require_runs(named, run_dir)
+    elif train:  # nothing trains here: the runs the build's chapters read must be there
+        from .runner import asked, runs_read
+
+        seeds = {named.seed, *(s for r in runs_read(named, asked()).values() for s in r.seeds)}
+        require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
     if not (run_dir / PROFILE).is_file():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
                                 "trains it first")
@@ -144,24 +147,30 @@ def notebook_setup() -> None:
 
 
 def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) -> dict:
-    """Every training run the book reads, side by side on a Dask cluster (`mclib.core.jobs`:
-    the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds
-    (`mclib.core.train.seed_jobs`), and, as soon as the book's run is complete, E15's
-    re-initialised runs from its last checkpoint (`mclib.analyses.freezing.pending_groups`,
-    the paper's longest plateau first). Each run starts on the first worker that frees
-    (`mclib.core.jobs.submit_when_free`). While the book's run still trains, a worker that
-    the other seeds leave idle takes the later chapters' work that does not read it
-    (`idle_tasks`). Complete runs are skipped, cut ones resume; when every run is complete
-    no cluster starts. Returns {seed: folder} (`mclib.core.runs.seed_run_dirs`)."""
-    from ..analyses.freezing import freeze_run, pending_groups
+    """Every training run that the chapters the build executes read (`mclib.book.runner.asked`;
+    outside a build every chapter of the toc), side by side on a Dask cluster (`mclib.core.jobs`:
+    the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds they
+    declare (`runs_read`; `mclib.core.train.seed_jobs`), and, as soon as the book's run is
+    complete, the E15 runs they declare, re-initialised from its last checkpoint
+    (`mclib.analyses.freezing.pending_groups`, the paper's longest plateau first). Each run
+    starts on the first worker that frees (`mclib.core.jobs.submit_when_free`). While the
+    book's run still trains, a worker that the other seeds leave idle takes the later
+    chapters' work that does not read it (`idle_tasks`). Complete runs are skipped, cut ones
+    resume; when every run is complete no cluster starts. Returns {seed: folder}
+    (`mclib.core.runs.seed_run_dirs`)."""
+    from ..analyses.freezing import LONGEST_FIRST, freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
     from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
     from ..core.runs import seed_run_dirs
     from ..core.train import seed_jobs, train_seed
+    from .runner import asked, runs_read
 
-    jobs = seed_jobs(cfg, run_dir)
+    reads = runs_read(cfg, asked()).values()
+    seeds = {cfg.seed, *(s for r in reads for s in r.seeds)}
+    wanted = [g for g in LONGEST_FIRST if any(g in r.e15 for r in reads)]  # none with analysis.freeze: false
+    jobs = [job for job in seed_jobs(cfg, run_dir) if job[0].seed in seeds]
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
-    e15 = pending_groups if cfg.analysis.freeze else (lambda cfg, run_dir: [])  # analysis.freeze: false, no E15
+    e15 = lambda cfg, run_dir: pending_groups(cfg, run_dir, wanted) if wanted else []
     if not jobs and not e15(cfg, run_dir):
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
@@ -185,14 +194,14 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
 def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
     """(fn, args, name) of the later chapters' work that does not read the book's run, for
     the workers that the other seeds leave idle while the book's run trains alone
-    (`train_runs`): what each chapter of the toc declares in its `idle_work(cfg, run_dir)`
-    (`mclib.book.runner.declared`), in toc order, the longest first (chapter 06's solvers,
-    then chapter 08's GPT runs). On the cpu profile that idle time is about 13 minutes of one
-    core (2026-11-26). What no worker took before the book's run ended, its chapter does, as it
-    always did."""
-    from .runner import declared
+    (`train_runs`): what each chapter the build executes (`mclib.book.runner.asked`, in toc
+    order; outside a build every chapter of the toc) declares in its `idle_work(cfg, run_dir)`,
+    the longest first (chapter 06's solvers, then chapter 08's GPT runs). On the cpu profile
+    that idle time is about 13 minutes of one core (2026-11-26). What no worker took before the
+    book's run ended, its chapter does, as it always did."""
+    from .runner import asked, declared_by
 
-    return [task for idle_work in declared("idle_work") for task in idle_work(cfg, run_dir)]
+    return [task for idle_work in declared_by("idle_work", asked()).values() for task in idle_work(cfg, run_dir)]
 
 
 class MissingRuns(RuntimeError):

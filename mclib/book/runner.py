@@ -25,6 +25,13 @@ the runner writes them relative right after the run (`machine_paths`): the run f
 relative to --out-dir, the repository and --out-dir as ".". The manifest keeps them
 absolute; it is not part of the site.
 
+Runs: before any chapter runs, `plan` says in one line which runs the chapters asked read
+(the book's run, and what each chapter declares in `runs_read`), which of them train, where
+and why, which are complete, and which are left out because only chapters not asked read
+them; a run they read that nothing asked trains stops the build there, in one line naming
+it. The training chapter trains what the chapters asked read ($MCLIB_BOOK_CHAPTERS tells
+its kernel which they are: `asked`), and runs again while one of those runs is not complete.
+
 Failure: papermill saves the notebook and may mark it complete after a timeout or a
 dead kernel, so its exception is what counts (and any error output, to be sure): the
 manifest marks the chapter failed, nothing after it runs, no site is built, and
@@ -40,6 +47,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -109,9 +117,183 @@ def declared(name: str, toc: Path = REPO / "_toc.yml") -> list:
     """What the toc's chapters declare under `name`, in toc order: the attribute `name` of each
     chapter module that has one. The machinery names no chapter; it iterates over these:
     `idle_work` (work for idle cores while the book's run trains: `chapter.idle_tasks`),
-    `site_part` (a part of the site after the chapters), and the paper setting's rows
-    (`curve_rows`, `freeze_rows`, `rejudged`: mclib.lease.reference)."""
+    `site_part` (a part of the site after the chapters), the paper setting's rows
+    (`curve_rows`, `freeze_rows`, `rejudged`: mclib.lease.reference), and, through
+    `declared_by`, the runs a chapter reads (`runs_read`, `Reads`) and which one trains them
+    (`trains_runs`: `plan`)."""
     return [getattr(m, name) for m in chapter_modules(toc) if hasattr(m, name)]
+
+
+def declared_by(name: str, names: list[str] | None = None) -> dict:
+    """{chapter: what it declares under `name`} of the chapters `names` (default every chapter
+    of the toc), in their order; a name that no module of this package serves (a template
+    outside the book) declares nothing."""
+    import importlib
+    import importlib.util
+
+    out = {}
+    for stem in [t.stem for t in chapters()] if names is None else names:
+        try:
+            found = importlib.util.find_spec(f"{__package__}.ch{stem}")
+        except ModuleNotFoundError:  # a name with a dot
+            found = None
+        if found is not None and hasattr(m := importlib.import_module(found.name), name):
+            out[stem] = getattr(m, name)
+    return out
+
+
+# --- which runs a build trains ------------------------------------------------------
+
+ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated, for its kernels (`asked`)
+
+
+@dataclass(frozen=True)
+class Reads:
+    """The runs a chapter reads beside the book's run, which every chapter reads: other seeds
+    of `analysis.seeds` and E15's groups. A chapter module declares them as `runs_read(cfg) ->
+    Reads`; one that declares none reads the book's run alone. The training chapter (the one
+    that declares `trains_runs`) trains what the chapters a build executes read
+    (`mclib.book.chapter.train_runs`), so a chapter added touches only its own module."""
+    seeds: tuple[int, ...] = ()
+    e15: tuple[str, ...] = ()
+
+
+def asked() -> list[str] | None:
+    """The chapters the build now running executes ($MCLIB_BOOK_CHAPTERS, which `build` sets
+    for its kernels); None outside a build (a notebook opened by hand: every chapter)."""
+    value = os.environ.get(ASKED)
+    return None if value is None else [n for n in value.split(",") if n]
+
+
+def runs_read(cfg, names: list[str] | None = None) -> dict[str, Reads]:
+    """{chapter: `Reads`} of the chapters `names` (default every chapter of the toc) that
+    declare `runs_read`."""
+    return {name: f(cfg) for name, f in declared_by("runs_read", names).items()}
+
+
+@contextlib.contextmanager
+def _asking(names: list[str]):
+    """$MCLIB_BOOK_CHAPTERS set to `names` while the chapters run (their kernels inherit it),
+    as it was afterwards."""
+    old = os.environ.get(ASKED)
+    os.environ[ASKED] = ",".join(names)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(ASKED, None)
+        else:
+            os.environ[ASKED] = old
+
+
+@dataclass
+class Plan:
+    """What a build trains (`plan`): `train`, {run: chapter that trains it} of the runs the
+    chapters asked read and that are not complete; `trainers`, the chapters asked that
+    declare `trains_runs`; `line`, one line saying which runs train, where and why, which are
+    complete and which are left out; `error`, one line naming a run that the chapters read
+    and that nothing here trains (no checkpoint), else None."""
+    train: dict[str, str]
+    trainers: list[str]
+    line: str
+    error: str | None
+    runs: dict = field(default_factory=dict)  # {run: folder} of every run the chapters asked read
+
+
+def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) -> str:
+    """"seed 1 (every chapter), seeds 2, 3 (07_beyond), E15 attention, mlp (05_freezing)": the
+    runs, those of one kind read by the same chapters together, each group with its readers."""
+    groups: list[tuple[str, tuple, list[str]]] = []
+    for run in runs:
+        kind, what = run.split(" ", 1)
+        why = ("every chapter",) if set(readers[run]) == every else tuple(readers[run])
+        if groups and groups[-1][:2] == (kind, why):
+            groups[-1][2].append(what)
+        else:
+            groups.append((kind, why, [what]))
+    return ", ".join(f"{kind + 's' if kind == 'seed' and len(w) > 1 else kind} {', '.join(w)} ({', '.join(why)})"
+                     for kind, why, w in groups)
+
+
+def plan(cfg, run_dir: Path, names: list[str], out: Path) -> Plan:
+    """Which runs the chapters `names` read (the book's run, and what each declares in
+    `runs_read`), which of them are not complete, and who trains those: the training chapter
+    where it is asked (it trains what the chapters asked read, `train_runs`), else the chapters
+    that declare the run (they train what they read: `seed_runs`, `freeze_runs_of`), else
+    nobody: then a run without a checkpoint is an error, and a cut one is read as it is. With
+    `analysis.train_in_book: false` nothing trains. Runs that only chapters not asked read are
+    left out, and the line says so."""
+    from ..analyses.freezing import LONGEST_FIRST, pending_groups
+    from ..core.runs import freeze_dir, saved_steps, seed_run_dirs
+    from ..core.train import seed_jobs
+
+    toc = [t.stem for t in chapters()]
+    book = [n for n in names if n in declared_by("CHAPTER", names)]  # the chapters of the book among them
+    every = runs_read(cfg, toc)
+    mine = {n: r for n, r in every.items() if n in book}
+    trainers = list(declared_by("trains_runs", book))
+    folders = seed_run_dirs(cfg, run_dir)
+
+    def runs_of(reads: dict[str, Reads], main: list[str]) -> dict[str, list[str]]:
+        """{run: the chapters that read it}, seeds first, then E15 longest first."""
+        readers = {f"seed {cfg.seed}": list(main)} if main else {}
+        for s in folders:
+            for n, r in reads.items():
+                if s in r.seeds:
+                    readers.setdefault(f"seed {s}", []).append(n)
+        for g in LONGEST_FIRST:
+            for n, r in reads.items():
+                if g in r.e15:
+                    readers.setdefault(f"E15 {g}", []).append(n)
+        return readers
+
+    readers = runs_of(mine, book)
+    if not readers:
+        return Plan({}, trainers, "", None)
+    left = {run: chapters_ for run, chapters_ in runs_of(every, toc).items() if run not in readers}
+    paths = {run: folders[int(run.split()[1])] if run.startswith("seed") else freeze_dir(run_dir, run.split()[1])
+             for run in readers}
+    pending_seeds = {job[0].seed for job in seed_jobs(cfg, run_dir)}
+    groups = [run.split()[1] for run in readers if run.startswith("E15")]
+    pending_e15 = set(groups if cfg.seed in pending_seeds or not groups else pending_groups(cfg, run_dir, groups))
+    pending = [run for run in readers if (run.startswith("seed") and int(run.split()[1]) in pending_seeds)
+               or (run.startswith("E15") and run.split()[1] in pending_e15)]
+    main, train, unread = f"seed {cfg.seed}", {}, []
+    for run in pending:
+        declaring = [n for n in readers[run] if run != main or n in mine and cfg.seed in mine[n].seeds]
+        if not cfg.analysis.train_in_book:
+            unread.append(run)
+        elif trainers:
+            train[run] = trainers[0]
+        elif declaring and (run != main or saved_steps(paths[main])):  # every chapter opens the book's run first
+            train[run] = declaring[0]
+        else:
+            unread.append(run)
+    missing = [run for run in unread if not saved_steps(paths[run])]
+    shown = lambda run: f"{run} ({os.path.relpath(paths[run], out)})"
+    add = f"add {', '.join(declared_by('trains_runs', toc)) or 'the training chapter'}"
+    error = None
+    if missing:
+        why = ("this book does not train (analysis.train_in_book: false)" if not cfg.analysis.train_in_book else
+               f"no chapter asked trains them ({add})")
+        error = (f"{', '.join(book)}: {len(missing)} run(s) read are not trained, and {why}: "
+                 + ", ".join(shown(run) for run in missing))
+    elif main in pending and any(run.startswith("E15") and where not in trainers for run, where in train.items()):
+        error = (f"{', '.join(book)}: E15's runs start from the book's run's last checkpoint, and {shown(main)} "
+                 f"is not complete ({add})")
+    parts = []
+    for where in dict.fromkeys(train.values()):
+        parts.append(f"training in {where}: " + _runs_text([r for r in train if train[r] == where], readers, set(book)))
+    if not train:
+        parts.append("training: none" + ("" if cfg.analysis.train_in_book else " (analysis.train_in_book: false)"))
+    if unread:
+        parts.append("read as they are, not complete: " + _runs_text(unread, readers, set(book)))
+    done = [run for run in readers if run not in pending]
+    if done:
+        parts.append("complete: " + _runs_text(done, readers, set(book)))
+    if left:
+        parts.append("left out, no chapter asked reads them: " + _runs_text(list(left), left, set(toc)))
+    return Plan(train, trainers, "runs: " + "; ".join(parts), error, paths)
 
 
 # --- hashes -------------------------------------------------------------------------
@@ -330,6 +512,16 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     device = device or cfg.train.device
     resolved = resolve_device(device).type
     _warn_if_slow(cfg, resolved, run_dir)
+    templates = chapters() if templates is None else [Path(t) for t in templates]
+    names = [t.stem for t in templates]
+    try:
+        runs = plan(cfg, run_dir, names, out)
+    except ValueError as e:  # e.g. an E15 folder started from another checkpoint
+        raise BookError(f"the runs the chapters read: {' '.join(str(e).split())}") from None
+    if runs.line:
+        print(runs.line, flush=True)
+    if runs.error:
+        raise BookError(runs.error)
 
     staged = _stage(out)
     exe = out / EXECUTED
@@ -347,7 +539,6 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         manifest["duration_s"] = round(time.time() - t_start, 1)
         manifest_path.write_text(json.dumps(manifest, indent=1))
 
-    templates = chapters() if templates is None else [Path(t) for t in templates]
     for i, template in enumerate(templates, 1):
         name, output = template.stem, exe / f"{template.stem}.ipynb"
         old = prev_nb.get(name, {})
@@ -355,7 +546,8 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
                "parameters": params, "git": manifest["git"]}
         manifest["notebooks"].append(rec)
         if (old.get("complete") and old.get("key") == _key(template, params, cfg.to_dict(), run_dir, src)
-                and old.get("output_sha") == _file_sha(output)):
+                and old.get("output_sha") == _file_sha(output)
+                and not (name in runs.trainers and runs.train)):  # the training chapter runs while a run it trains is not complete
             rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
             print(f"[{i}/{len(templates)}] {name}: unchanged, reused")
             continue
@@ -363,7 +555,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         t0 = time.time()
         scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
         try:
-            with _report_training(run_dir.parent) if progress else contextlib.nullcontext():
+            with _asking(names), _report_training(run_dir.parent) if progress else contextlib.nullcontext():
                 _execute(template, output, params, timeout, progress, paths=machine_paths(out, run_dir))
         except (Exception, KeyboardInterrupt) as e:
             rec.update({"status": "failed", "complete": False, "error": _why(e),
