@@ -108,3 +108,24 @@ def test_the_committed_tf32_results_carry_the_effect_in_the_scorecard_and_the_pa
     assert precision.departure_text("tf32") in reference.status(folder)
     index = part.stage(tmp_path, slices.LEDGER)[0].read_text()
     assert precision.departure("tf32") in index and "Final levels of the runs trained in tf32 (seed 1" in index
+
+
+def test_the_paper_book_s_time_is_its_steps_times_each_measured_step():
+    """benchmarks/paper_book_time.py, the estimate README and docs/gpu.md quote: seed 1's 50 000
+    steps, seeds 2 and 3 to the paper's drop + 2 000, E15's four runs at their cap; times the
+    ledger's TF32 step and the fp32 step of the 2026-11-26 table."""
+    import importlib.util
+
+    from mclib.core.paper import profile as paper_profile
+
+    spec = importlib.util.spec_from_file_location("paper_book_time", REPO / "benchmarks" / "paper_book_time.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.book_steps(paper_profile()) == {"seed 1": 50_000, "seed 2": 17_000, "seed 3": 17_000,
+                                                 "E15, 4 runs (at most)": 200_000}
+    ledger = slices.read_ledger()
+    table = bench.estimate(paper_profile(), ledger)
+    assert table.loc["total (E15 at its cap)", "steps"] == 284_000 and table.loc["total without E15", "steps"] == 84_000
+    ms = bench.steps(ledger)
+    assert ms["tf32"][0] == ledger["step_ms"] and ms["fp32"][0] == pytest.approx(54.87, abs=0.01)
+    assert table.loc["total (E15 at its cap)", "tf32 min"] == pytest.approx(284_000 * ledger["step_ms"] / 60_000)

@@ -448,7 +448,7 @@ def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smo
 
 def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_profile, monkeypatch):
     """benchmarks/lease_step.py times `step_function`: on the lease of 2026-11-26 its "tf32" rows
-    ran strict fp32 (55 ms a step against the run's ~20), because only the training loop set TF32."""
+    ran fp32, TF32 off (55 ms a step against the run's ~20), because only the training loop set TF32."""
     seen = []
     monkeypatch.setattr(train_module, "set_precision", lambda device, precision: seen.append((device.type, precision)))
     train_module.step_function(smoke_profile.replace(**{"train.precision": "fp32"}), torch.device("cpu"))

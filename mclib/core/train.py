@@ -26,7 +26,7 @@ On a CUDA device (docs/performance.md): fused, capturable Adam reading its lr fr
 tensor, no host sync inside the step (losses stay on the device until the flush every
 `log_every` steps; the data are sampled on the host by CPU generators, so a run's matrices
 are the same on any device and a run resumes on another device type, and copied into fixed
-input buffers without waiting); `train.precision` chooses strict fp32, TF32 matmuls or bf16
+input buffers without waiting); `train.precision` chooses fp32 (TF32 off), TF32 matmuls or bf16
 autocast (`set_precision`); `train.step` how the step runs (`step_variant`: eagerly, the
 model through torch.compile, or the whole device step as one CUDA graph,
 `mclib.core.graphstep`); `train.compile: true` compiles the model where `train.step` is auto.
@@ -106,8 +106,10 @@ def set_precision(device: torch.device, precision: str) -> None:
     """What `train.precision` means for the matmuls of this process: on CUDA, "tf32" runs
     fp32 matmuls on the TF32 tensor cores (fp32 storage and accumulation, 10-bit-mantissa
     products) and "fp32" and "bf16" do not (bf16's own products are bf16 through
-    `autocast`; its fp32 remainder stays strict). Nothing to set on the CPU, whose fp32
-    matmuls are strict."""
+    `autocast`; its fp32 remainder stays fp32). With TF32 off, cuBLAS's matmuls are IEEE
+    fp32, but on compute capability 8.0 or newer the `sdpa` attention's memory-efficient kernel
+    multiplies with CUTLASS's 3xTF32 products (near fp32, not IEEE) whatever `allow_tf32` says.
+    Nothing to set on the CPU, which has no TF32."""
     check_precision(device, precision)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
