@@ -12,6 +12,8 @@ here and shown beside the laptop edition. Everything of it is in this folder.
                   rules are the chapters' own: `mclib.book.runner.declared`)
     part.py       the site's part "The paper's own setting": the chapters the leases executed,
                   each with where, when and how its runs ended
+    precision.py  the slices' precision (TF32) as a departure: why, the TF32 study's table, and
+                  its measured effect beside every row that reads a final level
 
 One entry point: `python -m mclib slice start|finish|merge|status` (mclib/__main__.py), which
 scripts/lease.sh issues on the GPU machine (docs/gpu.md gives the two commands exactly). The
