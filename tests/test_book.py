@@ -573,3 +573,80 @@ def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapte
         chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)
     monkeypatch.setenv(book.ASKED, "01_train,06_baselines")
     assert [name for _, _, name in chapter.idle_tasks(smoke_profile, run_dir)] == ["solvers-smoke"]
+
+
+# --- the progress line: each run's step out of its expected steps, the training left ------
+
+def _timed(folder: Path, ms: float, last: int, drop_at: int | None = None) -> None:
+    """metrics.csv with `wall` every 50 steps to `last`, `ms` a step; L_mask falls at `drop_at`."""
+    import pandas as pd
+
+    steps = list(range(50, last + 1, 50))
+    pd.DataFrame({"step": steps, "L_mask": [0.1 if drop_at and s >= drop_at else 1.0 for s in steps],
+                  "wall": [s * ms / 1000 for s in steps]}).to_csv(folder / "metrics.csv", index=False)
+
+
+def _drop_in_L_mask(metrics, rank=None, **kwargs):
+    low = metrics[metrics["L_mask"] < 0.5]
+    return int(low["step"].iloc[0]) if len(low) else None
+
+
+def test_expected_steps_are_where_the_runs_rules_end_them(tmp_path, monkeypatch):
+    import mclib.core.metrics
+
+    monkeypatch.setattr(mclib.core.metrics, "find_drop", _drop_in_L_mask)
+    cfg = load_profile(profile_path("smoke")).replace(**{"analysis.after_drop": 1000})
+    main, seed2 = tmp_path / "smoke-seed1", tmp_path / "smoke-seed2"
+    _fake_run(main, 30000, [500])
+    _fake_run(seed2, 30000, [500])
+    (seed2 / "profile.yaml").write_text((seed2 / "profile.yaml").read_text().replace("seed: 1", "seed: 2"))
+    _fake_run(main / "freeze" / "mlp", 15000, [500])
+    _timed(main, 50, 500)
+    _timed(seed2, 50, 500)
+    _timed(main / "freeze" / "mlp", 50, 500)
+    assert [book.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 30000, 15000]
+    _timed(main, 50, 11000, drop_at=9000)  # the main run dropped: an E15 run that has not stops there
+    _timed(seed2, 50, 8500, drop_at=8000)  # seed 2 dropped: it stops analysis.after_drop later
+    assert [book.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 9000, 9000]
+    _timed(main / "freeze" / "mlp", 50, 600, drop_at=550)  # dropped: its rule (converged) or its cap ends it
+    assert book.expected_steps(main / "freeze" / "mlp", cfg) == 15000
+    (main / "end.json").write_text('{"step": 500, "ended": "converged"}')
+    assert book.expected_steps(main, cfg) == 500  # it ended
+
+
+def test_the_measured_step_and_the_training_left(tmp_path):
+    cfg = load_profile(profile_path("smoke")).replace(**{"analysis.freeze_steps": 2000})
+    main = tmp_path / "smoke-seed1"
+    _fake_run(main, 10000, [4000])
+    _timed(main, 40, 4000)
+    assert book.step_ms(main) == pytest.approx(40)
+    runs = {"seed 1": main, **{f"E15 {g}": main / "freeze" / g for g in ("attention", "mlp", "token", "positional")}}
+    # seed 1: 6 000 steps at 40 ms; each E15 run (not started: at the main run's step) 2 000 steps after it
+    assert book.time_left(runs, cfg, workers=2) == pytest.approx(6000 * 0.04 + 2000 * 0.04)
+    assert book.time_left(runs, cfg, workers=1) == pytest.approx((6000 + 4 * 2000) * 0.04)  # one worker: all of it
+    assert book.time_left({"seed 2": tmp_path / "smoke-seed2"}, cfg, workers=2) is None  # nothing measured yet
+
+
+def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, capsys):
+    cfg = load_profile(profile_path("smoke"))
+    runs = book.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
+    with book._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
+        _fake_run(tmp_path / "smoke-seed1", 30000, [1000])
+        _timed(tmp_path / "smoke-seed1", 50, 1000)
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    # 29 000 steps left at 50 ms: 24 min
+    assert lines == ["  training: smoke-seed1 1,000/30,000 at 50 ms a step; about 24 min of training left"]
+
+
+def test_papermill_s_cell_bar_shows_no_remaining_time():
+    import io
+
+    from tqdm import tqdm
+
+    shown = io.StringIO()
+    bar = tqdm(total=12, unit="cell", desc="Executing", file=shown, **book.CELL_BAR)  # as papermill makes it
+    bar.update(3)
+    bar.close()
+    text = shown.getvalue().strip().split("\r")[-1]
+    assert text.startswith("Executing: 3/12 cells [00:0") and "<" not in text and "/s" not in text

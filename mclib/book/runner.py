@@ -66,6 +66,12 @@ SITE_TOC = Path("_build") / "_toc.yml"
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
+# papermill's bar over a chapter's cells, without tqdm's rate and remaining time: a cell that
+# trains for half an hour made them read "3/12 [08:59<00:06]" (the training's own line:
+# `_report_training`)
+CELL_BAR = {"bar_format": "{desc}: {n_fmt}/{total_fmt} cells [{elapsed}]"}
+
+
 class BookError(RuntimeError):
     """A chapter or the site build failed; the message is one line."""
 
@@ -399,7 +405,7 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
 
     with _kernel_stderr_to(output.with_suffix(".kernel.log")):
         pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
-                            execution_timeout=timeout, progress_bar=progress)
+                            execution_timeout=timeout, progress_bar=progress and CELL_BAR)
     nb = _relative_everywhere(nbformat.read(output, as_version=4), paths or {})
     for cell in nb.cells:
         for out in cell.get("outputs", []):
@@ -413,11 +419,50 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
 
 # --- what the training chapter is doing ---------------------------------------------
 
-def training_status(root: Path, since: float) -> list[str]:
-    """"NAME step/steps" for every run folder under `root` (one holding profile.yaml)
-    that saved a checkpoint after `since` (a time.time()), NAME relative to root. A run
-    that stops after its drop ends before its `steps`."""
-    from ..core.runs import PROFILE, checkpoint_dir, resumable_steps, run_profile
+def expected_steps(folder: Path, cfg=None) -> int:
+    """The step a run is expected to end at, as far as its rules fix it now: where it ended
+    (end.json at its newest checkpoint); an E15 run (RUN/freeze/GROUP) that has not dropped,
+    at the main run's drop, where that came before its cap; with the book's profile `cfg`,
+    another seed that stops `analysis.after_drop` steps after its drop, there once it has
+    dropped; else its cap, `train.steps` (a run that converges ends sooner)."""
+    from ..core.metrics import find_drop
+    from ..core.runs import END, load_metrics, resumable_steps, run_profile
+
+    folder, profile = Path(folder), run_profile(folder)
+    steps, cap = resumable_steps(folder), profile.train.steps
+    if steps and (folder / END).is_file():
+        end = json.loads((folder / END).read_text())
+        if end.get("step") == steps[-1] and end.get("ended") != "cut":
+            return steps[-1]
+    drop = lambda run: find_drop(load_metrics(run), rank=profile.data.rank) if (run / "metrics.csv").is_file() else None
+    if folder.parent.name == "freeze" and drop(folder) is None and (main := drop(folder.parent.parent)) is not None:
+        return min(cap, main)
+    after = cfg.analysis.after_drop if cfg is not None and profile.seed != cfg.seed else None
+    if after is not None and (own := drop(folder)) is not None:
+        return min(cap, own + after)
+    return cap
+
+
+def step_ms(folder: Path, over: int = 1000) -> float | None:
+    """The run's measured step, in ms: its training time (metrics.csv's `wall`, which resumes
+    with the run) over its last `over` steps or so; None before two timed rows."""
+    from ..core.runs import load_metrics
+
+    m = load_metrics(folder)
+    timed = m.loc[m["wall"].notna(), ["step", "wall"]] if "wall" in m else m.iloc[:0]
+    if len(timed) < 2:
+        return None
+    last = timed.iloc[-1]
+    first = timed[timed["step"] <= last["step"] - over]
+    first = first.iloc[-1] if len(first) else timed.iloc[0]
+    return 1000 * float(last["wall"] - first["wall"]) / float(last["step"] - first["step"])
+
+
+def training_status(root: Path, since: float, cfg=None) -> list[str]:
+    """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
+    profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to
+    root; expected: `expected_steps`, the step measured by `step_ms` (left out before it is)."""
+    from ..core.runs import PROFILE, checkpoint_dir, resumable_steps
 
     out = []
     for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
@@ -425,31 +470,77 @@ def training_status(root: Path, since: float) -> list[str]:
         try:  # a run may be writing its folder right now, or be an old one that no longer loads: skip it
             steps = resumable_steps(folder)  # the newest checkpoint always has its train state
             if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
-                total = run_profile(folder).train.steps
-                out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{total:,}")
-        except (OSError, ConfigError, yaml.YAMLError):
+                ms = step_ms(folder) if (folder / "metrics.csv").is_file() else None
+                out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{expected_steps(folder, cfg):,}"
+                           + (f" at {ms:.0f} ms a step" if ms else ""))
+        except (OSError, ValueError, KeyError, ConfigError, yaml.YAMLError):
             continue
     return out
 
 
+def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
+    """Seconds of training left to the runs `runs` ({name: folder}, `Plan.train`'s with
+    `Plan.runs`), from each one's measured step (`step_ms`; a run not started or not yet timed
+    takes the mean of the others) and its steps left to `expected_steps` (a run not started: to
+    its cap): the longer of the
+    work spread over `workers` and the book's run followed by its longest E15 run (E15 starts
+    from its end). None before any step is measured."""
+    from ..core.runs import PROFILE, resumable_steps
+
+    left, ms = {}, {}
+    for name, folder in runs.items():
+        try:
+            started = (folder / PROFILE).is_file()
+            steps = resumable_steps(folder) if started else []
+            if started:
+                expected = expected_steps(folder, cfg)
+            else:  # its cap: E15's, or the profile's
+                expected = cfg.analysis.freeze_steps if name.startswith("E15") else cfg.train.steps
+            left[name] = max(0, expected - (steps[-1] if steps else 0))
+            if started and (folder / "metrics.csv").is_file() and (t := step_ms(folder)):
+                ms[name] = t
+        except (OSError, ValueError, KeyError, ConfigError, yaml.YAMLError):
+            continue
+    if not ms:
+        return None
+    mean = sum(ms.values()) / len(ms)
+    seconds = {name: n * ms.get(name, mean) / 1000 for name, n in left.items()}
+    e15 = [t for name, t in seconds.items() if name.startswith("E15")]
+    chain = seconds.get(f"seed {cfg.seed}", 0.0) + max(e15, default=0.0)
+    return max(chain, sum(seconds.values()) / max(1, workers))
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 @contextlib.contextmanager
-def _report_training(root: Path, every: float = 60.0):
-    """While a chapter runs, print on the terminal, at most every `every` seconds, the runs
-    under `root` that saved a checkpoint since the last line (a finished run is named once,
-    at its last step). Runs train in the kernel or its workers, whose progress bars nobody
-    sees; their checkpoints are what this process can see."""
+def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, cfg=None):
+    """While a chapter runs, print on the terminal, at most every `every` seconds, one line:
+    the runs under `root` that saved a checkpoint since the last line, each with its step out
+    of its expected steps and its measured step (`training_status`; a finished run is named
+    once, at its last step), and, given the build's `runs` and profile `cfg`, the training
+    left to them (`time_left`). Runs train in the kernel or its workers, whose progress bars
+    nobody sees; their folders are what this process can see."""
     from tqdm.auto import tqdm
+
+    from ..core.jobs import local_workers
 
     # file times come from a coarser clock than time.time() and can lag it by a tick:
     # a second of slack, so a checkpoint saved just after the start is not missed
     done, since = threading.Event(), time.time() - 1.0
+    pending = {name: runs.runs[name] for name in runs.train} if runs is not None and cfg is not None else {}
+    workers = local_workers(cfg.train.threads) if cfg is not None else 1
 
     def watch():
         shown: set[str] = set()
         while not done.wait(every):
-            moved = [s for s in training_status(root, since) if s not in shown]  # a finished run drops out
+            moved = [s for s in training_status(root, since, cfg) if s not in shown]  # a finished run drops out
             if moved:
-                tqdm.write("  training: " + ", ".join(moved), file=sys.stdout)
+                left = time_left(pending, cfg, workers) if pending else None
+                tqdm.write("  training: " + ", ".join(moved)
+                           + (f"; about {_minutes(left)} of training left" if left is not None else ""),
+                           file=sys.stdout)
                 shown.update(moved)
 
     thread = threading.Thread(target=watch, daemon=True)
@@ -555,7 +646,8 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         t0 = time.time()
         scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
         try:
-            with _asking(names), _report_training(run_dir.parent) if progress else contextlib.nullcontext():
+            with _asking(names), (_report_training(run_dir.parent, runs=runs, cfg=cfg) if progress
+                                 else contextlib.nullcontext()):
                 _execute(template, output, params, timeout, progress, paths=machine_paths(out, run_dir))
         except (Exception, KeyboardInterrupt) as e:
             rec.update({"status": "failed", "complete": False, "error": _why(e),
