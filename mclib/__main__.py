@@ -64,9 +64,14 @@ def cmd_slice(args) -> int:
 
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):
-        slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger)
+        try:
+            slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
+                         began=args.began)
+        except slices.SliceError as e:
+            slices.refuse(args.out_dir, str(e))  # `finish` packs why
+            raise
     if args.action in ("finish", "run"):
-        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s)
+        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began)
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
@@ -132,8 +137,12 @@ def main(argv=None) -> int:
     p.add_argument("file", nargs="?", help="merge: the results.tgz")
     p.add_argument("--out-dir", default="slice-work", help="the work folder on the GPU machine (default slice-work)")
     p.add_argument("--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)")
-    p.add_argument("--budget-s", type=float, help="start: seconds left on the lease (default: the ledger's lease less "
-                                                  "the machine's start)")
+    p.add_argument("--budget-s", type=float, help="start: device seconds left for the slice from now (default: the "
+                                                  "ledger's lease less the machine's start and the return)")
+    p.add_argument("--left-s", type=float, help="finish: device seconds left on the lease as this command began "
+                                                "(default: start's budget)")
+    p.add_argument("--began", type=float, help="start, finish: when this command began (seconds since the epoch; "
+                                               "default now): it ends before the device's 600 s command limit")
     p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
     p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
                                                     "from now for the chapters not yet executed")

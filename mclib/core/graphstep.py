@@ -22,8 +22,11 @@ captured (`mclib.core.train.device_step`: forward, loss, backward, clip, Adam) i
 puts the parameters and Adam's state back as they were, bit for bit, captures one step and from
 then on replays it; the losses are cloned out of the graph's output after each replay (the next
 replay overwrites it). A capture that fails leaves the run as it was, says why in one line, and
-the run steps eagerly. On a CUDA device the replayed step is the eager step's arithmetic, so the
-two agree to the bit (`mclib.core.train.compare`; benchmarks/lease_step.py checks it on every lease).
+the run steps eagerly; its cause is the step's own error, not the "invalidated" capture that
+`capture_end` reports after it. On a CUDA device the replayed step is the eager step's arithmetic,
+so the two agree to the bit (`mclib.core.train.compare`; benchmarks/lease_step.py checks it on every
+lease). The graph holds its run weakly: a run and its graph's memory pool go as soon as the run is
+dropped, not at the garbage collector's next pass (`release` frees the pool at once).
 
 The check itself lives beside the step it trains (`mclib.core.train`: `trace` and `compare` run
 a variant from the seed's initial weights on the seed's batches against eager, `time_run` times
@@ -33,6 +36,7 @@ nothing of the training loop that uses it.
 from __future__ import annotations
 
 import sys
+import weakref
 from typing import Callable
 
 import torch
@@ -115,12 +119,27 @@ def warm_up(run, step: Callable, batch: Batch, steps: int = WARM_UP_STEPS) -> No
 
 class StepGraph:
     """The device part of a run's step (`step(run, batch)`, mclib.core.train.device_step)
-    captured as one CUDA graph at the first `replay` and replayed from then on."""
+    captured as one CUDA graph at the first `replay` and replayed from then on. It holds its run
+    weakly (the run holds it as `run.graph`): no reference cycle keeps the graph's memory pool
+    alive after the run."""
 
     def __init__(self, run, step: Callable[..., torch.Tensor]):
-        self.run, self.step = run, step
+        self._run, self.step = weakref.ref(run), step
         self.graph = None                   # torch.cuda.CUDAGraph, once captured
         self.losses: torch.Tensor | None = None  # the graph's `[4]` output, rewritten by every replay
+
+    @property
+    def run(self):
+        run = self._run()
+        if run is None:
+            raise RuntimeError("the run of this step graph is gone")
+        return run
+
+    def release(self) -> None:
+        """Free the graph and its memory pool now (a run that will not step again)."""
+        if self.graph is not None and hasattr(self.graph, "reset"):
+            self.graph.reset()
+        self.graph, self.losses = None, None
 
     def replay(self, batch: Batch) -> torch.Tensor:
         """The step on `batch` (the run's input buffers, already filled): the graph replayed, its
@@ -133,6 +152,7 @@ class StepGraph:
             except Exception as e:
                 run.fell_back = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
                 run.graph = None
+                self.release()
                 print(f"mclib: train.step cuda-graph: capture failed ({run.fell_back}); the step runs eagerly",
                       file=sys.stderr)
                 return self.step(run, batch)
@@ -140,6 +160,9 @@ class StepGraph:
         return self.losses.clone()
 
     def _capture(self, batch: Batch) -> None:
+        """Warm up, then capture one step. Where the step itself fails inside the capture,
+        `capture_end` then fails too ("operation failed due to a previous error during capture"):
+        the step's error is the one raised, the cause, with capture_end's after it."""
         run = self.run
         if run.device.type != "cuda":
             raise RuntimeError(f"a CUDA graph needs CUDA, this run is on {run.device.type}")
@@ -147,8 +170,18 @@ class StepGraph:
             raise RuntimeError("the step must read the run's fixed input buffers (a capture-ready run's batch)")
         warm_up(run, self.step, batch)
         graph = torch.cuda.CUDAGraph()
-        # thread_local: only this thread's calls that are unsafe during a capture end it (not a
-        # progress bar's or a Dask worker's other threads)
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            losses = self.step(run, batch)
+        cause: list[BaseException] = []
+        try:
+            # thread_local: only this thread's calls that are unsafe during a capture end it (not a
+            # progress bar's or a Dask worker's other threads)
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+                try:
+                    losses = self.step(run, batch)
+                except Exception as e:
+                    cause.append(e)
+                    raise
+        except Exception as e:
+            if cause and e is not cause[0]:
+                raise cause[0] from e
+            raise
         self.graph, self.losses = graph, losses

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import shutil
 import signal
@@ -56,7 +57,7 @@ from .metrics import LOSS_NAMES, find_drop, run_losses, squared_errors
 from .model import MatrixBert, build_model, eval_mode
 from .runs import (append_metrics, check_disk, checkpoint_dir, convergence_stop, drop_column, end_of_run, ended_at,
                    is_complete, only_trainer, prune_checkpoints, resume_checkpoint, resume_metrics, run_end,
-                   save_checkpoint, saved_steps, seed_run_dirs, write_end, write_profile)
+                   save_checkpoint, saved_steps, seed_run_dirs, write_atomic, write_end, write_profile)
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -268,6 +269,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
     return base_lr * min(1.0, step / warmup) if warmup else base_lr
 
 
+STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.record_step`)
 CUDA_ONLY_STEPS = ("reduce-overhead", "cuda-graph")  # train.step variants made of CUDA graphs
 
 
@@ -420,6 +422,7 @@ class _Run:
         self.rule = convergence_stop(p)
         reason = self.stop_reason()
         self.finished = self.step >= self.t.steps or reason is not None
+        self.step_said = None  # (variant, fell_back) last written to STEP_RAN
         if self.finished and self.step:
             self.record_end(reason)  # a run that ended before end.json existed, or under another until/cap
 
@@ -440,6 +443,15 @@ class _Run:
         end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped", cut=reason == "cut")
         if not ended_at(self.dir, self.step) or run_end(self.dir) != end:
             write_end(self.dir, end)
+
+    def record_step(self) -> None:
+        """STEP_RAN in the run's folder: the step variant the profile asked for, the one it
+        resolved to here, the one that ran (eager after a failed capture or compile) and why,
+        from this step on. Written when it first steps and whenever a fallback changes it."""
+        said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
+                "fell_back": self.fell_back, "from_step": self.step}
+        write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
+        self.step_said = (self.variant, self.fell_back)
 
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None) -> "_Run":
@@ -606,6 +618,8 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
         while runs:
             train_step(runs)
             for r in runs:
+                if r.step_said != (r.variant, r.fell_back):  # what ran, where a fallback changed it
+                    r.record_step()
                 if r.step % r.t.eval_every == 0:  # evaluate: fresh matrices of the run's eval generator
                     r.evals[r.step] = dict(zip(LOSS_NAMES, r.evaluate().cpu().tolist()))
             cut = signals.requested or (deadline is not None and time.time() >= deadline)
@@ -785,18 +799,25 @@ def compare(ref: Trace, got: Trace, start: dict[str, torch.Tensor], exact: bool)
 
 def time_steps(step: Callable[[], object], n: int, device: torch.device) -> tuple[float, float]:
     """(ms a step, host ms a step) over `n` calls of `step`: on CUDA the device's time between two
-    events and the host's time to enqueue the calls (perf_counter, no sync inside); on the CPU
-    both are the wall time."""
+    events over `n` calls queued back to back, then the host's own time to enqueue one step, each
+    of `n` more calls timed from an idle device (perf_counter): queued back to back, a step that
+    keeps the device busy fills CUDA's launch queue, the host then waits for room, and its time
+    would read as the device's. On the CPU both are the wall time."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        t0 = time.perf_counter()
         for _ in range(n):
             step()
-        host = time.perf_counter() - t0
         end.record()
         end.synchronize()
+        host = 0.0
+        for _ in range(n):
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            step()
+            host += time.perf_counter() - t0
+        torch.cuda.synchronize(device)
         return start.elapsed_time(end) / n, 1000 * host / n
     t0 = time.perf_counter()
     for _ in range(n):
@@ -811,6 +832,15 @@ def time_run(run, n: int) -> tuple[float, float]:
     for _ in range(3):
         step()
     return time_steps(step, n, run.device)
+
+
+def release(*runs) -> None:
+    """Free the captured graphs (and their memory pools) of in-memory `runs` now, not when the
+    collector finds them: the next variant measured gets the device's memory back."""
+    for run in runs:
+        graph = getattr(run, "graph", None)
+        if graph is not None:
+            graph.release()
 
 
 _CHOSEN: dict[tuple, str] = {}
@@ -837,6 +867,7 @@ def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> 
                         f"cuda-graph {check.text}")
             else:
                 chosen, line = "eager", f"eager ({eager_ms:.1f} ms a step): cuda-graph {check.text}"
+            release(ref.run, graph.run)
             del ref, graph
             torch.cuda.empty_cache()
         except Exception as e:

@@ -8,10 +8,16 @@
 A lease's commands are at most 10 minutes and the chapters must run where the weights are,
 so a slice is two commands issued back to back (docs/gpu.md gives them exactly):
 
-    python -m mclib slice start  --out-dir W --hold-s S   # refuses a slice that cannot fit; trains
-                                                          # detached under the slice's deadline
-    python -m mclib slice finish --out-dir W --dest $OUT  # waits for it, executes the slice's
-                                                          # chapters (no site), packs results.tgz
+    python -m mclib slice start  --out-dir W --budget-s B --hold-s S   # refuses a slice that cannot
+                                             # fit B seconds; trains detached under its deadline
+    python -m mclib slice finish --out-dir W --dest $OUT --left-s L    # waits for it until its
+                                             # deadline + 60 s, then stops it; executes the slice's
+                                             # chapters (no site); packs results.tgz
+
+Both hold to the device's limits: a command ends COMMAND_SPARE_S before COMMAND_S from when it
+began (`--began`, scripts/lease.sh's clock), and the lease's end is the device time left that the
+command is given (`--budget-s`, `--left-s`), less the results' way back. A `finish` with nothing
+started (a refused `start`, no kit) packs a results.tgz that says why (REFUSED).
 
 and, back on the CPU machine, `python -m mclib slice merge results.tgz` files it under
 results/. `python -m mclib slice` alone (a GPU of one's own, no command limit) starts and
@@ -29,6 +35,7 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -42,6 +49,7 @@ import yaml
 
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from ..core.repo import REPO, git_revision
+from . import steptable
 from ..core.runs import END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, SCORECARD, freeze_dir, run_name, write_atomic
 
 LEDGER = REPO / "results" / "paper-slices.yaml"
@@ -49,14 +57,27 @@ STATE = "slice.json"           # in the work folder: the slice in flight; in a r
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
 RETURN_MIB = 16                # the largest file a lease sends back
-RUN_FILES = (END, PROFILE, SCORECARD)  # copied as they are; METRICS is gzipped
+RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.train.STEP_RAN);
+                                                     # METRICS is gzipped
 METRICS_GZ = METRICS + ".gz"
 STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
 STEP_TABLE_S = 3600            # older than this, a table is another lease's: not read
 TRAINED_STEPS = ("eager", "compile", "reduce-overhead", "cuda-graph")  # the table's variants a slice may train with
+COMPILED_STEPS = ("compile", "reduce-overhead")  # the trainer compiles them again: their first_s is paid again
 COLLECT_S = 30                 # packing and the return, in a slice's time
-MEASURE_S = 125                # the kit (at most 15 s) and the step's measurement (at most 110 s) before a slice
-RETURN_S = 20                  # the results' way back, outside the slice (scripts/lease.sh: BUDGET_S = 900 - 120 - 20)
+MEASURE_S = 125                # the kit (at most 15 s) and the step's full measurement (at most 110 s) before a slice
+CHECK_S = 45                   # the kit and the chosen variant's check alone, where the committed step table stands
+                               # (mclib.lease.steptable)
+RETURN_S = 20                  # the results' way back, outside the slice (scripts/lease.sh: LEFT_S less it)
+COMMAND_S = 600                # the longest a command may run on the device: past it, the command is killed
+COMMAND_SPARE_S = 20           # a command ends this long before COMMAND_S (its output's way back)
+FINISH_GRACE_S = 60            # past the slice's deadline, the trainer's time to save and end by itself
+STOP_S = 30                    # after SIGTERM (save and end "cut"), the trainer's time before it is killed
+LOG_TAIL_KIB = 256             # of each log a lease packs, its last this many KiB
+REFUSED = "slice-refused.txt"  # in the work folder: why no slice started (a refused `start`; lease.sh without the kit)
+START_LOG = "lease-start.log"  # in the work folder: scripts/lease.sh start's output (the step, the plan, any refusal)
+STEP_ERRORS = "lease_step_errors.log"  # beside the step table: each variant's traceback (benchmarks/lease_step.py)
+LOGS = (START_LOG, TRAIN_LOG, STEP_ERRORS)  # packed (their tails) with every results.tgz
 
 
 class SliceError(ConfigError):
@@ -212,12 +233,15 @@ class Picked(NamedTuple):
     ms: float | None
 
 
-def pick_step(table: Path, precision: str, device: str | None = None) -> Picked:
+def pick_step(table: Path, precision: str, device: str | None = None, horizon_s: float | None = None) -> Picked:
     """The step this lease trains with, from its step table (benchmarks/lease_step.py): the fastest
     variant at `precision` that passed its check against eager in that table, with its time; eager
     (the reference every check compares with), with no time, where none did, where the table is
     missing, older than STEP_TABLE_S or from another device (`device`: this machine's, where
-    known), the line naming the cause. A variant the table did not check is never picked."""
+    known), the line naming the cause. A variant the table did not check is never picked. With
+    `horizon_s` (the seconds the lease has left), a compiled variant is picked only where it pays:
+    where, its compile (the table's first_s, which the trainer pays again) taken from the
+    horizon, it reaches more steps than the fastest variant that needs no compile."""
     import pandas as pd
 
     if not Path(table).is_file():
@@ -235,11 +259,19 @@ def pick_step(table: Path, precision: str, device: str | None = None) -> Picked:
     if ok.empty:
         return Picked("eager", f"training variant: eager (no variant at {precision} passed its check in "
                                f"{Path(table).name})", None)
-    best = ok.sort_values("ms_step").iloc[0]
+    ok = ok.sort_values("ms_step")
+    best, unpaid = ok.iloc[0], ""
+    if horizon_s is not None and "first_s" in ok and best["variant"] in COMPILED_STEPS:
+        plain = ok[~ok["variant"].isin(COMPILED_STEPS)]
+        compile_s = float(best["first_s"]) if pd.notna(best["first_s"]) else 0.0
+        if len(plain) and (horizon_s - compile_s) / best["ms_step"] < horizon_s / plain["ms_step"].iloc[0]:
+            unpaid = (f"; {best['variant']} ({best['ms_step']:.1f} ms) passed over: its {compile_s:.0f} s compile "
+                      f"does not pay within {horizon_s:.0f} s")
+            best = plain.iloc[0]
     eager = ok[ok["variant"] == "eager"]
     than = f" (eager {eager['ms_step'].iloc[0]:.1f})" if len(eager) and best["variant"] != "eager" else ""
     return Picked(best["variant"], f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at "
-                                   f"{precision}, {best['check']}", float(best["ms_step"]))
+                                   f"{precision}, {best['check']}{unpaid}", float(best["ms_step"]))
 
 
 def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = None) -> None:
@@ -250,19 +282,23 @@ def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = 
 
 # --- on the GPU machine --------------------------------------------------------------------
 
-def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER) -> dict:
-    """Refuse a slice that cannot fit `budget_s` (default: the lease less the machine's start),
-    else write its profile and start its training detached (a new process session, which the
-    lease keeps when this command returns), then hold this command `hold_s` seconds or until
-    training ends. Returns the state written to OUT_DIR/slice.json."""
+def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER, *,
+          began: float | None = None) -> dict:
+    """Refuse a slice that cannot fit `budget_s`, the device seconds left for it from now
+    (default: the ledger's lease less the machine's start and the return), else write its profile
+    and start its training detached (a new process session, which the lease keeps when this
+    command returns), then hold this command `hold_s` seconds or until training ends, never past
+    COMMAND_S less COMMAND_SPARE_S from `began` (when the command began; default now). Returns the
+    state written to OUT_DIR/slice.json."""
+    began = time.time() if began is None else began
     ledger = read_ledger(ledger_path)
     if next_slice(ledger, ledger_path.parent) is None:
         raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
     t0 = time.time()
-    budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"]
+    budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"] - RETURN_S
     # the plan follows this lease's own step: the variant that passed its check and its time, else the ledger's
     table = Path(out_dir) / STEP_TABLE
-    variant, why, measured = pick_step(table, ledger["precision"], _device_name())
+    variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
     step_ms = measured if measured is not None else ledger["step_ms"]
     print(f"lease: {why}; the plan reads {step_ms:g} ms a step "
           f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})", flush=True)
@@ -291,7 +327,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
           f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
-    _wait(proc.pid, time.time() + hold_s, out_dir, quiet=hold_s <= 0)
+    _wait(proc.pid, min(time.time() + hold_s, began + COMMAND_S - COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
     return state
 
 
@@ -348,27 +384,75 @@ def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
         if not quiet and time.time() - last >= 30:
             print("  training: " + (", ".join(training_status(out_dir / "runs", 0)) or "starting"), flush=True)
             last = time.time()
-        time.sleep(1.0)
+        time.sleep(min(1.0, max(0.05, until - time.time())))
     return not _alive(pid)
 
 
-def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None) -> Path:
-    """Wait for the slice's training, execute its chapters (no site) one at a time while the
-    slice's budget (`start`'s) leaves time, pack results.tgz into `dest`. A chapter that
-    fails or finds no time is named (slice.json), and what ran is packed all the same.
+def _signal(pid: int, sig: int) -> None:
+    """`sig` to the trainer's process group (`start` made it a session of its own), else to it alone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
 
-    Issued again on the same machine (after a fix travels with the checkout), it executes only
-    the chapters not yet executed (slice.json's `chapters_done`), within `chapters_s` seconds
-    from now where given (the first budget is spent by then), and packs everything again."""
+
+def stop_training(state: dict, out_dir: Path, until: float) -> str:
+    """Wait for the slice's trainer until its deadline + FINISH_GRACE_S (never past `until`),
+    then ask it to stop (SIGTERM: the training loop saves a resumable checkpoint and ends "cut"),
+    and STOP_S later kill it; how it ended, in one line (slice.json's `training_stop`)."""
+    pid, name = state["pid"], state["slice"]
+    if _wait(pid, min(state["deadline"] + FINISH_GRACE_S, until - STOP_S), out_dir):
+        return "ended by itself"
+    late = time.time() - state["deadline"]
+    print(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)",
+          file=sys.stderr, flush=True)
+    _signal(pid, signal.SIGTERM)
+    if _wait(pid, min(time.time() + STOP_S, until), out_dir, quiet=True):
+        return f"asked to stop (SIGTERM) {late:.0f} s past its deadline; it ended"
+    _signal(pid, signal.SIGKILL)
+    ended = _wait(pid, time.time() + 5, out_dir, quiet=True)
+    line = (f"killed (SIGKILL): still running {late:.0f} s past its deadline and {STOP_S:g} s after SIGTERM"
+            + ("" if ended else "; still there 5 s later"))
+    print(f"slice {name}: training {line}", file=sys.stderr, flush=True)
+    return line
+
+
+def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
+           left_s: float | None = None, began: float | None = None) -> Path:
+    """Wait for the slice's training (`stop_training`: until its deadline + FINISH_GRACE_S, then
+    stopped), execute its chapters (no site) one at a time while the lease leaves time, pack
+    results.tgz into `dest`. A chapter that fails or finds no time is named (slice.json), and
+    what ran is packed all the same, with the tails of the lease's logs (LOGS) and its step table.
+
+    The lease's end: `left_s` device seconds from `began` (when this command began; default now)
+    less RETURN_S, where given, else `chapters_s` from now, else the budget `start` was given;
+    never past COMMAND_S less COMMAND_SPARE_S from `began`. Issued again on the same machine
+    (after a fix travels with the checkout), it executes only the chapters not yet executed
+    (slice.json's `chapters_done`), within `chapters_s` seconds from now where given, and packs
+    everything again. With no slice
+    started (no slice.json), it packs what the work folder holds and why (REFUSED)."""
     from ..book.runner import BookError, build, select_chapters
 
+    began = time.time() if began is None else began
     out_dir, dest = Path(out_dir).resolve(), Path(dest)
+    if not (out_dir / STATE).is_file():
+        return pack_refused(out_dir, dest)
     state = json.loads((out_dir / STATE).read_text())
-    _wait(state["pid"], float("inf"), out_dir)
-    if chapters_s is not None:
-        end_by = time.time() + chapters_s - COLLECT_S
+    if left_s is not None:
+        lease_end = began + left_s - RETURN_S
+    elif chapters_s is not None:
+        lease_end = time.time() + chapters_s  # issued again: the first budget is spent by then
     else:
-        end_by = state["started"] + state["budget_s"] - COLLECT_S  # the chapters may not eat the packing's time
+        lease_end = state["started"] + state["budget_s"]
+    end = min(lease_end, began + COMMAND_S - COMMAND_SPARE_S)
+    state["training_stop"] = stop_training(state, out_dir, end - COLLECT_S)
+    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    end_by = end - COLLECT_S  # the chapters may not eat the packing's time
+    if chapters_s is not None:
+        end_by = min(end_by, time.time() + chapters_s - COLLECT_S)
     done = state.setdefault("chapters_done", [])
     error, skipped = None, []
     for name in state["chapters"]:  # one at a time, each only while the lease has time for it
@@ -394,18 +478,86 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         folder = Path(tmp) / "slice"
         collect(out_dir, folder, name=profile.name, seeds=state["seeds"])
         (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
+        logs = _copy_logs(out_dir, folder)
+        ran = _steps_ran(out_dir, profile, state["seeds"])
         record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
                   "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
                   "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
                   "chapters_not_run": skipped,
                   "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
+                  "train_step_ran": ran, "training_stop": state["training_stop"], "logs": logs,
                   "ends": _ends(out_dir, profile, state["seeds"]),
                   "freeze_ends": _freeze_ends(out_dir, profile, state.get("freeze", []))}
         (folder / STATE).write_text(json.dumps(record, indent=1))
-        dest.mkdir(parents=True, exist_ok=True)
-        path = dest / RESULTS_TGZ
-        left_out = _pack(folder, path)
-    print(f"slice {state['slice']}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
+        path = _pack_into(folder, dest)
+    return path
+
+
+def pack_refused(out_dir: Path, dest: Path) -> Path:
+    """results.tgz for a lease that started no slice: slice.json with `slice` null and `refused`
+    (REFUSED's line, or why there is none), the step table and the logs' tails the work folder holds."""
+    out_dir = Path(out_dir)
+    why = ((out_dir / REFUSED).read_text().strip() if (out_dir / REFUSED).is_file() else
+           f"no {STATE} in {out_dir}: `slice start` was not issued here, or ended before it started a slice")
+    print(f"lease: no slice to finish: {why}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "slice"
+        folder.mkdir()
+        record = {"slice": None, "refused": why, **device_record(), "date": datetime.date.today().isoformat(),
+                  "logs": _copy_logs(out_dir, folder)}
+        (folder / STATE).write_text(json.dumps(record, indent=1))
+        return _pack_into(folder, dest)
+
+
+def refuse(out_dir: Path, why: str) -> None:
+    """Write why no slice starts in this work folder (REFUSED), for `finish` to pack."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / REFUSED, lambda f: f.write_text(why.strip() + "\n"))
+
+
+def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
+    """The step table and the tails (LOG_TAIL_KIB) of the lease's logs in `out_dir`, into `folder`;
+    their names. A log cut to its tail says so in its first line."""
+    names = []
+    if (out_dir / STEP_TABLE).is_file():
+        shutil.copy2(out_dir / STEP_TABLE, folder / STEP_TABLE)
+        names.append(STEP_TABLE)
+    for name in LOGS:
+        src = out_dir / name
+        if not src.is_file():
+            continue
+        size = src.stat().st_size
+        with open(src, "rb") as f:
+            f.seek(max(0, size - LOG_TAIL_KIB * 1024))
+            tail = f.read()
+        head = f"[the last {LOG_TAIL_KIB} KiB of {size / 1024:.0f} KiB]\n".encode() if size > len(tail) else b""
+        (folder / name).write_bytes(head + tail)
+        names.append(name)
+    return names
+
+
+def _steps_ran(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
+    """{seed: the run's STEP_RAN (the step variant that ran, and why it fell back)}; None where none."""
+    from ..core.train import STEP_RAN
+
+    ran = {}
+    for seed in seeds:
+        f = out_dir / "runs" / run_name(profile.name, seed) / STEP_RAN
+        ran[str(seed)] = json.loads(f.read_text()) if f.is_file() else None
+    return ran
+
+
+def _pack_into(folder: Path, dest: Path) -> Path:
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    path = dest / RESULTS_TGZ
+    record = json.loads((folder / STATE).read_text())
+    tmp = dest / (RESULTS_TGZ + ".tmp")
+    left_out = _pack(folder, tmp)
+    tmp.replace(path)  # a cut pack never reads as whole
+    what = f"slice {record['slice']}" if record.get("slice") else "lease (no slice)"
+    print(f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
           + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""), flush=True)
     return path
 
@@ -520,10 +672,12 @@ def _pack(folder: Path, path: Path) -> list[str]:
 
 # --- on the CPU machine ----------------------------------------------------------------------
 
-def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> Path:
+def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> Path | None:
     """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/. A slice that is not
     the ledger's next, another profile, or another revision than this checkout's is merged
-    with a note printed (and kept in slice.json); files left out are named."""
+    with a note printed (and kept in slice.json); files left out are named. A full step table
+    in it is committed beside the ledger (`steptable.adopt`). A lease that started no slice
+    files nothing but that table, and says why in one line (None)."""
     ledger = read_ledger(ledger_path)
     have = done(root, ledger["name"])  # before this one is filed
     open_slices = [s.name for s in ledger["slices"] if not is_done(ledger, s, have)]
@@ -532,6 +686,13 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         if member is None:
             raise SliceError(f"{tgz}: no {STATE} at its top: not a slice's results.tgz")
         record = json.loads(tar.extractfile(member).read())
+        if record.get("slice") is None:  # a lease that started no slice: its step table alone is kept
+            with tempfile.TemporaryDirectory() as tmp:
+                tar.extractall(tmp, filter="data")
+                adopted = steptable.adopt(Path(tmp) / STEP_TABLE, root / steptable.COMMITTED)
+            print(f"slice merge: the lease started no slice: {record.get('refused')}"
+                  + (f"; {adopted}" if adopted else ""))
+            return None
         dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
         tar.extractall(dest, filter="data")
     notes = []
@@ -550,6 +711,9 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
                      "(results_mib; what travels to a lease must stay under 40 MiB)")
     for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
         print(f"slice merge: note: {n}")
+    adopted = steptable.adopt(dest / STEP_TABLE, root / steptable.COMMITTED)
+    if adopted:
+        print(f"slice merge: {adopted}")
     record["merge_notes"] = notes
     write_atomic(dest / STATE, lambda f: f.write_text(json.dumps(record, indent=1)))
     print(f"slice {record['slice']}: merged into {dest}")

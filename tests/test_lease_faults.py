@@ -1,0 +1,336 @@
+"""A GPU lease's faults, on the CPU: what the lease's plumbing (mclib.lease.slices, scripts/lease.sh,
+benchmarks/lease_step.py) does when the trainer hangs, a variant of the step hangs or raises an
+error that leaves the device unusable, `start` refuses and `finish` follows, the kit is missing,
+or too little time is left; and the CUDA-only parts of the step (the graph's memory, a failed
+capture's cause, the host's time a step) with CUDA's calls stubbed. Each ends with what ran kept
+and a results.tgz that says why the rest did not."""
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import weakref
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from mclib.__main__ import main
+from mclib.core import graphstep
+from mclib.core.runs import write_atomic
+from mclib.lease import slices
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("lease_step", ROOT / "benchmarks" / "lease_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _ledger(tmp_path, train_s=20, chapters=()):
+    plan = {"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test", "lease_s": 900,
+            "start_s": 180, "slices": [{"name": "A", "what": "the smoke run under a deadline", "seeds": [1],
+                                       "train_s": train_s, "chapters": list(chapters), "chapters_s": 200}]}
+    path = tmp_path / "results" / "paper-slices.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(plan))
+    return path
+
+
+def _packed(tgz: Path) -> tuple[dict, list[str]]:
+    with tarfile.open(tgz) as tar:
+        return json.loads(tar.extractfile(slices.STATE).read()), tar.getnames()
+
+
+# --- the trainer ---------------------------------------------------------------------------
+
+TRAINER = ("import signal, sys, time\n"
+           "if sys.argv[1] == 'hangs':\n"
+           "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a trainer stuck where no signal is taken
+           "print('training', flush=True)\n"
+           "time.sleep(300)\n")
+
+
+@pytest.mark.parametrize("trainer", ["hangs", "stops"])
+def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_packed(
+        trainer, tmp_path, monkeypatch, smoke_profile):
+    """`finish` waits for the trainer until the deadline + FINISH_GRACE_S, asks it to stop
+    (SIGTERM: the loop saves and ends "cut"), kills it STOP_S later, then packs all the same."""
+    monkeypatch.setattr(slices, "FINISH_GRACE_S", 0.5, raising=False)
+    monkeypatch.setattr(slices, "STOP_S", 0.5, raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    ppath = work / "slice-A.yaml"
+    ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
+    log = open(work / slices.TRAIN_LOG, "w")
+    proc = subprocess.Popen([sys.executable, "-c", TRAINER, trainer], stdout=subprocess.PIPE, stderr=log,
+                            start_new_session=True, text=True)
+    assert proc.stdout.readline() == "training\n"  # its SIGTERM handling is in place
+    state = {"slice": "A", "pid": proc.pid, "deadline": time.time(), "started": time.time(), "budget_s": 600.0,
+             "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
+    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    done = []
+    waiter = threading.Thread(target=lambda: done.append(slices.finish(work, tmp_path / "out")), daemon=True)
+    t0 = time.time()
+    waiter.start()
+    waiter.join(timeout=30)
+    try:
+        assert done, "finish still waiting for the trainer 30 s after its deadline"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        waiter.join(timeout=10)
+    assert time.time() - t0 < 15
+    record, names = _packed(done[0])
+    said = {"hangs": "killed", "stops": "asked to stop"}[trainer]
+    assert record["training_stop"].startswith(said), record["training_stop"]
+    assert proc.returncode == -(signal.SIGKILL if trainer == "hangs" else signal.SIGTERM)
+    assert slices.TRAIN_LOG in names  # the trainer's log tail comes back
+
+
+# --- the step's measurement ----------------------------------------------------------------
+
+STICKY = "CUDA error: an illegal memory access was encountered"
+
+
+def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measured_before_it(tmp_path, monkeypatch):
+    """bf16 raises an error that leaves the device unusable (a sticky CUDA error), and from
+    then on the cleanup raises too: eager's row and the kernel table are kept, bf16's row
+    names the error, the variants after it say why they did not run, the traceback is beside."""
+    bench = _bench()
+    broken = []
+    real_trace, real_set = bench.trace, bench.set_precision
+
+    def trace(profile, device, variant, steps):
+        if profile.train.precision == "bf16":
+            broken.append(True)
+            raise RuntimeError(STICKY + "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+        return real_trace(profile, device, variant, steps)
+
+    def set_precision(device, precision):
+        if broken:
+            raise RuntimeError(STICKY)
+        real_set(device, precision)
+
+    monkeypatch.setattr(bench, "trace", trace)
+    monkeypatch.setattr(bench, "set_precision", set_precision)
+    monkeypatch.setattr(bench, "device_error", lambda device: f"RuntimeError: {STICKY}" if broken else None,
+                        raising=False)
+    out = tmp_path / "lease_step.csv"
+    code = bench.main(["--budget-s", "60", "--profile", "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2",
+                       "--variants", "eager,bf16,compile", "--ledger", str(tmp_path / "none.yaml"), "--out", str(out)])
+    t = pd.read_csv(out).set_index("variant")
+    assert list(t.index) == ["eager", "bf16", "compile"]
+    assert t.loc["eager", "status"] == "ran" and bool(t.loc["eager", "passed"])
+    assert t.loc["bf16", "status"] == f"failed: RuntimeError: {STICKY}"
+    assert t.loc["compile", "status"] == (f"not run: the device is unusable after bf16's error (RuntimeError: "
+                                          f"{STICKY})")
+    assert code == bench.EXIT_STOPPED
+    assert (tmp_path / "lease_step_kernels.csv").is_file()
+    errors = (tmp_path / "lease_step_errors.log").read_text()
+    assert "Traceback" in errors and "TORCH_USE_CUDA_DSA" in errors
+
+
+HANG = """
+import time
+import mclib.core.train as train
+real = train.trace
+def trace(profile, device, variant, steps=20):
+    if profile.train.precision == "bf16":
+        time.sleep(3600)  # a variant that never returns
+    return real(profile, device, variant, steps)
+train.trace = trace
+"""
+
+
+@pytest.mark.slow  # a process of its own (torch's import), ~20 s
+def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(HANG)
+    out = tmp_path / "lease_step.csv"
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
+    t0 = time.time()
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lease_step.py"), "--budget-s", "20", "--profile",
+                        "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2", "--variants", "eager,bf16,compile",
+                        "--ledger", str(tmp_path / "none.yaml"), "--out", str(out)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert time.time() - t0 < 90
+    t = pd.read_csv(out).set_index("variant")
+    assert t.loc["eager", "status"] == "ran"
+    assert t.loc["bf16", "status"].startswith("failed: still running at its cap of "), t.loc["bf16", "status"]
+    assert t.loc["compile", "status"] == "not run: bf16 hung"
+    assert p.returncode == _bench().EXIT_STOPPED, p.stderr[-2000:]
+
+
+# --- start refused, then finish ------------------------------------------------------------
+
+def test_finish_after_a_refused_start_packs_a_results_tgz_saying_why(tmp_path, capsys):
+    ledger = _ledger(tmp_path, train_s=600)
+    work, out = tmp_path / "work", tmp_path / "out"
+    assert main(["slice", "start", "--out-dir", str(work), "--budget-s", "300", "--ledger", str(ledger)]) == 2
+    refusal = capsys.readouterr().err.strip()
+    assert refusal.startswith("mclib: error: no slice fits this lease: slice A needs at least 830 s")
+    assert main(["slice", "finish", "--out-dir", str(work), "--dest", str(out), "--ledger", str(ledger)]) == 0
+    record, _ = _packed(out / slices.RESULTS_TGZ)
+    assert record["slice"] is None and record["refused"] == refusal.removeprefix("mclib: error: ")
+    # back here: nothing to file, said in one line, nothing filed under results/
+    assert main(["slice", "merge", str(out / slices.RESULTS_TGZ), "--ledger", str(ledger)]) == 0
+    assert "the lease started no slice: no slice fits this lease" in capsys.readouterr().out
+    assert not list(ledger.parent.glob("smoke-A-*"))
+
+
+# --- scripts/lease.sh ----------------------------------------------------------------------
+
+NO_KIT = "import sys\nfor _name in ('papermill', 'ipykernel', 'myst_nb'):\n    sys.modules[_name] = None\n"
+
+
+def _lease(action, tmp_path, ledger, extra_env=None, timeout=300):
+    site = tmp_path / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(NO_KIT)
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "PYTHON": sys.executable,
+           "OUT": str(tmp_path / "OUT"), "WORK": str(tmp_path / "work"), "LEDGER": str(ledger),
+           "KIT": str(tmp_path / "no-kit"), "BENCH_S": "15", "HOLD_S": "1",
+           "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,bf16",
+           **(extra_env or {})}
+    return subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow  # two processes of their own, ~30 s
+def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(tmp_path):
+    ledger = _ledger(tmp_path)
+    started = _lease("start", tmp_path, ledger)
+    assert started.returncode == 3, started.stdout[-2000:] + started.stderr[-2000:]
+    lines = [line for line in started.stderr.splitlines() if line.startswith("lease: no slice started")]
+    assert lines == [f"lease: no slice started: no {tmp_path / 'no-kit'} and papermill, ipykernel or myst_nb is "
+                     "not installed (python scripts/wheelhouse.py --kit --out .kit, then carry .kit)"]
+    assert pd.read_csv(tmp_path / "OUT" / "lease_step.csv")["status"].iloc[0] == "ran"  # the table needs no kit
+    finished = _lease("finish", tmp_path, ledger)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    record, names = _packed(tmp_path / "OUT" / slices.RESULTS_TGZ)
+    assert record["slice"] is None and record["refused"].startswith("no slice started: no ")
+    assert "lease_step.csv" in names and slices.START_LOG in names
+
+
+# --- the CUDA-only parts of the step, CUDA's calls stubbed -----------------------------------
+
+def _cpu_run():
+    from mclib.core.config import load_profile, profile_path
+    from mclib.core.train import _Run
+
+    p = load_profile(profile_path("smoke")).replace(**{"train.compile": False, "train.step": "eager",
+                                                       "train.batch": 2})
+    return _Run.in_memory(p, torch.device("cpu"), capture_ready=True)
+
+
+def test_a_runs_step_graph_and_its_memory_go_when_the_run_goes_without_waiting_for_the_collector():
+    from mclib.core.train import device_step
+
+    run = _cpu_run()
+    run.graph = graphstep.StepGraph(run, device_step)
+    pool = object()  # stands for the captured graph (torch.cuda.CUDAGraph), which holds its memory pool
+    run.graph.graph = pool
+    gone = weakref.ref(run.graph)
+    gc.disable()
+    try:
+        del run
+        assert gone() is None, "the step graph outlived its run: a reference cycle waits for the collector"
+    finally:
+        gc.enable()
+
+
+class _FakeCapture:
+    """torch.cuda.graph as it behaves when the step fails inside a capture: its exit (capture_end)
+    raises its own error, which hides the step's."""
+
+    def __init__(self, graph, **kw):
+        self.capturing = False
+
+    def __enter__(self):
+        _FakeCapture.on = True
+        return self
+
+    def __exit__(self, *exc):
+        _FakeCapture.on = False
+        if exc[0] is not None:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture\n"
+                               "(the capture was invalidated)")
+        return False
+
+
+def test_a_capture_that_fails_names_the_steps_own_error_not_capture_ends(monkeypatch, capsys):
+    def step(run, batch):
+        if getattr(_FakeCapture, "on", False):
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return torch.zeros(4)
+
+    run = _cpu_run()
+    batch = run.batch()  # the run's fixed input buffers (here on the CPU)
+    run.device = torch.device("cuda")
+    monkeypatch.setattr(graphstep, "warm_up", lambda *a, **kw: None)
+    monkeypatch.setattr(graphstep.torch.cuda, "CUDAGraph", lambda: object())
+    monkeypatch.setattr(graphstep.torch.cuda, "graph", _FakeCapture)
+    g = graphstep.StepGraph(run, step)
+    g.replay(batch)
+    assert run.fell_back == "RuntimeError: operation not permitted when stream is capturing", run.fell_back
+    assert "operation not permitted when stream is capturing" in capsys.readouterr().err
+
+
+class _FakeGPU:
+    """A device that runs each step for `device_ms` after the host enqueued it in `host_ms`, with
+    a launch queue `depth` steps deep: once full, the host waits for room, as CUDA's does."""
+
+    def __init__(self, host_ms, device_ms, depth=2):
+        self.host, self.dev, self.depth, self.busy_until, self.queued = host_ms / 1000, device_ms / 1000, depth, 0.0, []
+
+    def step(self):
+        time.sleep(self.host)
+        while len([t for t in self.queued if t > time.perf_counter()]) >= self.depth:
+            time.sleep(0.0005)  # the queue is full: the launch blocks
+        self.busy_until = max(self.busy_until, time.perf_counter()) + self.dev
+        self.queued.append(self.busy_until)
+
+    def synchronize(self, *a):
+        time.sleep(max(0.0, self.busy_until - time.perf_counter()))
+
+    def event(self, **kw):
+        gpu = self
+
+        class Event:
+            def record(self):
+                self.at = max(gpu.busy_until, time.perf_counter())
+
+            def synchronize(self):
+                gpu.synchronize()
+
+            def elapsed_time(self, end):
+                return 1000 * (end.at - self.at)
+        return Event()
+
+
+def test_the_hosts_time_a_step_is_its_own_not_the_queue_waiting_for_the_device(monkeypatch):
+    """A GPU-bound step (device 20 ms, host 2 ms): host_ms_step reads the host's 2 ms, not the
+    device's 20 that the host waits for once the launch queue is full."""
+    from mclib.core import train
+
+    gpu = _FakeGPU(host_ms=2, device_ms=20)
+    monkeypatch.setattr(train.torch.cuda, "synchronize", gpu.synchronize)
+    monkeypatch.setattr(train.torch.cuda, "Event", gpu.event)
+    ms, host = train.time_steps(gpu.step, 12, torch.device("cuda"))
+    assert 18 < ms < 26
+    assert host < 8, f"host_ms_step {host:.1f} reads the device's time"
