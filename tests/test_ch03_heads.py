@@ -176,9 +176,11 @@ def test_heads_rows(tmp_path, t, ch):
     assert _verdict(tmp_path, pick(pr.assign(mse=pr.mse_zero * 0.9), u1_q)) == "same direction"
     assert _verdict(tmp_path, pick(pr.assign(mse=pr.mse_zero * 0.1), u1_q)) == "differs"
     weak = t["probes"].assign(mse=t["probes"].mse_zero * 0.9)
-    assert "does not recover the row here, unlike the paper" in _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
+    said = _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
+    assert "does not recover the row here (more than 50% of its variance explained, the book's cut-off), unlike the " \
+           "paper: it explains 10%" in said
     strong = t["probes"].assign(mse=t["probes"].mse_zero * 0.1)
-    assert "recovers the row here, as in the paper" in _rows(t, ch, probes=strong)[0]["e11_text"]
+    assert "recovers the row here (90% of its variance; more than 50%" in _rows(t, ch, probes=strong)[0]["e11_text"]
     lone = by_q["structured mask: the best head's mass on the lone observed entry"]
     assert _verdict(tmp_path, {**lone, "ours": 0.2}) == "differs" and _verdict(tmp_path, {**lone, "ours": 0.8}) == "same direction"
     assert "batch mean keeps what every input shares" in glue["e5_text"]
@@ -294,3 +296,26 @@ def test_e10_scores_the_other_three_kinds_of_head(tmp_path, t):
 def test_results_are_built_by_keyword_only(t):
     with pytest.raises(TypeError):
         chapter.Results(t["abl"], t["e67"], t["perm"], t["e8"], t["heads"], None, t["structured"], t["probes"])
+
+
+@pytest.mark.parametrize("rel, verdict, words", [
+    (0.67, "differs", "it explains 33%, so the row is linearly present in the masked positions' hidden states, but only in part"),
+    (1.02, "differs", "it explains none of it"),
+    (0.2, "same direction", "A linear probe recovers the row here (80% of its variance"),
+    (0.5, "too close to tell", "Whether a linear probe recovers the row here (50% of its variance")])
+def test_e11_claim_says_how_much_of_the_row_the_probe_finds(rel, verdict, words):
+    """2026-11-27: the paper setting's probe explained 33 % of the row's variance while the
+    sentence said the row was "not linearly present"; the share now comes from the probe."""
+    from mclib.book import scorecard
+
+    said = chapter.e11_claim(verdict, rel)
+    assert words in said and scorecard.agreement(verdict) in said
+    assert scorecard.contradiction(said, verdict) is None and "at most weakly" not in said
+
+
+def test_e9_readings_read_as_english():
+    """2026-11-27: "a such head" in the paper setting's table (its "1 heads": `scorecard.plural`)."""
+    scores = pd.DataFrame({"layer": [1, 2], "head": [0, 0], "row_excess": [0.8, 0.1], "column_excess": [0.1, 0.2],
+                           "self_excess": [0.1, 0.7]})
+    _, rows = chapter.e9_rows(scores, None)
+    assert [r["reading"].split(" head")[0] for r in rows[:3]] == ["such a", "no such", "such a"]

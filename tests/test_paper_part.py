@@ -105,3 +105,52 @@ def test_staging_the_part_twice_writes_the_same_bytes(tmp_path):
         return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in part.stage(tmp_path, slices.LEDGER)}
     first = staged()
     assert first and staged() == first
+
+
+def test_restate_sets_today_s_verdict_beside_the_lease_s_words():
+    """2026-11-27: the paper part kept a lease's sentences whose verdicts today's rules re-judged
+    (A_03 E4 "as in the paper (ratio rule)", A_07 B1 "which does not hold here") and its wording
+    slips ("The run is was cut", "a such head", "1 heads", "Over 1 seeds")."""
+    from ast import literal_eval
+
+    import nbformat
+    from mclib.lease import part
+
+    def glued(name, text):
+        return nbformat.v4.new_output("display_data", data={part.GLUED: repr(text)},
+                                      metadata={"scrapbook": {"name": name, "mime_prefix": ""}})
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 03\n\nOver {glue:text}`n_seeds` seeds of this profile (seeds {glue:text}`seed_list`), x"),
+        nbformat.v4.new_code_cell(outputs=[glued("e4_text", "x: as in the paper (ratio rule)"), glued("n_seeds", 1),
+                                           glued("end_text", "The run is was cut at step 9"),
+                                           nbformat.v4.new_output("display_data", data={
+                                               "text/html": "<td>a such head (above)</td><td>1 heads; 1.1</td>"})])])
+    nb = part.adapt(nb, "A", ":::{note}\nslice A\n:::")
+    rows = [{"chapter": "03_heads", "id": "E4", "quantity": q, "was": "matches", "verdict": "n/a", "na": "2 heads"}
+            for q in ("a", "b")]
+    done = part.restate(nb, "03_heads", rows)
+    out = {o["metadata"]["scrapbook"]["name"]: o["data"][part.GLUED] for o in nb.cells[2].outputs if "metadata" in o
+           and "scrapbook" in o["metadata"]}
+    e4 = literal_eval(out["e4_text"])
+    assert e4.startswith("x: as in the paper (ratio rule) [re-judged by today's rules, this sentence's verdict struck: "
+                         "E4, 2 rows now not tested here (2 heads), where the lease said as in the paper]")
+    assert literal_eval(out["end_text"]).startswith("Training was cut short of the profile's length: the run was cut")
+    html = nb.cells[2].outputs[-1]["data"]["text/html"]
+    assert "such a head" in html and ">1 head;" in html
+    assert "Over the one seed of this profile (seed {glue:text}`seed_list`)" in nb.cells[0].source
+    assert "e4_text" in done and "Set right on this page" in nb.cells[1].source
+    # a sentence whose rows were not re-judged stays the lease's
+    nb2 = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[glued("e4_text", "x: as in the paper")])])
+    assert part.restate(nb2, "03_heads", [{**rows[0], "was": "n/a"}]) == []
+
+
+def test_rejudged_beside_names_the_headline_row_where_only_a_reason_changed():
+    from mclib.lease import part
+
+    rows = [{"id": "E8", "quantity": "last layer patched", "paper": 0.063, "ours": 0.862, "verdict": "differs"},
+            {"id": "E8", "quantity": "every layer patched", "verdict": "cannot fail", "was": "cannot fail",
+             "rejudged": "the paper's value moved to the last-layer rows"}]
+    said = part.rejudged_beside(rows)
+    assert "every layer patched: the paper's value moved" in said
+    assert "its first row, last layer patched: 0.862 against the paper's 0.063, unlike the paper" in said
+    assert part.rejudged_beside(rows[:1]) == ""

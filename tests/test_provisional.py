@@ -27,11 +27,13 @@ def test_a_row_that_reads_the_end_of_a_cut_run_is_provisional_and_counted_apart(
     assert marked[0]["provisional"] == CUT.note and "2.95× the paper's at step 50,000" in CUT.note
     assert "reads step 16,591 of a run cut short of its 50,000" in CUT.note and "-12.9% ± 0.5%" in CUT.note
     assert scorecard.shown_verdict(marked[0]) == "differs, provisional"
-    assert scorecard.tally(marked) == {"rows": 5, "reproduced": 1, "differ": 0, "not tested": 2, "provisional": 2}
+    assert scorecard.tally(marked) == {"rows": 5, "reproduced": 1, "differ": 0, "too close": 0, "not tested": 2,
+                                      "provisional": 2}
     # the same rows from a run that trained its length: nothing provisional, the verdicts count as they are
     whole = scorecard.provisional(rows, WHOLE)
     assert not any(r["provisional"] for r in whole)
-    assert scorecard.tally(whole) == {"rows": 5, "reproduced": 1, "differ": 2, "not tested": 2, "provisional": 0}
+    assert scorecard.tally(whole) == {"rows": 5, "reproduced": 1, "differ": 2, "too close": 0, "not tested": 2,
+                                     "provisional": 0}
     assert "2 are provisional" in scorecard.headline(marked)["landing_model"]
     assert "E3" not in scorecard.headline(marked)["landing_reproduced"]  # a provisional row leaves E3 open
 

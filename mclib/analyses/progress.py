@@ -362,8 +362,11 @@ def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int,
     lead, ctrl_at = leaders(leads, control)
     ctrl_text = (f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
                  else "the loss itself stays in its band until the drop")
-    no_band = leads.loc[~np.isfinite(leads["band_low"]), "measure"].tolist()
-    short = (f"; the plateau is too short for a band for {', '.join(no_band)}" if no_band else "")
+    gone = leads[~np.isfinite(leads["band_low"])]
+    no_band = gone["measure"].tolist()
+    short = (f"; no plateau band (fewer than {MIN_BASELINE} checkpoints between steps "
+             f"{gone['window_start'].iloc[0]:,.0f} and {gone['window_end'].iloc[0]:,.0f}) for {', '.join(no_band)}"
+             if no_band else "")
     if lead.empty:
         return (f"No measure leaves its plateau band for good before the loss does ({ctrl_text}, the drop is at "
                 f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}")

@@ -71,6 +71,11 @@ def pre_na(step: int, on_paper_task: bool) -> str | None:
 
 
 
+# The glued sentences that state a row's verdict, by the experiment they speak for: the paper
+# part sets today's verdict beside a lease's words where its rows were re-judged (`mclib.lease.part.restate`).
+speaks_for = {"e2_ratio_text": "E2", "e3_match": "E3", "e6_text": "E6"}
+
+
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """This chapter's rows that a GPU lease recorded, judged by today's rules
     (`mclib.lease.reference.rejudge`, which iterates over what chapters declare): E2, E3 and E6

@@ -43,7 +43,7 @@ from . import plots
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
 from .scorecard import copy_levels
-from .scorecard import CUT, agreement, agreements, recorded_table, row_verdict, stage, verdict_counts
+from .scorecard import CUT, agreement, agreements, plural, recorded_table, row_verdict, stage, verdict_counts
 from .scorecard import claim as _row
 
 CHAPTER = "03_heads"
@@ -500,7 +500,7 @@ def e5_rows(abl: pd.DataFrame, groups: dict) -> tuple[dict, list[dict]]:
             ratio, se = (ratio_and_se(abl, "L_mask", {"ablated": f"{lab} heads", "reading": mode}, UNABLATED) if has
                          else (None, None))
             rows.append(_row("E5", f"{lab} heads ablated, {READING_NAMES[mode]}: ablated / unablated L_mask", ratio,
-                             f"{len(groups.get(lab, []))} heads" + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
+                             plural(len(groups.get(lab, [])), "head") + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
                              kind="direction", reference=1.0, sense="above", se=se,
                              na=None if has else f"no head of this run is labelled '{lab}'"))
             if has:
@@ -584,7 +584,7 @@ def e9_rows(scores: pd.DataFrame, pre_scores: pd.DataFrame | None) -> tuple[dict
     for q, v in (("largest row excess of any head, post", top["row_excess"]),
                  ("largest column excess of any head, post", top["column_excess"]),
                  ("largest self excess of a last-layer head, post", last)):
-        rows.append(_row("E9", q, float(v), f"{'a' if v >= STRUCTURE_THRESHOLD else 'no'} such head (above "
+        rows.append(_row("E9", q, float(v), f"{'such a' if v >= STRUCTURE_THRESHOLD else 'no such'} head (above "
                          f"{STRUCTURE_THRESHOLD:g} counts: half-way from uniform to pure)", kind="direction",
                          reference=STRUCTURE_THRESHOLD, sense="above", margin=CUT))
     pre_top = (None if pre_scores is None else
@@ -615,6 +615,24 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
 PROBED_MODEL = "the paper probed its 12-layer, 12-head model at step 49 999 (the authors' src/configs/probe.yaml)"
 
 
+
+
+# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+speaks_for = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text": "E10", "e11_text": "E11"}
+
+
+def restated(name: str, text: str, rows: list[dict]) -> str | None:
+    """A lease's glued sentence `name` worded again from its re-judged `rows` where this
+    chapter's wording has changed since (`mclib.lease.part.restate`): E11's claim (`e11_claim`,
+    from the row probe's verdict and value), which once called the row "not linearly" present
+    whatever share of it the probe explained. None: nothing to word again."""
+    if name != "e11_text":
+        return None
+    row = next((r for r in rows if r["id"] == "E11" and r["quantity"].startswith("row probe")), None)
+    head, sep, _ = text.partition(" A linear probe ")
+    if row is None or row.get("ours") is None or not sep:
+        return None
+    return f"{head} {e11_claim(row['verdict'], float(row['ours']))}"
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
@@ -668,16 +686,24 @@ def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
             "e11_text": (f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the "
                          f"embeddings), with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| "
                          f"{best.abs_cos:.2f}): it explains {1 - best.rel:.0%} of the target's variance. "
-                         + e11_claim(row_verdict(row_probe)))}
+                         + e11_claim(row_verdict(row_probe), float(best.rel)))}
     return glue, [row_probe, value_row, singular_row]
 
 
-def e11_claim(verdict: str) -> str:
-    """Whether a linear probe recovers the observed row, by `verdict` (the E11 row's, `agreement`)."""
+def e11_claim(verdict: str, rel: float) -> str:
+    """Whether a linear probe recovers the observed row, by `verdict` (the E11 row's, `agreement`),
+    and how much of the row it finds, from `rel` (the best layer's test MSE over that of
+    predicting 0): "recovers" means explaining more than 1 − PROBED of the variance, so a probe
+    short of that still finds the part it explains, linearly."""
+    cut = f"more than {1 - PROBED:.0%} of its variance explained, the book's cut-off"
     if verdict == "differs":
-        return (f"A linear probe does not recover the row here, {agreement(verdict)}: the row is at most weakly, "
-                "and not linearly, present in the masked positions' hidden states")
-    return f"A linear probe recovers the row here, {agreement(verdict)}"
+        found = (f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden states, "
+                 "but only in part" if 0 < 1 - rel else "it explains none of it: the row is not linearly present "
+                 "in the masked positions' hidden states")
+        return f"A linear probe does not recover the row here ({cut}), {agreement(verdict)}: {found}"
+    if verdict == "same direction":
+        return f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), {agreement(verdict)}"
+    return f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): {agreement(verdict)}"
 
 
 # --- What we found -----------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from .ch01_train import drop_step_claim
 from .chapter import seed_runs
 from .plots import closed, progress_panels, seed_loss_curves
 from .runner import Reads
-from .scorecard import CUT, agreement, claim, is_own, recorded_table, row_verdict
+from .scorecard import CUT, agreement, claim, is_own, plural, recorded_table, row_verdict
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -129,13 +129,15 @@ def seeds_row(drops: dict, profile) -> dict:
     mean = float(np.mean(dropped)) if dropped else None
     std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
     reading = (f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + " steps; "
-               f"{len(dropped)} of {len(drops)} seeds dropped") if dropped else f"no drop in {len(drops)} seeds"
+               f"{len(dropped)} of {plural(len(drops), 'seed')} dropped") if dropped else f"no drop in {plural(len(drops), 'seed')}"
     return drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
 
 
 def seeds_glue(ch, s: Seeds) -> dict:
-    return {"seeds_text": seeds_text(s.drops, ch.cfg.train.steps), "n_seeds": len(s.curves),
-            "seed_list": _listing(s.curves)}
+    n = len(s.curves)
+    return {"seeds_text": seeds_text(s.drops, ch.cfg.train.steps), "n_seeds": n, "seed_list": _listing(s.curves),
+            "seeds_counted": f"{'the one seed' if n == 1 else plural(n, 'seed')} of this profile "
+                             f"({'seed' if n == 1 else 'seeds'} {_listing(s.curves)})"}
 
 
 def seeds_readings(ch, s: Seeds) -> tuple[dict, list[dict]]:
@@ -243,7 +245,7 @@ def progress_glue(ch, table: pd.DataFrame, leads: pd.DataFrame) -> dict:
             "main_run": f"seed {ch.cfg.seed}, {len(table)} checkpoints at most {gap:,} steps apart"}
 
 
-def lead_row(ch, leads: pd.DataFrame) -> dict:
+def lead_row(ch, leads: pd.DataFrame, steps=None) -> dict:
     """Our finding B1, beyond the paper: some measure of the model's inside leaves its plateau
     band for good before the loss leaves its own (`progress.leaders`, the rule of
     `progress.plateau_leads`). ours: the share of bootstrap resamples of the plateau band in
@@ -251,7 +253,8 @@ def lead_row(ch, leads: pd.DataFrame) -> dict:
     leads); it holds above LEAD_SURE, a cut-off the chapter names (finding rule, margin
     CUT). The measure is the longest-leading of all, chosen after the fact: the reading
     says which, and how many were looked at. n/a without a drop, and n/a when no measure
-    could be tested (`untestable`: the plateau too short for a band for every one)."""
+    could be tested (`untestable`: no band for any one; `steps`, the progress table's checkpoints,
+    word why)."""
     lead, ctrl_at = progress.leaders(leads)
     looked = int((leads["measure"] != "L_mask").sum())
     quantity = (f"a measure of the inside leaves its plateau band before the loss: p_lead of the longest lead "
@@ -261,7 +264,7 @@ def lead_row(ch, leads: pd.DataFrame) -> dict:
                      na="the run has no drop")
     if lead.empty:
         return claim("B1", quantity, 0.0, f"none of the {looked} measures leaves its band before the loss does",
-                     kind="finding", reference=LEAD_SURE, sense="above", margin=CUT, na=untestable(leads))
+                     kind="finding", reference=LEAD_SURE, sense="above", margin=CUT, na=untestable(leads, steps))
     r = lead.iloc[0]
     return claim("B1", quantity, float(r["p_lead"]),
                  f"{r['measure']}, the longest of {len(lead)} leads among {looked} measures: {r['lead']:,.0f} steps "
@@ -269,14 +272,37 @@ def lead_row(ch, leads: pd.DataFrame) -> dict:
                  kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
 
 
-def untestable(leads: pd.DataFrame) -> str | None:
+def no_band_text(measures: int, start: float, end: float, checkpoints: int | None, gap: int | None,
+                 in_window: int | None = None) -> str:
+    """Why no measure has a plateau band, worded from the run: the window the band is
+    estimated over (`progress.plateau_band`), the checkpoints it needs there
+    (`progress.MIN_BASELINE`) and how the run's checkpoints fall (how many, how far apart,
+    how many in the window; fewer than the need where that count is not known)."""
+    had = "fewer" if in_window is None else f"{in_window:,}"
+    ran = ("" if checkpoints is None or gap is None else
+           f": the run's {plural(checkpoints, 'checkpoint')}, at most {gap:,} steps apart, put {had} there")
+    return (f"no measure has a plateau band, which is estimated from the checkpoints between steps {start:,.0f} and "
+            f"{end:,.0f} (a quarter to a half of the way to the drop) and needs {progress.MIN_BASELINE} of them{ran}; "
+            f"none of the {measures} measures can be tested")
+
+
+def untestable(leads: pd.DataFrame, steps=None) -> str | None:
     """Why B1 has nothing to test, or None: every measure of the inside (L_mask aside) lacks a
-    plateau band (`progress.plateau_leads`: the plateau too short for one), so none could
-    lead, and a 0 would read as a finding that failed."""
+    plateau band (`progress.plateau_leads`: fewer than MIN_BASELINE checkpoints in its window),
+    so none could lead, and a 0 would read as a finding that failed; the reason names the
+    window and how the checkpoints `steps` (the progress table's) fall (`no_band_text`)."""
     inside = leads[leads["measure"] != "L_mask"]
     if "band_low" in inside and len(inside) and not np.isfinite(inside["band_low"].to_numpy(dtype=float)).any():
-        return f"the plateau is too short for a band for every one of the {len(inside)} measures: none can be tested"
+        start, end = (float(inside[c].iloc[0]) if c in inside else float("nan") for c in ("window_start", "window_end"))
+        s = None if steps is None else np.sort(np.asarray(steps, dtype=float))
+        return no_band_text(len(inside), start, end, None if s is None else len(s),
+                            None if s is None or len(s) < 2 else int(np.diff(np.concatenate([[0], s])).max()),
+                            None if s is None else int(((s >= start) & (s < end)).sum()))
     return None
+
+
+# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+speaks_for = {"lead_finding": "B1"}
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
@@ -287,12 +313,17 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 
     if row["id"] != "B1" or row.get("verdict") == "n/a":
         return row, []
-    m = re.search(r"too short for a band for ([^;.]+)", recorded.glued(CHAPTER, "lead_text") or "")
+    lead_text = recorded.glued(CHAPTER, "lead_text") or ""
+    m = re.search(r"(?:too short for a band|no plateau band \([^)]*\)) for ([^;.]+)", lead_text)
     no_band = [x.strip() for x in m.group(1).split(",") if x.strip() != "L_mask"] if m else []
     looked = re.search(r"none of the (\d+) measures", row.get("reading", ""))
     if looked and no_band and len(no_band) >= int(looked.group(1)):
-        return {**row, "na": f"the plateau is too short for a band for every one of the {len(no_band)} measures: "
-                             "none can be tested"}, []
+        drop = re.search(r"the drop is at step ([\d,]+)", lead_text)
+        run = re.search(r"(\d+) checkpoints at most ([\d,]+) steps apart", recorded.glued(CHAPTER, "main_run") or "")
+        d = float(drop.group(1).replace(",", "")) if drop else float("nan")
+        start, end = progress.TRANSIENT * d, (progress.TRANSIENT + progress.BASELINE) * d
+        return {**row, "na": no_band_text(len(no_band), start, end, int(run.group(1)) if run else None,
+                                          int(run.group(2).replace(",", "")) if run else None)}, []
     return row, []
 
 def lead_finding_text(row: dict) -> str:
@@ -306,6 +337,6 @@ def lead_finding_text(row: dict) -> str:
 def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[dict, list[dict]]:
     """Can the drop be seen coming: the section's glue (`progress_glue`, and B1's sentence
     `lead_finding_text`), E9's timing rows (`structure_rows`) and our finding B1 (`lead_row`)."""
-    lead = lead_row(ch, leads)
+    lead = lead_row(ch, leads, table["step"])
     return ({**progress_glue(ch, table, leads), "lead_finding": lead_finding_text(lead)},
             [*structure_rows(ch, table), lead])

@@ -155,6 +155,7 @@ def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
             note = provenance(record, s, missing, "\n\n".join(filter(None, (
                 rejudged_note(found, nb_path.stem), precision.page_note(found, nb_path.stem)))))
             nb = adapt(nbformat.read(nb_path, as_version=4), s.name, note)
+            restate(nb, nb_path.stem, found)
             dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
             nbformat.write(nb, dest)
             pages.append(dest)
@@ -234,3 +235,105 @@ def _rejudged(have: dict, name: str) -> list[dict]:
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
         print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
+
+
+# --- the lease's sentences, set right beside its words -------------------------------------
+
+GLUED = "application/papermill.record/text/plain"
+# Wording slips of the chapters' code at a lease's revision, fixed in that code since (the
+# generators are right now): corrected on the lease's pages, word for word.
+SLIPS = ((re.compile(r"\bThe run is was cut\b"), "Training was cut short of the profile's length: the run was cut"),
+         (re.compile(r"\ba such head\b"), "such a head"),
+         (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"))
+_OVER_SEEDS = re.compile(r"Over \{glue:text\}`n_seeds` seeds of this profile \(seeds \{glue:text\}`seed_list`\)")
+
+
+def rejudged_beside(rows: list[dict]) -> str:
+    """What today's rules say of the rows a lease's sentence speaks for (`reference.rejudge`),
+    to stand beside the lease's words: each changed verdict, was and now in the scorecard's
+    words (`scorecard.agreement`), rows that change alike said once; each other reason a row
+    was re-judged; and the experiment's first row as it stands now. "" when nothing changed."""
+    from ..book import scorecard
+
+    changed = [r for r in rows if r.get("was") is not None and r["was"] != r["verdict"]]
+    other = [r for r in rows if r not in changed and r.get("rejudged") and "provisional:" not in r["rejudged"]]
+    if not changed and not other:
+        return ""
+    groups: dict = {}
+    for r in changed:
+        groups.setdefault((r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
+    said = [f"{qs[0] if len(qs) == 1 else scorecard.plural(len(qs), 'row')} now {scorecard.agreement(now)}"
+            + (f" ({na})" if na else "") + f", where the lease said {scorecard.agreement(was)}"
+            for (was, now, na), qs in groups.items()]
+    said += [f"{r['quantity']}: {r['rejudged']}" for r in other]
+    first = rows[0]
+    if first not in changed and first.get("paper") is not None and first.get("ours") is not None:
+        said.append(f"its first row, {first['quantity']}: {first['ours']:.3g} against the paper's {first['paper']:.3g}, "
+                    f"{scorecard.agreement(first['verdict'])}")
+    return f"re-judged by today's rules, this sentence's verdict struck: {rows[0]['id']}, " + "; ".join(said)
+
+
+def restate(nb, chapter: str, found: list[dict]) -> list[str]:
+    """Set right, in place, the sentences of a lease's executed notebook `nb` (of `chapter`)
+    that today's code would write otherwise; the lease's figures and numbers stay. A glued
+    sentence that speaks for an experiment whose rows were re-judged (what the chapter
+    declares as `speaks_for`: glue name -> experiment id; the rows: `reference.rows`) keeps
+    the lease's words and gets today's verdict beside them, in brackets (`rejudged_beside`);
+    a sentence the chapter declares it words from its row (`restated(name, text, rows)`)
+    is worded again from the re-judged rows; wording slips fixed in the code since
+    (`SLIPS`, and "Over 1 seeds") are corrected. Returns what was changed, one phrase each."""
+    from ast import literal_eval
+
+    from ..book.runner import declared_by
+
+    speaks = declared_by("speaks_for", [chapter]).get(chapter, {})
+    rewords = declared_by("restated", [chapter]).get(chapter)
+    mine = [r for r in found if r.get("chapter") == chapter]
+    glued = {}
+    done = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            html = out.get("data", {}).get("text/html")
+            if isinstance(html, str):  # a table's readings
+                fixed = html
+                for pattern, right in SLIPS:
+                    fixed = pattern.sub(right, fixed)
+                if fixed != html:
+                    out["data"]["text/html"] = fixed
+                    done.append("a table's wording")
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                glued[name] = out.get("data", {}).get(GLUED)
+            value = out.get("data", {}).get(GLUED)
+            if not name or not isinstance(value, str) or not value[:1] in "'\"":
+                continue
+            try:
+                text = literal_eval(value)
+            except (SyntaxError, ValueError):
+                continue
+            if not isinstance(text, str):
+                continue
+            new = text
+            for pattern, right in SLIPS:
+                new = pattern.sub(right, new)
+            if rewords is not None:
+                new = rewords(name, new, mine) or new
+            rows = [r for r in mine if r["id"] == speaks.get(name)]
+            beside = rejudged_beside(rows) if rows else ""
+            if beside:
+                new = f"{new} [{beside}]"
+            if new != text:
+                out["data"][GLUED] = repr(new)
+                done.append(name)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and _OVER_SEEDS.search(cell.source) and glued.get("n_seeds") == "1":
+            cell.source = _OVER_SEEDS.sub("Over the one seed of this profile (seed {glue:text}`seed_list`)", cell.source)
+            done.append("n_seeds")
+    done = list(dict.fromkeys(done))
+    note = next((c for c in nb.cells if c.get("id") == "paper-setting-provenance"), None)
+    if done and note is not None and note.source.endswith("\n:::"):
+        note.source = (note.source[:-4] + "\n\nSet right on this page, the lease's figures and numbers untouched: the "
+                       "sentences whose rows today's rules re-judged keep the lease's words with today's verdict beside "
+                       "them in brackets, and wording slips since fixed in the chapters' code are corrected ("
+                       + ", ".join(done) + ").\n:::")
+    return done
