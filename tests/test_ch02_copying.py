@@ -91,6 +91,33 @@ def test_e2_ratio_text_counts_each_verdict_from_its_rows():
     assert "1.25" in chapter.e2_ratio_text(differ)
 
 
+def test_e2_reads_the_plateau_s_checkpoints_around_pre():
+    """E2's spread: up to two readable saved steps each side of pre, on the plateau, within a
+    tenth of the drop step; pre alone without a drop."""
+    from mclib.core.runs import CheckpointSteps
+
+    steps = lambda **k: CheckpointSteps(**{"place": "drop", "pre": 3000, "transition": [10000], "post": 20000,
+                                           "drop": 11000, "left_plateau": 9800,
+                                           "saved": list(range(500, 20001, 500)), **k})
+    assert chapter.neighbour_steps(steps()) == [2000, 2500, 3000, 3500, 4000]
+    assert chapter.neighbour_steps(steps(drop=5000)) == [2500, 3000, 3500]          # within 500 steps of pre
+    assert chapter.neighbour_steps(steps(skipped={2500: "unreadable"})) == [2000, 3000, 3500, 4000]
+    assert chapter.neighbour_steps(steps(pre=9500)) == [8500, 9000, 9500]            # nothing past the plateau
+    assert chapter.neighbour_steps(steps(drop=None)) == [3000]
+    assert chapter.neighbour_steps(steps(saved=[3000, 8000])) == [3000]              # too far to say anything
+
+
+def test_e2_s_spread_over_checkpoints_can_leave_a_row_too_close_or_differing(tmp_path):
+    """The mean over the checkpoints, with their standard deviation as the spread: a swing of
+    several times is too close to tell; a steady factor of 4 still differs."""
+    swinging = {"id": "E2", "quantity": "q", "kind": "ratio", "paper": 1.0, "ours": 2.5, "se": 0.02, "spread": 1.8}
+    steady = {**swinging, "ours": 4.0, "spread": 0.2}
+    assert _verdict(tmp_path, swinging) == "too close to tell" and _verdict(tmp_path, steady) == "differs"
+    text = chapter.e2_ratio_text([swinging, steady])
+    assert "two standard deviations over them" in text and text.endswith("1 unlike the paper and 1 too close to tell")
+    assert "two standard errors" in chapter.e2_ratio_text([{**steady, "spread": None}])
+
+
 def test_copy_text_follows_the_copies_rule_both_ways():
     assert chapter.copy_text({"L_obs": 0.001, "L_mask": LEVEL}, LEVEL).startswith("copies:")
     assert "L_obs is not small" in chapter.copy_text({"L_obs": 0.05, "L_mask": LEVEL}, LEVEL)
