@@ -1,7 +1,8 @@
 """Chapter 06's solver results computed beforehand: `python -m mclib solvers`
 saves them (mclib.book.ch06_baselines.build_solver_cache), the chapter reads them where its
-draws match exactly, solves what they do not hold with a one-line notice, refuses a damaged
-file in one line, and with them needs no cvxpy (a GPU lease has none)."""
+draws match exactly (at every profile the committed paper file first), solves what they do
+not hold with a one-line notice, refuses a damaged file in one line, and with them needs no
+cvxpy (a GPU lease has none)."""
 import copy
 import gzip
 import subprocess
@@ -167,6 +168,75 @@ def test_a_solve_without_cvxpy_says_what_to_do_in_one_line(ch, tmp_path, monkeyp
     assert str(e.value) == ("nuclear norm on 7×7 rank 2, p_mask 0.2, uniform factors, seed 0, 8 matrices needs cvxpy, "
                             "which is not installed here; there is no solver cache at X; `python -m mclib solvers "
                             "--profile smoke` builds it")
+
+
+def _as_paper_file(results: Path, cache: Path, other_matrices: str = "") -> Path:
+    """results/solvers-paper.csv.gz holding `cache`'s blocks, the block of method
+    `other_matrices` under another sha256 (built for other matrices than the chapter draws)."""
+    lines = gzip.decompress(cache.read_bytes()).decode().split("\n")
+    blocks = C.read_solves(cache, say=lambda *_: None).blocks
+    if other_matrices:
+        dig = next(k[2] for k in blocks if k[0] == other_matrices)
+        lines = [line.replace(dig, "0" * 64) if line.startswith(f'"{other_matrices}"') else line for line in lines]
+    results.mkdir(exist_ok=True)
+    path = results / "solvers-paper.csv.gz"
+    path.write_bytes(gzip.compress("\n".join(lines).encode()))
+    return path
+
+
+def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matrices_are_solved(ch, cache, tmp_path,
+                                                                                              monkeypatch, capsys):
+    """At every profile the chapter reads results/solvers-paper.csv.gz first: a block whose key
+    (method, setting, sha256 of the matrices and masks) is the chapter's is read, one whose
+    matrices differ is solved again, said in one line."""
+    paper_file = _as_paper_file(tmp_path / "results", cache, other_matrices="regularised, λ = 0.0005")
+    monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")  # no smoke file there
+    monkeypatch.setattr(C, "_OPEN", {})
+    capsys.readouterr()
+    solves = chapter.solver_results(ch)
+    assert capsys.readouterr().out.splitlines() == [
+        f"No solver cache at {tmp_path / 'results' / 'solvers-smoke.csv.gz'}: what {paper_file} does not hold is "
+        "solved here (`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)",
+        f"Solver results read first from {paper_file} where it holds the same matrices, masks and solver settings "
+        "(chapter 06's solver results at profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built "
+        + C.read_solves(cache).note.split("; built ", 1)[1] + "): 13 blocks, 104 matrices"]
+    reg = chapter.e17_table(ch)
+    chapter.classical_tables(ch), chapter.solver_sweep(ch), chapter.ood_table(ch)
+    out = capsys.readouterr().out
+    assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
+    assert (f"{paper_file} does not hold what this chapter draws (its regularised, λ = 0.0005 matrices for 7×7 rank 2, "
+            "p_mask 0.3, uniform factors, seed 0, 8 matrices are other matrices (sha256 000000000000… there, ") in out
+    assert [k[0] for k in solves.solved] == ["regularised, λ = 0.0005"] and solves.blocks.keys() == set(solves.solved)
+    assert len(solves.reused) == 12 and all(solves.reused[k] is b for k, b in solves.reuse.blocks.items()
+                                            if k in solves.reused)
+    pd.testing.assert_frame_equal(reg, chapter.e17_table(ch, C.read_solves(cache)), rtol=1e-6, atol=1e-15)
+
+
+def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not_hold(ch, smoke_profile, cache,
+                                                                                      tmp_path, monkeypatch, capsys):
+    """`python -m mclib solvers` at a profile other than paper: what results/solvers-paper.csv.gz
+    holds exactly is read, not solved and not written; the note counts what was solved and names
+    what was read; the chapter then solves nothing. The paper profile's own build reads nothing."""
+    _as_paper_file(tmp_path / "results", cache, other_matrices="ALS, rank 2")
+    monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(C, "_OPEN", {})
+    path, solves = chapter.build_solver_cache(smoke_profile, tmp_path / "results" / "solvers-smoke.csv.gz")
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith(f"{path}: 1 blocks, 8 matrices (0 cvxpy solves), ") and last.endswith(
+        "; 12 blocks (88 cvxpy solves) read from results/solvers-paper.csv.gz, not solved")
+    saved = C.read_solves(path)
+    assert [k[0] for k in saved.blocks] == ["ALS, rank 2"] and saved.note.startswith(
+        "chapter 06's solver results at profile smoke: 1 blocks, 8 matrices (0 cvxpy solves); 12 blocks, 96 matrices "
+        "(88 cvxpy solves) read from results/solvers-paper.csv.gz (the same matrices, masks and settings), not held "
+        "here; built ")
+    capsys.readouterr()
+    read = chapter.solver_results(ch)
+    assert capsys.readouterr().out.startswith(f"Solver results read from {path} (")
+    _tables(ch, None)
+    assert read.solved == [] and len(read.reused) == 12 and "does not hold" not in capsys.readouterr().out
+    monkeypatch.setattr(chapter, "TABLES", (chapter.solvers_table,))  # 3 blocks are enough to tell
+    _, own = chapter.build_solver_cache(smoke_profile.replace(name="paper"), tmp_path / "again.csv.gz", say=print)
+    assert own.reused == {} and len(own.blocks) == 3
 
 
 def _damaged(path: Path, good: Path, how: str) -> Path:

@@ -216,14 +216,18 @@ class Solves:
     path: the cache file the blocks were read from (None: nothing read); the first key that
     file does not hold is named in one line (`say`), with why, and solved here. hint: how
     to build the file (named when a solve needs cvxpy and it is not installed). log: one
-    line per block solved, with its time."""
+    line per block solved, with its time. reuse: another file's `Solves` (the committed
+    paper profile's), asked first: a key it holds exactly (method, setting, matrices and
+    masks) is read from it (counted in `reused`, not added to `blocks`, so `save` writes
+    only what this one holds); any other key is looked up and solved as without it."""
 
     def __init__(self, blocks: dict | None = None, path: Path | None = None, *, note: str = "", hint: str = "",
-                 say: Callable = print, log: bool = False):
+                 say: Callable = print, log: bool = False, reuse: Solves | None = None):
         self.blocks: dict[tuple[str, str, str], Block] = dict(blocks or {})
         self.read = frozenset(self.blocks)  # the keys read from the file
-        self.path, self.note, self.hint, self.say, self.log = path, note, hint, say, log
+        self.path, self.note, self.hint, self.say, self.log, self.reuse = path, note, hint, say, log, reuse
         self.solved: list[tuple[str, str, str]] = []
+        self.reused: dict[tuple[str, str, str], Block] = {}  # the keys read from `reuse`
         self.told = False
 
     def get(self, method: str, how: tuple[Callable, dict], x: np.ndarray, mask: np.ndarray,
@@ -231,11 +235,14 @@ class Solves:
         """`matrix_stats` of method how = (func, kwargs), func(x, mask, **kwargs), on x, mask
         `[rows, n, n]`: the first rows of the draw `about` (`_batch`)."""
         func, kwargs = how
-        key = (method, setting(func, kwargs), digest(x, mask))
+        key = self.key(method, how, x, mask)
+        if self.reuse is not None and key in self.reuse.blocks:
+            self.reused[key] = self.reuse.blocks[key]
+            return self.reused[key].stats
         if key not in self.blocks:
-            why = self.why_not(key, about, len(x)) if self.path is not None else ""
+            where, why = self._why(key, about, len(x))
             if why and not self.told:
-                self.say(f"{self.path} does not hold what this chapter draws ({why}): solving here")
+                self.say(f"{where} does not hold what this chapter draws ({why}): solving here")
                 self.told = True
             if func.__name__ in NEEDS_CVXPY:
                 _need_cvxpy(method, describe(about, len(x)), why, self.hint)
@@ -245,6 +252,19 @@ class Solves:
             if self.log:
                 self.say(f"{method}, {describe(about, len(x))}: {time.perf_counter() - t:.1f} s")
         return self.blocks[key].stats
+
+    @staticmethod
+    def key(method: str, how: tuple[Callable, dict], x: np.ndarray, mask: np.ndarray) -> tuple[str, str, str]:
+        """(method, `setting`, `digest`): what a block is held under."""
+        return method, setting(*how), digest(x, mask)
+
+    def _why(self, key: tuple[str, str, str], about: dict, rows: int) -> tuple[Path | None, str]:
+        """The file to name for a key held nowhere, and why: `reuse`'s where it has a block of
+        the same draw (it was built for it), else this one's (None, "" where none was read)."""
+        r = self.reuse
+        if r is not None and any(k[0] == key[0] and b.about == about and b.rows == rows for k, b in r.blocks.items()):
+            return r.path, r.why_not(key, about, rows)
+        return (self.path, self.why_not(key, about, rows)) if self.path is not None else (None, "")
 
     def why_not(self, key: tuple[str, str, str], about: dict, rows: int) -> str:
         """Why the file does not hold `key` for this draw, in a few words."""
@@ -267,6 +287,8 @@ class Solves:
         """One row per matrix of every block held: CACHE_COLUMNS."""
         parts = [pd.DataFrame({"method": m, "setting": how, **b.about, "digest": dig, "index": np.arange(b.rows),
                                **b.stats}) for (m, how, dig), b in self.blocks.items()]
+        if not parts:  # everything read from another file (`reuse`)
+            return pd.DataFrame(columns=list(CACHE_COLUMNS))
         return pd.concat(parts, ignore_index=True)[list(CACHE_COLUMNS)]
 
     def save(self, path: Path, note: str) -> None:
@@ -340,21 +362,34 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
 _OPEN: dict[tuple, Solves] = {}
 
 
-def open_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
+def open_solves(path: Path, *, hint: str = "", say: Callable = print, reuse: Path | None = None) -> Solves:
     """The solver results a chapter reads from `path`, read once per process (and version of
     the file) and said in one line. No file there: the solvers run here, said in one line.
-    A damaged file: SolverCacheError (`read_solves`)."""
+    reuse: another cache file (the committed paper profile's), read too where it is a file
+    other than `path` and said in one line: a draw it holds exactly is read from it first
+    (`Solves` reuse). A damaged file: SolverCacheError (`read_solves`)."""
     path = Path(path)
-    stamp = (path.stat().st_mtime_ns, path.stat().st_size) if path.is_file() else None
-    key = (str(path.resolve()), stamp)
+
+    def stamp(p: Path):
+        return (str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else (str(p.resolve()), None)
+
+    reuse = Path(reuse) if reuse is not None and Path(reuse).is_file() and stamp(Path(reuse)) != stamp(path) else None
+    key = (stamp(path), stamp(reuse) if reuse is not None else None)
     if key not in _OPEN:
-        if stamp is None:
-            say(f"No solver cache at {path}: the solvers run here" + (f" ({hint})" if hint else ""))
-            _OPEN[key] = Solves(hint=f"there is no solver cache at {path}" + (f"; {hint}" if hint else ""), say=say)
+        other = read_solves(reuse, say=say) if reuse is not None else None
+        if key[0][1] is None:
+            rest = f"what {reuse} does not hold is solved here" if other is not None else "the solvers run here"
+            say(f"No solver cache at {path}: {rest}" + (f" ({hint})" if hint else ""))
+            _OPEN[key] = Solves(hint=f"there is no solver cache at {path}" + (f"; {hint}" if hint else ""), say=say,
+                                reuse=other)
         else:
             s = _OPEN[key] = read_solves(path, hint=hint, say=say)
+            s.reuse = other
             say(f"Solver results read from {path} ({s.note}): {len(s.blocks)} blocks, "
                 f"{sum(b.rows for b in s.blocks.values()):,} matrices")
+        if other is not None:
+            say(f"Solver results read first from {reuse} where it holds the same matrices, masks and solver settings "
+                f"({other.note}): {len(other.blocks)} blocks, {sum(b.rows for b in other.blocks.values()):,} matrices")
     return _OPEN[key]
 
 

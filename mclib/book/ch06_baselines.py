@@ -16,10 +16,13 @@ this chapter's table functions without a model and saves every solver's per-matr
 results at `solver_cache(NAME)`, results/solvers-NAME.csv.gz, keyed by the sha256 of the
 exact matrices and masks. The chapter reads that file (`solver_results`) and solves only
 what it does not hold, saying so in one line: on a GPU lease, which has no cvxpy and whose
-CPU time is the lease's, it then solves nothing. Where no such file is committed (the laptop
-profiles), the book builds one for itself beside its run (`book_solver_cache`) on a worker
-that the other seeds leave idle while the book's run trains (`mclib.book.chapter.idle_tasks`),
-and the chapter reads that.
+CPU time is the lease's, it then solves nothing. At every profile it first reads the
+committed results/solvers-paper.csv.gz for the draws that file holds exactly (the paper
+task's at the cpu profile, which shares the paper's sample sizes and seed), and a build at
+another profile neither solves nor writes those. Where no file is committed for the profile,
+the book builds one for itself beside its run (`book_solver_cache`) on a worker that the
+other seeds leave idle while the book's run trains (`mclib.book.chapter.idle_tasks`), and
+the chapter reads that.
 """
 from __future__ import annotations
 
@@ -160,12 +163,14 @@ def idle_work(cfg: Profile, run_dir: str | Path) -> list[tuple[Callable, tuple, 
 
 def solver_results(ch) -> C.Solves:
     """The solvers' results this chapter reads: `solver_cache(profile)`, committed, else the
-    book's own `book_solver_cache`, read once, where it was built; what it does not hold (or
-    all, without either) is solved here. Each said in one line
+    book's own `book_solver_cache`, read once, where it was built; at every profile the
+    committed `solver_cache("paper")` is read first for the draws it holds exactly (the paper
+    task's at the profiles that share its sample sizes and seed, such as cpu); what neither
+    holds (or all, without either) is solved here. Each said in one line
     (`mclib.analyses.comparisons.open_solves`)."""
     committed, own = solver_cache(ch.cfg.name), book_solver_cache(ch.cfg, ch.run_dir)
     path = own if own.is_file() and not committed.is_file() else committed
-    return C.open_solves(path, hint=_build_hint(ch.cfg.name))
+    return C.open_solves(path, hint=_build_hint(ch.cfg.name), reuse=solver_cache("paper"))
 
 
 def _solves(ch, solves: C.Solves | None) -> C.Solves:
@@ -560,27 +565,43 @@ def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable 
     per block as it is solved, and save the solvers' results at `path` (default
     `solver_cache(cfg.name)`), atomically; the last line says how many and how long. It runs
     the chapter's own TABLES without a model, so the file holds exactly the matrices, masks
-    and solver settings the chapter draws. At the paper profile: 34 blocks, 28 672 cvxpy solves
-    and soft-impute and ALS on 3 072 matrices, 0.86 MiB; 404 s in one process on the 2 shared
-    cores of the CPU machine, niced (2026-11-26: 8-16 ms a cvxpy solve)."""
+    and solver settings the chapter draws. At a profile other than paper, a draw that the
+    committed `solver_cache("paper")` holds exactly is read from it, not solved and not
+    written here (the chapter reads it there too, `solver_results`); the note and the last
+    line count what was solved and name what was read. At the paper profile: 34 blocks,
+    28 672 cvxpy solves and soft-impute and ALS on 3 072 matrices, 0.86 MiB; 404 s in one
+    process on the 2 shared cores of the CPU machine, niced (2026-11-26: 8-16 ms a cvxpy
+    solve)."""
     from ..core.repo import git_revision
 
     path = solver_cache(cfg.name) if path is None else Path(path)
+    paper_file = solver_cache("paper")
+    reuse = (C.read_solves(paper_file, say=say) if cfg.name != "paper" and paper_file.is_file()
+             and paper_file.resolve() != path.resolve() else None)
     revision = git_revision()  # of the code that solves
-    solves = C.Solves(say=say, log=True)
+    solves = C.Solves(say=say, log=True, reuse=reuse)
     start = time.perf_counter()
     for table in TABLES:
         table(_NoModel(cfg), solves)
     seconds = time.perf_counter() - start
     versions = ", ".join(f"{m} {importlib.metadata.version(m)}" for m in ("cvxpy", "clarabel", "numpy"))
-    rows = sum(b.rows for b in solves.blocks.values())
-    convex = sum(b.rows for (_, how, _), b in solves.blocks.items() if how.startswith(C.NEEDS_CVXPY))
+
+    def counts(blocks: dict) -> tuple[int, int]:  # matrices, cvxpy solves
+        return (sum(b.rows for b in blocks.values()),
+                sum(b.rows for (_, how, _), b in blocks.items() if how.startswith(C.NEEDS_CVXPY)))
+
+    (rows, convex), (read_rows, read_convex) = counts(solves.blocks), counts(solves.reused)
+    shown = paper_file.relative_to(RESULTS.parent)  # results/solvers-paper.csv.gz, wherever the clone is
+    read = (f"; {len(solves.reused)} blocks, {read_rows} matrices ({read_convex} cvxpy solves) read from {shown} "
+            "(the same matrices, masks and settings), not held here" if solves.reused else "")
     note = (f"chapter 06's solver results at profile {cfg.name}: {len(solves.blocks)} blocks, {rows} matrices "
-            f"({convex} cvxpy solves); built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in {seconds:.0f} s "
-            f"on one process, revision {revision}, {versions}")
+            f"({convex} cvxpy solves){read}; built {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in "
+            f"{seconds:.0f} s on one process, revision {revision}, {versions}")
     solves.save(path, note)
     say(f"{path}: {len(solves.blocks)} blocks, {rows:,} matrices ({convex:,} cvxpy solves), "
-        f"{path.stat().st_size / 2**20:.2f} MiB, solved in {seconds:.0f} s")
+        f"{path.stat().st_size / 2**20:.2f} MiB, solved in {seconds:.0f} s"
+        + (f"; {len(solves.reused)} blocks ({read_convex:,} cvxpy solves) read from {shown}, not solved"
+           if solves.reused else ""))
     return path, solves
 
 
