@@ -63,8 +63,8 @@ import yaml  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.repo import git_revision  # noqa: E402
-from mclib.core.train import (CHECK_STEPS, CUDA_ONLY_STEPS, compare, initial_params, release,  # noqa: E402
-                              resolve_device, set_precision, time_run, trace)
+from mclib.core.train import (CHECK_STEPS, CUDA_ONLY_STEPS, compare, device_error, initial_params,  # noqa: E402
+                              release, resolve_device, set_precision, time_run, trace)
 from mclib.lease import steptable  # noqa: E402
 
 LEDGER = ROOT / "results" / "paper-slices.yaml"
@@ -193,19 +193,6 @@ class Cap:
                 print(f"lease_step: {variant} cut at its cap of {cap_s:.0f} s; the rows before it are in "
                       f"{self.table.out}", file=sys.stderr, flush=True)
                 os._exit(EXIT_STOPPED)
-
-
-def device_error(device: torch.device) -> str | None:
-    """Why the device cannot run a kernel any more (a sticky CUDA error stays with the process:
-    every later call fails), or None where it can."""
-    if device.type != "cuda":
-        return None
-    try:
-        torch.cuda.synchronize(device)
-        torch.ones(1, device=device).add_(1).item()
-    except Exception as e:
-        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
-    return None
 
 
 def _first_line(e: BaseException) -> str:

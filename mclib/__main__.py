@@ -66,12 +66,13 @@ def cmd_slice(args) -> int:
     if args.action in ("start", "run"):
         try:
             slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
-                         began=args.began)
+                         began=args.began, command_s=args.command_s)
         except slices.SliceError as e:
             slices.refuse(args.out_dir, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
-        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began)
+        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
+                      command_s=args.command_s)
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
     p.add_argument("--left-s", type=float, help="finish: device seconds left on the lease as this command began "
                                                 "(default: start's budget)")
     p.add_argument("--began", type=float, help="start, finish: when this command began (seconds since the epoch; "
-                                               "default now): it ends before the device's 600 s command limit")
+                                               "default now): it ends before the command limit")
+    p.add_argument("--command-s", type=float, help="start, finish: the command limit (default the device's, 600 s)")
     p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
     p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
                                                     "from now for the chapters not yet executed")

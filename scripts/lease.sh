@@ -36,7 +36,9 @@
 # chapters, logs), PYTHON (default python3), LEFT_S (above), KIT (default .kit), BENCH_S
 # (default 110: the measurement's most), HOLD_S (default 420), LEDGER (default
 # results/paper-slices.yaml; tests/test_slices.py and tests/test_lease_faults.py rehearse this
-# script with a smoke ledger), BENCH_ARGS (more arguments for the measurement), COMMAND_S (600).
+# script with a smoke ledger), BENCH_ARGS (more arguments for the measurement); the device's limits,
+# which a rehearsal on a scaled clock scales: COMMAND_S (600), RETURN_S (20), SPARE_S (20),
+# PACK_S (40), MIN_BENCH_S (15).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 began=$(date +%s)
@@ -45,8 +47,10 @@ out="${OUT:-kit-out}"
 work="${WORK:-slice-work}"
 kit="${KIT:-.kit}"
 command_s="${COMMAND_S:-600}"
-return_s=20                     # the results' way back (mclib.lease.slices.RETURN_S)
-spare_s=20                      # a command ends this long before its limit (slices.COMMAND_SPARE_S)
+return_s="${RETURN_S:-20}"      # the results' way back (mclib.lease.slices.RETURN_S)
+spare_s="${SPARE_S:-20}"        # a command ends this long before its limit (slices.COMMAND_SPARE_S)
+pack_s="${PACK_S:-40}"          # a slice's packing (slices.COLLECT_S) and 10 s, kept from the measurement
+min_bench_s="${MIN_BENCH_S:-15}"  # less than this left for it, the step is not measured
 ledger=(); [ -n "${LEDGER:-}" ] && ledger=(--ledger "$LEDGER")
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 mkdir -p "$out" "$work"
@@ -66,12 +70,12 @@ start)
         fi
     fi
     echo "lease: kit ${nokit:+not }ready after $(elapsed) s; $left_s s of device time left as the command began"
-    # the measurement gets what the lease and the command leave, less a slice's packing (30 s) and 10 s
+    # the measurement gets what the lease and the command leave, less a slice's packing and 10 s
     bench=$(( ${BENCH_S:-110} ))
-    fit=$(( left_s - return_s - $(elapsed) - 40 )); [ "$fit" -lt "$bench" ] && bench=$fit
-    fit=$(( command_s - spare_s - $(elapsed) - 40 )); [ "$fit" -lt "$bench" ] && bench=$fit
-    if [ "$bench" -lt 15 ]; then
-        echo "lease: the step not measured: $bench s would be left for it (at least 15 needed)" >&2
+    fit=$(( left_s - return_s - $(elapsed) - pack_s )); [ "$fit" -lt "$bench" ] && bench=$fit
+    fit=$(( command_s - spare_s - $(elapsed) - pack_s )); [ "$fit" -lt "$bench" ] && bench=$fit
+    if [ "$bench" -lt "$min_bench_s" ]; then
+        echo "lease: the step not measured: $bench s would be left for it (at least $min_bench_s needed)" >&2
     else
         [ "$bench" -lt "${BENCH_S:-110}" ] && echo "lease: the step's measurement cut to $bench s (what the lease leaves)"
         b0=$(date +%s)
@@ -79,7 +83,7 @@ start)
             "${ledger[@]}" ${BENCH_ARGS:-}
         code=$?
         again=$(( bench - ($(date +%s) - b0) ))   # what is left of the measurement's time
-        if [ "$code" -eq 3 ] && [ -f "$out/lease_step.csv" ] && [ "$again" -ge 20 ]; then
+        if [ "$code" -eq 3 ] && [ -f "$out/lease_step.csv" ] && [ "$again" -ge "$min_bench_s" ]; then
             echo "lease: the measurement stopped at a variant (its row says why); the variants after it, once more"
             timeout -k 5 $(( again + 30 )) "$py" benchmarks/lease_step.py --budget-s "$again" --resume \
                 --out "$out/lease_step.csv" "${ledger[@]}" ${BENCH_ARGS:-}
@@ -96,10 +100,10 @@ start)
     fi
     left=$(( left_s - return_s - $(elapsed) ))
     "$py" -m mclib slice start --out-dir "$work" --budget-s "$left" --hold-s "${HOLD_S:-420}" --began "$began" \
-        "${ledger[@]}"
+        --command-s "$command_s" "${ledger[@]}"
     ;;
 finish)
-    exec "$py" -m mclib slice finish --out-dir "$work" --dest "$out" --began "$began" \
+    exec "$py" -m mclib slice finish --out-dir "$work" --dest "$out" --began "$began" --command-s "$command_s" \
         ${LEFT_S:+--left-s "$LEFT_S"} "${ledger[@]}" "${@:2}"
     ;;
 *)

@@ -10,6 +10,7 @@ import gc
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -334,3 +335,120 @@ def test_the_hosts_time_a_step_is_its_own_not_the_queue_waiting_for_the_device(m
     ms, host = train.time_steps(gpu.step, 12, torch.device("cuda"))
     assert 18 < ms < 26
     assert host < 8, f"host_ms_step {host:.1f} reads the device's time"
+
+
+# --- a whole lease, rehearsed on a scaled clock ---------------------------------------------
+
+SCALE = 0.1  # the lease's clock: 900 s of device time -> 90, a 3-minute start -> 18, the 600 s command limit -> 60
+LIMITS = ("COLLECT_S", "RETURN_S", "COMMAND_SPARE_S", "FINISH_GRACE_S", "STOP_S", "MEASURE_S", "CHECK_S")
+
+# In every process of the rehearsal: mclib.lease.slices' limits scaled, and the fault named by REHEARSAL_FAULT.
+REHEARSAL_SITE = f"""
+import os, signal, sys, time
+fault = os.environ.get("REHEARSAL_FAULT", "")
+if fault == "no-kit":
+    for _name in ("papermill", "ipykernel", "myst_nb"):
+        sys.modules[_name] = None
+import mclib.lease.slices as _slices
+for _k in {LIMITS!r}:
+    setattr(_slices, _k, getattr(_slices, _k) * {SCALE})
+if fault in ("trainer-hangs", "variant-hangs", "variant-breaks"):
+    import mclib.core.train as _train
+    _real_trace, _real_set, _broken = _train.trace, _train.set_precision, []
+    def _hangs(*a, **kw):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stuck where no signal is taken
+        print("rehearsal: the trainer hangs", flush=True)
+        time.sleep(3600)
+    def _trace(profile, device, variant, steps=20):
+        if profile.train.precision == "bf16":
+            if fault == "variant-hangs":
+                time.sleep(3600)
+            _broken.append(1)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return _real_trace(profile, device, variant, steps)
+    def _set(device, precision):
+        if _broken:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        _real_set(device, precision)
+    if fault == "trainer-hangs":
+        _train.train = _hangs
+    else:
+        _train.trace, _train.set_precision = _trace, _set
+        _train.device_error = lambda device: "RuntimeError: CUDA error: an illegal memory access" if _broken else None
+"""
+
+# fault -> (LEFT_S as `start` begins, the slice's train_s); the lease as a whole: 900 s less a 3-minute start
+FAULTS = {"none": (72, 25), "trainer-hangs": (72, 5), "variant-hangs": (72, 5), "variant-breaks": (72, 5),
+          "too-little-time": (18, 5), "no-kit": (72, 5)}
+
+
+@pytest.mark.slow  # six leases of ~25-70 s each
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_why(fault, tmp_path, smoke_profile):
+    """Each fault in a lease of 900 s with a 3-minute start and 600 s commands (times 0.1): both
+    commands stay inside the command limit, and results.tgz holds what ran and says why the rest
+    did not."""
+    left, train_s = FAULTS[fault]
+    long = tmp_path / "smoke-long.yaml"  # the smoke model, with steps enough for any deadline to cut
+    long.write_text(yaml.safe_dump(smoke_profile.replace(**{"train.steps": 1_000_000, "train.save_every": 1000,
+                                                            "checkpoints.post": 1_000_000}).to_dict(), sort_keys=False))
+    plan = {"profile": str(long), "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test",
+            "lease_s": 900 * SCALE, "start_s": 180 * SCALE,
+            "slices": [{"name": "A", "what": "the smoke model under a deadline", "seeds": [1], "train_s": train_s,
+                        "min_train_s": 3, "chapters": [], "chapters_s": 0}]}
+    ledger = tmp_path / "results" / "paper-slices.yaml"
+    ledger.parent.mkdir(parents=True)
+    ledger.write_text(yaml.safe_dump(plan))
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(REHEARSAL_SITE)
+    out, work = tmp_path / "OUT", tmp_path / "work"
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "PYTHON": sys.executable, "OUT": str(out),
+           "WORK": str(work), "LEDGER": str(ledger), "KIT": str(tmp_path / "no-kit"), "REHEARSAL_FAULT": fault,
+           "LEFT_S": str(left), "COMMAND_S": str(int(600 * SCALE)), "RETURN_S": "2", "SPARE_S": "2", "PACK_S": "4",
+           "MIN_BENCH_S": "2", "BENCH_S": str(int(110 * SCALE)), "HOLD_S": "420",
+           "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,cuda-graph,bf16,compile"}
+
+    def lease(action):
+        t0 = time.time()
+        p = subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=600 * SCALE + 60)
+        wall = time.time() - t0
+        assert wall <= 600 * SCALE + 1, f"{action} ran {wall:.0f} s, past the command limit"
+        return p, p.stdout + p.stderr
+
+    t0 = time.time()
+    started, said = lease("start")
+    env["LEFT_S"] = str(int(left - (time.time() - t0)))  # what the device tool's status says then
+    finished, said_after = lease("finish")
+    assert finished.returncode == 0, said + said_after
+    record, names = _packed(out / slices.RESULTS_TGZ)
+    assert slices.START_LOG in names, names
+    table = pd.read_csv(work / "lease_step.csv").set_index("variant") if fault != "too-little-time" or \
+        (work / "lease_step.csv").is_file() else None
+    if fault in ("none", "trainer-hangs", "variant-hangs", "variant-breaks"):
+        assert started.returncode == 0, said
+        assert record["slice"] == "A" and "lease_step.csv" in names and slices.TRAIN_LOG in names, (names, said)
+        assert table.loc["eager", "status"] == "ran"
+    if fault == "none":
+        assert record["training_stop"] == "ended by itself"
+        assert record["ends"]["1"]["ended"] == "cut"
+        assert record["train_step_ran"]["1"]["ran"] == "eager"
+        assert "runs/smoke-seed1/metrics.csv.gz" in names and "runs/smoke-seed1/step.json" in names
+    if fault == "trainer-hangs":
+        assert record["training_stop"].startswith("killed (SIGKILL)"), record["training_stop"]
+        assert record["ends"]["1"] is None  # nothing saved, and said so
+    if fault == "variant-hangs":
+        assert table.loc["bf16", "status"].startswith("failed: still running at its cap")
+        assert table.loc["compile", "status"] == "not run: bf16 hung"
+    if fault == "variant-breaks":
+        assert table.loc["bf16", "status"] == "failed: RuntimeError: CUDA error: an illegal memory access was encountered"
+        assert table.loc["compile", "status"].startswith("not run: the device is unusable after bf16's error")
+        assert "lease_step_errors.log" in names
+    if fault == "too-little-time":
+        assert started.returncode == 2 and "the step's measurement cut to" in said, said
+        assert record["slice"] is None and re.fullmatch(r"no slice fits this lease: slice A needs at least 6 s "
+                                                        r"\(training 3 s .*\) but -?\d+ s are left", record["refused"])
+    if fault == "no-kit":
+        assert started.returncode == 3 and record["slice"] is None and record["refused"].startswith("no slice started")
+        assert table.loc["eager", "status"] == "ran"

@@ -79,7 +79,7 @@ class TrainConfig:
     warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
     beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
     grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
-    precision: str = "fp32"    # "fp32" (strict: no TF32 on CUDA), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
+    precision: str = "fp32"    # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
     #   (autocast, fp32 master weights); mclib.core.train.set_precision
     device: str = "auto"       # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
     #   recorded in its profile.yaml (mclib.core.train.with_device)

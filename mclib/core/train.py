@@ -843,6 +843,19 @@ def release(*runs) -> None:
             graph.release()
 
 
+def device_error(device: torch.device) -> str | None:
+    """Why the device cannot run a kernel any more (a sticky CUDA error stays with the process:
+    every later call fails), or None where it can."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as e:
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+    return None
+
+
 _CHOSEN: dict[tuple, str] = {}
 
 

@@ -283,14 +283,15 @@ def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = 
 # --- on the GPU machine --------------------------------------------------------------------
 
 def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER, *,
-          began: float | None = None) -> dict:
+          began: float | None = None, command_s: float | None = None) -> dict:
     """Refuse a slice that cannot fit `budget_s`, the device seconds left for it from now
     (default: the ledger's lease less the machine's start and the return), else write its profile
     and start its training detached (a new process session, which the lease keeps when this
     command returns), then hold this command `hold_s` seconds or until training ends, never past
-    COMMAND_S less COMMAND_SPARE_S from `began` (when the command began; default now). Returns the
-    state written to OUT_DIR/slice.json."""
+    COMMAND_S (or `command_s`) less COMMAND_SPARE_S from `began` (when the command began; default
+    now). Returns the state written to OUT_DIR/slice.json."""
     began = time.time() if began is None else began
+    command_s = COMMAND_S if command_s is None else command_s
     ledger = read_ledger(ledger_path)
     if next_slice(ledger, ledger_path.parent) is None:
         raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
@@ -327,7 +328,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
           f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
-    _wait(proc.pid, min(time.time() + hold_s, began + COMMAND_S - COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
+    _wait(proc.pid, min(time.time() + hold_s, began + command_s - COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
     return state
 
 
@@ -421,7 +422,7 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
 
 
 def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
-           left_s: float | None = None, began: float | None = None) -> Path:
+           left_s: float | None = None, began: float | None = None, command_s: float | None = None) -> Path:
     """Wait for the slice's training (`stop_training`: until its deadline + FINISH_GRACE_S, then
     stopped), execute its chapters (no site) one at a time while the lease leaves time, pack
     results.tgz into `dest`. A chapter that fails or finds no time is named (slice.json), and
@@ -429,7 +430,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
 
     The lease's end: `left_s` device seconds from `began` (when this command began; default now)
     less RETURN_S, where given, else `chapters_s` from now, else the budget `start` was given;
-    never past COMMAND_S less COMMAND_SPARE_S from `began`. Issued again on the same machine
+    never past COMMAND_S (or `command_s`) less COMMAND_SPARE_S from `began`. Issued again on the same machine
     (after a fix travels with the checkout), it executes only the chapters not yet executed
     (slice.json's `chapters_done`), within `chapters_s` seconds from now where given, and packs
     everything again. With no slice
@@ -447,7 +448,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         lease_end = time.time() + chapters_s  # issued again: the first budget is spent by then
     else:
         lease_end = state["started"] + state["budget_s"]
-    end = min(lease_end, began + COMMAND_S - COMMAND_SPARE_S)
+    end = min(lease_end, began + (COMMAND_S if command_s is None else command_s) - COMMAND_SPARE_S)
     state["training_stop"] = stop_training(state, out_dir, end - COLLECT_S)
     write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
     end_by = end - COLLECT_S  # the chapters may not eat the packing's time
@@ -735,11 +736,14 @@ def status(ledger_path: Path = LEDGER) -> str:
                          f"ledger's {ledger['step_ms']:g} ms a step{earlier})")
     if next_slice(ledger, ledger_path.parent) is None:
         return "\n".join(lines + ["next: none, every slice is done"])
-    budget = ledger["lease_s"] - ledger["start_s"] - RETURN_S - MEASURE_S
+    stands = steptable.same_files(ledger_path.parent / steptable.COMMITTED)
+    measure = ("the chosen variant's check (the committed step table measured these step files)" if stands else
+               "the full step table (no committed one measured these step files)")
+    budget = ledger["lease_s"] - ledger["start_s"] - RETURN_S - (CHECK_S if stands else MEASURE_S)
     passed: list[str] = []
     nxt = next_slice(ledger, ledger_path.parent, budget, ledger["step_ms"], say=passed.append)
-    lines.append(f"next, in a lease with {budget:.0f} s left after the kit and the step's measurement, at the "
-                 f"ledger's {ledger['step_ms']:g} ms a step: {nxt.name if nxt else 'none fits'}"
+    lines.append(f"next, in a lease with {budget:.0f} s left after a {ledger['start_s']:g} s start, the kit and "
+                 f"{measure}, at the ledger's {ledger['step_ms']:g} ms a step: {nxt.name if nxt else 'none fits'}"
                  + "".join(f"\n  ({p})" for p in passed)
                  + "\n  (a lease picks by the step it measures itself: `slice start`)")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ timed (at most ~30 s). Any one changed, and the lease measures the full table ag
 
     key(device, precision)      the four for this checkout, this torch, this device
     stands(committed, key)      the variant the committed table chose, where it stands for this lease
+    same_files(committed)       whether it measured this checkout's step files (`slice status`)
     adopt(table, committed)     a full table a lease sent back, committed in place of the last one
 """
 from __future__ import annotations
@@ -68,6 +69,18 @@ def stands(committed: Path, now: dict) -> tuple[str | None, str]:
     return best["variant"], (f"{committed.name}{when} stands (the same step files {now['step_hash']}, torch "
                              f"{now['torch']}, {now['device']}, {now['precision']}): only eager and its "
                              f"{best['variant']} ({best['ms_step']:.1f} ms) are checked")
+
+
+def same_files(committed: Path) -> bool:
+    """Whether the committed table measured this checkout's step files (torch, device and
+    precision are the lease's to tell)."""
+    import pandas as pd
+
+    committed = Path(committed)
+    if not committed.is_file():
+        return False
+    t = pd.read_csv(committed)
+    return "step_hash" in t.columns and len(t) > 0 and str(t["step_hash"].iloc[0]) == step_hash()
 
 
 def adopt(table: Path, committed: Path) -> str | None:
