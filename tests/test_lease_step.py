@@ -86,3 +86,49 @@ def test_without_a_passed_variant_or_a_fresh_table_the_slice_trains_eagerly_and_
     assert slices.pick_step(old, "tf32", H100) == ("eager", "training variant: eager (o.csv is from an earlier lease)", None)
     h200 = _table(tmp_path / "h.csv", [{"variant": "cuda-graph", "passed": True, "ms_step": 8.9}], device="NVIDIA H200")
     assert "was measured on NVIDIA H200" in slices.pick_step(h200, "tf32", H100)[1]
+
+
+# --- the committed table: a lease measures the full table only when the step changed ------------
+
+def _committed(path: Path, key: dict, rows: list[dict]) -> Path:
+    pd.DataFrame([{"status": "ran", "check": "", "time": time.time() - 86400, "mode": "full", "date": "2026-11-27",
+                   **key, **r} for r in rows]).to_csv(path, index=False)
+    return path
+
+
+def test_where_the_committed_table_measured_this_step_only_eager_and_its_choice_are_checked(tmp_path, capsys):
+    from mclib.lease import steptable
+
+    key = steptable.key("cpu", "fp32")
+    committed = _committed(tmp_path / "lease_step.csv", key, [
+        {"variant": "eager", "passed": True, "ms_step": 10.0, "precision": "fp32"},
+        {"variant": "compile", "passed": False, "ms_step": 5.0, "precision": "fp32"}])  # failed: eager is the choice
+    out = tmp_path / "now.csv"
+    args = ["--budget-s", "60", "--profile", "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2",
+            "--variants", "eager,bf16,compile", "--ledger", str(tmp_path / "none.yaml"), "--committed", str(committed),
+            "--out", str(out)]
+    assert _bench().main(args) == 0
+    t = pd.read_csv(out)
+    assert list(t["variant"]) == ["eager"] and list(t["mode"]) == ["check"]
+    assert "lease_step.csv of 2026-11-27 stands" in capsys.readouterr().out
+    assert steptable.adopt(out, tmp_path / "adopted.csv") is None  # a check is not a table to commit
+    # the step's files changed since: the full table
+    _committed(committed, {**key, "step_hash": "0123456789ab"}, [{"variant": "eager", "passed": True, "ms_step": 10.0,
+                                                                  "precision": "fp32"}])
+    assert steptable.stands(committed, key) == (None, f"lease_step.csv measured another step: step_hash 0123456789ab "
+                                                      f"-> {key['step_hash']}")
+    assert _bench().main(args) == 0
+    t = pd.read_csv(out)
+    assert list(t["variant"]) == ["eager", "bf16", "compile"] and set(t["mode"]) == {"full"}
+    assert steptable.adopt(out, tmp_path / "adopted.csv").endswith(f"committed as {tmp_path / 'adopted.csv'}")
+
+
+def test_a_compiled_variant_trains_only_where_its_compile_pays_within_the_lease(tmp_path):
+    table = _table(tmp_path / "t.csv", [
+        {"variant": "eager", "passed": True, "ms_step": 19.5, "first_s": 2.0},
+        {"variant": "cuda-graph", "passed": True, "ms_step": 8.0, "first_s": 3.0},
+        {"variant": "compile", "passed": True, "ms_step": 5.0, "first_s": 100.0}])
+    short = slices.pick_step(table, "tf32", H100, horizon_s=200)  # compile: 20 000 steps; the graph: 25 000
+    assert short.variant == "cuda-graph" and short.why.endswith(
+        "; compile (5.0 ms) passed over: its 100 s compile does not pay within 200 s")
+    assert slices.pick_step(table, "tf32", H100, horizon_s=1000).variant == "compile"  # 180 000 against 125 000
