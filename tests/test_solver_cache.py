@@ -9,12 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from mclib.__main__ import main
 from mclib.analyses import comparisons as C
 from mclib.book import ch06_baselines as chapter
+from mclib.core.config import load_profile, profile_path
 
 ROOT = Path(__file__).resolve().parent.parent
 PAPER_CACHE = ROOT / "results" / "solvers-paper.csv.gz"
@@ -237,6 +239,33 @@ def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not
     monkeypatch.setattr(chapter, "TABLES", (chapter.solvers_table,))  # 3 blocks are enough to tell
     _, own = chapter.build_solver_cache(smoke_profile.replace(name="paper"), tmp_path / "again.csv.gz", say=print)
     assert own.reused == {} and len(own.blocks) == 3
+
+
+class _Asked(C.Solves):
+    """Records the key and draw of every block a table asks for, and solves nothing."""
+
+    def get(self, method, how, x, mask, about):
+        self.blocks.setdefault(self.key(method, how, x, mask), C.Block(dict(about), {}))
+        return {s: np.ones(len(x)) for s in C.STATS}
+
+
+@pytest.mark.slow  # 3 s (draws and hashes 31 744 matrices)
+def test_the_committed_files_hold_every_draw_of_the_cpu_profile():
+    """The default profile's chapter 06 solves nothing: results/solvers-cpu.csv.gz holds the
+    draws of its own task and results/solvers-paper.csv.gz those of the paper's task, whose
+    sample sizes and seed the cpu profile shares (hashed here as the chapter hashes them). If it
+    fails, rebuild with `python -m mclib solvers --profile cpu`."""
+    cpu = load_profile(profile_path("cpu"))
+    asked = _Asked()
+    for table in chapter.TABLES:
+        table(chapter._NoModel(cpu), asked)
+    own, paper_file = (C.read_solves(chapter.solver_cache(n), say=lambda *_: None) for n in ("cpu", "paper"))
+    paper_task = {k for k, b in asked.blocks.items() if (b.about["n"], b.about["rank"]) == (7, 2)}
+    assert len(asked.blocks) == 34 and len(paper_task) == 18 and paper_task <= paper_file.blocks.keys()
+    assert asked.blocks.keys() - paper_task == own.blocks.keys()  # nothing of the paper's task is held twice
+    assert own.note.startswith("chapter 06's solver results at profile cpu: 16 blocks, 8192 matrices (7168 cvxpy "
+                               "solves); 18 blocks, 23552 matrices (21504 cvxpy solves) read from "
+                               "results/solvers-paper.csv.gz")
 
 
 def _damaged(path: Path, good: Path, how: str) -> Path:

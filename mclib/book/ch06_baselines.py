@@ -19,10 +19,11 @@ what it does not hold, saying so in one line: on a GPU lease, which has no cvxpy
 CPU time is the lease's, it then solves nothing. At every profile it first reads the
 committed results/solvers-paper.csv.gz for the draws that file holds exactly (the paper
 task's at the cpu profile, which shares the paper's sample sizes and seed), and a build at
-another profile neither solves nor writes those. Where no file is committed for the profile,
-the book builds one for itself beside its run (`book_solver_cache`) on a worker that the
-other seeds leave idle while the book's run trains (`mclib.book.chapter.idle_tasks`), and
-the chapter reads that.
+another profile neither solves nor writes those. The cpu profile's own file is committed too
+(results/solvers-cpu.csv.gz, 2026-11-27), so its chapter solves nothing. Where no file is
+committed for the profile, the book builds one for itself beside its run (`book_solver_cache`)
+on a worker that the other seeds leave idle while the book's run trains
+(`mclib.book.chapter.idle_tasks`), and the chapter reads that.
 """
 from __future__ import annotations
 
