@@ -76,12 +76,24 @@ def test_freeze_sentences(tmp_path):
     assert glue["verdict_text"] == ("too short to check the paper's order of the drops (mlp and token, then "
                                     "attention, then positional): not tested here")
     assert rows[0]["ours"] is None and rows[0]["reading"].startswith("no drop by step 20")
-    # nothing dropped: no plateau to measure, nothing to order; and nothing recovered
-    assert [_verdict(tmp_path, r) for r in rows] == ["n/a"] * 4 + ["differs"] * 4 + ["n/a"]
-    assert glue["recover_text"] == "No run ended within 2x of the main run's final L_mask."
+    # nothing dropped: no plateau to measure, nothing to order, and no final level to read: each run stopped
+    # (here by its cap) before any drop, so its last level is the plateau's
+    assert [_verdict(tmp_path, r) for r in rows] == ["n/a"] * 9
+    assert "stopped before any drop" in rows[4]["na"] and "never read as final" in rows[4]["na"]
+    assert glue["recover_text"] == ("The attention, mlp, positional and token runs stopped before dropping: their last "
+                                    "level is not read as final.")
     glue, rows = C.freeze_readings(_table([None] * 4, steps=700), _ends("main drop"), MAIN)  # long enough, no drop
     assert _verdict(tmp_path, rows[-1]) == "differs"
+    assert "the main run's drop step 700 without dropping: stopped before any drop" in rows[6]["na"]
     assert glue["verdict_text"].endswith("unlike the paper: no run dropped within the steps it could train")
+    # one run stopped at the main run's drop step before dropping (laptop E15 positional): n/a, the others read
+    ends = {**_ends(), "positional": FreezeEnd("positional", "main drop", 700, None, 700, 4000)}
+    glue, rows = C.freeze_readings(_table([500, 40, None, 60], plateaus=[450, 0, None, 10],
+                                          finals=[0.01, 0.01, 0.03, 0.01]), ends, MAIN)
+    assert [_verdict(tmp_path, r) for r in rows[4:8]] == ["same direction", "same direction", "n/a", "same direction"]
+    assert rows[6]["ours"] == pytest.approx(3.0)  # the value stays on the row; it is not judged
+    assert glue["recover_text"] == ("The attention, mlp and token runs ended within 2x of the main run's final L_mask. "
+                                    "The positional run stopped before dropping: its last level is not read as final.")
     glue, _ = C.freeze_readings(_table([60, 500, None, None]), _ends(), MAIN)
     assert glue["found"].endswith("; positional, token did not drop")
     assert glue["verdict_text"].endswith("unlike the paper: the mlp and token runs do not drop before the others; "

@@ -42,7 +42,13 @@ def test_the_seeds_row_can_match_or_differ(tmp_path, paper_profile):
     none = chapter.seeds_row({1: None}, paper_profile)
     assert none["ours"] is None and none["reading"].startswith("no drop in 1 seed")
     assert not none["reading"].startswith("no drop in 1 seeds")
-    assert scorecard.record(tmp_path, **none, chapter="t")["verdict"] == "differs"
+    # over one seed the row is E1's drop step again: n/a, counted once there (2026-11-27); with two seeds and no
+    # drop it differs
+    assert scorecard.record(tmp_path, **none, chapter="t")["verdict"] == "n/a" and none["na"] == chapter.ONE_SEED
+    one = chapter.seeds_row({1: 13228}, paper_profile)
+    assert one["ours"] == 13228 and scorecard.record(tmp_path, **one, chapter="t")["verdict"] == "n/a"
+    both = chapter.seeds_row({1: None, 2: None}, paper_profile)
+    assert scorecard.record(tmp_path, **both, chapter="t")["verdict"] == "differs"
 
 
 def test_the_seeds_row_is_not_compared_off_the_paper_s_task(tmp_path):

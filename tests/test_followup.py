@@ -206,3 +206,15 @@ def test_the_section_says_where_the_paper_setting_stands(tmp_path):
     ledger.write_text(yaml.safe_dump(plan))
     (done / "slice.json").unlink()
     assert "slice A of paper-slices.yaml executes them, after its other chapters" in part.paper_setting("cpu", ledger)
+
+
+def test_the_sweep_s_numbers_stay_out_of_another_profile_s_book(tmp_path):
+    """The sweep trains one profile; in a book of another (the paper's) F4's rows carry no number
+    of it, only why they have nothing to test (the paper column once showed the CPU sweep's)."""
+    sweep = _sweep({"bias0": [9000, 9500, 10000], part.BIASED: [3000, 3500, 4000], part.CONTROL: [15000] * 3})
+    own = part.intervention_rows(sweep)
+    other = part.intervention_rows(sweep, other_profile="paper")
+    assert all(r["ours"] is not None for r in own)
+    for r in other:
+        assert r["ours"] is None and r["se"] is None and _verdict(tmp_path, r) == "n/a"
+        assert r["reading"].startswith("the follow-up:") and " = " not in r["reading"] and "paper" in r["na"]

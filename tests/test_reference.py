@@ -55,8 +55,13 @@ def test_latest_and_beside(tmp_path):
     assert folder.name == "paper-B-2026-02-01"
     table = reference.beside([ROW], folder)
     assert list(table["id"]) == ["E1", "E20"]                             # their extra row is listed too
-    assert table.loc[0, "paper-setting verdict"] == "differs" and table.loc[0, "paper setting"] == 30000.0
+    # one seed's drop step has no spread: n/a until the laptop's seeds lend it theirs (chapter 07's row)
+    assert table.loc[0, "paper-setting verdict"] == "n/a" and table.loc[0, "paper setting"] == 30000.0
     assert table.loc[1, "laptop verdict"] == "—"
+    seeds = {"id": "E1", "quantity": "drop step, over seeds", "paper": 15000.0, "ours": 10000.0, "spread": 1000.0,
+             "verdict": "n/a"}
+    table = reference.beside([ROW, seeds], folder)
+    assert table.loc[0, "paper-setting verdict"] == "differs"  # 30 000 ± 2·3 000 (10 %) against 15 000 ± 10 %
     assert "ran on B on 2026-02-01" in reference.status(folder)
 
 
@@ -118,7 +123,9 @@ def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
     laptop = {"id": "E3", "quantity": "post-shift L_mask / E[X²]", "paper": 0.06, "ours": 0.05, "verdict": "matches"}
     table = reference.beside([laptop], folder).set_index("quantity")
     assert table.loc[list(by), "paper-setting verdict"].tolist() == [r["verdict"] for r in by.values()]
-    assert by["drop step"]["ours"] == table.loc["drop step", "paper setting"] and by["drop step"]["verdict"] == "differs"
+    # one seed's drop step, with no seed spread to judge it by (no laptop row of the drop over seeds): n/a, said why
+    assert by["drop step"]["ours"] == table.loc["drop step", "paper setting"] and by["drop step"]["verdict"] == "n/a"
+    assert "laptop edition's seeds" in by["drop step"]["na"]
     assert table.loc[laptop["quantity"], "paper-setting verdict"] == "not run"    # no chapter completed there
     status = reference.status(folder)
     assert "No chapter completed" in status and "seed 2: 2,000 steps, cut" in status and "tf32" in status
@@ -226,3 +233,25 @@ def test_a_slices_chapters_are_those_its_record_says_it_executed(tmp_path):
     assert reference.chapters_run(folder) == ["01_train", "03_heads"]
     (folder / "slice.json").unlink()  # not a slice (the first run's folder): its manifest
     assert reference.chapters_run(folder) == ["03_heads"]
+
+
+def test_every_recorded_row_is_judged_again_by_today_s_rule(tmp_path):
+    """A recorded row gets today's verdict even where its kind and paper value stand: the rule's
+    reference, sense and margin are the row's own where recorded, else what the chapter that
+    declares the row gives (its `rule_of`); without either, n/a with the reason."""
+    e5 = {"id": "E5", "quantity": "identity heads ablated, uniform (the paper's text): ablated / unablated L_mask",
+          "kind": "direction", "paper": None, "ours": 1.12, "se": 0.032, "verdict": "differs", "chapter": "03_heads"}
+    clear = {**e5, "quantity": "row heads ablated, uniform (the paper's text): ablated / unablated L_mask", "ours": 5.2,
+             "se": 0.12, "verdict": "same direction"}
+    own = {**e5, "id": "E99", "quantity": "q", "reference": 1.0, "sense": "below", "verdict": "same direction"}
+    lost = {**e5, "id": "E99", "quantity": "r", "verdict": "differs"}
+    na = {**e5, "id": "F1", "kind": "finding", "quantity": "s", "verdict": "n/a", "reading": "x; n/a: one seed"}
+    out = {r["quantity"]: r for r in reference.rejudge([e5, clear, own, lost, na], tmp_path)}
+    # 1.12 ± 2·0.032 against "above 1.1" (1 + the direction rule's 10 %): reaches both sides
+    now = out[e5["quantity"]]
+    assert now["verdict"] == "too close to tell" and now["was"] == "differs" and (now["reference"], now["sense"]) == (1.0, "above")
+    assert now["rejudged"].startswith("differs → too close to tell (today's direction rule")
+    assert out[clear["quantity"]]["verdict"] == "same direction" and "was" not in out[clear["quantity"]]
+    assert out["q"]["verdict"] == "differs"               # its own recorded rule, today: 1.12 is not below 1
+    assert out["r"]["verdict"] == "n/a" and "recorded no reference or sense" in out["r"]["na"]
+    assert out["s"]["verdict"] == "n/a" and out["s"]["na"] == "one seed" and out["s"]["reading"] == "x; n/a: one seed"

@@ -99,7 +99,11 @@ def test_record_uses_the_kind(tmp_path):
     rows = S.load(tmp_path)
     assert [(r["id"], r["kind"], r["verdict"]) for r in rows] == [
         ("E1", "direction", "same direction"), ("E3", "ratio", "differs"), ("E15", "ordering", "differs")]
-    assert all(set(r) == set(S.FIELDS) for r in rows)
+    assert all(set(r) - set(S.RULE_FIELDS) == set(S.FIELDS) for r in rows)
+    # what each rule needs besides the numbers is kept, so a recorded row can be judged again as it was
+    assert (rows[0]["reference"], rows[0]["sense"]) == (0.5, "below") and "margin" not in rows[0]
+    assert (rows[2]["values"], rows[2]["order"]) == ({"a": 1, "b": 9}, [["b"], ["a"]])
+    assert [S.row_verdict(r) for r in rows] == [r["verdict"] for r in rows]
 
 
 def test_rules_table_states_every_rule():
@@ -232,3 +236,17 @@ def test_verdicts_text_counts_every_verdict_from_the_verdicts():
         "of the 4 rows, 2 as in the paper, 1 unlike the paper and 1 too close to tell")
     assert S.verdicts_text(["n/a", "differs"], "head") == "of the 2 heads, 1 unlike the paper and 1 not tested here"
     assert S.verdicts_text([]) == "no rows" and S.plural(1, "seed") == "1 seed" and S.plural(3, "seed") == "3 seeds"
+
+
+def test_the_provisional_rows_are_split_by_what_they_say_so_far():
+    late = "reads step 16,591 of a run cut short of its 50,000"
+    rows = ([{"id": "E3", "quantity": f"a{i}", "verdict": "matches", "provisional": late} for i in range(3)]
+            + [{"id": "E5", "quantity": f"b{i}", "verdict": "differs", "provisional": late} for i in range(2)]
+            + [{"id": "E5", "quantity": "c", "verdict": S.CLOSE, "provisional": late},
+               {"id": "E1", "quantity": "d", "verdict": "differs", "provisional": None},
+               {"id": "F1", "quantity": "e", "kind": "finding", "verdict": "holds", "provisional": late}])
+    assert S.provisional_split(rows) == {"provisional": 6, "agree": 3, "differ": 2, "too close": 1}
+    assert S.provisional_text(rows) == "6 provisional: 3 agree, 2 differ, 1 too close to tell so far"
+    assert S.provisional_text(rows[:5]) == "5 provisional: 3 agree, 2 differ so far"
+    assert S.provisional_text(rows[6:7]) == "0 provisional"
+    assert "6 provisional: 3 agree, 2 differ, 1 too close to tell so far" in S.setting_counts(rows, "the paper's own setting")

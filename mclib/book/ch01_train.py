@@ -30,7 +30,7 @@ from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, 
 from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
 from .plots import closed, loss_curve, mark_checkpoints
-from .scorecard import copy_levels
+from .scorecard import PAPER_PRE, copy_levels, task_departures
 from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
 
 CHAPTER = "01_train"
@@ -260,7 +260,7 @@ def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tupl
 def findings(ch: Chapter) -> dict:
     """The glue of "What we found": name -> str or float (plain floats: myst-nb formats them)."""
     level = ch.copy_level
-    pre = losses_at(ch.metrics, ch.steps.pre)
+    pre = losses_at(ch.metrics, e1_pre_step(ch))
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
     rows = {r["quantity"]: r for r in e1_rows(ch)}
@@ -269,7 +269,7 @@ def findings(ch: Chapter) -> dict:
     shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
     return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
             "end_text": f"{end_sentence(ch)} {slope_sentence(ch)}".strip(), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
-            "pre_step": s.pre, "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
+            "pre_step": e1_pre_step(ch), "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
             "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
             "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
             "drop_factor": float(pre["L_mask"] / final_L_mask)}
@@ -294,6 +294,80 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
                  spread=spread, na=na)
 
 
+PRE_L_OBS = "pre-shift L_obs / E[X²]"
+PLATEAU_FALL = "plateau steps / fall steps (a plateau, then a sudden drop)"
+# What E1's direction rows are judged by besides their numbers (`scorecard.RULE_FIELDS`): declared
+# once, for `training_rows` and for judging a recorded row again (`rule_of`).
+RULES = {PRE_L_OBS: {"reference": COPIES, "sense": "below", "margin": CUT},
+         PLATEAU_FALL: {"reference": ABRUPT, "sense": "above", "margin": CUT}}
+
+
+def rule_of(row: dict) -> dict:
+    """What this chapter judges its row by today besides the numbers (`RULES`), for a row
+    recorded without it (`mclib.lease.reference.rejudge`); {} for a row not its own."""
+    return dict(RULES.get(row["quantity"], {})) if row["id"] == "E1" else {}
+
+
+def e1_pre_step(ch: Chapter) -> int:
+    """The step E1's pre-shift rows read: on the paper's task the paper's pre step (PAPER_PRE,
+    4 000; the training curve holds every logged step, so no checkpoint is needed), as chapter
+    02 reads its pre-shift model (`ch02_copying.at_paper_pre`); on another task, in a run that
+    has not reached it, or one that dropped by then (that step is no longer pre-shift), the
+    pre-shift step the drop placed."""
+    if (task_departures(ch.cfg) or ch.metrics.empty or int(ch.metrics["step"].iloc[-1]) < PAPER_PRE
+            or (ch.drop is not None and ch.drop <= PAPER_PRE)):
+        return ch.steps.pre
+    return PAPER_PRE
+
+
+def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
+    """The laptop edition's relative seed spread of the drop step, from chapter 07's row of the
+    drop over seeds (its mean and the standard deviation over its seeds): (sd / mean, how it
+    was found, in words); None without that row or its spread."""
+    row = next((r for r in laptop or [] if (r["id"], r["quantity"]) == ("E1", "drop step, over seeds")), None)
+    if row is None or not row.get("ours") or row.get("spread") is None:
+        return None
+    rel = row["spread"] / row["ours"]
+    return rel, (f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one standard "
+                 f"deviation, over a mean of {row['ours']:,.0f}: {rel:.1%})")
+
+
+def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
+    """E1's rows that a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
+    the rows this chapter read at a pre-shift step other than the paper's (the step it glued,
+    `pre_step`, else the run's placed one) moved to the paper's pre step (`e1_pre_step`), their
+    values those today's code reads from the run's training curve (`recorded.curve()`), or n/a
+    (`ch02_copying.pre_na`) where the curve gives none; and the drop step of one seed, which has
+    no spread of its own, judged with the laptop edition's relative seed spread (`seed_spread`),
+    or n/a where that is not known."""
+    from .ch02_copying import pre_na
+
+    new, why = dict(row), []
+    if row["id"] != "E1":
+        return row, []
+    if row["quantity"] == "drop step" and row.get("spread") is None and not row.get("na") and row.get("ours"):
+        spread = seed_spread(recorded.laptop)
+        if spread is None:
+            new["na"] = ("the drop step of one seed has no spread of its own, and the laptop edition's seeds, whose "
+                         "relative spread would stand in for it, are not known here")
+        else:
+            new["spread"] = spread[0] * row["ours"]
+            new["reading"] = f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
+            why.append(f"judged with {spread[1]}")
+    if row.get("chapter") == CHAPTER and row["quantity"].startswith("pre-shift"):
+        glued = (recorded.glued(CHAPTER, "pre_step") or "").replace(",", "").strip("'\"")
+        pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
+        if pre is not None and pre != PAPER_PRE:
+            today = next((r for r in recorded.curve() if r["quantity"] == row["quantity"]), None)
+            if today is None:
+                new["na"] = pre_na(pre, True)
+            else:
+                new.update({k: today.get(k) for k in ("ours", "se", "reading")})
+                why.append(f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} there, "
+                           f"{today['ours']:.4g} here (the training curve's values at that step)")
+    return new, why
+
+
 def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None,
                   *, final_mask: tuple[float, float] | None = None) -> list[dict]:
     """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
@@ -310,10 +384,10 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
         claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
               "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
               paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
-        claim("E1", "pre-shift L_obs / E[X²]", pre["L_obs"] / ours_lvl,
+        claim("E1", PRE_L_OBS, pre["L_obs"] / ours_lvl,
               f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
               f"{COPIES:g} counts)", paper=PAPER[("E3", "pre L_obs")] / paper_lvl, kind="direction",
-              reference=COPIES, sense="below", margin=CUT, se=pre.get("L_obs_se", 0) / ours_lvl),
+              **RULES[PRE_L_OBS], se=pre.get("L_obs_se", 0) / ours_lvl),
         claim("E1", "final L / (p_mask · E[X²]), last 10 % of steps", final_L / (p_mask * ours_lvl),
               "the paper's final L over its copying model's L (paper: 50 000 steps)",
               paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
@@ -323,11 +397,11 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
             pre["L_mask"] / final_mask[0], f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
             paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")], kind="ratio",
             se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]))]),
-        claim("E1", "plateau steps / fall steps (a plateau, then a sudden drop)", 0.0 if shape is None else shape.ratio,
+        claim("E1", PLATEAU_FALL, 0.0 if shape is None else shape.ratio,
               ("no drop, or no plateau before it" if shape is None else
                f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
                f"level by step {shape.settled:,}") + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
-              kind="direction", reference=ABRUPT, sense="above", margin=CUT),
+              kind="direction", **RULES[PLATEAU_FALL]),
     ]
 
 
@@ -336,7 +410,8 @@ def e1_rows(ch: Chapter) -> list[dict]:
     quantity means the same on both tasks."""
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
-    pre = {**losses_at(ch.metrics, ch.steps.pre).to_dict(), **window_se(ch.metrics, ch.steps.pre)}
+    at = e1_pre_step(ch)
+    pre = {**losses_at(ch.metrics, at).to_dict(), **window_se(ch.metrics, at)}
     mask_se = float(end["L_mask"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
                          sharpness.shape(ch.metrics, ch.cfg.data.rank), final_mask=(float(end["L_mask"].mean()), mask_se))

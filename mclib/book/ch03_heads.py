@@ -42,7 +42,7 @@ from ..core.paper import PAPER, PAPER_HEADS
 from . import plots
 from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
-from .scorecard import copy_levels
+from .scorecard import copy_levels, task_departures
 from .scorecard import CUT, agreement, agreements, plural, recorded_table, row_verdict, stage, verdict_counts
 from .scorecard import claim as _row
 
@@ -416,7 +416,24 @@ def readings(ch, r: Results) -> tuple[dict, list[dict]]:
                                  e9_rows(r.heads.scores, r.pre_scores), e10_rows(r.structured), e11_rows(r.probes, layers)):
         glue.update(part_glue)
         rows += part_rows
-    return glue, rows
+    return glue, pre_read(rows, ch.steps.pre, not task_departures(ch.cfg))
+
+
+# The rows of this chapter that read the pre-shift checkpoint: E6's post model with its QKV, E9's
+# structure before the drop. On the paper's task they compare with the paper only at its pre step.
+PRE_READ = (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess of any head, pre-shift"))
+
+
+def pre_read(rows: list[dict], pre: int, on_paper_task: bool) -> list[dict]:
+    """`rows` with those that read the pre-shift checkpoint (`PRE_READ`) n/a where it is not
+    the paper's pre step on the paper's task (`ch02_copying.pre_na`, the rule E2, E3 and E6's
+    pre rows follow)."""
+    from .ch02_copying import pre_na
+
+    na = pre_na(pre, on_paper_task)
+    return [{**r, "na": na} if na and (r["id"], r["quantity"]) in PRE_READ and not r.get("na") else r for r in rows]
+
+
 
 
 def scorecard_table(ch, rows: list[dict]):
@@ -653,7 +670,39 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         why.append(f"the paper's value moved to the last-layer rows ({E8_SOURCE})")
     if row["id"] == "E11" and "12-layer, 12-head" not in row.get("reading", ""):
         new["reading"] = f"{row.get('reading', '')}; {PROBED_MODEL}"
+    if (row["id"], row["quantity"]) in PRE_READ and row.get("chapter") == CHAPTER and not row.get("na"):
+        glued = (recorded.glued(CHAPTER, "pre_step") or "").replace(",", "")
+        pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
+        new = pre_read([new], pre, True)[0] if pre is not None else {
+            **new, "na": "no pre-shift checkpoint could be placed in the run"}
     return new, why
+
+
+def rule_of(row: dict) -> dict:
+    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
+    for a row recorded without it (`mclib.lease.reference.rejudge`), as `e5_rows`, `e9_rows`,
+    `e10_rows` and `e11_rows` build them: E5 above 1 by the direction rule's margin; E9 above
+    (after the drop) or below (before it) STRUCTURE_THRESHOLD; E10's lone-entry head above MOSTLY
+    and its other kinds against the cut-off their reading names (one of them, half a uniform
+    head's mass, depends on the mask); E11's probes against PROBED, or 1 for the value probe's
+    depth. {} for a row not its own."""
+    import re
+
+    i, q = row["id"], row["quantity"]
+    if i == "E5":
+        return {"reference": 1.0, "sense": "above"}
+    if i == "E9" and "excess" in q and "/ drop step" not in q:
+        return {"reference": STRUCTURE_THRESHOLD, "sense": "below" if "pre-shift" in q else "above", "margin": CUT}
+    if i == "E10" and q.startswith("structured mask: the best head's mass"):
+        return {"reference": MOSTLY, "sense": "above", "margin": CUT}
+    if i == "E10":
+        said = re.search(r"\b(above|below) ([-+\d.e]+) counts", row.get("reading", ""))
+        return {"reference": float(said.group(2)), "sense": said.group(1), "margin": CUT} if said else {}
+    if i == "E11":
+        if q.startswith("value probe"):
+            return {"reference": 1.0, "sense": "below", "margin": CUT}
+        return {"reference": PROBED, "sense": "above" if q.startswith("singular") else "below", "margin": CUT}
+    return {}
 
 def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
     """E11: the row probe at the layer of the chapter's table (`best_probe_layers`), the value

@@ -61,6 +61,19 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
           else e13_na(tested, final))
     return ({**row, "na": na} if na else row), []
 
+def rule_of(row: dict) -> dict:
+    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
+    for a row recorded without it (`mclib.lease.reference.rejudge`), as the chapter's rows are
+    built: E12 above STRONG, E13 above ALIGNED, E14's silhouette below CLUSTERED before the drop
+    and above it after, its middle-row norm below DIP; every one a cut-off the chapter names
+    (margin CUT). {} for a row not its own."""
+    i, q = row["id"], row["quantity"]
+    found = {"E12": (STRONG, "above"), "E13": (ALIGNED, "above")}.get(i)
+    if i == "E14":
+        found = (DIP, "below") if q.startswith("middle-row") else (CLUSTERED, "below" if "before the drop" in q else "above")
+    return {} if found is None else {"reference": found[0], "sense": found[1], "margin": CUT}
+
+
 def value_range(ch) -> tuple[float, float]:
     """The token values this task produces: |x| <= rank (the rows beyond stay at their initialisation)."""
     return E.value_range(ch.cfg.data.rank)

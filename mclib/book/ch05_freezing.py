@@ -193,8 +193,9 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
     - plateau: the run's plateau over its fall (`mclib.analyses.sharpness`: on the copying
       level means within BAND of E[X²]); the paper's first tier (mlp, token) has none
       (below ABRUPT), the later tiers have one (above); n/a for a run without a drop;
-    - recovers: final L_mask over the main run's, below SETTLE (a run that never drops stays
-      at the copying level and reads "differs");
+    - recovers: final L_mask over the main run's, below SETTLE; n/a for a run stopped (by its
+      cap, or at the main run's drop step) before it dropped: its last level is the plateau's,
+      never read as final;
     - the order of the drops, with the ordering rule's margin.
     glue: found, verdict_text (`order_text`, from the ordering row's verdict), main_text,
     recover_text; rows: `scorecard.claim`s."""
@@ -220,7 +221,10 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
                                    + f"; it recovers when "
                                    f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
                                    "but gives no final level: the main run's is the yardstick)",
-                                   kind="direction", reference=SETTLE, sense="below", se=se))
+                                   kind="direction", reference=SETTLE, sense="below", se=se,
+                                   na=None if drops[g] is not None else
+                                   f"the run {ends[g].text}: stopped before any drop, so its last level is the "
+                                   "plateau's, never read as final (the paper shows this run dropping)"))
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)
     missing = [g for tier in PAPER_E15_ORDER for g in tier if g not in drops]  # runs not in yet (a GPU slice each)
@@ -239,11 +243,16 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
     verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
     main_text = (f"The main run, trained from scratch, dropped at step {main.drop:,}." if main.drop is not None
                  else "The main run, trained from scratch, did not drop.")
-    recovered = [g for g, row in zip(drops, recovery_rows) if row_verdict(row) in POSITIVE.values()]
+    verdicts = {g: row_verdict(row) for g, row in zip(drops, recovery_rows)}
+    recovered = [g for g, v in verdicts.items() if v in POSITIVE.values()]
+    not_read = [g for g, v in verdicts.items() if v == "n/a"]
+    others = [g for g in drops if g not in recovered and g not in not_read]
     recover_text = (f"{_runs_named(recovered).capitalize()} ended within {SETTLE:g}x of the main run's final L_mask"
-                    + ("." if len(recovered) == len(drops) else
-                       f"; {_runs_named([g for g in drops if g not in recovered])} did not.")
-                    if recovered else f"No run ended within {SETTLE:g}x of the main run's final L_mask.")
+                    + ("." if not others else f"; {_runs_named(others)} did not.")
+                    if recovered else f"No run ended within {SETTLE:g}x of the main run's final L_mask." if others else "")
+    if not_read:
+        recover_text = (f"{recover_text} {_runs_named(not_read).capitalize()} stopped before dropping: "
+                        f"{'its' if len(not_read) == 1 else 'their'} last level is not read as final.").strip()
     return {"found": found, "verdict_text": verdict_text, "main_text": main_text, "recover_text": recover_text}, rows
 
 

@@ -130,7 +130,13 @@ def seeds_row(drops: dict, profile) -> dict:
     std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
     reading = (f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + " steps; "
                f"{len(dropped)} of {plural(len(drops), 'seed')} dropped") if dropped else f"no drop in {plural(len(drops), 'seed')}"
-    return drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
+    row = drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
+    return row if row.get("na") or len(drops) > 1 else {**row, "na": ONE_SEED}
+
+
+# Over one seed, the drop over seeds is the book's run's drop step, E1's own row: counted there once.
+ONE_SEED = ("one seed: its drop step is E1's \"drop step\" row (chapter 01), counted there, not twice; "
+            "a spread needs two seeds")
 
 
 def seeds_glue(ch, s: Seeds) -> dict:
@@ -308,9 +314,21 @@ speaks_for = {"lead_finding": "B1"}
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """This chapter's rows that a GPU lease recorded, judged by today's rules
     (`mclib.lease.reference.rejudge`): B1 n/a where every measure lacked a plateau band, read
-    from the `lead_text` this chapter glued (as `untestable` decides it from the leads)."""
+    from the `lead_text` this chapter glued (as `untestable` decides it from the leads); the drop
+    over one seed n/a (`ONE_SEED`, the seeds counted as this chapter glued them, `n_seeds`); F4a
+    and F4b without the CPU sweep's numbers where the sweep trains another profile (as
+    `followup.intervention_rows` leaves them out)."""
     import re
 
+    if (row["id"], row.get("quantity")) == ("E1", "drop step, over seeds") and not row.get("na"):
+        one = (recorded.glued(CHAPTER, "n_seeds") or "").strip("'\"") == "1"
+        return ({**row, "na": ONE_SEED} if one else row), []
+    if row["id"] in ("F4a", "F4b") and "the attention-bias sweep trains the" in row.get("reading", "") \
+            and row.get("ours") is not None:  # the CPU sweep's number, recorded in this setting's column
+        text = row["reading"]
+        kept = text[text.find("the follow-up:"):].split("; n/a:")[0]
+        return {**row, "ours": None, "se": None, "reading": kept}, [
+            f"the CPU sweep's {row['ours']:.3g} taken out of this column: the sweep trains another profile"]
     if row["id"] != "B1" or row.get("verdict") == "n/a":
         return row, []
     lead_text = recorded.glued(CHAPTER, "lead_text") or ""
@@ -325,6 +343,17 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         return {**row, "na": no_band_text(len(no_band), start, end, int(run.group(1)) if run else None,
                                           int(run.group(2).replace(",", "")) if run else None)}, []
     return row, []
+
+def rule_of(row: dict) -> dict:
+    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
+    for a row recorded without it (`mclib.lease.reference.rejudge`): B1 above LEAD_SURE (margin
+    CUT, as `lead_row` builds it); the follow-up's rows, `followup.rule_of`. {} for another row."""
+    from .followup import rule_of as followup_rule
+
+    if row["id"] == "B1":
+        return {"reference": LEAD_SURE, "sense": "above", "margin": CUT}
+    return followup_rule(row)
+
 
 def lead_finding_text(row: dict) -> str:
     """The sentence that speaks for B1, its words from the row's verdict (`scorecard.agreement`)."""

@@ -134,12 +134,12 @@ def glued(ch, rows: list[dict]) -> dict:
     verdicts = pd.Series([r["verdict"] for r in firm], dtype=object).value_counts()
     own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
     folder = reference.latest()
-    theirs = [] if folder is None else reference.rows(folder)
+    theirs = [] if folder is None else reference.rows(folder, laptop=rows)
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(paper),
             "n_provisional": len(paper) - len(firm),
             "landing_editions": " ".join([scorecard.setting_counts(rows, "the laptop edition")]
                                          + ([scorecard.setting_counts(theirs, "the paper's own setting")
-                                             + f" {reference.rejudged_text(folder)}"] if theirs else [])),
+                                             + f" {reference.rejudged_text(folder, laptop=rows)}"] if theirs else [])),
             **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
@@ -149,5 +149,19 @@ def glued(ch, rows: list[dict]) -> dict:
 def site_part(out, ledger=None) -> list:
     """The part the site shows after the chapters (`mclib.book.runner.declared`): "The paper's
     own setting", the chapters GPU leases executed, whose verdicts this chapter sets beside
-    ours (`mclib.lease.part.stage`, from the slices done beside `ledger`)."""
-    return part.stage(out, ledger)
+    ours (`mclib.lease.part.stage`, from the slices done beside `ledger`), judged with the
+    laptop edition's rows at hand (`laptop_rows`), as this chapter judges them."""
+    return part.stage(out, ledger, laptop_rows(out))
+
+
+def laptop_rows(out) -> list[dict] | None:
+    """The rows of the book built in `out`: the scorecard of the run its manifest names
+    (book/_executed/manifest.json, `run_dir`); None without one."""
+    import json
+    from pathlib import Path
+
+    from .runner import EXECUTED
+
+    manifest = Path(out) / EXECUTED / "manifest.json"
+    run_dir = json.loads(manifest.read_text()).get("run_dir") if manifest.is_file() else None
+    return scorecard.load(run_dir) if run_dir else None

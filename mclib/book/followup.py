@@ -210,11 +210,24 @@ def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = No
             _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
                        setting=CONTROL, sense="above",
                        what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
-    if other_profile is not None:
+    if other_profile is not None:  # the sweep's numbers are another profile's: none of them in this book's column
         for r in rows:
-            r["na"] = (f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
-                       f"{other_profile}; its rows are judged in the {sweep_base()} book")
+            r.update(ours=None, se=None, reading=r["reading"][r["reading"].find("the follow-up:"):],
+                     na=f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
+                        f"{other_profile}; its rows are judged in the {sweep_base()} book")
     return rows
+
+
+# What each follow-up row is judged by besides its numbers (the finding rule's reference and
+# sense, as the functions above build them), for a row recorded without it (`rule_of`).
+RULES = {"F1": (0.0, "below"), "F2": (0.0, "above"), "F3": (0.0, "above"), "F4a": (1.0, "below"),
+         "F4b": (1.0, "above"), "F5": (0.0, "above")}
+
+
+def rule_of(row: dict) -> dict:
+    """The reference and sense of a follow-up row (`RULES`); {} for another row."""
+    found = RULES.get(row["id"])
+    return {} if found is None else {"reference": found[0], "sense": found[1]}
 
 
 def sweep_base() -> str:

@@ -42,6 +42,9 @@ from pathlib import Path
 from ..core.runs import SCORECARD, write_atomic
 
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
+# What a rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
+# values and order): `record` keeps them in the row, so a recorded row can be judged again by today's rule.
+RULE_FIELDS = ("margin", "reference", "sense", "values", "order")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
 
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
@@ -465,6 +468,24 @@ def tally(rows: list[dict]) -> dict[str, int]:
             "provisional": len(rows) - len(firm)}
 
 
+def provisional_split(rows: list[dict]) -> dict[str, int]:
+    """The provisional rows of the paper's claims (`tally`'s "provisional") by what their verdict
+    says so far: agree (`REPRODUCED`), differ, too close to tell (`CLOSE`)."""
+    late = [r for r in paper_rows(rows) if is_provisional(r)]
+    return {"provisional": len(late), "agree": sum(r["verdict"] in REPRODUCED for r in late),
+            "differ": sum(r["verdict"] == "differs" for r in late), "too close": sum(r["verdict"] == CLOSE for r in late)}
+
+
+def provisional_text(rows: list[dict]) -> str:
+    """'37 provisional: 20 agree, 17 differ so far' (', 1 too close to tell' where one is), from
+    `provisional_split`; '0 provisional' when none is."""
+    p = provisional_split(rows)
+    if not p["provisional"]:
+        return "0 provisional"
+    close = f", {p['too close']} too close to tell" if p["too close"] else ""
+    return f"{p['provisional']} provisional: {p['agree']} agree, {p['differ']} differ{close} so far"
+
+
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
@@ -530,8 +551,9 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
            **rule_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here by `judge`
     (rule_kw: margin, reference and sense for a direction, values and order for an
-    ordering, na for a claim with nothing to test), and marked provisional where the row
-    reads the end of a run cut short (`at`: the run's `Stage`; `provisional`). Returns the row."""
+    ordering, na for a claim with nothing to test; each but na kept in the row, `RULE_FIELDS`,
+    so that it can be judged again), and marked provisional where the row reads the end of a
+    run cut short (`at`: the run's `Stage`; `provisional`). Returns the row."""
     clean = lambda x: None if _missing(x) else float(x)  # JSON has no NaN
     v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
     said = contradiction(reading, v)
@@ -541,7 +563,8 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
     if rule_kw.get("na"):
         reading = f"{reading}; n/a: {rule_kw['na']}" if reading else f"n/a: {rule_kw['na']}"
     row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
-           "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter}
+           "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter,
+           **{k: rule_kw[k] for k in RULE_FIELDS if rule_kw.get(k) is not None}}  # what judging it again needs
     row = provisional([row], at)[0]
     rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
@@ -676,11 +699,12 @@ def headline(rows: list[dict]) -> dict[str, str]:
 
 def setting_counts(rows: list[dict], where: str) -> str:
     """The landing page's line for one edition (`where`: "the laptop edition", "the paper's
-    own setting"): its counts of the paper's claims (`tally`) in one sentence."""
+    own setting"): its counts of the paper's claims (`tally`) in one sentence, the provisional
+    ones split by what they say so far (`provisional_text`)."""
     t = tally(rows)
     return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']} reproduced, {t['differ']} differ, "
-            f"{t['too close']} too close to tell, {t['not tested']} n/a (nothing to test, or true by construction), {t['provisional']} provisional, of "
-            f"{t['rows']} claims.")
+            f"{t['too close']} too close to tell, {t['not tested']} n/a (nothing to test, or true by construction), "
+            f"{provisional_text(rows)} (read at the end of a run cut short), of {t['rows']} claims.")
 
 
 def departures_text(profile) -> str:

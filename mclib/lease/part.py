@@ -131,9 +131,10 @@ def adapt(nb, slice_name: str, note: str):
     return nb
 
 
-def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
+def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None = None) -> list[Path]:
     """Write the part into OUT (module docstring), from the slices done beside `ledger_path`
-    (default results/paper-slices.yaml); returns its files, the first page first."""
+    (default results/paper-slices.yaml), its rows re-judged with the laptop edition's rows
+    `laptop` at hand (`reference.rows`); returns its files, the first page first."""
     import nbformat
 
     ledger_path = Path(ledger_path or slices.LEDGER)
@@ -144,7 +145,7 @@ def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
     have = slices.done(ledger_path.parent, ledger["name"])
     missing = missing_text(ledger, have)
     pages, rows = [], []
-    found = _rejudged(have, ledger["name"])
+    found = _rejudged(have, ledger["name"], laptop)
     for s in ledger["slices"]:
         if s.name not in have:
             rows.append(f"| {s.name} | {s.what} | not run yet | | |")
@@ -171,18 +172,20 @@ def stage(out: Path, ledger_path: Path | None = None) -> list[Path]:
         f"laptop edition's. The paper book is {missing}.\n\n"
         "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n" + precision.departure(ledger["precision"])
-        + _runs_section(folder, have, ledger["name"], found))
+        + _runs_section(folder, have, ledger["name"], found, laptop))
     return [index, *pages]
 
 
 E1_FIGURE = "paper-runs-loss.png"
 
 
-def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str:
+def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None) -> str:
     """The part's first page, after the slices: every run of the paper's setting the results
     hold (`reference.runs_table`: the slices' and the whole-book run before them, each with its
     path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
-    page), and the paper setting's counts re-judged by today's rules (`scorecard.setting_counts`)."""
+    page), E1's readings of the run's end beside those of a longer run of the same seed
+    (`reference.end_rows_beside`), and the paper setting's counts re-judged by today's rules
+    (`scorecard.setting_counts`)."""
     from ..book import scorecard
     from . import reference
 
@@ -192,6 +195,7 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str
     try:
         table = reference.runs_table(first, name)
         figure = reference.loss_figure(first, name)
+        ends = reference.end_rows_beside(first, name, laptop)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what the table needs: said, not raised
         return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
     figure.savefig(folder / E1_FIGURE, dpi=110, metadata={"Software": None})
@@ -214,7 +218,23 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict]) -> str
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
             f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
             "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
-            + (f"{counts} {reference.rejudged_text(first, name)}\n" if counts else ""))
+            + _end_rows_text(ends)
+            + (f"{counts} {reference.rejudged_text(first, name, laptop)}\n" if counts else ""))
+
+
+def _end_rows_text(ends) -> str:
+    """E1's readings of the run's end, the book's run beside a longer run of the same seed
+    (`reference.end_rows_beside`), as a table; "" without a longer run."""
+    if ends.empty:
+        return ""
+    runs = [c for c in ends.columns if c not in ("quantity", "paper") and not c.endswith(": verdict")]
+    num = lambda x: "—" if _missing(x) else f"{x:.3g}"
+    lines = [f"| {r['quantity']} | {num(r['paper'])} | " + " | ".join(f"{num(r[c])} ({r[f'{c}: verdict']})" for c in runs)
+             + " |" for r in ends.to_dict("records")]
+    return ("E1's readings of the run's end, the book's run beside the longer run of the same seed, computed from "
+            "each run's metrics by the same E1 code and judged by the same rules: what the run's end says at "
+            "each length.\n\n"
+            f"| quantity | paper | {' | '.join(runs)} |\n|---|---|{'---|' * len(runs)}\n" + "\n".join(lines) + "\n\n")
 
 
 def _missing(x) -> bool:
@@ -222,16 +242,16 @@ def _missing(x) -> bool:
     return x is None or x is pd.NA or (isinstance(x, float) and x != x)
 
 
-def _rejudged(have: dict, name: str) -> list[dict]:
-    """The done slices' rows re-judged by today's rules (`reference.rows`); [] when no slice
-    holds the book's run (nothing recorded to re-judge)."""
+def _rejudged(have: dict, name: str, laptop: list[dict] | None = None) -> list[dict]:
+    """The done slices' rows re-judged by today's rules (`reference.rows`, the laptop edition's
+    rows `laptop` at hand); [] when no slice holds the book's run (nothing recorded to re-judge)."""
     from . import reference
 
     first = next(iter(have.values()), None)
     if first is None:
         return []
     try:
-        return reference.rows(first, name)
+        return reference.rows(first, name, laptop)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
         print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []

@@ -244,12 +244,13 @@ def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
     return (list(recorded.values()) or training_rows(_book_folder(folder, name), name)) + freeze_rows(folder, name)
 
 
-def rows(folder: Path, name: str = "paper") -> list[dict]:
+def rows(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> list[dict]:
     """The results' scorecard rows (`recorded_rows`), re-judged here on the CPU by today's
-    rules (`rejudge`): what the scorecard's paper-setting column and the paper part's notes show.
-    A row that reads a final level of a run trained in another precision than the paper's
+    rules (`rejudge`; `laptop`: the laptop edition's rows, whose seeds lend the paper setting's
+    one seed their spread): what the scorecard's paper-setting column and the paper part's notes
+    show. A row that reads a final level of a run trained in another precision than the paper's
     carries that precision's measured effect as text (`mclib.lease.precision.annotate`)."""
-    return annotate(rejudge(recorded_rows(folder, name), folder, name), book_precision(folder, name))
+    return annotate(rejudge(recorded_rows(folder, name), folder, name, laptop), book_precision(folder, name))
 
 
 def book_precision(folder: Path, name: str = "paper") -> str | None:
@@ -308,51 +309,80 @@ REJUDGED = "re-judged on the CPU by today's rules"
 class Recorded:
     """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book
     run's stage (`book_stage`), its analysis checkpoints (`_book_steps`, None when they cannot
-    be placed), and the text a chapter the GPU executed glued under a name
-    (`glued(chapter, name)`, None where it glued none)."""
+    be placed), the text a chapter the GPU executed glued under a name (`glued(chapter, name)`,
+    None where it glued none), the laptop edition's rows (None where they are not known) and
+    the rows today's chapters compute from the book run's training curve (`curve()`:
+    `training_rows`, each chapter's `curve_rows`)."""
     at: scorecard.Stage | None
     steps: object | None
     glued: Callable[[str, str], str | None]
+    laptop: list[dict] | None = None
+    curve: Callable[[], list[dict]] = list
 
 
-def rejudge(found: list[dict], folder: Path, name: str = "paper") -> list[dict]:
+# What each kind of claim's rule needs besides the numbers (`scorecard.judge`).
+NEEDS = {"direction": ("reference", "sense"), "finding": ("reference", "sense"), "ordering": ("values", "order")}
+
+
+NA = "n/a: "  # how a row's reading gives the reason it has nothing to test (`scorecard.record`)
+
+
+def _lacks(row: dict) -> list[str]:
+    return [k for k in NEEDS.get(row.get("kind", "number"), ()) if row.get(k) is None]
+
+
+def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> list[dict]:
     """The rows a GPU lease recorded, judged again here by the rules the chapters apply today,
-    from the values it recorded (no model is read): each row that changes keeps the lease's
-    verdict in `was` and says why in `rejudged`. Each chapter's rules are its own, declared as
-    `rejudged(row, recorded) -> (row, reasons)` (`mclib.book.runner.declared`; `Recorded`):
-    chapter 02's pre-shift step, 03's heads ablated, patched layers and probed model, 04's
-    tested layout, 07's plateau bands. Then, for every row, provisional where it reads the
-    run's end from a run cut short (`scorecard.provisional`). A row that lacks what a rule
-    needs gets n/a with the reason in one line."""
+    from the values it recorded (no model is read): every row gets today's verdict; each row
+    that changes keeps the lease's verdict in `was` and says why in `rejudged`. Each chapter's
+    rules are its own, declared as `rejudged(row, recorded) -> (row, reasons)`
+    (`mclib.book.runner.declared`; `Recorded`): chapter 01's pre-shift step and the one seed's
+    drop step, 02's pre-shift step, 03's heads ablated, patched layers, probed model and
+    pre-shift step, 04's tested layout, 07's plateau bands, one seed and CPU sweep. What a
+    rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
+    values and order: `scorecard.RULE_FIELDS`) is the row's own where the lease recorded it,
+    else what the chapter that declares the row gives it today (its declared `rule_of(row)`).
+    Then, for every row, provisional where it reads the run's end from a run cut short
+    (`scorecard.provisional`). A row that lacks what a rule needs gets n/a with the reason in
+    one line."""
     at = book_stage(folder, name)
     try:
         steps = _book_steps(folder, name)
     except (FileNotFoundError, KeyError, ValueError):
         steps = None
-    recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)))
-    rules = declared("rejudged")
+    recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)), laptop,
+                        functools.cache(lambda: training_rows(_book_folder(folder, name), name)))
+    rules, recover = declared("rejudged"), declared("rule_of")
     out, whys = [], []
     for r in found:
         new, why = dict(r), []
+        if r.get("verdict") == "n/a" and not r.get("na") and NA in r.get("reading", ""):
+            new["na"] = r["reading"].rsplit(NA, 1)[1]  # `scorecard.record` keeps an n/a's reason in the reading alone
         for rule in rules:
             new, reasons = rule(new, recorded)
             why += reasons
-        rule = {k: new[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in new}
-        kind = new.get("kind", "number")
-        if new.get("na"):
-            new["verdict"] = "n/a"
-        elif kind != r.get("kind", "number") or new.get("paper") != r.get("paper"):  # a rule that changed: judged anew
-            new["verdict"] = scorecard.judge(kind, paper=new.get("paper"), ours=new.get("ours"), **rule)
-        # otherwise the lease's verdict stands: its rule is today's (a recorded row keeps no reference to judge again)
-        if new.get("na"):
-            new["reading"] = f"{new.get('reading', '')}; n/a: {new['na']}".lstrip("; ")
+        for rule_of in recover:
+            for k, v in rule_of(new).items():
+                if new.get(k) is None:
+                    new[k] = v
+        if not new.get("na") and (lacks := _lacks(new)):
+            new["na"] = (f"the lease recorded no {' or '.join(lacks)} for this {new.get('kind')} row and no "
+                         "chapter declares one")
+        rule = {k: new[k] for k in ("se", "spread", *scorecard.RULE_FIELDS, "na") if k in new}
+        new["verdict"] = "n/a" if new.get("na") else scorecard.judge(
+            new.get("kind", "number"), paper=new.get("paper"), ours=new.get("ours"), **rule)
+        if new.get("na") and f"{NA}{new['na']}" not in new.get("reading", ""):
+            new["reading"] = f"{new.get('reading', '')}; {NA}{new['na']}".lstrip("; ")
         out.append(new)
         whys.append(why)
     out = scorecard.provisional(out, at)
     for r, new, why in zip(found, out, whys):
         if new["verdict"] != r["verdict"]:
-            why.insert(0, f"{r['verdict']} → {new['verdict']}" + (f" ({new['na']})" if new.get("na") else
-                                                                  " (judged against the paper's number, ratio rule)"))
+            why.insert(0, f"{r['verdict']} → {new['verdict']}" + (
+                f" ({new['na']})" if new.get("na") else
+                f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
+                "agrees with the paper and what does not)" if new["verdict"] == scorecard.CLOSE else
+                f" (today's {new.get('kind', 'number')} rule)"))
         if new.get("provisional") and not r.get("provisional"):
             why.append(f"provisional: {new['provisional']}")
         if why:
@@ -417,7 +447,7 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
     re-judged by today's rules (`rows`), with the verdict the lease gave where it changed, and
     beside a row that reads a final level of a run trained in another precision than the paper's,
     that precision's measured effect (`mclib.lease.precision.effect_text`)."""
-    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name)}
+    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours)}
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
     mine = {(r["id"], r["quantity"]): r for r in ours}
@@ -433,14 +463,40 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
     return pd.DataFrame(table)
 
 
-def rejudged_text(folder: Path, name: str = "paper") -> str:
+def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> str:
     """One sentence: that the paper setting's verdicts are the lease's recorded values judged
     again on the CPU by today's rules (`rejudge`), how many changed, and the run's stage
-    (`book_stage`) behind its provisional rows."""
-    found = rows(folder, name)
+    (`book_stage`) behind its provisional rows, split by what they say so far
+    (`scorecard.provisional_text`)."""
+    found = rows(folder, name, laptop)
     changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
     late = sum(scorecard.is_provisional(r) for r in scorecard.paper_rows(found))
     at = book_stage(folder, name)
     return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.lease.reference.rejudge`): "
-            f"{len(changed)} changed from the lease's, and {late} are provisional"
+            f"{len(changed)} changed from the lease's, and {scorecard.provisional_text(found)}"
             + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")
+
+
+def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> pd.DataFrame:
+    """E1's rows that read the run's end (`scorecard.reads_late`), the book's run beside each
+    earlier, longer run of the same seed (`earlier_runs`: the 2026-11-24 run to step 44,450),
+    the latter computed here from that run's metrics by the same E1 code (`training_rows`) and
+    judged by the same rules, provisional where that run too was cut short. One row per
+    quantity: the paper's value, then each run's value and verdict; empty when there is no
+    earlier run."""
+    earlier = earlier_runs(folder, name)
+    if not earlier:
+        return pd.DataFrame()
+    mine = [r for r in rows(folder, name, laptop) if r["id"] == "E1" and scorecard.reads_late(r)]
+    run = _book_folder(folder, name) / "runs" / run_name(name, 1)
+    label = f"seed 1 (slice {_slice_name(folder)}, to step {int(read_metrics(run)['step'].iloc[-1]):,})"
+    table = {r["quantity"]: {"quantity": r["quantity"], "paper": r.get("paper"), label: r.get("ours"),
+                             f"{label}: verdict": scorecard.shown_verdict(r)} for r in mine}
+    for what, path in earlier.items():
+        where = path.parents[1]
+        theirs = scorecard.provisional(training_rows(where, name), book_stage(where, name))
+        long = f"{what}, to step {int(read_metrics(path)['step'].iloc[-1]):,}"
+        for r in theirs:
+            if r["quantity"] in table:
+                table[r["quantity"]].update({long: r.get("ours"), f"{long}: verdict": scorecard.shown_verdict(r)})
+    return pd.DataFrame(list(table.values()))
