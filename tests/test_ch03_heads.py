@@ -141,6 +141,14 @@ def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t, ch):
     assert s.lone == pytest.approx(s.scores.set_index(["layer", "head"]).loc[s.picks["lone observed entry"], "lone_entry"])
 
 
+def test_a_ratio_s_cause_names_the_term_further_from_the_paper():
+    """E3's and E7's ratios of L_obs: which of its two terms holds the difference, from the numbers."""
+    permuted = chapter.ratio_cause(72.0, 3.2, (1.0, 1.0), "permuted")
+    assert permuted.startswith("over E[X²], the permuted L_obs is 72× the paper's and the unchanged 3.2×, so the ratio "
+                               "is 22× the paper's: the difference is mostly in the permuted model")
+    assert "mostly in the unchanged model's copying" in chapter.ratio_cause(0.8, 3.2, (1.0, 1.0), "ablated")
+
+
 def test_heads_rows(tmp_path, t, ch):
     glue, rows = _rows(t, ch)
     assert {"E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "E11"} <= {r["id"] for r in rows}
@@ -150,8 +158,12 @@ def test_heads_rows(tmp_path, t, ch):
     # E8 with every layer patched equals the unpatched L_mask, by construction
     assert every["ours"] == pytest.approx(by_q["post L_mask / E[X²]"]["ours"], rel=1e-4)
     # the headline is the reading the authors' code runs (src/patch.py: the last layer); every layer is ours alone
-    assert "cannot fail" in glue["e8_text"] and glue["e8_text"].startswith("The paper's 0.014 is the reading its authors'")
-    assert "src/patch.py" in by_q["last layer patched: masked MSE to X / E[X²]"]["reading"] and every["paper"] is None
+    assert "cannot fail" in glue["e8_text"] and glue["e8_text"].startswith("The reading the authors' code runs")
+    assert "Whether the paper's 0.014 comes from it is open: it lies within the paper's own unpatched L_mask (0.0128-0.01428)" \
+        in glue["e8_text"]
+    last = by_q["last layer patched: masked MSE to X / E[X²]"]
+    assert "src/patch.py" in last["reading"] and every["paper"] is None and last["cause"] == chapter.E8_CAUSE
+    assert "cause" not in every                        # a reading that cannot fail has no cause to give
     e4 = [r for r in rows if r["id"] == "E4"]
     if (t["abl"]["ablated"] == chapter.E4_SET).any():  # judged at the paper's count of heads
         assert _verdict(tmp_path, {**e4[0], "na": None, "ours": 4.4, "se": 0.1}) == "differs"

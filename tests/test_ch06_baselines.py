@@ -93,6 +93,16 @@ def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
     assert "gaussian factors" in glue["e18"] and "not similar, unlike the paper" in glue["e18"]
 
 
+def test_e18_s_cause_says_whether_the_raw_loss_is_lower_before_dividing_by_e_x2():
+    """Laplace factors on the default profile (2026-11-27): L_mask / E[X²] 4.7x uniform's, while the
+    raw L_mask, 0.00296, was below uniform's 0.00450."""
+    row = lambda L, rel: pd.Series({"L_mask": L, "L_mask_rel": rel})
+    said = chapter.e18_cause(row(0.00296, 0.19), row(0.00450, 0.0405))
+    assert "the raw L_mask is 0.66× uniform's (0.00296 against 0.0045), lower before dividing" in said
+    assert said.endswith("E[X²] 0.14× uniform's")
+    assert "higher before dividing" in chapter.e18_cause(row(0.009, 0.19), row(0.0045, 0.0405))
+
+
 def test_e16_rows_are_directions(tmp_path, tables):
     _, rows = _readings(tables)
     e16 = [r for r in rows if r["id"] == "E16"]

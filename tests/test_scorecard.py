@@ -78,7 +78,7 @@ def test_too_close_is_counted_apart():
     assert (t["reproduced"], t["differ"], t["too close"], t["not tested"]) == (2, 1, 1, 0)
     h = S.headline(rows)
     assert "1 differ, 1 is too close to tell (our value ± two standard errors reaches both" in h["landing_model"]
-    assert h["landing_reproduced"] == "Reproduced in full: E3 (c: matches)."   # E20 has a row that cannot tell
+    assert h["landing_reproduced"] == "Reproduced in full: E3."   # E20 has a row that cannot tell
     assert "1 too close to tell" in S.setting_counts(rows, "the laptop edition")
     assert S.findings(rows).set_index("experiment").loc["E20", "too close to tell"] == 1
     assert "1 is too close to tell" in S.tally_text(rows, "here")
@@ -115,12 +115,25 @@ def test_rules_table_states_every_rule():
 
 def test_findings_table():
     rows = [{"id": "E4", "quantity": "q", "verdict": "differs", "reading": "4.4x", "paper": 1.1, "ours": 4.4},
-            {"id": "E3", "quantity": "p", "verdict": "matches", "reading": ""},
+            {"id": "E3", "quantity": "p", "verdict": "matches", "reading": "", "chapter": "03_heads"},
             {"id": "E8", "quantity": "all", "verdict": "cannot fail", "reading": ""}]
     f = S.findings(rows)
     assert list(f["experiment"]) == ["E3", "E4", "E8"]
-    assert f.set_index("experiment").loc["E4", "what differs, and our reading"] == "q: ours 4.4 vs the paper's 1.1 (4.4x)"
+    assert f.set_index("experiment").loc["E4", "why it differs"] == "not traced"   # it differs, and nothing says why
+    assert f.set_index("experiment").loc["E3", "why it differs"] == "—"
     assert f.set_index("experiment").loc["E8", "not tested"] == 1 and math.isclose(f["rows"].sum(), 3)
+    assert list(S.findings(rows, link="_executed/")["experiment"])[0] == '<a href="_executed/03_heads.html">E3</a>'
+
+
+def test_a_cause_is_kept_where_its_row_differs_or_cannot_tell_and_the_findings_name_it_once(tmp_path):
+    why = "the small model copies less precisely"
+    far = S.record(tmp_path, "E7", "ratio", paper=2.6, ours=58.6, kind="ratio", se=1.0, cause=why)
+    near = S.record(tmp_path, "E7", "level", paper=2.6, ours=2.6, kind="ratio", se=0.01, cause=why)
+    close = S.record(tmp_path, "E7", "other", paper=2.6, ours=3.0, kind="ratio", se=0.4, cause=why)
+    assert (far["verdict"], far["cause"]) == ("differs", why) and "cause" not in near   # a cause of nothing is not kept
+    assert (close["verdict"], close["cause"]) == (S.CLOSE, why)
+    assert S.findings(S.load(tmp_path)).loc[0, "why it differs"] == why                  # named once
+    assert S.causes([{**far, "provisional": True}]) == "—"                               # a provisional row leaves it open
 
 
 def test_agreement_says_each_verdict_in_the_chapters_words():
@@ -172,9 +185,9 @@ def test_headline_counts_the_model_and_the_solvers_apart_and_names_a_reason():
     h = S.headline(rows)
     assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differ, 0 are too close to tell, and 1 have" in h["landing_model"]
     assert h["landing_solvers"].startswith("Of the 1 claim about the classical solvers alone (E17") and "0 reproduced" in h["landing_solvers"]
-    assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
-    assert "E1 (drop step: ours 9e+03 vs the paper's 1.5e+04 (early))" in h["landing_differs"] and "E17" in h["landing_differs"]
-    assert S.headline(rows[1:3])["landing_differs"] == "Every experiment reproduced in full."
+    assert h["landing_reproduced"] == "Reproduced in full: E4."
+    assert h["landing_differs"].startswith("With claims that differ: E1 (1 claim), E17 (1 claim); the table below")
+    assert S.headline(rows[1:3])["landing_differs"].startswith("No claim differs")
 
 
 def test_departures_text_names_every_key():
@@ -221,8 +234,8 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
     assert [r["id"] for r in S.paper_rows(rows)] == ["E4"] and [r["id"] for r in S.own_rows(rows)] == ["B1", "F2", "F5"]
     h = S.headline(rows)
     assert h["landing_model"].startswith("Of the 1 claim about the model, 1 reproduced")
-    assert h["landing_reproduced"] == "Reproduced in full: E4 (ablation: matches)."
-    assert h["landing_differs"] == "Every experiment reproduced in full."            # F2 fails, but is not the paper's
+    assert h["landing_reproduced"] == "Reproduced in full: E4."
+    assert h["landing_differs"].startswith("No claim differs")            # F2 fails, but is not the paper's
     assert h["landing_own"] == ("Beyond the paper, 3 findings tested here (our own, and the 2025 follow-up's claims "
                                 "on this task), counted apart from its claims: 1 hold, "
                                 "1 do not and 1 have nothing to test here.")

@@ -273,17 +273,20 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             at_pre, se, p = r[q] / ours_lvl, r[f"{q}_se"] / ours_lvl, paper[i] / paper_lvl
             spread = r.get(f"{q}_spread", float("nan")) / ours_lvl
             if pd.isna(spread):  # pre alone: its value, its standard error over matrices
-                ours, how = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}"
+                ours, how, cause = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}", ""
             else:  # the mean over the plateau's checkpoints around pre, their spread in the verdict
                 ours = r[f"{q}_mean"] / ours_lvl
-                how = (f"{ours / p:.2g}× the paper's, the mean of the checkpoints of steps {r['spread_steps']}, which run "
-                       f"from {r[f'{q}_low'] / ours_lvl / p:.2g} to {r[f'{q}_high'] / ours_lvl / p:.2g}× (pre alone "
-                       f"{at_pre / p:.2g}× ± {se / p:.2g}): one checkpoint's copying swings more than a factor "
-                       f"{1 + MARGINS['ratio']:g} from one saved step to the next")
+                swing = (f"the checkpoints of steps {r['spread_steps']} run from {r[f'{q}_low'] / ours_lvl / p:.2g} to "
+                         f"{r[f'{q}_high'] / ours_lvl / p:.2g}× the paper's")
+                how = (f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
+                       f"{at_pre / p:.2g}× ± {se / p:.2g}); {swing}")
+                cause = (f"copying on the plateau swings by several times from one saved step to the next ({swing}), "
+                         "more than one checkpoint of the paper's can be set against")
             # the paper's number itself, by the ratio rule: a cut-off at COPIES sits 14-70x above both sides
             rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
                              f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); {how}",
-                             paper=p, kind="ratio", se=se, spread=None if pd.isna(spread) else spread, na=na))
+                             paper=p, kind="ratio", se=se, spread=None if pd.isna(spread) else spread, na=na,
+                             cause=cause))
     glue_e2 = e2_ratio_text(rows)
     verdicts = []
     for mode in ("uniform", "batch_mean"):

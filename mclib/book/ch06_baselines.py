@@ -480,6 +480,18 @@ def _solvers(solvers: pd.DataFrame, task) -> str:
             + ", ".join(f"{pm(r.median_L_mask, r.median_L_mask_se)} for {m}" for m, r in at.iterrows()))
 
 
+def e18_cause(other, uniform) -> str:
+    """Why E18's ratio for one distribution (`other`, a row of `ood_table` for BERT; `uniform`,
+    uniform factors' row) may differ from "similar": the paper states no number, and whether its
+    "similar" held for the raw MSE or for the MSE over E[X²] changes the answer when the
+    distribution's E[X²] is not uniform's. One sentence, from the numbers."""
+    ex2 = lambda r: r.L_mask / r.L_mask_rel
+    raw = other.L_mask / uniform.L_mask
+    return (f"the paper gives no number, and the verdict hangs on dividing by E[X²]: the raw L_mask is {raw:.2g}× "
+            f"uniform's ({other.L_mask:.3g} against {uniform.L_mask:.3g}), {'lower' if raw < 1 else 'higher'} before "
+            f"dividing, and E[X²] {ex2(other) / ex2(uniform):.2g}× uniform's")
+
+
 def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
                       p_train: float, *, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
                       solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
@@ -504,7 +516,7 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
         rel_se = rel * np.hypot(o.L_mask_se / o.L_mask, uni.L_mask_se / uni.L_mask)
         # the paper: "close to" uniform's, i.e. a ratio of 1 (the scorecard's ratio rule)
         row = claim("E18", f"BERT (L_mask / E[X²]), {dist} over uniform factors", float(rel), "", paper=1.0,
-                    kind="ratio", se=float(rel_se))
+                    kind="ratio", se=float(rel_se), cause=e18_cause(o, uni))
         v = row_verdict(row)
         said = f"{'similar' if v == 'matches' else 'not similar'}, {agreement(v)}"
         row["reading"] = f"{said}; L_mask / E[X²] {o.L_mask_rel:.3f} vs {uni.L_mask_rel:.3f}"

@@ -33,11 +33,17 @@ def rows(ch) -> list[dict]:
     return scorecard.load(ch.run_dir)
 
 
-def findings_shown(ch, rows: list[dict]):
-    return scorecard.findings(rows).style.hide(axis="index").set_caption(
-        f"Findings, profile {ch.cfg.name}: per experiment, the claims that reproduced (matches, same direction, same "
-        "order), those that differ and our reading of each, those too close to tell (our value ± two standard "
-        "errors reaches both what agrees with the paper and what does not), and those not tested (n/a, cannot fail).")
+FINDINGS = ("per experiment (linked to its chapter), the claims that reproduced (matches, same direction, same "
+            "order), those that differ, those too close to tell (our value ± two standard errors reaches both what "
+            "agrees with the paper and what does not), those not tested (n/a, cannot fail) and those provisional, and "
+            "why its claims differ, as the chapters found it (every row's own cause is in the scorecard below)")
+
+
+def findings_shown(ch, rows: list[dict], link: str = ""):
+    """`scorecard.findings`, styled; link: the path from the page that shows it to the chapters'
+    pages ("" on this chapter's page, "_executed/" on the landing page)."""
+    return scorecard.findings(rows, link).style.hide(axis="index").set_caption(
+        f"Findings, profile {ch.cfg.name}: {FINDINGS}.")
 
 
 def rules_shown():
@@ -63,7 +69,8 @@ def _colour(verdict: str) -> str:
 
 
 def _styled(rows: list[dict], columns, caption: str):
-    table = pd.DataFrame([{**r, "verdict": scorecard.shown_verdict(r)} for r in rows], columns=list(scorecard.FIELDS))
+    table = pd.DataFrame([{**r, "verdict": scorecard.shown_verdict(r), "cause": r.get("cause", "")} for r in rows],
+                         columns=[*scorecard.FIELDS, "cause"])
     return (table[list(columns)].style.hide(axis="index")
             .format({k: f for k, f in {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}.items()
                      if k in columns}, na_rep="—")
@@ -143,7 +150,8 @@ def glued(ch, rows: list[dict]) -> dict:
             **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
             "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
-            "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows)}
+            "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows),
+            "landing_table": findings_shown(ch, rows, link="_executed/")}
 
 
 def site_part(out, ledger=None) -> list:

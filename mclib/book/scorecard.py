@@ -42,10 +42,12 @@ from pathlib import Path
 from ..core.runs import SCORECARD, write_atomic
 
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
+# A row's cause (why it differs from the paper, where a chapter found it) is kept only in a row that differs or
+# cannot tell (`record`): like RULE_FIELDS, not in every row.
 # What a rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
 # values and order): `record` keeps them in the row, so a recorded row can be judged again by today's rule.
 RULE_FIELDS = ("margin", "reference", "sense", "values", "order")
-SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading")
+SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading", "cause")
 
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
 
@@ -548,12 +550,14 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 
 def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *, reading: str = "",
            kind: str = "number", se=None, spread=None, chapter: str = "", at: Stage | None = None,
-           **rule_kw) -> dict:
+           cause: str = "", **rule_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here by `judge`
     (rule_kw: margin, reference and sense for a direction, values and order for an
     ordering, na for a claim with nothing to test; each but na kept in the row, `RULE_FIELDS`,
     so that it can be judged again), and marked provisional where the row reads the end of a
-    run cut short (`at`: the run's `Stage`; `provisional`). Returns the row."""
+    run cut short (`at`: the run's `Stage`; `provisional`). cause: why the row differs from the
+    paper, one sentence, where the chapter found it (kept only where the verdict is not a
+    positive one: a cause of nothing is not shown). Returns the row."""
     clean = lambda x: None if _missing(x) else float(x)  # JSON has no NaN
     v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
     said = contradiction(reading, v)
@@ -565,6 +569,8 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
     row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
            "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter,
            **{k: rule_kw[k] for k in RULE_FIELDS if rule_kw.get(k) is not None}}  # what judging it again needs
+    if cause and v in ("differs", CLOSE):
+        row["cause"] = cause
     row = provisional([row], at)[0]
     rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
     rows.sort(key=_order)  # stable: rows of one experiment keep their order
@@ -598,14 +604,6 @@ def verdict_counts(verdicts) -> str:
 
 # --- the findings table ------------------------------------------------------------------
 
-def _why(r: dict) -> str:
-    """'quantity: ours 0.95 vs the paper's 0.058 (reading)' for a findings cell."""
-    num = lambda x: "none" if x is None else f"{x:.3g}"
-    vs = "" if r.get("paper") is None else f" vs the paper's {num(r['paper'])}"
-    return f"{r['quantity']}: ours {num(r.get('ours'))}{vs} ({r['reading']})" if "ours" in r else \
-        f"{r['quantity']}: {r['reading']}"
-
-
 def is_own(row: dict) -> bool:
     """Whether `row` is a finding of our own (its kind is in `OWN`), not a claim of the paper."""
     return row.get("kind", "number") in OWN
@@ -621,13 +619,23 @@ def own_rows(rows: list[dict]) -> list[dict]:
     return [r for r in rows if is_own(r)]
 
 
-def findings(rows: list[dict]):
-    """The landing table: one line per experiment of the paper (findings of our own left
-    out, `paper_rows`), what reproduced and what did not. Columns: experiment, rows,
-    reproduced (the positive verdicts), differs, the claims that differ (quantity: our
-    reading), those too close to tell (`CLOSE`), the rows that cannot fail or have nothing
-    to test, and the provisional rows (`tally`: read at the end of a cut run, counted there
-    whatever their verdict)."""
+def causes(rows: list[dict]) -> str:
+    """Why the firm rows of `rows` that differ or are too close to tell do so, in one cell: the
+    distinct causes the chapters recorded (`record`'s cause), in order, else "not traced" where
+    a row differs and none says why, else "—"."""
+    open_ = [r for r in rows if r["verdict"] in ("differs", CLOSE) and not is_provisional(r)]
+    said = list(dict.fromkeys(r["cause"] for r in open_ if r.get("cause")))
+    if said:
+        return "; ".join(said)
+    return "not traced" if any(r["verdict"] == "differs" for r in open_) else "—"
+
+
+def findings(rows: list[dict], link: str | None = None):
+    """The findings table a reader scans first: one line per experiment of the paper (findings
+    of our own left out, `paper_rows`), its counts (rows, reproduced, differs, too close to
+    tell, not tested, provisional: `tally`) and why its rows differ (`causes`). With `link`
+    (a path prefix, e.g. "" beside the chapters' pages or "_executed/" from the landing page),
+    each experiment links to the chapter that recorded its first row."""
     import pandas as pd
 
     rows = paper_rows(rows)
@@ -635,13 +643,13 @@ def findings(rows: list[dict]):
     for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
         rs = [r for r in rows if r["id"] == e]
         t = tally(rs)
-        bad = [r for r in rs if r["verdict"] == "differs" and not is_provisional(r)]
-        out.append({"experiment": e, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
-                    "what differs, and our reading": "; ".join(_why(r) for r in bad) or "—",
+        where = next((r.get("chapter") for r in rs if r.get("chapter")), None)
+        name = e if link is None or not where else f'<a href="{link}{where}.html">{e}</a>'
+        out.append({"experiment": name, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
                     "too close to tell": t["too close"], "not tested": t["not tested"],
-                    "provisional": t["provisional"]})
-    return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "what differs, and our reading",
-                                      "too close to tell", "not tested", "provisional"])
+                    "provisional": t["provisional"], "why it differs": causes(rs)})
+    return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "too close to tell", "not tested",
+                                      "provisional", "why it differs"])
 
 
 # Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
@@ -654,9 +662,9 @@ REPRODUCED = ("matches", "same direction", "same order")
 def headline(rows: list[dict]) -> dict[str, str]:
     """The landing page's results box, one plain sentence each: the claims about the model
     and those about the solvers alone (`SOLVER_ONLY`) counted apart, then the experiments
-    that reproduced in full and those that did not, each with one reason (its first
-    reproduced, or first differing, row); last, our own findings, counted on their own
-    (`own_rows`: none of them is among the paper's claims above)."""
+    that reproduced in full and those with claims that differ (how many; why is the findings
+    table's, `findings`, which the box shows below them); last, our own findings, counted on
+    their own (`own_rows`: none of them is among the paper's claims above)."""
     own = own_rows(rows)
     rows = paper_rows(rows)
     def counts(rs, what):
@@ -677,19 +685,20 @@ def headline(rows: list[dict]) -> dict[str, str]:
         good = [r for r in rs if r["verdict"] in REPRODUCED]
         close = [r for r in rs if r["verdict"] == CLOSE]
         if bad:
-            partial.append(f"{e} ({_why(bad[0])})")
+            partial.append(f"{e} ({plural(len(bad), 'claim')})")
         elif good and not close and len(rs) == len(every):  # a provisional or too-close row leaves it open
-            full.append(f"{e} ({good[0]['quantity']}: {good[0]['verdict']})")
+            full.append(e)
     solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
     model = [r for r in rows if not solver_only(r)]
     solver = [r for r in rows if solver_only(r)]
     return {"landing_model": counts(model, "about the model"),
             "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)}, on "
                                               "the paper's task, no model)"),
-            "landing_reproduced": ("Reproduced in full: " + "; ".join(full) + ".") if full else
+            "landing_reproduced": ("Reproduced in full: " + ", ".join(full) + ".") if full else
                                   "No experiment reproduced in full.",
-            "landing_differs": ("Not reproduced in full, with the first claim that differs: " + "; ".join(partial)
-                                + ".") if partial else "Every experiment reproduced in full.",
+            "landing_differs": ("With claims that differ: " + ", ".join(partial) + "; the table below gives each "
+                                "experiment's counts and why its claims differ.") if partial else
+                               "No claim differs; the table below gives each experiment's counts.",
             "landing_own": (f"Beyond the paper, {len(own)} findings tested here (our own, and the 2025 follow-up's "
                             "claims on this task), counted apart from its claims: "
                             f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
