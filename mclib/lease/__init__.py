@@ -7,6 +7,8 @@ here and shown beside the laptop edition. Everything of it is in this folder.
                   detached under the slice's deadline), `finish` (its chapters executed through
                   the book's runner, results.tgz packed), `merge` (filed under results/ back
                   on the CPU machine), `status`, `next_slice`, the step variant it trains with
+    steptable.py  the step table a lease measures and when the committed one stands for it (the
+                  same step files, torch, device and precision: only the chosen variant checked)
     reference.py  the paper setting's results under results/: collected from a built book,
                   the runs they hold, and their scorecard rows re-judged by today's rules (the
                   rules are the chapters' own: `mclib.book.runner.declared`)

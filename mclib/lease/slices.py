@@ -41,6 +41,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -466,9 +467,11 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         try:
             build(state["profile"], out_dir=out_dir, templates=select_chapters(name), site=False, progress=False,
                   timeout=int(min(timeout or left, left)))  # papermill takes whole seconds
-        except BookError as e:
-            error = str(e)
-            print(f"slice {state['slice']}: {e}", file=sys.stderr)
+        except Exception as e:  # whatever a chapter does, what trained is packed
+            error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
+            print(f"slice {state['slice']}: {error}", file=sys.stderr)
+            if not isinstance(e, BookError):
+                traceback.print_exc()
             continue
         done.append(name)
         write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
@@ -487,11 +490,20 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                   "chapters_not_run": skipped,
                   "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
                   "train_step_ran": ran, "training_stop": state["training_stop"], "logs": logs,
-                  "ends": _ends(out_dir, profile, state["seeds"]),
-                  "freeze_ends": _freeze_ends(out_dir, profile, state.get("freeze", []))}
+                  "ends": _read("ends", lambda: _ends(out_dir, profile, state["seeds"])),
+                  "freeze_ends": _read("freeze_ends", lambda: _freeze_ends(out_dir, profile, state.get("freeze", [])))}
         (folder / STATE).write_text(json.dumps(record, indent=1))
         path = _pack_into(folder, dest)
     return path
+
+
+def _read(what: str, read):
+    """`read()`, or, where it raises (a run damaged by a kill), the error in one line: the rest is packed all the same."""
+    try:
+        return read()
+    except Exception as e:
+        print(f"slice: {what} not read: {type(e).__name__}: {e}", file=sys.stderr)
+        return f"not read: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
 
 
 def pack_refused(out_dir: Path, dest: Path) -> Path:
