@@ -197,8 +197,9 @@ def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
     (`train_runs`): what each chapter the build executes (`mclib.book.runner.asked`, in toc
     order; outside a build every chapter of the toc) declares in its `idle_work(cfg, run_dir)`,
     the longest first (chapter 06's solvers, then chapter 08's GPT runs). On the cpu profile
-    that idle time is about 13 minutes of one core (2026-11-26). What no worker took before the
-    book's run ended, its chapter does, as it always did."""
+    the solvers have nothing left to solve since the committed results/solvers-cpu.csv.gz and
+    results/solvers-paper.csv.gz hold every draw (2026-11-27), so the idle work is GPT's runs.
+    What no worker took before the book's run ended, its chapter does, as it always did."""
     from .runner import asked, declared_by
 
     return [task for idle_work in declared_by("idle_work", asked()).values() for task in idle_work(cfg, run_dir)]
