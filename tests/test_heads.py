@@ -132,25 +132,3 @@ def test_attention_progress_has_a_row_per_checkpoint_layer_and_head(smoke_run, s
     m = smoke_profile.model
     assert len(df) == len(saved_steps(smoke_run)) * m.layers * m.heads
     assert df[["row", "column", "self"]].notna().all().all()
-
-
-def test_paper_matched_takes_role_layer_from_the_top_and_count():
-    import pandas as pd
-
-    from mclib.analyses.heads import paper_matched
-
-    # a 4-layer model, 3 heads a layer: 'other' heads in layers 2 and 3 (0-indexed), one 'row' head
-    keys = [(l, h) for l in range(4) for h in range(3)]
-    labels = pd.Series({k: "other" if k[0] >= 2 else "row" for k in keys})
-    labels[(3, 0)] = "row"
-    excess = {(2, 0): 0.3, (2, 1): 0.1, (2, 2): 0.2, (3, 1): 0.4, (3, 2): 0.05}
-    scores = pd.DataFrame([{"layer": l, "head": h, "row_excess": excess.get((l, h), 0.9), "column_excess": 0.0,
-                            "self_excess": 0.0} for l, h in keys])
-    paper = [(3, 3), (4, 2), (4, 5), (4, 6), (4, 7)]   # E4: one head in layer 3 of 4, four in layer 4
-    # layer 3 of 4 -> ours 2: the least structured 'other' head (2, 1); layer 4 -> ours 3: both 'other' heads it has
-    assert paper_matched(labels, scores, paper) == [(2, 1), (3, 1), (3, 2)]
-    # a 2-layer model: the paper's layers 3 and 4 are its layers 0 and 1 (the last layer is the last layer)
-    two = labels[[k for k in keys if k[0] >= 2]].rename(index=lambda l: l - 2, level=0)
-    s2 = scores[scores.layer >= 2].assign(layer=lambda d: d.layer - 2)
-    assert paper_matched(two, s2, paper) == [(0, 1), (1, 1), (1, 2)]
-    assert paper_matched(labels.replace("other", "row"), scores, paper) == []   # no such head: empty, E4 is n/a

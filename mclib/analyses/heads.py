@@ -198,34 +198,6 @@ def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
             for name in LABELS}
 
 
-def paper_matched(labels: pd.Series, scores: pd.DataFrame, paper_heads, paper_layers: int = 4, *,
-                  role: str = "other", fill: bool = False) -> list[tuple[int, int]]:
-    """Our heads in place of a group of the authors' (E4: their five uninterpretable heads),
-    by a rule that matches role, layer and count: of our heads labelled `role`, as many
-    in each layer as the authors' group has there, layers counted from the top (their
-    layer ℓ of `paper_layers`, 1-indexed, is our layer `layers − paper_layers + ℓ`,
-    0-indexed: the last layer is the last layer), the least structured first (lowest
-    largest excess of row, column and self; ties by head). A layer with fewer such heads
-    takes all it has, and a layer the model does not have takes none, so the result can
-    be shorter than the group. fill: a layer with fewer such heads is filled up to the
-    group's count with its least structured heads of any other label, so the set has the
-    authors' count wherever the model has their layers (E4: ablating two weak heads
-    against their five is a test that ablating weak heads nearly always passes). Returns
-    sorted 0-indexed (layer, head) pairs."""
-    layers = int(scores["layer"].max()) + 1
-    structure = scores.set_index(["layer", "head"])[["row_excess", "column_excess", "self_excess"]].max(axis=1)
-    picked = []
-    for layer_1, count in pd.Series([l for l, _ in paper_heads]).value_counts().sort_index().items():
-        ours = layers - paper_layers + int(layer_1) - 1
-        candidates = [(l, h) for (l, h), lab in labels.items() if lab == role and l == ours]
-        chosen = sorted(candidates, key=lambda k: (structure.loc[k], k[1]))[:count]
-        if fill and len(chosen) < count:
-            rest = [(l, h) for (l, h) in labels.index if l == ours and (l, h) not in chosen]
-            chosen += sorted(rest, key=lambda k: (structure.loc[k], k[1]))[:count - len(chosen)]
-        picked += chosen
-    return sorted((int(l), int(h)) for l, h in picked)
-
-
 def capture_probs(model, batch) -> dict[int, torch.Tensor]:
     """Every layer's attention probabilities on `batch`: {layer: [batch, head, query, key]}."""
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.config.num_hidden_layers)]

@@ -34,7 +34,7 @@ import torch
 from ..analyses.evaluate import evaluate, patching_table, predict, sample_eval_batch
 from ..analyses.heads import (LABELS, STRUCTURE_THRESHOLD, attention_progress, capture_probs, checkpoint_maps,
                               classify_heads, e10_kinds, e10_masks, head_groups, head_scores, line_index, masked_lines,
-                              paper_matched, pick_heads, structured_scores)
+                              pick_heads, structured_scores)
 from ..analyses.interventions import permute_positions_hooks, switch_qkv_hooks
 from ..analyses.probes import best_probe_layers, probe_layers, probe_sets
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_name, loss_row, lookup, model_table,
@@ -147,19 +147,17 @@ def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
 
 # --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
 
-# E4's heads: ours in place of the authors' five uninterpretable ones (`paper_matched`, filled to their count)
-E4_SET = "E4's heads (matched)"
+# E4's heads: every head our scores leave unlabelled (the 'other' group, also in E5's table), in
+# place of the paper's five that it could not interpret, however many they are (`e4_rows`)
+E4_SET = "other heads"
 
 
 def ablation_at_post(ch, heads: Heads) -> pd.DataFrame:
-    """`ablation_table` of the post model: every head, each label's group, and E4's set
-    (`paper_matched`: our 'other' heads in the layers and numbers of the paper's five, a layer
-    short of them filled with its least structured other heads to the paper's count), both
-    readings; with the paper's columns (E3 for all heads, E4 for E4's set; the paper gives
-    one number for both readings)."""
+    """`ablation_table` of the post model: every head and each label's group (the 'other'
+    group is E4's set, `E4_SET`), both readings; with the paper's columns (E3 for all heads,
+    E4 for E4's set; the paper gives one number for both readings)."""
     A = ch.cfg.analysis
-    e4 = paper_matched(heads.labels, heads.scores, PAPER_HEADS["uninterpretable"], fill=True)
-    sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": heads.groups[lab] for lab in LABELS}, E4_SET: e4}
+    sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": heads.groups[lab] for lab in LABELS}}
     # the headline's matrices: the unablated row (E3's post-shift losses) is the headline itself
     abl = ablation_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed, sets)
     paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), E4_SET: ("E4", "ablated ")}
@@ -174,9 +172,8 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
     cols = ["ablated", "reading", "heads", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
     table = loss_styler(abl.replace({"reading": READINGS}), cols, cols[3:],
                         f"Ablations at step {ch.steps.post:,}, the same {ch.cfg.analysis.headline_matrices:,} matrices for "
-                        "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads: one in its layer 3, four in "
-                        "layer 4) for E4's set, our 'other' heads in the same layers counted from the top and the same "
-                        "numbers, least structured first; "
+                        "every row. Paper: E3 for 'all heads', E4 (its five 'uninterpretable' heads) for 'other heads', "
+                        "every head our scores leave unlabelled; "
                         "empty groups are left out. " + PAPER_COLUMNS)
     short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
     fig = plots.loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
@@ -482,41 +479,57 @@ def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[
     return {"e3_match": matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")}, rows
 
 
+# E4's rows name their heads so (`e4_choice`), and a row recorded without these words was
+# recorded under the choice before 2026-11-27 (`rejudged`: `E4_EARLIER`)
+E4_CHOICE = "every head our scores leave unlabelled ('other')"
+E4_EARLIER = ("recorded under the book's earlier choice of heads (our 'other' heads in the paper's layers, at most its "
+              "five, the least structured first), a choice that passes almost whatever the model does; E4 now ablates "
+              + E4_CHOICE)
+
+
 def e4_na(n_heads: int) -> str | None:
-    """Why E4 has nothing to test with `n_heads` heads ablated, or None: its ratio is the
-    paper's for its five heads, and ablating fewer of the weakest heads than that meets a
-    25 % band almost whatever the model does, so only the paper's count is judged."""
+    """Why E4 has nothing to test with `n_heads` heads in E4's set (`E4_SET`), or None: only
+    when our scores leave no head unlabelled."""
+    return None if n_heads else "our scores leave no head of this run unlabelled ('other'): nothing to ablate"
+
+
+def e4_heads(n_heads: int, total: int | None) -> str:
+    """How many heads E4 ablates: "4 of 32 heads" (or "4 heads" where the total is not known)."""
+    return f"{n_heads} of {total} heads" if total else plural(n_heads, "head")
+
+
+def e4_choice(n_heads: int, total: int | None, which: str) -> str:
+    """E4's heads and why these, in one sentence made from the numbers: every head our scores
+    leave unlabelled (`n_heads` of `total`, named in `which`), against the paper's count of
+    the heads it could not interpret."""
     paper_count = len(PAPER_HEADS["uninterpretable"])
-    if n_heads == paper_count:
-        return None
-    return (f"{n_heads} heads ablated, not the paper's {paper_count}: no head of this run in the paper's layers to "
-            "ablate" if not n_heads else f"{n_heads} heads ablated, not the paper's {paper_count}: a test that "
-            "ablating a few weak heads passes almost whatever the model does")
+    than = "as many as" if n_heads == paper_count else "more than" if n_heads > paper_count else "fewer than"
+    return (f"{E4_CHOICE}: {e4_heads(n_heads, total)}" + (f" ({which})" if which else "")
+            + f", {than} the paper's {paper_count}; all of them, as the paper's {paper_count} are all the heads it could "
+            "not interpret, and not a count of the least structured, which passes almost whatever the model does")
 
 
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """E4: our heads matched to the authors' five (`paper_matched`: role, layer and the
-    paper's count) ablated; the paper: no significant effect (its ratio 1.10). n/a where
-    the set is not the paper's count (`e4_na`)."""
+    """E4: every head our scores leave unlabelled ablated (`E4_SET`, whatever their count;
+    `e4_choice`); the paper: no significant effect (its ratio 1.10 for its five heads), by the
+    ratio rule. n/a where no head is unlabelled (`e4_na`)."""
     rows = []
-    e4_abl = abl[abl["ablated"] == E4_SET]
+    e4_abl, every = abl[abl["ablated"] == E4_SET], abl[abl["ablated"] == "all heads"]
     n_e4, which = (int(e4_abl["heads"].iloc[0]), e4_abl["which"].iloc[0]) if len(e4_abl) else (0, "")
-    na = e4_na(n_e4)
+    total = int(every["heads"].iloc[0]) if len(every) else None
+    na, choice = e4_na(n_e4), e4_choice(n_e4, total, which)
     e4 = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
             ratio, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
             rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ratio,
-                             f"our {n_e4} heads in the paper's layers, its count and numbers ({which}; 'other' heads "
-                             "first, then the least structured of their layer)"
-                             + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
+                             choice + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
                              paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se, na=na))
-            if q == "L_mask" and n_e4 and not na:
+            if q == "L_mask" and not na:
                 e4.append((mode, ratio, row_verdict(rows[-1])))
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
     text = (f"E4 has nothing to test here ({na})" if not e4 else
-            f"ablating the {n_e4} heads that stand in for the paper's five ({which}: the same layers "
-            "counted from the top, the same numbers, 'other' heads first, then the least structured) multiplies L_mask by "
+            f"ablating {E4_CHOICE}, {e4_heads(n_e4, total)} ({which}), multiplies L_mask by "
             + " and ".join(f"{ratio:.3g} under the {SHORT[m]} reading" for m, ratio, _ in e4)
             + f", against the paper's {paper_e4:.2f} for its five heads (\"no significant effect\"): "
             + agreements({f"under the {SHORT[m]} reading": v for m, _, v in e4}) + " (ratio rule)")
@@ -681,15 +694,18 @@ def restated(name: str, text: str, rows: list[dict]) -> str | None:
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """This chapter's rows that a GPU lease recorded, judged by today's rules
-    (`mclib.lease.reference.rejudge`): E4 n/a unless the paper's count of heads was ablated
-    (`e4_na`, the count read from the row's reading); E8's every-layer reading carries no
+    (`mclib.lease.reference.rejudge`): E4 n/a where the row was recorded under the earlier
+    choice of heads (`E4_EARLIER`: its reading lacks `E4_CHOICE`), else by `e4_na` (the count
+    read from the row's reading); E8's every-layer reading carries no
     paper's value (`E8_SOURCE`); E11 names the model the paper probed (`PROBED_MODEL`)."""
     import re
 
     new, why = dict(row), []
     if row["id"] == "E4":
-        m = re.search(r"\bour (\d+) ", row.get("reading", ""))
-        na = e4_na(int(m.group(1))) if m else "the row does not say how many heads it ablated"
+        reading = row.get("reading", "")
+        m = re.search(re.escape(E4_CHOICE) + r": (\d+) ", reading)
+        na = (E4_EARLIER if E4_CHOICE not in reading else e4_na(int(m.group(1))) if m else
+              "the row does not say how many heads it ablated")
         if na:
             new["na"] = na
     if row["id"] == "E8" and row["quantity"].startswith("every layer") and row.get("paper") is not None:
