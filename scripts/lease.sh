@@ -79,13 +79,14 @@ start)
     else
         [ "$bench" -lt "${BENCH_S:-110}" ] && echo "lease: the step's measurement cut to $bench s (what the lease leaves)"
         b0=$(date +%s)
-        timeout -k 5 $(( bench + 30 )) "$py" benchmarks/lease_step.py --budget-s "$bench" --out "$out/lease_step.csv" \
+        # the hard stop, past the measurement's own caps (eager's and each variant's: the budget + 10 s, at least 30)
+        timeout -k 5 $(( (bench > 30 ? bench : 30) + 40 )) "$py" benchmarks/lease_step.py --budget-s "$bench" --out "$out/lease_step.csv" \
             "${ledger[@]}" ${BENCH_ARGS:-}
         code=$?
         again=$(( bench - ($(date +%s) - b0) ))   # what is left of the measurement's time
         if [ "$code" -eq 3 ] && [ -f "$out/lease_step.csv" ] && [ "$again" -ge "$min_bench_s" ]; then
             echo "lease: the measurement stopped at a variant (its row says why); the variants after it, once more"
-            timeout -k 5 $(( again + 30 )) "$py" benchmarks/lease_step.py --budget-s "$again" --resume \
+            timeout -k 5 $(( (again > 30 ? again : 30) + 40 )) "$py" benchmarks/lease_step.py --budget-s "$again" --resume \
                 --out "$out/lease_step.csv" "${ledger[@]}" ${BENCH_ARGS:-}
             code=$?
         fi
