@@ -1,7 +1,7 @@
 """Where a training step's time goes, and what one core's matrix products reach at the
 model's own shapes (the realistic ceiling).
 
-    python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--threads 1] [--steps 30] [--out docs/data/step_profile.csv]
+    python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--paths eager,compiled] [--threads 1] [--steps 30] [--top N] [--out docs/data/step_profile.csv]
 
 For each profile and each path (eager: `mclib.core.train.train_step`, the HF model and torch's
 Adam, in fp32; compiled: the same through torch.compile, train.compile; both through
@@ -70,7 +70,9 @@ def step_fns(profile, device: torch.device):
             "compiled": step_function(profile.replace(**fp32, **{"train.compile": True}), device)}
 
 
-def profile_step(fn, steps: int) -> dict:
+def profile_step(fn, steps: int, top: int = 0) -> dict:
+    """The step's buckets (ms a step); with `top`, also prints the `top` operators by self
+    CPU time, per step, from the same recording."""
     for _ in range(5):
         fn()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -78,6 +80,8 @@ def profile_step(fn, steps: int) -> dict:
         for _ in range(steps):
             fn()
         wall = (time.perf_counter() - t0) / steps * 1000
+    if top:
+        print_top(prof, steps, top, wall)
     out = dict.fromkeys(BUCKETS, 0.0)
     reads = 0
     for ev in prof.events():
@@ -94,6 +98,34 @@ def profile_step(fn, steps: int) -> dict:
     out["ms_step_profiled"] = wall
     out["scalar_reads_per_step"] = reads / steps
     return out
+
+
+def region_of(ev) -> str | None:
+    """The mclib::REGION (data, optimiser) an operator ran inside, or None."""
+    parent = ev.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("mclib::"):
+            return parent.name[7:]
+        parent = parent.cpu_parent
+    return None
+
+
+def print_top(prof, steps: int, top: int, wall: float) -> None:
+    """A markdown table of the `top` operators by self CPU time: ms a step, share of the
+    profiled step's wall time, calls a step, and the bucket each falls in (its region's, or
+    its name's)."""
+    time_of, calls = {}, {}
+    for ev in prof.events():
+        if ev.name.startswith("mclib::"):
+            continue
+        key = (ev.name, region_of(ev) or bucket_of(ev.name))
+        time_of[key] = time_of.get(key, 0.0) + ev.self_cpu_time_total
+        calls[key] = calls.get(key, 0) + 1
+    print(f"\nop (self CPU time; the profiled step {wall:.1f} ms) | ms a step | share | calls a step | bucket")
+    print("|---|---:|---:|---:|---|")
+    for key in sorted(time_of, key=time_of.get, reverse=True)[:top]:
+        ms = time_of[key] / 1000 / steps
+        print(f"| `{key[0]}` | {ms:.2f} | {100 * ms / wall:.1f} % | {calls[key] / steps:.0f} | {key[1]} |")
 
 
 def ceiling(profile, reps: int = 30) -> tuple[float, float]:
@@ -122,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--profiles", default="cpu,cpu-7x7")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--top", type=int, default=0, help="also print the N operators with the most self CPU time")
+    ap.add_argument("--paths", default="eager,compiled")
     ap.add_argument("--out", default=str(ROOT / "docs" / "data" / "step_profile.csv"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -137,7 +171,10 @@ def main(argv=None):
         print(f"{name}: matmul ceiling at the model's shapes {rate:.1f} GFLOP/s; a step's products "
               f"{mm_gflop:.2f} GFLOP of {flops:.2f} -> at least {1000 * mm_gflop / rate:.1f} ms", flush=True)
         for path, fn in step_fns(p, device).items():
-            r = profile_step(fn, args.steps)
+            if path not in args.paths.split(","):
+                continue
+            print(f"{name}, {path}:", flush=True)
+            r = profile_step(fn, args.steps, args.top)
             rows.append({"profile": name, "path": path, **{b: r[b] for b in BUCKETS},
                          "ms_step_profiled": r["ms_step_profiled"], "scalar_reads_per_step": r["scalar_reads_per_step"],
                          "ceiling_gflops": rate, "matmul_floor_ms": 1000 * mm_gflop / rate,

@@ -180,6 +180,33 @@ def test_optimiser_levers(tmp_path, smoke_profile):
     _whole_and_resumed(p, tmp_path)
 
 
+def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke_profile):
+    """On the CPU `make_optimizer` builds torch's foreach Adam (fewer calls a step than the
+    for-loop Adam; not the CPU's fused kernel, which rounds otherwise), fresh and resumed from
+    a saved state; its steps give the for-loop Adam's weights and moments bit for bit."""
+    p = smoke_profile.replace(**{"train.lr": 1e-3})
+    cpu = torch.device("cpu")
+    model = build_model(p.model, 7, seed=0)
+    twin = copy.deepcopy(model)
+    opt = make_optimizer(model, p.train, cpu)
+    loop = torch.optim.Adam([q for q in twin.parameters() if q.requires_grad], lr=p.train.lr,
+                            betas=(0.9, p.train.beta2), foreach=False, fused=False)
+    (group,) = opt.param_groups
+    assert group["foreach"] is True and not group["fused"] and not group["capturable"]
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
+        for m, o in ((model, opt), (twin, loop)):
+            o.zero_grad()
+            ((m(b.tokens).view_as(b.x) - b.x) ** 2).mean().backward()
+            o.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+    for q, r in zip(group["params"], loop.param_groups[0]["params"]):
+        assert all(torch.equal(opt.state[q][k], loop.state[r][k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    resumed = make_optimizer(model, p.train, cpu, copy.deepcopy(loop.state_dict()))  # a for-loop Adam's state
+    assert resumed.param_groups[0]["foreach"] is True and not resumed.param_groups[0]["fused"]
+
+
 def test_an_adam_state_saved_in_two_groups_resumes_in_one(smoke_profile):
     """Runs saved at c6ddcac or before kept the token and position embeddings in a second
     Adam group (train.embedding_lr, removed): `make_optimizer` loads such a state with

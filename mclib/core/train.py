@@ -150,21 +150,27 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None,
     (`mclib.core.graphstep`) trains as the eager step does; the eager step on CUDA runs the same
     Adam, so the two are the same arithmetic. The lr Adam reads is then the fp32 nearest the
     profile's (1e-4 -> 0.99999997e-4), where the fused Adam of revisions up to 2026-11-26 read the
-    float64 one: GPU runs since differ from slice A's in the last bits. Elsewhere (the CPU) torch's
-    Adam as before, the lr a Python float: the CPU runs' numbers to the bit.
-    The saved state's flags and lr are another run's or device's (a CPU checkpoint resumed on a
-    GPU): this Adam keeps its own, and its step counts move where it keeps them."""
+    float64 one: GPU runs since differ from slice A's in the last bits. Elsewhere the lr is a
+    Python float: on CUDA the fused kernel; on the CPU torch's foreach Adam (`foreach=True`, since
+    2026-11-27), the for-loop Adam's arithmetic op for op over lists of tensors, so every logged
+    loss of the default profile's 1 000 steps is the same bit for bit and the step is cheaper
+    (docs/performance.md, "The CPU step's levers"); the CPU's fused kernel rounds otherwise and
+    is not used. The saved state's flags and lr are another run's or device's (a CPU checkpoint
+    resumed on a GPU): this Adam keeps its own, and its step counts move where it keeps them."""
     capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if capture_ready:
-        own = {"lr": torch.tensor(t.lr, dtype=torch.float32, device=device), "fused": True, "capturable": True}
-    else:
-        own = {"lr": t.lr, "fused": device.type == "cuda" or None, "capturable": False}
+        own = {"lr": torch.tensor(t.lr, dtype=torch.float32, device=device), "fused": True, "foreach": None,
+               "capturable": True}
+    elif device.type == "cuda":
+        own = {"lr": t.lr, "fused": True, "foreach": None, "capturable": False}
+    else:  # the CPU: foreach, the for-loop's arithmetic to the bit in fewer calls
+        own = {"lr": t.lr, "fused": None, "foreach": True, "capturable": False}
     opt = torch.optim.Adam([p for _, p in named], betas=(0.9, t.beta2), **own)
     if state is not None:
         opt.load_state_dict(one_group([n for n, _ in named], state))
         for group in opt.param_groups:
-            group.update(own, foreach=None)
+            group.update(own)
         if capture_ready:
             for per_param in opt.state.values():
                 per_param["step"] = per_param["step"].to(device=device, dtype=torch.float32)
