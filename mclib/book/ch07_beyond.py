@@ -278,7 +278,7 @@ def lead_row(ch, leads: pd.DataFrame, steps=None) -> dict:
                  kind="finding", reference=LEAD_SURE, sense="above", margin=CUT)
 
 
-def no_band_text(measures: int, start: float, end: float, checkpoints: int | None, gap: int | None,
+def no_band_text(measures: int, start: float, end: float, *, checkpoints: int | None, gap: int | None,
                  in_window: int | None = None) -> str:
     """Why no measure has a plateau band, worded from the run: the window the band is
     estimated over (`progress.plateau_band`), the checkpoints it needs there
@@ -301,9 +301,9 @@ def untestable(leads: pd.DataFrame, steps=None) -> str | None:
     if "band_low" in inside and len(inside) and not np.isfinite(inside["band_low"].to_numpy(dtype=float)).any():
         start, end = (float(inside[c].iloc[0]) if c in inside else float("nan") for c in ("window_start", "window_end"))
         s = None if steps is None else np.sort(np.asarray(steps, dtype=float))
-        return no_band_text(len(inside), start, end, None if s is None else len(s),
-                            None if s is None or len(s) < 2 else int(np.diff(np.concatenate([[0], s])).max()),
-                            None if s is None else int(((s >= start) & (s < end)).sum()))
+        return no_band_text(len(inside), start, end, checkpoints=None if s is None else len(s),
+                            gap=None if s is None or len(s) < 2 else int(np.diff(np.concatenate([[0], s])).max()),
+                            in_window=None if s is None else int(((s >= start) & (s < end)).sum()))
     return None
 
 
@@ -340,8 +340,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         run = re.search(r"(\d+) checkpoints at most ([\d,]+) steps apart", recorded.glued(CHAPTER, "main_run") or "")
         d = float(drop.group(1).replace(",", "")) if drop else float("nan")
         start, end = progress.TRANSIENT * d, (progress.TRANSIENT + progress.BASELINE) * d
-        return {**row, "na": no_band_text(len(no_band), start, end, int(run.group(1)) if run else None,
-                                          int(run.group(2).replace(",", "")) if run else None)}, []
+        return {**row, "na": no_band_text(len(no_band), start, end, checkpoints=int(run.group(1)) if run else None,
+                                          gap=int(run.group(2).replace(",", "")) if run else None)}, []
     return row, []
 
 def rule_of(row: dict) -> dict:

@@ -426,7 +426,7 @@ def expected_steps(folder: Path, cfg=None) -> int:
     another seed that stops `analysis.after_drop` steps after its drop, there once it has
     dropped; else its cap, `train.steps` (a run that converges ends sooner)."""
     from ..core.metrics import find_drop
-    from ..core.runs import END, load_metrics, resumable_steps, run_profile
+    from ..core.runs import END, METRICS, load_metrics, resumable_steps, run_profile
 
     folder, profile = Path(folder), run_profile(folder)
     steps, cap = resumable_steps(folder), profile.train.steps
@@ -434,7 +434,7 @@ def expected_steps(folder: Path, cfg=None) -> int:
         end = json.loads((folder / END).read_text())
         if end.get("step") == steps[-1] and end.get("ended") != "cut":
             return steps[-1]
-    drop = lambda run: find_drop(load_metrics(run), rank=profile.data.rank) if (run / "metrics.csv").is_file() else None
+    drop = lambda run: find_drop(load_metrics(run), rank=profile.data.rank) if (run / METRICS).is_file() else None
     if folder.parent.name == "freeze" and drop(folder) is None and (main := drop(folder.parent.parent)) is not None:
         return min(cap, main)
     after = cfg.analysis.after_drop if cfg is not None and profile.seed != cfg.seed else None
@@ -462,7 +462,7 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
     """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
     profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to
     root; expected: `expected_steps`, the step measured by `step_ms` (left out before it is)."""
-    from ..core.runs import PROFILE, checkpoint_dir, resumable_steps
+    from ..core.runs import METRICS, PROFILE, checkpoint_dir, resumable_steps
 
     out = []
     for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
@@ -470,7 +470,7 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
         try:  # a run may be writing its folder right now, or be an old one that no longer loads: skip it
             steps = resumable_steps(folder)  # the newest checkpoint always has its train state
             if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
-                ms = step_ms(folder) if (folder / "metrics.csv").is_file() else None
+                ms = step_ms(folder) if (folder / METRICS).is_file() else None
                 out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{expected_steps(folder, cfg):,}"
                            + (f" at {ms:.0f} ms a step" if ms else ""))
         except (OSError, ValueError, KeyError, ConfigError, yaml.YAMLError):
@@ -485,7 +485,7 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
     its cap): the longer of the
     work spread over `workers` and the book's run followed by its longest E15 run (E15 starts
     from its end). None before any step is measured."""
-    from ..core.runs import PROFILE, resumable_steps
+    from ..core.runs import METRICS, PROFILE, resumable_steps
 
     left, ms = {}, {}
     for name, folder in runs.items():
@@ -497,7 +497,7 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
             else:  # its cap: E15's, or the profile's
                 expected = cfg.analysis.freeze_steps if name.startswith("E15") else cfg.train.steps
             left[name] = max(0, expected - (steps[-1] if steps else 0))
-            if started and (folder / "metrics.csv").is_file() and (t := step_ms(folder)):
+            if started and (folder / METRICS).is_file() and (t := step_ms(folder)):
                 ms[name] = t
         except (OSError, ValueError, KeyError, ConfigError, yaml.YAMLError):
             continue

@@ -391,7 +391,7 @@ def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
 
 
 def _signal(pid: int, sig: int) -> None:
-    """`sig` to the trainer's process group (`start` made it a session of its own), else to it alone."""
+    """`sig` to the trainer's process group (`start` gave it a process group of its own), else to it alone."""
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
