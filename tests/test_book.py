@@ -639,6 +639,25 @@ def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, 
     assert lines == ["  training: smoke-seed1 1,000/30,000 at 50 ms a step; about 24 min of training left"]
 
 
+def test_the_progress_line_gives_no_training_left_beside_a_run_the_build_did_not_plan(tmp_path, capsys):
+    """A default book of 2026-11-27 said "about 0 s of training left" while chapter 08's GPT runs,
+    which the build's plan does not hold, were a third of the way."""
+    cfg = load_profile(profile_path("smoke"))
+    runs = book.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
+    _fake_run(tmp_path / "smoke-seed1", 30000, [1000])
+    _timed(tmp_path / "smoke-seed1", 50, 1000)
+    from mclib.core.runs import checkpoint_dir
+
+    old = time.time() - 60  # the book's run saved nothing since the line began: it is not among the moved
+    os.utime(checkpoint_dir(tmp_path / "smoke-seed1", 1000), (old, old))
+    with book._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
+        _fake_run(tmp_path / "gpt-smoke-seed3", 2000, [600])
+        _timed(tmp_path / "gpt-smoke-seed3", 40, 600)
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["  training: gpt-smoke-seed3 600/2,000 at 40 ms a step"]
+
+
 def test_papermill_s_cell_bar_shows_no_remaining_time():
     import io
 

@@ -520,7 +520,8 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
     the runs under `root` that saved a checkpoint since the last line, each with its step out
     of its expected steps and its measured step (`training_status`; a finished run is named
     once, at its last step), and, given the build's `runs` and profile `cfg`, the training
-    left to them (`time_left`). Runs train in the kernel or its workers, whose progress bars
+    left to them (`time_left`), while one of them moved (a run a chapter trains on its own,
+    such as chapter 08's, has no expected end here). Runs train in the kernel or its workers, whose progress bars
     nobody sees; their folders are what this process can see."""
     from tqdm.auto import tqdm
 
@@ -530,6 +531,10 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
     # a second of slack, so a checkpoint saved just after the start is not missed
     done, since = threading.Event(), time.time() - 1.0
     pending = {name: runs.runs[name] for name in runs.train} if runs is not None and cfg is not None else {}
+    names = set()
+    for folder in pending.values():
+        with contextlib.suppress(ValueError):  # a run folder outside root is not among the lines
+            names.add(Path(folder).relative_to(root).as_posix())
     workers = local_workers(cfg.train.threads) if cfg is not None else 1
 
     def watch():
@@ -537,7 +542,10 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
         while not done.wait(every):
             moved = [s for s in training_status(root, since, cfg) if s not in shown]  # a finished run drops out
             if moved:
-                left = time_left(pending, cfg, workers) if pending else None
+                # the training left is the build's runs' (`pending`): said only while one of them moved, never
+                # "0 s" beside a run a chapter trains on its own (chapter 08's GPT runs)
+                planned = any(s.split(" ", 1)[0] in names for s in moved)
+                left = time_left(pending, cfg, workers) if planned else None
                 tqdm.write("  training: " + ", ".join(moved)
                            + (f"; about {_minutes(left)} of training left" if left is not None else ""),
                            file=sys.stdout)
