@@ -141,6 +141,11 @@ def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t, ch):
     assert s.lone == pytest.approx(s.scores.set_index(["layer", "head"]).loc[s.picks["lone observed entry"], "lone_entry"])
 
 
+def test_e4_s_cause_says_how_many_heads_are_unlabelled_against_the_paper_s_five():
+    assert chapter.e4_cause(19, 32).startswith("19 of 32 heads are unlabelled here against the paper's 5 of 32: more heads")
+    assert "no more heads than the paper's" in chapter.e4_cause(4, 32)
+
+
 def test_a_ratio_s_cause_names_the_term_further_from_the_paper():
     """E3's and E7's ratios of L_obs: which of its two terms holds the difference, from the numbers."""
     permuted = chapter.ratio_cause(72.0, 3.2, (1.0, 1.0), "permuted")

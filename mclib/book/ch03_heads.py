@@ -509,6 +509,16 @@ def e4_choice(n_heads: int, total: int | None, which: str) -> str:
             "not interpret, and not a count of the least structured, which passes almost whatever the model does")
 
 
+def e4_cause(n_heads: int, total: int | None) -> str:
+    """Why E4 may differ, from the counts: how many heads our scores leave unlabelled against the
+    paper's five it could not interpret, of its 32."""
+    paper = len(PAPER_HEADS["uninterpretable"])
+    of = "" if total is None else f" of {total}"
+    more = ("more heads than the paper's, so heads that do part of the work may be among them" if n_heads > paper else
+            "no more heads than the paper's")
+    return f"{n_heads}{of} heads are unlabelled here against the paper's {paper} of 32: {more}; not traced further"
+
+
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
     """E4: every head our scores leave unlabelled ablated (`E4_SET`, whatever their count;
     `e4_choice`); the paper: no significant effect (its ratio 1.10 for its five heads), by the
@@ -524,7 +534,8 @@ def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
             ratio, se = ratio_and_se(abl, q, {"ablated": E4_SET, "reading": mode}, UNABLATED) if n_e4 else (None, None)
             rows.append(_row("E4", f"'other' heads ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ratio,
                              choice + ("" if ratio is None else f"; {ratio:.3g} ± {se:.2g}"),
-                             paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se, na=na))
+                             paper=PAPER[("E4", f"ablated {q}")] / PAPER[("E4", q)], kind="ratio", se=se, na=na,
+                             cause=e4_cause(n_e4, total)))
             if q == "L_mask" and not na:
                 e4.append((mode, ratio, row_verdict(rows[-1])))
     paper_e4 = PAPER[("E4", "ablated L_mask")] / PAPER[("E4", "L_mask")]
