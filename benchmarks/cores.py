@@ -6,7 +6,7 @@ The book trains several runs of the same profile (seeds; the four re-initialisat
 runs of E15). For a model as small as the cpu profile's, a matmul is too small to keep
 two threads busy, so two runs with one thread each may finish a pair of runs sooner
 than one two-thread run after another. This measures it, for the profile's model at
-its batch, with `mclib.core.train.train_step` (the function the training loop calls), for each
+its batch, with `mclib.core.step.train_step` (the function the training loop calls), for each
 attention implementation:
 
   - one process, each thread count from 1 to the number of cores, for each attention
@@ -34,7 +34,7 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.train import step_function  # noqa: E402
+from mclib.core.variants import step_function  # noqa: E402
 from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next to this file)
 
 

@@ -2,7 +2,7 @@
 
     python benchmarks/cpu_step_levers.py [--profile cpu] [--rounds 9] [--steps 20] [--levers loop,base,fused,eager]
 
-Every lever is one fresh in-memory run of the profile (`mclib.core.train.step_function`'s
+Every lever is one fresh in-memory run of the profile (`mclib.core.variants.step_function`'s
 runs: the same seed, the profile's `train.compile`, one thread), changed in one place:
 
     base      the step as the training loop runs it now (`make_optimizer`'s Adam: on the CPU
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.train import _Run, steps_of  # noqa: E402
+from mclib.core.step import _Run, steps_of  # noqa: E402
 
 ADAM = {"loop": {"foreach": False, "fused": False}, "foreach": {"foreach": True, "fused": None},
         "fused": {"foreach": None, "fused": True}}

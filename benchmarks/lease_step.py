@@ -11,7 +11,7 @@ variant that table chose are checked and timed (~30 s, more where it compiles); 
 every variant regardless. The rows say which (`mode`: full or check) and carry that key.
 
 Every variant trains a fresh run of the profile's seed (its initial weights, its batches) through
-`mclib.core.train.train_step`, the loop's own step (`train.step`, `mclib.core.train.step_variant`):
+`mclib.core.step.train_step`, the loop's own step (`train.step`, `mclib.core.step.step_variant`):
 
   eager            the model of record, eagerly, at --precision (default: the ledger's, else the
                    profile's): the reference of every check; run twice, to show it repeats itself
@@ -20,7 +20,7 @@ Every variant trains a fresh run of the profile's seed (its initial weights, its
   compile          torch.compile, default mode, Inductor's mix-order reduction off (pytorch/pytorch#178080)
   reduce-overhead  torch.compile(mode="reduce-overhead")
 
-Checks (mclib.core.train.compare): over 20 steps from the same weights and batches in this
+Checks (mclib.core.variants.compare): over 20 steps from the same weights and batches in this
 process, cuda-graph bitwise (losses and parameters), the compiled ones within LOSS_RTOL on every
 logged loss and UPDATE_RTOL on the parameter update; a compile that fell back to eager is reported
 "fell back: <cause>" and fails its check. Times: CUDA events over --steps steps queued back to back
@@ -63,8 +63,9 @@ import yaml  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.repo import git_revision  # noqa: E402
-from mclib.core.train import (CHECK_STEPS, CUDA_ONLY_STEPS, compare, device_error, initial_params,  # noqa: E402
-                              release, resolve_device, set_precision, time_run, trace)
+from mclib.core.precision import resolve_device, set_precision  # noqa: E402
+from mclib.core.step import CUDA_ONLY_STEPS  # noqa: E402
+from mclib.core.variants import CHECK_STEPS, compare, device_error, initial_params, release, time_run, trace  # noqa: E402
 from mclib.lease import steptable  # noqa: E402
 
 LEDGER = ROOT / "results" / "paper-slices.yaml"
@@ -90,7 +91,7 @@ def kernel_table(run, device: torch.device, steps: int = 5) -> pd.DataFrame:
     (self CPU time on the CPU), per step."""
     from torch.profiler import ProfilerActivity, profile
 
-    from mclib.core.train import train_step
+    from mclib.core.step import train_step
 
     cuda = device.type == "cuda"
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -3,7 +3,7 @@ model's own shapes (the realistic ceiling).
 
     python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--paths eager,compiled] [--threads 1] [--steps 30] [--top N] [--out docs/data/step_profile.csv]
 
-For each profile and each path (eager: `mclib.core.train.train_step`, the HF model and torch's
+For each profile and each path (eager: `mclib.core.step.train_step`, the HF model and torch's
 Adam, in fp32; compiled: the same through torch.compile, train.compile; both through
 `step_function`; rows of docs/data/step_profile.csv with paths ref and fast are from revision
 d54ea56 or earlier, where "fast" was the stacked copy of the model removed in 9842a40 (2026-11-26) and
@@ -42,7 +42,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.flops import train_step_flops  # noqa: E402
-from mclib.core.train import step_function  # noqa: E402
+from mclib.core.variants import step_function  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from train_step import cpu_model  # noqa: E402
@@ -63,7 +63,7 @@ def bucket_of(name: str) -> str:
 
 def step_fns(profile, device: torch.device):
     """eager / compiled: functions running one training step each way
-    (`mclib.core.train.step_function`), whose data and optimiser run in `record_function`
+    (`mclib.core.variants.step_function`), whose data and optimiser run in `record_function`
     regions of their own (mclib::data, mclib::optimiser) so the profile can tell them apart."""
     fp32 = {"train.precision": "fp32"}
     return {"eager": step_function(profile.replace(**fp32, **{"train.compile": False}), device),

@@ -11,7 +11,7 @@ In one process and one run (docs/performance.md explains every column):
    (b) authors the authors' protocol: our update, then the model re-run on the training
                batch after the update and on 64 fresh matrices, every metric of those
                two passes read to the host each step;
-   (c) ours    mclib.core.train.train_step (the HF model, torch's Adam) in fp32: the step
+   (c) ours    mclib.core.step.train_step (the HF model, torch's Adam) in fp32: the step
                the training loop runs;
    (d) ours    the same in bf16 autocast (fp32 master weights);
    (e) ours    (c) through torch.compile (train.compile; --compile);
@@ -60,7 +60,8 @@ from mclib.core.data import VOCAB_SIZE, sample_batch  # noqa: E402
 from mclib.core.flops import authors_step_flops, train_step_flops  # noqa: E402
 from mclib.core.metrics import losses  # noqa: E402
 from mclib.core.model import build_model  # noqa: E402
-from mclib.core.train import resolve_device, step_function  # noqa: E402
+from mclib.core.precision import resolve_device  # noqa: E402
+from mclib.core.variants import step_function  # noqa: E402
 
 PATHS = {  # key: (label, precision, counts the authors' extra passes)
     "a": ("stock HF fp32", "fp32", False),
@@ -203,7 +204,7 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
 
 def run_path(key: str, fn, inner: int, device: torch.device) -> float:
     """Seconds per step, averaged over `inner` consecutive steps."""
-    if device.type == "cuda":  # what train.precision does (mclib.core.train.set_precision)
+    if device.type == "cuda":  # what train.precision does (mclib.core.precision.set_precision)
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = PATHS[key][1] == "tf32"
     sync(device)
     t0 = time.perf_counter()

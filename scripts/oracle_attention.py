@@ -21,7 +21,7 @@ from mclib.core.config import load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.metrics import losses
 from mclib.core.model import build_model
-from mclib.core.train import lr_at
+from mclib.core.step import lr_at
 
 
 def oracle_patterns(n: int, heads: int) -> torch.Tensor:

@@ -10,7 +10,7 @@ from mclib.core.attention import IMPL, bias_keys, position_masks
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.model import build_model, load_model
-from mclib.core.train import step_function
+from mclib.core.variants import step_function
 from conftest import TWO_PATHS_REL
 
 

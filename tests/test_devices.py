@@ -15,7 +15,9 @@ from mclib.core.config import ConfigError, deviations
 from mclib.core.data import sample_batch
 from mclib.core.jobs import gpu_workers, local_workers
 from mclib.core.runs import checkpoint_dir, load_metrics, load_train_state, run_profile
-from mclib.core.train import _Run, check_precision, set_precision, train, train_step, with_device
+from mclib.core.precision import check_precision, set_precision, with_device
+from mclib.core.step import _Run, train_step
+from mclib.core.train import train
 
 COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 
@@ -41,10 +43,10 @@ def test_a_precision_that_does_not_exist_is_refused_in_one_line_and_tf32_off_a_g
 
 
 def test_bf16_on_a_cpu_without_bf16_units_is_said(monkeypatch, capsys):
-    monkeypatch.setattr("mclib.core.train.cpu_has_bf16", lambda: False)
+    monkeypatch.setattr("mclib.core.precision.cpu_has_bf16", lambda: False)
     check_precision(torch.device("cpu"), "bf16")
     assert "torch emulates it" in capsys.readouterr().err
-    monkeypatch.setattr("mclib.core.train.cpu_has_bf16", lambda: True)
+    monkeypatch.setattr("mclib.core.precision.cpu_has_bf16", lambda: True)
     check_precision(torch.device("cpu"), "bf16")
     assert capsys.readouterr().err == ""
 

@@ -1,4 +1,4 @@
-"""The GPU step's levers, on the CPU (mclib.core.graphstep, mclib.core.train.device_step): the
+"""The GPU step's levers, on the CPU (mclib.core.graphstep, mclib.core.step.device_step): the
 backward through L alone, the step capture-ready (static shapes, no host read inside it, the lr a
 tensor Adam reads, Adam's state there before a capture, addresses fixed across steps and after a
 resume), the warm-up that leaves a run as it was, and `train.step`'s variants and their check.
@@ -14,7 +14,9 @@ from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.metrics import run_losses
 from mclib.core.model import build_model
-from mclib.core.train import Job, Trace, _Run, compare, device_step, initial_params, set_lr, step_variant, trace, train, train_step
+from mclib.core.step import _Run, device_step, set_lr, step_variant, train_step
+from mclib.core.train import Job, train
+from mclib.core.variants import Trace, compare, initial_params, trace
 
 CPU = torch.device("cpu")
 
@@ -172,10 +174,11 @@ def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eage
 
 
 def test_auto_on_the_cpu_is_the_profiles_compile_and_measures_nothing(monkeypatch):
-    import mclib.core.train
+    import mclib.core.variants
 
-    monkeypatch.setattr(mclib.core.train, "choose", lambda *a: pytest.fail("auto measured on the CPU"))
+    monkeypatch.setattr(mclib.core.variants, "choose", lambda *a: pytest.fail("auto measured on the CPU"))
     p = _profile(**{"train.step": "auto"})
+    assert mclib.core.variants.auto_step(p, CPU) is None
     assert step_variant(p, CPU) == "eager"
     assert step_variant(p.replace(**{"train.compile": True}), CPU) == "compile"
     assert step_variant(p.replace(**{"train.compile": True}), CPU, emulated=True) == "eager"  # TF32 emulated

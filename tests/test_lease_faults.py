@@ -166,13 +166,13 @@ def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measur
 
 HANG = """
 import time
-import mclib.core.train as train
-real = train.trace
+import mclib.core.variants as variants
+real = variants.trace
 def trace(profile, device, variant, steps=20):
     if profile.train.precision == "bf16":
         time.sleep(3600)  # a variant that never returns
     return real(profile, device, variant, steps)
-train.trace = trace
+variants.trace = trace
 """
 
 
@@ -251,7 +251,7 @@ def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(
 
 def _cpu_run():
     from mclib.core.config import load_profile, profile_path
-    from mclib.core.train import _Run
+    from mclib.core.step import _Run
 
     p = load_profile(profile_path("smoke")).replace(**{"train.compile": False, "train.step": "eager",
                                                        "train.batch": 2})
@@ -259,7 +259,7 @@ def _cpu_run():
 
 
 def test_a_runs_step_graph_and_its_memory_go_when_the_run_goes_without_waiting_for_the_collector():
-    from mclib.core.train import device_step
+    from mclib.core.step import device_step
 
     run = _cpu_run()
     run.graph = graphstep.StepGraph(run, device_step)
@@ -346,12 +346,12 @@ class _FakeGPU:
 def test_the_hosts_time_a_step_is_its_own_not_the_queue_waiting_for_the_device(monkeypatch):
     """A GPU-bound step (device 20 ms, host 2 ms): host_ms_step reads the host's 2 ms, not the
     device's 20 that the host waits for once the launch queue is full."""
-    from mclib.core import train
+    from mclib.core import variants
 
     gpu = _FakeGPU(host_ms=2, device_ms=20)
-    monkeypatch.setattr(train.torch.cuda, "synchronize", gpu.synchronize)
-    monkeypatch.setattr(train.torch.cuda, "Event", gpu.event)
-    ms, host = train.time_steps(gpu.step, 12, torch.device("cuda"))
+    monkeypatch.setattr(variants.torch.cuda, "synchronize", gpu.synchronize)
+    monkeypatch.setattr(variants.torch.cuda, "Event", gpu.event)
+    ms, host = variants.time_steps(gpu.step, 12, torch.device("cuda"))
     assert 18 < ms < 26
     assert host < 8, f"host_ms_step {host:.1f} reads the device's time"
 
@@ -372,8 +372,8 @@ import mclib.lease.slices as _slices
 for _k in {LIMITS!r}:
     setattr(_slices, _k, getattr(_slices, _k) * {SCALE})
 if fault in ("trainer-hangs", "variant-hangs", "variant-breaks"):
-    import mclib.core.train as _train
-    _real_trace, _real_set, _broken = _train.trace, _train.set_precision, []
+    import mclib.core.precision as _precision, mclib.core.train as _train, mclib.core.variants as _variants
+    _real_trace, _real_set, _broken = _variants.trace, _precision.set_precision, []
     def _hangs(*a, **kw):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stuck where no signal is taken
         print("rehearsal: the trainer hangs", flush=True)
@@ -392,8 +392,10 @@ if fault in ("trainer-hangs", "variant-hangs", "variant-breaks"):
     if fault == "trainer-hangs":
         _train.train = _hangs
     else:
-        _train.trace, _train.set_precision = _trace, _set
-        _train.device_error = lambda device: "RuntimeError: CUDA error: an illegal memory access" if _broken else None
+        _variants.trace = _trace
+        for _m in (_precision, _variants, _train):  # the switch as every caller of it reads it
+            _m.set_precision = _set
+        _variants.device_error = lambda device: "RuntimeError: CUDA error: an illegal memory access" if _broken else None
 """
 
 # fault -> (LEFT_S as `start` begins, the slice's train_s); the lease as a whole: 900 s less a 3-minute start

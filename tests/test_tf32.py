@@ -74,7 +74,7 @@ def test_a_batched_matmul_is_rounded_and_sdpa_is_left_alone():
 def test_every_linear_layer_of_the_model_goes_through_the_mode_and_attention_does_not():
     from mclib.core.data import sample_batch
     from mclib.core.model import build_model
-    from mclib.core.train import predict
+    from mclib.core.step import predict
     p = load_profile(profile_path("cpu"))
     for attention, matmuls in (("sdpa", 0), ("eager", 2 * p.model.layers)):    # eager: QKᵀ and PV a layer
         m = build_model(p.model, p.data.n, 1)
@@ -87,7 +87,8 @@ def test_every_linear_layer_of_the_model_goes_through_the_mode_and_attention_doe
 
 
 def test_a_tf32_step_on_the_cpu_is_emulated_eager_and_differs_from_fp32(capsys):
-    from mclib.core.train import _Run, step_function
+    from mclib.core.step import _Run
+    from mclib.core.variants import step_function
     p = load_profile(profile_path("cpu")).replace(**{"train.compile": True})
     fp32 = step_function(p.replace(**{"train.compile": False}), torch.device("cpu"))
     tf32 = step_function(p.replace(**{"train.precision": "tf32"}), torch.device("cpu"))

@@ -15,11 +15,13 @@ import torch
 from mclib.core.config import ConfigError
 from mclib.core.metrics import find_drop
 from mclib.core.model import build_model
+from mclib.core import precision, variants
 from mclib.core import train as train_module
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.metrics import window_mean
-from mclib.core.train import (Job, _Run, make_optimizer, parallel_runs, step_function, stop_after_drop, train,
-                              train_group, train_seeds, train_step)
+from mclib.core.step import _Run, make_optimizer, train_step
+from mclib.core.train import Job, parallel_runs, stop_after_drop, train, train_group, train_seeds
+from mclib.core.variants import step_function
 from mclib.core.runs import (checkpoint_dir, freeze_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
                              saved_steps, seed_run_dirs)
 
@@ -125,7 +127,7 @@ def test_compiled_step_trains_like_the_eager_step(tmp_path, smoke_profile):
 
 def test_autocast_names_an_unknown_precision():
     with pytest.raises(ValueError, match="precision 'fp16' is not one of"):
-        train_module.autocast(torch.device("cpu"), "fp16")
+        precision.autocast(torch.device("cpu"), "fp16")
 
 
 @pytest.mark.slow
@@ -477,8 +479,8 @@ def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_pr
     """benchmarks/lease_step.py times `step_function`: on the lease of 2026-11-26 its "tf32" rows
     ran fp32, TF32 off (55 ms a step against the run's ~20), because only the training loop set TF32."""
     seen = []
-    monkeypatch.setattr(train_module, "set_precision", lambda device, precision: seen.append((device.type, precision)))
-    train_module.step_function(smoke_profile.replace(**{"train.precision": "fp32"}), torch.device("cpu"))
+    monkeypatch.setattr(variants, "set_precision", lambda device, precision: seen.append((device.type, precision)))
+    variants.step_function(smoke_profile.replace(**{"train.precision": "fp32"}), torch.device("cpu"))
     assert seen == [("cpu", "fp32")]
 
 

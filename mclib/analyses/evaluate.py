@@ -138,7 +138,7 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     under bf16 autocast; "tf32": TF32 products, emulated off a GPU; which tells a model
     that is worse from a forward pass that is less precise)."""
     from ..core.metrics import find_drop, plateau_stats, window_mean
-    from ..core.train import autocast, emulated_tf32
+    from ..core.precision import autocast, emulated_tf32
     from ..core.runs import load_checkpoint, load_metrics, run_profile, saved_steps
 
     rows = {}

@@ -162,7 +162,7 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
     from ..core.jobs import run_profile_jobs
 
     pending = pending_groups(cfg, run_dir, sorted(groups, key=LONGEST_FIRST.index))
-    from ..core.train import with_device
+    from ..core.precision import with_device
 
     cfg = with_device(cfg)  # resolved once, here: every worker trains where this process chose
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)

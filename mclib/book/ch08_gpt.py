@@ -60,7 +60,8 @@ def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     all are complete (the book's training chapter may have trained them already, on a
     worker its seeds left idle: `mclib.book.chapter.idle_tasks`)."""
     from ..core.jobs import run_profile_jobs
-    from ..core.train import train_seed, with_device
+    from ..core.precision import with_device
+    from ..core.train import train_seed
 
     gpt = with_device(gpt_profile(ch.cfg))
     run_profile_jobs(gpt, train_seed, gpt_jobs(gpt, ch.run_dir), cluster)
@@ -71,7 +72,8 @@ def idle_work(cfg: Profile, run_dir: Path) -> list[tuple]:
     """This chapter's declared work for a worker the book's seeds leave idle
     (`mclib.book.chapter.idle_tasks`): its GPT runs not yet complete (`gpt_jobs`), as
     `train_seed` tasks."""
-    from ..core.train import train_seed, with_device
+    from ..core.precision import with_device
+    from ..core.train import train_seed
 
     return [(train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(with_device(gpt_profile(cfg)), run_dir)]
 

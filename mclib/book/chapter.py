@@ -101,7 +101,7 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     build executes read (`train_runs`). A run folder trained with another recipe than
     `profile` names is refused with a one-line ConfigError."""
     notebook_setup()  # before any progress bar is made
-    from ..core.train import resolve_device
+    from ..core.precision import resolve_device
 
     named = load_profile(profile_path(profile), seed=seed)
     if device != named.train.device:  # a device chosen on the command line

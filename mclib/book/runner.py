@@ -601,7 +601,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     ledger)`, `declared`): the scorecard chapter's "The paper's own setting"
     (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
     `ledger`, default results/paper-slices.yaml)."""
-    from ..core.train import resolve_device
+    from ..core.precision import resolve_device
 
     t_start = time.time()
     ppath = profile_path(profile).resolve()

@@ -80,9 +80,9 @@ class TrainConfig:
     beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
     grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
     precision: str = "fp32"    # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
-    #   (autocast, fp32 master weights); mclib.core.train.set_precision
+    #   (autocast, fp32 master weights); mclib.core.precision.set_precision
     device: str = "auto"       # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
-    #   recorded in its profile.yaml (mclib.core.train.with_device)
+    #   recorded in its profile.yaml (mclib.core.precision.with_device)
     threads: int = 0           # CPU threads for torch (0 = torch's default)
     eval_every: int = 100      # eval L on fresh matrices every this many steps
     eval_batch: int = 64
@@ -92,7 +92,7 @@ class TrainConfig:
     #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
     log_every: int = 50        # metrics are read from the device every this many steps
     compile: bool = False      # run the model's forward (and so its backward) through torch.compile
-    step: str = "auto"         # how the step runs (mclib.core.train.step_variant): eager, compile, reduce-overhead,
+    step: str = "auto"         # how the step runs (mclib.core.step.step_variant): eager, compile, reduce-overhead,
     #   cuda-graph, or auto: on the CPU as `compile` says; on CUDA the faster of eager and cuda-graph checked in the process
 
 
@@ -167,8 +167,8 @@ class Profile:
 
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
-PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.train.set_precision)
-STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph")  # train.step (mclib.core.train.step_variant)
+PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
+STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph")  # train.step (mclib.core.step.step_variant)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
 
 _CHOICES = {

@@ -7,7 +7,7 @@ reads: the matrix row by row, masked entries replaced by MASK_ID.
 Shapes: X, mask `[batch, n, n]`; tokens `[batch, n*n]`.
 Every sampler takes an explicit `torch.Generator`; the device of the output is
 the generator's device. Training samples on the host (CPU generators on every device,
-`mclib.core.train`) and copies each batch to the device without a sync (`Batch.to`).
+`mclib.core.step`) and copies each batch to the device without a sync (`Batch.to`).
 """
 from __future__ import annotations
 

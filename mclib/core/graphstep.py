@@ -5,7 +5,7 @@ A CUDA graph records the kernels of one step once (`torch.cuda.graph`) and then 
 of them with one call a step (`CUDAGraph.replay`), where the eager step launches some 260-300
 kernels from Python (docs/performance.md). A replay runs exactly the recorded kernels on exactly
 the recorded addresses, and none of the Python around them. So the part of the step that is
-captured (`mclib.core.train.device_step`: forward, loss, backward, clip, Adam) is written so that
+captured (`mclib.core.step.device_step`: forward, loss, backward, clip, Adam) is written so that
 
 - its inputs are buffers at fixed addresses (`StaticBatch`): each step's batch is still sampled
   on the host by the run's CPU generator, the same matrices on any device, and copied in through
@@ -24,14 +24,14 @@ then on replays it; the losses are cloned out of the graph's output after each r
 replay overwrites it). A capture that fails leaves the run as it was, says why in one line, and
 the run steps eagerly; its cause is the step's own error, not the "invalidated" capture that
 `capture_end` reports after it. On a CUDA device the replayed step is the eager step's arithmetic,
-so the two agree to the bit (`mclib.core.train.compare`; benchmarks/lease_step.py checks it on every
+so the two agree to the bit (`mclib.core.variants.compare`; benchmarks/lease_step.py checks it on every
 lease). The graph holds its run weakly: a run and its graph's memory pool go as soon as the run is
 dropped, not at the garbage collector's next pass (`release` frees the pool at once).
 
-The check itself lives beside the step it trains (`mclib.core.train`: `trace` and `compare` run
-a variant from the seed's initial weights on the seed's batches against eager, `time_run` times
-it, `choose` is `train.step: auto` on CUDA): this module holds the capture only, and imports
-nothing of the training loop that uses it.
+The check lives in `mclib.core.variants` (`trace` and `compare` run a variant from the seed's
+initial weights on the seed's batches against eager, `time_run` times it, `choose` is
+`train.step: auto` on CUDA): this module holds the capture only, and imports nothing of the
+step (`mclib.core.step`) or the training loop that use it.
 """
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def warm_up(run, step: Callable, batch: Batch, steps: int = WARM_UP_STEPS) -> No
 
 
 class StepGraph:
-    """The device part of a run's step (`step(run, batch)`, mclib.core.train.device_step)
+    """The device part of a run's step (`step(run, batch)`, mclib.core.step.device_step)
     captured as one CUDA graph at the first `replay` and replayed from then on. It holds its run
     weakly (the run holds it as `run.graph`): no reference cycle keeps the graph's memory pool
     alive after the run."""

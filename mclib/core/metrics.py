@@ -36,7 +36,7 @@ def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
 def squared_errors(pred: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """`[run, batch·n·n]`: (X̂ - X)² of every entry, in fp32. pred `[run, batch, seq]` (or
     `[run, batch, n, n]`), x `[run, batch, n, n]`. Their mean over all entries is L, the loss
-    that training differentiates (mclib.core.train.device_step); `run_losses` reads the rest
+    that training differentiates (mclib.core.step.device_step); `run_losses` reads the rest
     from the same values."""
     return (pred.float().flatten(1) - x.flatten(1)) ** 2
 

@@ -340,7 +340,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     from .jobs import needs_gpu, resolve_address
 
     path = Path(path)
-    from .train import with_device
+    from .precision import with_device
 
     todo = load_sweep(path, runs, threads)  # every key and profile checked before anything runs
     for r in todo:

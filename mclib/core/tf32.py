@@ -23,7 +23,7 @@ move a training curve.
 The mode is a `TorchFunctionMode` that replaces those two calls with autograd functions
 (`_Linear`, `_Matmul`) whose backward rounds the incoming gradient and multiplies it with
 the rounded saved inputs; every other call passes through. `torch.compile`d code does not
-go through it, so an emulated run trains eagerly (mclib.core.train).
+go through it, so an emulated run trains eagerly (mclib.core.step.step_variant).
 """
 from __future__ import annotations
 

@@ -58,7 +58,7 @@ STATE = "slice.json"           # in the work folder: the slice in flight; in a r
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
 RETURN_MIB = 16                # the largest file a lease sends back
-RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.train.STEP_RAN);
+RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.step.STEP_RAN);
                                                      # METRICS is gzipped
 METRICS_GZ = METRICS + ".gz"
 STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
@@ -552,7 +552,7 @@ def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
 
 def _steps_ran(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
     """{seed: the run's STEP_RAN (the step variant that ran, and why it fell back)}; None where none."""
-    from ..core.train import STEP_RAN
+    from ..core.step import STEP_RAN
 
     ran = {}
     for seed in seeds:

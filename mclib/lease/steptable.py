@@ -23,8 +23,8 @@ from pathlib import Path
 from ..core.repo import REPO
 
 COMMITTED = "lease_step.csv"   # beside the ledger (results/): the last full table, with its key in every row
-STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/train.py", "mclib/core/graphstep.py",
-              "mclib/core/data.py", "mclib/core/metrics.py")
+STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/step.py", "mclib/core/precision.py",
+              "mclib/core/graphstep.py", "mclib/core/data.py", "mclib/core/metrics.py")
 KEY = ("step_hash", "torch", "device", "precision")
 CHOSEN = ("eager", "compile", "reduce-overhead", "cuda-graph")  # mclib.lease.slices.TRAINED_STEPS
 

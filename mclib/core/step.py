@@ -1,0 +1,399 @@
+"""One training step and the run it steps (docs/protocol.md, §1.4).
+
+One step is `train_step`, read top to bottom: batch, forward (the HF model the checkpoints
+hold, `MatrixBert`, or E19's `MatrixGPT`), loss, backward, `torch.nn.utils.clip_grad_norm_`,
+`torch.optim.Adam` at `lr_at`, log. Several runs each own their model and Adam (`_Run`); the
+step goes over them one after another. On a CUDA device (docs/performance.md): fused,
+capturable Adam reading its lr from a device tensor, no host sync inside the step (losses stay
+on the device until the loop's flush every `log_every` steps; the data are sampled on the host
+by CPU generators, so a run's matrices are the same on any device and a run resumes on another
+device type, and copied into fixed input buffers without waiting). `train.step` says how the
+step runs (`step_variant`: eagerly, the model through torch.compile, or the whole device step as
+one CUDA graph, `mclib.core.graphstep`); `train.step: auto` on CUDA is measured by
+`mclib.core.variants.choose`, which the code that builds a run asks (`chosen`). The loop around
+the step (evaluate, flush, save, end) is `mclib.core.train`.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import shutil
+import sys
+from typing import Callable
+
+import torch
+from torch.profiler import record_function
+
+from .config import Profile
+from .data import Batch, sample_batch
+from .metrics import LOSS_NAMES, run_losses, squared_errors
+from .model import build_model, eval_mode
+from .precision import autocast, emulated_tf32
+from .runs import (checkpoint_dir, convergence_stop, end_of_run, ended_at, resume_checkpoint, resume_metrics,
+                   run_end, saved_steps, write_atomic, write_end, write_profile)
+
+EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
+
+
+def make_optimizer(model, t, device: torch.device, state: dict | None = None,
+                   capture_ready: bool | None = None) -> torch.optim.Optimizer:
+    """Adam (the paper) over the trainable parameters, one param group, with a saved `state`
+    loaded; the group carries its `base_lr` (from the profile, not the state), which the
+    warm-up scales (`set_lr`).
+
+    capture_ready (default: on CUDA): `Adam(fused=True, capturable=True)` with the lr an fp32
+    tensor on the device, which `set_lr` writes before each step: Adam's kernels then read the
+    lr and the step counts from device memory, so a CUDA graph's replay of the step
+    (`mclib.core.graphstep`) trains as the eager step does; the eager step on CUDA runs the same
+    Adam, so the two are the same arithmetic. The lr Adam reads is then the fp32 nearest the
+    profile's (1e-4 -> 0.99999997e-4), where the fused Adam of revisions up to 2026-11-26 read the
+    float64 one: GPU runs since differ from slice A's in the last bits. Elsewhere the lr is a
+    Python float: on CUDA the fused kernel; on the CPU torch's foreach Adam (`foreach=True`, since
+    2026-11-27), the for-loop Adam's arithmetic op for op over lists of tensors, so every logged
+    loss of the default profile's 1 000 steps is the same bit for bit and the step is cheaper
+    (docs/performance.md, "The CPU step's levers"); the CPU's fused kernel rounds otherwise and
+    is not used. The saved state's flags and lr are another run's or device's (a CPU checkpoint
+    resumed on a GPU): this Adam keeps its own, and its step counts move where it keeps them."""
+    capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if capture_ready:
+        own = {"lr": torch.tensor(t.lr, dtype=torch.float32, device=device), "fused": True, "foreach": None,
+               "capturable": True}
+    elif device.type == "cuda":
+        own = {"lr": t.lr, "fused": True, "foreach": None, "capturable": False}
+    else:  # the CPU: foreach, the for-loop's arithmetic to the bit in fewer calls
+        own = {"lr": t.lr, "fused": None, "foreach": True, "capturable": False}
+    opt = torch.optim.Adam([p for _, p in named], betas=(0.9, t.beta2), **own)
+    if state is not None:
+        opt.load_state_dict(one_group([n for n, _ in named], state))
+        for group in opt.param_groups:
+            group.update(own)
+        if capture_ready:
+            for per_param in opt.state.values():
+                per_param["step"] = per_param["step"].to(device=device, dtype=torch.float32)
+    for group in opt.param_groups:
+        group["base_lr"] = t.lr
+    if capture_ready:  # torch warns that capturable slows an uncaptured step; the fused kernel is the same either way
+        opt._warned_capturable_if_run_uncaptured = True
+    return opt
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """The lr of Adam's next step: written into the device tensor that a capture-ready Adam
+    reads (`make_optimizer`; a kernel, no host sync, outside any graph), else the group's float."""
+    for group in opt.param_groups:
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def one_group(names: list[str], state: dict) -> dict:
+    """A saved Adam `state` of the parameters `names` (trainable, in the model's order) as one
+    param group. Runs saved at revision c6ddcac or earlier (2026-11-26) kept the token and
+    position embeddings in a second group after the others, for `train.embedding_lr` (removed):
+    their per-parameter states are put back in `names`' order, unchanged."""
+    groups = state["param_groups"]
+    if len(groups) == 1:
+        return state
+    is_embedding = lambda n: ".embeddings." in n and n.endswith("embeddings.weight")  # the old grouping
+    old_order = [n for n in names if not is_embedding(n)] + [n for n in names if is_embedding(n)]
+    ids = [i for g in groups for i in g["params"]]
+    if len(ids) != len(names) or len(groups) != 2:
+        raise ValueError(f"a saved Adam state of {len(groups)} param groups and {len(ids)} parameters does not "
+                         f"fit this model's {len(names)} trainable parameters")
+    id_of = dict(zip(old_order, ids))
+    return {"state": {i: state["state"][id_of[n]] for i, n in enumerate(names) if id_of[n] in state["state"]},
+            "param_groups": [{**groups[0], "params": list(range(len(names)))}]}
+
+
+# --- one training step ---------------------------------------------------------------------
+
+def train_step(runs: list["_Run"]) -> torch.Tensor:
+    """One step of every run in `runs`, read top to bottom: batch, lr, then on the device
+    (`device_step`) forward, loss, backward, clip, Adam; log. Returns the `[run, 4]` losses of
+    this forward pass (L, L_obs, L_mask, mask value), left on the device: nothing inside a step
+    waits for a GPU.
+
+    Each run owns its model (the HF `MatrixBert` its checkpoints hold, or E19's `MatrixGPT`)
+    and its `torch.optim.Adam` (`make_optimizer`), so a run's numbers do not depend on the
+    runs stepped beside it. Everything that changes from step to step on the host is done
+    here, before the device part: the batch (into the run's fixed input buffers on CUDA) and
+    the lr (into the tensor Adam reads), so that a run with `train.step: cuda-graph` replays the
+    device part captured once (`mclib.core.graphstep.StepGraph`) and trains exactly as this
+    eager step does.
+    """
+    out = []
+    for r in runs:
+        batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
+        r.step += 1
+        set_lr(r.opt, lr_at(r.step, r.opt.param_groups[0]["base_lr"], r.t.warmup))  # lr: the warm-up's, where Adam reads it
+        if r.graph is not None:                # the device part below, captured once and replayed (train.step)
+            ls = r.graph.replay(batch)
+        else:
+            ls = device_step(r, batch)
+        r.pending.append(ls)                   # log: kept on the device until the run's next flush
+        out.append(ls)
+    return torch.stack(out)
+
+
+def device_step(r: "_Run", batch: Batch) -> torch.Tensor:
+    """The device part of `train_step`, in order: forward, loss, backward, clip, Adam; returns
+    the `[4]` losses (L, L_obs, L_mask, mask value), a new tensor. Only L, the mean over all
+    entries, is differentiated: the other three are read under `no_grad`, so the backward runs
+    no kernels for them (their gradient was zero; the parameters' gradients are the same bits,
+    tests/test_graphstep.py). Nothing here reads a device value on the host or depends on a
+    host value that changes between steps (the lr is set before, `set_lr`), and every shape is
+    the profile's: what a CUDA graph can capture (`mclib.core.graphstep`)."""
+    r.opt.zero_grad(set_to_none=True)          # the backward below writes the gradients afresh
+    with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
+        with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
+            pred = r.forward(batch)            # forward: [batch, n, n]
+        sq = squared_errors(pred[None], batch.x[None])  # loss: [1, batch·n·n] squared errors
+        sq.mean(1).sum().backward()            # backward: the gradient of L (their mean) alone
+    if r.t.grad_clip:                          # clip: the global gradient norm, at most grad_clip
+        torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
+    with record_function("mclib::optimiser"):  # step: Adam (named for benchmarks/step_profile.py)
+        r.opt.step()
+    with torch.no_grad():                      # log: L, L_obs, L_mask, mask value of this forward pass
+        return run_losses(pred[None], batch.x[None], batch.mask[None], sq=sq)[0]
+
+
+def predict(model, batch: Batch) -> torch.Tensor:
+    """`[batch, n, n]`: the model's values for `batch` (BERT reads the masked tokens; E19's
+    teacher-forced GPT, `mclib.core.gpt`, the whole batch)."""
+    if getattr(model, "teacher_forced", False):
+        return model(batch)
+    return model(batch.tokens).view_as(batch.x)
+
+
+def lr_at(step: int, base_lr: float, warmup: int) -> float:
+    """Constant lr after a linear warm-up of `warmup` steps (step counts from 1)."""
+    return base_lr * min(1.0, step / warmup) if warmup else base_lr
+
+
+
+STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.record_step`)
+CUDA_ONLY_STEPS = ("reduce-overhead", "cuda-graph")  # train.step variants made of CUDA graphs
+
+
+def step_variant(profile: Profile, device: torch.device, emulated: bool = False, chosen: str | None = None) -> str:
+    """How a run's step runs on `device` (`train.step`, mclib.core.config.STEPS): "eager";
+    "compile" (the model through torch.compile, default mode); "reduce-overhead" (torch.compile
+    with its CUDA graphs around the model); "cuda-graph" (the whole device step as one CUDA graph,
+    `mclib.core.graphstep`). "auto": on the CPU "compile" where `train.compile` says so, else
+    "eager" (the CPU profiles' way, unchanged); on CUDA "compile" where `train.compile` says so,
+    else `chosen`: the faster of eager and cuda-graph, cuda-graph only where it matched eager to
+    the bit over 20 steps in this process (`mclib.core.variants.choose`, measured once per process
+    and setting, said in one line, by the code that builds the run), eager where none was given. A variant this device cannot run (CUDA graphs off CUDA; a
+    compile under emulated TF32, `emulated`) is said in one line, and the step runs eagerly."""
+    t = profile.train
+    wanted = t.step
+    if wanted == "auto":
+        if t.compile or device.type != "cuda":
+            wanted = "compile" if t.compile else "eager"
+        else:
+            wanted = chosen or "eager"
+    if wanted in CUDA_ONLY_STEPS and device.type != "cuda":
+        print(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly",
+              file=sys.stderr)
+        return "eager"
+    if wanted in ("compile", "reduce-overhead") and emulated:
+        return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
+    return wanted
+
+
+def compile_model(model, variant: str, device: torch.device):
+    """The model a run's forward calls: `model` itself, or through torch.compile for "compile"
+    (default mode) and "reduce-overhead". On CUDA with Inductor's mix-order reduction off where
+    this torch has the switch: with it, Inductor (torch 2.10 and 2.11, the GPU image's) can return
+    a gradient of the wrong shape (pytorch/pytorch#178080: "invalid gradient at index k", what the
+    compiled step hit on the H100 lease of 2026-11-26); it is a GPU (Triton) switch, so CPU code
+    is unchanged."""
+    if variant not in ("compile", "reduce-overhead"):
+        return model
+    if device.type == "cuda":
+        import torch._inductor.config as inductor
+        if hasattr(inductor, "triton") and hasattr(inductor.triton, "mix_order_reduction"):
+            inductor.triton.mix_order_reduction = False
+    return torch.compile(model, mode="reduce-overhead" if variant == "reduce-overhead" else None)
+
+
+class _Run:
+    """One run in the loop: its model and Adam (`train_step` steps them), its folder,
+    generators, step and metric rows."""
+
+    def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
+        """job: a `mclib.core.train.Job`; chosen: what `train.step: auto` runs as on CUDA (`step_variant`)."""
+        p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
+        self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
+        self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
+        self.chosen = chosen
+        write_profile(self.dir, p)
+        # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
+        # run resumes on another device type (a CUDA generator's state is another format)
+        self.gens = {"data": torch.Generator().manual_seed(p.seed),
+                     "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
+        # the newest intact checkpoint; a damaged newer one is set aside, named in one line on stderr
+        resumed = resume_checkpoint(self.dir, p.model.attention, device)
+        self.state = None
+        if resumed:
+            self.step, self.model, self.state = resumed
+            for k, g in self.gens.items():
+                g.set_state(self.state["gens"][k])
+            self.rows = resume_metrics(self.dir, self.step)
+            for later in [s for s in saved_steps(self.dir) if s > self.step]:  # weights-only saves past the resume
+                shutil.rmtree(checkpoint_dir(self.dir, later))                  # point: trained again from here
+            self.wall = self.state["wall"]
+            if job.init_model is not None:  # from_pretrained made every weight trainable again
+                frozen = {n for n, q in job.init_model.named_parameters() if not q.requires_grad}
+                for n, q in self.model.named_parameters():
+                    q.requires_grad_(n not in frozen)
+        else:
+            self.step, self.wall, self.rows = 0, 0.0, []
+            self.model = (copy.deepcopy(job.init_model) if job.init_model is not None
+                          else build_model(p.model, p.data.n, p.seed)).to(device)
+        self._optimise()
+        self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
+                        | {self.t.steps})
+        self.written = len(self.rows)  # metric rows already in metrics.csv (`append_metrics`)
+        self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
+        self.evals: dict[int, dict[str, float]] = {}
+        self.rule = convergence_stop(p)
+        reason = self.stop_reason()
+        self.finished = self.step >= self.t.steps or reason is not None
+        self.step_said = None  # (variant, fell_back) last written to STEP_RAN
+        if self.finished and self.step:
+            self.record_end(reason)  # a run that ended before end.json existed, or under another until/cap
+
+    def stop_reason(self) -> str | None:
+        """"converged" (the profile's rule), "stopped" (the job's `stop`) or None, on the rows so far."""
+        if not self.rows:
+            return None
+        if self.rule is not None and self.rule(self.rows):
+            return "converged"
+        if self.job.stop is not None and self.job.stop(self.rows):
+            return "stopped"
+        return None
+
+    def record_end(self, reason: str | None) -> None:
+        """Write end.json for the run that ended at this step (`mclib.core.runs.run_end`),
+        unless it already says the same. reason: "stopped", "cut" or that of the rule."""
+        rows = [r for r in self.rows if r["step"] <= self.step]
+        end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped", cut=reason == "cut")
+        if not ended_at(self.dir, self.step) or run_end(self.dir) != end:
+            write_end(self.dir, end)
+
+    def record_step(self) -> None:
+        """STEP_RAN in the run's folder: the step variant the profile asked for, the one it
+        resolved to here, the one that ran (eager after a failed capture or compile) and why,
+        from this step on. Written when it first steps and whenever a fallback changes it."""
+        said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
+                "fell_back": self.fell_back, "from_step": self.step}
+        write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
+        self.step_said = (self.variant, self.fell_back)
+
+    @classmethod
+    def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
+                  chosen: str | None = None) -> "_Run":
+        """A fresh run with no folder, for timing the step (`step_function`): the model, the
+        data stream and the step, nothing saved. capture_ready: as `make_optimizer` (default: on CUDA)."""
+        run = cls.__new__(cls)
+        run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
+        run.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
+        run.chosen, run.pending = chosen, []
+        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device)
+        run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
+        run._optimise()
+        return run
+
+    def _optimise(self) -> None:
+        """The run's Adam over its trainable parameters (with the saved state, on a resume),
+        and how its step runs (`step_variant`): the model its forward calls (compiled for
+        compile and reduce-overhead) and, for cuda-graph, the graph that replays the device part
+        of the step (`mclib.core.graphstep.StepGraph`). On a capture-ready run (CUDA) the batch
+        comes into fixed buffers (`inputs`, made at the first batch)."""
+        from .graphstep import StepGraph
+
+        self.model.train()
+        self.opt = make_optimizer(self.model, self.t, self.device,
+                                  self.state["optimizer"] if self.state is not None else None,
+                                  capture_ready=self.capture_ready)
+        self.variant = step_variant(self.profile, self.device, self.emulates_tf32(), self.chosen)
+        self.fell_back: str | None = None  # why a compiled model fell back to eager (`forward`), once it has
+        self.compiled = compile_model(self.model, self.variant, self.device)
+        self.graph = StepGraph(self, device_step) if self.variant == "cuda-graph" else None
+        self.inputs = None
+
+    def emulates_tf32(self) -> bool:
+        """TF32 emulated (tf32 off CUDA): compiled code would bypass the emulation, so the
+        model runs eagerly, said once in `check_precision`'s line."""
+        return self.t.precision == "tf32" and self.device.type != "cuda"
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """`predict` through the compiled model; a compile that cannot run here (no C++
+        compiler, an unsupported backend) is said in one line and the run goes on eagerly."""
+        try:
+            if self.variant == "reduce-overhead":  # a new step: the last one's graph outputs are free to reuse
+                torch.compiler.cudagraph_mark_step_begin()
+            return predict(self.compiled, batch)
+        except Exception as e:
+            if self.compiled is self.model:
+                raise
+            self.fell_back = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+            print(f"mclib: train.step {self.variant}: torch.compile failed ({self.fell_back}); "
+                  "the step runs eagerly", file=sys.stderr)
+            self.compiled = self.model
+            return predict(self.model, batch)
+
+    @torch.no_grad()
+    def evaluate(self) -> torch.Tensor:
+        """`[4]` losses of the (uncompiled) model on a fresh eval batch, in eval mode."""
+        batch = self.eval_batch()
+        with eval_mode(self.model), emulated_tf32(self.device, self.t.precision):  # as a GPU in TF32 evaluates
+            pred = predict(self.model, batch)
+        return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
+
+    def batch(self) -> Batch:
+        """The next training batch of the run's generator, on the device: on a capture-ready
+        run (CUDA) copied into its fixed input buffers (`mclib.core.graphstep.StaticBatch`), which
+        the step reads at the same addresses every time."""
+        d = self.profile.data
+        with record_function("mclib::data"):  # named for benchmarks/step_profile.py
+            batch = sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist)
+            if not self.capture_ready:
+                return batch.to(self.device, non_blocking=True)
+            if self.inputs is None:
+                from .graphstep import StaticBatch
+                self.inputs = StaticBatch(batch, self.device)
+            return self.inputs.fill(batch)
+
+    def eval_batch(self) -> Batch:
+        d = self.profile.data
+        return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], dist=d.dist).to(
+            self.device, non_blocking=True)
+
+    def flush(self) -> str | None:
+        """Move pending losses into rows; why the run ends here ("converged", "stopped"), or None."""
+        values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
+        first = self.step - len(values) + 1
+        for i, v in enumerate(values):
+            s = first + i
+            row = {"step": s, **dict(zip(LOSS_NAMES, v)), "wall": self.wall if s == self.step else math.nan}
+            row.update({f"eval_{k}": self.evals.get(s, {}).get(k, math.nan) for k in LOSS_NAMES})
+            self.rows.append(row)
+        self.pending.clear()
+        self.evals.clear()
+        return self.stop_reason()
+
+
+def steps_of(runs: list["_Run"]) -> Callable[[], torch.Tensor]:
+    """A function that runs one `train_step` of in-memory `runs` and drops the logged rows the
+    loop would have written (nothing is saved); it returns the `[run, 4]` losses."""
+    def step() -> torch.Tensor:
+        out = train_step(runs)
+        for r in runs:
+            r.pending.clear()
+        return out
+    return step

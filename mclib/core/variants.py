@@ -1,0 +1,200 @@
+"""A step variant checked against eager, and timed (benchmarks/lease_step.py on every lease;
+`choose`: `train.step: auto` on CUDA). Here, not in graphstep.py: a check trains the variant
+(`mclib.core.step`: `_Run`, `train_step`), and the capture graphstep.py holds is part of what
+the step trains with. `step_function` is one step of fresh runs, as the loop runs it, for the
+benchmarks.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .config import Profile
+from .model import build_model
+from .precision import set_precision
+from .step import _Run, steps_of, train_step
+
+
+def auto_step(profile: Profile, device: torch.device) -> str | None:
+    """The variant `train.step: auto` runs as on CUDA without `train.compile` (`choose`), for
+    the code that builds a run (`_Run(chosen=...)`); None where auto needs no measurement."""
+    t = profile.train
+    if t.step == "auto" and not t.compile and device.type == "cuda":
+        return choose(profile, device)
+    return None
+
+
+def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Callable[[], torch.Tensor]:
+    """A function that runs one `train_step` of `runs` fresh runs of `profile` (seeds
+    profile.seed, +1, ..., in memory, nothing saved), as the training loop does (the
+    profile's precision and `train.compile`); it returns the `[run, 4]` losses.
+    benchmarks/train_step.py times it."""
+    set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
+    seeds = [profile.replace(seed=profile.seed + r) for r in range(runs)]
+    return steps_of([_Run.in_memory(p, device, chosen=auto_step(p, device)) for p in seeds])
+
+
+CHECK_STEPS = 20        # steps a variant is compared with eager over, from the same weights and batches
+LOSS_RTOL = 1e-3        # a compiled variant passes with every logged loss within this of eager's, relatively,
+UPDATE_RTOL = 5e-2      # and its 20 steps' parameter update within this of eager's (relative L2 norm): float
+#   sums in another order change the gradients in their last bits, and Adam's first steps (g/√v ~ ±1) turn a
+#   tiny gradient's other sign into a whole lr's difference, so updates differ more than losses do
+
+
+@dataclass
+class Trace:
+    """What `trace` records of one variant: its `[steps, 4]` losses and its parameters after them."""
+    variant: str
+    losses: torch.Tensor
+    params: dict[str, torch.Tensor]
+    fell_back: str | None
+    run: object
+
+
+def variant_run(profile: Profile, device: torch.device, variant: str):
+    """A fresh in-memory run (`mclib.core.step._Run.in_memory`) of `profile`'s seed with its
+    step run as `variant` (a train.step other than auto): the seed's initial weights and batches."""
+    return _Run.in_memory(profile.replace(**{"train.step": variant, "train.compile": False}), device)
+
+
+def trace(profile: Profile, device: torch.device, variant: str, steps: int = CHECK_STEPS) -> Trace:
+    """`steps` training steps of a fresh run of `variant`: their losses and the parameters after."""
+    run = variant_run(profile, device, variant)
+    losses = torch.cat([train_step([run]) for _ in range(steps)])
+    run.pending.clear()
+    params = {n: p.detach().clone() for n, p in run.model.named_parameters() if p.requires_grad}
+    return Trace(variant, losses, params, run.fell_back, run)
+
+
+def initial_params(profile: Profile, device: torch.device) -> dict[str, torch.Tensor]:
+    """The seed's initial trainable parameters (what every variant starts from)."""
+    model = build_model(profile.model, profile.data.n, profile.seed).to(device)
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+@dataclass
+class Check:
+    passed: bool
+    text: str            # one line: "bitwise equal to eager over 20 steps", "fell back: ...", ...
+    loss_rel: float      # largest relative difference of a logged loss from eager's
+    update_rel: float    # relative L2 difference of the parameter update from eager's
+
+
+def compare(ref: Trace, got: Trace, start: dict[str, torch.Tensor], exact: bool) -> Check:
+    """`got` against eager's `ref` over the same steps: bit for bit (`exact`, the CUDA graph: the
+    same kernels), or within LOSS_RTOL and UPDATE_RTOL (compiled: other kernels). A variant whose
+    compile fell back to eager is reported as such and does not pass: it was not the variant."""
+    steps = len(ref.losses)
+    loss_rel = ((got.losses - ref.losses).abs() / ref.losses.abs().clamp_min(1e-30)).max().item()
+    num = sum(((got.params[n] - ref.params[n]).double() ** 2).sum() for n in ref.params)
+    den = sum(((ref.params[n] - start[n]).double() ** 2).sum() for n in ref.params)
+    update_rel = (num / den).sqrt().item() if den > 0 else float("inf")
+    if got.fell_back:
+        return Check(False, f"fell back: {got.fell_back}", loss_rel, update_rel)
+    if not torch.isfinite(got.losses).all():
+        return Check(False, f"non-finite losses within {steps} steps", loss_rel, update_rel)
+    if exact:
+        same = torch.equal(got.losses, ref.losses) and all(torch.equal(got.params[n], ref.params[n]) for n in ref.params)
+        text = (f"bitwise equal to eager over {steps} steps" if same else
+                f"NOT bitwise equal to eager over {steps} steps (losses {loss_rel:.1e}, update {update_rel:.1e} relative)")
+        return Check(same, text, loss_rel, update_rel)
+    ok = loss_rel <= LOSS_RTOL and update_rel <= UPDATE_RTOL
+    return Check(ok, f"{'within' if ok else 'OUTSIDE'} tolerance of eager over {steps} steps: losses {loss_rel:.1e} "
+                     f"(<= {LOSS_RTOL:g}), update {update_rel:.1e} (<= {UPDATE_RTOL:g}) relative", loss_rel, update_rel)
+
+
+def time_steps(step: Callable[[], object], n: int, device: torch.device) -> tuple[float, float]:
+    """(ms a step, host ms a step) over `n` calls of `step`: on CUDA the device's time between two
+    events over `n` calls queued back to back, then the host's own time to enqueue one step, each
+    of `n` more calls timed from an idle device (perf_counter): queued back to back, a step that
+    keeps the device busy fills CUDA's launch queue, the host then waits for room, and its time
+    would read as the device's. On the CPU both are the wall time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(n):
+            step()
+        end.record()
+        end.synchronize()
+        host = 0.0
+        for _ in range(n):
+            torch.cuda.synchronize(device)
+            t0 = time.perf_counter()
+            step()
+            host += time.perf_counter() - t0
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end) / n, 1000 * host / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    wall = 1000 * (time.perf_counter() - t0) / n
+    return wall, wall
+
+
+def time_run(run, n: int) -> tuple[float, float]:
+    """`time_steps` of `n` more training steps of `run` (after 3 untimed ones)."""
+    step = steps_of([run])
+    for _ in range(3):
+        step()
+    return time_steps(step, n, run.device)
+
+
+def release(*runs) -> None:
+    """Free the captured graphs (and their memory pools) of in-memory `runs` now, not when the
+    collector finds them: the next variant measured gets the device's memory back."""
+    for run in runs:
+        graph = getattr(run, "graph", None)
+        if graph is not None:
+            graph.release()
+
+
+def device_error(device: torch.device) -> str | None:
+    """Why the device cannot run a kernel any more (a sticky CUDA error stays with the process:
+    every later call fails), or None where it can."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.synchronize(device)
+        torch.ones(1, device=device).add_(1).item()
+    except Exception as e:
+        return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
+    return None
+
+
+_CHOSEN: dict[tuple, str] = {}
+
+
+def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> str:
+    """`train.step: auto` on CUDA: "cuda-graph" where it matches eager to the bit over `steps`
+    steps and is faster, else "eager"; measured once per process and setting (model, task, batch,
+    precision, clip, warm-up), said in one line. Nothing else is tried here: the compiled variants
+    take a minute to compile and are chosen on a lease from benchmarks/lease_step.py's table
+    (mclib.lease.slices.pick_step) or named in the profile."""
+    t = profile.train
+    key = (str(device), repr(profile.model), repr(profile.data), t.batch, t.precision, t.grad_clip, t.warmup > 0)
+    if key not in _CHOSEN:
+        try:
+            start = initial_params(profile, device)
+            ref, graph = trace(profile, device, "eager", steps), trace(profile, device, "cuda-graph", steps)
+            check = compare(ref, graph, start, exact=True)
+            eager_ms, _ = time_run(ref.run, steps)
+            if check.passed:
+                graph_ms, _ = time_run(graph.run, steps)
+                chosen = "cuda-graph" if graph_ms < eager_ms else "eager"
+                line = (f"{chosen}: cuda-graph {graph_ms:.1f} ms a step, eager {eager_ms:.1f}; "
+                        f"cuda-graph {check.text}")
+            else:
+                chosen, line = "eager", f"eager ({eager_ms:.1f} ms a step): cuda-graph {check.text}"
+            release(ref.run, graph.run)
+            del ref, graph
+            torch.cuda.empty_cache()
+        except Exception as e:
+            chosen, line = "eager", f"eager: the measurement failed ({type(e).__name__}: {str(e)[:120]})"
+        print(f"mclib: train.step auto: {line}", file=sys.stderr)
+        _CHOSEN[key] = chosen
+    return _CHOSEN[key]
