@@ -1,7 +1,17 @@
-"""What tests read from the project's source files rather than run: the string literals a
-module writes. Not a test module: tests import it."""
+"""What tests read from the project's source files: the string literals a module writes, and
+a script outside the package (benchmarks/, scripts/) imported by its path. Not a test module:
+tests import it."""
 import ast
+import importlib.util
 from pathlib import Path
+
+
+def load_script(path: Path):
+    """The script at `path` (e.g. benchmarks/lease_step.py) imported as a module named after it."""
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def literal_strings(path: Path) -> list[str]:

@@ -7,7 +7,6 @@ and a results.tgz that says why the rest did not."""
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import os
 import re
@@ -29,15 +28,13 @@ from mclib.__main__ import main
 from mclib.core import graphstep
 from mclib.core.runs import write_atomic
 from mclib.lease import slices
+from sources import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("lease_step", ROOT / "benchmarks" / "lease_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "lease_step.py")
 
 
 def _ledger(tmp_path, train_s=20, chapters=()):

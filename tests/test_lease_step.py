@@ -2,22 +2,19 @@
 and how a slice picks its training variant from the table (mclib.lease.slices.pick_step)."""
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
 
 import pandas as pd
 
 from mclib.lease import slices
+from sources import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("lease_step", ROOT / "benchmarks" / "lease_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "lease_step.py")
 
 
 def test_the_measurement_rehearsed_on_the_cpu(tmp_path, capsys):

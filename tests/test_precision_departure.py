@@ -114,13 +114,10 @@ def test_the_paper_book_s_time_is_its_steps_times_each_measured_step():
     """benchmarks/paper_book_time.py, the estimate README and docs/gpu.md quote: seed 1's 50 000
     steps, seeds 2 and 3 to the paper's drop + 2 000, E15's four runs at their cap; times the
     ledger's TF32 step and the fp32 step of the 2026-11-26 table."""
-    import importlib.util
-
     from mclib.core.paper import profile as paper_profile
+    from sources import load_script
 
-    spec = importlib.util.spec_from_file_location("paper_book_time", REPO / "benchmarks" / "paper_book_time.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script(REPO / "benchmarks" / "paper_book_time.py")
     assert bench.book_steps(paper_profile()) == {"seed 1": 50_000, "seed 2": 17_000, "seed 3": 17_000,
                                                  "E15, 4 runs (at most)": 200_000}
     ledger = slices.read_ledger()
