@@ -14,17 +14,25 @@ run. `source.json` names the checkpoint the run started from; a folder started f
 another checkpoint (e.g. the main run was trained further since) is refused rather
 than silently continued.
 
-How long an E15 run trains: until it has dropped (`find_drop`) and then converged by the
-main run's own rule (`mclib.core.metrics.converged`: the fitted slope of L_mask over the
-profile's `train.patience` steps, against `train.min_improvement` per 1 000 steps), so
-that whether it recovers is seen, not assumed. A run that has not dropped by the main
-run's drop step stops there (it has sat on the plateau as long as the main run did).
-`analysis.freeze_steps` caps every run (`freeze_steps`). `freeze_ends` says, per group,
-which of these ended the run.
+How long an E15 run trains: until what chapter 05 reads of it is known, and no longer.
+Its rows read the drop step, the plateau over the fall (`mclib.analyses.sharpness.shape`)
+and the final L_mask over the main run's (recovered below `SETTLE`). A run that has
+dropped stops at the first of:
+- its rows are known (`rows_known`): at least `train.patience` steps past its drop, its
+  final L_mask over the main run's lies below SETTLE·(1 − KNOWN_MARGIN) at two standard
+  errors, and its plateau over its fall below ABRUPT·(1 − KNOWN_MARGIN). More training only
+  lowers the final level, which moves the fall's end later, so neither verdict can change
+  after this (the scorecard's interval and margin for a direction, `KNOWN_MARGIN`);
+- it has converged by the main run's own rule (`mclib.core.metrics.converged`: the fitted
+  slope of L_mask over `train.patience` steps against `train.min_improvement` per 1 000
+  steps): the run that does not recover is seen to level off, not assumed to.
+A run that has not dropped by the main run's drop step stops there (it has sat on the
+plateau as long as the main run did). `analysis.freeze_steps` caps every run
+(`freeze_steps`). `freeze_ends` says, per group, which of these ended the run.
 
     runs = freeze_runs(cfg, run_dir)          # {group: folder}, trains what is missing
     table = freeze_summary(runs, cfg)          # steps to the drop, losses
-    ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: converged / main drop / cap
+    ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: known / converged / main drop / cap
 """
 from __future__ import annotations
 
@@ -39,7 +47,7 @@ from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
-from .sharpness import shape
+from .sharpness import ABRUPT, SETTLE, shape
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop
 from ..core.train import train
 from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
@@ -65,17 +73,75 @@ def freeze_steps(cfg: Profile) -> int:
     return cfg.analysis.freeze_steps
 
 
-def freeze_stop(cfg: Profile, main: int | None):
-    """The `stop` of an E15 run: true once it has trained `main` steps (the main run's drop
-    step) without dropping. None when the main run did not drop (the cap alone ends it)."""
-    if main is None:
+# The margin by which a row's interval must clear its cut-off before its run may stop: the
+# scorecard's margin for a direction (mclib.book.scorecard.MARGINS; a test holds them equal).
+KNOWN_MARGIN = 0.10
+
+
+@dataclass
+class Yardstick:
+    """The main run's final L_mask and its standard error (`final_level` over the
+    convergence rule's window), read where the E15 runs start from: what an E15 run's final
+    level is divided by."""
+    final: float
+    se: float
+
+
+def yardstick(cfg: Profile, run_dir: str | Path, source_step: int | None = None) -> Yardstick:
+    """The main run's `Yardstick` up to `source_step` (default: its post checkpoint, where
+    the E15 runs start)."""
+    step = checkpoint_steps(run_dir, cfg).post if source_step is None else source_step
+    m = load_metrics(run_dir)
+    return Yardstick(*final_level(m[m["step"] <= step], cfg.train.patience))
+
+
+def recovery(metrics: pd.DataFrame, window: int, main: Yardstick) -> tuple[float, float]:
+    """An E15 run's final L_mask over the main run's, with its standard error (both runs'
+    errors in quadrature): the ratio chapter 05's recovery row reads. NaN where either
+    level is missing."""
+    final, se = final_level(metrics, window)
+    if not (main.final > 0 and math.isfinite(final) and final > 0):
+        return float("nan"), float("nan")
+    ratio = final / main.final
+    return ratio, ratio * math.hypot(se / final, main.se / main.final)
+
+
+def plateau_over_fall(metrics: pd.DataFrame, rank: int) -> float | None:
+    """The plateau over the fall that chapter 05's row reads: None without a drop, 0 for a
+    run that never sat on the copying level before its drop."""
+    if find_drop(metrics, rank=rank) is None:
+        return None
+    s = shape(metrics, rank)
+    return 0.0 if s is None else s.plateau / max(1, s.fall)
+
+
+def rows_known(metrics: pd.DataFrame, cfg: Profile, main: Yardstick) -> bool:
+    """Whether an E15 run's rows can no longer change with more training (the module's
+    doc): dropped at least `train.patience` steps ago, recovered below SETTLE·(1 −
+    KNOWN_MARGIN) at two standard errors, plateau over fall below ABRUPT·(1 − KNOWN_MARGIN)."""
+    drop = find_drop(metrics, rank=cfg.data.rank)
+    window = cfg.train.patience
+    if drop is None or int(metrics["step"].iloc[-1]) < drop + window:
+        return False
+    ratio, se = recovery(metrics, window, main)
+    if not (math.isfinite(ratio) and ratio + 2 * se < SETTLE * (1 - KNOWN_MARGIN)):
+        return False
+    return plateau_over_fall(metrics, cfg.data.rank) < ABRUPT * (1 - KNOWN_MARGIN)
+
+
+def freeze_stop(cfg: Profile, main: int | None, known: Yardstick | None = None):
+    """The `stop` of an E15 run: true once its rows are known (`rows_known`, against the
+    main run's `known` yardstick; None: not this rule), or once it has trained `main` steps
+    (the main run's drop step; None: not this rule) without dropping. None when neither
+    rule applies (the cap and the convergence rule alone end it)."""
+    if main is None and known is None:
         return None
     rank = cfg.data.rank
 
     def stop(rows: list[dict]) -> bool:
-        if rows[-1]["step"] < main:
-            return False
-        return find_drop(rows_curve(rows), rank=rank) is None
+        if main is not None and rows[-1]["step"] >= main and find_drop(rows_curve(rows), rank=rank) is None:
+            return True
+        return known is not None and rows_known(rows_curve(rows), cfg, known)
     return stop
 
 
@@ -124,7 +190,7 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     source_step: the main run's checkpoint to start from (default: its post checkpoint,
     `mclib.core.runs.checkpoint_steps`). seed: of the re-initialisation (default: the
     profile's seed). The run ends once converged after its drop, at the main run's drop
-    step without a drop, or at the cap `freeze_steps` (the module's doc); deadline (a
+    step without a drop, once its rows are known, or at the cap `freeze_steps` (the module's doc); deadline (a
     `time.time()`, a GPU lease's slice): it is cut there, resumable (`train`).
     """
     run_dir = Path(run_dir)
@@ -135,7 +201,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FREEZE_SOURCE).write_text(json.dumps(source))
     return train(freeze_profile(cfg, group), folder, progress=progress,
-                 stop=freeze_stop(cfg, main_drop(cfg, run_dir)), init_model=model, newest_only=True,  # the book reads its metrics and end
+                 stop=freeze_stop(cfg, main_drop(cfg, run_dir), yardstick(cfg, run_dir, source["step"])),
+                 init_model=model, newest_only=True,  # the book reads its metrics and end
                  deadline=deadline)
 
 
@@ -150,7 +217,7 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
     source is checked, also for a complete run, which is then skipped)."""
     for g in groups:
         _check_source(freeze_dir(run_dir, g), _source(cfg, run_dir, g))
-    stop = freeze_stop(cfg, main_drop(cfg, run_dir))
+    stop = freeze_stop(cfg, main_drop(cfg, run_dir), yardstick(cfg, run_dir))
     return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_dir(run_dir, g), stop)]
 
 
@@ -169,14 +236,15 @@ def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster
     return {g: freeze_dir(run_dir, g) for g in groups}
 
 
-FREEZE_ENDINGS = ("converged", "main drop", "cap", "unfinished")
+FREEZE_ENDINGS = ("known", "converged", "main drop", "cap", "unfinished")
 
 
 @dataclass
 class FreezeEnd:
     """How one E15 run ended (`freeze_end`).
 
-    ended: "converged"   it dropped (at `drop`) and then converged by the main run's rule (at `steps`)
+    ended: "known"       it dropped (at `drop`) and its rows were known at `steps` (`rows_known`)
+           "converged"   it dropped (at `drop`) and then converged by the main run's rule (at `steps`)
            "main drop"   it trained as many steps as the main run took to drop
                          (`main_drop`) without dropping
            "cap"         it reached `analysis.freeze_steps` before either
@@ -201,6 +269,10 @@ class FreezeEnd:
         per 1,000 steps"."""
         still = (f" while L_mask still changed by {self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps"
                  if math.isfinite(self.slope) else "")
+        if self.ended == "known":
+            return (f"dropped at step {self.drop:,} and stopped at step {self.steps:,}, once its rows were known "
+                    f"(final L_mask under {SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors, "
+                    f"plateau over fall under {ABRUPT * (1 - KNOWN_MARGIN):g})")
         if self.ended == "converged":
             return f"dropped at step {self.drop:,} and converged at step {self.steps:,}"
         if self.ended == "main drop":
@@ -214,16 +286,19 @@ class FreezeEnd:
         return f"unfinished after {self.steps:,} steps"
 
 
-def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None) -> FreezeEnd:
+def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None,
+               known: Yardstick | None = None) -> FreezeEnd:
     """How an E15 run of `cfg` with these `metrics` (one row per step trained) ended, given
-    the main run's drop step `main` (None: none): the rule of the module docstring read
-    back from the curve."""
+    the main run's drop step `main` (None: none) and its `Yardstick` (None: the rows-known
+    rule did not apply): the rule of the module docstring read back from the curve."""
     t, rank, cap = cfg.train, cfg.data.rank, freeze_steps(cfg)
     steps = int(metrics["step"].max()) if len(metrics) else 0
     drop = find_drop(metrics, rank=rank) if len(metrics) else None
     done = converged(metrics, rank, t.patience, t.min_improvement) if drop is not None else None
     if done is not None:
         ended = "converged"
+    elif drop is not None and known is not None and rows_known(metrics, cfg, known):
+        ended = "known"
     elif drop is None and main is not None and steps >= main:
         ended = "main drop"
     elif steps >= cap:
@@ -237,15 +312,16 @@ def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None
 def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, FreezeEnd]:
     """{group: FreezeEnd} for the E15 runs of the main run in `run_dir`, read from their
     folders (trains nothing): which of "converged", "reached the main run's drop step
-    without dropping" or "reached the cap" ended each run (`FreezeEnd.text`)."""
-    main = main_drop(cfg, run_dir)
-    out = {}
+    without dropping", "its rows were known" or "reached the cap" ended each run (`FreezeEnd.text`)."""
+    main, out = main_drop(cfg, run_dir), {}
     for g in groups:
         folder = freeze_dir(run_dir, g)
+        source = folder / FREEZE_SOURCE  # the step it started from: where its yardstick is read
+        known = yardstick(cfg, run_dir, json.loads(source.read_text())["step"] if source.is_file() else None)
         steps = saved_steps(folder)
         m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
         m = m[m["step"] <= (steps[-1] if steps else 0)]
-        out[g] = freeze_end(g, m, cfg, main)
+        out[g] = freeze_end(g, m, cfg, main, known)
     return out
 
 
