@@ -29,7 +29,9 @@ analysis checkpoints as one download, each with its model card (`checkpoint_seri
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +183,7 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
             idle = submit_while(client, idle_tasks(cfg, run_dir), seeds[0], resources, busy=seeds)
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
         groups = e15(cfg, run_dir)
+        say_when_ended(seeds + idle, seeds)  # the runner's other chapters may start once only E15 trains
         e15 = submit_when_free(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
                                [f"freeze-{g}" for g in groups], busy=seeds + idle)
         results(seeds + e15)  # a run that failed raises here, once the others have ended
@@ -189,6 +192,26 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
             if error is not None:
                 print(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
     return seed_run_dirs(cfg, run_dir)
+
+
+def say_when_ended(futures: list, must_succeed: list) -> None:
+    """Once every future has ended, and those of `must_succeed` without an error, create the
+    file $MCLIB_BOOK_READY names (`mclib.book.runner.alongside`: the book's other chapters
+    then execute beside E15's runs); nothing where it names none. Waits on a thread of its
+    own, so that E15's runs are handed out meanwhile."""
+    from .runner import READY
+
+    path = os.environ.get(READY)
+    if not path:
+        return
+
+    def wait():
+        for f in futures:
+            with contextlib.suppress(Exception):
+                f.exception()  # blocks until the task has ended, either way
+        if all(f.status == "finished" for f in must_succeed):
+            Path(path).touch()
+    threading.Thread(target=wait, daemon=True).start()
 
 
 def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:

@@ -417,6 +417,71 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
     nbformat.write(nb, output)
 
 
+# --- the training chapter beside the others ------------------------------------------
+
+READY = "MCLIB_BOOK_READY"  # where the training chapter's kernel says that only E15's runs still train
+READY_FILE = ".training-ready"  # that file, in OUT/book/_executed/ (`mclib.book.chapter.train_runs` creates it)
+
+
+def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
+    """The chapter that executes beside the others, or None (one chapter after another).
+
+    E15's runs start from the book's run's last checkpoint and train for a third of the
+    book's CPU time; while the last of them trains, a core idles. So where the training
+    chapter is asked and trains E15's runs in this build (`plan`), it executes in a process
+    of its own (`_execute_apart`), and once its kernel says that every run but E15's is
+    complete (the file READY names), the chapters that read neither E15's runs nor other
+    chapters' records (`waits_for_trainer`) execute beside it. Not where scorecard.json
+    cannot be locked (`scorecard.CAN_LOCK`: Windows)."""
+    names = [t.stem for t in templates]
+    trainer = next((n for n in runs.trainers if n in names), None)
+    if trainer is None or not scorecard.CAN_LOCK:
+        return None
+    return trainer if any(run.startswith("E15") and where == trainer for run, where in runs.train.items()) else None
+
+
+def waits_for_trainer(template: Path, cfg) -> bool:
+    """Whether a chapter waits for the training chapter executing beside it to end: it reads
+    E15's runs (`runs_read`) or the records other chapters write (its notebook declares
+    reads, `declared_reads`: the scorecard)."""
+    reads = runs_read(cfg, [template.stem]).get(template.stem)
+    return bool(reads is not None and reads.e15) or bool(declared_reads(template))
+
+
+def _execute_in_process(template: Path, output: Path, params: dict, timeout: float | None, paths: dict,
+                        env: dict) -> str | None:
+    os.environ.update(env)
+    try:
+        _execute(template, output, params, timeout, False, paths=paths)
+    except BaseException as e:  # noqa: BLE001 - handed back as one line
+        return _why(e)
+    return None
+
+
+def _execute_apart(template: Path, output: Path, params: dict, timeout: float | None, paths: dict,
+                   ready: Path) -> str | None:
+    """`_execute` in a process of its own (its kernel's stderr, papermill's cell bar and the
+    redirected file descriptor 2 are that process's, not this one's, where other chapters
+    execute meanwhile), its kernel told where to say that only E15's runs still train (READY);
+    None, or why it failed (`_why`)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(_execute_in_process, template, output, params, timeout, paths,
+                           {READY: str(ready)}).result()
+
+
+def _beside(state: dict, work, ready: Path, poll: float = 1.0) -> None:
+    """Start `work` on a thread (`state["thread"]`) and return once the file `ready` exists or
+    the work has ended."""
+    ready.unlink(missing_ok=True)
+    state["thread"] = thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    while thread.is_alive() and not ready.exists():
+        time.sleep(poll)
+
+
 # --- what the training chapter is doing ---------------------------------------------
 
 def expected_steps(folder: Path, cfg=None) -> int:
@@ -634,41 +699,89 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
                 "git": git_revision(), "mclib": src, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
                 "notebooks": [], "site": None}
 
-    def save():
-        manifest["duration_s"] = round(time.time() - t_start, 1)
-        manifest_path.write_text(json.dumps(manifest, indent=1))
+    lock = threading.Lock()  # the manifest: written from this thread and from the one beside it
 
-    for i, template in enumerate(templates, 1):
-        name, output = template.stem, exe / f"{template.stem}.ipynb"
-        old = prev_nb.get(name, {})
-        rec = {"name": name, "template": str(template), "output": str(output), "device": resolved,
-               "parameters": params, "git": manifest["git"]}
-        manifest["notebooks"].append(rec)
-        if (old.get("complete") and old.get("key") == _key(template, params, cfg.to_dict(), run_dir, src)
-                and old.get("output_sha") == _file_sha(output)
-                and not (name in runs.trainers and runs.train)):  # the training chapter runs while a run it trains is not complete
-            rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
-            print(f"[{i}/{len(templates)}] {name}: unchanged, reused")
-            continue
-        print(f"[{i}/{len(templates)}] {name}: running ({cfg.name}, seed {cfg.seed}, {resolved})", flush=True)
-        t0 = time.time()
-        scorecard.forget_chapter(run_dir, name)  # the chapter records its rows afresh
+    def save():
+        with lock:
+            manifest["duration_s"] = round(time.time() - t_start, 1)
+            manifest_path.write_text(json.dumps(manifest, indent=1))
+
+    def run(i: int, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
+        """Execute one chapter and complete its record; None, or why it failed. apart: in a
+        process of its own (`_execute_apart`), beside the chapters this thread executes."""
+        output, t0 = Path(rec["output"]), time.time()
+        scorecard.forget_chapter(run_dir, rec["name"])  # the chapter records its rows afresh
         try:
-            with _asking(names), (_report_training(run_dir.parent, runs=runs, cfg=cfg) if progress
-                                 else contextlib.nullcontext()):
-                _execute(template, output, params, timeout, progress, paths=machine_paths(out, run_dir))
+            with (_report_training(run_dir.parent, runs=runs, cfg=cfg) if progress and reporting
+                  else contextlib.nullcontext()):
+                if apart:
+                    error = _execute_apart(template, output, params, timeout, machine_paths(out, run_dir), ready)
+                else:
+                    _execute(template, output, params, timeout, progress and reporting, paths=machine_paths(out, run_dir))
+                    error = None
         except (Exception, KeyboardInterrupt) as e:
-            rec.update({"status": "failed", "complete": False, "error": _why(e),
-                        "duration_s": round(time.time() - t0, 1)})
-            # later chapters did not run; keep their last records so the next build can still reuse them
-            manifest["notebooks"] += [{**prev_nb[t.stem], "status": "not run"} for t in templates[i:] if t.stem in prev_nb]
-            save()
-            raise BookError(f"notebook {name} failed ({_why(e)}); see {output}") from None
+            error = _why(e)
         took = round(time.time() - t0, 1)
+        if error is not None:
+            rec.update({"status": "failed", "complete": False, "error": error, "duration_s": took})
+            return error
         rec.update({"status": "executed", "complete": True, "duration_s": took, "execution_s": took,
                     "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                     "key": _key(template, params, cfg.to_dict(), run_dir, src), "output_sha": _file_sha(output)})
         save()
+        return None
+
+    def failed(i: int, name: str, error: str):
+        # later chapters did not run; keep their last records so the next build can still reuse them
+        with lock:
+            manifest["notebooks"] += [{**prev_nb[t.stem], "status": "not run"} for t in templates[i:]
+                                      if t.stem in prev_nb and t.stem not in {r["name"] for r in manifest["notebooks"]}]
+        save()
+        return BookError(f"notebook {name} failed ({error}); see {exe / f'{name}.ipynb'}")
+
+    trainer, ready = alongside(templates, runs, cfg), exe / READY_FILE
+    beside: dict = {}  # the training chapter executing beside this thread: its thread, index, record, error
+    with _asking(names):
+        for i, template in enumerate(templates, 1):
+            name, output = template.stem, exe / f"{template.stem}.ipynb"
+            if beside and waits_for_trainer(template, cfg):
+                print(f"[{i}/{len(templates)}] {name}: waits for {trainer} (it reads what that chapter trains "
+                      "or records)", flush=True)
+                beside["thread"].join()
+            if beside.get("error"):
+                raise failed(beside["i"], trainer, beside["error"])
+            old = prev_nb.get(name, {})
+            rec = {"name": name, "template": str(template), "output": str(output), "device": resolved,
+                   "parameters": params, "git": manifest["git"]}
+            with lock:
+                manifest["notebooks"].append(rec)
+            if (old.get("complete") and old.get("key") == _key(template, params, cfg.to_dict(), run_dir, src)
+                    and old.get("output_sha") == _file_sha(output)
+                    and not (name in runs.trainers and runs.train)):  # the training chapter runs while a run it trains is not complete
+                rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
+                print(f"[{i}/{len(templates)}] {name}: unchanged, reused")
+                continue
+            print(f"[{i}/{len(templates)}] {name}: running ({cfg.name}, seed {cfg.seed}, {resolved})", flush=True)
+            if name == trainer:
+                beside = {"i": i}
+                _beside(beside, lambda i=i, t=template, r=rec: beside.update(error=run(i, t, r, apart=True)), ready)
+                if beside.get("error"):
+                    raise failed(i, name, beside["error"])
+                if beside["thread"].is_alive():
+                    print(f"  {name}: only E15's runs train now; the chapters that read neither them nor other "
+                          "chapters' records execute beside it", flush=True)
+                continue
+            error = run(i, template, rec, reporting=not (beside and beside["thread"].is_alive()))  # one progress line
+            if error is not None:
+                if beside:
+                    print(f"  {name} failed; waiting for {trainer} to end", flush=True)
+                    beside["thread"].join()
+                raise failed(i, name, error)
+        if beside:
+            beside["thread"].join()
+            ready.unlink(missing_ok=True)
+            if beside.get("error"):
+                raise failed(beside["i"], trainer, beside["error"])
 
     ran = {r["name"]: r for r in manifest["notebooks"]}  # chapters left out keep their last records as they were
     order = [t.stem for t in chapters()]

@@ -33,6 +33,7 @@ step), and says which in its quantity.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -519,12 +520,38 @@ def _write(run_dir: str | Path, rows: list[dict]) -> None:
     write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
 
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: there the book executes one chapter at a time (`CAN_LOCK`)
+    fcntl = None
+CAN_LOCK = fcntl is not None
+LOCK = ".scorecard.lock"  # beside scorecard.json
+
+
+@contextlib.contextmanager
+def locked(run_dir: str | Path):
+    """scorecard.json read and written by one process at a time: two chapters may execute
+    side by side (`mclib.book.runner`, the training chapter beside the others), each
+    `record` reading the rows, adding its own and writing them back. An exclusive lock on
+    a file beside it, held for one read-and-write; nothing where `CAN_LOCK` is false."""
+    if fcntl is None or not Path(run_dir).is_dir():  # no folder yet: no rows to keep
+        yield
+        return
+    with open(Path(run_dir) / LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def forget_chapter(run_dir: str | Path, chapter: str) -> None:
     """Drop the rows a chapter recorded: called before the chapter runs again, so that a
     row it no longer records (a renamed quantity, an experiment removed) does not linger."""
-    rows = load(run_dir)
-    if any(r["chapter"] == chapter for r in rows):
-        _write(run_dir, [r for r in rows if r["chapter"] != chapter])
+    with locked(run_dir):
+        rows = load(run_dir)
+        if any(r["chapter"] == chapter for r in rows):
+            _write(run_dir, [r for r in rows if r["chapter"] != chapter])
 
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
@@ -572,9 +599,10 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
     if cause and v in ("differs", CLOSE):
         row["cause"] = cause
     row = provisional([row], at)[0]
-    rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
-    rows.sort(key=_order)  # stable: rows of one experiment keep their order
-    _write(run_dir, rows)
+    with locked(run_dir):
+        rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
+        rows.sort(key=_order)  # stable: rows of one experiment keep their order
+        _write(run_dir, rows)
     return row
 
 
