@@ -410,7 +410,7 @@ def fake_chapters(monkeypatch):
             raise RuntimeError("boom in a cell")
         output.write_text(template.read_text())
 
-    def build_site(out, toc=None):
+    def build_site(out, toc=None, partial=False):
         site["builds"] += 1
         if site["fail"]:
             return {"status": "failed", "duration_s": 0.0, "log": str(out / "_build" / "jupyter-book.log"),

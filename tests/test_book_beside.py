@@ -131,3 +131,19 @@ def test_two_processes_recording_at_once_lose_no_row(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     rows = scorecard.load(tmp_path)
     assert len(rows) == 80 and {r["chapter"] for r in rows} == {"a", "b"}
+
+
+def test_a_site_of_some_chapters_lets_through_only_links_to_the_others(tmp_path):
+    """`--chapters` into a fresh folder: jupyter-book gets a config that lets through the links
+    to chapters not built and the scorecard's glued numbers, and nothing else; its paths absolute."""
+    import shutil
+
+    from mclib.core.config import parse_yaml
+    from mclib.core.repo import REPO
+
+    shutil.copy(REPO / "_config.yml", tmp_path / "_config.yml")
+    config = parse_yaml(book.partial_config(tmp_path).read_text())
+    assert config["sphinx"]["config"]["suppress_warnings"] == ["myst.xref_missing", "mystnb.glue_ref"]
+    assert config["sphinx"]["config"]["html_static_path"] == [str(tmp_path / "book" / "_static")]
+    assert set(config["sphinx"]["local_extensions"].values()) == {str(tmp_path / "book" / "_ext")}
+    assert config["exclude_patterns"] == parse_yaml((REPO / "_config.yml").read_text())["exclude_patterns"]

@@ -804,8 +804,11 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         manifest["site"] = {**prev["site"], "status": "reused"}
         print("site: unchanged, reused")
     else:
-        print("site: jupyter-book build", flush=True)
-        manifest["site"] = _build_site(out, toc)
+        shown = [n for n in order if (EXECUTED / n).as_posix() in executed]
+        partial = len(shown) < len(order)
+        print("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the others "
+                                             "left out)" if partial else ""), flush=True)
+        manifest["site"] = _build_site(out, toc, partial)
         if manifest["site"]["status"] != "ok":
             save()
             raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
@@ -833,15 +836,38 @@ def site_toc(out: Path, executed: list[str], parts: list[list[Path]]) -> Path:
     return path
 
 
-def _build_site(out: Path, toc: Path) -> dict:
+# What a site of some chapters only may leave unresolved: links to the chapters not in it, and
+# the landing page's numbers glued by the scorecard chapter when that is not in it.
+PARTIAL_WARNINGS = ["myst.xref_missing", "mystnb.glue_ref"]
+
+
+def partial_config(out: Path) -> Path:
+    """OUT/_build/_config.partial.yml: _config.yml with `PARTIAL_WARNINGS` let through, for a
+    site of some of the book's chapters (`--chapters` into a fresh folder); its relative paths
+    made absolute, since jupyter-book reads them from the config file's folder."""
+    config = parse_yaml((Path(out) / "_config.yml").read_text())
+    sphinx = config["sphinx"]
+    sphinx["config"]["suppress_warnings"] = PARTIAL_WARNINGS
+    sphinx["config"]["html_static_path"] = [str(Path(out) / p) for p in sphinx["config"]["html_static_path"]]
+    sphinx["local_extensions"] = {k: str(Path(out) / v) for k, v in sphinx["local_extensions"].items()}
+    path = Path(out) / "_build" / "_config.partial.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def _build_site(out: Path, toc: Path, partial: bool = False) -> dict:
     """Jupyter Book 1, every page re-read (--all: an incremental Sphinx build would not
-    repeat the warnings of unchanged pages), warnings are errors."""
+    repeat the warnings of unchanged pages), warnings are errors; partial (some of the toc's
+    chapters only): but links to the others and the scorecard's glued numbers (`partial_config`)."""
     t0 = time.time()
     log = out / "_build" / "jupyter-book.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no stale pages or images
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
            "build", str(out), "--path-output", str(out), "--toc", str(toc), "-W", "-n", "--keep-going", "--all"]
+    if partial:
+        cmd += ["--config", str(partial_config(out))]
     p = subprocess.run(cmd, capture_output=True, text=True)
     log.write_text(p.stdout + p.stderr)
     warnings = [l for l in (p.stdout + p.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
