@@ -677,47 +677,81 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     resolved = resolve_device(device).type
     _warn_if_slow(cfg, resolved, run_dir)
     templates = chapters() if templates is None else [Path(t) for t in templates]
-    names = [t.stem for t in templates]
     try:
-        runs = plan(cfg, run_dir, names, out)
+        runs = plan(cfg, run_dir, [t.stem for t in templates], out)
     except ValueError as e:  # e.g. an E15 folder started from another checkpoint
         raise BookError(f"the runs the chapters read: {' '.join(str(e).split())}") from None
     if runs.line:
         print(runs.line, flush=True)
     if runs.error:
         raise BookError(runs.error)
+    b = _Build(cfg, out, run_dir, resolved, templates, runs, timeout, progress, t_start,
+               {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device})
+    b.execute()
+    return b.site(ledger) if site else b.no_site()
 
-    staged = _stage(out)
-    exe = out / EXECUTED
-    exe.mkdir(parents=True, exist_ok=True)
-    manifest_path = exe / "manifest.json"
-    prev = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
-    prev_nb = {r["name"]: r for r in prev.get("notebooks", [])}
-    params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
-    src = mclib_sha()
-    manifest = {"profile": cfg.name, "seed": cfg.seed, "run_dir": str(run_dir), "device": resolved,
-                "git": git_revision(), "mclib": src, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                "notebooks": [], "site": None}
 
-    lock = threading.Lock()  # the manifest: written from this thread and from the one beside it
+class _Build:
+    """One `build` under way: the manifest it writes (OUT/book/_executed/manifest.json) and
+    the last build's, which it reuses; `chapters` executes them, `site` renders them."""
 
-    def save():
-        with lock:
-            manifest["duration_s"] = round(time.time() - t_start, 1)
-            manifest_path.write_text(json.dumps(manifest, indent=1))
+    def __init__(self, cfg, out: Path, run_dir: Path, device: str, templates: list[Path], runs: Plan,
+                 timeout: float | None, progress: bool, t_start: float, params: dict):
+        self.cfg, self.out, self.run_dir, self.templates, self.runs = cfg, out, run_dir, templates, runs
+        self.timeout, self.progress, self.t_start, self.params = timeout, progress, t_start, params
+        self.staged = _stage(out)
+        self.exe = out / EXECUTED
+        self.exe.mkdir(parents=True, exist_ok=True)
+        self.path = self.exe / "manifest.json"
+        self.prev = json.loads(self.path.read_text()) if self.path.is_file() else {}
+        self.prev_nb = {r["name"]: r for r in self.prev.get("notebooks", [])}
+        self.src = mclib_sha()
+        self.manifest = {"profile": cfg.name, "seed": cfg.seed, "run_dir": str(run_dir), "device": device,
+                         "git": git_revision(), "mclib": self.src, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                         "notebooks": [], "site": None}
+        self.lock = threading.Lock()  # the manifest: written from this thread and from the one beside it
+        self.ready = self.exe / READY_FILE
 
-    def run(i: int, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
+    def save(self) -> None:
+        with self.lock:
+            self.manifest["duration_s"] = round(time.time() - self.t_start, 1)
+            self.path.write_text(json.dumps(self.manifest, indent=1))
+
+    def key(self, template: Path) -> str:
+        return _key(template, self.params, self.cfg.to_dict(), self.run_dir, self.src)
+
+    def record(self, i: int, template: Path) -> dict | None:
+        """The chapter's record, added to the manifest; None where the last build's executed
+        copy is reused (same key, copy untouched), which it then says."""
+        name, output = template.stem, self.exe / f"{template.stem}.ipynb"
+        old = self.prev_nb.get(name, {})
+        rec = {"name": name, "template": str(template), "output": str(output), "device": self.manifest["device"],
+               "parameters": self.params, "git": self.manifest["git"]}
+        with self.lock:
+            self.manifest["notebooks"].append(rec)
+        if (old.get("complete") and old.get("key") == self.key(template) and old.get("output_sha") == _file_sha(output)
+                and not (name in self.runs.trainers and self.runs.train)):  # the training chapter runs while a run it trains is not complete
+            rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
+            print(f"[{i}/{len(self.templates)}] {name}: unchanged, reused")
+            return None
+        print(f"[{i}/{len(self.templates)}] {name}: running ({self.cfg.name}, seed {self.cfg.seed}, "
+              f"{self.manifest['device']})", flush=True)
+        return rec
+
+    def run(self, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
         """Execute one chapter and complete its record; None, or why it failed. apart: in a
-        process of its own (`_execute_apart`), beside the chapters this thread executes."""
-        output, t0 = Path(rec["output"]), time.time()
-        scorecard.forget_chapter(run_dir, rec["name"])  # the chapter records its rows afresh
+        process of its own (`_execute_apart`), beside the chapters this thread executes;
+        reporting: the training's progress line (`_report_training`) and papermill's cell bar."""
+        output, t0, paths = Path(rec["output"]), time.time(), machine_paths(self.out, self.run_dir)
+        scorecard.forget_chapter(self.run_dir, rec["name"])  # the chapter records its rows afresh
+        report = self.progress and reporting
         try:
-            with (_report_training(run_dir.parent, runs=runs, cfg=cfg) if progress and reporting
+            with (_report_training(self.run_dir.parent, runs=self.runs, cfg=self.cfg) if report
                   else contextlib.nullcontext()):
                 if apart:
-                    error = _execute_apart(template, output, params, timeout, machine_paths(out, run_dir), ready)
+                    error = _execute_apart(template, output, self.params, self.timeout, paths, self.ready)
                 else:
-                    _execute(template, output, params, timeout, progress and reporting, paths=machine_paths(out, run_dir))
+                    _execute(template, output, self.params, self.timeout, report, paths=paths)
                     error = None
         except (Exception, KeyboardInterrupt) as e:
             error = _why(e)
@@ -726,96 +760,101 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
             rec.update({"status": "failed", "complete": False, "error": error, "duration_s": took})
             return error
         rec.update({"status": "executed", "complete": True, "duration_s": took, "execution_s": took,
-                    "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "key": _key(template, params, cfg.to_dict(), run_dir, src), "output_sha": _file_sha(output)})
-        save()
+                    "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "key": self.key(template),
+                    "output_sha": _file_sha(output)})
+        self.save()
         return None
 
-    def failed(i: int, name: str, error: str):
-        # later chapters did not run; keep their last records so the next build can still reuse them
-        with lock:
-            manifest["notebooks"] += [{**prev_nb[t.stem], "status": "not run"} for t in templates[i:]
-                                      if t.stem in prev_nb and t.stem not in {r["name"] for r in manifest["notebooks"]}]
-        save()
-        return BookError(f"notebook {name} failed ({error}); see {exe / f'{name}.ipynb'}")
+    def failed(self, i: int, name: str, error: str) -> BookError:
+        """The error that ends the build at chapter `name` (index i); the chapters after it
+        that did not run keep their last records, so the next build can still reuse them."""
+        with self.lock:
+            seen = {r["name"] for r in self.manifest["notebooks"]}
+            self.manifest["notebooks"] += [{**self.prev_nb[t.stem], "status": "not run"} for t in self.templates[i:]
+                                           if t.stem in self.prev_nb and t.stem not in seen]
+        self.save()
+        return BookError(f"notebook {name} failed ({error}); see {self.exe / f'{name}.ipynb'}")
 
-    trainer, ready = alongside(templates, runs, cfg), exe / READY_FILE
-    beside: dict = {}  # the training chapter executing beside this thread: its thread, index, record, error
-    with _asking(names):
-        for i, template in enumerate(templates, 1):
-            name, output = template.stem, exe / f"{template.stem}.ipynb"
-            if beside and waits_for_trainer(template, cfg):
-                print(f"[{i}/{len(templates)}] {name}: waits for {trainer} (it reads what that chapter trains "
-                      "or records)", flush=True)
-                beside["thread"].join()
-            if beside.get("error"):
-                raise failed(beside["i"], trainer, beside["error"])
-            old = prev_nb.get(name, {})
-            rec = {"name": name, "template": str(template), "output": str(output), "device": resolved,
-                   "parameters": params, "git": manifest["git"]}
-            with lock:
-                manifest["notebooks"].append(rec)
-            if (old.get("complete") and old.get("key") == _key(template, params, cfg.to_dict(), run_dir, src)
-                    and old.get("output_sha") == _file_sha(output)
-                    and not (name in runs.trainers and runs.train)):  # the training chapter runs while a run it trains is not complete
-                rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
-                print(f"[{i}/{len(templates)}] {name}: unchanged, reused")
-                continue
-            print(f"[{i}/{len(templates)}] {name}: running ({cfg.name}, seed {cfg.seed}, {resolved})", flush=True)
-            if name == trainer:
-                beside = {"i": i}
-                _beside(beside, lambda i=i, t=template, r=rec: beside.update(error=run(i, t, r, apart=True)), ready)
-                if beside.get("error"):
-                    raise failed(i, name, beside["error"])
-                if beside["thread"].is_alive():
-                    print(f"  {name}: only E15's runs train now; the chapters that read neither them nor other "
-                          "chapters' records execute beside it", flush=True)
-                continue
-            error = run(i, template, rec, reporting=not (beside and beside["thread"].is_alive()))  # one progress line
-            if error is not None:
-                if beside:
-                    print(f"  {name} failed; waiting for {trainer} to end", flush=True)
+    def execute(self) -> None:
+        """Every chapter in order, each reused or executed; the training chapter, where it
+        trains E15's runs, beside the others (`alongside`). Raises BookError at the first
+        that fails."""
+        trainer = alongside(self.templates, self.runs, self.cfg)
+        beside: dict = {}  # the training chapter executing beside this thread: its thread, index, error
+        with _asking([t.stem for t in self.templates]):
+            for i, template in enumerate(self.templates, 1):
+                if beside and waits_for_trainer(template, self.cfg):
+                    print(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
+                          "chapter trains or records)", flush=True)
                     beside["thread"].join()
-                raise failed(i, name, error)
-        if beside:
-            beside["thread"].join()
-            ready.unlink(missing_ok=True)
-            if beside.get("error"):
-                raise failed(beside["i"], trainer, beside["error"])
+                if beside.get("error"):
+                    raise self.failed(beside["i"], trainer, beside["error"])
+                rec = self.record(i, template)
+                if rec is None:
+                    continue
+                if template.stem == trainer:
+                    beside = {"i": i}
+                    _beside(beside, lambda t=template, r=rec: beside.update(error=self.run(t, r, apart=True)),
+                            self.ready)
+                    if beside.get("error"):
+                        raise self.failed(i, trainer, beside["error"])
+                    if beside["thread"].is_alive():
+                        print(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor "
+                              "other chapters' records execute beside it", flush=True)
+                    continue
+                error = self.run(template, rec, reporting=not (beside and beside["thread"].is_alive()))
+                if error is not None:
+                    if beside:
+                        print(f"  {template.stem} failed; waiting for {trainer} to end", flush=True)
+                        beside["thread"].join()
+                    raise self.failed(i, template.stem, error)
+            if beside:
+                beside["thread"].join()
+                self.ready.unlink(missing_ok=True)
+                if beside.get("error"):
+                    raise self.failed(beside["i"], trainer, beside["error"])
+        ran = {r["name"]: r for r in self.manifest["notebooks"]}  # chapters left out keep their last records
+        order = [t.stem for t in chapters()]
+        self.manifest["notebooks"] = sorted(
+            [*ran.values(), *(r for name, r in self.prev_nb.items() if name not in ran)],
+            key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
 
-    ran = {r["name"]: r for r in manifest["notebooks"]}  # chapters left out keep their last records as they were
-    order = [t.stem for t in chapters()]
-    manifest["notebooks"] = sorted([*ran.values(), *(r for name, r in prev_nb.items() if name not in ran)],
-                                   key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
-    if not site:
-        manifest["site"] = {"status": "skipped"}
-        save()
-        print(f"book: {len(templates)} chapter(s), no site ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
+    def no_site(self) -> dict:
+        self.manifest["site"] = {"status": "skipped"}
+        self.save()
+        print(f"book: {len(self.templates)} chapter(s), no site ({self.manifest['duration_s']:.0f} s; "
+              f"manifest {self.path})")
+        return self.manifest
+
+    def site(self, ledger: Path | None) -> dict:
+        """The site: the chapters executed, then the parts the chapters declare; skipped when its
+        inputs are exactly those of the last good build."""
+        out, manifest = self.out, self.manifest
+        parts = [site_part(out, ledger) for site_part in declared("site_part")]
+        executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
+                    if r.get("complete") and Path(r["output"]).is_file()]
+        toc = site_toc(out, executed, parts)
+        pages = [p for part in parts for p in part]
+        site_key = short_sha([_file_sha(p) for p in self.staged + pages + [toc]],
+                             [r.get("output_sha") for r in manifest["notebooks"]])
+        html = out / "_build" / "html"
+        if (self.prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
+            manifest["site"] = {**self.prev["site"], "status": "reused"}
+            print("site: unchanged, reused")
+        else:
+            order = [t.stem for t in chapters()]
+            shown = [n for n in order if (EXECUTED / n).as_posix() in executed]
+            partial = len(shown) < len(order)
+            print("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the "
+                                                 "others left out)" if partial else ""), flush=True)
+            manifest["site"] = _build_site(out, toc, partial)
+            if manifest["site"]["status"] != "ok":
+                self.save()
+                raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
+            manifest["site"]["key"] = site_key
+        self.save()
+        print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {self.path})")
         return manifest
-    # the site: skipped when its inputs are exactly those of the last good build
-    parts = [site_part(out, ledger) for site_part in declared("site_part")]
-    executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
-                if r.get("complete") and Path(r["output"]).is_file()]
-    toc = site_toc(out, executed, parts)
-    pages = [p for part in parts for p in part]
-    site_key = short_sha([_file_sha(p) for p in staged + pages + [toc]], [r.get("output_sha") for r in manifest["notebooks"]])
-    html = out / "_build" / "html"
-    if (prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
-        manifest["site"] = {**prev["site"], "status": "reused"}
-        print("site: unchanged, reused")
-    else:
-        shown = [n for n in order if (EXECUTED / n).as_posix() in executed]
-        partial = len(shown) < len(order)
-        print("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the others "
-                                             "left out)" if partial else ""), flush=True)
-        manifest["site"] = _build_site(out, toc, partial)
-        if manifest["site"]["status"] != "ok":
-            save()
-            raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
-        manifest["site"]["key"] = site_key
-    save()
-    print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {manifest_path})")
-    return manifest
 
 
 def site_toc(out: Path, executed: list[str], parts: list[list[Path]]) -> Path:
