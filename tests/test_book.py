@@ -18,7 +18,7 @@ from mclib.lease import slices
 from mclib.core import paper
 import yaml
 
-from mclib.book import runner as book, scorecard
+from mclib.book import runner as book, runner_execute, runner_plan, runner_progress, runner_site, scorecard
 from mclib.__main__ import main
 from mclib.core.config import load_profile, profile_path
 from book_pages import glue_names, manifest as _manifest, page as _page
@@ -187,16 +187,16 @@ def test_no_absolute_machine_path_in_any_file_of_the_site(built):
 
 def test_machine_paths_are_written_relative(tmp_path):
     out, run = tmp_path / "out", tmp_path / "out" / "runs" / "cpu-seed1"
-    paths = book.machine_paths(out, run)
+    paths = runner_execute.machine_paths(out, run)
     text = (f'run_dir = "{run}"\nprofile = "{book.REPO}/params/cpu.yaml"\nout: {out}, {out}/book/x.ipynb, '
             f'{out}2/y, {sys.prefix}/lib/site.py')
-    assert book.relative_paths(text, paths) == ('run_dir = "runs/cpu-seed1"\nprofile = "params/cpu.yaml"\n'
+    assert runner_execute.relative_paths(text, paths) == ('run_dir = "runs/cpu-seed1"\nprofile = "params/cpu.yaml"\n'
                                                 f'out: ., book/x.ipynb, {out}2/y, <python>/lib/site.py')
-    elsewhere = book.machine_paths(out, tmp_path / "runs" / "r")   # a run folder outside the output folder
-    assert book.relative_paths(str(tmp_path / "runs" / "r"), elsewhere) == "../runs/r"
+    elsewhere = runner_execute.machine_paths(out, tmp_path / "runs" / "r")   # a run folder outside the output folder
+    assert runner_execute.relative_paths(str(tmp_path / "runs" / "r"), elsewhere) == "../runs/r"
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = '{run}'", outputs=[
         nbformat.v4.new_output("display_data", data={"text/plain": f"{out}/a", "image/png": f"{out}/keep"})])])
-    nb = book._relative_everywhere(nb, paths)
+    nb = runner_execute._relative_everywhere(nb, paths)
     assert nb.cells[0].source == "x = 'runs/cpu-seed1'"
     assert nb.cells[0].outputs[0].data == {"text/plain": "a", "image/png": f"{out}/keep"}   # image data untouched
 
@@ -261,14 +261,14 @@ def test_a_chapter_declaring_it_reads_the_scorecard_runs_again_when_it_changes(t
     nbformat.write(nb, other)
     nb.metadata["mclib"] = {"reads": ["scorecard.json"]}
     nbformat.write(nb, reader)
-    assert book.declared_reads(reader) == ["scorecard.json"] and book.declared_reads(other) == []
-    keys = lambda: {t: book._key(t, {}, {}, run, "src") for t in (reader, other)}
+    assert runner_execute.declared_reads(reader) == ["scorecard.json"] and runner_execute.declared_reads(other) == []
+    keys = lambda: {t: runner_execute._key(t, {}, {}, run, "src") for t in (reader, other)}
     before = keys()
     scorecard.record(run, "E99", "a test number", 1.0, 1.0, reading="test")
     after = keys()
     assert after[reader] != before[reader] and after[other] == before[other]
     assert keys() == after  # the same file, the same key: reused
-    assert book.declared_reads(book.REPO / "book" / "99_scorecard.ipynb") == ["scorecard.json"]
+    assert runner_execute.declared_reads(book.REPO / "book" / "99_scorecard.ipynb") == ["scorecard.json"]
 
 
 @pytest.mark.slow
@@ -371,11 +371,11 @@ def test_training_status_names_the_runs_that_moved(tmp_path):
                   (tmp_path / "cpu-seed2" / "checkpoints" / "step_001000", since + 5),
                   (tmp_path / "cpu-seed1" / "freeze" / "mlp" / "checkpoints" / "step_000500", since + 5)]:
         os.utime(ck, (t, t))
-    assert book.training_status(tmp_path, since) == ["cpu-seed1/freeze/mlp 500/1,000", "cpu-seed2 1,000/14,000"]
+    assert runner_progress.training_status(tmp_path, since) == ["cpu-seed1/freeze/mlp 500/1,000", "cpu-seed2 1,000/14,000"]
 
 
 def test_the_build_reports_training_while_a_chapter_runs(tmp_path, capsys):
-    with book._report_training(tmp_path, every=0.05):
+    with runner_progress._report_training(tmp_path, every=0.05):
         _fake_run(tmp_path / "cpu-seed1", 200, [100])
         time.sleep(0.3)
         _fake_run(tmp_path / "cpu-seed2", 200, [100])
@@ -470,8 +470,8 @@ def test_build_site_reports_a_failing_jupyter_book(tmp_path, monkeypatch):
     def fake_run(cmd, **kwargs):
         return subprocess.CompletedProcess(cmd, 2, stdout="WARNING: a bad reference\n", stderr="ERROR: x\n")
 
-    monkeypatch.setattr(book.subprocess, "run", fake_run)
-    rec = book._build_site(tmp_path, tmp_path / "_toc.yml")
+    monkeypatch.setattr(runner_site.subprocess, "run", fake_run)
+    rec = runner_site._build_site(tmp_path, tmp_path / "_toc.yml")
     assert rec["status"] == "failed" and rec["error"] == "exit 2, 2 warnings/errors" and rec["warnings"] == 2
     assert "a bad reference" in (tmp_path / "_build" / "jupyter-book.log").read_text()
 
@@ -507,7 +507,7 @@ def test_chapters_whose_runs_nothing_asked_trains_stop_in_one_line(tmp_path):
     p = book.plan(cfg.replace(**{"analysis.train_in_book": False}), run, ["01_train"], tmp_path)
     assert p.error.endswith("not trained, and this book does not train (analysis.train_in_book: false): "
                             "seed 1 (runs/smoke-seed1)")
-    assert book.plan(cfg, run, ["10_a"], tmp_path) == book.Plan({}, [], "", None)  # no chapter of the book
+    assert book.plan(cfg, run, ["10_a"], tmp_path) == runner_plan.Plan({}, [], "", None)  # no chapter of the book
 
 
 def test_with_the_book_s_run_trained_a_chapter_alone_trains_what_it_reads(smoke_run, tmp_path):
@@ -565,13 +565,13 @@ def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapte
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started")
     monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
-    monkeypatch.setenv(book.ASKED, "01_train,02_copying,03_heads")
+    monkeypatch.setenv(runner_plan.ASKED, "01_train,02_copying,03_heads")
     assert chapter.idle_tasks(smoke_profile, run_dir) == []
     assert list(chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)) == [1, 2]
-    monkeypatch.setenv(book.ASKED, "01_train,07_beyond")
+    monkeypatch.setenv(runner_plan.ASKED, "01_train,07_beyond")
     with pytest.raises(AssertionError, match="a cluster was started"):
         chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)
-    monkeypatch.setenv(book.ASKED, "01_train,06_baselines")
+    monkeypatch.setenv(runner_plan.ASKED, "01_train,06_baselines")
     assert [name for _, _, name in chapter.idle_tasks(smoke_profile, run_dir)] == ["solvers-smoke"]
 
 
@@ -604,14 +604,14 @@ def test_expected_steps_are_where_the_runs_rules_end_them(tmp_path, monkeypatch)
     _timed(main, 50, 500)
     _timed(seed2, 50, 500)
     _timed(main / "freeze" / "mlp", 50, 500)
-    assert [book.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 30000, 15000]
+    assert [runner_progress.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 30000, 15000]
     _timed(main, 50, 11000, drop_at=9000)  # the main run dropped: an E15 run that has not stops there
     _timed(seed2, 50, 8500, drop_at=8000)  # seed 2 dropped: it stops analysis.after_drop later
-    assert [book.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 9000, 9000]
+    assert [runner_progress.expected_steps(f, cfg) for f in (main, seed2, main / "freeze" / "mlp")] == [30000, 9000, 9000]
     _timed(main / "freeze" / "mlp", 50, 600, drop_at=550)  # dropped: its rule (converged) or its cap ends it
-    assert book.expected_steps(main / "freeze" / "mlp", cfg) == 15000
+    assert runner_progress.expected_steps(main / "freeze" / "mlp", cfg) == 15000
     (main / "end.json").write_text('{"step": 500, "ended": "converged"}')
-    assert book.expected_steps(main, cfg) == 500  # it ended
+    assert runner_progress.expected_steps(main, cfg) == 500  # it ended
 
 
 def test_the_measured_step_and_the_training_left(tmp_path):
@@ -619,18 +619,18 @@ def test_the_measured_step_and_the_training_left(tmp_path):
     main = tmp_path / "smoke-seed1"
     _fake_run(main, 10000, [4000])
     _timed(main, 40, 4000)
-    assert book.step_ms(main) == pytest.approx(40)
+    assert runner_progress.step_ms(main) == pytest.approx(40)
     runs = {"seed 1": main, **{f"E15 {g}": main / "freeze" / g for g in ("attention", "mlp", "token", "positional")}}
     # seed 1: 6 000 steps at 40 ms; each E15 run (not started: at the main run's step) 2 000 steps after it
-    assert book.time_left(runs, cfg, workers=2) == pytest.approx(6000 * 0.04 + 2000 * 0.04)
-    assert book.time_left(runs, cfg, workers=1) == pytest.approx((6000 + 4 * 2000) * 0.04)  # one worker: all of it
-    assert book.time_left({"seed 2": tmp_path / "smoke-seed2"}, cfg, workers=2) is None  # nothing measured yet
+    assert runner_progress.time_left(runs, cfg, workers=2) == pytest.approx(6000 * 0.04 + 2000 * 0.04)
+    assert runner_progress.time_left(runs, cfg, workers=1) == pytest.approx((6000 + 4 * 2000) * 0.04)  # one worker: all of it
+    assert runner_progress.time_left({"seed 2": tmp_path / "smoke-seed2"}, cfg, workers=2) is None  # nothing measured yet
 
 
 def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, capsys):
     cfg = load_profile(profile_path("smoke"))
-    runs = book.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
-    with book._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
+    runs = runner_plan.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
+    with runner_progress._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
         _fake_run(tmp_path / "smoke-seed1", 30000, [1000])
         _timed(tmp_path / "smoke-seed1", 50, 1000)
         time.sleep(0.3)
@@ -643,14 +643,14 @@ def test_the_progress_line_gives_no_training_left_beside_a_run_the_build_did_not
     """A default book of 2026-11-27 said "about 0 s of training left" while chapter 08's GPT runs,
     which the build's plan does not hold, were a third of the way."""
     cfg = load_profile(profile_path("smoke"))
-    runs = book.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
+    runs = runner_plan.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
     _fake_run(tmp_path / "smoke-seed1", 30000, [1000])
     _timed(tmp_path / "smoke-seed1", 50, 1000)
     from mclib.core.runs import checkpoint_dir
 
     old = time.time() - 60  # the book's run saved nothing since the line began: it is not among the moved
     os.utime(checkpoint_dir(tmp_path / "smoke-seed1", 1000), (old, old))
-    with book._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
+    with runner_progress._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
         _fake_run(tmp_path / "gpt-smoke-seed3", 2000, [600])
         _timed(tmp_path / "gpt-smoke-seed3", 40, 600)
         time.sleep(0.3)
@@ -664,7 +664,7 @@ def test_papermill_s_cell_bar_shows_no_remaining_time():
     from tqdm import tqdm
 
     shown = io.StringIO()
-    bar = tqdm(total=12, unit="cell", desc="Executing", file=shown, **book.CELL_BAR)  # as papermill makes it
+    bar = tqdm(total=12, unit="cell", desc="Executing", file=shown, **runner_execute.CELL_BAR)  # as papermill makes it
     bar.update(3)
     bar.close()
     text = shown.getvalue().strip().split("\r")[-1]

@@ -1,6 +1,6 @@
 """The training chapter beside the others: once only E15's runs still train, the chapters
 that read neither them nor other chapters' records execute beside it
-(`mclib.book.runner.alongside`); scorecard.json written by two processes at once loses no
+(`mclib.book.runner_beside.alongside`); scorecard.json written by two processes at once loses no
 row (`scorecard.locked`)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mclib.book import chapter, runner as book, scorecard
+from mclib.book import chapter, runner as book, runner_beside, runner_plan, runner_site, scorecard
 from tests.test_book import fake_chapters  # noqa: F401 - the fixture
 
 CHAPTERS = "01_train,02_copying,05_freezing,99_scorecard"
@@ -61,7 +61,7 @@ def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_wo
     assert [r["name"] for r in m["notebooks"]] == CHAPTERS.split(",")
     out = capsys.readouterr().out
     assert "01_train: only E15's runs train now" in out and "[3/4] 05_freezing: waits for 01_train" in out
-    assert not (tmp_path / "out" / book.EXECUTED / book.READY_FILE).exists()
+    assert not (tmp_path / "out" / book.EXECUTED / runner_beside.READY_FILE).exists()
 
 
 @pytest.mark.parametrize("when, ran", [("early", []), ("late", ["02_copying"])])
@@ -84,11 +84,11 @@ def test_without_a_lock_the_chapters_execute_one_after_another(tmp_path, fake_ch
 
 
 def test_only_the_training_chapter_that_trains_e15_here_goes_beside(tmp_path, smoke_profile):
-    plan = lambda train: book.Plan(train, ["01_train"], "", None)
+    plan = lambda train: runner_plan.Plan(train, ["01_train"], "", None)
     templates = book.select_chapters(CHAPTERS)
-    assert book.alongside(templates, plan({"seed 1": "01_train", "E15 mlp": "01_train"}), smoke_profile) == "01_train"
-    assert book.alongside(templates, plan({"seed 1": "01_train"}), smoke_profile) is None
-    assert book.alongside(templates[1:], plan({"E15 mlp": "05_freezing"}), smoke_profile) is None
+    assert runner_beside.alongside(templates, plan({"seed 1": "01_train", "E15 mlp": "01_train"}), smoke_profile) == "01_train"
+    assert runner_beside.alongside(templates, plan({"seed 1": "01_train"}), smoke_profile) is None
+    assert runner_beside.alongside(templates[1:], plan({"E15 mlp": "05_freezing"}), smoke_profile) is None
     waits = {t.stem: book.waits_for_trainer(t, smoke_profile) for t in templates}
     assert waits == {"01_train": False, "02_copying": False, "05_freezing": True, "99_scorecard": True}
 
@@ -108,7 +108,7 @@ class _Future:
 ])
 def test_the_training_chapter_says_when_only_e15_trains(tmp_path, monkeypatch, statuses, idle, said):
     path = tmp_path / "ready"
-    monkeypatch.setenv(book.READY, str(path))
+    monkeypatch.setenv(runner_beside.READY, str(path))
     seeds = [_Future(s, after=0.2) for s in statuses]
     chapter.say_when_ended(seeds + [_Future(s) for s in idle], seeds)
     assert not path.exists()  # not before the seeds have ended
@@ -142,7 +142,7 @@ def test_a_site_of_some_chapters_lets_through_only_links_to_the_others(tmp_path)
     from mclib.core.repo import REPO
 
     shutil.copy(REPO / "_config.yml", tmp_path / "_config.yml")
-    config = parse_yaml(book.partial_config(tmp_path).read_text())
+    config = parse_yaml(runner_site.partial_config(tmp_path).read_text())
     assert config["sphinx"]["config"]["suppress_warnings"] == ["myst.xref_missing", "mystnb.glue_ref"]
     assert config["sphinx"]["config"]["html_static_path"] == [str(tmp_path / "book" / "_static")]
     assert set(config["sphinx"]["local_extensions"].values()) == {str(tmp_path / "book" / "_ext")}

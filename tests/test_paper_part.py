@@ -5,7 +5,7 @@ import json
 import nbformat
 import yaml
 
-from mclib.book.runner import site_toc
+from mclib.book.runner_site import site_toc
 from mclib.lease import part, slices
 
 

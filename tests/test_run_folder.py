@@ -33,9 +33,9 @@ def test_no_other_module_or_script_names_a_file_of_the_run_folder():
 
 def test_the_files_a_chapter_declares_it_reads_are_runs_names():
     """A notebook's metadata names the run-folder files it reads besides the run
-    (`runner.declared_reads`, e.g. the scorecard page: scorecard.json); JSON cannot import
+    (`runner_execute.declared_reads`, e.g. the scorecard page: scorecard.json); JSON cannot import
     runs.py, so this holds them to its names."""
-    from mclib.book import runner
+    from mclib.book import runner, runner_execute
 
-    declared = {n for t in runner.chapters() for n in runner.declared_reads(t)}
+    declared = {n for t in runner.chapters() for n in runner_execute.declared_reads(t)}
     assert declared and declared <= set(NAMES.values()), declared - set(NAMES.values())

@@ -3,7 +3,7 @@
     OUT/book/_executed/paper/index.md          the part's first page: the slices, done and missing
     OUT/book/_executed/paper/A_01_train.ipynb  slice A's executed 01_train, opened by where it ran
 
-The book's runner puts it after the chapters executed here (`mclib.book.runner.site_toc`): the
+The book's runner puts it after the chapters executed here (`mclib.book.runner_site.site_toc`): the
 scorecard chapter declares it (`mclib.book.ch99_scorecard.site_part`).
 
 A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.lease.slices.done`); its

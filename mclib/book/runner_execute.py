@@ -1,0 +1,134 @@
+"""Executing one chapter: papermill runs its template into the executed copy, whose paths of
+this machine are then written relative (`machine_paths`), the kernel's stderr kept in a log
+beside it; and the key that says whether the last build's copy can be reused (`_key`: the
+template, the parameters, the profile, the sources, the run's state and the run-folder files
+the notebook declares it reads)."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..core.repo import REPO, short_sha
+
+# papermill's bar over a chapter's cells, without tqdm's rate and remaining time: a cell that
+# trains for half an hour made them read "3/12 [08:59<00:06]" (the training's own line:
+# `_report_training`)
+CELL_BAR = {"bar_format": "{desc}: {n_fmt}/{total_fmt} cells [{elapsed}]"}
+
+
+# --- hashes -------------------------------------------------------------------------
+
+def _file_sha(path: Path) -> str | None:
+    return short_sha(path.read_bytes()) if path.is_file() else None
+
+
+def run_state(run_dir: Path) -> str:
+    from ..core.runs import METRICS, saved_steps
+
+    return short_sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
+
+
+# --- one chapter --------------------------------------------------------------------
+
+def declared_reads(template: Path) -> list[str]:
+    """The files of the run folder a chapter reads besides the run itself, as its notebook
+    metadata declares them ("mclib": {"reads": [...]}): e.g. the scorecard page reads the
+    scorecard.json the other chapters write, so it must run again when that changes."""
+    meta = json.loads(template.read_text()).get("metadata", {}).get("mclib", {})
+    return list(meta.get("reads", []))
+
+
+def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -> str:
+    extra = [(name, _file_sha(run_dir / name)) for name in declared_reads(template)]
+    return short_sha(_file_sha(template), params, profile, src, run_state(run_dir), extra or None)
+
+
+@contextlib.contextmanager
+def _kernel_stderr_to(log: Path):
+    """The kernel inherits file descriptor 2: point it at a log file (its warnings and a
+    dying kernel's traceback are kept there), while our own sys.stderr (messages,
+    papermill's progress bar) stays on the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "wb") as f:
+        os.dup2(f.fileno(), 2)
+    old = sys.stderr
+    with contextlib.suppress(AttributeError, OSError, ValueError):  # e.g. pytest's capture has no fd
+        if sys.stderr.fileno() == 2:
+            sys.stderr = open(saved, "w", buffering=1, closefd=False)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        sys.stderr = old
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _why(e: BaseException) -> str:
+    """One line: the cell's exception for a cell error, else the exception's first line."""
+    if hasattr(e, "ename"):  # PapermillExecutionError
+        return f"{e.ename}: {e.evalue}"[:200]
+    lines = [l for l in str(e).splitlines() if l.strip()]
+    return f"{type(e).__name__}: {lines[0] if lines else ''}"[:200]
+
+
+def machine_paths(out: Path, run_dir: Path) -> dict[str, str]:
+    """The absolute paths of this machine that an executed notebook may hold (papermill's
+    parameters and metadata, a warning's file name), each with what the notebook says
+    instead: the run folder relative to the output folder, the output folder and the
+    repository as ".", the Python installation and the home folder by name. The site
+    offers every executed notebook for download, so none of these may reach it."""
+    return {str(Path(run_dir).resolve()): os.path.relpath(Path(run_dir).resolve(), Path(out).resolve()),
+            str(Path(out).resolve()): ".", str(REPO): ".", sys.prefix: "<python>", str(Path.home()): "~"}
+
+
+def relative_paths(text: str, paths: dict[str, str]) -> str:
+    """`text` with each absolute path of `paths` (longest first, so a folder inside another
+    is taken whole) replaced: "ABS/x" by "REL/x" ("x" when REL is "."), "ABS" alone by REL.
+    A path that merely starts like one of them ("/tmp/out2" for "/tmp/out") is left."""
+    import re
+
+    for absolute in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
+        rel = paths[absolute]
+        text = re.sub(re.escape(absolute) + r"(/|(?![\w.\-]))",
+                      lambda m: (("" if rel == "." else rel + "/") if m.group(1) else rel), text)
+    return text
+
+
+def _relative_everywhere(node, paths: dict[str, str]):
+    """`relative_paths` applied to every string of a notebook (sources, outputs, metadata),
+    except image data: base64 can spell a short path by chance."""
+    if isinstance(node, str):
+        return relative_paths(node, paths)
+    if isinstance(node, list):
+        return [_relative_everywhere(v, paths) for v in node]
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if not k.startswith("image/"):
+                node[k] = _relative_everywhere(v, paths)
+    return node
+
+
+def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool,
+             *, paths: dict[str, str] | None = None) -> None:
+    """Run `template` into `output` with papermill, then make the copy the site offers for
+    download machine-independent: every path of `paths` (`machine_paths`) written relative."""
+    import nbformat
+    import papermill as pm
+
+    with _kernel_stderr_to(output.with_suffix(".kernel.log")):
+        pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
+                            execution_timeout=timeout, progress_bar=progress and CELL_BAR)
+    nb = _relative_everywhere(nbformat.read(output, as_version=4), paths or {})
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out.output_type == "error":  # belt and braces: papermill should have raised
+                raise RuntimeError(f"cell output {out.ename}: {out.evalue}")
+        tags = cell.metadata.get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            tags.append("remove-cell")  # the reader sees the settings table, not the raw paths
+    nbformat.write(nb, output)
