@@ -78,7 +78,7 @@ def test_a_training_chapter_failing_beside_the_others_stops_the_book_there(tmp_p
 def test_without_a_lock_the_chapters_execute_one_after_another(tmp_path, fake_chapters, monkeypatch):  # noqa: F811
     ran, _ = fake_chapters
     monkeypatch.setattr(scorecard, "CAN_LOCK", False)
-    monkeypatch.setattr(book, "_execute_apart", lambda *a: pytest.fail("executed apart"))
+    monkeypatch.setattr(book, "_execute_apart", lambda *a, **k: pytest.fail("executed apart"))
     _build(tmp_path)
     assert ran == CHAPTERS.split(",")
 

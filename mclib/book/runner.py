@@ -226,8 +226,9 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         print(runs.line, flush=True)
     if runs.error:
         raise BookError(runs.error)
-    b = _Build(cfg, out, run_dir, resolved, templates, runs, timeout, progress, t_start,
-               {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device})
+    params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
+    b = _Build(cfg, out, run_dir, device=resolved, templates=templates, runs=runs, timeout=timeout,
+               progress=progress, t_start=t_start, params=params)
     b.execute()
     return b.site(ledger) if site else b.no_site()
 
@@ -236,7 +237,7 @@ class _Build:
     """One `build` under way: the manifest it writes (OUT/book/_executed/manifest.json) and
     the last build's, which it reuses; `chapters` executes them, `site` renders them."""
 
-    def __init__(self, cfg, out: Path, run_dir: Path, device: str, templates: list[Path], runs: Plan,
+    def __init__(self, cfg, out: Path, run_dir: Path, *, device: str, templates: list[Path], runs: Plan,
                  timeout: float | None, progress: bool, t_start: float, params: dict):
         self.cfg, self.out, self.run_dir, self.templates, self.runs = cfg, out, run_dir, templates, runs
         self.timeout, self.progress, self.t_start, self.params = timeout, progress, t_start, params
@@ -290,7 +291,7 @@ class _Build:
             with (_report_training(self.run_dir.parent, runs=self.runs, cfg=self.cfg) if report
                   else contextlib.nullcontext()):
                 if apart:
-                    error = _execute_apart(template, output, self.params, self.timeout, paths, self.ready)
+                    error = _execute_apart(template, output, self.params, self.timeout, paths=paths, ready=self.ready)
                 else:
                     _execute(template, output, self.params, self.timeout, report, paths=paths)
                     error = None

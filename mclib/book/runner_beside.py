@@ -34,7 +34,7 @@ def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
     return trainer if any(run.startswith("E15") and where == trainer for run, where in runs.train.items()) else None
 
 
-def _execute_in_process(template: Path, output: Path, params: dict, timeout: float | None, paths: dict,
+def _execute_in_process(template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict,
                         env: dict) -> str | None:
     os.environ.update(env)
     try:
@@ -44,7 +44,7 @@ def _execute_in_process(template: Path, output: Path, params: dict, timeout: flo
     return None
 
 
-def _execute_apart(template: Path, output: Path, params: dict, timeout: float | None, paths: dict,
+def _execute_apart(template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict,
                    ready: Path) -> str | None:
     """`_execute` in a process of its own (its kernel's stderr, papermill's cell bar and the
     redirected file descriptor 2 are that process's, not this one's, where other chapters
@@ -54,8 +54,8 @@ def _execute_apart(template: Path, output: Path, params: dict, timeout: float | 
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_execute_in_process, template, output, params, timeout, paths,
-                           {READY: str(ready)}).result()
+        return pool.submit(_execute_in_process, template, output, params, timeout, paths=paths,
+                           env={READY: str(ready)}).result()
 
 
 def _beside(state: dict, work, ready: Path, poll: float = 1.0) -> None:
