@@ -6,7 +6,7 @@ import json
 import re
 from pathlib import Path
 
-from mclib.book import scorecard
+from mclib.book import scorecard, scorecard_rules
 
 BOOK = Path(__file__).resolve().parents[1] / "book"
 # a glue role, {glue:text}`NAME` or {glue:text}`NAME:.2f`, or a glue directive, ```{glue:figure} NAME
@@ -43,9 +43,9 @@ def recorded_verdict(run_dir: Path, row: dict) -> str:
 
 def speaks_for(sentence: str, row: dict) -> str:
     """Assert that `sentence` states the verdict `row` gets in the scorecard's words
-    (`scorecard.agreement`); returns that verdict."""
-    verdict = scorecard.row_verdict(row)
-    assert scorecard.agreement(verdict) in sentence, (verdict, sentence)
+    (`scorecard_rules.agreement`); returns that verdict."""
+    verdict = scorecard_rules.row_verdict(row)
+    assert scorecard_rules.agreement(verdict) in sentence, (verdict, sentence)
     return verdict
 
 
@@ -59,7 +59,7 @@ def sentences_turn(compute, flip, speaks: dict) -> None:
         by = {r["quantity"]: r for r in rows}
         for name, quantities in speaks.items():
             for q in quantities:
-                assert scorecard.row_verdict(by[q]) not in ("n/a", "cannot fail"), q
+                assert scorecard_rules.row_verdict(by[q]) not in ("n/a", "cannot fail"), q
                 speaks_for(glue[name], by[q])
         return glue
     before = check()

@@ -96,17 +96,21 @@ def flip_verdicts(monkeypatch):
     """A function that turns every scorecard verdict from then on: a positive one (matches,
     same direction, same order) or one too close to tell becomes "differs" and "differs" its
     kind's positive verdict
-    (`scorecard.judge`, through which `record` and `row_verdict` judge). A sentence
-    generated from its row's verdict turns with it; one that decides by a test of its own
-    does not."""
-    from mclib.book import scorecard
+    (`scorecard_rules.judge`, through which `record` and `row_verdict` judge: both modules'
+    names for it are turned). A sentence generated from its row's verdict turns with it; one
+    that decides by a test of its own does not."""
+    from mclib.book import scorecard, scorecard_rules
 
-    judge = scorecard.judge
+    judge = scorecard_rules.judge
 
     def flipped(kind: str = "number", **kw) -> str:
         v = judge(kind, **kw)
         if v == "differs":
-            return scorecard.POSITIVE[kind]
-        return "differs" if v in ("matches", "same direction", "same order", scorecard.CLOSE) else v
+            return scorecard_rules.POSITIVE[kind]
+        return "differs" if v in ("matches", "same direction", "same order", scorecard_rules.CLOSE) else v
 
-    return lambda: monkeypatch.setattr(scorecard, "judge", flipped)
+    def flip():
+        for module in (scorecard, scorecard_rules):  # record looks judge up in scorecard, row_verdict in scorecard_rules
+            monkeypatch.setattr(module, "judge", flipped)
+
+    return flip

@@ -18,7 +18,8 @@ from mclib.lease import slices
 from mclib.core import paper
 import yaml
 
-from mclib.book import runner as book, runner_execute, runner_plan, runner_progress, runner_site, scorecard
+from mclib.book import runner as book, runner_execute, runner_plan, runner_progress, runner_site, scorecard, \
+    scorecard_rules, scorecard_tables
 from mclib.__main__ import main
 from mclib.core.config import load_profile, profile_path
 from book_pages import glue_names, manifest as _manifest, page as _page
@@ -157,8 +158,8 @@ def test_scorecard_page_has_a_row_per_number(built):
         elif r["ours"] is None:
             assert r["verdict"] == "differs", r
     page = _page(built, "99_scorecard")  # the paper's claims in one table, the findings beyond it in another
-    assert _scorecard_rows_on_page(page) == len(scorecard.paper_rows(rows))
-    assert _scorecard_rows_on_page(page, "Beyond the paper:") == len(scorecard.own_rows(rows)) > 0
+    assert _scorecard_rows_on_page(page) == len(scorecard_tables.paper_rows(rows))
+    assert _scorecard_rows_on_page(page, "Beyond the paper:") == len(scorecard_tables.own_rows(rows)) > 0
 
 
 @pytest.mark.slow
@@ -248,7 +249,7 @@ def test_scorecard_page_opens_with_findings_and_states_the_rules(built):
     page = _page(built, "99_scorecard")
     assert page.index("<caption>Findings, profile smoke") < page.index("<caption>The rules, one per kind of claim") \
         < page.index("<caption>The scorecard:")  # captions: the code (folded) names them too
-    for rule in scorecard.RULES.values():  # the rules' text is their docstrings, as the page shows them
+    for rule in scorecard_rules.RULES.values():  # the rules' text is their docstrings, as the page shows them
         assert " ".join(rule.__doc__.split())[:50] in html.unescape(page), rule.__name__
 
 
@@ -280,7 +281,7 @@ def test_rerun_reuses_everything(built):
 @pytest.mark.slow
 def test_a_new_number_reruns_only_the_scorecard(built):
     run = built / "runs" / "smoke-seed1"
-    n = len(scorecard.paper_rows(scorecard.load(run)))
+    n = len(scorecard_tables.paper_rows(scorecard.load(run)))
     scorecard.record(run, "E99", "a test number", 1.0, 1.0, reading="test")
     m = book.build("smoke", out_dir=built, progress=False)
     assert [r["status"] for r in m["notebooks"]] == ["reused"] * (len(m["notebooks"]) - 1) + ["executed"]
@@ -347,8 +348,8 @@ def test_a_chapter_that_runs_again_leaves_no_stale_row(tmp_path):
 
 
 def test_task_note_names_the_changed_task_keys_and_says_nothing_is_rescaled():
-    assert "is the paper's" in scorecard.task_note(load_profile(profile_path("cpu-7x7")))
-    note = scorecard.task_note(load_profile(profile_path("cpu")))
+    assert "is the paper's" in scorecard_tables.task_note(load_profile(profile_path("cpu-7x7")))
+    note = scorecard_tables.task_note(load_profile(profile_path("cpu")))
     assert "data.n, data.rank" in note and "E[X²] is 0.111, the paper's 0.222" in note
     assert "no number is multiplied across tasks" in note and "times 2" not in note
 

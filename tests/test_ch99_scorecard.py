@@ -3,7 +3,7 @@ coloured table, on synthetic rows and on a smoke run's scorecard."""
 import copy
 
 from mclib.book import ch99_scorecard as chapter
-from mclib.book import scorecard
+from mclib.book import scorecard, scorecard_rules, scorecard_tables
 from mclib.core.paper import profile as paper_profile
 from mclib.core.runs import RunEnd
 
@@ -15,7 +15,7 @@ def _rows(tmp_path):
     scorecard.record(tmp_path, "E3", "c", None, 0.2, kind="direction", reference=0.5, sense="below")  # same direction
     scorecard.record(tmp_path, "E4", "d", None, None, na="nothing to test")                   # n/a
     scorecard.record(tmp_path, "E20", "e", None, 1.13, se=0.41, kind="direction", reference=1.0, sense="below",
-                     margin=scorecard.CUT)                                                    # too close to tell
+                     margin=scorecard_rules.CUT)                                                    # too close to tell
     return scorecard.load(tmp_path)
 
 
@@ -24,7 +24,7 @@ def test_counts_and_table(ch, tmp_path):
     glued = chapter.glued(ch, rows)
     assert {k: glued[k] for k in chapter.COUNTED} == {"n_match": 1, "n_same": 1, "n_order": 0, "n_differ": 1,
                                                       "n_close": 1, "n_na": 1, "n_cannot": 0}
-    assert glued["n_rows"] == 5 and glued["task_note"] == scorecard.task_note(ch.cfg)
+    assert glued["n_rows"] == 5 and glued["task_note"] == scorecard_tables.task_note(ch.cfg)
     assert glued["fig_scorecard"].axes
     html = chapter.scorecard_shown(rows).to_html()
     assert "The scorecard: 5 claims of the paper." in html and "font-weight: bold" in html
@@ -34,7 +34,7 @@ def test_counts_and_table(ch, tmp_path):
 def test_findings_of_ours_are_shown_and_counted_apart(ch, tmp_path):
     rows = _rows(tmp_path)
     scorecard.record(tmp_path, "B1", "lead", None, 0.95, kind="finding", reference=0.9, sense="above",
-                     margin=scorecard.CUT)                                                          # holds
+                     margin=scorecard_rules.CUT)                                                          # holds
     scorecard.record(tmp_path, "F1", "spread", None, 0.3, kind="finding", reference=0.0, sense="below")  # fails
     rows = scorecard.load(tmp_path)
     glued = chapter.glued(ch, rows)
@@ -70,4 +70,4 @@ def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
     (row,) = chapter.departures_shown(paper).data.to_dict("records")  # a lease's deadline cut it: a departure
     assert row == {"key": "where training ended", "paper": "after its 50,000 steps",
                    "profile": "cut at step 21,000 (was cut at step 21,000 of 50,000 by its wall-clock deadline)"}
-    assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard.RULES) + 1
+    assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard_rules.RULES) + 1

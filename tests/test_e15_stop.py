@@ -10,7 +10,7 @@ import pytest
 
 from mclib.analyses import freezing
 from mclib.analyses.sharpness import ABRUPT, SETTLE
-from mclib.book import scorecard
+from mclib.book import scorecard_rules
 from mclib.core.runs import rows_curve
 from tests.test_convergence import curve
 
@@ -30,7 +30,7 @@ def _first_stop(stop, m: pd.DataFrame, every: int = 50) -> int | None:
 
 
 def test_the_margin_is_the_scorecards_for_a_direction():
-    assert freezing.KNOWN_MARGIN == scorecard.MARGINS["direction"]
+    assert freezing.KNOWN_MARGIN == scorecard_rules.MARGINS["direction"]
 
 
 def test_a_recovered_run_stops_once_its_rows_are_known_and_the_scorecard_agrees(smoke_profile):
@@ -43,10 +43,10 @@ def test_a_recovered_run_stops_once_its_rows_are_known_and_the_scorecard_agrees(
     ran = m[m["step"] <= at]
     ratio, se = freezing.recovery(ran, cfg.train.patience, main)
     # the rows chapter 05 would record from the run as it stopped: their verdicts are decided
-    assert scorecard.direction(ratio, SETTLE, "below", se=se) == "same direction"
+    assert scorecard_rules.direction(ratio, SETTLE, "below", se=se) == "same direction"
     fall = freezing.plateau_over_fall(ran, 1)
     assert fall < ABRUPT * (1 - freezing.KNOWN_MARGIN)
-    assert scorecard.direction(fall, ABRUPT, "below") == "same direction"
+    assert scorecard_rules.direction(fall, ABRUPT, "below") == "same direction"
     end = freezing.freeze_end("mlp", ran, cfg, None, main)
     assert end.ended == "known" and end.steps == at and f"stopped at step {at:,}, once its rows were known" in end.text
     # one flush earlier the rule had not fired

@@ -68,7 +68,7 @@ def test_matching_reading_text_names_the_reading_that_matches():
     assert shown.matching_reading_text(["differs", "matches"], "X").startswith("the batch-mean reading")
     assert shown.matching_reading_text(["matches", "matches"], "X") == "both readings match X"
     assert shown.matching_reading_text(["differs", "n/a"], "X") == "neither reading matches X"
-    close = "too close to tell"  # scorecard.CLOSE
+    close = "too close to tell"  # scorecard_rules.CLOSE
     assert shown.matching_reading_text(["matches", close], "X").endswith("the released code) is too close to tell")
     assert shown.matching_reading_text(["differs", close], "X") == (
         "the batch-mean reading (the released code) is too close to X to tell; the uniform reading (the paper's text) "

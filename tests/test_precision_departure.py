@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from mclib.analyses.precision import FINAL, arm_spread, read_study, study_effect
-from mclib.book import scorecard
+from mclib.book import scorecard_stage
 from mclib.core.repo import REPO
 from mclib.lease import precision, slices
 
@@ -55,7 +55,7 @@ def test_tf32_s_effect_sits_beside_the_rows_that_read_a_final_level_and_changes_
     text = precision.effect_text("tf32")
     assert text == f"{study_effect(STUDY).text()} (docs/data/tf32_study.csv)"
     assert [r[precision.FIELD] for r in rows] == [text, None, text, None]  # final level, drop, post, n/a
-    assert all(scorecard.reads_late(r) for r, o in zip(rows, ROWS) if r[precision.FIELD])
+    assert all(scorecard_stage.reads_late(r) for r, o in zip(rows, ROWS) if r[precision.FIELD])
     assert [{k: v for k, v in r.items() if k != precision.FIELD} for r in rows] == ROWS  # no value or verdict moved
     assert all(r[precision.FIELD] is None for r in precision.annotate(ROWS, "fp32"))   # the paper's own: nothing
     assert precision.page_note(rows, "02_copying").startswith("Rows on this page that read a final level (1 row: E3)")
@@ -100,7 +100,7 @@ def test_the_committed_tf32_results_carry_the_effect_in_the_scorecard_and_the_pa
     found = reference.rows(folder)
     bare = reference.rejudge(reference.recorded_rows(folder), folder)
     assert [{k: v for k, v in r.items() if k != precision.FIELD} for r in found] == bare
-    late = [r for r in found if scorecard.reads_late(r) and r["verdict"] not in ("n/a", "cannot fail")]
+    late = [r for r in found if scorecard_stage.reads_late(r) and r["verdict"] not in ("n/a", "cannot fail")]
     assert late and all(r[precision.FIELD] == precision.effect_text("tf32") for r in late)
     assert any(r["quantity"].startswith("final L") and r[precision.FIELD] for r in found if r["id"] == "E1")
     table = reference.beside([], folder)

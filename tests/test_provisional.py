@@ -6,12 +6,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mclib.book import scorecard
+from mclib.book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from mclib.lease import part, reference, slices
 from mclib.core.runs import RunEnd
 
-CUT = scorecard.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129, slope_se=0.005)
-WHOLE = scorecard.Stage(step=50_000, planned=50_000, cut=False, rel=0.06, paper_rel=0.0576)
+CUT = scorecard_stage.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129,
+                            slope_se=0.005)
+WHOLE = scorecard_stage.Stage(step=50_000, planned=50_000, cut=False, rel=0.06, paper_rel=0.0576)
 
 
 def _row(id, quantity, verdict, kind="number"):
@@ -22,20 +23,20 @@ def test_a_row_that_reads_the_end_of_a_cut_run_is_provisional_and_counted_apart(
     rows = [_row("E3", "post L_mask / E[X²]", "differs"), _row("E3", "pre, every head ablated: L_mask", "matches"),
             _row("E1", "final L / (p_mask · E[X²])", "differs"), _row("E4", "'other' heads ablated", "n/a"),
             _row("E8", "every layer patched", "cannot fail", "by construction"), _row("B1", "a lead", "fails", "finding")]
-    marked = scorecard.provisional(rows, CUT)
+    marked = scorecard_stage.provisional(rows, CUT)
     assert [bool(r["provisional"]) for r in marked] == [True, False, True, False, False, False]
     assert marked[0]["provisional"] == CUT.note and "2.95× the paper's at step 50,000" in CUT.note
     assert "reads step 16,591 of a run cut short of its 50,000" in CUT.note and "-12.9% ± 0.5%" in CUT.note
-    assert scorecard.shown_verdict(marked[0]) == "differs, provisional"
-    assert scorecard.tally(marked) == {"rows": 5, "reproduced": 1, "differ": 0, "too close": 0, "not tested": 2,
+    assert scorecard_stage.shown_verdict(marked[0]) == "differs, provisional"
+    assert scorecard_tables.tally(marked) == {"rows": 5, "reproduced": 1, "differ": 0, "too close": 0, "not tested": 2,
                                       "provisional": 2}
     # the same rows from a run that trained its length: nothing provisional, the verdicts count as they are
-    whole = scorecard.provisional(rows, WHOLE)
+    whole = scorecard_stage.provisional(rows, WHOLE)
     assert not any(r["provisional"] for r in whole)
-    assert scorecard.tally(whole) == {"rows": 5, "reproduced": 1, "differ": 2, "too close": 0, "not tested": 2,
+    assert scorecard_tables.tally(whole) == {"rows": 5, "reproduced": 1, "differ": 2, "too close": 0, "not tested": 2,
                                      "provisional": 0}
-    assert "2 are provisional" in scorecard.headline(marked)["landing_model"]
-    assert "E3" not in scorecard.headline(marked)["landing_reproduced"]  # a provisional row leaves E3 open
+    assert "2 are provisional" in scorecard_tables.headline(marked)["landing_model"]
+    assert "E3" not in scorecard_tables.headline(marked)["landing_reproduced"]  # a provisional row leaves E3 open
 
 
 def test_rows_that_read_the_end_or_the_fall_to_it_read_late_and_the_plateau_and_drop_do_not():
@@ -43,14 +44,15 @@ def test_rows_that_read_the_end_or_the_fall_to_it_read_late_and_the_plateau_and_
     late = ["final L / (p_mask · E[X²]), last 10 % of steps", "plateau steps / fall steps (a plateau, then a drop)",
             "post L_mask"]
     early = ["drop step", "pre-shift L_mask / E[X²]", "plateau L_mask"]
-    assert all(scorecard.reads_late(row("E1", q)) for q in late) and not any(scorecard.reads_late(row("E1", q)) for q in early)
-    assert scorecard.reads_late(row("E8", "L'_mask, last layer patched"))   # E8 reads the post model whatever it says
+    assert all(scorecard_stage.reads_late(row("E1", q)) for q in late)
+    assert not any(scorecard_stage.reads_late(row("E1", q)) for q in early)
+    assert scorecard_stage.reads_late(row("E8", "L'_mask, last layer patched"))  # E8 reads the post model whatever it says
 
 
 def test_a_run_is_cut_only_short_of_its_length_by_a_deadline_or_unfinished():
     end = lambda ended, step: RunEnd(ended=ended, step=step, drop=None, steps=50_000, until="steps")
-    assert scorecard.is_cut(end("cut", 16_591)) and scorecard.is_cut(end("unfinished", 100))
-    assert not scorecard.is_cut(end("converged", 16_591)) and not scorecard.is_cut(end("steps", 50_000))
+    assert scorecard_stage.is_cut(end("cut", 16_591)) and scorecard_stage.is_cut(end("unfinished", 100))
+    assert not scorecard_stage.is_cut(end("converged", 16_591)) and not scorecard_stage.is_cut(end("steps", 50_000))
     assert "provisional" in CUT.comparisons and "provisional" not in WHOLE.comparisons
 
 
@@ -84,7 +86,7 @@ def test_slice_a_re_judged_by_todays_rules():
     every = found[("E8", "every layer patched: masked MSE to X / E[X²]")]
     assert every["paper"] is None and every["verdict"] == "cannot fail"
     assert all("12-layer, 12-head model" in r["reading"] for r in by("E11"))
-    t = scorecard.tally(list(found.values()))
+    t = scorecard_tables.tally(list(found.values()))
     assert t["provisional"] > 0 and sum(v for k, v in t.items() if k != "rows") == t["rows"]
     # the longer run of the same seed is shown beside slice A, with its path and date
     table = reference.runs_table(RESULTS)
@@ -104,7 +106,7 @@ def test_no_page_of_the_paper_part_states_a_verdict_its_row_does_not_hold(tmp_pa
         for r in (r for r in found if r.get("chapter") == chapter):
             if r.get("was") is not None and r["was"] != r["verdict"]:
                 assert f"{r['was']} → {r['verdict']}" in note and r["id"] in note, (chapter, r["quantity"])
-            if scorecard.is_provisional(r):
+            if scorecard_stage.is_provisional(r):
                 assert "Provisional (" in note and r["id"] in note.split("Provisional (")[1], (chapter, r["quantity"])
 
 
@@ -128,7 +130,7 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     m, level = reference.read_metrics(run), copy_level(2)
     for q, col in (("pre-shift L_mask / E[X²]", "L_mask"), ("pre-shift L_obs / E[X²]", "L_obs")):
         r = found[("E1", q)]
-        assert r["ours"] == pytest.approx(float(ch01_train.losses_at(m, scorecard.PAPER_PRE)[col]) / level)
+        assert r["ours"] == pytest.approx(float(ch01_train.losses_at(m, scorecard_stage.PAPER_PRE)[col]) / level)
         assert "moved from step 2,000 to the paper's pre step 4,000" in r["rejudged"]
     for key in (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess of any head, pre-shift")):
         assert found[key]["verdict"] == "n/a" and "not at the paper's pre step 4,000" in found[key]["na"], key
@@ -137,7 +139,8 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     assert twice["verdict"] == "n/a" and twice["na"] == ch07_beyond.ONE_SEED
     rel = laptop[0]["spread"] / laptop[0]["ours"]
     assert once["spread"] == pytest.approx(rel * once["ours"])
-    assert once["verdict"] == scorecard.judge("number", paper=once["paper"], ours=once["ours"], spread=once["spread"])
+    assert once["verdict"] == scorecard_rules.judge("number", paper=once["paper"], ours=once["ours"],
+                                                    spread=once["spread"])
     assert "laptop edition's relative seed spread" in once["reading"]
     # no CPU number in the paper column
     assert found[("F4a", next(q for i, q in found if i == "F4a"))]["ours"] is None
@@ -152,13 +155,13 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
             continue
         rule = {k: v for f in recover for k, v in f(r).items()}
         assert rule, (r["id"], r["quantity"])
-        again = scorecard.judge(r["kind"], paper=r.get("paper"), ours=r["ours"], se=r.get("se"), **rule)
-        assert again in (r["verdict"], scorecard.CLOSE), (r["id"], r["quantity"], again, r["verdict"])
+        again = scorecard_rules.judge(r["kind"], paper=r.get("paper"), ours=r["ours"], se=r.get("se"), **rule)
+        assert again in (r["verdict"], scorecard_rules.CLOSE), (r["id"], r["quantity"], again, r["verdict"])
     e5 = found[("E5", "identity heads ablated, uniform (the paper's text): ablated / unablated L_mask")]
-    assert e5["verdict"] == scorecard.CLOSE and e5["was"] == "differs"
+    assert e5["verdict"] == scorecard_rules.CLOSE and e5["was"] == "differs"
     assert not any("recorded no" in (r.get("na") or "") for r in found.values())
     # the provisional rows split by what they say so far, from the rows
-    split = scorecard.provisional_split(list(found.values()))
+    split = scorecard_tables.provisional_split(list(found.values()))
     assert split["provisional"] == split["agree"] + split["differ"] + split["too close"] > 0
     # E1 at the end of the 44,450-step run, beside slice A's: from its metrics, by the same E1 code
     ends = reference.end_rows_beside(RESULTS, laptop=laptop).set_index("quantity")
@@ -168,8 +171,8 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     final = ends.loc["final L / (p_mask · E[X²]), last 10 % of steps"]
     assert final[longer] == pytest.approx(float(tail["L"].mean()) / (0.3 * level)) and final[f"{longer}: verdict"] == "differs"
     drop = ends.loc["pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)"]
-    assert drop[longer] == pytest.approx(float(ch01_train.losses_at(whole, scorecard.PAPER_PRE)["L_mask"])
+    assert drop[longer] == pytest.approx(float(ch01_train.losses_at(whole, scorecard_stage.PAPER_PRE)["L_mask"])
                                          / float(tail["L_mask"].mean()))
     first = part.stage(tmp_path, slices.LEDGER, laptop)[0].read_text()
     assert f"{final[longer]:.3g} (differs)" in first and longer in first
-    assert scorecard.provisional_text(list(found.values())) in first
+    assert scorecard_tables.provisional_text(list(found.values())) in first

@@ -55,11 +55,11 @@ def rejudged_note(found: list[dict], chapter: str) -> str:
     re-judged on the CPU (`reference.rejudge`): each row whose verdict changed (before → after,
     and why) and how many of its rows are provisional, with the run's stage once; "" when
     nothing on the page changes."""
-    from ..book import scorecard
+    from ..book import scorecard_stage
 
     mine = [r for r in found if r.get("chapter") == chapter]
     changed = [r for r in mine if r.get("was") is not None and r["was"] != r["verdict"]]
-    late = [r for r in mine if scorecard.is_provisional(r)]
+    late = [r for r in mine if scorecard_stage.is_provisional(r)]
     if not changed and not late:
         return ""
     out = [f"Re-judged on the CPU by today's rules (`mclib.lease.reference.rejudge`), from the values this page "
@@ -76,8 +76,9 @@ def rejudged_note(found: list[dict], chapter: str) -> str:
         out.append("Also: " + "; ".join(f"{r['id']} {r['quantity']}: {r['rejudged']}" for r in also) + ".")
     if late:
         out.append(f"Provisional ({len(late)} rows: " + ", ".join(dict.fromkeys(r["id"] for r in late))
-                   + f"): each {late[0]['provisional']}; the paper read its model at step {scorecard.PAPER_POST:,}, "
-                   "so these rows are counted apart until a run of that length reads them.")
+                   + f"): each {late[0]['provisional']}; the paper read its model at step "
+                   f"{scorecard_stage.PAPER_POST:,}, so these rows are counted apart until a run of that length "
+                   "reads them.")
     return " ".join(out)
 
 
@@ -185,8 +186,8 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
     path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
     page), E1's readings of the run's end beside those of a longer run of the same seed
     (`reference.end_rows_beside`), and the paper setting's counts re-judged by today's rules
-    (`scorecard.setting_counts`)."""
-    from ..book import scorecard
+    (`scorecard_tables.setting_counts`)."""
+    from ..book import scorecard_tables
     from . import reference
 
     first = next(iter(have.values()), None)
@@ -205,7 +206,7 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
     lines = [f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
              f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
              for r in table.to_dict("records")]
-    counts = scorecard.setting_counts(found, "the paper's own setting") if found else ""
+    counts = scorecard_tables.setting_counts(found, "the paper's own setting") if found else ""
     effect = " ".join(f"Final levels of the runs trained in {p} ({'; '.join(table.loc[table['precision'] == p, 'run'])}): "
                       f"{text}." for p in table["precision"].dropna().unique()
                       if (text := precision.effect_text(p)))
@@ -271,9 +272,9 @@ _OVER_SEEDS = re.compile(r"Over \{glue:text\}`n_seeds` seeds of this profile \(s
 def rejudged_beside(rows: list[dict]) -> str:
     """What today's rules say of the rows a lease's sentence speaks for (`reference.rejudge`),
     to stand beside the lease's words: each changed verdict, was and now in the scorecard's
-    words (`scorecard.agreement`), rows that change alike said once; each other reason a row
+    words (`scorecard_rules.agreement`), rows that change alike said once; each other reason a row
     was re-judged; and the experiment's first row as it stands now. "" when nothing changed."""
-    from ..book import scorecard
+    from ..book import scorecard_rules, scorecard_tables
 
     changed = [r for r in rows if r.get("was") is not None and r["was"] != r["verdict"]]
     other = [r for r in rows if r not in changed and r.get("rejudged") and "provisional:" not in r["rejudged"]]
@@ -282,14 +283,14 @@ def rejudged_beside(rows: list[dict]) -> str:
     groups: dict = {}
     for r in changed:
         groups.setdefault((r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
-    said = [f"{qs[0] if len(qs) == 1 else scorecard.plural(len(qs), 'row')} now {scorecard.agreement(now)}"
-            + (f" ({na})" if na else "") + f", where the lease said {scorecard.agreement(was)}"
+    said = [f"{qs[0] if len(qs) == 1 else scorecard_tables.plural(len(qs), 'row')} now {scorecard_rules.agreement(now)}"
+            + (f" ({na})" if na else "") + f", where the lease said {scorecard_rules.agreement(was)}"
             for (was, now, na), qs in groups.items()]
     said += [f"{r['quantity']}: {r['rejudged']}" for r in other]
     first = rows[0]
     if first not in changed and first.get("paper") is not None and first.get("ours") is not None:
         said.append(f"its first row, {first['quantity']}: {first['ours']:.3g} against the paper's {first['paper']:.3g}, "
-                    f"{scorecard.agreement(first['verdict'])}")
+                    f"{scorecard_rules.agreement(first['verdict'])}")
     return f"re-judged by today's rules, this sentence's verdict struck: {rows[0]['id']}, " + "; ".join(said)
 
 

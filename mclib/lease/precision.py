@@ -8,7 +8,7 @@ read by `mclib.analyses.precision.study_effect`):
     departure(precision)      markdown for the paper part's first page: the departure, why, the study's table
     departure_text(precision) the same in one paragraph, for the scorecard's sentence on the paper's setting
     effect_text(precision)    the study's measured effect on the final model, one line
-    annotate(rows, precision) that line beside every row that reads a final level (`scorecard.reads_late`)
+    annotate(rows, precision) that line beside every row that reads a final level (`scorecard_stage.reads_late`)
 
 Nothing here changes a value or a verdict: the effect is text beside the row, for a reader to
 weigh the comparison with the paper's fp32 numbers.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..analyses.precision import FINAL, read_study, study_effect
-from ..book import scorecard
+from ..book.scorecard_stage import reads_late
 from ..core.repo import REPO
 
 STUDY = REPO / "docs" / "data" / "tf32_study.csv"
@@ -62,10 +62,10 @@ def effect_text(precision: str | None, study: Path = STUDY) -> str | None:
 
 def annotate(rows: list[dict], precision: str | None, study: Path = STUDY) -> list[dict]:
     """`rows` with `FIELD` set to `effect_text` on every row that reads a final level
-    (`scorecard.reads_late`: E1's final L_mask, the post-shift rows) and has a verdict to give
+    (`scorecard_stage.reads_late`: E1's final L_mask, the post-shift rows) and has a verdict to give
     (not n/a, not cannot fail), None on the others. Values and verdicts stay as they are."""
     text = effect_text(precision, study)
-    return [{**r, FIELD: text if text and scorecard.reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
+    return [{**r, FIELD: text if text and reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
              else None} for r in rows]
 
 

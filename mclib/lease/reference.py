@@ -33,7 +33,7 @@ from ..core.data import copy_level
 from ..core.metrics import converged, find_drop, last_tenth
 from ..core.runs import END, FREEZE, METRICS, PROFILE, RunEnd, freeze_dir, place_checkpoints, run_name, run_profile
 from ..core.repo import REPO, RESULTS
-from ..book import scorecard
+from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.runner import declared
 from . import slices
 from .precision import FIELD as PRECISION_EFFECT, annotate, departure_text
@@ -181,7 +181,7 @@ def training_rows(folder: Path, name: str = "paper") -> list[dict]:
     last = int(m["step"].iloc[-1])
     end = _end(run) or RunEnd(ended="unfinished", step=last, drop=find_drop(m, rank=cfg.data.rank),
                               steps=cfg.train.steps, until=cfg.train.until)
-    return [{**r, "verdict": scorecard.row_verdict(r)}
+    return [{**r, "verdict": scorecard_rules.row_verdict(r)}
             for curve_rows in declared("curve_rows") for r in curve_rows(cfg, run, m, end)]
 
 
@@ -227,7 +227,7 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
     if not runs:
         return []
     cfg, end, main = run_profile(source), _end(source), read_metrics(source)
-    return [{**r, "verdict": scorecard.row_verdict(r)}
+    return [{**r, "verdict": scorecard_rules.row_verdict(r)}
             for e15_rows in declared("e15_rows") for r in e15_rows(runs, ends, cfg, end, main, read=read_metrics)]
 
 
@@ -264,14 +264,14 @@ def _book_folder(folder: Path, name: str = "paper") -> Path:
     return next((f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder)
 
 
-def book_stage(folder: Path, name: str = "paper") -> scorecard.Stage | None:
-    """The `scorecard.Stage` of the book's run (seed 1) the results hold: how far it trained,
+def book_stage(folder: Path, name: str = "paper") -> scorecard_stage.Stage | None:
+    """The `scorecard_stage.Stage` of the book's run (seed 1) the results hold: how far it trained,
     L_mask where it ended, how fast it still fell. None without its end.json."""
     run = _book_folder(folder, name) / "runs" / run_name(name, 1)
     end = _end(run)
     if end is None or not _has_metrics(run):
         return None
-    return scorecard.stage(end, read_metrics(run), run_profile(run).data.rank)
+    return scorecard_stage.stage(end, read_metrics(run), run_profile(run).data.rank)
 
 
 def _book_steps(folder: Path, name: str = "paper"):
@@ -313,14 +313,14 @@ class Recorded:
     None where it glued none), the laptop edition's rows (None where they are not known) and
     the rows today's chapters compute from the book run's training curve (`curve()`:
     `training_rows`, each chapter's `curve_rows`)."""
-    at: scorecard.Stage | None
+    at: scorecard_stage.Stage | None
     steps: object | None
     glued: Callable[[str, str], str | None]
     laptop: list[dict] | None = None
     curve: Callable[[], list[dict]] = list
 
 
-# What each kind of claim's rule needs besides the numbers (`scorecard.judge`).
+# What each kind of claim's rule needs besides the numbers (`scorecard_rules.judge`).
 NEEDS = {"direction": ("reference", "sense"), "finding": ("reference", "sense"), "ordering": ("values", "order")}
 
 
@@ -343,7 +343,7 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
     values and order: `scorecard.RULE_FIELDS`) is the row's own where the lease recorded it,
     else what the chapter that declares the row gives it today (its declared `rule_of(row)`).
     Then, for every row, provisional where it reads the run's end from a run cut short
-    (`scorecard.provisional`). A row that lacks what a rule needs gets n/a with the reason in
+    (`scorecard_stage.provisional`). A row that lacks what a rule needs gets n/a with the reason in
     one line."""
     at = book_stage(folder, name)
     try:
@@ -369,19 +369,19 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
             new["na"] = (f"the lease recorded no {' or '.join(lacks)} for this {new.get('kind')} row and no "
                          "chapter declares one")
         rule = {k: new[k] for k in ("se", "spread", *scorecard.RULE_FIELDS, "na") if k in new}
-        new["verdict"] = "n/a" if new.get("na") else scorecard.judge(
+        new["verdict"] = "n/a" if new.get("na") else scorecard_rules.judge(
             new.get("kind", "number"), paper=new.get("paper"), ours=new.get("ours"), **rule)
         if new.get("na") and f"{NA}{new['na']}" not in new.get("reading", ""):
             new["reading"] = f"{new.get('reading', '')}; {NA}{new['na']}".lstrip("; ")
         out.append(new)
         whys.append(why)
-    out = scorecard.provisional(out, at)
+    out = scorecard_stage.provisional(out, at)
     for r, new, why in zip(found, out, whys):
         if new["verdict"] != r["verdict"]:
             why.insert(0, f"{r['verdict']} → {new['verdict']}" + (
                 f" ({new['na']})" if new.get("na") else
                 f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
-                "agrees with the paper and what does not)" if new["verdict"] == scorecard.CLOSE else
+                "agrees with the paper and what does not)" if new["verdict"] == scorecard_rules.CLOSE else
                 f" (today's {new.get('kind', 'number')} rule)"))
         if new.get("provisional") and not r.get("provisional"):
             why.append(f"provisional: {new['provisional']}")
@@ -455,9 +455,10 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
     for key in keys:
         a, b = mine.get(key, {}), theirs.get(key, {})
         table.append({"id": key[0], "quantity": key[1], "paper": a.get("paper", b.get("paper")),
-                     "laptop edition": a.get("ours"), "laptop verdict": scorecard.shown_verdict(a) if a else "—",
+                     "laptop edition": a.get("ours"),
+                     "laptop verdict": scorecard_stage.shown_verdict(a) if a else "—",
                      "paper setting": b.get("ours"),
-                     "paper-setting verdict": scorecard.shown_verdict(b) if b else absent,
+                     "paper-setting verdict": scorecard_stage.shown_verdict(b) if b else absent,
                      "as the lease judged it": b.get("was", "—") if b else "—",
                      "precision's effect": b.get(PRECISION_EFFECT) or "—"})
     return pd.DataFrame(table)
@@ -467,18 +468,18 @@ def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None =
     """One sentence: that the paper setting's verdicts are the lease's recorded values judged
     again on the CPU by today's rules (`rejudge`), how many changed, and the run's stage
     (`book_stage`) behind its provisional rows, split by what they say so far
-    (`scorecard.provisional_text`)."""
+    (`scorecard_tables.provisional_text`)."""
     found = rows(folder, name, laptop)
     changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
-    late = sum(scorecard.is_provisional(r) for r in scorecard.paper_rows(found))
+    late = sum(scorecard_stage.is_provisional(r) for r in scorecard_tables.paper_rows(found))
     at = book_stage(folder, name)
     return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.lease.reference.rejudge`): "
-            f"{len(changed)} changed from the lease's, and {scorecard.provisional_text(found)}"
+            f"{len(changed)} changed from the lease's, and {scorecard_tables.provisional_text(found)}"
             + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")
 
 
 def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> pd.DataFrame:
-    """E1's rows that read the run's end (`scorecard.reads_late`), the book's run beside each
+    """E1's rows that read the run's end (`scorecard_stage.reads_late`), the book's run beside each
     earlier, longer run of the same seed (`earlier_runs`: the 2026-11-24 run to step 44,450),
     the latter computed here from that run's metrics by the same E1 code (`training_rows`) and
     judged by the same rules, provisional where that run too was cut short. One row per
@@ -487,16 +488,16 @@ def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None
     earlier = earlier_runs(folder, name)
     if not earlier:
         return pd.DataFrame()
-    mine = [r for r in rows(folder, name, laptop) if r["id"] == "E1" and scorecard.reads_late(r)]
+    mine = [r for r in rows(folder, name, laptop) if r["id"] == "E1" and scorecard_stage.reads_late(r)]
     run = _book_folder(folder, name) / "runs" / run_name(name, 1)
     label = f"seed 1 (slice {_slice_name(folder)}, to step {int(read_metrics(run)['step'].iloc[-1]):,})"
     table = {r["quantity"]: {"quantity": r["quantity"], "paper": r.get("paper"), label: r.get("ours"),
-                             f"{label}: verdict": scorecard.shown_verdict(r)} for r in mine}
+                             f"{label}: verdict": scorecard_stage.shown_verdict(r)} for r in mine}
     for what, path in earlier.items():
         where = path.parents[1]
-        theirs = scorecard.provisional(training_rows(where, name), book_stage(where, name))
+        theirs = scorecard_stage.provisional(training_rows(where, name), book_stage(where, name))
         long = f"{what}, to step {int(read_metrics(path)['step'].iloc[-1]):,}"
         for r in theirs:
             if r["quantity"] in table:
-                table[r["quantity"]].update({long: r.get("ours"), f"{long}: verdict": scorecard.shown_verdict(r)})
+                table[r["quantity"]].update({long: r.get("ours"), f"{long}: verdict": scorecard_stage.shown_verdict(r)})
     return pd.DataFrame(list(table.values()))

@@ -1,0 +1,277 @@
+"""The scorecard's rules: one function per kind of claim (`RULES`), which gives a row its
+verdict (`judge`, `row_verdict`) from our number, its standard errors and the paper's, with
+the margins they allow (`MARGINS`); the words a sentence says each verdict with (`agreement`);
+and the copying levels the model's rows divide by (`copy_levels`)."""
+from __future__ import annotations
+
+import math
+
+RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
+
+
+def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
+    """The copying levels model rows divide by: kind of matrix -> (our E[X²], the paper's).
+    Low-rank matrices have E[X²] = rank/9; E2's random matrices 1/3 on both tasks (their
+    rows are not rescaled)."""
+    from ..core import paper
+    from ..core.data import copy_level
+
+    return {"low-rank": (copy_level(rank), copy_level(paper.task().rank)),
+            "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
+
+
+# The relative margins of the rules, each added to two standard errors of our number.
+MARGINS = {
+    # A number: 10 %, about the sampling error of the paper's own means (256 matrices; our
+    # per-matrix spread gives 8-9 % at that size, and the paper reports no error), i.e. two
+    # significant figures give or take one.
+    "number": 0.10,
+    # A ratio of two losses measured on the same matrices (ablated / unablated, switched /
+    # unswitched): 25 % on the log scale (a factor 1.25 either way). The ratio is the
+    # scale-free part of an intervention's effect; a quarter allows for the paper's two
+    # sampling errors (~10 % each) and a model of another size, no more.
+    "ratio": 0.25,
+    # A direction (ours above or below a stated reference): beyond the reference by 10 %
+    # of it, so a value sitting on the reference does not count either way.
+    "direction": 0.10,
+    # A finding of our own: as a direction, for the same reason (0 for a cut-off, CUT).
+    "finding": 0.10,
+    # An ordering of events (steps): each later item later by 10 % of its step, so two
+    # events at about the same checkpoint are not an ordering.
+    "ordering": 0.10,
+}
+# The direction rule's margin when its reference is a cut-off the book defines (a chapter's
+# STRONG, ALIGNED, ...): the cut-off is then the claim itself, so no margin is added.
+CUT = 0.0
+POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
+            "by construction": "cannot fail", "finding": "holds"}
+# The verdict of a rule whose interval (our estimate ± two standard errors) reaches both the
+# band that counts as agreeing with the paper and the band that counts as differing.
+CLOSE = "too close to tell"
+VERDICTS = ("matches", "same direction", "same order", "differs", CLOSE, "n/a", "cannot fail", "holds", "fails")
+# The kinds of claim that are ours, not the paper's: never counted among the paper's claims.
+OWN = ("finding",)
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x))
+
+
+def _se(*errors) -> float:
+    """Errors combined in quadrature; missing ones count 0."""
+    return math.sqrt(sum(0.0 if _missing(e) else float(e) ** 2 for e in errors))
+
+
+def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str) -> str:
+    """Our interval [lo, hi] against the band that counts as agreeing, [band_lo, band_hi]:
+    `positive` when the interval lies inside it, "differs" when it lies outside, `CLOSE`
+    when it reaches both."""
+    if band_lo <= lo and hi <= band_hi:
+        return positive
+    if hi < band_lo or lo > band_hi:
+        return "differs"
+    return CLOSE
+
+
+def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
+           margin: float | None = None) -> str:
+    """A number, as the paper reports it (on the same task, or a scale-free quantity of
+    the profile's task). The band that agrees: within margin·|paper| of the paper's number,
+    margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
+    spread the standard deviation over seeds (a single run of the paper is one draw).
+    *matches* when the interval lies inside the band; *differs* when it lies outside it
+    (|ours − paper| > 2·√(se² + spread²) + margin·|paper|), or when we have no number
+    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none."""
+    if _missing(paper):
+        return "n/a"
+    if _missing(ours):
+        return "differs"
+    m = MARGINS["number"] if margin is None else margin
+    half = 2 * _se(se, spread)
+    return _banded(ours - half, ours + half, paper - m * abs(paper), paper + m * abs(paper), "matches")
+
+
+def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
+          margin: float | None = None) -> str:
+    """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
+    compared on the log scale. The band that agrees: within a factor 1 + margin of the
+    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours.
+    *matches* when the interval lies inside the band; *differs* when it lies outside it
+    (|ln(ours / paper)| > ln(1 + margin) + 2·√(se² + spread²) / ours), or when ours is
+    missing or not positive; *too close to tell* when it reaches both; *n/a* when the paper
+    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio)."""
+    if _missing(paper):
+        return "n/a"
+    if _missing(ours) or ours <= 0 or paper <= 0:
+        return "differs"
+    m = MARGINS["ratio"] if margin is None else margin
+    x, half, band = math.log(ours), 2 * _se(se, spread) / ours, math.log1p(m)
+    return _banded(x - half, x + half, math.log(paper) - band, math.log(paper) + band, "matches")
+
+
+def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
+              spread: float | None = None, *, margin: float | None = None, paper: float | None = None) -> str:
+    """A direction: the paper says the quantity lies *above* or *below* a stated reference
+    (a copying level, a ratio of 1, a threshold the chapter names). The band that agrees:
+    beyond the reference on that side by more than margin·|reference|, margin 10 % (0 when
+    the reference is a cut-off the book defines as the claim itself, e.g. |r| > 0.8 for
+    "tracks"; the row says so); our interval: ours ± 2·√(se² + spread²). *same direction*
+    when the interval lies inside the band; *differs* when it lies outside it (on the other
+    side, or within the margin), or when we have no number; *too close to tell* when it
+    reaches both. The paper's own value, if given, must lie on the claimed side (a check of
+    the row, not of our run)."""
+    if sense not in ("above", "below"):
+        raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
+    s = 1.0 if sense == "above" else -1.0
+    if not _missing(paper) and s * (paper - reference) <= 0:
+        raise ValueError(f"the paper's value {paper} is not {sense} the reference {reference}")
+    m = MARGINS["direction"] if margin is None else margin
+    if _beyond(ours, reference, s, se=se, spread=spread, margin=m):
+        return "same direction"
+    if _missing(ours) or s * (ours - reference) + 2 * _se(se, spread) <= m * abs(reference):
+        return "differs"
+    return CLOSE
+
+
+def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
+    """Whether ours lies beyond the reference on side s (+1 above, -1 below) by more than
+    2·√(se² + spread²) + margin·|reference| (False without a number): the test of the
+    direction and finding rules."""
+    return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
+
+
+def finding(ours: float | None, reference: float, sense: str, se: float | None = None,
+            spread: float | None = None, *, margin: float | None = None) -> str:
+    """A finding of our own, beyond the paper (chapter 07's lead, the 2025 follow-up's claims
+    tested on this task): the quantity lies *above* or *below* a stated reference. *holds*
+    when ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
+    margin·|reference|, margin 10 % (0 when the reference is a cut-off the row names);
+    *fails* otherwise (on the other side, or too close to tell), or when we have no
+    number. Shown apart from the paper's claims and never counted among them."""
+    if sense not in ("above", "below"):
+        raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
+    m = MARGINS["finding"] if margin is None else margin
+    return "holds" if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread,
+                              margin=m) else "fails"
+
+
+def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:
+    """An ordering of events by step (e.g. which re-initialised run drops first): `order`
+    lists tiers, earliest first; a missing value (the event did not happen within the
+    run) is later than any that did. For each pair, the band that agrees: the later item
+    later by more than margin·(its step), margin 10 %; our interval: the gap ± 2·se.
+    *same order* when every pair's interval lies inside its band; *differs* when a pair's
+    lies outside it (reversed, tied, or the earlier never happened); *too close to tell*
+    otherwise (a pair whose interval reaches both)."""
+    m = MARGINS["ordering"] if margin is None else margin
+    at = {k: math.inf if _missing(v) else float(v) for k, v in values.items()}
+    close = False
+    for i, early in enumerate(order):
+        for late in order[i + 1:]:
+            for a in early:
+                for b in late:
+                    if math.isinf(at[a]):
+                        return "differs"
+                    gap, need = at[b] - at[a], m * abs(at[b] if math.isfinite(at[b]) else at[a])
+                    if gap + 2 * _se(se) <= need:
+                        return "differs"
+                    close = close or not gap - 2 * _se(se) > need
+    return CLOSE if close else "same order"
+
+
+def by_construction(*_, **__) -> str:
+    """A reading that equals another number by construction (e.g. E8 with every layer
+    patched: at a masked position the token and the position are the same for X and −X,
+    so the patched run's masked states are the source run's and its MSE to X is the
+    unpatched L_mask): *cannot fail*, shown for completeness and never counted as
+    agreement."""
+    return "cannot fail"
+
+
+RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": ordering,
+         "by construction": by_construction, "finding": finding}
+
+
+def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
+          sense=None, values=None, order=None, na: str | None = None) -> str:
+    """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
+    "n/a" (e.g. an empty group: nothing to test)."""
+    if na:
+        return "n/a"
+    if kind in ("number", "ratio"):
+        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
+    if kind == "direction":
+        return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
+    if kind == "finding":
+        if not _missing(paper):
+            raise ValueError(f"a finding of our own has no paper's value, not {paper}")
+        return finding(ours, reference, sense, se=se, spread=spread, margin=margin)
+    if kind == "ordering":
+        return ordering(values, order, margin=margin, se=se)
+    if kind == "by construction":
+        return by_construction()
+    raise ValueError(f"unknown kind of claim {kind!r}; one of {', '.join(RULES)}")
+
+
+def row_verdict(row: dict) -> str:
+    """The verdict `record` will give `row` (a `claim`), without writing it: what a
+    sentence that speaks for the row passes to `agreement`."""
+    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
+    return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
+
+
+def is_own(row: dict) -> bool:
+    """Whether `row` is a finding of our own (its kind is in `OWN`), not a claim of the paper."""
+    return row.get("kind", "number") in OWN
+
+
+# How a sentence says a verdict: every positive verdict of the paper's kinds agrees with the
+# paper; a finding of our own holds or does not, and never names the paper.
+AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
+             "differs": "unlike the paper", CLOSE: "too close to tell",
+             "n/a": "not tested here", "cannot fail": "true by construction",
+             "holds": "holds here", "fails": "does not hold here"}
+
+
+def agreement(verdict: str) -> str:
+    """The words a chapter's sentence uses for the verdict of the row it speaks for:
+    "as in the paper" (matches, same direction, same order), "unlike the paper" (differs),
+    "too close to tell" (too close to tell), "not tested here" (n/a),
+    "true by construction" (cannot fail); for a finding of our
+    own, "holds here" (holds) or "does not hold here" (fails)."""
+    if verdict not in AGREEMENT:
+        raise ValueError(f"unknown verdict {verdict!r}; one of {', '.join(VERDICTS)}")
+    return AGREEMENT[verdict]
+
+
+def agreements(verdicts: dict[str, str]) -> str:
+    """`agreement` for a sentence that speaks for several rows. verdicts: {how the sentence
+    names the row (e.g. "under the uniform reading"): its verdict}. One phrase when they
+    agree; otherwise each row's phrase with its name, e.g. "as in the paper under the
+    uniform reading, unlike the paper under the batch-mean reading"."""
+    phrases = {agreement(v) for v in verdicts.values()}
+    if len(phrases) == 1:
+        return phrases.pop()
+    return ", ".join(f"{agreement(v)} {name}" for name, v in verdicts.items())
+
+
+def contradiction(reading: str, verdict: str) -> str | None:
+    """The agreement phrase in `reading` that another verdict would use than `verdict`
+    (e.g. "as in the paper" on a row that differs), or None: what `record` refuses."""
+    own = agreement(verdict)
+    for phrase in sorted(set(AGREEMENT.values()) - {own}):
+        if phrase in reading and own not in reading:
+            return phrase
+    return None
+
+
+def rules_table():
+    """The rules as a table (kind, the positive verdict, margin, rule), from the rule
+    functions' docstrings: what the scorecard page shows."""
+    import pandas as pd
+
+    def text(f):
+        return " ".join(f.__doc__.split())
+    return pd.DataFrame([{"kind": k, "positive verdict": POSITIVE[k],
+                          "margin": f"{MARGINS[k]:.0%}" if k in MARGINS else "—", "rule": text(f)}
+                         for k, f in RULES.items()])

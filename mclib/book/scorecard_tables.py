@@ -1,0 +1,243 @@
+"""What the scorecard says in tables and sentences: the counts of the paper's claims (`tally`)
+and their sentences, the findings table (`findings`) and the landing page's box (`headline`),
+the verdicts of a sentence that speaks for several rows (`verdicts_text`), and how the profile's
+task departs from the paper's (`task_note`, `departures_text`)."""
+from __future__ import annotations
+
+import math
+import re
+
+from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
+from .scorecard_stage import is_provisional
+
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing."""
+    return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
+    """How many of `verdicts` say each `agreement`, every count from the verdicts themselves:
+    "all 12 rows unlike the paper", "the one row as in the paper", "of the 12 rows, 3 as in
+    the paper, 8 unlike the paper and 1 too close to tell" (phrases in the order of `VERDICTS`)."""
+    verdicts = list(verdicts)
+    counts: dict[str, int] = {}
+    for v in sorted(verdicts, key=lambda v: VERDICTS.index(v) if v in VERDICTS else len(VERDICTS)):
+        counts[agreement(v)] = counts.get(agreement(v), 0) + 1
+    many = nouns or noun + "s"
+    if not verdicts:
+        return f"no {many}"
+    if len(counts) == 1:
+        phrase = next(iter(counts))
+        return f"the one {noun} {phrase}" if len(verdicts) == 1 else f"all {len(verdicts):,} {many} {phrase}"
+    parts = [f"{k:,} {phrase}" for phrase, k in counts.items()]
+    return f"of the {plural(len(verdicts), noun, nouns)}, " + ", ".join(parts[:-1]) + f" and {parts[-1]}"
+
+
+def verdict_counts(verdicts) -> str:
+    """'5 matches, 2 differs, ...': how often each verdict occurs in `verdicts` (e.g. the
+    verdict column of `recorded_table`'s data), most frequent first."""
+    import pandas as pd
+
+    counts = pd.Series(list(verdicts), dtype=object).value_counts()
+    return ", ".join(f"{counts.get(v, 0)} {v}" for v in counts.index)
+
+
+# --- counts of the paper's claims --------------------------------------------------------
+
+def paper_rows(rows: list[dict]) -> list[dict]:
+    """The rows that test claims of the paper: what every count of reproduced claims reads."""
+    return [r for r in rows if not is_own(r)]
+
+
+def own_rows(rows: list[dict]) -> list[dict]:
+    """The findings of our own, beyond the paper (`OWN`): shown apart, never counted with the paper's."""
+    return [r for r in rows if is_own(r)]
+
+
+REPRODUCED = ("matches", "same direction", "same order")
+
+
+def tally(rows: list[dict]) -> dict[str, int]:
+    """Counts of the paper's claims (`paper_rows`): reproduced (`REPRODUCED`), differ,
+    too close to tell (`CLOSE`), not tested (n/a, cannot fail) and provisional, each row in
+    one of them: a provisional row is counted there, whatever its verdict, and in no other."""
+    rows = paper_rows(rows)
+    firm = [r for r in rows if not is_provisional(r)]
+    return {"rows": len(rows), "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
+            "differ": sum(r["verdict"] == "differs" for r in firm),
+            "too close": sum(r["verdict"] == CLOSE for r in firm),
+            "not tested": sum(r["verdict"] in ("n/a", "cannot fail") for r in firm),
+            "provisional": len(rows) - len(firm)}
+
+
+def provisional_split(rows: list[dict]) -> dict[str, int]:
+    """The provisional rows of the paper's claims (`tally`'s "provisional") by what their verdict
+    says so far: agree (`REPRODUCED`), differ, too close to tell (`CLOSE`)."""
+    late = [r for r in paper_rows(rows) if is_provisional(r)]
+    return {"provisional": len(late), "agree": sum(r["verdict"] in REPRODUCED for r in late),
+            "differ": sum(r["verdict"] == "differs" for r in late), "too close": sum(r["verdict"] == CLOSE for r in late)}
+
+
+def provisional_text(rows: list[dict]) -> str:
+    """'37 provisional: 20 agree, 17 differ so far' (', 1 too close to tell' where one is), from
+    `provisional_split`; '0 provisional' when none is."""
+    p = provisional_split(rows)
+    if not p["provisional"]:
+        return "0 provisional"
+    close = f", {p['too close']} too close to tell" if p["too close"] else ""
+    return f"{p['provisional']} provisional: {p['agree']} agree, {p['differ']} differ{close} so far"
+
+
+def tally_text(rows: list[dict], what: str) -> str:
+    """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 2 are too close to tell, 5 have nothing
+    to test and 23 are provisional': `tally` in a sentence."""
+    t = tally(rows)
+    return (f"Of the {plural(t['rows'], 'claim')} {what}, {t['reproduced']} reproduced, {t['differ']} differ, "
+            f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell, "
+            f"{t['not tested']} have nothing to test here and {t['provisional']} are provisional (they read the end "
+            "of a run cut short of its length).")
+
+
+# --- the findings table ------------------------------------------------------------------
+
+def _order(row: dict):
+    # E2 before E10: sort by the experiment's number, then keep recording order
+    m = re.match(r"E(\d+)", row["id"])
+    return int(m.group(1)) if m else math.inf
+
+
+def causes(rows: list[dict]) -> str:
+    """Why the firm rows of `rows` that differ or are too close to tell do so, in one cell: the
+    distinct causes the chapters recorded (`record`'s cause), in order, else "not traced" where
+    a row differs and none says why, else "—"."""
+    open_ = [r for r in rows if r["verdict"] in ("differs", CLOSE) and not is_provisional(r)]
+    said = list(dict.fromkeys(r["cause"] for r in open_ if r.get("cause")))
+    if said:
+        return "; ".join(said)
+    return "not traced" if any(r["verdict"] == "differs" for r in open_) else "—"
+
+
+def findings(rows: list[dict], link: str | None = None):
+    """The findings table a reader scans first: one line per experiment of the paper (findings
+    of our own left out, `paper_rows`), its counts (rows, reproduced, differs, too close to
+    tell, not tested, provisional: `tally`) and why its rows differ (`causes`). With `link`
+    (a path prefix, e.g. "" beside the chapters' pages or "_executed/" from the landing page),
+    each experiment links to the chapter that recorded its first row."""
+    import pandas as pd
+
+    rows = paper_rows(rows)
+    out = []
+    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+        rs = [r for r in rows if r["id"] == e]
+        t = tally(rs)
+        where = next((r.get("chapter") for r in rs if r.get("chapter")), None)
+        name = e if link is None or not where else f'<a href="{link}{where}.html">{e}</a>'
+        out.append({"experiment": name, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
+                    "too close to tell": t["too close"], "not tested": t["not tested"],
+                    "provisional": t["provisional"], "why it differs": causes(rs)})
+    return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "too close to tell", "not tested",
+                                      "provisional", "why it differs"])
+
+
+# Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
+# the landing page counts them apart from the claims about the model (a row of theirs whose
+# quantity starts with "BERT" sets the model against the solver, and counts with the model).
+SOLVER_ONLY = ("E17",)
+
+
+def headline(rows: list[dict]) -> dict[str, str]:
+    """The landing page's results box, one plain sentence each: the claims about the model
+    and those about the solvers alone (`SOLVER_ONLY`) counted apart, then the experiments
+    that reproduced in full and those with claims that differ (how many; why is the findings
+    table's, `findings`, which the box shows below them); last, our own findings, counted on
+    their own (`own_rows`: none of them is among the paper's claims above)."""
+    own = own_rows(rows)
+    rows = paper_rows(rows)
+    def counts(rs, what):
+        t = tally(rs)
+        late = f" and {t['provisional']} are provisional (read at the end of a run cut short)" if t["provisional"] else ""
+        close = (f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell"
+                 + (" (our value ± two standard errors reaches both what agrees with the paper and what does not)"
+                    if t["too close"] else "") + ", ")
+        return (f"Of the {plural(len(rs), 'claim')} {what}, {t['reproduced']} reproduced (match the paper's number, or point or "
+                f"order the way it says), {t['differ']} differ, {close}{'' if late else 'and '}{t['not tested']} have "
+                f"nothing to test here{late}.")
+
+    full, partial = [], []
+    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+        every = [r for r in rows if r["id"] == e]
+        rs = [r for r in every if not is_provisional(r)]
+        bad = [r for r in rs if r["verdict"] == "differs"]
+        good = [r for r in rs if r["verdict"] in REPRODUCED]
+        close = [r for r in rs if r["verdict"] == CLOSE]
+        if bad:
+            partial.append(f"{e} ({plural(len(bad), 'claim')})")
+        elif good and not close and len(rs) == len(every):  # a provisional or too-close row leaves it open
+            full.append(e)
+    solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
+    model = [r for r in rows if not solver_only(r)]
+    solver = [r for r in rows if solver_only(r)]
+    return {"landing_model": counts(model, "about the model"),
+            "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)}, on "
+                                              "the paper's task, no model)"),
+            "landing_reproduced": ("Reproduced in full: " + ", ".join(full) + ".") if full else
+                                  "No experiment reproduced in full.",
+            "landing_differs": ("With claims that differ: " + ", ".join(partial) + "; the table below gives each "
+                                "experiment's counts and why its claims differ.") if partial else
+                               "No claim differs; the table below gives each experiment's counts.",
+            "landing_own": (f"Beyond the paper, {len(own)} findings tested here (our own, and the 2025 follow-up's "
+                            "claims on this task), counted apart from its claims: "
+                            f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
+                            f"{sum(r['verdict'] == 'fails' for r in own)} do not and "
+                            f"{sum(r['verdict'] == 'n/a' for r in own)} have nothing to test here.")}
+
+
+def setting_counts(rows: list[dict], where: str) -> str:
+    """The landing page's line for one edition (`where`: "the laptop edition", "the paper's
+    own setting"): its counts of the paper's claims (`tally`) in one sentence, the provisional
+    ones split by what they say so far (`provisional_text`)."""
+    t = tally(rows)
+    return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']} reproduced, {t['differ']} differ, "
+            f"{t['too close']} too close to tell, {t['not tested']} n/a (nothing to test, or true by construction), "
+            f"{provisional_text(rows)} (read at the end of a run cut short), of {t['rows']} claims.")
+
+
+# --- the profile's task ----------------------------------------------------------------
+
+def task_departures(profile) -> list[str]:
+    """The data keys where `profile`'s task departs from the paper's (empty: the paper's task)."""
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+
+    return [d["key"] for d in deviations(profile, paper_profile()) if d["key"].startswith("data.")]
+
+
+def task_note(profile) -> str:
+    """One sentence for the scorecard page: whether `profile` trains the paper's task, and
+    if not, how the model rows compare (scale-free quantities, no rescaling)."""
+    from ..core.paper import profile as paper_profile
+    from ..core.data import copy_level
+
+    paper = paper_profile()
+    keys = task_departures(profile)
+    if not keys:
+        return "This profile's task is the paper's: every row compares like with like."
+    return (f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
+            f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
+            "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
+            "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
+            "same matrices, a step over another step), and no number is multiplied across tasks.")
+
+
+def departures_text(profile) -> str:
+    """Every key where `profile` departs from the paper's task and recipe, in one sentence
+    (`mclib.core.config.deviations`)."""
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+
+    fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)
+    rows = deviations(profile, paper_profile())
+    if not rows:
+        return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
+    return (f"Profile {profile.name} departs from the paper's task and recipe in {len(rows)} keys: "
+            + "; ".join(f"{d['key']} {fmt(d['profile'])} (paper: {fmt(d['paper'])})" for d in rows) + ".")
