@@ -12,7 +12,7 @@ from .core.runs import LOSS_CURVE, default_run_dir
 
 def cmd_train(args) -> None:
     from .core.metrics import find_drop
-    from .book.plots import loss_curve
+    from .book.plots_curves import loss_curve
     from .core.runs import drop_column, load_metrics, run_end
     from .core.train import train
 

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from mclib.core.config import PRECISIONS  # noqa: E402
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.metrics import find_drop  # noqa: E402
-from mclib.book.plots import seed_loss_curves  # noqa: E402
+from mclib.book.plots_curves import seed_loss_curves  # noqa: E402
 from mclib.core.runs import METRICS, load_metrics, run_profile  # noqa: E402
 
 

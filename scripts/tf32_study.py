@@ -67,7 +67,7 @@ def main(argv=None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         pd.concat([table.assign(arm=pd.Series(arm)), spread], keys=["runs", "arms"]).to_csv(args.out)
     if args.fig:
-        from mclib.book.plots import seed_loss_curves
+        from mclib.book.plots_curves import seed_loss_curves
         from mclib.core.metrics import find_drop
         curves = {label: load_metrics(folder) for label, folder in folders.items()}
         rank = run_profile(next(iter(folders.values()))).data.rank

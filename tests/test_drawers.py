@@ -1,5 +1,5 @@
 """Finding what drew a figure: every figure a chapter glues is signed with
-the function that drew it (`mclib.book.plots.closed`), and the README's table from the
+the function that drew it (`mclib.book.plots_base.closed`), and the README's table from the
 paper's figures to the chapters names only functions that exist."""
 import ast
 import importlib
@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pytest
 
-from mclib.book import plots
+from mclib.book import plots_base
 from mclib.core.paper import FIGURES_NEURIPS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,28 +37,28 @@ def resolve(name: str):
 def draws_a_line():
     fig, ax = plt.subplots()
     ax.plot([0, 1])
-    return plots.closed(fig)
+    return plots_base.closed(fig)
 
 
 def draws_through_a_comprehension_and_a_nested_function():
     def inner():
-        return plots.closed(plt.subplots()[0])
-    return [plots.closed(plt.subplots()[0]) for _ in range(1)][0], inner()
+        return plots_base.closed(plt.subplots()[0])
+    return [plots_base.closed(plt.subplots()[0]) for _ in range(1)][0], inner()
 
 
 def test_closed_signs_the_figure_with_the_function_that_drew_it():
     fig = draws_a_line()
-    assert plots.drawer(fig) == f"{__name__}.draws_a_line"
-    assert resolve(plots.drawer(fig)) is draws_a_line
-    texts = [t for t in fig.texts if t.get_gid() == plots.DRAWER_GID]
+    assert plots_base.drawer(fig) == f"{__name__}.draws_a_line"
+    assert resolve(plots_base.drawer(fig)) is draws_a_line
+    texts = [t for t in fig.texts if t.get_gid() == plots_base.DRAWER_GID]
     assert len(texts) == 1 and texts[0].get_text() == f"drawn by {__name__}.draws_a_line"
     assert not plt.get_fignums() or fig.number not in plt.get_fignums()  # closed in pyplot
     # a comprehension or a nested function is not resolvable: the module-level function around it is named
     for f in draws_through_a_comprehension_and_a_nested_function():
-        assert plots.drawer(f) == f"{__name__}.draws_through_a_comprehension_and_a_nested_function"
+        assert plots_base.drawer(f) == f"{__name__}.draws_through_a_comprehension_and_a_nested_function"
     # signed once: a second closed keeps the first name
-    assert plots.drawer(plots.closed(fig)) == f"{__name__}.draws_a_line" and len(fig.texts) == 1
-    assert plots.drawer(plt.figure()) is None
+    assert plots_base.drawer(plots_base.closed(fig)) == f"{__name__}.draws_a_line" and len(fig.texts) == 1
+    assert plots_base.drawer(plt.figure()) is None
     plt.close("all")
 
 
@@ -68,8 +68,8 @@ def test_the_signature_lies_under_the_plot(tmp_path):
     fig, ax = plt.subplots()
     ax.plot([0, 1])
     fig.savefig(tmp_path / "unsigned.png", bbox_inches="tight")
-    plots.sign(fig, "somewhere.something")
-    (text,) = [t for t in fig.texts if t.get_gid() == plots.DRAWER_GID]
+    plots_base.sign(fig, "somewhere.something")
+    (text,) = [t for t in fig.texts if t.get_gid() == plots_base.DRAWER_GID]
     fig.canvas.draw()
     assert text.get_window_extent().transformed(fig.transFigure.inverted()).y1 <= 0.001
     fig.savefig(tmp_path / "signed.png", bbox_inches="tight")
@@ -170,7 +170,7 @@ def test_the_smoke_chapter_s_figures_name_their_drawers(ch):
                "mclib.book.ch02_copying.pre_losses_and_figures": [glued["fig_copy_scatter"], glued["fig_mask_value"]],
                "mclib.book.ch04_embeddings.position_norms_figure": [ch04_embeddings.position_norms_figure(ch)]}
     for name, figs in figures.items():
-        assert all(plots.drawer(f) == name for f in figs) and callable(resolve(name))
+        assert all(plots_base.drawer(f) == name for f in figs) and callable(resolve(name))
 
 
 # --- the README's table ---------------------------------------------------------------------

@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mclib.book import plots  # noqa: E402
+from mclib.book import plots_heads, plots_scorecard  # noqa: E402
 
 
 def _title(fig):
@@ -24,7 +24,7 @@ def test_prediction_scatter_puts_observed_left_and_masked_right():
     x = torch.rand(4, 7, 7, generator=gen) * 2 - 1
     mask = torch.rand(4, 7, 7, generator=gen) < 0.3
     pred = x * ~mask  # a copying model: X at observed entries, 0 at masked ones
-    fig = plots.prediction_scatter(x, pred, mask, title="t")
+    fig = plots_heads.prediction_scatter(x, pred, mask, title="t")
     left, right = fig.axes[:2]
     assert _title(fig) == "t"
     obs, hid = _points(left), _points(right)
@@ -36,25 +36,25 @@ def test_prediction_scatter_puts_observed_left_and_masked_right():
 def test_prediction_scatter_samples_at_most_max_points():
     x = torch.zeros(10, 7, 7)
     mask = torch.zeros(10, 7, 7, dtype=torch.bool)
-    fig = plots.prediction_scatter(x, x, mask, max_points=100)
+    fig = plots_heads.prediction_scatter(x, x, mask, max_points=100)
     assert len(_points(fig.axes[0])) == 100 and len(_points(fig.axes[1])) == 0
 
 
 def test_mask_value_curve_draws_the_smoothed_curve_and_the_marks():
     values = np.linspace(0.5, 0.01, 50)
     metrics = pd.DataFrame({"step": range(1, 51), "mask_value": values})
-    fig = plots.mask_value_curve(metrics, 0.35, drop=30, mark={"pre": 10}, smooth=1, title="m")
+    fig = plots_heads.mask_value_curve(metrics, 0.35, drop=30, mark={"pre": 10}, smooth=1, title="m")
     ax = fig.axes[0]
     curve, reference, drop, pre = ax.get_lines()
     assert np.array_equal(curve.get_xdata(), np.arange(1, 51)) and np.allclose(curve.get_ydata(), values)
     assert list(reference.get_ydata()) == [0.35, 0.35]
     assert list(drop.get_xdata()) == [30, 30] and list(pre.get_xdata()) == [10, 10]
-    smoothed = plots.mask_value_curve(metrics, 0.35, smooth=5).axes[0].get_lines()[0].get_ydata()
+    smoothed = plots_heads.mask_value_curve(metrics, 0.35, smooth=5).axes[0].get_lines()[0].get_ydata()
     assert smoothed[10] == pytest.approx(values[6:11].mean())     # the mean of the 5 steps ending there
 
 
 def test_loss_bars_draw_one_bar_per_value_on_a_log_scale():
-    fig = plots.loss_bars(["a", "b"], {"L_obs": [1e-3, 0.0], "L_mask": [0.2, 0.1]},
+    fig = plots_heads.loss_bars(["a", "b"], {"L_obs": [1e-3, 0.0], "L_mask": [0.2, 0.1]},
                           paper={"L_obs": [2e-3, None]}, title="bars", reference=(0.22, "E[X²]"))
     ax = fig.axes[0]
     assert ax.get_xscale() == "log" and _title(fig) == "bars"
@@ -69,7 +69,7 @@ def test_loss_bars_draw_one_bar_per_value_on_a_log_scale():
 def test_loss_bars_set_ours_and_the_papers_each_over_its_own_copying_level_with_error_bars():
     # ours on a task with E[X²] = 1/9, the paper's on one with 2/9: the same copying model
     # (L_mask = E[X²]) is 1 on both sides; errors are ± 2 s.e., scaled alike
-    fig = plots.loss_bars(["copies", "completes"], {"L_mask": [1 / 9, 0.01]}, errors={"L_mask": [0.01, 0.001]},
+    fig = plots_heads.loss_bars(["copies", "completes"], {"L_mask": [1 / 9, 0.01]}, errors={"L_mask": [0.01, 0.001]},
                           paper={"L_mask": [2 / 9, 0.02]}, level=1 / 9, paper_level=2 / 9)
     ax = fig.axes[0]
     assert [p.get_width() for p in ax.patches] == pytest.approx([1.0, 0.09])
@@ -80,7 +80,7 @@ def test_loss_bars_set_ours_and_the_papers_each_over_its_own_copying_level_with_
     spans = sorted(abs(seg[1][0] - seg[0][0]) for seg in caps)
     assert spans == pytest.approx(sorted([4 * 0.01 * 9, 4 * 0.001 * 9]))
     # a level per label (E2: low-rank and random matrices have their own E[X²])
-    fig = plots.loss_bars(["a", "b"], {"q": [0.1, 0.3]}, paper={"q": [0.2, 0.3]}, level=[0.1, 0.3],
+    fig = plots_heads.loss_bars(["a", "b"], {"q": [0.1, 0.3]}, paper={"q": [0.2, 0.3]}, level=[0.1, 0.3],
                           paper_level=[0.2, 0.3])
     assert [p.get_width() for p in fig.axes[0].patches] == pytest.approx([1.0, 1.0])
     assert "no error computed" in fig.axes[0].get_legend().get_texts()[0].get_text()
@@ -91,7 +91,7 @@ def test_scorecard_plot_gives_the_data_half_the_width_at_any_number_of_rows():
     row = lambda i, verdict: {"id": f"E{i // 3}", "quantity": "a long quantity name " * 4, "kind": "number",
                               "paper": 0.2, "ours": 0.2 * (1 + i / 10), "se": 0.01, "verdict": verdict}
     for n in (3, 80):
-        fig = plots.scorecard_plot([row(i, "matches" if i % 2 else "differs") for i in range(n)])
+        fig = plots_scorecard.scorecard_plot([row(i, "matches" if i % 2 else "differs") for i in range(n)])
         ax = fig.axes[0]
         box = ax.get_position()
         w, h = fig.get_size_inches()
@@ -103,7 +103,7 @@ def test_scorecard_plot_gives_the_data_half_the_width_at_any_number_of_rows():
 
 def test_attention_grid_shows_each_map():
     maps = torch.softmax(torch.randn(2, 3, 49, 49, generator=torch.Generator().manual_seed(0)), -1)
-    fig = plots.attention_grid(maps, row_labels=["r1", "r2"], col_labels=["a", "b", "c"], title="grid",
+    fig = plots_heads.attention_grid(maps, row_labels=["r1", "r2"], col_labels=["a", "b", "c"], title="grid",
                                query_bands=[(21, 27)], key_marks=[22])
     assert _title(fig) == "grid" and len(fig.axes) == 7  # six maps and a colour bar
     for i, ax in enumerate(fig.axes[:6]):
@@ -112,18 +112,18 @@ def test_attention_grid_shows_each_map():
         assert image.get_clim() == (0, pytest.approx(max(maps.max().item(), 3 / 49)))  # one scale for all
     assert fig.axes[6].get_ylabel() == "attention probability"
     assert [ax.get_title() for ax in fig.axes[:3]] == ["a", "b", "c"] and fig.axes[3].get_ylabel() == "r2"
-    uniform = plots.attention_grid(torch.full((1, 1, 49, 49), 1 / 49))
+    uniform = plots_heads.attention_grid(torch.full((1, 1, 49, 49), 1 / 49))
     assert uniform.axes[0].get_images()[0].get_clim() == (0, pytest.approx(3 / 49))  # a flat head stays dark
     with pytest.raises(ValueError, match="expected \\[rows, cols, query, key\\]"):
-        plots.attention_grid(maps[0])
+        plots_heads.attention_grid(maps[0])
 
 
 def test_head_label_heatmap_colours_each_head_by_its_label():
     labels = pd.Series(["row", "column", "identity", "other"],
                        index=pd.MultiIndex.from_tuples([(0, 0), (0, 1), (1, 0), (1, 1)], names=["layer", "head"]))
-    fig = plots.head_label_heatmap(labels, title="labels")
+    fig = plots_heads.head_label_heatmap(labels, title="labels")
     ax = fig.axes[0]
-    names = list(plots.LABEL_COLORS)
+    names = list(plots_heads.LABEL_COLORS)
     grid = ax.get_images()[0].get_array()
     assert grid.tolist() == [[names.index("row"), names.index("column")],
                              [names.index("identity"), names.index("other")]]
@@ -134,7 +134,7 @@ def test_head_label_heatmap_colours_each_head_by_its_label():
 def test_progress_lines_draw_every_head_and_the_largest():
     progress = pd.DataFrame([{"step": s, "layer": 0, "head": h, "row_excess": s / 10 * h, "column_excess": 0.0,
                               "self_excess": 0.1} for s in (1, 2, 3) for h in (0, 1)])
-    fig = plots.progress_lines(progress, drop=2, mark={"pre": 1}, title="progress")
+    fig = plots_heads.progress_lines(progress, drop=2, mark={"pre": 1}, title="progress")
     row_ax = fig.axes[0]
     lines = row_ax.get_lines()
     assert np.allclose(lines[0].get_ydata(), [0, 0, 0]) and np.allclose(lines[1].get_ydata(), [0.1, 0.2, 0.3])
@@ -146,7 +146,7 @@ def test_probe_lines_plot_mse_relative_to_zero():
     probes = pd.DataFrame([{"layer": l, "target": t, "positions": p, "mse": 0.1 * (l + 1), "mse_zero": 1.0,
                             "abs_cos": float("nan") if t == "value" else 0.5}
                            for l in range(3) for t in ("row", "value") for p in ("all", "masked")])
-    fig = plots.probe_lines(probes, title="probes")
+    fig = plots_heads.probe_lines(probes, title="probes")
     assert _title(fig) == "probes" and len(fig.axes) == 4
     mse_row = fig.axes[0].get_lines()
     assert len(mse_row) == 2 and np.allclose(mse_row[0].get_ydata(), [0.1, 0.2, 0.3])
@@ -154,7 +154,7 @@ def test_probe_lines_plot_mse_relative_to_zero():
 
 
 def test_the_theme_is_set_in_one_place_and_a_heatmap_leaves_it_as_it_was():
-    """The book's plot theme is set once, in mclib/book/plots.py; the gridless maps draw
+    """The book's plot theme is set once, in mclib/book/plots_base.py; the gridless maps draw
     without a grid and leave the theme's grid on for the next figure."""
     import re
     from pathlib import Path
@@ -168,9 +168,9 @@ def test_the_theme_is_set_in_one_place_and_a_heatmap_leaves_it_as_it_was():
     calls = [f"{p.relative_to(root)}:{i}" for p in sorted([*root.glob("mclib/**/*.py"), *root.glob("scripts/*.py"),
                                                            *root.glob("book/*.ipynb")])
              for i, l in enumerate(p.read_text().splitlines(), 1) if setters.search(l)]
-    assert calls == ["mclib/book/plots.py:23"]
+    assert calls == ["mclib/book/plots_base.py:16"]
     assert plt.rcParams["axes.grid"]                                   # the theme: whitegrid
-    grid = plots.attention_grid(torch.full((1, 1, 9, 9), 1 / 9), n=3)
+    grid = plots_heads.attention_grid(torch.full((1, 1, 9, 9), 1 / 9), n=3)
     assert not grid.axes[0].xaxis._major_tick_kw.get("gridOn", False)  # the map has no grid
     assert plt.rcParams["axes.grid"]                                   # and the theme is back
     plt.close(grid)

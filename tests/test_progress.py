@@ -122,20 +122,20 @@ def test_normalised_runs_from_first_to_extreme():
 def test_the_chapter_figures_have_titles_and_labels():
     import matplotlib
     matplotlib.use("Agg")
-    from mclib.book import plots
+    from mclib.book import plots_curves
 
     table = pd.DataFrame({"step": STEPS, "rises": _step_up(3000), "L_mask": _step_up(5000, 0.22, 0.01)})
     leads = progress.lead_times(table, 5000)
     for drop in (5000, None):
-        fig = plots.progress_panels(progress.normalised(table), leads, drop, title="panels")
+        fig = plots_curves.progress_panels(progress.normalised(table), leads, drop, title="panels")
         assert fig._suptitle.get_text() == "panels" and fig.axes[0].get_ylabel() and fig.axes[0].get_title()
     curves = {1: pd.DataFrame({"step": STEPS, "L_mask": table["L_mask"]}),
               2: pd.DataFrame({"step": STEPS, "L_mask": 0.22})}
-    fig = plots.seed_loss_curves(curves, {1: 5000, 2: None}, title="seeds")
+    fig = plots_curves.seed_loss_curves(curves, {1: 5000, 2: None}, title="seeds")
     ax = fig.axes[0]
     assert ax.get_title() == "seeds" and ax.get_xlabel() and ax.get_ylabel()
     assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["seed 1: drop at step 5,000", "seed 2: no drop"]
-    named = plots.seed_loss_curves({"fp32": curves[1], "bf16": curves[2]}, {"fp32": 5000}, label="{}")
+    named = plots_curves.seed_loss_curves({"fp32": curves[1], "bf16": curves[2]}, {"fp32": 5000}, label="{}")
     assert [t.get_text() for t in named.axes[0].get_legend().get_texts()][:2] == ["fp32: drop at step 5,000", "bf16: no drop"]
 
 

@@ -6,7 +6,7 @@
 
 What goes in: every column of metrics.csv as a scalar of the same name at its row's step (a
 row's empty cells, e.g. the eval_* columns between evaluations, are left out, not written
-as NaN); the loss curve (`plots.loss_curve` with `find_drop`'s drop, the figure `python -m
+as NaN); the loss curve (`plots_curves.loss_curve` with `find_drop`'s drop, the figure `python -m
 mclib train` draws) as an image at the last step; the run's profile.yaml (the W&B run's
 config, a TensorBoard text). Neither tracker needs a network: TensorBoard writes event
 files (`tensorboard --logdir RUN/export/tensorboard`), W&B runs in offline mode
@@ -30,7 +30,7 @@ import yaml
 from ..core.config import ConfigError
 from ..core.metrics import find_drop
 from ..core.runs import METRICS, PROFILE, drop_column, export_dir, load_metrics, run_profile, write_atomic
-from .plots import loss_curve
+from .plots_curves import loss_curve
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # tracker -> the package it needs
 EXTRA = "track"           # pyproject.toml's optional extra that installs them

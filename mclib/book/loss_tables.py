@@ -9,7 +9,7 @@ import pandas as pd
 
 from ..core.data import copy_level
 from ..core.paper import task as paper_task
-from . import plots
+from . import plots_heads
 
 # The two readings of an ablation (docs/protocol.md §3), as tables, scorecard rows and sentences name them
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
@@ -22,18 +22,18 @@ def loss_figure(table: pd.DataFrame, title: str, level: float):
     """L_obs and L_mask of each row of `table` (columns model, L_obs, L_mask, their
     standard errors L_obs_se and L_mask_se, paper L_obs, paper L_mask) beside the paper's,
     each over its own task's copying level E[X²] (ours `level`, the paper's `PAPER_LEVEL`)."""
-    return plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
-                           errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
-                           paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
-                           title=title, level=level, paper_level=PAPER_LEVEL)
+    return plots_heads.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
+                                 errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
+                                 paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
+                                 title=title, level=level, paper_level=PAPER_LEVEL)
 
 
 def matching_reading_text(verdicts: list[str], what: str) -> str:
     """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
     batch mean) rows: e.g. 'the uniform reading (the paper's text) matches X; the
-    batch-mean reading (the released code) does not'; a row too close to tell (`scorecard.CLOSE`)
+    batch-mean reading (the released code) does not'; a row too close to tell (`scorecard_rules.CLOSE`)
     says so, never "does not"."""
-    from .scorecard import CLOSE
+    from .scorecard_rules import CLOSE
 
     names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}
     said = {m: "match" if v == "matches" else "close" if v == CLOSE else "no"

@@ -46,7 +46,7 @@ from .scorecard_rules import CLOSE, _missing, contradiction, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
 from .scorecard_tables import _order
 
-# The chapters (mclib/book/ch*.py, followup.py) and mclib/book/loss_tables.py import these from here
+# The chapters (mclib/book/ch*.py, followup.py) import these from here
 from .scorecard_rules import (CUT, MARGINS, POSITIVE, agreement, agreements, copy_levels,  # noqa: F401
                               is_own, row_verdict, rules_table)
 from .scorecard_stage import PAPER_PRE, is_cut, is_provisional, stage  # noqa: F401

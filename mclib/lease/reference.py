@@ -157,8 +157,8 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
 
 
 def loss_figure(folder: Path, name: str = "paper"):
-    """L_mask of every seed the results hold, against step, each drop marked (`plots.seed_loss_curves`)."""
-    from ..book.plots import seed_loss_curves
+    """L_mask of every seed the results hold, against step, each drop marked (`plots_curves.seed_loss_curves`)."""
+    from ..book.plots_curves import seed_loss_curves
 
     runs = {label: run for label, run in run_folders(folder, name).items()
             if "E15" not in label and "(slice" not in label}  # each seed once: a seed trained again is the same run
@@ -204,8 +204,8 @@ def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None
 
 def freeze_figure(folder: Path, name: str = "paper"):
     """E15's runs at the paper's setting (`e15_runs`), their L_mask curves with each drop
-    marked (`plots.freeze_curves`, as chapter 05 draws them); None when no E15 slice is done."""
-    from ..book.plots import freeze_curves
+    marked (`plots_curves.freeze_curves`, as chapter 05 draws them); None when no E15 slice is done."""
+    from ..book.plots_curves import freeze_curves
 
     runs, _, source = e15_runs(folder, name)
     if not runs:
