@@ -60,23 +60,23 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_slice(args) -> int:
-    from .lease import slices
+    from .lease import slices, slices_pack, slices_run
 
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):
         try:
-            slices.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
-                         began=args.began, command_s=args.command_s)
+            slices_run.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
+                             began=args.began, command_s=args.command_s)
         except slices.SliceError as e:
-            slices.refuse(args.out_dir, str(e))  # `finish` packs why
+            slices_pack.refuse(args.out_dir, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
-        slices.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
-                      command_s=args.command_s)
+        slices_run.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
+                          command_s=args.command_s)
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
-        slices.merge(Path(args.file), root=ledger.parent, ledger_path=ledger)
+        slices_pack.merge(Path(args.file), root=ledger.parent, ledger_path=ledger)
     if args.action == "status":
         print(slices.status(ledger))
     return 0

@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from mclib.lease import reference, slices
+from mclib.lease import reference, slices_pack
 from mclib.core.runs import SCORECARD
 
 
@@ -31,7 +31,7 @@ ROW = {"id": "E1", "quantity": "drop step", "paper": 15000.0, "ours": 14000.0, "
 
 def test_collect_copies_the_small_files_and_never_a_checkpoint(tmp_path):
     _fake_book(tmp_path / "out", [ROW])
-    dest = slices.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
+    dest = slices_pack.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == ["book/01_train.ipynb", "book/manifest.json", "device.json", "runs/paper-seed1/end.json",
                      "runs/paper-seed1/freeze/mlp/metrics.csv.gz", "runs/paper-seed1/metrics.csv.gz",
@@ -49,7 +49,7 @@ def test_latest_and_beside(tmp_path):
                                   {"id": "E20", "quantity": "final MSE", "paper": 1e-3, "ours": 2e-3,
                                    "verdict": "differs"}])
     for date, name in (("2026-01-01", "paper-A-2026-01-01"), ("2026-02-01", "paper-B-2026-02-01")):
-        dest = slices.collect(tmp_path / "out", tmp_path / name)
+        dest = slices_pack.collect(tmp_path / "out", tmp_path / name)
         (dest / "device.json").write_text(json.dumps({"device": name[6], "date": date, "torch": "2.x", "git": "abc"}))
     folder = reference.latest(root=tmp_path)
     assert folder.name == "paper-B-2026-02-01"
@@ -96,7 +96,7 @@ def _paper_run(run, level_after: float, steps: int = 6000, drop_at: int | None =
 def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
     _paper_run(tmp_path / "out" / "runs" / "paper-seed1", level_after=0.05)
     _paper_run(tmp_path / "out" / "runs" / "paper-seed2", level_after=1.0, steps=2000, drop_at=None, ended=None)
-    dest = slices.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
+    dest = slices_pack.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")
     assert (dest / "runs" / "paper-seed1" / "metrics.csv.gz").is_file()
     assert not (dest / "runs" / "paper-seed1" / "metrics.csv").exists()
     assert reference.read_metrics(dest / "runs" / "paper-seed1").equals(
@@ -152,7 +152,7 @@ def test_the_slices_of_the_paper_book_read_as_one_set_of_runs(tmp_path):
     for name, seed, date in (("A", 1, "2026-12-01"), ("B", 2, "2026-12-02")):
         out = tmp_path / f"out-{name}"
         _paper_run(out / "runs" / f"paper-seed{seed}", level_after=0.05)
-        dest = slices.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[seed])
+        dest = slices_pack.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[seed])
         (dest / "slice.json").write_text(json.dumps({"slice": name, "profile": "paper", "device": "GPU",
                                                      "date": date, "git": "abc", "precision": "tf32"}))
     folder = reference.latest(root=root)
@@ -187,7 +187,7 @@ def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_boo
             _paper_run(freeze_dir(run, group), level_after=0.05, steps=4000, drop_at=drop, ended=None)
             record["freeze_ends"] = {group: {"group": group, "ended": "converged" if drop else "main drop",
                                              "steps": 4000, "drop": drop, "main_drop": 3000, "cap": 14000}}
-        dest = slices.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[1])
+        dest = slices_pack.collect(out, root / f"paper-{name}-GPU-{date}", seeds=[1])
         (dest / "slice.json").write_text(json.dumps(record))
         (dest / "device.json").write_text(json.dumps({"device": "GPU", "date": date, "torch": "2.x", "git": "abc"}))
     folder = reference.latest(root=root)

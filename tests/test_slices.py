@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from mclib.lease import slices
+from mclib.lease import slices, slices_pack, slices_run
 from mclib.core.runs import run_end, saved_steps
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,7 +43,7 @@ def _ledger(tmp_path, train_s=20, profile="smoke", chapters=("01_train", "02_cop
 def test_a_slice_that_cannot_fit_is_refused_in_one_line(tmp_path):
     ledger = _ledger(tmp_path, train_s=600)
     with pytest.raises(slices.SliceError) as e:
-        slices.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
+        slices_run.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
     assert str(e.value) == ("no slice fits this lease: slice A needs at least 830 s (training 600 s at 5 ms a step, "
                             "chapters 200 s, packing 30 s) but 700 s are left")
     assert not (tmp_path / "work").exists()  # refused before anything is written
@@ -122,7 +122,7 @@ def test_a_result_of_another_precision_or_a_slice_not_open_is_merged_with_a_note
     tgz = tmp_path / "results.tgz"
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(out / slices.STATE, arcname=slices.STATE)
-    dest = slices.merge(tgz, path.parent, path)
+    dest = slices_pack.merge(tgz, path.parent, path)
     notes = json.loads((dest / slices.STATE).read_text())["merge_notes"]
     assert "trained in tf32, the ledger's precision is fp32" in notes
     assert any(n.startswith("slice B was not open in the ledger") for n in notes)
@@ -251,7 +251,7 @@ def test_a_file_that_is_not_a_slices_results_is_refused_in_one_line(tmp_path):
     with tarfile.open(tgz, "w:gz") as tar:
         tar.add(tmp_path / "x.txt", arcname="x.txt")
     with pytest.raises(slices.SliceError, match="no slice.json at its top"):
-        slices.merge(tgz, root=tmp_path)
+        slices_pack.merge(tgz, root=tmp_path)
 
 
 def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, monkeypatch, smoke_profile):
@@ -273,20 +273,20 @@ def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, m
     built = []
     monkeypatch.setattr(runner, "build", lambda profile, templates, **kw: built.append((templates, kw["timeout"])))
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
-    monkeypatch.setattr(slices, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
+    monkeypatch.setattr(slices_run, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
 
     # the first budget is spent: nothing runs without new seconds
-    path = slices.finish(work, tmp_path / "out")
+    path = slices_run.finish(work, tmp_path / "out")
     assert built == []
     with tarfile.open(path) as tar:
         record = json.loads(tar.extractfile(slices.STATE).read())
     assert record["chapters_not_run"] == ["02_copying", "03_heads"] and record["chapters_done"] == ["01_train"]
 
-    slices.finish(work, tmp_path / "out", chapters_s=300)
+    slices_run.finish(work, tmp_path / "out", chapters_s=300)
     assert [name for name, _ in built] == ["02_copying", "03_heads"]
     assert all(t <= 300 - slices.COLLECT_S for _, t in built)
     assert json.loads((work / slices.STATE).read_text())["chapters_done"] == ["01_train", "02_copying", "03_heads"]
-    slices.finish(work, tmp_path / "out", chapters_s=300)
+    slices_run.finish(work, tmp_path / "out", chapters_s=300)
     assert len(built) == 2  # nothing left to execute
 
 
@@ -321,7 +321,7 @@ def test_an_e15_slice_with_a_bad_group_or_no_source_step_is_refused_in_one_line(
         slices.read_ledger(_ledger(tmp_path / "b", freeze=["mlp"]))
     ledger = _ledger(tmp_path / "c", chapters=(), freeze=["mlp"], source_steps=45)  # smoke logs every 10 steps
     with pytest.raises(slices.SliceError, match="source_steps 45 must be a multiple of train.log_every .10."):
-        slices.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
+        slices_run.start(tmp_path / "work", budget_s=700, ledger_path=ledger)
     assert not (tmp_path / "work").exists()  # refused before anything is written
 
 
@@ -329,7 +329,7 @@ def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_ther
     """In-process (the detached trainer's function): the smoke run stops at step 40 of its 60,
     then two groups train from that checkpoint, capped at the slice's 20 steps; what a lease
     packs holds both runs' small files and how each ended."""
-    from mclib.lease.slices import collect
+    from mclib.lease.slices_pack import collect
     from mclib.core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
 
     ledger = slices.read_ledger(_ledger(tmp_path, chapters=(), freeze=["mlp", "token"], source_steps=40,
@@ -340,7 +340,7 @@ def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_ther
     ppath = tmp_path / "slice.yaml"
     ppath.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
     work = tmp_path / "work"
-    slices.train_slice(ppath, work, time.time() + 600, s.source_steps, tuple(s.freeze))
+    slices_run.train_slice(ppath, work, time.time() + 600, s.source_steps, tuple(s.freeze))
     run = work / "runs" / "smoke-seed1"
     end = run_end(run)
     assert (end.ended, end.step) == ("stopped", 40) and load_metrics(run)["step"].max() == 40
@@ -348,7 +348,7 @@ def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_ther
         folder = freeze_dir(run, g)
         assert json.loads((folder / FREEZE_SOURCE).read_text())["step"] == 40
         assert load_metrics(folder)["step"].max() == 20  # the smoke run does not drop: the cap ends it
-    ends = slices._freeze_ends(work, profile, ["mlp", "token", "attention"])
+    ends = slices_pack._freeze_ends(work, profile, ["mlp", "token", "attention"])
     assert ends["mlp"]["ended"] == "cap" and ends["mlp"]["steps"] == 20 and ends["attention"] is None
     packed = collect(work, tmp_path / "packed", name=profile.name, seeds=[1])
     got = {p.relative_to(packed).as_posix() for p in packed.rglob("*") if p.is_file()}
@@ -362,6 +362,6 @@ def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_
     s = ledger["slices"][0]
     ppath = tmp_path / "slice.yaml"
     ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, s).to_dict(), sort_keys=False))
-    slices.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
+    slices_run.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
     assert "E15's runs not started" in capsys.readouterr().out
     assert not (tmp_path / "work" / "runs" / "smoke-seed1" / "freeze").exists()

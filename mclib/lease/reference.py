@@ -7,7 +7,7 @@ results/, and shown in the default book beside the laptop edition's scorecard.
         runs/paper-seed{2,3}/{metrics.csv.gz, end.json}   runs/paper-seed1/freeze/GROUP/metrics.csv.gz
         book/*.ipynb, book/manifest.json  the executed chapters and their timings
 
-`mclib.lease.slices.collect` writes that folder from a built book (`mclib slice finish` on the
+`mclib.lease.slices_pack.collect` writes that folder from a built book (`mclib slice finish` on the
 GPU machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
 repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds the
 newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters

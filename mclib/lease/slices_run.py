@@ -1,0 +1,255 @@
+"""A slice on the GPU machine: `start` refuses one that cannot fit and trains it detached
+(`train_slice`, run as `python -m mclib.lease.slices_run`); `finish` waits for that training,
+stops it past its deadline (`stop_training`), executes the slice's chapters through the book's
+runner and packs results.tgz (slices_pack). The lease's limits are read from `slices` when used
+(`slices.COMMAND_S`, ...): a rehearsal on a scaled clock scales them there."""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import yaml
+
+from ..core.config import load_profile
+from ..core.repo import REPO, git_revision
+from ..core.runs import write_atomic
+from . import slices
+from .slices import (LEDGER, STATE, STEP_TABLE, TRAIN_LOG, SliceError, next_slice, pick_step, read_ledger,
+                     slice_profile, train_seconds, why_not)
+from .slices_pack import (_copy_logs, _ends, _freeze_ends, _pack_into, _read, _steps_ran, collect, device_record,
+                          pack_refused)
+
+
+def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER, *,
+          began: float | None = None, command_s: float | None = None) -> dict:
+    """Refuse a slice that cannot fit `budget_s`, the device seconds left for it from now
+    (default: the ledger's lease less the machine's start and the return), else write its profile
+    and start its training detached (a new process session, which the lease keeps when this
+    command returns), then hold this command `hold_s` seconds or until training ends, never past
+    COMMAND_S (or `command_s`) less COMMAND_SPARE_S from `began` (when the command began; default
+    now). Returns the state written to OUT_DIR/slice.json."""
+    began = time.time() if began is None else began
+    command_s = slices.COMMAND_S if command_s is None else command_s
+    ledger = read_ledger(ledger_path)
+    if next_slice(ledger, ledger_path.parent) is None:
+        raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
+    t0 = time.time()
+    budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"] - slices.RETURN_S
+    # the plan follows this lease's own step: the variant that passed its check and its time, else the ledger's
+    table = Path(out_dir) / STEP_TABLE
+    variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
+    step_ms = measured if measured is not None else ledger["step_ms"]
+    print(f"lease: {why}; the plan reads {step_ms:g} ms a step "
+          f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})", flush=True)
+    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=lambda line: print(line, flush=True))
+    if s is None:
+        first = next_slice(ledger, ledger_path.parent)
+        raise SliceError(f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}")
+    profile = slice_profile(ledger, s).replace(**{"train.step": variant})
+    if s.source_steps is not None and (s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps):
+        raise SliceError(f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
+                         f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})")
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ppath = out_dir / f"slice-{s.name}.yaml"
+    write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+    deadline = t0 + train_seconds(s, budget)
+    log = open(out_dir / TRAIN_LOG, "ab")
+    e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
+    trainer = [sys.executable, "-m", "mclib.lease.slices_run", str(ppath), str(out_dir), str(deadline), e15]
+    proc = subprocess.Popen(trainer, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
+    state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
+             "profile": str(ppath),
+             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": git_revision(),
+             "train_step": variant, "train_step_why": why}
+    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
+          f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
+    _wait(proc.pid, min(time.time() + hold_s, began + command_s - slices.COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
+    return state
+
+
+def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps: int | None = None,
+                freeze: tuple[str, ...] = ()) -> None:
+    """The detached trainer: the slice's seeds one after the other under one deadline; the
+    book's run (the first seed) trains toward its last step, or stops at `source_steps`
+    where given; the others stop `analysis.after_drop` steps after their drop
+    (`mclib.core.train.seed_jobs`). Then E15's runs of the groups in `freeze`, one after
+    the other, from the book's run's checkpoint at `source_steps`
+    (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline)."""
+    from ..analyses.freezing import freeze_run
+    from ..core.runs import default_run_dir, run_end, saved_steps
+    from ..core.train import _seed_stop, seed_jobs, stop_at_step, train
+
+    profile = load_profile(profile_file)
+    book_run = default_run_dir(profile, Path(out_dir) / "runs")
+    for job_profile, run_dir, after in seed_jobs(profile, book_run):
+        if time.time() >= deadline:
+            break
+        stop = stop_at_step(source_steps) if run_dir == book_run and source_steps is not None else \
+            _seed_stop(job_profile, after)
+        train(job_profile, run_dir, progress=False, stop=stop, newest_only=after is not None, deadline=deadline)
+    if not freeze:
+        return
+    reached = run_end(book_run).step if saved_steps(book_run) else 0
+    if reached != source_steps:  # cut by the deadline first: E15 would start from other weights than planned
+        print(f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started",
+              flush=True)
+        return
+    for group in freeze:
+        if time.time() >= deadline:
+            break
+        freeze_run(profile, book_run, group, source_step=source_steps, deadline=deadline)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.is_file() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has ended
+
+
+def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
+    """Wait while `pid` runs, at most until `until`, a progress line every 30 s; True if it ended."""
+    from ..book.runner_progress import training_status
+
+    last = 0.0
+    while _alive(pid) and time.time() < until:
+        if not quiet and time.time() - last >= 30:
+            print("  training: " + (", ".join(training_status(out_dir / "runs", 0)) or "starting"), flush=True)
+            last = time.time()
+        time.sleep(min(1.0, max(0.05, until - time.time())))
+    return not _alive(pid)
+
+
+def _signal(pid: int, sig: int) -> None:
+    """`sig` to the trainer's process group (`start` gave it a process group of its own), else to it alone."""
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop_training(state: dict, out_dir: Path, until: float) -> str:
+    """Wait for the slice's trainer until its deadline + FINISH_GRACE_S (never past `until`),
+    then ask it to stop (SIGTERM: the training loop saves a resumable checkpoint and ends "cut"),
+    and STOP_S later kill it; how it ended, in one line (slice.json's `training_stop`)."""
+    pid, name = state["pid"], state["slice"]
+    if _wait(pid, min(state["deadline"] + slices.FINISH_GRACE_S, until - slices.STOP_S), out_dir):
+        return "ended by itself"
+    late = time.time() - state["deadline"]
+    print(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)",
+          file=sys.stderr, flush=True)
+    _signal(pid, signal.SIGTERM)
+    if _wait(pid, min(time.time() + slices.STOP_S, until), out_dir, quiet=True):
+        return f"asked to stop (SIGTERM) {late:.0f} s past its deadline; it ended"
+    _signal(pid, signal.SIGKILL)
+    ended = _wait(pid, time.time() + 5, out_dir, quiet=True)
+    line = (f"killed (SIGKILL): still running {late:.0f} s past its deadline and {slices.STOP_S:g} s after SIGTERM"
+            + ("" if ended else "; still there 5 s later"))
+    print(f"slice {name}: training {line}", file=sys.stderr, flush=True)
+    return line
+
+
+def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
+           left_s: float | None = None, began: float | None = None, command_s: float | None = None) -> Path:
+    """Wait for the slice's training (`stop_training`: until its deadline + FINISH_GRACE_S, then
+    stopped), execute its chapters (no site) one at a time while the lease leaves time, pack
+    results.tgz into `dest`. A chapter that fails or finds no time is named (slice.json), and
+    what ran is packed all the same, with the tails of the lease's logs (LOGS) and its step table.
+
+    The lease's end: `left_s` device seconds from `began` (when this command began; default now)
+    less RETURN_S, where given, else `chapters_s` from now, else the budget `start` was given;
+    never past COMMAND_S (or `command_s`) less COMMAND_SPARE_S from `began`. Issued again on the same machine
+    (after a fix travels with the checkout), it executes only the chapters not yet executed
+    (slice.json's `chapters_done`), within `chapters_s` seconds from now where given, and packs
+    everything again. With no slice
+    started (no slice.json), it packs what the work folder holds and why (REFUSED)."""
+    from ..book.runner import BookError, build, select_chapters
+
+    began = time.time() if began is None else began
+    out_dir, dest = Path(out_dir).resolve(), Path(dest)
+    if not (out_dir / STATE).is_file():
+        return pack_refused(out_dir, dest)
+    state = json.loads((out_dir / STATE).read_text())
+    if left_s is not None:
+        lease_end = began + left_s - slices.RETURN_S
+    elif chapters_s is not None:
+        lease_end = time.time() + chapters_s  # issued again: the first budget is spent by then
+    else:
+        lease_end = state["started"] + state["budget_s"]
+    end = min(lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S)
+    state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
+    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
+    if chapters_s is not None:
+        end_by = min(end_by, time.time() + chapters_s - slices.COLLECT_S)
+    done = state.setdefault("chapters_done", [])
+    error, skipped = None, []
+    for name in state["chapters"]:  # one at a time, each only while the lease has time for it
+        if name in done:
+            continue
+        left = end_by - time.time()
+        if error or left < 20:
+            skipped.append(name)
+            continue
+        try:
+            build(state["profile"], out_dir=out_dir, templates=select_chapters(name), site=False, progress=False,
+                  timeout=int(min(timeout or left, left)))  # papermill takes whole seconds
+        except Exception as e:  # whatever a chapter does, what trained is packed
+            error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
+            print(f"slice {state['slice']}: {error}", file=sys.stderr)
+            if not isinstance(e, BookError):
+                traceback.print_exc()
+            continue
+        done.append(name)
+        write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    if skipped:
+        print(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}", file=sys.stderr)
+    profile = load_profile(state["profile"])
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "slice"
+        collect(out_dir, folder, name=profile.name, seeds=state["seeds"])
+        (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
+        logs = _copy_logs(out_dir, folder)
+        ran = _steps_ran(out_dir, profile, state["seeds"])
+        record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
+                  "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
+                  "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
+                  "chapters_not_run": skipped,
+                  "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
+                  "train_step_ran": ran, "training_stop": state["training_stop"], "logs": logs,
+                  "ends": _read("ends", lambda: _ends(out_dir, profile, state["seeds"])),
+                  "freeze_ends": _read("freeze_ends", lambda: _freeze_ends(out_dir, profile, state.get("freeze", [])))}
+        (folder / STATE).write_text(json.dumps(record, indent=1))
+        path = _pack_into(folder, dest)
+    return path
+
+
+def _device_name() -> str:
+    """This machine's training device as benchmarks/lease_step.py names it."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+if __name__ == "__main__":  # the detached trainer `start` launches
+    e15 = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
+    train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), e15.get("source_steps"),
+                tuple(e15.get("freeze") or ()))
