@@ -1,4 +1,4 @@
-"""Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
+"""Chapter 03, heads (mclib/chapters/ch03_heads.py): the tables of E8-E11, the scorecard rows and
 the closing sentences, each rule tested both ways."""
 
 import dataclasses
@@ -15,7 +15,7 @@ from mclib.analyses.heads import (checkpoint_maps, e10_kinds, e10_masks, head_sc
                                   position_masks, scores_at, structured_scores)
 from mclib.analyses.loss_tables import permutation_errors
 from mclib.analyses.probes import best_probe_layers
-from mclib.book import ch03_heads as chapter
+from mclib.chapters import ch03_heads as chapter
 from mclib.core.data import make_batch, structured_mask
 
 N = 7

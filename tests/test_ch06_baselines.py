@@ -1,4 +1,4 @@
-"""Chapter 06 (mclib/book/ch06_baselines.py): how a number is written, the closing
+"""Chapter 06 (mclib/chapters/ch06_baselines.py): how a number is written, the closing
 sentences (E16's "within error", E18's "similar" decided from the numbers and their
 errors), the E17 verdicts against the paper's table, and the chapter's tables on a
 trained smoke run."""
@@ -9,7 +9,7 @@ import pytest
 
 from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.analyses import comparisons as C
-from mclib.book import ch06_baselines as chapter
+from mclib.chapters import ch06_baselines as chapter
 from mclib.book import scorecard
 from mclib.core import paper
 from mclib.core.paper import PAPER_E17

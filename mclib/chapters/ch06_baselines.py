@@ -43,8 +43,8 @@ from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER, PAPER_E17, PAPER_E17_MATRICES
 from ..analyses.loss_tables import ratio_se
 from ..core.repo import RESULTS
-from .plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
-from .scorecard import CLOSE, MARGINS, agreement, claim, recorded_table, row_verdict, task_departures
+from ..book.plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
+from ..book.scorecard import CLOSE, MARGINS, agreement, claim, recorded_table, row_verdict, task_departures
 
 CHAPTER = "06_baselines"
 # A solver's number on the paper's task "matches" the paper's when the paper's value lies

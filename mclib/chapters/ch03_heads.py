@@ -41,12 +41,12 @@ from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, head_n
                                     permutation_errors, ratio_and_se, ratio_se, value_and_se)
 from ..core.metrics import COPIES, DROP_FRACTION, LOSS_NAMES, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
-from . import plots
-from .loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
+from ..book import plots
+from ..book.loss_tables import (PAPER_COLUMNS, PAPER_LEVEL, READING_NAMES, READINGS, SHORT, loss_figure, loss_styler,
                           matching_reading_text)
-from .scorecard import copy_levels, task_departures
-from .scorecard import CUT, agreement, agreements, plural, recorded_table, row_verdict, stage, verdict_counts
-from .scorecard import claim as _row
+from ..book.scorecard import copy_levels, task_departures
+from ..book.scorecard import CUT, agreement, agreements, plural, recorded_table, row_verdict, stage, verdict_counts
+from ..book.scorecard import claim as _row
 
 CHAPTER = "03_heads"
 

@@ -17,9 +17,9 @@ import pandas as pd
 from ..analyses import embeddings as E
 from ..core.model import build_model
 from ..core.runs import checkpoint_embeddings
-from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
+from ..book.plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
-from .scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
+from ..book.scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
 
 CHAPTER = "04_embeddings"
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
