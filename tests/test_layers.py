@@ -6,10 +6,13 @@ book's runner and judges by its scorecard, and the chapters read its results and
 the rules it re-judges by.
 
 Every module's imports are read with `ast`, lazy imports inside functions included, so an
-arrow that runs upward fails here, naming the file, the line and the import; and no file
-reaches itself through imports (benchmarks/layout.py's circles)."""
+arrow that runs upward fails here, naming the file, the line and the import; no room below
+the chapters names a chapter module in its code (the machinery finds chapters through the
+toc, by the naming rule alone); and no file reaches itself through imports
+(benchmarks/layout.py's circles)."""
 import ast
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +22,8 @@ MCLIB = Path(__file__).resolve().parents[1] / "mclib"
 # protocol, scorecard, plots, ...), "chapters" the book's chapter modules and their parts
 # (mclib/chapters/chNN_name.py, followup.py, chapter 07's last section, ...)
 LAYERS = ("core", "analyses", "book", "lease", "chapters")
+# a chapter module named in a string of code: `import_module("mclib.chapters.ch01_train")`
+NAMED_CHAPTER = re.compile(r"mclib\.chapters\.(ch\d\d_\w+|followup)\b")
 
 
 def _module(path: Path, root: Path) -> list[str]:
@@ -72,9 +77,32 @@ def upward_imports(root: Path = MCLIB) -> list[str]:
     return sorted(set(bad))
 
 
+def chapters_named_below(root: Path = MCLIB) -> list[str]:
+    """'FILE:LINE names NAME (LAYER)' for every string of code (a docstring is not code) in a
+    room below the chapters that names a chapter module: an import by name that `imports`
+    cannot see, such as importlib.import_module("mclib.chapters.ch01_train")."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = layer_of(".".join(_module(path, root)))
+        if here is None or here == "chapters":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                for m in NAMED_CHAPTER.finditer(node.value):
+                    bad.append(f"{path.relative_to(root.parent)}:{node.lineno} names {m.group(0)} ({here})")
+    return sorted(set(bad))
+
+
 def test_no_layer_imports_a_higher_one():
     bad = upward_imports()
     assert not bad, f"imports that run upward ({' < '.join(LAYERS)}):\n" + "\n".join(bad)
+
+
+def test_no_room_below_the_chapters_names_a_chapter_module():
+    bad = chapters_named_below()
+    assert not bad, "chapter modules named below mclib/chapters (find them through the toc):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -115,6 +143,17 @@ def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_p
         "mclib/lease/x.py:4 imports mclib.chapters.followup (lease -> chapters)",
         "mclib/lease/x.py:5 imports mclib.chapters.heads_rows (lease -> chapters)",
     ]
+
+
+def test_the_lease_room_names_no_chapter_module_even_by_a_string(tmp_path):
+    root = _tree(tmp_path, {
+        "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
+                      "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
+        # the runner finds a chapter by the naming rule, naming none
+        "book/runner.py": "import importlib\ndef g(stem):\n    return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
+        "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n"})
+    assert upward_imports(root) == []
+    assert chapters_named_below(root) == ["mclib/lease/x.py:4 names mclib.chapters.ch03_heads (lease)"]
 
 
 def _layout():
