@@ -133,15 +133,15 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_path):
     root = _tree(tmp_path, {
         "lease/x.py": "from ..book import scorecard\nfrom ..chapters import ch01_train\n"
-                      "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_rows\n",
+                      "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_readings\n",
         "book/runner.py": "from ..lease import part\n",
         "chapters/ch99_scorecard.py": "from ..lease import reference\nfrom ..book.runner import declared\n"
-                                      "from .heads_rows import e4_rows\n"})
+                                      "from .heads_readings import e4_rows\n"})
     assert upward_imports(root) == [
         "mclib/book/runner.py:1 imports mclib.lease.part (book -> lease)",
         "mclib/lease/x.py:2 imports mclib.chapters.ch01_train (lease -> chapters)",
         "mclib/lease/x.py:4 imports mclib.chapters.followup (lease -> chapters)",
-        "mclib/lease/x.py:5 imports mclib.chapters.heads_rows (lease -> chapters)",
+        "mclib/lease/x.py:5 imports mclib.chapters.heads_readings (lease -> chapters)",
     ]
 
 
