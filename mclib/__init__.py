@@ -1,9 +1,13 @@
 """mclib: the library behind the book "Abrupt Learning in Transformers: matrix completion".
 
-Three layers, one folder each; an arrow only points down the list:
+Five rooms, one folder each; an arrow only points down the list (tests/test_layers.py), and
+the command line (mclib/__main__.py) sits above them all:
 
-    book/      the runner (papermill + Jupyter Book), the scorecard, the figures, and one
-               module per chapter (book/NN_name.ipynb <-> mclib/book/chNN_name.py)
+    chapters/  one module per chapter, which its notebook only calls
+               (book/NN_name.ipynb <-> mclib/chapters/chNN_name.py)
+    lease/     the paper's own setting trained and analysed in slices on a lent GPU
+    book/      the machinery the chapters share: the runner (papermill + Jupyter Book), the
+               chapter protocol, the scorecard, the figures
     analyses/  one module per kind of measurement on a trained model (attention hooks,
                interventions, evaluation, heads, probes, embeddings, progress, baselines, freezing)
     core/      profiles, data, model, the training step and loop, run folders, Dask jobs, sweeps,

@@ -83,7 +83,7 @@ def cmd_slice(args) -> int:
 
 
 def cmd_solvers(args) -> None:
-    from .book.ch06_baselines import build_solver_cache
+    from .chapters.ch06_baselines import build_solver_cache
 
     build_solver_cache(load_profile(profile_path(args.profile)), args.out)
 

@@ -62,11 +62,11 @@ FIG = re.compile(r"Figs?\.\s+([\d,\sand–-]+?)[,;)]?\s*\(?(?:paper\s+)?(NeurIPS
 
 def _book_texts() -> dict[str, str]:
     """The prose a reader sees that cites the paper: the templates' markdown, the landing
-    page, and the chapter modules (captions and sentences)."""
+    page, and the modules of the book and its chapters (captions and sentences)."""
     texts = {t.name: "".join("".join(c.source) for c in nbformat.read(t, as_version=4).cells
                              if c.cell_type == "markdown") for t in book.chapters()}
     texts["index.md"] = (book.REPO / "book" / "index.md").read_text()
-    texts |= {p.name: p.read_text() for p in (book.REPO / "mclib" / "book").glob("*.py")}
+    texts |= {p.name: p.read_text() for room in ("book", "chapters") for p in (book.REPO / "mclib" / room).glob("*.py")}
     return texts
 
 
@@ -555,7 +555,8 @@ def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapte
     """train_runs and idle_tasks in a kernel of a build of chapters 01-03 ($MCLIB_BOOK_CHAPTERS):
     seed 2 (chapter 07's), E15 (chapter 05's), the solvers (06's) and the GPT runs (08's) are
     not theirs."""
-    from mclib.book import ch06_baselines, chapter
+    from mclib.book import chapter
+    from mclib.chapters import ch06_baselines
     from mclib.core import train as train_module
 
     monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache

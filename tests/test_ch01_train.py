@@ -1,4 +1,4 @@
-"""Chapter 01_train's module (mclib/book/ch01_train.py): E1's rows, why training ended,
+"""Chapter 01_train's module (mclib/chapters/ch01_train.py): E1's rows, why training ended,
 where the checkpoints sit, the drop's shape, the glue the page uses, the downloads."""
 import os
 import shutil
@@ -12,7 +12,7 @@ import torch
 
 from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
-from mclib.book import ch01_train as C
+from mclib.chapters import ch01_train as C
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.core.runs import CheckpointSteps, RunEnd

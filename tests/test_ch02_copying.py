@@ -1,4 +1,4 @@
-"""Chapter 02, copying (mclib/book/ch02_copying.py): E2's table, the scorecard rows and the
+"""Chapter 02, copying (mclib/chapters/ch02_copying.py): E2's table, the scorecard rows and the
 closing sentences, each rule tested both ways."""
 
 import pandas as pd
@@ -7,7 +7,7 @@ import pytest
 from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
-from mclib.book import ch02_copying as chapter
+from mclib.chapters import ch02_copying as chapter
 from mclib.book.scorecard import copy_levels
 from mclib.core.paper import PAPER_E2
 

@@ -1,5 +1,6 @@
-"""Chapter 03, heads (mclib/book/ch03_heads.py): the tables of E8-E11, the scorecard rows and
-the closing sentences, each rule tested both ways."""
+"""Chapter 03, heads (mclib/chapters/ch03_heads.py, its tables in heads_tables.py, its rows and
+sentences in heads_readings.py): the tables of E8-E11, the scorecard rows and the closing
+sentences, each rule tested both ways."""
 
 import dataclasses
 
@@ -15,7 +16,7 @@ from mclib.analyses.heads import (checkpoint_maps, e10_kinds, e10_masks, head_sc
                                   position_masks, scores_at, structured_scores)
 from mclib.analyses.loss_tables import permutation_errors
 from mclib.analyses.probes import best_probe_layers
-from mclib.book import ch03_heads as chapter
+from mclib.chapters import ch03_heads as chapter, heads_readings as R, heads_tables as T
 from mclib.core.data import make_batch, structured_mask
 
 N = 7
@@ -142,16 +143,16 @@ def test_e10_picks_distinct_heads_and_reads_the_lone_entry(t, ch):
 
 
 def test_e4_s_cause_says_how_many_heads_are_unlabelled_against_the_paper_s_five():
-    assert chapter.e4_cause(19, 32).startswith("19 of 32 heads are unlabelled here against the paper's 5 of 32: more heads")
-    assert "no more heads than the paper's" in chapter.e4_cause(4, 32)
+    assert R.e4_cause(19, 32).startswith("19 of 32 heads are unlabelled here against the paper's 5 of 32: more heads")
+    assert "no more heads than the paper's" in R.e4_cause(4, 32)
 
 
 def test_a_ratio_s_cause_names_the_term_further_from_the_paper():
     """E3's and E7's ratios of L_obs: which of its two terms holds the difference, from the numbers."""
-    permuted = chapter.ratio_cause(72.0, 3.2, (1.0, 1.0), "permuted")
+    permuted = R.ratio_cause(72.0, 3.2, (1.0, 1.0), "permuted")
     assert permuted.startswith("over E[X²], the permuted L_obs is 72× the paper's and the unchanged 3.2×, so the ratio "
                                "is 22× the paper's: the difference is mostly in the permuted model")
-    assert "mostly in the unchanged model's copying" in chapter.ratio_cause(0.8, 3.2, (1.0, 1.0), "ablated")
+    assert "mostly in the unchanged model's copying" in R.ratio_cause(0.8, 3.2, (1.0, 1.0), "ablated")
 
 
 def test_heads_rows(tmp_path, t, ch):
@@ -167,14 +168,14 @@ def test_heads_rows(tmp_path, t, ch):
     assert "Whether the paper's 0.014 comes from it is open: it lies within the paper's own unpatched L_mask (0.0128-0.01428)" \
         in glue["e8_text"]
     last = by_q["last layer patched: masked MSE to X / E[X²]"]
-    assert "src/patch.py" in last["reading"] and every["paper"] is None and last["cause"] == chapter.E8_CAUSE
+    assert "src/patch.py" in last["reading"] and every["paper"] is None and last["cause"] == R.E8_CAUSE
     assert "cause" not in every                        # a reading that cannot fail has no cause to give
     e4 = [r for r in rows if r["id"] == "E4"]
-    if (t["abl"]["ablated"] == chapter.E4_SET).any():  # judged whatever the count of unlabelled heads
-        assert all(not r.get("na") and r["reading"].startswith(chapter.E4_CHOICE) for r in e4)
+    if (t["abl"]["ablated"] == T.E4_SET).any():  # judged whatever the count of unlabelled heads
+        assert all(not r.get("na") and r["reading"].startswith(R.E4_CHOICE) for r in e4)
         assert _verdict(tmp_path, {**e4[0], "ours": 4.4, "se": 0.1}) == "differs"
         assert _verdict(tmp_path, {**e4[0], "ours": 1.1, "se": 0.01}) == "matches"
-    glue2, rows2 = _rows(dict(t, abl=t["abl"][t["abl"]["ablated"] != chapter.E4_SET]), ch,
+    glue2, rows2 = _rows(dict(t, abl=t["abl"][t["abl"]["ablated"] != T.E4_SET]), ch,
                          groups=dict(t["heads"].groups, other=[]), pre=False)
     assert all(_verdict(tmp_path, r) == "n/a" for r in rows2 if r["id"] == "E4")  # an empty group: n/a, not differs
     assert glue2["e4_text"].startswith("E4 has nothing to test here")
@@ -220,7 +221,7 @@ def _e4_abl(n_other: int, ratio: float, total: int = 32) -> pd.DataFrame:
     for mode in ("uniform", "batch_mean"):
         rows.append({"ablated": "all heads", "reading": mode, "heads": total, "which": "…", **base, "L_mask": 0.2})
         if n_other:
-            rows.append({"ablated": chapter.E4_SET, "reading": mode, "heads": n_other,
+            rows.append({"ablated": T.E4_SET, "reading": mode, "heads": n_other,
                          "which": ", ".join(f"L4 H{h + 1}" for h in range(n_other)), **base, "L_mask": 0.01 * ratio})
     return pd.DataFrame(rows)
 
@@ -233,21 +234,21 @@ def test_e4_ablates_every_unlabelled_head_and_its_sentence_turns_with_its_rows(t
     of ours, filled with the least structured heads, passed almost whatever the model did."""
     from mclib.book import scorecard
 
-    glue, rows = chapter.e4_rows(_e4_abl(n_other, ratio))
+    glue, rows = R.e4_rows(_e4_abl(n_other, ratio))
     assert [r["id"] for r in rows] == ["E4"] * 4
     assert {_verdict(tmp_path, r) for r in rows if r["quantity"].endswith("L_mask")} == {verdict}
     said = glue["e4_text"]
     if n_other:
         # the reading says how many heads and why these, from the numbers
         than = "more than" if n_other > 5 else "fewer than"
-        assert all(r["reading"].startswith(f"{chapter.E4_CHOICE}: {n_other} of 32 heads (L4 H1, ") for r in rows)
+        assert all(r["reading"].startswith(f"{R.E4_CHOICE}: {n_other} of 32 heads (L4 H1, ") for r in rows)
         assert all(f"{than} the paper's 5; all of them" in r["reading"] for r in rows)
-        assert said.startswith(f"ablating {chapter.E4_CHOICE}, {n_other} of 32 heads (L4 H1")
+        assert said.startswith(f"ablating {R.E4_CHOICE}, {n_other} of 32 heads (L4 H1")
         assert f"multiplies L_mask by {ratio:.3g} under the uniform reading and {ratio:.3g} under the batch-mean" in said
         assert said.endswith(f"{scorecard.agreement(verdict)} (ratio rule)") and "1.10 for its five heads" in said
         assert scorecard.contradiction(said, verdict) is None
     else:
-        assert all(r["na"] and r["ours"] is None for r in rows) and chapter.e4_na(0)
+        assert all(r["na"] and r["ours"] is None for r in rows) and R.e4_na(0)
         assert said.startswith("E4 has nothing to test here (our scores leave no head of this run unlabelled")
 
 
@@ -260,14 +261,14 @@ def test_e4_rows_of_the_earlier_choice_stay_n_a_and_the_new_choice_s_are_judged(
     old = {"id": "E4", "quantity": q, "kind": "ratio", "paper": 1.103, "ours": 1.09, "se": 0.03, "verdict": "matches",
            "reading": "our 2 'other' heads in the paper's layers and numbers (L3 H3, L4 H5); 1.09 ± 0.032"}
     new, why = chapter.rejudged(old, None)
-    assert new["na"] == chapter.E4_EARLIER and "earlier choice of heads" in new["na"] and why == []
-    _, rows = chapter.e4_rows(_e4_abl(4, 4.4))
+    assert new["na"] == R.E4_EARLIER and "earlier choice of heads" in new["na"] and why == []
+    _, rows = R.e4_rows(_e4_abl(4, 4.4))
     for ours, verdict in ((1.09, "matches"), (4.4, "differs")):
         row = {**rows[0], "ours": ours, "se": 0.03, "verdict": verdict}
         again, _ = chapter.rejudged(row, None)
         assert not again.get("na") and scorecard.row_verdict(again) == verdict
-    _, empty = chapter.e4_rows(_e4_abl(0, 1.0))
-    assert chapter.rejudged({**empty[0], "na": None}, None)[0]["na"] == chapter.e4_na(0)
+    _, empty = R.e4_rows(_e4_abl(0, 1.0))
+    assert chapter.rejudged({**empty[0], "na": None}, None)[0]["na"] == R.e4_na(0)
 
 
 def test_e11_names_the_model_the_paper_probed(tmp_path, t, ch):
@@ -343,7 +344,7 @@ def test_the_mean_over_permutations_carries_the_matrices_error_and_the_permutati
 def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(t, ch, flip_verdicts):
     speaks = {"e10_rows_text": ["structured mask: the best head's mass on the lone observed entry"],
               "e11_text": ["row probe at masked positions: best layer's test MSE / MSE of predicting 0"]}
-    if (t["abl"]["ablated"] == chapter.E4_SET).any():  # E4's sentence speaks for its two L_mask rows
+    if (t["abl"]["ablated"] == T.E4_SET).any():  # E4's sentence speaks for its two L_mask rows
         speaks["e4_text"] = [f"'other' heads ablated, {name}: ablated / unablated L_mask"
                              for name in ("uniform (the paper's text)", "batch mean (the released code)")]
     sentences_turn(lambda: _rows(t, ch), flip_verdicts, speaks)
@@ -377,7 +378,7 @@ def test_e11_claim_says_how_much_of_the_row_the_probe_finds(rel, verdict, words)
     sentence said the row was "not linearly present"; the share now comes from the probe."""
     from mclib.book import scorecard
 
-    said = chapter.e11_claim(verdict, rel)
+    said = R.e11_claim(verdict, rel)
     assert words in said and scorecard.agreement(verdict) in said
     assert scorecard.contradiction(said, verdict) is None and "at most weakly" not in said
 
@@ -386,5 +387,5 @@ def test_e9_readings_read_as_english():
     """2026-11-27: "a such head" in the paper setting's table (its "1 heads": `scorecard.plural`)."""
     scores = pd.DataFrame({"layer": [1, 2], "head": [0, 0], "row_excess": [0.8, 0.1], "column_excess": [0.1, 0.2],
                            "self_excess": [0.1, 0.7]})
-    _, rows = chapter.e9_rows(scores, None)
+    _, rows = R.e9_rows(scores, None)
     assert [r["reading"].split(" head")[0] for r in rows[:3]] == ["such a", "no such", "such a"]

@@ -1,4 +1,4 @@
-"""Chapter 04 (mclib/book/ch04_embeddings.py): the closing sentences read right with a
+"""Chapter 04 (mclib/chapters/ch04_embeddings.py): the closing sentences read right with a
 drop or without, the paper's picture or not; every verdict can come out either way; the
 chapter's own numbers on a trained smoke run."""
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
-from mclib.book import ch04_embeddings as chapter
+from mclib.chapters import ch04_embeddings as chapter
 from mclib.book import scorecard
 from mclib.core.data import sample_matrices
 

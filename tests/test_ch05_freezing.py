@@ -1,4 +1,4 @@
-"""Chapter 05_freezing's module (mclib/book/ch05_freezing.py): E15's closing sentences
+"""Chapter 05_freezing's module (mclib/chapters/ch05_freezing.py): E15's closing sentences
 and scorecard rows in every branch, how long a run may train, what ended each run, and
 the glue the page uses."""
 import dataclasses
@@ -12,7 +12,7 @@ from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.analyses.freezing import FreezeEnd, freeze_run
 from mclib.analyses.interventions import GROUPS
-from mclib.book import ch05_freezing as C
+from mclib.chapters import ch05_freezing as C
 from mclib.book import scorecard
 from mclib.book.chapter import open_chapter
 from mclib.core.runs import load_metrics

@@ -1,4 +1,5 @@
-"""Chapter 06 (mclib/book/ch06_baselines.py): how a number is written, the closing
+"""Chapter 06 (mclib/chapters/ch06_baselines.py, its sentences and rows in
+mclib/chapters/baselines_readings.py): how a number is written, the closing
 sentences (E16's "within error", E18's "similar" decided from the numbers and their
 errors), the E17 verdicts against the paper's table, and the chapter's tables on a
 trained smoke run."""
@@ -9,7 +10,7 @@ import pytest
 
 from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.analyses import comparisons as C
-from mclib.book import ch06_baselines as chapter
+from mclib.chapters import baselines_readings as B, ch06_baselines as chapter
 from mclib.book import scorecard
 from mclib.core import paper
 from mclib.core.paper import PAPER_E17
@@ -17,14 +18,14 @@ from mclib.core.runs import load_checkpoint
 
 
 def test_value_plus_minus_error_text():
-    assert chapter.pm(0.035020, 0.001457) == "0.0350 ± 0.0015"
-    assert chapter.pm(1.0153e-5, 3.93e-8) == "(1.0153 ± 0.0039)e-05"
-    assert chapter.pm(4.358, 0.0375) == "4.358 ± 0.037"
-    assert chapter.pm(0.5, float("nan")) == "0.5" and chapter.pm(float("nan"), 0.1) == "—"
+    assert B.pm(0.035020, 0.001457) == "0.0350 ± 0.0015"
+    assert B.pm(1.0153e-5, 3.93e-8) == "(1.0153 ± 0.0039)e-05"
+    assert B.pm(4.358, 0.0375) == "4.358 ± 0.037"
+    assert B.pm(0.5, float("nan")) == "0.5" and B.pm(float("nan"), 0.1) == "—"
 
 
 def test_within_error_is_two_standard_errors():
-    assert chapter.within_error(0.01, 0.005) and not chapter.within_error(0.011, 0.005)
+    assert B.within_error(0.01, 0.005) and not B.within_error(0.011, 0.005)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,8 @@ def tables(smoke_run, smoke_profile):
 
 def _readings(tables, **kw):
     sweep, reg, ood, classical, solver_sweep, solvers, task = tables
-    return chapter.baseline_readings(sweep, kw.get("reg", reg), ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                             solver_sweep=solver_sweep, solvers=solvers, task=task)
+    return B.baseline_readings(sweep, kw.get("reg", reg), ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                               solver_sweep=solver_sweep, solvers=solvers, task=task)
 
 
 def test_baseline_sentences_and_rows(tables):
@@ -85,8 +86,8 @@ def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
     ood.loc[bert, "L_mask_se"] = 0.001 * ood.loc[bert, "L_mask"]
     ood.loc[bert, "L_mask_rel"] = ood.loc[bert].dist.map({"uniform": 0.11, "gaussian": 0.18, "laplace": 0.12}).values
     ood.loc[bert, "L_mask"] = ood.loc[bert, "L_mask_rel"]
-    glue, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    glue, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                     solver_sweep=solver_sweep, solvers=solvers, task=task)
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E18"}
     assert v == {"BERT (L_mask / E[X²]), gaussian over uniform factors": "differs",   # 0.18 vs 0.11: 1.6x
                  "BERT (L_mask / E[X²]), laplace over uniform factors": "matches"}    # 0.12 vs 0.11
@@ -97,10 +98,10 @@ def test_e18_s_cause_says_whether_the_raw_loss_is_lower_before_dividing_by_e_x2(
     """Laplace factors on the default profile (2026-11-27): L_mask / E[X²] 4.7x uniform's, while the
     raw L_mask, 0.00296, was below uniform's 0.00450."""
     row = lambda L, rel: pd.Series({"L_mask": L, "L_mask_rel": rel})
-    said = chapter.e18_cause(row(0.00296, 0.19), row(0.00450, 0.0405))
+    said = B.e18_cause(row(0.00296, 0.19), row(0.00450, 0.0405))
     assert "the raw L_mask is 0.66× uniform's (0.00296 against 0.0045), lower before dividing" in said
     assert said.endswith("E[X²] 0.14× uniform's")
-    assert "higher before dividing" in chapter.e18_cause(row(0.009, 0.19), row(0.0045, 0.0405))
+    assert "higher before dividing" in B.e18_cause(row(0.009, 0.19), row(0.0045, 0.0405))
 
 
 def test_e16_rows_are_directions(tmp_path, tables):
@@ -157,10 +158,10 @@ def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se
     classical = classical.copy()
     at = classical["method"] == "nuclear norm"
     classical.loc[at, "BERT_d_L"], classical.loc[at, "BERT_d_L_se"] = d, se
-    glue, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
+    glue, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                     solver_sweep=solver_sweep, solvers=solvers, task=task)
     assert words in glue["e16"]
-    assert rows[0]["reading"].startswith(f"BERT − solver {chapter.pm(d, se)} (paired s.e.): {words}")
+    assert rows[0]["reading"].startswith(f"BERT − solver {B.pm(d, se)} (paired s.e.): {words}")
     speaks_for(rows[0]["reading"], rows[0])  # whether that is the paper's claim: the row's verdict
 
 
@@ -179,9 +180,9 @@ def test_e16_nuclear_norm_larger_within_the_margin_is_not_the_paper_s_claim(tabl
     """A contradiction found on 2026-11-25: BERT's nuclear norm 1.06 times the solver's, under the
     direction rule's 1.10 (+ 2 s.e.): the row differs, and so does every sentence about it."""
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    glue, rows = chapter.baseline_readings(sweep, reg, ood, _classical(tables, (1.06, 1.0), (0.05, 0.1)), p_train=0.3,
-                                           rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
-                                           task=task)
+    glue, rows = B.baseline_readings(sweep, reg, ood, _classical(tables, (1.06, 1.0), (0.05, 0.1)), p_train=0.3,
+                                     rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
+                                     task=task)
     nuclear = rows[1]
     assert _verdict(tmp_path, nuclear) == "differs"
     assert "(two s.e.): larger, short of the more than 10% larger the direction rule asks, unlike the paper" \
@@ -200,9 +201,9 @@ def test_e16_nuclear_norm_sentence_is_made_from_its_row(tables, nuclear, verdict
     """2026-11-27: "larger by a factor 1.05 … unlike the paper (paper: larger)": the sentence now
     says where the ratio lies against the band the rule asks, and the row's own verdict."""
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    glue, rows = chapter.baseline_readings(sweep, reg, ood, _classical(tables, nuclear, (0.05, 0.1)), p_train=0.3,
-                                           rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
-                                           task=task)
+    glue, rows = B.baseline_readings(sweep, reg, ood, _classical(tables, nuclear, (0.05, 0.1)), p_train=0.3,
+                                     rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
+                                     task=task)
     row = rows[1]
     assert scorecard.row_verdict(row) == verdict
     for sentence in (glue["e16"], row["reading"]):
@@ -223,8 +224,8 @@ def test_e16_at_the_highest_p_mask_says_its_row_s_verdict(tables, d, se, verdict
     at = (sweep["method"] == "BERT") & (sweep["p_mask"] == sweep["p_mask"].max())
     solver = sweep[(sweep["method"] == "nuclear norm") & (sweep["p_mask"] == sweep["p_mask"].max())]["L"].iloc[0]
     sweep.loc[at, ["L", "d_L", "d_L_se"]] = solver + d, d, se
-    _, rows = chapter.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                        solver_sweep=solver_sweep, solvers=solvers, task=task)
+    _, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
+                                  solver_sweep=solver_sweep, solvers=solvers, task=task)
     hi = next(r for r in rows if "the highest" in r["quantity"])
     assert scorecard.row_verdict(hi) == verdict
     assert words in hi["reading"] and scorecard.agreement(verdict) in hi["reading"]
@@ -233,9 +234,9 @@ def test_e16_at_the_highest_p_mask_says_its_row_s_verdict(tables, d, se, verdict
 
 def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, flip_verdicts):
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    readings = lambda: chapter.baseline_readings(sweep, reg, ood, _classical(tables, (1.5, 1.0), (0.05, 0.1)),
-                                                 p_train=0.3, rank=2, n_regularised=6, solver_sweep=solver_sweep,
-                                                 solvers=solvers, task=task)
+    readings = lambda: B.baseline_readings(sweep, reg, ood, _classical(tables, (1.5, 1.0), (0.05, 0.1)),
+                                           p_train=0.3, rank=2, n_regularised=6, solver_sweep=solver_sweep,
+                                           solvers=solvers, task=task)
     _, rows = readings()
     e16 = [r["quantity"] for r in rows if r["id"] == "E16"]
     e18 = [r["quantity"] for r in rows if r["id"] == "E18"]

@@ -1,4 +1,4 @@
-"""Chapter 07 (mclib/book/ch07_beyond.py): the sentence on the drop over seeds in every
+"""Chapter 07 (mclib/chapters/ch07_beyond.py): the sentence on the drop over seeds in every
 case (all, some, none dropped), the E1 row over seeds, and the timing claims read off the
 lead times, with a drop and without."""
 import math
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mclib.book import ch07_beyond as chapter
+from mclib.chapters import ch07_beyond as chapter
 from mclib.book import scorecard
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from mclib.analyses.sizes import by_setting, claims, drops_by_task, ratio_of_means
 from book_pages import sentences_turn
-from mclib.book import ch09_appendix as chapter
+from mclib.chapters import ch09_appendix as chapter
 from mclib.core.config import load_profile, profile_path
 from mclib.core.data import copy_level
 

@@ -1,8 +1,8 @@
-"""Chapter 99 (mclib/book/ch99_scorecard.py): the counts the closing sentence glues, the
+"""Chapter 99 (mclib/chapters/ch99_scorecard.py): the counts the closing sentence glues, the
 coloured table, on synthetic rows and on a smoke run's scorecard."""
 import copy
 
-from mclib.book import ch99_scorecard as chapter
+from mclib.chapters import ch99_scorecard as chapter
 from mclib.book import scorecard, scorecard_rules, scorecard_tables
 from mclib.core.paper import profile as paper_profile
 from mclib.core.runs import RunEnd

@@ -152,7 +152,7 @@ def test_checkpoint_damage_names_the_file_and_why(whole, tmp_path):
 
 
 def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run, smoke_profile):
-    from mclib.book import ch01_train
+    from mclib.chapters import ch01_train
     from mclib.book.chapter import open_chapter
 
     run = tmp_path / "run"
@@ -175,7 +175,7 @@ def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run,
 
 
 def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, short, capsys):
-    from mclib.book import ch01_train
+    from mclib.chapters import ch01_train
     from mclib.book.chapter import Chapter
 
     run = tmp_path / "run"
@@ -192,7 +192,7 @@ def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, shor
 
 
 def test_an_intact_run_skips_nothing(ch):
-    from mclib.book import ch01_train
+    from mclib.chapters import ch01_train
 
     assert ch.steps.skipped == {} and ch.steps.set_aside == []
     assert "skipped" not in ch01_train.checkpoint_text(ch) and "set aside" not in ch01_train.checkpoint_text(ch)

@@ -87,8 +87,8 @@ def _chapters():
         cells = json.loads(nb.read_text())["cells"]
         names = [m for c in cells if c["cell_type"] == "markdown" for m in GLUE_FIGURE.findall("".join(c["source"]))]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-        module = re.search(r"from mclib\.book import (\w+) as chapter", code).group(1)
-        out.append((nb.name, importlib.import_module(f"mclib.book.{module}"), names, code))
+        module = re.search(r"from mclib\.chapters import (\w+) as chapter", code).group(1)
+        out.append((nb.name, importlib.import_module(f"mclib.chapters.{module}"), names, code))
     return out
 
 
@@ -104,16 +104,16 @@ def _pattern(node: ast.AST) -> re.Pattern | None:
 
 def _drawer_of(module, name: str, code: str):
     """(module, function) that returns the figure glued as `name`: the one the notebook glues
-    it from (glue("name", chapter.f(...)), or another mclib.book module the notebook imports,
+    it from (glue("name", chapter.f(...)), or another mclib.chapters module the notebook imports,
     e.g. followup.f(...)), else the chapter function whose glue dict holds the key."""
     direct = re.search(rf'glue\("{re.escape(name)}", (\w+)\.(\w+)\(', code)
     if direct:
         alias, fn = direct.groups()
         if alias == "chapter":
             return module, fn
-        imported = re.search(rf"from mclib\.book import {alias}\b", code)
+        imported = re.search(rf"from mclib\.chapters import {alias}\b", code)
         assert imported, (name, alias)
-        return importlib.import_module(f"mclib.book.{alias}"), fn
+        return importlib.import_module(f"mclib.chapters.{alias}"), fn
     tree = ast.parse(inspect.getsource(module))
     found = set()
     for fn in tree.body:
@@ -156,19 +156,19 @@ def test_every_glued_figure_is_signed_by_a_chapter_function(notebook, module, na
 
 def test_no_chapter_closes_a_figure_unsigned():
     """`plt.close` in a chapter module would be a figure that leaves without its drawer's name."""
-    for path in sorted((ROOT / "mclib" / "book").glob("ch*.py")):
+    for path in sorted((ROOT / "mclib" / "chapters").glob("*.py")):
         calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
                  and getattr(n.func, "attr", None) == "close" and getattr(n.func.value, "id", None) == "plt"]
         assert not calls, path.name
 
 
 def test_the_smoke_chapter_s_figures_name_their_drawers(ch):
-    from mclib.book import ch01_train, ch02_copying, ch04_embeddings
+    from mclib.chapters import ch01_train, ch02_copying, ch04_embeddings
 
     _, glued = ch02_copying.pre_losses_and_figures(ch)
-    figures = {"mclib.book.ch01_train.loss_figure": [ch01_train.loss_figure(ch)],
-               "mclib.book.ch02_copying.pre_losses_and_figures": [glued["fig_copy_scatter"], glued["fig_mask_value"]],
-               "mclib.book.ch04_embeddings.position_norms_figure": [ch04_embeddings.position_norms_figure(ch)]}
+    figures = {"mclib.chapters.ch01_train.loss_figure": [ch01_train.loss_figure(ch)],
+               "mclib.chapters.ch02_copying.pre_losses_and_figures": [glued["fig_copy_scatter"], glued["fig_mask_value"]],
+               "mclib.chapters.ch04_embeddings.position_norms_figure": [ch04_embeddings.position_norms_figure(ch)]}
     for name, figs in figures.items():
         assert all(plots_base.drawer(f) == name for f in figs) and callable(resolve(name))
 
@@ -190,7 +190,7 @@ def test_the_readme_table_names_functions_that_exist():
         names = re.findall(r"`([\w.]+)`", row["drawn_by"])
         assert names, row
         for name in names:
-            fn = resolve(f"mclib.book.{name}")
+            fn = resolve(f"mclib.chapters.{name}")
             assert inspect.isfunction(fn), name
             assert name.split(".")[0] == f"ch{row['chapter']}", row  # the chapter's own module
         assert (ROOT / "book" / f"{row['chapter']}.ipynb").is_file(), row

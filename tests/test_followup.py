@@ -1,10 +1,10 @@
-"""Chapter 07's second part (mclib/book/followup.py): every row of the follow-up's claims
+"""Chapter 07's second part (mclib/chapters/followup.py): every row of the follow-up's claims
 comes out each way on tables made to order, and a claim with nothing to test reads n/a."""
 import numpy as np
 import pandas as pd
 import pytest
 
-from mclib.book import followup as part
+from mclib.chapters import followup as part
 from mclib.book import scorecard
 
 DROP = {1: 6000, 2: 5000, 3: 7000}

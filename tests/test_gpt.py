@@ -1,4 +1,4 @@
-"""E19's GPT (mclib.core.gpt, mclib.book.ch08_gpt, mclib.analyses.sharpness)."""
+"""E19's GPT (mclib.core.gpt, mclib.chapters.ch08_gpt, mclib.analyses.sharpness)."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mclib.analyses.sharpness import shape
-from mclib.book import ch08_gpt as chapter
+from mclib.chapters import ch08_gpt as chapter
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.gpt import SEP_ID, MatrixGPT, prompt

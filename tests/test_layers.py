@@ -1,12 +1,15 @@
 """The layers of mclib import downward only: core knows nothing of analyses or the book,
 analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__init__.py), and
-the GPU lease's room sits between the book's two floors (mclib/lease/__init__.py): it
-executes chapters through the book's runner and judges by its scorecard, and the chapters
-read its results and declare the rules it re-judges by.
+the GPU lease's room sits between the book's machinery and the chapters
+(mclib/lease/__init__.py, mclib/chapters/__init__.py): it executes chapters through the
+book's runner and judges by its scorecard, and the chapters read its results and declare
+the rules it re-judges by.
 
 Every module's imports are read with `ast`, lazy imports inside functions included, so an
-arrow that runs upward fails here, naming the file, the line and the import; and no file
-reaches itself through imports (benchmarks/layout.py's circles)."""
+arrow that runs upward fails here, naming the file, the line and the import; no room below
+the chapters names a chapter module in its code (the machinery finds chapters through the
+toc, by the naming rule alone); and no file reaches itself through imports
+(benchmarks/layout.py's circles)."""
 import ast
 import importlib.util
 import re
@@ -15,11 +18,12 @@ from pathlib import Path
 import pytest
 
 MCLIB = Path(__file__).resolve().parents[1] / "mclib"
-# bottom to top; "book" is the machinery the chapters share (runner, chapter protocol,
-# scorecard, plots, ...), "chapters" the book's chapter modules (mclib/book/chNN_name.py, and
-# followup.py, chapter 07's last section)
+# bottom to top, one folder each: "book" is the machinery the chapters share (runner, chapter
+# protocol, scorecard, plots, ...), "chapters" the book's chapter modules and their parts
+# (mclib/chapters/chNN_name.py, followup.py, chapter 07's last section, ...)
 LAYERS = ("core", "analyses", "book", "lease", "chapters")
-CHAPTER_MODULE = re.compile(r"ch\d\d_\w+|followup")
+# a chapter module named in a string of code: `import_module("mclib.chapters.ch01_train")`
+NAMED_CHAPTER = re.compile(r"mclib\.chapters\.(ch\d\d_\w+|followup)\b")
 
 
 def _module(path: Path, root: Path) -> list[str]:
@@ -43,7 +47,7 @@ def imports(path: Path, root: Path = MCLIB) -> list[tuple[int, str]]:
             else:
                 stem = node.module or ""
             # `from ..analyses.attention import IMPL` names the module; `from .. import book` names
-            # book; `from ..book import ch01_train` names the module imported from the package
+            # book; `from ..chapters import ch01_train` names the module imported from the package
             module = layer_of(stem) and stem.count(".") >= 2
             names = [stem] if module else [f"{stem}.{a.name}" for a in node.names]
             found += [(node.lineno, name) for name in names]
@@ -51,13 +55,11 @@ def imports(path: Path, root: Path = MCLIB) -> list[tuple[int, str]]:
 
 
 def layer_of(dotted: str) -> str | None:
-    """"mclib.analyses.attention" -> "analyses", "mclib.book.ch01_train" -> "chapters"; None for
-    anything outside the layers (mclib/__main__.py, the command line, sits above them all)."""
+    """"mclib.analyses.attention" -> "analyses", "mclib.chapters.ch01_train" -> "chapters"; None
+    for anything outside the layers (mclib/__main__.py, the command line, sits above them all)."""
     parts = dotted.split(".")
     if len(parts) < 2 or parts[0] != "mclib" or parts[1] not in LAYERS:
         return None
-    if parts[1] == "book" and len(parts) > 2 and CHAPTER_MODULE.fullmatch(parts[2]):
-        return "chapters"
     return parts[1]
 
 
@@ -75,9 +77,32 @@ def upward_imports(root: Path = MCLIB) -> list[str]:
     return sorted(set(bad))
 
 
+def chapters_named_below(root: Path = MCLIB) -> list[str]:
+    """'FILE:LINE names NAME (LAYER)' for every string of code (a docstring is not code) in a
+    room below the chapters that names a chapter module: an import by name that `imports`
+    cannot see, such as importlib.import_module("mclib.chapters.ch01_train")."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = layer_of(".".join(_module(path, root)))
+        if here is None or here == "chapters":
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                for m in NAMED_CHAPTER.finditer(node.value):
+                    bad.append(f"{path.relative_to(root.parent)}:{node.lineno} names {m.group(0)} ({here})")
+    return sorted(set(bad))
+
+
 def test_no_layer_imports_a_higher_one():
     bad = upward_imports()
     assert not bad, f"imports that run upward ({' < '.join(LAYERS)}):\n" + "\n".join(bad)
+
+
+def test_no_room_below_the_chapters_names_a_chapter_module():
+    bad = chapters_named_below()
+    assert not bad, "chapter modules named below mclib/chapters (find them through the toc):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -96,19 +121,39 @@ def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, sou
     assert not any("y.py:1" in b for b in upward_imports(root))  # downward is fine
 
 
-def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_path):
+def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A mclib in tmp_path of these files (path inside mclib -> source); its root."""
     root = tmp_path / "mclib"
-    for room in ("book", "lease"):
-        (root / room).mkdir(parents=True)
-    (root / "lease" / "x.py").write_text("from ..book import scorecard\nfrom ..book import ch01_train\n"
-                                         "def f():\n    from ..book.followup import g\n")
-    (root / "book" / "runner.py").write_text("from ..lease import part\n")
-    (root / "book" / "ch99_scorecard.py").write_text("from ..lease import reference\nfrom .runner import declared\n")
+    for name, source in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(source)
+    return root
+
+
+def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_path):
+    root = _tree(tmp_path, {
+        "lease/x.py": "from ..book import scorecard\nfrom ..chapters import ch01_train\n"
+                      "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_readings\n",
+        "book/runner.py": "from ..lease import part\n",
+        "chapters/ch99_scorecard.py": "from ..lease import reference\nfrom ..book.runner import declared\n"
+                                      "from .heads_readings import e4_rows\n"})
     assert upward_imports(root) == [
         "mclib/book/runner.py:1 imports mclib.lease.part (book -> lease)",
-        "mclib/lease/x.py:2 imports mclib.book.ch01_train (lease -> chapters)",
-        "mclib/lease/x.py:4 imports mclib.book.followup (lease -> chapters)",
+        "mclib/lease/x.py:2 imports mclib.chapters.ch01_train (lease -> chapters)",
+        "mclib/lease/x.py:4 imports mclib.chapters.followup (lease -> chapters)",
+        "mclib/lease/x.py:5 imports mclib.chapters.heads_readings (lease -> chapters)",
     ]
+
+
+def test_the_lease_room_names_no_chapter_module_even_by_a_string(tmp_path):
+    root = _tree(tmp_path, {
+        "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
+                      "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
+        # the runner finds a chapter by the naming rule, naming none
+        "book/runner.py": "import importlib\ndef g(stem):\n    return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
+        "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n"})
+    assert upward_imports(root) == []
+    assert chapters_named_below(root) == ["mclib/lease/x.py:4 names mclib.chapters.ch03_heads (lease)"]
 
 
 def _layout():

@@ -118,7 +118,7 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     counted once, with the laptop's relative seed spread (chapter 07's row) as its error; no CPU
     number in its column; every direction row judged by today's rule with the rule its chapter
     declares; the 44,450-step run's E1 end readings beside slice A's, from its metrics."""
-    from mclib.book import ch01_train, ch07_beyond
+    from mclib.chapters import ch01_train, ch07_beyond
     from mclib.book.runner import declared
     from mclib.core.config import load_profile, profile_path
     from mclib.core.data import copy_level

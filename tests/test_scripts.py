@@ -46,7 +46,7 @@ def out(tmp_path_factory) -> Path:
     """OUT/runs/smoke-drop-seed1 trained by `python -m mclib train` (loss_curve.png
     included), with the training chapter's scorecard rows recorded, as a book's
     --out-dir holds them (compare_books.py reads that layout)."""
-    from mclib.book import ch01_train
+    from mclib.chapters import ch01_train
     from mclib.book.chapter import open_chapter
 
     out = tmp_path_factory.mktemp("scripts")

@@ -1,5 +1,5 @@
 """Chapter 06's solver results computed beforehand: `python -m mclib solvers`
-saves them (mclib.book.ch06_baselines.build_solver_cache), the chapter reads them where its
+saves them (mclib.chapters.ch06_baselines.build_solver_cache), the chapter reads them where its
 draws match exactly (at every profile the committed paper file first), solves what they do
 not hold with a one-line notice, refuses a damaged file in one line, and with them needs no
 cvxpy (a GPU lease has none)."""
@@ -15,7 +15,7 @@ import pytest
 
 from mclib.__main__ import main
 from mclib.analyses import comparisons as C
-from mclib.book import ch06_baselines as chapter
+from mclib.chapters import ch06_baselines as chapter
 from mclib.core.config import load_profile, profile_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -327,7 +327,7 @@ for name in ("cvxpy", "clarabel"):
 from pathlib import Path
 import numpy as np
 from mclib.analyses import comparisons as C
-from mclib.book import ch06_baselines as chapter
+from mclib.chapters import ch06_baselines as chapter
 from mclib.book.chapter import open_chapter
 from mclib.core.config import load_profile, profile_path
 

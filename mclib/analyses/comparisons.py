@@ -1,6 +1,6 @@
 """BERT against classical matrix completion (E16, E17, E18 and two stronger methods), and
 the solvers alone on the paper's task: the numbers, with their errors. One call per table
-of the baselines chapter (which words and shows them: mclib.book.ch06_baselines):
+of the baselines chapter (which words and shows them: mclib.chapters.ch06_baselines):
 
     task = paper.task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
     nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task
@@ -40,7 +40,7 @@ setting (the solver function and every argument that changes its answer) and the
 of the exact matrices and masks: a table asks it, and a method is run only for a key it
 does not hold. `Solves.save` writes them as one gzipped CSV (one row per matrix, with the
 task, seed and sample size each block was drawn with); `open_solves` reads such a file,
-which `mclib.book.ch06_baselines.build_solver_cache` writes for a profile on the CPU
+which `mclib.chapters.ch06_baselines.build_solver_cache` writes for a profile on the CPU
 machine, so that chapter 06 solves nothing (and needs no cvxpy) where its draws match.
 """
 from __future__ import annotations

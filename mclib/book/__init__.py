@@ -6,15 +6,17 @@
     scorecard.py     one row per claim of the paper, the rule per kind of claim, the copying levels
     plots.py         every figure
     loss_tables.py   how chapters 02 and 03 show loss tables (computed by mclib.analyses.loss_tables)
-    ch01_train.py ... ch99_scorecard.py
-                     one module per chapter: book/NN_name.ipynb calls mclib/book/chNN_name.py
+    export.py        `python -m mclib export RUN`: a run's metrics as TensorBoard or W&B files
 
-The GPU lease's machinery (the ledger, slices, the paper setting's rows, its part of the
-site) is a room of its own, mclib/lease/, between this room's machinery and its chapters.
+This is the machinery the chapters share. The chapters themselves (book/NN_name.ipynb calls
+mclib.chapters.chNN_name) are a room of their own, mclib/chapters/, two floors up: the GPU
+lease's machinery (the ledger, slices, the paper setting's rows, its part of the site),
+mclib/lease/, sits between this room and the chapters. Nothing here imports a chapter: the
+runner finds each by name through the toc (`chapter_modules`, `declared`).
 """
 import warnings
 
 # Importing the model imports transformers, which imports tqdm.auto; in a kernel without
 # ipywidgets that warns on stderr at import time, before a chapter's `open_chapter` could
-# filter it (`notebook_setup`). Every chapter imports this package first.
+# filter it (`notebook_setup`). Every chapter imports this package first (mclib/chapters/__init__.py).
 warnings.filterwarnings("ignore", message="IProgress not found")

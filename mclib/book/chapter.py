@@ -11,7 +11,7 @@ where its checkpoints sit (`mclib.core.runs.checkpoint_steps`: pre on the platea
 transition around the drop, post at the end), why training ended (`run_end`), and the
 models at those steps, each loaded once per chapter (`Chapter.model`).
 
-Every chapter module (`mclib.book.chNN_name`, the notebook book/NN_name.ipynb) has the
+Every chapter module (`mclib.chapters.chNN_name`, the notebook book/NN_name.ipynb) has the
 same entry points, with `ch` (this module's `Chapter`) first (tests/test_chapter.py):
 
     CHAPTER = "NN_name"                    the notebook it serves, and its scorecard's chapter name

@@ -1,7 +1,7 @@
 """Figures. Each function takes data (a DataFrame, an array) and returns a matplotlib Figure.
 
 A chapter hands every figure it glues through `closed`, which signs it under its bottom
-edge with the function that drew it ("drawn by mclib.book.ch02_copying.e2_shown"), so a
+edge with the function that drew it ("drawn by mclib.chapters.ch02_copying.e2_shown"), so a
 reader of the book finds under each figure the call that draws it again; `drawer` reads
 the name back (tests/test_drawers.py checks that every one names a real function).
 

@@ -114,10 +114,10 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
 
 def chapter_modules(toc: Path = REPO / "_toc.yml") -> list:
     """The module of each chapter of the toc, in order: book/NN_name.ipynb is served by
-    mclib.book.chNN_name (mclib/book/__init__.py)."""
+    mclib.chapters.chNN_name (mclib/chapters/__init__.py)."""
     import importlib
 
-    return [importlib.import_module(f"{__package__}.ch{t.stem}") for t in chapters(toc)]
+    return [importlib.import_module(f"mclib.chapters.ch{t.stem}") for t in chapters(toc)]
 
 
 def declared(name: str, toc: Path = REPO / "_toc.yml") -> list:
@@ -133,7 +133,7 @@ def declared(name: str, toc: Path = REPO / "_toc.yml") -> list:
 
 def declared_by(name: str, names: list[str] | None = None) -> dict:
     """{chapter: what it declares under `name`} of the chapters `names` (default every chapter
-    of the toc), in their order; a name that no module of this package serves (a template
+    of the toc), in their order; a name that no module of mclib.chapters serves (a template
     outside the book) declares nothing."""
     import importlib
     import importlib.util
@@ -141,7 +141,7 @@ def declared_by(name: str, names: list[str] | None = None) -> dict:
     out = {}
     for stem in [t.stem for t in chapters()] if names is None else names:
         try:
-            found = importlib.util.find_spec(f"{__package__}.ch{stem}")
+            found = importlib.util.find_spec(f"mclib.chapters.ch{stem}")
         except ModuleNotFoundError:  # a name with a dot
             found = None
         if found is not None and hasattr(m := importlib.import_module(found.name), name):

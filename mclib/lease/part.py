@@ -4,7 +4,7 @@
     OUT/book/_executed/paper/A_01_train.ipynb  slice A's executed 01_train, opened by where it ran
 
 The book's runner puts it after the chapters executed here (`mclib.book.runner_site.site_toc`): the
-scorecard chapter declares it (`mclib.book.ch99_scorecard.site_part`).
+scorecard chapter declares it (`mclib.chapters.ch99_scorecard.site_part`).
 
 A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.lease.slices.done`); its
 book/*.ipynb are the chapters its lease executed. Each is copied as it ran (outputs, figures,

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from . import scorecard
+from ..book import scorecard
 from ..lease import part, reference
-from .chapter import departures_table
-from .plots import VERDICT_COLORS, closed, scorecard_plot
+from ..book.chapter import departures_table
+from ..book.plots import VERDICT_COLORS, closed, scorecard_plot
 
 CHAPTER = "99_scorecard"
 
@@ -168,7 +168,7 @@ def laptop_rows(out) -> list[dict] | None:
     import json
     from pathlib import Path
 
-    from .runner import EXECUTED
+    from ..book.runner import EXECUTED
 
     manifest = Path(out) / EXECUTED / "manifest.json"
     run_dir = json.loads(manifest.read_text()).get("run_dir") if manifest.is_file() else None

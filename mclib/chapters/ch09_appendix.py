@@ -22,10 +22,10 @@ import pandas as pd
 from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
 from ..core.metrics import DROP_WINDOW
 from ..core.sweep import curves_path, load_sweep, setting_colours
-from .chapter import Chapter
-from .plots import closed
+from ..book.chapter import Chapter
+from ..book.plots import closed
 from ..core.repo import REPO
-from .scorecard import CUT, agreement, claim, recorded_table, row_verdict
+from ..book.scorecard import CUT, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "09_appendix"
 WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"

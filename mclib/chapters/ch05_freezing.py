@@ -35,10 +35,10 @@ from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics, saved_steps
 from ..analyses.interventions import GROUPS
-from .chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
-from .plots import closed, freeze_curves
-from .runner import Reads
-from .scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
+from ..book.chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
+from ..book.plots import closed, freeze_curves
+from ..book.runner import Reads
+from ..book.scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
 
 CHAPTER = "05_freezing"
 LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")

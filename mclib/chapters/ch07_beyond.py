@@ -3,7 +3,7 @@ any measure of the model's inside moves before the loss does. Its tables, figure
 sentences and its scorecard rows, in the order the page shows them: the paper's claims it
 tests (E1 over seeds, E9's timing) and its own finding B1 (`lead_row`: a measure leads
 the drop), a row of kind "finding" that the scorecard shows and counts apart from the
-paper's claims; the follow-up's rows F1-F5 (`mclib.book.followup`) are findings too.
+paper's claims; the follow-up's rows F1-F5 (`mclib.chapters.followup`) are findings too.
 
 The paper trains one model and reports one drop; over seeds the drop becomes a mean with
 a spread, recorded as a fraction of training (profiles differ in length) by the
@@ -22,10 +22,10 @@ from ..analyses.heads import STRUCTURE_THRESHOLD
 from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
-from .chapter import seed_runs
-from .plots import closed, progress_panels, seed_loss_curves
-from .runner import Reads
-from .scorecard import CUT, agreement, claim, is_own, plural, recorded_table, row_verdict
+from ..book.chapter import seed_runs
+from ..book.plots import closed, progress_panels, seed_loss_curves
+from ..book.runner import Reads
+from ..book.scorecard import CUT, agreement, claim, is_own, plural, recorded_table, row_verdict
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples

@@ -31,9 +31,9 @@ from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
 from ..core.runs import load_checkpoint, load_metrics, run_name, saved_steps
-from .chapter import Chapter
-from .plots import attention_grid, closed, gpt_loss_curves
-from .scorecard import CUT, agreement, claim, recorded_table
+from ..book.chapter import Chapter
+from ..book.plots import attention_grid, closed, gpt_loss_curves
+from ..book.scorecard import CUT, agreement, claim, recorded_table
 
 CHAPTER = "08_gpt"
 COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_drop's half-way line

@@ -17,9 +17,9 @@ import pandas as pd
 from ..analyses import embeddings as E
 from ..core.model import build_model
 from ..core.runs import checkpoint_embeddings
-from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
+from ..book.plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
-from .scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
+from ..book.scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
 
 CHAPTER = "04_embeddings"
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
@@ -204,49 +204,31 @@ def _said(row: dict) -> tuple[str, bool]:
     return agreement(v), v in POSITIVE.values()
 
 
-def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
-                       drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
-    """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
-    summary, with the initialisation as step 0 if available; tracks: `component_tracks`
-    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post.
+@dataclass(frozen=True)
+class Before:
+    """The checkpoint E13 and E14 read before the drop: `last`, the last saved one before it
+    (a row of `embedding_progress`), or None and `missing`, why there is none."""
+    last: pd.Series | None
+    missing: str | None
 
-    The rows are built first; every sentence that compares with the paper (tracks_claim,
-    align_claim, cluster_claim and the E13, E14 readings) then takes its words from the
-    verdicts of the rows it speaks for (`scorecard.agreement`)."""
+
+def before_the_drop(progress: pd.DataFrame, drop: int | None) -> Before:
+    """The last saved checkpoint before the drop, or why there is none (no drop, or none saved before it)."""
+    last = (progress[progress["step"] < drop].iloc[-1] if drop is not None and (progress["step"] < drop).any()
+            else None)
+    return Before(last, "no drop in this run" if drop is None else
+                  None if last is not None else "no saved checkpoint before the drop")
+
+
+def e12_readings(tracks: pd.DataFrame, symmetry: float) -> tuple[dict, list[dict]]:
+    """E12 at the post checkpoint: the norms' symmetry about 0, the component closest to |x|
+    and whether the other tracks sign(x); glue symmetry, symmetry_text, tracks_text, tracks_claim."""
     t = tracks.set_index("component")
     abs_c = int(t["abs_x"].idxmax())  # the component closest to |x|; the other is checked for sign(x)
     other = next(c for c in t.index if c != abs_c)
     abs_r, sign_r, x_r = t.loc[abs_c, "abs_x"], t.loc[other, "sign_x"], t.loc[other, "x"]
     tracks_text = (f"the component closest to |x| (component {abs_c}) has |r| = {abs_r:.2f} with |x|, and the other "
                    f"|r| = {sign_r:.2f} with the sign of x ({x_r:.2f} with x itself)")
-
-    reached = progress.loc[progress["token_alignment"] >= ALIGNED, "step"]
-    aligned_at = int(reached.iloc[0]) if len(reached) else None
-    s = summary.set_index("step")
-    init_align = float(s.loc[0, "alignment_centred"]) if 0 in s.index else None
-    align_text = ((f"reached {ALIGNED} at step {aligned_at:,}" if aligned_at is not None else
-                   f"did not reach {ALIGNED} at any saved checkpoint")
-                  + ("" if init_align is None else f" (at initialisation it was {init_align:.2f})"))
-
-    first, last = progress.iloc[0], progress.set_index("step").loc[post_step]
-    col_post, row_post, mid = last["column_silhouette"], last["row_silhouette"], last["middle_row_norm"]
-    before_drop = (progress[progress["step"] < drop].iloc[-1] if drop is not None and (progress["step"] < drop).any()
-                   else None)
-    no_before = ("no drop in this run" if drop is None else
-                 None if before_drop is not None else "no saved checkpoint before the drop")
-    early = (f"the embeddings start that close to their final layout (centred alignment {init_align:.2f} at "
-             "initialisation), so reaching it says nothing about the drop"
-             if init_align is not None and init_align >= ALIGNED else None)
-    if drop is not None and (progress["step"] >= drop).any() and before_drop is not None:
-        after = progress[progress["step"] >= drop].iloc[0]
-        cluster_text = (f"the column silhouette was {before_drop.column_silhouette:.2f} at step "
-                        f"{int(before_drop.step):,}, the last checkpoint before the drop, and "
-                        f"{after.column_silhouette:.2f} at step {int(after.step):,}, the first after it; at the end "
-                        f"it is {col_post:.2f} (grouped by row: {row_post:.2f})")
-    else:
-        cluster_text = (f"the column silhouette went from {first.column_silhouette:.2f} at step {int(first.step):,} to "
-                        f"{col_post:.2f} at step {post_step:,} (grouped by row: {row_post:.2f})")
-
     rows = [
         claim("E12", "token-norm symmetry: corr(‖e(x)‖, ‖e(−x)‖), post", float(symmetry),
              f"{'symmetric' if symmetry > STRONG else 'not symmetric'} about 0 (paper: symmetric)",
@@ -257,26 +239,38 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
         claim("E12", "|r| of the other component with sign(x), post", float(sign_r),
              f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}",
              kind="direction", reference=STRONG, sense="above", margin=CUT),
-        claim("E13", "centred token alignment with the final layout, last checkpoint before the drop",
-             None if before_drop is None else float(before_drop.token_alignment), "",
-             kind="direction", reference=ALIGNED, sense="above", margin=CUT,
-             na=no_before or early or e13_na(int(before_drop.step), post_step)),
-        claim("E14", "column silhouette of the position embeddings, last checkpoint before the drop",
-             None if before_drop is None else float(before_drop.column_silhouette), "",
-             kind="direction", reference=CLUSTERED, sense="below", margin=CUT, na=no_before),
-        claim("E14", "column silhouette of the position embeddings, post", float(col_post), "",
-             kind="direction", reference=CLUSTERED, sense="above", margin=CUT),
-        claim("E14", "middle-row position norm / mean position norm, post", float(mid),
-             f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
-             f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
     ]
     (_, abs_holds), (_, sign_holds) = _said(rows[1]), _said(rows[2])
     tracks_claim = ("one component tracks |x|" if abs_holds else "no component tracks |x|") + (
         " and the other the sign" if sign_holds else ", and the other does not track the sign")
     tracks_claim += ", " + agreements({"for |x|": row_verdict(rows[1]), "for the sign": row_verdict(rows[2])})
+    return {"symmetry": float(symmetry),
+            "symmetry_text": "symmetric about 0" if symmetry > STRONG else "not symmetric about 0",
+            "tracks_text": tracks_text, "tracks_claim": tracks_claim}, rows
 
-    align_said, aligned = _said(rows[3])
-    too_close = None if before_drop is None else e13_na(int(before_drop.step), post_step)
+
+def e13_readings(progress: pd.DataFrame, summary: pd.DataFrame, before: Before, drop: int | None, *,
+                 post_step: int) -> tuple[dict, list[dict]]:
+    """E13: the centred token alignment with the final layout at the last checkpoint before the
+    drop (`before`), n/a where the embeddings start aligned or the final layout is read too soon
+    after (`e13_na`); glue align_text, align_claim."""
+    reached = progress.loc[progress["token_alignment"] >= ALIGNED, "step"]
+    aligned_at = int(reached.iloc[0]) if len(reached) else None
+    s = summary.set_index("step")
+    init_align = float(s.loc[0, "alignment_centred"]) if 0 in s.index else None
+    align_text = ((f"reached {ALIGNED} at step {aligned_at:,}" if aligned_at is not None else
+                   f"did not reach {ALIGNED} at any saved checkpoint")
+                  + ("" if init_align is None else f" (at initialisation it was {init_align:.2f})"))
+    early = (f"the embeddings start that close to their final layout (centred alignment {init_align:.2f} at "
+             "initialisation), so reaching it says nothing about the drop"
+             if init_align is not None and init_align >= ALIGNED else None)
+    last, no_before = before.last, before.missing
+    row = claim("E13", "centred token alignment with the final layout, last checkpoint before the drop",
+                None if last is None else float(last.token_alignment), "",
+                kind="direction", reference=ALIGNED, sense="above", margin=CUT,
+                na=no_before or early or e13_na(int(last.step), post_step))
+    align_said, aligned = _said(row)
+    too_close = None if last is None else e13_na(int(last.step), post_step)
     if early:
         align_claim = "but the embeddings start that close to their final layout, so this says nothing about the drop"
     elif too_close and not no_before:
@@ -288,10 +282,44 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
     else:
         align_claim = (f"{'and' if aligned else 'but'} at the last checkpoint before the drop at step {drop:,} it is "
                        f"{'above' if aligned else 'not above'} {ALIGNED}, {align_said}")
-    rows[3]["reading"] = (f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
-                          f"above {ALIGNED} counts)")
+    row["reading"] = (f"{align_text}, {align_claim} (paper: the final arrangement comes before the drop; "
+                      f"above {ALIGNED} counts)")
+    return {"align_text": align_text, "align_claim": align_claim}, [row]
 
-    (pre_said, apart_before), (post_said, clustered) = _said(rows[4]), _said(rows[5])
+
+def e14_readings(progress: pd.DataFrame, before: Before, drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
+    """E14: the position embeddings' column silhouette before the drop (`before`) and at the
+    end, and the middle row's norm; glue cluster_text, cluster_claim, mid_norm."""
+    first, last = progress.iloc[0], progress.set_index("step").loc[post_step]
+    col_post, row_post, mid = last["column_silhouette"], last["row_silhouette"], last["middle_row_norm"]
+    before_drop, no_before = before.last, before.missing
+    if drop is not None and (progress["step"] >= drop).any() and before_drop is not None:
+        after = progress[progress["step"] >= drop].iloc[0]
+        cluster_text = (f"the column silhouette was {before_drop.column_silhouette:.2f} at step "
+                        f"{int(before_drop.step):,}, the last checkpoint before the drop, and "
+                        f"{after.column_silhouette:.2f} at step {int(after.step):,}, the first after it; at the end "
+                        f"it is {col_post:.2f} (grouped by row: {row_post:.2f})")
+    else:
+        cluster_text = (f"the column silhouette went from {first.column_silhouette:.2f} at step {int(first.step):,} to "
+                        f"{col_post:.2f} at step {post_step:,} (grouped by row: {row_post:.2f})")
+    rows = [
+        claim("E14", "column silhouette of the position embeddings, last checkpoint before the drop",
+             None if before_drop is None else float(before_drop.column_silhouette), "",
+             kind="direction", reference=CLUSTERED, sense="below", margin=CUT, na=no_before),
+        claim("E14", "column silhouette of the position embeddings, post", float(col_post), "",
+             kind="direction", reference=CLUSTERED, sense="above", margin=CUT),
+        claim("E14", "middle-row position norm / mean position norm, post", float(mid),
+             f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
+             f"{DIP} counts)", kind="direction", reference=DIP, sense="below", margin=CUT),
+    ]
+    return {"cluster_text": cluster_text, "cluster_claim": _cluster_claim(rows, no_before, row_post),
+            "mid_norm": float(mid)}, rows
+
+
+def _cluster_claim(rows: list[dict], no_before: str | None, row_post: float) -> str:
+    """E14's sentence on the columns clustering only after the drop, from the verdicts of its
+    two silhouette rows (`rows[0]` before the drop, `rows[1]` at the end), whose readings it sets."""
+    (pre_said, apart_before), (post_said, clustered) = _said(rows[0]), _said(rows[1])
     at_end = (f"the columns cluster by the end of the run, {post_said}" if clustered else
               f"no column clusters (silhouette above {CLUSTERED}) by the end of the run, {post_said}")
     if no_before:
@@ -303,16 +331,30 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
         pre_reading = f"{before}, {pre_said}"
         cluster_claim = (f"the columns cluster only after the drop, {post_said}" if apart_before and clustered else
                          f"{before}, {pre_said}; {at_end}")
-    rows[4]["reading"] = f"{pre_reading} (paper: no column clusters before the drop; below {CLUSTERED} counts)"
-    rows[5]["reading"] = (f"{'columns cluster' if clustered else 'no column clusters'}, {post_said} (row: "
+    rows[0]["reading"] = f"{pre_reading} (paper: no column clusters before the drop; below {CLUSTERED} counts)"
+    rows[1]["reading"] = (f"{'columns cluster' if clustered else 'no column clusters'}, {post_said} (row: "
                           f"{row_post:.2f}); paper: they cluster after the drop; above {CLUSTERED} counts")
+    return cluster_claim
 
-    glue = {"symmetry": float(symmetry),
-            "symmetry_text": "symmetric about 0" if symmetry > STRONG else "not symmetric about 0",
-            "tracks_text": tracks_text, "tracks_claim": tracks_claim, "align_text": align_text,
-            "align_claim": align_claim, "cluster_text": cluster_text, "cluster_claim": cluster_claim,
-            "mid_norm": float(mid), "post_step": f"{post_step:,}"}
-    return glue, rows
+
+def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
+                       drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
+    """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
+    summary, with the initialisation as step 0 if available; tracks: `component_tracks`
+    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post.
+
+    The rows are built first, experiment by experiment (`e12_readings`, `e13_readings`,
+    `e14_readings`); every sentence that compares with the paper (tracks_claim, align_claim,
+    cluster_claim and the E13, E14 readings) then takes its words from the verdicts of the
+    rows it speaks for (`scorecard.agreement`)."""
+    before = before_the_drop(progress, drop)
+    glue, rows = {}, []
+    for part_glue, part_rows in (e12_readings(tracks, symmetry),
+                                 e13_readings(progress, summary, before, drop, post_step=post_step),
+                                 e14_readings(progress, before, drop, post_step=post_step)):
+        glue.update(part_glue)
+        rows += part_rows
+    return {**glue, "post_step": f"{post_step:,}"}, rows
 
 
 def readings(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:

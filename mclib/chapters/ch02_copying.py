@@ -31,11 +31,11 @@ from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_r
 from ..core.config import DataConfig
 from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
-from . import plots
-from .loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
-from .scorecard import PAPER_PRE, copy_levels, task_departures
-from .scorecard import MARGINS, agreement, recorded_table, row_verdict, verdict_counts, verdicts_text
-from .scorecard import claim as _row
+from ..book import plots
+from ..book.loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
+from ..book.scorecard import PAPER_PRE, copy_levels, task_departures
+from ..book.scorecard import MARGINS, agreement, recorded_table, row_verdict, verdict_counts, verdicts_text
+from ..book.scorecard import claim as _row
 
 CHAPTER = "02_copying"
 

@@ -27,11 +27,11 @@ from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOS
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
-from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
+from ..book.chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
-from .plots import closed, loss_curve, mark_checkpoints
-from .scorecard import PAPER_PRE, copy_levels, task_departures
-from .scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
+from ..book.plots import closed, loss_curve, mark_checkpoints
+from ..book.scorecard import PAPER_PRE, copy_levels, task_departures
+from ..book.scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
 
 CHAPTER = "01_train"
 # The training chapter (`open_chapter(..., train=True)`): it trains the runs that the chapters a

@@ -45,7 +45,7 @@ from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
 from ..core.repo import REPO
-from .scorecard import claim, recorded_table
+from ..book.scorecard import claim, recorded_table
 
 CHAPTER = "07_beyond"
 ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
@@ -67,7 +67,7 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
     `setting` (as in the sweep's measures, so `measures_figure` draws either). The steps
     skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
     if run_dirs is None:
-        from .chapter import seed_runs
+        from ..book.chapter import seed_runs
 
         run_dirs = seed_runs(ch.cfg, ch.run_dir)
     frames, skipped = [], {}
@@ -278,7 +278,7 @@ def measures_figure(measures: pd.DataFrame):
     import matplotlib.pyplot as plt
 
     from ..core.sweep import setting_colours
-    from .plots import closed
+    from ..book.plots import closed
 
     collapse = last_layer(measures, "collapse")
     shares = [c for c in measures.columns if c.startswith("share_L")]
@@ -367,7 +367,7 @@ def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = 
     column; the other keys). No rows: empty panels that say so."""
     import matplotlib.pyplot as plt
 
-    from .plots import closed
+    from ..book.plots import closed
 
     table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
 
