@@ -147,3 +147,15 @@ def test_a_site_of_some_chapters_lets_through_only_links_to_the_others(tmp_path)
     assert config["sphinx"]["config"]["html_static_path"] == [str(tmp_path / "book" / "_static")]
     assert set(config["sphinx"]["local_extensions"].values()) == {str(tmp_path / "book" / "_ext")}
     assert config["exclude_patterns"] == parse_yaml((REPO / "_config.yml").read_text())["exclude_patterns"]
+
+
+def test_a_chapter_after_one_that_waits_still_executes_beside_the_training_chapter(tmp_path, events):
+    """06 comes after 05 in the toc but reads neither E15's runs nor the records: it executes
+    beside the training chapter, and 05 and 99 after it has ended."""
+    seen, _ = events
+    m = book.build("smoke", out_dir=tmp_path / "out", site=False, progress=False,
+                   templates=book.select_chapters("01_train,02_copying,05_freezing,06_baselines,99_scorecard"))
+    assert seen == [("start", "01_train"), ("run", "02_copying"), ("run", "06_baselines"), ("end", "01_train"),
+                    ("run", "05_freezing"), ("run", "99_scorecard")]
+    assert [r["name"] for r in m["notebooks"]] == ["01_train", "02_copying", "05_freezing", "06_baselines",
+                                                   "99_scorecard"]

@@ -253,6 +253,7 @@ class _Build:
                          "notebooks": [], "site": None}
         self.lock = threading.Lock()  # the manifest: written from this thread and from the one beside it
         self.ready = self.exe / READY_FILE
+        self.beside: dict = {}  # the training chapter executing beside this thread: its thread, error (`one`)
 
     def save(self) -> None:
         with self.lock:
@@ -307,59 +308,68 @@ class _Build:
         self.save()
         return None
 
-    def failed(self, i: int, name: str, error: str) -> BookError:
-        """The error that ends the build at chapter `name` (index i); the chapters after it
-        that did not run keep their last records, so the next build can still reuse them."""
+    def failed(self, name: str, error: str) -> BookError:
+        """The error that ends the build at chapter `name`; the chapters that did not run keep
+        their last records, so the next build can still reuse them."""
         with self.lock:
             seen = {r["name"] for r in self.manifest["notebooks"]}
-            self.manifest["notebooks"] += [{**self.prev_nb[t.stem], "status": "not run"} for t in self.templates[i:]
+            self.manifest["notebooks"] += [{**self.prev_nb[t.stem], "status": "not run"} for t in self.templates
                                            if t.stem in self.prev_nb and t.stem not in seen]
         self.save()
         return BookError(f"notebook {name} failed ({error}); see {self.exe / f'{name}.ipynb'}")
 
     def execute(self) -> None:
-        """Every chapter in order, each reused or executed; the training chapter, where it
-        trains E15's runs, beside the others (`alongside`). Raises BookError at the first
-        that fails."""
+        """Every chapter, each reused or executed, in toc order; but where the training chapter
+        trains E15's runs, it executes beside the others (`alongside`), and the chapters that
+        read its work (`waits_for_trainer`) execute once it has ended, after all the others.
+        Raises BookError at the first that fails."""
         trainer = alongside(self.templates, self.runs, self.cfg)
-        beside: dict = {}  # the training chapter executing beside this thread: its thread, index, error
+        later = []  # the chapters that wait for the training chapter: (index, template)
         with _asking([t.stem for t in self.templates]):
             for i, template in enumerate(self.templates, 1):
-                if beside and waits_for_trainer(template, self.cfg):
+                if self.beside and waits_for_trainer(template, self.cfg):
                     print(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
                           "chapter trains or records)", flush=True)
-                    beside["thread"].join()
-                if beside.get("error"):
-                    raise self.failed(beside["i"], trainer, beside["error"])
-                rec = self.record(i, template)
-                if rec is None:
+                    later.append((i, template))
                     continue
-                if template.stem == trainer:
-                    beside = {"i": i}
-                    _beside(beside, lambda t=template, r=rec: beside.update(error=self.run(t, r, apart=True)),
-                            self.ready)
-                    if beside.get("error"):
-                        raise self.failed(i, trainer, beside["error"])
-                    if beside["thread"].is_alive():
-                        print(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor "
-                              "other chapters' records execute beside it", flush=True)
-                    continue
-                error = self.run(template, rec, reporting=not (beside and beside["thread"].is_alive()))
-                if error is not None:
-                    if beside:
-                        print(f"  {template.stem} failed; waiting for {trainer} to end", flush=True)
-                        beside["thread"].join()
-                    raise self.failed(i, template.stem, error)
-            if beside:
-                beside["thread"].join()
+                self.one(i, template, trainer)
+            if self.beside:
+                self.beside["thread"].join()
                 self.ready.unlink(missing_ok=True)
-                if beside.get("error"):
-                    raise self.failed(beside["i"], trainer, beside["error"])
+                if self.beside.get("error"):
+                    raise self.failed(trainer, self.beside["error"])
+            for i, template in later:
+                self.one(i, template, trainer)
         ran = {r["name"]: r for r in self.manifest["notebooks"]}  # chapters left out keep their last records
         order = [t.stem for t in chapters()]
         self.manifest["notebooks"] = sorted(
             [*ran.values(), *(r for name, r in self.prev_nb.items() if name not in ran)],
             key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
+
+    def one(self, i: int, template: Path, trainer: str | None) -> None:
+        """Chapter i: reused, executed here, or (the training chapter `trainer`) started beside
+        this thread (`self.beside`: its thread and error), returning once only E15's runs
+        train; raises BookError where it, or the training chapter beside, failed."""
+        beside = self.beside
+        if beside.get("error"):
+            raise self.failed(trainer, beside["error"])
+        rec = self.record(i, template)
+        if rec is None:
+            return
+        if template.stem == trainer:
+            _beside(beside, lambda: beside.update(error=self.run(template, rec, apart=True)), self.ready)
+            if beside.get("error"):
+                raise self.failed(trainer, beside["error"])
+            if beside["thread"].is_alive():
+                print(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor other "
+                      "chapters' records execute beside it", flush=True)
+            return
+        error = self.run(template, rec, reporting=not (beside and beside["thread"].is_alive()))
+        if error is not None:
+            if beside:
+                print(f"  {template.stem} failed; waiting for {trainer} to end", flush=True)
+                beside["thread"].join()
+            raise self.failed(template.stem, error)
 
     def no_site(self) -> dict:
         self.manifest["site"] = {"status": "skipped"}

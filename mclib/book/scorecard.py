@@ -41,7 +41,7 @@ import contextlib
 import json
 from pathlib import Path
 
-from ..core.runs import SCORECARD, write_atomic
+from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
 from .scorecard_rules import CLOSE, _missing, contradiction, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
 from .scorecard_tables import _order
@@ -78,7 +78,6 @@ try:
 except ImportError:  # not on Windows: there the book executes one chapter at a time (`CAN_LOCK`)
     fcntl = None
 CAN_LOCK = fcntl is not None
-LOCK = ".scorecard.lock"  # beside scorecard.json
 
 
 @contextlib.contextmanager
@@ -90,7 +89,7 @@ def locked(run_dir: str | Path):
     if fcntl is None or not Path(run_dir).is_dir():  # no folder yet: no rows to keep
         yield
         return
-    with open(Path(run_dir) / LOCK, "a") as f:
+    with open(Path(run_dir) / SCORECARD_LOCK, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -11,6 +11,7 @@
     NAME-seedS/loss_curve.png        the curve `python -m mclib train` draws when it ends
     NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then (mclib.core.sweep)
     NAME-seedS/scorecard.json        the book's scorecard rows (mclib.book.scorecard)
+    NAME-seedS/.scorecard.lock       held while one process reads and writes scorecard.json (mclib.book.scorecard)
     NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
     NAME-seedS/checkpoint_series.zip the analysis checkpoints (`checkpoint_steps`: pre, transition, post) as one
                                      download of the book: NAME-seedS/step_004000/{config.json,
@@ -75,6 +76,7 @@ LOCK = ".lock"
 LOSS_CURVE = "loss_curve.png"
 SWEEP_MARKER = "sweep.json"
 SCORECARD = "scorecard.json"
+SCORECARD_LOCK = ".scorecard.lock"
 FREEZE = "freeze"
 FREEZE_SOURCE = "source.json"
 CHECKPOINT_SERIES = "checkpoint_series.zip"
