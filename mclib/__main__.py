@@ -10,9 +10,10 @@ from .core.runs import LOSS_CURVE, default_run_dir
 
 
 def cmd_train(args) -> None:
-    from .core.metrics import find_drop
     from .book.plots import loss_curve
-    from .core.runs import drop_column, load_metrics, run_end
+    from .core.ending import run_end
+    from .core.metrics import drop_column, find_drop
+    from .core.runs import load_metrics
     from .core.train import train
 
     overrides = {}

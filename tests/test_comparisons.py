@@ -8,7 +8,7 @@ from mclib.analyses import comparisons as C
 from mclib.analyses import per_matrix as P
 from mclib.core.data import sample_matrices, copy_level
 from mclib.analyses.evaluate import pooled, sample_eval_batch
-from mclib.core.runs import load_checkpoint
+from mclib.core.checkpoints import load_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 
 from mclib.__main__ import main
+from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.config import ConfigError
 from mclib.core.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
+from mclib.core.runs import load_metrics
 from mclib.core.sweep import load_sweep
 from mclib.core.train import train, train_seed
-from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 REPO = Path(__file__).resolve().parent.parent
@@ -466,7 +467,7 @@ def test_the_paper_sizes_train_a_few_steps_on_the_cpu(tmp_path):
     heads and lr train, and only the newest checkpoint stays (the sweep's policy)."""
     import dataclasses
 
-    from mclib.core.runs import saved_steps
+    from mclib.core.checkpoints import saved_steps
     from mclib.core.sweep import train_sweep_run
 
     few = {"train.device": "cpu", "train.batch": 2, "train.eval_batch": 2, "train.steps": 2, "train.save_every": 1,

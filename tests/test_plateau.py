@@ -12,9 +12,10 @@ from mclib.analyses.evaluate import sample_eval_batch
 from mclib.analyses.heads import capture_probs, head_scores
 from mclib.analyses.plateau import (attention_share, masked_spread, plateau_measures, plateau_table,
                                     representation_collapse)
+from mclib.core.checkpoints import saved_steps
 from mclib.core.data import sample_batch
 from mclib.core.model import build_model
-from mclib.core.runs import checkpoint_dir, saved_steps
+from mclib.core.runs import checkpoint_dir
 
 
 def _batch(n=5, batch=32, seed=0):

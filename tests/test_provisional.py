@@ -8,7 +8,7 @@ import pytest
 
 from mclib.book import scorecard
 from mclib.lease import part, reference, slices
-from mclib.core.runs import RunEnd
+from mclib.core.ending import RunEnd
 
 CUT = scorecard.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129, slope_se=0.005)
 WHOLE = scorecard.Stage(step=50_000, planned=50_000, cut=False, rel=0.06, paper_rel=0.0576)

@@ -26,7 +26,8 @@ from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOS
                             end_slope, last_tenth, window_mean)
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.runs import METRICS
 from .chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
 from .plots import closed, loss_curve, mark_checkpoints

@@ -58,7 +58,7 @@ def at_paper_pre(ch):
     it has nothing to compare on the paper's task."""
     from dataclasses import replace
 
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     if task_departures(ch.cfg) or ch.steps.pre == PAPER_PRE or PAPER_PRE not in saved_steps(ch.run_dir):
         return ch

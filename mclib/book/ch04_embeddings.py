@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..analyses import embeddings as E
+from ..core.checkpoints import checkpoint_embeddings
 from ..core.model import build_model
-from ..core.runs import checkpoint_embeddings
 from .plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
 from .scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict

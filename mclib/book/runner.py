@@ -230,7 +230,8 @@ def plan(cfg, run_dir: Path, names: list[str], out: Path) -> Plan:
     `analysis.train_in_book: false` nothing trains. Runs that only chapters not asked read are
     left out, and the line says so."""
     from ..analyses.freezing import LONGEST_FIRST, pending_groups
-    from ..core.runs import freeze_dir, saved_steps, seed_run_dirs
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import freeze_dir, seed_run_dirs
     from ..core.train import seed_jobs
 
     toc = [t.stem for t in chapters()]
@@ -309,7 +310,8 @@ def _file_sha(path: Path) -> str | None:
 
 
 def run_state(run_dir: Path) -> str:
-    from ..core.runs import METRICS, saved_steps
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import METRICS
 
     return short_sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
 
@@ -490,8 +492,9 @@ def expected_steps(folder: Path, cfg=None) -> int:
     at the main run's drop, where that came before its cap; with the book's profile `cfg`,
     another seed that stops `analysis.after_drop` steps after its drop, there once it has
     dropped; else its cap, `train.steps` (a run that converges ends sooner)."""
+    from ..core.checkpoints import resumable_steps
     from ..core.metrics import find_drop
-    from ..core.runs import END, METRICS, load_metrics, resumable_steps, run_profile
+    from ..core.runs import END, METRICS, load_metrics, run_profile
 
     folder, profile = Path(folder), run_profile(folder)
     steps, cap = resumable_steps(folder), profile.train.steps
@@ -527,7 +530,8 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
     """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
     profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to
     root; expected: `expected_steps`, the step measured by `step_ms` (left out before it is)."""
-    from ..core.runs import METRICS, PROFILE, checkpoint_dir, resumable_steps
+    from ..core.checkpoints import resumable_steps
+    from ..core.runs import METRICS, PROFILE, checkpoint_dir
 
     out = []
     for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
@@ -550,7 +554,8 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
     its cap): the longer of the
     work spread over `workers` and the book's run followed by its longest E15 run (E15 starts
     from its end). None before any step is measured."""
-    from ..core.runs import METRICS, PROFILE, resumable_steps
+    from ..core.checkpoints import resumable_steps
+    from ..core.runs import METRICS, PROFILE
 
     left, ms = {}, {}
     for name, folder in runs.items():
@@ -642,7 +647,7 @@ def _stage(out: Path) -> list[Path]:
 
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     paper = paper_profile()
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:

@@ -25,13 +25,14 @@ from typing import Callable
 import torch
 from torch.profiler import record_function
 
+from .checkpoints import resume_checkpoint, saved_steps
 from .config import Profile
 from .data import Batch, sample_batch
+from .ending import convergence_stop, end_of_run, ended_at, run_end, write_end
 from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import build_model, eval_mode
 from .precision import autocast, emulated_tf32
-from .runs import (checkpoint_dir, convergence_stop, end_of_run, ended_at, resume_checkpoint, resume_metrics,
-                   run_end, saved_steps, write_atomic, write_end, write_profile)
+from .runs import checkpoint_dir, resume_metrics, write_atomic, write_profile
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -278,7 +279,7 @@ class _Run:
         return None
 
     def record_end(self, reason: str | None) -> None:
-        """Write end.json for the run that ended at this step (`mclib.core.runs.run_end`),
+        """Write end.json for the run that ended at this step (`mclib.core.ending.run_end`),
         unless it already says the same. reason: "stopped", "cut" or that of the rule."""
         rows = [r for r in self.rows if r["step"] <= self.step]
         end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped", cut=reason == "cut")

@@ -172,7 +172,8 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 def _start_wall(run: SweepRun) -> float:
     """The run's training time when this sweep first started it (its cap counts from there),
     kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
-    from .runs import SWEEP_MARKER, train_wall, write_atomic
+    from .checkpoints import train_wall
+    from .runs import SWEEP_MARKER, write_atomic
 
     marker = run.run_dir / SWEEP_MARKER
     mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
@@ -190,8 +191,9 @@ def _start_wall(run: SweepRun) -> float:
 
 def train_sweep_run(run: SweepRun) -> dict:
     """Train (or resume, or find stopped) one run of a sweep; its results row. Runs on a worker."""
-    from .runs import drop_column
-    from .train import stop_after_drop, train
+    from .ending import stop_after_drop
+    from .metrics import drop_column
+    from .train import train
 
     wall0 = _start_wall(run)
     past_drop = (stop_after_drop(run.profile.data.rank, run.after_drop, drop_column(run.profile))
@@ -239,7 +241,7 @@ def end_rule(profile: Profile) -> str:
 
 
 def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> str:
-    """The row's `ended`: the run's own ending (`mclib.core.runs.RunEnd.ended`: converged,
+    """The row's `ended`: the run's own ending (`mclib.core.ending.RunEnd.ended`: converged,
     cap, steps, unfinished), with a sweep's stop told apart: "after drop" (the sweep's
     after_drop) or "wall cap" (its cap_minutes, the only other stop a sweep makes)."""
     if end is None:
@@ -252,8 +254,9 @@ def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> s
 def summarise(run: SweepRun) -> dict:
     """One results row from a run folder (also for a run that was stopped by hand). The
     setting is the one the run saved, not the base profile as it is now."""
-    from .metrics import find_drop, plateau_stats
-    from .runs import drop_column, load_metrics, run_end, run_profile
+    from .ending import run_end
+    from .metrics import drop_column, find_drop, plateau_stats
+    from .runs import load_metrics, run_profile
 
     profile = run_profile(run.run_dir)
     m = load_metrics(run.run_dir)

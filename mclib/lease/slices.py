@@ -342,8 +342,10 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
     the other, from the book's run's checkpoint at `source_steps`
     (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline)."""
     from ..analyses.freezing import freeze_run
-    from ..core.runs import default_run_dir, run_end, saved_steps
-    from ..core.train import _seed_stop, seed_jobs, stop_at_step, train
+    from ..core.checkpoints import saved_steps
+    from ..core.ending import run_end, stop_at_step
+    from ..core.runs import default_run_dir
+    from ..core.train import _seed_stop, seed_jobs, train
 
     profile = load_profile(profile_file)
     book_run = default_run_dir(profile, Path(out_dir) / "runs")
@@ -637,7 +639,8 @@ def chapters_executed(record: dict) -> list[str]:
 
 
 def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
-    from ..core.runs import run_end, saved_steps
+    from ..core.checkpoints import saved_steps
+    from ..core.ending import run_end
 
     ends = {}
     for seed in seeds:
@@ -652,7 +655,7 @@ def _freeze_ends(out_dir: Path, profile: Profile, groups: list[str]) -> dict:
     from dataclasses import asdict
 
     from ..analyses.freezing import freeze_ends
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     if not groups:
         return {}
