@@ -21,9 +21,9 @@ from mclib.core.checkpoints import load_checkpoint, save_checkpoint, saved_steps
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.ending import is_complete, stop_after_drop
 from mclib.core.metrics import window_mean
-from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, only_trainer, seed_run_dirs
+from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
 from mclib.core.step import _Run, make_optimizer, train_step
-from mclib.core.train import Job, parallel_runs, train, train_group, train_seeds
+from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
 
 

@@ -25,15 +25,14 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pandas as pd
 import torch
 from safetensors import SafetensorError, safe_open
 
 from .config import ConfigError, Profile
 from .metrics import drop_column, find_drop, rows_curve
 from .model import MatrixBert, load_model
-from .runs import (CHECKPOINTS, CONFIG_FILE, DAMAGED, METRICS, MODEL_FILE, STATE_FILE, checkpoint_dir, run_profile,
-                   write_atomic)
+from .runs import (CHECKPOINTS, CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, append_metrics, checkpoint_dir,
+                   resume_metrics, run_profile, write_atomic)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -217,18 +216,36 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
     return found
 
 
+def resume_run(run_dir: Path, attention: str = "sdpa",
+           device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict, list[dict]] | None:
+    """Where a run resumes, as (step, model, train state, metric rows), or None (nothing to
+    resume: the run starts at step 0): its newest intact checkpoint (`resume_checkpoint`) and
+    its metric rows up to it (`runs.resume_metrics`). Weights-only saves past it
+    (`train.state_every`) are removed: the run trains those steps again."""
+    found = resume_checkpoint(run_dir, attention, device)
+    if found is None:
+        return None
+    step, model, state = found
+    rows = resume_metrics(run_dir, step)
+    for later in [s for s in saved_steps(run_dir) if s > step]:
+        shutil.rmtree(checkpoint_dir(run_dir, later))
+    return step, model, state, rows
+
+
 # --- writing ---------------------------------------------------------------------------------
 
-def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict] | None, wall: float,
-                    device: torch.device | str = "cpu") -> None:
+def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict] | None, written: int = 0,
+                    wall: float, device: torch.device | str = "cpu") -> int:
     """The model at `step` (HF's folder), with `train_state.pt` (Adam's state `opt`, the
     generators, the wall time) unless `opt` is None: a weights-only checkpoint, which the
-    analyses read and resuming skips (`train.state_every`). `rows`: every metric row so far,
-    written whole first; None when the caller appends them itself (`append_metrics`)."""
+    analyses read and resuming skips (`train.state_every`). `rows`: every metric row so far, of
+    which metrics.csv holds the first `written` (0: none, the file is written whole): the rest
+    are appended first (`runs.append_metrics`); None leaves metrics.csv alone. Returns the
+    number of rows metrics.csv then holds."""
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.
     if rows is not None:
-        write_atomic(run_dir / METRICS, lambda p: pd.DataFrame(rows).to_csv(p, index=False))
+        written = append_metrics(run_dir, rows, written)
 
     def write(tmp: Path):
         model.save_pretrained(tmp)
@@ -239,6 +256,7 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(final, write)
+    return written
 
 
 # --- which checkpoints stay on disk (checkpoints.keep) ----------------------------------------
@@ -288,7 +306,8 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     if newest_only:
         keep = {newest, resume}
     else:
-        drop = find_drop(rows_curve(rows), rank=profile.data.rank, column=drop_column(profile)) if rows else None
+        curve, column = rows_curve(rows), drop_column(profile)
+        drop = find_drop(curve, rank=profile.data.rank, column=column) if rows else None
         keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())

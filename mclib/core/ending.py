@@ -4,7 +4,7 @@ A run trains until its profile's cap (`train.steps`), its profile's own rule
 (`convergence_stop`, with `train.until: converged`), or a caller's `stop` (`stop_at_step`,
 `stop_after_drop`), each asked with the metric rows at every log flush of `mclib.core.train`;
 or until a deadline or a signal cuts it. When it ends, the trainer records why and where
-(`RunEnd`, `write_end`: the run folder's end.json, `mclib.core.runs.END`), and `run_end` reads
+(`RunEnd`, `record_end`: the run folder's end.json, `mclib.core.runs.END`), and `run_end` reads
 it back. `is_complete` says, without loading a model, whether training a run again would
 return at once.
 """
@@ -37,6 +37,23 @@ def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
     column = drop_column(profile)
     return lambda rows: bool(rows) and converged(rows_curve(rows), rank, t.patience, t.min_improvement,
                                                  column=column) is not None
+
+
+def stop_rule(profile: Profile, stop: Callable[[list[dict]], bool] | None = None) -> Callable[[list[dict]], str | None]:
+    """Why a run of `profile` ends, asked with its metric rows so far (the trainer asks at every
+    log flush): "converged" (the profile's rule, `convergence_stop`), "stopped" (the caller's
+    `stop`) or None (it trains on, `train.steps` being the cap)."""
+    rule = convergence_stop(profile)
+
+    def why(rows: list[dict]) -> str | None:
+        if not rows:
+            return None
+        if rule is not None and rule(rows):
+            return "converged"
+        if stop is not None and stop(rows):
+            return "stopped"
+        return None
+    return why
 
 
 def stop_at_step(step: int) -> Callable[[list[dict]], bool]:
@@ -117,22 +134,31 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
     signal ended it there)."""
     t = profile.train
     rule = convergence_stop(profile)
-    curve = rows_curve(rows)
-    drop = find_drop(curve, rank=profile.data.rank, column=drop_column(profile)) if rows else None
     if rule is not None and rule(rows):
         ended = "converged"
     elif step >= t.steps:
         ended = "cap" if t.until == "converged" else "steps"
     else:
         ended = "stopped" if stopped else "cut" if cut else "unfinished"
+    curve, column = rows_curve(rows), drop_column(profile)
     slope = slope_se = None
     if t.until == "converged" and len(curve) >= SLOPE_BLOCKS:
         slope, slope_se = end_slope(curve, t.patience)
+    drop = find_drop(curve, rank=profile.data.rank, column=column) if rows else None
     return RunEnd(ended, step, drop, t.steps, t.until, t.patience if t.until == "converged" else None, slope, slope_se)
 
 
-def write_end(run_dir: Path, end: RunEnd) -> None:
-    write_atomic(Path(run_dir) / END, lambda f: f.write_text(json.dumps(asdict(end))))
+def record_end(run_dir: Path, profile: Profile, rows: list[dict], step: int, reason: str | None) -> RunEnd:
+    """Write end.json for the run of `profile` in `run_dir` that ended at `step` (its newest
+    checkpoint; `rows`: its metric rows), unless it already says the same; returns the end.
+    reason: "stopped", "cut" or that of the rule (`stop_rule`), or None (the cap)."""
+    path = Path(run_dir) / END
+    recorded = RunEnd.from_json(json.loads(path.read_text())) if ended_at(run_dir, step) else None
+    end = end_of_run(profile, [r for r in rows if r["step"] <= step], step, stopped=reason == "stopped",
+                     cut=reason == "cut")
+    if end != recorded:
+        write_atomic(path, lambda f: f.write_text(json.dumps(asdict(end))))
+    return end
 
 
 def ended_at(run_dir: str | Path, step: int) -> bool:
@@ -161,15 +187,14 @@ def run_end(run_dir: str | Path) -> RunEnd:
 def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
     """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
     checkpoint is at the profile's last step, or the profile's convergence rule
-    (`convergence_stop`) or `stop` was already true there. Cheap (no model is loaded), so
+    (`convergence_stop`) or `stop` was already true there (`stop_rule`). Cheap (no model is loaded), so
     a finished run costs no process to find finished."""
     done = resumable_steps(run_dir)
     if not done or checkpoint_damage(checkpoint_dir(run_dir, done[-1]), state=True) is not None:
         return False  # nothing saved, or a damaged newest checkpoint that training sets aside
     if done[-1] >= profile.train.steps:
         return True
-    stops = [f for f in (convergence_stop(profile), stop) if f is not None]
-    if not stops:
+    if convergence_stop(profile) is None and stop is None:
         return False
     rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
-    return bool(rows) and any(f(rows) for f in stops)
+    return stop_rule(profile, stop)(rows) is not None

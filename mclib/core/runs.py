@@ -22,8 +22,9 @@
 
 Every name above is defined here (the constants and functions below) and nowhere else;
 the modules that write the later files take their names from here. This module writes and
-reads the folder's own files: the profile, the metrics, any file atomically (`write_atomic`),
-and the lock. The rest of a run has a module each (mclib.core):
+reads the folder's own files: the profile, the metrics, any file atomically (`write_atomic`).
+The trainer holds the lock (`mclib.core.train.only_trainer`); the rest of a run has a module
+each (mclib.core):
 
     checkpoints.py  a checkpoint's files: saved, read, found damaged and set aside, resumed
                     from; which checkpoints stay on disk (`checkpoints.keep`), and whether they fit
@@ -36,7 +37,6 @@ through these modules.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -201,25 +201,3 @@ def resume_metrics(run_dir: Path, step: int) -> list[dict]:
     if len(frame) != sum(1 for _ in path.open()) - 1:
         write_atomic(path, lambda p: frame.to_csv(p, index=False))
     return rows
-
-
-# --- the lock ------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def only_trainer(run_dir: Path):
-    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
-    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows has no fcntl: no guard there
-        yield
-        return
-    with open(run_dir / LOCK, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)

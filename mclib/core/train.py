@@ -1,8 +1,8 @@
 """The training loop (docs/protocol.md, §1.4) that survives interruption.
 
-A run lives in one folder (`mclib.core.runs`: its layout, atomic writes, the lock; its checkpoints
-`mclib.core.checkpoints`, its end `mclib.core.ending`).
-Running `train` again on the same folder resumes
+A run lives in one folder (`mclib.core.runs`: its layout and files; its checkpoints
+`mclib.core.checkpoints`, its end `mclib.core.ending`); one process trains it at a time
+(`only_trainer`). Running `train` again on the same folder resumes
 from the newest checkpoint; on the CPU the result is bit-identical to a run that was
 never interrupted (the data generator, Adam's state and the step are all restored).
 
@@ -18,8 +18,11 @@ process trains it.
 
 The step and the run it steps are `mclib.core.step` (`train_step`, `_Run`); the device and
 precision `mclib.core.precision`; how `train.step: auto` runs on CUDA `mclib.core.variants`
-(`choose`). This file is the loop around the step (`_train`), read top to bottom: set up,
-step, evaluate, flush the logged losses, checkpoint, end (stop rules, a deadline, a signal).
+(`choose`). This file is the loop around the step (`_train`), read top to bottom; each step of
+a run's life has one place, which the loop calls in turn: set up and resume (`_Run`, from
+`mclib.core.checkpoints.resume_run`), step (`train_step`), evaluate (`_Run.evaluate`), flush
+the logged losses and ask the stop rule (`_Run.flush`, `mclib.core.ending.stop_rule`), save
+(`_Run.save`), end (`mclib.core.ending.record_end`: the rule, a stop, the cap, a deadline, a signal).
 Several runs of one `train_group` call each own their model and Adam; the step goes over them
 one after another. (Until revision d54ea56, 2026-11-26, a second copy of the architecture,
 `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
@@ -38,13 +41,13 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoints import check_disk, prune_checkpoints, save_checkpoint
+from .checkpoints import check_disk
 from .config import Profile
-from .ending import is_complete, stop_after_drop
+from .ending import is_complete, record_end, stop_after_drop
 from .metrics import LOSS_NAMES, drop_column
 from .model import MatrixBert
 from .precision import resolve_device, set_precision, with_device
-from .runs import append_metrics, only_trainer, seed_run_dirs
+from .runs import LOCK, seed_run_dirs
 from .step import _Run, train_step
 from .variants import auto_step
 
@@ -113,6 +116,26 @@ def train_group(jobs: list[Job], progress: bool = False, deadline: float | None 
         return [j.run_dir for j in jobs]
     finally:
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
+
+
+@contextlib.contextmanager
+def only_trainer(run_dir: Path):
+    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
+    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows has no fcntl: no guard there
+        yield
+        return
+    with open(run_dir / LOCK, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class _CutSignals:
@@ -190,13 +213,9 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                     bar.update(r.step - bar.n)
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
                 if r.step in r.save_at or final:
-                    state = final or not r.t.state_every or r.step % r.t.state_every == 0
-                    r.written = append_metrics(r.dir, r.rows, r.written)  # metrics first: see save_checkpoint
-                    save_checkpoint(r.dir, r.step, r.model, r.opt if state else None, r.gens, rows=None,
-                                    wall=r.wall, device=device)
-                    prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
+                    r.save(final)
                 if final:
-                    r.record_end(reason)
+                    record_end(r.dir, r.profile, r.rows, r.step, reason)
                     ended.append(i)
             if ended:
                 runs = [r for i, r in enumerate(runs) if i not in ended]
