@@ -127,7 +127,8 @@ def test_measure_sweep_measures_each_finished_run_once(tmp_path):
     import pandas as pd
 
     from mclib.analyses.plateau import measure_sweep
-    from mclib.core.sweep import append_row, load_sweep, summarise
+    from mclib.core.sweep import append_row, load_sweep
+    from mclib.core.sweep_run import summarise
     from mclib.core.train import train
 
     sweep = tmp_path / "bias.yaml"

@@ -21,7 +21,8 @@ import pandas as pd
 
 from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
 from ..core.metrics import DROP_WINDOW
-from ..core.sweep import curves_path, load_sweep, setting_colours
+from ..core.sweep import load_sweep
+from ..core.sweep_figure import curves_path, setting_colours
 from .chapter import Chapter
 from .plots import closed
 from ..core.repo import REPO
