@@ -9,11 +9,11 @@ from .core.config import ConfigError, load_profile, profile_path
 from .core.runs import LOSS_CURVE, default_run_dir
 
 
-
 def cmd_train(args) -> None:
-    from .core.metrics import find_drop
     from .book.plots_curves import loss_curve
-    from .core.runs import drop_column, load_metrics, run_end
+    from .core.ending import run_end
+    from .core.metrics import drop_column, find_drop
+    from .core.runs import load_metrics
     from .core.train import train
 
     overrides = {}
@@ -96,17 +96,15 @@ def cmd_export(args) -> None:
           f"it with: {viewing(dest, args.to)}")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", help="train (or resume) a profile")
+def train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
     p.add_argument("--out", help="run folder (default runs/<profile>-seed<seed>); rerun to resume")
     p.add_argument("--seed", type=int, help="override the profile's seed")
     p.add_argument("--steps", type=int, help="override train.steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=cmd_train)
-    p = sub.add_parser("book", help="execute the chapters (training first) and build the HTML book")
+
+
+def book_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
     p.add_argument("--seed", type=int, help="override the profile's seed")
     p.add_argument("--out-dir", help="where book/_executed/, _build/html/ and runs/ go (default: the repository)")
@@ -119,8 +117,9 @@ def main(argv=None) -> int:
     p.add_argument("--chapters", help="only these chapters, comma-separated (e.g. 01_train,03_heads; default every one "
                                       "of _toc.yml); the others keep their last executed copies")
     p.add_argument("--no-site", action="store_true", help="execute the chapters, do not build the HTML site")
-    p.set_defaults(func=cmd_book)
-    p = sub.add_parser("sweep", help="train profile overrides x seeds on a Dask cluster; a results table and a figure")
+
+
+def sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/core/sweep.py)")
     p.add_argument("--cluster", help=CLUSTER_HELP + " (default: the sweep file's `cluster`, else this machine)")
     p.add_argument("--runs", default="runs/sweep", help="where the run folders go (default runs/sweep)")
@@ -129,8 +128,9 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, help="torch threads a run (default: the sweep's `threads`, else the base "
                                                "profile's train.threads, else 1)")
     p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)")
-    p.set_defaults(func=cmd_sweep)
-    p = sub.add_parser("slice", help="the paper book on a GPU lease, one slice at a time (docs/gpu.md)")
+
+
+def slice_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", nargs="?", default="run", choices=("run", "start", "finish", "merge", "status"),
                    help="run (default): start and finish the next slice in one command; start: refuse it if it "
                         "cannot fit, else train it detached; finish: wait, execute its chapters, pack results.tgz; "
@@ -149,29 +149,53 @@ def main(argv=None) -> int:
     p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
                                                     "from now for the chapters not yet executed")
     p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
-    p.set_defaults(func=cmd_slice)
-    p = sub.add_parser("solvers", help="chapter 06's solver results for a profile, solved here and saved for the "
-                                       "chapter (a GPU lease has no cvxpy): results/solvers-PROFILE.csv.gz")
+
+
+def solvers_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="paper", help="profile name (params/NAME.yaml) or a YAML path")
     p.add_argument("--out", help="the file (default results/solvers-<profile>.csv.gz)")
-    p.set_defaults(func=cmd_solvers)
-    p = sub.add_parser("export", help="a run's metrics and loss curve to TensorBoard event files or an offline "
-                                      "W&B run (the optional extra 'track')")
+
+
+def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run folder (runs/NAME-seedS)")
     p.add_argument("--to", required=True, help="the tracker: tensorboard or wandb")
     p.add_argument("--out", help="where the export goes (default RUN_DIR/export/TRACKER; an earlier one is replaced)")
     p.add_argument("--project", help="the W&B project `wandb sync` puts the run in (default mclib)")
-    p.set_defaults(func=cmd_export)
-    args = parser.parse_args(argv)
+
+
+# the sub-commands, in the order `--help` lists them: name -> (help, its arguments, what it does)
+COMMANDS = {
+    "train": ("train (or resume) a profile", train_args, cmd_train),
+    "book": ("execute the chapters (training first) and build the HTML book", book_args, cmd_book),
+    "sweep": ("train profile overrides x seeds on a Dask cluster; a results table and a figure", sweep_args,
+              cmd_sweep),
+    "slice": ("the paper book on a GPU lease, one slice at a time (docs/gpu.md)", slice_args, cmd_slice),
+    "solvers": ("chapter 06's solver results for a profile, solved here and saved for the chapter (a GPU lease "
+                "has no cvxpy): results/solvers-PROFILE.csv.gz", solvers_args, cmd_solvers),
+    "export": ("a run's metrics and loss curve to TensorBoard event files or an offline W&B run (the optional "
+               "extra 'track')", export_args, cmd_export),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    """`python -m mclib`'s arguments: a sub-parser for each of `COMMANDS`."""
+    top = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
+    sub = top.add_subparsers(dest="command", required=True)
+    for name, (summary, add_args, func) in COMMANDS.items():
+        p = sub.add_parser(name, help=summary)
+        add_args(p)
+        p.set_defaults(func=func)
+    return top
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
     from .core.jobs import ClusterError
 
     try:
         status = args.func(args)
-    except ConfigError as e:
-        print(f"mclib: error: {e}", file=sys.stderr)
-        return 2
-    except ClusterError as e:
+    except (ConfigError, ClusterError) as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
     except BookError as e:

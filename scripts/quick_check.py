@@ -11,8 +11,10 @@ from pathlib import Path
 from mclib.analyses.evaluate import activation_patching, evaluate
 from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.interventions import permute_positions_hooks, switch_qkv_hooks
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.paper import PAPER
-from mclib.core.runs import checkpoint_steps, load_checkpoint, run_profile
+from mclib.core.placement import checkpoint_steps
+from mclib.core.runs import run_profile
 
 
 def main():

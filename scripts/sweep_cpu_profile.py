@@ -21,7 +21,8 @@ from pathlib import Path
 from mclib.__main__ import main as mclib_main
 from mclib.core.jobs import cores
 from mclib.core.runs import METRICS
-from mclib.core.sweep import append_row, finished, load_sweep, summarise
+from mclib.core.sweep import append_row, finished, load_sweep
+from mclib.core.sweep_run import summarise
 
 
 def collect(sweep: str, results: Path, runs: str) -> None:

@@ -26,7 +26,8 @@ import pandas as pd  # noqa: E402
 
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.analyses.precision import arm_spread, verdict  # noqa: E402
-from mclib.core.runs import METRICS, is_complete, load_metrics, run_profile  # noqa: E402
+from mclib.core.ending import is_complete  # noqa: E402
+from mclib.core.runs import METRICS, load_metrics, run_profile  # noqa: E402
 
 ARMS = {"fp32": "tf32study-fp32", "tf32": "tf32study-tf32"}
 SEEDS = (1, 2, 3)

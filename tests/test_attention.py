@@ -2,11 +2,11 @@ import pytest
 import torch
 
 from mclib.analyses.attention import ablation_hooks, paper_heads, patching_hooks, z_names
-from mclib.core.hooks import hooks, run_with_cache
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.config import ModelConfig
 from mclib.core.data import sample_batch
+from mclib.core.hooks import hooks, run_with_cache
 from mclib.core.model import build_model
-from mclib.core.runs import load_checkpoint
 from conftest import TWO_PATHS_SMALL
 
 SEQ = 49

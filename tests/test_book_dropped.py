@@ -12,10 +12,13 @@ from mclib.analyses.evaluate import evaluate
 from mclib.analyses.freezing import freeze_ends
 from mclib.analyses.interventions import GROUPS
 from mclib.book import runner as book, scorecard
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.config import load_profile, profile_path
 from mclib.core.data import copy_level
+from mclib.core.ending import run_end
 from mclib.core.metrics import copies, find_drop
-from mclib.core.runs import checkpoint_steps, load_checkpoint, load_metrics, run_end, run_profile
+from mclib.core.placement import checkpoint_steps
+from mclib.core.runs import load_metrics, run_profile
 
 pytestmark = pytest.mark.slow
 PROFILE = "smoke-drop"

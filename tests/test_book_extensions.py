@@ -17,12 +17,12 @@ def _pasted(text: str) -> nodes.inline:
 
 
 def test_glued_text_shows_its_code_spans_as_code():
-    node = _pasted("placed at step 9 (`mclib.core.runs.checkpoint_steps`), ended by `train.until`.")
+    node = _pasted("placed at step 9 (`mclib.core.placement.checkpoint_steps`), ended by `train.until`.")
     assert glued_text.literal_code_spans(node)
     assert [type(c).__name__ for c in node.children] == ["Text", "literal", "Text", "literal", "Text"]
-    assert node.astext() == "placed at step 9 (mclib.core.runs.checkpoint_steps), ended by train.until."
+    assert node.astext() == "placed at step 9 (mclib.core.placement.checkpoint_steps), ended by train.until."
     assert [c.astext() for c in node.children if isinstance(c, nodes.literal)] == [
-        "mclib.core.runs.checkpoint_steps", "train.until"]
+        "mclib.core.placement.checkpoint_steps", "train.until"]
 
 
 def test_glued_text_without_code_and_other_inlines_are_left_alone():

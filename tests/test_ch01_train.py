@@ -15,7 +15,8 @@ from book_pages import recorded_verdict as _verdict
 from mclib.chapters import ch01_train as C
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
-from mclib.core.runs import CheckpointSteps, RunEnd
+from mclib.core.ending import RunEnd
+from mclib.core.placement import CheckpointSteps
 
 
 def test_training_rows(tmp_path):
@@ -188,9 +189,10 @@ def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_
     import re
 
     from mclib.book import chapter
+    from mclib.core.checkpoints import load_checkpoint
     from mclib.core.data import make_batch
     from mclib.core.model import MatrixBert
-    from mclib.core.runs import checkpoint_series_path, load_checkpoint, load_metrics
+    from mclib.core.runs import checkpoint_series_path, load_metrics
 
     ch = open_chapter("smoke", smoke_profile.seed, book_run, "cpu")
     text = C.downloads(ch)
@@ -244,9 +246,12 @@ def test_a_gpt_run_s_model_card_loads_it_as_written(tmp_path):
     import re
 
     from mclib.book import chapter
+    from mclib.core.checkpoints import load_checkpoint
     from mclib.core.config import load_profile, profile_path
     from mclib.core.data import make_batch
-    from mclib.core.runs import checkpoint_steps, load_checkpoint, load_metrics, run_end, run_profile
+    from mclib.core.ending import run_end
+    from mclib.core.placement import checkpoint_steps
+    from mclib.core.runs import load_metrics, run_profile
     from mclib.core.train import train
 
     p = load_profile(profile_path("gpt")).replace(**{"train.steps": 20, "train.save_every": 10, "train.eval_every": 10,

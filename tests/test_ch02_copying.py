@@ -94,7 +94,7 @@ def test_e2_ratio_text_counts_each_verdict_from_its_rows():
 def test_e2_reads_the_plateau_s_checkpoints_around_pre():
     """E2's spread: up to two readable saved steps each side of pre, on the plateau, within a
     tenth of the drop step; pre alone without a drop."""
-    from mclib.core.runs import CheckpointSteps
+    from mclib.core.placement import CheckpointSteps
 
     steps = lambda **k: CheckpointSteps(**{"place": "drop", "pre": 3000, "transition": [10000], "post": 20000,
                                            "drop": 11000, "left_plateau": 9800,

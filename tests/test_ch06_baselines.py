@@ -13,8 +13,8 @@ from mclib.analyses import comparisons as C
 from mclib.chapters import baselines_readings as B, ch06_baselines as chapter
 from mclib.book import scorecard
 from mclib.core import paper
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.paper import PAPER_E17
-from mclib.core.runs import load_checkpoint
 
 
 def test_value_plus_minus_error_text():

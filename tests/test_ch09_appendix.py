@@ -121,8 +121,8 @@ def test_the_depth_claim_on_final_levels_names_the_depths_it_leaves_out(tmp_path
 
 
 def test_a_sweep_row_says_how_its_run_ended():
-    from mclib.core.runs import RunEnd
-    from mclib.core.sweep import how_it_ended
+    from mclib.core.ending import RunEnd
+    from mclib.core.sweep_run import how_it_ended
 
     end = lambda ended: RunEnd(ended=ended, step=12_000, drop=9_000, steps=30_000, until="converged")
     assert how_it_ended(end("converged"), 9_000, 12_000, None) == "converged"

@@ -4,8 +4,8 @@ import copy
 
 from mclib.chapters import ch99_scorecard as chapter
 from mclib.book import scorecard, scorecard_rules, scorecard_tables
+from mclib.core.ending import RunEnd
 from mclib.core.paper import profile as paper_profile
-from mclib.core.runs import RunEnd
 
 
 

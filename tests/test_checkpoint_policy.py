@@ -6,8 +6,10 @@ import pandas as pd
 import pytest
 
 from mclib.core import paper
-from mclib.core.runs import (DiskSpaceError, checkpoint_bytes, checkpoint_steps, estimate_run_bytes, ladder,
-                             load_metrics, resumable_steps, saved_steps)
+from mclib.core.checkpoints import (DiskSpaceError, checkpoint_bytes, estimate_run_bytes, ladder, resumable_steps,
+                                    saved_steps)
+from mclib.core.placement import checkpoint_steps
+from mclib.core.runs import load_metrics
 from mclib.core.train import train
 
 COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]

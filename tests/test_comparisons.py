@@ -5,9 +5,10 @@ from mclib.core import paper
 import torch
 
 from mclib.analyses import comparisons as C
+from mclib.analyses import per_matrix as P
 from mclib.core.data import sample_matrices, copy_level
-from mclib.analyses.evaluate import sample_eval_batch
-from mclib.core.runs import load_checkpoint
+from mclib.analyses.evaluate import pooled, sample_eval_batch
+from mclib.core.checkpoints import load_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -19,17 +20,17 @@ def test_pooled_mean_and_standard_error():
     rng = np.random.default_rng(0)
     v = rng.normal(size=(50, 7, 7)) ** 2
     full = np.ones_like(v, dtype=bool)
-    mean, se = C.pooled(v, full)
+    mean, se = pooled(v, full)
     per = v.reshape(50, -1).mean(1)  # equal counts: the se of the per-matrix means
     assert mean == pytest.approx(v.mean()) and se == pytest.approx(per.std(ddof=1) / np.sqrt(50))
     where = rng.random(v.shape) < 0.3
-    assert C.pooled(v, where)[0] == pytest.approx(v[where].mean())  # pooled, not a mean of means
+    assert pooled(v, where)[0] == pytest.approx(v[where].mean())  # pooled, not a mean of means
 
 
 def test_completion_row_of_the_truth():
     x = sample_matrices(8, 7, 2, torch.Generator().manual_seed(0)).double().numpy()
     mask = np.random.default_rng(0).random(x.shape) < 0.3
-    row = C.completion_row(x, x, mask)
+    row = P.completion_row(x, x, mask)
     assert row["L"] == row["L_mask"] == row["L_obs"] == row["median_L_mask"] == 0
     assert row["nuclear"] == pytest.approx(np.linalg.svd(x, compute_uv=False).sum(1).mean())
 
@@ -81,9 +82,9 @@ def test_paper_task_is_the_paper_profile_s_data():
 
 def test_median_se_is_the_normal_theory_error():
     # the median of b normal draws has s.e. √(π/2)/√b; the order-statistic estimate should agree
-    se = [C.median_se(np.random.default_rng(s).normal(size=400)) for s in range(40)]
+    se = [P.median_se(np.random.default_rng(s).normal(size=400)) for s in range(40)]
     assert np.mean(se) == pytest.approx(np.sqrt(np.pi / 2) / 20, rel=0.1)
-    assert np.isnan(C.median_se(np.array([1.0])))
+    assert np.isnan(P.median_se(np.array([1.0])))
 
 
 def test_paired_difference_and_its_error():
@@ -93,15 +94,15 @@ def test_paired_difference_and_its_error():
     hard = rng.exponential(size=(200, 1, 1))           # some matrices are hard for both methods
     a = x + hard * rng.normal(size=x.shape)
     b = x + 1.1 * hard * rng.normal(size=x.shape)
-    row = C.paired(a, b, x, mask)
-    ra, rb = C.completion_row(a, x, mask), C.completion_row(b, x, mask)
+    row = P.paired(a, b, x, mask)
+    ra, rb = P.completion_row(a, x, mask), P.completion_row(b, x, mask)
     assert row["d_L_mask"] == pytest.approx(ra["L_mask"] - rb["L_mask"])
     assert row["d_L"] == pytest.approx(ra["L"] - rb["L"])
     assert row["d_L_mask_se"] < 0.7 * np.hypot(ra["L_mask_se"], rb["L_mask_se"])  # pairing removes the shared part
-    per_a, per_b = C.per_matrix_l_mask(a, x, mask), C.per_matrix_l_mask(b, x, mask)
+    per_a, per_b = P.per_matrix_l_mask(a, x, mask), P.per_matrix_l_mask(b, x, mask)
     assert row["a_better"] == pytest.approx(np.mean(per_a < per_b))
     assert row["a_better_se"] == pytest.approx(np.sqrt(row["a_better"] * (1 - row["a_better"]) / len(per_a)))
-    same = C.paired(a, a, x, mask)
+    same = P.paired(a, a, x, mask)
     assert same["d_L"] == 0 and same["d_L_se"] == 0 and same["a_better"] == 0
 
 

@@ -8,12 +8,14 @@ import pandas as pd
 import pytest
 
 from mclib.analyses import freezing
-from mclib.core import runs as runs_module
+from mclib.core import ending as ending_module
+from mclib.core.checkpoints import saved_steps
 from mclib.core.config import Checkpoints, ConfigError, profile_from_dict
 from mclib.core.data import copy_level
+from mclib.core.ending import is_complete, run_end
 from mclib.core.metrics import converged, find_drop
-from mclib.core.runs import (END, checkpoint_dir, checkpoint_steps, is_complete, load_metrics, place_checkpoints,
-                             run_end, saved_steps)
+from mclib.core.placement import checkpoint_steps, place_checkpoints
+from mclib.core.runs import END, checkpoint_dir, load_metrics
 from mclib.core.train import train
 
 PLATEAU = copy_level(1)
@@ -179,7 +181,7 @@ def fake_rule(monkeypatch):
     What is tested is the trainer around it: where it stops, what it records, how it
     resumes. The rule itself is tested on curves above."""
     fake = lambda metrics, *a, **kw: RULE_STEP if len(metrics) and metrics["step"].max() >= RULE_STEP else None
-    monkeypatch.setattr(runs_module, "converged", fake)
+    monkeypatch.setattr(ending_module, "converged", fake)
 
 
 @pytest.fixture
@@ -192,7 +194,7 @@ def until(smoke_profile):
 def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_rule, until):
     run = train(until, tmp_path / "run", progress=False)
     m = load_metrics(run)
-    rule = runs_module.converged(m)
+    rule = ending_module.converged(m)
     end = saved_steps(run)[-1]
     assert rule == RULE_STEP and end < 200                     # the rule ended it before the cap
     assert end == -(-rule // 5) * 5 and m["step"].max() == end   # at the first log flush at or after it

@@ -8,9 +8,10 @@ import pandas as pd
 import pytest
 import torch
 
-from mclib.core.runs import (CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, checkpoint_damage, checkpoint_dir,
-                             checkpoint_steps, damaged_steps, is_complete, load_checkpoint, load_metrics,
-                             saved_steps)
+from mclib.core.checkpoints import checkpoint_damage, damaged_steps, load_checkpoint, saved_steps
+from mclib.core.ending import is_complete
+from mclib.core.placement import checkpoint_steps
+from mclib.core.runs import CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, checkpoint_dir, load_metrics
 from mclib.core.train import train
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
@@ -67,7 +68,7 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
 
 
 def test_the_wall_time_a_sweep_resumes_from_is_the_intact_checkpoint_s(tmp_path, whole):
-    from mclib.core.runs import load_train_state, train_wall
+    from mclib.core.checkpoints import load_train_state, train_wall
 
     run = tmp_path / "run"
     shutil.copytree(whole, run)

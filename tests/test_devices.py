@@ -11,11 +11,12 @@ import torch
 import yaml
 
 from mclib.core import paper
+from mclib.core.checkpoints import load_train_state
 from mclib.core.config import ConfigError, deviations
 from mclib.core.data import sample_batch
 from mclib.core.jobs import gpu_workers, local_workers
-from mclib.core.runs import checkpoint_dir, load_metrics, load_train_state, run_profile
 from mclib.core.precision import check_precision, set_precision, with_device
+from mclib.core.runs import checkpoint_dir, load_metrics, run_profile
 from mclib.core.step import _Run, train_step
 from mclib.core.train import train
 

@@ -11,7 +11,7 @@ import pytest
 from mclib.analyses import freezing
 from mclib.analyses.sharpness import ABRUPT, SETTLE
 from mclib.book import scorecard_rules
-from mclib.core.runs import rows_curve
+from mclib.core.metrics import rows_curve
 from tests.test_convergence import curve
 
 

@@ -6,8 +6,8 @@ from mclib.analyses.embeddings import (alignment, captured_variance, component_t
                               norm_symmetry, position_norms, position_rows, position_silhouette,
                               position_tsne, project, token_ids, token_norms, token_projections, token_rows,
                               token_values)
+from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.model import build_model
-from mclib.core.runs import load_checkpoint, saved_steps
 
 N = 7
 
@@ -170,7 +170,7 @@ def test_the_tables_are_read_from_the_weights_file_as_the_model_holds_them(smoke
     token_rows and position_rows read from the loaded model, at every saved step; a step not
     saved is named."""
     from mclib.analyses.embeddings import position_rows, token_rows
-    from mclib.core.runs import checkpoint_embeddings
+    from mclib.core.checkpoints import checkpoint_embeddings
 
     for step in saved_steps(smoke_run):
         tables, model = checkpoint_embeddings(smoke_run, step), load_checkpoint(smoke_run, step, device="cpu")

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from mclib.analyses.evaluate import evaluate
-from mclib.core.runs import load_checkpoint
+from mclib.core.checkpoints import load_checkpoint
 
 
 def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_run, smoke_profile, tmp_path):

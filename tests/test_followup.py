@@ -140,7 +140,7 @@ def test_the_figures_draw_every_setting_and_strength():
 def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
     """The smoke run (no drop): the measures are read at every checkpoint, and no claim that
     needs a drop is judged."""
-    from mclib.core.runs import saved_steps
+    from mclib.core.checkpoints import saved_steps
 
     table = part.curves(ch, {ch.cfg.seed: smoke_run})
     assert table["step"].tolist() == saved_steps(smoke_run) and table["drop_step"].isna().all()

@@ -6,7 +6,8 @@ import torch
 from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_runs, freeze_summary,
                                     pending_groups, trainable_count)
 from mclib.analyses.interventions import GROUPS, component_groups
-from mclib.core.runs import freeze_dir, load_checkpoint, load_metrics, saved_steps
+from mclib.core.checkpoints import load_checkpoint, saved_steps
+from mclib.core.runs import freeze_dir, load_metrics
 
 STEPS = 4
 

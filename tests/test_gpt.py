@@ -10,12 +10,12 @@ import torch
 
 from mclib.analyses.sharpness import shape
 from mclib.chapters import ch08_gpt as chapter
+from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.gpt import SEP_ID, MatrixGPT, prompt
 from mclib.core.model import build_model, load_model
 from mclib.core.train import train
-from mclib.core.runs import load_checkpoint, saved_steps
 
 
 @pytest.fixture(scope="module")

@@ -127,7 +127,7 @@ def test_runs_on_a_real_models_attention(gen):
 
 def test_attention_progress_has_a_row_per_checkpoint_layer_and_head(smoke_run, smoke_profile):
     from mclib.analyses.heads import attention_progress
-    from mclib.core.runs import saved_steps
+    from mclib.core.checkpoints import saved_steps
     df = attention_progress(smoke_run, smoke_profile.data, n_matrices=8)
     m = smoke_profile.model
     assert len(df) == len(saved_steps(smoke_run)) * m.layers * m.heads

@@ -14,12 +14,12 @@ from mclib.analyses.attention import ablation_hooks, patching_hooks, z_names
 from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
 from mclib.analyses.interventions import permute_positions_hooks, position_permutation, switch_qkv_hooks
 from mclib.analyses.loss_tables import model_table
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.config import DataConfig, ModelConfig
 from mclib.core.data import make_batch, sample_batch
 from mclib.core.hooks import check_names, hook_names, hooks, run_with_cache, run_with_hooks
 from mclib.core.metrics import losses
 from mclib.core.model import build_model
-from mclib.core.runs import load_checkpoint
 from mclib.core.train import train
 from conftest import TWO_PATHS, TWO_PATHS_REL, TWO_PATHS_SMALL
 from test_hand_forward import hand_forward  # the forward pass written out from the weights

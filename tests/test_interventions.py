@@ -10,11 +10,11 @@ from mclib.analyses.evaluate import activation_patching, evaluate, predict, samp
 from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions_hooks,
                                  position_permutation, reinit_component, replace_masked_tokens, switch_qkv_hooks)
-from mclib.core.metrics import losses
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.hooks import run_with_hooks
+from mclib.core.metrics import losses
 from mclib.core.model import build_model
 from mclib.core.train import train
-from mclib.core.runs import load_checkpoint
 
 SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
 QKV_NAME = re.compile(r".*\.attention\.self\.(query|key|value)\.(weight|bias)")

@@ -21,11 +21,12 @@ import pandas as pd
 import pytest
 
 from mclib.__main__ import main
+from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.config import ConfigError
 from mclib.core.jobs import ClusterError, cluster, jobqueue_spec, local_workers, resources_for
+from mclib.core.runs import load_metrics
 from mclib.core.sweep import load_sweep
 from mclib.core.train import train, train_seed
-from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
 REPO = Path(__file__).resolve().parent.parent
@@ -172,7 +173,7 @@ def test_a_sweep_by_seed_reads_every_setting_once_before_any_twice(tmp_path):
 
 
 def test_a_sweep_figure_gives_every_setting_its_own_colour():
-    from mclib.core.sweep import setting_colours
+    from mclib.core.sweep_figure import setting_colours
 
     for k in (3, 11, 20):  # the width/depth sweep has 11 settings: tab10 alone would repeat one
         colours = setting_colours([f"s{i}" for i in range(k)])
@@ -193,7 +194,7 @@ def test_a_sweep_keeps_each_runs_curve_beside_its_table_and_draws_from_it(tmp_pa
     the runs it draws."""
     from matplotlib.figure import Figure
 
-    from mclib.core.sweep import CURVE_POINTS, curves_path, draw_figure, keep_curves
+    from mclib.core.sweep_figure import CURVE_POINTS, curves_path, draw_figure, keep_curves
 
     runs, results = tmp_path / "runs", tmp_path / "data" / "wd.csv"
     results.parent.mkdir()
@@ -466,8 +467,8 @@ def test_the_paper_sizes_train_a_few_steps_on_the_cpu(tmp_path):
     heads and lr train, and only the newest checkpoint stays (the sweep's policy)."""
     import dataclasses
 
-    from mclib.core.runs import saved_steps
-    from mclib.core.sweep import train_sweep_run
+    from mclib.core.checkpoints import saved_steps
+    from mclib.core.sweep_run import train_sweep_run
 
     few = {"train.device": "cpu", "train.batch": 2, "train.eval_batch": 2, "train.steps": 2, "train.save_every": 1,
            "train.log_every": 1, "train.eval_every": 1, "checkpoints.pre": 1, "checkpoints.transition": [],
@@ -500,7 +501,7 @@ def test_a_cut_sweep_run_continues_and_a_folder_of_another_sweep_starts_afresh(t
     sweep left is removed first (unless `resume: true`)."""
     import dataclasses
 
-    from mclib.core.sweep import train_sweep_run
+    from mclib.core.sweep_run import train_sweep_run
 
     path = _sweep_file(tmp_path / "s.yaml", "base: smoke\nseeds: [1]\nsettings:\n  - {name: a}\n")
     (run,) = load_sweep(path, tmp_path / "runs", threads=1)
@@ -519,7 +520,7 @@ def test_a_cut_sweep_run_continues_and_a_folder_of_another_sweep_starts_afresh(t
 
 
 def test_a_sweep_row_names_the_rule_that_ended_its_run(smoke_profile):
-    from mclib.core.sweep import end_rule
+    from mclib.core.sweep_run import end_rule
     assert end_rule(smoke_profile.replace(**{"train.until": "steps"})) == "steps"
     assert end_rule(smoke_profile.replace(**{"train.until": "converged", "train.patience": 2000,
                                              "train.min_improvement": 0.05})) == "slope 2000 0.05"

@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 
 from mclib.core import runs as runs_module
+from mclib.core.checkpoints import resumable_steps, saved_steps
 from mclib.core.config import ConfigError
-from mclib.core.runs import (METRICS, STATE_FILE, checkpoint_dir, is_complete, load_metrics, resumable_steps,
-                             resume_metrics, run_end, saved_steps)
+from mclib.core.ending import is_complete, run_end
+from mclib.core.runs import METRICS, STATE_FILE, checkpoint_dir, load_metrics, resume_metrics
 from mclib.core.train import train
 
 LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
@@ -21,7 +22,7 @@ LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mas
 def _same(a, b):
     pd.testing.assert_frame_equal(load_metrics(a)[LOSS_COLS], load_metrics(b)[LOSS_COLS], check_exact=True)
     import torch
-    from mclib.core.runs import load_checkpoint
+    from mclib.core.checkpoints import load_checkpoint
     x, y = load_checkpoint(a, 30).state_dict(), load_checkpoint(b, 30).state_dict()
     assert all(torch.equal(x[k], y[k]) for k in x)
 

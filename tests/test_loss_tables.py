@@ -8,7 +8,7 @@ from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import evaluate, sample_eval_batch
 from mclib.analyses import loss_tables as lt
 from mclib.book import loss_tables as shown
-from mclib.core.runs import load_checkpoint
+from mclib.core.checkpoints import load_checkpoint
 
 N = 7
 

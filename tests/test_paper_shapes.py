@@ -11,9 +11,10 @@ import yaml
 
 from mclib.__main__ import main
 from mclib.book.runner import chapters
+from mclib.core.checkpoints import resumable_steps, saved_steps
 from mclib.core.paper import profile as paper_profile
 from mclib.core.paper import shapes_profile
-from mclib.core.runs import resumable_steps, run_profile, saved_steps
+from mclib.core.runs import run_profile
 
 
 @pytest.fixture(scope="module")

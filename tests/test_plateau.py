@@ -12,9 +12,10 @@ from mclib.analyses.evaluate import sample_eval_batch
 from mclib.analyses.heads import capture_probs, head_scores
 from mclib.analyses.plateau import (attention_share, masked_spread, plateau_measures, plateau_table,
                                     representation_collapse)
+from mclib.core.checkpoints import saved_steps
 from mclib.core.data import sample_batch
 from mclib.core.model import build_model
-from mclib.core.runs import checkpoint_dir, saved_steps
+from mclib.core.runs import checkpoint_dir
 
 
 def _batch(n=5, batch=32, seed=0):
@@ -126,7 +127,8 @@ def test_measure_sweep_measures_each_finished_run_once(tmp_path):
     import pandas as pd
 
     from mclib.analyses.plateau import measure_sweep
-    from mclib.core.sweep import append_row, load_sweep, summarise
+    from mclib.core.sweep import append_row, load_sweep
+    from mclib.core.sweep_run import summarise
     from mclib.core.train import train
 
     sweep = tmp_path / "bias.yaml"

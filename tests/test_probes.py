@@ -5,7 +5,7 @@ from mclib.core.config import DataConfig, ModelConfig
 from mclib.core.data import sample_batch
 from mclib.core.model import build_model
 from mclib.analyses.probes import POSITIONS, TARGETS, ProbeSet, fit_probe, probe_layers, probe_sets, probe_target
-from mclib.core.runs import load_checkpoint
+from mclib.core.checkpoints import load_checkpoint
 from conftest import TWO_PATHS
 
 N = 7

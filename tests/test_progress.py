@@ -9,8 +9,9 @@ import torch
 
 from mclib.analyses import progress
 from mclib.analyses.evaluate import sample_eval_batch
+from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.metrics import losses
-from mclib.core.runs import load_checkpoint, load_metrics, saved_steps
+from mclib.core.runs import load_metrics
 
 MEASURES = ["max_row_excess", "max_column_excess", "attention_entropy", "column_silhouette", "token_alignment",
             "grad_attention", "grad_mlp", "grad_positional", "grad_token", "grad_other", "L_mask"]

@@ -8,7 +8,7 @@ import pytest
 
 from mclib.book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from mclib.lease import part, reference, slices
-from mclib.core.runs import RunEnd
+from mclib.core.ending import RunEnd
 
 CUT = scorecard_stage.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129,
                             slope_se=0.005)

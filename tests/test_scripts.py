@@ -17,8 +17,11 @@ import pytest
 import yaml
 
 from mclib.__main__ import main
+from mclib.core.checkpoints import saved_steps
 from mclib.core.config import load_profile, profile_path
-from mclib.core.runs import LOSS_CURVE, SCORECARD, checkpoint_steps, run_end, run_name, saved_steps
+from mclib.core.ending import run_end
+from mclib.core.placement import checkpoint_steps
+from mclib.core.runs import LOSS_CURVE, SCORECARD, run_name
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from mclib.lease import slices, slices_pack, slices_run
-from mclib.core.runs import run_end, saved_steps
+from mclib.core.checkpoints import saved_steps
+from mclib.core.ending import run_end
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -74,7 +74,7 @@ def test_a_batched_matmul_is_rounded_and_sdpa_is_left_alone():
 def test_every_linear_layer_of_the_model_goes_through_the_mode_and_attention_does_not():
     from mclib.core.data import sample_batch
     from mclib.core.model import build_model
-    from mclib.core.step import predict
+    from mclib.core.model import predict
     p = load_profile(profile_path("cpu"))
     for attention, matmuls in (("sdpa", 0), ("eager", 2 * p.model.layers)):    # eager: QKᵀ and PV a layer
         m = build_model(p.model, p.data.n, 1)

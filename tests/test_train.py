@@ -17,13 +17,14 @@ from mclib.core.metrics import find_drop
 from mclib.core.model import build_model
 from mclib.core import precision, variants
 from mclib.core import train as train_module
+from mclib.core.checkpoints import load_checkpoint, save_checkpoint, saved_steps
 from mclib.core.data import copy_level, sample_batch
+from mclib.core.ending import is_complete, stop_after_drop
 from mclib.core.metrics import window_mean
+from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
 from mclib.core.step import _Run, make_optimizer, train_step
-from mclib.core.train import Job, parallel_runs, stop_after_drop, train, train_group, train_seeds
+from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
-from mclib.core.runs import (checkpoint_dir, freeze_dir, is_complete, load_checkpoint, load_metrics, only_trainer, save_checkpoint,
-                             saved_steps, seed_run_dirs)
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):

@@ -10,7 +10,8 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
     embeddings.py     token and position embeddings: norms, PCA, t-SNE, clustering scores
     progress.py       progress measures per checkpoint; lead times
     baselines.py      nuclear norm (CVXPY), soft-impute, alternating least squares
-    comparisons.py    BERT beside those solvers on the same matrices (E16-E18), with standard errors
+    comparisons.py    BERT beside those solvers on the same matrices (E16-E18); the solvers' results, kept
+    per_matrix.py     a method's per-matrix values on a batch, and the rows with standard errors from them
     freezing.py       component re-initialisation runs (E15)
     sharpness.py      how abrupt a drop is: plateau and fall, in steps
     sizes.py          the width/depth sweep's claims (E20)

@@ -20,17 +20,10 @@ same matrices, so BERT and a solver are compared matrix by matrix. Across the p_
 E16 the matrices are the same too, and the masks are nested (an entry masked at p is
 masked at every larger p), because masks come from the same uniform draws.
 
-Errors. Losses are pooled over entries, as everywhere in the book; every estimate comes
-with a standard error ("_se") that treats matrices as the independent units (entries of
-one matrix are not independent):
-  - a pooled mean R = Σ s_i / Σ c_i (s_i: matrix i's sum of squared errors over the
-    entries in question, c_i: their number) has the ratio estimator's delta-method error
-    se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)  (`pooled`);
-  - a difference of two methods on the same matrices is pooled from the per-matrix
-    differences s_i^a − s_i^b, so it has the paired error (`paired`), much smaller than
-    the two separate errors combined when the methods fail on the same matrices;
-  - a mean over matrices (the nuclear norm) has std / √b; a share of matrices √(p(1−p)/b);
-    a median over matrices the distribution-free order-statistic error (`median_se`).
+Errors. Every estimate comes with a standard error ("_se") that treats matrices as the
+independent units: pooled means, paired differences of two methods on the same matrices,
+medians and shares over matrices (`mclib.analyses.per_matrix`, from each method's
+`matrix_stats`).
 
 The solvers' results, kept. Every number of a table comes from three per-matrix values
 of each method (`matrix_stats`: its squared errors summed over the observed and over the
@@ -60,109 +53,14 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import baselines as B
-from ..analyses.evaluate import pooled, pooled_sums, predict, sample_eval_batch
+from ..analyses.evaluate import predict, sample_eval_batch
+from ..analyses.per_matrix import STATS, matrix_l_mask, matrix_stats, stats_paired, stats_row
 from ..core import paper
 from ..core.config import DataConfig
 from ..core.data import copy_level
 
 LOSSES = ("L", "L_obs", "L_mask")
 SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 steps, where 1e-5 does not
-
-
-def median_se(values: np.ndarray, z: float = 1.96) -> float:
-    """Distribution-free standard error of the median of `values` (one per matrix): the
-    order statistics at ranks b/2 ∓ z√b/2 bound an approximate 95 % interval for the
-    median (binomial argument), and the error is that interval's half-width over z.
-    NaN for fewer than 2 values."""
-    v = np.sort(np.asarray(values, dtype=float))
-    b = len(v)
-    if b < 2:
-        return float("nan")
-    lo = int(np.clip(np.floor(b / 2 - z * np.sqrt(b) / 2), 0, b - 1))
-    hi = int(np.clip(np.ceil(b / 2 + z * np.sqrt(b) / 2), 0, b - 1))
-    return float((v[hi] - v[lo]) / (2 * z))
-
-
-def share_se(share: float, b: int) -> float:
-    """Binomial standard error √(p(1−p)/b) of a share p of b matrices (NaN for b < 2)."""
-    return float(np.sqrt(share * (1 - share) / b)) if b > 1 else float("nan")
-
-
-# --- a method's per-matrix values, and the rows computed from them -------------------------------
-
-STATS = ("sse_obs", "sse_mask", "nuclear")  # `matrix_stats`: all that a table reads of a method's output
-
-
-def _arrays(*arrays):
-    return [np.asarray(a.numpy() if hasattr(a, "numpy") else a, dtype=float) for a in arrays]
-
-
-def _counts(mask) -> tuple[np.ndarray, np.ndarray]:
-    """`[batch]` numbers of observed and of masked entries of each matrix."""
-    m = np.asarray(mask.numpy() if hasattr(mask, "numpy") else mask, dtype=bool).reshape(len(mask), -1)
-    c_mask = m.sum(1).astype(float)
-    return m.shape[1] - c_mask, c_mask
-
-
-def matrix_stats(pred, x, mask) -> dict[str, np.ndarray]:
-    """Per matrix (`[batch]` each): sse_obs and sse_mask, the sums of (pred − x)² over its
-    observed and over its masked entries, and nuclear, the nuclear norm of pred."""
-    pred, x, mask = _arrays(pred, x, mask)
-    m = mask.astype(bool).reshape(len(x), -1)
-    sq = ((pred - x) ** 2).reshape(len(x), -1)
-    return {"sse_obs": (sq * ~m).sum(1), "sse_mask": (sq * m).sum(1), "nuclear": B.nuclear_norm(pred)}
-
-
-def _per_matrix(stats: dict, mask) -> np.ndarray:
-    _, c = _counts(mask)
-    return stats["sse_mask"][c > 0] / c[c > 0]
-
-
-def per_matrix_l_mask(pred: np.ndarray, x: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """`[matrices with a masked entry]`: each matrix's own mean squared error over its masked entries."""
-    return _per_matrix(matrix_stats(pred, x, mask), mask)
-
-
-def stats_row(stats: dict, mask) -> dict[str, float]:
-    """`completion_row` from a method's `matrix_stats` on the matrices masked by `mask`."""
-    c_obs, c_mask = _counts(mask)
-    row = {}
-    for name, s, c in (("L", stats["sse_obs"] + stats["sse_mask"], c_obs + c_mask), ("L_obs", stats["sse_obs"], c_obs),
-                       ("L_mask", stats["sse_mask"], c_mask)):
-        row[name], row[f"{name}_se"] = pooled_sums(s, c)
-    per = _per_matrix(stats, mask)
-    row["median_L_mask"], row["median_L_mask_se"] = float(np.median(per)), median_se(per)
-    nuc = stats["nuclear"]
-    row["nuclear"], row["nuclear_se"] = float(nuc.mean()), float(nuc.std(ddof=1) / np.sqrt(len(nuc)))
-    return row
-
-
-def completion_row(pred, x, mask) -> dict[str, float]:
-    """L, L_obs, L_mask with standard errors, the median per-matrix L_mask (and its
-    `median_se`), and the mean nuclear norm (with its standard error) of the completed
-    matrices."""
-    return stats_row(matrix_stats(pred, x, mask), mask)
-
-
-def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
-    """`paired` from the two methods' `matrix_stats` on the same matrices."""
-    c_obs, c_mask = _counts(mask)
-    row = {}
-    row["d_L"], row["d_L_se"] = pooled_sums((a["sse_obs"] + a["sse_mask"]) - (b["sse_obs"] + b["sse_mask"]),
-                                            c_obs + c_mask)
-    row["d_L_mask"], row["d_L_mask_se"] = pooled_sums(a["sse_mask"] - b["sse_mask"], c_mask)
-    better = _per_matrix(a, mask) < _per_matrix(b, mask)
-    row["a_better"] = float(better.mean()) if len(better) else float("nan")
-    row["a_better_se"] = share_se(row["a_better"], len(better))
-    return row
-
-
-def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
-    """Method a minus method b on the same matrices, with paired standard errors:
-    d_L, d_L_mask (pooled over the per-matrix differences of squared-error sums, see
-    `pooled`; negative = a better) and their _se; a_better (± a_better_se): the share of
-    matrices with a masked entry whose own L_mask is strictly lower with a."""
-    return stats_paired(matrix_stats(pred_a, x, mask), matrix_stats(pred_b, x, mask), mask)
 
 
 # --- the solvers' results, kept (the module docstring) ----------------------------------------------
@@ -422,10 +320,10 @@ def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int, 
                   solves: Solves | None = None) -> pd.DataFrame:
     """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
 
-    One row per (p_mask, method) with `completion_row`'s columns; method "truth" is X
+    One row per (p_mask, method) with `per_matrix.completion_row`'s columns; method "truth" is X
     itself (its nuclear norm is the reference; its losses are 0). model None: the solver
     alone (e.g. on `paper.task()`, which BERT of another task cannot read). BERT's rows
-    also carry `paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
+    also carry `per_matrix.paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
     the share of matrices where BERT's L_mask is lower; NaN on the other rows).
     solves: where the solver's results come from (default SESSION: solved in this process)."""
     solves = SESSION if solves is None else solves
@@ -519,10 +417,10 @@ def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
     BERT on the same matrices at the task's p_mask; model None: the methods alone (e.g. on
     `paper.task()`).
 
-    Returns the table (one row per method, `completion_row`'s columns; with a model, each
-    method's row also has `paired`'s columns for BERT minus that method, as BERT_d_L,
+    Returns the table (one row per method, `per_matrix.completion_row`'s columns; with a model, each
+    method's row also has `per_matrix.paired`'s columns for BERT minus that method, as BERT_d_L,
     BERT_d_L_se, BERT_d_L_mask, BERT_d_L_mask_se, BERT_better, BERT_better_se) and, per
-    method, the per-matrix L_mask (`per_matrix_l_mask`) for a distribution plot."""
+    method, the per-matrix L_mask (`per_matrix.matrix_l_mask`) for a distribution plot."""
     solves = SESSION if solves is None else solves
     batch, x, mask, about = _batch(data, n_matrices, seed)
     stats = {} if model is None else {"BERT": _bert(model, batch)}
@@ -533,7 +431,7 @@ def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
         if model is not None and k != "BERT":
             row.update({f"BERT_{q.replace('a_better', 'better')}": v for q, v in stats_paired(stats["BERT"], st, mask).items()})
         rows.append(row)
-    return pd.DataFrame(rows), {k: _per_matrix(st, mask) for k, st in stats.items()}
+    return pd.DataFrame(rows), {k: matrix_l_mask(st, mask) for k, st in stats.items()}
 
 
 def main(argv=None) -> None:

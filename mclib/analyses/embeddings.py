@@ -24,9 +24,9 @@ from sklearn.decomposition import PCA
 from sklearn.manifold import TSNE
 from sklearn.metrics import silhouette_score
 
+from ..core.checkpoints import checkpoint_embeddings, saved_steps
 from ..core.data import tokenize
 from ..core.model import matrix_n
-from ..core.runs import checkpoint_embeddings, saved_steps
 
 VALUE_LO, VALUE_HI = -1.5, 1.5
 # t-SNE's perplexity is the effective number of neighbours; sklearn's default 30 (the
@@ -62,7 +62,7 @@ def token_ids(lo: float = VALUE_LO, hi: float = VALUE_HI) -> torch.Tensor:
 
 def _table(model, which: str) -> torch.Tensor:
     """The "word" or "position" embedding table of a model, or of a checkpoint's tables
-    (`mclib.core.runs.checkpoint_embeddings`, read without building the model)."""
+    (`mclib.core.checkpoints.checkpoint_embeddings`, read without building the model)."""
     if isinstance(model, dict):
         return model[which]
     return getattr(model.bert.embeddings, f"{which}_embeddings").weight.detach().cpu()

@@ -137,9 +137,10 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
     the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
     under bf16 autocast; "tf32": TF32 products, emulated off a GPU; which tells a model
     that is worse from a forward pass that is less precise)."""
+    from ..core.checkpoints import load_checkpoint, saved_steps
     from ..core.metrics import find_drop, plateau_stats, window_mean
     from ..core.precision import autocast, emulated_tf32
-    from ..core.runs import load_checkpoint, load_metrics, run_profile, saved_steps
+    from ..core.runs import load_metrics, run_profile
 
     rows = {}
     for label, folder in runs.items():

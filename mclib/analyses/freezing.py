@@ -1,7 +1,7 @@
 """E15, component re-initialisation: one training run per component group.
 
 For each group of `mclib.analyses.interventions.GROUPS` ("attention", "mlp", "positional",
-"token") the post checkpoint of the main run (`mclib.core.runs.checkpoint_steps`: its last
+"token") the post checkpoint of the main run (`mclib.core.placement.checkpoint_steps`: its last
 step) is copied, that group is re-initialised with BERT's own init and trained, every
 other parameter loaded from the post checkpoint and frozen (`reinit_component`). Each run
 is an ordinary run folder:
@@ -48,10 +48,12 @@ from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
 from .sharpness import ABRUPT, SETTLE, shape
-from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop
+from ..core.checkpoints import load_checkpoint, saved_steps
+from ..core.ending import is_complete
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop, rows_curve
+from ..core.placement import checkpoint_steps
+from ..core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
 from ..core.train import train
-from ..core.runs import (FREEZE_SOURCE, checkpoint_steps, freeze_dir, is_complete, load_checkpoint, load_metrics,
-                         rows_curve, saved_steps)
 
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
 # read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
@@ -188,7 +190,7 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
 
     source_step: the main run's checkpoint to start from (default: its post checkpoint,
-    `mclib.core.runs.checkpoint_steps`). seed: of the re-initialisation (default: the
+    `mclib.core.placement.checkpoint_steps`). seed: of the re-initialisation (default: the
     profile's seed). The run ends once converged after its drop, at the main run's drop
     step without a drop, once its rows are known, or at the cap `freeze_steps` (the module's doc); deadline (a
     `time.time()`, a GPU lease's slice): it is cut there, resumable (`train`).

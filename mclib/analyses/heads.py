@@ -19,10 +19,10 @@ import torch
 
 from .evaluate import sample_eval_batch
 from ..core.attention import position_masks  # the one definition of row / column / self keys
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import DataConfig
 from ..core.data import structured_mask
 from ..core.hooks import run_with_cache
-from ..core.runs import load_checkpoint, saved_steps
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
 

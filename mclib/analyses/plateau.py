@@ -161,7 +161,7 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
     whose model cannot be read is skipped with a line on stderr naming its step; the
     skipped steps are in `attrs["skipped"]`."""
     from .evaluate import sample_eval_batch
-    from ..core.runs import load_checkpoint, saved_steps
+    from ..core.checkpoints import load_checkpoint, saved_steps
 
     run_dir = Path(run_dir)
     steps = saved_steps(run_dir) if steps is None else list(steps)
@@ -188,8 +188,8 @@ def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, 
     setting, seed, bias and drop step, are added to the CSV `out` (rewritten whole, atomically).
     Returns how many runs it measured. The sweep's runs keep every checkpoint when the base
     profile says `checkpoints.keep: all` (the cpu profile does)."""
-    from ..core.metrics import find_drop
-    from ..core.runs import drop_column, load_metrics, write_atomic
+    from ..core.metrics import drop_column, find_drop
+    from ..core.runs import load_metrics, write_atomic
     from ..core.sweep import finished, load_sweep
 
     out = Path(out)

@@ -79,7 +79,7 @@ def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, 
     plus "total" (the norm over all of them).
     """
     from .evaluate import sample_eval_batch
-    from ..core.runs import load_checkpoint, saved_steps
+    from ..core.checkpoints import load_checkpoint, saved_steps
 
     steps = saved_steps(Path(run_dir))
     if not steps:

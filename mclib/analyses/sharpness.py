@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..core.data import copy_level
 from ..core.metrics import DROP_WINDOW, find_drop, last_tenth
-from ..core.runs import FINAL_FACTOR, PLATEAU_TOLERANCE
+from ..core.placement import FINAL_FACTOR, PLATEAU_TOLERANCE
 
 BAND = PLATEAU_TOLERANCE  # on the plateau: the smoothed curve within 10 % of E[X²], as the checkpoints are placed
 SETTLE = FINAL_FACTOR     # the fall ends within 2x the final level, where the transition's checkpoints end

@@ -7,7 +7,7 @@ It sets the notebook up (PNG figures for glue), reads the run's own
 profile.yaml (so a chapter sees the recipe the run was trained with; the named profile
 only adds the book's `analysis` sizes and the device), applies the device once, and
 returns a `Chapter`: the profile, the device, the run folder, its metrics and drop,
-where its checkpoints sit (`mclib.core.runs.checkpoint_steps`: pre on the plateau,
+where its checkpoints sit (`mclib.core.placement.checkpoint_steps`: pre on the plateau,
 transition around the drop, post at the end), why training ended (`run_end`), and the
 models at those steps, each loaded once per chapter (`Chapter.model`).
 
@@ -40,13 +40,15 @@ import pandas as pd
 import torch
 from transformers.utils import CONFIG_NAME as CONFIG_FILE  # HuggingFace's config.json
 
+from ..core.checkpoints import load_checkpoint
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
+from ..core.ending import RunEnd, run_end
 from ..core.metrics import find_drop
 from ..core.paper import profile as paper_profile
+from ..core.placement import CheckpointSteps, checkpoint_steps
 from ..core.repo import REPO
-from ..core.runs import (PROFILE, CheckpointSteps, RunEnd, check_same_profile, checkpoint_dir, checkpoint_steps,
-                         load_checkpoint, load_metrics, run_end, run_profile)
+from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
 
 
 
@@ -238,7 +240,8 @@ def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dic
     {seed: folder} of `seed_run_dirs`, or with freeze=True {group: folder} of E15's runs.
     A run without a checkpoint raises `MissingRuns`, one line naming every such folder."""
     from ..analyses.freezing import GROUPS
-    from ..core.runs import freeze_dir, saved_steps, seed_run_dirs
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import freeze_dir, seed_run_dirs
 
     runs = ({g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir))
     missing = [shown_path(d) for d in runs.values() if not saved_steps(d)]
@@ -290,7 +293,8 @@ def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
     last saved: the end of training) with config.json, model.safetensors, train_state.pt;
     zipped once (a checkpoint never changes, so an existing zip is kept) and written
     atomically (`write_atomic`)."""
-    from ..core.runs import checkpoint_zip_path, saved_steps, write_atomic
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import checkpoint_zip_path, write_atomic
 
     step = saved_steps(run_dir)[-1] if step is None else step
     src, path = checkpoint_dir(Path(run_dir), step), checkpoint_zip_path(run_dir, step)

@@ -28,8 +28,8 @@ import pandas as pd
 import yaml
 
 from ..core.config import ConfigError
-from ..core.metrics import find_drop
-from ..core.runs import METRICS, PROFILE, drop_column, export_dir, load_metrics, run_profile, write_atomic
+from ..core.metrics import drop_column, find_drop
+from ..core.runs import METRICS, PROFILE, export_dir, load_metrics, run_profile, write_atomic
 from .plots_curves import loss_curve
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # tracker -> the package it needs

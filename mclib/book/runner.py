@@ -183,7 +183,7 @@ def waits_for_trainer(template: Path, cfg) -> bool:
 # --- the whole book -----------------------------------------------------------------
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     paper = paper_profile()
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:

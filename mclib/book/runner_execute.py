@@ -26,7 +26,8 @@ def _file_sha(path: Path) -> str | None:
 
 
 def run_state(run_dir: Path) -> str:
-    from ..core.runs import METRICS, saved_steps
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import METRICS
 
     return short_sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
 

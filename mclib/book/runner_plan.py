@@ -81,7 +81,8 @@ def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str],
     chapters that declare `runs_read`; `trainers`, the chapters of `book` that declare
     `trains_runs`; `toc_trainers`, those of the toc."""
     from ..analyses.freezing import LONGEST_FIRST, pending_groups
-    from ..core.runs import freeze_dir, saved_steps, seed_run_dirs
+    from ..core.checkpoints import saved_steps
+    from ..core.runs import freeze_dir, seed_run_dirs
     from ..core.train import seed_jobs
 
     mine = {n: r for n, r in every.items() if n in book}

@@ -22,7 +22,8 @@ def expected_steps(folder: Path, cfg=None) -> int:
     another seed that stops `analysis.after_drop` steps after its drop, there once it has
     dropped; else its cap, `train.steps` (a run that converges ends sooner)."""
     from ..core.metrics import find_drop
-    from ..core.runs import END, METRICS, load_metrics, resumable_steps, run_profile
+    from ..core.checkpoints import resumable_steps
+    from ..core.runs import END, METRICS, load_metrics, run_profile
 
     folder, profile = Path(folder), run_profile(folder)
     steps, cap = resumable_steps(folder), profile.train.steps
@@ -58,7 +59,8 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
     """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
     profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to
     root; expected: `expected_steps`, the step measured by `step_ms` (left out before it is)."""
-    from ..core.runs import METRICS, PROFILE, checkpoint_dir, resumable_steps
+    from ..core.checkpoints import resumable_steps
+    from ..core.runs import METRICS, PROFILE, checkpoint_dir
 
     out = []
     for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
@@ -81,7 +83,8 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
     its cap): the longer of the
     work spread over `workers` and the book's run followed by its longest E15 run (E15 starts
     from its end). None before any step is measured."""
-    from ..core.runs import METRICS, PROFILE, resumable_steps
+    from ..core.checkpoints import resumable_steps
+    from ..core.runs import METRICS, PROFILE
 
     left, ms = {}, {}
     for name, folder in runs.items():

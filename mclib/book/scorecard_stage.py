@@ -98,7 +98,8 @@ def stage(end, metrics, rank: int) -> Stage:
 def run_stage(run_dir: str | Path) -> Stage | None:
     """The `Stage` of the run in `run_dir` (its end.json and metrics), or None where it has
     neither (a folder that holds rows but no run)."""
-    from ..core.runs import END, METRICS, RunEnd, run_profile
+    from ..core.ending import RunEnd
+    from ..core.runs import END, METRICS, run_profile
 
     run_dir = Path(run_dir)
     if not (run_dir / END).is_file():

@@ -26,7 +26,8 @@ from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOS
                             end_slope, last_tenth, window_mean)
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.runs import FINAL_FACTOR, METRICS, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.runs import METRICS
 from ..book.chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
 from ..book.plots import closed, loss_curve, mark_checkpoints
@@ -132,7 +133,7 @@ def _placement_text(ch: Chapter) -> str:
     if s.place != "drop":
         return (f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
                 f"{trans or 'no step'}, post-shift at step {s.post:,}, {_post_end(ch)}.")
-    return (f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.runs.checkpoint_steps`). "
+    return (f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.placement.checkpoint_steps`). "
             f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
             f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
             f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "

@@ -54,11 +54,11 @@ def at_paper_pre(ch):
     """`ch` reading its pre-shift model where the paper read its own: on the paper's task, the
     checkpoint at the paper's pre step (PAPER_PRE, 4 000) where the run saved one, so that E2,
     E3 and E6 compare like with like; on another task (or without that checkpoint) the step
-    the drop placed (`mclib.core.runs.checkpoint_steps`), and `pre_na` says why a row reading
+    the drop placed (`mclib.core.placement.checkpoint_steps`), and `pre_na` says why a row reading
     it has nothing to compare on the paper's task."""
     from dataclasses import replace
 
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     if task_departures(ch.cfg) or ch.steps.pre == PAPER_PRE or PAPER_PRE not in saved_steps(ch.run_dir):
         return ch
@@ -166,7 +166,7 @@ def neighbour_steps(steps, k: int = E2_NEIGHBOURS, window: float = E2_WINDOW) ->
     """The pre-shift step and up to `k` readable saved steps each side of it, no further
     from it than `window` times the drop step and on the plateau (not past `left_plateau`,
     else the first transition step), in order; pre alone for a run without a drop.
-    `steps`: the run's `mclib.core.runs.CheckpointSteps`."""
+    `steps`: the run's `mclib.core.placement.CheckpointSteps`."""
     if steps.drop is None:
         return [steps.pre]
     end = steps.left_plateau or min(steps.transition, default=steps.drop)

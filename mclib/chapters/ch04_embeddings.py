@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..analyses import embeddings as E
+from ..core.checkpoints import checkpoint_embeddings
 from ..core.model import build_model
-from ..core.runs import checkpoint_embeddings
 from ..book.plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
                     token_progress_plot)
 from ..book.scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
@@ -113,7 +113,7 @@ class Tokens:
 
 def tables(ch, step: int) -> dict:
     """The embedding tables saved at `step`, read from the weights file without building the
-    model (`mclib.core.runs.checkpoint_embeddings`): this chapter reads nothing else of a checkpoint."""
+    model (`mclib.core.checkpoints.checkpoint_embeddings`): this chapter reads nothing else of a checkpoint."""
     return checkpoint_embeddings(ch.run_dir, step)
 
 

@@ -30,10 +30,11 @@ import pandas as pd
 from ..analyses.freezing import (DESCRIPTIONS, KNOWN_MARGIN, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
                                  freeze_summary, paper_pattern, trainable_count)
 from ..analyses.sharpness import ABRUPT, BAND, SETTLE
+from ..core.checkpoints import saved_steps
 from ..core.config import Profile
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
 from ..core.paper import PAPER_E15, PAPER_E15_ORDER
-from ..core.runs import METRICS, load_metrics, saved_steps
+from ..core.runs import METRICS, load_metrics
 from ..analyses.interventions import GROUPS
 from ..book.chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
 from ..book.plots import closed, freeze_curves

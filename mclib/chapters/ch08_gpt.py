@@ -27,10 +27,11 @@ import torch
 
 from ..analyses.evaluate import sample_eval_batch
 from ..analyses.sharpness import ABRUPT, shape, shapes_table
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
-from ..core.runs import load_checkpoint, load_metrics, run_name, saved_steps
+from ..core.runs import load_metrics, run_name
 from ..book.chapter import Chapter
 from ..book.plots import attention_grid, closed, gpt_loss_curves
 from ..book.scorecard import CUT, agreement, claim, recorded_table
@@ -86,7 +87,7 @@ def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
 def gpt_jobs(gpt: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
     """`train_seed` arguments (profile, folder, None) of the runs of `gpt` (`gpt_profile`,
     its device resolved: `with_device`) that are not yet complete."""
-    from ..core.runs import is_complete
+    from ..core.ending import is_complete
 
     seeded = {s: gpt.replace(seed=s) for s in gpt.analysis.seeds}
     return [(seeded[s], d, None) for s, d in gpt_run_dirs(gpt, run_dir).items() if not is_complete(seeded[s], d)]

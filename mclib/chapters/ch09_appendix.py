@@ -21,7 +21,8 @@ import pandas as pd
 
 from ..analyses.sizes import by_setting, claims, drops_by_task, large_model_finals, order_of_magnitude
 from ..core.metrics import DROP_WINDOW
-from ..core.sweep import curves_path, load_sweep, setting_colours
+from ..core.sweep import load_sweep
+from ..core.sweep_figure import curves_path, setting_colours
 from ..book.chapter import Chapter
 from ..book.plots import closed
 from ..core.repo import REPO
@@ -42,7 +43,7 @@ def width_depth(path: Path = WIDTH_DEPTH) -> pd.DataFrame | None:
 
 
 def width_depth_curves(path: Path = curves_path(WIDTH_DEPTH)) -> pd.DataFrame | None:
-    """The sweep's kept loss curves (`mclib.core.sweep.keep_curves`), or None."""
+    """The sweep's kept loss curves (`mclib.core.sweep_figure.keep_curves`), or None."""
     return pd.read_csv(path) if path.is_file() else None
 
 

@@ -277,7 +277,7 @@ def measures_figure(measures: pd.DataFrame):
     a dashed line at each setting's mean drop step."""
     import matplotlib.pyplot as plt
 
-    from ..core.sweep import setting_colours
+    from ..core.sweep_figure import setting_colours
     from ..book.plots import closed
 
     collapse = last_layer(measures, "collapse")

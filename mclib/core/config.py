@@ -99,10 +99,10 @@ class TrainConfig:
 @dataclass
 class Checkpoints:
     """The steps the analyses use. place "fixed": these steps; place "drop": placed after
-    training from the run's measured drop (`mclib.core.runs.checkpoint_steps`), these
+    training from the run's measured drop (`mclib.core.placement.checkpoint_steps`), these
     steps being the fallback for a run without a drop."""
     place: str = "fixed"
-    keep: str = "all"       # which saved checkpoints stay on disk as a run trains (mclib.core.runs.prune_checkpoints)
+    keep: str = "all"       # which saved checkpoints stay on disk as a run trains (mclib.core.checkpoints.prune_checkpoints)
     pre: int = 4000
     transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
     post: int = 50_000
@@ -169,7 +169,7 @@ class Profile:
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
 STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph")  # train.step (mclib.core.step.step_variant)
-KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.runs.prune_checkpoints)
+KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.checkpoints.prune_checkpoints)
 
 _CHOICES = {
     ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),

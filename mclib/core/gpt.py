@@ -48,7 +48,7 @@ def prompt(batch: Batch) -> torch.Tensor:
 class MatrixGPT(GPT2PreTrainedModel):
     """`Batch -> values [batch, n, n]`: the teacher-forced predictions of the full matrix."""
 
-    teacher_forced = True  # the training step hands it the whole batch (`mclib.core.step.predict`)
+    teacher_forced = True  # the training step hands it the whole batch (`mclib.core.model.predict`)
 
     def __init__(self, config: GPT2Config):
         super().__init__(config)

@@ -20,7 +20,7 @@ COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value
 # A single reading on the copying level (`copies`; a chapter's "on the copying plateau" for one
 # window mean or one evaluation): L_mask within 20 % of E[X²], the masked outputs near 0, as a
 # copying model's. Its partner for a smoothed curve, which holds to 10 % (where the plateau
-# begins and ends: placing checkpoints, a drop's shape), is mclib.core.runs.PLATEAU_TOLERANCE.
+# begins and ends: placing checkpoints, a drop's shape), is mclib.core.placement.PLATEAU_TOLERANCE.
 PLATEAU_BAND = 0.2
 # The drop (`find_drop`): the trailing DROP_WINDOW-step mean of L_mask falls below DROP_FRACTION of the
 # copying plateau E[X²]. Defined here only; everything that reads a loss "as the drop does" imports them.
@@ -83,6 +83,19 @@ def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = DROP_FRACTION,
     smooth = metrics[column].rolling(window, min_periods=window).mean()
     below = np.flatnonzero((smooth < threshold).to_numpy())
     return int(metrics["step"].iloc[below[0]]) if len(below) else None
+
+
+def drop_column(profile) -> str:
+    """The loss column in which the drop of a run of `profile` (a `mclib.core.config.Profile`) is
+    read: `DROP_COLUMN` of its `model.kind`."""
+    return DROP_COLUMN[profile.model.kind]
+
+
+def rows_curve(rows: list[dict]) -> pd.DataFrame:
+    """Metric rows (as `mclib.core.train` keeps them between flushes) as a curve: step, L, L_mask;
+    what a `stop` reads the drop and the convergence rule from."""
+    return pd.DataFrame({k: [r[k] for r in rows] for k in ("step", "L", "L_mask")})
+
 
 
 def window_mean(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:

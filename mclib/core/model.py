@@ -30,7 +30,7 @@ from transformers.utils import logging as hf_logging
 
 from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
-from .data import MASK_ID, VOCAB_SIZE
+from .data import MASK_ID, VOCAB_SIZE, Batch
 
 hf_logging.disable_progress_bar()  # one bar per checkpoint load/save is noise in notebooks
 
@@ -108,6 +108,16 @@ def eval_mode(model):
             yield
     finally:
         model.train(was_training)
+
+
+def predict(model, batch: Batch) -> torch.Tensor:
+    """`[batch, n, n]`: the model's values for `batch` (BERT reads the masked tokens; E19's
+    teacher-forced GPT, `mclib.core.gpt`, the whole batch): what the training step and its
+    evaluation call (`mclib.core.step`)."""
+    if getattr(model, "teacher_forced", False):
+        return model(batch)
+    return model(batch.tokens).view_as(batch.x)
+
 
 
 def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:

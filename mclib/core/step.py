@@ -10,28 +10,29 @@ by CPU generators, so a run's matrices are the same on any device and a run resu
 device type, and copied into fixed input buffers without waiting). `train.step` says how the
 step runs (`step_variant`: eagerly, the model through torch.compile, or the whole device step as
 one CUDA graph, `mclib.core.graphstep`); `train.step: auto` on CUDA is measured by
-`mclib.core.variants.choose`, which the code that builds a run asks (`chosen`). The loop around
-the step (evaluate, flush, save, end) is `mclib.core.train`.
+`mclib.core.variants.choose`, which the code that builds a run asks (`chosen`). The run
+(`_Run`) has a method for each step of its life that is its own: set up and resume, evaluate,
+flush, save; the loop that calls them in turn, and the run's end, are `mclib.core.train`.
 """
 from __future__ import annotations
 
 import copy
 import json
 import math
-import shutil
 import sys
 from typing import Callable
 
 import torch
 from torch.profiler import record_function
 
+from .checkpoints import prune_checkpoints, resume_run, save_checkpoint
 from .config import Profile
 from .data import Batch, sample_batch
+from .ending import record_end, stop_rule
 from .metrics import LOSS_NAMES, run_losses, squared_errors
-from .model import build_model, eval_mode
+from .model import build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
-from .runs import (checkpoint_dir, convergence_stop, end_of_run, ended_at, resume_checkpoint, resume_metrics,
-                   run_end, saved_steps, write_atomic, write_end, write_profile)
+from .runs import write_atomic, write_profile
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -160,14 +161,6 @@ def device_step(r: "_Run", batch: Batch) -> torch.Tensor:
         return run_losses(pred[None], batch.x[None], batch.mask[None], sq=sq)[0]
 
 
-def predict(model, batch: Batch) -> torch.Tensor:
-    """`[batch, n, n]`: the model's values for `batch` (BERT reads the masked tokens; E19's
-    teacher-forced GPT, `mclib.core.gpt`, the whole batch)."""
-    if getattr(model, "teacher_forced", False):
-        return model(batch)
-    return model(batch.tokens).view_as(batch.x)
-
-
 def lr_at(step: int, base_lr: float, warmup: int) -> float:
     """Constant lr after a linear warm-up of `warmup` steps (step counts from 1)."""
     return base_lr * min(1.0, step / warmup) if warmup else base_lr
@@ -221,11 +214,17 @@ def compile_model(model, variant: str, device: torch.device):
 
 
 class _Run:
-    """One run in the loop: its model and Adam (`train_step` steps them), its folder,
-    generators, step and metric rows."""
+    """One run in the loop, from set up to end: its model and Adam (`train_step` steps them),
+    its folder, generators, step and metric rows. Each step of its life has one place, in the
+    order the loop (`mclib.core.train`) takes them: set up and resume (`__init__`), step
+    (`train_step`), evaluate, flush (with the stop rule's verdict), save; its end is recorded by
+    `mclib.core.ending.record_end`."""
 
     def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
-        """job: a `mclib.core.train.Job`; chosen: what `train.step: auto` runs as on CUDA (`step_variant`)."""
+        """Set up the run of `job` (a `mclib.core.train.Job`) in its folder: its profile recorded,
+        then its model, Adam, generators and rows fresh, or as its newest intact checkpoint left
+        them (`mclib.core.checkpoints.resume_run`); chosen: what `train.step: auto` runs as on CUDA
+        (`step_variant`)."""
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
         self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
         self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
@@ -236,15 +235,12 @@ class _Run:
         self.gens = {"data": torch.Generator().manual_seed(p.seed),
                      "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
         # the newest intact checkpoint; a damaged newer one is set aside, named in one line on stderr
-        resumed = resume_checkpoint(self.dir, p.model.attention, device)
+        resumed = resume_run(self.dir, p.model.attention, device)
         self.state = None
         if resumed:
-            self.step, self.model, self.state = resumed
+            self.step, self.model, self.state, self.rows = resumed
             for k, g in self.gens.items():
                 g.set_state(self.state["gens"][k])
-            self.rows = resume_metrics(self.dir, self.step)
-            for later in [s for s in saved_steps(self.dir) if s > self.step]:  # weights-only saves past the resume
-                shutil.rmtree(checkpoint_dir(self.dir, later))                  # point: trained again from here
             self.wall = self.state["wall"]
             if job.init_model is not None:  # from_pretrained made every weight trainable again
                 frozen = {n for n, q in job.init_model.named_parameters() if not q.requires_grad}
@@ -257,33 +253,15 @@ class _Run:
         self._optimise()
         self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
                         | {self.t.steps})
-        self.written = len(self.rows)  # metric rows already in metrics.csv (`append_metrics`)
+        self.written = len(self.rows)  # metric rows already in metrics.csv (`save_checkpoint`)
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
-        self.rule = convergence_stop(p)
-        reason = self.stop_reason()
+        self.why_end = stop_rule(p, job.stop)  # why it ends on the rows so far (`mclib.core.ending.stop_rule`)
+        reason = self.why_end(self.rows)
         self.finished = self.step >= self.t.steps or reason is not None
         self.step_said = None  # (variant, fell_back) last written to STEP_RAN
-        if self.finished and self.step:
-            self.record_end(reason)  # a run that ended before end.json existed, or under another until/cap
-
-    def stop_reason(self) -> str | None:
-        """"converged" (the profile's rule), "stopped" (the job's `stop`) or None, on the rows so far."""
-        if not self.rows:
-            return None
-        if self.rule is not None and self.rule(self.rows):
-            return "converged"
-        if self.job.stop is not None and self.job.stop(self.rows):
-            return "stopped"
-        return None
-
-    def record_end(self, reason: str | None) -> None:
-        """Write end.json for the run that ended at this step (`mclib.core.runs.run_end`),
-        unless it already says the same. reason: "stopped", "cut" or that of the rule."""
-        rows = [r for r in self.rows if r["step"] <= self.step]
-        end = end_of_run(self.profile, rows, self.step, stopped=reason == "stopped", cut=reason == "cut")
-        if not ended_at(self.dir, self.step) or run_end(self.dir) != end:
-            write_end(self.dir, end)
+        if self.finished and self.step:  # a run that ended before end.json existed, or under another until/cap
+            record_end(self.dir, p, self.rows, self.step, reason)
 
     def record_step(self) -> None:
         """STEP_RAN in the run's folder: the step variant the profile asked for, the one it
@@ -351,7 +329,7 @@ class _Run:
     def evaluate(self) -> torch.Tensor:
         """`[4]` losses of the (uncompiled) model on a fresh eval batch, in eval mode."""
         batch = self.eval_batch()
-        with eval_mode(self.model), emulated_tf32(self.device, self.t.precision):  # as a GPU in TF32 evaluates
+        with emulated_tf32(self.device, self.t.precision), eval_mode(self.model):  # as a GPU in TF32 evaluates
             pred = predict(self.model, batch)
         return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 
@@ -375,7 +353,7 @@ class _Run:
             self.device, non_blocking=True)
 
     def flush(self) -> str | None:
-        """Move pending losses into rows; why the run ends here ("converged", "stopped"), or None."""
+        """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or None."""
         values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
         first = self.step - len(values) + 1
         for i, v in enumerate(values):
@@ -385,7 +363,16 @@ class _Run:
             self.rows.append(row)
         self.pending.clear()
         self.evals.clear()
-        return self.stop_reason()
+        return self.why_end(self.rows)
+
+    def save(self, final: bool) -> None:
+        """Save the run at this step (`mclib.core.checkpoints.save_checkpoint`): the metric rows
+        not yet in metrics.csv, then the checkpoint, with Adam's state every `train.state_every`
+        steps and at the end (`final`); then `checkpoints.keep` (`prune_checkpoints`)."""
+        state = final or not self.t.state_every or self.step % self.t.state_every == 0
+        self.written = save_checkpoint(self.dir, self.step, self.model, self.opt if state else None, self.gens,
+                                       rows=self.rows, written=self.written, wall=self.wall, device=self.device)
+        prune_checkpoints(self.dir, self.profile, self.rows, self.job.newest_only)
 
 
 def steps_of(runs: list["_Run"]) -> Callable[[], torch.Tensor]:

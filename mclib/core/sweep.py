@@ -23,12 +23,12 @@ is a one-line `ConfigError` naming it. A run stops at its profile's steps, at it
 `after_drop` steps past its drop (`mclib.core.metrics.find_drop`), whichever comes first.
 
 Runs live in RUNS/NAME-seedS (default runs/sweep/), each an ordinary run folder with a
-`sweep.json` naming the sweep that trains it. One row per finished run is appended to
-the results table (default RUNS/STEM.csv; `scripts/sweep_cpu_profile.py` appends to
-docs/data/cpu_sweep.csv) the moment it finishes, and its loss curve, thinned, to the
-curves table beside it (STEM_curves.csv, `keep_curves`), so that a committed table keeps
-the curves after the run folders are gone; a figure (default RUNS/STEM.png) is drawn
-from the two.
+`sweep.json` naming the sweep that trains it; a worker trains each (`mclib.core.sweep_run`).
+One row per finished run is appended to the results table (default RUNS/STEM.csv;
+`scripts/sweep_cpu_profile.py` appends to docs/data/cpu_sweep.csv) the moment it finishes,
+and its loss curve, thinned, to the curves table beside it (STEM_curves.csv,
+`mclib.core.sweep_figure.keep_curves`), so that a committed table keeps the curves after the
+run folders are gone; a figure (default RUNS/STEM.png) is drawn from the two.
 
 Resumable: a run that already has its row (same sweep file name, setting and seed) is
 skipped; a run that was cut (sweep killed, worker lost) continues from its newest
@@ -37,43 +37,20 @@ left by another sweep is started afresh unless `resume: true`.
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-from .config import ConfigError, Profile, load_profile, profile_path, read_yaml
-from .metrics import DROP_WINDOW
-from .runs import METRICS, run_name
+from .config import ConfigError, load_profile, profile_path, read_yaml
+from .runs import run_name
+from .sweep_figure import draw_figure, keep_curves
+from .sweep_run import EVENT, SweepRun, train_sweep_run
 
 TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "order", "resume", "threads", "cluster", "settings")
 ORDERS = ("by-setting", "by-seed")
 SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
-EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
-
-
-@dataclass
-class SweepRun:
-    """One run of a sweep: what a worker needs to train it and to write its row."""
-    sweep: str                  # the sweep file's name (the results table's `sweep` column)
-    setting: str
-    seed: int
-    overrides: dict[str, Any]
-    profile: Profile            # base + overrides + seed + threads
-    run_dir: Path
-    cap_minutes: float | None = None
-    after_drop: int | None = None
-    resume: bool = False
-    extra: dict = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        return f"{self.setting} s{self.seed}"
 
 
 def _check_keys(raw: Any, known: tuple, where: str) -> None:
@@ -154,122 +131,6 @@ def sweep_cluster(path: str | Path) -> str | None:
     """The `cluster` key of a sweep file (None: not given)."""
     spec = read_yaml(path, "sweep")
     return spec.get("cluster") if isinstance(spec, dict) else None
-
-
-# --- in a worker --------------------------------------------------------------------------
-
-def _report(run: SweepRun, step: int, state: str) -> None:
-    """Tell the client this run's step (a Dask event; nothing outside a worker)."""
-    try:
-        from distributed import get_worker
-
-        get_worker().log_event(EVENT, {"run": run.label, "step": step, "steps": run.profile.train.steps,
-                                       "state": state})
-    except (ImportError, ValueError):
-        pass
-
-
-def _start_wall(run: SweepRun) -> float:
-    """The run's training time when this sweep first started it (its cap counts from there),
-    kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
-    from .runs import SWEEP_MARKER, train_wall, write_atomic
-
-    marker = run.run_dir / SWEEP_MARKER
-    mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
-    if marker.is_file():
-        saved = json.loads(marker.read_text())
-        if {k: saved.get(k) for k in mine} == mine:
-            return float(saved["wall0"])  # cut earlier in this sweep: continue
-    if run.run_dir.exists() and not run.resume:
-        shutil.rmtree(run.run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
-    wall0 = train_wall(run.run_dir)
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(marker, lambda tmp: tmp.write_text(json.dumps({**mine, "wall0": wall0})))
-    return wall0
-
-
-def train_sweep_run(run: SweepRun) -> dict:
-    """Train (or resume, or find stopped) one run of a sweep; its results row. Runs on a worker."""
-    from .runs import drop_column
-    from .train import stop_after_drop, train
-
-    wall0 = _start_wall(run)
-    past_drop = (stop_after_drop(run.profile.data.rank, run.after_drop, drop_column(run.profile))
-                 if run.after_drop is not None else None)
-    cap = None if run.cap_minutes is None else 60 * run.cap_minutes
-    told = [0.0]
-
-    def stop(rows) -> bool:
-        now = time.monotonic()
-        if now - told[0] > 2:
-            told[0] = now
-            _report(run, int(rows[-1]["step"]), "running")
-        wall = rows[-1].get("wall")
-        capped = cap is not None and wall == wall and wall - wall0 > cap  # wall is NaN between flushes
-        return capped or (past_drop is not None and past_drop(rows))
-
-    _report(run, 0, "running")
-    # the row reads the metrics: under checkpoints.keep: analysis only the newest checkpoint stays
-    train(run.profile, run.run_dir, progress=False, stop=stop, newest_only=True)
-    row = summarise(run)
-    _report(run, row["steps_run"], "done")
-    return row
-
-
-def setting_columns(profile: Profile) -> dict:
-    """The levers of a run, resolved (the base profile may change between rounds, so a
-    row names its whole setting, not only its overrides). Tables written before 9842a40 (2026-11-26)
-    removed the CPU search's levers keep their columns (mix_rank, mix_fraction,
-    position_init_std, attn_logit_scale, qk_norm, optimizer, embedding_lr); a row appended
-    now leaves them empty (`append_row`)."""
-    d, m, t = profile.data, profile.model, profile.train
-    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask,
-            "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
-            "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
-            "batch": t.batch, "lr": t.lr, "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
-
-
-def end_rule(profile: Profile) -> str:
-    """How a run's length was decided, for its row: "steps" (a fixed length) or "slope
-    WINDOW MIN" (`mclib.core.metrics.converged`: the fitted slope over WINDOW steps, under
-    MIN per 1 000 steps). Rows written before 2026-11-25 read "window-means 1000 0.05":
-    the rule of the time compared two 1 000-step means, and ended runs earlier."""
-    t = profile.train
-    return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g}"
-
-
-def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> str:
-    """The row's `ended`: the run's own ending (`mclib.core.runs.RunEnd.ended`: converged,
-    cap, steps, unfinished), with a sweep's stop told apart: "after drop" (the sweep's
-    after_drop) or "wall cap" (its cap_minutes, the only other stop a sweep makes)."""
-    if end is None:
-        return "unfinished"
-    if end.ended != "stopped":
-        return end.ended
-    return "after drop" if after_drop is not None and drop is not None and steps >= drop + after_drop else "wall cap"
-
-
-def summarise(run: SweepRun) -> dict:
-    """One results row from a run folder (also for a run that was stopped by hand). The
-    setting is the one the run saved, not the base profile as it is now."""
-    from .metrics import find_drop, plateau_stats
-    from .runs import drop_column, load_metrics, run_end, run_profile
-
-    profile = run_profile(run.run_dir)
-    m = load_metrics(run.run_dir)
-    drop = find_drop(m, profile.data.rank, column=drop_column(profile))
-    wall = float(m["wall"].dropna().iloc[-1])
-    steps = int(m["step"].iloc[-1])
-    ms_per_step = 1000 * wall / steps  # drop_minutes is the drop step at this mean pace (also over a resume)
-    stats = plateau_stats(m, drop)
-    return {"setting": run.setting, "seed": run.seed, "overrides": json.dumps(run.overrides),
-            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
-            "steps_run": steps, "ms_per_step": round(ms_per_step, 1),
-            "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
-            "cap_minutes": run.cap_minutes, "end_rule": end_rule(profile),
-            "ended": how_it_ended(run_end(run.run_dir), drop, steps, run.after_drop), "date": time.strftime("%Y-%m-%d"),
-            "matrices": steps * profile.train.batch, **setting_columns(profile),
-            "wall_minutes": round(wall / 60, 2), "sweep": run.sweep, **run.extra}
 
 
 # --- in the client ----------------------------------------------------------------------
@@ -407,116 +268,3 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
             running = {futures[f].label: steps[futures[f].label] for f in left if steps.get(futures[f].label)}
             print(_progress_line(name, done, len(failed), len(left) - len(running), running), file=out, flush=True)
     return done, failed
-
-
-CURVE_POINTS = 200  # points kept per run, spaced evenly in log(step): enough for a log-x plot
-
-
-def curves_path(results: Path) -> Path:
-    """Where the curves of a results table are kept: beside it, STEM_curves.csv."""
-    return results.with_name(f"{results.stem}_curves.csv")
-
-
-def thinned_curve(m, points: int = CURVE_POINTS):
-    """A run's L_mask curve (`m`: its metrics table) as `find_drop` reads it (the trailing
-    DROP_WINDOW-step mean of the training batch), at `points` logged steps spaced evenly in
-    log(step), the last step included. Columns: step, L_mask."""
-    import numpy as np
-
-    smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()
-    at = np.unique(np.geomspace(1, len(m), num=min(points, len(m))).round().astype(int) - 1)
-    return m.iloc[at][["step"]].assign(L_mask=smooth.iloc[at].round(6).to_numpy()).reset_index(drop=True)
-
-
-def keep_curves(results: Path, sweep: str, runs: Path) -> int:
-    """Write the curves table (`curves_path`): for every row of `sweep` in `results` whose
-    run folder is here and ended at the row's `steps_run`, its thinned curve
-    (`thinned_curve`), taken afresh (a row trained again replaces its old curve); for the
-    other rows, the curve kept before, if any (a folder on another machine, or one that is
-    not this row's run). Written atomically (`write_atomic`). Returns the number of rows
-    with a curve."""
-    import pandas as pd
-
-    from .runs import load_metrics, write_atomic
-
-    if not results.is_file():
-        return 0
-    rows = pd.read_csv(results)
-    rows = rows[rows["sweep"] == sweep] if "sweep" in rows.columns else rows.assign(sweep=sweep)
-    path = curves_path(results)
-    columns = ["sweep", "setting", "seed", "step", "L_mask"]
-    old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=columns)
-    kept = {k: c for k, c in old.groupby(["sweep", "setting", "seed"])}
-    table = [c for (w, _, _), c in kept.items() if w != sweep]   # other sweeps' curves, as they were
-    for row in rows.itertuples():
-        folder = runs / run_name(row.setting, int(row.seed))
-        m = load_metrics(folder) if (folder / METRICS).is_file() else None
-        here = m is not None and int(m["step"].iloc[-1]) == int(row.steps_run)
-        curve = (thinned_curve(m).assign(sweep=sweep, setting=row.setting, seed=int(row.seed)) if here
-                 else kept.get((sweep, row.setting, int(row.seed))))
-        if curve is not None:
-            table.append(curve[columns])
-    whole = pd.concat(table, ignore_index=True) if table else pd.DataFrame(columns=columns)
-    write_atomic(path, lambda tmp: whole.to_csv(tmp, index=False))
-    return sum(1 for c in table if (c["sweep"] == sweep).all())
-
-
-def setting_colours(settings: list[str]) -> dict[str, tuple]:
-    """A colour per setting, distinct up to 20 settings (tab10, then tab20: a sweep of 11
-    settings would reuse tab10's first colour for its last)."""
-    import matplotlib
-
-    cmap = matplotlib.colormaps["tab10" if len(settings) <= 10 else "tab20"]
-    return {s: cmap(i % cmap.N) for i, s in enumerate(settings)}
-
-
-def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
-    """The runs of `sweep` in the results table: L_mask against matrices seen, one line per
-    run (a colour per setting) from the curves table (`keep_curves`), beside each run's
-    drop (a dot), or how far it got without one (a hollow triangle), by setting. A run
-    with no kept curve has no line, and the title says how many of the runs are drawn."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
-
-    if not results.is_file():
-        return None
-    df = pd.read_csv(results)
-    df = df[df["sweep"] == sweep] if "sweep" in df.columns else df
-    if df.empty:
-        return None
-    kept = pd.read_csv(curves_path(results)) if curves_path(results).is_file() else None
-    curves = {} if kept is None else {k: c for k, c in kept[kept["sweep"] == sweep].groupby(["setting", "seed"])}
-    settings = list(dict.fromkeys(df["setting"]))
-    colours = setting_colours(settings)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
-    drawn = 0
-    for row in df.itertuples():
-        curve = curves.get((row.setting, int(row.seed)))
-        if curve is not None:
-            drawn += 1
-            left.plot(curve["step"] * row.batch, curve["L_mask"], color=colours[row.setting], lw=0.8, alpha=0.8)
-        if pd.notna(row.drop_step):
-            right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
-        else:
-            right.scatter([settings.index(row.setting)], [row.matrices], color=colours[row.setting], marker="^",
-                          facecolors="none", s=40)
-    for s in settings:
-        left.plot([], [], color=colours[s], label=s)
-    which = "every run" if drawn == len(df) else f"{drawn} of {len(df)} runs (the others' curves were not kept)"
-    left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)")
-    left.set_title(f"{sweep}: {which}", fontsize=10)
-    if drawn:
-        left.set(xscale="log", yscale="log")
-        left.legend(fontsize=7)
-    else:
-        left.text(0.5, 0.5, f"no curve kept in {curves_path(results)}", ha="center", transform=left.transAxes)
-    right.set_xticks(range(len(settings)), settings, rotation=30, ha="right", fontsize=7)
-    right.set(yscale="log", ylabel="matrices seen", title="drop (dot) or none by (triangle)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path

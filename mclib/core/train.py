@@ -1,7 +1,8 @@
 """The training loop (docs/protocol.md, §1.4) that survives interruption.
 
-A run lives in one folder (`mclib.core.runs`: its layout, atomic writes, the lock).
-Running `train` again on the same folder resumes
+A run lives in one folder (`mclib.core.runs`: its layout and files; its checkpoints
+`mclib.core.checkpoints`, its end `mclib.core.ending`); one process trains it at a time
+(`only_trainer`). Running `train` again on the same folder resumes
 from the newest checkpoint; on the CPU the result is bit-identical to a run that was
 never interrupted (the data generator, Adam's state and the step are all restored).
 
@@ -17,8 +18,11 @@ process trains it.
 
 The step and the run it steps are `mclib.core.step` (`train_step`, `_Run`); the device and
 precision `mclib.core.precision`; how `train.step: auto` runs on CUDA `mclib.core.variants`
-(`choose`). This file is the loop around the step (`_train`), read top to bottom: set up,
-step, evaluate, flush the logged losses, checkpoint, end (stop rules, a deadline, a signal).
+(`choose`). This file is the loop around the step (`_train`), read top to bottom; each step of
+a run's life has one place, which the loop calls in turn: set up and resume (`_Run`, from
+`mclib.core.checkpoints.resume_run`), step (`train_step`), evaluate (`_Run.evaluate`), flush
+the logged losses and ask the stop rule (`_Run.flush`, `mclib.core.ending.stop_rule`), save
+(`_Run.save`), end (`mclib.core.ending.record_end`: the rule, a stop, the cap, a deadline, a signal).
 Several runs of one `train_group` call each own their model and Adam; the step goes over them
 one after another. (Until revision d54ea56, 2026-11-26, a second copy of the architecture,
 `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
@@ -34,16 +38,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from .checkpoints import check_disk
 from .config import Profile
-from .metrics import LOSS_NAMES, find_drop
+from .ending import is_complete, record_end, stop_after_drop
+from .metrics import LOSS_NAMES, drop_column
 from .model import MatrixBert
 from .precision import resolve_device, set_precision, with_device
-from .runs import (append_metrics, check_disk, drop_column, is_complete, only_trainer, prune_checkpoints,
-                   save_checkpoint, seed_run_dirs)
+from .runs import LOCK, seed_run_dirs
 from .step import _Run, train_step
 from .variants import auto_step
 
@@ -58,15 +62,15 @@ def train(profile: Profile, run_dir: str | Path, progress: bool = True,
 
     stop: called with the metric rows at every log flush; returning True ends the run
     early with a checkpoint (used by the profile sweep to stop soon after the drop).
-    With `train.until: converged` the profile's own rule (`mclib.core.runs.convergence_stop`)
+    With `train.until: converged` the profile's own rule (`mclib.core.ending.convergence_stop`)
     is checked the same way, `train.steps` being the cap. When a run ends, `end.json`
-    records why (`mclib.core.runs.run_end`: converged, cap, steps or stopped).
+    records why (`mclib.core.ending.run_end`: converged, cap, steps or stopped).
     init_model: start from this model instead of a fresh one (E15: a model with one
     component re-initialised and the rest frozen); its frozen parameters stay frozen,
     also after a resume.
     newest_only: with `checkpoints.keep: analysis`, keep only the newest checkpoint (a run
     of which the book reads the metrics and the end: other seeds, E15's runs).
-    A run whose checkpoints would not fit on its disk (`mclib.core.runs.check_disk`) is
+    A run whose checkpoints would not fit on its disk (`mclib.core.checkpoints.check_disk`) is
     refused before it starts, with a one-line error.
     deadline: a `time.time()` at which the run saves a resumable checkpoint and ends "cut"
     (end.json; SIGTERM and SIGINT do the same); training it again continues from there.
@@ -114,9 +118,29 @@ def train_group(jobs: list[Job], progress: bool = False, deadline: float | None 
         torch.set_num_threads(threads)  # train.threads holds for the run, not for the caller after it
 
 
+@contextlib.contextmanager
+def only_trainer(run_dir: Path):
+    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
+    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows has no fcntl: no guard there
+        yield
+        return
+    with open(run_dir / LOCK, "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 class _CutSignals:
     """While training, SIGTERM and SIGINT ask the loop to save and end (the run ends "cut",
-    `mclib.core.runs.RunEnd`) instead of dying between checkpoints; a second signal
+    `mclib.core.ending.RunEnd`) instead of dying between checkpoints; a second signal
     raises KeyboardInterrupt at once. Only the main thread can take signals: elsewhere (a
     Dask worker's thread) nothing is installed."""
 
@@ -189,36 +213,14 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                     bar.update(r.step - bar.n)
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
                 if r.step in r.save_at or final:
-                    state = final or not r.t.state_every or r.step % r.t.state_every == 0
-                    r.written = append_metrics(r.dir, r.rows, r.written)  # metrics first: see save_checkpoint
-                    save_checkpoint(r.dir, r.step, r.model, r.opt if state else None, r.gens, rows=None,
-                                    wall=r.wall, device=device)
-                    prune_checkpoints(r.dir, r.profile, r.rows, r.job.newest_only)
+                    r.save(final)
                 if final:
-                    r.record_end(reason)
+                    record_end(r.dir, r.profile, r.rows, r.step, reason)
                     ended.append(i)
             if ended:
                 runs = [r for i, r in enumerate(runs) if i not in ended]
             tick = time.perf_counter()  # checkpoint I/O is not training time
     bar.close()
-
-
-def stop_at_step(step: int) -> Callable[[list[dict]], bool]:
-    """A `stop` for `train`: true once the run has reached `step` (it is asked at every log
-    flush, so a multiple of `train.log_every` ends the run exactly there)."""
-    def stop(rows: list[dict]) -> bool:
-        return rows[-1]["step"] >= step
-    return stop
-
-
-def stop_after_drop(rank: int, after: int, column: str = "L_mask") -> Callable[[list[dict]], bool]:
-    """A `stop` for `train`: true once the run is `after` steps past its drop
-    (`mclib.core.metrics.find_drop` in `column`); a run that never drops trains to its last step."""
-    def stop(rows: list[dict]) -> bool:
-        curve = pd.DataFrame({"step": [r["step"] for r in rows], column: [r[column] for r in rows]})
-        drop = find_drop(curve, rank=rank, column=column)
-        return drop is not None and rows[-1]["step"] >= drop + after
-    return stop
 
 
 # --- several runs side by side --------------------------------------------------------------

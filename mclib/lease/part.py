@@ -97,7 +97,7 @@ def provenance(record: dict, s: slices.Slice, missing: str, rejudged: str = "") 
 def _end_text(end: dict | None) -> str:
     if end is None:
         return "no checkpoint"
-    from ..core.runs import RunEnd
+    from ..core.ending import RunEnd
     return RunEnd.from_json(end).text
 
 

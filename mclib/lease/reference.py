@@ -30,9 +30,11 @@ from typing import Callable
 import pandas as pd
 
 from ..core.data import copy_level
+from ..core.ending import RunEnd
 from ..core.metrics import converged, find_drop, last_tenth
-from ..core.runs import END, FREEZE, METRICS, PROFILE, RunEnd, freeze_dir, place_checkpoints, run_name, run_profile
+from ..core.placement import place_checkpoints
 from ..core.repo import REPO, RESULTS
+from ..core.runs import END, FREEZE, METRICS, PROFILE, freeze_dir, run_name, run_profile
 from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.runner import declared
 from . import slices

@@ -155,7 +155,8 @@ def _copy_run(src: Path, dest: Path, files) -> None:
 
 
 def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
-    from ..core.runs import run_end, saved_steps
+    from ..core.checkpoints import saved_steps
+    from ..core.ending import run_end
 
     ends = {}
     for seed in seeds:
@@ -170,7 +171,7 @@ def _freeze_ends(out_dir: Path, profile: Profile, groups: list[str]) -> dict:
     from dataclasses import asdict
 
     from ..analyses.freezing import freeze_ends
-    from ..core.runs import saved_steps
+    from ..core.checkpoints import saved_steps
 
     if not groups:
         return {}

@@ -87,8 +87,10 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
     the other, from the book's run's checkpoint at `source_steps`
     (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline)."""
     from ..analyses.freezing import freeze_run
-    from ..core.runs import default_run_dir, run_end, saved_steps
-    from ..core.train import _seed_stop, seed_jobs, stop_at_step, train
+    from ..core.checkpoints import saved_steps
+    from ..core.ending import run_end, stop_at_step
+    from ..core.runs import default_run_dir
+    from ..core.train import _seed_stop, seed_jobs, train
 
     profile = load_profile(profile_file)
     book_run = default_run_dir(profile, Path(out_dir) / "runs")

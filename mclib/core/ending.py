@@ -1,0 +1,200 @@
+"""How a run ends: its stop rules, the record of why and where it ended (end.json), and whether it is complete.
+
+A run trains until its profile's cap (`train.steps`), its profile's own rule
+(`convergence_stop`, with `train.until: converged`), or a caller's `stop` (`stop_at_step`,
+`stop_after_drop`), each asked with the metric rows at every log flush of `mclib.core.train`;
+or until a deadline or a signal cuts it. When it ends, the trainer records why and where
+(`RunEnd`, `record_end`: the run folder's end.json, `mclib.core.runs.END`), and `run_end` reads
+it back. `is_complete` says, without loading a model, whether training a run again would
+return at once.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from .checkpoints import checkpoint_damage, resumable_steps, saved_steps
+from .config import Profile
+from .metrics import SLOPE_BLOCKS, converged, drop_column, end_slope, find_drop, rows_curve
+from .runs import END, checkpoint_dir, load_metrics, run_profile, write_atomic
+
+
+# --- the stop rules ----------------------------------------------------------------------
+
+def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
+    """The profile's own end rule as a `stop` for `train` (None with `train.until: steps`):
+    true once `mclib.core.metrics.converged` finds the run converged (the fitted slope of
+    L_mask over its `train.patience` steps, against `train.min_improvement` per 1 000
+    steps); `train.steps` stays the cap."""
+    t, rank = profile.train, profile.data.rank
+    if t.until != "converged":
+        return None
+    column = drop_column(profile)
+    return lambda rows: bool(rows) and converged(rows_curve(rows), rank, t.patience, t.min_improvement,
+                                                 column=column) is not None
+
+
+def stop_rule(profile: Profile, stop: Callable[[list[dict]], bool] | None = None) -> Callable[[list[dict]], str | None]:
+    """Why a run of `profile` ends, asked with its metric rows so far (the trainer asks at every
+    log flush): "converged" (the profile's rule, `convergence_stop`), "stopped" (the caller's
+    `stop`) or None (it trains on, `train.steps` being the cap)."""
+    rule = convergence_stop(profile)
+
+    def why(rows: list[dict]) -> str | None:
+        if not rows:
+            return None
+        if rule is not None and rule(rows):
+            return "converged"
+        if stop is not None and stop(rows):
+            return "stopped"
+        return None
+    return why
+
+
+def stop_at_step(step: int) -> Callable[[list[dict]], bool]:
+    """A `stop` for `train`: true once the run has reached `step` (it is asked at every log
+    flush, so a multiple of `train.log_every` ends the run exactly there)."""
+    def stop(rows: list[dict]) -> bool:
+        return rows[-1]["step"] >= step
+    return stop
+
+
+def stop_after_drop(rank: int, after: int, column: str = "L_mask") -> Callable[[list[dict]], bool]:
+    """A `stop` for `train`: true once the run is `after` steps past its drop
+    (`mclib.core.metrics.find_drop` in `column`); a run that never drops trains to its last step."""
+    def stop(rows: list[dict]) -> bool:
+        curve = pd.DataFrame({"step": [r["step"] for r in rows], column: [r[column] for r in rows]})
+        drop = find_drop(curve, rank=rank, column=column)
+        return drop is not None and rows[-1]["step"] >= drop + after
+    return stop
+
+
+# --- how a run ended ----------------------------------------------------------------------
+
+ENDINGS = ("converged", "cap", "steps", "stopped", "cut", "unfinished")
+
+
+@dataclass
+class RunEnd:
+    """Why and where a run ended (`run_end`).
+
+    ended: "converged"  the profile's rule fired (`train.until: converged`)
+           "cap"        it reached `train.steps` without the rule firing (until: converged)
+           "steps"      it trained its `train.steps` (until: steps)
+           "stopped"    a caller's `stop` ended it (e.g. `analysis.after_drop` for the other seeds)
+           "cut"        a wall-clock deadline or a signal ended it before any of these (`train(deadline=)`,
+                        SIGTERM/SIGINT): it saved a resumable checkpoint there, and trains on if resumed
+           "unfinished" none of these (still training, or cut)
+    step: the newest checkpoint; drop: `find_drop`'s step (None: no drop).
+    slope, slope_se: with until: converged, how fast L_mask still moved over the rule's
+    window (the last `train.patience` steps): relative change per 1 000 steps and its
+    standard error (`mclib.core.metrics.end_slope`, the fit the rule reads); None with
+    until: steps or a run too short to fit.
+    """
+    ended: str
+    step: int
+    drop: int | None
+    steps: int            # train.steps of the profile it trained with (the cap with until: converged)
+    until: str
+    patience: int | None = None
+    slope: float | None = None
+    slope_se: float | None = None
+
+    @classmethod
+    def from_json(cls, record: dict) -> "RunEnd":
+        """A RunEnd from end.json; keys of older records (e.g. `improvement`, the window-mean
+        rule's measure before 2026-11-25) are left out, so their slope reads None."""
+        return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def text(self) -> str:
+        """One phrase for the book, e.g. "L_mask stopped improving at step 26,400 (cap
+        40,000): it changed by -1.2% ± 0.8% per 1,000 steps over its last 2,000" or
+        "reached the cap of 20,000 steps while L_mask still changed by -11.9% ± 3.5% per
+        1,000 steps over its last 2,000"."""
+        rate = (f"{self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps over its last {self.patience:,}"
+                if self.slope is not None and self.patience and math.isfinite(self.slope) else "")
+        return {"converged": f"L_mask stopped improving at step {self.step:,} (cap {self.steps:,})"
+                             + (f": it changed by {rate}" if rate else ""),
+                "cap": f"reached the cap of {self.steps:,} steps" + (f" while L_mask still changed by {rate}" if rate else ""),
+                "steps": f"trained its {self.steps:,} steps",
+                "stopped": f"stopped early at step {self.step:,}",
+                "cut": f"was cut at step {self.step:,} of {self.steps:,} by its wall-clock deadline",
+                "unfinished": f"unfinished at step {self.step:,} of {self.steps:,}"}[self.ended]
+
+
+def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = False, cut: bool = False) -> RunEnd:
+    """The `RunEnd` of a run of `profile` whose newest checkpoint is `step`, with metric
+    rows `rows` up to it (stopped: a caller's `stop` was true there; cut: a deadline or a
+    signal ended it there)."""
+    t = profile.train
+    rule = convergence_stop(profile)
+    if rule is not None and rule(rows):
+        ended = "converged"
+    elif step >= t.steps:
+        ended = "cap" if t.until == "converged" else "steps"
+    else:
+        ended = "stopped" if stopped else "cut" if cut else "unfinished"
+    curve, column = rows_curve(rows), drop_column(profile)
+    slope = slope_se = None
+    if t.until == "converged" and len(curve) >= SLOPE_BLOCKS:
+        slope, slope_se = end_slope(curve, t.patience)
+    drop = find_drop(curve, rank=profile.data.rank, column=column) if rows else None
+    return RunEnd(ended, step, drop, t.steps, t.until, t.patience if t.until == "converged" else None, slope, slope_se)
+
+
+def record_end(run_dir: Path, profile: Profile, rows: list[dict], step: int, reason: str | None) -> RunEnd:
+    """Write end.json for the run of `profile` in `run_dir` that ended at `step` (its newest
+    checkpoint; `rows`: its metric rows), unless it already says the same; returns the end.
+    reason: "stopped", "cut" or that of the rule (`stop_rule`), or None (the cap)."""
+    path = Path(run_dir) / END
+    recorded = RunEnd.from_json(json.loads(path.read_text())) if ended_at(run_dir, step) else None
+    end = end_of_run(profile, [r for r in rows if r["step"] <= step], step, stopped=reason == "stopped",
+                     cut=reason == "cut")
+    if end != recorded:
+        write_atomic(path, lambda f: f.write_text(json.dumps(asdict(end))))
+    return end
+
+
+def ended_at(run_dir: str | Path, step: int) -> bool:
+    """Whether the run's end.json records an end at `step`."""
+    path = Path(run_dir) / END
+    return path.is_file() and json.loads(path.read_text()).get("step") == step
+
+
+def run_end(run_dir: str | Path) -> RunEnd:
+    """Why and where the run in `run_dir` ended: its `end.json` (written by the trainer
+    when the run ended) if that names the newest checkpoint, else derived from the run's
+    profile and metrics (a caller's `stop` cannot be derived: such a run reads as
+    "unfinished" until the trainer writes its record)."""
+    run_dir = Path(run_dir)
+    done = saved_steps(run_dir)
+    if not done:
+        raise FileNotFoundError(f"no checkpoint in {run_dir}: the run has not started")
+    if ended_at(run_dir, done[-1]):
+        return RunEnd.from_json(json.loads((run_dir / END).read_text()))
+    rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
+    return end_of_run(run_profile(run_dir), rows, done[-1])
+
+
+# --- whether a run is complete -------------------------------------------------------------
+
+def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
+    """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
+    checkpoint is at the profile's last step, or the profile's convergence rule
+    (`convergence_stop`) or `stop` was already true there (`stop_rule`). Cheap (no model is loaded), so
+    a finished run costs no process to find finished."""
+    done = resumable_steps(run_dir)
+    if not done or checkpoint_damage(checkpoint_dir(run_dir, done[-1]), state=True) is not None:
+        return False  # nothing saved, or a damaged newest checkpoint that training sets aside
+    if done[-1] >= profile.train.steps:
+        return True
+    if convergence_stop(profile) is None and stop is None:
+        return False
+    rows = [r for r in load_metrics(run_dir).to_dict("records") if r["step"] <= done[-1]]
+    return stop_rule(profile, stop)(rows) is not None
