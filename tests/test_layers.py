@@ -199,3 +199,25 @@ def test_no_function_takes_more_than_five_positional_arguments():
                 if len(params) - own > MAX_POSITIONAL:
                     too_many.append(f"{path.relative_to(MCLIB.parent)}:{node.lineno} {node.name}")
     assert not too_many, too_many
+
+
+# Files read top to bottom, functions read in one screen: the house's limits (a file of mclib
+# over ~500 lines or a function over ~80 is split by concern, not by line count alone).
+FILE_LINES, FUNCTION_LINES = 520, 80
+
+
+def test_no_file_of_mclib_is_longer_than_the_limit():
+    long = {str(p.relative_to(MCLIB.parent)): n for p in sorted(MCLIB.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > FILE_LINES}
+    assert not long, long
+
+
+def test_no_function_of_mclib_is_longer_than_the_limit():
+    long = {}
+    for p in sorted(MCLIB.rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > FUNCTION_LINES:
+                    long[f"{p.relative_to(MCLIB.parent)}:{node.lineno} {node.name}"] = n
+    assert not long, long
