@@ -641,6 +641,22 @@ def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, 
     assert lines == ["  training: smoke-seed1 1,000/30,000 at 50 ms a step; about 24 min of training left"]
 
 
+def test_the_training_left_is_at_most_while_a_rule_may_end_a_run_sooner(tmp_path, capsys):
+    """A run that converges by its rule ends before its cap, which the training left counts to:
+    the line says "at most" until every planned run has ended."""
+    cfg = load_profile(profile_path("smoke")).replace(**{"train.until": "converged"})
+    run = tmp_path / "smoke-seed1"
+    runs = runner_plan.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": run})
+    with runner_progress._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
+        _fake_run(run, 30000, [1000])
+        _timed(run, 50, 1000)
+        time.sleep(0.3)
+    assert capsys.readouterr().out.splitlines() == [
+        "  training: smoke-seed1 1,000/30,000 at 50 ms a step; at most about 24 min of training left"]
+    assert runner_progress.sooner({"E15 mlp": run / "freeze" / "mlp"}, cfg.replace(**{"train.until": "steps"}))
+    assert not runner_progress.sooner({"seed 1": run}, cfg.replace(**{"train.until": "steps"}))
+
+
 def test_the_progress_line_gives_no_training_left_beside_a_run_the_build_did_not_plan(tmp_path, capsys):
     """A default book of 2026-11-27 said "about 0 s of training left" while chapter 08's GPT runs,
     which the build's plan does not hold, were a third of the way."""

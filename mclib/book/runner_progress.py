@@ -109,6 +109,16 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
     return max(chain, sum(seconds.values()) / max(1, workers))
 
 
+def sooner(runs: dict[str, Path], cfg) -> bool:
+    """Whether the training left (`time_left`) is only an upper bound: a run of `runs` that has
+    not ended may end before the steps it is expected to end at, once its rule fires (the
+    profile's `train.until: converged`; every E15 run), and then the line says "at most"."""
+    from ..core.runs import END
+
+    return any(not (Path(folder) / END).is_file() and (name.startswith("E15") or cfg.train.until == "converged")
+               for name, folder in runs.items())
+
+
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
@@ -146,7 +156,8 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
                 planned = any(s.split(" ", 1)[0] in names for s in moved)
                 left = time_left(pending, cfg, workers) if planned else None
                 tqdm.write("  training: " + ", ".join(moved)
-                           + (f"; about {_minutes(left)} of training left" if left is not None else ""),
+                           + (f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training left"
+                              if left is not None else ""),
                            file=sys.stdout)
                 shown.update(moved)
 
