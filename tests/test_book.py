@@ -629,8 +629,13 @@ def test_the_measured_step_and_the_training_left(tmp_path):
     assert runner_progress.time_left({"seed 2": tmp_path / "smoke-seed2"}, cfg, workers=2) is None  # nothing measured yet
 
 
-def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, capsys):
-    cfg = load_profile(profile_path("smoke"))
+@pytest.mark.parametrize("until, left", [
+    ("steps", "about 24 min"),
+    # a run that converges by its rule ends before its cap, which the training left counts to
+    ("converged", "at most about 24 min"),
+])
+def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, capsys, until, left):
+    cfg = load_profile(profile_path("smoke")).replace(**{"train.until": until})
     runs = runner_plan.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": tmp_path / "smoke-seed1"})
     with runner_progress._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
         _fake_run(tmp_path / "smoke-seed1", 30000, [1000])
@@ -638,23 +643,21 @@ def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, 
         time.sleep(0.3)
     lines = capsys.readouterr().out.splitlines()
     # 29 000 steps left at 50 ms: 24 min
-    assert lines == ["  training: smoke-seed1 1,000/30,000 at 50 ms a step; about 24 min of training left"]
+    assert lines == [f"  training: smoke-seed1 1,000/30,000 at 50 ms a step; {left} of training left"]
 
 
-def test_the_training_left_is_at_most_while_a_rule_may_end_a_run_sooner(tmp_path, capsys):
-    """A run that converges by its rule ends before its cap, which the training left counts to:
-    the line says "at most" until every planned run has ended."""
-    cfg = load_profile(profile_path("smoke")).replace(**{"train.until": "converged"})
+def test_the_training_left_is_at_most_while_a_run_may_end_sooner_by_its_rule(tmp_path):
+    """Every E15 run converges by its rule; another run does where the profile says so; an ended run does not."""
+    cfg = load_profile(profile_path("smoke"))
     run = tmp_path / "smoke-seed1"
-    runs = runner_plan.Plan({"seed 1": "01_train"}, ["01_train"], "", None, {"seed 1": run})
-    with runner_progress._report_training(tmp_path, every=0.05, runs=runs, cfg=cfg):
-        _fake_run(run, 30000, [1000])
-        _timed(run, 50, 1000)
-        time.sleep(0.3)
-    assert capsys.readouterr().out.splitlines() == [
-        "  training: smoke-seed1 1,000/30,000 at 50 ms a step; at most about 24 min of training left"]
-    assert runner_progress.sooner({"E15 mlp": run / "freeze" / "mlp"}, cfg.replace(**{"train.until": "steps"}))
-    assert not runner_progress.sooner({"seed 1": run}, cfg.replace(**{"train.until": "steps"}))
+    assert runner_progress.sooner({"E15 mlp": run / "freeze" / "mlp"}, cfg)
+    assert not runner_progress.sooner({"seed 1": run}, cfg)
+    assert runner_progress.sooner({"seed 1": run}, cfg.replace(**{"train.until": "converged"}))
+    from mclib.core.runs import END
+
+    _fake_run(run, 30000, [1000])
+    (run / END).write_text("{}")
+    assert not runner_progress.sooner({"seed 1": run}, cfg.replace(**{"train.until": "converged"}))
 
 
 def test_the_progress_line_gives_no_training_left_beside_a_run_the_build_did_not_plan(tmp_path, capsys):
