@@ -29,7 +29,6 @@ analysis checkpoints as one download, each with its model card (`checkpoint_seri
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import zipfile
@@ -201,6 +200,7 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
     file $MCLIB_BOOK_READY names (`mclib.book.runner.alongside`: the book's other chapters
     then execute beside E15's runs); nothing where it names none. Waits on a thread of its
     own, so that E15's runs are handed out meanwhile."""
+    from ..core.jobs import wait_ended
     from .runner import READY
 
     path = os.environ.get(READY)
@@ -208,9 +208,7 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
         return
 
     def wait():
-        for f in futures:
-            with contextlib.suppress(Exception):
-                f.exception()  # blocks until the task has ended, either way
+        wait_ended(futures)
         if all(f.status == "finished" for f in must_succeed):
             Path(path).touch()
     threading.Thread(target=wait, daemon=True).start()

@@ -292,12 +292,17 @@ def submit_while(client, tasks: list[tuple[Callable, tuple, str]], until, resour
     return futures
 
 
-def results(futures: list) -> list:
-    """Wait for every future, then their results in order; the first that failed (in
-    that order) raises its own exception here, after the others have ended."""
+def wait_ended(futures: list) -> None:
+    """Return once every future has ended, whether it failed or not."""
     for f in futures:
         with contextlib.suppress(Exception):
             f.exception()  # blocks until the task has ended, either way
+
+
+def results(futures: list) -> list:
+    """Wait for every future, then their results in order; the first that failed (in
+    that order) raises its own exception here, after the others have ended."""
+    wait_ended(futures)
     return [f.result() for f in futures]
 
 
