@@ -141,9 +141,10 @@ def freeze_stop(cfg: Profile, main: int | None, known: Yardstick | None = None):
     rank = cfg.data.rank
 
     def stop(rows: list[dict]) -> bool:
-        if main is not None and rows[-1]["step"] >= main and find_drop(rows_curve(rows), rank=rank) is None:
+        curve = rows_curve(rows)  # asked at every flush: the rows made a curve once
+        if main is not None and rows[-1]["step"] >= main and find_drop(curve, rank=rank) is None:
             return True
-        return known is not None and rows_known(rows_curve(rows), cfg, known)
+        return known is not None and rows_known(curve, cfg, known)
     return stop
 
 
@@ -315,11 +316,14 @@ def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict
     """{group: FreezeEnd} for the E15 runs of the main run in `run_dir`, read from their
     folders (trains nothing): which of "converged", "reached the main run's drop step
     without dropping", "its rows were known" or "reached the cap" ended each run (`FreezeEnd.text`)."""
-    main, out = main_drop(cfg, run_dir), {}
+    main, out, known_at = main_drop(cfg, run_dir), {}, {}
     for g in groups:
         folder = freeze_dir(run_dir, g)
         source = folder / FREEZE_SOURCE  # the step it started from: where its yardstick is read
-        known = yardstick(cfg, run_dir, json.loads(source.read_text())["step"] if source.is_file() else None)
+        step = json.loads(source.read_text())["step"] if source.is_file() else None
+        if step not in known_at:  # the runs share their source step: the main run's metrics read once
+            known_at[step] = yardstick(cfg, run_dir, step)
+        known = known_at[step]
         steps = saved_steps(folder)
         m = load_metrics(folder) if steps else pd.DataFrame({"step": [], "L_mask": []})
         m = m[m["step"] <= (steps[-1] if steps else 0)]
