@@ -121,8 +121,8 @@ def _ch(smoke_profile, drop, cap):
 
 def test_length_text_states_the_rule_and_the_cap(smoke_profile):
     text = C.length_text(_ch(smoke_profile, 700, 20))
-    assert text.startswith("until it has dropped and then either its rows are known (its final L_mask under 1.8x "
-                           "the main run's at two standard errors and its plateau over its fall under 0.9")
+    assert text.startswith("until it has dropped and then either its rows are known (final L_mask under 1.8x "
+                           "the main run's at two standard errors, plateau over fall under 0.9: more training")
     assert "or it has converged by the main run's rule" in text
     assert "or until the main run's drop step (700) without a drop; at most 20 steps" in text
     assert C.length_text(_ch(smoke_profile, None, 20)).endswith("at most 20 steps (analysis.freeze_steps; the main run did not drop)")

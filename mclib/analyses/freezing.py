@@ -117,6 +117,12 @@ def plateau_over_fall(metrics: pd.DataFrame, rank: int) -> float | None:
     return 0.0 if s is None else s.plateau / max(1, s.fall)
 
 
+def known_text() -> str:
+    """`rows_known`'s test in words, for the book (the run's ending and chapter 05's caption)."""
+    return (f"final L_mask under {SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors, "
+            f"plateau over fall under {ABRUPT * (1 - KNOWN_MARGIN):g}")
+
+
 def rows_known(metrics: pd.DataFrame, cfg: Profile, main: Yardstick) -> bool:
     """Whether an E15 run's rows can no longer change with more training (the module's
     doc): dropped at least `train.patience` steps ago, recovered below SETTLE·(1 −
@@ -274,8 +280,7 @@ class FreezeEnd:
                  if math.isfinite(self.slope) else "")
         if self.ended == "known":
             return (f"dropped at step {self.drop:,} and stopped at step {self.steps:,}, once its rows were known "
-                    f"(final L_mask under {SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors, "
-                    f"plateau over fall under {ABRUPT * (1 - KNOWN_MARGIN):g})")
+                    f"({known_text()})")
         if self.ended == "converged":
             return f"dropped at step {self.drop:,} and converged at step {self.steps:,}"
         if self.ended == "main drop":

@@ -27,8 +27,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..analyses.freezing import (DESCRIPTIONS, KNOWN_MARGIN, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
-                                 freeze_summary, paper_pattern, trainable_count)
+from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
+                                 freeze_summary, known_text, paper_pattern, trainable_count)
 from ..analyses.sharpness import ABRUPT, BAND, SETTLE
 from ..core.checkpoints import saved_steps
 from ..core.config import Profile
@@ -90,10 +90,8 @@ def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
 def length_text(ch: Chapter) -> str:
     """How long an E15 run may train (plain text: it goes into a table's caption)."""
     t, cap = ch.cfg.train, freeze_steps(ch.cfg)
-    rule = (f"until it has dropped and then either its rows are known (its final L_mask under "
-            f"{SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors and its plateau over its fall "
-            f"under {ABRUPT * (1 - KNOWN_MARGIN):g}, which more training cannot undo) or it has converged by the main "
-            f"run's rule (L_mask's fitted fall over {t.patience:,} steps under {t.min_improvement:.0%} per 1,000 steps)")
+    rule = (f"until it has dropped and then either its rows are known ({known_text()}: more training cannot "
+            f"undo them) or it has converged by the main run's rule (L_mask's fitted fall over {t.patience:,} steps under {t.min_improvement:.0%} per 1,000 steps)")
     if ch.drop is None:
         return f"{rule}, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
     return (f"{rule}, or until the main run's drop step ({ch.drop:,}) without a drop; at most {cap:,} steps "

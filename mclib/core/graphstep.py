@@ -35,7 +35,6 @@ step (`mclib.core.step`) or the training loop that use it.
 """
 from __future__ import annotations
 
-import sys
 import weakref
 from typing import Callable
 
@@ -150,11 +149,9 @@ class StepGraph:
             try:
                 self._capture(batch)
             except Exception as e:
-                run.fell_back = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+                run.fall_back(e, "cuda-graph", "capture")
                 run.graph = None
                 self.release()
-                print(f"mclib: train.step cuda-graph: capture failed ({run.fell_back}); the step runs eagerly",
-                      file=sys.stderr)
                 return self.step(run, batch)
         self.graph.replay()
         return self.losses.clone()

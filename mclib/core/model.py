@@ -123,13 +123,13 @@ def predict(model, batch: Batch) -> torch.Tensor:
 def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
     """A freshly initialised model; the seed fixes the init. `model.kind: gpt` builds
     E19's decoder (`mclib.core.gpt.MatrixGPT`) instead."""
-    if cfg.kind == "gpt":
-        from .gpt import build_gpt
-        return build_gpt(cfg, n, seed)
-    torch.manual_seed(seed)
-    config = bert_config(cfg, n)
-    config._attn_implementation = attention_for(config, cfg.attention)
-    return MatrixBert(config)
+    if cfg.kind != "gpt":
+        torch.manual_seed(seed)
+        config = bert_config(cfg, n)
+        config._attn_implementation = attention_for(config, cfg.attention)
+        return MatrixBert(config)
+    from .gpt import build_gpt
+    return build_gpt(cfg, n, seed)
 
 
 def attention_for(config: BertConfig, wanted: str) -> str:

@@ -28,7 +28,7 @@ from torch.profiler import record_function
 from .checkpoints import prune_checkpoints, resume_run, save_checkpoint
 from .config import Profile
 from .data import Batch, sample_batch
-from .ending import record_end, stop_rule
+from .ending import stop_rule
 from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
@@ -112,7 +112,7 @@ def one_group(names: list[str], state: dict) -> dict:
 # --- one training step ---------------------------------------------------------------------
 
 def train_step(runs: list["_Run"]) -> torch.Tensor:
-    """One step of every run in `runs`, read top to bottom: batch, lr, then on the device
+    """One step of every run in `runs`, read top to bottom: lr, batch, then on the device
     (`device_step`) forward, loss, backward, clip, Adam; log. Returns the `[run, 4]` losses of
     this forward pass (L, L_obs, L_mask, mask value), left on the device: nothing inside a step
     waits for a GPU.
@@ -127,9 +127,9 @@ def train_step(runs: list["_Run"]) -> torch.Tensor:
     """
     out = []
     for r in runs:
-        batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
         r.step += 1
         set_lr(r.opt, lr_at(r.step, r.opt.param_groups[0]["base_lr"], r.t.warmup))  # lr: the warm-up's, where Adam reads it
+        batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
         if r.graph is not None:                # the device part below, captured once and replayed (train.step)
             ls = r.graph.replay(batch)
         else:
@@ -167,7 +167,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 
 
-STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.record_step`)
+STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.save`)
 CUDA_ONLY_STEPS = ("reduce-overhead", "cuda-graph")  # train.step variants made of CUDA graphs
 
 
@@ -217,14 +217,15 @@ class _Run:
     """One run in the loop, from set up to end: its model and Adam (`train_step` steps them),
     its folder, generators, step and metric rows. Each step of its life has one place, in the
     order the loop (`mclib.core.train`) takes them: set up and resume (`__init__`), step
-    (`train_step`), evaluate, flush (with the stop rule's verdict), save; its end is recorded by
-    `mclib.core.ending.record_end`."""
+    (`train_step`), evaluate, flush (with the stop rule's verdict), save; the loop records its
+    end (`mclib.core.ending.record_end`) from `finished` and `reason`."""
 
     def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
         """Set up the run of `job` (a `mclib.core.train.Job`) in its folder: its profile recorded,
         then its model, Adam, generators and rows fresh, or as its newest intact checkpoint left
         them (`mclib.core.checkpoints.resume_run`); chosen: what `train.step: auto` runs as on CUDA
-        (`step_variant`)."""
+        (`step_variant`). A run that has already ended (its rule, a stop or its cap, at the
+        checkpoint it resumes from) is `finished` at once, with its `reason`."""
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
         self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
         self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
@@ -257,20 +258,11 @@ class _Run:
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
         self.why_end = stop_rule(p, job.stop)  # why it ends on the rows so far (`mclib.core.ending.stop_rule`)
-        reason = self.why_end(self.rows)
-        self.finished = self.step >= self.t.steps or reason is not None
-        self.step_said = None  # (variant, fell_back) last written to STEP_RAN
-        if self.finished and self.step:  # a run that ended before end.json existed, or under another until/cap
-            record_end(self.dir, p, self.rows, self.step, reason)
-
-    def record_step(self) -> None:
-        """STEP_RAN in the run's folder: the step variant the profile asked for, the one it
-        resolved to here, the one that ran (eager after a failed capture or compile) and why,
-        from this step on. Written when it first steps and whenever a fallback changes it."""
-        said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
-                "fell_back": self.fell_back, "from_step": self.step}
-        write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
-        self.step_said = (self.variant, self.fell_back)
+        # why it has ended (None: the cap, or it trains on); a run that had ended before end.json
+        # existed, or under another until or cap, is finished here and the loop records its end
+        self.reason = self.why_end(self.rows)
+        self.finished = self.step >= self.t.steps or self.reason is not None
+        self.step_said = None  # the STEP_RAN record last written (`save`)
 
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
@@ -303,6 +295,7 @@ class _Run:
         self.compiled = compile_model(self.model, self.variant, self.device)
         self.graph = StepGraph(self, device_step) if self.variant == "cuda-graph" else None
         self.inputs = None
+        self.ran_from = self.step + 1  # the first step that ran this way (STEP_RAN)
 
     def emulates_tf32(self) -> bool:
         """TF32 emulated (tf32 off CUDA): compiled code would bypass the emulation, so the
@@ -319,11 +312,18 @@ class _Run:
         except Exception as e:
             if self.compiled is self.model:
                 raise
-            self.fell_back = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
-            print(f"mclib: train.step {self.variant}: torch.compile failed ({self.fell_back}); "
-                  "the step runs eagerly", file=sys.stderr)
+            self.fall_back(e, self.variant, "torch.compile")
             self.compiled = self.model
             return predict(self.model, batch)
+
+    def fall_back(self, error: Exception, variant: str, what: str) -> None:
+        """`what` (torch.compile, a CUDA graph's capture) of the step `variant` failed with `error`
+        at this step: said in one line, and the step runs eagerly from here on (`STEP_RAN` says
+        so at the next save)."""
+        self.fell_back = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]}"
+        self.ran_from = self.step
+        print(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly",
+              file=sys.stderr)
 
     @torch.no_grad()
     def evaluate(self) -> torch.Tensor:
@@ -366,9 +366,19 @@ class _Run:
         return self.why_end(self.rows)
 
     def save(self, final: bool) -> None:
-        """Save the run at this step (`mclib.core.checkpoints.save_checkpoint`): the metric rows
-        not yet in metrics.csv, then the checkpoint, with Adam's state every `train.state_every`
-        steps and at the end (`final`); then `checkpoints.keep` (`prune_checkpoints`)."""
+        """Save the run at this step: what ran (STEP_RAN, where it changed), the metric rows not
+        yet in metrics.csv, then the checkpoint (`mclib.core.checkpoints.save_checkpoint`), with
+        Adam's state every `train.state_every` steps and at the end (`final`); then
+        `checkpoints.keep` (`prune_checkpoints`).
+
+        STEP_RAN says the step variant the profile asked for, the one it resolved to here, the one
+        that ran (eager after a failed capture or compile) and why, from which step on: written
+        at the run's first save and at the first save after a fallback changed it."""
+        said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
+                "fell_back": self.fell_back, "from_step": self.ran_from}
+        if said != self.step_said:
+            write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
+            self.step_said = said
         state = final or not self.t.state_every or self.step % self.t.state_every == 0
         self.written = save_checkpoint(self.dir, self.step, self.model, self.opt if state else None, self.gens,
                                        rows=self.rows, written=self.written, wall=self.wall, device=self.device)

@@ -20,9 +20,10 @@ The step and the run it steps are `mclib.core.step` (`train_step`, `_Run`); the 
 precision `mclib.core.precision`; how `train.step: auto` runs on CUDA `mclib.core.variants`
 (`choose`). This file is the loop around the step (`_train`), read top to bottom; each step of
 a run's life has one place, which the loop calls in turn: set up and resume (`_Run`, from
-`mclib.core.checkpoints.resume_run`), step (`train_step`), evaluate (`_Run.evaluate`), flush
-the logged losses and ask the stop rule (`_Run.flush`, `mclib.core.ending.stop_rule`), save
-(`_Run.save`), end (`mclib.core.ending.record_end`: the rule, a stop, the cap, a deadline, a signal).
+`mclib.core.checkpoints.resume_run`), end (`mclib.core.ending.record_end`, at the top of each
+pass, for a run that ended in the last pass or before this process: the rule, a stop, the cap,
+a deadline, a signal), step (`train_step`), evaluate (`_Run.evaluate`), flush the logged losses
+and ask the stop rule (`_Run.flush`, `mclib.core.ending.stop_rule`), save (`_Run.save`).
 Several runs of one `train_group` call each own their model and Adam; the step goes over them
 one after another. (Until revision d54ea56, 2026-11-26, a second copy of the architecture,
 `mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
@@ -167,30 +168,35 @@ class _CutSignals:
 
 
 def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> None:
-    """The loop: a `train_step` of every run, then per run, in this order: evaluate
-    (every eval_every), flush the logged losses (every log_every), checkpoint (every
-    save_every; Adam's state every state_every), end (rule, stop, cap, or cut). A cut comes
-    from `deadline` (a `time.time()`) or a signal (`_CutSignals`): every run then flushes,
-    saves a resumable checkpoint and ends "cut" at the step it reached."""
+    """The loop. Each pass: the runs that have ended (rule, stop, cap or cut, in the last pass
+    or before this process) record their end and leave; a `train_step` of every other run; then
+    per run, in this order: evaluate (every eval_every), flush the logged losses and ask the
+    stop rule (every log_every), checkpoint (every save_every, and at the end; Adam's state
+    every state_every). A cut comes from `deadline` (a `time.time()`) or a signal
+    (`_CutSignals`): every run then flushes, saves a resumable checkpoint and ends "cut" at the
+    step it reached."""
     t = jobs[0].profile.train
     device = resolve_device(t.device)
     set_precision(device, t.precision)
     if t.threads:
         torch.set_num_threads(t.threads)
-    runs = [r for r in (_Run(j, device, chosen=auto_step(j.profile, device)) for j in jobs) if not r.finished]
-    if not runs:
-        return
-    check_disk([(r.profile, r.dir, r.job.newest_only) for r in runs])
-    lead = runs[0]
-    bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}", disable=not progress,
-               unit="step", dynamic_ncols=True)
+    runs = [_Run(j, device, chosen=auto_step(j.profile, device)) for j in jobs]  # set up, or resume
+    training = [r for r in runs if not r.finished]
+    check_disk([(r.profile, r.dir, r.job.newest_only) for r in training])
+    lead = (training or runs)[0]
+    bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}",
+               disable=not progress or not training, unit="step", dynamic_ncols=True)
     tick = time.perf_counter()
     with _CutSignals() as signals:
-        while runs:
+        while True:
+            for r in runs:  # end: a run that ended (at set up, or in the last pass) records why (end.json)
+                if r.finished and r.step:
+                    record_end(r.dir, r.profile, r.rows, r.step, r.reason)
+            runs = [r for r in runs if not r.finished]
+            if not runs:
+                break
             train_step(runs)
             for r in runs:
-                if r.step_said != (r.variant, r.fell_back):  # what ran, where a fallback changed it
-                    r.record_step()
                 if r.step % r.t.eval_every == 0:  # evaluate: fresh matrices of the run's eval generator
                     r.evals[r.step] = dict(zip(LOSS_NAMES, r.evaluate().cpu().tolist()))
             cut = signals.requested or (deadline is not None and time.time() >= deadline)
@@ -203,22 +209,16 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
             for r in runs:
                 r.wall += now - tick
             tick = now
-            ended = []
             for i in flushing:
                 r = runs[i]
                 # why the run ends here: its rule or stop, else the cut (a deadline, a signal), else none
-                reason = r.flush() or ("cut" if cut and r.step < r.t.steps else None)
-                final = reason is not None or r.step >= r.t.steps
+                r.reason = r.flush() or ("cut" if cut and r.step < r.t.steps else None)
+                r.finished = r.reason is not None or r.step >= r.t.steps
                 if r is lead:
                     bar.update(r.step - bar.n)
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
-                if r.step in r.save_at or final:
-                    r.save(final)
-                if final:
-                    record_end(r.dir, r.profile, r.rows, r.step, reason)
-                    ended.append(i)
-            if ended:
-                runs = [r for i, r in enumerate(runs) if i not in ended]
+                if r.step in r.save_at or r.finished:
+                    r.save(r.finished)
             tick = time.perf_counter()  # checkpoint I/O is not training time
     bar.close()
 
