@@ -49,7 +49,7 @@ def findings_shown(ch, rows: list[dict], link: str = ""):
 
 def rules_shown():
     return scorecard_rules.rules_table().style.hide(axis="index").set_caption(
-        "The rules, one per kind of claim (mclib.book.scorecard; the text is each rule's docstring).")
+        "The rules, one per kind of claim (mclib.book.scorecard_rules; the text is each rule's docstring).")
 
 
 def departures_shown(ch):
