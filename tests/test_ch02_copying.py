@@ -8,7 +8,7 @@ from book_pages import glue_names, sentences_turn
 from book_pages import recorded_verdict as _verdict
 from mclib.analyses.evaluate import evaluate, predict, sample_eval_batch
 from mclib.chapters import ch02_copying as chapter
-from mclib.book.scorecard import copy_levels
+from mclib.book.scorecard_rules import copy_levels
 from mclib.core.paper import PAPER_E2
 
 LEVEL = 2 / 9  # E[X²] at rank 2
@@ -78,14 +78,14 @@ def test_e2_ratio_text_turns_with_its_rows():
 
 def test_e2_ratio_text_counts_each_verdict_from_its_rows():
     """2026-11-27: the page said "0 of the 12 rows unlike the paper" while all 12 differed."""
-    from mclib.book import scorecard
+    from mclib.book import scorecard_rules
 
     row = lambda ours, se=0.0: {"ours": ours, "paper": 1.0, "kind": "ratio", "se": se}
     differ = [row(1.8 + 0.4 * i) for i in range(12)]
     assert chapter.e2_ratio_text(differ).endswith(": all 12 rows unlike the paper")
     assert chapter.e2_ratio_text([row(1.0)] * 12).endswith(": all 12 rows as in the paper")
     mixed = [row(1.0)] * 3 + [row(3.0)] * 8 + [row(1.3, 0.1)]
-    assert [scorecard.row_verdict(r) for r in mixed[-1:]] == [scorecard.CLOSE]
+    assert [scorecard_rules.row_verdict(r) for r in mixed[-1:]] == [scorecard_rules.CLOSE]
     assert chapter.e2_ratio_text(mixed).endswith(
         "of the 12 rows, 3 as in the paper, 8 unlike the paper and 1 too close to tell")
     assert "1.25" in chapter.e2_ratio_text(differ)

@@ -232,7 +232,7 @@ def test_e4_ablates_every_unlabelled_head_and_its_sentence_turns_with_its_rows(t
     """2026-11-27: E4 ablates every head our scores leave unlabelled, whatever their count
     (the paper's five are every head it could not interpret); before, five chosen by a rule
     of ours, filled with the least structured heads, passed almost whatever the model did."""
-    from mclib.book import scorecard
+    from mclib.book import scorecard_rules
 
     glue, rows = R.e4_rows(_e4_abl(n_other, ratio))
     assert [r["id"] for r in rows] == ["E4"] * 4
@@ -245,8 +245,8 @@ def test_e4_ablates_every_unlabelled_head_and_its_sentence_turns_with_its_rows(t
         assert all(f"{than} the paper's 5; all of them" in r["reading"] for r in rows)
         assert said.startswith(f"ablating {R.E4_CHOICE}, {n_other} of 32 heads (L4 H1")
         assert f"multiplies L_mask by {ratio:.3g} under the uniform reading and {ratio:.3g} under the batch-mean" in said
-        assert said.endswith(f"{scorecard.agreement(verdict)} (ratio rule)") and "1.10 for its five heads" in said
-        assert scorecard.contradiction(said, verdict) is None
+        assert said.endswith(f"{scorecard_rules.agreement(verdict)} (ratio rule)") and "1.10 for its five heads" in said
+        assert scorecard_rules.contradiction(said, verdict) is None
     else:
         assert all(r["na"] and r["ours"] is None for r in rows) and R.e4_na(0)
         assert said.startswith("E4 has nothing to test here (our scores leave no head of this run unlabelled")
@@ -255,7 +255,7 @@ def test_e4_ablates_every_unlabelled_head_and_its_sentence_turns_with_its_rows(t
 def test_e4_rows_of_the_earlier_choice_stay_n_a_and_the_new_choice_s_are_judged():
     """The lease's E4 rows (slice A, 2026-11-26) ablated 'our 2 'other' heads in the paper's
     layers': n/a, saying so; rows recorded under today's choice are judged by their numbers."""
-    from mclib.book import scorecard
+    from mclib.book import scorecard_rules
 
     q = "'other' heads ablated, uniform (the paper's text): ablated / unablated L_mask"
     old = {"id": "E4", "quantity": q, "kind": "ratio", "paper": 1.103, "ours": 1.09, "se": 0.03, "verdict": "matches",
@@ -266,7 +266,7 @@ def test_e4_rows_of_the_earlier_choice_stay_n_a_and_the_new_choice_s_are_judged(
     for ours, verdict in ((1.09, "matches"), (4.4, "differs")):
         row = {**rows[0], "ours": ours, "se": 0.03, "verdict": verdict}
         again, _ = chapter.rejudged(row, None)
-        assert not again.get("na") and scorecard.row_verdict(again) == verdict
+        assert not again.get("na") and scorecard_rules.row_verdict(again) == verdict
     _, empty = R.e4_rows(_e4_abl(0, 1.0))
     assert chapter.rejudged({**empty[0], "na": None}, None)[0]["na"] == R.e4_na(0)
 
@@ -278,7 +278,7 @@ def test_e11_names_the_model_the_paper_probed(tmp_path, t, ch):
 
 
 def test_phase_text_follows_the_runs_stage():
-    from mclib.book.scorecard import Stage
+    from mclib.book.scorecard_stage import Stage
     cut = Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576)
     whole = Stage(step=50_000, planned=50_000, cut=False)
     assert "provisional: the run was cut at step 16,591 of its 50,000" in chapter.phase_text({"L_mask": 0.1 * LEVEL}, LEVEL, cut)
@@ -376,15 +376,15 @@ def test_results_are_built_by_keyword_only(t):
 def test_e11_claim_says_how_much_of_the_row_the_probe_finds(rel, verdict, words):
     """2026-11-27: the paper setting's probe explained 33 % of the row's variance while the
     sentence said the row was "not linearly present"; the share now comes from the probe."""
-    from mclib.book import scorecard
+    from mclib.book import scorecard_rules
 
     said = R.e11_claim(verdict, rel)
-    assert words in said and scorecard.agreement(verdict) in said
-    assert scorecard.contradiction(said, verdict) is None and "at most weakly" not in said
+    assert words in said and scorecard_rules.agreement(verdict) in said
+    assert scorecard_rules.contradiction(said, verdict) is None and "at most weakly" not in said
 
 
 def test_e9_readings_read_as_english():
-    """2026-11-27: "a such head" in the paper setting's table (its "1 heads": `scorecard.plural`)."""
+    """2026-11-27: "a such head" in the paper setting's table (its "1 heads": `scorecard_tables.plural`)."""
     scores = pd.DataFrame({"layer": [1, 2], "head": [0, 0], "row_excess": [0.8, 0.1], "column_excess": [0.1, 0.2],
                            "self_excess": [0.1, 0.7]})
     _, rows = R.e9_rows(scores, None)

@@ -11,7 +11,7 @@ import pytest
 from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.analyses import comparisons as C
 from mclib.chapters import baselines_readings as B, ch06_baselines as chapter
-from mclib.book import scorecard
+from mclib.book import scorecard, scorecard_rules
 from mclib.core import paper
 from mclib.core.checkpoints import load_checkpoint
 from mclib.core.paper import PAPER_E17
@@ -143,7 +143,7 @@ def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_one
     # 15 % off: beyond the 10 % margin with a small error; too close to tell once 2 s.e. reach into it
     off = {(1e-3, "L_obs"): 1.15}
     assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, off))["λ = 0.001: L_obs (paper's task)"] == "differs"
-    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == scorecard.CLOSE
+    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == scorecard_rules.CLOSE
     glue, _ = _readings(tables, reg=_reg_like_paper(0.04, off))
     assert "(4 of 5 within the rule, 1 too close to tell;" in glue["e17"]
     glue, _ = _readings(tables, reg=_reg_like_paper(0.01, {(5e-4, "L_obs"): 2.0}))
@@ -196,7 +196,7 @@ def test_e16_nuclear_norm_larger_within_the_margin_is_not_the_paper_s_claim(tabl
     ((1.5, 1.0), "same direction", "1.5 ± ", "(two s.e.): larger, beyond the more than 10% larger"),
     ((1.06, 1.0), "differs", "1.06 ± ", "(two s.e.): larger, short of the more than 10% larger"),
     ((0.9, 1.0), "differs", "0.9 ± ", "(two s.e.): smaller, short of"),
-    ((1.1, 1.0), scorecard.CLOSE, "1.1 ± ", "(two s.e.): larger, two standard errors reach both sides")])
+    ((1.1, 1.0), scorecard_rules.CLOSE, "1.1 ± ", "(two s.e.): larger, two standard errors reach both sides")])
 def test_e16_nuclear_norm_sentence_is_made_from_its_row(tables, nuclear, verdict, number, words):
     """2026-11-27: "larger by a factor 1.05 … unlike the paper (paper: larger)": the sentence now
     says where the ratio lies against the band the rule asks, and the row's own verdict."""
@@ -205,14 +205,14 @@ def test_e16_nuclear_norm_sentence_is_made_from_its_row(tables, nuclear, verdict
                                      rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
                                      task=task)
     row = rows[1]
-    assert scorecard.row_verdict(row) == verdict
+    assert scorecard_rules.row_verdict(row) == verdict
     for sentence in (glue["e16"], row["reading"]):
-        assert number in sentence and words in sentence and scorecard.agreement(verdict) in sentence
-    assert scorecard.contradiction(row["reading"], verdict) is None
+        assert number in sentence and words in sentence and scorecard_rules.agreement(verdict) in sentence
+    assert scorecard_rules.contradiction(row["reading"], verdict) is None
 
 
 @pytest.mark.parametrize("d, se, verdict, words", [
-    (0.0002, 0.0012, scorecard.CLOSE, "BERT and the solver within two standard errors of each other"),
+    (0.0002, 0.0012, scorecard_rules.CLOSE, "BERT and the solver within two standard errors of each other"),
     (0.0002, 0.00001, "differs", "BERT worse by more than two standard errors"),
     (0.05, 0.001, "same direction", "BERT worse by more than two standard errors"),
     (-0.01, 0.001, "differs", "BERT better by more than two standard errors")])
@@ -227,9 +227,9 @@ def test_e16_at_the_highest_p_mask_says_its_row_s_verdict(tables, d, se, verdict
     _, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
                                   solver_sweep=solver_sweep, solvers=solvers, task=task)
     hi = next(r for r in rows if "the highest" in r["quantity"])
-    assert scorecard.row_verdict(hi) == verdict
-    assert words in hi["reading"] and scorecard.agreement(verdict) in hi["reading"]
-    assert scorecard.contradiction(hi["reading"], verdict) is None
+    assert scorecard_rules.row_verdict(hi) == verdict
+    assert words in hi["reading"] and scorecard_rules.agreement(verdict) in hi["reading"]
+    assert scorecard_rules.contradiction(hi["reading"], verdict) is None
 
 
 def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, flip_verdicts):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from mclib.chapters import ch07_beyond as chapter
-from mclib.book import scorecard
+from mclib.book import scorecard, scorecard_rules
 
 
 def test_seeds_text_in_every_case():
@@ -34,7 +34,7 @@ def test_the_seeds_row_can_match_or_differ(tmp_path, paper_profile):
     assert row["ours"] == pytest.approx(15000) and row["spread"] == pytest.approx(1414.2, rel=1e-3)
     assert row["reading"] == "mean 15,000 ± 1,414 steps; 2 of 2 seeds dropped (precision fp32)"
     # ± two spreads reach past the paper's 15,000 ± 10 %: too close to tell (2026-11-27); close seeds match
-    assert scorecard.record(tmp_path, **row, chapter="t")["verdict"] == scorecard.CLOSE
+    assert scorecard.record(tmp_path, **row, chapter="t")["verdict"] == scorecard_rules.CLOSE
     near = chapter.seeds_row({1: 14900, 2: 15100}, paper_profile)
     assert scorecard.record(tmp_path, **near, chapter="t")["verdict"] == "matches"
     far = chapter.seeds_row({1: 5000, 2: 5100}, paper_profile)
@@ -99,7 +99,7 @@ def test_the_leads_table_and_sentence_use_the_plateau_band():
     text = chapter.progress_glue(ch, table, leads.reset_index())["lead_text"]
     assert "rises by 2,000 steps" in text and "grad_early" not in text  # token_alignment, a steady ramp, leads too
     b1 = chapter.lead_row(ch, leads.reset_index())  # B1 on the same leads: the longest is found in every resample
-    assert b1["ours"] == 1.0 and scorecard.row_verdict(b1) == "holds" and "grad_early" not in b1["reading"]
+    assert b1["ours"] == 1.0 and scorecard_rules.row_verdict(b1) == "holds" and "grad_early" not in b1["reading"]
     ch.drop = None
     assert chapter.progress_glue(ch, table, chapter.lead_times(ch, table))["lead_text"].startswith("There is no drop")
 
@@ -117,7 +117,7 @@ def test_structure_timing_rows_match_at_the_drop_and_differ_away_from_it(tmp_pat
     assert "between checkpoints 4,000 and 5,000" in rows[0]["reading"]
     # rows form at the drop, but checkpoints 1,000 apart (± 2 s.e. = ± 11.5 % of the drop step) reach past the
     # 10 % band: too close to tell (2026-11-27); no column head ever forms
-    assert verdicts(5000) == [scorecard.CLOSE, "differs"]
+    assert verdicts(5000) == [scorecard_rules.CLOSE, "differs"]
     assert verdicts(10000)[0] == "differs"                 # formed at half the drop step: well before it
     assert verdicts(None) == ["n/a", "n/a"]
 

@@ -107,7 +107,7 @@ def test_no_room_below_the_chapters_names_a_chapter_module():
 
 @pytest.mark.parametrize("source, expected", [
     ("from ..analyses.attention import IMPL", "mclib/core/x.py:1 imports mclib.analyses.attention (core -> analyses)"),
-    ("import mclib.book.plots", "mclib/core/x.py:1 imports mclib.book.plots (core -> book)"),
+    ("import mclib.book.plots_base", "mclib/core/x.py:1 imports mclib.book.plots_base (core -> book)"),
     ("def f():\n    from .. import book", "mclib/core/x.py:2 imports mclib.book (core -> book)"),
 ])
 def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, source, expected):

@@ -76,7 +76,7 @@ def freeze_steps(cfg: Profile) -> int:
 
 
 # The margin by which a row's interval must clear its cut-off before its run may stop: the
-# scorecard's margin for a direction (mclib.book.scorecard.MARGINS; a test holds them equal).
+# scorecard's margin for a direction (mclib.book.scorecard_rules.MARGINS; a test holds them equal).
 KNOWN_MARGIN = 0.10
 
 

@@ -11,7 +11,8 @@
     scorecard_rules.py the rule per kind of claim, the words a sentence says them with, the copying levels
     scorecard_stage.py a row that reads the end of a run cut short (provisional)
     scorecard_tables.py the counts, tables and sentences made from the rows
-    plots.py         the figures, by family (plots_base, _curves, _heads, _embeddings, _baselines, _scorecard)
+    plots_*.py       the figures, by family: plots_base (the theme, `closed`), _curves, _heads, _embeddings,
+                     _baselines, _scorecard
     loss_tables.py   how chapters 02 and 03 show loss tables (computed by mclib.analyses.loss_tables)
     export.py        `python -m mclib export RUN`: a run's metrics as TensorBoard or W&B files
 

@@ -113,7 +113,8 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster)[named.seed]
     elif train:  # nothing trains here: the runs the build's chapters read must be there
-        from .runner import asked, runs_read
+        from .runner import runs_read
+        from .runner_plan import asked
 
         seeds = {named.seed, *(s for r in runs_read(named, asked()).values() for s in r.seeds)}
         require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
@@ -144,13 +145,13 @@ def notebook_setup() -> None:
     from IPython import get_ipython
 
     if get_ipython() is not None:
-        # registers IPython's PNG formatter for figures (mclib.book.plots then picks the Agg
+        # registers IPython's PNG formatter for figures (mclib.book.plots_base then picks the Agg
         # backend, so nothing is shown twice); without it glue stores only "<Figure ...>"
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
 def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) -> dict:
-    """Every training run that the chapters the build executes read (`mclib.book.runner.asked`;
+    """Every training run that the chapters the build executes read (`mclib.book.runner_plan.asked`;
     outside a build every chapter of the toc), side by side on a Dask cluster (`mclib.core.jobs`:
     the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds they
     declare (`runs_read`; `mclib.core.train.seed_jobs`), and, as soon as the book's run is
@@ -166,7 +167,8 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
     from ..core.runs import seed_run_dirs
     from ..core.train import seed_jobs, train_seed
-    from .runner import asked, runs_read
+    from .runner import runs_read
+    from .runner_plan import asked
 
     reads = runs_read(cfg, asked()).values()
     seeds = {cfg.seed, *(s for r in reads for s in r.seeds)}
@@ -197,11 +199,11 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
 
 def say_when_ended(futures: list, must_succeed: list) -> None:
     """Once every future has ended, and those of `must_succeed` without an error, create the
-    file $MCLIB_BOOK_READY names (`mclib.book.runner.alongside`: the book's other chapters
+    file $MCLIB_BOOK_READY names (`mclib.book.runner_beside.alongside`: the book's other chapters
     then execute beside E15's runs); nothing where it names none. Waits on a thread of its
     own, so that E15's runs are handed out meanwhile."""
     from ..core.jobs import wait_ended
-    from .runner import READY
+    from .runner_beside import READY
 
     path = os.environ.get(READY)
     if not path:
@@ -217,13 +219,14 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
 def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
     """(fn, args, name) of the later chapters' work that does not read the book's run, for
     the workers that the other seeds leave idle while the book's run trains alone
-    (`train_runs`): what each chapter the build executes (`mclib.book.runner.asked`, in toc
+    (`train_runs`): what each chapter the build executes (`mclib.book.runner_plan.asked`, in toc
     order; outside a build every chapter of the toc) declares in its `idle_work(cfg, run_dir)`,
     the longest first (chapter 06's solvers, then chapter 08's GPT runs). On the cpu profile
     the solvers have nothing left to solve since the committed results/solvers-cpu.csv.gz and
     results/solvers-paper.csv.gz hold every draw (2026-11-27), so the idle work is GPT's runs.
     What no worker took before the book's run ended, its chapter does, as it always did."""
-    from .runner import asked, declared_by
+    from .runner import declared_by
+    from .runner_plan import asked
 
     return [task for idle_work in declared_by("idle_work", asked()).values() for task in idle_work(cfg, run_dir)]
 

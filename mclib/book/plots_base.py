@@ -1,7 +1,21 @@
 """What every figure shares: the book's one plot theme, set here, once, when this module is
 imported (each module of figures imports it); `_without_grid` for a map or a heatmap; and how a
 chapter hands a figure over (`closed`), signed with the function that drew it (`sign`, read back
-by `drawer`)."""
+by `drawer`).
+
+Each function of figures takes data (a DataFrame, an array) and returns a matplotlib Figure. A
+chapter hands every figure it glues through `closed`, whose signature under the figure's bottom
+edge ("drawn by mclib.chapters.ch02_copying.e2_shown") shows a reader of the book the call that
+draws it again (tests/test_drawers.py checks that every one names a real function). The figures,
+by family, are in modules beside this one; a chapter imports each from its own module:
+
+    plots_base        this one: the book's one plot theme; `closed`, `sign`, `drawer`
+    plots_curves      losses and progress against step (chapters 01, 05, 07, 08)
+    plots_heads       the copying and heads chapters (02, 03)
+    plots_embeddings  the embeddings (04)
+    plots_baselines   the baselines (06)
+    plots_scorecard   the scorecard (99)
+"""
 from __future__ import annotations
 
 import functools

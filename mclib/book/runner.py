@@ -30,7 +30,7 @@ Runs: before any chapter runs, `plan` says in one line which runs the chapters a
 and why, which are complete, and which are left out because only chapters not asked read
 them; a run they read that nothing asked trains stops the build there, in one line naming
 it. The training chapter trains what the chapters asked read ($MCLIB_BOOK_CHAPTERS tells
-its kernel which they are: `asked`), and runs again while one of those runs is not complete.
+its kernel which they are: `runner_plan.asked`), and runs again while one of those runs is not complete.
 
 Failure: papermill saves the notebook and may mark it complete after a timeout or a
 dead kernel, so its exception is what counts (and any error output, to be sure): the
@@ -61,10 +61,6 @@ from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, mac
 from .runner_plan import Plan, Reads, _asking, plan_runs
 from .runner_progress import _report_training
 from .runner_site import _build_site, _stage, site_toc
-
-# mclib.book.chapter and the chapters read these here
-from .runner_beside import READY  # noqa: F401
-from .runner_plan import asked  # noqa: F401
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: the CLI imports this
 # module for BookError, and should stay light.

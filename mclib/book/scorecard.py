@@ -46,14 +46,6 @@ from .scorecard_rules import CLOSE, _missing, contradiction, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
 from .scorecard_tables import _order
 
-# The chapters (mclib/book/ch*.py, followup.py) import these from here
-from .scorecard_rules import (CUT, MARGINS, POSITIVE, agreement, agreements, copy_levels,  # noqa: F401
-                              is_own, row_verdict, rules_table)
-from .scorecard_stage import PAPER_PRE, is_cut, is_provisional, stage  # noqa: F401
-from .scorecard_tables import (departures_text, findings, headline, own_rows, paper_rows,  # noqa: F401
-                               plural, setting_counts, task_departures, task_note, verdict_counts,
-                               verdicts_text)
-
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
 # A row's cause (why it differs from the paper, where a chapter found it) is kept only in a row that differs or
 # cannot tell (`record`): like RULE_FIELDS, not in every row.

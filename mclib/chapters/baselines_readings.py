@@ -15,7 +15,8 @@ import pandas as pd
 from ..analyses.comparisons import E17_LOSSES, e17_beside_paper
 from ..analyses.loss_tables import ratio_se
 from ..core.paper import PAPER, PAPER_E17, PAPER_E17_MATRICES
-from ..book.scorecard import CLOSE, MARGINS, agreement, claim, row_verdict
+from ..book.scorecard import claim
+from ..book.scorecard_rules import CLOSE, MARGINS, agreement, row_verdict
 
 # A solver's number on the paper's task "matches" the paper's when the paper's value lies
 # within ours ± (2 standard errors + SOLVER_RTOL of the paper's value). 10 %: about the

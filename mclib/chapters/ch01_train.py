@@ -30,9 +30,12 @@ from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_
 from ..core.runs import METRICS
 from ..book.chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
-from ..book.plots import closed, loss_curve, mark_checkpoints
-from ..book.scorecard import PAPER_PRE, copy_levels, task_departures
-from ..book.scorecard import CUT, POSITIVE, agreements, claim, recorded_table, row_verdict, is_cut
+from ..book.plots_base import closed
+from ..book.plots_curves import loss_curve, mark_checkpoints
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_verdict
+from ..book.scorecard_stage import PAPER_PRE, is_cut
+from ..book.scorecard_tables import task_departures
 
 CHAPTER = "01_train"
 # The training chapter (`open_chapter(..., train=True)`): it trains the runs that the chapters a
@@ -143,7 +146,7 @@ def _placement_text(ch: Chapter) -> str:
 
 def _post_end(ch: Chapter) -> str:
     """What the post-shift step is: the end of training, or, for a run cut short of its
-    length (`scorecard.Stage.cut`), where it was cut, so the post model is not the end's."""
+    length (`scorecard_stage.Stage.cut`), where it was cut, so the post model is not the end's."""
     if is_cut(ch.end):
         return (f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
                 "or the final level is provisional")

@@ -31,11 +31,14 @@ from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_r
 from ..core.config import DataConfig
 from ..core.metrics import COPIES, DROP_FRACTION, copies
 from ..core.paper import PAPER, PAPER_E2
-from ..book import plots
+from ..book.plots_base import closed
+from ..book.plots_heads import loss_bars, mask_value_curve, prediction_scatter
 from ..book.loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
-from ..book.scorecard import PAPER_PRE, copy_levels, task_departures
-from ..book.scorecard import MARGINS, agreement, recorded_table, row_verdict, verdict_counts, verdicts_text
+from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
+from ..book.scorecard_rules import MARGINS, agreement, copy_levels, row_verdict
+from ..book.scorecard_stage import PAPER_PRE
+from ..book.scorecard_tables import task_departures, verdict_counts, verdicts_text
 
 CHAPTER = "02_copying"
 
@@ -120,9 +123,9 @@ def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
     batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)     # the scatter: fewer points
     pred = predict(ch.pre, batch)
     figures = {
-        "fig_copy_scatter": plots.closed(plots.prediction_scatter(
+        "fig_copy_scatter": closed(prediction_scatter(
             batch.x, pred, batch.mask, title=f"Pre-shift checkpoint (step {ch.steps.pre:,})")),
-        "fig_mask_value": plots.closed(plots.mask_value_curve(
+        "fig_mask_value": closed(mask_value_curve(
             ch.metrics, base["abs_x"], ch.drop, mark={"pre-shift checkpoint": ch.steps.pre},
             title=f"Mask value during training: profile {ch.cfg.name}, seed {ch.cfg.seed}"))}
     return base, figures
@@ -212,13 +215,13 @@ def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
                         f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
                         + around + PAPER_COLUMNS)
     levels = copy_levels(ch.cfg.data.rank)  # each kind of matrix over its own E[X²], ours and the paper's
-    fig = plots.loss_bars([f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
-                          {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
-                          errors={"L'_mask": e2["L'_mask_se"], "L_obs": e2["L_obs_se"]},
-                          paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
-                          title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
-                          level=[levels[m][0] for m in e2.matrices], paper_level=[levels[m][1] for m in e2.matrices])
-    return table, {"fig_e2": plots.closed(fig), "copy_level_e2": ch.copy_level}
+    fig = loss_bars([f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
+                    {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
+                    errors={"L'_mask": e2["L'_mask_se"], "L_obs": e2["L_obs_se"]},
+                    paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
+                    title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
+                    level=[levels[m][0] for m in e2.matrices], paper_level=[levels[m][1] for m in e2.matrices])
+    return table, {"fig_e2": closed(fig), "copy_level_e2": ch.copy_level}
 
 
 # --- E3 and E6 at the pre-shift checkpoint --------------------------------------------------
@@ -249,7 +252,7 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
                          f"for scale, the post-shift model; {ch.cfg.analysis.headline_matrices:,} fresh matrices, the same "
                          "for every row. " + PAPER_COLUMNS)
     fig = loss_figure(table, "E3 and E6: interventions at the pre-shift checkpoint", ch.copy_level)
-    return styled, {"fig_e3_e6": plots.closed(fig), "post_step": f"{ch.steps.post:,}"}
+    return styled, {"fig_e3_e6": closed(fig), "post_step": f"{ch.steps.post:,}"}
 
 
 # --- the scorecard ---------------------------------------------------------------------------

@@ -40,11 +40,14 @@ from ..analyses.loss_tables import head_name, lookup, permutation_errors
 from ..analyses.probes import best_probe_layers
 from ..core.metrics import DROP_FRACTION, LOSS_NAMES
 from ..core.paper import PAPER
-from ..book import plots
+from ..book.plots_base import closed
+from ..book.plots_heads import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
 from ..book.loss_tables import PAPER_COLUMNS, PAPER_LEVEL, READINGS, loss_figure, loss_styler
-from ..book.scorecard import copy_levels, task_departures
-from ..book.scorecard import CUT, agreement, recorded_table, row_verdict, stage, verdict_counts
+from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
+from ..book.scorecard_rules import CUT, agreement, copy_levels, row_verdict
+from ..book.scorecard_stage import stage
+from ..book.scorecard_tables import task_departures, verdict_counts
 from .heads_readings import (E4_CHOICE, E4_EARLIER, E8_SOURCE, PROBED, PROBED_MODEL, e3_rows, e4_na, e4_rows, e5_rows,
                              e6_e7_rows, e8_rows, e9_rows, e11_claim, e11_rows)
 # what the notebook calls through this module, computed there (e10_masks too, from mclib.analyses.heads)
@@ -79,13 +82,13 @@ def e9_shown(ch, heads: Heads) -> tuple[object, dict]:
     """The label -> heads table (styled) and glue: fig_maps, fig_labels, n_side."""
     n, maps, labels = ch.cfg.data.n, heads.maps, heads.labels
     titles = [[f"{head_name((l, h))}: {labels[(l, h)]}" for h in range(maps.shape[1])] for l in range(maps.shape[0])]
-    fig_maps = plots.attention_grid(maps, titles=titles, n=n,
-                                    title=f"Batch-mean attention of every head, step {ch.steps.post:,}")
-    fig_labels = plots.head_label_heatmap(labels, title=f"Head labels from the measured scores, step {ch.steps.post:,}")
+    fig_maps = attention_grid(maps, titles=titles, n=n,
+                              title=f"Batch-mean attention of every head, step {ch.steps.post:,}")
+    fig_labels = head_label_heatmap(labels, title=f"Head labels from the measured scores, step {ch.steps.post:,}")
     mapping = pd.DataFrame([{"label": lab, "heads": len(heads.groups[lab]),
                              "which": ", ".join(head_name(p) for p in heads.groups[lab]) or "—"} for lab in LABELS])
     table = mapping.style.hide(axis="index").set_caption("Our head groups: label → heads (layer, head from 1).")
-    return table, {"fig_maps": plots.closed(fig_maps), "fig_labels": plots.closed(fig_labels), "n_side": str(n)}
+    return table, {"fig_maps": closed(fig_maps), "fig_labels": closed(fig_labels), "n_side": str(n)}
 
 
 # --- how the structure arrives -----------------------------------------------------------------
@@ -94,8 +97,8 @@ def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
     """glue: fig_progress (the excess scores over training) and fig_evolution (the most
     row-, column- and self-like heads at post, at each analysis checkpoint)."""
     A, n, st = ch.cfg.analysis, ch.cfg.data.n, ch.steps
-    fig_progress = plots.progress_lines(progress, ch.drop, mark={"pre-shift": st.pre, "post-shift": st.post},
-                                        title=f"Attention structure during training: profile {ch.cfg.name}")
+    fig_progress = progress_lines(progress, ch.drop, mark={"pre-shift": st.pre, "post-shift": st.post},
+                                  title=f"Attention structure during training: profile {ch.cfg.name}")
     picks = pick_heads(heads.scores, {"row": ("row_excess", True), "column": ("column_excess", True),
                                       "self": ("self_excess", True)})
     steps = st.all_steps()
@@ -103,10 +106,10 @@ def progress_shown(ch, progress: pd.DataFrame, heads: Heads) -> dict:
     by_step = checkpoint_maps({s: ch.model(s) for s in steps}, small)
     evo = torch.stack([torch.stack([by_step[s][l, h] for s in steps]) for l, h in picks.values()])
     phase = lambda s: "pre" if s == st.pre else "post" if s == st.post else "transition"
-    fig_evolution = plots.attention_grid(evo, row_labels=[f"{head_name(p)}\nmost {k}" for k, p in picks.items()],
-                                         col_labels=[f"step {s:,} ({phase(s)})" for s in steps], n=n,
-                                         title="Three heads across training")
-    return {"fig_progress": plots.closed(fig_progress), "fig_evolution": plots.closed(fig_evolution)}
+    fig_evolution = attention_grid(evo, row_labels=[f"{head_name(p)}\nmost {k}" for k, p in picks.items()],
+                                   col_labels=[f"step {s:,} ({phase(s)})" for s in steps], n=n,
+                                   title="Three heads across training")
+    return {"fig_progress": closed(fig_progress), "fig_evolution": closed(fig_evolution)}
 
 
 # --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
@@ -120,13 +123,13 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
                         "every head our scores leave unlabelled; "
                         "empty groups are left out. " + PAPER_COLUMNS)
     short = {"—": "", "uniform": ", uniform", "batch_mean": ", batch mean"}
-    fig = plots.loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
-                          {"L_obs": abl["L_obs"], "L_mask": abl["L_mask"]},
-                          errors={"L_obs": abl["L_obs_se"], "L_mask": abl["L_mask_se"]},
-                          paper={"L_obs": list(abl["paper L_obs"]), "L_mask": list(abl["paper L_mask"])},
-                          title=f"E3-E5: ablating heads at step {ch.steps.post:,}",
-                          level=ch.copy_level, paper_level=PAPER_LEVEL)
-    return table, {"fig_ablation": plots.closed(fig)}
+    fig = loss_bars([("nothing ablated" if a == "none" else a + short[r]) for a, r in zip(abl.ablated, abl.reading)],
+                    {"L_obs": abl["L_obs"], "L_mask": abl["L_mask"]},
+                    errors={"L_obs": abl["L_obs_se"], "L_mask": abl["L_mask_se"]},
+                    paper={"L_obs": list(abl["paper L_obs"]), "L_mask": list(abl["paper L_mask"])},
+                    title=f"E3-E5: ablating heads at step {ch.steps.post:,}",
+                    level=ch.copy_level, paper_level=PAPER_LEVEL)
+    return table, {"fig_ablation": closed(fig)}
 
 
 # --- E6, E7: the pre-shift attention weights, shuffled positions ---------------------------------
@@ -145,7 +148,7 @@ def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict
     table = loss_styler(shown, cols, cols[1:], f"E6 and E7 at step {ch.steps.post:,}; the permuted rows range over "
                         f"L_mask {perm.L_mask.min():.3g} to {perm.L_mask.max():.3g}. " + PAPER_COLUMNS)
     fig = loss_figure(shown, "E6 and E7: switched attention weights, permuted positions", ch.copy_level)
-    return table, {"fig_e6_e7": plots.closed(fig), "pre_step": f"{ch.steps.pre:,}"}
+    return table, {"fig_e6_e7": closed(fig), "pre_step": f"{ch.steps.pre:,}"}
 
 
 # --- E8: activation patching, X -> -X -----------------------------------------------------------
@@ -157,14 +160,14 @@ def e8_shown(ch, e8: pd.DataFrame) -> tuple[object, dict]:
     table = loss_styler(e8, cols, cols[1:], f"E8 at step {ch.steps.post:,}: MSE of the patched output to X and to −X "
                         "at masked and observed entries; 'none' is the −X run with nothing patched. " + PAPER_COLUMNS,
                         fmt="{:.3g}")
-    fig = plots.loss_bars(list(e8.patched),
-                          {"masked: MSE to X": e8["masked_vs_X"], "masked: MSE to −X": e8["masked_vs_negX"]},
-                          errors={"masked: MSE to X": e8["masked_vs_X_se"], "masked: MSE to −X": e8["masked_vs_negX_se"]},
-                          paper={"masked: MSE to X": list(e8["paper masked_vs_X"]),
-                                 "masked: MSE to −X": list(e8["paper masked_vs_negX"])},
-                          title="E8: attention outputs of X patched into the run on −X",
-                          xlabel="MSE at masked entries / E[X²] (log scale)", level=ch.copy_level, paper_level=PAPER_LEVEL)
-    return table, {"fig_e8": plots.closed(fig)}
+    fig = loss_bars(list(e8.patched),
+                    {"masked: MSE to X": e8["masked_vs_X"], "masked: MSE to −X": e8["masked_vs_negX"]},
+                    errors={"masked: MSE to X": e8["masked_vs_X_se"], "masked: MSE to −X": e8["masked_vs_negX_se"]},
+                    paper={"masked: MSE to X": list(e8["paper masked_vs_X"]),
+                           "masked: MSE to −X": list(e8["paper masked_vs_negX"])},
+                    title="E8: attention outputs of X patched into the run on −X",
+                    xlabel="MSE at masked entries / E[X²] (log scale)", level=ch.copy_level, paper_level=PAPER_LEVEL)
+    return table, {"fig_e8": closed(fig)}
 
 
 # --- E10: a structured mask -----------------------------------------------------------------------
@@ -208,12 +211,12 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
              dict(query_marks=torch.nonzero(in_lines).flatten().tolist()))
     here = classify_heads(s.scores)
     picked = torch.stack([torch.stack([s.maps[l, h] for l, h in s.picks.values()])])
-    fig = plots.attention_grid(picked, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,
-                               key_marks=kept, panel=2.6, **marks,
-                               title=f"Masked {axis}s, step {ch.steps.post:,}: the best head of each kind")
+    fig = attention_grid(picked, col_labels=[f"{head_name(p)}: {k}" for k, p in s.picks.items()], n=n,
+                         key_marks=kept, panel=2.6, **marks,
+                         title=f"Masked {axis}s, step {ch.steps.post:,}: the best head of each kind")
     titles = [[f"{head_name((l, h))}: {here[(l, h)]}" for h in range(s.maps.shape[1])] for l in range(s.maps.shape[0])]
-    fig_all = plots.attention_grid(s.maps, titles=titles, n=n, key_marks=kept, **marks,
-                                   title=f"Masked {axis}s, step {ch.steps.post:,}: every head (label under this mask)")
+    fig_all = attention_grid(s.maps, titles=titles, n=n, key_marks=kept, **marks,
+                             title=f"Masked {axis}s, step {ch.steps.post:,}: every head (label under this mask)")
     by_head = s.scores.set_index(["layer", "head"])
     table = pd.DataFrame([{"kind": k, "head": head_name(p), **by_head.loc[p, E10_COLUMNS],
                            "label (random masks)": labels[p], "label (this mask)": here[p]} for k, p in s.picks.items()])
@@ -222,7 +225,7 @@ def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
                            f"masked_lines {s.chance['masked_lines']:.3f}, self {1 / n**2:.3f}. Under this mask L_obs = "
                            f"{s.losses['L_obs']:.2e}, L_mask = {s.losses['L_mask']:.3f}."))
     fig_name, fig_all_name, text_name = E10_GLUE[s.name]
-    glue = {fig_name: plots.closed(fig), fig_all_name: plots.closed(fig_all)}
+    glue = {fig_name: closed(fig), fig_all_name: closed(fig_all)}
     if s.name != PAPER_MASK:  # the paper's mask is compared with the paper: its sentence comes with its row
         glue[text_name] = lone_text(s.lone, s.chance["lone_entry"], axis)
     return styled, glue
@@ -236,8 +239,8 @@ def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
     best = best_probe_layers(probes)
     table = (best[["layer", "mse", "mse_zero", "rel", "abs_cos"]].style.format("{:.3g}").format("{:d}", subset=["layer"])
              .set_caption("The best layer per target at the masked positions (lowest test MSE relative to predicting 0)."))
-    fig = plots.probe_lines(probes, title=f"Linear probes per layer, step {ch.steps.post:,}")
-    return table, {"fig_probes": plots.closed(fig), "probe_fit": f"{A.probe_fit:,}", "probe_test": f"{A.probe_test:,}"}
+    fig = probe_lines(probes, title=f"Linear probes per layer, step {ch.steps.post:,}")
+    return table, {"fig_probes": closed(fig), "probe_fit": f"{A.probe_fit:,}", "probe_test": f"{A.probe_test:,}"}
 
 
 # --- the scorecard -----------------------------------------------------------------------------
@@ -408,7 +411,7 @@ def rule_of(row: dict) -> dict:
 
 def phase_text(base: dict, level: float, at=None) -> str:
     """Whether the post model completes the matrix (`completes`), and what that means for
-    the comparisons that follow: from the run's stage (`at`, `scorecard.Stage`: a cut run's
+    the comparisons that follow: from the run's stage (`at`, `scorecard_stage.Stage`: a cut run's
     comparisons are provisional), not from the loss alone."""
     if completes(base, level):
         return (f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "

@@ -5,7 +5,7 @@ The token embeddings of the values the task produces (E12), whether their final
 arrangement is in place before the drop (E13), and the position embeddings (E14). The
 paper gives these results as figures without numbers, so each becomes a claim about a
 side of a cut-off named here (STRONG, CLUSTERED, ALIGNED, DIP), judged by the
-scorecard's direction rule with no added margin (`scorecard.CUT`): the cut-off is the
+scorecard's direction rule with no added margin (`scorecard_rules.CUT`): the cut-off is the
 claim. The sentences are built here so that they read right with or without a drop.
 """
 from __future__ import annotations
@@ -17,9 +17,11 @@ import pandas as pd
 from ..analyses import embeddings as E
 from ..core.checkpoints import checkpoint_embeddings
 from ..core.model import build_model
-from ..book.plots import (closed, embedding_progress_plot, position_norm_plot, position_tsne_plot, token_embedding_plot,
-                    token_progress_plot)
-from ..book.scorecard import CUT, POSITIVE, agreement, agreements, claim, recorded_table, row_verdict
+from ..book.plots_base import closed
+from ..book.plots_embeddings import (embedding_progress_plot, position_norm_plot, position_tsne_plot,
+                                     token_embedding_plot, token_progress_plot)
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, POSITIVE, agreement, agreements, row_verdict
 
 CHAPTER = "04_embeddings"
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
@@ -346,7 +348,7 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
     The rows are built first, experiment by experiment (`e12_readings`, `e13_readings`,
     `e14_readings`); every sentence that compares with the paper (tracks_claim, align_claim,
     cluster_claim and the E13, E14 readings) then takes its words from the verdicts of the
-    rows it speaks for (`scorecard.agreement`)."""
+    rows it speaks for (`scorecard_rules.agreement`)."""
     before = before_the_drop(progress, drop)
     glue, rows = {}, []
     for part_glue, part_rows in (e12_readings(tracks, symmetry),

@@ -37,9 +37,11 @@ from ..core.paper import PAPER_E15, PAPER_E15_ORDER
 from ..core.runs import METRICS, load_metrics
 from ..analyses.interventions import GROUPS
 from ..book.chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
-from ..book.plots import closed, freeze_curves
-from ..book.runner import Reads
-from ..book.scorecard import MARGINS, POSITIVE, agreement, claim, recorded_table, row_verdict
+from ..book.plots_base import closed
+from ..book.plots_curves import freeze_curves
+from ..book.runner_plan import Reads
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import MARGINS, POSITIVE, agreement, row_verdict
 
 CHAPTER = "05_freezing"
 LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")

@@ -42,8 +42,10 @@ from ..core import paper
 from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER_E17, PAPER_E17_MATRICES
 from ..core.repo import RESULTS
-from ..book.plots import closed, nuclear_comparison_plot, ood_plot, per_matrix_plot
-from ..book.scorecard import recorded_table, task_departures
+from ..book.plots_base import closed
+from ..book.plots_baselines import nuclear_comparison_plot, ood_plot, per_matrix_plot
+from ..book.scorecard import recorded_table
+from ..book.scorecard_tables import task_departures
 from .baselines_readings import SOLVER_RTOL, baseline_readings, pm
 
 CHAPTER = "06_baselines"

@@ -23,9 +23,12 @@ from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
 from ..book.chapter import seed_runs
-from ..book.plots import closed, progress_panels, seed_loss_curves
-from ..book.runner import Reads
-from ..book.scorecard import CUT, agreement, claim, is_own, plural, recorded_table, row_verdict
+from ..book.plots_base import closed
+from ..book.plots_curves import progress_panels, seed_loss_curves
+from ..book.runner_plan import Reads
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, agreement, is_own, row_verdict
+from ..book.scorecard_tables import plural
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -356,7 +359,7 @@ def rule_of(row: dict) -> dict:
 
 
 def lead_finding_text(row: dict) -> str:
-    """The sentence that speaks for B1, its words from the row's verdict (`scorecard.agreement`)."""
+    """The sentence that speaks for B1, its words from the row's verdict (`scorecard_rules.agreement`)."""
     if row.get("na"):
         return f"The scorecard keeps the lead as a finding of our own, B1, with nothing to test here ({row['na']})"
     return (f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of the "

@@ -33,8 +33,11 @@ from ..core.data import copy_level
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
 from ..core.runs import load_metrics, run_name
 from ..book.chapter import Chapter
-from ..book.plots import attention_grid, closed, gpt_loss_curves
-from ..book.scorecard import CUT, agreement, claim, recorded_table
+from ..book.plots_base import closed
+from ..book.plots_curves import gpt_loss_curves
+from ..book.plots_heads import attention_grid
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, agreement
 
 CHAPTER = "08_gpt"
 COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_drop's half-way line
@@ -200,7 +203,7 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 def closing(table) -> str:
     """The closing sentence, each claim with the words of its row's verdict
-    (`scorecard.agreement`), from the recorded rows (a Styler from `scorecard_table`)."""
+    (`scorecard_rules.agreement`), from the recorded rows (a Styler from `scorecard_table`)."""
     said = ["sits on a plateau and then drops suddenly", "copies the observed entries after its drop",
             "leaves the masked entries near the copying level"]
     return " ".join(f"That the GPT {text}: {agreement(v)}." for text, v in zip(said, table.data["verdict"]))

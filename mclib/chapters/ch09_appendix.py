@@ -24,9 +24,10 @@ from ..core.metrics import DROP_WINDOW
 from ..core.sweep import load_sweep
 from ..core.sweep_figure import curves_path, setting_colours
 from ..book.chapter import Chapter
-from ..book.plots import closed
+from ..book.plots_base import closed
 from ..core.repo import REPO
-from ..book.scorecard import CUT, agreement, claim, recorded_table, row_verdict
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, agreement, row_verdict
 
 CHAPTER = "09_appendix"
 WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"

@@ -2,8 +2,8 @@
 (`mclib.book.scorecard`, the run's scorecard.json), shown as the findings, the rules, the
 profile's departures from the paper, the whole table and a figure, with the counts the
 closing sentence glues. The paper's claims and our own findings beyond it
-(`scorecard.OWN`) are shown and counted apart: every count of the paper's claims reads
-`scorecard.paper_rows`. It reads what the others wrote, so it comes last, and the book's
+(`scorecard_rules.OWN`) are shown and counted apart: every count of the paper's claims reads
+`scorecard_tables.paper_rows`. It reads what the others wrote, so it comes last, and the book's
 runner re-runs it when scorecard.json changes (the notebook's metadata declares that it
 reads it).
 """
@@ -12,17 +12,18 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.colors import to_hex
 
-from ..book import scorecard
+from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..lease import part, reference
 from ..book.chapter import departures_table
-from ..book.plots import VERDICT_COLORS, closed, scorecard_plot
+from ..book.plots_base import closed
+from ..book.plots_scorecard import VERDICT_COLORS, scorecard_plot
 
 CHAPTER = "99_scorecard"
 
 # glue name -> the verdict it counts among the paper's claims, in the order the closing sentence names them
 COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same order", "n_differ": "differs",
-           "n_close": scorecard.CLOSE, "n_na": "n/a", "n_cannot": "cannot fail"}
-# a provisional row (`scorecard.is_provisional`: it reads the end of a run cut short) is counted
+           "n_close": scorecard_rules.CLOSE, "n_na": "n/a", "n_cannot": "cannot fail"}
+# a provisional row (`scorecard_stage.is_provisional`: it reads the end of a run cut short) is counted
 # under n_provisional alone, never under its verdict's name above
 # glue name -> the verdict it counts among our own findings
 COUNTED_OWN = {"n_own_holds": "holds", "n_own_fails": "fails", "n_own_na": "n/a"}
@@ -40,15 +41,15 @@ FINDINGS = ("per experiment (linked to its chapter), the claims that reproduced 
 
 
 def findings_shown(ch, rows: list[dict], link: str = ""):
-    """`scorecard.findings`, styled; link: the path from the page that shows it to the chapters'
+    """`scorecard_tables.findings`, styled; link: the path from the page that shows it to the chapters'
     pages ("" on this chapter's page, "_executed/" on the landing page)."""
-    return scorecard.findings(rows, link).style.hide(axis="index").set_caption(
+    return scorecard_tables.findings(rows, link).style.hide(axis="index").set_caption(
         f"Findings, profile {ch.cfg.name}: {FINDINGS}.")
 
 
 def rules_shown():
-    return scorecard.rules_table().style.hide(axis="index").set_caption(
-        "The rules, one per kind of claim (mclib.book.scorecard; the text is each rule's docstring).")
+    return scorecard_rules.rules_table().style.hide(axis="index").set_caption(
+        "The rules, one per kind of claim (mclib.book.scorecard_rules; the text is each rule's docstring).")
 
 
 def departures_shown(ch):
@@ -69,8 +70,8 @@ def _colour(verdict: str) -> str:
 
 
 def _styled(rows: list[dict], columns, caption: str):
-    table = pd.DataFrame([{**r, "verdict": scorecard.shown_verdict(r), "cause": r.get("cause", "")} for r in rows],
-                         columns=[*scorecard.FIELDS, "cause"])
+    table = pd.DataFrame([{**r, "verdict": scorecard_stage.shown_verdict(r), "cause": r.get("cause", "")}
+                          for r in rows], columns=[*scorecard.FIELDS, "cause"])
     return (table[list(columns)].style.hide(axis="index")
             .format({k: f for k, f in {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}.items()
                      if k in columns}, na_rep="—")
@@ -79,13 +80,13 @@ def _styled(rows: list[dict], columns, caption: str):
 
 
 def scorecard_shown(rows: list[dict]):
-    """Every row of the paper's claims (`scorecard.paper_rows`), its verdict coloured as in the figure."""
-    return _styled(scorecard.paper_rows(rows), scorecard.SHOWN, "The scorecard: {n} claims of the paper.")
+    """Every row of the paper's claims (`scorecard_tables.paper_rows`), its verdict coloured as in the figure."""
+    return _styled(scorecard_tables.paper_rows(rows), scorecard.SHOWN, "The scorecard: {n} claims of the paper.")
 
 
 def own_shown(rows: list[dict]):
-    """Our own findings beyond the paper (`scorecard.own_rows`), apart from its claims: no paper column."""
-    return _styled(scorecard.own_rows(rows), [c for c in scorecard.SHOWN if c != "paper"],
+    """Our own findings beyond the paper (`scorecard_tables.own_rows`), apart from its claims: no paper column."""
+    return _styled(scorecard_tables.own_rows(rows), [c for c in scorecard.SHOWN if c != "paper"],
                    "Beyond the paper: {n} findings tested here (chapter 07: our own, and the 2025 follow-up's claims), "
                    "each judged by the finding rule and "
                    "never counted among the paper's claims.")
@@ -136,21 +137,21 @@ def reference_freeze_figure():
 def glued(ch, rows: list[dict]) -> dict:
     """The closing sentence's numbers (the paper's claims per verdict and in all; our own
     findings per verdict and in all, counted apart), the task note and the figure."""
-    paper, own = scorecard.paper_rows(rows), scorecard.own_rows(rows)
-    firm = [r for r in paper if not scorecard.is_provisional(r)]
+    paper, own = scorecard_tables.paper_rows(rows), scorecard_tables.own_rows(rows)
+    firm = [r for r in paper if not scorecard_stage.is_provisional(r)]
     verdicts = pd.Series([r["verdict"] for r in firm], dtype=object).value_counts()
     own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
     folder = reference.latest()
     theirs = [] if folder is None else reference.rows(folder, laptop=rows)
     return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(paper),
             "n_provisional": len(paper) - len(firm),
-            "landing_editions": " ".join([scorecard.setting_counts(rows, "the laptop edition")]
-                                         + ([scorecard.setting_counts(theirs, "the paper's own setting")
+            "landing_editions": " ".join([scorecard_tables.setting_counts(rows, "the laptop edition")]
+                                         + ([scorecard_tables.setting_counts(theirs, "the paper's own setting")
                                              + f" {reference.rejudged_text(folder, laptop=rows)}"] if theirs else [])),
             **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
-            "task_note": scorecard.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
+            "task_note": scorecard_tables.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
-            "departures_text": scorecard.departures_text(ch.cfg), **scorecard.headline(rows),
+            "departures_text": scorecard_tables.departures_text(ch.cfg), **scorecard_tables.headline(rows),
             "landing_table": findings_shown(ch, rows, link="_executed/")}
 
 

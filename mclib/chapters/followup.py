@@ -278,7 +278,7 @@ def measures_figure(measures: pd.DataFrame):
     import matplotlib.pyplot as plt
 
     from ..core.sweep_figure import setting_colours
-    from ..book.plots import closed
+    from ..book.plots_base import closed
 
     collapse = last_layer(measures, "collapse")
     shares = [c for c in measures.columns if c.startswith("share_L")]
@@ -367,7 +367,7 @@ def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = 
     column; the other keys). No rows: empty panels that say so."""
     import matplotlib.pyplot as plt
 
-    from ..book.plots import closed
+    from ..book.plots_base import closed
 
     table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
 

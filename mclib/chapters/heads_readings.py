@@ -17,8 +17,9 @@ from ..analyses.probes import best_probe_layers
 from ..core.metrics import COPIES, DROP_FRACTION, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
 from ..book.loss_tables import READING_NAMES, SHORT, matching_reading_text
-from ..book.scorecard import CUT, agreement, agreements, plural, row_verdict
 from ..book.scorecard import claim as _row
+from ..book.scorecard_rules import CUT, agreement, agreements, row_verdict
+from ..book.scorecard_tables import plural
 from .heads_tables import E4_SET, E6_MODEL
 
 PROBED = 0.5       # E11: a probe "recovers" its target when it explains at least half its variance

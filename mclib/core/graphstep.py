@@ -40,7 +40,6 @@ from typing import Callable
 
 import torch
 
-from .config import Profile
 from .data import Batch
 
 WARM_UP_STEPS = 3       # eager steps before the capture (cuBLAS handles, Adam's state, the allocator's blocks)
