@@ -210,6 +210,19 @@ def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_rule, until):
     assert run_end(run).ended == "converged"
 
 
+def test_a_run_that_ended_without_its_record_gets_it_from_the_loop_and_trains_no_step(tmp_path, fake_rule, until):
+    """The loop's end step serves a run found ended at set up (its end.json lost, or written by an
+    older revision) as it serves one that ends in a pass: the same record, and nothing trained."""
+    run = train(until, tmp_path / "run", progress=False)
+    recorded = (run / END).read_text()
+    end = saved_steps(run)[-1]
+    before = (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns
+    (run / END).unlink()
+    train(until, run, progress=False)
+    assert (run / END).read_text() == recorded
+    assert saved_steps(run)[-1] == end and (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns == before
+
+
 def test_a_killed_run_resumes_to_the_same_end(tmp_path, fake_rule, until):
     whole = train(until, tmp_path / "whole", progress=False)
     end = saved_steps(whole)[-1]

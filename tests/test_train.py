@@ -1,4 +1,5 @@
 import copy
+import json
 import multiprocessing as mp
 import os
 import shutil
@@ -22,7 +23,7 @@ from mclib.core.data import copy_level, sample_batch
 from mclib.core.ending import is_complete, stop_after_drop
 from mclib.core.metrics import window_mean
 from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
-from mclib.core.step import _Run, make_optimizer, train_step
+from mclib.core.step import STEP_RAN, _Run, make_optimizer, train_step
 from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
 
@@ -574,6 +575,10 @@ def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_pat
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
     assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
+    ran = json.loads((tmp_path / "compiled" / STEP_RAN).read_text())  # what ran, from the first step
+    assert ran == {"planned": p.train.step, "variant": "compile", "ran": "eager",
+                   "fell_back": "RuntimeError: no C++ compiler found", "from_step": 1}
+    assert json.loads((tmp_path / "eager" / STEP_RAN).read_text())["fell_back"] is None
 
 
 STACKED_RUN = Path(__file__).parent / "data" / "stacked-run-d54ea56"
