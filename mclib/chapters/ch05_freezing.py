@@ -93,7 +93,8 @@ def length_text(ch: Chapter) -> str:
     """How long an E15 run may train (plain text: it goes into a table's caption)."""
     t, cap = ch.cfg.train, freeze_steps(ch.cfg)
     rule = (f"until it has dropped and then either its rows are known ({known_text()}: more training cannot "
-            f"undo them) or it has converged by the main run's rule (L_mask's fitted fall over {t.patience:,} steps under {t.min_improvement:.0%} per 1,000 steps)")
+            f"undo them) or it has converged by the main run's rule (L_mask's fitted fall over {t.patience:,} "
+            f"steps under {t.min_improvement:.0%} per 1,000 steps)")
     if ch.drop is None:
         return f"{rule}, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
     return (f"{rule}, or until the main run's drop step ({ch.drop:,}) without a drop; at most {cap:,} steps "

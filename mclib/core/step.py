@@ -258,11 +258,16 @@ class _Run:
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
         self.why_end = stop_rule(p, job.stop)  # why it ends on the rows so far (`mclib.core.ending.stop_rule`)
-        # why it has ended (None: the cap, or it trains on); a run that had ended before end.json
-        # existed, or under another until or cap, is finished here and the loop records its end
+        # why it has ended (None: the cap, or it trains on), set again at every flush; a run that
+        # had ended before end.json existed, or under another until or cap, is `finished` here
+        # and the loop records its end
         self.reason = self.why_end(self.rows)
-        self.finished = self.step >= self.t.steps or self.reason is not None
         self.step_said = None  # the STEP_RAN record last written (`save`)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run has ended: its rule or stop, a cut (`reason`), or its last step."""
+        return self.reason is not None or self.step >= self.t.steps
 
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,

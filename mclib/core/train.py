@@ -213,7 +213,6 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                 r = runs[i]
                 # why the run ends here: its rule or stop, else the cut (a deadline, a signal), else none
                 r.reason = r.flush() or ("cut" if cut and r.step < r.t.steps else None)
-                r.finished = r.reason is not None or r.step >= r.t.steps
                 if r is lead:
                     bar.update(r.step - bar.n)
                     bar.set_postfix(L_obs=f"{r.rows[-1]['L_obs']:.2e}", L_mask=f"{r.rows[-1]['L_mask']:.3f}")
