@@ -2,6 +2,7 @@
 here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts without loading
 torch and transformers; the workers import them with their first test module."""
 import os
+import pathlib
 
 import pytest
 
@@ -41,6 +42,33 @@ TWO_PATHS_REL = 1e-5
 def smoke_profile():
     from mclib.core.config import load_profile, profile_path
     return load_profile(profile_path("smoke"))
+
+
+@pytest.fixture
+def slice_trained(tmp_path, smoke_profile):
+    """A lease's work folder after its trainer ended by itself: slice A's profile (the smoke
+    profile) written there, and a `mclib.lease.slices.STATE` naming a process that has exited.
+    Called with the state's other fields (chapters, budget_s, ...); returns the folder."""
+    import json
+    import subprocess
+    import sys
+
+    import yaml
+
+    from mclib.core.runs import write_atomic
+    from mclib.lease import slices
+
+    def write(**state) -> pathlib.Path:
+        work = tmp_path / "work"
+        work.mkdir()
+        ppath = work / "slice-A.yaml"
+        ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
+        ended = subprocess.Popen([sys.executable, "-c", "pass"])
+        ended.wait()
+        record = {"slice": "A", "pid": ended.pid, "profile": str(ppath), "seeds": [1], "git": "abc1234", **state}
+        write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(record)))
+        return work
+    return write
 
 
 @pytest.fixture(scope="session")

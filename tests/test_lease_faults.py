@@ -99,18 +99,10 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
     assert slices.TRAIN_LOG in names  # the trainer's log tail comes back
 
 
-def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monkeypatch, smoke_profile):
+def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monkeypatch, slice_trained):
     from mclib.book import runner
 
-    work = tmp_path / "work"
-    work.mkdir()
-    ppath = work / "slice-A.yaml"
-    ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    state = {"slice": "A", "pid": ended.pid, "deadline": 0.0, "started": time.time(), "budget_s": 600.0,
-             "profile": str(ppath), "chapters": ["01_train", "02_copying"], "seeds": [1], "git": "abc1234"}
-    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    work = slice_trained(deadline=0.0, started=time.time(), budget_s=600.0, chapters=["01_train", "02_copying"])
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
     monkeypatch.setattr(runner, "build", lambda *a, **kw: {}["a key no chapter has"])
     record, _ = _packed(slices_run.finish(work, tmp_path / "out"))

@@ -255,22 +255,13 @@ def test_a_file_that_is_not_a_slices_results_is_refused_in_one_line(tmp_path):
         slices_pack.merge(tgz, root=tmp_path)
 
 
-def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, monkeypatch, smoke_profile):
+def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, monkeypatch, slice_trained):
     """A lease whose chapter failed: the fix travels with the next call, and `finish --chapters-s`
     executes the chapters not in `chapters_done`, within the new seconds, then packs again."""
     from mclib.book import runner
-    from mclib.core.runs import write_atomic
 
-    work = tmp_path / "work"
-    work.mkdir()
-    ppath = work / "slice-A.yaml"
-    ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
-    ended.wait()
-    state = {"slice": "A", "pid": ended.pid, "deadline": 0, "started": 0.0, "budget_s": 1.0, "profile": str(ppath),
-             "chapters": ["01_train", "02_copying", "03_heads"], "chapters_done": ["01_train"], "seeds": [1],
-             "git": "abc1234"}
-    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    work = slice_trained(deadline=0, started=0.0, budget_s=1.0, chapters=["01_train", "02_copying", "03_heads"],
+                         chapters_done=["01_train"])
     built = []
     monkeypatch.setattr(runner, "build", lambda profile, templates, **kw: built.append((templates, kw["timeout"])))
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
