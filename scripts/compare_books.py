@@ -4,13 +4,14 @@
 
 Each argument is a `python -m mclib book --out-dir` folder. Compared: the scorecard
 (runs/*/scorecard.json, row by row, each changed field named) and every glued value of every executed chapter
-(its text/plain form; figures are compared by name only, since PNG bytes carry
-matplotlib's metadata). Prints each difference and exits 1 if there is any, so a
+(its text/plain form; a table's HTML, pandas' random ids left out; figures are compared by
+name only, since PNG bytes carry matplotlib's metadata). Prints each difference and exits 1 if there is any, so a
 refactor that must not change the book can be checked on one machine in one command.
 """
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
@@ -30,9 +31,17 @@ def glued(out_dir: Path) -> dict[str, str]:
                     continue
                 data = out.get("data", {})
                 image = any(k.endswith("image/png") for k in data)
+                html = "".join(data.get("application/papermill.record/text/html", ""))
                 text = "".join(data.get("application/papermill.record/text/plain", ""))
-                values[f"{nb_path.stem}:{record['name']}"] = "<figure>" if image else text
+                # a table (a pandas Styler) is compared by its HTML, its text form being only its
+                # address; pandas names each rendering's table and cells with a random id
+                # ("T_b68ad"), which says nothing about the book
+                value = STYLER_ID.sub("T_", html) if html else text
+                values[f"{nb_path.stem}:{record['name']}"] = "<figure>" if image else value
     return values
+
+
+STYLER_ID = re.compile(r"\bT_[0-9a-f]{5}(?=[_\"\s.#])")
 
 
 def scorecards(out_dir: Path) -> dict[str, dict]:
@@ -64,7 +73,11 @@ def differences(before: dict, after: dict, what: str) -> list[str]:
             if changes := row_changes(before[key], after[key]):  # a field absent counts as None
                 out.append(f"{what} {key}: {changes}")
         elif before[key] != after[key]:
-            out.append(f"{what} {key}: {str(before[key])[:200]!r} -> {str(after[key])[:200]!r}")
+            b, a = str(before[key]), str(after[key])
+            at = next((i for i, (x, y) in enumerate(zip(b, a)) if x != y), min(len(b), len(a)))
+            start = max(0, at - 60)  # where the two first differ, with some text before it
+            cut = lambda v: ("…" if start else "") + v[start:start + 200]
+            out.append(f"{what} {key}: {cut(b)!r} -> {cut(a)!r}")
     return out
 
 

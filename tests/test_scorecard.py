@@ -125,6 +125,19 @@ def test_findings_table():
     assert list(T.findings(rows, link="_executed/")["experiment"])[0] == '<a href="_executed/03_heads.html">E3</a>'
 
 
+def test_the_scorecard_order_and_links_do_not_depend_on_which_chapter_finished_first(tmp_path):
+    """Chapters run side by side: 07_beyond may record its E1 row before 01_train records its own.
+    The rows still stand in the book's order, and E1 links to 01_train."""
+    S.record(tmp_path, "E2", "b", 1.0, 1.0, kind="ratio", chapter="02_copying")
+    S.record(tmp_path, "E1", "over seeds", 1.0, 1.0, kind="ratio", chapter="07_beyond")
+    S.record(tmp_path, "E1", "first", 1.0, 1.0, kind="ratio", chapter="01_train")
+    S.record(tmp_path, "E1", "second", 1.0, 1.0, kind="ratio", chapter="01_train")
+    rows = S.load(tmp_path)
+    assert [(r["id"], r["quantity"]) for r in rows] == [("E1", "first"), ("E1", "second"), ("E1", "over seeds"),
+                                                       ("E2", "b")]
+    assert list(T.findings(rows[::-1], link="")["experiment"])[0] == '<a href="01_train.html">E1</a>'
+
+
 def test_a_cause_is_kept_where_its_row_differs_or_cannot_tell_and_the_findings_name_it_once(tmp_path):
     why = "the small model copies less precisely"
     far = S.record(tmp_path, "E7", "ratio", paper=2.6, ours=58.6, kind="ratio", se=1.0, cause=why)

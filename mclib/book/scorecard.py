@@ -44,7 +44,7 @@ from pathlib import Path
 from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
 from .scorecard_rules import CLOSE, _missing, contradiction, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
-from .scorecard_tables import _order
+from .scorecard_tables import row_order
 
 FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
 # A row's cause (why it differs from the paper, where a chapter found it) is kept only in a row that differs or
@@ -124,7 +124,7 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
     row = provisional([row], at)[0]
     with locked(run_dir):
         rows = [r for r in load(run_dir) if (r["id"], r["quantity"]) != (id, quantity)] + [row]
-        rows.sort(key=_order)  # stable: rows of one experiment keep their order
+        rows.sort(key=row_order)  # by experiment, then chapter; stable: a chapter's rows keep their order
         _write(run_dir, rows)
     return row
 

@@ -100,10 +100,13 @@ def tally_text(rows: list[dict], what: str) -> str:
 
 # --- the findings table ------------------------------------------------------------------
 
-def _order(row: dict):
-    # E2 before E10: sort by the experiment's number, then keep recording order
+def row_order(row: dict) -> tuple:
+    """Where a scorecard row stands: by its experiment's number (E2 before E10; findings of our
+    own last), then by the chapter that recorded it (chapters are numbered in the book's order),
+    rows of one chapter keeping the order it recorded them in (the sort is stable). So the order
+    does not depend on which chapter finished first: the book executes chapters side by side."""
     m = re.match(r"E(\d+)", row["id"])
-    return int(m.group(1)) if m else math.inf
+    return (int(m.group(1)) if m else math.inf, row.get("chapter") or "")
 
 
 def causes(rows: list[dict]) -> str:
@@ -122,15 +125,16 @@ def findings(rows: list[dict], link: str | None = None):
     of our own left out, `paper_rows`), its counts (rows, reproduced, differs, too close to
     tell, not tested, provisional: `tally`) and why its rows differ (`causes`). With `link`
     (a path prefix, e.g. "" beside the chapters' pages or "_executed/" from the landing page),
-    each experiment links to the chapter that recorded its first row."""
+    each experiment links to the first chapter, in the book's order, that recorded a row of it
+    (not the first to finish: the book executes chapters side by side)."""
     import pandas as pd
 
     rows = paper_rows(rows)
     out = []
-    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+    for e in sorted({r["id"] for r in rows}, key=lambda i: row_order({"id": i})):
         rs = [r for r in rows if r["id"] == e]
         t = tally(rs)
-        where = next((r.get("chapter") for r in rs if r.get("chapter")), None)
+        where = min((r["chapter"] for r in rs if r.get("chapter")), default=None)  # the first in the book
         name = e if link is None or not where else f'<a href="{link}{where}.html">{e}</a>'
         out.append({"experiment": name, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
                     "too close to tell": t["too close"], "not tested": t["not tested"],
@@ -164,7 +168,7 @@ def headline(rows: list[dict]) -> dict[str, str]:
                 f"nothing to test here{late}.")
 
     full, partial = [], []
-    for e in sorted({r["id"] for r in rows}, key=lambda i: _order({"id": i})):
+    for e in sorted({r["id"] for r in rows}, key=lambda i: row_order({"id": i})):
         every = [r for r in rows if r["id"] == e]
         rs = [r for r in every if not is_provisional(r)]
         bad = [r for r in rs if r["verdict"] == "differs"]
