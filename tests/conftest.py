@@ -3,6 +3,7 @@ here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts withou
 torch and transformers; the workers import them with their first test module."""
 import os
 import pathlib
+import sys
 
 import pytest
 
@@ -38,6 +39,16 @@ TWO_PATHS_SMALL = dict(rtol=0, atol=2e-5)
 TWO_PATHS_REL = 1e-5
 
 
+@pytest.fixture(autouse=True)
+def _no_figure_left_open():
+    """Every pyplot figure a test opened (a library function returns its figure open for the
+    notebook to show) is closed after it, so that a worker does not pile them up."""
+    yield
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.close("all")
+
+
 @pytest.fixture(scope="session")
 def smoke_profile():
     from mclib.core.config import load_profile, profile_path
@@ -51,7 +62,6 @@ def slice_trained(tmp_path, smoke_profile):
     Called with the state's other fields (chapters, budget_s, ...); returns the folder."""
     import json
     import subprocess
-    import sys
 
     import yaml
 
