@@ -149,6 +149,17 @@ def test_a_cause_is_kept_where_its_row_differs_or_cannot_tell_and_the_findings_n
     assert T.causes([{**far, "provisional": True}]) == "—"                               # a provisional row leaves it open
 
 
+def test_causes_worded_alike_but_for_their_numbers_are_said_once_with_how_many_rows_say_them():
+    row = lambda cause: {"id": "E2", "verdict": R.CLOSE, "cause": cause}
+    swings = "copying swings (steps 2,000-4,000 run from {} to {}x the paper's)"
+    rows = [row(swings.format(0.48, 4.7)), row(swings.format(0.9, 4.6)), row(swings.format(2.3, 11)),
+            row("the raw L_mask is 1.4x uniform's, higher"), row("the raw L_mask is 0.66x uniform's, lower")]
+    assert T.causes(rows) == (f"{swings.format(0.48, 4.7)} (and 2 more rows alike, each with its own numbers in the "
+                              "scorecard); the raw L_mask is 1.4x uniform's, higher; the raw L_mask is 0.66x uniform's, "
+                              "lower")                                          # other words: said apart
+    assert T.causes(rows[:1] * 3) == swings.format(0.48, 4.7)                  # the same cause: once, no count
+
+
 def test_agreement_says_each_verdict_in_the_chapters_words():
     assert {v: R.agreement(v) for v in R.VERDICTS} == {
         "matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",

@@ -109,14 +109,22 @@ def row_order(row: dict) -> tuple:
     return (int(m.group(1)) if m else math.inf, row.get("chapter") or "")
 
 
+NUMBER = re.compile(r"\d[\d,.]*")  # a number in a cause's text (`causes`: causes alike but for their numbers)
+
+
 def causes(rows: list[dict]) -> str:
     """Why the firm rows of `rows` that differ or are too close to tell do so, in one cell: the
     distinct causes the chapters recorded (`record`'s cause), in order, else "not traced" where
-    a row differs and none says why, else "—"."""
+    a row differs and none says why, else "—". Causes worded alike but for their numbers (one
+    reason, each row's own figures: E2's twelve rows) are said once, with how many rows say it."""
     open_ = [r for r in rows if r["verdict"] in ("differs", CLOSE) and not is_provisional(r)]
-    said = list(dict.fromkeys(r["cause"] for r in open_ if r.get("cause")))
-    if said:
-        return "; ".join(said)
+    alike: dict[str, list[str]] = {}
+    for cause in dict.fromkeys(r["cause"] for r in open_ if r.get("cause")):
+        alike.setdefault(NUMBER.sub("#", cause), []).append(cause)
+    if alike:
+        return "; ".join(said[0] if len(said) == 1 else
+                         f"{said[0]} (and {plural(len(said) - 1, 'more row')} alike, each with its own numbers in "
+                         "the scorecard)" for said in alike.values())
     return "not traced" if any(r["verdict"] == "differs" for r in open_) else "—"
 
 
