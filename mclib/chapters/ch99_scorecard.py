@@ -42,9 +42,12 @@ FINDINGS = ("per experiment (linked to its chapter), the claims that reproduced 
 
 def findings_shown(ch, rows: list[dict], link: str = ""):
     """`scorecard_tables.findings`, styled; link: the path from the page that shows it to the chapters'
-    pages ("" on this chapter's page, "_executed/" on the landing page)."""
-    return scorecard_tables.findings(rows, link).style.hide(axis="index").set_caption(
-        f"Findings, profile {ch.cfg.name}: {FINDINGS}.")
+    pages ("" on this chapter's page, "_executed/" on the landing page). Its last column, why an
+    experiment's claims differ, is a sentence or more: it is kept wide enough to read as one
+    (the table then scrolls sideways in a narrow window) rather than squeezed beside the counts."""
+    return (scorecard_tables.findings(rows, link).style.hide(axis="index")
+            .set_table_styles([{"selector": "td:last-child", "props": "min-width: 20em"}])
+            .set_caption(f"Findings, profile {ch.cfg.name}: {FINDINGS}."))
 
 
 def rules_shown():
