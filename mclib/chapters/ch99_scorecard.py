@@ -40,13 +40,21 @@ FINDINGS = ("per experiment (linked to its chapter), the claims that reproduced 
             "why its claims differ, as the chapters found it (every row's own cause is in the scorecard below)")
 
 
+# the findings table's longest one-word headers, each with a soft hyphen where it may break, so
+# that the counts' columns leave the causes room beside them in a laptop's text column
+HEADERS = {"experiment": "experi\u00adment", "reproduced": "repro\u00adduced", "provisional": "provi\u00adsional"}
+
+
 def findings_shown(ch, rows: list[dict], link: str = ""):
     """`scorecard_tables.findings`, styled; link: the path from the page that shows it to the chapters'
     pages ("" on this chapter's page, "_executed/" on the landing page). Its last column, why an
     experiment's claims differ, is a sentence or more: it is kept wide enough to read as one
-    (the table then scrolls sideways in a narrow window) rather than squeezed beside the counts."""
-    return (scorecard_tables.findings(rows, link).style.hide(axis="index")
-            .set_table_styles([{"selector": "td:last-child", "props": "min-width: 20em"}])
+    rather than squeezed beside the counts (the whole table fits a 1280-px window's text column,
+    and scrolls sideways in a narrower one)."""
+    table = scorecard_tables.findings(rows, link)
+    return (table.style.hide(axis="index")
+            .relabel_index([HEADERS.get(c, c) for c in table.columns], axis="columns")
+            .set_table_styles([{"selector": "td:last-child", "props": "min-width: 17em"}])
             .set_caption(f"Findings, profile {ch.cfg.name}: {FINDINGS}."))
 
 
