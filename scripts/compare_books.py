@@ -3,14 +3,16 @@
     python scripts/compare_books.py BEFORE_OUT_DIR AFTER_OUT_DIR
 
 Each argument is a `python -m mclib book --out-dir` folder. Compared: the scorecard
-(runs/*/scorecard.json, row by row, each changed field named) and every glued value of every executed chapter
-(its text/plain form; a table's HTML, pandas' random ids left out; figures are compared by
-name only, since PNG bytes carry matplotlib's metadata). Prints each difference and exits 1 if there is any, so a
-refactor that must not change the book can be checked on one machine in one command.
+(runs/*/scorecard.json, row by row, each changed field named) and every glued value of every
+executed chapter (its text/plain form; a table's HTML, pandas' random ids left out; figures are
+compared by name only, since PNG bytes carry matplotlib's metadata). Prints each difference and
+exits 1 if there is any, so a refactor that must not change the book can be checked on one
+machine in one command.
 """
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections import Counter
@@ -18,6 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mclib.core.runs import SCORECARD  # noqa: E402
+
+
+# pandas names each rendering of a Styler's table and cells with a random id ("T_b68ad")
+STYLER_ID = re.compile(r"\bT_[0-9a-f]{5}(?=[_\"\s.#])")
 
 
 def glued(out_dir: Path) -> dict[str, str]:
@@ -34,14 +40,10 @@ def glued(out_dir: Path) -> dict[str, str]:
                 html = "".join(data.get("application/papermill.record/text/html", ""))
                 text = "".join(data.get("application/papermill.record/text/plain", ""))
                 # a table (a pandas Styler) is compared by its HTML, its text form being only its
-                # address; pandas names each rendering's table and cells with a random id
-                # ("T_b68ad"), which says nothing about the book
+                # address, and without the random ids, which say nothing about the book
                 value = STYLER_ID.sub("T_", html) if html else text
                 values[f"{nb_path.stem}:{record['name']}"] = "<figure>" if image else value
     return values
-
-
-STYLER_ID = re.compile(r"\bT_[0-9a-f]{5}(?=[_\"\s.#])")
 
 
 def scorecards(out_dir: Path) -> dict[str, dict]:
@@ -74,8 +76,7 @@ def differences(before: dict, after: dict, what: str) -> list[str]:
                 out.append(f"{what} {key}: {changes}")
         elif before[key] != after[key]:
             b, a = str(before[key]), str(after[key])
-            at = next((i for i, (x, y) in enumerate(zip(b, a)) if x != y), min(len(b), len(a)))
-            start = max(0, at - 60)  # where the two first differ, with some text before it
+            start = max(0, len(os.path.commonprefix((b, a))) - 60)  # where the two first differ, and what leads there
             cut = lambda v: ("…" if start else "") + v[start:start + 200]
             out.append(f"{what} {key}: {cut(b)!r} -> {cut(a)!r}")
     return out
