@@ -1,0 +1,172 @@
+"""How far rounding alone moves seed 1 of the default profile: its drop, the step where its
+convergence rule ends it, and its final level. Not run by the book; its table is
+docs/data/rounding.csv, which chapter 01 and the scorecard read.
+
+    python scripts/rounding_study.py train [--jobs 2] [--runs runs/rounding]   # resumable
+    python scripts/rounding_study.py table [--runs runs/rounding] [--out docs/data/rounding.csv]
+
+Each change below leaves the model, the data stream, the seed and every setting of the
+profile as they are and alters only how the floats are added and multiplied:
+
+- base: the default profile as the book trains it (one thread, compiled, sdpa attention);
+- avx2: the same, on this machine's AVX2 float path instead of AVX-512 (ATen's kernels,
+  Inductor's generated code, MKL and oneDNN held to AVX2 through their environment
+  variables): the float path of the project's AMD Zen 3 machines;
+- threads-2: two threads a run (the matrix products split in other places);
+- attention-eager: the attention as plain matmuls and a softmax (`model.attention: eager`)
+  in place of PyTorch's fused scaled-dot-product kernel;
+- uncompiled: every reduction (LayerNorm, softmax, the loss) in ATen's order instead of
+  Inductor's fused kernels (`train.compile: false`);
+- tf32: the matrix products' inputs rounded to TF32's 10 mantissa bits, as a GPU's tensor
+  cores do (`train.precision: tf32`, emulated; compiled code bypasses the emulation, so
+  uncompiled).
+
+Each run goes to its end by the profile's own rule. `table` reads every finished run
+(`mclib.analyses.evaluate.compare_runs`: drop, end, final training L_mask, the last
+checkpoint's L_mask on 16 384 fresh matrices) and records which float path each ran on.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# change -> (profile overrides, environment)
+CHANGES = {
+    "base": ({}, {}),
+    "avx2": ({}, AVX2),
+    "threads-2": ({"train.threads": 2}, {}),
+    "attention-eager": ({"model.attention": "eager"}, {}),
+    "uncompiled": ({"train.compile": False}, {}),
+    "tf32": ({"train.compile": False, "train.precision": "tf32"}, {}),
+}
+SEED = 1
+FRESH = 16_384
+
+
+def _folder(runs: Path, change: str) -> Path:
+    return runs / f"rounding-{change}-seed{SEED}"
+
+
+def _float_path(env: dict) -> str:
+    import torch
+    isa = env.get("ATEN_CPU_CAPABILITY", torch.backends.cpu.get_cpu_capability()).upper()
+    return f"{isa} ({platform.processor() or platform.machine()}, {_cpu_name()})"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def train(runs: Path, jobs: int, only: list[str]) -> int:
+    import yaml
+
+    from mclib.core.config import load_profile, profile_path
+    from mclib.core.ending import is_complete
+    from mclib.core.runs import run_profile
+
+    base = load_profile(profile_path("cpu"))
+    todo = []
+    for change in only:
+        overrides, env = CHANGES[change]
+        folder = _folder(runs, change)
+        if folder.is_dir() and (folder / "end.json").is_file() and is_complete(run_profile(folder), folder):
+            print(f"rounding: {change} has ended ({folder})")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        params = folder / "study-profile.yaml"
+        profile = base.replace(**{**overrides, "seed": SEED, "name": f"rounding-{change}"})
+        params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+        threads = str(profile.train.threads or 1)
+        run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        (folder / "study.json").write_text(json.dumps({"change": change, "overrides": overrides, "env": env,
+                                                       "float_path": _float_path(env)}, indent=1))
+        todo.append((change, [sys.executable, "-m", "mclib", "train", "--params", str(params), "--out",
+                              str(folder), "--quiet"], run_env, folder))
+    running: list = []
+    failed = 0
+    while todo or running:
+        while todo and len(running) < jobs:
+            change, cmd, env, folder = todo.pop(0)
+            log = open(folder / "study-train.log", "a")
+            print(f"rounding: {change} trains in {folder}", flush=True)
+            running.append((change, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
+        time.sleep(5)
+        for change, p in list(running):
+            if p.poll() is not None:
+                running.remove((change, p))
+                print(f"rounding: {change} ended with exit {p.returncode}", flush=True)
+                failed += p.returncode != 0
+    return 1 if failed else 0
+
+
+def table(runs: Path, out: Path | None) -> int:
+    import pandas as pd
+
+    from mclib.analyses.evaluate import compare_runs
+    from mclib.core.ending import RunEnd, is_complete
+    from mclib.core.runs import run_profile
+
+    folders, meta = {}, {}
+    for change in CHANGES:
+        folder = _folder(runs, change)
+        if not (folder / "end.json").is_file() or not is_complete(run_profile(folder), folder):
+            print(f"rounding: {change} has not ended yet ({folder}): left out")
+            continue
+        folders[change] = folder
+        study = json.loads((folder / "study.json").read_text())
+        end = RunEnd.from_json(json.loads((folder / "end.json").read_text()))
+        meta[change] = {"ended_at": end.step, "ended_by": end.ended, "float_path": study["float_path"],
+                        "overrides": json.dumps(study["overrides"]) if study["overrides"] else "",
+                        "env": " ".join(f"{k}={v}" for k, v in study["env"].items())}
+    if not folders:
+        print("rounding: no run has ended")
+        return 1
+    t = compare_runs(folders, (500, 1000, 2000, 4000), FRESH, 0).join(pd.DataFrame.from_dict(meta, orient="index"))
+    t.index.name = "change"
+    show = ["drop", "ended_at", "ended_by", "final_L_mask", "checkpoint_step", "checkpoint_L_mask_fp32"]
+    print(t[show].to_markdown(floatfmt=".4g"))
+    for col in ("drop", "ended_at", "final_L_mask", "checkpoint_L_mask_fp32"):
+        v = t[col].astype(float)
+        print(f"{col}: {v.min():.5g} to {v.max():.5g} over {len(v)} changes (range {v.max() - v.min():.4g})")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(".tmp")
+        t.to_csv(tmp)
+        os.replace(tmp, out)
+        print(f"written: {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("train", "table"))
+    ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "rounding")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (each one thread, threads-2 two)")
+    ap.add_argument("--only", default=",".join(CHANGES), help="a comma-separated subset of: " + ", ".join(CHANGES))
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "rounding.csv")
+    args = ap.parse_args(argv)
+    only = [c for c in args.only.split(",") if c]
+    bad = [c for c in only if c not in CHANGES]
+    if bad:
+        ap.error(f"unknown change {bad[0]!r} (known: {', '.join(CHANGES)})")
+    return train(args.runs, args.jobs, only) if args.what == "train" else table(args.runs, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
