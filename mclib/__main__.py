@@ -76,7 +76,7 @@ def cmd_slice(args) -> int:
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
-        slices_pack.merge(Path(args.file), root=ledger.parent, ledger_path=ledger)
+        slices_pack.merge(Path(args.file), root=ledger.parent, ledger_path=ledger, revision=args.revision)
     if args.action == "status":
         print(slices.status(ledger))
     return 0
@@ -136,6 +136,8 @@ def slice_args(p: argparse.ArgumentParser) -> None:
                         "cannot fit, else train it detached; finish: wait, execute its chapters, pack results.tgz; "
                         "merge FILE: file a lease's results.tgz under results/; status: the ledger")
     p.add_argument("file", nargs="?", help="merge: the results.tgz")
+    p.add_argument("--revision", help="merge: the revision the lease ran, where it recorded a wrong or no one; "
+                                      "accepted only where its mclib sources hash to the ones that ran")
     p.add_argument("--out-dir", default="slice-work", help="the work folder on the GPU machine (default slice-work)")
     p.add_argument("--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)")
     p.add_argument("--budget-s", type=float, help="start: device seconds left for the slice from now (default: the "

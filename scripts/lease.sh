@@ -52,7 +52,9 @@ spare_s="${SPARE_S:-20}"        # a command ends this long before its limit (sli
 pack_s="${PACK_S:-40}"          # a slice's packing (slices.COLLECT_S) and 10 s, kept from the measurement
 min_bench_s="${MIN_BENCH_S:-15}"  # less than this left for it, the step is not measured
 ledger=(); [ -n "${LEDGER:-}" ] && ledger=(--ledger "$LEDGER")
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# MCLIB_KIT: the kit records the revision of the tree it was built from (mclib.core.repo.git_revision
+# reads it: this copy of the tree has no .git of its own)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 MCLIB_KIT="$kit"
 mkdir -p "$out" "$work"
 elapsed() { echo $(( $(date +%s) - began )); }
 case "${1:-}" in

@@ -34,7 +34,9 @@ working tree); over it the script ends with a one-line error naming the size.
 from __future__ import annotations
 
 import argparse
+import datetime
 import email.parser
+import json
 import re
 import shutil
 import subprocess
@@ -357,6 +359,20 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
     return rows
 
 
+def write_kit_record(kit: Path) -> str:
+    """The tree the kit is built from, recorded in it (mclib.core.repo.KIT_RECORD): its revision and
+    the hash of its mclib sources. A lease's copy of the tree has no .git; mclib.core.repo.git_revision
+    takes the revision from here where the sources that run still hash the same."""
+    sys.path.insert(0, str(ROOT))
+    from mclib.core.repo import KIT_RECORD, git_revision, mclib_sha
+
+    record = {"git": git_revision(), "mclib": mclib_sha(), "built": datetime.datetime.now().isoformat(timespec="seconds")}
+    tmp = kit / f".tmp-{KIT_RECORD}"
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(kit / KIT_RECORD)
+    return f"wrote {kit / KIT_RECORD}: revision {record['git']}, mclib {record['mclib']}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--python", default=DEFAULT_PYTHON, help=f"the node's Python, X.Y (default {DEFAULT_PYTHON})")
@@ -378,6 +394,8 @@ def main(argv=None) -> int:
     except WheelhouseError as e:
         print(f"wheelhouse: error: {e}", file=sys.stderr)
         return 1
+    if args.kit:
+        print(write_kit_record(Path(args.out)))
     print(f"wrote {Path(args.out) / 'requirements.txt'}; on the node: " + (
         f"pip install --no-index --no-deps {args.out}/*.whl (mclib runs from the checkout)" if args.kit
         else f"pip install --no-index --find-links {args.out} -e ."))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -26,13 +27,85 @@ def mclib_sha() -> str:
     return short_sha(*[f.relative_to(REPO).as_posix().encode() + b"\0" + f.read_bytes() for f in files])
 
 
-def git_revision() -> str:
+KIT_RECORD = "revision.json"  # in a GPU lease's kit (scripts/wheelhouse.py --kit): the tree it was built from
+KIT_ENV = "MCLIB_KIT"         # the kit's folder (scripts/lease.sh sets it); default REPO/.kit
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _git_own_revision() -> str | None:
+    """git's revision of HEAD, "-dirty" where a tracked file changed (as `git describe --dirty`;
+    untracked files such as a virtualenv do not make the code different), or None where git has
+    no answer for this project's own folder: no git, or a folder without .git inside another
+    repository, whose revision git would give instead."""
     try:
-        git = lambda *a: subprocess.run(["git", "-C", str(REPO), *a], capture_output=True, text=True,
-                                        check=True).stdout.strip()
-        # dirty = a tracked file changed (as `git describe --dirty`); untracked files such
-        # as a virtualenv in the clone do not make the revision's code different
-        return git("rev-parse", "--short", "HEAD") + ("-dirty" if git("status", "--porcelain",
-                                                                      "--untracked-files=no") else "")
+        if Path(_git("rev-parse", "--show-toplevel")).resolve() != REPO.resolve():
+            return None
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        return _git("rev-parse", "--short", "HEAD") + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return None
+
+
+def kit_record() -> dict | None:
+    """The kit's record of the tree it was built from ({"git", "mclib", "built"}), or None."""
+    kit = REPO / os.environ.get(KIT_ENV, ".kit")  # a relative path is the tree's
+    try:
+        return json.loads((kit / KIT_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def git_revision() -> str:
+    """The revision of the code that runs: git's, where this folder is the top of its own work
+    tree; else the kit's record, where its mclib hash is this tree's (a lease's copy of the tree
+    has no .git); else "unknown", never a guess."""
+    own = _git_own_revision()
+    if own is not None:
+        return own
+    kit = kit_record()
+    if kit and kit.get("git") and kit.get("mclib") == mclib_sha():
+        return str(kit["git"])
+    return "unknown"
+
+
+def revisions_of_mclib(sha: str, commits: int = 400) -> list[str]:
+    """This repository's commits, newest first among its last `commits`, whose mclib/ sources hash
+    to `sha` (`mclib_sha` of that commit's tree) in one unbroken run: the code a result was made
+    with, however it was recorded. Empty where none. Reads git's objects; checks nothing out."""
+    try:
+        revs = _git("rev-list", "--first-parent", f"--max-count={commits}", "HEAD").split()
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    found: list[str] = []
+    for rev in revs:
+        if tree_mclib_sha(rev) == sha:
+            found.append(_git("rev-parse", "--short", rev))
+        elif found:
+            break
+    return found
+
+
+def commit(rev: str) -> str | None:
+    """`rev` (a "-dirty" suffix dropped) as a short commit id of this repository, or None where it is not one."""
+    try:
+        return _git("rev-parse", "--short", "--verify", "--quiet", f"{rev.removesuffix('-dirty')}^{{commit}}") or None
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def tree_mclib_sha(rev: str) -> str:
+    """`mclib_sha` of commit `rev`'s tree, read from git's objects."""
+    listing = [line.split("\t", 1) for line in _git("ls-tree", "-r", rev, "--", "mclib").splitlines()]
+    files = sorted((path, meta.split()[2]) for meta, path in listing if path.endswith(".py"))
+    blobs = subprocess.run(["git", "-C", str(REPO), "cat-file", "--batch"], capture_output=True, check=True,
+                           input="".join(f"{blob}\n" for _, blob in files).encode()).stdout
+    parts, at = [], 0
+    for path, _ in files:  # each object: "<sha> blob <size>\n<bytes>\n"
+        body = blobs.index(b"\n", at) + 1
+        size = int(blobs[at:body].split()[2])
+        parts.append(path.encode() + b"\0" + blobs[body:body + size])
+        at = body + size + 1
+    return short_sha(*parts)

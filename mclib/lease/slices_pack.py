@@ -8,7 +8,6 @@ import datetime
 import gzip
 import json
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
@@ -16,7 +15,7 @@ import time
 from pathlib import Path
 
 from ..core.config import Profile
-from ..core.repo import REPO, git_revision
+from ..core.repo import commit, git_revision, mclib_sha, revisions_of_mclib, tree_mclib_sha
 from ..core.runs import END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, freeze_dir, run_name, write_atomic
 from . import steptable
 from .slices import (LEDGER, LOG_TAIL_KIB, LOGS, METRICS_GZ, REFUSED, RESULTS_TGZ, RETURN_MIB, RUN_FILES, STATE,
@@ -104,17 +103,14 @@ def _pack_into(folder: Path, dest: Path) -> Path:
 # --- what a lease sends back: the results folder ---------------------------------------------
 
 def device_record() -> dict:
-    """What ran it: the GPU's name, torch and CUDA versions, the date, the git revision."""
+    """What ran it: the GPU's name, torch and CUDA versions, the date, the revision of the tree
+    (`git_revision`: git's where the tree is its own repository, else the kit's record) and the
+    hash of its mclib sources, which identifies the code however the revision was known."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                             text=True).stdout.strip()
-    except OSError:
-        rev = ""
     return {"device": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
-            "git": rev}
+            "git": git_revision(), "mclib": mclib_sha()}
 
 
 def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2, 3)) -> Path:
@@ -204,10 +200,12 @@ def _pack(folder: Path, path: Path) -> list[str]:
 
 # --- on the CPU machine ----------------------------------------------------------------------
 
-def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> Path | None:
+def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, revision: str | None = None) -> Path | None:
     """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/. A slice that is not
     the ledger's next, another profile, or another revision than this checkout's is merged
-    with a note printed (and kept in slice.json); files left out are named. A full step table
+    with a note printed (and kept in slice.json); files left out are named. The revision is checked
+    against the hash of the mclib sources that ran (`true_revision`; `revision`: the one the lease
+    ran, given by hand, accepted only where its sources hash the same). A full step table
     in it is committed beside the ledger (`steptable.adopt`). A lease that started no slice
     files nothing but that table, and says why in one line (None)."""
     ledger = read_ledger(ledger_path)
@@ -234,8 +232,15 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
         notes.append(f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})")
     if record.get("precision") != ledger["precision"]:
         notes.append(f"trained in {record.get('precision')}, the ledger's precision is {ledger['precision']}")
-    if record["git"].split("-")[0] != git_revision().split("-")[0]:
-        notes.append(f"ran at revision {record['git']}, this checkout is {git_revision()}")
+    ran = record.get("mclib") or _manifest(dest).get("mclib")
+    revision, why = true_revision(record.get("git") or "unknown", ran, given=revision)
+    if why:
+        notes.append(why)
+        _set_revision(dest, record, revision)
+    if ran:
+        here = mclib_sha()
+        print(f"slice merge: the lease ran mclib {ran}; this checkout's is "
+              + ("the same" if ran == here else f"{here}: the library changed since"))
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
     if planned is not None and size > planned.results_mib:
@@ -250,3 +255,61 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER) -> 
     write_atomic(dest / STATE, lambda f: f.write_text(json.dumps(record, indent=1)))
     print(f"slice {record['slice']}: merged into {dest}")
     return dest
+
+
+def _manifest(dest: Path) -> dict:
+    f = Path(dest) / "book" / "manifest.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def true_revision(recorded: str, ran: str | None, given: str | None = None) -> tuple[str, str | None]:
+    """(the revision of the code a lease ran, a note where it is not the one it recorded). `ran`: the
+    hash of the mclib sources that ran (its record's, or its chapters' manifest's). The recorded
+    revision stands where it is a commit of this repository whose sources hash to `ran`; `given`
+    stands where its sources do; otherwise "unknown", with the commits whose sources match named."""
+    if given is not None:
+        found = commit(given)
+        if found is None:
+            raise SliceError(f"--revision {given!r} is not a commit of this repository")
+        if ran and tree_mclib_sha(found) != ran:
+            raise SliceError(f"--revision {given}: its mclib sources hash to {tree_mclib_sha(found)}, the lease ran {ran}")
+        return found, (f"revision {found}, given to merge: the lease recorded {recorded}, and {found}'s mclib "
+                       f"sources hash to the {ran} that ran" if ran else
+                       f"revision {found}, given to merge: the lease recorded {recorded} and no mclib hash to check it by")
+    own = commit(recorded) if recorded != "unknown" else None
+    if own is not None and (ran is None or tree_mclib_sha(own) == ran):
+        return recorded, None
+    if recorded == "unknown":
+        why = "the lease could not tell its revision"
+    elif own is None:
+        why = f"the lease recorded revision {recorded}, not a commit of this repository (git answered for a folder above the tree)"
+    else:
+        why = f"the lease recorded revision {recorded}, whose mclib sources are not the ones that ran"
+    matches = revisions_of_mclib(ran) if ran else []
+    found = (f"; its mclib sources ({ran}) are those of {', '.join(matches)} (give the one that ran with --revision)"
+             if matches else f"; no recent commit has its mclib sources ({ran})" if ran else "")
+    return "unknown", why + found + ": revision unknown"
+
+
+def _set_revision(dest: Path, record: dict, revision: str) -> None:
+    """Write `revision` wherever the lease's files named the one it recorded (slice.json keeps that
+    one as git_recorded): device.json, the chapters' manifest, the step table."""
+    recorded = record.get("git")
+    record["git_recorded"], record["git"] = recorded, revision
+    for name in ("device.json", "book/manifest.json"):
+        f = Path(dest) / name
+        if f.is_file():
+            data = json.loads(f.read_text())
+            data["git"] = revision
+            for nb in data.get("notebooks", []):
+                if nb.get("git") == recorded:
+                    nb["git"] = revision
+            write_atomic(f, lambda out, d=data: out.write_text(json.dumps(d, indent=1)))
+    table = Path(dest) / STEP_TABLE
+    if table.is_file():
+        import pandas as pd
+
+        t = pd.read_csv(table)
+        if "git" in t.columns:
+            t["git"] = t["git"].astype(str).where(t["git"].astype(str) != str(recorded), revision)
+            write_atomic(table, lambda out: t.to_csv(out, index=False))
