@@ -78,18 +78,18 @@ def train(runs: Path, jobs: int, only: list[str]) -> int:
 
     from mclib.core.config import load_profile, profile_path
     from mclib.core.ending import is_complete
-    from mclib.core.runs import run_profile
+    from mclib.core.runs import END, run_profile
 
     base = load_profile(profile_path("cpu"))
     todo = []
     for change in only:
         overrides, env = CHANGES[change]
         folder = _folder(runs, change)
-        if folder.is_dir() and (folder / "end.json").is_file() and is_complete(run_profile(folder), folder):
+        if folder.is_dir() and (folder / END).is_file() and is_complete(run_profile(folder), folder):
             print(f"rounding: {change} has ended ({folder})")
             continue
         folder.mkdir(parents=True, exist_ok=True)
-        params = folder / "study-profile.yaml"
+        params = folder / "study-params.yaml"
         profile = base.replace(**{**overrides, "seed": SEED, "name": f"rounding-{change}"})
         params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
         threads = str(profile.train.threads or 1)
@@ -120,17 +120,17 @@ def table(runs: Path, out: Path | None) -> int:
 
     from mclib.analyses.evaluate import compare_runs
     from mclib.core.ending import RunEnd, is_complete
-    from mclib.core.runs import run_profile
+    from mclib.core.runs import END, run_profile
 
     folders, meta = {}, {}
     for change in CHANGES:
         folder = _folder(runs, change)
-        if not (folder / "end.json").is_file() or not is_complete(run_profile(folder), folder):
+        if not (folder / END).is_file() or not is_complete(run_profile(folder), folder):
             print(f"rounding: {change} has not ended yet ({folder}): left out")
             continue
         folders[change] = folder
         study = json.loads((folder / "study.json").read_text())
-        end = RunEnd.from_json(json.loads((folder / "end.json").read_text()))
+        end = RunEnd.from_json(json.loads((folder / END).read_text()))
         meta[change] = {"ended_at": end.step, "ended_by": end.ended, "float_path": study["float_path"],
                         "overrides": json.dumps(study["overrides"]) if study["overrides"] else "",
                         "env": " ".join(f"{k}={v}" for k, v in study["env"].items())}

@@ -75,22 +75,24 @@ needs_slice = pytest.mark.skipif(RESULTS is None or not (RESULTS / "slice.json")
 
 @needs_slice
 def test_slice_a_re_judged_by_todays_rules():
+    """The newest slice A (an H200, 2026-11-28, cut at step 29,745), judged again by today's rules."""
     found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS)}
     by = lambda i: [r for k, r in found.items() if k[0] == i]
-    assert all(r["verdict"] == "n/a" and "not at the paper's pre step 4,000" in r["na"] for r in by("E2"))
-    assert all(r["verdict"] == "n/a" and "the book's earlier choice of heads" in r["na"] for r in by("E4"))
-    assert by("E13")[0]["verdict"] == "n/a" and "too close for the test to fail" in by("E13")[0]["na"]
-    assert by("B1")[0]["verdict"] == "n/a" and by("B1")[0]["was"] == "fails"
+    assert by("E2") and not [r for r in by("E2") if "not at the paper's pre step" in (r.get("na") or "")]  # read at 4,000
+    assert by("B1")[0]["verdict"] == "n/a"
     post = found[("E3", "post L_mask / E[X²]")]
-    assert post["verdict"] == "differs" and post["provisional"].startswith("reads step 16,591")
+    assert post["verdict"] == "differs" and post["provisional"].startswith("reads step 29,745")
     every = found[("E8", "every layer patched: masked MSE to X / E[X²]")]
     assert every["paper"] is None and every["verdict"] == "cannot fail"
     assert all("12-layer, 12-head model" in r["reading"] for r in by("E11"))
+    drop = found[("E1", "drop step")]  # one seed: judged against how far rounding alone moved seed 1's drop
+    assert drop["rounding"] >= 1_000 and "rounding alone moved seed 1's drop step" in drop["reading"]
+    assert drop["verdict"] == "too close to tell" and "within the rounding spread" in drop["rejudged"]
     t = scorecard_tables.tally(list(found.values()))
     assert t["provisional"] > 0 and sum(v for k, v in t.items() if k != "rows") == t["rows"]
-    # the longer run of the same seed is shown beside slice A, with its path and date
+    # the longer run of the same seed is shown beside slice A, whatever its device, with its path and date
     table = reference.runs_table(RESULTS)
-    assert "seed 1, 2026-11-24 run" in set(table["run"]) and table["path"].str.contains("2026-11-24").any()
+    assert any(r.startswith("seed 1, 2026-11-24 run on ") for r in table["run"]) and table["path"].str.contains("2026-11-24").any()
 
 
 @needs_slice
@@ -113,16 +115,17 @@ def test_no_page_of_the_paper_part_states_a_verdict_its_row_does_not_hold(tmp_pa
 @pytest.mark.slow
 @needs_slice
 def test_slice_a_s_rules_apply_evenly(tmp_path):
-    """Slice A re-judged (2026-11-27): every reading at a pre-shift step the paper did not read
-    moved (E1, from the training curve) or n/a (E6 post with pre's QKV, E9); the drop step
-    counted once, with the laptop's relative seed spread (chapter 07's row) as its error; no CPU
-    number in its column; every direction row judged by today's rule with the rule its chapter
+    """Slice A re-judged (the H200's of 2026-11-28): its pre-shift readings at the paper's pre step
+    4,000 as the lease read them; the drop step counted once, with the laptop's relative seed spread
+    (chapter 07's row) as its error and seed 1's rounding spread over every lease that trained it;
+    no CPU number in its column; every direction row judged by today's rule with the rule its chapter
     declares; the 44,450-step run's E1 end readings beside slice A's, from its metrics."""
     from mclib.chapters import ch01_train, ch07_beyond
     from mclib.book.runner import declared
     from mclib.core.config import load_profile, profile_path
     from mclib.core.data import copy_level
     from mclib.core.metrics import last_tenth
+    from mclib.lease import same_seed
 
     laptop = [ch07_beyond.seeds_row({1: 10863, 2: 8132, 3: 9878}, load_profile(profile_path("cpu")))]
     found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS, laptop=laptop)}
@@ -131,16 +134,16 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     for q, col in (("pre-shift L_mask / E[X²]", "L_mask"), ("pre-shift L_obs / E[X²]", "L_obs")):
         r = found[("E1", q)]
         assert r["ours"] == pytest.approx(float(ch01_train.losses_at(m, scorecard_stage.PAPER_PRE)[col]) / level)
-        assert "moved from step 2,000 to the paper's pre step 4,000" in r["rejudged"]
     for key in (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess of any head, pre-shift")):
-        assert found[key]["verdict"] == "n/a" and "not at the paper's pre step 4,000" in found[key]["na"], key
-    # the drop step: once, its error the laptop's relative seed spread
+        assert "not at the paper's pre step" not in (found[key].get("na") or ""), key
+    # the drop step: once, its error the laptop's relative seed spread, judged against its rounding spread
     once, twice = found[("E1", "drop step")], found[("E1", "drop step, over seeds")]
     assert twice["verdict"] == "n/a" and twice["na"] == ch07_beyond.ONE_SEED
     rel = laptop[0]["spread"] / laptop[0]["ours"]
     assert once["spread"] == pytest.approx(rel * once["ours"])
+    assert once["rounding"] == same_seed.drop_spread(RESULTS.parent).range
     assert once["verdict"] == scorecard_rules.judge("number", paper=once["paper"], ours=once["ours"],
-                                                    spread=once["spread"])
+                                                    spread=once["spread"], rounding=once["rounding"])
     assert "laptop edition's relative seed spread" in once["reading"]
     # no CPU number in the paper column
     assert found[("F4a", next(q for i, q in found if i == "F4a"))]["ours"] is None
@@ -157,8 +160,6 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
         assert rule, (r["id"], r["quantity"])
         again = scorecard_rules.judge(r["kind"], paper=r.get("paper"), ours=r["ours"], se=r.get("se"), **rule)
         assert again in (r["verdict"], scorecard_rules.CLOSE), (r["id"], r["quantity"], again, r["verdict"])
-    e5 = found[("E5", "identity heads ablated, uniform (the paper's text): ablated / unablated L_mask")]
-    assert e5["verdict"] == scorecard_rules.CLOSE and e5["was"] == "differs"
     assert not any("recorded no" in (r.get("na") or "") for r in found.values())
     # the provisional rows split by what they say so far, from the rows
     split = scorecard_tables.provisional_split(list(found.values()))
@@ -169,10 +170,13 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     whole = reference.read_metrics(RESULTS.parent / "paper-NVIDIA-H100-80GB-HBM3-2026-11-24" / "runs" / "paper-seed1")
     tail = last_tenth(whole)
     final = ends.loc["final L / (p_mask · E[X²]), last 10 % of steps"]
-    assert final[longer] == pytest.approx(float(tail["L"].mean()) / (0.3 * level)) and final[f"{longer}: verdict"] == "differs"
+    assert final[longer] == pytest.approx(float(tail["L"].mean()) / (0.3 * level))
+    said = final[f"{longer}: verdict"]  # by the same rule, with the same rounding spread (where measured)
+    assert said == next(r for r in reference.training_rows(RESULTS.parent / "paper-NVIDIA-H100-80GB-HBM3-2026-11-24")
+                        if r["quantity"] == final.name)["verdict"]
     drop = ends.loc["pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)"]
     assert drop[longer] == pytest.approx(float(ch01_train.losses_at(whole, scorecard_stage.PAPER_PRE)["L_mask"])
                                          / float(tail["L_mask"].mean()))
     first = part.stage(tmp_path, slices.LEDGER, laptop)[0].read_text()
-    assert f"{final[longer]:.3g} (differs)" in first and longer in first
+    assert f"{final[longer]:.3g} ({said})" in first and longer in first
     assert scorecard_tables.provisional_text(list(found.values())) in first

@@ -51,7 +51,7 @@ FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", 
 # cannot tell (`record`): like RULE_FIELDS, not in every row.
 # What a rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
 # values and order): `record` keeps them in the row, so a recorded row can be judged again by today's rule.
-RULE_FIELDS = ("margin", "reference", "sense", "values", "order")
+RULE_FIELDS = ("margin", "reference", "sense", "values", "order", "rounding")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading", "cause")
 
 

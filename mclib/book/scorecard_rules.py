@@ -73,39 +73,50 @@ def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str)
     return CLOSE
 
 
-def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
-           margin: float | None = None) -> str:
+def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
+           margin: float | None = None, rounding: float | None = None) -> str:
     """A number, as the paper reports it (on the same task, or a scale-free quantity of
     the profile's task). The band that agrees: within margin·|paper| of the paper's number,
     margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
     spread the standard deviation over seeds (a single run of the paper is one draw).
     *matches* when the interval lies inside the band; *differs* when it lies outside it
     (|ours − paper| > 2·√(se² + spread²) + margin·|paper|), or when we have no number
-    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none."""
+    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none.
+    rounding: how far changes that alter only the float arithmetic moved this quantity in
+    one run (`mclib.analyses.rounding`): the paper's number within it of ours is *too close to
+    tell*, and it widens our interval besides."""
     if _missing(paper):
         return "n/a"
     if _missing(ours):
         return "differs"
     m = MARGINS["number"] if margin is None else margin
-    half = 2 * _se(se, spread)
+    r = 0.0 if _missing(rounding) else abs(float(rounding))
+    if r and abs(ours - paper) <= r:
+        return CLOSE
+    half = 2 * _se(se, spread) + r
     return _banded(ours - half, ours + half, paper - m * abs(paper), paper + m * abs(paper), "matches")
 
 
-def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
-          margin: float | None = None) -> str:
+def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
+          margin: float | None = None, rounding: float | None = None) -> str:
     """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
     compared on the log scale. The band that agrees: within a factor 1 + margin of the
     paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours.
     *matches* when the interval lies inside the band; *differs* when it lies outside it
     (|ln(ours / paper)| > ln(1 + margin) + 2·√(se² + spread²) / ours), or when ours is
     missing or not positive; *too close to tell* when it reaches both; *n/a* when the paper
-    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio)."""
+    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio).
+    rounding: as for a number, in the ratio's units; on the log scale it counts as
+    ln(1 + rounding / ours)."""
     if _missing(paper):
         return "n/a"
     if _missing(ours) or ours <= 0 or paper <= 0:
         return "differs"
     m = MARGINS["ratio"] if margin is None else margin
-    x, half, band = math.log(ours), 2 * _se(se, spread) / ours, math.log1p(m)
+    r = 0.0 if _missing(rounding) else math.log1p(abs(float(rounding)) / ours)
+    if r and abs(math.log(ours / paper)) <= r:
+        return CLOSE
+    x, half, band = math.log(ours), 2 * _se(se, spread) / ours + r, math.log1p(m)
     return _banded(x - half, x + half, math.log(paper) - band, math.log(paper) + band, "matches")
 
 
@@ -193,13 +204,13 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
-          sense=None, values=None, order=None, na: str | None = None) -> str:
+          sense=None, values=None, order=None, rounding=None, na: str | None = None) -> str:
     """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
     "n/a" (e.g. an empty group: nothing to test)."""
     if na:
         return "n/a"
     if kind in ("number", "ratio"):
-        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
+        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin, rounding=rounding)
     if kind == "direction":
         return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
     if kind == "finding":
@@ -216,7 +227,8 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 def row_verdict(row: dict) -> str:
     """The verdict `record` will give `row` (a `claim`), without writing it: what a
     sentence that speaks for the row passes to `agreement`."""
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
+    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "rounding", "na")
+            if k in row}
     return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 

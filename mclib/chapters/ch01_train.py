@@ -20,7 +20,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from ..analyses import sharpness
+from ..analyses import rounding, sharpness
 from ..analyses.sharpness import ABRUPT, SETTLE, Shape
 from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, SLOPE_BLOCKS,
                             end_slope, last_tenth, window_mean)
@@ -276,7 +276,7 @@ def findings(ch: Chapter) -> dict:
             "pre_step": e1_pre_step(ch), "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
             "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
             "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
-            "drop_factor": float(pre["L_mask"] / final_L_mask)}
+            "drop_factor": float(pre["L_mask"] / final_L_mask), "rounding_text": rounding.finding(rounding.study())}
 
 
 # The drop step is compared with the paper's only where the task, the model and the
@@ -350,14 +350,19 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     if row["id"] != "E1":
         return row, []
     if row["quantity"] == "drop step" and row.get("spread") is None and not row.get("na") and row.get("ours"):
-        spread = seed_spread(recorded.laptop)
-        if spread is None:
-            new["na"] = ("the drop step of one seed has no spread of its own, and the laptop edition's seeds, whose "
-                         "relative spread would stand in for it, are not known here")
-        else:
+        spread, rounded = seed_spread(recorded.laptop), recorded.rounding.get("drop step")
+        if spread is not None:
             new["spread"] = spread[0] * row["ours"]
             new["reading"] = f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
             why.append(f"judged with {spread[1]}")
+        if rounded is not None:
+            new["rounding"] = rounded.range
+            new["reading"] = f"{new.get('reading', '')}; {rounded.text(True)}"
+            why.append(f"judged against its rounding spread ({rounded.range:,.0f} steps)"
+                       + ("" if spread else ", the laptop edition's seed spread not known here"))
+        elif spread is None:
+            new["na"] = ("the drop step of one seed has no spread of its own, and neither the laptop edition's seeds, "
+                         "whose relative spread would stand in for it, nor a rounding spread are known here")
     if row.get("chapter") == CHAPTER and row["quantity"].startswith("pre-shift"):
         glued = (recorded.glued(CHAPTER, "pre_step") or "").replace(",", "").strip("'\"")
         pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
@@ -384,7 +389,7 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
     p_mask, rank = profile.data.p_mask, profile.data.rank
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
     final_L, final_L_se = final
-    return [
+    return with_rounding([
         claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
               "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
               paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
@@ -392,12 +397,12 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
               f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
               f"{COPIES:g} counts)", paper=PAPER[("E3", "pre L_obs")] / paper_lvl, kind="direction",
               **RULES[PRE_L_OBS], se=pre.get("L_obs_se", 0) / ours_lvl),
-        claim("E1", "final L / (p_mask · E[X²]), last 10 % of steps", final_L / (p_mask * ours_lvl),
+        claim("E1", FINAL_L, final_L / (p_mask * ours_lvl),
               "the paper's final L over its copying model's L (paper: 50 000 steps)",
               paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
         drop_step_claim("drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile),
         *([] if final_mask is None else [claim(
-            "E1", "pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)",
+            "E1", FINAL_RATIO,
             pre["L_mask"] / final_mask[0], f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
             paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")], kind="ratio",
             se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]))]),
@@ -406,7 +411,22 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
                f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
                f"level by step {shape.settled:,}") + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
               kind="direction", **RULES[PLATEAU_FALL]),
-    ]
+    ], rounding.study())
+
+
+FINAL_L = "final L / (p_mask · E[X²]), last 10 % of steps"
+FINAL_RATIO = "pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)"
+
+
+def with_rounding(rows: list[dict], spreads: dict) -> list[dict]:
+    """E1's rows that read the final level, each with how far rounding alone moved the final
+    L_mask of one run (`mclib.analyses.rounding.study`, as a factor: the default profile's,
+    standing in where the setting has none of its own) as its `rounding`, and said in its reading."""
+    final = spreads.get("final_L_mask")
+    if final is None:
+        return rows
+    return [{**r, "rounding": final.around(r["ours"], relative=True), "reading": f"{r['reading']}; {final.text(False)}"}
+            if r["quantity"] in (FINAL_L, FINAL_RATIO) and r.get("ours") else r for r in rows]
 
 
 def e1_rows(ch: Chapter) -> list[dict]:
@@ -454,7 +474,7 @@ def paper_glue(rows: list[dict]) -> dict:
     """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows
     (`e1_rows`)."""
     by = {r["quantity"]: r for r in rows}
-    obs, final = by["pre-shift L_obs / E[X²]"], by["final L / (p_mask · E[X²]), last 10 % of steps"]
+    obs, final = by["pre-shift L_obs / E[X²]"], by[FINAL_L]
     return {"paper_pre_L_obs_rel": obs["paper"], "final_L_rel": final["ours"], "paper_final_L_rel": final["paper"]}
 
 

@@ -178,6 +178,7 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
 
 
 E1_FIGURE = "paper-runs-loss.png"
+SEED1_FIGURE = "paper-seed1-runs.png"
 
 
 def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None) -> str:
@@ -199,9 +200,15 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
         ends = reference.end_rows_beside(first, name, laptop)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what the table needs: said, not raised
         return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
-    figure.savefig(folder / E1_FIGURE, dpi=110, metadata={"Software": None})
     import matplotlib.pyplot as plt
-    plt.close(figure)
+
+    from . import same_seed
+
+    seed1 = same_seed.figure(first.parent, name)
+    for fig, file in ((figure, E1_FIGURE), (seed1, SEED1_FIGURE)):
+        fig.savefig(folder / file, dpi=110, metadata={"Software": None})
+        plt.close(fig)
+    drops = same_seed.drop_spread(first.parent, name)
     step = lambda x: "—" if _missing(x) else f"{int(x):,}"
     lines = [f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
              f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
@@ -219,6 +226,11 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
             "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
             f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
             "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
+            f"```{{figure}} {SEED1_FIGURE}\n:name: paper-seed1-runs\n\nSeed 1 on every lease that trained it "
+            "(`mclib.lease.same_seed.figure`), the superseded runs included: the same seed and data stream, so "
+            "what sets the curves apart is the float arithmetic of each device and step variant. "
+            + (f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that spread."
+               if drops else "One run so far: no spread of its own.") + "\n```\n\n"
             + _end_rows_text(ends)
             + (f"{counts} {reference.rejudged_text(first, name, laptop)}\n" if counts else ""))
 

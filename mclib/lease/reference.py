@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -106,19 +106,17 @@ def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
 def earlier_runs(folder: Path, name: str = "paper") -> dict[str, Path]:
     """The book's seed (seed 1) trained in a results folder beside the slices that is not a
     slice (no slice.json: a run of the whole book before the slices, e.g. 2026-11-24's to step
-    44,450), on the same kind of device: label ("seed 1, DATE run") -> run folder. {} for a
+    44,450), whatever device ran it: label ("seed 1, DATE run on DEVICE") -> run folder. {} for a
     folder that is not a slice (it is itself that run's folder)."""
     if _slice_name(folder) is None:
         return {}
-    device = json.loads((folder / "device.json").read_text()).get("device")
     found = {}
     for f in sorted(folder.parent.glob(f"{name}-*")):
         run = f / "runs" / run_name(name, 1)
         if (f / "slice.json").is_file() or not (f / "device.json").is_file() or not _has_metrics(run):
             continue
         dev = json.loads((f / "device.json").read_text())
-        if dev.get("device") == device:
-            found[f"seed 1, {dev.get('date', f.name)} run"] = run
+        found[f"seed 1, {dev.get('date', f.name)} run on {dev.get('device', 'an unnamed device')}"] = run
     return found
 
 
@@ -320,6 +318,7 @@ class Recorded:
     glued: Callable[[str, str], str | None]
     laptop: list[dict] | None = None
     curve: Callable[[], list[dict]] = list
+    rounding: dict = field(default_factory=dict)  # quantity -> `mclib.analyses.rounding.Spread` at this setting
 
 
 # What each kind of claim's rule needs besides the numbers (`scorecard_rules.judge`).
@@ -352,8 +351,12 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
         steps = _book_steps(folder, name)
     except (FileNotFoundError, KeyError, ValueError):
         steps = None
+    from .same_seed import drop_spread
+
+    drops = drop_spread(folder.parent, name) if _slice_name(folder) is not None else None
     recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)), laptop,
-                        functools.cache(lambda: training_rows(_book_folder(folder, name), name)))
+                        functools.cache(lambda: training_rows(_book_folder(folder, name), name)),
+                        {"drop step": drops} if drops else {})
     rules, recover = declared("rejudged"), declared("rule_of")
     out, whys = [], []
     for r in found:
@@ -382,6 +385,8 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
         if new["verdict"] != r["verdict"]:
             why.insert(0, f"{r['verdict']} → {new['verdict']}" + (
                 f" ({new['na']})" if new.get("na") else
+                f" (the paper's value lies within the rounding spread of ours, {new['rounding']:,.4g})"
+                if new["verdict"] == scorecard_rules.CLOSE and _within_rounding(new) else
                 f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
                 "agrees with the paper and what does not)" if new["verdict"] == scorecard_rules.CLOSE else
                 f" (today's {new.get('kind', 'number')} rule)"))
@@ -390,6 +395,11 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
         if why:
             new["was"], new["rejudged"] = r["verdict"], "; ".join(why)
     return out
+
+
+def _within_rounding(row: dict) -> bool:
+    r, ours, paper = row.get("rounding"), row.get("ours"), row.get("paper")
+    return None not in (r, ours, paper) and abs(ours - paper) <= r
 
 
 def chapters_run(folder: Path) -> list[str]:
