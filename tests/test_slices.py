@@ -3,6 +3,7 @@ smoke profile: the two commands of a lease, with only what the GPU image and the
 importable, then the merge on the CPU side."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -475,3 +476,51 @@ def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_
     slices_run.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
     assert "E15's runs not started" in capsys.readouterr().out
     assert not (tmp_path / "work" / "runs" / "smoke-seed1" / "freeze").exists()
+
+
+# --- the slice's own record: how the trainer ended, its progress, its deadline and achieved step ----
+
+def test_the_trainer_logs_a_line_every_train_log_every_steps(tmp_path, capsys, monkeypatch):
+    """The detached trainer (in-process here) prints the step, L_mask and the ms a step since the
+    last line, every TRAIN_LOG_EVERY steps (20 here; 1 000 on a lease): a cut leaves a trace."""
+    monkeypatch.setattr(slices, "TRAIN_LOG_EVERY", 20)
+    ledger = slices.read_ledger(_ledger(tmp_path, chapters=()))
+    ppath = tmp_path / "slice.yaml"
+    ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, ledger["slices"][0]).to_dict(), sort_keys=False))
+    slices_run.train_slice(ppath, tmp_path / "work", time.time() + 600)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("smoke-seed1 step")]
+    assert [line.split(":")[0] for line in lines] == ["smoke-seed1 step 20", "smoke-seed1 step 40", "smoke-seed1 step 60"]
+    assert all(re.fullmatch(r"smoke-seed1 step \d+: L_mask [0-9.e+-]+, \d+\.\d ms a step", line) for line in lines)
+
+
+def test_the_logging_stop_still_stops_where_the_run_s_own_stop_does(capsys):
+    calls = []
+    logged = slices_run._logging(lambda rows: calls.append(rows[-1]["step"]) or rows[-1]["step"] >= 3000, "r", 1000)
+    rows = []
+    for step, wall in ((500, 5.0), (1000, 10.0), (1500, float("nan")), (2050, 22.6), (3000, 40.0)):
+        rows.append({"step": step, "L_mask": 0.5, "wall": wall})
+        stopped = logged(rows)
+    assert stopped and calls == [500, 1000, 1500, 2050, 3000]
+    assert capsys.readouterr().out.splitlines() == ["r step 1,000: L_mask 0.5, 10.0 ms a step",
+                                                    "r step 2,050: L_mask 0.5, 12.0 ms a step",
+                                                    "r step 3,000: L_mask 0.5, 18.3 ms a step"]
+
+
+def test_slice_json_records_the_deadline_the_steps_reached_and_the_achieved_step(tmp_path, monkeypatch,
+                                                                                  slice_trained):
+    """A trainer that ended by itself beside a run cut at its deadline: training_stop cannot be read
+    against ended "cut"; the deadline (s) and each run's steps and median ms a step are kept."""
+    work = slice_trained(deadline=1000.0, started=650.0, budget_s=1.0, chapters=[])
+    run = work / "runs" / "smoke-seed1"
+    run.mkdir(parents=True)
+    nan = float("nan")
+    walls = [0.1, nan, 0.2, 0.32, 0.46, 0.56]   # 10 steps a flush: 10, 12, 14 and 10 ms a step (median 11)
+    pd.DataFrame({"step": [10, 15, 20, 30, 40, 50], "L_mask": 0.5, "wall": walls}).to_csv(run / "metrics.csv",
+                                                                                          index=False)
+    monkeypatch.setattr(slices_run, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
+    with tarfile.open(slices_run.finish(work, tmp_path / "out")) as tar:
+        record = json.loads(tar.extractfile(slices.STATE).read())
+    assert record["training_stop"] == "the trainer ended by itself (at its deadline or its run's end)"
+    assert "cut" not in record["training_stop"]
+    assert record["train_deadline_s"] == 350.0
+    assert record["achieved"] == {"1": {"steps": 50, "ms_step": 11.0}}

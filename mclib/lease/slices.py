@@ -48,10 +48,11 @@ from ..core.repo import REPO
 from . import steptable
 from ..core.runs import END, METRICS, PROFILE, SCORECARD
 
-LEDGER = REPO / "results" / "paper-slices.yaml"
+LEDGER = REPO / "results" / steptable.LEDGER_NAME
 STATE = "slice.json"           # in the work folder: the slice in flight; in a result folder: the slice done
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
+TRAIN_LOG_EVERY = 1000         # the detached trainer's line in TRAIN_LOG (step, L_mask, ms a step) every this many steps
 RETURN_MIB = 16                # the largest file a lease sends back
 RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.step.STEP_RAN);
                                                      # METRICS is gzipped

@@ -30,6 +30,7 @@ from ..core.repo import REPO
 from ..core.runs import write_atomic
 
 COMMITTED = "lease_step.csv"   # beside the ledger (results/): each device's last full table, its key in every row
+LEDGER_NAME = "paper-slices.yaml"  # the plan (mclib.lease.slices.LEDGER), whose `device` is the kind lent now
 STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/step.py", "mclib/core/precision.py",
               "mclib/core/graphstep.py", "mclib/core/data.py", "mclib/core/metrics.py")
 KEY = ("step_hash", "torch", "device", "precision")
@@ -138,21 +139,23 @@ def stands(committed: Path, now: dict) -> tuple[str | None, str]:
                              f"{best['variant']} ({best['ms_step']:.1f} ms) are checked")
 
 
-def planned_device() -> str | None:
-    """The device kind the plan names (results/paper-slices.yaml's `device`: the kind lent now)."""
-    from .slices import LEDGER, read_ledger
+def planned_device(committed: Path) -> str | None:
+    """The device kind the plan beside `committed` names (its `device`: the kind lent now), or None."""
+    import yaml
 
-    return read_ledger(LEDGER).get("device")
+    ledger = Path(committed).parent / LEDGER_NAME
+    return (yaml.safe_load(ledger.read_text()) or {}).get("device") if ledger.is_file() else None
 
 
 def same_files(committed: Path, device: str | None = None) -> bool:
-    """Whether `device`'s committed table (default: the device kind the plan names) measured this
-    checkout's step files (torch and precision are the lease's to tell)."""
+    """Whether `device`'s committed table (default: the device kind the plan beside it names)
+    measured this checkout's step files (torch and precision are the lease's to tell)."""
     committed = Path(committed)
     t, _ = _read(committed)
-    if t is None:
+    device = device if device is not None else planned_device(committed)
+    if t is None or device is None:
         return False
-    mine = rows(t, device if device is not None else planned_device())
+    mine = rows(t, device)
     return len(mine) > 0 and str(mine["step_hash"].iloc[0]) == step_hash()
 
 
