@@ -78,7 +78,7 @@ def cmd_slice(args) -> int:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
         slices_pack.merge(Path(args.file), root=ledger.parent, ledger_path=ledger, revision=args.revision)
     if args.action == "status":
-        print(slices.status(ledger))
+        print(slices.status(ledger, device=args.device))
     return 0
 
 
@@ -151,6 +151,8 @@ def slice_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
                                                     "from now for the chapters not yet executed")
     p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
+    p.add_argument("--device", help="status: plan with this device kind's committed step table (default the ledger's "
+                                    "`device`, the kind lent now: NVIDIA H200)")
 
 
 def solvers_args(p: argparse.ArgumentParser) -> None:

@@ -107,7 +107,7 @@ def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monke
     monkeypatch.setattr(runner, "build", lambda *a, **kw: {}["a key no chapter has"])
     record, _ = _packed(slices_run.finish(work, tmp_path / "out"))
     assert record["chapter_error"] == "01_train: KeyError: 'a key no chapter has'"
-    assert record["chapters_not_run"] == ["02_copying"] and record["training_stop"] == "ended by itself"
+    assert record["chapters_not_run"] == ["02_copying"] and record["training_stop"] == slices_run.ENDED_ITSELF
 
 
 # --- the step's measurement ----------------------------------------------------------------
@@ -462,7 +462,7 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
         assert record["slice"] == "A" and "lease_step.csv" in names and slices.TRAIN_LOG in names, (names, said)
         assert table.loc["eager", "status"] == "ran"
     if fault == "none":
-        assert record["training_stop"] == "ended by itself"
+        assert record["training_stop"] == slices_run.ENDED_ITSELF
         assert record["ends"]["1"]["ended"] == "cut"
         assert record["train_step_ran"]["1"]["ran"] == "eager"
         assert "runs/smoke-seed1/metrics.csv.gz" in names and "runs/smoke-seed1/step.json" in names

@@ -117,7 +117,7 @@ def test_where_the_committed_table_measured_this_step_only_eager_and_its_choice_
     assert _bench().main(args) == 0
     t = pd.read_csv(out)
     assert list(t["variant"]) == ["eager", "bf16", "compile"] and set(t["mode"]) == {"full"}
-    assert steptable.adopt(out, tmp_path / "adopted.csv").endswith(f"committed as {tmp_path / 'adopted.csv'}")
+    assert steptable.adopt(out, tmp_path / "adopted.csv").endswith(f"written as {tmp_path / 'adopted.csv'}")
 
 
 def test_a_compiled_variant_trains_only_where_its_compile_pays_within_the_lease(tmp_path):

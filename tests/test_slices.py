@@ -3,6 +3,7 @@ smoke profile: the two commands of a lease, with only what the GPU image and the
 importable, then the merge on the CPU side."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -136,7 +137,125 @@ def test_a_joint_slice_done_counts_its_members_done(tmp_path):
     _done(path, "BC", "2026-11-28")
     have = slices.done(path.parent, "smoke")
     assert [s.name for s in ledger["slices"] if slices.is_done(ledger, s, have)] == ["BC", "B", "C"]
-    assert "next, in a lease with 635 s left" in slices.status(path) and "A: to do" in slices.status(path)
+    said = slices.status(path)
+    assert "in a lease with 635 s left" in said and "A: to do" in said  # no step table: the full one is measured
+    assert "at the ledger's 20 ms a step (no device named: --device)" in said
+
+
+# --- the committed step table, keyed by device: the plan follows the measured step ------------
+
+H200_TABLE = ROOT / "tests" / "data" / "lease_step_h200_2026-11-28.csv"  # the lease of 2026-11-28, as it came back
+H200, H100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+
+
+def _h100_table(path: Path, ms: float = 30.0) -> Path:
+    """A full table of an H100, of the H200 table's shape (its eager and compile rows, another device and time)."""
+    t = pd.read_csv(H200_TABLE)
+    t = t[t["variant"].isin(["eager", "compile"])].assign(device=H100, date="2026-11-29")
+    t.loc[t["variant"] == "compile", "ms_step"] = ms
+    t.to_csv(path, index=False)
+    return path
+
+
+def test_the_committed_step_table_holds_several_devices_side_by_side(tmp_path):
+    from mclib.lease import steptable
+
+    committed = tmp_path / "results" / steptable.COMMITTED
+    committed.parent.mkdir()
+    said = steptable.adopt(H200_TABLE, committed)
+    assert said.endswith(f"written as {committed}") and ": committed" not in said
+    said = steptable.adopt(_h100_table(tmp_path / "h100.csv"), committed)
+    assert said.endswith(f"written as {committed} (the rows of {H200} kept)")
+    t = pd.read_csv(committed)
+    assert t.groupby("device").size().to_dict() == {H100: 2, H200: 5}
+    assert not list(committed.parent.glob(".tmp-*"))  # written whole, then renamed
+    h200, _ = steptable.chosen(committed, H200, "tf32")
+    h100, _ = steptable.chosen(committed, H100, "tf32")
+    assert (h200["variant"], round(h200["ms_step"], 1), h200["date"]) == ("reduce-overhead", 13.3, "2026-11-28")
+    assert (h100["variant"], h100["ms_step"], h100["date"]) == ("eager", 19.226983642578126, "2026-11-29")
+    # each device's rows answer for that device alone: the H100's step files changed, the H200's did not
+    t.loc[t["device"] == H100, "step_hash"] = "0123456789ab"
+    t.to_csv(committed, index=False)
+    here = steptable.step_hash()
+    assert steptable.same_files(committed, H200) == (here == "3105954dd6dc")
+    assert not steptable.same_files(committed, H100)
+    assert steptable.stands(committed, {"step_hash": "0123456789ab", "torch": "2.11.0+cu130", "device": H100,
+                                        "precision": "tf32"})[0] == "eager"
+
+
+def test_re_adopting_one_device_s_table_leaves_the_other_s_rows_intact(tmp_path):
+    from mclib.lease import steptable
+
+    committed = tmp_path / steptable.COMMITTED
+    steptable.adopt(H200_TABLE, committed)
+    steptable.adopt(_h100_table(tmp_path / "h100.csv", ms=30.0), committed)
+    before = pd.read_csv(committed)
+    steptable.adopt(_h100_table(tmp_path / "h100.csv", ms=9.0), committed)   # the H100 measured again
+    after = pd.read_csv(committed)
+    pd.testing.assert_frame_equal(after[after["device"] == H200].reset_index(drop=True),
+                                  before[before["device"] == H200].reset_index(drop=True))
+    assert list(after.loc[after["device"] == H100, "ms_step"].round(1)) == [19.2, 9.0]   # replaced, not added
+    assert steptable.chosen(committed, H100, "tf32")[0]["variant"] == "compile"
+
+
+def test_stands_for_a_device_with_no_rows_says_so_in_one_line(tmp_path):
+    from mclib.lease import steptable
+
+    committed = tmp_path / steptable.COMMITTED
+    steptable.adopt(H200_TABLE, committed)
+    key = {"step_hash": steptable.step_hash(), "torch": "2.11.0+cu130", "device": H100, "precision": "tf32"}
+    assert steptable.stands(committed, key) == (None, f"lease_step.csv has no rows of {H100}")
+    assert steptable.stands(committed, {**key, "device": H200, "precision": "fp32"}) == (
+        None, f"lease_step.csv has no table of {H200} at fp32")
+    assert not steptable.same_files(committed, H100)
+    assert steptable.chosen(committed, H100, "tf32") == (None, f"lease_step.csv has no rows of {H100} at tf32")
+
+
+def _real_plan(tmp_path, done_a: bool) -> Path:
+    """results/paper-slices.yaml as committed, the H200's step table of 2026-11-28 beside it, and
+    (done_a) slice A done on that lease (as results/paper-A-NVIDIA-H200-2026-11-28 will hold it)."""
+    from mclib.lease import steptable
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "paper-slices.yaml").write_text(slices.LEDGER.read_text())
+    steptable.adopt(H200_TABLE, results / steptable.COMMITTED)
+    if done_a:
+        folder = results / "paper-A-NVIDIA-H200-2026-11-28"
+        folder.mkdir()
+        (folder / slices.STATE).write_text(json.dumps({"slice": "A", "date": "2026-11-28", "device": H200,
+                                                       "git": "50947b2", "precision": "tf32"}))
+    return results / "paper-slices.yaml"
+
+
+def test_slice_status_plans_with_the_h200_s_measured_step_and_bc_comes_after_a(tmp_path):
+    """At the H200's 13.3 ms (reduce-overhead, 2026-11-28) seeds 2 and 3 (34 000 steps, ~483 s)
+    fit the 655 s a lease has after the kit and the chosen variant's check; at the ledger's 19.5
+    they did not, and B came first."""
+    from mclib.lease import steptable
+
+    path = _real_plan(tmp_path, done_a=True)
+    said = slices.status(path).splitlines()
+    nxt = next(line for line in said if line.startswith("next"))
+    if steptable.same_files(path.parent / steptable.COMMITTED, H200):   # these step files: the check alone
+        assert "in a lease with 655 s left" in nxt
+    assert nxt.startswith(f"next, on {H200},") and nxt.endswith(
+        f"at 13.3 ms a step (reduce-overhead, the fastest that passed its check in lease_step.csv's table of "
+        f"{H200} of 2026-11-28): BC")
+    assert said[0] == f"A: done on {H200}, 2026-11-28, revision 50947b2, tf32"
+    assert "needs about 483 s of a lease at 13.3 ms a step" in said[1]
+    # no done A (this branch's results/): A comes first, its 465 s deadline reaching ~34 900 steps at 13.3 ms
+    (tmp_path / "a").mkdir()
+    said = slices.status(_real_plan(tmp_path / "a", done_a=False)).splitlines()
+    assert next(line for line in said if line.startswith("next")).endswith("of 2026-11-28): A")
+    assert said[0].startswith("A: to do") and "a result of an earlier path" not in said[0]
+
+
+def test_slice_status_falls_back_to_the_ledger_s_step_where_the_table_has_no_row_of_the_device(tmp_path):
+    path = _real_plan(tmp_path, done_a=True)
+    nxt = slices.status(path, device=H100).splitlines()[-3]
+    assert nxt.startswith(f"next, on {H100},") and nxt.endswith(
+        f"at the ledger's 19.5 ms a step (lease_step.csv has no rows of {H100} at tf32): B")
 
 
 def test_the_step_a_slice_plans_with_is_the_picked_variant_s_measured_time(tmp_path):
@@ -357,3 +476,51 @@ def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_
     slices_run.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
     assert "E15's runs not started" in capsys.readouterr().out
     assert not (tmp_path / "work" / "runs" / "smoke-seed1" / "freeze").exists()
+
+
+# --- the slice's own record: how the trainer ended, its progress, its deadline and achieved step ----
+
+def test_the_trainer_logs_a_line_every_train_log_every_steps(tmp_path, capsys, monkeypatch):
+    """The detached trainer (in-process here) prints the step, L_mask and the ms a step since the
+    last line, every TRAIN_LOG_EVERY steps (20 here; 1 000 on a lease): a cut leaves a trace."""
+    monkeypatch.setattr(slices, "TRAIN_LOG_EVERY", 20)
+    ledger = slices.read_ledger(_ledger(tmp_path, chapters=()))
+    ppath = tmp_path / "slice.yaml"
+    ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, ledger["slices"][0]).to_dict(), sort_keys=False))
+    slices_run.train_slice(ppath, tmp_path / "work", time.time() + 600)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("smoke-seed1 step")]
+    assert [line.split(":")[0] for line in lines] == ["smoke-seed1 step 20", "smoke-seed1 step 40", "smoke-seed1 step 60"]
+    assert all(re.fullmatch(r"smoke-seed1 step \d+: L_mask [0-9.e+-]+, \d+\.\d ms a step", line) for line in lines)
+
+
+def test_the_logging_stop_still_stops_where_the_run_s_own_stop_does(capsys):
+    calls = []
+    logged = slices_run._logging(lambda rows: calls.append(rows[-1]["step"]) or rows[-1]["step"] >= 3000, "r", 1000)
+    rows = []
+    for step, wall in ((500, 5.0), (1000, 10.0), (1500, float("nan")), (2050, 22.6), (3000, 40.0)):
+        rows.append({"step": step, "L_mask": 0.5, "wall": wall})
+        stopped = logged(rows)
+    assert stopped and calls == [500, 1000, 1500, 2050, 3000]
+    assert capsys.readouterr().out.splitlines() == ["r step 1,000: L_mask 0.5, 10.0 ms a step",
+                                                    "r step 2,050: L_mask 0.5, 12.0 ms a step",
+                                                    "r step 3,000: L_mask 0.5, 18.3 ms a step"]
+
+
+def test_slice_json_records_the_deadline_the_steps_reached_and_the_achieved_step(tmp_path, monkeypatch,
+                                                                                  slice_trained):
+    """A trainer that ended by itself beside a run cut at its deadline: training_stop cannot be read
+    against ended "cut"; the deadline (s) and each run's steps and median ms a step are kept."""
+    work = slice_trained(deadline=1000.0, started=650.0, budget_s=1.0, chapters=[])
+    run = work / "runs" / "smoke-seed1"
+    run.mkdir(parents=True)
+    nan = float("nan")
+    walls = [0.1, nan, 0.2, 0.32, 0.46, 0.56]   # 10 steps a flush: 10, 12, 14 and 10 ms a step (median 11)
+    pd.DataFrame({"step": [10, 15, 20, 30, 40, 50], "L_mask": 0.5, "wall": walls}).to_csv(run / "metrics.csv",
+                                                                                          index=False)
+    monkeypatch.setattr(slices_run, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
+    with tarfile.open(slices_run.finish(work, tmp_path / "out")) as tar:
+        record = json.loads(tar.extractfile(slices.STATE).read())
+    assert record["training_stop"] == "the trainer ended by itself (at its deadline or its run's end)"
+    assert "cut" not in record["training_stop"]
+    assert record["train_deadline_s"] == 350.0
+    assert record["achieved"] == {"1": {"steps": 50, "ms_step": 11.0}}

@@ -55,6 +55,16 @@ def step_ms(folder: Path, over: int = 1000) -> float | None:
     return 1000 * float(last["wall"] - first["wall"]) / float(last["step"] - first["step"])
 
 
+def median_step_ms(metrics) -> float | None:
+    """A run's achieved step, in ms, from its metrics (a DataFrame of metrics.csv): the median
+    over its `wall` column's intervals (one a log flush: 50 steps in the paper profile) of their
+    ms a step; None before two timed rows."""
+    timed = metrics.loc[metrics["wall"].notna(), ["step", "wall"]] if "wall" in metrics else metrics.iloc[:0]
+    d = timed.diff().dropna()
+    d = d[d["step"] > 0]
+    return float((1000 * d["wall"] / d["step"]).median()) if len(d) else None
+
+
 def training_status(root: Path, since: float, cfg=None) -> list[str]:
     """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
     profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to

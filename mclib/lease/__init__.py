@@ -10,8 +10,9 @@ here and shown beside the laptop edition. Everything of it is in this folder.
                    the book's runner, results.tgz packed)
     slices_pack.py what a lease sends back (results.tgz, `collect`) and `merge` (filed under
                    results/ back on the CPU machine)
-    steptable.py   the step table a lease measures and when the committed one stands for it (the
-                   same step files, torch, device and precision: only the chosen variant checked)
+    steptable.py   the step tables leases measure, committed side by side by device kind, and when
+                   one stands for a lease (the same step files, torch, device and precision: only the
+                   chosen variant checked); `slice status` plans with the chosen variant's step
     reference.py   the paper setting's results under results/: collected from a built book,
                    the runs they hold, and their scorecard rows re-judged by today's rules (the
                    rules are the chapters' own: `mclib.book.runner.declared`)

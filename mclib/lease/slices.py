@@ -21,7 +21,9 @@ started (a refused `start`, no kit) packs a results.tgz that says why (REFUSED).
 
 and, back on the CPU machine, `python -m mclib slice merge results.tgz` files it under
 results/. `python -m mclib slice` alone (a GPU of one's own, no command limit) starts and
-finishes the next slice in one process; `slice status` prints the ledger.
+finishes the next slice in one process; `slice status` prints the ledger and the next slice,
+planned at the step the committed step table (results/lease_step.csv) chose for the device kind
+named (`--device`, default the ledger's `device`), else at the ledger's step_ms.
 
 Inside a slice no chapter trains (`analysis.train_in_book: false`): training ran before,
 and ended at the slice's deadline ("cut", end.json) or by its rule. E15's slices
@@ -46,10 +48,11 @@ from ..core.repo import REPO
 from . import steptable
 from ..core.runs import END, METRICS, PROFILE, SCORECARD
 
-LEDGER = REPO / "results" / "paper-slices.yaml"
+LEDGER = REPO / "results" / steptable.LEDGER_NAME
 STATE = "slice.json"           # in the work folder: the slice in flight; in a result folder: the slice done
 RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
+TRAIN_LOG_EVERY = 1000         # the detached trainer's line in TRAIN_LOG (step, L_mask, ms a step) every this many steps
 RETURN_MIB = 16                # the largest file a lease sends back
 RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.step.STEP_RAN);
                                                      # METRICS is gzipped
@@ -115,6 +118,7 @@ def read_ledger(path: Path = LEDGER) -> dict:
     try:
         raw["slices"] = [Slice(**s) for s in raw["slices"]]
         raw["name"] = load_profile(profile_path(raw["profile"])).name  # result folders: NAME-SLICE-DEVICE-DATE
+        raw.setdefault("device", None)  # the kind of GPU lent now: `slice status` plans with its step table
     except (KeyError, TypeError) as e:
         raise SliceError(f"slice ledger {str(path)!r}: {e}") from None
     return raw
@@ -285,8 +289,25 @@ def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = 
 
 # --- the ledger's state ----------------------------------------------------------------------
 
-def status(ledger_path: Path = LEDGER) -> str:
+def planning_step(ledger: dict, committed: Path, device: str | None) -> tuple[float, str]:
+    """(ms a step, which step it is, in words) `slice status` plans with: the variant `device`'s
+    committed step table chose (`steptable.chosen`), else the ledger's step_ms, saying why."""
+    if device is None:
+        return ledger["step_ms"], f"the ledger's {ledger['step_ms']:g} ms a step (no device named: --device)"
+    found, line = steptable.chosen(committed, device, ledger["precision"])
+    if found is None:
+        return ledger["step_ms"], f"the ledger's {ledger['step_ms']:g} ms a step ({line})"
+    return found["ms_step"], line
+
+
+def status(ledger_path: Path = LEDGER, device: str | None = None) -> str:
+    """The ledger's slices, done or to do, and the next one a lease of `device` (default the kind
+    the ledger names) would train, planned at `planning_step`'s step."""
     ledger = read_ledger(ledger_path)
+    device = device if device is not None else ledger.get("device")
+    committed = ledger_path.parent / steptable.COMMITTED
+    step_ms, step = planning_step(ledger, committed, device)
+    at = {**ledger, "step_ms": step_ms}
     have = done(ledger_path.parent, ledger["name"])
     lines = []
     for s in ledger["slices"]:
@@ -296,18 +317,18 @@ def status(ledger_path: Path = LEDGER) -> str:
             lines.append(f"{s.name}: done" + (f" on {ran}" if r else " (by the slices it joins, or one joining it)"))
         else:
             earlier = f"; a result of an earlier path kept as a record ({ran})" if r else ""
-            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(ledger, s):.0f} s of a lease at the "
-                         f"ledger's {ledger['step_ms']:g} ms a step{earlier})")
+            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(at, s):.0f} s of a lease at "
+                         f"{step_ms:.1f} ms a step{earlier})")
     if next_slice(ledger, ledger_path.parent) is None:
         return "\n".join(lines + ["next: none, every slice is done"])
-    stands = steptable.same_files(ledger_path.parent / steptable.COMMITTED)
+    stands = steptable.same_files(committed, device) if device is not None else False
     measure = ("the chosen variant's check (the committed step table measured these step files)" if stands else
-               "the full step table (no committed one measured these step files)")
+               "the full step table (no committed one of this device measured these step files)")
     budget = ledger["lease_s"] - ledger["start_s"] - RETURN_S - (CHECK_S if stands else MEASURE_S)
     passed: list[str] = []
-    nxt = next_slice(ledger, ledger_path.parent, budget, ledger["step_ms"], say=passed.append)
-    lines.append(f"next, in a lease with {budget:.0f} s left after a {ledger['start_s']:g} s start, the kit and "
-                 f"{measure}, at the ledger's {ledger['step_ms']:g} ms a step: {nxt.name if nxt else 'none fits'}"
+    nxt = next_slice(ledger, ledger_path.parent, budget, step_ms, say=passed.append)
+    lines.append(f"next, on {device or 'a device not named'}, in a lease with {budget:.0f} s left after a "
+                 f"{ledger['start_s']:g} s start, the kit and {measure}, at {step}: {nxt.name if nxt else 'none fits'}"
                  + "".join(f"\n  ({p})" for p in passed)
                  + "\n  (a lease picks by the step it measures itself: `slice start`)")
     return "\n".join(lines)

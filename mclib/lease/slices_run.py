@@ -78,6 +78,27 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     return state
 
 
+# slice.json's `training_stop` where `finish` neither signalled nor killed the trainer: its runs may
+# still have ended "cut" (its own deadline), which is their end.json's to say, not this process's
+ENDED_ITSELF = "the trainer ended by itself (at its deadline or its run's end)"
+
+
+def _logging(stop, name: str, every: int):
+    """`stop` (or none) as a `train` stop that also prints, to the trainer's log, one line each
+    time the run passes a multiple of `every` steps: the step, L_mask and the ms a step since
+    the last line (its metrics' `wall`), flushed, so that a cut leaves a trace."""
+    last = [0, 0.0]
+
+    def logged(rows: list[dict]) -> bool:
+        row = rows[-1]
+        if row["step"] // every > last[0] // every and row["wall"] == row["wall"]:  # NaN between flushes
+            ms = 1000 * (row["wall"] - last[1]) / max(row["step"] - last[0], 1)
+            print(f"{name} step {row['step']:,}: L_mask {row['L_mask']:.4g}, {ms:.1f} ms a step", flush=True)
+            last[:] = [row["step"], row["wall"]]
+        return stop(rows) if stop is not None else False
+    return logged
+
+
 def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps: int | None = None,
                 freeze: tuple[str, ...] = ()) -> None:
     """The detached trainer: the slice's seeds one after the other under one deadline; the
@@ -85,7 +106,8 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
     where given; the others stop `analysis.after_drop` steps after their drop
     (`mclib.core.train.seed_jobs`). Then E15's runs of the groups in `freeze`, one after
     the other, from the book's run's checkpoint at `source_steps`
-    (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline)."""
+    (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline).
+    Each seed's run prints a line every TRAIN_LOG_EVERY steps (`_logging`) to TRAIN_LOG."""
     from ..analyses.freezing import freeze_run
     from ..core.checkpoints import saved_steps
     from ..core.ending import run_end, stop_at_step
@@ -99,6 +121,7 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
             break
         stop = stop_at_step(source_steps) if run_dir == book_run and source_steps is not None else \
             _seed_stop(job_profile, after)
+        stop = _logging(stop, run_dir.name, slices.TRAIN_LOG_EVERY)
         train(job_profile, run_dir, progress=False, stop=stop, newest_only=after is not None, deadline=deadline)
     if not freeze:
         return
@@ -151,10 +174,12 @@ def _signal(pid: int, sig: int) -> None:
 def stop_training(state: dict, out_dir: Path, until: float) -> str:
     """Wait for the slice's trainer until its deadline + FINISH_GRACE_S (never past `until`),
     then ask it to stop (SIGTERM: the training loop saves a resumable checkpoint and ends "cut"),
-    and STOP_S later kill it; how it ended, in one line (slice.json's `training_stop`)."""
+    and STOP_S later kill it; how the trainer's process ended, in one line (slice.json's
+    `training_stop`): ENDED_ITSELF, "asked to stop (SIGTERM) ..." or "killed (SIGKILL) ...". How
+    each run ended ("cut" at the deadline among them) is its end.json's (slice.json's `ends`)."""
     pid, name = state["pid"], state["slice"]
     if _wait(pid, min(state["deadline"] + slices.FINISH_GRACE_S, until - slices.STOP_S), out_dir):
-        return "ended by itself"
+        return ENDED_ITSELF
     late = time.time() - state["deadline"]
     print(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)",
           file=sys.stderr, flush=True)
@@ -237,11 +262,29 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                   "chapters_not_run": skipped,
                   "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
                   "train_step_ran": ran, "training_stop": state["training_stop"], "logs": logs,
+                  "train_deadline_s": round(state["deadline"] - state["started"], 1),
+                  "achieved": _read("achieved", lambda: _achieved(out_dir, profile, state["seeds"])),
                   "ends": _read("ends", lambda: _ends(out_dir, profile, state["seeds"])),
                   "freeze_ends": _read("freeze_ends", lambda: _freeze_ends(out_dir, profile, state.get("freeze", [])))}
         (folder / STATE).write_text(json.dumps(record, indent=1))
         path = _pack_into(folder, dest)
     return path
+
+
+def _achieved(out_dir: Path, profile, seeds: list[int]) -> dict:
+    """slice.json's `achieved`: {seed: {"steps": its last logged step, "ms_step": its achieved ms
+    a step (`median_step_ms`)}}; None for a run that logged nothing."""
+    from ..book.runner_progress import median_step_ms
+    from ..core.runs import METRICS, load_metrics, run_name
+
+    achieved = {}
+    for seed in seeds:
+        run = out_dir / "runs" / run_name(profile.name, seed)
+        m = load_metrics(run) if (run / METRICS).is_file() else None
+        ms = median_step_ms(m) if m is not None and len(m) else None
+        achieved[str(seed)] = None if m is None or m.empty else {
+            "steps": int(m["step"].max()), "ms_step": None if ms is None else round(ms, 2)}
+    return achieved
 
 
 def _device_name() -> str:

@@ -1,32 +1,41 @@
-"""The step table a lease measures (benchmarks/lease_step.py), and when the last one stands for it.
+"""The step tables leases measure (benchmarks/lease_step.py), and when the committed one stands for a lease.
 
 A full table (every variant of the step checked against eager and timed) takes ~110 s of a
 lease, mostly two compiles. It answers for the step as the files that define it are (STEP_FILES:
 the model, its attention, the step and the training loop, the graph, the batch, the loss), on
-one torch, one kind of device, one precision. So the table of the last lease is committed
-(results/lease_step.csv, filed by `slice merge`) with those four in every row, and a lease whose
-four are the same measures again only eager and the variant that table chose, each checked and
-timed (at most ~30 s). Any one changed, and the lease measures the full table again.
+one torch, one kind of device, one precision. So the last full table of each kind of device is
+committed (results/lease_step.csv, filed by `slice merge`), the tables of several devices side by
+side (an H100's and an H200's rows in one file), with those four in every row. A lease whose four
+are those of its device's rows measures again only eager and the variant that table chose, each
+checked and timed (at most ~30 s). Any one changed, or no rows of its device, and the lease
+measures the full table again.
+
+A table's precision is that of its eager row (the reference runs at the table's precision; a
+row "for the record" at another, bf16, belongs to it all the same): TABLE_PRECISION in the
+committed file.
 
     key(device, precision)      the four for this checkout, this torch, this device
+    rows(t, device, precision)  one device's table (at one precision) of the committed file
+    chosen(committed, ...)      the variant that device's table chose: the fastest that passed
     stands(committed, key)      the variant the committed table chose, where it stands for this lease
-    same_files(committed)       whether it measured this checkout's step files (`slice status`)
-    adopt(table, committed)     a full table a lease sent back, committed in place of the last one
+    same_files(committed, dev)  whether that device's table measured this checkout's step files (`slice status`)
+    adopt(table, committed)     a full table a lease sent back, written in place of its device's rows
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from pathlib import Path
 
 from ..core.repo import REPO
+from ..core.runs import write_atomic
 
-COMMITTED = "lease_step.csv"   # beside the ledger (results/): the last full table, with its key in every row
+COMMITTED = "lease_step.csv"   # beside the ledger (results/): each device's last full table, its key in every row
+LEDGER_NAME = "paper-slices.yaml"  # the plan (mclib.lease.slices.LEDGER), whose `device` is the kind lent now
 STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/step.py", "mclib/core/precision.py",
               "mclib/core/graphstep.py", "mclib/core/data.py", "mclib/core/metrics.py")
 KEY = ("step_hash", "torch", "device", "precision")
 CHOSEN = ("eager", "compile", "reduce-overhead", "cuda-graph")  # mclib.lease.slices.TRAINED_STEPS
+TABLE_PRECISION = "table_precision"  # in the committed file: the precision of the table a row belongs to
 
 
 def step_hash(root: Path = REPO) -> str:
@@ -44,58 +53,134 @@ def key(device: str, precision: str) -> dict:
     return {"step_hash": step_hash(), "torch": torch.__version__, "device": device, "precision": precision}
 
 
-def stands(committed: Path, now: dict) -> tuple[str | None, str]:
-    """(the variant the committed table chose, one line) where its key is `now`'s and it chose one
-    (the fastest that passed its check); (None, why not) otherwise: the full table runs."""
+def _with_table_precision(t):
+    """`t` with TABLE_PRECISION in every row: where a row has none (a single lease's table, or a
+    committed file of an earlier revision), that of its device's eager row."""
+    t = t.copy()
+    eager = t[t["variant"] == "eager"].drop_duplicates("device").set_index("device")["precision"]
+    derived = t["device"].map(eager).fillna(t["precision"])
+    t[TABLE_PRECISION] = t[TABLE_PRECISION].fillna(derived) if TABLE_PRECISION in t else derived
+    return t
+
+
+def rows(t, device: str, precision: str | None = None):
+    """The rows of `device`'s table in the committed table `t` (at `precision`, where given)."""
+    t = _with_table_precision(t)
+    mine = t["device"].astype(str) == str(device)
+    if precision is not None:
+        mine &= t[TABLE_PRECISION].astype(str) == str(precision)
+    return t[mine]
+
+
+def _read(committed: Path):
+    """(the committed table, None), or (None, why not, in one line)."""
     import pandas as pd
 
-    committed = Path(committed)
     if not committed.is_file():
         return None, f"no committed step table at {committed}"
     t = pd.read_csv(committed)
     missing = [k for k in KEY + ("variant", "passed", "ms_step") if k not in t.columns]
     if t.empty or missing:
         return None, f"{committed.name} has no {', '.join(missing) or 'rows'}: a table of an earlier revision"
-    first = t.iloc[0]
-    changed = [f"{k} {first[k]} -> {now[k]}" for k in KEY if str(first[k]) != str(now[k])]
+    return t, None
+
+
+def _fastest(t, precision: str):
+    """The row of the fastest variant at `precision` that passed its check, or None."""
+    ok = t[t["variant"].isin(CHOSEN) & (t["passed"].astype(str) == "True") & t["ms_step"].notna()
+           & (t["precision"] == precision)]
+    return ok.sort_values("ms_step").iloc[0] if len(ok) else None
+
+
+def chosen(committed: Path, device: str, precision: str) -> tuple[dict | None, str]:
+    """({variant, ms_step, date, device, step_hash} of the variant `device`'s committed table at
+    `precision` chose, one line) or (None, why there is none, in one line)."""
+    committed = Path(committed)
+    t, why = _read(committed)
+    if t is None:
+        return None, why
+    mine = rows(t, device, precision)
+    if mine.empty:
+        return None, f"{committed.name} has no rows of {device} at {precision}"
+    best = _fastest(mine, precision)
+    if best is None:
+        return None, f"{committed.name} has no variant of {device} at {precision} that passed its check"
+    date = str(best["date"]) if "date" in mine.columns else "an undated table"
+    found = {"variant": best["variant"], "ms_step": float(best["ms_step"]), "date": date, "device": device,
+             "step_hash": str(best["step_hash"])}
+    return found, (f"{found['ms_step']:.1f} ms a step ({found['variant']}, the fastest that passed its check in "
+                   f"{committed.name}'s table of {device} of {date})")
+
+
+def stands(committed: Path, now: dict) -> tuple[str | None, str]:
+    """(the variant the committed table of `now`'s device chose, one line) where that table's key
+    is `now`'s and it chose one (the fastest that passed its check); (None, why not) otherwise:
+    the full table runs."""
+    committed = Path(committed)
+    t, why = _read(committed)
+    if t is None:
+        return None, why
+    mine = rows(t, now["device"])
+    if mine.empty:
+        return None, f"{committed.name} has no rows of {now['device']}"
+    table = mine[mine[TABLE_PRECISION].astype(str) == str(now["precision"])]
+    if table.empty:
+        return None, f"{committed.name} has no table of {now['device']} at {now['precision']}"
+    first = table.iloc[0]
+    changed = [f"{k} {first[k]} -> {now[k]}" for k in KEY if k != "precision" and str(first[k]) != str(now[k])]
     if changed:
         return None, f"{committed.name} measured another step: {'; '.join(changed)}"
-    ok = t[t["variant"].isin(CHOSEN) & (t["passed"].astype(str) == "True") & t["ms_step"].notna()
-           & (t["precision"] == now["precision"])]
-    if ok.empty:
+    best = _fastest(table, now["precision"])
+    if best is None:
         return None, f"{committed.name} has no variant that passed its check"
-    best = ok.sort_values("ms_step").iloc[0]
     when = f" of {first['date']}" if "date" in t.columns else ""
     return best["variant"], (f"{committed.name}{when} stands (the same step files {now['step_hash']}, torch "
                              f"{now['torch']}, {now['device']}, {now['precision']}): only eager and its "
                              f"{best['variant']} ({best['ms_step']:.1f} ms) are checked")
 
 
-def same_files(committed: Path) -> bool:
-    """Whether the committed table measured this checkout's step files (torch, device and
-    precision are the lease's to tell)."""
-    import pandas as pd
+def planned_device(committed: Path) -> str | None:
+    """The device kind the plan beside `committed` names (its `device`: the kind lent now), or None."""
+    import yaml
 
+    ledger = Path(committed).parent / LEDGER_NAME
+    return (yaml.safe_load(ledger.read_text()) or {}).get("device") if ledger.is_file() else None
+
+
+def same_files(committed: Path, device: str | None = None) -> bool:
+    """Whether `device`'s committed table (default: the device kind the plan beside it names)
+    measured this checkout's step files (torch and precision are the lease's to tell)."""
     committed = Path(committed)
-    if not committed.is_file():
+    t, _ = _read(committed)
+    device = device if device is not None else planned_device(committed)
+    if t is None or device is None:
         return False
-    t = pd.read_csv(committed)
-    return "step_hash" in t.columns and len(t) > 0 and str(t["step_hash"].iloc[0]) == step_hash()
+    mine = rows(t, device)
+    return len(mine) > 0 and str(mine["step_hash"].iloc[0]) == step_hash()
 
 
 def adopt(table: Path, committed: Path) -> str | None:
-    """Commit `table` (a lease's) as `committed` where it is a full table of this revision's
-    columns; one line saying so, or None where it is not (a check-only table, an older one)."""
+    """Write `table` (a lease's) into `committed` where it is a full table of this revision's
+    columns: its rows replace those of its device at its precision, the other devices' rows are
+    kept; written whole, then renamed. One line saying so, or None where it is not a full table
+    (a check-only table, an older one)."""
     import pandas as pd
 
     table, committed = Path(table), Path(committed)
     if not table.is_file():
         return None
     t = pd.read_csv(table)
-    if t.empty or "mode" not in t.columns or not (t["mode"] == "full").all() or not set(KEY) <= set(t.columns):
+    full = "mode" in t.columns and (t["mode"] == "full").all()
+    if t.empty or not full or not set(KEY) | {"variant"} <= set(t.columns):
         return None
-    tmp = committed.with_name(f".tmp-{committed.name}")
-    shutil.copyfile(table, tmp)
-    os.replace(tmp, committed)
-    return (f"step table of {t['device'].iloc[0]}, torch {t['torch'].iloc[0]}, {t['precision'].iloc[0]}, step files "
-            f"{t['step_hash'].iloc[0]}: committed as {committed}")
+    if t["device"].nunique() != 1:
+        raise ValueError(f"{table}: a lease's step table holds one device, this one {t['device'].nunique()}: "
+                         f"{', '.join(map(str, t['device'].unique()))}")
+    t = _with_table_precision(t)
+    device, precision = t["device"].iloc[0], t[TABLE_PRECISION].iloc[0]
+    kept = _with_table_precision(pd.read_csv(committed)) if committed.is_file() else t.iloc[:0]
+    kept = kept[~((kept["device"] == device) & (kept[TABLE_PRECISION] == precision))]
+    write_atomic(committed, lambda tmp: pd.concat([kept, t], ignore_index=True).to_csv(tmp, index=False))
+    others = sorted(set(kept["device"].astype(str)))
+    return (f"step table of {device}, torch {t['torch'].iloc[0]}, {precision}, step files {t['step_hash'].iloc[0]}: "
+            f"written as {committed}" + (f" (the rows of {', '.join(others)} kept)" if others else ""))
