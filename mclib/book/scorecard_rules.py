@@ -73,40 +73,72 @@ def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str)
     return CLOSE
 
 
+def _reach(log: bool, ours: float, se=None, spread=None, span=None) -> tuple[float, float]:
+    """Our interval on a rule's scale (log: a ratio's, on the log scale): ours ± 2·√(se² +
+    spread²); with span (the lowest and highest of several readings of the quantity, e.g.
+    checkpoints along a plateau), from the lowest − 2·se to the highest + 2·se, so that it
+    reaches no further than the readings themselves. On the log scale an error e at a
+    value x is e / x."""
+    lo = hi = ours
+    half_lo = half_hi = 2 * _se(se, spread)
+    if span is not None and not any(_missing(v) for v in span) and (min(span) > 0 or not log):
+        lo, hi = float(min(span)), float(max(span))
+        half_lo = half_hi = 2 * _se(se)
+    if log:
+        return math.log(lo) - half_lo / lo, math.log(hi) + half_hi / hi
+    return lo - half_lo, hi + half_hi
+
+
+def interval(row: dict) -> tuple[float, float] | None:
+    """The interval of our value that a number or ratio row's verdict sets against its band
+    (`_reach`), on the quantity's own scale; None for other kinds or without a positive value
+    where the rule reads a log."""
+    kind, ours = row.get("kind", "number"), row.get("ours")
+    if kind not in ("number", "ratio") or _missing(ours) or (kind == "ratio" and ours <= 0):
+        return None
+    lo, hi = _reach(kind == "ratio", ours, row.get("se"), row.get("spread"), row.get("span"))
+    return (math.exp(lo), math.exp(hi)) if kind == "ratio" else (lo, hi)
+
+
 def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
-           margin: float | None = None) -> str:
+           margin: float | None = None, span=None) -> str:
     """A number, as the paper reports it (on the same task, or a scale-free quantity of
     the profile's task). The band that agrees: within margin·|paper| of the paper's number,
     margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
-    spread the standard deviation over seeds (a single run of the paper is one draw).
-    *matches* when the interval lies inside the band; *differs* when it lies outside it
-    (|ours − paper| > 2·√(se² + spread²) + margin·|paper|), or when we have no number
-    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none."""
+    spread the standard deviation over seeds (a single run of the paper is one draw); with
+    span (the lowest and highest of several readings of the quantity, e.g. checkpoints along
+    a plateau), from the lowest − 2·se to the highest + 2·se instead, so that it reaches no
+    further than the readings themselves.
+    *matches* when the interval lies inside the band; *differs* when it lies outside it,
+    or when we have no number (e.g. no drop); *too close to tell* when it reaches both;
+    *n/a* when the paper gives none."""
     if _missing(paper):
         return "n/a"
     if _missing(ours):
         return "differs"
     m = MARGINS["number"] if margin is None else margin
-    half = 2 * _se(se, spread)
-    return _banded(ours - half, ours + half, paper - m * abs(paper), paper + m * abs(paper), "matches")
+    return _banded(*_reach(False, ours, se, spread, span), paper - m * abs(paper), paper + m * abs(paper), "matches")
 
 
 def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None,
-          margin: float | None = None) -> str:
+          margin: float | None = None, span=None) -> str:
     """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
     compared on the log scale. The band that agrees: within a factor 1 + margin of the
-    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours.
-    *matches* when the interval lies inside the band; *differs* when it lies outside it
-    (|ln(ours / paper)| > ln(1 + margin) + 2·√(se² + spread²) / ours), or when ours is
-    missing or not positive; *too close to tell* when it reaches both; *n/a* when the paper
-    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio)."""
+    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours; with
+    span (the lowest and highest of several readings, e.g. checkpoints along a plateau),
+    from ln(lowest) − 2·se / lowest to ln(highest) + 2·se / highest instead, so that it
+    reaches no further than the readings themselves.
+    *matches* when the interval lies inside the band; *differs* when it lies outside it,
+    or when ours is missing or not positive; *too close to tell* when it reaches both;
+    *n/a* when the paper gives none. A claim of "no effect" is a ratio of 1 (or the paper's
+    measured ratio)."""
     if _missing(paper):
         return "n/a"
     if _missing(ours) or ours <= 0 or paper <= 0:
         return "differs"
     m = MARGINS["ratio"] if margin is None else margin
-    x, half, band = math.log(ours), 2 * _se(se, spread) / ours, math.log1p(m)
-    return _banded(x - half, x + half, math.log(paper) - band, math.log(paper) + band, "matches")
+    band = math.log1p(m)
+    return _banded(*_reach(True, ours, se, spread, span), math.log(paper) - band, math.log(paper) + band, "matches")
 
 
 def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
@@ -193,13 +225,13 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
-          sense=None, values=None, order=None, na: str | None = None) -> str:
+          sense=None, values=None, order=None, span=None, na: str | None = None) -> str:
     """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
     "n/a" (e.g. an empty group: nothing to test)."""
     if na:
         return "n/a"
     if kind in ("number", "ratio"):
-        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin)
+        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin, span=span)
     if kind == "direction":
         return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
     if kind == "finding":
@@ -216,7 +248,7 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 def row_verdict(row: dict) -> str:
     """The verdict `record` will give `row` (a `claim`), without writing it: what a
     sentence that speaks for the row passes to `agreement`."""
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "na") if k in row}
+    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "span", "na") if k in row}
     return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 
