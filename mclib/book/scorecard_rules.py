@@ -141,6 +141,17 @@ def ratio(paper: float | None, ours: float | None, se: float | None = None, spre
     return _banded(*_reach(True, ours, se, spread, span), math.log(paper) - band, math.log(paper) + band, "matches")
 
 
+def band_text(kind: str = "number", margin: float | None = None) -> str:
+    """A number or ratio rule in one clause, as `_banded` applies it: its positive verdict where
+    our interval (`_reach`) lies inside the band of the paper's value, "differs" where it lies
+    outside, `CLOSE` where it reaches both; margin: the row's, else the kind's (`MARGINS`)."""
+    m = MARGINS[kind] if margin is None else margin
+    band = {"number": f"the paper's value ± {m:.0%} of it",
+            "ratio": f"within a factor {1 + m:g} of the paper's value, either way"}[kind]
+    return (f'"{POSITIVE[kind]}" where our value ± two standard errors lies inside {band}, "differs" where it '
+            f'lies wholly outside that band, and "{CLOSE}" where it reaches both')
+
+
 def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
               spread: float | None = None, *, margin: float | None = None, paper: float | None = None) -> str:
     """A direction: the paper says the quantity lies *above* or *below* a stated reference
