@@ -194,3 +194,15 @@ def test_e3_reads_the_headline_sample(ch, tables):
     base, _ = chapter.pre_losses_and_figures(ch)
     none = tables["e3"][tables["e3"]["ablated"] == "none"].iloc[0]
     assert none["L_mask"] == pytest.approx(base["L_mask"]) and none["L_obs"] == pytest.approx(base["L_obs"])
+
+
+def test_the_pre_shift_l_obs_says_which_reading_the_paper_s_number_is():
+    """2026-11-28: E1 read 0.00247·E[X²] from the training curve and chapter 02 0.0068·E[X²] on
+    fresh matrices at the same step, with no word on which the paper's number is."""
+    text = chapter.pre_l_obs_text(0.00247, 0.0068, 0.00153, step=4000, window=50)
+    assert text.startswith("The paper's pre-shift L_obs, 0.0015·E[X²] (its E3, at step 4,000), is one checkpoint's "
+                           "reading on fresh matrices, the kind this chapter makes (0.0068·E[X²] at step 4,000)")
+    assert "training curve instead, 0.0025·E[X²] at the same step, 2.8× below this chapter's" in text
+    assert "mean over the 50 training batches ending there" in text and "both lie below 0.1·E[X²]" in text
+    assert "2.8× above" in chapter.pre_l_obs_text(0.0068, 0.00247, 0.00153, step=4000, window=50)
+    assert "only the curve's lies below" in chapter.pre_l_obs_text(0.01, 0.3, 0.00153, step=4000, window=50)

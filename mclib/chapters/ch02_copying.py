@@ -29,7 +29,7 @@ from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
                                     ratio_se, value_and_se)
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, DROP_FRACTION, copies
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
 from ..core.paper import PAPER, PAPER_E2
 from ..book.plots_base import closed
 from ..book.plots_heads import loss_bars, mask_value_curve, prediction_scatter
@@ -361,6 +361,24 @@ def copy_text(base: dict, level: float) -> str:
             + ", so the checks below test a model that is not on the plateau the paper describes")
 
 
+def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, window: int) -> str:
+    """Which pre-shift L_obs the paper's number is, in one sentence (each over its task's E[X²]):
+    the paper's (E3, at PAPER_PRE) is a checkpoint's reading on fresh matrices, as `fresh` here
+    (this chapter's, at `step`); the training chapter's E1 row reads the training curve, `curve`
+    (the mean over the `window` training batches ending at `step`); how far apart the two are,
+    why, and whether both lie below COPIES, the copying criterion E1's row is judged by."""
+    side = "below" if curve < fresh else "above"
+    both = ("both lie below" if max(curve, fresh) < COPIES else "only the curve's lies below" if curve < COPIES else
+            "only this chapter's lies below" if fresh < COPIES else "neither lies below")
+    return (f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
+            f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
+            f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
+            f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
+            f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
+            f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
+            f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)")
+
+
 def e2_text(e2: pd.DataFrame, level: float) -> str:
     """Whether every L'_mask lies below COPIES·E[X²]: the model outputs the value it reads."""
     lp = e2["L'_mask"]
@@ -414,6 +432,10 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
             "e2_range_paper": f"{min(paper_e2_values):.1e} to {max(paper_e2_values):.1e}",
             "pre_L_obs": base["L_obs"], "pre_L_mask": base["L_mask"], "pre_mask_value": base["mask_value"],
+            "pre_l_obs_text": pre_l_obs_text(
+                float(window_mean(ch.metrics, ch.steps.pre, DROP_WINDOW)["L_obs"]) / level, base["L_obs"] / level,
+                PAPER[("E3", "pre L_obs")] / copy_levels(ch.cfg.data.rank)["low-rank"][1], step=ch.steps.pre,
+                window=DROP_WINDOW),
             "abs_x": base["abs_x"], "copy_level": level,
             "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
             "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
