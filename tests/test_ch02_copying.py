@@ -161,6 +161,10 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
                        "L_mask": [0.2, 0.201, 0.199]})
     assert "attention plays no part" in chapter.e3_text(e3)
     assert "already matters" in chapter.e3_text(e3.assign(L_mask=[0.2, 0.3, 0.2]))
+    # 2026-11-28: "by at most 0.0%" where the change was real but small
+    tiny = chapter.e3_text(e3.assign(L_mask=[0.2, 0.20001, 0.19999]))
+    assert tiny.startswith("changes L_mask by less than 0.05% (") and "0.0%" not in tiny
+    assert chapter.e3_text(e3).startswith("changes L_mask by at most 0.5% (")
 
     e6 = pd.DataFrame({"model": ["pre with post's QKV"], "L_mask": [0.9 * LEVEL], "L_obs": [1e-3]})
     assert chapter.e6_text(e6, LEVEL, 1.0, "matches").startswith("does not let it complete")

@@ -38,7 +38,7 @@ from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE
-from ..book.scorecard_tables import task_departures, verdict_counts, verdicts_text
+from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
 
 CHAPTER = "02_copying"
 
@@ -395,8 +395,9 @@ def e3_text(e3: pd.DataFrame) -> str:
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
     paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
     if change < NO_EFFECT:
-        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; "
-                f"{paper}): attention plays no part in what the model does here")
+        by = percent(change)  # "less than 0.05%" where the change rounds to 0.0%
+        return (f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
+                f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here")
     return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
             "this model's attention already matters")
 
