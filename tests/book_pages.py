@@ -13,11 +13,15 @@ BOOK = Path(__file__).resolve().parents[1] / "book"
 GLUE = re.compile(r"\{glue(?::\w+)?\}`(\w+)|```\{glue(?::\w+)?\} (\w+)")
 
 
+def prose(notebook: str) -> str:
+    """The markdown cells of book/NOTEBOOK, one text: what a reader reads around the glue."""
+    cells = json.loads((BOOK / notebook).read_text())["cells"]
+    return "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
 def glue_names(notebook: str) -> set[str]:
     """Every name the markdown cells of book/NOTEBOOK glue (any role or directive)."""
-    cells = json.loads((BOOK / notebook).read_text())["cells"]
-    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    return {role or directive for role, directive in GLUE.findall(text)}
+    return {role or directive for role, directive in GLUE.findall(prose(notebook))}
 
 
 def manifest(out: Path) -> dict:

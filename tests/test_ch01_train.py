@@ -78,7 +78,20 @@ def test_drop_shape_tells_one_stretch_from_two_stages():
     assert 1500 <= a and b <= 2600 and level == pytest.approx(0.038, rel=0.1)
     text = C.shape_text(shape)
     assert "two stages, with a shoulder near L_mask = 0.03" in text and "crossed the drop's threshold (0.5 E[X²]) at step 1,250" in text
+    assert "before falling again, to a mean of 0.01 over steps 3,601 to 4,000" in text
     assert C.shape_text(None) == "There is no drop to describe."
+
+
+def test_a_shoulder_falls_again_only_where_the_run_s_end_lies_below_it():
+    """2026-11-28 (Zen 3): a shoulder near 0.00889 "before falling again" where the run ended at
+    22 000 with a final mean of 0.0091, above it."""
+    shape = C.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.0091))
+    text = C.shape_text(shape)
+    assert "falling again" not in text and "two stages" not in text
+    assert text.endswith("had not fallen below that level when the run ended: over steps 19,801 to 22,000, where the "
+                         "run ended, its mean was 0.0091, not below it.")
+    below = C.shape_text(C.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.004)))
+    assert "before falling again, to a mean of 0.004" in below
 
 
 def _fake(ended, step=14000, slope=None, place="drop"):

@@ -107,15 +107,43 @@ def test_e2_reads_the_plateau_s_checkpoints_around_pre():
     assert chapter.neighbour_steps(steps(saved=[3000, 8000])) == [3000]              # too far to say anything
 
 
-def test_e2_s_spread_over_checkpoints_can_leave_a_row_too_close_or_differing(tmp_path):
-    """The mean over the checkpoints, with their standard deviation as the spread: a swing of
-    several times is too close to tell; a steady factor of 4 still differs."""
-    swinging = {"id": "E2", "quantity": "q", "kind": "ratio", "paper": 1.0, "ours": 2.5, "se": 0.02, "spread": 1.8}
-    steady = {**swinging, "ours": 4.0, "spread": 0.2}
-    assert _verdict(tmp_path, swinging) == "too close to tell" and _verdict(tmp_path, steady) == "differs"
-    text = chapter.e2_ratio_text([swinging, steady])
-    assert "two standard deviations over them" in text and text.endswith("1 unlike the paper and 1 too close to tell")
-    assert "two standard errors" in chapter.e2_ratio_text([{**steady, "spread": None}])
+def test_e2_over_the_plateau_reads_its_checkpoints_own_range(tmp_path):
+    """The verdict sets the checkpoints' lowest to highest reading (each ± 2 s.e.) against the
+    band: too close to tell only where some checkpoint reaches the band. 2026-11-28: low-rank 0.44
+    L'_mask (checkpoints 2.3-11× the paper's) and random -0.24 L_obs (1.3-6.8×) read too close to
+    tell under a log-normal guess from the checkpoints' spread, though no checkpoint came near."""
+    row = lambda mean, low, high: {"id": "E2", "quantity": "q", "kind": "ratio", "paper": 1.0, "ours": mean,
+                                   "se": 0.02, "span": (low, high)}
+    assert _verdict(tmp_path, row(5.5, 2.3, 11.0)) == "differs"
+    assert _verdict(tmp_path, row(3.4, 1.3, 6.8)) == "differs"
+    assert _verdict(tmp_path, row(3.0, 0.9, 9.5)) == "too close to tell"      # a checkpoint inside the band
+    assert _verdict(tmp_path, row(1.0, 0.9, 1.1)) == "matches"
+    text = chapter.e2_ratio_text([row(5.5, 2.3, 11.0), row(3.0, 0.9, 9.5)])
+    assert "lowest to the highest reading of the plateau's checkpoints" in text
+    assert text.endswith("1 unlike the paper and 1 too close to tell")
+    assert "two standard errors" in chapter.e2_ratio_text([{**row(4.0, 4.0, 4.0), "span": None}])
+    assert chapter.e2_cause("differs", "2,000-5,000", 2.3, 11.0).startswith("every checkpoint on the plateau lies beyond")
+    assert "swings" in chapter.e2_cause("too close to tell", "2,000-5,000", 0.9, 9.5)
+
+
+def test_e2_rows_carry_the_checkpoints_range_and_the_table_shows_it(tmp_path, tables, ch, monkeypatch):
+    monkeypatch.setattr(chapter, "pre_na", lambda step, on_paper_task: None)  # as if read at the paper's pre step
+    e2 = tables["e2"].copy()
+    level = copy_levels(ch.cfg.data.rank)["low-rank"][0]
+    paper = chapter.paper_e2("low-rank", "0.44")[0] / copy_levels(ch.cfg.data.rank)["low-rank"][1]
+    at = (e2.matrices == "low-rank") & (e2.token == "0.44")
+    e2.loc[at, ["L'_mask_mean", "L'_mask_spread", "L'_mask_low", "L'_mask_high", "L'_mask_se"]] = [
+        5.5 * paper * level, 4.4 * paper * level, 2.3 * paper * level, 11 * paper * level, 0.0]
+    e2["spread_steps"] = "2,000-6,000"
+    rows = chapter.readings(ch, e2, tables["e3"], tables["e6"])[1]
+    r = next(r for r in rows if r["quantity"] == "low-rank, 0.44: L'_mask / E[X²]")
+    assert r.get("spread") is None and r["span"] == pytest.approx((2.3 * paper, 11 * paper))
+    assert _verdict(tmp_path, r) == "differs" and r["cause"].startswith("every checkpoint on the plateau")
+    monkeypatch.setattr(ch, "run_dir", tmp_path)
+    html = chapter.scorecard_table(ch, [r]).to_html()
+    assert "interval" in html and f"{2.3 * paper:.3g} – {11 * paper:.3g}" in html and "s.e." not in html
+    shown = chapter.e2_shown(ch, e2)[0].to_html()   # E2's own table: the range, not a standard deviation
+    assert "_mask range" in shown and "lowest and highest reading" in shown and "standard deviation" not in shown
 
 
 def test_copy_text_follows_the_copies_rule_both_ways():
@@ -133,6 +161,10 @@ def test_e2_e3_e6_sentences_turn_with_the_numbers():
                        "L_mask": [0.2, 0.201, 0.199]})
     assert "attention plays no part" in chapter.e3_text(e3)
     assert "already matters" in chapter.e3_text(e3.assign(L_mask=[0.2, 0.3, 0.2]))
+    # 2026-11-28: "by at most 0.0%" where the change was real but small
+    tiny = chapter.e3_text(e3.assign(L_mask=[0.2, 0.20001, 0.19999]))
+    assert tiny.startswith("changes L_mask by less than 0.05% (") and "0.0%" not in tiny
+    assert chapter.e3_text(e3).startswith("changes L_mask by at most 0.5% (")
 
     e6 = pd.DataFrame({"model": ["pre with post's QKV"], "L_mask": [0.9 * LEVEL], "L_obs": [1e-3]})
     assert chapter.e6_text(e6, LEVEL, 1.0, "matches").startswith("does not let it complete")
@@ -166,3 +198,15 @@ def test_e3_reads_the_headline_sample(ch, tables):
     base, _ = chapter.pre_losses_and_figures(ch)
     none = tables["e3"][tables["e3"]["ablated"] == "none"].iloc[0]
     assert none["L_mask"] == pytest.approx(base["L_mask"]) and none["L_obs"] == pytest.approx(base["L_obs"])
+
+
+def test_the_pre_shift_l_obs_says_which_reading_the_paper_s_number_is():
+    """2026-11-28: E1 read 0.00247·E[X²] from the training curve and chapter 02 0.0068·E[X²] on
+    fresh matrices at the same step, with no word on which the paper's number is."""
+    text = chapter.pre_l_obs_text(0.00247, 0.0068, 0.00153, step=4000, window=50)
+    assert text.startswith("The paper's pre-shift L_obs, 0.0015·E[X²] (its E3, at step 4,000), is one checkpoint's "
+                           "reading on fresh matrices, the kind this chapter makes (0.0068·E[X²] at step 4,000)")
+    assert "training curve instead, 0.0025·E[X²] at the same step, 2.8× below this chapter's" in text
+    assert "mean over the 50 training batches ending there" in text and "both lie below 0.1·E[X²]" in text
+    assert "2.8× above" in chapter.pre_l_obs_text(0.0068, 0.00247, 0.00153, step=4000, window=50)
+    assert "only the curve's lies below" in chapter.pre_l_obs_text(0.01, 0.3, 0.00153, step=4000, window=50)

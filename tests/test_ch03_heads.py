@@ -155,6 +155,19 @@ def test_a_ratio_s_cause_names_the_term_further_from_the_paper():
     assert "mostly in the unchanged model's copying" in R.ratio_cause(0.8, 3.2, (1.0, 1.0), "ablated")
 
 
+def test_the_ablated_row_says_back_at_the_copying_level_only_where_it_does_not_differ():
+    """2026-11-28: the batch-mean row read "back at the copying level" with verdict differs (1.17
+    against the paper's 0.982): its words follow the verdict it is recorded with."""
+    from mclib.book.scorecard_rules import number
+
+    differs = R.ablated_text(1.17, 0.982, number(0.982, 1.17, se=0.01))
+    assert "back at the copying level" not in differs and differs.startswith("1.17 E[X²], 17% above the copying level")
+    assert "unlike the paper (0.982 E[X²]" in differs
+    matches = R.ablated_text(0.99, 0.982, number(0.982, 0.99, se=0.01))
+    assert "back at the copying level, as in the paper" in matches
+    assert "well below the copying level" in R.ablated_text(0.3, 0.982, "differs")
+
+
 def test_heads_rows(tmp_path, t, ch):
     glue, rows = _rows(t, ch)
     assert {"E3", "E4", "E5", "E6", "E7", "E8", "E9", "E10", "E11"} <= {r["id"] for r in rows}

@@ -111,8 +111,23 @@ def test_ends_text_names_what_ended_each_run():
     ends = {"attention": FreezeEnd("attention", "main drop", 700, None, 700, 4000),
             "mlp": FreezeEnd("mlp", "converged", 2400, 40, 700, 4000),
             "positional": FreezeEnd("positional", "main drop", 700, None, 700, 4000)}
-    assert C.ends_text(ends) == ("the attention and positional runs reached the main run's drop step 700 without "
-                                 "dropping; the mlp run dropped at step 40 and converged at step 2,400")
+    assert C.ends_text(ends) == ("What ended each run, from its end record: the attention and positional runs reached "
+                                 "the main run's drop step 700 without dropping; the mlp run dropped at step 40 and "
+                                 "converged at step 2,400.")
+
+
+def test_the_runs_ends_are_worded_from_their_records_not_from_one_rule():
+    """2026-11-28: the chapter said every run "trained until it had dropped and then converged"
+    where three stopped once their rows were known."""
+    from book_pages import prose
+
+    ends = {g: FreezeEnd(g, "known", 1200, 300, 700, 4000) for g in ("attention", "mlp", "token")}
+    ends["positional"] = FreezeEnd("positional", "converged", 2400, 40, 700, 4000)
+    text = C.ends_text(ends)
+    assert "the attention, mlp and token runs dropped at step 300 and stopped at step 1,200, once their rows were" in text
+    assert text.count("converged") == 1 and "the positional run dropped at step 40 and converged" in text
+    said = prose("05_freezing.ipynb")
+    assert "until it had dropped and then converged" not in said and "{glue:text}`ends_text` So" in said
 
 
 def _ch(smoke_profile, drop, cap):
@@ -136,7 +151,7 @@ def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile,
     runs = C.freeze_runs_of(ch)  # all complete: trains nothing
     glue, rows = C.readings(ch, runs)
     assert glue_names("05_freezing.ipynb") <= set(glue) | {"fig_freeze", "downloads"}
-    assert glue["ends_text"].startswith("the attention") and "token run" in glue["ends_text"]
+    assert glue["ends_text"].startswith("What ended each run, from its end record: the attention") and "token run" in glue["ends_text"]
     results = C.results_table(ch, runs)
     shown, cap = results.data.set_index("group"), ch.cfg.analysis.freeze_steps
     ended = f"reached the cap of {cap} steps without dropping (the main run did not drop)"

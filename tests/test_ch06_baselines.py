@@ -270,6 +270,20 @@ def test_the_chapter_on_a_smoke_run(ch, tmp_path):
     assert "BERT − solver" not in chapter.solver_sweep_shown(ch, solver_sweep).to_html()
     found, rows = chapter.readings(ch, sweep, reg, ood, classical, solver_sweep=solver_sweep, solvers=solvers)
     assert set(found) == {"e16", "e16_solver", "e17", "e18", "classical", "solvers", "solver_rule"}
-    assert found["solver_rule"] == "10%"
+    assert found["solver_rule"] == scorecard_rules.band_text("number", B.SOLVER_RTOL)
     ch.run_dir = tmp_path
     assert chapter.scorecard_table(ch, rows).to_html().count("<tr>") == len(rows) + 1
+
+
+def test_the_rule_e17_is_judged_by_is_stated_as_the_scorecard_applies_it():
+    """2026-11-28: the chapter said "matches" within ± (2 s.e. + 10 %), "otherwise differs", beside
+    rows too close to tell. The sentence is the rule's own (`band_text`), with all three outcomes."""
+    from book_pages import prose
+
+    said = scorecard_rules.band_text("number", B.SOLVER_RTOL)
+    assert '"matches"' in said and '"differs"' in said and f'"{scorecard_rules.CLOSE}"' in said and "10%" in said
+    row = lambda ours, se: scorecard_rules.number(1.0, ours, se=se, margin=B.SOLVER_RTOL)
+    assert (row(1.0, 0.01), row(1.5, 0.01), row(1.1, 0.05)) == ("matches", "differs", scorecard_rules.CLOSE)
+    assert "within a factor 1.25" in scorecard_rules.band_text("ratio")
+    text = prose("06_baselines.ipynb")
+    assert "{glue:text}`solver_rule`" in text and "otherwise it" not in text

@@ -71,3 +71,46 @@ def test_the_page_reads_the_run_s_scorecard(ch, tmp_path):
     assert row == {"key": "where training ended", "paper": "after its 50,000 steps",
                    "profile": "cut at step 21,000 (was cut at step 21,000 of 50,000 by its wall-clock deadline)"}
     assert chapter.rules_shown().to_html().count("<tr>") == len(scorecard_rules.RULES) + 1
+
+
+def _landing_box(glue: dict) -> str:
+    """The landing page's box (book/index.md) as a reader sees it, each glue replaced by its text."""
+    import re
+
+    from mclib.book.runner import REPO
+
+    index = (REPO / "book" / "index.md").read_text()
+    box = index[index.index("```{admonition} What this build found"):index.index("**What reproduced and what did not")]
+    box = re.sub(r"\{glue:text\}`_executed/99_scorecard\.ipynb::(\w+):s`", lambda m: glue[m.group(1)], box)
+    return re.sub(r"\]\([^)]*\)", "]", box.split("\n", 2)[2].rsplit("```", 1)[0])  # links read as their words
+
+
+def test_the_landing_box_is_short_agrees_in_number_and_says_each_lead_once():
+    """2026-11-28: the box was ~690 words, opened a paragraph "The paper's own setting: The paper's
+    own setting", and said "1 do not and 1 have nothing to test here"."""
+    from mclib.core.config import load_profile, profile_path
+
+    verdicts = ["matches"] * 41 + ["differs"] * 23 + ["too close to tell"] * 20 + ["n/a"] * 12
+    rows = [{"id": f"E{1 + i % 20}", "quantity": f"q{i}", "verdict": v, "reading": "", "chapter": "01_train"}
+            for i, v in enumerate(verdicts)]
+    rows += [{"id": f"F{i}", "quantity": "f", "kind": "finding", "verdict": v, "reading": ""}
+             for i, v in enumerate(["holds"] * 5 + ["fails", "n/a"])]
+    theirs = [{**r, "provisional": True} if i % 3 else r for i, r in enumerate(rows)]
+    glue = {**scorecard_tables.headline(rows), "landing_paper": chapter.landing_paper(theirs),
+            "departures_count": scorecard_tables.departures_count(load_profile(profile_path("cpu")))}
+    box = _landing_box(glue)
+    words = [w for w in box.split() if w != "-"]   # the bullets are no words
+    assert len(words) <= 250, len(words)
+    assert box.count("paper's own setting") == 1                  # the lead, said once
+    assert "5 hold, 1 does not and 1 has nothing to test here" in box and "do not and 1 have" not in box
+    assert "not run for this book yet" in _landing_box({**glue, "landing_paper": chapter.landing_paper([])})
+
+
+def test_the_closing_counts_agree_with_their_numbers():
+    """2026-11-28: "1 keep its order"."""
+    counts = {**{k: 1 for k in chapter.COUNTED}, "n_differ": 2, "n_provisional": 0}
+    text = chapter.counts_text(counts, [*chapter.COUNTED, "n_provisional"])
+    assert text.startswith("1 matches the paper's number, 1 points the way the paper says, 1 keeps the paper's order, "
+                           "2 differ, 1 is too close to tell") and text.endswith("and 0 are provisional")
+    own = chapter.counts_text({"n_own_holds": 5, "n_own_fails": 1, "n_own_na": 1}, chapter.COUNTED_OWN)
+    assert own == "5 hold, 1 does not and 1 has nothing to test here"

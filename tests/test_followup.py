@@ -64,6 +64,16 @@ def test_a_row_with_one_seed_is_not_judged(tmp_path):
     assert _verdict(tmp_path, row) == "n/a" and "no error over seeds" in row["na"]
 
 
+def test_one_seed_is_one_seed_and_no_reading_holds_a_bare_angle_bracket():
+    """2026-11-28: "mean ± s.e. over 1 seeds", and "(c < 1)" unescaped in the page's HTML."""
+    lead = part.attention_lead_row(_table(LOW, HIGH, lead=True, seeds=(1,)))
+    assert "over 1 seed," in lead["reading"] and "1 seeds" not in lead["reading"] and lead["na"].startswith("1 seed ")
+    assert "over 3 seeds," in part.attention_lead_row(_table(LOW, HIGH, lead=True))["reading"]
+    assert "over 1 seed;" in part.collapse_row(_table(HIGH, LOW, seeds=(1,)))["reading"]
+    rows = part.intervention_rows(None)
+    assert not any("<" in r["reading"] or ">" in r["reading"] for r in rows)
+
+
 def _sweep(drops: dict) -> pd.DataFrame:
     """{setting: [drop or None per seed]} -> rows as mclib.core.sweep writes them (cap 16 000)."""
     return pd.DataFrame([{"setting": s, "seed": i + 1, "drop_step": d, "steps_run": 16000 if d is None else d + 2000,

@@ -77,7 +77,7 @@ def test_too_close_is_counted_apart():
     t = T.tally(rows)
     assert (t["reproduced"], t["differ"], t["too close"], t["not tested"]) == (2, 1, 1, 0)
     h = T.headline(rows)
-    assert "1 differ, 1 is too close to tell (our value ± two standard errors reaches both" in h["landing_model"]
+    assert "1 differs, 1 is too close to tell and 0 have nothing to test here" in h["landing_model"]
     assert h["landing_reproduced"] == "Reproduced in full: E3."   # E20 has a row that cannot tell
     assert "1 too close to tell" in T.setting_counts(rows, "the laptop edition")
     assert T.findings(rows).set_index("experiment").loc["E20", "too close to tell"] == 1
@@ -136,6 +136,29 @@ def test_the_scorecard_order_and_links_do_not_depend_on_which_chapter_finished_f
     assert [(r["id"], r["quantity"]) for r in rows] == [("E1", "first"), ("E1", "second"), ("E1", "over seeds"),
                                                        ("E2", "b")]
     assert list(T.findings(rows[::-1], link="")["experiment"])[0] == '<a href="01_train.html">E1</a>'
+
+
+def test_an_experiment_links_to_the_chapter_that_holds_its_differing_rows():
+    """2026-11-28: E3 linked to chapter 02, where its rows agree, while its four differing rows
+    are in chapter 03."""
+    row = lambda chapter, verdict: {"id": "E3", "quantity": f"{chapter} {verdict}", "verdict": verdict,
+                                    "reading": "", "chapter": chapter}
+    rows = [row("02_copying", "matches"), row("02_copying", "n/a")] + [row("03_heads", "differs")] * 4
+    assert T.findings(rows, link="")["experiment"][0] == '<a href="03_heads.html">E3</a>'
+    assert T.home([row("02_copying", "matches"), row("03_heads", "too close to tell")]) == "03_heads"
+    assert T.home([row("03_heads", "matches"), row("02_copying", "matches")]) == "02_copying"   # the first in the book
+
+
+def test_counts_agree_with_their_nouns_and_small_percentages_do_not_show_zero():
+    t = {"reproduced": 1, "differ": 1, "too close": 1, "not tested": 1, "provisional": 1}
+    assert T.counts_clause(t) == ("1 reproduced, 1 differs, 1 is too close to tell, 1 has nothing to test here and 1 "
+                                  "is provisional (read at the end of a run cut short)")
+    assert T.counts_clause({**t, "differ": 2, "not tested": 3, "provisional": 0}).endswith(
+        "2 differ, 1 is too close to tell and 3 have nothing to test here")
+    assert T.percent(0.0004) == "less than 0.05%" and T.percent(0.013) == "1.3%" and T.percent(0.0) == "0.0%"
+    rows = [{"id": "E1", "quantity": "q", "verdict": "differs", "reading": ""}]
+    assert T.setting_counts(rows, "on GPU leases").endswith("0 provisional (read at the end of a run cut short), of 1 claim.")
+    assert "1 differs," in T.setting_counts(rows, "on GPU leases")
 
 
 def test_a_cause_is_kept_where_its_row_differs_or_cannot_tell_and_the_findings_name_it_once(tmp_path):
@@ -207,10 +230,10 @@ def test_headline_counts_the_model_and_the_solvers_apart_and_names_a_reason():
             {"id": "E17", "quantity": "λ = 0.001: L", "paper": 0.01, "ours": 0.05, "reading": "",
              "verdict": "differs"}]
     h = T.headline(rows)
-    assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differ, 0 are too close to tell, and 1 have" in h["landing_model"]
+    assert h["landing_model"].startswith("Of the 4 claims about the model, 2 reproduced") and "1 differs, 0 are too close to tell and 1 has" in h["landing_model"]
     assert h["landing_solvers"].startswith("Of the 1 claim about the classical solvers alone (E17") and "0 reproduced" in h["landing_solvers"]
     assert h["landing_reproduced"] == "Reproduced in full: E4."
-    assert h["landing_differs"].startswith("With claims that differ: E1 (1 claim), E17 (1 claim); the table below")
+    assert h["landing_differs"] == "With claims that differ (how many): E1 (1), E17 (1); the table below says why."
     assert T.headline(rows[1:3])["landing_differs"].startswith("No claim differs")
 
 
@@ -261,9 +284,9 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
     assert h["landing_model"].startswith("Of the 1 claim about the model, 1 reproduced")
     assert h["landing_reproduced"] == "Reproduced in full: E4."
     assert h["landing_differs"].startswith("No claim differs")            # F2 fails, but is not the paper's
-    assert h["landing_own"] == ("Beyond the paper, 3 findings tested here (our own, and the 2025 follow-up's claims "
-                                "on this task), counted apart from its claims: 1 hold, "
-                                "1 do not and 1 have nothing to test here.")
+    # 2026-11-28: "1 hold, 1 do not and 1 have nothing to test here"
+    assert h["landing_own"] == ("Beyond the paper, 3 findings of our own and of the 2025 follow-up, counted apart: "
+                                "1 holds, 1 does not and 1 has nothing to test here.")
     assert list(T.findings(rows)["experiment"]) == ["E4"]
 
 

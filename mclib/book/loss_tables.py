@@ -30,9 +30,9 @@ def loss_figure(table: pd.DataFrame, title: str, level: float):
 
 def matching_reading_text(verdicts: list[str], what: str) -> str:
     """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
-    batch mean) rows: e.g. 'the uniform reading (the paper's text) matches X; the
-    batch-mean reading (the released code) does not'; a row too close to tell (`scorecard_rules.CLOSE`)
-    says so, never "does not"."""
+    batch mean) rows, each half of the sentence with its own verb: e.g. 'the uniform reading
+    (the paper's text) matches X; the batch-mean reading (the released code) does not match
+    it'; a row too close to tell (`scorecard_rules.CLOSE`) says so, never "does not match"."""
     from .scorecard_rules import CLOSE
 
     names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}
@@ -43,7 +43,8 @@ def matching_reading_text(verdicts: list[str], what: str) -> str:
                 "close": f"both readings are too close to {what} to tell"}[said["uniform"]]
     first, other = sorted(said, key=lambda m: ("match", "close", "no").index(said[m]))
     full = {"match": f"matches {what}", "close": f"is too close to {what} to tell"}[said[first]]
-    return f"{names[first]} {full}; {names[other]} " + {"close": "is too close to tell", "no": "does not"}[said[other]]
+    rest = {"close": "is too close to it to tell", "no": "does not match it"}[said[other]]
+    return f"{names[first]} {full}; {names[other]} {rest}"
 
 
 def loss_styler(table: pd.DataFrame, columns: list[str], numbers: list[str], caption: str, fmt: str = "{:.2e}"):

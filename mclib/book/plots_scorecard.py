@@ -5,6 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 from . import plots_base  # noqa: F401 - importing it sets the book's plot theme
+from .scorecard_rules import interval
 
 VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same order": "tab:cyan", "differs": "tab:red",
                   "too close to tell": "tab:orange", "n/a": "grey", "cannot fail": "silver"}
@@ -13,8 +14,9 @@ VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same o
 def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
     """Our value / the paper's for every scorecard row that compares a number or a ratio
     (kinds "number" and "ratio"; both are the same scale-free quantity on both sides),
-    coloured by verdict (log scale, centred on 1), with ± 2·√(se² + spread²) of ours (the
-    rules' own error) as a bar where the row has one. Rows without two positive numbers
+    coloured by verdict (log scale, centred on 1), with the interval of ours its rule reads
+    (`scorecard_rules.interval`: ± 2·√(se² + spread²), or the span of several readings) as a
+    bar where the row has one. Rows without two positive numbers
     get a hollow marker at 1, labelled.
 
     Readable at any number of rows: the labels (wrapped at `label_width` characters) get
@@ -44,10 +46,11 @@ def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
         ratio = r["ours"] / r["paper"] if ok else 1.0
         ratios.append(ratio)
         color = VERDICT_COLORS.get(r["verdict"], "grey")
-        err = 2 * float(np.hypot(r.get("se") or 0.0, r.get("spread") or 0.0)) / r["paper"] if ok else 0.0
-        if err > 0:
-            lo = min(err, ratio * (1 - 1e-3))                 # a log axis has no 0
-            ax.errorbar([ratio], [y], xerr=[[lo], [err]], fmt="none", ecolor=color, elinewidth=1.2, capsize=3)
+        reach = interval(r) if ok else None                    # the interval the row's rule reads
+        if reach is not None and reach[1] > reach[0]:
+            lo = min(ratio - reach[0] / r["paper"], ratio * (1 - 1e-3))  # a log axis has no 0
+            err = max(reach[1] / r["paper"] - ratio, 0.0)
+            ax.errorbar([ratio], [y], xerr=[[max(lo, 0.0)], [err]], fmt="none", ecolor=color, elinewidth=1.2, capsize=3)
             ratios += [ratio - lo, ratio + err]
         ax.plot([ratio], [y], "o", ms=7, color=color, mfc=color if ok else "none")
         if not ok:

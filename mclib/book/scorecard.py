@@ -42,7 +42,7 @@ import json
 from pathlib import Path
 
 from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
-from .scorecard_rules import CLOSE, _missing, contradiction, judge
+from .scorecard_rules import CLOSE, _missing, contradiction, interval, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
 from .scorecard_tables import row_order
 
@@ -50,8 +50,9 @@ FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", 
 # A row's cause (why it differs from the paper, where a chapter found it) is kept only in a row that differs or
 # cannot tell (`record`): like RULE_FIELDS, not in every row.
 # What a rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
-# values and order): `record` keeps them in the row, so a recorded row can be judged again by today's rule.
-RULE_FIELDS = ("margin", "reference", "sense", "values", "order", "rounding")
+# values and order; a number's or ratio's span over several readings and its rounding spread): `record`
+# keeps them in the row, so a recorded row can be judged again by today's rule.
+RULE_FIELDS = ("margin", "reference", "sense", "values", "order", "span", "rounding")
 SHOWN = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "verdict", "reading", "cause")
 
 
@@ -103,8 +104,9 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
            cause: str = "", **rule_kw) -> dict:
     """Add or replace the row (id, quantity); the verdict is computed here by `judge`
     (rule_kw: margin, reference and sense for a direction, values and order for an
-    ordering, na for a claim with nothing to test; each but na kept in the row, `RULE_FIELDS`,
-    so that it can be judged again), and marked provisional where the row reads the end of a
+    ordering, span for a number or ratio read several times, na for a claim with nothing
+    to test; each but na kept in the row, `RULE_FIELDS`, so that it can be judged again),
+    and marked provisional where the row reads the end of a
     run cut short (`at`: the run's `Stage`; `provisional`). cause: why the row differs from the
     paper, one sentence, where the chapter found it (kept only where the verdict is not a
     positive one: a cause of nothing is not shown). Returns the row."""
@@ -150,11 +152,13 @@ def recorded_table(run_dir: str | Path, rows: list[dict], chapter: str,
                    columns=("id", "quantity", "paper", "ours", "se", "verdict", "reading"),
                    caption: str = "The numbers this chapter adds to the scorecard."):
     """`record_rows`, shown as the styled table the chapter shows under its closing
-    paragraph, with the chosen columns (the verdicts as `record` computed them)."""
+    paragraph, with the chosen columns (the verdicts as `record` computed them); the column
+    "interval" is the interval of ours that each row's rule reads (`scorecard_rules.interval`)."""
     import pandas as pd
 
     recorded = record_rows(run_dir, rows, chapter)
-    shown = pd.DataFrame([{**r, "verdict": shown_verdict(r)} for r in recorded])[list(columns)]
+    reach = lambda r: "—" if (i := interval(r)) is None else f"{i[0]:.3g} – {i[1]:.3g}"
+    shown = pd.DataFrame([{**r, "verdict": shown_verdict(r), "interval": reach(r)} for r in recorded])[list(columns)]
     formats = {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}
     return (shown.rename(columns={"se": "s.e."}).style.hide(axis="index")
             .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")

@@ -73,51 +73,105 @@ def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str)
     return CLOSE
 
 
+def _reach(log: bool, ours: float, se=None, spread=None, span=None, rounding=None) -> tuple[float, float]:
+    """Our interval on a rule's scale (log: a ratio's, on the log scale): ours ± 2·√(se² +
+    spread²); with span (the lowest and highest of several readings of the quantity, e.g.
+    checkpoints along a plateau), from the lowest − 2·se to the highest + 2·se, so that it
+    reaches no further than the readings themselves; with rounding (how far changes that alter
+    only the float arithmetic moved the quantity in one run, `mclib.analyses.rounding`), wider
+    by it on each side. On the log scale an error e at a value x is e / x, and a rounding r at
+    ours is ln(1 + r / ours)."""
+    lo = hi = ours
+    half_lo = half_hi = 2 * _se(se, spread)
+    if span is not None and not any(_missing(v) for v in span) and (min(span) > 0 or not log):
+        lo, hi = float(min(span)), float(max(span))
+        half_lo = half_hi = 2 * _se(se)
+    r = 0.0 if _missing(rounding) else abs(float(rounding))
+    if log:
+        r = math.log1p(r / ours) if r else 0.0
+        return math.log(lo) - half_lo / lo - r, math.log(hi) + half_hi / hi + r
+    return lo - half_lo - r, hi + half_hi + r
+
+
+def within_rounding(log: bool, ours: float, paper: float, rounding) -> bool:
+    """Whether the paper's value lies within the rounding spread of ours (on the rule's scale)."""
+    if _missing(rounding) or not rounding:
+        return False
+    if log:
+        return abs(math.log(ours / paper)) <= math.log1p(abs(float(rounding)) / ours)
+    return abs(ours - paper) <= abs(float(rounding))
+
+
+def interval(row: dict) -> tuple[float, float] | None:
+    """The interval of our value that a number or ratio row's verdict sets against its band
+    (`_reach`), on the quantity's own scale; None for other kinds or without a positive value
+    where the rule reads a log."""
+    kind, ours = row.get("kind", "number"), row.get("ours")
+    if kind not in ("number", "ratio") or _missing(ours) or (kind == "ratio" and ours <= 0):
+        return None
+    lo, hi = _reach(kind == "ratio", ours, row.get("se"), row.get("spread"), row.get("span"), row.get("rounding"))
+    return (math.exp(lo), math.exp(hi)) if kind == "ratio" else (lo, hi)
+
+
 def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
-           margin: float | None = None, rounding: float | None = None) -> str:
+           margin: float | None = None, span=None, rounding: float | None = None) -> str:
     """A number, as the paper reports it (on the same task, or a scale-free quantity of
     the profile's task). The band that agrees: within margin·|paper| of the paper's number,
     margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
-    spread the standard deviation over seeds (a single run of the paper is one draw).
-    *matches* when the interval lies inside the band; *differs* when it lies outside it
-    (|ours − paper| > 2·√(se² + spread²) + margin·|paper|), or when we have no number
-    (e.g. no drop); *too close to tell* when it reaches both; *n/a* when the paper gives none.
-    rounding: how far changes that alter only the float arithmetic moved this quantity in
-    one run (`mclib.analyses.rounding`): the paper's number within it of ours is *too close to
-    tell*, and it widens our interval besides."""
+    spread the standard deviation over seeds (a single run of the paper is one draw); with
+    span (the lowest and highest of several readings of the quantity, e.g. checkpoints along
+    a plateau), from the lowest − 2·se to the highest + 2·se instead, so that it reaches no
+    further than the readings themselves (`_reach`).
+    *matches* when the interval lies inside the band; *differs* when it lies outside it,
+    or when we have no number (e.g. no drop); *too close to tell* when it reaches both;
+    *n/a* when the paper gives none. rounding: how far changes that alter only the float
+    arithmetic moved this quantity in one run: the paper's number within it of ours is *too
+    close to tell*, and it widens our interval besides."""
     if _missing(paper):
         return "n/a"
     if _missing(ours):
         return "differs"
     m = MARGINS["number"] if margin is None else margin
-    r = 0.0 if _missing(rounding) else abs(float(rounding))
-    if r and abs(ours - paper) <= r:
+    if within_rounding(False, ours, paper, rounding):
         return CLOSE
-    half = 2 * _se(se, spread) + r
-    return _banded(ours - half, ours + half, paper - m * abs(paper), paper + m * abs(paper), "matches")
+    return _banded(*_reach(False, ours, se, spread, span, rounding), paper - m * abs(paper), paper + m * abs(paper),
+                   "matches")
 
 
 def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
-          margin: float | None = None, rounding: float | None = None) -> str:
+          margin: float | None = None, span=None, rounding: float | None = None) -> str:
     """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
     compared on the log scale. The band that agrees: within a factor 1 + margin of the
-    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours.
-    *matches* when the interval lies inside the band; *differs* when it lies outside it
-    (|ln(ours / paper)| > ln(1 + margin) + 2·√(se² + spread²) / ours), or when ours is
-    missing or not positive; *too close to tell* when it reaches both; *n/a* when the paper
-    gives none. A claim of "no effect" is a ratio of 1 (or the paper's measured ratio).
-    rounding: as for a number, in the ratio's units; on the log scale it counts as
-    ln(1 + rounding / ours)."""
+    paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours; with
+    span (the lowest and highest of several readings, e.g. checkpoints along a plateau),
+    from ln(lowest) − 2·se / lowest to ln(highest) + 2·se / highest instead, so that it
+    reaches no further than the readings themselves.
+    *matches* when the interval lies inside the band; *differs* when it lies outside it,
+    or when ours is missing or not positive; *too close to tell* when it reaches both;
+    *n/a* when the paper gives none. A claim of "no effect" is a ratio of 1 (or the paper's
+    measured ratio). rounding: as for a number, in the ratio's units (ln(1 + rounding / ours)
+    on the log scale)."""
     if _missing(paper):
         return "n/a"
     if _missing(ours) or ours <= 0 or paper <= 0:
         return "differs"
     m = MARGINS["ratio"] if margin is None else margin
-    r = 0.0 if _missing(rounding) else math.log1p(abs(float(rounding)) / ours)
-    if r and abs(math.log(ours / paper)) <= r:
+    if within_rounding(True, ours, paper, rounding):
         return CLOSE
-    x, half, band = math.log(ours), 2 * _se(se, spread) / ours + r, math.log1p(m)
-    return _banded(x - half, x + half, math.log(paper) - band, math.log(paper) + band, "matches")
+    band = math.log1p(m)
+    return _banded(*_reach(True, ours, se, spread, span, rounding), math.log(paper) - band, math.log(paper) + band,
+                   "matches")
+
+
+def band_text(kind: str = "number", margin: float | None = None) -> str:
+    """A number or ratio rule in one clause, as `_banded` applies it: its positive verdict where
+    our interval (`_reach`) lies inside the band of the paper's value, "differs" where it lies
+    outside, `CLOSE` where it reaches both; margin: the row's, else the kind's (`MARGINS`)."""
+    m = MARGINS[kind] if margin is None else margin
+    band = {"number": f"the paper's value ± {m:.0%} of it",
+            "ratio": f"within a factor {1 + m:g} of the paper's value, either way"}[kind]
+    return (f'"{POSITIVE[kind]}" where our value ± two standard errors lies inside {band}, "differs" where it '
+            f'lies wholly outside that band, and "{CLOSE}" where it reaches both')
 
 
 def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
@@ -204,13 +258,13 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
-          sense=None, values=None, order=None, rounding=None, na: str | None = None) -> str:
+          sense=None, values=None, order=None, span=None, rounding=None, na: str | None = None) -> str:
     """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
     "n/a" (e.g. an empty group: nothing to test)."""
     if na:
         return "n/a"
     if kind in ("number", "ratio"):
-        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin, rounding=rounding)
+        return RULES[kind](paper, ours, se=se, spread=spread, margin=margin, span=span, rounding=rounding)
     if kind == "direction":
         return direction(ours, reference, sense, se=se, spread=spread, margin=margin, paper=paper)
     if kind == "finding":
@@ -227,8 +281,8 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 def row_verdict(row: dict) -> str:
     """The verdict `record` will give `row` (a `claim`), without writing it: what a
     sentence that speaks for the row passes to `agreement`."""
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "rounding", "na")
-            if k in row}
+    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "span", "rounding",
+                                "na") if k in row}
     return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 

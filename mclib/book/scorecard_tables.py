@@ -11,8 +11,30 @@ from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing."""
+    """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing;
+    with a verb for its noun, its two forms: plural(1, "differs", "differ") '1 differs'."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
+
+
+def percent(x: float, digits: int = 1) -> str:
+    """x as a percentage at `digits` decimals ('1.3%'); a number that is not 0 but would show
+    as 0.0% says "less than 0.05%" instead."""
+    shown = f"{x:.{digits}%}"
+    if x and float(shown.rstrip("%")) == 0:
+        return f"less than {0.5 * 10 ** -digits:g}%"
+    return shown
+
+
+def counts_clause(t: dict[str, int]) -> str:
+    """'41 reproduced, 23 differ, 1 is too close to tell and 12 have nothing to test here' (and
+    how many are provisional, where any is) from `tally`'s counts, each verb agreeing with its count."""
+    parts = [f"{t['reproduced']:,} reproduced", plural(t["differ"], "differs", "differ"),
+             plural(t["too close"], "is too close to tell", "are too close to tell"),
+             plural(t["not tested"], "has nothing to test here", "have nothing to test here")]
+    if t["provisional"]:
+        parts.append(plural(t["provisional"], "is provisional", "are provisional") + " (read at the end of a run cut "
+                     "short)")
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
@@ -85,17 +107,15 @@ def provisional_text(rows: list[dict]) -> str:
     if not p["provisional"]:
         return "0 provisional"
     close = f", {p['too close']} too close to tell" if p["too close"] else ""
-    return f"{p['provisional']} provisional: {p['agree']} agree, {p['differ']} differ{close} so far"
+    return (f"{p['provisional']} provisional: {plural(p['agree'], 'agrees', 'agree')}, "
+            f"{plural(p['differ'], 'differs', 'differ')}{close} so far")
 
 
 def tally_text(rows: list[dict], what: str) -> str:
     """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 2 are too close to tell, 5 have nothing
-    to test and 23 are provisional': `tally` in a sentence."""
+    to test here and 23 are provisional (...)': `tally` in a sentence (`counts_clause`)."""
     t = tally(rows)
-    return (f"Of the {plural(t['rows'], 'claim')} {what}, {t['reproduced']} reproduced, {t['differ']} differ, "
-            f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell, "
-            f"{t['not tested']} have nothing to test here and {t['provisional']} are provisional (they read the end "
-            "of a run cut short of its length).")
+    return f"Of the {plural(t['rows'], 'claim')} {what}, {counts_clause(t)}."
 
 
 # --- the findings table ------------------------------------------------------------------
@@ -128,13 +148,25 @@ def causes(rows: list[dict]) -> str:
     return "not traced" if any(r["verdict"] == "differs" for r in open_) else "—"
 
 
+def home(rows: list[dict]) -> str | None:
+    """The chapter an experiment's row links to (`rows`: its rows): the one that recorded most of
+    its firm rows that differ, else most of those too close to tell, else the first in the book's
+    order that recorded a row of it (by name, not the first to finish: the book executes chapters
+    side by side); None without a chapter."""
+    named = [r for r in rows if r.get("chapter")]
+    for verdict in ("differs", CLOSE):
+        at = [r["chapter"] for r in named if r["verdict"] == verdict and not is_provisional(r)]
+        if at:
+            return min(set(at), key=lambda c: (-at.count(c), c))
+    return min((r["chapter"] for r in named), default=None)
+
+
 def findings(rows: list[dict], link: str | None = None):
     """The findings table a reader scans first: one line per experiment of the paper (findings
     of our own left out, `paper_rows`), its counts (rows, reproduced, differs, too close to
     tell, not tested, provisional: `tally`) and why its rows differ (`causes`). With `link`
     (a path prefix, e.g. "" beside the chapters' pages or "_executed/" from the landing page),
-    each experiment links to the first chapter, in the book's order, that recorded a row of it
-    (not the first to finish: the book executes chapters side by side)."""
+    each experiment links to the chapter that holds its differing rows (`home`)."""
     import pandas as pd
 
     rows = paper_rows(rows)
@@ -142,7 +174,7 @@ def findings(rows: list[dict], link: str | None = None):
     for e in sorted({r["id"] for r in rows}, key=lambda i: row_order({"id": i})):
         rs = [r for r in rows if r["id"] == e]
         t = tally(rs)
-        where = min((r["chapter"] for r in rs if r.get("chapter")), default=None)  # the first in the book
+        where = home(rs)
         name = e if link is None or not where else f'<a href="{link}{where}.html">{e}</a>'
         out.append({"experiment": name, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
                     "too close to tell": t["too close"], "not tested": t["not tested"],
@@ -158,23 +190,14 @@ SOLVER_ONLY = ("E17",)
 
 
 def headline(rows: list[dict]) -> dict[str, str]:
-    """The landing page's results box, one plain sentence each: the claims about the model
-    and those about the solvers alone (`SOLVER_ONLY`) counted apart, then the experiments
-    that reproduced in full and those with claims that differ (how many; why is the findings
-    table's, `findings`, which the box shows below them); last, our own findings, counted on
-    their own (`own_rows`: none of them is among the paper's claims above)."""
+    """The landing page's results box, one short sentence each: the claims about the model
+    and those about the solvers alone (`SOLVER_ONLY`) counted apart (`counts_clause`), then
+    the experiments that reproduced in full and those with claims that differ (how many; why
+    is the findings table's, `findings`, which the page shows below the box); last, our own
+    findings, counted on their own (`own_rows`: none of them is among the paper's claims)."""
     own = own_rows(rows)
     rows = paper_rows(rows)
-    def counts(rs, what):
-        t = tally(rs)
-        late = f" and {t['provisional']} are provisional (read at the end of a run cut short)" if t["provisional"] else ""
-        close = (f"{t['too close']} {'is' if t['too close'] == 1 else 'are'} too close to tell"
-                 + (" (our value ± two standard errors reaches both what agrees with the paper and what does not)"
-                    if t["too close"] else "") + ", ")
-        return (f"Of the {plural(len(rs), 'claim')} {what}, {t['reproduced']} reproduced (match the paper's number, or point or "
-                f"order the way it says), {t['differ']} differ, {close}{'' if late else 'and '}{t['not tested']} have "
-                f"nothing to test here{late}.")
-
+    counts = lambda rs, what: f"Of the {plural(len(rs), 'claim')} {what}, {counts_clause(tally(rs))}."
     full, partial = [], []
     for e in sorted({r["id"] for r in rows}, key=lambda i: row_order({"id": i})):
         every = [r for r in rows if r["id"] == e]
@@ -183,25 +206,23 @@ def headline(rows: list[dict]) -> dict[str, str]:
         good = [r for r in rs if r["verdict"] in REPRODUCED]
         close = [r for r in rs if r["verdict"] == CLOSE]
         if bad:
-            partial.append(f"{e} ({plural(len(bad), 'claim')})")
+            partial.append(f"{e} ({len(bad)})")
         elif good and not close and len(rs) == len(every):  # a provisional or too-close row leaves it open
             full.append(e)
     solver_only = lambda r: r["id"] in SOLVER_ONLY and not r["quantity"].startswith("BERT")
     model = [r for r in rows if not solver_only(r)]
     solver = [r for r in rows if solver_only(r)]
+    n = lambda verdict: sum(r["verdict"] == verdict for r in own)
     return {"landing_model": counts(model, "about the model"),
-            "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)}, on "
-                                              "the paper's task, no model)"),
+            "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)})"),
             "landing_reproduced": ("Reproduced in full: " + ", ".join(full) + ".") if full else
                                   "No experiment reproduced in full.",
-            "landing_differs": ("With claims that differ: " + ", ".join(partial) + "; the table below gives each "
-                                "experiment's counts and why its claims differ.") if partial else
-                               "No claim differs; the table below gives each experiment's counts.",
-            "landing_own": (f"Beyond the paper, {len(own)} findings tested here (our own, and the 2025 follow-up's "
-                            "claims on this task), counted apart from its claims: "
-                            f"{sum(r['verdict'] == 'holds' for r in own)} hold, "
-                            f"{sum(r['verdict'] == 'fails' for r in own)} do not and "
-                            f"{sum(r['verdict'] == 'n/a' for r in own)} have nothing to test here.")}
+            "landing_differs": ("With claims that differ (how many): " + ", ".join(partial) + "; the table below "
+                                "says why.") if partial else "No claim differs.",
+            "landing_own": (f"Beyond the paper, {plural(len(own), 'finding')} of our own and of the 2025 follow-up, "
+                            f"counted apart: {plural(n('holds'), 'holds', 'hold')}, "
+                            f"{plural(n('fails'), 'does not', 'do not')} and "
+                            f"{plural(n('n/a'), 'has nothing to test here', 'have nothing to test here')}.")}
 
 
 def setting_counts(rows: list[dict], where: str) -> str:
@@ -209,9 +230,9 @@ def setting_counts(rows: list[dict], where: str) -> str:
     own setting"): its counts of the paper's claims (`tally`) in one sentence, the provisional
     ones split by what they say so far (`provisional_text`)."""
     t = tally(rows)
-    return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']} reproduced, {t['differ']} differ, "
-            f"{t['too close']} too close to tell, {t['not tested']} n/a (nothing to test, or true by construction), "
-            f"{provisional_text(rows)} (read at the end of a run cut short), of {t['rows']} claims.")
+    return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
+            f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
+            f"{provisional_text(rows)} (read at the end of a run cut short), of {plural(t['rows'], 'claim')}.")
 
 
 # --- the profile's task ----------------------------------------------------------------
@@ -239,6 +260,18 @@ def task_note(profile) -> str:
             "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
             "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
             "same matrices, a step over another step), and no number is multiplied across tasks.")
+
+
+def departures_count(profile) -> str:
+    """How many keys `profile` departs from the paper's task and recipe in, in one sentence (the
+    keys themselves: `departures_text`, the first chapter and the scorecard)."""
+    from ..core.config import deviations
+    from ..core.paper import profile as paper_profile
+
+    n = len(deviations(profile, paper_profile()))
+    if not n:
+        return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
+    return f"Profile {profile.name} departs from the paper's task and recipe in {plural(n, 'key')} (see the first chapter)."
 
 
 def departures_text(profile) -> str:

@@ -18,8 +18,8 @@ from ..core.paper import PAPER, PAPER_E17, PAPER_E17_MATRICES
 from ..book.scorecard import claim
 from ..book.scorecard_rules import CLOSE, MARGINS, agreement, row_verdict
 
-# A solver's number on the paper's task "matches" the paper's when the paper's value lies
-# within ours ± (2 standard errors + SOLVER_RTOL of the paper's value). 10 %: about the
+# The margin of the number rule (`scorecard_rules.number`, in words `band_text`) for a solver's
+# number on the paper's task: the band of the paper's value is ± SOLVER_RTOL of it. 10 %: about the
 # sampling error of the paper's own 256-matrix L_mask (our per-matrix spread gives 8-9 %),
 # which the paper does not report; two significant figures of a number, give or take one.
 SOLVER_RTOL = 0.10
@@ -236,9 +236,8 @@ def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame,
     reg (regularised_table, E17), solver_sweep (nuclear_sweep without a model),
     solvers (classical_table without a model). No number is rescaled across tasks.
 
-    E17's rows compare a number with the paper's on the same task: the verdict is
-    "matches" when |ours − paper| ≤ 2·s.e. + SOLVER_RTOL·|paper| (`scorecard.number` with
-    se = our standard error over matrices), else "differs"."""
+    E17's rows compare a number with the paper's on the same task, by the number rule at margin
+    SOLVER_RTOL (`scorecard_rules.number`, se = our standard error over matrices)."""
     e16, rows = _e16_same_matrices(sweep, classical, p_train)
     e17, e17_rows = _e17(reg, n_regularised)
     rows += e17_rows

@@ -164,11 +164,14 @@ SHOULDER_FALL = 1.5     # ... if L_mask fell by at least this factor before it a
 class DropShape:
     """How L_mask fell (`drop_shape`). Steps; levels in L_mask units. shoulder: None when
     it fell in one stretch, else (first step, last step, mean level) of the slowest
-    stretch of the fall, with a fall of SHOULDER_FALL or more before and after it."""
+    stretch of the fall, with a fall of SHOULDER_FALL or more before and after it on the
+    smoothed curve. after: (first step, last step, mean L_mask) of the run's final stretch
+    past the shoulder (its last tenth, where every "final" loss is read, else all after it)."""
     left_plateau: int
     drop: int
     near_final: int
     shoulder: tuple[int, int, float] | None
+    after: tuple[int, int, float] | None = None
 
 
 def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: int,
@@ -184,21 +187,27 @@ def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: 
     span = span or max(smooth, (last - left_plateau) // 8)
     steps = s.index.to_numpy()
     starts = steps[steps + span <= last]
-    shoulder = None
+    shoulder = after = None
     if len(starts) > 1 and s.iloc[0] > s.iloc[-1]:
         at = lambda t: s.reindex(t, method="ffill").to_numpy(dtype=float)
         rate = np.log(at(starts) / at(starts + span))
         before = float(s.iloc[0]) / at(starts) >= SHOULDER_FALL
-        after = at(starts + span) / float(s.iloc[-1]) >= SHOULDER_FALL
-        pause = before & after & (rate < SHOULDER_RATIO * max(rate.max(), 0))
+        falls_after = at(starts + span) / float(s.iloc[-1]) >= SHOULDER_FALL
+        pause = before & falls_after & (rate < SHOULDER_RATIO * max(rate.max(), 0))
         if pause.any():
             t = int(starts[np.flatnonzero(pause)[np.argmin(rate[pause])]])
             shoulder = (t, t + span, float(s.loc[t:t + span].mean()))
-    return DropShape(left_plateau, drop, near_final, shoulder)
+            past = metrics[metrics["step"] > t + span]
+            tail = last_tenth(metrics)
+            tail = tail[tail["step"] > t + span] if (tail["step"] > t + span).any() else past
+            after = (int(tail["step"].iloc[0]), int(tail["step"].iloc[-1]), float(tail["L_mask"].mean()))
+    return DropShape(left_plateau, drop, near_final, shoulder, after)
 
 
 def shape_text(shape: DropShape | None) -> str:
-    """The drop's shape in one sentence, or that there was none to describe."""
+    """The drop's shape in one sentence, or that there was none to describe: a shoulder is
+    followed by "falling again" only where the run's final stretch past it (`DropShape.after`)
+    lies below it; else the sentence says the run ended without falling below it."""
     if shape is None:
         return "There is no drop to describe."
     where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
@@ -206,8 +215,14 @@ def shape_text(shape: DropShape | None) -> str:
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
-    return (f"{where}; it fell in two stages, with a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, "
-            "where it fell at under a third of its fastest rate) before falling again.")
+    pause = f"a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, where it fell at under a third of its fastest rate)"
+    if shape.after is None or shape.after[2] >= level:
+        ended = "" if shape.after is None else (
+            f": over steps {shape.after[0]:,} to {shape.after[1]:,}, where the run ended, its mean was "
+            f"{shape.after[2]:.3g}, not below it")
+        return f"{where}; it slowed to {pause} and had not fallen below that level when the run ended{ended}."
+    return (f"{where}; it fell in two stages, with {pause} before falling again, to a mean of {shape.after[2]:.3g} "
+            f"over steps {shape.after[0]:,} to {shape.after[1]:,}.")
 
 
 def end_sentence(ch: Chapter) -> str:

@@ -29,16 +29,16 @@ from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
 from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
                                     ratio_se, value_and_se)
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, DROP_FRACTION, copies
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
 from ..core.paper import PAPER, PAPER_E2
 from ..book.plots_base import closed
 from ..book.plots_heads import loss_bars, mask_value_curve, prediction_scatter
 from ..book.loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
-from ..book.scorecard_rules import MARGINS, agreement, copy_levels, row_verdict
+from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE
-from ..book.scorecard_tables import task_departures, verdict_counts, verdicts_text
+from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
 
 CHAPTER = "02_copying"
 
@@ -205,13 +205,16 @@ def e2_table(ch) -> pd.DataFrame:
 def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
     """E2's table (styled) and glue: fig_e2, copy_level_e2."""
     cols = ["matrices", "token", "L'_mask", "paper L'_mask", "L_obs", "paper L_obs", "L_mask", "mask_value"]
-    around = ""
-    if not e2["L_obs_spread"].isna().all():  # the means the scorecard reads, beside pre's own values
-        cols = cols[:3] + ["L'_mask_mean"] + cols[3:5] + ["L_obs_mean"] + cols[5:]
-        around = (f" The scorecard reads the mean over the checkpoints of steps {e2['spread_steps'].iloc[0]} (the "
-                  "_mean columns), with their standard deviation as its spread: one checkpoint's copying swings from "
-                  "one saved step to the next.")
-    table = loss_styler(e2, cols, cols[2:], f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
+    numbers, around = cols[2:], ""
+    if not e2[["L'_mask_spread", "L_obs_spread"]].isna().all(axis=None):  # the range the scorecard reads, beside pre's own values
+        e2 = e2.assign(**{f"{q} range": [f"{lo:.2e} – {hi:.2e}" for lo, hi in zip(e2[f"{q}_low"], e2[f"{q}_high"])]
+                          for q in ("L'_mask", "L_obs")})
+        cols = cols[:3] + ["L'_mask range"] + cols[3:5] + ["L_obs range"] + cols[5:]
+        around = (f" The range columns give the lowest and highest reading over the checkpoints of steps "
+                  f"{e2['spread_steps'].iloc[0]}: the scorecard's verdict sets that range (each end ± two standard "
+                  "errors) against the paper's value, since one checkpoint's copying swings from one saved step to "
+                  "the next.")
+    table = loss_styler(e2, cols, numbers, f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
                         f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
                         + around + PAPER_COLUMNS)
     levels = copy_levels(ch.cfg.data.rank)  # each kind of matrix over its own E[X²], ours and the paper's
@@ -274,22 +277,20 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             said = ("outputs the token's value", "does not output the token's value") if q == "L'_mask" else \
                 ("copies the observed entries", "does not copy the observed entries")
             at_pre, se, p = r[q] / ours_lvl, r[f"{q}_se"] / ours_lvl, paper[i] / paper_lvl
-            spread = r.get(f"{q}_spread", float("nan")) / ours_lvl
-            if pd.isna(spread):  # pre alone: its value, its standard error over matrices
-                ours, how, cause = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}", ""
-            else:  # the mean over the plateau's checkpoints around pre, their spread in the verdict
+            low, high = r.get(f"{q}_low", float("nan")) / ours_lvl, r.get(f"{q}_high", float("nan")) / ours_lvl
+            several = not pd.isna(r.get(f"{q}_spread", float("nan")))
+            if not several:  # pre alone: its value, its standard error over matrices
+                ours, how = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}"
+            else:  # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to highest
                 ours = r[f"{q}_mean"] / ours_lvl
-                swing = (f"the checkpoints of steps {r['spread_steps']} run from {r[f'{q}_low'] / ours_lvl / p:.2g} to "
-                         f"{r[f'{q}_high'] / ours_lvl / p:.2g}× the paper's")
                 how = (f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
-                       f"{at_pre / p:.2g}× ± {se / p:.2g}); {swing}")
-                cause = (f"copying on the plateau swings by several times from one saved step to the next ({swing}), "
-                         "more than one checkpoint of the paper's can be set against")
+                       f"{at_pre / p:.2g}× ± {se / p:.2g}); {e2_swing(r['spread_steps'], low / p, high / p)}")
+            row = _row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
+                       f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); {how}",
+                       paper=p, kind="ratio", se=se, span=(low, high) if several else None, na=na)
             # the paper's number itself, by the ratio rule: a cut-off at COPIES sits 14-70x above both sides
-            rows.append(_row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
-                             f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); {how}",
-                             paper=p, kind="ratio", se=se, spread=None if pd.isna(spread) else spread, na=na,
-                             cause=cause))
+            rows.append({**row, "cause": e2_cause(row_verdict(row), r["spread_steps"], low / p, high / p)
+                         if several else ""})
     glue_e2 = e2_ratio_text(rows)
     verdicts = []
     for mode in ("uniform", "batch_mean"):
@@ -317,6 +318,22 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
     return glue, rows
 
 
+def e2_swing(steps: str, low: float, high: float) -> str:
+    """"the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the paper's)."""
+    return f"the checkpoints of steps {steps} run from {low:.2g} to {high:.2g}× the paper's"
+
+
+def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
+    """Why an E2 row read over the plateau's checkpoints differs or cannot tell (`verdict`): its
+    checkpoints' own range (low, high: over the paper's) beside the band of the paper's value."""
+    swing = e2_swing(steps, low, high)
+    band = f"within a factor {1 + MARGINS['ratio']:g} of it"
+    if verdict == CLOSE:
+        return (f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches both "
+                f"{band} and beyond it, so one checkpoint of the paper's cannot be placed")
+    return f"every checkpoint on the plateau lies beyond {band} ({swing}); not traced further"
+
+
 def e2_ratio_text(rows: list[dict]) -> str:
     """E2's rows judged against the paper's numbers themselves (ratio rule), in a sentence: how
     many of them, ours over the paper's from least to most, and how many say each verdict's
@@ -324,10 +341,10 @@ def e2_ratio_text(rows: list[dict]) -> str:
     if rows and rows[0].get("na"):
         return f"E2 has nothing to compare here ({rows[0]['na']})"
     ratios = [r["ours"] / r["paper"] for r in rows]
-    spread = any(r.get("spread") is not None for r in rows)
-    ours = ("the mean over the plateau's checkpoints around the pre step ± two standard deviations over them, since "
-            "one checkpoint's copying swings by several times from one saved step to the next" if spread else
-            "our value ± two standard errors")
+    several = any(r.get("span") is not None for r in rows)
+    ours = ("the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two standard "
+            "errors, since one checkpoint's copying swings by several times from one saved step to the next"
+            if several else "our value ± two standard errors")
     return (f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, {ours}), "
             f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
             + verdicts_text(row_verdict(r) for r in rows))
@@ -342,6 +359,24 @@ def copy_text(base: dict, level: float) -> str:
     return ("does not behave like a copying model: "
             + ("L_obs is not small" if base["L_obs"] >= COPIES * level else "L_mask is far from E[X²]")
             + ", so the checks below test a model that is not on the plateau the paper describes")
+
+
+def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, window: int) -> str:
+    """Which pre-shift L_obs the paper's number is, in one sentence (each over its task's E[X²]):
+    the paper's (E3, at PAPER_PRE) is a checkpoint's reading on fresh matrices, as `fresh` here
+    (this chapter's, at `step`); the training chapter's E1 row reads the training curve, `curve`
+    (the mean over the `window` training batches ending at `step`); how far apart the two are,
+    why, and whether both lie below COPIES, the copying criterion E1's row is judged by."""
+    side = "below" if curve < fresh else "above"
+    both = ("both lie below" if max(curve, fresh) < COPIES else "only the curve's lies below" if curve < COPIES else
+            "only this chapter's lies below" if fresh < COPIES else "neither lies below")
+    return (f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
+            f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
+            f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
+            f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
+            f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
+            f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
+            f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)")
 
 
 def e2_text(e2: pd.DataFrame, level: float) -> str:
@@ -360,8 +395,9 @@ def e3_text(e3: pd.DataFrame) -> str:
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
     paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
     if change < NO_EFFECT:
-        return (f"changes L_mask by at most {change:.1%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; "
-                f"{paper}): attention plays no part in what the model does here")
+        by = percent(change)  # "less than 0.05%" where the change rounds to 0.0%
+        return (f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
+                f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here")
     return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
             "this model's attention already matters")
 
@@ -379,8 +415,14 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
 
 
 def scorecard_table(ch, rows: list[dict]):
-    """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
-    return recorded_table(ch.run_dir, rows, CHAPTER)
+    """Records `rows` in the run's scorecard; returns them with their verdicts and the interval of
+    ours each verdict reads (E2 over the plateau: its checkpoints' lowest to highest), styled."""
+    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "interval", "verdict",
+                                                              "reading"),
+                          caption="The numbers this chapter adds to the scorecard; interval: the stretch of ours "
+                                  "each verdict sets against the band of the paper's value (ours ± two standard "
+                                  "errors, or for E2 read over the plateau's checkpoints, their lowest to highest "
+                                  "reading, each ± two standard errors).")
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, *, verdicts) -> dict:
@@ -391,6 +433,10 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
             "e2_range_paper": f"{min(paper_e2_values):.1e} to {max(paper_e2_values):.1e}",
             "pre_L_obs": base["L_obs"], "pre_L_mask": base["L_mask"], "pre_mask_value": base["mask_value"],
+            "pre_l_obs_text": pre_l_obs_text(
+                float(window_mean(ch.metrics, ch.steps.pre, DROP_WINDOW)["L_obs"]) / level, base["L_obs"] / level,
+                PAPER[("E3", "pre L_obs")] / copy_levels(ch.cfg.data.rank)["low-rank"][1], step=ch.steps.pre,
+                window=DROP_WINDOW),
             "abs_x": base["abs_x"], "copy_level": level,
             "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
             "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),

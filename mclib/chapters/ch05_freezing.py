@@ -150,12 +150,16 @@ def _runs_named(groups) -> str:
 
 
 def ends_text(ends: dict[str, FreezeEnd]) -> str:
-    """Per group, what ended its run, runs that ended alike named together: "the mlp run
-    dropped at step 40; the attention and positional runs reached ..."."""
+    """What ended each run, in a sentence made from the runs' end records alone (each ends by
+    the first of the rules `length_text` gives to apply), runs that ended alike named together:
+    "What ended each run, from its end record: the mlp run dropped at step 40 and converged
+    at step 2,400; the attention and positional runs reached ..."."""
     alike: dict[str, list[str]] = {}
     for g, e in ends.items():
         alike.setdefault(e.text, []).append(g)
-    return "; ".join(f"{_runs_named(gs)} {text}" for text, gs in alike.items())
+    agree = lambda text, gs: text if len(gs) == 1 else text.replace(" its ", " their ")  # several runs: their rows
+    return ("What ended each run, from its end record: "
+            + "; ".join(f"{_runs_named(gs)} {agree(text, gs)}" for text, gs in alike.items()) + ".")
 
 
 def tiers_text(order) -> str:

@@ -45,6 +45,7 @@ from ..core.repo import RESULTS
 from ..book.plots_base import closed
 from ..book.plots_baselines import nuclear_comparison_plot, ood_plot, per_matrix_plot
 from ..book.scorecard import recorded_table
+from ..book.scorecard_rules import band_text
 from ..book.scorecard_tables import task_departures
 from .baselines_readings import SOLVER_RTOL, baseline_readings, pm
 
@@ -289,11 +290,12 @@ def ood_shown(ch, ood: pd.DataFrame):
 
 def readings(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[dict, list[dict]]:
     """`baseline_readings` of this chapter's tables: every name the closing paragraph glues
-    (with the solver rule's margin, solver_rule) and the scorecard rows."""
+    (with the rule E17's rows are judged by, solver_rule: `scorecard_rules.band_text` at their
+    margin) and the scorecard rows."""
     glue, rows = baseline_readings(sweep, reg, ood, classical, ch.cfg.data.p_mask, rank=ch.cfg.data.rank,
                                    n_regularised=ch.cfg.analysis.regularised_matrices, solver_sweep=solver_sweep, solvers=solvers,
                                    task=paper.task())
-    return {**glue, "solver_rule": f"{SOLVER_RTOL:.0%}"}, rows
+    return {**glue, "solver_rule": band_text("number", SOLVER_RTOL)}, rows
 
 
 def scorecard_table(ch, rows: list[dict]):

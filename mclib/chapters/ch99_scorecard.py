@@ -27,6 +27,33 @@ COUNTED = {"n_match": "matches", "n_same": "same direction", "n_order": "same or
 # under n_provisional alone, never under its verdict's name above
 # glue name -> the verdict it counts among our own findings
 COUNTED_OWN = {"n_own_holds": "holds", "n_own_fails": "fails", "n_own_na": "n/a"}
+# glue name -> what the closing sentence says its count does, for one claim and for several
+SAID = {"n_match": ("matches the paper's number", "match the paper's number"),
+        "n_same": ("points the way the paper says", "point the way the paper says"),
+        "n_order": ("keeps the paper's order", "keep the paper's order"), "n_differ": ("differs", "differ"),
+        "n_close": ("is too close to tell", "are too close to tell"),
+        "n_na": ("has nothing to test here", "have nothing to test here"),
+        "n_cannot": ("cannot fail by construction", "cannot fail by construction"),
+        "n_provisional": ("is provisional", "are provisional"),
+        "n_own_holds": ("holds", "hold"), "n_own_fails": ("does not", "do not"),
+        "n_own_na": ("has nothing to test here", "have nothing to test here")}
+
+
+def counts_text(counts: dict[str, int], names) -> str:
+    """'1 matches the paper's number, 2 differ and 1 is provisional': each count of `names` (glue
+    names of `SAID`) with its verb agreeing (`scorecard_tables.plural`)."""
+    parts = [scorecard_tables.plural(counts[n], *SAID[n]) for n in names]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def landing_paper(theirs: list[dict]) -> str:
+    """The landing box's line on the paper's own setting: its counts on GPU leases
+    (`scorecard_tables.counts_clause`; the scorecard's end splits them further), or that it has
+    not run for this book yet."""
+    if not theirs:
+        return "not run for this book yet: it needs a GPU (docs/gpu.md)."
+    t = scorecard_tables.tally(theirs)
+    return f"on GPU leases, of the {scorecard_tables.plural(t['rows'], 'claim')}, {scorecard_tables.counts_clause(t)}."
 
 
 def rows(ch) -> list[dict]:
@@ -154,12 +181,18 @@ def glued(ch, rows: list[dict]) -> dict:
     own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
     folder = reference.latest()
     theirs = [] if folder is None else reference.rows(folder, laptop=rows)
-    return {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_rows": len(paper),
-            "n_provisional": len(paper) - len(firm),
+    counts = {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_provisional": len(paper) - len(firm),
+              **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}}
+    return {**counts, "n_rows": len(paper),
+            "counts_text": f"Of the {scorecard_tables.plural(len(paper), 'claim')}, "
+                           + counts_text(counts, [*COUNTED, "n_provisional"]),
+            "own_counts_text": f"of the {scorecard_tables.plural(len(own), 'finding')}, "
+                               + counts_text(counts, COUNTED_OWN),
+            "landing_paper": landing_paper(theirs), "departures_count": scorecard_tables.departures_count(ch.cfg),
             "landing_editions": " ".join([scorecard_tables.setting_counts(rows, "the laptop edition")]
                                          + ([scorecard_tables.setting_counts(theirs, "the paper's own setting")
                                              + f" {reference.rejudged_text(folder, laptop=rows)}"] if theirs else [])),
-            **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}, "n_own": len(own),
+            "n_own": len(own),
             "task_note": scorecard_tables.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
             "departures_text": scorecard_tables.departures_text(ch.cfg), **scorecard_tables.headline(rows),

@@ -46,6 +46,7 @@ from ..core.metrics import find_drop
 from ..core.runs import load_metrics
 from ..core.repo import REPO
 from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_tables import plural
 
 CHAPTER = "07_beyond"
 ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
@@ -119,7 +120,7 @@ def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, se
     ph = phases(table, measure)
     mean, se, k = _mean_se(ph["change"])
     reading = (f"plateau − after = {mean:+.3g}" + (f" ± {se:.2g}" if se is not None else "")
-               + f" (mean ± s.e. over {k} seed{'s' if k != 1 else ''}; {measure}); the follow-up: {what}"
+               + f" (mean ± s.e. over {plural(k, 'seed')}; {measure}); the follow-up: {what}"
                if mean is not None else f"no seed with both a plateau and an after value; the follow-up: {what}")
     return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="finding", reference=0.0, sense=sense, se=se,
                  na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: "
@@ -157,12 +158,12 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
         leads.append(float(r["lead"]) if np.isfinite(r["lead"]) else 0.0)
     mean, se, k = _mean_se(leads)
     reading = (f"{measure} leaves its plateau band {mean:,.0f}" + (f" ± {se:,.0f}" if se is not None else "")
-               + f" steps before the drop (mean ± s.e. over {k} seeds, a seed without a lead counting 0)"
+               + f" steps before the drop (mean ± s.e. over {plural(k, 'seed')}, a seed without a lead counting 0)"
                if mean is not None else "no seed dropped")
     return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
                  reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
                  kind="finding", reference=0.0, sense="above", se=se,
-                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a drop: no error over seeds")
+                 na=None if k >= 2 else f"{plural(k, 'seed')} with a drop: no error over seeds")
 
 
 # --- the intervention (the sweep's table) ---------------------------------------------------------
@@ -206,10 +207,10 @@ def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = No
     drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
     rows = [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
                        setting=BIASED, sense="below",
-                       what="a bias toward the optimal keys (c > 1) shortens the plateau (its figures 3-4)"),
+                       what="a bias toward the optimal keys (c above 1) shortens the plateau (its figures 3-4)"),
             _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
                        setting=CONTROL, sense="above",
-                       what="a bias away from them (c < 1) lengthens it (its figures 3-4)")]
+                       what="a bias away from them (c below 1) lengthens it (its figures 3-4)")]
     if other_profile is not None:  # the sweep's numbers are another profile's: none of them in this book's column
         for r in rows:
             r.update(ours=None, se=None, reading=r["reading"][r["reading"].find("the follow-up:"):],

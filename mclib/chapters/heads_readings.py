@@ -36,6 +36,21 @@ def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], wh
             f"{a / b:.2g}× the paper's: the difference is {where}; not traced further")
 
 
+def ablated_text(ours: float, paper: float, verdict: str) -> str:
+    """Where the post model's L_mask lands with every head ablated (`ours`, over E[X²]; the
+    paper's `paper`), following the row's `verdict`: "back at the copying level" only where the
+    row does not differ from the paper's (itself near the level); otherwise which side of the
+    level it lies on, by how much, and the paper's number."""
+    near = abs(ours - 1) < PLATEAU_BAND
+    if near and verdict != "differs":
+        where = "back at the copying level"
+    else:
+        side = "above" if ours > 1 else "below"
+        where = (f"{abs(ours - 1):.0%} {side} the copying level" if near else
+                 "well below the copying level" if ours < 1 else "above the copying level")
+    return f"{ours:.3g} E[X²], {where}, {agreement(verdict)} ({paper:.3g} E[X²] on its own task)"
+
+
 def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
     """E3: the post model's losses over E[X²], and with every head ablated under both readings."""
     level, paper_level = levels
@@ -51,11 +66,10 @@ def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[
     verdicts = []
     for mode in ("uniform", "batch_mean"):
         a = value_and_se(abl, "L_mask", ablated="all heads", reading=mode)
-        rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: L_mask / E[X²]", a[0] / level,
-                         "back at the copying level" if abs(a[0] / level - 1) < PLATEAU_BAND else
-                         ("well below the copying level" if a[0] < level else "above the copying level"),
-                         paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level))
-        verdicts.append(row_verdict(rows[-1]))
+        row = _row("E3", f"post, every head ablated, {READING_NAMES[mode]}: L_mask / E[X²]", a[0] / level, "",
+                   paper=PAPER[("E3", "post ablated L_mask")] / paper_level, se=a[1] / level)
+        verdicts.append(row_verdict(row))
+        rows.append({**row, "reading": ablated_text(row["ours"], row["paper"], verdicts[-1])})
         ratio, se = ratio_and_se(abl, "L_obs", {"ablated": "all heads", "reading": mode}, UNABLATED)
         ablated = value_and_se(abl, "L_obs", ablated="all heads", reading=mode)[0]
         rows.append(_row("E3", f"post, every head ablated, {READING_NAMES[mode]}: ablated / unablated L_obs", ratio,

@@ -398,8 +398,9 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
 
 
 def _within_rounding(row: dict) -> bool:
-    r, ours, paper = row.get("rounding"), row.get("ours"), row.get("paper")
-    return None not in (r, ours, paper) and abs(ours - paper) <= r
+    ours, paper = row.get("ours"), row.get("paper")
+    return None not in (ours, paper) and scorecard_rules.within_rounding(row.get("kind") == "ratio", ours, paper,
+                                                                          row.get("rounding"))
 
 
 def chapters_run(folder: Path) -> list[str]:
