@@ -73,7 +73,7 @@ def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str)
     return CLOSE
 
 
-def _reach(log: bool, ours: float, se=None, spread=None, span=None, rounding=None) -> tuple[float, float]:
+def _reach(log: bool, ours: float, se=None, spread=None, *, span=None, rounding=None) -> tuple[float, float]:
     """Our interval on a rule's scale (log: a ratio's, on the log scale): ours ± 2·√(se² +
     spread²); with span (the lowest and highest of several readings of the quantity, e.g.
     checkpoints along a plateau), from the lowest − 2·se to the highest + 2·se, so that it
@@ -109,7 +109,8 @@ def interval(row: dict) -> tuple[float, float] | None:
     kind, ours = row.get("kind", "number"), row.get("ours")
     if kind not in ("number", "ratio") or _missing(ours) or (kind == "ratio" and ours <= 0):
         return None
-    lo, hi = _reach(kind == "ratio", ours, row.get("se"), row.get("spread"), row.get("span"), row.get("rounding"))
+    lo, hi = _reach(kind == "ratio", ours, row.get("se"), row.get("spread"), span=row.get("span"),
+                    rounding=row.get("rounding"))
     return (math.exp(lo), math.exp(hi)) if kind == "ratio" else (lo, hi)
 
 
@@ -134,8 +135,8 @@ def number(paper: float | None, ours: float | None, se: float | None = None, spr
     m = MARGINS["number"] if margin is None else margin
     if within_rounding(False, ours, paper, rounding):
         return CLOSE
-    return _banded(*_reach(False, ours, se, spread, span, rounding), paper - m * abs(paper), paper + m * abs(paper),
-                   "matches")
+    lo, hi = _reach(False, ours, se, spread, span=span, rounding=rounding)
+    return _banded(lo, hi, paper - m * abs(paper), paper + m * abs(paper), "matches")
 
 
 def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
@@ -159,8 +160,8 @@ def ratio(paper: float | None, ours: float | None, se: float | None = None, spre
     if within_rounding(True, ours, paper, rounding):
         return CLOSE
     band = math.log1p(m)
-    return _banded(*_reach(True, ours, se, spread, span, rounding), math.log(paper) - band, math.log(paper) + band,
-                   "matches")
+    lo, hi = _reach(True, ours, se, spread, span=span, rounding=rounding)
+    return _banded(lo, hi, math.log(paper) - band, math.log(paper) + band, "matches")
 
 
 def band_text(kind: str = "number", margin: float | None = None) -> str:
