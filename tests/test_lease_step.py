@@ -142,3 +142,27 @@ def test_a_compiled_variant_trains_only_where_its_compile_pays_within_the_lease(
     assert short.variant == "cuda-graph" and short.why.endswith(
         "; compile (5.0 ms) passed over: its 100 s compile does not pay within 200 s")
     assert slices.pick_step(table, "tf32", H100, horizon_s=1000).variant == "compile"  # 180 000 against 125 000
+
+
+def test_a_variant_slow_to_compile_runs_only_where_the_committed_table_says_it_could_win_or_time_allows(
+        tmp_path, monkeypatch):
+    """autotune-graph (max-autotune): where the committed table timed it no faster than the
+    fastest variant that passed here, it is not run; where nothing says how long its compile takes,
+    it is estimated at SLOW_COMPILE_S and skipped when that does not fit the budget left."""
+    from mclib.lease import steptable
+
+    bench = _bench()
+    monkeypatch.setattr(bench, "CUDA_ONLY_STEPS", ())  # as on a GPU: the gate, not the device, decides
+    args = ["--budget-s", "60", "--profile", "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2",
+            "--variants", "eager,autotune-graph", "--ledger", str(tmp_path / "none.yaml"), "--out",
+            str(tmp_path / "t.csv")]
+    key = {**steptable.key("cpu", "fp32"), "step_hash": "0123456789ab"}  # another step: the full table runs
+    committed = _committed(tmp_path / "c.csv", key, [
+        {"variant": "eager", "passed": True, "ms_step": 1.0, "precision": "fp32"},
+        {"variant": "autotune-graph", "passed": True, "ms_step": 1e6, "first_s": 5.0, "precision": "fp32"}])
+    assert bench.main(args + ["--committed", str(committed)]) == 0
+    row = pd.read_csv(tmp_path / "t.csv").set_index("variant").loc["autotune-graph"]
+    assert row["status"].startswith("not run: the committed table's 1000000.00 ms a step cannot beat eager's")
+    assert bench.main(args + ["--committed", str(tmp_path / "none.csv")]) == 0
+    row = pd.read_csv(tmp_path / "t.csv").set_index("variant").loc["autotune-graph"]
+    assert row["status"].startswith("skipped: needs about ") and float(row["status"].split()[3]) > bench.SLOW_COMPILE_S
