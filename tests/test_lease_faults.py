@@ -340,9 +340,9 @@ def test_the_hosts_time_a_step_is_its_own_not_the_queue_waiting_for_the_device(m
     gpu = _FakeGPU(host_ms=2, device_ms=20)
     monkeypatch.setattr(variants.torch.cuda, "synchronize", gpu.synchronize)
     monkeypatch.setattr(variants.torch.cuda, "Event", gpu.event)
-    ms, host = variants.time_steps(gpu.step, 12, torch.device("cuda"))
-    assert 18 < ms < 26
-    assert host < 8, f"host_ms_step {host:.1f} reads the device's time"
+    t = variants.time_steps(gpu.step, 12, torch.device("cuda"))
+    assert 18 < t.ms_min <= t.ms <= t.ms_max < 26 and t.repeats == variants.REPEATS
+    assert t.host_ms < 8, f"host_ms_step {t.host_ms:.1f} reads the device's time"
 
 
 # --- a whole lease, rehearsed on a scaled clock ---------------------------------------------

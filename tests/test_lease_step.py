@@ -19,25 +19,38 @@ def _bench():
 
 def test_the_measurement_rehearsed_on_the_cpu(tmp_path, capsys):
     out = tmp_path / "lease_step.csv"
+    variants = ["eager", "matmul-attention", "ahead", "cuda-graph", "compile-graph", "bf16", "bf16-graph",
+                "reduce-overhead"]
     _bench().main(["--budget-s", "60", "--profile", "smoke", "--batch", "4", "--steps", "3", "--check-steps", "3",
-                   "--variants", "eager,cuda-graph,bf16,reduce-overhead", "--ledger", str(tmp_path / "no-ledger.yaml"),
-                   "--out", str(out)])
+                   "--variants", ",".join(variants), "--ledger", str(tmp_path / "no-ledger.yaml"), "--out", str(out)])
     t = pd.read_csv(out).set_index("variant")
-    assert list(t.index) == ["eager", "cuda-graph", "bf16", "reduce-overhead"]
+    assert list(t.index) == variants
     eager = t.loc["eager"]
-    assert eager["status"] == "ran" and bool(eager["passed"]) and eager["ms_step"] > 0
+    assert eager["status"] == "ran" and bool(eager["passed"]) and bool(eager["bitwise"])
     assert eager["check"] == "the reference; run twice, bitwise equal to eager over 3 steps"
-    for v in ("cuda-graph", "reduce-overhead"):
+    for v in ("eager", "matmul-attention", "ahead"):  # three timed windows, their median between their extremes
+        assert t.loc[v, "repeats"] == 3 and 0 < t.loc[v, "ms_min"] <= t.loc[v, "ms_step"] <= t.loc[v, "ms_max"]
+    assert bool(t.loc["ahead", "passed"]) and bool(t.loc["ahead", "bitwise"])  # the same batches, the same bits
+    assert bool(t.loc["matmul-attention", "passed"]) and t.loc["matmul-attention", "check"].startswith("within tolerance")
+    for v in ("cuda-graph", "compile-graph", "bf16-graph", "reduce-overhead"):
         assert t.loc[v, "status"] == "skipped: needs CUDA" and not bool(t.loc[v, "passed"])
     bf16 = t.loc["bf16"]
     assert bf16["status"] == "ran" and not bool(bf16["passed"]) and bf16["check"].startswith("for the record")
+    assert "3.15× fp32's final L_mask (docs/performance.md" in bf16["check"]
     assert bf16["precision"] == "bf16" and eager["precision"] == "fp32"
     kernels = pd.read_csv(tmp_path / "lease_step_kernels.csv")
-    assert len(kernels) > 5 and (kernels["self_cpu_ms_step"] > 0).all()
-    assert (tmp_path / "lease_step_kernels.md").read_text().startswith("| name")
-    assert slices.pick_step(out, "fp32", "cpu") == ("eager", "training variant: eager, "
-                                                    f"{eager['ms_step']:.1f} ms a step at fp32, {eager['check']}",
-                                                    eager["ms_step"])
+    profiled = list(dict.fromkeys(kernels["variant"]))
+    assert profiled[0] == "eager" and (kernels["ms_step"] > 0).all() and set(kernels["kind"]) == {"cpu op"}
+    for v in profiled:  # each profiled row carries the sum of its profile's rows
+        assert t.loc[v, "kernel_ms_step"] >= kernels[kernels["variant"] == v]["ms_step"].sum() * 0.999
+    assert (tmp_path / "lease_step_kernels.md").read_text().startswith("| variant")
+    host = pd.read_csv(tmp_path / "lease_step_host.csv")
+    fastest = t[t["passed"].astype(bool) & t["precision"].eq("fp32")]["ms_step"].idxmin()
+    assert set(host["variant"]) == {profiled[-1]} and len(host) > 5 and "mclib::data" in set(host["name"])
+    assert profiled[-1] == fastest  # the host profile and the last kernel profile are the fastest that passed
+    picked = slices.pick_step(out, "fp32", "cpu")
+    assert picked.variant in ("eager", fastest)  # slices.TRAINED_STEPS lists the variants a slice may train with
+    assert slices.pick_step(out, "bf16", "cpu").variant == "eager"  # a record row is never trained on
 
 
 def test_a_variant_that_does_not_fit_the_budget_is_skipped_and_says_why(tmp_path):
@@ -129,3 +142,27 @@ def test_a_compiled_variant_trains_only_where_its_compile_pays_within_the_lease(
     assert short.variant == "cuda-graph" and short.why.endswith(
         "; compile (5.0 ms) passed over: its 100 s compile does not pay within 200 s")
     assert slices.pick_step(table, "tf32", H100, horizon_s=1000).variant == "compile"  # 180 000 against 125 000
+
+
+def test_a_variant_slow_to_compile_runs_only_where_the_committed_table_says_it_could_win_or_time_allows(
+        tmp_path, monkeypatch):
+    """autotune-graph (max-autotune): where the committed table timed it no faster than the
+    fastest variant that passed here, it is not run; where nothing says how long its compile takes,
+    it is estimated at SLOW_COMPILE_S and skipped when that does not fit the budget left."""
+    from mclib.lease import steptable
+
+    bench = _bench()
+    monkeypatch.setattr(bench, "CUDA_ONLY_STEPS", ())  # as on a GPU: the gate, not the device, decides
+    args = ["--budget-s", "60", "--profile", "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2",
+            "--variants", "eager,autotune-graph", "--ledger", str(tmp_path / "none.yaml"), "--out",
+            str(tmp_path / "t.csv")]
+    key = {**steptable.key("cpu", "fp32"), "step_hash": "0123456789ab"}  # another step: the full table runs
+    committed = _committed(tmp_path / "c.csv", key, [
+        {"variant": "eager", "passed": True, "ms_step": 1.0, "precision": "fp32"},
+        {"variant": "autotune-graph", "passed": True, "ms_step": 1e6, "first_s": 5.0, "precision": "fp32"}])
+    assert bench.main(args + ["--committed", str(committed)]) == 0
+    row = pd.read_csv(tmp_path / "t.csv").set_index("variant").loc["autotune-graph"]
+    assert row["status"].startswith("not run: the committed table's 1000000.00 ms a step cannot beat eager's")
+    assert bench.main(args + ["--committed", str(tmp_path / "none.csv")]) == 0
+    row = pd.read_csv(tmp_path / "t.csv").set_index("variant").loc["autotune-graph"]
+    assert row["status"].startswith("skipped: needs about ") and float(row["status"].split()[3]) > bench.SLOW_COMPILE_S

@@ -168,7 +168,9 @@ class Profile:
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
-STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph")  # train.step (mclib.core.step.step_variant)
+STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph",  # train.step (mclib.core.step.WAYS, step_variant)
+         "matmul-attention", "compile-matmul-attention", "ahead", "cuda-graph-ahead", "compile-graph",
+         "compile-graph-matmul-attention", "autotune-graph")
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.checkpoints.prune_checkpoints)
 
 _CHOICES = {

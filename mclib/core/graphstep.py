@@ -4,7 +4,8 @@ of running the step trains as the eager step does.
 A CUDA graph records the kernels of one step once (`torch.cuda.graph`) and then launches all
 of them with one call a step (`CUDAGraph.replay`), where the eager step launches some 260-300
 kernels from Python (docs/performance.md). A replay runs exactly the recorded kernels on exactly
-the recorded addresses, and none of the Python around them. So the part of the step that is
+the recorded addresses, and none of the Python around them (around a compiled model too:
+`train.step` compile-graph and its kin, `mclib.core.step.WAYS`). So the part of the step that is
 captured (`mclib.core.step.device_step`: forward, loss, backward, clip, Adam) is written so that
 
 - its inputs are buffers at fixed addresses (`StaticBatch`): each step's batch is still sampled
@@ -23,9 +24,10 @@ puts the parameters and Adam's state back as they were, bit for bit, captures on
 then on replays it; the losses are cloned out of the graph's output after each replay (the next
 replay overwrites it). A capture that fails leaves the run as it was, says why in one line, and
 the run steps eagerly; its cause is the step's own error, not the "invalidated" capture that
-`capture_end` reports after it. On a CUDA device the replayed step is the eager step's arithmetic,
-so the two agree to the bit (`mclib.core.variants.compare`; benchmarks/lease_step.py checks it on every
-lease). The graph holds its run weakly: a run and its graph's memory pool go as soon as the run is
+`capture_end` reports after it. On a CUDA device the replayed step is the eager step's kernels, but
+CUDA does not promise that a captured call picks the same cuBLAS algorithm as an eager one, so the
+graph is held to the tolerance every variant is held to (`mclib.core.variants.compare`; whether it
+is also bitwise equal is shown, not required; benchmarks/lease_step.py checks it on every lease). The graph holds its run weakly: a run and its graph's memory pool go as soon as the run is
 dropped, not at the garbage collector's next pass (`release` frees the pool at once).
 
 The check lives in `mclib.core.variants` (`trace` and `compare` run a variant from the seed's
@@ -62,8 +64,43 @@ class StaticBatch:
             if dst.shape != src.shape or dst.dtype != src.dtype:
                 raise ValueError(f"a batch of shape {tuple(src.shape)} ({src.dtype}) does not fit the run's input "
                                  f"buffers {tuple(dst.shape)} ({dst.dtype}): a captured step has static shapes")
-            dst.copy_(src.pin_memory() if cuda and not src.is_pinned() else src, non_blocking=cuda)
+            pin = cuda and src.device.type == "cpu" and not src.is_pinned()  # a batch made ahead is on the device
+            dst.copy_(src.pin_memory() if pin else src, non_blocking=cuda)
         return self.batch
+
+
+class BatchesAhead:
+    """A run's training batches made AHEAD at a time (`train.step`'s `ahead` variants): drawn from
+    the run's generator in order on the host, as the step would draw them one by one, stacked,
+    pinned once and copied to the device in one go; each step then takes the next (a view on the
+    device: a device-to-device copy into the input buffers, no `pin_memory()` on the host path).
+    The generator's state before each batch is kept, so a save (`rewind`) puts the generator back
+    to the first batch not yet taken: a checkpoint holds the generator as the step-by-step path
+    leaves it, and a resumed run draws the same batches."""
+
+    AHEAD = 32  # batches a draw makes (the paper's batch: ~5 MB on the device)
+
+    def __init__(self, device: torch.device):
+        self.device, self.queue = device, []   # [(generator state before it, the batch on the device)]
+
+    def next(self, draw: Callable[[], Batch], gen: torch.Generator) -> Batch:
+        """The next batch, drawing AHEAD more with `draw` (which reads `gen`) when none is left."""
+        if not self.queue:
+            states, drawn = [], []
+            for _ in range(self.AHEAD):
+                states.append(gen.get_state())
+                drawn.append(draw())
+            stacks = [torch.stack([getattr(b, f) for b in drawn]) for f in ("x", "mask", "tokens")]
+            if self.device.type == "cuda":
+                stacks = [t.pin_memory().to(self.device, non_blocking=True) for t in stacks]
+            self.queue = [(s, Batch(stacks[0][i], stacks[1][i], stacks[2][i])) for i, s in enumerate(states)]
+        return self.queue.pop(0)[1]
+
+    def rewind(self, gen: torch.Generator) -> None:
+        """`gen` put back to the first batch not yet taken, and the batches made ahead dropped."""
+        if self.queue:
+            gen.set_state(self.queue[0][0])
+            self.queue = []
 
 
 def _trained(run) -> list[torch.Tensor]:
@@ -148,7 +185,7 @@ class StepGraph:
             try:
                 self._capture(batch)
             except Exception as e:
-                run.fall_back(e, "cuda-graph", "capture")
+                run.fall_back(e, run.variant if "graph" in run.variant else "cuda-graph", "capture")
                 run.graph = None
                 self.release()
                 return self.step(run, batch)

@@ -20,7 +20,7 @@ import copy
 import json
 import math
 import sys
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 from torch.profiler import record_function
@@ -168,19 +168,53 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 
 STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.save`)
-CUDA_ONLY_STEPS = ("reduce-overhead", "cuda-graph")  # train.step variants made of CUDA graphs
+
+
+class Way(NamedTuple):
+    """How a `train.step` variant runs the step: `compile`, the model through torch.compile (None:
+    not; "default", "reduce-overhead": its CUDA graphs around the model; "autotune": Inductor's
+    max-autotune for the GEMMs); `graph`, the whole device step (forward, loss, backward, clip,
+    Adam) as one CUDA graph (`mclib.core.graphstep.StepGraph`), around the compiled model where it
+    is compiled; `matmul_attention`, attention as plain matmuls and a softmax (HF's "eager"
+    attention, TF32 on a GPU in tf32) in place of sdpa's fp32 efficient-attention kernels;
+    `ahead`, batches made ahead on the device (`mclib.core.graphstep.BatchesAhead`: no
+    `pin_memory()` a step). None changes the model's parameters or their names."""
+    compile: str | None = None
+    graph: bool = False
+    matmul_attention: bool = False
+    ahead: bool = False
+
+
+WAYS = {  # train.step's variants (mclib.core.config.STEPS less auto), each checked against eager on a lease
+    "eager": Way(),
+    "compile": Way("default"),
+    "reduce-overhead": Way("reduce-overhead"),
+    "cuda-graph": Way(graph=True),
+    "matmul-attention": Way(matmul_attention=True),
+    "compile-matmul-attention": Way("default", matmul_attention=True),
+    "ahead": Way(ahead=True),
+    "cuda-graph-ahead": Way(graph=True, ahead=True),
+    "compile-graph": Way("default", graph=True),
+    "compile-graph-matmul-attention": Way("default", graph=True, matmul_attention=True),
+    "autotune-graph": Way("autotune", graph=True),
+}
+CUDA_ONLY_STEPS = tuple(n for n, w in WAYS.items() if w.graph or w.compile == "reduce-overhead")  # CUDA graphs
+COMPILED_STEPS = tuple(n for n, w in WAYS.items() if w.compile)  # torch.compile: first_s holds a compile
 
 
 def step_variant(profile: Profile, device: torch.device, emulated: bool = False, chosen: str | None = None) -> str:
-    """How a run's step runs on `device` (`train.step`, mclib.core.config.STEPS): "eager";
+    """How a run's step runs on `device` (`train.step`, mclib.core.config.STEPS, `WAYS`): "eager";
     "compile" (the model through torch.compile, default mode); "reduce-overhead" (torch.compile
     with its CUDA graphs around the model); "cuda-graph" (the whole device step as one CUDA graph,
-    `mclib.core.graphstep`). "auto": on the CPU "compile" where `train.compile` says so, else
-    "eager" (the CPU profiles' way, unchanged); on CUDA "compile" where `train.compile` says so,
-    else `chosen`: the faster of eager and cuda-graph, cuda-graph only where it matched eager to
-    the bit over 20 steps in this process (`mclib.core.variants.choose`, measured once per process
-    and setting, said in one line, by the code that builds the run), eager where none was given. A variant this device cannot run (CUDA graphs off CUDA; a
-    compile under emulated TF32, `emulated`) is said in one line, and the step runs eagerly."""
+    `mclib.core.graphstep`); and their combinations with matmul attention, batches made ahead, the
+    whole-step graph around a compiled model (`Way`). "auto": on the CPU "compile" where
+    `train.compile` says so, else "eager" (the CPU profiles' way, unchanged); on CUDA "compile"
+    where `train.compile` says so, else `chosen`: the faster of eager and cuda-graph, cuda-graph
+    only where it trained within the check's tolerance of eager over 20 steps in this process
+    (`mclib.core.variants.choose`, measured once per process and setting, said in one line, by the
+    code that builds the run), eager where none was given. A variant this device cannot run (CUDA
+    graphs off CUDA; a compile under emulated TF32, `emulated`) is said in one line, and the step
+    runs eagerly."""
     t = profile.train
     wanted = t.step
     if wanted == "auto":
@@ -192,25 +226,39 @@ def step_variant(profile: Profile, device: torch.device, emulated: bool = False,
         print(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly",
               file=sys.stderr)
         return "eager"
-    if wanted in ("compile", "reduce-overhead") and emulated:
+    if wanted in COMPILED_STEPS and emulated:
         return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
     return wanted
 
 
 def compile_model(model, variant: str, device: torch.device):
-    """The model a run's forward calls: `model` itself, or through torch.compile for "compile"
-    (default mode) and "reduce-overhead". On CUDA with Inductor's mix-order reduction off where
+    """The model a run's forward calls: `model` itself, or through torch.compile where the
+    variant's `Way` compiles (default mode; "reduce-overhead"; "autotune": Inductor's
+    `max_autotune_gemm`, its GEMMs chosen by timing candidates, no CUDA graphs of its own, the
+    whole-step graph being the variant's). On CUDA with Inductor's mix-order reduction off where
     this torch has the switch: with it, Inductor (torch 2.10 and 2.11, the GPU image's) can return
     a gradient of the wrong shape (pytorch/pytorch#178080: "invalid gradient at index k", what the
     compiled step hit on the H100 lease of 2026-11-26); it is a GPU (Triton) switch, so CPU code
-    is unchanged."""
-    if variant not in ("compile", "reduce-overhead"):
+    is unchanged. The compiled module wraps `model`: the parameters and their names are `model`'s."""
+    how = WAYS[variant].compile if variant in WAYS else None
+    if how is None:
         return model
     if device.type == "cuda":
         import torch._inductor.config as inductor
         if hasattr(inductor, "triton") and hasattr(inductor.triton, "mix_order_reduction"):
             inductor.triton.mix_order_reduction = False
-    return torch.compile(model, mode="reduce-overhead" if variant == "reduce-overhead" else None)
+    if how == "autotune":
+        return torch.compile(model, options={"max_autotune_gemm": True})
+    return torch.compile(model, mode="reduce-overhead" if how == "reduce-overhead" else None)
+
+
+def use_matmul_attention(model) -> None:
+    """Attention as plain matmuls and a softmax (HF's "eager" attention implementation) in
+    `model`, a `MatrixBert` running sdpa; a model on mclib's own attention (an attention bias:
+    already matmuls) or E19's GPT is left as it is. Parameters and their names do not change."""
+    config = getattr(model, "config", None)
+    if getattr(config, "model_type", None) == "bert" and config._attn_implementation == "sdpa":
+        model.set_attn_implementation("eager")
 
 
 class _Run:
@@ -285,11 +333,13 @@ class _Run:
 
     def _optimise(self) -> None:
         """The run's Adam over its trainable parameters (with the saved state, on a resume),
-        and how its step runs (`step_variant`): the model its forward calls (compiled for
-        compile and reduce-overhead) and, for cuda-graph, the graph that replays the device part
-        of the step (`mclib.core.graphstep.StepGraph`). On a capture-ready run (CUDA) the batch
-        comes into fixed buffers (`inputs`, made at the first batch)."""
-        from .graphstep import StepGraph
+        and how its step runs (`step_variant`, its `Way`): the model's attention, the model its
+        forward calls (compiled where the way compiles), the graph that replays the device part
+        of the step (`mclib.core.graphstep.StepGraph`) where it has one, and where its batches come
+        from (`ahead`: made ahead on the device, `mclib.core.graphstep.BatchesAhead`). On a
+        capture-ready run (CUDA) the batch comes into fixed buffers (`inputs`, made at the first
+        batch)."""
+        from .graphstep import BatchesAhead, StepGraph
 
         self.model.train()
         self.opt = make_optimizer(self.model, self.t, self.device,
@@ -297,8 +347,12 @@ class _Run:
                                   capture_ready=self.capture_ready)
         self.variant = step_variant(self.profile, self.device, self.emulates_tf32(), self.chosen)
         self.fell_back: str | None = None  # why a compiled model fell back to eager (`forward`), once it has
+        way = WAYS[self.variant]
+        if way.matmul_attention:
+            use_matmul_attention(self.model)
         self.compiled = compile_model(self.model, self.variant, self.device)
-        self.graph = StepGraph(self, device_step) if self.variant == "cuda-graph" else None
+        self.graph = StepGraph(self, device_step) if way.graph else None
+        self.ahead = BatchesAhead(self.device) if way.ahead else None
         self.inputs = None
         self.ran_from = self.step + 1  # the first step that ran this way (STEP_RAN)
 
@@ -344,7 +398,8 @@ class _Run:
         the step reads at the same addresses every time."""
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
-            batch = sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist)
+            draw = lambda: sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist)
+            batch = self.ahead.next(draw, self.gens["data"]) if self.ahead is not None else draw()
             if not self.capture_ready:
                 return batch.to(self.device, non_blocking=True)
             if self.inputs is None:
@@ -384,6 +439,8 @@ class _Run:
         if said != self.step_said:
             write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
             self.step_said = said
+        if self.ahead is not None:  # the generator as the next step draws: the batches made ahead are not kept
+            self.ahead.rewind(self.gens["data"])
         state = final or not self.t.state_every or self.step % self.t.state_every == 0
         self.written = save_checkpoint(self.dir, self.step, self.model, self.opt if state else None, self.gens,
                                        rows=self.rows, written=self.written, wall=self.wall, device=self.device)

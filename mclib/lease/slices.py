@@ -46,6 +46,7 @@ from typing import NamedTuple
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from ..core.repo import REPO
 from . import steptable
+from ..core import step as step_ways
 from ..core.runs import END, METRICS, PROFILE, SCORECARD
 
 LEDGER = REPO / "results" / steptable.LEDGER_NAME
@@ -59,8 +60,8 @@ RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.j
 METRICS_GZ = METRICS + ".gz"
 STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
 STEP_TABLE_S = 3600            # older than this, a table is another lease's: not read
-TRAINED_STEPS = ("eager", "compile", "reduce-overhead", "cuda-graph")  # the table's variants a slice may train with
-COMPILED_STEPS = ("compile", "reduce-overhead")  # the trainer compiles them again: their first_s is paid again
+TRAINED_STEPS = steptable.CHOSEN  # the table's variants a slice may train with (bf16's rows are for the record)
+COMPILED_STEPS = step_ways.COMPILED_STEPS  # the trainer compiles them again: their first_s is paid again
 COLLECT_S = 30                 # packing and the return, in a slice's time
 MEASURE_S = 125                # the kit (at most 15 s) and the step's full measurement (at most 110 s) before a slice
 CHECK_S = 45                   # the kit and the chosen variant's check alone, where the committed step table stands

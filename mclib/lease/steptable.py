@@ -27,6 +27,7 @@ import hashlib
 from pathlib import Path
 
 from ..core.repo import REPO
+from ..core.step import WAYS
 from ..core.runs import write_atomic
 
 COMMITTED = "lease_step.csv"   # beside the ledger (results/): each device's last full table, its key in every row
@@ -34,7 +35,7 @@ LEDGER_NAME = "paper-slices.yaml"  # the plan (mclib.lease.slices.LEDGER), whose
 STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/step.py", "mclib/core/precision.py",
               "mclib/core/graphstep.py", "mclib/core/data.py", "mclib/core/metrics.py")
 KEY = ("step_hash", "torch", "device", "precision")
-CHOSEN = ("eager", "compile", "reduce-overhead", "cuda-graph")  # mclib.lease.slices.TRAINED_STEPS
+CHOSEN = tuple(WAYS)  # the variants a slice may train with (mclib.lease.slices.TRAINED_STEPS): every train.step way
 TABLE_PRECISION = "table_precision"  # in the committed file: the precision of the table a row belongs to
 
 
