@@ -244,10 +244,19 @@ def test_slice_status_plans_with_the_h200_s_measured_step_and_bc_comes_after_a(t
         f"{H200} of 2026-11-28): BC")
     assert said[0] == f"A: done on {H200}, 2026-11-28, revision 50947b2, tf32"
     assert "needs about 483 s of a lease at 13.3 ms a step" in said[1]
-    # no done A (this branch's results/): A comes first, its 465 s deadline reaching ~34 900 steps at 13.3 ms
+    # no done A: A comes first where the committed table stands for these step files (655 s left: its 465 s
+    # deadline reaches ~34 900 steps at 13.3 ms); where the files changed, the full table leaves 575 s, A's
+    # deadline falls short of its 30 000 steps, and it is passed over for BC, in one line
     (tmp_path / "a").mkdir()
-    said = slices.status(_real_plan(tmp_path / "a", done_a=False)).splitlines()
-    assert next(line for line in said if line.startswith("next")).endswith("of 2026-11-28): A")
+    path = _real_plan(tmp_path / "a", done_a=False)
+    said = slices.status(path).splitlines()
+    nxt = next(line for line in said if line.startswith("next"))
+    if steptable.same_files(path.parent / steptable.COMMITTED, H200):
+        assert nxt.endswith("of 2026-11-28): A")
+    else:
+        assert nxt.endswith("of 2026-11-28): BC") and "in a lease with 575 s left" in nxt
+        assert any(line.strip().startswith("(slice A passed over: ") and "short of the 30,000 it needs" in line
+                   for line in said)
     assert said[0].startswith("A: to do") and "a result of an earlier path" not in said[0]
 
 
