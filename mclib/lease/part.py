@@ -218,8 +218,9 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
                       f"{text}." for p in table["precision"].dropna().unique()
                       if (text := precision.effect_text(p)))
     return ("\n## Every run of the book's seed\n\n"
-            "Each run of the paper's setting that results/ holds, the slices' and the whole-book run before them "
-            "(the same seed and kit: its losses equal slice A's over their common steps). The rows computed from "
+            "Each run of the paper's setting that results/ holds, the newest slices' and the whole-book run before "
+            "them (the same seed and data stream: where two runs of a seed part, rounding parts them, as the "
+            "second figure shows for every run of seed 1). The rows computed from "
             "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
             f"the last tenth of that run's steps.{f' {effect}' if effect else ''}\n\n"
             "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
