@@ -35,7 +35,7 @@ from ..book.plots_curves import loss_curve, mark_checkpoints
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE, is_cut
-from ..book.scorecard_tables import task_departures
+from ..book.scorecard_tables import plural, task_departures
 
 CHAPTER = "01_train"
 # The training chapter (`open_chapter(..., train=True)`): it trains the runs that the chapters a
@@ -64,14 +64,15 @@ def settings_table(ch: Chapter):
         f"{d.n}x{d.n} matrices of rank {d.rank}, each entry masked with probability {d.p_mask}",
         f"{m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}",
         f"{training_phrase(ch)} x {t.batch} matrices, Adam lr {t.lr:g}, {t.precision}; "
-        f"{t.threads or 'all'} thread(s) a run, {parallel_runs(ch.cfg)} run(s) side by side",
+        f"{plural(t.threads, 'thread') if t.threads else 'all threads'} a run, "
+        f"{plural(parallel_runs(ch.cfg), 'run')} side by side",
         ch.end.text, shown_path(ch.run_dir)]})
     return settings.style.hide(axis="index").set_caption("The run every chapter of this book reads.")
 
 
 def departures(ch: Chapter):
     return departures_table(ch.cfg, f"Where profile {ch.cfg.name} departs from the paper's task and recipe (the "
-                                    "paper profile: nowhere, unless its run ended early). Every number of this book "
+                                    "paper profile as it ships, in fp32 and run to its end, departs nowhere). Every number of this book "
                                     "comes from this setting.", ch.end)
 
 
