@@ -210,3 +210,20 @@ def test_the_pre_shift_l_obs_says_which_reading_the_paper_s_number_is():
     assert "mean over the 50 training batches ending there" in text and "both lie below 0.1·E[X²]" in text
     assert "2.8× above" in chapter.pre_l_obs_text(0.0068, 0.00247, 0.00153, step=4000, window=50)
     assert "only the curve's lies below" in chapter.pre_l_obs_text(0.01, 0.3, 0.00153, step=4000, window=50)
+
+
+def test_an_e2_row_read_at_one_checkpoint_says_so_and_is_judged_over_the_laptops_spread():
+    from mclib.book.scorecard_rules import CLOSE, row_verdict
+    from mclib.chapters.ch02_copying import one_checkpoint
+
+    q = "low-rank, MASK: L'_mask / E[X²]"
+    row = {"id": "E2", "quantity": q, "kind": "ratio", "ours": 0.00315, "paper": 0.00135, "se": 0.0001,
+           "reading": "2.3× the paper's"}
+    assert row_verdict(row) == "differs"                                    # one checkpoint, its error alone
+    alone, why = one_checkpoint(row, 4000, None)
+    assert "read at one checkpoint (step 4,000)" in alone["reading"] and "span" not in alone and why
+    laptop = [{"id": "E2", "quantity": q, "ours": 0.5, "span": (0.2, 2.0)}]   # its checkpoints 0.4-4x their mean
+    wide, _ = one_checkpoint(row, 4000, laptop)
+    assert wide["span"] == pytest.approx((0.00126, 0.0126)) and row_verdict(wide) == CLOSE
+    narrow, _ = one_checkpoint(row, 4000, [{**laptop[0], "span": (0.45, 0.55)}])  # a flat plateau: still differs
+    assert row_verdict(narrow) == "differs"

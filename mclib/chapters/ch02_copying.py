@@ -101,7 +101,29 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     na = "no pre-shift checkpoint could be placed in the run" if pre is None else pre_na(pre, True)
     if na:
         new["na"] = na
+        return new, []
+    if row["id"] == "E2" and row.get("span") is None:
+        return one_checkpoint(new, pre, recorded.laptop)
     return new, []
+
+
+def one_checkpoint(row: dict, pre: int, laptop: list[dict] | None) -> tuple[dict, list[str]]:
+    """An E2 row read at one checkpoint (`pre`), where the laptop edition reads E2 over the plateau's
+    checkpoints: it says so, and takes as its span the laptop's same row's lowest and highest
+    checkpoint as factors of its mean, carried to ours, so that its verdict cannot turn on where
+    along the plateau the one checkpoint fell; unchanged but for the words where the laptop's row
+    is not known."""
+    said = f"read at one checkpoint (step {pre:,}), where the laptop edition reads E2 over the plateau's"
+    twin = next((r for r in laptop or [] if (r["id"], r["quantity"]) == ("E2", row["quantity"])
+                 and r.get("span") and r.get("ours")), None)
+    new = {**row, "reading": f"{row.get('reading', '')}; {said}".lstrip("; ")}
+    if twin is None or not row.get("ours"):
+        return new, [f"{said}; the laptop's spread over them not known here"]
+    lo, hi = (row["ours"] * v / twin["ours"] for v in twin["span"])
+    new["span"] = (lo, hi)
+    new["reading"] += (f"; the laptop's checkpoints lay {twin['span'][0] / twin['ours']:.2g}-"
+                       f"{twin['span'][1] / twin['ours']:.2g}x their mean, carried to this one: {lo:.3g}-{hi:.3g}")
+    return new, [f"{said}: judged over the laptop's spread at one checkpoint"]
 
 def settings_table(ch):
     """The run, the pre-shift checkpoint and the sample sizes, as a styled table."""
