@@ -154,3 +154,27 @@ def test_rejudged_beside_names_the_headline_row_where_only_a_reason_changed():
     assert "every layer patched: the paper's value moved" in said
     assert "its first row, last layer patched: 0.862 against the paper's 0.063, unlike the paper" in said
     assert part.rejudged_beside(rows[:1]) == ""
+
+
+def test_a_leases_wording_slips_and_its_downloads_sentence_are_set_right():
+    import nbformat
+
+    from mclib.lease import part
+
+    lease_said = ("No measure leaves its plateau band for good before the loss does (the loss itself stays in its band "
+                  "until the drop, the drop is at step 14,678; checkpoints at most 4,000 steps apart); no plateau band "
+                  "(fewer than 3 checkpoints between steps 2,000 and 11,742) for share_L0, L_mask")
+    fixed = lease_said
+    for pattern, right in part.SLIPS:
+        fixed = pattern.sub(right, fixed)
+    assert "stays in its band" not in fixed and "the loss itself has no band to leave, the drop is at step 14,678" in fixed
+    kept = lease_said.replace(", L_mask", "")                       # the loss has a band: the lease's words stand
+    for pattern, right in part.SLIPS:
+        kept = pattern.sub(right, kept)
+    assert kept == lease_said.replace(", L_mask", "")
+    files = ("This run's files, to download: {download}`metrics.csv (one row per step) <../../runs/x/metrics.csv>`, the "
+             "final checkpoint ... in `slice-work/runs/paper-seed1/checkpoints`; to offer them, set ... or upload each "
+             "folder to a model hub.")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01"), nbformat.v4.new_markdown_cell(files)])
+    out = part.adapt(nb, "A", "note")
+    assert out.cells[-1].source == part.FILES_HERE and "slice-work" not in out.cells[-1].source

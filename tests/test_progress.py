@@ -194,3 +194,9 @@ def test_plateau_lead_summary_reads_in_every_case():
     quiet = progress.plateau_lead_summary(leads[leads["measure"] != "rises"], 8000, 10_000, 250)
     assert quiet.startswith("No measure leaves its plateau band for good")
     assert progress.plateau_lead_summary(leads, None, 10_000, 250).startswith("There is no drop")
+
+
+def test_a_loss_without_a_band_is_never_said_to_stay_in_it():
+    short = progress.plateau_leads(_curves(), 1000)  # 1 checkpoint in the baseline window: no band for any measure
+    text = progress.plateau_lead_summary(short, 1000, 10_000, 250)
+    assert "the loss itself has no band to leave" in text and "stays in its band" not in text

@@ -360,10 +360,11 @@ def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int,
         return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
                 "the lead times are undefined, and the curves only show how far each measure moved")
     lead, ctrl_at = leaders(leads, control)
-    ctrl_text = (f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
-                 else "the loss itself stays in its band until the drop")
     gone = leads[~np.isfinite(leads["band_low"])]
     no_band = gone["measure"].tolist()
+    ctrl_text = ("the loss itself has no band to leave" if control in no_band else
+                 f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
+                 else "the loss itself stays in its band until the drop")
     short = (f"; no plateau band (fewer than {MIN_BASELINE} checkpoints between steps "
              f"{gone['window_start'].iloc[0]:,.0f} and {gone['window_end'].iloc[0]:,.0f}) for {', '.join(no_band)}"
              if no_band else "")

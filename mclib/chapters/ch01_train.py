@@ -212,7 +212,8 @@ def shape_text(shape: DropShape | None) -> str:
     if shape is None:
         return "There is no drop to describe."
     where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
-             f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {FINAL_FACTOR:g}x its final level at step {shape.near_final:,}")
+             f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at step "
+             f"{shape.near_final:,}")
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
@@ -285,8 +286,8 @@ def findings(ch: Chapter) -> dict:
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
     rows = {r["quantity"]: r for r in e1_rows(ch)}
     drop_text, story = drop_story(ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step)
-    s = ch.steps
-    shape = None if s.place != "drop" else drop_shape(ch.metrics, s.drop, s.left_plateau, s.near_final)
+    sharp = sharpness.shape(ch.metrics, ch.cfg.data.rank)  # the plateau and the fall as E1's row reads them
+    shape = None if sharp is None else drop_shape(ch.metrics, sharp.drop, sharp.left, sharp.settled)
     return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
             "end_text": f"{end_sentence(ch)} {slope_sentence(ch)}".strip(), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
             "pre_step": e1_pre_step(ch), "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),

@@ -114,6 +114,7 @@ def adapt(nb, slice_name: str, note: str):
         src = _CHAPTER_LINK.sub(lambda m: f"](../{m.group(1)}{m.group(2)})", src)  # the part sits one folder down
         src = _REF.sub(lambda m: f"{{{m.group(1)}}}`{m.group(2)}<{prefix}{m.group(3)}>`" if m.group(2).strip()
                        else f"{{{m.group(1)}}}`{prefix}{m.group(3)}`", src)
+        src = _FILES.sub(FILES_HERE, src)
         return _DOWNLOAD.sub(lambda m: f"{m.group(1).strip()} (not offered: it stayed on the GPU machine)", src)
 
     for cell in nb.cells:
@@ -278,7 +279,18 @@ GLUED = "application/papermill.record/text/plain"
 # generators are right now): corrected on the lease's pages, word for word.
 SLIPS = ((re.compile(r"\bThe run is was cut\b"), "Training was cut short of the profile's length: the run was cut"),
          (re.compile(r"\ba such head\b"), "such a head"),
-         (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"))
+         (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"),
+         (re.compile(r"(?<![\d.,])\bover 1 seeds\b"), "over 1 seed"),
+         (re.compile(r"\(the paper profile: nowhere, unless its run ended early\)"),  # above a table listing its TF32
+          "(the paper profile as it ships, in fp32 and run to its end, departs nowhere)"),
+         # a loss without a plateau band said to stay in it (mclib.analyses.progress.plateau_lead_summary)
+         (re.compile(r"the loss itself stays in its band until the drop(, the drop is at step [\d,]+; checkpoints at most "
+                     r"[\d,]+ steps apart\); no plateau band \([^)]*\) for [^'\"]*\bL_mask\b)"),
+          r"the loss itself has no band to leave\1"))
+# the downloads sentence of a lease's chapter 01 names folders on the GPU machine, which sent back no weights
+_FILES = re.compile(r"This run's files, to download: .*?(?:upload each folder to a model hub\.|links it here\)\.)", re.S)
+FILES_HERE = ("This run's checkpoints stayed on the GPU machine that trained it (a lease sends back no weights); its "
+              "metrics, executed chapters and step table are under results/, in the folder this part names for its slice.")
 _OVER_SEEDS = re.compile(r"Over \{glue:text\}`n_seeds` seeds of this profile \(seeds \{glue:text\}`seed_list`\)")
 
 
