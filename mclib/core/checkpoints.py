@@ -273,7 +273,17 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
 #     profile's fixed `checkpoints` steps (the fallback of a run without a drop) stay too;
 #   - runs of which the book reads only the metrics and the end (the other seeds, E15's
 #     runs: `newest_only`) keep their newest checkpoint alone.
+#   - and, so that E2 reads the plateau over several checkpoints at both settings (chapter 02:
+#     the saves around pre), the ladder has one more anchor there: the profile's pre step (the
+#     paper's 4 000, where the paper setting's chapters read pre), every save within LADDER_DENSE
+#     intervals of it kept.
 LADDER_DENSE = 3  # every save within 3 save intervals of an anchor stays
+
+
+def plateau_anchors(profile: Profile) -> list[int]:
+    """The ladder's anchors that do not move while a run trains: step 0, and the profile's pre step
+    (`checkpoints.pre`), around which chapter 02 reads E2 over the plateau's checkpoints."""
+    return [0] + ([profile.checkpoints.pre] if profile.checkpoints.pre else [])
 
 
 def ladder(saved: list[int], anchors: list[int], every: int, dense: int = LADDER_DENSE) -> set[int]:
@@ -308,7 +318,8 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     else:
         curve, column = rows_curve(rows), drop_column(profile)
         drop = find_drop(curve, rank=profile.data.rank, column=column) if rows else None
-        keep = ladder(saved, [0, newest] + ([drop] if drop is not None else []), profile.train.save_every) | {newest}
+        keep = ladder(saved, plateau_anchors(profile) + [newest] + ([drop] if drop is not None else []),
+                      profile.train.save_every) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())
         keep.add(resume)
@@ -343,7 +354,7 @@ def estimate_run_bytes(profile: Profile, newest_only: bool = False) -> int:
         return len(saves) * (weights + state) + metrics
     if newest_only:
         return weights + state + metrics
-    kept = ladder(saves, [0, t.steps, t.steps // 2], t.save_every) | set(profile.checkpoints.all_steps())
+    kept = ladder(saves, plateau_anchors(profile) + [t.steps, t.steps // 2], t.save_every) | set(profile.checkpoints.all_steps())
     # while training, the newest save is written before the one before it is thinned
     return (len(kept) + 1) * weights + 2 * state + metrics
 
