@@ -1,15 +1,16 @@
-"""An estimate, not a measurement: the whole paper book's training on one H100, its steps times a
-step measured on a lease, in fp32 and in TF32.
+"""An estimate, not a measurement: the whole paper book's training on one GPU, its steps times a
+step measured on a lease, in fp32 (an H100's) and in TF32 (the device's committed step table).
 
-    python benchmarks/paper_book_time.py [--ledger results/paper-slices.yaml]
+    python benchmarks/paper_book_time.py [--ledger results/paper-slices.yaml] [--device "NVIDIA H200"]
 
 The steps (`book_steps`), from params/paper.yaml and the paper's numbers (mclib.core.paper):
 seed 1 trains `train.steps`; each other seed of `analysis.seeds` stops `analysis.after_drop`
 steps after its drop, taken at the paper's drop step (E1, ~15 000); E15's runs (one a group of
 mclib.analyses.interventions.GROUPS) train at most `analysis.freeze_steps` each, so their part
 is an upper bound (a run ends once it has dropped and converged, or at the main run's drop step
-without a drop). The steps (`steps`), each measured on an H100:
-  TF32  the ledger's `step_ms` (its `step_ms_source` says where it was read);
+without a drop). The steps (`steps`), each measured on a lease:
+  TF32  the committed step table's fastest passing variant of --device (default the ledger's
+        `device`), else the ledger's `step_ms` (mclib.lease.slices.planning_step says which);
   fp32  eager fp32 in the step table of 2026-11-26 (docs/data/lease_step_h100_2026-11-26.csv,
         its row "reference-tf32": that benchmark did not set the precision, so its "tf32"
         rows ran fp32, TF32 off; docs/performance.md).
@@ -46,24 +47,30 @@ def book_steps(profile) -> dict[str, int]:
     return parts
 
 
-def steps(ledger: dict, table: Path = FP32_TABLE) -> dict[str, tuple[float, str]]:
-    """{precision: (ms a step, where it was read)} for "fp32" and "tf32" (module docstring)."""
+def steps(ledger: dict, table: Path = FP32_TABLE, device: str | None = None,
+          committed: Path | None = None) -> dict[str, tuple[float, str]]:
+    """{precision: (ms a step, where it was read)} for "fp32" (an H100's, module docstring) and
+    "tf32": the step `slice status` plans with (`mclib.lease.slices.planning_step`: the committed
+    step table's fastest passing variant of `device`, else the ledger's step_ms, saying why)."""
+    from mclib.lease import slices, steptable
+
     t = pd.read_csv(table)
     fp32 = t[(t["variant"] == FP32_ROW) & (t["ran"].astype(str) == "True")]
     shown = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
-    out = {"fp32": (float(fp32["ms_step"].iloc[0]), f"{shown}, row {FP32_ROW} (eager, ran fp32)")} if len(fp32) else {}
-    out["tf32"] = (float(ledger["step_ms"]), str(ledger.get("step_ms_source", "the ledger")))
+    out = {"fp32": (float(fp32["ms_step"].iloc[0]), f"{shown}, row {FP32_ROW} (eager, ran fp32, H100)")} if len(fp32) else {}
+    committed = committed or slices.LEDGER.parent / steptable.COMMITTED
+    out["tf32"] = slices.planning_step(ledger, committed, device)
     return out
 
 
-def estimate(profile, ledger: dict, table: Path = FP32_TABLE) -> pd.DataFrame:
+def estimate(profile, ledger: dict, table: Path = FP32_TABLE, device: str | None = None) -> pd.DataFrame:
     """One row a part of the book (and its total, and the total without E15): steps, and minutes
     at each precision's measured step."""
     parts = book_steps(profile)
     e15 = next(k for k in parts if k.startswith("E15"))
     parts["total without E15"] = sum(v for k, v in parts.items() if k != e15)
     parts["total (E15 at its cap)"] = parts["total without E15"] + parts[e15]
-    rows = [{"part": k, "steps": v, **{f"{p} min": v * ms / 60_000 for p, (ms, _) in steps(ledger, table).items()}}
+    rows = [{"part": k, "steps": v, **{f"{p} min": v * ms / 60_000 for p, (ms, _) in steps(ledger, table, device).items()}}
             for k, v in parts.items()]
     return pd.DataFrame(rows).set_index("part")
 
@@ -74,12 +81,14 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ledger", default=str(slices.LEDGER), help="the slice plan (its step_ms: the TF32 step)")
+    ap.add_argument("--device", help="the GPU whose committed step table gives the TF32 step (default the ledger's)")
     args = ap.parse_args(argv)
     ledger = slices.read_ledger(Path(args.ledger))
-    print("An estimate, not a measurement: training steps x a measured step on an H100 (chapters not counted).")
-    for p, (ms, where) in steps(ledger).items():
+    device = args.device or ledger.get("device")
+    print("An estimate, not a measurement: training steps x a step measured on a lease (chapters not counted).")
+    for p, (ms, where) in steps(ledger, device=device).items():
         print(f"  {p}: {ms:.1f} ms a step ({where})")
-    print(estimate(paper_profile(), ledger).to_markdown(floatfmt=",.0f"))
+    print(estimate(paper_profile(), ledger, device=device).to_markdown(floatfmt=",.0f"))
     return 0
 
 

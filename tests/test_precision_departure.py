@@ -121,8 +121,11 @@ def test_the_paper_book_s_time_is_its_steps_times_each_measured_step():
     assert bench.book_steps(paper_profile()) == {"seed 1": 50_000, "seed 2": 17_000, "seed 3": 17_000,
                                                  "E15, 4 runs (at most)": 200_000}
     ledger = slices.read_ledger()
-    table = bench.estimate(paper_profile(), ledger)
+    table = bench.estimate(paper_profile(), ledger)   # no device named: the ledger's step
     assert table.loc["total (E15 at its cap)", "steps"] == 284_000 and table.loc["total without E15", "steps"] == 84_000
     ms = bench.steps(ledger)
     assert ms["tf32"][0] == ledger["step_ms"] and ms["fp32"][0] == pytest.approx(54.87, abs=0.01)
     assert table.loc["total (E15 at its cap)", "tf32 min"] == pytest.approx(284_000 * ledger["step_ms"] / 60_000)
+    # a device with a committed step table: its fastest passing variant (the H200's reduce-overhead, 2026-11-28)
+    h200 = bench.steps(ledger, device="NVIDIA H200", committed=REPO / "tests" / "data" / "lease_step_h200_2026-11-28.csv")
+    assert h200["tf32"][0] == pytest.approx(13.34, abs=0.01) and "reduce-overhead" in h200["tf32"][1]
