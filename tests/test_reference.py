@@ -93,7 +93,8 @@ def _paper_run(run, level_after: float, steps: int = 6000, drop_at: int | None =
                                                   "until": "converged"}))
 
 
-def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path):
+def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path, monkeypatch):
+    monkeypatch.setattr("mclib.analyses.rounding.study", lambda *a, **k: {})  # the rules apart from the rounding spread
     _paper_run(tmp_path / "out" / "runs" / "paper-seed1", level_after=0.05)
     _paper_run(tmp_path / "out" / "runs" / "paper-seed2", level_after=1.0, steps=2000, drop_at=None, ended=None)
     dest = slices_pack.collect(tmp_path / "out", tmp_path / "results" / "paper-GPU-2026-01-01")

@@ -73,3 +73,16 @@ def test_every_seed_1_run_at_the_paper_setting_is_labelled_with_device_step_and_
     assert len(t) == len(runs) and t["drop step"].notna().all()
     s = same_seed.drop_spread()
     assert s.lo == t["drop step"].min() and s.hi == t["drop step"].max()
+
+
+def test_the_study_script_reads_no_run_as_no_table_and_names_a_bad_change(tmp_path, capsys):
+    from sources import load_script
+
+    from mclib.core.repo import REPO
+
+    script = load_script(REPO / "scripts" / "rounding_study.py")
+    assert script.main(["table", "--runs", str(tmp_path), "--out", str(tmp_path / "t.csv")]) == 1
+    assert "no run has ended" in capsys.readouterr().out and not (tmp_path / "t.csv").exists()
+    with pytest.raises(SystemExit):
+        script.main(["train", "--only", "avx3"])
+    assert "unknown change 'avx3'" in capsys.readouterr().err

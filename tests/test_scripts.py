@@ -41,6 +41,9 @@ SKIPPED = {
                            "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",
     "tf32_study.py": "reads the six 16 000-step runs of sweeps/tf32.yaml, not a run folder; its functions, "
                      "mclib.analyses.precision.arm_spread and verdict, are tested in tests/test_precision_study.py",
+    "rounding_study.py": "trains seed 1 of the default profile to its end under each change (hours), not a run "
+                         "folder; what it writes is read by mclib.analyses.rounding (tests/test_rounding.py, which "
+                         "also runs its command line on no runs)",
 }
 
 
