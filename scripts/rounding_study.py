@@ -38,6 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # change -> (profile overrides, environment)
@@ -59,18 +60,10 @@ def _folder(runs: Path, change: str) -> Path:
 
 def _float_path(env: dict) -> str:
     import torch
+    from train_step import cpu_model  # benchmarks/train_step.py
+
     isa = env.get("ATEN_CPU_CAPABILITY", torch.backends.cpu.get_cpu_capability()).upper()
-    return f"{isa} ({platform.processor() or platform.machine()}, {_cpu_name()})"
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
+    return f"{isa} ({platform.machine()}, {cpu_model()})"
 
 
 def train(runs: Path, jobs: int, only: list[str]) -> int:
