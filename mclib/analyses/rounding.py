@@ -85,7 +85,26 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
     return out
 
 
-def finding(spreads: dict[str, Spread]) -> str:
+def early_flat(path: Path = TABLE) -> str:
+    """Where the convergence rule ended one change's run first and at the highest final level of all
+    (a flat the other runs fell through), one clause saying so; "" otherwise or without the table."""
+    import pandas as pd
+
+    if not Path(path).is_file():
+        return ""
+    t = pd.read_csv(path, index_col=0)
+    if len(t) < 2 or not {"ended_at", "final_L_mask"} <= set(t.columns):
+        return ""
+    first = t["ended_at"].idxmin()
+    if t["final_L_mask"].idxmax() != first or (t["ended_at"] == t.loc[first, "ended_at"]).sum() > 1:
+        return ""
+    others = t.drop(index=first)
+    return (f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
+            f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
+            f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause as the end")
+
+
+def finding(spreads: dict[str, Spread], flat: str = "") -> str:
     """The training chapter's sentences on how far rounding alone moved the default profile's seed 1
     (`study`), or one sentence saying it is not measured."""
     drop, end, final = (spreads.get(k) for k in ("drop", "ended_at", "final_L_mask"))
@@ -100,6 +119,8 @@ def finding(spreads: dict[str, Spread]) -> str:
     if final is not None:
         said.append(f"its final training L_mask lay between {final.lo:.3g} and {final.hi:.3g}, a factor "
                     f"{final.factor:.2f} apart")
+    if flat:
+        said.append(flat)
     return ("; ".join(said) + ". A one-bit change of the initial weights is known to vary a trained network as much "
             "as a new seed does (Summers & Dinneen, ICML 2021); how far rounding moves an abrupt drop is, as far as we "
             "know, not reported elsewhere. The scorecard judges the drop step and every final level against this "

@@ -293,7 +293,7 @@ def findings(ch: Chapter) -> dict:
             "pre_step": e1_pre_step(ch), "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
             "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
             "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
-            "drop_factor": float(pre["L_mask"] / final_L_mask), "rounding_text": rounding.finding(rounding.study())}
+            "drop_factor": float(pre["L_mask"] / final_L_mask), "rounding_text": rounding.finding(rounding.study(), rounding.early_flat())}
 
 
 # The drop step is compared with the paper's only where the task, the model and the
