@@ -21,6 +21,7 @@ from ..core.repo import REPO
 TABLE = REPO / "docs" / "data" / "rounding.csv"
 # the study's columns -> what they read
 QUANTITIES = {"drop": "the drop step", "ended_at": "the step the convergence rule ends the run",
+              "L_mask_drop+2000": "the training L_mask 2,000 steps after the drop",
               "final_L_mask": "the final training L_mask (last tenth of the steps)",
               "checkpoint_L_mask_fp32": "the last checkpoint's L_mask on fresh matrices"}
 
@@ -112,13 +113,17 @@ def finding(spreads: dict[str, Spread], flat: str = "") -> str:
         return ("How far rounding alone moves a run is not measured in this checkout (scripts/rounding_study.py "
                 "writes docs/data/rounding.csv).")
     said = [f"Rounding alone moves this story: seed 1 of the default profile, trained {drop.n} times with only the "
-            f"float arithmetic changed ({drop.where.split(' under ', 1)[-1]}), dropped between step {drop.lo:,.0f} and "
+            f"float arithmetic changed between them ({drop.where.split(' under ', 1)[-1]}), dropped between step {drop.lo:,.0f} and "
             f"{drop.hi:,.0f}, {drop.range:,.0f} steps apart"]
     if end is not None:
         said.append(f"its convergence rule ended it between step {end.lo:,.0f} and {end.hi:,.0f}")
+    after = spreads.get("L_mask_drop+2000")
+    if after is not None:
+        said.append(f"2,000 steps after its drop its training L_mask lay between {after.lo:.3g} and {after.hi:.3g}, "
+                    f"a factor {after.factor:.2f} apart")
     if final is not None:
-        said.append(f"its final training L_mask lay between {final.lo:.3g} and {final.hi:.3g}, a factor "
-                    f"{final.factor:.2f} apart")
+        said.append(f"its final training L_mask, where the rule ended it, lay between {final.lo:.3g} and "
+                    f"{final.hi:.3g}, a factor {final.factor:.2f} apart")
     if flat:
         said.append(flat)
     return ("; ".join(said) + ". A one-bit change of the initial weights is known to vary a trained network as much "
