@@ -39,20 +39,7 @@ from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.runner import declared
 from . import slices
 from .precision import FIELD as PRECISION_EFFECT, annotate, departure_text
-from .slices import METRICS_GZ
-def read_metrics(run: Path) -> pd.DataFrame:
-    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
-    Parsed once per file version (the scorecard chapter asks for them from several
-    tables and a figure); each caller gets its own copy."""
-    path = run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS
-    return _parsed(path, path.stat().st_mtime_ns).copy()
-
-
-@functools.lru_cache(maxsize=8)
-def _parsed(path: Path, version: int) -> pd.DataFrame:
-    return pd.read_csv(path)
-
-
+from .slices import METRICS_GZ, read_metrics
 def _has_metrics(run: Path) -> bool:
     return (run / METRICS_GZ).is_file() or (run / METRICS).is_file()
 

@@ -17,7 +17,7 @@ from ..analyses.rounding import Spread, spread
 from ..core.metrics import find_drop
 from ..core.repo import RESULTS
 from ..core.runs import END, PROFILE, run_name, run_profile
-from .slices import METRICS_GZ, STATE
+from .slices import METRICS_GZ, STATE, read_metrics
 
 
 def _read(path: Path) -> dict:
@@ -41,15 +41,11 @@ def runs(root: Path = RESULTS, name: str = "paper") -> dict[str, Path]:
     return {label: run for _, _, label, run in sorted(found)}
 
 
-def _metrics(run: Path) -> pd.DataFrame:
-    return pd.read_csv(run / METRICS_GZ)
-
-
 def table(root: Path = RESULTS, name: str = "paper") -> pd.DataFrame:
     """One row per seed-1 run: where it ran, how far, its drop, how it ended, its precision."""
     rows = []
     for label, run in runs(root, name).items():
-        m, cfg, end = _metrics(run), run_profile(run) if (run / PROFILE).is_file() else None, _read(run / END)
+        m, cfg, end = read_metrics(run), run_profile(run) if (run / PROFILE).is_file() else None, _read(run / END)
         rank = cfg.data.rank if cfg else 2
         rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]), "drop step": find_drop(m, rank=rank),
                      "ended": end.get("ended", "cut (device time ran out)"),
@@ -76,7 +72,7 @@ def figure(root: Path = RESULTS, name: str = "paper"):
     from ..book.plots_curves import seed_loss_curves
 
     found = runs(root, name)
-    curves = {label: _metrics(run) for label, run in found.items()}
+    curves = {label: read_metrics(run) for label, run in found.items()}
     rank = run_profile(next(iter(found.values()))).data.rank
     drops = {label: find_drop(m, rank=rank) for label, m in curves.items()}
     fig = seed_loss_curves(curves, drops, rank=rank, label="{}", smooth=100,

@@ -37,11 +37,14 @@ on the GPU machine (`start`, `finish`, the detached trainer) is slices_run; what
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
+
+import pandas as pd
 
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from ..core.repo import REPO
@@ -76,6 +79,19 @@ REFUSED = "slice-refused.txt"  # in the work folder: why no slice started (a ref
 START_LOG = "lease-start.log"  # in the work folder: scripts/lease.sh start's output (the step, the plan, any refusal)
 STEP_ERRORS = "lease_step_errors.log"  # beside the step table: each variant's traceback (benchmarks/lease_step.py)
 LOGS = (START_LOG, TRAIN_LOG, STEP_ERRORS)  # packed (their tails) with every results.tgz
+
+
+def read_metrics(run: Path) -> pd.DataFrame:
+    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
+    Parsed once per file version (the scorecard chapter and the same-seed figure ask for
+    them from several tables); each caller gets its own copy."""
+    path = run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS
+    return _parsed(path, path.stat().st_mtime_ns).copy()
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, version: int) -> pd.DataFrame:
+    return pd.read_csv(path)
 
 
 class SliceError(ConfigError):
