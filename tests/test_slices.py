@@ -533,3 +533,18 @@ def test_slice_json_records_the_deadline_the_steps_reached_and_the_achieved_step
     assert "cut" not in record["training_stop"]
     assert record["train_deadline_s"] == 350.0
     assert record["achieved"] == {"1": {"steps": 50, "ms_step": 11.0}}
+
+
+def test_the_full_length_slice_a50_runs_only_where_the_measured_step_reaches_50_000_steps():
+    """A50 is slice A to the paper's whole length: planned after the seeds and before D and E15,
+    passed over at the H200's 13.3 ms of 2026-11-28, taken at the 9 ms target in a lease whose
+    step table was committed (~655 s after the kit)."""
+    ledger = slices.read_ledger()
+    names = [s.name for s in ledger["slices"]]
+    assert names.index("C") < names.index("A50") < names.index("D") < names.index("E15")
+    a50 = next(s for s in ledger["slices"] if s.name == "A50")
+    assert slices.steps_needed(a50) == 50_000
+    assert slices.why_not(ledger, a50, 655, 9.0) is None
+    why = slices.why_not(ledger, a50, 655, 13.3)
+    assert why is not None and "short of the 50,000 it needs" in why
+    assert slices.why_not(ledger, a50, 575, 9.0) is not None   # the full table's lease: ~43 000 steps only
