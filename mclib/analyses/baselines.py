@@ -1,10 +1,8 @@
 """Classical matrix completion: the paper's convex baselines (E16, E17) and two stronger ones.
 
 Every public function takes a batch X `[batch, n, n]` and a boolean mask `[batch, n, n]`
-(True = masked, i.e. in Ωᶜ; the convention of mclib.core.data) and returns the completed batch
-`[batch, n, n]` of the same kind as X (numpy in, numpy out; torch in, torch out with X's
-dtype and device). Work is done in float64 numpy. Values of X at masked entries are never
-read, so they may be anything, NaN included (e.g. `detokenize` output).
+(True = masked, i.e. in Ωᶜ) and returns the completed batch `[batch, n, n]` like X (numpy or
+torch with X's dtype and device), computed in float64. Masked values of X are never read (NaN is fine).
 
     method                   problem, per matrix                               observed entries
     nuclear_norm_complete    min ‖U‖_*  s.t. U = X on Ω              (E16)     exact (copied back)
@@ -13,18 +11,9 @@ read, so they may be anything, NaN included (e.g. `detokenize` output).
                              optionally truncated to a known rank              keep_observed=False
     als_complete             min Σ_Ω (X − ABᵀ)² + ridge(‖A‖²+‖B‖²), rank r     keep_observed=False
 
-Solver (the two CVXPY programs): Clarabel, an interior-point solver installed from PyPI as
-a compiled wheel (no licence, works offline). It solves these 14×14 semidefinite programs
-to ~1e-8, so the answer is the problem's, not the solver's. SCS (first-order, cvxpy's
-default for these SDPs, so most likely what the authors' bare `prob.solve()` used) stops
-at ~1e-4: where
-the E17 objective is nearly flat (small λ) single masked entries differ from Clarabel's
-by up to 0.3, yet on 256-matrix batches L_obs agreed to 4 digits and pooled L_mask to
-within 2% (the sampling error of L_mask is ~9%). solver="SCS" reproduces the authors'.
-
-Each program is compiled once per process and size n with cvxpy Parameters (DPP) and then
-re-solved per matrix: 6 ms per 7×7 matrix instead of 14–15 ms when rebuilt as the authors
-did (Clarabel, one core; up to 10 ms when the cores are shared with training).
+The CVXPY programs use Clarabel (interior point, solved to ~1e-8, so the answer is the
+problem's); solver="SCS" is cvxpy's default, likely the authors'. Each program is compiled
+once per process and n with cvxpy Parameters (DPP) and re-solved per matrix.
 """
 from __future__ import annotations
 
@@ -100,10 +89,8 @@ def nuclear_norm(x):
 
 @functools.lru_cache(maxsize=None)
 def _constrained_program(n: int):
-    """min ‖U‖_* s.t. W∘U = Y, with W the 0/1 observed indicator and Y = W∘X (Parameters).
-
-    One program serves every mask: rows of masked entries read 0 = 0 and are harmless.
-    (W∘X itself would be parameter × parameter, which is not DPP; hence Y.)"""
+    """min ‖U‖_* s.t. W∘U = Y, W the 0/1 observed indicator, Y = W∘X (Parameters; W∘X itself
+    would not be DPP). One program serves every mask."""
     import cvxpy as cp  # imported here: importing mclib should not pay for cvxpy
 
     u = cp.Variable((n, n))
@@ -113,10 +100,8 @@ def _constrained_program(n: int):
 
 @functools.lru_cache(maxsize=None)
 def _regularised_program(n: int):
-    """min ‖W∘U − Y‖² + λ‖U‖_* with W = obs/√|Ω|, Y = W∘X: the E17 objective.
-
-    The 1/|Ω| is folded into W because λ·(1/|Ω|)·sum_squares(...) would multiply two
-    parameters (not DPP); λ is a Parameter, so every λ reuses the compiled program."""
+    """min ‖W∘U − Y‖² + λ‖U‖_*, W = obs/√|Ω|, Y = W∘X: the E17 objective, 1/|Ω| folded into W
+    to stay DPP; λ is a Parameter, so every λ reuses the compiled program."""
     import cvxpy as cp
 
     u = cp.Variable((n, n))
@@ -162,15 +147,10 @@ def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool =
                    *, chunk: int = 16, desc: str | None = None, **kwargs):
     """Run a per-matrix `method(x_i [n,n], mask_i [n,n], **kwargs) -> [n,n]` over a batch.
 
-    x, mask `[batch, n, n]` (numpy or torch; mask True = masked) → `[batch, n, n]` like x.
-    `method` sees float64 numpy with masked entries zeroed; it must be a module-level
-    function when workers > 1 (it is pickled to the worker processes).
-
-    workers > 1 uses a process pool of forked workers (processes, not threads: cvxpy's
-    per-solve work is largely Python), sending `chunk` matrices per task. Measured on
-    the 2-core machine while a training sweep held both cores: 2 workers gave no speedup
-    (8.5–11 ms per matrix against 6–10 ms sequential, 256 matrices), so the default is 1.
-    On free cores 2 workers should approach 2×; that was not measured.
+    x, mask `[batch, n, n]` (mask True = masked) → `[batch, n, n]` like x. `method` sees
+    float64 numpy with masked entries zeroed. workers > 1: a pool of forked processes
+    (cvxpy's work is largely Python), `chunk` matrices per task; `method` must then be
+    module-level (it is pickled).
     """
     xs, ms = _to_numpy(x, mask)
     if workers < 1:
@@ -200,11 +180,7 @@ def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool =
 
 def nuclear_norm_complete(x, mask, solver: str = SOLVER, workers: int = 1, progress: bool = False):
     """E16: per matrix, min ‖U‖_* subject to U = X on Ω (Candès & Recht).
-
-    x, mask `[batch, n, n]` (mask True = masked) → U `[batch, n, n]`, numpy or torch like x.
-    Observed entries are returned exactly: the solver meets the constraint to ~1e-10 and
-    the observed values of X are then copied back, so L_obs = 0 exactly.
-    """
+    x, mask `[batch, n, n]` → U like x; observed entries copied back, so L_obs = 0 exactly."""
     xs, ms = _to_numpy(x, mask)
     u = complete_batch(constrained_one, xs, ms, workers=workers, progress=progress,
                        desc="nuclear norm", solver=solver)
@@ -214,14 +190,7 @@ def nuclear_norm_complete(x, mask, solver: str = SOLVER, workers: int = 1, progr
 def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers: int = 1,
                              *, progress: bool = False):
     """E17: per matrix, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* (the authors' objective).
-
-    x, mask `[batch, n, n]` → U `[batch, n, n]` like x. Observed entries are fitted, not
-    kept: at the optimum |U − X| on Ω is of order λ|Ω|/2 · (an entry of a subgradient of
-    ‖·‖_*), which is what E17's L_obs measures. Measured on 2048 matrices of the paper's
-    task (7×7, rank 2, p_mask 0.3; `python -m mclib.analyses.comparisons`, evaluation seed 0):
-    L_obs (1.0009 ± 0.0027)e-5 at λ = 5e-4 and (7.814 ± 0.025)e-4 at 5e-3 (paper 1.015e-5,
-    7.86e-4, over its 256 matrices).
-    """
+    x, mask `[batch, n, n]` → U like x. Observed entries are fitted, not kept (E17's L_obs)."""
     lam = _check_lam(lam)
     return complete_batch(regularised_one, x, mask, workers=workers, progress=progress,
                           desc=f"regularised λ={lam:g}", lam=lam, solver=solver)
@@ -233,27 +202,15 @@ def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.9
                 *, max_iter: int = 3000, tol: float = 1e-8, keep_observed: bool = False):
     """Soft-impute (Mazumder, Hastie & Tibshirani 2010), vectorised over the batch.
 
-    Solves the E17 problem min (1/|Ω|) Σ_Ω (U−X)² + λ‖U‖_* (same λ as
-    `regularised_nuclear_norm`) by the proximal-gradient step
-        U ← S_τ(P_Ω(X) + P_Ωᶜ(U)),   τ = λ|Ω|/2 per matrix,
-    S_τ soft-thresholding the singular values; the rank of the answer is estimated by the
-    threshold. Two standard speed-ups, both measured on 256 matrices: continuation (τ
-    starts at σ₁(P_Ω X) and shrinks by `decay` per step down to τ, warm-starting each
-    threshold from the last) and, when the problem is convex (rank=None), Nesterov
-    momentum (FISTA): plain iterations were still 2.4% off CVXPY's pooled L_mask after
-    3000 steps, accelerated ones within 0.1% after 300. The minimiser is nearly flat in
-    some masked directions: objectives agree with CVXPY's to ~1e-9 while single entries
-    may differ by a few 1e-2.
-
-    With `rank` = r, only the r largest singular values are kept (rank-restricted
-    soft-impute, non-convex, no momentum): a stronger estimator when the rank is known;
-    with tiny λ it is hard-impute, whose pooled L_mask was 0.13 without continuation
-    and 0.005 with it (λ = 1e-6, r = 2).
+    Solves the E17 problem (same λ as `regularised_nuclear_norm`) by the proximal step
+    U ← S_τ(P_Ω(X) + P_Ωᶜ(U)), τ = λ|Ω|/2 per matrix, S_τ soft-thresholding the singular
+    values, with continuation (τ starts at σ₁(P_Ω X), shrinks by `decay` per step) and,
+    when convex (rank=None), FISTA momentum. `rank` = r keeps only the r largest singular
+    values (non-convex, no momentum; with tiny λ, hard-impute).
 
     x, mask `[batch, n, n]` → `[batch, n, n]` like x. Stops when τ is reached and every
-    matrix's relative squared change ‖ΔU‖²/‖U‖² is below `tol`; warns if `max_iter` comes
-    first. keep_observed (default False): if True, copy the observed entries of X into
-    the output; by default they are fitted (as in E17).
+    matrix's ‖ΔU‖²/‖U‖² is below `tol`; warns if `max_iter` comes first. keep_observed:
+    copy X's observed entries into the output (default: fitted, as in E17).
     """
     lam = _check_lam(lam)
     xs, ms = _to_numpy(x, mask)
@@ -291,23 +248,15 @@ def als_complete(x, mask, rank: int, ridge: float = 1e-4, n_iter: int = 300, *, 
     """Alternating least squares with a known rank, vectorised over the batch (and rows).
 
     Per matrix, min over A, B `[n, r]` of Σ_Ω (X − ABᵀ)² + ridge(‖A‖² + ‖B‖²), solving
-    exactly for every row of A (B fixed), then of B, `n_iter` times. Since
-    min ‖A‖²+‖B‖² over ABᵀ = U is 2‖U‖_*, the ridge is a nuclear-norm penalty of E17
-    size λ = 2·ridge/|Ω| (≈ 6e-6 by default). Non-convex, so two measured choices
-    (256 matrices, n = 7, r = 2, p_mask = 0.3):
-      - the ridge starts at `ridge_start` and shrinks by `decay` per step down to
-        `ridge` (continuation). From a random start with a constant ridge 1e-4, 90/256
-        matrices stalled at a poor stationary point (per-matrix L_mask > 0.01, pooled
-        L_mask 67); with continuation, 13/256 (pooled 0.24).
-      - init="spectral" (default, deterministic): B from the top-r SVD of the zero-filled
-        X / (1 − p̂): 12/256, pooled 0.018. init="random": seeded Gaussian B (`seed`).
-        Keeping the best of 4 more random starts changed nothing, so the remaining
-        failures (~5%) are matrices whose rank-r fit is ill-posed (7 of the 12 have a
-        row or column with < r observed entries): they dominate the pooled L_mask; the
-        median per-matrix L_mask is ~4e-5 (rounding noise).
+    exactly for every row of A (B fixed), then of B, `n_iter` times; the ridge is an E17
+    penalty λ = 2·ridge/|Ω|. Non-convex, hence continuation (the ridge shrinks from
+    `ridge_start` by `decay` per step down to `ridge`) and init "spectral" (B from the
+    top-r SVD of the rescaled zero-filled X; deterministic) or "random" (seeded Gaussian).
+    Matrices with a row or column of < r observed entries are ill-posed and dominate the
+    pooled L_mask.
 
-    x, mask `[batch, n, n]` → `[batch, n, n]` like x. keep_observed (default False):
-    if True, copy the observed entries of X into the output; by default they are fitted.
+    x, mask `[batch, n, n]` → `[batch, n, n]` like x. keep_observed: copy X's observed
+    entries into the output (default: fitted).
     """
     xs, ms = _to_numpy(x, mask)
     b, n, _ = xs.shape

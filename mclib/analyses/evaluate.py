@@ -8,11 +8,9 @@ activation), with activation patching (E8); and the runs of one task side by sid
     activation_patching(model, profile.data, 256, seed=0, layers="last")      # E8
     compare_runs({"fp32": run_a, "bf16": run_b})                        # runs of one task side by side
 
-The same seed gives the same matrices and masks, so two calls that differ only in the
-intervention compare the model on the same batch. Always eval mode, no gradients,
-fp32 (compare_runs can add bf16 autocast); the model's train/eval mode is restored afterwards.
-Standard errors are `pooled`'s: matrices as the units (here, below every table that reports
-one: loss_tables, comparisons).
+The same seed gives the same matrices and masks, so calls that differ only in the
+intervention compare on the same batch. Eval mode (restored afterwards), no gradients, fp32.
+Standard errors are `pooled`'s: matrices as the units.
 """
 from __future__ import annotations
 
@@ -52,12 +50,9 @@ def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
 
 def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
                       mask: torch.Tensor | None = None, *, fill_value: float | None = None) -> Batch:
-    """Fresh matrices from `torch.Generator().manual_seed(seed)`.
-
-    data: a DataConfig (n, rank, p_mask, dist). dist: None = data.dist.
-    mask: None = random masks with data.p_mask; `[n, n]` bool = that mask for every
-    matrix (E10); `[n_matrices, n, n]` = one per matrix. fill_value: see make_batch (E2).
-    """
+    """Fresh matrices of `data` (a DataConfig) from `torch.Generator().manual_seed(seed)`.
+    dist: None = data.dist. mask: None = random with data.p_mask; `[n, n]` bool = that mask
+    for every matrix (E10); `[n_matrices, n, n]` = one per matrix. fill_value: see make_batch."""
     if not isinstance(data, DataConfig):
         raise TypeError(f"data must be a DataConfig (a profile's .data), not {type(data).__name__}")
     gen = torch.Generator().manual_seed(seed)
@@ -129,14 +124,12 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
 
 def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,
                  seed: int = 0, precisions: Sequence[str] = ("fp32",)) -> pd.DataFrame:
-    """Runs of one task side by side (`runs`: label -> run folder), one row each:
-    steps trained, the drop (`find_drop`, NaN if none), the training L_mask on the
-    plateau and over the last 10 % of steps (`plateau_stats`), the training L_mask
-    (50-step mean) `k` steps after the drop for each k in `after` (NaN where the run
-    stopped sooner), and the last checkpoint's L_mask on `n_matrices` fresh matrices,
-    the same matrices for every run, evaluated in each of `precisions` ("fp32"; "bf16":
-    under bf16 autocast; "tf32": TF32 products, emulated off a GPU; which tells a model
-    that is worse from a forward pass that is less precise)."""
+    """Runs of one task side by side (`runs`: label -> run folder), one row each: steps
+    trained, the drop (`find_drop`, NaN if none), plateau and final training L_mask
+    (`plateau_stats`), training L_mask k steps after the drop for k in `after` (NaN where the
+    run stopped sooner), and the last checkpoint's L_mask on the same `n_matrices` fresh
+    matrices in each of `precisions` ("fp32", "bf16" autocast, "tf32" emulated off a GPU),
+    which tells a worse model from a less precise forward pass."""
     from ..core.checkpoints import load_checkpoint, saved_steps
     from ..core.metrics import find_drop, plateau_stats, window_mean
     from ..core.precision import autocast, emulated_tf32

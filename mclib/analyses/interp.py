@@ -1,29 +1,12 @@
-"""mclib's checkpoints in nnsight, the interpretability library that wraps any PyTorch module
-(docs/interpretability.md; the optional extra `interp`).
+"""mclib's checkpoints in nnsight (the optional extra `interp`; names, shapes and an example:
+docs/interpretability.md).
 
     model = load_for_interp(checkpoint_dir(run_dir, step))   # a MatrixBert, eager attention, eval mode
     net = nnsight_model(model)                               # nnsight.NNsight(model)
-    with net.trace(batch.tokens):
-        probs = net.bert.encoder.layer[0].attention.self.output[1].save()   # [batch, head, query, key]
-        mlp = net.bert.encoder.layer[0].E_output.dense.output.save()        # [batch, seq, hidden]
     nnsight_ablated_l_mask(net, batch, layer=1, head=0, mode="zero")        # L_mask with one head zeroed
 
-Names inside a `MatrixBert` (HuggingFace's BertModel under `bert`, then mclib's `readout`),
-layer l and head h 0-indexed as everywhere in mclib:
-- attention pattern: `bert.encoder.layer[l].attention.self.output[1]`, `[batch, head, query, key]`
-  (softmax(q kᵀ) of every head; "eager" attention returns it, "sdpa" returns None, hence
-  `load_for_interp` loads eager);
-- per-head outputs z: `...attention.self.output[0]`, `[batch, query, head * d_head]`, head h in
-  columns h·d_head … (h+1)·d_head − 1 (`head_columns`); the input of the output projection;
-- MLP output: `bert.encoder.layer[l].E_output.dense.output`, `[batch, seq, hidden]`, before the
-  residual add and the LayerNorm. BERT calls that sub-module `output`, a name nnsight keeps
-  for every module's output, so nnsight (>= 0.8) mounts it as `E_output`.
-
-`nnsight_ablated_l_mask` does in nnsight what mclib does with its hooks (`mclib.core.hooks`):
-"zero" writes zeros over a head's z (mclib: a hook on `blocks.{l}.attn.hook_z`); "uniform"
-writes the mean of the head's values over the keys, which is what attention with every
-probability 1/seq gives (mclib: `ablation_hooks(..., mode="uniform")`). tests/test_interp.py checks that both give mclib's
-L_mask on the same matrices.
+Eager attention, because "sdpa" returns no pattern. `nnsight_ablated` reproduces mclib's own
+head ablations (`mclib.analyses.attention`) through nnsight's names alone.
 """
 from __future__ import annotations
 
@@ -56,9 +39,8 @@ def architecture_differences(config: dict) -> list[str]:
 
 
 def load_for_interp(folder: str | Path) -> MatrixBert:
-    """The MatrixBert saved in `folder` (config.json + model.safetensors), with "eager"
-    attention (so the pattern is returned), in eval mode, on the CPU. A folder of another
-    architecture is refused in one line naming what differs, before any weight is read."""
+    """The MatrixBert saved in `folder`, with "eager" attention, in eval mode, on the CPU.
+    Raises InterpError, naming what differs, for another architecture, before any weight is read."""
     folder = Path(folder)
     if not (folder / CONFIG).is_file():
         raise InterpError(f"{str(folder)!r} is not a checkpoint folder: it has no {CONFIG}")
@@ -88,9 +70,8 @@ def head_columns(model, head: int) -> slice:
 
 
 def nnsight_ablated(net, batch: Batch, layer: int, head: int, mode: str = "zero") -> torch.Tensor:
-    """`[batch, n, n]` predictions of the model wrapped in `net` (an `nnsight_model`) on
-    `batch`, with head (`layer`, `head`) zeroed ("zero": its z set to 0) or made uniform
-    ("uniform": its z set to the mean of its values over the keys), through nnsight's names alone."""
+    """`[batch, n, n]` predictions of `net` (an `nnsight_model`) on `batch` with head (`layer`,
+    `head`) zeroed ("zero": z = 0) or made uniform ("uniform": z = the mean of its values over the keys)."""
     if mode not in MODES:
         raise InterpError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     layers = net._module.config.num_hidden_layers

@@ -22,8 +22,7 @@ from ..core.model import matrix_n
 
 
 def replace_masked_tokens(batch: Batch, value: float | None) -> Batch:
-    """The same matrices and mask with every masked token replaced by the token of
-    `value` (None: the MASK token, as in training)."""
+    """`batch` with every masked token replaced by `value`'s (None: the MASK token)."""
     return make_batch(batch.x, batch.mask, fill_value=value)
 
 
@@ -87,21 +86,18 @@ def permute_positions_hooks(model, seed: int) -> list[Hook]:
 
 # --- E15: component re-initialisation ------------------------------------------------------
 
-# The four groups of E15, defined once, by parameter name (full match). "attention" is
-# the whole attention sub-layer: query, key, value and its output projection (E6's
-# switch, by contrast, takes query, key and value only); "mlp" is the feed-forward
-# sub-layer's two projections.
+# The four groups of E15, by parameter name (full match). "attention" is query, key, value
+# and the output projection (E6's switch takes only the first three); "mlp" the two
+# feed-forward projections.
 GROUPS = {
     "attention": r"bert\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.(weight|bias)",
     "mlp": r"bert\.encoder\.layer\.\d+\.(intermediate|output)\.dense\.(weight|bias)",
     "positional": r"bert\.embeddings\.position_embeddings\.weight",
     "token": r"bert\.embeddings\.word_embeddings\.weight",
 }
-# Everything else is "other" and is always loaded and frozen: the layer norms
-# (embeddings, after attention, after the MLP), the read-out, and the token-type row
-# (zero and frozen anyway). The authors' released code picks groups by substring
-# ("attention" in name), which would also sweep in the post-attention layer norm; we
-# keep every layer norm out of every group.
+# Everything else is "other", always loaded and frozen: every layer norm, the read-out and
+# the token-type row. (The authors' substring match on "attention" would also take the
+# post-attention layer norm.)
 OTHER = "other"
 
 
@@ -118,12 +114,9 @@ def component_groups(model) -> dict[str, str]:
 
 
 def reinit_component(model, group: str, seed: int):
-    """A copy of `model` (the frozen source, e.g. the post checkpoint) whose `group` is
-    re-initialised with BERT's own init and trainable, every other parameter frozen.
-
-    BERT's own init is the model's `_init_weights`: normal(0, initializer_range) weights,
-    zero biases, zero padding (MASK) row of the token embeddings. Not PyTorch's defaults.
-    """
+    """A copy of `model` whose `group` is re-initialised (seeded) and trainable, every other
+    parameter frozen. The init is BERT's own (`_init_weights`: normal(0, initializer_range)
+    weights, zero biases, zero MASK row), not PyTorch's defaults."""
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
     model = copy.deepcopy(model)

@@ -1,10 +1,7 @@
-"""A model's losses under an intervention, one batch per table, with their standard errors,
-and the lookups and ratios the chapters' rows read from such tables (chapters 02 and 03).
-
-Every table evaluates on fresh matrices from `sample_eval_batch(data, n, seed)`, so rows
-that differ only in the intervention compare the model on the same batch, and carries
-the standard errors over matrices (`L_se`, `L_obs_se`, `L_mask_se`). Heads are 0-indexed
-(layer, head) pairs in code; `head_name` prints the paper's 1-indexed "L2 H5".
+"""A model's losses under interventions, one batch per table (`sample_eval_batch(data, n,
+seed)`), with standard errors over matrices (`L_se`, `L_obs_se`, `L_mask_se`), and the
+lookups and ratios chapters 02 and 03 read from such tables. Heads are 0-indexed (layer,
+head) pairs; `head_name` prints the paper's 1-indexed "L2 H5".
 
     ablation_table(model, data, 256, 0, {"all heads": all_heads(model)})   # E3-E5, both readings
     model_table({"post": post, "pre-QKV into post": (post, switch_qkv_hooks(post, pre))}, data, 256, 0)  # E6, E7
@@ -95,9 +92,7 @@ def value_and_se(table: pd.DataFrame, column: str, **where) -> tuple[float, floa
 
 
 def ratio_se(a: float, a_se: float, b: float, b_se: float) -> float:
-    """The standard error of a / b from the two errors, taken as independent (on the same
-    matrices the two are positively correlated, so this overstates the error: the rules
-    that use it err towards "matches" by at most that)."""
+    """Standard error of a / b, the errors taken as independent (an overstatement on the same matrices)."""
     return float(abs(a / b) * np.hypot(a_se / a, b_se / b)) if a and b else float("nan")
 
 
