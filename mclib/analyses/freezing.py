@@ -1,34 +1,12 @@
-"""E15, component re-initialisation: one training run per component group.
+"""E15, component re-initialisation: one training run per component group
+(`interventions.GROUPS`), started from the main run's post checkpoint with that group
+re-initialised and trained, everything else frozen (`reinit_component`; docs/protocol.md, E15).
 
-For each group of `mclib.analyses.interventions.GROUPS` ("attention", "mlp", "positional",
-"token") the post checkpoint of the main run (`mclib.core.placement.checkpoint_steps`: its last
-step) is copied, that group is re-initialised with BERT's own init and trained, every
-other parameter loaded from the post checkpoint and frozen (`reinit_component`). Each run
-is an ordinary run folder:
-
-    run_dir/freeze/GROUP/{profile.yaml, metrics.csv, checkpoints/, source.json, end.json}
-    (`mclib.core.runs.freeze_dir`; source.json: `runs.FREEZE_SOURCE`)
-
-so it resumes after an interruption and returns at once when complete, like the main
-run. `source.json` names the checkpoint the run started from; a folder started from
-another checkpoint (e.g. the main run was trained further since) is refused rather
-than silently continued.
-
-How long an E15 run trains: until what chapter 05 reads of it is known, and no longer.
-Its rows read the drop step, the plateau over the fall (`mclib.analyses.sharpness.shape`)
-and the final L_mask over the main run's (recovered below `SETTLE`). A run that has
-dropped stops at the first of:
-- its rows are known (`rows_known`): at least `train.patience` steps past its drop, its
-  final L_mask over the main run's lies below SETTLE·(1 − KNOWN_MARGIN) at two standard
-  errors, and its plateau over its fall below ABRUPT·(1 − KNOWN_MARGIN). More training only
-  lowers the final level, which moves the fall's end later, so neither verdict can change
-  after this (the scorecard's interval and margin for a direction, `KNOWN_MARGIN`);
-- it has converged by the main run's own rule (`mclib.core.metrics.converged`: the fitted
-  slope of L_mask over `train.patience` steps against `train.min_improvement` per 1 000
-  steps): the run that does not recover is seen to level off, not assumed to.
-A run that has not dropped by the main run's drop step stops there (it has sat on the
-plateau as long as the main run did). `analysis.freeze_steps` caps every run
-(`freeze_steps`). `freeze_ends` says, per group, which of these ended the run.
+Each run is an ordinary run folder, `run_dir/freeze/GROUP/` (`mclib.core.runs.freeze_dir`),
+that resumes and returns at once when complete; its `source.json` names the checkpoint it
+started from, and a folder started from another one is refused. A run stops at the first of:
+its rows are known (`rows_known`), it converged after its drop (the main run's rule), it
+reached the main run's drop step without dropping, or the cap `analysis.freeze_steps`.
 
     runs = freeze_runs(cfg, run_dir)          # {group: folder}, trains what is missing
     table = freeze_summary(runs, cfg)          # steps to the drop, losses
@@ -82,9 +60,8 @@ KNOWN_MARGIN = 0.10
 
 @dataclass
 class Yardstick:
-    """The main run's final L_mask and its standard error (`final_level` over the
-    convergence rule's window), read where the E15 runs start from: what an E15 run's final
-    level is divided by."""
+    """The main run's final L_mask and its standard error (`final_level`) where the E15 runs
+    start: what an E15 run's final level is divided by."""
     final: float
     se: float
 
@@ -98,9 +75,8 @@ def yardstick(cfg: Profile, run_dir: str | Path, source_step: int | None = None)
 
 
 def recovery(metrics: pd.DataFrame, window: int, main: Yardstick) -> tuple[float, float]:
-    """An E15 run's final L_mask over the main run's, with its standard error (both runs'
-    errors in quadrature): the ratio chapter 05's recovery row reads. NaN where either
-    level is missing."""
+    """(ratio, se): an E15 run's final L_mask over the main run's, errors in quadrature; NaN
+    where either level is missing."""
     final, se = final_level(metrics, window)
     if not (main.final > 0 and math.isfinite(final) and final > 0):
         return float("nan"), float("nan")
@@ -124,9 +100,10 @@ def known_text() -> str:
 
 
 def rows_known(metrics: pd.DataFrame, cfg: Profile, main: Yardstick) -> bool:
-    """Whether an E15 run's rows can no longer change with more training (the module's
-    doc): dropped at least `train.patience` steps ago, recovered below SETTLE·(1 −
-    KNOWN_MARGIN) at two standard errors, plateau over fall below ABRUPT·(1 − KNOWN_MARGIN)."""
+    """Whether more training can no longer change an E15 run's rows: dropped at least
+    `train.patience` steps ago, recovered below SETTLE·(1 − KNOWN_MARGIN) at two standard
+    errors, plateau over fall below ABRUPT·(1 − KNOWN_MARGIN). More training only lowers
+    the final level, which moves the fall's end later, so neither verdict can then change."""
     drop = find_drop(metrics, rank=cfg.data.rank)
     window = cfg.train.patience
     if drop is None or int(metrics["step"].iloc[-1]) < drop + window:
@@ -138,10 +115,9 @@ def rows_known(metrics: pd.DataFrame, cfg: Profile, main: Yardstick) -> bool:
 
 
 def freeze_stop(cfg: Profile, main: int | None, known: Yardstick | None = None):
-    """The `stop` of an E15 run: true once its rows are known (`rows_known`, against the
-    main run's `known` yardstick; None: not this rule), or once it has trained `main` steps
-    (the main run's drop step; None: not this rule) without dropping. None when neither
-    rule applies (the cap and the convergence rule alone end it)."""
+    """The `stop` of an E15 run: true once its rows are known against the `known` yardstick,
+    or once it has trained `main` steps without dropping (each None: not that rule). None
+    when neither rule applies."""
     if main is None and known is None:
         return None
     rank = cfg.data.rank
@@ -155,12 +131,9 @@ def freeze_stop(cfg: Profile, main: int | None, known: Yardstick | None = None):
 
 
 def freeze_profile(cfg: Profile, group: str) -> Profile:
-    """The main profile, trained until it converges by the main profile's rule
-    (`train.until: converged`, its `patience` and `min_improvement`), at most
-    `freeze_steps(cfg)` steps. Same data, model, optimiser and seed (so the data stream is
-    the main run's); its fixed checkpoints are those of the main profile that fall within
-    the cap, and the cap. The name says which group is trained.
-    """
+    """The main profile (same data stream, model, optimiser, seed) trained until converged,
+    at most `freeze_steps(cfg)` steps, with the main profile's checkpoints within the cap,
+    and the cap; named after `group`."""
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
     steps = freeze_steps(cfg)
@@ -195,13 +168,9 @@ def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | No
 def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
                seed: int | None = None, *, progress: bool = False, deadline: float | None = None) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
-
-    source_step: the main run's checkpoint to start from (default: its post checkpoint,
-    `mclib.core.placement.checkpoint_steps`). seed: of the re-initialisation (default: the
-    profile's seed). The run ends once converged after its drop, at the main run's drop
-    step without a drop, once its rows are known, or at the cap `freeze_steps` (the module's doc); deadline (a
-    `time.time()`, a GPU lease's slice): it is cut there, resumable (`train`).
-    """
+    source_step: the main run's checkpoint to start from (default: post). seed: of the
+    re-initialisation (default: the profile's). deadline: a `time.time()` where the run is
+    cut, resumable."""
     run_dir = Path(run_dir)
     folder, source = freeze_dir(run_dir, group), _source(cfg, run_dir, group, source_step, seed)
     _check_source(folder, source)
@@ -215,9 +184,8 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
                  deadline=deadline)
 
 
-# The order E15's runs are handed to the workers: the paper's latest drop first
-# (mclib.core.paper.PAPER_E15_ORDER reversed), so that the longest run does not start last
-# and the runs end close together. Only the schedule depends on it, not a run's numbers.
+# The order E15's runs are handed to the workers: the paper's latest drop first, so the
+# longest run does not start last. Only the schedule depends on it.
 LONGEST_FIRST = tuple(g for tier in reversed(PAPER_E15_ORDER) for g in tier)
 
 
@@ -231,10 +199,8 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
 
 
 def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
-    """`freeze_run` for every group that is not complete, side by side on a Dask cluster
-    (`mclib.core.jobs.run_profile_jobs`; cluster: its address, default the local one or
-    $MCLIB_CLUSTER): {group: folder}, in the order of `groups`. Nothing starts when all
-    are complete."""
+    """`freeze_run` for every incomplete group, side by side on a Dask cluster (cluster: its
+    address, default the local one or $MCLIB_CLUSTER); returns {group: folder}."""
     from ..core.jobs import run_profile_jobs
 
     pending = pending_groups(cfg, run_dir, sorted(groups, key=LONGEST_FIRST.index))
@@ -250,16 +216,9 @@ FREEZE_ENDINGS = ("known", "converged", "main drop", "cap", "unfinished")
 
 @dataclass
 class FreezeEnd:
-    """How one E15 run ended (`freeze_end`).
-
-    ended: "known"       it dropped (at `drop`) and its rows were known at `steps` (`rows_known`)
-           "converged"   it dropped (at `drop`) and then converged by the main run's rule (at `steps`)
-           "main drop"   it trained as many steps as the main run took to drop
-                         (`main_drop`) without dropping
-           "cap"         it reached `analysis.freeze_steps` before either
-           "unfinished"  none of these yet (not trained, or cut)
-    slope, slope_se: how fast L_mask still moved over the rule's window at the end
-    (relative change per 1 000 steps and its standard error, `end_slope`).
+    """How one E15 run ended (`freeze_end`). ended: "known" (`rows_known`), "converged"
+    (after its drop), "main drop" (no drop in the main run's steps to its drop), "cap", or
+    "unfinished". slope, slope_se: L_mask's relative change per 1 000 steps at the end (`end_slope`).
     """
     group: str
     ended: str
@@ -272,10 +231,7 @@ class FreezeEnd:
 
     @property
     def text(self) -> str:
-        """One phrase for the book: "dropped at step 310 and converged at step 2,900",
-        "reached the main run's drop step 10,985 without dropping", "dropped at step 310,
-        then reached the cap of 4,000 steps while L_mask still changed by -9.1% ± 2.0%
-        per 1,000 steps"."""
+        """One phrase for the book, e.g. "dropped at step 310 and converged at step 2,900"."""
         still = (f" while L_mask still changed by {self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps"
                  if math.isfinite(self.slope) else "")
         if self.ended == "known":
@@ -296,9 +252,8 @@ class FreezeEnd:
 
 def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None,
                known: Yardstick | None = None) -> FreezeEnd:
-    """How an E15 run of `cfg` with these `metrics` (one row per step trained) ended, given
-    the main run's drop step `main` (None: none) and its `Yardstick` (None: the rows-known
-    rule did not apply): the rule of the module docstring read back from the curve."""
+    """How an E15 run with these `metrics` ended, given the main run's drop step `main` and
+    `Yardstick` `known` (each None: that rule did not apply)."""
     t, rank, cap = cfg.train, cfg.data.rank, freeze_steps(cfg)
     steps = int(metrics["step"].max()) if len(metrics) else 0
     drop = find_drop(metrics, rank=rank) if len(metrics) else None
@@ -318,9 +273,7 @@ def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None
 
 
 def freeze_ends(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS)) -> dict[str, FreezeEnd]:
-    """{group: FreezeEnd} for the E15 runs of the main run in `run_dir`, read from their
-    folders (trains nothing): which of "converged", "reached the main run's drop step
-    without dropping", "its rows were known" or "reached the cap" ended each run (`FreezeEnd.text`)."""
+    """{group: FreezeEnd} of the E15 runs of `run_dir`, read from their folders (trains nothing)."""
     main, out, known_at = main_drop(cfg, run_dir), {}, {}
     for g in groups:
         folder = freeze_dir(run_dir, g)
@@ -343,14 +296,10 @@ def trainable_count(model, group: str) -> int:
 
 
 def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW, read=load_metrics) -> pd.DataFrame:
-    """One row per group: the drop (`find_drop`, <NA> if none), the steps trained, the
-    plateau and the fall around the drop (`mclib.analyses.sharpness.shape`, in steps; <NA>
-    without a drop; plateau 0 when the run never sat on the copying level), L_mask over
-    its first `window` steps and whether that is on the copying plateau (within
-    PLATEAU_BAND of E[X²]), and where it ended: L_mask and L_obs over the last
-    `train.patience` steps (the convergence rule's window), L_mask with its standard error
-    (`final_level`). read: how a folder's metrics are read (default `load_metrics`; runs merged
-    from GPU leases hold them gzipped, and their reader is passed here)."""
+    """One row per group: drop (<NA> if none), steps, plateau and fall (`sharpness.shape`,
+    steps; plateau 0 if never on the copying level), first_L_mask over `window` steps and
+    starts_on_plateau (within PLATEAU_BAND of E[X²]), final_L_mask (± se) and final_L_obs
+    over the last `train.patience` steps. read: the metrics reader (gzipped lease runs pass theirs)."""
     plateau, tail = copy_level(cfg.data.rank), cfg.train.patience
     rows = []
     for group, folder in runs.items():
@@ -388,14 +337,10 @@ def drop_text(drop: int | None, steps: int) -> str:
 
 
 def paper_pattern(table: pd.DataFrame, order=PAPER_E15_ORDER) -> dict[str, bool]:
-    """The two ends of the paper's order of the drops (`order`: tiers of groups, earliest
-    first, `mclib.core.paper.PAPER_E15_ORDER`), checked strictly, without the scorecard's
-    margin, on `freeze_summary`'s table (a run with no drop counts as dropping after
-    every run that did):
-    first_tier_first  every run of the first tier (mlp, token) drops, before every run of a later tier
-    last_tier_last    every run of the last tier (positional) drops after every run of an
-                      earlier tier (or they alone never drop)
-    """
+    """The two ends of the paper's order of drops (`order`: tiers, earliest first), checked
+    strictly on `freeze_summary`'s table, no drop counting as latest: first_tier_first (every
+    first-tier run drops before every later one), last_tier_last (every last-tier run drops
+    after every earlier one, or they alone never drop)."""
     inf = float("inf")
     key = {g: inf if _drop(d) is None else _drop(d) for g, d in zip(table["group"], table["drop"])}
     first, last = order[0], order[-1]

@@ -1,54 +1,29 @@
 """Progress measures over training: can the drop be seen coming?
 
-The paper leaves open whether the sudden drop of the loss can be predicted. This module
-puts every scalar measure of a run on the same footing, one value per saved checkpoint
-(`progress_table`), and asks of each one when it moved (it crosses a threshold half-way
-along its largest move, `lead_times`) and whether it leads the drop (it leaves the band it
-kept on the plateau for good before the drop does, `plateau_leads`; see the comment there).
+`progress_table` gives every scalar measure of a run one value per saved checkpoint;
+`lead_times` says when each moved (crossed half-way along its largest move) and
+`plateau_leads` whether it left its plateau band for good before the drop (the comment there).
 
 Measures (columns of `progress_table`):
 
     max_row_excess, max_column_excess   the most row- / column-structured head
                                         (heads.head_scores; 0 uniform, 1 pure)
-    attention_entropy                   mean over heads of the attention entropy (nats;
-                                        log(n²) for uniform heads)
+    attention_entropy                   mean attention entropy over heads (nats; log(n²) uniform)
     column_silhouette                   position embeddings grouped by column (E14)
-    token_alignment                     token embeddings vs the final checkpoint's PCA
-                                        plane (E13; 1 at the final checkpoint by
-                                        construction: it knows the end of the run)
+    token_alignment                     token embeddings vs the final checkpoint's PCA plane
+                                        (E13; 1 at the final checkpoint by construction)
     grad_attention, grad_mlp, grad_positional, grad_token, grad_other
                                         ℓ2 norm of the training loss's gradient per
                                         component group (interventions.component_groups)
-    L_mask                              the control: the training L_mask, mean over the
-                                        `find_drop` window ending at the checkpoint
+    L_mask                              the control: training L_mask, `find_drop`'s trailing mean
 
-The threshold rule (`default_thresholds`), the same for every measure: a measure has
-crossed once it has made half of its largest move away from its first value, i.e. it
-is past first + ½(extreme − first), where the extreme is the value farthest from the
-first one. For a measure that moves one way this is half-way between its first and last
-values; for one that peaks and comes back (gradient norms often peak at the drop) it is
-half-way up the peak, where "half-way to the last value" would be crossed at once or
-never. What is fair about it, and what is not:
-
-- one rule for all, with no knob tuned per measure, and the loss itself (L_mask) goes
-  through the same rule: its crossing sits at the drop (half of its move is about
-  `find_drop`'s threshold, half the copying plateau), so it calibrates the rest. A
-  measure leads only if it crosses earlier than L_mask does.
-- it uses hindsight: the extreme (and token_alignment's reference) is known only once
-  the run is over. A lead time says a measure moves first, not that a threshold fixed
-  in advance would have raised an alarm.
-- half-way is a midpoint: a measure that drifts steadily over the whole run crosses in
-  the middle of training whatever the loss does; a lead means something only when the
-  measure is flat before it moves (look at the curves, not only at the number).
-- a crossing must hold for `persist` consecutive checkpoints (default 2; fewer if the
-  run ends first), so one noisy checkpoint does not make a lead. The step reported is
-  the first of them: persistence filters, it does not delay.
-
-Resolution: measures exist only at saved checkpoints (every `train.save_every` steps),
-so a crossing at checkpoint s happened somewhere in (previous checkpoint, s]. The lead
-time drop − s is a lower bound; the true one is less than `resolution` (the gap to the
-previous checkpoint) larger. `find_drop` itself is per step, but its trailing mean puts
-it up to half its window after the unsmoothed fall.
+The threshold (`default_thresholds`), one rule for every measure: first + ½(extreme − first),
+the extreme being the value farthest from the first, so a measure that peaks and comes back
+crosses half-way up its peak. L_mask goes through the same rule and crosses at the drop,
+so a measure leads only if it crosses earlier. The rule uses hindsight (the extreme is
+known once the run is over), and a crossing must hold for `persist` checkpoints (the
+first is reported). Measures exist only at checkpoints: a lead time is a lower bound,
+short of the true one by less than `resolution`.
 """
 from __future__ import annotations
 
@@ -70,14 +45,9 @@ PERSIST = 2          # checkpoints a crossing must hold for
 # ---- the measures -------------------------------------------------------------------
 
 def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
-    """ℓ2 norm of the gradient of the training loss (pooled MSE over all entries, L of
-    mclib.core.metrics.losses) per component group, at every saved checkpoint, on one fixed
-    batch (`sample_eval_batch(data, n_matrices, seed)`; data: a Profile or DataConfig).
-
-    Tidy: columns step, group, grad_norm; the groups are GROUP_ORDER (every parameter
-    that receives a gradient belongs to exactly one; the frozen token-type row none)
-    plus "total" (the norm over all of them).
-    """
+    """ℓ2 norm of the gradient of the training loss L per component group, at every saved
+    checkpoint, on one fixed batch (`sample_eval_batch(data, n_matrices, seed)`).
+    Tidy: columns step, group (GROUP_ORDER, then "total"), grad_norm."""
     from .evaluate import sample_eval_batch
     from ..core.checkpoints import load_checkpoint, saved_steps
 
@@ -149,11 +119,9 @@ def excursion(values) -> tuple[float, float]:
 
 
 def default_thresholds(table: pd.DataFrame, frac: float = DROP_FRACTION) -> dict[str, tuple[float, str]]:
-    """measure -> (value, direction): `frac` of the way from the measure's first value
-    to its extreme, "above" if the extreme is above the first value, else "below". The
-    default is the drop's own fraction, so that L_mask, falling from about E[X²] to about
-    0, crosses where `find_drop` puts the drop (the calibration of the module docstring).
-    A measure that never moves gets (NaN, "above"): it never crosses."""
+    """measure -> (value, direction): `frac` of the way from the first value to the extreme,
+    "above" if the extreme is above the first value, else "below"; (NaN, "above") for a
+    measure that never moves. The default is `find_drop`'s fraction, so L_mask crosses at the drop."""
     out = {}
     for m in measures(table):
         first, extreme = excursion(table.sort_values("step")[m])
@@ -200,17 +168,11 @@ def crossing_step(steps, values, threshold: float, direction: str, persist: int 
 def lead_times(table: pd.DataFrame, drop_step: int | float | None,
                thresholds: dict[str, tuple[float, str]] | None = None,
                persist: int = PERSIST) -> pd.DataFrame:
-    """One row per measure: when it crosses its threshold, and how long before the drop.
-
-    table: one row per checkpoint, a `step` column and one column per measure
-    (`progress_table`). drop_step: `find_drop`'s step, None / NaN if there is no drop.
-    thresholds: measure -> (value, "above" | "below"); measures not named get
-    `default_thresholds` (half of the largest move from the first value).
-    Columns: measure, threshold, direction, first, extreme, cross_step (NaN if never),
-    resolution (the gap from the previous checkpoint to cross_step: the crossing happened
-    within it), lead_time = drop_step − cross_step (NaN if never crossed or no drop;
-    > 0 means the measure moved first; a lower bound, the true lead is less than
-    `resolution` larger).
+    """One row per measure of `table` (`progress_table`): when it crosses its threshold, and
+    how long before the drop (`drop_step`, None / NaN: no drop). thresholds: measure ->
+    (value, "above" | "below"), others `default_thresholds`. Columns: measure, threshold,
+    direction, first, extreme, cross_step (NaN if never), resolution (gap from the previous
+    checkpoint), lead_time = drop_step − cross_step (> 0: the measure moved first).
     """
     if "step" not in table:
         raise ValueError("table has no 'step' column: pass the output of progress_table")
@@ -236,27 +198,13 @@ def lead_times(table: pd.DataFrame, drop_step: int | float | None,
 
 # ---- leads: leaving the plateau's own band, and staying out -------------------------------
 #
-# The half-way crossing above says when a measure moved, in hindsight. It is not a lead:
-# gradient norms move most in the first few thousand steps, and one noisy checkpoint can
-# sit past any threshold. A lead (`plateau_leads`) asks instead whether a measure leaves
-# the range it kept on the plateau, before the drop, for good:
-#
-#   1. the start of training is left out: the first TRANSIENT of the steps before the
-#      drop (weights and gradients settle there, whatever happens later);
-#   2. the band is the measure's mean ± K standard deviations over the next BASELINE of
-#      those steps (its noise on the plateau), widened to at least FLOOR of the measure's
-#      whole range (a measure that is constant on the plateau would otherwise "leave" by
-#      rounding);
-#   3. a lead is the first checkpoint after that window, before the drop, where the measure
-#      is outside the band and stays outside for SUSTAIN consecutive checkpoints (through
-#      the drop and after, if that is where they are): one spike is not a lead;
-#   4. its uncertainty: the band is re-estimated from BOOTSTRAP resamples of the baseline
-#      checkpoints; the lead's 5-95 % range over resamples, and the share of resamples
-#      in which there is a lead at all (p_lead).
-#
-# A lead found this way is at most (1 − TRANSIENT − BASELINE) of the plateau long: a
-# measure that leaves inside the baseline window widens its own band instead. And it is
-# bounded by the checkpoints, as the crossing is (`resolution`).
+# A lead (`plateau_leads`): a measure leaves the band it kept on the plateau, before the
+# drop, for good. Of the steps before the drop, the first TRANSIENT are left out (training
+# settles there); the band is mean ± K SD over the next BASELINE (at least FLOOR of the
+# measure's range, so a constant measure cannot leave by rounding); the lead is the first
+# later checkpoint before the drop outside the band for SUSTAIN checkpoints; BOOTSTRAP
+# resamples of the baseline give its 5-95 % range and p_lead. A lead is thus at most
+# (1 − TRANSIENT − BASELINE) of the plateau long.
 
 TRANSIENT = 0.25   # share of the steps before the drop left out as the start of training
 BASELINE = 0.25    # share of the steps before the drop over which the band is estimated
@@ -301,13 +249,10 @@ def departure_step(steps, values, low: float, high: float, *, after: float, befo
 def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, *, k: float = K, transient: float = TRANSIENT,
                   baseline: float = BASELINE, floor: float = FLOOR, sustain: int = SUSTAIN,
                   n_boot: int = BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
-    """One row per measure of a progress table: its plateau band (band_low, band_high, from
-    the baseline window [window_start, window_end)), the first sustained departure from it
-    before the drop (leaves_at, NaN if none), lead = drop − leaves_at, and its uncertainty
-    from `n_boot` bootstrap resamples of the baseline checkpoints: lead_lo, lead_hi (5 and
-    95 % of the resamples' leads, a resample without a lead counting as 0) and p_lead (the
-    share of resamples with a lead). Every lead is NaN without a drop. See the comment above
-    for the rule."""
+    """One row per measure of a progress table (the rule: the comment above): band_low,
+    band_high, window_start, window_end, leaves_at (NaN if none), lead = drop − leaves_at,
+    lead_lo, lead_hi (5 and 95 % over `n_boot` resamples, no lead counting 0), p_lead.
+    Every lead is NaN without a drop."""
     columns = ["measure", "band_low", "band_high", "window_start", "window_end", "leaves_at", "lead", "lead_lo",
                "lead_hi", "p_lead"]
     table = table.sort_values("step").reset_index(drop=True)
@@ -353,9 +298,8 @@ def leaders(leads: pd.DataFrame, control: str = "L_mask") -> tuple[pd.DataFrame,
 
 def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
                          control: str = "L_mask") -> str:
-    """One sentence for the book: which measures leave their plateau band, for good, before
-    the loss does (`plateau_leads`), by how much and how sure (the bootstrap's range and
-    p_lead). Reads correctly with and without a drop."""
+    """One sentence for the book: which measures leave their plateau band for good before the
+    loss does (`plateau_leads`), by how much and how sure; also without a drop."""
     if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
         return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
                 "the lead times are undefined, and the curves only show how far each measure moved")
