@@ -11,30 +11,16 @@ of the baselines chapter (which words and shows them: mclib.chapters.ch06_baseli
     ood_table(model, cfg.data, 1024, seed, solver_matrices=512)  # E18: Gaussian, Laplace vs uniform
     ... (..., solves=open_solves(path))                          # each: the solvers' results from a cache file
 
-The solvers need no model, so their tables are computed on the paper's task whatever the
-profile, and compared with the paper's numbers as they are. BERT is compared with a solver
-only on the matrices of its own (the profile's) task, matrix by matrix.
+The solvers need no model, so their tables are also computed on the paper's task, beside
+the paper's numbers; BERT meets a solver only on its own profile's task. Every method sees
+`sample_eval_batch(data, n, seed)`, so they are compared matrix by matrix (across E16's
+p_masks the matrices are the same and the masks nested). Standard errors ("_se") treat
+matrices as the units (`mclib.analyses.per_matrix`).
 
-Every method sees the batch `sample_eval_batch(data, n, seed)`: the same seed gives the
-same matrices, so BERT and a solver are compared matrix by matrix. Across the p_masks of
-E16 the matrices are the same too, and the masks are nested (an entry masked at p is
-masked at every larger p), because masks come from the same uniform draws.
-
-Errors. Every estimate comes with a standard error ("_se") that treats matrices as the
-independent units: pooled means, paired differences of two methods on the same matrices,
-medians and shares over matrices (`mclib.analyses.per_matrix`, from each method's
-`matrix_stats`).
-
-The solvers' results, kept. Every number of a table comes from three per-matrix values
-of each method (`matrix_stats`: its squared errors summed over the observed and over the
-masked entries, and the nuclear norm of its output), so a solver's part of the chapter is
-those values for the matrices it saw. `Solves` holds them, keyed by the method, its
-setting (the solver function and every argument that changes its answer) and the sha256
-of the exact matrices and masks: a table asks it, and a method is run only for a key it
-does not hold. `Solves.save` writes them as one gzipped CSV (one row per matrix, with the
-task, seed and sample size each block was drawn with); `open_solves` reads such a file,
-which `mclib.chapters.ch06_baselines.build_solver_cache` writes for a profile on the CPU
-machine, so that chapter 06 solves nothing (and needs no cvxpy) where its draws match.
+The solvers' results, kept: a table needs only each method's `matrix_stats` per matrix.
+`Solves` holds them keyed by method, `setting` and the sha256 of the exact matrices and
+masks, and runs a method only for a key it lacks; `Solves.save` writes them as one gzipped
+CSV, which `open_solves` reads (chapter 06 then solves nothing where its draws match).
 """
 from __future__ import annotations
 
@@ -108,16 +94,11 @@ class Block:
 
 
 class Solves:
-    """The solvers' per-matrix results (`matrix_stats`), keyed by (method, `setting`, `digest`).
-
-    `get` returns a key's results and runs the method only for a key it does not hold.
-    path: the cache file the blocks were read from (None: nothing read); the first key that
-    file does not hold is named in one line (`say`), with why, and solved here. hint: how
-    to build the file (named when a solve needs cvxpy and it is not installed). log: one
-    line per block solved, with its time. reuse: another file's `Solves` (the committed
-    paper profile's), asked first: a key it holds exactly (method, setting, matrices and
-    masks) is read from it (counted in `reused`, not added to `blocks`, so `save` writes
-    only what this one holds); any other key is looked up and solved as without it."""
+    """The solvers' per-matrix results (`matrix_stats`), keyed by (method, `setting`, `digest`);
+    `get` runs a method only for a key it does not hold. path: the cache file read (None:
+    none); the first key it lacks is said in one line (`say`), with why. hint: how to build
+    the file. log: say each block solved, with its time. reuse: another `Solves` asked first;
+    its hits go to `reused`, not `blocks`, so `save` writes only this one's."""
 
     def __init__(self, blocks: dict | None = None, path: Path | None = None, *, note: str = "", hint: str = "",
                  say: Callable = print, log: bool = False, reuse: Solves | None = None):
@@ -261,11 +242,9 @@ _OPEN: dict[tuple, Solves] = {}
 
 
 def open_solves(path: Path, *, hint: str = "", say: Callable = print, reuse: Path | None = None) -> Solves:
-    """The solver results a chapter reads from `path`, read once per process (and version of
-    the file) and said in one line. No file there: the solvers run here, said in one line.
-    reuse: another cache file (the committed paper profile's), read too where it is a file
-    other than `path` and said in one line: a draw it holds exactly is read from it first
-    (`Solves` reuse). A damaged file: SolverCacheError (`read_solves`)."""
+    """The solver results at `path` (none there: solved here), read once per process and file
+    version, each file said in one line. reuse: another cache file, asked first (`Solves`).
+    A damaged file: SolverCacheError."""
     path = Path(path)
 
     def stamp(p: Path):
@@ -319,13 +298,9 @@ NUCLEAR = (B.nuclear_norm_complete, {})  # E16's solver: (method, its arguments)
 def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int, *,
                   solves: Solves | None = None) -> pd.DataFrame:
     """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
-
-    One row per (p_mask, method) with `per_matrix.completion_row`'s columns; method "truth" is X
-    itself (its nuclear norm is the reference; its losses are 0). model None: the solver
-    alone (e.g. on `paper.task()`, which BERT of another task cannot read). BERT's rows
-    also carry `per_matrix.paired`'s columns for BERT minus the solver (d_L, d_L_mask, a_better =
-    the share of matrices where BERT's L_mask is lower; NaN on the other rows).
-    solves: where the solver's results come from (default SESSION: solved in this process)."""
+    One row per (p_mask, method: BERT, nuclear norm, truth = X itself) with
+    `per_matrix.completion_row`'s columns; BERT's rows add `per_matrix.paired`'s for BERT minus
+    the solver. model None: the solver alone. solves: default SESSION (solved in this process)."""
     solves = SESSION if solves is None else solves
     rows = []
     for p in p_masks:
@@ -376,13 +351,10 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
 
 def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
               *, solver_matrices: int | None = None, solves: Solves | None = None) -> pd.DataFrame:
-    """E18: BERT and the E16 solver on matrices whose factors are drawn from each
-    distribution, same masking and rounding. The solver sees the first `solver_matrices`
-    of BERT's matrices (None: all; 0: no solver rows), since it costs ~6 ms a matrix;
-    model None: the solver's rows alone.
-    Extra columns: matrices; copy_level (E[X²]); L_mask_rel = L_mask / E[X²] (scale-free);
-    outside = the share of entries beyond ±rank, the largest |x| uniform factors can give
-    (values training never showed)."""
+    """E18: BERT and the E16 solver on matrices with factors from each of `dists`. The solver
+    sees the first `solver_matrices` (None: all; 0: none); model None: the solver alone.
+    Extra columns: matrices, copy_level (E[X²]), L_mask_rel = L_mask / E[X²], outside (share
+    of entries beyond ±rank, values training never showed)."""
     solves = SESSION if solves is None else solves
     d = data
     rows = []
@@ -413,14 +385,9 @@ def classical_methods(rank: int) -> dict[str, tuple[Callable, dict]]:
 
 def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
                     solves: Solves | None = None) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """The classical methods (nuclear norm, soft-impute and ALS with the task's rank) and
-    BERT on the same matrices at the task's p_mask; model None: the methods alone (e.g. on
-    `paper.task()`).
-
-    Returns the table (one row per method, `per_matrix.completion_row`'s columns; with a model, each
-    method's row also has `per_matrix.paired`'s columns for BERT minus that method, as BERT_d_L,
-    BERT_d_L_se, BERT_d_L_mask, BERT_d_L_mask_se, BERT_better, BERT_better_se) and, per
-    method, the per-matrix L_mask (`per_matrix.matrix_l_mask`) for a distribution plot."""
+    """`classical_methods` and BERT (model None: left out) on the same matrices. Returns the
+    table (one row per method, `per_matrix.completion_row`'s columns, plus BERT minus that
+    method as BERT_d_L, BERT_d_L_mask, BERT_better and their _se) and {method: per-matrix L_mask}."""
     solves = SESSION if solves is None else solves
     batch, x, mask, about = _batch(data, n_matrices, seed)
     stats = {} if model is None else {"BERT": _bert(model, batch)}

@@ -1,21 +1,10 @@
-"""A method's per-matrix values on a batch of completed matrices, and the rows with standard
-errors computed from them: what every table of `mclib.analyses.comparisons` reads of a method.
+"""A method's per-matrix values on a batch (`matrix_stats`: squared errors summed over the
+observed and the masked entries, the nuclear norm), and the rows with standard errors built
+from them: all that `mclib.analyses.comparisons` reads, and its solver cache keeps, of a method.
 
-Errors. Losses are pooled over entries, as everywhere in the book; every estimate comes
-with a standard error ("_se") that treats matrices as the independent units (entries of
-one matrix are not independent):
-  - a pooled mean R = Σ s_i / Σ c_i (s_i: matrix i's sum of squared errors over the
-    entries in question, c_i: their number) has the ratio estimator's delta-method error
-    se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)  (`mclib.analyses.evaluate.pooled`);
-  - a difference of two methods on the same matrices is pooled from the per-matrix
-    differences s_i^a − s_i^b, so it has the paired error (`paired`), much smaller than
-    the two separate errors combined when the methods fail on the same matrices;
-  - a mean over matrices (the nuclear norm) has std / √b; a share of matrices √(p(1−p)/b);
-    a median over matrices the distribution-free order-statistic error (`median_se`).
-
-Every number comes from three per-matrix values of each method (`matrix_stats`: its squared
-errors summed over the observed and over the masked entries, and the nuclear norm of its
-output), which is all the solvers' cache keeps of a method (`mclib.analyses.comparisons.Solves`).
+Errors treat matrices as the units: pooled means the ratio estimator's (`evaluate.pooled`);
+two methods on the same matrices the paired error of per-matrix differences (`paired`);
+means over matrices std / √b; shares √(p(1−p)/b); medians an order-statistic error (`median_se`).
 """
 from __future__ import annotations
 
@@ -26,10 +15,8 @@ from .evaluate import pooled_sums
 
 
 def median_se(values: np.ndarray, z: float = 1.96) -> float:
-    """Distribution-free standard error of the median of `values` (one per matrix): the
-    order statistics at ranks b/2 ∓ z√b/2 bound an approximate 95 % interval for the
-    median (binomial argument), and the error is that interval's half-width over z.
-    NaN for fewer than 2 values."""
+    """Distribution-free standard error of the median of `values`: half the width between the
+    order statistics at ranks b/2 ∓ z√b/2 (an approximate 95 % interval), over z; NaN for < 2 values."""
     v = np.sort(np.asarray(values, dtype=float))
     b = len(v)
     if b < 2:
@@ -93,9 +80,7 @@ def stats_row(stats: dict, mask) -> dict[str, float]:
 
 
 def completion_row(pred, x, mask) -> dict[str, float]:
-    """L, L_obs, L_mask with standard errors, the median per-matrix L_mask (and its
-    `median_se`), and the mean nuclear norm (with its standard error) of the completed
-    matrices."""
+    """L, L_obs, L_mask, median per-matrix L_mask and mean nuclear norm of `pred`, each with _se."""
     return stats_row(matrix_stats(pred, x, mask), mask)
 
 
@@ -113,8 +98,6 @@ def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
 
 
 def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
-    """Method a minus method b on the same matrices, with paired standard errors:
-    d_L, d_L_mask (pooled over the per-matrix differences of squared-error sums, see
-    `pooled`; negative = a better) and their _se; a_better (± a_better_se): the share of
-    matrices with a masked entry whose own L_mask is strictly lower with a."""
+    """Method a minus method b on the same matrices: d_L, d_L_mask (negative = a better) and
+    a_better (share of matrices whose own L_mask is lower with a), each with a paired _se."""
     return stats_paired(matrix_stats(pred_a, x, mask), matrix_stats(pred_b, x, mask), mask)
