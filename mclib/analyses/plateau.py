@@ -1,43 +1,17 @@
-"""The follow-up's plateau measures on matrix completion (docs/protocol.md §5).
+"""The follow-up's plateau measures on matrix completion (Gopalani & Hu 2025, "What Happens
+During the Loss Plateau?"; definitions and their limits on this task: docs/protocol.md §5.4).
+Each is a function of (model, batch) -> a small table, with standard errors over matrices:
 
-Gopalani & Hu (2025), "What Happens During the Loss Plateau?", measure three things on
-their algorithmic tasks while the loss sits on its plateau. Here each is a plain function
-of (model, batch) -> a small table, computed on one batch (`mclib.core.data.Batch`):
+    representation_collapse   per hidden state: mean cosine similarity between the hidden
+                              states of two masked entries of one matrix
+    masked_spread             this task's analogue of repetition: the spread of the outputs
+                              over a matrix's masked entries over that of the true values
+                              (0: one value everywhere; 1: as spread as the truth)
+    attention_share           per layer: the mass on the other keys of the query's row and
+                              column (`heads.key_mass`), with its chance level 2(n-1)/n²
 
-    representation_collapse   per layer (0: the embeddings' output, l: layer l's output,
-                              `MatrixBert.hidden_states`): the cosine similarity of the
-                              hidden states of two different masked entries of one
-                              matrix, averaged over the pairs of the matrix, then over
-                              matrices (s.e. over matrices). The follow-up pairs the
-                              output positions of a sequence (our masked entries: where
-                              the model has to compute, not copy), and reads mainly the
-                              last hidden state; its Figs. 41-42 read other layers.
-    masked_spread             this task's analogue of repetition bias: within a matrix,
-                              the spread (standard deviation) of the model's outputs over
-                              its masked entries, divided by the spread of the true values
-                              there (ratio of the means over matrices; jackknife s.e.).
-                              0: every masked entry of a matrix gets the same value; 1:
-                              as spread as the truth.
-    attention_share           attention progress: per layer, the mass the heads put on the
-                              other keys of the query's own row and column, averaged over
-                              heads, queries and matrices (s.e. over matrices), with its
-                              chance level 2(n-1)/n² (uniform attention). The mass is
-                              `heads.key_mass`, the one chapter 03's head scores use; this
-                              is their row + column mass averaged over a layer's heads.
-
-Where the analogue of repetition is weaker than the follow-up's token-level measure (the
-protocol says it too): the follow-up counts exactly equal consecutive output tokens of a
-model that generates them one after another, against the rate at which the data repeats,
-so repetition there is a bias the loss does not reward. Here the outputs are real numbers
-read in one pass: nothing repeats exactly, and a model that cannot yet compute a masked
-entry minimises its squared error by outputting the same guess (about E[X] = 0) at every
-masked entry. A small spread on the plateau is therefore what the loss asks of an
-ignorant model, not a degeneracy beyond it; the measure says whether the outputs
-collapse, not why.
-
-`plateau_table` reads every saved checkpoint of a run; a checkpoint without a model file
-(or that fails to load) is skipped with a printed line naming its step, and listed in the
-table's `attrs["skipped"]`.
+`plateau_table` reads every saved checkpoint of a run, skipping (with a line naming the step,
+and in `attrs["skipped"]`) any that cannot be loaded.
 """
 from __future__ import annotations
 
@@ -117,8 +91,7 @@ def masked_spread(model, batch) -> dict[str, float]:
 
 
 def share_chance(n: int) -> float:
-    """The attention share of a uniform head on n×n matrices: the other keys of the query's row
-    and column, 2(n − 1) of n² (0.32 at 5×5, 0.245 at 7×7)."""
+    """The attention share of a uniform head on n×n matrices, 2(n − 1)/n² (0.32 at 5×5)."""
     return 2 * (n - 1) / n**2
 
 
@@ -183,11 +156,9 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
 
 def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, runs: str | Path = "runs/sweep",
                   *, n_matrices: int = 256, seed: int = 0) -> int:
-    """`plateau_table` of every run of a sweep that has its row in `results` and none yet in
-    `out`, on one fixed batch per run (`n_matrices`, `seed`); its rows, with the run's
-    setting, seed, bias and drop step, are added to the CSV `out` (rewritten whole, atomically).
-    Returns how many runs it measured. The sweep's runs keep every checkpoint when the base
-    profile says `checkpoints.keep: all` (the cpu profile does)."""
+    """`plateau_table` of every run of a sweep with a row in `results` and none yet in `out`;
+    its rows, with setting, seed, bias and drop step, are added to the CSV `out` (rewritten
+    atomically). Returns how many runs it measured."""
     from ..core.metrics import drop_column, find_drop
     from ..core.runs import load_metrics, write_atomic
     from ..core.sweep import finished, load_sweep

@@ -21,20 +21,17 @@ from ..core.data import copy_level
 
 
 def converged(runs: pd.DataFrame) -> pd.DataFrame:
-    """The rows whose run ended by its convergence rule (the table's `ended`). A run cut by
-    the wall clock ("wall cap") or the step cap ("cap") stopped before its final level, so
-    its final L_mask is not a final level and is left out where final levels are compared.
-    A table without the column (rows written before 2026-11-25) counts every row."""
+    """The rows whose run ended by its convergence rule (`ended`); a run cut by a cap has no
+    final level. A table without the `ended` column counts every row."""
     if "ended" not in runs:
         return runs
     return runs[runs["ended"] == "converged"]
 
 
 def by_setting(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (n, rank, hidden, layers): seeds run, drop step (mean, sd; NaN where a
-    seed did not drop, counted in `dropped`), drop in matrices and minutes, final L_mask
-    over E[X²] (mean, sd) of the runs that converged (`converged`, counted in
-    `converged`), how far the runs went, and (where the table says) the rule that ended them."""
+    """One row per (n, rank, hidden, layers): seeds, dropped, drop step (mean, sd), drop in
+    matrices and minutes, final L_mask over E[X²] (mean, sd) of the `converged` runs,
+    steps_run, and end_rule where the table has it."""
     t = table.copy()
     done = t.index.isin(converged(t).index)
     t["final_over_level"] = (t["final_L_mask"] / t["rank"].map(copy_level)).where(done)
@@ -66,10 +63,8 @@ def drops_by_task(table: pd.DataFrame) -> str:
 
 
 def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
-    """mean(a) / mean(b) and its standard error (delta method, independent seeds). The
-    ratio is NaN when either side has no value; the error is NaN when either side has a
-    single value (one seed says nothing of the spread between seeds, and an error of 0
-    would claim it did)."""
+    """mean(a) / mean(b) and its standard error (delta method, independent seeds); the ratio
+    is NaN when a side is empty, the error when a side has one value (no spread to read)."""
     a, b = a.dropna().astype(float), b.dropna().astype(float)
     if a.empty or b.empty or b.mean() == 0:
         return math.nan, math.nan
@@ -101,9 +96,8 @@ def _name(setting: Setting, other: Setting) -> str:
 
 
 def final_ratio(table: pd.DataFrame, n: int, a: Setting, b: Setting):
-    """Final L_mask at setting `a` over at `b`, over the runs that converged (`converged`):
-    below 1 means `a` ends lower. Returns the ratio and its error, and the runs it reads at
-    each setting. NaN where the two settings' runs ended by different rules (`mixed_rules`)."""
+    """((ratio, se), runs at a, runs at b): final L_mask at setting `a` over at `b`, converged
+    runs only; NaN where the settings' runs ended by different rules (`mixed_rules`)."""
     runs_a, runs_b = _runs(table, n, *a), _runs(table, n, *b)
     if mixed_rules(runs_a, runs_b):
         return (math.nan, math.nan), len(runs_a), len(runs_b)
@@ -131,8 +125,7 @@ def _by_steps(runs: pd.DataFrame) -> str:
 
 def _unconverged(table: pd.DataFrame, n: int, a: Setting, b: Setting) -> str:
     """'hidden 128: none of 2 runs converged, none dropped (by steps 30,000, 30,000)': the
-    settings at which no run converged, and whether their runs ever left the plateau, which
-    tells a setting too slow to drop in the budget from runs cut mid-fall."""
+    settings where no run converged, and whether their runs dropped."""
     parts = []
     for s, other in ((a, b), (b, a)):
         runs = _runs(table, n, *s)
@@ -161,16 +154,10 @@ def _final_claim(table: pd.DataFrame, n: int, a: Setting, b: Setting, *, claim: 
 
 
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
-    """Drop step at `deep` layers over at `shallow` (width 64). Returns the ratio and its
-    error, the runs read at each depth, and what the ratio is:
-    - "exact": every run of both settings dropped;
-    - "at most": some `shallow` runs did not drop by their last step (`steps_run`), so their
-      drops come later than that step, at which they are counted: the true ratio is lower;
-    - "at least": the same for some `deep` runs: the true ratio is higher;
-    - "none": both settings have runs that did not drop (no bound either way), or a
-      setting has no runs: the ratio is NaN.
-    A run that stops on its plateau is censored, not left out: leaving it out would keep
-    only the early droppers of the slower setting and bias the ratio towards 1."""
+    """((ratio, se), runs deep, runs shallow, bound): drop step at `deep` layers over at
+    `shallow`. A run that never dropped counts at its last step (censored, not left out),
+    so bound is "exact", "at most" (shallow runs cut), "at least" (deep runs cut) or
+    "none" (both cut, or a setting empty: ratio NaN)."""
     a, b = _runs(table, n, hidden, deep), _runs(table, n, hidden, shallow)
     cut_a, cut_b = a["drop_step"].isna().any(), b["drop_step"].isna().any()
     if a.empty or b.empty or (cut_a and cut_b):
@@ -193,10 +180,8 @@ def _undropped(table: pd.DataFrame, n: int, layers: tuple[int, ...], hidden: int
 
 
 def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, *, claim: str, sense: str) -> dict:
-    """One depth claim's row: the ratio (`depth_ratio`), and where runs did not drop, what
-    the bound decides. A bound decides one way only: for "below", an upper bound ("at
-    most") can show the claim and a lower bound ("at least") can refute it; the other way
-    it is left undecided (the note), and a claim of a ratio near 1 ("about") needs the ratio."""
+    """One depth claim's row (`depth_ratio`). A bound decides one way only (for "below": "at
+    most" can show it, "at least" refute it); "about" claims need the ratio itself."""
     (r, se), ka, kb, bound = depth_ratio(table, n, deep, shallow)
     row = {"n": int(n), "claim": claim, "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": sense,
            "reference": 1.0, "compares": ((n, 64, deep), (n, 64, shallow)), "bound": bound, "note": None}
@@ -213,10 +198,9 @@ def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, *, claim:
 
 
 def claims(table: pd.DataFrame) -> list[dict]:
-    """The appendix's four claims per task size in the table: {n, claim, ours, se, seeds,
-    note, compares}; ours NaN where a setting is missing, never dropped or never converged
-    (the note says). `compares`: the two settings, each (n, hidden, layers). The drop-step
-    claims may carry a `bound` and the one verdict it can decide (`_depth_claim`)."""
+    """The appendix's four claims per task size: {n, claim, ours, se, seeds, note, compares:
+    two (n, hidden, layers)}; ours NaN (the note says why) where a setting is missing,
+    never dropped or never converged; drop-step claims may carry a `bound`."""
     out = []
     for n in (int(n) for n in sorted(table["n"].unique())):
         out.append(_final_claim(table, n, (128, 4), (32, 4),
