@@ -1,14 +1,9 @@
 """Token and position embeddings (E12–E14), and their progress across checkpoints.
 
-Token embeddings: the rows of the values -1.50 … 1.50 (ids 851 … 1151, 301 rows),
-the range where almost every entry of X = U Vᵀ falls. E12: ℓ2 norm against value,
-PCA(2). E13: PCA(2) fitted on the final checkpoint's rows, every earlier
-checkpoint projected onto those two components.
-
-Position embeddings: the first n² rows of the position table. E14: t-SNE coloured by
-column, ℓ2 norm per position. "Same-column positions cluster, only after the drop"
-becomes a number per checkpoint: the silhouette of the n² rows grouped by column
-(and, as a control, by row).
+Token embeddings: the rows of the values -1.50 … 1.50 (ids 851 … 1151). E12: ℓ2 norm
+against value, PCA(2); E13: earlier checkpoints projected onto the final one's PCA(2).
+Position embeddings: the first n² rows. E14: t-SNE, ℓ2 norms, and the silhouette of the
+rows grouped by column (and, as a control, by row) as a number per checkpoint.
 
 `embedding_progress(run_dir)` gathers the scores of every saved checkpoint;
 `token_projections(run_dir, steps)` gives E13's coordinates at chosen checkpoints.
@@ -40,10 +35,7 @@ SILHOUETTE_METRIC = "cosine"
 # ---- token embeddings (E12, E13) -------------------------------------------------
 
 def value_range(rank: int) -> tuple[float, float]:
-    """The token values E12 and E13 read: those the task can produce, within the paper's
-    window −1.50 … 1.50. X = U Vᵀ with Unif[−1, 1] factors has |x| ≤ rank, so on rank 1 the
-    rows of |x| > 1 never occur in training and stay at their initialisation: (lo, hi) =
-    (−min(rank, 1.5), min(rank, 1.5))."""
+    """(lo, hi) = ±min(rank, 1.5): the token values the task can produce (|x| ≤ rank)."""
     return max(VALUE_LO, -float(rank)), min(VALUE_HI, float(rank))
 
 
@@ -69,8 +61,7 @@ def _table(model, which: str) -> torch.Tensor:
 
 
 def token_rows(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
-    """`[values, hidden]` word-embedding rows of the values lo … hi (model: a model or
-    `checkpoint_embeddings`)."""
+    """`[values, hidden]` word-embedding rows of the values lo … hi (model or `checkpoint_embeddings`)."""
     return _table(model, "word")[token_ids(lo, hi)].double().numpy()
 
 
@@ -91,17 +82,13 @@ def norm_symmetry(values: np.ndarray, norms: np.ndarray) -> float:
 
 
 def fit_pca(rows: np.ndarray) -> PCA:
-    """PCA(2) of `[values, hidden]` rows. The full SVD solver: the randomized one that
-    sklearn picks for wide inputs would make the components depend on the run."""
+    """PCA(2) of `[values, hidden]` rows, full (deterministic) SVD solver."""
     return PCA(n_components=2, svd_solver="full").fit(rows)
 
 
 def project(rows: np.ndarray, pca: PCA, centred: bool = False) -> np.ndarray:
-    """`[values, hidden]` -> `[values, 2]` coordinates on the PCA's two components.
-
-    centred=False is the authors' E13 (rows @ componentsᵀ, no mean removed);
-    centred=True removes the rows' own mean first, so only their arrangement counts.
-    """
+    """`[values, hidden]` -> `[values, 2]` on the PCA's components; centred=False is the
+    authors' E13 (no mean removed), True removes the rows' own mean first."""
     if rows.shape[1] != pca.components_.shape[1]:
         raise ValueError(f"rows have hidden size {rows.shape[1]}, the PCA was fitted on {pca.components_.shape[1]}")
     if centred:
@@ -110,12 +97,8 @@ def project(rows: np.ndarray, pca: PCA, centred: bool = False) -> np.ndarray:
 
 
 def alignment(proj: np.ndarray, final_proj: np.ndarray) -> float:
-    """Mean over the two components of cos(earlier coordinates, final coordinates).
-
-    Scale-free, so the growth of the embeddings does not count. With centred
-    projections it is the Pearson correlation along each final axis: 1 means the
-    earlier rows are already laid out like the final ones.
-    """
+    """Mean over the two components of cos(coordinates, final coordinates): scale-free;
+    with centred projections, the Pearson correlation along each final axis."""
     if proj.shape != final_proj.shape:
         raise ValueError(f"projection shapes differ: {proj.shape} vs {final_proj.shape}")
     num = (proj * final_proj).sum(0)
@@ -190,17 +173,10 @@ def _check_positions(rows: np.ndarray, n: int) -> None:
 
 def embedding_progress(run_dir: str | Path, final_step: int | None = None, centred: bool = True,
                        metric: str = SILHOUETTE_METRIC, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
-    """One row per saved checkpoint of a run.
-
-    Columns: step; column_silhouette, row_silhouette (position rows, `metric`);
-    position_norm (mean ℓ2), middle_row_norm (mean ℓ2 of the middle row / position_norm,
-    E14's dip); token_norm_symmetry (`norm_symmetry`); token_alignment (`alignment` of
-    the step's projection onto the final PCA plane with the final projection; centred
-    by default, because uncentred cosines are dominated by the rows' common mean);
-    token_captured (`captured_variance` of the step's rows in the final plane).
-    final_step: the checkpoint whose PCA is the reference (default: the last saved).
-    lo, hi: the token values read (`value_range(rank)`: those the task produces).
-    """
+    """One row per saved checkpoint: step, column_silhouette, row_silhouette, position_norm,
+    middle_row_norm (over position_norm: E14's dip), token_norm_symmetry, token_alignment
+    (with the PCA of `final_step`, default the last; centred, since uncentred cosines are
+    dominated by the common mean), token_captured. lo, hi: the token values read."""
     steps = saved_steps(Path(run_dir))
     if not steps:
         raise ValueError(f"run_dir {str(run_dir)!r} has no saved checkpoint")
@@ -233,18 +209,10 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
 
 def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
                       initial=None, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """E13 at chosen checkpoints: the rows of the values −1.50 … 1.50 of each step in
-    `steps`, projected onto the PCA(2) plane of the final checkpoint's rows, both
-    uncentred (the authors) and centred.
-
-    Returns (coords, summary). coords: step, centred, value, pc1, pc2 (one row per value).
-    summary: step, alignment_uncentred, alignment_centred (`alignment` with the final
-    projection of the same kind), captured (`captured_variance` in the final plane).
-    final_step: default the run's last saved step. initial: a model to include as step 0
-    (the run's initialisation, `build_model(cfg.model, n, cfg.seed)`): the control, since
-    embeddings that barely move from their init are "aligned" from the start.
-    lo, hi: the token values read (`value_range(rank)`).
-    """
+    """E13 at `steps`: token rows lo … hi projected, uncentred and centred, onto the PCA(2)
+    plane of `final_step`'s (default the last). Returns (coords: step, centred, value, pc1,
+    pc2; summary: step, alignment_uncentred, alignment_centred, captured). initial: a model
+    shown as step 0 (the run's initialisation: the control)."""
     saved = saved_steps(Path(run_dir))
     final_step = saved[-1] if final_step is None and saved else final_step
     missing = [s for s in [*steps, final_step] if s not in saved]

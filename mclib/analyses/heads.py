@@ -1,13 +1,9 @@
 """Scores for attention heads (E9), their classification, and the groups of E5.
 
-Input: attention probabilities `[batch, head, query, key]`, one tensor per layer,
-over the n² positions of the matrix read row by row (position p is row p // n,
-column p % n). How they are captured is not this file's business.
-
-Every score is a mass: the probability a head puts on a set of keys, averaged over
-queries and over the batch. A uniform head (every key 1/n²) puts
-(n-1)/n² on the other keys of the query's row, as much on its column, 1/n² on
-itself, and the masked share of the keys on masked keys: `chance_levels(n)`.
+Input: attention probabilities `[batch, head, query, key]` per layer over the n² positions
+read row by row (position p is row p // n, column p % n). Every score is a mass: the
+probability a head puts on a set of keys, averaged over queries and batch; a uniform head's
+masses are `chance_levels(n)`.
 """
 from __future__ import annotations
 
@@ -26,15 +22,12 @@ from ..core.hooks import run_with_cache
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
 
-# A structural score counts when it is at least half-way from chance to pure:
-# excess = (mass - chance) / (1 - chance) >= 0.5. Row, column and self keys are
-# disjoint and masses sum to 1, so at 0.5 no two excesses can both pass (two
-# masses of >= 0.5 + chance/2 sum to more than 1): the label never depends on
-# the order in which the scores are tested.
+# A structural score counts when excess = (mass - chance) / (1 - chance) >= 0.5; row,
+# column and self keys are disjoint, so at 0.5 no two can both pass and the label does
+# not depend on the order of the tests.
 STRUCTURE_THRESHOLD = 0.5
-# Same idea for masked vs observed keys: mask_preference runs from -1 (only
-# observed keys) through 0 (the keys' masked share, i.e. chance) to +1 (only
-# masked keys); half-way to either end makes a head mask-aware.
+# mask_preference runs from -1 (only observed keys) through 0 (chance) to +1 (only masked
+# keys); half-way to either end makes a head mask-aware.
 MASK_THRESHOLD = 0.5
 
 
@@ -51,11 +44,8 @@ def mean_attention(probs: torch.Tensor) -> torch.Tensor:
 
 
 def attention_entropy(probs: torch.Tensor) -> torch.Tensor:
-    """`[batch, head, q, k]` -> `[head]`: mean entropy (nats) of each query's attention.
-
-    log(n²) for a uniform head, 0 for a head that looks at one key: a progress
-    measure that needs no idea of what the structure should be.
-    """
+    """`[batch, head, q, k]` -> `[head]`: mean entropy (nats) of each query's attention
+    (log(n²) uniform, 0 on one key)."""
     if probs.ndim != 4:
         raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
     p = probs.double()
@@ -106,11 +96,7 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
 
 
 def key_mass(probs: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """`[batch, head, q, k]` probabilities, `[q, k]` bool key sets -> `[batch, head]`: the
-    mass each head puts on each query's keys, averaged over queries. The one definition of
-    a head's "mass" on a key set: `head_scores` averages it over the batch, and the
-    follow-up's attention progress (`mclib.analyses.plateau.attention_share`) reads it on
-    the row and column keys together."""
+    """`[batch, head, q, k]`, `[q, k]` bool key sets -> `[batch, head]` mass on the keys."""
     return (probs * keys.to(probs.device, probs.dtype)).sum(-1).mean(-1)
 
 
@@ -122,16 +108,10 @@ def _mask_preference(masked: float, share: float) -> float:
 
 
 def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
-    """One row per (layer, head): masses on row / column / self / observed / masked keys.
-
-    probs: see `_as_layers`; each layer `[batch, head, n², n²]`.
-    mask: `[batch, n, n]` (or `[n, n]` for one fixed mask), True = masked.
-    Columns: layer, head, row, column, self, observed, masked (masses, averaged over
-    queries and batch; observed + masked = 1), masked_share (fraction of keys masked,
-    the chance level of `masked`), row_excess, column_excess, self_excess
-    ((mass - chance) / (1 - chance): 0 uniform, 1 pure), mask_preference (see
-    MASK_THRESHOLD) and entropy (nats; log(n²) is uniform). Layers keep the caller's
-    numbering (a list is numbered from 0, like `model.bert.encoder.layer`).
+    """One row per (layer, head) of `probs` (see `_as_layers`; `[batch, head, n², n²]` each)
+    under `mask` (`[batch, n, n]` or `[n, n]`, True = masked). Columns: layer, head, row,
+    column, self, observed, masked (masses), masked_share (chance of `masked`), row_excess,
+    column_excess, self_excess (0 uniform, 1 pure), mask_preference, entropy (nats).
     """
     layers = _as_layers(probs)
     mask = _check(layers, mask, n)
@@ -161,13 +141,9 @@ def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
 
 def classify_heads(scores: pd.DataFrame, threshold: float = STRUCTURE_THRESHOLD,
                    mask_threshold: float = MASK_THRESHOLD) -> pd.Series:
-    """A label per head, as a Series indexed by (layer, head).
-
-    The structural labels come first (the paper's E9 claim is about them): the
-    largest of row / column / self excess, if it reaches `threshold`, names the head
-    ('row', 'column', 'identity'). Otherwise |mask_preference| >= mask_threshold
-    makes it 'mask-aware' (the sign of mask_preference says which way). Else 'other'.
-    """
+    """A label per head, a Series indexed by (layer, head): the largest of row / column /
+    self excess if it reaches `threshold` ('row', 'column', 'identity'), else 'mask-aware'
+    if |mask_preference| >= mask_threshold, else 'other'."""
     for col in ("layer", "head", "row_excess", "column_excess", "self_excess", "mask_preference"):
         if col not in scores:
             raise ValueError(f"scores has no column {col!r}: pass the output of head_scores")
@@ -187,8 +163,7 @@ def classify_heads(scores: pd.DataFrame, threshold: float = STRUCTURE_THRESHOLD,
 
 
 def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
-    """label -> sorted [(layer, head), ...] for every label in LABELS (empty if none):
-    our run's version of E5's head groups, since head numbers differ between runs."""
+    """label -> sorted [(layer, head), ...] for every label in LABELS: this run's E5 head groups."""
     if labels.index.nlevels != 2:
         raise ValueError(f"labels index has {labels.index.nlevels} levels, expected (layer, head)")
     unknown = set(labels) - set(LABELS)
@@ -207,9 +182,7 @@ def capture_probs(model, batch) -> dict[int, torch.Tensor]:
 
 
 def attention_progress(run_dir, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
-    """Head scores at every saved checkpoint of a run, on one fixed batch:
-    one row per (step, layer, head), columns as `head_scores` plus `step`.
-    A progress measure: how far each head is from uniform attention over training."""
+    """`head_scores` plus `step` at every saved checkpoint of a run, on one fixed batch."""
     batch = sample_eval_batch(data, n_matrices, seed)
     frames = []
     for step in saved_steps(run_dir):
@@ -221,9 +194,7 @@ def attention_progress(run_dir, data: DataConfig, n_matrices: int = 64, seed: in
 # --- picking heads, maps over training (chapter 03) ---------------------------------------------
 
 def pick_heads(scores: pd.DataFrame, criteria: Mapping[str, tuple[str, bool]]) -> dict[str, tuple[int, int]]:
-    """One distinct head per criterion, in order: name -> (layer, head) of the head with the
-    largest (True) or smallest (False) value of the column among heads not yet picked.
-    Criteria are skipped once every head is picked."""
+    """name -> (layer, head): per criterion (column, largest?), in order, the best head not yet picked."""
     picked: dict[str, tuple[int, int]] = {}
     for name, (column, largest) in criteria.items():
         taken = set(picked.values())
@@ -236,8 +207,7 @@ def pick_heads(scores: pd.DataFrame, criteria: Mapping[str, tuple[str, bool]]) -
 
 
 def checkpoint_maps(models: Mapping[int, object], batch) -> dict[int, torch.Tensor]:
-    """step -> `[layer, head, n², n²]` batch-mean attention of every head on `batch`
-    (`models`: step -> model)."""
+    """step -> `[layer, head, n², n²]` batch-mean attention on `batch` (`models`: step -> model)."""
     out = {}
     for step, model in models.items():
         probs = capture_probs(model, batch)
@@ -254,10 +224,7 @@ def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
 # --- E10: heads under a structured mask ------------------------------------------------------------
 
 def e10_masks(n: int) -> dict[str, torch.Tensor]:
-    """E10's two masks, `[n, n]` bool: "rows" is the paper's (`structured_mask`: two rows
-    masked but one entry each); "columns" is its transpose. The authors' configuration
-    holds only the first, so the second is ours: it asks of the column heads what the
-    first asks of the row heads."""
+    """E10's `[n, n]` masks: "rows", the paper's `structured_mask`, and "columns", its transpose."""
     rows = structured_mask(n)
     return {"rows": rows, "columns": rows.T.contiguous()}
 
@@ -281,21 +248,16 @@ def line_index(axis: str, n: int) -> torch.Tensor:
 
 
 def e10_kinds(axis: str) -> dict[str, tuple[str, bool]]:
-    """The four kinds of head the paper describes under its (row) mask, for a mask along
-    `axis`: each kind's score and whether the best head has the largest (True) or the
-    smallest (False) value. Under the transposed mask "rows" and "columns" swap."""
+    """The paper's four E10 head kinds for a mask along `axis`: name -> (score, largest?)."""
     other = "column" if axis == "row" else "row"
     return {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
             f"ignores masked {axis}s": ("masked_lines", False), f"follows {other}s": (f"{other}_excess", True)}
 
 
 def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
-    """E10: `head_scores` under one fixed `[n, n]` mask, plus, over the masked queries of
-    the lines (rows, or columns for a transposed mask) the mask almost fills:
-        lone_entry    mass on the observed entries of the query's own line (E10's masks
-                      leave one), the "attend to the only observed entry" heads;
-        masked_lines  mass on the keys of those lines, low for heads that ignore them.
-    attrs["chance"]: a uniform head's values of the two; attrs["axis"]: "row" or "column".
+    """E10: `head_scores` under one fixed `[n, n]` mask, plus, over the masked queries of the
+    lines it almost fills: lone_entry (mass on the observed entries of the query's line) and
+    masked_lines (mass on those lines' keys). attrs: "chance" of the two, "axis".
     """
     axis, lines = masked_lines(mask, n)
     scores = head_scores(probs, mask, n)

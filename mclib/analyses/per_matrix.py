@@ -98,6 +98,5 @@ def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
 
 
 def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
-    """Method a minus method b on the same matrices: d_L, d_L_mask (negative = a better) and
-    a_better (share of matrices whose own L_mask is lower with a), each with a paired _se."""
+    """a minus b on the same matrices: d_L, d_L_mask (< 0: a better), a_better (share), each with a paired _se."""
     return stats_paired(matrix_stats(pred_a, x, mask), matrix_stats(pred_b, x, mask), mask)

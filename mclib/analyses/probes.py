@@ -1,29 +1,18 @@
 """Linear probes on hidden states (E11).
 
-A probe is a least-squares map W with no intercept from one layer's hidden state
-at a position to a target at that position, fitted on one set of matrices and
-scored on fresh ones. Targets, per position p = (i, j) of matrix X:
+A probe is a least-squares map W, no intercept, from one layer's hidden state at a
+position to a target there, fitted on one set of matrices and scored on fresh ones.
+Targets at position (i, j) of X:
 
-- "row":      row i of the *input*: X[i, :] with its masked entries set to 0
-              (n-vector). The source protocol (docs/protocol.md, §2 E11) says "the masked row that position
-              belongs to (7-vector, masked entries 0)"; the authors' probe.py builds
-              it as (X * mask)[:, i, :] where their mask is True = observed, so the
-              masked entries are the ones zeroed. Every position of row i shares it.
-- "value":    X[i, j], the true (rounded) value, scalar.
-- "singular": u₁, the first left singular vector of X (n-vector), the same for all
-              49 positions. Its sign is arbitrary; svd_sign="canonical" flips it so
-              that its largest-|.| entry is positive (a function of X, so a linear
-              probe has a fair chance); "raw" keeps torch's sign (the authors'),
-              which is not reproducible across LAPACK builds.
+- "row":      row i of the input, X[i, :] with its masked entries set to 0 (n-vector);
+- "value":    X[i, j], scalar;
+- "singular": u₁, X's first left singular vector (n-vector, the same at every position);
+              svd_sign="canonical" makes its largest-|.| entry positive (a function of X),
+              "raw" keeps torch's sign (the authors'; not reproducible across LAPACK builds).
 
-Scores per layer: test MSE (mean over positions and target entries, as
-F.mse_loss), mse_zero (the MSE of predicting 0, the scale to read MSE against),
-and abs_cos: mean over positions of |cos(prediction, target)|, NaN for the scalar
-target (as the authors, who report no cosine for it); positions whose target is
-the zero vector are left out of the cosine mean.
-
-Layer numbering is `model.hidden_states`: 0 is the embedding output, l = 1..L the
-output of layer l (the authors probe 1..L).
+Scores: test MSE, mse_zero (MSE of predicting 0) and abs_cos (mean |cos(prediction,
+target)|, zero targets left out; NaN for the scalar target). Layers as `model.hidden_states`:
+0 the embedding output, l the output of layer l.
 """
 from __future__ import annotations
 
@@ -82,11 +71,9 @@ def probe_target(x: torch.Tensor, mask: torch.Tensor, target: str,
 
 
 def fit_probe(h: torch.Tensor, y: torch.Tensor, method: str | None = None) -> torch.Tensor:
-    """Least squares, no intercept: `h [N, hidden]`, `y [N, dim]` -> `W [hidden, dim]`, in
-    float64 on h's device, safe for rank-deficient h (dead dimensions). method: "gelsd"
-    (LAPACK's SVD-based driver, CPU only) or "pinv" (the pseudo-inverse by an SVD, which a GPU
-    runs); by default gelsd on the CPU and pinv elsewhere. Both drop the singular values
-    below eps · max(N, hidden) of the largest, so they give the same W to float64 rounding."""
+    """Least squares, no intercept: `h [N, hidden]`, `y [N, dim]` -> `W [hidden, dim]`, float64
+    on h's device, safe for rank-deficient h. method: "gelsd" (CPU only; the CPU default) or
+    "pinv" (elsewhere); both give the same W to float64 rounding."""
     if h.shape[0] != y.shape[0]:
         raise ValueError(f"h has {h.shape[0]} rows, y has {y.shape[0]}")
     method = method or ("gelsd" if h.device.type == "cpu" else "pinv")
@@ -122,12 +109,9 @@ def _where(mask: torch.Tensor, positions: str) -> torch.Tensor:
 
 def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSITIONS,
                  fit_on: str = "all", *, svd_sign: str = "canonical") -> pd.DataFrame:
-    """Fit one probe per (layer, target) on `fit`, score it on `test` at each kind of position.
-
-    fit_on: the positions the probe is fitted on ("all", as the authors, who then split
-    the test MSE into masked / observed; or "masked" / "observed" to fit on those only).
-    Returns a tidy frame: layer, target, positions, mse, mse_zero, abs_cos, n_fit, n_test.
-    """
+    """Fit one probe per (layer, target) on `fit` at the `fit_on` positions ("all", the
+    authors'; "masked"; "observed"), score it on `test` at each of `positions`. Tidy frame:
+    layer, target, positions, mse, mse_zero, abs_cos, n_fit, n_test."""
     if len(fit.hidden) != len(test.hidden):
         raise ValueError(f"fit has {len(fit.hidden)} layers, test has {len(test.hidden)}")
     if fit.x.shape[-1] != test.x.shape[-1]:
@@ -149,9 +133,8 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
 
 
 def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch.Tensor, ...]:
-    """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`,
-    on the model's device (the probes are fitted there: `fit_probe`).
-    Memory: 4·batch·seq·hidden bytes per layer (2 048 × 49 × 768 ≈ 0.3 GB)."""
+    """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`
+    float32 on the model's device (4·batch·seq·hidden bytes a layer)."""
     with eval_mode(model):
         parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
     return tuple(torch.cat([p[layer] for p in parts]).float() for layer in range(len(parts[0])))
@@ -174,8 +157,6 @@ def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, se
 
 
 def best_probe_layers(probes: pd.DataFrame) -> pd.DataFrame:
-    """Per target (the index), the layer whose probe has the lowest test MSE relative to
-    predicting 0 (rel) at the masked positions; ties go to the shallower layer. The one
-    choice the chapter's table, its sentence and its scorecard row all read."""
+    """Per target, the layer with the lowest mse / mse_zero (rel) at masked positions (ties: shallower)."""
     masked = probes[probes.positions == "masked"].assign(rel=lambda d: d.mse / d.mse_zero)
     return masked.sort_values(["rel", "layer"], kind="stable").groupby("target").head(1).set_index("target")

@@ -46,8 +46,7 @@ class Spread:
         return self.hi / self.lo if self.lo > 0 else math.inf
 
     def around(self, ours: float, relative: bool) -> float:
-        """The spread in the units of `ours`: the range as it is (a step), or, `relative`, ours times
-        (factor - 1) (a level measured elsewhere, carried over as a factor)."""
+        """The spread in `ours`' units: the range, or, `relative`, ours × (factor − 1)."""
         return ours * (self.factor - 1) if relative else self.range
 
     def text(self, steps: bool) -> str:
