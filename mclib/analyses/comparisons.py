@@ -1,6 +1,5 @@
-"""BERT against classical matrix completion (E16, E17, E18 and two stronger methods), and
-the solvers alone on the paper's task: the numbers, with their errors. One call per table
-of the baselines chapter (which words and shows them: mclib.chapters.ch06_baselines):
+"""BERT against classical matrix completion (E16-E18, soft-impute, ALS), and the solvers
+alone on the paper's task: one call per table of chapter 06.
 
     task = paper.task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
     nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task

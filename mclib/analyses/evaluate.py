@@ -8,9 +8,8 @@ activation), with activation patching (E8); and the runs of one task side by sid
     activation_patching(model, profile.data, 256, seed=0, layers="last")      # E8
     compare_runs({"fp32": run_a, "bf16": run_b})                        # runs of one task side by side
 
-The same seed gives the same matrices and masks, so calls that differ only in the
-intervention compare on the same batch. Eval mode (restored afterwards), no gradients, fp32.
-Standard errors are `pooled`'s: matrices as the units.
+The same seed gives the same batch, so calls that differ only in the intervention compare
+on it. Eval mode (restored afterwards), no gradients, fp32; errors `pooled` over matrices.
 """
 from __future__ import annotations
 
@@ -88,13 +87,9 @@ def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | No
 
 def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
                         layers: Sequence[int] | str = "all", *, errors: bool = False) -> dict[str, float]:
-    """E8: run X, keep every layer's per-head outputs z, run −X (same mask) with the z of
-    `layers` written in. layers: "all" (the paper's text), "last" (the authors' code), or
-    0-indexed layer numbers ([] = the plain −X run).
-
-    Returns MSE of the patched output f to X and to −X, at masked and at observed entries;
-    with `errors`, also each one's standard error over matrices (key + "_se", `pooled`).
-    """
+    """E8: run X, keep every layer's z, run −X (same mask) with the z of `layers` written in:
+    "all" (the paper's text), "last" (the authors' code) or layer numbers ([]: plain −X).
+    Returns MSE of the output to X and to −X at masked and observed entries (+ "_se" with `errors`)."""
     n_layers = model.config.num_hidden_layers
     if isinstance(layers, str):
         if layers not in ("all", "last"):

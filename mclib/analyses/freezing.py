@@ -67,8 +67,7 @@ class Yardstick:
 
 
 def yardstick(cfg: Profile, run_dir: str | Path, source_step: int | None = None) -> Yardstick:
-    """The main run's `Yardstick` up to `source_step` (default: its post checkpoint, where
-    the E15 runs start)."""
+    """The main run's `Yardstick` up to `source_step` (default: its post checkpoint)."""
     step = checkpoint_steps(run_dir, cfg).post if source_step is None else source_step
     m = load_metrics(run_dir)
     return Yardstick(*final_level(m[m["step"] <= step], cfg.train.patience))
@@ -85,8 +84,7 @@ def recovery(metrics: pd.DataFrame, window: int, main: Yardstick) -> tuple[float
 
 
 def plateau_over_fall(metrics: pd.DataFrame, rank: int) -> float | None:
-    """The plateau over the fall that chapter 05's row reads: None without a drop, 0 for a
-    run that never sat on the copying level before its drop."""
+    """Plateau steps over fall steps: None without a drop, 0 if never on the copying level."""
     if find_drop(metrics, rank=rank) is None:
         return None
     s = shape(metrics, rank)

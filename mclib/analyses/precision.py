@@ -1,13 +1,8 @@
-"""Does a training precision change the science? Two arms of the same profile (a reference
-precision and another), several seeds each, compared measure by measure.
-
-`compare_runs` (mclib.analyses.evaluate) gives one row per run: the drop, the plateau, L_mask
-k steps after the drop, the final level. `arm_spread` sets the arms side by side: per measure
-each arm's seed mean with its standard error, the reference's seed range, the ratio of means
-with its error, and whether the other arm's mean lies inside the reference's seed range
-(the verdict a precision must pass before a profile may train in it: docs/performance.md).
-`read_study` and `study_effect` read a study back as scripts/tf32_study.py committed it
-(docs/data/tf32_study.csv), so that a sentence quoting it is glued from the table.
+"""Does a training precision change the science? Two arms of one profile (a reference
+precision and another), several seeds each, compared measure by measure: `arm_spread` on
+`evaluate.compare_runs`' rows, and `verdict` (the other arm's means inside the reference's
+seed range: docs/performance.md). `read_study` and `study_effect` read back a committed
+study (docs/data/tf32_study.csv, scripts/tf32_study.py).
 """
 from __future__ import annotations
 
@@ -22,12 +17,10 @@ MEASURES = ("drop", "plateau_L_mask", "L_mask_drop+500", "L_mask_drop+1000", "L_
 
 def arm_spread(table: pd.DataFrame, arm: pd.Series, reference: str, other: str,
                measures: tuple[str, ...] = MEASURES) -> pd.DataFrame:
-    """One row per measure of `table` (`compare_runs`' rows, one per run; `arm` names each
-    run's arm): n, mean, standard error (sd / sqrt(n)) and range of each arm's seeds; the
-    ratio other / reference of the means with its standard error (first-order: the two
-    relative errors in quadrature); and `inside`: the other arm's mean lies within the
-    reference's seed range (min..max). A measure some run lacks (NaN) counts only the runs
-    that have it; with fewer than two runs in an arm, `inside` is None (no spread to be in)."""
+    """One row per measure of `table` (`compare_runs`' rows; `arm` names each run's arm): each
+    arm's n, mean, se, min, max (NaNs left out); ratio other / reference of the means with
+    ratio_se (relative errors in quadrature); `inside`: the other arm's mean lies within the
+    reference's seed range (None with fewer than two reference runs)."""
     unknown = set(measures) - set(table.columns)
     if unknown:
         raise ValueError(f"arm_spread: the table has no column {sorted(unknown)[0]!r}")
@@ -71,10 +64,8 @@ FINAL = "checkpoint_L_mask_fp32"
 
 @dataclass(frozen=True)
 class Effect:
-    """One measure of a committed precision study: the other arm's seed mean over the
-    reference's (`ratio` ± `se`, `arm_spread`), the runs in each arm, whether the two arms
-    hold the same seeds (paired: the same initial weights and batches, the rounding the one
-    difference), and whether the other arm's mean lies inside the reference's seed range."""
+    """One measure of a committed precision study: ratio ± se of the arms' seed means, n runs
+    an arm, paired (the same seeds in both arms) and inside (`arm_spread`)."""
     measure: str
     reference: str
     other: str
@@ -92,8 +83,7 @@ class Effect:
 
 
 def read_study(path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """A study table as scripts/tf32_study.py writes it (`--out`: the runs' rows, then the arms'
-    `arm_spread` rows): (runs, arms), each indexed by its run or measure."""
+    """(runs, arms) of a study table as scripts/tf32_study.py writes it, indexed by run or measure."""
     t = pd.read_csv(path, index_col=[0, 1])
     return t.loc["runs"].dropna(axis=1, how="all"), t.loc["arms"].dropna(axis=1, how="all")
 

@@ -142,8 +142,7 @@ def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch
 
 def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0,
                *, chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
-    """Fresh fit and test matrices (E11: 2 048 / 256) from two seeded generators, and the
-    model's hidden states on them."""
+    """(fit, test): fresh matrices from two seeded generators, with the model's hidden states."""
     model_n = matrix_n(model)
     if model_n != data.n:
         raise ValueError(f"data n = {data.n} does not match the model's n = {model_n}")

@@ -17,13 +17,9 @@ Measures (columns of `progress_table`):
                                         component group (interventions.component_groups)
     L_mask                              the control: training L_mask, `find_drop`'s trailing mean
 
-The threshold (`default_thresholds`), one rule for every measure: first + ½(extreme − first),
-the extreme being the value farthest from the first, so a measure that peaks and comes back
-crosses half-way up its peak. L_mask goes through the same rule and crosses at the drop,
-so a measure leads only if it crosses earlier. The rule uses hindsight (the extreme is
-known once the run is over), and a crossing must hold for `persist` checkpoints (the
-first is reported). Measures exist only at checkpoints: a lead time is a lower bound,
-short of the true one by less than `resolution`.
+One threshold rule for every measure (`default_thresholds`): half-way from the first value
+to the farthest one, known only in hindsight. L_mask crosses it at the drop, so a measure
+leads only if it crosses earlier. Lead times are lower bounds, short by < `resolution`.
 """
 from __future__ import annotations
 
@@ -81,8 +77,7 @@ def loss_at_checkpoints(metrics: pd.DataFrame, steps, column: str = "L_mask",
 
 
 def progress_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
-    """One row per saved checkpoint: step and the measures listed in the module
-    docstring (head scores and gradients on one fixed batch of `n_matrices`)."""
+    """One row per saved checkpoint: step and the module docstring's measures."""
     from .embeddings import embedding_progress
     from .heads import attention_progress
     from ..core.runs import load_metrics

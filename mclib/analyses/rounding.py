@@ -1,14 +1,10 @@
-"""How far rounding alone moves one run: the same seed, data stream and model, trained under
-changes that alter only how floats are added and multiplied (another float path, thread count,
-attention kernel, reduction order, TF32 products). Chaotic training turns those last-bit
-differences into a drop hundreds of steps earlier or later and a different final level, so a
-verdict on such a quantity must not turn on a difference smaller than this spread
-(`mclib.book.scorecard_rules`: a row's `rounding`).
+"""How far rounding alone moves one run: one seed, data stream and model trained under changes
+that alter only float arithmetic (float path, threads, attention kernel, TF32). A verdict must
+not turn on a difference smaller than this spread (`mclib.book.scorecard_rules`: `rounding`).
 
-    study()               the default profile's seed 1 under each change (docs/data/rounding.csv,
-                          written by scripts/rounding_study.py): a Spread per quantity
-    spread(values, ...)   the Spread of any set of readings of one quantity (e.g. the paper
-                          setting's seed-1 runs on several GPUs)
+    study()               the default profile's seed 1 under each change (docs/data/rounding.csv):
+                          a Spread per quantity
+    spread(values, ...)   the Spread of any set of readings of one quantity
 """
 from __future__ import annotations
 

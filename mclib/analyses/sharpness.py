@@ -1,7 +1,5 @@
-"""How abrupt a drop is: how long the loss sat on its plateau, and how quickly it fell.
-
-A progress measure of one run's loss curve (a plain function of `metrics.csv`), used for
-E19's GPT (does it show "a plateau, then a sudden drop"?) and for the BERT runs alike.
+"""How abrupt a drop is: how long the loss sat on its plateau, and how quickly it fell,
+from one run's `metrics.csv` (E19's GPT and the BERT runs alike).
 
     plateau  from the first step at which the loss's trailing mean is on the plateau
              (within `band` of the copying level E[X²]) to the last step before the drop
@@ -11,8 +9,7 @@ E19's GPT (does it show "a plateau, then a sudden drop"?) and for the BERT runs 
              trailing mean is within `settle` × its final level (the mean over the run's
              last 10 %, `last_tenth`)
 
-A drop is sudden when the fall is shorter than the plateau: the book's cut-off, stated
-with every row that uses it (`ABRUPT`).
+A drop is sudden when plateau / fall exceeds `ABRUPT`.
 """
 from __future__ import annotations
 
@@ -56,8 +53,7 @@ class Shape:
 
 def shape(metrics: pd.DataFrame, rank: int, column: str = "L_mask", band: float = BAND,
           settle: float = SETTLE, *, window: int = WINDOW) -> Shape | None:
-    """The plateau and fall of `column` in one run (None: it never drops, or never sat on
-    the plateau before its drop)."""
+    """The plateau and fall of `column` in one run (None: no drop, or no plateau before it)."""
     drop = find_drop(metrics, rank=rank, column=column, window=window)
     if drop is None:
         return None

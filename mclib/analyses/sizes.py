@@ -1,14 +1,7 @@
-"""Model size (E20): the appendix's width and depth claims, tested on a sweep's results
-table (one row per run: `mclib.core.sweep`'s columns), and the large models' final losses.
-
-The appendix (paper Figs. 13-14, NeurIPS version, on 7×7 rank 2 with the 4-layer model) says:
-- width: hidden 64 is too small for accurate completion, 128 sub-optimal: wider is better;
-- depth: 6 layers drop earlier than 4; 8 or 12 add little; and the final MSE is largest at
-  4 layers and falls with depth, "though the variation is not significant" (Fig. 14).
-At laptop scale (sweeps/width-depth.yaml: n×n rank 1, widths 32/64/128 at 4 layers, depths
-2/4/6/8 at width 64) each becomes a ratio of two settings' seed means, with its standard
-error by the delta method (`ratio_of_means`): final levels for width and for "deeper ends
-lower" (`final_ratio`), drop steps for the other two depth claims (`depth_ratio`).
+"""Model size (E20): the appendix's width and depth claims (paper Figs. 13-14: wider is
+better; 6 layers drop earlier than 4; more add little; deeper ends lower), each a ratio of
+two settings' seed means with a delta-method error (`ratio_of_means`), on a sweep's results
+table (`mclib.core.sweep`); and the large models' final losses.
 """
 from __future__ import annotations
 
