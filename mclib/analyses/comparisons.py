@@ -241,9 +241,9 @@ _OPEN: dict[tuple, Solves] = {}
 
 
 def open_solves(path: Path, *, hint: str = "", say: Callable = print, reuse: Path | None = None) -> Solves:
-    """The solver results at `path` (none there: solved here), read once per process and file
-    version, each file said in one line. reuse: another cache file, asked first (`Solves`).
-    A damaged file: SolverCacheError."""
+    """The solver results a chapter reads from `path`, read once per process (and version of
+    the file; none there: solved here), each file said in one line. reuse: another cache
+    file, asked first (`Solves`). A damaged file: SolverCacheError."""
     path = Path(path)
 
     def stamp(p: Path):
