@@ -1,4 +1,5 @@
-"""Command line: `python -m mclib train --params cpu`, `python -m mclib book --profile cpu` (see README)."""
+"""Command line: `python -m mclib train --params cpu`, `python -m mclib book --profile cpu` (see README);
+installed, the same as `mclib train ...`."""
 from __future__ import annotations
 
 import argparse
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 from .core.config import ConfigError, load_profile, profile_path
+from .core.repo import CheckoutError, require_checkout
 from .core.runs import LOSS_CURVE, default_run_dir
 
 
@@ -62,6 +64,8 @@ def cmd_sweep(args) -> int:
 def cmd_slice(args) -> int:
     from .lease import slices, slices_pack, slices_run
 
+    require_checkout("`slice` (the GPU lease's ledger results/paper-slices.yaml, the book)")
+
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):
         try:
@@ -83,6 +87,8 @@ def cmd_slice(args) -> int:
 
 
 def cmd_solvers(args) -> None:
+    if not args.out:
+        require_checkout("`solvers` without --out (it writes results/solvers-PROFILE.csv.gz there)")
     from .chapters.ch06_baselines import build_solver_cache
 
     build_solver_cache(load_profile(profile_path(args.profile)), args.out)
@@ -183,7 +189,11 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     """`python -m mclib`'s arguments: a sub-parser for each of `COMMANDS`."""
-    top = argparse.ArgumentParser(prog="python -m mclib", description=__doc__)
+    from . import __version__
+
+    prog = "mclib" if Path(sys.argv[0]).name == "mclib" else "python -m mclib"  # the console script, or -m
+    top = argparse.ArgumentParser(prog=prog, description=__doc__)
+    top.add_argument("--version", action="version", version=f"mclib {__version__}")
     sub = top.add_subparsers(dest="command", required=True)
     for name, (summary, add_args, func) in COMMANDS.items():
         p = sub.add_parser(name, help=summary)
@@ -199,7 +209,7 @@ def main(argv=None) -> int:
 
     try:
         status = args.func(args)
-    except (ConfigError, ClusterError) as e:
+    except (ConfigError, ClusterError, CheckoutError) as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
     except BookError as e:

@@ -36,6 +36,8 @@ SKIPPED = {
     "oracle_attention.py": "takes a profile, not a run folder, and trains its own model for thousands of steps",
     "sweep_cpu_profile.py": "takes a sweep file, not a run folder, and trains every run of the sweep",
     "wheelhouse.py": "takes no run folder: downloads wheels from PyPI (tests/test_wheelhouse.py runs it)",
+    "lockfile.py": "takes no run folder: reads an environment's installed versions into requirements.lock "
+                   "(tests/test_package.py runs it)",
     "sweep_report.py": "reads the sweep's results table (docs/data/cpu_sweep.csv) and rewrites docs, not a run folder",
     "plateau_measures.py": "takes a sweep file and its results table, not a run folder; its function, "
                            "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",

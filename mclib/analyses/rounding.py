@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.repo import REPO
+from ..core.packaged import data_file
 
-TABLE = REPO / "docs" / "data" / "rounding.csv"
+TABLE = data_file("rounding.csv")  # docs/data/ in a checkout
 # the study's columns -> what they read
 QUANTITIES = {"drop": "the drop step", "ended_at": "the step the convergence rule ends the run",
               "L_mask_drop+2000": "the training L_mask 2,000 steps after the drop",

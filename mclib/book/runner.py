@@ -54,7 +54,7 @@ from pathlib import Path
 from . import scorecard
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
-from ..core.repo import REPO, git_revision, mclib_sha, short_sha
+from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
 from ..core.runs import default_run_dir
 from .runner_beside import READY_FILE, _beside, _execute_apart, alongside
 from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, machine_paths
@@ -66,6 +66,7 @@ from .runner_site import _build_site, _stage, site_toc
 # module for BookError, and should stay light.
 
 EXECUTED = Path("book") / "_executed"
+BOOK_NEEDS = "the book (its notebooks in book/, _toc.yml)"  # what an installed wheel lacks
 SECONDS_PER_PAPER_STEP_CPU = 12.4  # measured on 2 cores (docs/protocol.md, §4)
 
 
@@ -98,6 +99,7 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
             for v in node:
                 yield from files(v)
 
+    require_checkout(BOOK_NEEDS)
     out = []
     for f in files(parse_yaml(toc.read_text())):
         if Path(f).parent == EXECUTED:
@@ -205,6 +207,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     `ledger`, default results/paper-slices.yaml)."""
     from ..core.precision import resolve_device
 
+    require_checkout(BOOK_NEEDS)
     t_start = time.time()
     ppath = profile_path(profile).resolve()
     cfg = load_profile(ppath, **({} if seed is None else {"seed": seed}))

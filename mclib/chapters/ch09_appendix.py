@@ -25,12 +25,13 @@ from ..core.sweep import load_sweep
 from ..core.sweep_figure import curves_path, setting_colours
 from ..book.chapter import Chapter
 from ..book.plots_base import closed
+from ..core.packaged import data_file
 from ..core.repo import REPO
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, agreement, row_verdict
 
 CHAPTER = "09_appendix"
-WIDTH_DEPTH = REPO / "docs" / "data" / "width_depth.csv"
+WIDTH_DEPTH = data_file("width_depth.csv")  # docs/data/ in a checkout
 WIDTH_DEPTH_SWEEP = REPO / "sweeps" / "width-depth.yaml"
 SIZES_GPU = REPO / "results" / "sizes-gpu.csv"
 WIDTH_DEPTH_COMMAND = ("taskset -c 1 python -m mclib sweep sweeps/width-depth.yaml "

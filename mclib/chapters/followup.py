@@ -44,13 +44,14 @@ import pandas as pd
 from ..analyses import plateau, progress
 from ..core.metrics import find_drop
 from ..core.runs import load_metrics
+from ..core.packaged import data_file
 from ..core.repo import REPO
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_tables import plural
 
 CHAPTER = "07_beyond"
-ATTENTION_BIAS = REPO / "docs" / "data" / "attention_bias.csv"                # the sweep's rows
-ATTENTION_BIAS_MEASURES = REPO / "docs" / "data" / "attention_bias_measures.csv"  # its runs' measures
+ATTENTION_BIAS = data_file("attention_bias.csv")                    # the sweep's rows
+ATTENTION_BIAS_MEASURES = data_file("attention_bias_measures.csv")  # its runs' measures
 ATTENTION_BIAS_SWEEP = REPO / "sweeps" / "attention-bias.yaml"
 SWEEP_COMMAND = ("taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
                  "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png")

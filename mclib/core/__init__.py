@@ -19,4 +19,5 @@
     flops.py        FLOPs of a training step
     paper.py        what the paper reports, and its profile (params/paper.yaml)
     repo.py         the repository this code runs from: its root, git revision, the hash of mclib's sources
+    packaged.py     the files shipped in the package (importlib.resources): profiles, the tables the library reads
 """

@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .metrics import SLOPE_BLOCKS
+from .packaged import profile_file
 
 
 class ConfigError(ValueError):
@@ -383,11 +384,12 @@ def load_profile(path: str | Path, **overrides) -> Profile:
 
 
 def profile_path(name_or_path: str) -> Path:
-    """`cpu` -> params/cpu.yaml (next to the package); a path is returned as is."""
+    """`cpu` -> the shipped profile (params/cpu.yaml in a checkout, mclib/profiles/cpu.yaml in a
+    wheel: mclib.core.packaged); a path is returned as is."""
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
-    return Path(__file__).resolve().parents[2] / "params" / f"{name_or_path}.yaml"
+    return profile_file(name_or_path)
 
 
 # What a deviation from the paper's recipe can be: the task and how the model is built and

@@ -1,6 +1,7 @@
-"""The repository this code runs from: its root, its git revision, and the hash of mclib's
-sources. Below everything that reads them (the book's runner and chapters, the GPU lease's
-slices and results), so that none of those imports another for a constant."""
+"""The repository this code runs from: its root (in an installed wheel, site-packages: what
+needs the checkout says so, `require_checkout`), its git revision ("unknown" in a wheel), and the
+hash of mclib's sources. Below everything that reads them (the book's runner and chapters, the
+GPU lease's slices and results), so that none of those imports another for a constant."""
 from __future__ import annotations
 
 import hashlib
@@ -9,8 +10,27 @@ import os
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+PACKAGE = Path(__file__).resolve().parents[1]  # mclib/
+REPO = PACKAGE.parent  # the checkout; in an installed wheel, site-packages (then `is_checkout()` is False)
 RESULTS = REPO / "results"
+
+
+class CheckoutError(RuntimeError):
+    """What needs the source checkout was asked of an installed mclib; the message is one line."""
+
+
+def is_checkout() -> bool:
+    """Whether mclib runs from its source checkout (the book's _toc.yml and pyproject.toml beside
+    it), not from an installed wheel, which carries only mclib/ with its profiles and tables."""
+    return (REPO / "_toc.yml").is_file() and (REPO / "pyproject.toml").is_file()
+
+
+def require_checkout(what: str) -> None:
+    """A one-line CheckoutError where mclib is not its source checkout: `what` (the book, the GPU
+    lease's ledger, ...) reads files only the checkout has."""
+    if not is_checkout():
+        raise CheckoutError(f"{what} needs a source checkout of mclib (git clone it, then `pip install -e .` "
+                            f"there); this mclib is installed at {PACKAGE}")
 
 
 def short_sha(*parts) -> str:

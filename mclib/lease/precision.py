@@ -19,9 +19,10 @@ from pathlib import Path
 
 from ..analyses.precision import FINAL, read_study, study_effect
 from ..book.scorecard_stage import reads_late
+from ..core.packaged import data_file
 from ..core.repo import REPO
 
-STUDY = REPO / "docs" / "data" / "tf32_study.csv"
+STUDY = data_file("tf32_study.csv")  # docs/data/ in a checkout
 SECTION = 'docs/performance.md, "Does TF32 change the science?"'
 FIELD = "precision_effect"          # the row's key for the text (`annotate`)
 H100_FP32_TFLOPS = 67.0             # the H100 SXM's dense fp32 peak without tensor cores, NVIDIA's datasheet
