@@ -1,18 +1,10 @@
 """One training step and the run it steps (docs/protocol.md, §1.4).
 
-One step is `train_step`, read top to bottom: batch, forward (the HF model the checkpoints
-hold, `MatrixBert`, or E19's `MatrixGPT`), loss, backward, `torch.nn.utils.clip_grad_norm_`,
-`torch.optim.Adam` at `lr_at`, log. Several runs each own their model and Adam (`_Run`); the
-step goes over them one after another. On a CUDA device (docs/performance.md): fused,
-capturable Adam reading its lr from a device tensor, no host sync inside the step (losses stay
-on the device until the loop's flush every `log_every` steps; the data are sampled on the host
-by CPU generators, so a run's matrices are the same on any device and a run resumes on another
-device type, and copied into fixed input buffers without waiting). `train.step` says how the
-step runs (`step_variant`: eagerly, the model through torch.compile, or the whole device step as
-one CUDA graph, `mclib.core.graphstep`); `train.step: auto` on CUDA is measured by
-`mclib.core.variants.choose`, which the code that builds a run asks (`chosen`). The run
-(`_Run`) has a method for each step of its life that is its own: set up and resume, evaluate,
-flush, save; the loop that calls them in turn, and the run's end, are `mclib.core.train`.
+`train_step` steps every run of a group in turn: lr, batch, then `device_step` (forward,
+loss, backward, clip, Adam), log. Each run (`_Run`) owns its model and Adam and has one method
+per stage of its life: set up and resume, evaluate, flush, save; the loop around them is
+`mclib.core.train`. `train.step` picks how the device part runs (`step_variant`, `WAYS`).
+Batches are drawn by CPU generators on every device, so a run's data do not depend on the device.
 """
 from __future__ import annotations
 
@@ -39,23 +31,14 @@ EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
 def make_optimizer(model, t, device: torch.device, state: dict | None = None,
                    capture_ready: bool | None = None) -> torch.optim.Optimizer:
-    """Adam (the paper) over the trainable parameters, one param group, with a saved `state`
-    loaded; the group carries its `base_lr` (from the profile, not the state), which the
-    warm-up scales (`set_lr`).
+    """Adam (`betas=(0.9, t.beta2)`) over the trainable parameters, one param group carrying its
+    `base_lr` (the profile's, which `set_lr` scales), with a saved `state` loaded if given.
 
-    capture_ready (default: on CUDA): `Adam(fused=True, capturable=True)` with the lr an fp32
-    tensor on the device, which `set_lr` writes before each step: Adam's kernels then read the
-    lr and the step counts from device memory, so a CUDA graph's replay of the step
-    (`mclib.core.graphstep`) trains as the eager step does; the eager step on CUDA runs the same
-    Adam, so the two are the same arithmetic. The lr Adam reads is then the fp32 nearest the
-    profile's (1e-4 -> 0.99999997e-4), where the fused Adam of revisions up to 2026-11-26 read the
-    float64 one: GPU runs since differ from slice A's in the last bits. Elsewhere the lr is a
-    Python float: on CUDA the fused kernel; on the CPU torch's foreach Adam (`foreach=True`, since
-    2026-11-27), the for-loop Adam's arithmetic op for op over lists of tensors, so every logged
-    loss of the default profile's 1 000 steps is the same bit for bit and the step is cheaper
-    (docs/performance.md, "The CPU step's levers"); the CPU's fused kernel rounds otherwise and
-    is not used. The saved state's flags and lr are another run's or device's (a CPU checkpoint
-    resumed on a GPU): this Adam keeps its own, and its step counts move where it keeps them."""
+    capture_ready (default: on CUDA): fused, capturable Adam whose lr is an fp32 device tensor
+    (`set_lr` writes it), so a CUDA graph's replay of the step trains as the eager step does;
+    the lr it reads is the fp32 nearest the profile's. Otherwise the lr is a float: fused Adam on
+    CUDA, foreach Adam on the CPU (the for-loop Adam's arithmetic to the bit, in fewer calls).
+    A loaded state keeps this Adam's own flags and lr, its step counts moved to this device."""
     capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if capture_ready:
@@ -81,8 +64,8 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None,
 
 
 def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
-    """The lr of Adam's next step: written into the device tensor that a capture-ready Adam
-    reads (`make_optimizer`; a kernel, no host sync, outside any graph), else the group's float."""
+    """Set the lr of Adam's next step: into the device tensor of a capture-ready Adam (no host
+    sync), else the group's float."""
     for group in opt.param_groups:
         if isinstance(group["lr"], torch.Tensor):
             group["lr"].fill_(lr)
@@ -91,10 +74,9 @@ def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
 
 
 def one_group(names: list[str], state: dict) -> dict:
-    """A saved Adam `state` of the parameters `names` (trainable, in the model's order) as one
-    param group. Runs saved at revision c6ddcac or earlier (2026-11-26) kept the token and
-    position embeddings in a second group after the others, for `train.embedding_lr` (removed):
-    their per-parameter states are put back in `names`' order, unchanged."""
+    """A saved Adam `state` of the trainable parameters `names` (in model order) as one param
+    group. A two-group state (token and position embeddings in a second group, as older runs
+    saved it) has its per-parameter states put back in `names`' order, unchanged."""
     groups = state["param_groups"]
     if len(groups) == 1:
         return state
@@ -112,19 +94,9 @@ def one_group(names: list[str], state: dict) -> dict:
 # --- one training step ---------------------------------------------------------------------
 
 def train_step(runs: list["_Run"]) -> torch.Tensor:
-    """One step of every run in `runs`, read top to bottom: lr, batch, then on the device
-    (`device_step`) forward, loss, backward, clip, Adam; log. Returns the `[run, 4]` losses of
-    this forward pass (L, L_obs, L_mask, mask value), left on the device: nothing inside a step
-    waits for a GPU.
-
-    Each run owns its model (the HF `MatrixBert` its checkpoints hold, or E19's `MatrixGPT`)
-    and its `torch.optim.Adam` (`make_optimizer`), so a run's numbers do not depend on the
-    runs stepped beside it. Everything that changes from step to step on the host is done
-    here, before the device part: the batch (into the run's fixed input buffers on CUDA) and
-    the lr (into the tensor Adam reads), so that a run with `train.step: cuda-graph` replays the
-    device part captured once (`mclib.core.graphstep.StepGraph`) and trains exactly as this
-    eager step does.
-    """
+    """One step of every run in `runs`: lr and batch on the host, then the device part
+    (`device_step`, or its CUDA graph's replay); the losses are logged on the device.
+    Returns the `[run, 4]` losses (L, L_obs, L_mask, mask value), left on the device."""
     out = []
     for r in runs:
         r.step += 1
@@ -140,13 +112,9 @@ def train_step(runs: list["_Run"]) -> torch.Tensor:
 
 
 def device_step(r: "_Run", batch: Batch) -> torch.Tensor:
-    """The device part of `train_step`, in order: forward, loss, backward, clip, Adam; returns
-    the `[4]` losses (L, L_obs, L_mask, mask value), a new tensor. Only L, the mean over all
-    entries, is differentiated: the other three are read under `no_grad`, so the backward runs
-    no kernels for them (their gradient was zero; the parameters' gradients are the same bits,
-    tests/test_graphstep.py). Nothing here reads a device value on the host or depends on a
-    host value that changes between steps (the lr is set before, `set_lr`), and every shape is
-    the profile's: what a CUDA graph can capture (`mclib.core.graphstep`)."""
+    """Forward, loss, backward, clip, Adam on `batch`; returns the `[4]` losses, a new tensor.
+    Only L is differentiated (the other three are read under `no_grad`). No host sync and no
+    host value that changes between steps, so a CUDA graph can capture it (`mclib.core.graphstep`)."""
     r.opt.zero_grad(set_to_none=True)          # the backward below writes the gradients afresh
     with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
         with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
@@ -171,14 +139,11 @@ STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why i
 
 
 class Way(NamedTuple):
-    """How a `train.step` variant runs the step: `compile`, the model through torch.compile (None:
-    not; "default", "reduce-overhead": its CUDA graphs around the model; "autotune": Inductor's
-    max-autotune for the GEMMs); `graph`, the whole device step (forward, loss, backward, clip,
-    Adam) as one CUDA graph (`mclib.core.graphstep.StepGraph`), around the compiled model where it
-    is compiled; `matmul_attention`, attention as plain matmuls and a softmax (HF's "eager"
-    attention, TF32 on a GPU in tf32) in place of sdpa's fp32 efficient-attention kernels;
-    `ahead`, batches made ahead on the device (`mclib.core.graphstep.BatchesAhead`: no
-    `pin_memory()` a step). None changes the model's parameters or their names."""
+    """How a `train.step` variant runs the step. compile: torch.compile of the model (None,
+    "default", "reduce-overhead", "autotune": Inductor's max-autotune GEMMs); graph: the whole
+    device step as one CUDA graph (`mclib.core.graphstep.StepGraph`); matmul_attention: HF's
+    "eager" attention instead of sdpa; ahead: batches made ahead on the device
+    (`mclib.core.graphstep.BatchesAhead`). None changes the parameters or their names."""
     compile: str | None = None
     graph: bool = False
     matmul_attention: bool = False
@@ -203,18 +168,10 @@ COMPILED_STEPS = tuple(n for n, w in WAYS.items() if w.compile)  # torch.compile
 
 
 def step_variant(profile: Profile, device: torch.device, emulated: bool = False, chosen: str | None = None) -> str:
-    """How a run's step runs on `device` (`train.step`, mclib.core.config.STEPS, `WAYS`): "eager";
-    "compile" (the model through torch.compile, default mode); "reduce-overhead" (torch.compile
-    with its CUDA graphs around the model); "cuda-graph" (the whole device step as one CUDA graph,
-    `mclib.core.graphstep`); and their combinations with matmul attention, batches made ahead, the
-    whole-step graph around a compiled model (`Way`). "auto": on the CPU "compile" where
-    `train.compile` says so, else "eager" (the CPU profiles' way, unchanged); on CUDA "compile"
-    where `train.compile` says so, else `chosen`: the faster of eager and cuda-graph, cuda-graph
-    only where it trained within the check's tolerance of eager over 20 steps in this process
-    (`mclib.core.variants.choose`, measured once per process and setting, said in one line, by the
-    code that builds the run), eager where none was given. A variant this device cannot run (CUDA
-    graphs off CUDA; a compile under emulated TF32, `emulated`) is said in one line, and the step
-    runs eagerly."""
+    """The `WAYS` variant a run's step runs as on `device`. "auto": "compile" where `train.compile`
+    says so, else "eager" on the CPU and `chosen` (`mclib.core.variants.choose`; default eager)
+    on CUDA. A variant this device cannot run (CUDA graphs off CUDA; a compile under emulated
+    TF32, `emulated`) falls back to "eager", said in one line."""
     t = profile.train
     wanted = t.step
     if wanted == "auto":
@@ -232,14 +189,10 @@ def step_variant(profile: Profile, device: torch.device, emulated: bool = False,
 
 
 def compile_model(model, variant: str, device: torch.device):
-    """The model a run's forward calls: `model` itself, or through torch.compile where the
-    variant's `Way` compiles (default mode; "reduce-overhead"; "autotune": Inductor's
-    `max_autotune_gemm`, its GEMMs chosen by timing candidates, no CUDA graphs of its own, the
-    whole-step graph being the variant's). On CUDA with Inductor's mix-order reduction off where
-    this torch has the switch: with it, Inductor (torch 2.10 and 2.11, the GPU image's) can return
-    a gradient of the wrong shape (pytorch/pytorch#178080: "invalid gradient at index k", what the
-    compiled step hit on the H100 lease of 2026-11-26); it is a GPU (Triton) switch, so CPU code
-    is unchanged. The compiled module wraps `model`: the parameters and their names are `model`'s."""
+    """The model a run's forward calls: `model`, or `torch.compile(model)` where the variant's
+    `Way` compiles. On CUDA, Inductor's mix-order reduction is turned off where torch has the
+    switch: with it, torch 2.10-2.11 can return a gradient of the wrong shape
+    (pytorch/pytorch#178080). The parameters and their names stay `model`'s."""
     how = WAYS[variant].compile if variant in WAYS else None
     if how is None:
         return model
@@ -253,27 +206,24 @@ def compile_model(model, variant: str, device: torch.device):
 
 
 def use_matmul_attention(model) -> None:
-    """Attention as plain matmuls and a softmax (HF's "eager" attention implementation) in
-    `model`, a `MatrixBert` running sdpa; a model on mclib's own attention (an attention bias:
-    already matmuls) or E19's GPT is left as it is. Parameters and their names do not change."""
+    """Switch a `MatrixBert` running sdpa to HF's "eager" attention (plain matmuls and softmax);
+    any other model is left as it is. Parameters and their names do not change."""
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) == "bert" and config._attn_implementation == "sdpa":
         model.set_attn_implementation("eager")
 
 
 class _Run:
-    """One run in the loop, from set up to end: its model and Adam (`train_step` steps them),
-    its folder, generators, step and metric rows. Each step of its life has one place, in the
-    order the loop (`mclib.core.train`) takes them: set up and resume (`__init__`), step
-    (`train_step`), evaluate, flush (with the stop rule's verdict), save; the loop records its
-    end (`mclib.core.ending.record_end`) from `finished` and `reason`."""
+    """One run in the loop: its model and Adam, folder, generators, step and metric rows. The loop
+    (`mclib.core.train`) calls, in order: set up and resume (`__init__`), step (`train_step`),
+    `evaluate`, `flush` (with the stop rule's verdict), `save`; it records the end from
+    `finished` and `reason`."""
 
     def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
-        """Set up the run of `job` (a `mclib.core.train.Job`) in its folder: its profile recorded,
-        then its model, Adam, generators and rows fresh, or as its newest intact checkpoint left
-        them (`mclib.core.checkpoints.resume_run`); chosen: what `train.step: auto` runs as on CUDA
-        (`step_variant`). A run that has already ended (its rule, a stop or its cap, at the
-        checkpoint it resumes from) is `finished` at once, with its `reason`."""
+        """Set up the run of `job` (a `mclib.core.train.Job`): its profile recorded, then its model,
+        Adam, generators and rows fresh or as its newest intact checkpoint left them
+        (`mclib.core.checkpoints.resume_run`). chosen: what `train.step: auto` runs as on CUDA.
+        A run that has already ended is `finished` at once, with its `reason`."""
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
         self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
         self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
@@ -306,9 +256,8 @@ class _Run:
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
         self.why_end = stop_rule(p, job.stop)  # why it ends on the rows so far (`mclib.core.ending.stop_rule`)
-        # why it has ended (None: the cap, or it trains on), set again at every flush; a run that
-        # had ended before end.json existed, or under another until or cap, is `finished` here
-        # and the loop records its end
+        # why it has ended (None: the cap, or it trains on), set again at every flush; a run whose
+        # rows already meet its rule is `finished` here and the loop records its end
         self.reason = self.why_end(self.rows)
         self.step_said = None  # the STEP_RAN record last written (`save`)
 
@@ -320,8 +269,8 @@ class _Run:
     @classmethod
     def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
                   chosen: str | None = None) -> "_Run":
-        """A fresh run with no folder, for timing the step (`step_function`): the model, the
-        data stream and the step, nothing saved. capture_ready: as `make_optimizer` (default: on CUDA)."""
+        """A fresh run with no folder, for timing the step: model, data stream and step, nothing
+        saved. capture_ready: as `make_optimizer` (default: on CUDA)."""
         run = cls.__new__(cls)
         run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
         run.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
@@ -332,13 +281,9 @@ class _Run:
         return run
 
     def _optimise(self) -> None:
-        """The run's Adam over its trainable parameters (with the saved state, on a resume),
-        and how its step runs (`step_variant`, its `Way`): the model's attention, the model its
-        forward calls (compiled where the way compiles), the graph that replays the device part
-        of the step (`mclib.core.graphstep.StepGraph`) where it has one, and where its batches come
-        from (`ahead`: made ahead on the device, `mclib.core.graphstep.BatchesAhead`). On a
-        capture-ready run (CUDA) the batch comes into fixed buffers (`inputs`, made at the first
-        batch)."""
+        """Build the run's Adam (with the saved state on a resume) and its step's `Way`: attention,
+        the (compiled) model its forward calls, the `StepGraph` where it has one, and `BatchesAhead`
+        where batches are made ahead; on CUDA the batch goes into fixed buffers (`inputs`)."""
         from .graphstep import BatchesAhead, StepGraph
 
         self.model.train()
@@ -357,13 +302,12 @@ class _Run:
         self.ran_from = self.step + 1  # the first step that ran this way (STEP_RAN)
 
     def emulates_tf32(self) -> bool:
-        """TF32 emulated (tf32 off CUDA): compiled code would bypass the emulation, so the
-        model runs eagerly, said once in `check_precision`'s line."""
+        """Whether TF32 is emulated (tf32 off CUDA); such a run steps eagerly."""
         return self.t.precision == "tf32" and self.device.type != "cuda"
 
     def forward(self, batch: Batch) -> torch.Tensor:
-        """`predict` through the compiled model; a compile that cannot run here (no C++
-        compiler, an unsupported backend) is said in one line and the run goes on eagerly."""
+        """`predict` through the compiled model; a compile that fails here is said in one line and
+        the run goes on eagerly."""
         try:
             if self.variant == "reduce-overhead":  # a new step: the last one's graph outputs are free to reuse
                 torch.compiler.cudagraph_mark_step_begin()
@@ -376,9 +320,8 @@ class _Run:
             return predict(self.model, batch)
 
     def fall_back(self, error: Exception, variant: str, what: str) -> None:
-        """`what` (torch.compile, a CUDA graph's capture) of the step `variant` failed with `error`
-        at this step: said in one line, and the step runs eagerly from here on (`STEP_RAN` says
-        so at the next save)."""
+        """`what` (torch.compile, a CUDA graph's capture) of the step `variant` failed with `error`:
+        said in one line; the step runs eagerly from here on (`STEP_RAN` says so at the next save)."""
         self.fell_back = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]}"
         self.ran_from = self.step
         print(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly",
@@ -393,9 +336,8 @@ class _Run:
         return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 
     def batch(self) -> Batch:
-        """The next training batch of the run's generator, on the device: on a capture-ready
-        run (CUDA) copied into its fixed input buffers (`mclib.core.graphstep.StaticBatch`), which
-        the step reads at the same addresses every time."""
+        """The next training batch of the run's generator, on the device; on a capture-ready run
+        copied into its fixed input buffers (`mclib.core.graphstep.StaticBatch`)."""
         d = self.profile.data
         with record_function("mclib::data"):  # named for benchmarks/step_profile.py
             draw = lambda: sample_batch(self.t.batch, d.n, d.rank, d.p_mask, self.gens["data"], dist=d.dist)
@@ -426,14 +368,10 @@ class _Run:
         return self.why_end(self.rows)
 
     def save(self, final: bool) -> None:
-        """Save the run at this step: what ran (STEP_RAN, where it changed), the metric rows not
-        yet in metrics.csv, then the checkpoint (`mclib.core.checkpoints.save_checkpoint`), with
-        Adam's state every `train.state_every` steps and at the end (`final`); then
-        `checkpoints.keep` (`prune_checkpoints`).
-
-        STEP_RAN says the step variant the profile asked for, the one it resolved to here, the one
-        that ran (eager after a failed capture or compile) and why, from which step on: written
-        at the run's first save and at the first save after a fallback changed it."""
+        """Save the run at this step: `STEP_RAN` where it changed (the variant asked for, resolved,
+        run, why it fell back, from which step), the metric rows not yet in metrics.csv, then the
+        checkpoint (Adam's state every `train.state_every` steps and when `final`); then prune
+        (`checkpoints.keep`)."""
         said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
                 "fell_back": self.fell_back, "from_step": self.ran_from}
         if said != self.step_said:
@@ -448,8 +386,8 @@ class _Run:
 
 
 def steps_of(runs: list["_Run"]) -> Callable[[], torch.Tensor]:
-    """A function that runs one `train_step` of in-memory `runs` and drops the logged rows the
-    loop would have written (nothing is saved); it returns the `[run, 4]` losses."""
+    """A function that runs one `train_step` of in-memory `runs` and discards the logged rows;
+    it returns the `[run, 4]` losses."""
     def step() -> torch.Tensor:
         out = train_step(runs)
         for r in runs:

@@ -1,32 +1,12 @@
-"""The training loop (docs/protocol.md, §1.4) that survives interruption.
+"""The training loop (docs/protocol.md, §1.4): `train`, `train_group`, and the seeds side by side.
 
-A run lives in one folder (`mclib.core.runs`: its layout and files; its checkpoints
-`mclib.core.checkpoints`, its end `mclib.core.ending`); one process trains it at a time
-(`only_trainer`). Running `train` again on the same folder resumes
-from the newest checkpoint; on the CPU the result is bit-identical to a run that was
-never interrupted (the data generator, Adam's state and the step are all restored).
-
-Metrics are those of the training batch itself, from the forward pass that computes
-the gradient (before the update). The authors instead re-ran the model on the same
-batch after the update; our numbers are therefore one update "older" and cost no
-extra forward pass. `eval_*` columns are fresh matrices every `eval_every` steps.
-
-Several runs (seeds, E15's runs, sweeps) train side by side on a Dask cluster
-(`mclib.core.jobs`: worker processes on this machine, one thread each when the profile pins
-`train.threads: 1`, or a cluster's workers); a run's numbers do not depend on which
-process trains it.
-
-The step and the run it steps are `mclib.core.step` (`train_step`, `_Run`); the device and
-precision `mclib.core.precision`; how `train.step: auto` runs on CUDA `mclib.core.variants`
-(`choose`). This file is the loop around the step (`_train`), read top to bottom; each step of
-a run's life has one place, which the loop calls in turn: set up and resume (`_Run`, from
-`mclib.core.checkpoints.resume_run`), end (`mclib.core.ending.record_end`, at the top of each
-pass, for a run that ended in the last pass or before this process: the rule, a stop, the cap,
-a deadline, a signal), step (`train_step`), evaluate (`_Run.evaluate`), flush the logged losses
-and ask the stop rule (`_Run.flush`, `mclib.core.ending.stop_rule`), save (`_Run.save`).
-Several runs of one `train_group` call each own their model and Adam; the step goes over them
-one after another. (Until revision d54ea56, 2026-11-26, a second copy of the architecture,
-`mclib/core/stacked.py`, trained R runs stacked into one model: `train.fast`.)
+A run lives in one folder (`mclib.core.runs`), trained by one process at a time (`only_trainer`).
+Training a folder again resumes from its newest checkpoint; on the CPU the result is
+bit-identical to an uninterrupted run. Logged metrics are those of the training batch's own
+forward pass, before the update (the authors re-ran the model after it); `eval_*` columns are
+fresh matrices every `eval_every` steps. A run whose checkpoints would not fit its disk is
+refused before it starts (`check_disk`). The step and the run are `mclib.core.step`; several
+runs go to a Dask cluster through `mclib.core.jobs`.
 """
 from __future__ import annotations
 
@@ -56,26 +36,8 @@ from .variants import auto_step
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
           stop: Callable[[list[dict]], bool] | None = None,
           init_model: MatrixBert | None = None, *, newest_only: bool = False, deadline: float | None = None) -> Path:
-    """Train (or resume) `profile` in `run_dir`; returns run_dir.
-
-    One trainer at a time per folder: a second process that tries to train the same
-    folder gets a one-line error instead of interleaving its checkpoints with the first's.
-
-    stop: called with the metric rows at every log flush; returning True ends the run
-    early with a checkpoint (used by the profile sweep to stop soon after the drop).
-    With `train.until: converged` the profile's own rule (`mclib.core.ending.convergence_stop`)
-    is checked the same way, `train.steps` being the cap. When a run ends, `end.json`
-    records why (`mclib.core.ending.run_end`: converged, cap, steps or stopped).
-    init_model: start from this model instead of a fresh one (E15: a model with one
-    component re-initialised and the rest frozen); its frozen parameters stay frozen,
-    also after a resume.
-    newest_only: with `checkpoints.keep: analysis`, keep only the newest checkpoint (a run
-    of which the book reads the metrics and the end: other seeds, E15's runs).
-    A run whose checkpoints would not fit on its disk (`mclib.core.checkpoints.check_disk`) is
-    refused before it starts, with a one-line error.
-    deadline: a `time.time()` at which the run saves a resumable checkpoint and ends "cut"
-    (end.json; SIGTERM and SIGINT do the same); training it again continues from there.
-    """
+    """Train (or resume) `profile` in `run_dir` and return it; the arguments are `Job`'s, and
+    deadline (a `time.time()`) or SIGTERM/SIGINT saves a resumable checkpoint and ends "cut"."""
     return train_group([Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress,
                        deadline=deadline)[0]
 
@@ -85,23 +47,21 @@ class Job:
     """One run of a `train_group` call: what `train` takes."""
     profile: Profile
     run_dir: Path
-    stop: Callable[[list[dict]], bool] | None = None
-    init_model: MatrixBert | None = None
-    newest_only: bool = False
+    stop: Callable[[list[dict]], bool] | None = None  # asked with the rows at every flush: True ends the run ("stopped")
+    init_model: MatrixBert | None = None  # start from this model (E15); its frozen parameters stay frozen on resume
+    newest_only: bool = False  # with checkpoints.keep: analysis, keep only the newest checkpoint
 
 
 def process_key(profile: Profile) -> tuple:
-    """Runs of one `train_group` call share this key: what a process sets once for all of
-    them (the device, the precision's TF32 switch, torch's thread count). Everything else
-    (architecture, seeds, lrs, warm-up, step counts, frozen groups, compile) may differ."""
+    """What runs of one `train_group` call must share (device, precision, torch threads): process-wide
+    settings. Everything else may differ."""
     t = profile.train
     return str(resolve_device(t.device)), t.precision, t.threads
 
 
 def train_group(jobs: list[Job], progress: bool = False, deadline: float | None = None) -> list[Path]:
-    """Train (or resume) several runs in one process, stepped one after another (`train_step`):
-    each run its own model and Adam, so its numbers do not depend on which runs it trained
-    beside (tests/test_train.py). Returns the folders."""
+    """Train (or resume) several runs in one process, stepped one after another, each with its own
+    model and Adam (so its numbers do not depend on its neighbours). Returns the folders."""
     if not jobs:
         return []
     if len({process_key(j.profile) for j in jobs}) > 1:
@@ -121,8 +81,8 @@ def train_group(jobs: list[Job], progress: bool = False, deadline: float | None 
 
 @contextlib.contextmanager
 def only_trainer(run_dir: Path):
-    """An exclusive lock on run_dir/.lock for as long as this process trains the folder
-    (the OS drops it when the process dies, so a killed run never leaves it stale)."""
+    """An exclusive lock on run_dir/.lock while this process trains the folder (the OS drops it
+    when the process dies); a second trainer gets a one-line error."""
     try:
         import fcntl
     except ImportError:  # Windows has no fcntl: no guard there
@@ -140,10 +100,8 @@ def only_trainer(run_dir: Path):
 
 
 class _CutSignals:
-    """While training, SIGTERM and SIGINT ask the loop to save and end (the run ends "cut",
-    `mclib.core.ending.RunEnd`) instead of dying between checkpoints; a second signal
-    raises KeyboardInterrupt at once. Only the main thread can take signals: elsewhere (a
-    Dask worker's thread) nothing is installed."""
+    """While training, SIGTERM and SIGINT ask the loop to save and end "cut"; a second signal raises
+    KeyboardInterrupt. Installed only in the main thread (not in a Dask worker's)."""
 
     def __init__(self):
         self.requested = False
@@ -168,13 +126,10 @@ class _CutSignals:
 
 
 def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> None:
-    """The loop. Each pass: the runs that have ended (rule, stop, cap or cut, in the last pass
-    or before this process) record their end and leave; a `train_step` of every other run; then
-    per run, in this order: evaluate (every eval_every), flush the logged losses and ask the
-    stop rule (every log_every), checkpoint (every save_every, and at the end; Adam's state
-    every state_every). A cut comes from `deadline` (a `time.time()`) or a signal
-    (`_CutSignals`): every run then flushes, saves a resumable checkpoint and ends "cut" at the
-    step it reached."""
+    """The loop. Each pass: runs that have ended record their end and leave; one `train_step` of
+    the others; then per run: evaluate (every eval_every), flush and ask the stop rule (every
+    log_every), checkpoint (every save_every and at the end). On a cut (`deadline` or a signal)
+    every run flushes, saves a resumable checkpoint and ends "cut"."""
     t = jobs[0].profile.train
     device = resolve_device(t.device)
     set_precision(device, t.precision)
@@ -222,14 +177,11 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
     bar.close()
 
 
-# --- several runs side by side --------------------------------------------------------------
-# On a Dask cluster (mclib.core.jobs): the local one by default, a running scheduler or a batch
-# system when $MCLIB_CLUSTER (the CLI's --cluster) names one.
+# --- several runs side by side, on a Dask cluster (mclib.core.jobs) --------------------------
 
 def parallel_runs(profile: Profile) -> int:
-    """How many runs of `profile` train at once on the local cluster (`mclib.core.jobs.local_workers`):
-    on the CPU with `train.threads` pinned, as many as the cores hold at that many threads
-    each; on a GPU, or with torch's default threads (0), one run at a time."""
+    """How many runs of `profile` train at once on the local cluster
+    (`mclib.core.jobs.local_workers`)."""
     from .jobs import local_workers, needs_gpu
 
     return local_workers(profile.train.threads, needs_gpu(profile))
@@ -242,18 +194,16 @@ def _seed_stop(profile: Profile, after_drop: int | None):
 
 
 def train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
-    """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its
-    drop; such a run (another seed: the book reads its metrics) keeps only its newest checkpoint
-    under `checkpoints.keep: analysis`."""
+    """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its drop
+    (then keeping only its newest checkpoint)."""
     return train(profile, run_dir, progress=False, stop=_seed_stop(profile, after_drop),
                  newest_only=after_drop is not None)
 
 
 def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path, int | None]]:
-    """The runs of `seed_run_dirs` that are not complete, as `train_seed` arguments
-    (profile, folder, after_drop), the book's run first. The book's run trains to the
-    profile's last step; the others stop `analysis.after_drop` steps after their drop
-    (None: they too train to the last step), since what the book reads from them is the drop."""
+    """The incomplete runs of `seed_run_dirs` as `train_seed` arguments (profile, folder, after_drop),
+    the book's run first: it trains to the last step, the others stop `analysis.after_drop` steps
+    after their drop (None: to the last step)."""
     after = profile.analysis.after_drop
     profile = with_device(profile)
     jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after)
@@ -262,9 +212,8 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
 
 
 def train_seeds(profile: Profile, run_dir: str | Path, cluster: str | None = None) -> dict[int, Path]:
-    """Train (resume, or find complete) every run of `seed_run_dirs`, side by side on a
-    Dask cluster (`mclib.core.jobs.run_profile_jobs`; cluster: its address, default the local
-    one or $MCLIB_CLUSTER); returns {seed: folder}. Nothing starts when all are complete."""
+    """Train (or find complete) every run of `seed_run_dirs` on a Dask cluster (`cluster`: its
+    address, default local or $MCLIB_CLUSTER); returns {seed: folder}."""
     from .jobs import run_profile_jobs
 
     run_profile_jobs(profile, train_seed, seed_jobs(profile, run_dir), cluster)
