@@ -1,33 +1,18 @@
 """mclib's attention function, registered with transformers as the implementation "mclib".
 
-In transformers 5.x `head_mask` is gone and "sdpa" returns no probabilities, so a model
-whose attention must be seen or changed is routed through this one function. It computes
-BERT's eager attention
+BERT's eager attention with two hook points (transformers 5.x's sdpa returns no
+probabilities and has no head_mask), for the object attached to the module as `mclib_hooks`
+(`mclib.core.hooks`: `blocks.{l}.attn.hook_pattern`, `blocks.{l}.attn.hook_z`):
 
-    probs = softmax(q kᵀ · scaling + mask)      [batch, head, query, key]
-    z     = probs @ v                           [batch, head, query, d_head]
+    probs = softmax(q kᵀ · scaling + mask [+ bias])   [batch, head, query, key]
+    probs = hooks.pattern(layer, probs)
+    z     = hooks.z(layer, probs @ v)                 [batch, head, query, d_head]
 
-(with the attention bias `model.attn_bias` added to the logits when it is set: such a
-model always runs this function, `model.attention_for`), and offers two hook points to
-the object attached to the module as `mclib_hooks`, if any:
-
-    probs = hooks.pattern(layer, probs)          between the two lines
-    z     = hooks.z(layer, z)                    after the second
-
-With no hooks attached it is exactly the eager attention. The object is
-`mclib.core.hooks`' (the names `blocks.{l}.attn.hook_pattern` and `blocks.{l}.attn.hook_z`).
-
-The attention bias (after Gopalani & Hu 2025, docs/protocol.md §5): a constant
-`strength` added to the logit of every query toward a set of keys, in every head of every
-layer, from the first step to the last:
-
-    scores = q kᵀ · scaling + strength · [key in target(query)]
-
-with target "row_col" (the other keys of the query's own row and column: what the row and
-column heads of the solution read) or "other" (the keys in neither, the control). Adding b
-to a logit multiplies that key's unnormalised weight by e^b, so strength b is the
-follow-up's multiplicative factor c = e^b on a softmax map. The key sets are
-`position_masks`, the one definition that chapter 03's head scores use too.
+With no hooks it is exactly the eager attention. The attention bias (after Gopalani & Hu
+2025, docs/protocol.md §5), set on the modules by `MatrixBert`, adds a constant `strength` b
+to every query's logits toward its target keys (`bias_keys`: "row_col", the other keys of its
+row and column, or "other", the control), in every head and layer: it multiplies those keys'
+unnormalised weights by c = e^b. `position_masks` are the key sets chapter 03 scores heads with.
 """
 from __future__ import annotations
 

@@ -1,23 +1,13 @@
-"""FLOPs of the model, counted in one place (used by benchmarks/train_step.py and docs/performance.md).
+"""FLOPs of a `MatrixBert` training step, counted in one place (benchmarks/train_step.py, docs/performance.md).
 
-What is counted: the matrix multiplications, 2 FLOPs (one multiply, one add) per
-multiply-accumulate. Per token, one forward pass through `MatrixBert` costs
+Matmuls only, 2 FLOPs per multiply-accumulate; with N_mm the weights that multiply
+activations (`matmul_params`), s = n² tokens a matrix and T = batch · s tokens:
 
-    2 · N_mm                   every weight matrix: per layer Q, K, V, output (4 h²) and
-                               the two MLP matrices (2 h·i), plus the read-out (h)
-  + 4 · layers · s · h         attention scores Q Kᵀ (2 s h) and the weighted sum A V (2 s h),
-                               summed over heads (heads · d_head = h), s = n² tokens
+    train_step_flops = 3 · T · (2 · N_mm + 4 · layers · s · hidden)
 
-and training costs 3× the forward (the backward computes two matmuls per forward
-matmul: the gradient of the input and of the weight; for attention the gradients of
-Q, K and V and of the scores, again twice the forward). So, with T = batch · n² tokens,
-
-    train_step_flops = 3 · T · (2 · N_mm + 4 · layers · n² · hidden)
-
-Not counted (all O(T · h) or less, under 1 % here): the embedding look-ups and their
-scatter-add gradient, biases, layer norms, GELU, softmax, the loss and Adam's update.
-The count equals what `torch.utils.flop_counter.FlopCounterMode` reports for a
-forward + backward pass (tests/test_flops.py).
+(the backward is twice the forward). Not counted, all under 1 %: embeddings, biases, layer
+norms, GELU, softmax, the loss, Adam. tests/test_flops.py checks the count against
+`torch.utils.flop_counter.FlopCounterMode`.
 """
 from __future__ import annotations
 
@@ -43,19 +33,15 @@ def train_step_flops(cfg: ModelConfig, n: int, batch: int) -> int:
 
 
 def authors_step_flops(cfg: ModelConfig, n: int, batch: int, eval_batch: int = 64) -> int:
-    """The authors' step: a training step, then a forward pass on the same batch after the
-    update and one on `eval_batch` fresh matrices (docs/protocol.md, §1.4)."""
+    """A training step plus forward passes on the batch after the update and on `eval_batch` fresh matrices."""
     return train_step_flops(cfg, n, batch) + forward_flops(cfg, n, batch) + forward_flops(cfg, n, eval_batch)
 
 
 def train_memory_bytes(profile) -> int:
-    """Bytes a training run of `profile` holds at its peak, estimated (an upper bound, for
-    refusing a run that cannot fit before it starts; not a measurement): fp32 weights,
-    gradients and Adam's two moments (16 bytes a parameter), plus the activations the
-    backward keeps, per layer 4 bytes × (T·(8·hidden + 2·intermediate) + 2·batch·heads·s²)
-    with s = n² tokens a matrix and T = batch·s (the inputs of the four attention
-    products, the two layer norms and the MLP, and the attention scores and probabilities
-    as eager attention keeps them; sdpa keeps less)."""
+    """Peak bytes of a training run of `profile`, an upper-bound estimate for refusing runs that
+    cannot fit: 16 bytes a parameter (weights, gradients, Adam's two moments) plus, per layer,
+    4 bytes × (T·(8·hidden + 2·intermediate) + 2·batch·heads·s²) of kept activations
+    (s = n², T = batch·s; eager attention's scores and probabilities included)."""
     m, d, t = profile.model, profile.data, profile.train
     s = d.n * d.n
     tokens = t.batch * s

@@ -1,22 +1,13 @@
-"""The GPT variant of the paper's appendix (E19): a causal decoder built from transformers'
-GPT-2 classes that reads the masked matrix, a separator, then the full matrix, and is
-trained with teacher forcing to predict each entry of the full matrix.
+"""E19's GPT: a causal decoder (transformers' GPT-2 classes) that reads the masked matrix, a
+separator, then the full matrix, and predicts each entry of the full matrix, teacher-forced.
 
-    tokens   [batch, 2·n² + 1] = masked matrix (positions 0 … n² - 1, MASK_ID where masked),
-             SEP (position n²), X (positions n² + 1 … 2·n², no mask)
-    position n² + k (the SEP for k = 0, else the token of entry k - 1) predicts entry k of X
-    values   [batch, n, n]  the predictions of the n² entries: the output at positions
-             n² … 2·n² - 1 (the last token, entry n² - 1, predicts nothing)
+    tokens  [batch, 2·n² + 1]: masked matrix (MASK_ID where masked), SEP (position n²), X
+    values  [batch, n, n]: the read-out at positions n² … 2·n² - 1 (position n² + k predicts entry k)
 
-Its loss is the MSE over those n² predictions (`mclib.core.metrics.losses`, pooled): L over
-all of them, L_obs over the entries observed in the prompt (the model can copy them from
-there), L_mask over the masked ones (it must complete them; with teacher forcing, the true
-values of the entries before k are in its input). The paper trains it with cross-entropy
-over tokens; we use the BERT chapters' MSE on values (a linear read-out on every position,
-as `MatrixBert`), so that the two models' losses are the same quantities (book chapter 08).
-
-Same vocabulary as BERT (values on the 0.01 grid, MASK_ID 0), plus the separator SEP_ID =
-VOCAB_SIZE. No dropout. A checkpoint is an HF folder (`MatrixGPT.from_pretrained`).
+Its loss is the BERT chapters' MSE on values (L, L_obs over the entries observed in the prompt,
+L_mask over the masked ones), where the paper uses cross-entropy over tokens, so that the two
+models' losses are the same quantities (chapter 08). BERT's vocabulary plus SEP_ID =
+VOCAB_SIZE; no dropout; a checkpoint is an HF folder.
 """
 from __future__ import annotations
 

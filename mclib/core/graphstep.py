@@ -1,39 +1,14 @@
-"""The training step as one CUDA graph (`train.step: cuda-graph`), and the check that any way
-of running the step trains as the eager step does.
+"""The training step as one CUDA graph (`train.step: cuda-graph` and its kin, `mclib.core.step.WAYS`).
 
-A CUDA graph records the kernels of one step once (`torch.cuda.graph`) and then launches all
-of them with one call a step (`CUDAGraph.replay`), where the eager step launches some 260-300
-kernels from Python (docs/performance.md). A replay runs exactly the recorded kernels on exactly
-the recorded addresses, and none of the Python around them (around a compiled model too:
-`train.step` compile-graph and its kin, `mclib.core.step.WAYS`). So the part of the step that is
-captured (`mclib.core.step.device_step`: forward, loss, backward, clip, Adam) is written so that
-
-- its inputs are buffers at fixed addresses (`StaticBatch`): each step's batch is still sampled
-  on the host by the run's CPU generator, the same matrices on any device, and copied in through
-  pinned memory without waiting;
-- no host value in it changes between steps: the warm-up's lr is a device tensor that the host
-  writes before the replay and Adam reads (`make_optimizer(capture_ready=True)`: fused and
-  capturable; Adam's step counts live on the device too), and nothing reads a device value back;
-- its shapes are the profile's, the same every step;
-- Adam's state exists before the capture (`warm_up`): a first step that created it would record
-  the allocation inside the graph, and the parameters' and the state's addresses never change
-  after it (Adam updates them in place).
-
-`StepGraph` warms the step up on a side stream (PyTorch's recipe for whole-network capture),
-puts the parameters and Adam's state back as they were, bit for bit, captures one step and from
-then on replays it; the losses are cloned out of the graph's output after each replay (the next
-replay overwrites it). A capture that fails leaves the run as it was, says why in one line, and
-the run steps eagerly; its cause is the step's own error, not the "invalidated" capture that
-`capture_end` reports after it. On a CUDA device the replayed step is the eager step's kernels, but
-CUDA does not promise that a captured call picks the same cuBLAS algorithm as an eager one, so the
-graph is held to the tolerance every variant is held to (`mclib.core.variants.compare`; whether it
-is also bitwise equal is shown, not required; benchmarks/lease_step.py checks it on every lease). The graph holds its run weakly: a run and its graph's memory pool go as soon as the run is
-dropped, not at the garbage collector's next pass (`release` frees the pool at once).
-
-The check lives in `mclib.core.variants` (`trace` and `compare` run a variant from the seed's
-initial weights on the seed's batches against eager, `time_run` times it, `choose` is
-`train.step: auto` on CUDA): this module holds the capture only, and imports nothing of the
-step (`mclib.core.step`) or the training loop that use it.
+A graph records one step's kernels once and replays them with one call a step, on the same
+addresses and without the Python around them. The captured part
+(`mclib.core.step.device_step`) therefore reads its batch from fixed buffers (`StaticBatch`,
+filled each step from the host's CPU generator), reads its lr and Adam's step counts from
+device tensors (a capture-ready Adam), has the profile's fixed shapes, and finds Adam's state
+already created (`warm_up`). `StepGraph` warms up on a side stream, restores the parameters
+and Adam's state bit for bit, captures, then replays, cloning the losses out. A failed capture
+leaves the run as it was, says why in one line (the step's own error), and the run steps
+eagerly. Whether a variant trains as eager does is checked in `mclib.core.variants`.
 """
 from __future__ import annotations
 
@@ -70,13 +45,10 @@ class StaticBatch:
 
 
 class BatchesAhead:
-    """A run's training batches made AHEAD at a time (`train.step`'s `ahead` variants): drawn from
-    the run's generator in order on the host, as the step would draw them one by one, stacked,
-    pinned once and copied to the device in one go; each step then takes the next (a view on the
-    device: a device-to-device copy into the input buffers, no `pin_memory()` on the host path).
-    The generator's state before each batch is kept, so a save (`rewind`) puts the generator back
-    to the first batch not yet taken: a checkpoint holds the generator as the step-by-step path
-    leaves it, and a resumed run draws the same batches."""
+    """A run's batches made `AHEAD` at a time (the `ahead` variants): drawn in order from the run's
+    generator on the host, stacked and copied to the device in one go; each step takes the next.
+    The generator's state before each batch is kept, so `rewind` (at a save) puts it back to the
+    first batch not taken: a resumed run draws the same batches."""
 
     AHEAD = 32  # batches a draw makes (the paper's batch: ~5 MB on the device)
 
@@ -119,9 +91,8 @@ def snapshot(run) -> list[tuple[torch.Tensor, torch.Tensor, dict | None]]:
 
 @torch.no_grad()
 def restore(run, saved: list[tuple[torch.Tensor, torch.Tensor, dict | None]]) -> None:
-    """Put the parameters and Adam's state back to `saved` in place (their addresses stay). A
-    state that did not exist then is zeroed: step 0 and zero moments are what Adam's first step
-    starts from when it creates them, so the next step is the same bits either way."""
+    """Put the parameters and Adam's state back to `saved` in place (their addresses stay); a
+    state that did not exist then is zeroed, which is where Adam's first step starts anyway."""
     for p, value, state in saved:
         p.copy_(value)
         for k, v in run.opt.state.get(p, {}).items():
@@ -130,10 +101,9 @@ def restore(run, saved: list[tuple[torch.Tensor, torch.Tensor, dict | None]]) ->
 
 
 def warm_up(run, step: Callable, batch: Batch, steps: int = WARM_UP_STEPS) -> None:
-    """`steps` steps of `step(run, batch)` (on CUDA on a side stream, as a capture wants), then
-    the parameters and Adam's state put back as they were, bit for bit, the gradients dropped:
-    afterwards Adam's state exists (materialised, at its final addresses) and the run trains on
-    exactly as if the warm-up had not happened. The batch and the lr are not drawn or changed."""
+    """`steps` steps of `step(run, batch)` (on a CUDA side stream), then parameters and Adam's state
+    restored bit for bit and the gradients dropped: Adam's state then exists at its final
+    addresses and the run trains on as if nothing had happened."""
     saved = snapshot(run)
     try:
         if run.device.type == "cuda":
@@ -153,10 +123,9 @@ def warm_up(run, step: Callable, batch: Batch, steps: int = WARM_UP_STEPS) -> No
 
 
 class StepGraph:
-    """The device part of a run's step (`step(run, batch)`, mclib.core.step.device_step)
-    captured as one CUDA graph at the first `replay` and replayed from then on. It holds its run
-    weakly (the run holds it as `run.graph`): no reference cycle keeps the graph's memory pool
-    alive after the run."""
+    """The device part of a run's step (`step(run, batch)`) captured as a CUDA graph at the first
+    `replay` and replayed from then on. It holds its run weakly, so the graph's memory pool goes
+    with the run."""
 
     def __init__(self, run, step: Callable[..., torch.Tensor]):
         self._run, self.step = weakref.ref(run), step
@@ -177,9 +146,9 @@ class StepGraph:
         self.graph, self.losses = None, None
 
     def replay(self, batch: Batch) -> torch.Tensor:
-        """The step on `batch` (the run's input buffers, already filled): the graph replayed, its
-        losses cloned out. A capture that fails says why in one line (and in `run.fell_back`),
-        leaves the run as it was, and this and every later step run eagerly."""
+        """The step on `batch` (the run's filled input buffers): the graph replayed, its losses cloned
+        out. A failed capture is said in one line (and `run.fell_back`), and this and every later
+        step run eagerly."""
         run = self.run
         if self.graph is None:
             try:
@@ -193,9 +162,8 @@ class StepGraph:
         return self.losses.clone()
 
     def _capture(self, batch: Batch) -> None:
-        """Warm up, then capture one step. Where the step itself fails inside the capture,
-        `capture_end` then fails too ("operation failed due to a previous error during capture"):
-        the step's error is the one raised, the cause, with capture_end's after it."""
+        """Warm up, then capture one step. Where the step itself fails in the capture, its error is
+        raised as the cause, capture_end's "previous error during capture" after it."""
         run = self.run
         if run.device.type != "cuda":
             raise RuntimeError(f"a CUDA graph needs CUDA, this run is on {run.device.type}")

@@ -5,27 +5,19 @@
     pred, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
     cache["blocks.0.attn.hook_pattern"]           # [batch, head, query, key]
 
-A hook is a pair (name, fn); `fn(tensor, name)` sees the activation and may return a
-replacement of the same shape (None keeps it). Hooks are torch's own module hooks on
-HuggingFace's sub-modules (`register_forward_hook`, `register_forward_pre_hook`) and, for
-the attention pattern and z, the hook points of mclib's attention function
-(`mclib.core.attention`); the forward pass is the model's own. Both ways in, `hooks` and
-`run_with_cache`, are `with`-scoped: every handle is removed and the attention
-implementation restored on the way out, also after an error. Several hooks on one name
-run in the order given, each seeing the last one's result; blocks may nest.
+A hook is a pair (name, fn); `fn(tensor, name)` may return a replacement of the same shape
+(None keeps it). Hooks are torch module hooks on HF's sub-modules, and for the pattern and z
+the hook points of `mclib.core.attention`. `hooks` and `run_with_cache` are `with`-scoped:
+nothing stays attached after them, also after an error. Several hooks on one name run in the
+given order; blocks may nest.
 
-BERT is post-LayerNorm: a block adds a sub-layer's output to its input and then
-normalises. The names follow TransformerLens' own BERT (`HookedEncoder`): `resid_mid`
-and `resid_post` are the sums BEFORE the LayerNorm, `normalized_resid_*` the LayerNorm's
-output. pos = n² positions (the matrix read row by row), l = 0 .. layers-1:
+BERT is post-LayerNorm; as in TransformerLens' `HookedEncoder`, `resid_mid` and `resid_post`
+are the sums before the LayerNorm, `normalized_resid_*` its output. pos = n², l = 0 .. layers-1:
 
     hook_embed                          [batch, pos, d_model]  token embeddings (word_embeddings)
     hook_pos_embed                      [1, pos, d_model]      position embeddings (one row per position, shared by the batch)
-    blocks.{l}.hook_resid_pre           [batch, pos, d_model]  the block's input: for l = 0 the embeddings'
-                                                               LayerNorm of embed + pos_embed (+ the zero token type),
-                                                               else block l-1's hook_normalized_resid_post
-    blocks.{l}.attn.hook_q / hook_k / hook_v
-                                        [batch, pos, head, d_head]  the query / key / value projections
+    blocks.{l}.hook_resid_pre           [batch, pos, d_model]  the block's input (l = 0: the embeddings' LayerNorm output)
+    blocks.{l}.attn.hook_q / _k / _v    [batch, pos, head, d_head]  the query / key / value projections
     blocks.{l}.attn.hook_pattern        [batch, head, query, key]   softmax(q kᵀ · scale)  (*)
     blocks.{l}.attn.hook_z              [batch, head, query, d_head] pattern @ v, before the output projection  (*)
     blocks.{l}.hook_attn_out            [batch, pos, d_model]  the attention output projection of z (no residual, no LayerNorm)
@@ -38,10 +30,8 @@ output. pos = n² positions (the matrix read row by row), l = 0 .. layers-1:
     blocks.{l}.hook_normalized_resid_post [batch, pos, d_model] that LayerNorm's output: the block's output
     hook_readout                        [batch, pos]           the read-out's output: the predictions the model returns
 
-(*) z keeps the attention function's layout, head before position (TransformerLens puts
-pos first). A hook on a pattern or z switches the model to mclib's attention function
-(the eager attention, `mclib.core.attention`) for the block; every other hook leaves the
-model's own implementation ("sdpa" or "eager") in place.
+(*) z is head-first, as the attention function returns it. A hook on a pattern or z switches
+the model to mclib's attention function for the block; other hooks keep "sdpa" or "eager".
 """
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
-"""TF32 on the CPU: the products an NVIDIA GPU computes with `allow_tf32`, emulated.
+"""TF32 emulated on the CPU: the products a GPU computes under `allow_tf32` (`train.precision: tf32`).
 
-With `torch.backends.cuda.matmul.allow_tf32 = True` (the paper setting's `train.precision:
-tf32`), cuBLAS multiplies fp32 matrices on the tensor cores: each input is cut to TF32 (8
-exponent bits, 10 mantissa bits, fp32's range) and the products are summed in fp32. The CPU
-has no TF32, so `train.precision: tf32` there runs `EmulateTF32`: every matrix product that
-cuBLAS computes on the GPU gets its two inputs rounded to 10 mantissa bits, and is then
-computed in fp32 as usual, in the forward pass and in the backward pass.
-
-Which products: those of the linear layers (`F.linear`: its forward product, and both
-gradient products of its backward) and `torch.matmul` (an `attention: eager` model's
-QKᵀ and PV, forward and backward). Not the attention of the `sdpa` model: in fp32 on a GPU
-of compute capability 8.0 or newer, PyTorch's memory-efficient attention kernel (the only
-fused one that takes fp32) multiplies with CUTLASS's `OpMultiplyAddFastF32`, three TF32
-products per fp32 product (`mem_eff_attention/gemm_kernel_utils.h`,
-`DefaultGemmType<ArchTag, float>`), which is about as exact as fp32 whatever `allow_tf32`
-says; on the CPU the same `sdpa` call is one fused fp32 kernel that this mode leaves alone.
-
-Rounding: to nearest, ties away from zero, as PTX's `cvt.rna.tf32.f32`. Which rounding
-cuBLAS's own conversion uses is not documented; a tie is one input in 2^13, too rare to
-move a training curve.
-
-The mode is a `TorchFunctionMode` that replaces those two calls with autograd functions
-(`_Linear`, `_Matmul`) whose backward rounds the incoming gradient and multiplies it with
-the rounded saved inputs; every other call passes through. `torch.compile`d code does not
-go through it, so an emulated run trains eagerly (mclib.core.step.step_variant).
+`EmulateTF32` rounds both inputs of every `F.linear` and `torch.matmul` on fp32 tensors to
+TF32's 10 mantissa bits (`round_tf32`) and multiplies in fp32, in the forward and backward
+passes (`_Linear`, `_Matmul`); every other call passes through. sdpa attention is left alone:
+on an sm80+ GPU its fp32 kernel uses 3xTF32 products, about as exact as fp32, whatever
+`allow_tf32` says. Rounding is to nearest, ties away from zero, as PTX's `cvt.rna.tf32.f32`.
+torch.compile'd code bypasses the mode, so an emulated run trains eagerly.
 """
 from __future__ import annotations
 
@@ -35,11 +17,9 @@ DROPPED_BITS = 13   # fp32 keeps 23 mantissa bits, TF32 10
 
 
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
-    """`x` (fp32) with its mantissa rounded to TF32's 10 bits (to nearest, ties away from
-    zero), a new contiguous fp32 tensor. In the bits: add half of the last kept place to the
-    magnitude, then clear the 13 dropped bits; a carry moves into the exponent as it should.
-    Infinities stay infinite and torch's NaN (0x7fc00000) stays NaN; a value within half a
-    TF32 place of fp32's largest rounds to infinity, as a format without those values must."""
+    """`x` (fp32) with its mantissa rounded to TF32's 10 bits, to nearest and ties away from zero,
+    as a new contiguous fp32 tensor. Infinities and torch's NaN stay; values within half a TF32
+    place of fp32's largest round to infinity. A non-fp32 `x` raises TypeError."""
     if x.dtype != torch.float32:
         raise TypeError(f"round_tf32 takes fp32 tensors, not {x.dtype}")
     bits = x.contiguous().view(torch.int32) + (1 << (DROPPED_BITS - 1))  # two kernels: this add
@@ -93,9 +73,8 @@ MATMUL = {torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__}
 
 
 class EmulateTF32(TorchFunctionMode):
-    """Inside this mode, `F.linear` and `torch.matmul` on fp32 tensors multiply TF32-rounded
-    inputs, forward and backward. `counts` tallies the calls it replaced ("linear",
-    "matmul"), for the tests and for a reader who wants to see what it touched."""
+    """Inside this mode, `F.linear` and `torch.matmul` on fp32 tensors multiply TF32-rounded inputs,
+    forward and backward; `counts` tallies the calls replaced ("linear", "matmul")."""
 
     def __init__(self):
         super().__init__()
