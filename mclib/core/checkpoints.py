@@ -1,18 +1,12 @@
 """A run's checkpoints: saved, read, found damaged and set aside, resumed from; which stay on disk.
 
-A checkpoint is a folder of the run folder (`mclib.core.runs`: `checkpoint_dir`, and the names
-of its files). Its `config.json` + `model.safetensors` are the model (HF's folder, what the
-analyses read); `train_state.pt` holds what resuming needs besides (Adam's state, the
-data generators, the step, the wall time). With `checkpoints.keep: analysis` only the
-newest checkpoint keeps its `train_state.pt`, and older ones are thinned as the run
-trains (`prune_checkpoints`); `check_disk` refuses runs whose checkpoints would not fit.
-
-A checkpoint is written to a temporary name and renamed into place (`runs.write_atomic`), so
-whatever exists is complete. A checkpoint damaged afterwards (a truncated copy, a full
-disk, a bad sector) is not read: `saved_steps` leaves out one whose files fail
-`checkpoint_damage`, a run whose newest checkpoint fails it is not complete
-(`mclib.core.ending.is_complete`), and the trainer, resuming (`resume_checkpoint`), sets a
-damaged newest checkpoint aside and resumes from the newest intact one, saying so in one line.
+A checkpoint is a folder of the run folder (`mclib.core.runs.checkpoint_dir`): HF's
+config.json + model.safetensors (what the analyses read) and train_state.pt (Adam's state,
+the generators, step and wall time: what resuming needs). It is written under a temporary
+name and renamed into place. One damaged afterwards (a truncated copy, a full disk) is not
+read: `saved_steps` leaves it out, and resuming (`resume_checkpoint`) sets it aside and
+resumes from the newest intact one, saying so in one line. `prune_checkpoints` applies
+`checkpoints.keep`; `check_disk` refuses runs whose checkpoints would not fit.
 """
 from __future__ import annotations
 
@@ -45,15 +39,12 @@ def _steps_with(run_dir: Path, name: str) -> list[int]:
 
 
 def saved_steps(run_dir: Path) -> list[int]:
-    """The steps whose model is saved and readable (what the analyses can read); a
-    checkpoint whose model fails `checkpoint_damage` is left out (`damaged_steps`)."""
+    """The steps whose model is saved and passes `checkpoint_damage` (what the analyses can read)."""
     return [s for s in _steps_with(run_dir, MODEL_FILE) if checkpoint_damage(checkpoint_dir(run_dir, s)) is None]
 
 
 def resumable_steps(run_dir: Path) -> list[int]:
-    """The steps a run can resume from: the model and `train_state.pt` (with
-    `checkpoints.keep: analysis`, only the newest). Their files are not checked here:
-    `resume_checkpoint` sets a damaged one aside."""
+    """The steps that have a train_state.pt, unchecked (`resume_checkpoint` sets a damaged one aside)."""
     return _steps_with(run_dir, STATE_FILE)
 
 
@@ -63,13 +54,9 @@ def _first_line(e: BaseException, limit: int = 160) -> str:
 
 
 def checkpoint_damage(folder: Path, state: bool = False) -> tuple[str, str] | None:
-    """Why the checkpoint in `folder` cannot be read, as (file name, what is wrong with it),
-    or None when it can. Cheap, no model is built: config.json must be a JSON object, and
-    model.safetensors' header must parse and cover the file exactly (safetensors checks it
-    against the file's size, so a truncated file fails); with state=True, train_state.pt
-    must be a whole zip archive (what torch.save writes; a truncated one has no central
-    directory). A file whose bytes are damaged but whose structure holds is not caught here:
-    `resume_checkpoint` loads the train state in full."""
+    """Why the checkpoint in `folder` cannot be read, as (file name, what is wrong), or None. Cheap
+    structural checks, no model built: config.json a JSON object, model.safetensors' header
+    parses and matches the file's size; with `state`, train_state.pt a whole zip archive."""
     folder = Path(folder)
     config = folder / CONFIG_FILE
     if not config.is_file():
@@ -96,9 +83,8 @@ def checkpoint_damage(folder: Path, state: bool = False) -> tuple[str, str] | No
 
 
 def damaged_steps(run_dir: Path) -> dict[int, str]:
-    """The saved checkpoints whose model cannot be read (`checkpoint_damage`), each with one
-    phrase saying which file and why: {60: "model.safetensors cannot be read (...)"}. The
-    analyses skip them (`saved_steps`); the book says so (`CheckpointSteps.skipped`)."""
+    """The saved checkpoints whose model fails `checkpoint_damage`, each with one phrase:
+    {60: "model.safetensors cannot be read (...)"}."""
     out = {}
     for s in _steps_with(run_dir, MODEL_FILE):
         damage = checkpoint_damage(checkpoint_dir(run_dir, s))
@@ -108,9 +94,8 @@ def damaged_steps(run_dir: Path) -> dict[int, str]:
 
 
 def run_device(run_dir: str | Path) -> torch.device:
-    """Where the analyses of a run compute: the device it trained on (its profile.yaml;
-    "auto" in a folder written before devices were recorded means CUDA if there is one),
-    or the CPU where that device is absent (a GPU run read on a laptop)."""
+    """Where a run's analyses compute: the device it trained on (its profile.yaml; "auto" means
+    CUDA if present), or the CPU where that device is absent."""
     device = run_profile(run_dir).train.device
     cuda = torch.cuda.is_available()
     return torch.device("cuda" if device in ("cuda", "auto") and cuda else "cpu")
@@ -137,9 +122,8 @@ EMBEDDING_TENSORS = {"word": "bert.embeddings.word_embeddings.weight",          
 
 
 def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
-    """The token and position tables saved at `step` (`EMBEDDING_TENSORS`, CPU float tensors) and
-    the model's n (`matrix_n` of its config.json), read from the weights file without building
-    the model: two tensors of the file, not all of it (chapter 04 reads every saved checkpoint)."""
+    """The token and position tables saved at `step` (`EMBEDDING_TENSORS`, CPU tensors) and the
+    model's n, read from the weights file without building the model."""
     path = saved_checkpoint(run_dir, step)
     with safe_open(str(path / MODEL_FILE), framework="pt") as f:
         tables = {key: f.get_tensor(name) for key, name in EMBEDDING_TENSORS.items()}
@@ -150,8 +134,7 @@ def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
 
 
 def train_wall(run_dir: Path) -> float:
-    """Training time (s) at the run's newest resumable checkpoint whose files pass
-    `checkpoint_damage` (where the run resumes); 0 for a run not started."""
+    """Training time (s) at the checkpoint the run would resume from; 0 for a run not started."""
     done = [s for s in resumable_steps(run_dir) if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None]
     return float(load_train_state(run_dir, done[-1])["wall"]) if done else 0.0
 
@@ -168,9 +151,8 @@ def set_aside_dirs(run_dir: Path) -> list[Path]:
 
 
 def set_aside(run_dir: Path, step: int) -> Path:
-    """Rename the checkpoint at `step` to checkpoints/damaged-step_NNNNNN (then -2, -3, ...
-    if a damaged copy of that step is set aside already) and return its new path: out of the
-    way of `saved_steps` and of a new checkpoint at the same step, and never deleted."""
+    """Rename the checkpoint at `step` to checkpoints/damaged-step_NNNNNN (-2, -3, ... where taken)
+    and return its new path; never deleted."""
     folder = checkpoint_dir(run_dir, step)
     aside = folder.with_name(DAMAGED + folder.name)
     k = 1
@@ -187,11 +169,9 @@ _STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfil
 
 def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
                       device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict] | None:
-    """The newest checkpoint a run resumes from, as (step, model, train state), or None
-    (nothing to resume: the run starts at step 0). A checkpoint with a file that cannot be
-    read (`checkpoint_damage`, or a train_state.pt that torch.load cannot load or that lacks
-    what resuming needs) is set aside (`set_aside`) and the next older one tried; each one
-    set aside is named on stderr in one line, with why and where the run resumes."""
+    """The newest checkpoint a run resumes from, as (step, model, train state), or None (start at
+    step 0). A checkpoint that fails `checkpoint_damage` or whose train state cannot be loaded or
+    lacks a key is set aside and the next older tried, each named on stderr in one line."""
     run_dir = Path(run_dir)
     aside: list[str] = []
     found = None
@@ -218,10 +198,8 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
 
 def resume_run(run_dir: Path, attention: str = "sdpa",
            device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict, list[dict]] | None:
-    """Where a run resumes, as (step, model, train state, metric rows), or None (nothing to
-    resume: the run starts at step 0): its newest intact checkpoint (`resume_checkpoint`) and
-    its metric rows up to it (`runs.resume_metrics`). Weights-only saves past it
-    (`train.state_every`) are removed: the run trains those steps again."""
+    """Where a run resumes, as (step, model, train state, metric rows up to it), or None; weights-only
+    saves past that step are removed (the run trains those steps again)."""
     found = resume_checkpoint(run_dir, attention, device)
     if found is None:
         return None
@@ -236,11 +214,8 @@ def resume_run(run_dir: Path, attention: str = "sdpa",
 
 def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict] | None, written: int = 0,
                     wall: float, device: torch.device | str = "cpu") -> int:
-    """The model at `step` (HF's folder), with `train_state.pt` (Adam's state `opt`, the
-    generators, the wall time) unless `opt` is None: a weights-only checkpoint, which the
-    analyses read and resuming skips (`train.state_every`). `rows`: every metric row so far, of
-    which metrics.csv holds the first `written` (0: none, the file is written whole): the rest
-    are appended first (`runs.append_metrics`); None leaves metrics.csv alone. Returns the
+    """Save the model at `step` (HF's folder) and, unless `opt` is None (a weights-only save),
+    train_state.pt; first append `rows[written:]` to metrics.csv (None: leave it). Returns the
     number of rows metrics.csv then holds."""
     # metrics first: on resume rows past the checkpoint are dropped, so a kill between
     # the two writes loses nothing.
@@ -260,37 +235,22 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
 
 
 # --- which checkpoints stay on disk (checkpoints.keep) ----------------------------------------
-# "all": every saved checkpoint stays whole (the laptop profiles: the analyses over training
-#   read every one, and a few MB each cost nothing).
-# "analysis": what the analyses read and what resuming needs, nothing more (the paper profile,
-#   whose checkpoints are 115 MB of weights and 229 MB of Adam state each):
-#   - only the newest checkpoint keeps its train_state.pt (resuming needs nothing older);
-#   - the book's run keeps the weights on a ladder (`ladder`) anchored at step 0, at its newest
-#     step and, once it has dropped, at its drop: every save near an anchor, sparser further
-#     away, so that pre (<= 0.3 x the drop), the transition around the drop and post are all
-#     still there for `place_checkpoints`, and the analyses over training see ~12-22 steps
-#     (at the paper's save_every of 1 000 and cap of 50 000); until the run drops, the
-#     profile's fixed `checkpoints` steps (the fallback of a run without a drop) stay too;
-#   - runs of which the book reads only the metrics and the end (the other seeds, E15's
-#     runs: `newest_only`) keep their newest checkpoint alone.
-#   - and, so that E2 reads the plateau over several checkpoints at both settings (chapter 02:
-#     the saves around pre), the ladder has one more anchor there: the profile's pre step (the
-#     paper's 4 000, where the paper setting's chapters read pre), every save within LADDER_DENSE
-#     intervals of it kept.
+# "all": every checkpoint stays whole. "analysis" (large models): only the newest checkpoint keeps
+# its train_state.pt; runs with `newest_only` keep their newest checkpoint alone; the book's run
+# keeps weights on a `ladder` anchored at step 0, the profile's pre step, its newest step and its
+# drop (dense near an anchor, sparser away), so pre, the transition and post stay for
+# `place_checkpoints`; until it drops, the profile's fixed `checkpoints` steps stay too.
 LADDER_DENSE = 3  # every save within 3 save intervals of an anchor stays
 
 
 def plateau_anchors(profile: Profile) -> list[int]:
-    """The ladder's anchors that do not move while a run trains: step 0, and the profile's pre step
-    (`checkpoints.pre`), around which chapter 02 reads E2 over the plateau's checkpoints."""
+    """The ladder's fixed anchors: step 0 and the profile's `checkpoints.pre`."""
     return [0] + ([profile.checkpoints.pre] if profile.checkpoints.pre else [])
 
 
 def ladder(saved: list[int], anchors: list[int], every: int, dense: int = LADDER_DENSE) -> set[int]:
-    """The steps of `saved` that stay: those within `dense`·every steps of an anchor, and
-    further away, at a distance in [2^(j-1), 2^j)·dense·every, those that are multiples
-    of 2^j·every. A step's distance to the newest step only grows, so a step that left
-    the ladder is never wanted back."""
+    """The steps of `saved` that stay: those within `dense`·every of an anchor, and at a distance in
+    [2^(j-1), 2^j)·dense·every those that are multiples of 2^j·every."""
     near = dense * every
     keep = set()
     for s in saved:
@@ -302,9 +262,8 @@ def ladder(saved: list[int], anchors: list[int], every: int, dense: int = LADDER
 
 
 def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_only: bool = False) -> list[int]:
-    """Apply `checkpoints.keep` to a run after it saved a checkpoint (see above); `rows`:
-    its metric rows so far. Returns the steps removed. The newest checkpoint (the one
-    resuming reads) is never touched."""
+    """Apply `checkpoints.keep` to a run after a save (`rows`: its metric rows so far); returns the
+    steps removed. The checkpoint the run would resume from is never removed."""
     if profile.checkpoints.keep == "all":
         return []
     run_dir = Path(run_dir)
@@ -333,8 +292,7 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
 
 
 def checkpoint_bytes(profile: Profile) -> tuple[int, int]:
-    """(weights, train_state) bytes of one checkpoint of `profile`: fp32 parameters, and
-    Adam's two moments of every trainable one."""
+    """(weights, train_state) bytes of one checkpoint of `profile`: fp32 parameters and Adam's two moments."""
     from .model import build_model
 
     with torch.device("meta"):
@@ -344,8 +302,8 @@ def checkpoint_bytes(profile: Profile) -> tuple[int, int]:
 
 
 def estimate_run_bytes(profile: Profile, newest_only: bool = False) -> int:
-    """Bytes a run of `profile` holds on disk at its cap, by its checkpoint policy (the
-    largest case: no early stop, and with keep: analysis a drop half-way)."""
+    """Bytes a run of `profile` holds on disk at its cap under its checkpoint policy (the largest
+    case: no early stop; with keep: analysis, a drop half-way)."""
     weights, state = checkpoint_bytes(profile)
     t = profile.train
     saves = sorted(set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps})

@@ -1,12 +1,10 @@
-"""How a run ends: its stop rules, the record of why and where it ended (end.json), and whether it is complete.
+"""How a run ends: its stop rules, end.json (why and where it ended), and whether it is complete.
 
-A run trains until its profile's cap (`train.steps`), its profile's own rule
-(`convergence_stop`, with `train.until: converged`), or a caller's `stop` (`stop_at_step`,
-`stop_after_drop`), each asked with the metric rows at every log flush of `mclib.core.train`;
-or until a deadline or a signal cuts it. When it ends, the trainer records why and where
-(`RunEnd`, `record_end`: the run folder's end.json, `mclib.core.runs.END`), and `run_end` reads
-it back. `is_complete` says, without loading a model, whether training a run again would
-return at once.
+A run trains to `train.steps` (the cap), unless its profile's rule (`convergence_stop`,
+`train.until: converged`) or a caller's `stop` (`stop_at_step`, `stop_after_drop`), asked at
+every log flush, ends it first, or a deadline or signal cuts it. The trainer records the end
+(`record_end`, `RunEnd`), `run_end` reads it back, and `is_complete` says without loading a
+model whether training the run again would return at once.
 """
 from __future__ import annotations
 
@@ -27,10 +25,8 @@ from .runs import END, checkpoint_dir, load_metrics, run_profile, write_atomic
 # --- the stop rules ----------------------------------------------------------------------
 
 def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
-    """The profile's own end rule as a `stop` for `train` (None with `train.until: steps`):
-    true once `mclib.core.metrics.converged` finds the run converged (the fitted slope of
-    L_mask over its `train.patience` steps, against `train.min_improvement` per 1 000
-    steps); `train.steps` stays the cap."""
+    """The profile's own end rule as a `stop` (None with `train.until: steps`): true once
+    `mclib.core.metrics.converged` finds the run converged."""
     t, rank = profile.train, profile.data.rank
     if t.until != "converged":
         return None
@@ -40,9 +36,8 @@ def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:
 
 
 def stop_rule(profile: Profile, stop: Callable[[list[dict]], bool] | None = None) -> Callable[[list[dict]], str | None]:
-    """Why a run of `profile` ends, asked with its metric rows so far (the trainer asks at every
-    log flush): "converged" (the profile's rule, `convergence_stop`), "stopped" (the caller's
-    `stop`) or None (it trains on, `train.steps` being the cap)."""
+    """Why a run of `profile` ends given its rows so far: "converged" (`convergence_stop`), "stopped"
+    (the caller's `stop`) or None (it trains on)."""
     rule = convergence_stop(profile)
 
     def why(rows: list[dict]) -> str | None:
@@ -57,16 +52,14 @@ def stop_rule(profile: Profile, stop: Callable[[list[dict]], bool] | None = None
 
 
 def stop_at_step(step: int) -> Callable[[list[dict]], bool]:
-    """A `stop` for `train`: true once the run has reached `step` (it is asked at every log
-    flush, so a multiple of `train.log_every` ends the run exactly there)."""
+    """A `stop` true once the run reached `step` (exact at a multiple of `train.log_every`)."""
     def stop(rows: list[dict]) -> bool:
         return rows[-1]["step"] >= step
     return stop
 
 
 def stop_after_drop(rank: int, after: int, column: str = "L_mask") -> Callable[[list[dict]], bool]:
-    """A `stop` for `train`: true once the run is `after` steps past its drop
-    (`mclib.core.metrics.find_drop` in `column`); a run that never drops trains to its last step."""
+    """A `stop` true once the run is `after` steps past its drop (`find_drop` in `column`)."""
     def stop(rows: list[dict]) -> bool:
         curve = pd.DataFrame({"step": [r["step"] for r in rows], column: [r[column] for r in rows]})
         drop = find_drop(curve, rank=rank, column=column)
@@ -83,19 +76,11 @@ ENDINGS = ("converged", "cap", "steps", "stopped", "cut", "unfinished")
 class RunEnd:
     """Why and where a run ended (`run_end`).
 
-    ended: "converged"  the profile's rule fired (`train.until: converged`)
-           "cap"        it reached `train.steps` without the rule firing (until: converged)
-           "steps"      it trained its `train.steps` (until: steps)
-           "stopped"    a caller's `stop` ended it (e.g. `analysis.after_drop` for the other seeds)
-           "cut"        a wall-clock deadline or a signal ended it before any of these (`train(deadline=)`,
-                        SIGTERM/SIGINT): it saved a resumable checkpoint there, and trains on if resumed
-           "unfinished" none of these (still training, or cut)
-    step: the newest checkpoint; drop: `find_drop`'s step (None: no drop).
-    slope, slope_se: with until: converged, how fast L_mask still moved over the rule's
-    window (the last `train.patience` steps): relative change per 1 000 steps and its
-    standard error (`mclib.core.metrics.end_slope`, the fit the rule reads); None with
-    until: steps or a run too short to fit.
-    """
+    ended: "converged" (the profile's rule), "cap" (reached `train.steps` under until: converged),
+    "steps" (trained its steps, until: steps), "stopped" (a caller's `stop`, e.g. after_drop),
+    "cut" (a deadline or signal; resumable) or "unfinished". step: the newest checkpoint; drop:
+    `find_drop`'s step or None. slope, slope_se: with until: converged, L_mask's relative change
+    per 1 000 steps over the last `patience` steps and its standard error (`end_slope`), else None."""
     ended: str
     step: int
     drop: int | None
@@ -107,16 +92,13 @@ class RunEnd:
 
     @classmethod
     def from_json(cls, record: dict) -> "RunEnd":
-        """A RunEnd from end.json; keys of older records (e.g. `improvement`, the window-mean
-        rule's measure before 2026-11-25) are left out, so their slope reads None."""
+        """A RunEnd from end.json; keys it does not know are ignored (their slope reads None)."""
         return cls(**{k: v for k, v in record.items() if k in cls.__dataclass_fields__})
 
     @property
     def text(self) -> str:
-        """One phrase for the book, e.g. "L_mask stopped improving at step 26,400 (cap
-        40,000): it changed by -1.2% ± 0.8% per 1,000 steps over its last 2,000" or
-        "reached the cap of 20,000 steps while L_mask still changed by -11.9% ± 3.5% per
-        1,000 steps over its last 2,000"."""
+        """One phrase for the book, e.g. "L_mask stopped improving at step 26,400 (cap 40,000): it
+        changed by -1.2% ± 0.8% per 1,000 steps over its last 2,000"."""
         rate = (f"{self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps over its last {self.patience:,}"
                 if self.slope is not None and self.patience and math.isfinite(self.slope) else "")
         return {"converged": f"L_mask stopped improving at step {self.step:,} (cap {self.steps:,})"
@@ -129,9 +111,8 @@ class RunEnd:
 
 
 def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = False, cut: bool = False) -> RunEnd:
-    """The `RunEnd` of a run of `profile` whose newest checkpoint is `step`, with metric
-    rows `rows` up to it (stopped: a caller's `stop` was true there; cut: a deadline or a
-    signal ended it there)."""
+    """The `RunEnd` of a run of `profile` whose newest checkpoint is `step`, from its rows up to it
+    (stopped: a caller's `stop` ended it there; cut: a deadline or signal did)."""
     t = profile.train
     rule = convergence_stop(profile)
     if rule is not None and rule(rows):
@@ -149,9 +130,8 @@ def end_of_run(profile: Profile, rows: list[dict], step: int, stopped: bool = Fa
 
 
 def record_end(run_dir: Path, profile: Profile, rows: list[dict], step: int, reason: str | None) -> RunEnd:
-    """Write end.json for the run of `profile` in `run_dir` that ended at `step` (its newest
-    checkpoint; `rows`: its metric rows), unless it already says the same; returns the end.
-    reason: "stopped", "cut" or that of the rule (`stop_rule`), or None (the cap)."""
+    """Write end.json for a run that ended at `step` (its newest checkpoint) unless it already says
+    the same; returns the end. reason: "stopped", "cut", the rule's, or None (the cap)."""
     path = Path(run_dir) / END
     recorded = RunEnd.from_json(json.loads(path.read_text())) if ended_at(run_dir, step) else None
     end = end_of_run(profile, [r for r in rows if r["step"] <= step], step, stopped=reason == "stopped",
@@ -168,10 +148,9 @@ def ended_at(run_dir: str | Path, step: int) -> bool:
 
 
 def run_end(run_dir: str | Path) -> RunEnd:
-    """Why and where the run in `run_dir` ended: its `end.json` (written by the trainer
-    when the run ended) if that names the newest checkpoint, else derived from the run's
-    profile and metrics (a caller's `stop` cannot be derived: such a run reads as
-    "unfinished" until the trainer writes its record)."""
+    """Why and where the run in `run_dir` ended: its end.json where that names the newest
+    checkpoint, else derived from profile and metrics (a caller's `stop` cannot be derived: such a
+    run reads "unfinished" until the trainer records it)."""
     run_dir = Path(run_dir)
     done = saved_steps(run_dir)
     if not done:
@@ -185,10 +164,8 @@ def run_end(run_dir: str | Path) -> RunEnd:
 # --- whether a run is complete -------------------------------------------------------------
 
 def is_complete(profile: Profile, run_dir: str | Path, stop: Callable[[list[dict]], bool] | None = None) -> bool:
-    """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest
-    checkpoint is at the profile's last step, or the profile's convergence rule
-    (`convergence_stop`) or `stop` was already true there (`stop_rule`). Cheap (no model is loaded), so
-    a finished run costs no process to find finished."""
+    """Whether `train(profile, run_dir, stop=stop)` would return at once: the newest intact
+    checkpoint is at the last step, or the profile's rule or `stop` was true there. No model is loaded."""
     done = resumable_steps(run_dir)
     if not done or checkpoint_damage(checkpoint_dir(run_dir, done[-1]), state=True) is not None:
         return False  # nothing saved, or a damaged newest checkpoint that training sets aside

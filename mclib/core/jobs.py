@@ -1,39 +1,16 @@
 """Where several training runs go: Dask distributed, on this machine or on many.
 
-    from mclib.core.jobs import cluster, run_all
-    with cluster() as client:                     # or cluster("tcp://HOST:8786"), cluster("slurm.yaml")
+    with cluster() as client:            # or cluster("tcp://HOST:8786"), cluster("slurm.yaml")
         folders = run_all(client, train_seed, [(profile, folder, None), ...])
 
-Three kinds of cluster, one code path (a `distributed.Client`):
-
-- **local** (the default): an embedded `LocalCluster` of worker processes, one task
-  each (`threads_per_worker=1`), as many as the cores hold at `threads_per_run` threads
-  a run (`local_workers`); listening on 127.0.0.1 only, no dashboard. A worker process
-  ends with the process that started it (Dask's nanny watches its parent).
-- **a running scheduler**, `tcp://HOST:8786`: started by hand with `dask scheduler` and
-  `dask worker` (README, "More than one machine"). One that cannot be reached within
-  `connect_timeout` seconds raises `ClusterError`, one line naming the address.
-- **a batch system** (SLURM, PBS, ...): a YAML file read by `jobqueue_spec` and started
-  with dask-jobqueue (README; `sweeps/slurm.example.yaml`).
-
-The address comes from the argument, else the environment variable MCLIB_CLUSTER (the
-CLI's `--cluster` sets it, so that the book's chapters, run by papermill in their own
-kernels, submit to the same cluster), else the local cluster.
-
-A task that was running on a worker that died is run again on another worker (Dask's
-own retry, up to `distributed.scheduler.allowed-failures` times). Training resumes from
-the newest checkpoint of its run folder, so a retried run continues where it stopped
-(the folders must be on a file system that every worker sees). A run asks for a worker
-resource `GPU: 1` when it trains on CUDA (`resources_for`); workers of a cluster that
-has GPUs must be started with `--resources GPU=1`, else such a run waits forever.
-
-Every place that trains several runs gets its cluster and submits here: the seeds
-(`mclib.core.train.train_seeds`), E15's runs (`mclib.analyses.freezing.freeze_runs`),
-the book's schedule of both (`mclib.book.chapter.train_runs`) and the sweeps
-(`mclib.core.sweep`, which polls its futures itself to report progress). What a job
-does is theirs; where and when it runs is this module's.
-
-This module imports neither torch nor distributed at import time.
+The cluster is `cluster`'s argument, else $MCLIB_CLUSTER (set by the CLI's `--cluster`, so
+the book's chapter kernels use it too), else local: worker processes on 127.0.0.1, one task
+each, as many as the cores hold (`local_workers`). A scheduler address must answer within
+`connect_timeout` s; a jobqueue YAML (`jobqueue_spec`) starts SLURM/PBS/... workers. A task
+whose worker died is retried by Dask, and training resumes from the run folder's newest
+checkpoint (folders must be on a file system every worker sees). CUDA runs ask for the
+resource `GPU: 1` (`resources_for`): a cluster's GPU workers need `--resources GPU=1`.
+Nothing here imports torch or distributed at import time.
 """
 from __future__ import annotations
 
@@ -60,11 +37,9 @@ def cores() -> int:
 
 
 def local_workers(threads_per_run: int, gpu: bool = False) -> int:
-    """How many runs of the local cluster train at once: as many as the cores hold at
-    `threads_per_run` threads each (the cpu profile's matrices are too small to keep two
-    threads busy, so two one-thread runs finish a pair sooner than one two-thread run
-    after another: benchmarks/cores.py). With torch's default threads (0), one run at a
-    time: it has the whole machine. On GPUs, one run per GPU (`gpu_workers`)."""
+    """How many runs the local cluster trains at once: as many as the cores hold at
+    `threads_per_run` threads each (small models run faster one thread a run:
+    benchmarks/cores.py); one with torch's default threads (0); one per GPU with `gpu`."""
     if gpu:
         return max(1, gpu_count())
     if not threads_per_run:
@@ -94,16 +69,10 @@ def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
     """Read a jobqueue YAML: (dask_jobqueue cluster class, its keyword arguments, workers).
 
         jobqueue: slurm             # slurm, pbs, sge, lsf, htcondor, moab or oar
-        workers: 4                  # how many worker jobs to start (cluster.scale(jobs=...))
-        options:                    # passed as they are to dask_jobqueue.SLURMCluster(...)
-          queue: gpu
-          cores: 1
-          memory: 16GB
-          walltime: "08:00:00"
-          job_extra_directives: ["--gres=gpu:1"]
-          worker_extra_args: ["--resources", "GPU=1"]
+        workers: 4                  # worker jobs to start (cluster.scale(jobs=...))
+        options: {queue: gpu, cores: 1, memory: 16GB, worker_extra_args: ["--resources", "GPU=1"]}
 
-    A missing file, an unknown key or kind raises ClusterError naming it."""
+    A missing file, an unknown key or kind, or a bad value raises ClusterError naming it."""
     from .config import read_yaml
 
     path = Path(path)
@@ -153,13 +122,9 @@ def _connect(address: str, timeout: float):
 @contextlib.contextmanager
 def cluster(address: str | None = None, threads_per_run: int = 1, gpu: bool = False,
             connect_timeout: float = CONNECT_TIMEOUT) -> Iterator:
-    """A `distributed.Client` for as long as the block runs (see the module's doc).
-
-    address: None (the local cluster, unless $MCLIB_CLUSTER names one), "tcp://HOST:PORT"
-    (a running scheduler) or a jobqueue YAML file (a path ending in .yaml or .yml).
-    threads_per_run, gpu: the size of the local cluster (`local_workers`); with gpu its
-    worker offers the resource GPU=1. Ignored for other clusters, whose workers were sized
-    when they were started."""
+    """A `distributed.Client` for the block. address: None (local, unless $MCLIB_CLUSTER), a
+    scheduler's "tcp://HOST:PORT", or a jobqueue .yaml/.yml file. threads_per_run, gpu: size
+    the local cluster only (`local_workers`; gpu: workers offer GPU=1)."""
     from distributed import Client
 
     address = resolve_address(address)
@@ -187,9 +152,8 @@ def gpu_count() -> int:
 
 
 def gpu_workers(n_gpus: int, env: dict[str, str]) -> dict[str, dict]:
-    """The local cluster's workers on a machine with `n_gpus` GPUs: one per GPU, each seeing
-    only its own (CUDA_VISIBLE_DEVICES), so every run's `cuda` is a different device, and each
-    offering the resource GPU=1 that GPU runs ask for. As distributed.SpecCluster specs."""
+    """The local cluster's worker specs (distributed.SpecCluster) on `n_gpus` GPUs: one per GPU,
+    each seeing only its own (CUDA_VISIBLE_DEVICES) and offering GPU=1."""
     from distributed import Nanny
 
     return {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1",
@@ -203,10 +167,8 @@ def _local(threads_per_run: int, gpu: bool):
     from distributed import Client, LocalCluster, Scheduler, SpecCluster
 
     threads = str(threads_per_run or cores())
-    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker. Any explicit malloc setting
-    # turns off glibc's adaptive mmap threshold, so every large tensor of every training
-    # step is mapped and faulted in afresh: 1.4x the cpu profile's step time (sys time
-    # 3 -> 30 ms a step; docs/performance.md). The workers keep glibc's own behaviour.
+    # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker; any explicit malloc setting turns
+    # off glibc's adaptive mmap threshold and slows the step (docs/performance.md): not passed on.
     spawn_env = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
                  if k != "MALLOC_TRIM_THRESHOLD_"}
     # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker; a run with torch's
@@ -237,20 +199,15 @@ def submit(client, fn: Callable, jobs: list[tuple], resources: dict | None = Non
 
 
 def slots(client) -> int:
-    """How many tasks the cluster's workers run at once (their threads, summed; at least 1,
-    for a batch system whose workers are still starting)."""
+    """How many tasks the cluster's workers run at once (their threads, at least 1)."""
     return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
 
 
 def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | None = None,
                      names: list[str] | None = None, *, busy: list = (), poll: float = 1.0) -> list:
-    """`submit` each job only once a worker thread is free (`slots`, counting the `busy`
-    futures still running); returns once every job is submitted, the futures in the
-    order of `jobs`. Dask places a task on a worker when it is submitted, and a task of
-    unknown length can wait there behind a long one while another worker idles (measured
-    on 2026-11-23: E15's attention run waited ~5 minutes behind the positional run while
-    the other worker idled); submitted this way, each job starts on the first worker that
-    frees. poll: seconds between looks at the running jobs and the workers."""
+    """`submit` each job only once a worker thread is free (`slots`, counting the `busy` futures),
+    so each job starts on the first worker that frees instead of queueing behind a long one on
+    the worker Dask placed it on; the futures, in the order of `jobs`. poll: seconds between looks."""
     names = names or [getattr(fn, "__name__", "job")] * len(jobs)
     running, futures = list(busy), []
     for job, name in zip(jobs, names):
@@ -262,10 +219,8 @@ def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | 
 
 
 def _free_slot(client, running: list, poll: float, until=None) -> list:
-    """Wait until fewer of the futures `running` still run than the workers have threads
-    (`slots`), or until the future `until` has ended; the ones still running. Polled (a run
-    takes minutes, so a second's delay costs nothing), which also counts workers that join
-    meanwhile, as a batch system's do."""
+    """Wait until fewer of `running` still run than the workers have threads, or until `until` has
+    ended; returns those still running. Polled, so workers that join meanwhile count."""
     running = [f for f in running if not f.done()]
     while len(running) >= slots(client) and not (until is not None and until.done()):
         time.sleep(poll)
@@ -275,12 +230,9 @@ def _free_slot(client, running: list, poll: float, until=None) -> list:
 
 def submit_while(client, tasks: list[tuple[Callable, tuple, str]], until, resources: dict | None = None, *,
                  busy: list = (), poll: float = 1.0) -> list:
-    """Fill the workers that `busy` futures leave idle, for as long as the future `until`
-    runs: each task (fn, args, name) is submitted once a worker thread is free, in order,
-    and none once `until` has ended. Returns the futures of the tasks submitted (a prefix
-    of `tasks`); the rest are left to whoever needs them later. The book uses it to do,
-    while its long run trains alone, work that later chapters would otherwise do after it
-    (`mclib.book.chapter.idle_tasks`)."""
+    """While the future `until` runs, submit each task (fn, args, name) in order once a worker
+    thread is free of the `busy` futures; the futures of those submitted (a prefix of `tasks`).
+    The book fills idle workers this way while its long run trains (`mclib.book.chapter.idle_tasks`)."""
     running, futures = list(busy), []
     for fn, args, name in tasks:
         running = _free_slot(client, running, poll, until)
@@ -300,21 +252,20 @@ def wait_ended(futures: list) -> None:
 
 
 def results(futures: list) -> list:
-    """Wait for every future, then their results in order; the first that failed (in
-    that order) raises its own exception here, after the others have ended."""
+    """Wait for every future, then their results in order; the first that failed raises its own
+    exception, after the others have ended."""
     wait_ended(futures)
     return [f.result() for f in futures]
 
 
 def run_all(client, fn: Callable, jobs: list[tuple], resources: dict | None = None) -> list:
-    """`[fn(*job) for job in jobs]` on the cluster's workers, each job started by the first
-    worker that frees (`submit_when_free`); results in order of `jobs`."""
+    """`[fn(*job) for job in jobs]` on the cluster, each started when a worker frees; results in order."""
     return results(submit_when_free(client, fn, jobs, resources))
 
 
 def run_profile_jobs(profile, fn: Callable, jobs: list[tuple], address: str | None = None) -> list:
-    """`run_all` of jobs that train runs of `profile`, on a cluster sized for it (its
-    threads a run, a GPU resource on CUDA); no cluster is started when there is no job."""
+    """`run_all` of jobs that train runs of `profile`, on a cluster sized for it; no cluster is
+    started without jobs."""
     if not jobs:
         return []
     with cluster(address, threads_per_run=profile.train.threads, gpu=needs_gpu(profile)) as client:

@@ -12,18 +12,13 @@ import torch
 from .data import copy_level
 
 LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
-# Where a model's drop is read (`find_drop`'s column), by model.kind: BERT's in L_mask (it
-# starts completing); E19's GPT's in L, where the paper reads its drop (it starts copying the
-# observed entries; mclib.core.gpt).
+# Where a model's drop is read (`find_drop`'s column): BERT's in L_mask; E19's GPT's in L, as the paper does.
 DROP_COLUMN = {"bert": "L_mask", "gpt": "L"}
 COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
-# A single reading on the copying level (`copies`; a chapter's "on the copying plateau" for one
-# window mean or one evaluation): L_mask within 20 % of E[X²], the masked outputs near 0, as a
-# copying model's. Its partner for a smoothed curve, which holds to 10 % (where the plateau
-# begins and ends: placing checkpoints, a drop's shape), is mclib.core.placement.PLATEAU_TOLERANCE.
+# One reading is on the copying plateau (`copies`) with L_mask within 20 % of E[X²]; a smoothed
+# curve's tolerance is mclib.core.placement.PLATEAU_TOLERANCE (10 %).
 PLATEAU_BAND = 0.2
-# The drop (`find_drop`): the trailing DROP_WINDOW-step mean of L_mask falls below DROP_FRACTION of the
-# copying plateau E[X²]. Defined here only; everything that reads a loss "as the drop does" imports them.
+# The drop (`find_drop`), defined here only: the trailing DROP_WINDOW-step mean below DROP_FRACTION·E[X²].
 DROP_FRACTION = 0.5  # half-way from the copying plateau to a perfect completion
 DROP_WINDOW = 50     # steps of the trailing mean: one batch alone is too noisy to decide on
 
@@ -34,21 +29,16 @@ def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
 
 
 def squared_errors(pred: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """`[run, batch·n·n]`: (X̂ - X)² of every entry, in fp32. pred `[run, batch, seq]` (or
-    `[run, batch, n, n]`), x `[run, batch, n, n]`. Their mean over all entries is L, the loss
-    that training differentiates (mclib.core.step.device_step); `run_losses` reads the rest
-    from the same values."""
+    """`[run, batch·n·n]` fp32 (X̂ - X)² of pred `[run, batch, seq or n, n]` against x; their mean is L."""
     return (pred.float().flatten(1) - x.flatten(1)) ** 2
 
 
 def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor,
                sq: torch.Tensor | None = None) -> torch.Tensor:
-    """`[run, 4]`: L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ),
-    in the order of LOSS_NAMES, of each run, pooled over its batch. pred `[run, batch, seq]`
-    (or `[run, batch, n, n]`), x and mask `[run, batch, n, n]` (mask True = masked).
-    sq: `squared_errors(pred, x)` where the caller has them already (the training step, which
-    differentiated their mean), so they are not computed twice.
-    NaN where a set is empty (e.g. p_mask = 0), rather than a silent 0."""
+    """`[run, 4]`: L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ), in
+    LOSS_NAMES' order, pooled over each run's batch. pred `[run, batch, seq or n, n]`, x and mask
+    `[run, batch, n, n]` (True = masked); sq: `squared_errors(pred, x)` if already computed.
+    NaN where a set is empty (e.g. p_mask = 0)."""
     sq = squared_errors(pred, x) if sq is None else sq
     pred, mask = pred.float().flatten(1), mask.flatten(1)
     obs, msk = (~mask).float(), mask.float()
@@ -70,15 +60,9 @@ def mse_to(pred: torch.Tensor, target: torch.Tensor, where: torch.Tensor) -> flo
 
 def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = DROP_FRACTION, window: int = DROP_WINDOW,
               column: str = "L_mask") -> int | None:
-    """The step of the drop, or None if there is none.
-
-    Definition (used everywhere in the project): the first step at which the trailing
-    mean of `column` over `window` steps falls below `frac` × the copying plateau,
-    the plateau being E[X²] = rank/9 (the L_mask of a model that outputs 0 at masked
-    entries; measured plateaus sit within a few percent of it). The trailing mean
-    makes a single lucky batch not count; it delays the reported step by up to
-    `window`/2 steps compared with the unsmoothed curve.
-    """
+    """The step of the drop, or None: the first step at which the trailing `window`-step mean of
+    `column` falls below `frac` × E[X²] = rank/9 (the copying plateau), a definition used
+    everywhere in the project; the mean lags the raw curve by up to `window`/2 steps."""
     threshold = frac * copy_level(rank)
     smooth = metrics[column].rolling(window, min_periods=window).mean()
     below = np.flatnonzero((smooth < threshold).to_numpy())
@@ -86,29 +70,23 @@ def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = DROP_FRACTION,
 
 
 def drop_column(profile) -> str:
-    """The loss column in which the drop of a run of `profile` (a `mclib.core.config.Profile`) is
-    read: `DROP_COLUMN` of its `model.kind`."""
+    """The loss column the drop of a run of `profile` is read in (`DROP_COLUMN[model.kind]`)."""
     return DROP_COLUMN[profile.model.kind]
 
 
 def rows_curve(rows: list[dict]) -> pd.DataFrame:
-    """Metric rows (as `mclib.core.train` keeps them between flushes) as a curve: step, L, L_mask;
-    what a `stop` reads the drop and the convergence rule from."""
+    """Metric rows as a curve (step, L, L_mask), the form `find_drop` and `converged` read."""
     return pd.DataFrame({k: [r[k] for r in rows] for k in ("step", "L", "L_mask")})
 
 
 
 def window_mean(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
-    """Every column's mean over the `window` steps ending at `step` (one batch is noisy;
-    by default the drop's window, so a loss at a step is read as `find_drop` reads it);
-    NaN where the run has no step in that window."""
+    """Every column's mean over the `window` steps ending at `step` (NaN where there are none)."""
     return metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)].mean(numeric_only=True)
 
 
 def copies(L_obs: float, L_mask: float, level: float) -> bool:
-    """The model copies its input (the plateau's behaviour, paper §3.1): the observed
-    entries come back (L_obs < COPIES·E[X²]) and the masked outputs stay near 0 (L_mask
-    within PLATEAU_BAND of E[X²] = `level`, `copy_level`)."""
+    """Whether a model copies its input (paper §3.1): L_obs < COPIES·`level` and L_mask within PLATEAU_BAND of it."""
     return L_obs < COPIES * level and abs(L_mask / level - 1) < PLATEAU_BAND
 
 
@@ -134,21 +112,17 @@ def plateau_stats(metrics: pd.DataFrame, drop: int | None, copy_from: int | None
     }
 
 
-# The convergence rule's fit (`converged`, `end_slope`): log L_mask is fitted against the
-# step over SLOPE_BLOCKS block means (block means, not single batches: nearly independent,
-# so the fit's error is honest), and the run counts as flat only when even the pessimistic
-# end of the fitted fall, rate - CONVERGED_Z · error, is under train.min_improvement per
-# 1 000 steps. Noise widens the error and so delays the verdict: it cannot fire the rule.
+# The convergence rule's fit (`converged`, `end_slope`): log L_mask against step over SLOPE_BLOCKS
+# block means (nearly independent, unlike single batches, so the error is honest); noise widens
+# the error and can only delay the verdict (rate - CONVERGED_Z · error must clear the bar).
 SLOPE_BLOCKS = 10
 CONVERGED_Z = 2.0
 
 
 def fitted_slope(block_means: np.ndarray, block_steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares slope of log(block mean) against the block's step, per row of
-    `block_means` `[fit, block]` (`block_steps` `[block]`, shared by every fit): (relative
-    change per 1 000 steps, its standard error), each `[fit]`. -0.1 = falling 10 % per
-    1 000 steps. The error is the ordinary least-squares one (residual variance over
-    blocks - 2 degrees of freedom), as numpy.polyfit(..., cov=True) gives it."""
+    """Least-squares slope of log(block mean) against step, per row of `block_means` `[fit, block]`
+    (`block_steps` `[block]`): (relative change per 1 000 steps, its OLS standard error), each
+    `[fit]`; -0.1 = falling 10 % per 1 000 steps."""
     x = np.asarray(block_steps, dtype=float) / 1000
     y = np.log(np.atleast_2d(np.asarray(block_means, dtype=float)))
     dx = x - x.mean()
@@ -161,9 +135,8 @@ def fitted_slope(block_means: np.ndarray, block_steps: np.ndarray) -> tuple[np.n
 
 def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
               blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
-    """How fast `column` still moved at the end of the run: (relative change per 1 000
-    steps, its standard error), `fitted_slope` over the last `window` steps cut into
-    `blocks` blocks. NaN where the run is shorter than `blocks` steps."""
+    """How fast `column` still moved at the run's end: `fitted_slope` over the last `window` steps
+    in `blocks` blocks; NaN for fewer than `blocks` rows."""
     tail = metrics.tail(window)
     if len(tail) < blocks:
         return float("nan"), float("nan")
@@ -176,9 +149,8 @@ def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
 
 def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
                 blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
-    """Where `column` ended: its mean over the last `window` steps and the standard error
-    of that mean from `blocks` block means (batches are not independent of their
-    neighbours' noise, block means nearly are). NaN for fewer than `blocks` rows."""
+    """Where `column` ended: its mean over the last `window` steps and that mean's standard error
+    from `blocks` block means; NaN for fewer than `blocks` rows."""
     tail = metrics.tail(window)[column].to_numpy(dtype=float)
     if len(tail) < blocks:
         return float("nan"), float("nan")
@@ -188,19 +160,10 @@ def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask
 
 def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 2000, min_improvement: float = 0.05,
               column: str = "L_mask", *, blocks: int = SLOPE_BLOCKS, z: float = CONVERGED_Z) -> int | None:
-    """The step at which the run counts as converged, or None if it has not.
-
-    Rule (the end of training for `train.until: converged`): the first step s, among the
-    ends of blocks of `patience // blocks` steps, such that
-    - the run dropped (`find_drop`, at step d) at least `patience` steps before s, so the
-      whole window lies after the drop: a plateau (flat but not learned) never counts;
-    - over the window of the last `patience` steps (s - patience, s], cut into `blocks`
-      blocks, the fitted fall of `column` (`fitted_slope`) is less than
-      `min_improvement` per 1 000 steps even at its pessimistic end:
-      rate - z · error > -min_improvement.
-    A noisy window has a wide error and so does not count as flat: noise can delay the
-    end, not bring it forward. `metrics` has one row per step (`metrics.csv`), in order.
-    """
+    """The step at which the run counts as converged (`train.until: converged`), or None: the first
+    block end s at least `patience` steps after the drop where, over (s - patience, s] in
+    `blocks` blocks, the fitted fall of `column` is under `min_improvement` per 1 000 steps even
+    at its pessimistic end (rate - z·error > -min_improvement). `metrics`: one row per step."""
     drop = find_drop(metrics, rank=rank, column=column)
     if drop is None:
         return None

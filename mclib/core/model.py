@@ -1,22 +1,12 @@
 """The model: HuggingFace `BertModel` (no pooler) + a linear read-out on every token.
 
-Faithful details (docs/protocol.md, §1.3), each tested in tests/test_model.py:
-- no token-type contribution: the single token-type embedding is zero and frozen;
-- MASK (id 0) is the padding index: its embedding is zero and receives no gradient;
-- the attention mask is all ones (masked tokens are attended to like any other);
-- the read-out keeps PyTorch's default `nn.Linear` init (BERT's 0.02 normal init
-  is applied to everything else).
-
-The follow-up's intervention (the attention bias) lives in the config, so that `from_pretrained` rebuilds it:
-`attn_bias` (a strength >= 0) and
-`attn_bias_target` add a constant to every head's attention logits toward the query's own
-row and column (or, the control, toward the other keys); `mclib.core.attention` says how.
-A model with a strength above 0 runs mclib's attention function; at 0 it is the paper's
-model, unchanged.
-
-A checkpoint saved before c508192 (2026-11-26) removed the CPU search's levers has `attn_logit_scale`,
-`position_init_std` and `qk_norm` in its config.json; `load_model` loads it while they are
-off (1.0, null, false) and refuses it in one line otherwise (`REMOVED_LEVERS`).
+As the paper's (docs/protocol.md, §1.3; tests/test_model.py): the one token-type embedding
+is zero and frozen; MASK (id 0) is the padding index (zero embedding, no gradient); the
+attention mask is all ones; the read-out keeps PyTorch's default `nn.Linear` init, all else
+BERT's 0.02 normal init. The follow-up's attention bias (`attn_bias` > 0, `attn_bias_target`)
+lives in the config, so `from_pretrained` rebuilds it, and runs mclib's attention function
+(`mclib.core.attention`); at 0 the model is the paper's. `load_model` refuses, in one line, a
+checkpoint whose config.json sets an old lever (`REMOVED_LEVERS`) away from its off value.
 """
 from __future__ import annotations
 
@@ -112,8 +102,7 @@ def eval_mode(model):
 
 def predict(model, batch: Batch) -> torch.Tensor:
     """`[batch, n, n]`: the model's values for `batch` (BERT reads the masked tokens; E19's
-    teacher-forced GPT, `mclib.core.gpt`, the whole batch): what the training step and its
-    evaluation call (`mclib.core.step`)."""
+    teacher-forced GPT the whole batch)."""
     if getattr(model, "teacher_forced", False):
         return model(batch)
     return model(batch.tokens).view_as(batch.x)
@@ -133,13 +122,12 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
 
 
 def attention_for(config: BertConfig, wanted: str) -> str:
-    """The attention implementation a model runs: `wanted` ("sdpa", "eager"), except that a
-    model with an attention bias needs mclib's own attention function, the one that applies it."""
+    """The attention implementation a model runs: `wanted`, or mclib's own where it has an attention bias."""
     return IMPL if getattr(config, "attn_bias", 0.0) else wanted
 
 
-# config.json keys of the levers that c508192 removed (mclib.core.config.REMOVED; the last
-# revision that has them: c6ddcac), each at the value that built the paper's model.
+# config.json keys of levers an older checkpoint may hold (mclib.core.config.REMOVED), each at
+# the value that built the paper's model.
 REMOVED_LEVERS = {"attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False}
 
 

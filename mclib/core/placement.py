@@ -1,10 +1,6 @@
-"""Where a run's analysis checkpoints sit: pre on the plateau, the transition around the drop, post at the end.
-
-`checkpoint_steps` reads a trained run (its saved checkpoints and metrics, `mclib.core.runs`,
-`mclib.core.checkpoints`) and places them with `place_checkpoints`, from the run's measured
-drop (`checkpoints.place: drop`) or the profile's fixed steps (`place: fixed`, or a run
-without a drop): the one definition of checkpoint placement, which the analyses and the
-book read.
+"""Where a run's analysis checkpoints sit: pre on the plateau, the transition around the drop,
+post at the end. `checkpoint_steps` reads a trained run and places them (`place_checkpoints`)
+from its measured drop or the profile's fixed steps: the one definition the analyses and the book read.
 """
 from __future__ import annotations
 
@@ -24,15 +20,10 @@ from .runs import CHECKPOINTS, load_metrics, run_profile
 
 @dataclass
 class CheckpointSteps(Checkpoints):
-    """The analysis checkpoints of one run, as `checkpoint_steps` chose them: pre,
-    transition and post (with `all_steps()`, as `Checkpoints`), plus how.
-
-    place: "drop" (placed from the measured drop) or "fixed" (the profile's steps)
-    note: one sentence saying which, and why ("the run did not drop: ...")
-    drop: `find_drop`'s step (None: no drop); left_plateau, near_final: the steps that
-    bound the transition window (None with place "fixed"); skipped: the saved checkpoints
-    left out because a file of theirs cannot be read, each with which and why; set_aside:
-    the run folder's checkpoints that training set aside as unreadable when it resumed."""
+    """The analysis checkpoints of one run (pre, transition, post, as `Checkpoints`), plus how:
+    place "drop" or "fixed"; note, one sentence saying which and why; drop (`find_drop`, or None);
+    left_plateau, near_final: the bounds of the transition window (None with "fixed"); skipped:
+    saved checkpoints that cannot be read, with why; set_aside: folders training set aside."""
     note: str = ""
     drop: int | None = None
     left_plateau: int | None = None
@@ -43,10 +34,7 @@ class CheckpointSteps(Checkpoints):
 
 
 PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
-# "On the plateau" for a smoothed curve, step by step (a trailing mean: PLACE_WINDOW steps here,
-# the drop's window in mclib.analyses.sharpness): L_mask within 10 % of the copying level E[X²];
-# where the plateau begins and ends. Its partner for a single reading, 20 %, is
-# mclib.core.metrics.PLATEAU_BAND.
+# "On the plateau" for a smoothed curve: L_mask within 10 % of E[X²] (one reading: metrics.PLATEAU_BAND)
 PLATEAU_TOLERANCE = 0.1
 FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
 MAX_TRANSITION = 4        # transition checkpoints at most (the paper has 4)
@@ -55,25 +43,17 @@ PLACE_WINDOW = 200        # steps of the trailing mean used to place them
 
 def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed: Checkpoints,
                       place: str = "drop", *, window: int = PLACE_WINDOW) -> CheckpointSteps:
-    """Choose the analysis checkpoints among the `saved` steps of a run from its metrics.
+    """Choose the analysis checkpoints among a run's `saved` steps from its metrics.
 
-    place "drop" (the run has a drop d = `find_drop`):
-      pre         the latest saved step at or before PRE_FRACTION·d (0.3 d; the paper's pre
-                  is step 4 000 of a ~15 000-step plateau) at which the model is on the
-                  copying plateau (trailing `window`-step mean of L_mask within 10 % of
-                  E[X²] = rank/9); if none qualifies, the latest such step before the model
-                  leaves the plateau, else the first saved step
-      transition  up to MAX_TRANSITION (4) saved steps spread evenly (by index) from the
-                  last saved step at or before the model leaves the plateau (the last step
-                  before d whose trailing mean is >= 90 % of E[X²]) to the first saved step
-                  at which the trailing mean is within 2x the final level (its value at the
-                  run's last step); pre and post excluded; never empty (the saved step
-                  nearest d when the window holds none)
-      post        the last saved step: the end of training (converged, or the cap)
-    place "fixed", or a run without a drop: `fixed`'s steps (the profile's `checkpoints`),
-    those past the last saved step left out and post at most the last saved step; `note`
-    says which and why.
-    """
+    place "drop" (the run has a drop d), with L_mask smoothed by a trailing `window`-step mean:
+      pre         the latest saved step <= PRE_FRACTION·d on the copying plateau (within
+                  PLATEAU_TOLERANCE of E[X²] = rank/9); else the latest such step before the model
+                  leaves the plateau; else the first saved step
+      transition  up to MAX_TRANSITION saved steps spread evenly from where the model leaves the
+                  plateau (the last step before d at >= 90 % of E[X²]) to where L_mask is within
+                  FINAL_FACTOR of its final level; pre and post excluded; never empty
+      post        the last saved step
+    place "fixed", or no drop: `fixed`'s steps, capped at the last saved step; `note` says why."""
     saved = sorted(saved)
     if not saved:
         raise ValueError("the run has no saved checkpoint")
@@ -118,10 +98,8 @@ def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed:
 
 
 def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> CheckpointSteps:
-    """The pre-shift, transition and post-shift checkpoints of the run in `run_dir`, placed
-    by `place_checkpoints` from its measured drop (profile `checkpoints.place: drop`) or
-    the profile's fixed steps (`place: fixed`, or a run without a drop); profile: default
-    the run's own profile.yaml. Read after training: the steps are among the saved ones."""
+    """The analysis checkpoints of the run in `run_dir` (`place_checkpoints`, with the profile's
+    `checkpoints.place`; profile: default the run's own), among its readable saved steps."""
     run_dir = Path(run_dir)
     profile = profile or run_profile(run_dir)
     done = saved_steps(run_dir)

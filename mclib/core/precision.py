@@ -1,8 +1,7 @@
-"""Where a run trains and in what precision: the device (`resolve_device`, recorded in the
-profile by `with_device`), the precision's process-wide switches (`check_precision`,
-`set_precision`) and what goes around a forward pass (`autocast`, `emulated_tf32`). The step
-(`mclib.core.step`) and the loop (`mclib.core.train`) use them; so do the analyses that run a
-model as training does."""
+"""Where a run trains and in what precision: the device (`resolve_device`, `with_device`), the
+process-wide precision switches (`check_precision`, `set_precision`) and what wraps a forward
+pass (`autocast`, `emulated_tf32`).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -23,17 +22,15 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def with_device(profile: Profile) -> Profile:
-    """`profile` with `train.device: auto` resolved here (cuda if this process sees one,
-    else cpu): resolved once, by the process that starts or submits runs, so a worker
-    trains on the device the submitter chose, and the run's profile.yaml records it."""
+    """`profile` with `train.device: auto` resolved in this process (the one that starts or submits
+    runs), so workers train where it chose and profile.yaml records it."""
     if profile.train.device != "auto":
         return profile
     return profile.replace(**{"train.device": resolve_device("auto").type})
 
 
 def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (AVX512-BF16 or AMX); without, torch
-    emulates bf16 (it runs, slower than fp32)."""
+    """Whether this CPU has native bf16 (AVX512-BF16 or AMX); without, torch emulates it, slowly."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -42,9 +39,8 @@ def cpu_has_bf16() -> bool:
 
 
 def check_precision(device: torch.device, precision: str) -> None:
-    """A precision the device does not have runs emulated, said in one line on stderr: tf32
-    off CUDA (`mclib.core.tf32`: the GPU's TF32 products, for studies of what TF32 changes),
-    bf16 on a CPU without bf16 units. A precision that does not exist is a `ConfigError`."""
+    """Say in one line on stderr when a precision runs emulated (tf32 off CUDA, `mclib.core.tf32`;
+    bf16 on a CPU without bf16 units); an unknown precision is a `ConfigError`."""
     if precision not in PRECISIONS:
         raise ConfigError(f"train.precision = {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision == "tf32" and device.type != "cuda":
@@ -56,13 +52,9 @@ def check_precision(device: torch.device, precision: str) -> None:
 
 
 def set_precision(device: torch.device, precision: str) -> None:
-    """What `train.precision` means for the matmuls of this process: on CUDA, "tf32" runs
-    fp32 matmuls on the TF32 tensor cores (fp32 storage and accumulation, 10-bit-mantissa
-    products) and "fp32" and "bf16" do not (bf16's own products are bf16 through
-    `autocast`; its fp32 remainder stays fp32). With TF32 off, cuBLAS's matmuls are IEEE
-    fp32, but on compute capability 8.0 or newer the `sdpa` attention's memory-efficient kernel
-    multiplies with CUTLASS's 3xTF32 products (near fp32, not IEEE) whatever `allow_tf32` says.
-    Nothing to set on the CPU, which has no TF32."""
+    """Set this process's matmul precision: on CUDA, TF32 tensor cores on for "tf32" only (bf16's
+    products come from `autocast`). With TF32 off, sdpa's memory-efficient kernel still uses
+    3xTF32 products on sm80+ (near fp32). Nothing to set on the CPU."""
     check_precision(device, precision)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
@@ -70,10 +62,8 @@ def set_precision(device: torch.device, precision: str) -> None:
 
 
 def autocast(device: torch.device, precision: str):
-    """bf16 autocast (fp32 master weights) or nothing (fp32, tf32: `set_precision`).
-    Without autocast's cache of bf16 weight copies: a copy cached while a CUDA graph captures
-    would be one the replays never refresh (`mclib.core.graphstep`), and each weight is cast
-    once a forward anyway, so the cache saves nothing here (the products are the same bits)."""
+    """bf16 autocast (fp32 master weights) or nothing. Autocast's weight cache is off: a copy
+    cached during a CUDA graph capture would never be refreshed by the replays."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not one of {PRECISIONS}")
     if precision == "bf16":
@@ -82,8 +72,7 @@ def autocast(device: torch.device, precision: str):
 
 
 def emulated_tf32(device: torch.device, precision: str):
-    """Around a forward and its backward: tf32 off CUDA rounds the inputs of the GPU's
-    TF32 products (`mclib.core.tf32.EmulateTF32`); anything else, nothing."""
+    """`mclib.core.tf32.EmulateTF32` for tf32 off CUDA, else nothing: wraps a forward and its backward."""
     if precision == "tf32" and device.type != "cuda":
         from .tf32 import EmulateTF32
         return EmulateTF32()

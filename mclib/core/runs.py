@@ -3,38 +3,26 @@
     NAME-seedS/profile.yaml          the profile the run was started with
     NAME-seedS/metrics.csv           one row per step (pandas.read_csv reads it)
     NAME-seedS/checkpoints/step_004000/{config.json, model.safetensors, train_state.pt}
-    NAME-seedS/checkpoints/damaged-step_004000/  a checkpoint with a file that cannot be read, set
-                                     aside (renamed, never deleted) when the run resumed (`checkpoints.set_aside`;
-                                     -2, -3, ... after it when the name is taken)
-    NAME-seedS/end.json              why and where the run ended (`ending.run_end`), once it has
+    NAME-seedS/checkpoints/damaged-step_004000/  an unreadable checkpoint set aside on resume, never
+                                     deleted (`checkpoints.set_aside`; -2, -3, ... where taken)
+    NAME-seedS/end.json              why and where the run ended (`ending.run_end`)
     NAME-seedS/.lock                 held by the one process that trains the folder
-    NAME-seedS/loss_curve.png        the curve `python -m mclib train` draws when it ends
+    NAME-seedS/loss_curve.png        drawn by `python -m mclib train` when it ends
     NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then (mclib.core.sweep)
     NAME-seedS/scorecard.json        the book's scorecard rows (mclib.book.scorecard)
-    NAME-seedS/.scorecard.lock       held while one process reads and writes scorecard.json (mclib.book.scorecard)
+    NAME-seedS/.scorecard.lock       held while one process reads and writes scorecard.json
     NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
-    NAME-seedS/checkpoint_series.zip the analysis checkpoints (`placement.checkpoint_steps`: pre, transition, post) as one
-                                     download of the book: NAME-seedS/step_004000/{config.json,
-                                     model.safetensors, README.md}, README.md its model card (mclib.book.chapter)
-    NAME-seedS/export/TRACKER/       the run exported to a tracker, `tensorboard` or `wandb` (mclib.book.export)
+    NAME-seedS/checkpoint_series.zip the analysis checkpoints as one download: NAME-seedS/step_004000/
+                                     {config.json, model.safetensors, README.md (its model card)}
+    NAME-seedS/export/TRACKER/       the run exported to `tensorboard` or `wandb` (mclib.book.export)
     NAME-seedS/freeze/GROUP/         E15's run of one component group (mclib.analyses.freezing): a run
                                      folder as above, plus source.json, the checkpoint it started from
     .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it
 
-Every name above is defined here (the constants and functions below) and nowhere else;
-the modules that write the later files take their names from here. This module writes and
-reads the folder's own files: the profile, the metrics, any file atomically (`write_atomic`).
-The trainer holds the lock (`mclib.core.train.only_trainer`); the rest of a run has a module
-each (mclib.core):
-
-    checkpoints.py  a checkpoint's files: saved, read, found damaged and set aside, resumed
-                    from; which checkpoints stay on disk (`checkpoints.keep`), and whether they fit
-    ending.py       how a run ended (end.json, `run_end`), whether it is complete, the stop rules
-    placement.py    the analysis checkpoints: pre, transition and post (`checkpoint_steps`)
-
-Every file and checkpoint is written to a temporary name and renamed into place, so
-whatever exists is complete. `mclib.core.train` writes runs; everything else reads them
-through these modules.
+Every name above is defined here and nowhere else. This module writes and reads the
+profile and the metrics, and writes any file atomically (`write_atomic`); checkpoints are
+`mclib.core.checkpoints`, the end `mclib.core.ending`, the analysis checkpoints
+`mclib.core.placement`. Only `mclib.core.train` writes runs.
 """
 from __future__ import annotations
 
@@ -75,8 +63,7 @@ def checkpoint_zip_path(run_dir: str | Path, step: int) -> Path:
 
 
 def checkpoint_series_path(run_dir: str | Path) -> Path:
-    """Where the run's analysis checkpoints lie zipped as one download
-    (`mclib.book.chapter.checkpoint_series_zip` writes it)."""
+    """Where the run's analysis checkpoints lie zipped (`mclib.book.chapter.checkpoint_series_zip`)."""
     return Path(run_dir) / CHECKPOINT_SERIES
 
 
@@ -162,9 +149,7 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
 
 
 def run_profile(run_dir: str | Path) -> Profile:
-    """The profile a run folder was started with (its profile.yaml; one written before a
-    lever was removed loads while it holds that lever off: `mclib.core.config.REMOVED`,
-    `REMOVED_RUNNING`)."""
+    """The profile a run folder was started with (profile.yaml; old levers read as `config.profile_from_saved` does)."""
     return profile_from_saved(parse_yaml((Path(run_dir) / PROFILE).read_text()))
 
 

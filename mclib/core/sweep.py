@@ -14,26 +14,15 @@ A sweep file (sweeps/*.yaml):
       - {name: h64-lr1e-3, overrides: {train.lr: 1.0e-3}}
       - {name: wide, overrides: {model.hidden: 128}, seeds: [1], cap_minutes: 60}
 
-`cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Runs
-start in file order, each setting's seeds in turn (`order: by-setting`), or with
-`order: by-seed` the first seed of every setting before the second of any, so that a sweep
-cut short has read every setting once. Every
-key and every profile the sweep would train is checked before anything runs: a bad one
-is a one-line `ConfigError` naming it. A run stops at its profile's steps, at its cap or
-`after_drop` steps past its drop (`mclib.core.metrics.find_drop`), whichever comes first.
-
-Runs live in RUNS/NAME-seedS (default runs/sweep/), each an ordinary run folder with a
-`sweep.json` naming the sweep that trains it; a worker trains each (`mclib.core.sweep_run`).
-One row per finished run is appended to the results table (default RUNS/STEM.csv;
-`scripts/sweep_cpu_profile.py` appends to docs/data/cpu_sweep.csv) the moment it finishes,
-and its loss curve, thinned, to the curves table beside it (STEM_curves.csv,
-`mclib.core.sweep_figure.keep_curves`), so that a committed table keeps the curves after the
-run folders are gone; a figure (default RUNS/STEM.png) is drawn from the two.
-
-Resumable: a run that already has its row (same sweep file name, setting and seed) is
-skipped; a run that was cut (sweep killed, worker lost) continues from its newest
-checkpoint, and its cap counts training time since the sweep first started it. A folder
-left by another sweep is started afresh unless `resume: true`.
+`cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Every key
+and every profile is checked before anything runs (a bad one: a one-line `ConfigError`). A
+run stops at its profile's steps, its cap, or `after_drop` steps past its drop, whichever
+comes first. Runs live in RUNS/NAME-seedS (default runs/sweep/), trained by workers
+(`mclib.core.sweep_run`); each finished run appends its row to the results table (default
+RUNS/STEM.csv) and its thinned curve to STEM_curves.csv, and the figure (RUNS/STEM.png) is
+redrawn from both (`mclib.core.sweep_figure`). Resumable: a run with a row is skipped, a cut
+one continues from its newest checkpoint (its cap counting from the sweep's first start), a
+folder of another sweep is started afresh unless `resume: true`.
 """
 from __future__ import annotations
 
@@ -165,8 +154,7 @@ def _progress_line(name: str, done: int, failed: int, waiting: int, running: dic
 
 
 def memory_here(device: str) -> int | None:
-    """Bytes of memory a run on `device` can have on this machine: the first GPU's, or the
-    physical RAM (None: unknown)."""
+    """Bytes of memory a run on `device` can have here: the first GPU's, or physical RAM (None: unknown)."""
     import torch
 
     if device == "cuda":
@@ -178,9 +166,8 @@ def memory_here(device: str) -> int | None:
 
 
 def check_fits(runs: list[SweepRun]) -> None:
-    """Refuse, with one line naming the setting and its estimated size, a sweep whose rows
-    would not fit in this machine's memory (`mclib.core.flops.train_memory_bytes`, an upper
-    bound); a sweep sent to another cluster is checked by nobody here."""
+    """Refuse, in one line naming the setting, a sweep run that would not fit this machine's memory
+    (`mclib.core.flops.train_memory_bytes`, an upper bound)."""
     from .flops import train_memory_bytes
 
     for r in runs:
@@ -236,9 +223,8 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
 
 
 def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, out, redraw):
-    """Submit the pending runs and wait, appending each finished run's row to `results` and
-    redrawing the figure after it (a sweep cut by a wall cap still leaves a figure of its
-    rows); a progress line every `every` seconds. Returns (done, failed)."""
+    """Submit the pending runs in the sweep's order and wait, appending each finished run's row and
+    redrawing; a progress line every `every` seconds. Returns (done, failed)."""
     from .jobs import resources_for
 
     # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks

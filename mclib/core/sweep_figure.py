@@ -1,9 +1,6 @@
-"""The curves table and the figure of a sweep's results (`mclib.core.sweep`).
-
-A results table (one row per run, `mclib.core.sweep_run.summarise`) keeps no curve; beside it,
-STEM_curves.csv (`curves_path`) keeps each run's loss curve, thinned (`thinned_curve`,
-`keep_curves`), so that a committed table keeps the curves after the run folders are gone,
-and the figure (`draw_figure`) is drawn from the two.
+"""The curves table and the figure of a sweep's results (`mclib.core.sweep`): beside a results
+table, STEM_curves.csv keeps each run's thinned loss curve (`keep_curves`), so the curves
+outlive the run folders; `draw_figure` draws from the two.
 """
 from __future__ import annotations
 
@@ -22,9 +19,8 @@ def curves_path(results: Path) -> Path:
 
 
 def thinned_curve(m, points: int = CURVE_POINTS):
-    """A run's L_mask curve (`m`: its metrics table) as `find_drop` reads it (the trailing
-    DROP_WINDOW-step mean of the training batch), at `points` logged steps spaced evenly in
-    log(step), the last step included. Columns: step, L_mask."""
+    """A run's L_mask curve as `find_drop` reads it (trailing DROP_WINDOW-step mean) at `points`
+    steps spaced evenly in log(step), the last included: columns step, L_mask."""
     import numpy as np
 
     smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()
@@ -33,12 +29,9 @@ def thinned_curve(m, points: int = CURVE_POINTS):
 
 
 def keep_curves(results: Path, sweep: str, runs: Path) -> int:
-    """Write the curves table (`curves_path`): for every row of `sweep` in `results` whose
-    run folder is here and ended at the row's `steps_run`, its thinned curve
-    (`thinned_curve`), taken afresh (a row trained again replaces its old curve); for the
-    other rows, the curve kept before, if any (a folder on another machine, or one that is
-    not this row's run). Written atomically (`write_atomic`). Returns the number of rows
-    with a curve."""
+    """Write the curves table atomically: each row of `sweep` whose run folder is here and ended at
+    the row's `steps_run` gets its curve afresh, other rows keep their old curve, if any.
+    Returns the number of rows with a curve."""
     import pandas as pd
 
     from .runs import load_metrics, write_atomic
@@ -66,8 +59,7 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
 
 
 def setting_colours(settings: list[str]) -> dict[str, tuple]:
-    """A colour per setting, distinct up to 20 settings (tab10, then tab20: a sweep of 11
-    settings would reuse tab10's first colour for its last)."""
+    """A colour per setting: tab10, or tab20 above 10 settings."""
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10" if len(settings) <= 10 else "tab20"]
@@ -75,10 +67,8 @@ def setting_colours(settings: list[str]) -> dict[str, tuple]:
 
 
 def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
-    """The runs of `sweep` in the results table: L_mask against matrices seen, one line per
-    run (a colour per setting) from the curves table (`keep_curves`), beside each run's
-    drop (a dot), or how far it got without one (a hollow triangle), by setting. A run
-    with no kept curve has no line, and the title says how many of the runs are drawn."""
+    """The runs of `sweep`: L_mask against matrices seen, a line per kept curve (a colour per
+    setting), and each run's drop (dot) or how far it got without one (hollow triangle)."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,9 +1,6 @@
-"""One run of a sweep (`mclib.core.sweep`), on a worker: trained (or resumed, or found
-stopped) under the sweep's cap and `after_drop`, and its row of the results table.
-
-`train_sweep_run` is what the client submits for each run; it reports the run's step on a
-Dask event (`EVENT`) that the client's progress lines read, and returns the row
-(`summarise`: the drop, the plateau, how the run ended, the setting's levers resolved).
+"""One run of a sweep on a worker (`train_sweep_run`): trained, resumed or found stopped under
+the sweep's cap and `after_drop`; it reports its step on a Dask event (`EVENT`) and returns
+its row of the results table (`summarise`).
 """
 from __future__ import annotations
 
@@ -53,8 +50,8 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 
 
 def _start_wall(run: SweepRun) -> float:
-    """The run's training time when this sweep first started it (its cap counts from there),
-    kept in the folder's sweep.json; a folder of another sweep is removed unless resume."""
+    """The run's training time when this sweep first started it (its cap counts from there), kept
+    in sweep.json; a folder of another sweep is removed unless `resume`."""
     from .checkpoints import train_wall
     from .runs import SWEEP_MARKER, write_atomic
 
@@ -102,11 +99,7 @@ def train_sweep_run(run: SweepRun) -> dict:
 
 
 def setting_columns(profile: Profile) -> dict:
-    """The levers of a run, resolved (the base profile may change between rounds, so a
-    row names its whole setting, not only its overrides). Tables written before 9842a40 (2026-11-26)
-    removed the CPU search's levers keep their columns (mix_rank, mix_fraction,
-    position_init_std, attn_logit_scale, qk_norm, optimizer, embedding_lr); a row appended
-    now leaves them empty (`append_row`)."""
+    """The run's levers, resolved from its profile (a row names its whole setting, not only its overrides)."""
     d, m, t = profile.data, profile.model, profile.train
     return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask,
             "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
@@ -115,18 +108,15 @@ def setting_columns(profile: Profile) -> dict:
 
 
 def end_rule(profile: Profile) -> str:
-    """How a run's length was decided, for its row: "steps" (a fixed length) or "slope
-    WINDOW MIN" (`mclib.core.metrics.converged`: the fitted slope over WINDOW steps, under
-    MIN per 1 000 steps). Rows written before 2026-11-25 read "window-means 1000 0.05":
-    the rule of the time compared two 1 000-step means, and ended runs earlier."""
+    """How a run's length was decided, for its row: "steps", or "slope WINDOW MIN"
+    (`mclib.core.metrics.converged`)."""
     t = profile.train
     return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g}"
 
 
 def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> str:
-    """The row's `ended`: the run's own ending (`mclib.core.ending.RunEnd.ended`: converged,
-    cap, steps, unfinished), with a sweep's stop told apart: "after drop" (the sweep's
-    after_drop) or "wall cap" (its cap_minutes, the only other stop a sweep makes)."""
+    """The row's `ended`: the run's `RunEnd.ended`, with a sweep's stop told apart as "after drop"
+    or "wall cap"."""
     if end is None:
         return "unfinished"
     if end.ended != "stopped":
@@ -135,8 +125,7 @@ def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> s
 
 
 def summarise(run: SweepRun) -> dict:
-    """One results row from a run folder (also for a run that was stopped by hand). The
-    setting is the one the run saved, not the base profile as it is now."""
+    """One results row from a run folder, with the setting the run saved (not the base profile as it is now)."""
     from .ending import run_end
     from .metrics import drop_column, find_drop, plateau_stats
     from .runs import load_metrics, run_profile

@@ -1,8 +1,6 @@
-"""A step variant checked against eager, and timed (benchmarks/lease_step.py on every lease;
-`choose`: `train.step: auto` on CUDA). Here, not in graphstep.py: a check trains the variant
-(`mclib.core.step`: `_Run`, `train_step`), and the capture graphstep.py holds is part of what
-the step trains with. `step_function` is one step of fresh runs, as the loop runs it, for the
-benchmarks.
+"""A step variant checked against eager, and timed: `trace` and `compare` (benchmarks/lease_step.py
+on every lease), `time_run`, and `choose`, what `train.step: auto` runs on CUDA.
+`step_function` is one step of fresh runs, for the benchmarks.
 """
 from __future__ import annotations
 
@@ -20,8 +18,8 @@ from .step import _Run, steps_of, train_step
 
 
 def auto_step(profile: Profile, device: torch.device) -> str | None:
-    """The variant `train.step: auto` runs as on CUDA without `train.compile` (`choose`), for
-    the code that builds a run (`_Run(chosen=...)`); None where auto needs no measurement."""
+    """What `train.step: auto` runs as on CUDA without `train.compile` (`choose`), or None where
+    auto needs no measurement."""
     t = profile.train
     if t.step == "auto" and not t.compile and device.type == "cuda":
         return choose(profile, device)
@@ -29,10 +27,8 @@ def auto_step(profile: Profile, device: torch.device) -> str | None:
 
 
 def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Callable[[], torch.Tensor]:
-    """A function that runs one `train_step` of `runs` fresh runs of `profile` (seeds
-    profile.seed, +1, ..., in memory, nothing saved), as the training loop does (the
-    profile's precision and `train.compile`); it returns the `[run, 4]` losses.
-    benchmarks/train_step.py times it."""
+    """A function running one `train_step` of `runs` fresh in-memory runs of `profile` (seeds
+    profile.seed, +1, ...), as the loop does; it returns the `[run, 4]` losses."""
     set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
     seeds = [profile.replace(seed=profile.seed + r) for r in range(runs)]
     return steps_of([_Run.in_memory(p, device, chosen=auto_step(p, device)) for p in seeds])
@@ -40,11 +36,9 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
 
 CHECK_STEPS = 20        # steps a variant is compared with eager over, from the same weights and batches
 LOSS_RTOL = 1e-3        # every variant passes with every logged loss within this of eager's, relatively,
-UPDATE_RTOL = 5e-2      # and its 20 steps' parameter update within this of eager's (relative L2 norm): float
-#   sums in another order change the gradients in their last bits, and Adam's first steps (g/√v ~ ±1) turn a
-#   tiny gradient's other sign into a whole lr's difference, so updates differ more than losses do. One bar for
-#   every variant, the whole-step CUDA graph included: CUDA does not promise that a captured matmul picks the
-#   same cuBLAS algorithm as an eager one, so bitwise equality is shown (`Check.bitwise`), never required
+UPDATE_RTOL = 5e-2      # and its parameter update within this of eager's (relative L2 norm): Adam's first
+#   steps (g/√v ~ ±1) turn a last-bit gradient difference into a whole lr's, so updates differ more than losses.
+#   One bar for every variant, the CUDA graph too: a captured matmul may pick another cuBLAS algorithm
 REPEATS = 3             # timed windows a variant's ms a step is the median of (`time_run`)
 BUSY_STEPS = 3          # steps queued, untimed, before each window's start event: it starts from a busy device
 
@@ -60,8 +54,7 @@ class Trace:
 
 
 def variant_run(profile: Profile, device: torch.device, variant: str):
-    """A fresh in-memory run (`mclib.core.step._Run.in_memory`) of `profile`'s seed with its
-    step run as `variant` (a train.step other than auto): the seed's initial weights and batches."""
+    """A fresh in-memory run of `profile`'s seed whose step runs as `variant` (not auto)."""
     return _Run.in_memory(profile.replace(**{"train.step": variant, "train.compile": False}), device)
 
 
@@ -90,11 +83,9 @@ class Check:
 
 
 def compare(ref: Trace, got: Trace, start: dict[str, torch.Tensor]) -> Check:
-    """`got` against eager's `ref` over the same steps, every variant to one tolerance: every
-    logged loss within LOSS_RTOL of eager's and the parameter update within UPDATE_RTOL
-    (relative). Whether it is bitwise equal too is said (`bitwise`) and does not decide. A variant
-    whose compile or capture fell back to eager is reported as such and does not pass: it was not
-    the variant."""
+    """`got` against eager's `ref` from the same start: passes with every logged loss within
+    LOSS_RTOL and the parameter update within UPDATE_RTOL (relative). Bitwise equality is
+    reported, not required; a variant that fell back to eager fails."""
     steps = len(ref.losses)
     loss_rel = ((got.losses - ref.losses).abs() / ref.losses.abs().clamp_min(1e-30)).max().item()
     num = sum(((got.params[n] - ref.params[n]).double() ** 2).sum() for n in ref.params)
@@ -123,13 +114,10 @@ class Timing:
 
 
 def time_steps(step: Callable[[], object], n: int, device: torch.device, repeats: int = REPEATS) -> Timing:
-    """The time a step of `step` takes: `repeats` windows of `n` calls each (`Timing`). On CUDA
-    each window is the device's time between two events over `n` calls queued back to back, its
-    start event queued behind BUSY_STEPS untimed calls, so the window starts from a busy device
-    (from an idle one, the first step's host work would be charged to the device); then the
-    host's own time to enqueue one step, over `n` calls each from an idle device (perf_counter):
-    queued back to back, a step that keeps the device busy fills CUDA's launch queue, the host
-    then waits for room, and its time would read as the device's. On the CPU both are wall time."""
+    """The time a call of `step` takes: the median of `repeats` windows of `n` calls. On CUDA a
+    window is device time between two events, started behind BUSY_STEPS untimed calls (a busy
+    device); `host_ms` is the host's time to enqueue one call from an idle device. On the CPU,
+    wall time."""
     cuda = device.type == "cuda"
     windows = []
     for _ in range(repeats):
@@ -171,8 +159,7 @@ def time_run(run, n: int, repeats: int = REPEATS) -> Timing:
 
 
 def release(*runs) -> None:
-    """Free the captured graphs (and their memory pools) of in-memory `runs` now, not when the
-    collector finds them: the next variant measured gets the device's memory back."""
+    """Free the CUDA graphs (and memory pools) of in-memory `runs` now, for the next variant measured."""
     for run in runs:
         graph = getattr(run, "graph", None)
         if graph is not None:
@@ -196,11 +183,10 @@ _CHOSEN: dict[tuple, str] = {}
 
 
 def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> str:
-    """`train.step: auto` on CUDA: "cuda-graph" where it trains within the check's tolerance of
-    eager over `steps` steps (`compare`) and is faster, else "eager"; measured once per process and setting (model, task, batch,
-    precision, clip, warm-up), said in one line. Nothing else is tried here: the compiled variants
-    take a minute to compile and are chosen on a lease from benchmarks/lease_step.py's table
-    (mclib.lease.slices.pick_step) or named in the profile."""
+    """`train.step: auto` on CUDA: "cuda-graph" where it passes `compare` against eager over `steps`
+    steps and is faster, else "eager"; measured once per process and setting and said in one line.
+    Compiled variants are not tried here (they take a minute to compile): a lease picks them
+    (mclib.lease.slices.pick_step) or the profile names them."""
     t = profile.train
     key = (str(device), repr(profile.model), repr(profile.data), t.batch, t.precision, t.grad_clip, t.warmup > 0)
     if key not in _CHOSEN:
