@@ -1,13 +1,8 @@
-"""Profiles: one YAML file per setting (params/*.yaml), loaded into typed dataclasses.
+"""Profiles: one YAML file per setting (params/*.yaml), loaded into typed, validated dataclasses.
 
-Every key is validated when the profile loads; a bad one raises `ConfigError` with a
-one-line message that names the key and the value (the CLI prints it and exits 2). A
-profile with several bad values gets one `ConfigError` naming them all, one line each
-(at most MAX_PROBLEMS), so that a user fixes them in one pass:
-
-    params/x.yaml: 4 bad values:
-      data.p_mask = 1.5 is outside [0, 1)
-      ...
+A bad value raises `ConfigError` with one line naming the key and the value (the CLI prints
+it and exits 2); several bad values give one error listing each on its own line (at most
+MAX_PROBLEMS), e.g. "params/x.yaml: 4 bad values:" then "  data.p_mask = 1.5 is outside [0, 1)".
 """
 from __future__ import annotations
 
@@ -323,17 +318,14 @@ def profile_from_dict(raw: Any) -> Profile:
     return profile
 
 
-# Levers of the CPU-profile search that no shipped profile, chapter or current sweep used, removed
-# in c508192, 2026-11-26 (the last revision that has them: c6ddcac; docs/cpu-profile.md says what they found),
-# each with the value that meant "off". A run folder written before then records every key in its
-# profile.yaml; `profile_from_saved` reads such a key at that value as absent. Set to anything
-# else, it is an unknown key, in a saved profile as in a profile of params/.
+# Levers an older run folder's profile.yaml may hold (docs/cpu-profile.md), each with the value that
+# means "off": `profile_from_saved` reads such a key at that value as absent; any other value is an
+# unknown key, in a saved profile as in params/.
 REMOVED = {"data.mix_rank": 1, "data.mix_fraction": 0.0, "model.position_init_std": None,
            "model.attn_logit_scale": 1.0, "model.qk_norm": False, "train.optimizer": "adam",
            "train.muon_lr": 0.02, "train.embedding_lr": None}
-# Keys of how a run was executed that 9842a40 removed (2026-11-26), read as absent in a saved profile.yaml
-# at any value: they never changed what a run computes. train.fast chose the stacked copy of the
-# model (mclib/core/stacked.py, last at revision d54ea56), which computed MatrixBert's step to 1e-5.
+# Keys of how an older run was executed, read as absent in a saved profile.yaml at any value: they
+# never changed what a run computes (train.fast: the stacked copy of the model, docs/performance.md).
 REMOVED_RUNNING = ("train.fast",)
 
 

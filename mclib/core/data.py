@@ -1,13 +1,7 @@
-"""Matrices, masks and tokens: the data of docs/protocol.md, §1.1-1.2.
-
-A batch is a set of n×n matrices X (rounded to 2 decimals), a boolean mask
-(True = masked, i.e. in the complement of Ω) and the token sequence the model
-reads: the matrix row by row, masked entries replaced by MASK_ID.
-
-Shapes: X, mask `[batch, n, n]`; tokens `[batch, n*n]`.
-Every sampler takes an explicit `torch.Generator`; the device of the output is
-the generator's device. Training samples on the host (CPU generators on every device,
-`mclib.core.step`) and copies each batch to the device without a sync (`Batch.to`).
+"""Matrices, masks and tokens (docs/protocol.md, §1.1-1.2). A `Batch` holds X `[batch, n, n]`
+(rounded to 2 decimals), its mask `[batch, n, n]` (True = masked) and the tokens
+`[batch, n*n]` the model reads: X row by row, MASK_ID where masked. Every sampler takes an
+explicit `torch.Generator` and samples on its device.
 """
 from __future__ import annotations
 
@@ -48,12 +42,9 @@ def detokenize(ids: torch.Tensor) -> torch.Tensor:
 
 def sample_matrices(batch: int, n: int, rank: int, gen: torch.Generator,
                     dist: str = "uniform") -> torch.Tensor:
-    """`[batch, n, n]` matrices X = U Vᵀ rounded to 2 decimals.
-
-    dist: "uniform" U, V ~ Unif[-1, 1] (the paper); "gaussian" N(0, 0.5²) and
-    "laplace" Laplace(0, 0.25) factors (E18); "random": full-rank, entries
-    iid Unif[-1, 1] (the copy check E2; `rank` is ignored).
-    """
+    """`[batch, n, n]` matrices X = U Vᵀ rounded to 2 decimals. dist: "uniform" U, V ~ Unif[-1, 1]
+    (the paper); "gaussian" N(0, 0.5²) and "laplace" Laplace(0, 0.25) factors (E18); "random":
+    full-rank iid Unif[-1, 1] entries (E2; `rank` ignored)."""
     if dist not in DISTRIBUTIONS:
         raise ValueError(f"dist {dist!r} is not one of {DISTRIBUTIONS}")
     if not 1 <= rank <= n:
@@ -83,11 +74,8 @@ def random_mask(batch: int, n: int, p_mask: float, gen: torch.Generator) -> torc
 
 def structured_mask(n: int = 7, rows: tuple[int, ...] | None = None,
                     keep: tuple[tuple[int, int], ...] | None = None) -> torch.Tensor:
-    """`[n, n]` bool: the given rows fully masked except the `keep` entries (E10's mask).
-
-    The paper's mask (n = 7) masks rows 3 and 6 except (3, 1) and (6, 5); by default
-    another n gets the same shape: the middle and last rows, kept at their second and
-    second-to-last columns."""
+    """`[n, n]` bool: `rows` fully masked except the `keep` entries (E10). Default: the paper's
+    rows 3 and 6 except (3, 1) and (6, 5) at n = 7, the same shape at another n."""
     if rows is None:
         rows = (n // 2, n - 1)
     if keep is None:
@@ -147,9 +135,8 @@ FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 *
 
 
 def copy_level(rank: int, dist: str = "uniform") -> float:
-    """E[X²] for X = U Vᵀ with iid zero-mean factors of `dist` (`sample_matrices`):
-    rank · Var(u)². A model that outputs 0 at masked entries (the copying plateau) has
-    this L_mask: rank/9 for uniform factors, 2/9 ≈ 0.222 at rank 2."""
+    """E[X²] = rank · Var(u)² for X = U Vᵀ with `dist`'s factors: the L_mask of a model that outputs
+    0 at masked entries (the copying plateau); rank/9 for uniform factors."""
     if dist not in FACTOR_VARIANCE:
         raise ValueError(f"dist {dist!r} is not one of {', '.join(FACTOR_VARIANCE)}")
     return rank * FACTOR_VARIANCE[dist] ** 2

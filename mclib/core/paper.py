@@ -1,8 +1,6 @@
-"""The numbers the paper reports (docs/protocol.md, §2), in one place.
-
-Keys are (experiment, quantity). (W) = workshop version, (N) = NeurIPS version.
-These are facts to compare against; nothing in the project is tuned toward them.
-The paper's task and recipe as a profile are params/paper.yaml: `profile()`, `task()`.
+"""The numbers the paper reports (docs/protocol.md, §2), keyed (experiment, quantity); (W) is the
+workshop version, (N) the NeurIPS one. Facts to compare against, nothing is tuned toward
+them. The paper's task and recipe: `profile()`, `task()` (params/paper.yaml).
 """
 from .config import DataConfig, Profile, load_profile, profile_path
 
@@ -13,11 +11,9 @@ def profile() -> Profile:
 
 
 def shapes_profile(steps: int = 6, batch: int = 8) -> Profile:
-    """The paper's model and task exactly (params/paper.yaml: 4 layers x 8 heads, hidden
-    768, intermediate 3072, 7x7 rank 2), trained only `steps` steps of `batch` matrices and
-    analysed at the smoke profile's sample sizes: the whole paper book in minutes on a CPU,
-    so that every chapter meets the paper's shapes (tests/test_paper_shapes.py,
-    benchmarks/paper_shapes.py). Derived here in code, so it follows params/paper.yaml."""
+    """The paper's model and task exactly (params/paper.yaml), trained `steps` steps of `batch`
+    matrices and analysed at the smoke profile's sizes: the paper book in minutes on a CPU
+    (tests/test_paper_shapes.py, benchmarks/paper_shapes.py)."""
     smoke = load_profile(profile_path("smoke")).analysis
     return profile().replace(**{
         "name": "paper-shapes",
@@ -83,10 +79,9 @@ PAPER_HEADS = {
     "input-processing": [(1, 1), (1, 2), (1, 5), (1, 6), (1, 7), (1, 8)],
 }
 
-# The NeurIPS version's figures the book cites, by number (read from their captions, all but
-# Fig. 2, which is as the book has cited it since its first chapter; the book's text says
-# "NeurIPS version" after each, and "workshop version" after a number of the earlier
-# workshop paper). tests/test_book.py checks every citation against this.
+# The NeurIPS version's figures the book cites, by number, read from their captions (Fig. 2 as the
+# book cites it); the book's text says "NeurIPS version" after each, "workshop version" after a
+# workshop number. tests/test_book.py checks every citation against this.
 FIGURES_NEURIPS = {
     2: "the training loss: a plateau, then a sudden drop (E1)",
     3: "BERT against nuclear-norm minimisation (E16)",

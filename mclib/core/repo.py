@@ -1,7 +1,6 @@
-"""The repository this code runs from: its root (in an installed wheel, site-packages: what
-needs the checkout says so, `require_checkout`), its git revision ("unknown" in a wheel), and the
-hash of mclib's sources. Below everything that reads them (the book's runner and chapters, the
-GPU lease's slices and results), so that none of those imports another for a constant."""
+"""The repository this code runs from: its root (site-packages in an installed wheel, where what
+needs the checkout says so: `require_checkout`), its git revision ("unknown" in a wheel), the hash
+of mclib's sources. Below everything that reads them, so none imports another for a constant."""
 from __future__ import annotations
 
 import hashlib
@@ -56,10 +55,8 @@ def _git(*args: str) -> str:
 
 
 def _git_own_revision() -> str | None:
-    """git's revision of HEAD, "-dirty" where a tracked file changed (as `git describe --dirty`;
-    untracked files such as a virtualenv do not make the code different), or None where git has
-    no answer for this project's own folder: no git, or a folder without .git inside another
-    repository, whose revision git would give instead."""
+    """git's short HEAD, "-dirty" where a tracked file changed, or None where git has no answer for
+    this folder itself (no git, or a folder without .git inside another repository)."""
     try:
         if Path(_git("rev-parse", "--show-toplevel")).resolve() != REPO.resolve():
             return None
@@ -79,9 +76,8 @@ def kit_record() -> dict | None:
 
 
 def git_revision() -> str:
-    """The revision of the code that runs: git's, where this folder is the top of its own work
-    tree; else the kit's record, where its mclib hash is this tree's (a lease's copy of the tree
-    has no .git); else "unknown", never a guess."""
+    """The revision of the code that runs: git's where this folder is its own work tree, else the
+    kit's record where its mclib hash matches this tree's, else "unknown"."""
     own = _git_own_revision()
     if own is not None:
         return own
@@ -92,9 +88,8 @@ def git_revision() -> str:
 
 
 def revisions_of_mclib(sha: str, commits: int = 400) -> list[str]:
-    """This repository's commits, newest first among its last `commits`, whose mclib/ sources hash
-    to `sha` (`mclib_sha` of that commit's tree) in one unbroken run: the code a result was made
-    with, however it was recorded. Empty where none. Reads git's objects; checks nothing out."""
+    """The commits among HEAD's last `commits` (first parent, newest first) whose mclib/ sources hash
+    to `sha`, in one unbroken run; empty where none. Reads git objects, checks nothing out."""
     try:
         revs = _git("rev-list", "--first-parent", f"--max-count={commits}", "HEAD").split()
     except (OSError, subprocess.CalledProcessError):
