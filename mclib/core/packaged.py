@@ -1,14 +1,11 @@
-"""The files mclib ships inside the package and reads at run time, found through
-`importlib.resources`, so that an installed wheel finds them as a source checkout does.
+"""The files mclib ships inside the package, found through `importlib.resources` (as in a checkout,
+so in an installed wheel):
 
     mclib/profiles/  the profiles (`profile_file("cpu")`); in a checkout a link to params/
-    mclib/data/      the tables the library reads (`data_file("rounding.csv")`); in a checkout
-                     a link to docs/data/, where the scripts that make them write them
+    mclib/data/      the tables the library reads (`data_file("rounding.csv")`); in a checkout a link to docs/data/
 
-In a checkout each path is returned resolved, so it names params/ or docs/data/ as before
-(messages and the book quote those paths); in a wheel the files are copies inside mclib/
-(pyproject.toml's package-data lists them). What needs the whole checkout (the book's
-notebooks, the GPU lease's ledger, git) is in mclib.core.repo.
+In a checkout each path is returned resolved, naming params/ or docs/data/ (which messages and
+the book quote); in a wheel the files are copies inside mclib/ (pyproject.toml's package-data).
 """
 from __future__ import annotations
 
@@ -28,8 +25,7 @@ def _packaged(*parts: str) -> Path:
 
 
 def profile_file(name: str) -> Path:
-    """The shipped profile `name` ("cpu" -> mclib/profiles/cpu.yaml, params/cpu.yaml in a
-    checkout); it may not exist: the caller says so, naming the path."""
+    """The shipped profile `name` (mclib/profiles/NAME.yaml); it may not exist: the caller says so."""
     return _packaged("profiles", f"{name}.yaml")
 
 
