@@ -19,8 +19,7 @@ class CheckoutError(RuntimeError):
 
 
 def is_checkout() -> bool:
-    """Whether mclib runs from its source checkout (the book's _toc.yml and pyproject.toml beside
-    it), not from an installed wheel, which carries only mclib/ with its profiles and tables."""
+    """Whether mclib runs from its source checkout (_toc.yml and pyproject.toml beside it), not a wheel."""
     return (REPO / "_toc.yml").is_file() and (REPO / "pyproject.toml").is_file()
 
 
