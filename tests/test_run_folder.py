@@ -24,7 +24,9 @@ def test_no_other_module_or_script_names_a_file_of_the_run_folder():
     """A file name of the run folder typed as a string anywhere but runs.py (docstrings and
     comments aside) would be a second definition of the layout."""
     names = [v for v in NAMES.values() if "." in v] + ["checkpoint_step_"]
-    typed = re.compile("|".join(re.escape(n) for n in names))
+    # a name counts where it stands alone or after a path separator ("runs/x/.lock"), not inside
+    # another name ("requirements.lock")
+    typed = re.compile("|".join(r"(?<![\w-])" + re.escape(n) for n in names))
     files = [p for p in sorted((ROOT / "mclib").rglob("*.py")) + sorted((ROOT / "scripts").glob("*.py"))
              if p != Path(runs.__file__)]
     found = {str(p.relative_to(ROOT)): [s for s in literal_strings(p) if typed.search(s)] for p in files}
