@@ -14,5 +14,6 @@ and run folders (mclib.core) and return numbers and tables; they draw nothing.
     per_matrix.py     a method's per-matrix values on a batch, and the rows with standard errors from them
     freezing.py       component re-initialisation runs (E15)
     sharpness.py      how abrupt a drop is: plateau and fall, in steps
+    margins.py        the relative margins of the scorecard's rules (the book's rules and E15's early stop read them)
     sizes.py          the width/depth sweep's claims (E20)
 """
