@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +50,7 @@ class ChapterSpec:
     restated     a sentence worded again from re-judged rows: `restated(name, text, rows) -> str | None`
     """
     notebook: str
+    _: KW_ONLY  # the declarations by name
     runs_read: Callable[[Profile], Reads] | None = None
     trains_runs: bool = False
     idle_work: Callable[[Profile, Path], list[tuple]] | None = None
@@ -64,17 +65,16 @@ class ChapterSpec:
     def __post_init__(self):
         if not isinstance(self.notebook, str) or not self.notebook or "/" in self.notebook:
             raise ChapterSpecError(f"chapter spec: notebook {self.notebook!r} is not a template's stem (\"01_train\")")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)  # the spec's own fields, by the dataclass's own list
-            if f.name == "trains_runs":
+        for name, value in vars(self).items():  # the fields, as given
+            if name == "trains_runs":
                 ok = isinstance(value, bool)
-            elif f.name == "speaks_for":
+            elif name == "speaks_for":
                 ok = isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str)
                                                         for k, v in value.items())
             else:
-                ok = f.name == "notebook" or value is None or callable(value)
+                ok = name == "notebook" or value is None or callable(value)
             if not ok:
-                raise ChapterSpecError(f"chapter {self.notebook}: field {f.name} = {value!r} is not what it declares "
+                raise ChapterSpecError(f"chapter {self.notebook}: field {name} = {value!r} is not what it declares "
                                        "(see mclib.book.spec.ChapterSpec)")
 
 
