@@ -61,7 +61,8 @@ def test_a_spec_naming_a_notebook_that_does_not_exist_is_named(monkeypatch, tmp_
     with pytest.raises(ChapterSpecError) as e:
         registry.load("98_fake", tmp_path)
     message = _one_line(e)
-    assert message.startswith("chapter 98_fake: field notebook = '98_fake' names no notebook") and "98_fake.ipynb" in message
+    assert message.startswith("chapter 98_fake: field notebook = '98_fake' names no notebook")
+    assert "98_fake.ipynb" in message
     (tmp_path / "98_fake.ipynb").write_text("{}")
     assert registry.load("98_fake", tmp_path).notebook == "98_fake"
 

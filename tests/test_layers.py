@@ -221,7 +221,8 @@ def test_a_lower_room_imports_no_higher_one_at_run_time_by_name(tmp_path):
                           "        return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
         "book/y.py": "from importlib import import_module\nM = import_module('..lease.part', __package__)\n"
                      "T = __import__('mclib.lease.reference')\nsaid = 'hand mclib.chapters.registry.specs() down'\n",
-        "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\ndef h(name):\n    return importlib.import_module(MOD + name)\n",
+        "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\n"
+                     "def h(name):\n    return importlib.import_module(MOD + name)\n",
         "chapters/registry.py": "import importlib\ndef load(stem):\n"
                                 "    return importlib.import_module(f'{__package__}.ch{stem}')\n"
                                 "R = importlib.import_module('mclib.book.runner')\n"})

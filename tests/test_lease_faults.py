@@ -83,7 +83,8 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
              "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
     write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
     done = []
-    waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)), daemon=True)
+    waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)),
+                              daemon=True)
     t0 = time.time()
     waiter.start()
     waiter.join(timeout=30)

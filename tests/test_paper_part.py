@@ -105,7 +105,8 @@ def test_staging_the_part_twice_writes_the_same_bytes(tmp_path):
     import hashlib
 
     def staged():
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in part.stage(tmp_path, slices.LEDGER, specs=SPECS)}
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in part.stage(tmp_path, slices.LEDGER, specs=SPECS)}
     first = staged()
     assert first and staged() == first
 

@@ -193,7 +193,7 @@ def glued(ch, rows: list[dict]) -> dict:
             "landing_paper": landing_paper(theirs), "departures_count": scorecard_tables.departures_count(ch.cfg),
             "landing_editions": " ".join([scorecard_tables.setting_counts(rows, "the laptop edition")]
                                          + ([scorecard_tables.setting_counts(theirs, "the paper's own setting")
-                                             + f" {reference.rejudged_text(folder, laptop=rows, specs=chapter_specs())}"]
+                                             + " " + reference.rejudged_text(folder, laptop=rows, specs=chapter_specs())]
                                             if theirs else [])),
             "n_own": len(own),
             "task_note": scorecard_tables.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
