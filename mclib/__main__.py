@@ -40,6 +40,7 @@ def cmd_book(args) -> None:
     import os
 
     from .book.runner import build, select_chapters
+    from .chapters.registry import specs
 
     if args.cluster:
         from .core.jobs import ENV
@@ -47,7 +48,8 @@ def cmd_book(args) -> None:
 
     build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
           device=args.device, timeout=args.timeout, progress=not args.quiet,
-          templates=select_chapters(args.chapters) if args.chapters else None, site=not args.no_site)
+          templates=select_chapters(args.chapters) if args.chapters else None, site=not args.no_site,
+          specs=specs())  # what the chapters declare, handed down to the runner (the rooms: README)
 
 
 CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
@@ -75,8 +77,10 @@ def cmd_slice(args) -> int:
             slices_pack.refuse(args.out_dir, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
+        from .chapters.registry import specs
+
         slices_run.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
-                          command_s=args.command_s)
+                          command_s=args.command_s, specs=specs())
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")

@@ -23,6 +23,9 @@ from mclib.book import runner as book, runner_execute, runner_plan, runner_progr
 from mclib.__main__ import main
 from mclib.core.config import load_profile, profile_path
 from book_pages import glue_names, manifest as _manifest, page as _page
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 PAPER_URL = "https://arxiv.org/abs/2410.22244"
@@ -274,7 +277,7 @@ def test_a_chapter_declaring_it_reads_the_scorecard_runs_again_when_it_changes(t
 
 @pytest.mark.slow
 def test_rerun_reuses_everything(built):
-    m = book.build("smoke", out_dir=built, progress=False)
+    m = book.build("smoke", out_dir=built, progress=False, specs=SPECS)
     assert {r["status"] for r in m["notebooks"]} == {"reused"} and m["site"]["status"] == "reused"
 
 
@@ -283,7 +286,7 @@ def test_a_new_number_reruns_only_the_scorecard(built):
     run = built / "runs" / "smoke-seed1"
     n = len(scorecard_tables.paper_rows(scorecard.load(run)))
     scorecard.record(run, "E99", "a test number", 1.0, 1.0, reading="test")
-    m = book.build("smoke", out_dir=built, progress=False)
+    m = book.build("smoke", out_dir=built, progress=False, specs=SPECS)
     assert [r["status"] for r in m["notebooks"]] == ["reused"] * (len(m["notebooks"]) - 1) + ["executed"]
     assert m["site"]["status"] == "ok"
     page = _page(built, "99_scorecard")
@@ -429,7 +432,7 @@ def test_a_chapter_failing_after_others_ran_keeps_their_work(tmp_path, fake_chap
     ran, site = fake_chapters
     out = tmp_path / "out"
     a, b, c, d = _templates(tmp_path / "t", ["10_a", "20_b", "30_c", "40_d"])
-    build = lambda: book.build("smoke", out_dir=out, templates=[a, b, c, d], progress=False)
+    build = lambda: book.build("smoke", out_dir=out, templates=[a, b, c, d], progress=False, specs=SPECS)
     build()
     c.write_text(c.read_text().replace("# 30_c", "# boom"))  # chapter c now fails
     ran.clear()
@@ -454,13 +457,13 @@ def test_a_failing_site_build_stops_the_book_and_is_retried(tmp_path, fake_chapt
     templates = _templates(tmp_path / "t", ["10_a", "20_b"])
     site["fail"] = True
     with pytest.raises(book.BookError, match=r"jupyter-book build failed \(exit 2, 1 warnings/errors\); see .*jupyter-book.log"):
-        book.build("smoke", out_dir=out, templates=templates, progress=False)
+        book.build("smoke", out_dir=out, templates=templates, progress=False, specs=SPECS)
     m = _manifest(out)
     assert [r["status"] for r in m["notebooks"]] == ["executed", "executed"]
     assert m["site"]["status"] == "failed" and "key" not in m["site"]
     site["fail"] = False
     ran.clear()
-    m = book.build("smoke", out_dir=out, templates=templates, progress=False)
+    m = book.build("smoke", out_dir=out, templates=templates, progress=False, specs=SPECS)
     assert ran == [] and m["site"]["status"] == "ok" and site["builds"] == 2  # chapters reused, site built again
 
 
@@ -485,37 +488,38 @@ TOC = [t.stem for t in book.chapters()]
 def test_chapters_01_to_03_train_the_book_s_run_alone_and_say_what_they_leave_out(tmp_path):
     cfg = load_profile(profile_path("smoke"))
     run = tmp_path / "runs" / "smoke-seed1"
-    p = book.plan(cfg, run, ["01_train", "02_copying", "03_heads"], tmp_path)
+    p = book.plan(cfg, run, ["01_train", "02_copying", "03_heads"], tmp_path, specs=SPECS)
     assert p.train == {"seed 1": "01_train"} and p.error is None
     assert p.line == ("runs: training in 01_train: seed 1 (every chapter); left out, no chapter asked reads them: "
                       "seed 2 (07_beyond), E15 positional, attention, mlp, token (05_freezing)")
-    whole = book.plan(cfg, run, TOC, tmp_path)
+    whole = book.plan(cfg, run, TOC, tmp_path, specs=SPECS)
     assert set(whole.train) == {"seed 1", "seed 2", "E15 attention", "E15 mlp", "E15 positional", "E15 token"}
     assert set(whole.train.values()) == {"01_train"} and "left out" not in whole.line
-    off = book.plan(cfg.replace(**{"analysis.freeze": False}), run, TOC, tmp_path)
+    off = book.plan(cfg.replace(**{"analysis.freeze": False}), run, TOC, tmp_path, specs=SPECS)
     assert set(off.train) == {"seed 1", "seed 2"}  # E15 off: chapter 05 declares no run
 
 
 def test_chapters_whose_runs_nothing_asked_trains_stop_in_one_line(tmp_path):
     cfg = load_profile(profile_path("smoke"))
     run = tmp_path / "runs" / "smoke-seed1"
-    p = book.plan(cfg, run, ["02_copying", "03_heads"], tmp_path)
+    p = book.plan(cfg, run, ["02_copying", "03_heads"], tmp_path, specs=SPECS)
     assert p.error == ("02_copying, 03_heads: 1 run(s) read are not trained, and no chapter asked trains them "
                        "(add 01_train): seed 1 (runs/smoke-seed1)")
-    p = book.plan(cfg, run, ["05_freezing"], tmp_path)  # chapter 05 trains E15, from the book's run
+    p = book.plan(cfg, run, ["05_freezing"], tmp_path, specs=SPECS)  # chapter 05 trains E15, from the book's run
     assert p.error == ("05_freezing: 1 run(s) read are not trained, and no chapter asked trains them "
                        "(add 01_train): seed 1 (runs/smoke-seed1)")
-    p = book.plan(cfg.replace(**{"analysis.train_in_book": False}), run, ["01_train"], tmp_path)
+    p = book.plan(cfg.replace(**{"analysis.train_in_book": False}), run, ["01_train"], tmp_path, specs=SPECS)
     assert p.error.endswith("not trained, and this book does not train (analysis.train_in_book: false): "
                             "seed 1 (runs/smoke-seed1)")
-    assert book.plan(cfg, run, ["10_a"], tmp_path) == runner_plan.Plan({}, [], "", None)  # no chapter of the book
+    no_chapter = book.plan(cfg, run, ["10_a"], tmp_path, specs=SPECS)  # no chapter of the book
+    assert no_chapter == runner_plan.Plan({}, [], "", None)
 
 
 def test_with_the_book_s_run_trained_a_chapter_alone_trains_what_it_reads(smoke_run, tmp_path):
     cfg = load_profile(profile_path("smoke"))
-    p = book.plan(cfg, smoke_run, ["02_copying"], tmp_path)
+    p = book.plan(cfg, smoke_run, ["02_copying"], tmp_path, specs=SPECS)
     assert p.train == {} and p.error is None and p.line.startswith("runs: training: none; complete: seed 1 (every")
-    p = book.plan(cfg, smoke_run, ["05_freezing", "07_beyond"], tmp_path)
+    p = book.plan(cfg, smoke_run, ["05_freezing", "07_beyond"], tmp_path, specs=SPECS)
     assert p.error is None and p.train == {"seed 2": "07_beyond", **{f"E15 {g}": "05_freezing" for g in
                                                                       ("positional", "attention", "mlp", "token")}}
     assert p.line.startswith("runs: training in 07_beyond: seed 2 (07_beyond); training in 05_freezing: E15 ")
@@ -538,7 +542,7 @@ def test_the_training_chapter_runs_again_while_a_run_it_trains_is_not_complete(t
     ran, site = fake_chapters
     templates = book.select_chapters("01_train,02_copying")
     build = lambda run_dir: book.build("smoke", out_dir=tmp_path / "out", run_dir=run_dir, templates=templates,
-                                       progress=False, site=False)
+                                       progress=False, site=False, specs=SPECS)
     build(tmp_path / "out" / "runs" / "smoke-seed1")  # the fake chapter trains nothing
     ran.clear()
     build(tmp_path / "out" / "runs" / "smoke-seed1")
@@ -568,13 +572,13 @@ def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapte
         raise AssertionError("a cluster was started")
     monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
     monkeypatch.setenv(runner_plan.ASKED, "01_train,02_copying,03_heads")
-    assert chapter.idle_tasks(smoke_profile, run_dir) == []
-    assert list(chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)) == [1, 2]
+    assert chapter.idle_tasks(smoke_profile, run_dir, specs=SPECS) == []
+    assert list(chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir, specs=SPECS)) == [1, 2]
     monkeypatch.setenv(runner_plan.ASKED, "01_train,07_beyond")
     with pytest.raises(AssertionError, match="a cluster was started"):
-        chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir)
+        chapter.train_runs(smoke_profile.replace(**{"analysis.freeze": False}), run_dir, specs=SPECS)
     monkeypatch.setenv(runner_plan.ASKED, "01_train,06_baselines")
-    assert [name for _, _, name in chapter.idle_tasks(smoke_profile, run_dir)] == ["solvers-smoke"]
+    assert [name for _, _, name in chapter.idle_tasks(smoke_profile, run_dir, specs=SPECS)] == ["solvers-smoke"]
 
 
 # --- the progress line: each run's step out of its expected steps, the training left ------

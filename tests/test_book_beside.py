@@ -14,6 +14,9 @@ import pytest
 
 from mclib.book import chapter, runner as book, runner_beside, runner_plan, runner_site, scorecard
 from tests.test_book import fake_chapters  # noqa: F401 - the fixture
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 CHAPTERS = "01_train,02_copying,05_freezing,99_scorecard"
 
@@ -50,7 +53,7 @@ def events(monkeypatch, fake_chapters):  # noqa: F811
 
 def _build(tmp_path):
     return book.build("smoke", out_dir=tmp_path / "out", templates=book.select_chapters(CHAPTERS), progress=False,
-                      site=False)
+                      site=False, specs=SPECS)
 
 
 def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, capsys):
@@ -91,7 +94,7 @@ def test_only_the_training_chapter_that_trains_e15_here_goes_beside(tmp_path, sm
     assert runner_beside.alongside(templates, plan({"seed 1": "01_train", "E15 mlp": "01_train"}), smoke_profile) == "01_train"
     assert runner_beside.alongside(templates, plan({"seed 1": "01_train"}), smoke_profile) is None
     assert runner_beside.alongside(templates[1:], plan({"E15 mlp": "05_freezing"}), smoke_profile) is None
-    waits = {t.stem: book.waits_for_trainer(t, smoke_profile) for t in templates}
+    waits = {t.stem: book.waits_for_trainer(t, smoke_profile, specs=SPECS) for t in templates}
     assert waits == {"01_train": False, "02_copying": False, "05_freezing": True, "99_scorecard": True}
 
 
@@ -156,7 +159,7 @@ def test_a_chapter_after_one_that_waits_still_executes_beside_the_training_chapt
     beside the training chapter, and 05 and 99 after it has ended."""
     seen, apart = events
     apart["release_after"] = "06_baselines"
-    m = book.build("smoke", out_dir=tmp_path / "out", site=False, progress=False,
+    m = book.build("smoke", out_dir=tmp_path / "out", site=False, progress=False, specs=SPECS,
                    templates=book.select_chapters("01_train,02_copying,05_freezing,06_baselines,99_scorecard"))
     assert seen == [("start", "01_train"), ("run", "02_copying"), ("run", "06_baselines"), ("end", "01_train"),
                     ("run", "05_freezing"), ("run", "99_scorecard")]

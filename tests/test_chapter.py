@@ -9,6 +9,9 @@ from mclib.book.chapter import Chapter, departures_table, open_chapter, shown_pa
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.metrics import find_drop
 from mclib.core.runs import load_metrics
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def test_open_chapter_reads_the_run_and_loads_each_checkpoint_once(smoke_run, smoke_profile):
@@ -130,19 +133,19 @@ def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smo
 
     monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache
     run_dir = tmp_path / "runs" / "smoke-seed1"
-    names = [name for _, _, name in idle_tasks(smoke_profile, run_dir)]
+    names = [name for _, _, name in idle_tasks(smoke_profile, run_dir, specs=SPECS)]
     assert names == ["solvers-smoke", "train-gpt-smoke-seed1", "train-gpt-smoke-seed2"]
-    fn, (cfg, path), _ = idle_tasks(smoke_profile, run_dir)[0]
+    fn, (cfg, path), _ = idle_tasks(smoke_profile, run_dir, specs=SPECS)[0]
     assert path == tmp_path / "runs" / f"solvers-smoke-{mclib_sha()[:12]}.csv.gz"
     path.parent.mkdir()
     (tmp_path / "runs" / "solvers-smoke-000000000000.csv.gz").write_text("")  # solved by other code: not read
-    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)][0] == "solvers-smoke"
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir, specs=SPECS)][0] == "solvers-smoke"
     path.write_text("")
-    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)] == names[1:]
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir, specs=SPECS)] == names[1:]
     path.unlink()
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "solvers-smoke.csv.gz").write_text("")
-    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir)] == names[1:]
+    assert [n for _, _, n in idle_tasks(smoke_profile, run_dir, specs=SPECS)] == names[1:]
 
 
 @pytest.mark.slow
@@ -187,9 +190,9 @@ def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_pr
         (cfg, dirs[1], None, flag, cfg.seed), (short.replace(seed=2), dirs[2], None, flag, cfg.seed)])
     marks = [tmp_path / f"mark{i}" for i in range(2)]
     failing = (_touch_then_unlink, (flag, tmp_path / "absent"), "failing")  # FileNotFoundError on the worker
-    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir: [(Path.touch, (m,), m.name) for m in marks]
+    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir, specs: [(Path.touch, (m,), m.name) for m in marks]
                         + [failing])
-    chapter.train_runs(cfg, dirs[1])  # an idle task that failed does not fail the book's training
+    chapter.train_runs(cfg, dirs[1], specs=SPECS)  # an idle task that failed does not fail the book's training
     end = (dirs[1] / "end.json").stat().st_mtime
     assert all(m.stat().st_mtime < end for m in marks)  # done while the book's run trained
     said = capsys.readouterr().out

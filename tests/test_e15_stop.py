@@ -29,8 +29,16 @@ def _first_stop(stop, m: pd.DataFrame, every: int = 50) -> int | None:
     return None
 
 
-def test_the_margin_is_the_scorecards_for_a_direction():
-    assert freezing.KNOWN_MARGIN == scorecard_rules.MARGINS["direction"]
+@pytest.mark.parametrize("cut, se", [(SETTLE, 0.02), (ABRUPT, None)], ids=["recovery", "plateau over fall"])
+def test_the_stop_rule_s_edge_is_where_the_scorecard_s_direction_rule_decides(cut, se):
+    """`rows_known` lets a run stop once its value (+ two standard errors) lies below
+    cut·(1 − KNOWN_MARGIN): just inside that edge the scorecard's direction rule says "same
+    direction", just outside it does not. The margin is one number (mclib.analyses.margins);
+    this holds the two rules' use of it together."""
+    edge = cut * (1 - freezing.KNOWN_MARGIN) - 2 * (se or 0.0)
+    step = 1e-6 * cut
+    assert scorecard_rules.direction(edge - step, cut, "below", se=se) == "same direction"
+    assert scorecard_rules.direction(edge + step, cut, "below", se=se) != "same direction"
 
 
 def test_a_recovered_run_stops_once_its_rows_are_known_and_the_scorecard_agrees(smoke_profile):

@@ -3,12 +3,15 @@ analyses know nothing of the book (mclib/core/__init__.py, mclib/analyses/__init
 the GPU lease's room sits between the book's machinery and the chapters
 (mclib/lease/__init__.py, mclib/chapters/__init__.py): it executes chapters through the
 book's runner and judges by its scorecard, and the chapters read its results and declare
-the rules it re-judges by.
+the rules it re-judges by, in their specs (mclib.book.spec), which the rooms above hand down.
 
-Every module's imports are read with `ast`, lazy imports inside functions included, so an
-arrow that runs upward fails here, naming the file, the line and the import; no room below
-the chapters names a chapter module in its code (the machinery finds chapters through the
-toc, by the naming rule alone); and no file reaches itself through imports
+Every module's imports are read with `ast`, lazy imports inside functions included, and so
+are the imports made at run time by name (`importlib.import_module`, `importlib.util.find_spec`,
+`__import__`, of a string or an f-string's literal start, relative ones resolved), so an arrow
+that runs upward fails here, naming the file, the line and the import; no room names a module
+of a higher room as a string of code (a name kept to import later: `"mclib.chapters.ch"`), and
+no room below the chapters names a chapter module in its code at all (the machinery is handed
+the chapters' specs; it finds no chapter); and no file reaches itself through imports
 (benchmarks/layout.py's circles)."""
 import ast
 import importlib.util
@@ -24,6 +27,10 @@ MCLIB = Path(__file__).resolve().parents[1] / "mclib"
 LAYERS = ("core", "analyses", "book", "lease", "chapters")
 # a chapter module named in a string of code: `import_module("mclib.chapters.ch01_train")`
 NAMED_CHAPTER = re.compile(r"mclib\.chapters\.(ch\d\d_\w+|followup)\b")
+# a string of code that is a module's dotted name, or its start (an f-string's literal part)
+MODULE_PATH = re.compile(r"mclib(\.\w*)+")
+# the calls that import a module named at run time
+DYNAMIC = ("import_module", "find_spec", "__import__")
 
 
 def _module(path: Path, root: Path) -> list[str]:
@@ -51,7 +58,29 @@ def imports(path: Path, root: Path = MCLIB) -> list[tuple[int, str]]:
             module = layer_of(stem) and stem.count(".") >= 2
             names = [stem] if module else [f"{stem}.{a.name}" for a in node.names]
             found += [(node.lineno, name) for name in names]
+        elif isinstance(node, ast.Call) and _called(node.func) in DYNAMIC and node.args:
+            name = _literal_start(node.args[0])
+            if name and name.startswith("."):  # import_module(".x", __package__)
+                level = len(name) - len(name.lstrip("."))
+                name = ".".join(package[: len(package) - level + 1] + [name.lstrip(".")]).rstrip(".")
+            if name:
+                found.append((node.lineno, name))
     return found
+
+
+def _called(func: ast.expr) -> str | None:
+    """`importlib.util.find_spec` -> "find_spec", `import_module` -> "import_module"."""
+    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+
+
+def _literal_start(node: ast.expr) -> str | None:
+    """A string's value, or an f-string's literal start (f"mclib.chapters.ch{stem}" -> "mclib.chapters.ch");
+    None where the name is computed."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return node.values[0].value
+    return None
 
 
 def layer_of(dotted: str) -> str | None:
@@ -77,6 +106,31 @@ def upward_imports(root: Path = MCLIB) -> list[str]:
     return sorted(set(bad))
 
 
+def _code_strings(tree: ast.AST):
+    """(line, value) of every string of code in the tree, an f-string's literal parts included;
+    docstrings are not code."""
+    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node.lineno, node.value
+
+
+def modules_named_above(root: Path = MCLIB) -> list[str]:
+    """'FILE:LINE names NAME (LAYER -> LAYER)' for every string of code that is, whole, the dotted
+    name of a module of a higher room or its start: a name kept to import it later, which
+    `imports` cannot follow (`MOD = "mclib.chapters.ch"`, then `import_module(MOD + stem)`)."""
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        here = layer_of(".".join(_module(path, root)))
+        if here is None:
+            continue
+        for line, value in _code_strings(ast.parse(path.read_text(), filename=str(path))):
+            there = layer_of(value.rstrip(".")) if MODULE_PATH.fullmatch(value) else None
+            if there is not None and LAYERS.index(there) > LAYERS.index(here):
+                bad.append(f"{path.relative_to(root.parent)}:{line} names {value} ({here} -> {there})")
+    return sorted(set(bad))
+
+
 def chapters_named_below(root: Path = MCLIB) -> list[str]:
     """'FILE:LINE names NAME (LAYER)' for every string of code (a docstring is not code) in a
     room below the chapters that names a chapter module: an import by name that `imports`
@@ -86,12 +140,9 @@ def chapters_named_below(root: Path = MCLIB) -> list[str]:
         here = layer_of(".".join(_module(path, root)))
         if here is None or here == "chapters":
             continue
-        tree = ast.parse(path.read_text(), filename=str(path))
-        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                for m in NAMED_CHAPTER.finditer(node.value):
-                    bad.append(f"{path.relative_to(root.parent)}:{node.lineno} names {m.group(0)} ({here})")
+        for line, value in _code_strings(ast.parse(path.read_text(), filename=str(path))):
+            for m in NAMED_CHAPTER.finditer(value):
+                bad.append(f"{path.relative_to(root.parent)}:{line} names {m.group(0)} ({here})")
     return sorted(set(bad))
 
 
@@ -102,7 +153,12 @@ def test_no_layer_imports_a_higher_one():
 
 def test_no_room_below_the_chapters_names_a_chapter_module():
     bad = chapters_named_below()
-    assert not bad, "chapter modules named below mclib/chapters (find them through the toc):\n" + "\n".join(bad)
+    assert not bad, "chapter modules named below mclib/chapters (take the specs handed down):\n" + "\n".join(bad)
+
+
+def test_no_room_keeps_the_name_of_a_higher_room_s_module():
+    bad = modules_named_above()
+    assert not bad, f"modules of a higher room named to import later ({' < '.join(LAYERS)}):\n" + "\n".join(bad)
 
 
 @pytest.mark.parametrize("source, expected", [
@@ -149,11 +205,39 @@ def test_the_lease_room_names_no_chapter_module_even_by_a_string(tmp_path):
     root = _tree(tmp_path, {
         "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
                       "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
-        # the runner finds a chapter by the naming rule, naming none
-        "book/runner.py": "import importlib\ndef g(stem):\n    return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
         "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n"})
-    assert upward_imports(root) == []
     assert chapters_named_below(root) == ["mclib/lease/x.py:4 names mclib.chapters.ch03_heads (lease)"]
+    assert upward_imports(root) == ["mclib/lease/x.py:4 imports mclib.chapters.ch03_heads (lease -> chapters)"]
+
+
+def test_a_lower_room_imports_no_higher_one_at_run_time_by_name(tmp_path):
+    """The runner finding chapters by the naming rule (what it did before the specs) is an
+    upward import made at run time; so are find_spec, __import__ and a relative name, inside a
+    function or not. A room importing its own or a lower room's module by name is fine, and
+    so is a message that mentions a higher module in words."""
+    root = _tree(tmp_path, {
+        "book/runner.py": "import importlib\nimport importlib.util\ndef g(stem):\n"
+                          "    if importlib.util.find_spec(f'mclib.chapters.ch{stem}'):\n"
+                          "        return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
+        "book/y.py": "from importlib import import_module\nM = import_module('..lease.part', __package__)\n"
+                     "T = __import__('mclib.lease.reference')\nsaid = 'hand mclib.chapters.registry.specs() down'\n",
+        "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\n"
+                     "def h(name):\n    return importlib.import_module(MOD + name)\n",
+        "chapters/registry.py": "import importlib\ndef load(stem):\n"
+                                "    return importlib.import_module(f'{__package__}.ch{stem}')\n"
+                                "R = importlib.import_module('mclib.book.runner')\n"})
+    assert upward_imports(root) == [
+        "mclib/book/runner.py:4 imports mclib.chapters.ch (book -> chapters)",
+        "mclib/book/runner.py:5 imports mclib.chapters.ch (book -> chapters)",
+        "mclib/book/y.py:2 imports mclib.lease.part (book -> lease)",
+        "mclib/book/y.py:3 imports mclib.lease.reference (book -> lease)",
+    ]
+    assert modules_named_above(root) == [
+        "mclib/book/runner.py:4 names mclib.chapters.ch (book -> chapters)",
+        "mclib/book/runner.py:5 names mclib.chapters.ch (book -> chapters)",
+        "mclib/book/y.py:3 names mclib.lease.reference (book -> lease)",
+        "mclib/core/z.py:2 names mclib.analyses. (core -> analyses)",
+    ]
 
 
 def _layout():

@@ -29,6 +29,9 @@ from mclib.core import graphstep
 from mclib.core.runs import write_atomic
 from mclib.lease import slices, slices_run
 from sources import load_script
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +83,8 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
              "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
     write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
     done = []
-    waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out")), daemon=True)
+    waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)),
+                              daemon=True)
     t0 = time.time()
     waiter.start()
     waiter.join(timeout=30)
@@ -105,7 +109,7 @@ def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monke
     work = slice_trained(deadline=0.0, started=time.time(), budget_s=600.0, chapters=["01_train", "02_copying"])
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
     monkeypatch.setattr(runner, "build", lambda *a, **kw: {}["a key no chapter has"])
-    record, _ = _packed(slices_run.finish(work, tmp_path / "out"))
+    record, _ = _packed(slices_run.finish(work, tmp_path / "out", specs=SPECS))
     assert record["chapter_error"] == "01_train: KeyError: 'a key no chapter has'"
     assert record["chapters_not_run"] == ["02_copying"] and record["training_stop"] == slices_run.ENDED_ITSELF
 

@@ -7,6 +7,9 @@ import yaml
 
 from mclib.book.runner_site import site_toc
 from mclib.lease import part, slices
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def _notebook():
@@ -56,7 +59,7 @@ def _results(tmp_path, done=("A",)):
 
 def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_path):
     ledger = _results(tmp_path)
-    index, page = part.stage(tmp_path / "out", ledger)
+    index, page = part.stage(tmp_path / "out", ledger, specs=SPECS)
     text = index.read_text()
     assert ("| A | the book's run | NVIDIA H100, 2026-12-01, revision `abc1234`, tf32 | [03_heads](A_03_heads) | "
             "seed 1: was cut at step 21,000 of 50,000 by its wall-clock deadline |") in text
@@ -72,7 +75,7 @@ def test_the_part_says_where_each_chapter_ran_and_which_slices_are_missing(tmp_p
 
 def test_with_no_slice_done_the_part_is_one_page_that_says_so(tmp_path):
     ledger = _results(tmp_path, done=())
-    (index,) = part.stage(tmp_path / "out", ledger)
+    (index,) = part.stage(tmp_path / "out", ledger, specs=SPECS)
     assert "still missing: slices A, B" in index.read_text()
     toc = yaml.safe_load(site_toc(tmp_path / "out", [], [[index]]).read_text())
     assert toc["chapters"] == [{"file": "book/_executed/paper/index"}]
@@ -102,7 +105,8 @@ def test_staging_the_part_twice_writes_the_same_bytes(tmp_path):
     import hashlib
 
     def staged():
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in part.stage(tmp_path, slices.LEDGER)}
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in part.stage(tmp_path, slices.LEDGER, specs=SPECS)}
     first = staged()
     assert first and staged() == first
 
@@ -128,7 +132,7 @@ def test_restate_sets_today_s_verdict_beside_the_lease_s_words():
     nb = part.adapt(nb, "A", ":::{note}\nslice A\n:::")
     rows = [{"chapter": "03_heads", "id": "E4", "quantity": q, "was": "matches", "verdict": "n/a", "na": "2 heads"}
             for q in ("a", "b")]
-    done = part.restate(nb, "03_heads", rows)
+    done = part.restate(nb, "03_heads", rows, specs=SPECS)
     out = {o["metadata"]["scrapbook"]["name"]: o["data"][part.GLUED] for o in nb.cells[2].outputs if "metadata" in o
            and "scrapbook" in o["metadata"]}
     e4 = literal_eval(out["e4_text"])
@@ -141,7 +145,7 @@ def test_restate_sets_today_s_verdict_beside_the_lease_s_words():
     assert "e4_text" in done and "Set right on this page" in nb.cells[1].source
     # a sentence whose rows were not re-judged stays the lease's
     nb2 = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(outputs=[glued("e4_text", "x: as in the paper")])])
-    assert part.restate(nb2, "03_heads", [{**rows[0], "was": "n/a"}]) == []
+    assert part.restate(nb2, "03_heads", [{**rows[0], "was": "n/a"}], specs=SPECS) == []
 
 
 def test_rejudged_beside_names_the_headline_row_where_only_a_reason_changed():

@@ -11,6 +11,9 @@ from mclib.analyses.precision import FINAL, arm_spread, read_study, study_effect
 from mclib.book import scorecard_stage
 from mclib.core.repo import REPO
 from mclib.lease import precision, slices
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 STUDY = REPO / "docs" / "data" / "tf32_study.csv"
 
@@ -97,16 +100,16 @@ def test_the_committed_tf32_results_carry_the_effect_in_the_scorecard_and_the_pa
     folder = reference.latest()
     if folder is None or reference.book_precision(folder) != "tf32":
         pytest.skip("results/ holds no TF32 run of the paper's own setting")
-    found = reference.rows(folder)
-    bare = reference.rejudge(reference.recorded_rows(folder), folder)
+    found = reference.rows(folder, specs=SPECS)
+    bare = reference.rejudge(reference.recorded_rows(folder, specs=SPECS), folder, specs=SPECS)
     assert [{k: v for k, v in r.items() if k != precision.FIELD} for r in found] == bare
     late = [r for r in found if scorecard_stage.reads_late(r) and r["verdict"] not in ("n/a", "cannot fail")]
     assert late and all(r[precision.FIELD] == precision.effect_text("tf32") for r in late)
     assert any(r["quantity"].startswith("final L") and r[precision.FIELD] for r in found if r["id"] == "E1")
-    table = reference.beside([], folder)
+    table = reference.beside([], folder, specs=SPECS)
     assert (table["precision's effect"] != "—").sum() == len(late)
     assert precision.departure_text("tf32") in reference.status(folder)
-    index = part.stage(tmp_path, slices.LEDGER)[0].read_text()
+    index = part.stage(tmp_path, slices.LEDGER, specs=SPECS)[0].read_text()
     assert precision.departure("tf32") in index and "Final levels of the runs trained in tf32 (seed 1" in index
 
 

@@ -9,6 +9,9 @@ import pytest
 from mclib.book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from mclib.lease import part, reference, slices
 from mclib.core.ending import RunEnd
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 CUT = scorecard_stage.Stage(step=16_591, planned=50_000, cut=True, rel=0.17, paper_rel=0.0576, slope=-0.129,
                             slope_se=0.005)
@@ -76,7 +79,7 @@ needs_slice = pytest.mark.skipif(RESULTS is None or not (RESULTS / "slice.json")
 @needs_slice
 def test_slice_a_re_judged_by_todays_rules():
     """The newest slice A (an H200, 2026-11-28, cut at step 29,745), judged again by today's rules."""
-    found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS)}
+    found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS, specs=SPECS)}
     by = lambda i: [r for k, r in found.items() if k[0] == i]
     assert by("E2") and not [r for r in by("E2") if "not at the paper's pre step" in (r.get("na") or "")]  # read at 4,000
     assert by("B1")[0]["verdict"] == "n/a"
@@ -99,8 +102,8 @@ def test_slice_a_re_judged_by_todays_rules():
 def test_no_page_of_the_paper_part_states_a_verdict_its_row_does_not_hold(tmp_path):
     """Each page shows the verdicts its lease gave; where today's rules give another, or make a
     row provisional, the page's first note says so, with the row's experiment and its new verdict."""
-    pages = part.stage(tmp_path, slices.LEDGER)
-    found = reference.rows(RESULTS)
+    pages = part.stage(tmp_path, slices.LEDGER, specs=SPECS)
+    found = reference.rows(RESULTS, specs=SPECS)
     assert "The paper's own setting: " in pages[0].read_text() and "provisional" in pages[0].read_text()
     for page in pages[1:]:
         chapter = page.stem.split("_", 1)[1]
@@ -121,14 +124,13 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     no CPU number in its column; every direction row judged by today's rule with the rule its chapter
     declares; the 44,450-step run's E1 end readings beside slice A's, from its metrics."""
     from mclib.chapters import ch01_train, ch07_beyond
-    from mclib.book.runner import declared
     from mclib.core.config import load_profile, profile_path
     from mclib.core.data import copy_level
     from mclib.core.metrics import last_tenth
     from mclib.lease import same_seed
 
     laptop = [ch07_beyond.seeds_row({1: 10863, 2: 8132, 3: 9878}, load_profile(profile_path("cpu")))]
-    found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS, laptop=laptop)}
+    found = {(r["id"], r["quantity"]): r for r in reference.rows(RESULTS, laptop=laptop, specs=SPECS)}
     run = RESULTS / "runs" / "paper-seed1"
     m, level = reference.read_metrics(run), copy_level(2)
     for q, col in (("pre-shift L_mask / E[X²]", "L_mask"), ("pre-shift L_obs / E[X²]", "L_obs")):
@@ -150,8 +152,8 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     assert all(r["ours"] is None for (i, _), r in found.items() if i in ("F4a", "F4b"))
     # every direction row of the lease judged again by the rule its chapter declares: the lease's verdict
     # again, but where today's rule says too close to tell (E5's identity heads: 1.12 ± 0.032 against above 1.1)
-    recover = declared("rule_of")
-    for r in reference.recorded_rows(RESULTS):
+    recover = [s.rule_of for s in SPECS.values() if s.rule_of is not None]
+    for r in reference.recorded_rows(RESULTS, specs=SPECS):
         today = found[(r["id"], r["quantity"])]
         if r["kind"] not in ("direction", "finding") or "n/a" in (r["verdict"], today["verdict"]) \
                 or today["kind"] != r["kind"]:  # E2, a ratio today; rows n/a by another of today's rules
@@ -165,18 +167,18 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     split = scorecard_tables.provisional_split(list(found.values()))
     assert split["provisional"] == split["agree"] + split["differ"] + split["too close"] > 0
     # E1 at the end of the 44,450-step run, beside slice A's: from its metrics, by the same E1 code
-    ends = reference.end_rows_beside(RESULTS, laptop=laptop).set_index("quantity")
+    ends = reference.end_rows_beside(RESULTS, laptop=laptop, specs=SPECS).set_index("quantity")
     longer = next(c for c in ends.columns if c.endswith("to step 44,450"))
     whole = reference.read_metrics(RESULTS.parent / "paper-NVIDIA-H100-80GB-HBM3-2026-11-24" / "runs" / "paper-seed1")
     tail = last_tenth(whole)
     final = ends.loc["final L / (p_mask · E[X²]), last 10 % of steps"]
     assert final[longer] == pytest.approx(float(tail["L"].mean()) / (0.3 * level))
     said = final[f"{longer}: verdict"]  # by the same rule, with the same rounding spread (where measured)
-    assert said == next(r for r in reference.training_rows(RESULTS.parent / "paper-NVIDIA-H100-80GB-HBM3-2026-11-24")
+    assert said == next(r for r in reference.training_rows(RESULTS.parent / "paper-NVIDIA-H100-80GB-HBM3-2026-11-24", specs=SPECS)
                         if r["quantity"] == final.name)["verdict"]
     drop = ends.loc["pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)"]
     assert drop[longer] == pytest.approx(float(ch01_train.losses_at(whole, scorecard_stage.PAPER_PRE)["L_mask"])
                                          / float(tail["L_mask"].mean()))
-    first = part.stage(tmp_path, slices.LEDGER, laptop)[0].read_text()
+    first = part.stage(tmp_path, slices.LEDGER, laptop, specs=SPECS)[0].read_text()
     assert f"{final[longer]:.3g} ({said})" in first and longer in first
     assert scorecard_tables.provisional_text(list(found.values())) in first

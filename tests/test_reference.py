@@ -9,6 +9,9 @@ import pytest
 
 from mclib.lease import reference, slices_pack
 from mclib.core.runs import SCORECARD
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def _fake_book(out, seed_rows):
@@ -42,7 +45,7 @@ def test_collect_copies_the_small_files_and_never_a_checkpoint(tmp_path):
 
 def test_latest_and_beside(tmp_path):
     assert reference.latest(root=tmp_path) is None
-    none = reference.beside([ROW], None)
+    none = reference.beside([ROW], None, specs=SPECS)
     assert none.loc[0, "paper-setting verdict"] == "not run" and none.loc[0, "laptop verdict"] == "matches"
     assert "has not been run" in reference.status(None)
     _fake_book(tmp_path / "out", [{**ROW, "ours": 30000.0, "verdict": "differs"},
@@ -53,14 +56,14 @@ def test_latest_and_beside(tmp_path):
         (dest / "device.json").write_text(json.dumps({"device": name[6], "date": date, "torch": "2.x", "git": "abc"}))
     folder = reference.latest(root=tmp_path)
     assert folder.name == "paper-B-2026-02-01"
-    table = reference.beside([ROW], folder)
+    table = reference.beside([ROW], folder, specs=SPECS)
     assert list(table["id"]) == ["E1", "E20"]                             # their extra row is listed too
     # one seed's drop step has no spread: n/a until the laptop's seeds lend it theirs (chapter 07's row)
     assert table.loc[0, "paper-setting verdict"] == "n/a" and table.loc[0, "paper setting"] == 30000.0
     assert table.loc[1, "laptop verdict"] == "—"
     seeds = {"id": "E1", "quantity": "drop step, over seeds", "paper": 15000.0, "ours": 10000.0, "spread": 1000.0,
              "verdict": "n/a"}
-    table = reference.beside([ROW, seeds], folder)
+    table = reference.beside([ROW, seeds], folder, specs=SPECS)
     assert table.loc[0, "paper-setting verdict"] == "differs"  # 30 000 ± 2·3 000 (10 %) against 15 000 ± 10 %
     assert "ran on B on 2026-02-01" in reference.status(folder)
 
@@ -115,14 +118,14 @@ def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path, monkeypatch):
     assert 5000 <= table.loc["seed 1", "today's rule ends it at"] <= 5200
     assert pd.isna(table.loc["seed 2", "today's rule ends it at"])                 # no drop: never converged
 
-    by = {r["quantity"]: r for r in reference.rows(folder)}
+    by = {r["quantity"]: r for r in reference.rows(folder, specs=SPECS)}
     assert by["pre-shift L_mask / E[X²]"]["verdict"] == "matches"           # on the plateau, as the paper's
     final = by["final L / (p_mask · E[X²]), last 10 % of steps"]
     assert final["ours"] == pytest.approx(0.3 * 0.05 * 0.2222 / (0.3 * 0.2222) + 0.7e-4 / (0.3 * 0.2222), rel=0.05)
     assert final["verdict"] == "differs"                                   # 0.05 against the paper's 0.06 ± tiny se
 
     laptop = {"id": "E3", "quantity": "post-shift L_mask / E[X²]", "paper": 0.06, "ours": 0.05, "verdict": "matches"}
-    table = reference.beside([laptop], folder).set_index("quantity")
+    table = reference.beside([laptop], folder, specs=SPECS).set_index("quantity")
     assert table.loc[list(by), "paper-setting verdict"].tolist() == [r["verdict"] for r in by.values()]
     # one seed's drop step, with no seed spread to judge it by (no laptop row of the drop over seeds): n/a, said why
     assert by["drop step"]["ours"] == table.loc["drop step", "paper setting"] and by["drop step"]["verdict"] == "n/a"
@@ -144,7 +147,7 @@ def test_the_committed_paper_run_reads_as_its_end_record():
     table = reference.runs_table(folder).set_index("run")
     if end:
         assert table.loc["seed 1", "drop step"] == end["drop"] and table.loc["seed 1", "steps trained"] == end["step"]
-    assert {r["id"] for r in reference.rows(folder)} >= {"E1"}
+    assert {r["id"] for r in reference.rows(folder, specs=SPECS)} >= {"E1"}
 
 
 def test_the_slices_of_the_paper_book_read_as_one_set_of_runs(tmp_path):
@@ -198,7 +201,7 @@ def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_boo
     assert len(reference.loss_figure(folder).axes[0].get_lines()) == 1 + 1 + 1   # seed 1 once, its drop, E[X²]
     assert len(reference.freeze_figure(folder).axes[0].get_lines()) == 2 + 1 + 1  # two runs, mlp's drop, E[X²]
     assert reference.freeze_figure(tmp_path / "no-results") is None
-    got = reference.rows(folder)
+    got = reference.rows(folder, specs=SPECS)
     assert [r["id"] for r in got][:2] == ["E1", "E16"] and all(r["id"] == "E15" for r in got[2:])
     e15_rows = {r["quantity"]: r for r in got[2:]}
     order = "order of the drops: mlp and token, then attention, then positional"
@@ -215,7 +218,7 @@ def test_slices_that_retrain_seed_1_add_their_rows_and_e15_runs_and_keep_the_boo
     status = reference.status(folder)
     assert "ran in 4 slices on GPU leases" in status and "slice D on GPU on 2026-12-02" in status
     assert "slice E15-mlp on GPU on 2026-12-03 (torch" in status
-    table = reference.beside([e1], folder).set_index("quantity")
+    table = reference.beside([e1], folder, specs=SPECS).set_index("quantity")
     assert table.loc["BERT / nuclear norm", "paper-setting verdict"] == "matches"
 
 
@@ -247,7 +250,7 @@ def test_every_recorded_row_is_judged_again_by_today_s_rule(tmp_path):
     own = {**e5, "id": "E99", "quantity": "q", "reference": 1.0, "sense": "below", "verdict": "same direction"}
     lost = {**e5, "id": "E99", "quantity": "r", "verdict": "differs"}
     na = {**e5, "id": "F1", "kind": "finding", "quantity": "s", "verdict": "n/a", "reading": "x; n/a: one seed"}
-    out = {r["quantity"]: r for r in reference.rejudge([e5, clear, own, lost, na], tmp_path)}
+    out = {r["quantity"]: r for r in reference.rejudge([e5, clear, own, lost, na], tmp_path, specs=SPECS)}
     # 1.12 ± 2·0.032 against "above 1.1" (1 + the direction rule's 10 %): reaches both sides
     now = out[e5["quantity"]]
     assert now["verdict"] == "too close to tell" and now["was"] == "differs" and (now["reference"], now["sense"]) == (1.0, "above")

@@ -17,6 +17,9 @@ import yaml
 from mclib.lease import slices, slices_pack, slices_run
 from mclib.core.checkpoints import saved_steps
 from mclib.core.ending import run_end
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -367,7 +370,7 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
     from mclib.book import runner
 
     site = tmp_path / "site"
-    runner.build("smoke", out_dir=site, progress=False, ledger=ledger)
+    runner.build("smoke", out_dir=site, progress=False, ledger=ledger, specs=SPECS)
     html = site / "_build" / "html" / "book" / "_executed" / "paper"
     assert {f"A_{name}.html" for name in SLICE_A} <= {p.name for p in html.iterdir()}
     page = (html / "A_03_heads.html").read_text()
@@ -396,17 +399,17 @@ def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, m
     monkeypatch.setattr(slices_run, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
 
     # the first budget is spent: nothing runs without new seconds
-    path = slices_run.finish(work, tmp_path / "out")
+    path = slices_run.finish(work, tmp_path / "out", specs=SPECS)
     assert built == []
     with tarfile.open(path) as tar:
         record = json.loads(tar.extractfile(slices.STATE).read())
     assert record["chapters_not_run"] == ["02_copying", "03_heads"] and record["chapters_done"] == ["01_train"]
 
-    slices_run.finish(work, tmp_path / "out", chapters_s=300)
+    slices_run.finish(work, tmp_path / "out", chapters_s=300, specs=SPECS)
     assert [name for name, _ in built] == ["02_copying", "03_heads"]
     assert all(t <= 300 - slices.COLLECT_S for _, t in built)
     assert json.loads((work / slices.STATE).read_text())["chapters_done"] == ["01_train", "02_copying", "03_heads"]
-    slices_run.finish(work, tmp_path / "out", chapters_s=300)
+    slices_run.finish(work, tmp_path / "out", chapters_s=300, specs=SPECS)
     assert len(built) == 2  # nothing left to execute
 
 
@@ -527,7 +530,7 @@ def test_slice_json_records_the_deadline_the_steps_reached_and_the_achieved_step
     pd.DataFrame({"step": [10, 15, 20, 30, 40, 50], "L_mask": 0.5, "wall": walls}).to_csv(run / "metrics.csv",
                                                                                           index=False)
     monkeypatch.setattr(slices_run, "collect", lambda out_dir, folder, **kw: folder.mkdir(parents=True))
-    with tarfile.open(slices_run.finish(work, tmp_path / "out")) as tar:
+    with tarfile.open(slices_run.finish(work, tmp_path / "out", specs=SPECS)) as tar:
         record = json.loads(tar.extractfile(slices.STATE).read())
     assert record["training_stop"] == "the trainer ended by itself (at its deadline or its run's end)"
     assert "cut" not in record["training_stop"]

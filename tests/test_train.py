@@ -26,6 +26,9 @@ from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_d
 from mclib.core.step import STEP_RAN, _Run, make_optimizer, train_step
 from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
+from mclib.chapters.registry import specs as chapter_specs
+
+SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
@@ -328,7 +331,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
     from mclib.analyses.interventions import GROUPS
 
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 4})
-    dirs = train_runs(cfg, tmp_path / "smoke-seed1")
+    dirs = train_runs(cfg, tmp_path / "smoke-seed1", specs=SPECS)
     assert list(dirs) == [1, 2] and all(is_complete(cfg, d) for d in dirs.values())
     assert pending_groups(cfg, dirs[1]) == []
     files = sorted((tmp_path).rglob("metrics.csv"))
@@ -338,7 +341,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started with every run complete")
     monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
-    train_runs(cfg, tmp_path / "smoke-seed1")
+    train_runs(cfg, tmp_path / "smoke-seed1", specs=SPECS)
     assert [f.read_bytes() for f in files] == before
 
 

@@ -25,6 +25,7 @@ from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.paper import PAPER_E15_ORDER
 from .interventions import GROUPS, component_groups, reinit_component
+from .margins import MARGINS
 from .sharpness import ABRUPT, SETTLE, shape
 from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.ending import is_complete
@@ -54,8 +55,8 @@ def freeze_steps(cfg: Profile) -> int:
 
 
 # The margin by which a row's interval must clear its cut-off before its run may stop: the
-# scorecard's margin for a direction (mclib.book.scorecard_rules.MARGINS; a test holds them equal).
-KNOWN_MARGIN = 0.10
+# scorecard's margin for a direction, the one number both read (mclib.analyses.margins).
+KNOWN_MARGIN = MARGINS["direction"]
 
 
 @dataclass

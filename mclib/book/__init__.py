@@ -1,6 +1,7 @@
 """The book: what turns runs into pages.
 
-    runner.py        `python -m mclib book`: the toc, what chapters declare (`declared`), `plan`, `build`
+    runner.py        `python -m mclib book`: the toc, `plan`, `build`, each handed the chapters' specs
+    spec.py          `ChapterSpec`: what a chapter declares to the machinery, in one typed record
     runner_plan.py   which runs a build trains, and who trains them
     runner_execute.py one chapter through papermill, its paths made relative
     runner_beside.py the training chapter in a process of its own, the others beside it
@@ -20,7 +21,8 @@ This is the machinery the chapters share. The chapters themselves (book/NN_name.
 mclib.chapters.chNN_name) are a room of their own, mclib/chapters/, two floors up: the GPU
 lease's machinery (the ledger, slices, the paper setting's rows, its part of the site),
 mclib/lease/, sits between this room and the chapters. Nothing here imports a chapter: the
-runner finds each by name through the toc (`chapter_modules`, `declared`).
+runner and the lease are handed the chapters' specs (`spec.ChapterSpec`, collected by
+mclib.chapters.registry) by the rooms above: the command line, a chapter's notebook.
 """
 import warnings
 

@@ -1,7 +1,7 @@
 """The opening of every chapter: one call, `open_chapter`, after the papermill parameters.
 
     ch = open_chapter(profile, seed, run_dir, device)             # chapters 02-99
-    ch = open_chapter(profile, seed, run_dir, device, train=True)  # 01: trains first
+    ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())  # 01: trains first
 
 It sets the notebook up (PNG figures for glue), reads the run's own
 profile.yaml (so a chapter sees the recipe the run was trained with; the named profile
@@ -48,6 +48,7 @@ from ..core.paper import profile as paper_profile
 from ..core.placement import CheckpointSteps, checkpoint_steps
 from ..core.repo import REPO
 from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
+from .spec import Specs, among
 
 
 
@@ -98,11 +99,12 @@ class Chapter:
 
 
 def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
-                 *, cluster: str | None = None) -> Chapter:
+                 *, cluster: str | None = None, specs: Specs | None = None) -> Chapter:
     """The first call of every chapter (see the module docstring). train=True (the training
     chapter only): first train, resume or find complete every run that the chapters the
-    build executes read (`train_runs`). A run folder trained with another recipe than
-    `profile` names is refused with a one-line ConfigError."""
+    build executes read (`train_runs`), as their `specs` declare them (the training chapter's
+    notebook hands them down: `mclib.chapters.registry.specs`). A run folder trained with
+    another recipe than `profile` names is refused with a one-line ConfigError."""
     notebook_setup()  # before any progress bar is made
     from ..core.precision import resolve_device
 
@@ -110,13 +112,15 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
     if device != named.train.device:  # a device chosen on the command line
         named = named.replace(**{"train.device": device})
     run_dir = Path(run_dir)
+    if train and specs is None:
+        raise TypeError("open_chapter(train=True) needs the chapters' specs (specs=mclib.chapters.registry.specs())")
     if train and named.analysis.train_in_book:
-        run_dir = train_runs(named, run_dir, cluster)[named.seed]
+        run_dir = train_runs(named, run_dir, cluster, specs=specs)[named.seed]
     elif train:  # nothing trains here: the runs the build's chapters read must be there
         from .runner import runs_read
         from .runner_plan import asked
 
-        seeds = {named.seed, *(s for r in runs_read(named, asked()).values() for s in r.seeds)}
+        seeds = {named.seed, *(s for r in runs_read(named, asked(), specs=specs).values() for s in r.seeds)}
         require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
     if not (run_dir / PROFILE).is_file():
         raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
@@ -150,11 +154,11 @@ def notebook_setup() -> None:
         get_ipython().run_line_magic("matplotlib", "inline")
 
 
-def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) -> dict:
+def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *, specs: Specs) -> dict:
     """Every training run that the chapters the build executes read (`mclib.book.runner_plan.asked`;
     outside a build every chapter of the toc), side by side on a Dask cluster (`mclib.core.jobs`:
     the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds they
-    declare (`runs_read`; `mclib.core.train.seed_jobs`), and, as soon as the book's run is
+    declare (their specs' `runs_read`; `mclib.core.train.seed_jobs`), and, as soon as the book's run is
     complete, the E15 runs they declare, re-initialised from its last checkpoint
     (`mclib.analyses.freezing.pending_groups`, the paper's longest plateau first). Each run
     starts on the first worker that frees (`mclib.core.jobs.submit_when_free`). While the
@@ -170,7 +174,7 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
     from .runner import runs_read
     from .runner_plan import asked
 
-    reads = runs_read(cfg, asked()).values()
+    reads = runs_read(cfg, asked(), specs=specs).values()
     seeds = {cfg.seed, *(s for r in reads for s in r.seeds)}
     wanted = [g for g in LONGEST_FIRST if any(g in r.e15 for r in reads)]  # none with analysis.freeze: false
     jobs = [job for job in seed_jobs(cfg, run_dir) if job[0].seed in seeds]
@@ -183,7 +187,7 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
         seeds = submit_when_free(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
         idle = []
         if main_pending:
-            idle = submit_while(client, idle_tasks(cfg, run_dir), seeds[0], resources, busy=seeds)
+            idle = submit_while(client, idle_tasks(cfg, run_dir, specs=specs), seeds[0], resources, busy=seeds)
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
         groups = e15(cfg, run_dir)
         say_when_ended(seeds + idle, seeds)  # the runner's other chapters may start once only E15 trains
@@ -216,19 +220,18 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
     threading.Thread(target=wait, daemon=True).start()
 
 
-def idle_tasks(cfg: Profile, run_dir: str | Path) -> list[tuple]:
+def idle_tasks(cfg: Profile, run_dir: str | Path, *, specs: Specs) -> list[tuple]:
     """(fn, args, name) of the later chapters' work that does not read the book's run, for
     the workers that the other seeds leave idle while the book's run trains alone
     (`train_runs`): what each chapter the build executes (`mclib.book.runner_plan.asked`, in toc
-    order; outside a build every chapter of the toc) declares in its `idle_work(cfg, run_dir)`,
+    order; outside a build every chapter of `specs`) declares in its spec's `idle_work(cfg, run_dir)`,
     the longest first (chapter 06's solvers, then chapter 08's GPT runs). On the cpu profile
     the solvers have nothing left to solve since the committed results/solvers-cpu.csv.gz and
     results/solvers-paper.csv.gz hold every draw (2026-11-27), so the idle work is GPT's runs.
     What no worker took before the book's run ended, its chapter does, as it always did."""
-    from .runner import declared_by
     from .runner_plan import asked
 
-    return [task for idle_work in declared_by("idle_work", asked()).values() for task in idle_work(cfg, run_dir)]
+    return [task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)]
 
 
 class MissingRuns(RuntimeError):

@@ -37,7 +37,12 @@ dead kernel, so its exception is what counts (and any error output, to be sure):
 manifest marks the chapter failed, nothing after it runs, no site is built, and
 `BookError` names the chapter.
 
-Here: the chapters of the toc and what they declare, `plan`, and `build`; the parts it runs
+Chapters: what each declares (the runs it reads, whether it trains them, a part of the site)
+is its spec (`mclib.book.spec.ChapterSpec`); the functions here that read declarations take the
+specs of the toc's chapters as `specs` (`mclib.chapters.registry.specs`), which the command line,
+a room above, builds and hands down: nothing here imports a chapter.
+
+Here: the chapters of the toc, `plan`, and `build`; the parts it runs
 are modules beside this one: which runs a build trains (runner_plan), executing one chapter
 (runner_execute), the training chapter beside the others (runner_beside), the training's
 progress line (runner_progress) and the site (runner_site).
@@ -61,6 +66,7 @@ from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, mac
 from .runner_plan import Plan, Reads, _asking, plan_runs
 from .runner_progress import _report_training
 from .runner_site import _build_site, _stage, site_toc
+from .spec import Specs, among
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: the CLI imports this
 # module for BookError, and should stay light.
@@ -110,71 +116,35 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     return out
 
 
-def chapter_modules(toc: Path = REPO / "_toc.yml") -> list:
-    """The module of each chapter of the toc, in order: book/NN_name.ipynb is served by
-    mclib.chapters.chNN_name (mclib/chapters/__init__.py)."""
-    import importlib
-
-    return [importlib.import_module(f"mclib.chapters.ch{t.stem}") for t in chapters(toc)]
-
-
-def declared(name: str, toc: Path = REPO / "_toc.yml") -> list:
-    """What the toc's chapters declare under `name`, in toc order: the attribute `name` of each
-    chapter module that has one. The machinery names no chapter; it iterates over these:
-    `idle_work` (work for idle cores while the book's run trains: `chapter.idle_tasks`),
-    `site_part` (a part of the site after the chapters), the paper setting's rows
-    (`curve_rows`, `freeze_rows`, `rejudged`: mclib.lease.reference), and, through
-    `declared_by`, the runs a chapter reads (`runs_read`, `Reads`) and which one trains them
-    (`trains_runs`: `plan`)."""
-    return [getattr(m, name) for m in chapter_modules(toc) if hasattr(m, name)]
-
-
-def declared_by(name: str, names: list[str] | None = None) -> dict:
-    """{chapter: what it declares under `name`} of the chapters `names` (default every chapter
-    of the toc), in their order; a name that no module of mclib.chapters serves (a template
-    outside the book) declares nothing."""
-    import importlib
-    import importlib.util
-
-    out = {}
-    for stem in [t.stem for t in chapters()] if names is None else names:
-        try:
-            found = importlib.util.find_spec(f"mclib.chapters.ch{stem}")
-        except ModuleNotFoundError:  # a name with a dot
-            found = None
-        if found is not None and hasattr(m := importlib.import_module(found.name), name):
-            out[stem] = getattr(m, name)
-    return out
-
-
 # --- which runs a build trains (runner_plan) -----------------------------------------
 
-def runs_read(cfg, names: list[str] | None = None) -> dict[str, Reads]:
-    """{chapter: `Reads`} of the chapters `names` (default every chapter of the toc) that
-    declare `runs_read`."""
-    return {name: f(cfg) for name, f in declared_by("runs_read", names).items()}
+def runs_read(cfg, names: list[str] | None = None, *, specs: Specs) -> dict[str, Reads]:
+    """{chapter: `Reads`} of the chapters `names` (default every chapter of `specs`) whose spec
+    declares `runs_read`."""
+    return {s.notebook: s.runs_read(cfg) for s in among(specs, names) if s.runs_read is not None}
 
 
-def plan(cfg, run_dir: Path, names: list[str], out: Path) -> Plan:
+def plan(cfg, run_dir: Path, names: list[str], out: Path, *, specs: Specs) -> Plan:
     """Which runs the chapters `names` read (the book's run, and what each declares in
     `runs_read`), which of them are not complete, and who trains those: the training chapter
     where it is asked (it trains what the chapters asked read, `train_runs`), else the chapters
     that declare the run (they train what they read: `seed_runs`, `freeze_runs_of`), else
     nobody: then a run without a checkpoint is an error, and a cut one is read as it is. With
     `analysis.train_in_book: false` nothing trains. Runs that only chapters not asked read are
-    left out, and the line says so."""
+    left out, and the line says so. `specs`: what the toc's chapters declare
+    (`mclib.chapters.registry.specs`, handed down by the command line)."""
     toc = [t.stem for t in chapters()]
-    book = [n for n in names if n in declared_by("CHAPTER", names)]  # the chapters of the book among them
-    return plan_runs(cfg, run_dir, out, toc=toc, book=book, every=runs_read(cfg, toc),
-                     trainers=list(declared_by("trains_runs", book)),
-                     toc_trainers=list(declared_by("trains_runs", toc)))
+    book = [n for n in names if n in specs]  # the chapters of the book among them
+    return plan_runs(cfg, run_dir, out, toc=toc, book=book, every=runs_read(cfg, toc, specs=specs),
+                     trainers=[s.notebook for s in among(specs, book) if s.trains_runs],
+                     toc_trainers=[s.notebook for s in among(specs, toc) if s.trains_runs])
 
 
-def waits_for_trainer(template: Path, cfg) -> bool:
+def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
     """Whether a chapter waits for the training chapter executing beside it to end: it reads
     E15's runs (`runs_read`) or the records other chapters write (its notebook declares
     reads, `declared_reads`: the scorecard)."""
-    reads = runs_read(cfg, [template.stem]).get(template.stem)
+    reads = runs_read(cfg, [template.stem], specs=specs).get(template.stem)
     return bool(reads is not None and reads.e15) or bool(declared_reads(template))
 
 
@@ -196,15 +166,16 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True, site: bool = True,
-          ledger: Path | None = None) -> dict:
+          ledger: Path | None = None, specs: Specs) -> dict:
     """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
     records in the manifest as they were, so a later build can still reuse them. The site
-    holds the chapters executed here, then the parts the chapters declare (`site_part(out,
-    ledger)`, `declared`): the scorecard chapter's "The paper's own setting"
+    holds the chapters executed here, then the parts the chapters declare (their spec's
+    `site_part(out, ledger, specs=specs)`): the scorecard chapter's "The paper's own setting"
     (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
-    `ledger`, default results/paper-slices.yaml)."""
+    `ledger`, default results/paper-slices.yaml). `specs`: what the toc's chapters declare
+    (`mclib.chapters.registry.specs`), which the command line hands down."""
     from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
@@ -218,7 +189,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     _warn_if_slow(cfg, resolved, run_dir)
     templates = chapters() if templates is None else [Path(t) for t in templates]
     try:
-        runs = plan(cfg, run_dir, [t.stem for t in templates], out)
+        runs = plan(cfg, run_dir, [t.stem for t in templates], out, specs=specs)
     except ValueError as e:  # e.g. an E15 folder started from another checkpoint
         raise BookError(f"the runs the chapters read: {' '.join(str(e).split())}") from None
     if runs.line:
@@ -227,7 +198,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
         raise BookError(runs.error)
     params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
     b = _Build(cfg, out, run_dir, device=resolved, templates=templates, runs=runs, timeout=timeout,
-               progress=progress, t_start=t_start, params=params)
+               progress=progress, t_start=t_start, params=params, specs=specs)
     b.execute()
     return b.site(ledger) if site else b.no_site()
 
@@ -237,8 +208,9 @@ class _Build:
     the last build's, which it reuses; `chapters` executes them, `site` renders them."""
 
     def __init__(self, cfg, out: Path, run_dir: Path, *, device: str, templates: list[Path], runs: Plan,
-                 timeout: float | None, progress: bool, t_start: float, params: dict):
+                 timeout: float | None, progress: bool, t_start: float, params: dict, specs: Specs):
         self.cfg, self.out, self.run_dir, self.templates, self.runs = cfg, out, run_dir, templates, runs
+        self.specs = specs
         self.timeout, self.progress, self.t_start, self.params = timeout, progress, t_start, params
         self.staged = _stage(out)
         self.exe = out / EXECUTED
@@ -326,7 +298,7 @@ class _Build:
         later = []  # the chapters that wait for the training chapter: (index, template)
         with _asking([t.stem for t in self.templates]):
             for i, template in enumerate(self.templates, 1):
-                if self.beside and waits_for_trainer(template, self.cfg):
+                if self.beside and waits_for_trainer(template, self.cfg, specs=self.specs):
                     print(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
                           "chapter trains or records)", flush=True)
                     later.append((i, template))
@@ -381,7 +353,7 @@ class _Build:
         """The site: the chapters executed, then the parts the chapters declare; skipped when its
         inputs are exactly those of the last good build."""
         out, manifest = self.out, self.manifest
-        parts = [site_part(out, ledger) for site_part in declared("site_part")]
+        parts = [s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None]
         executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
                     if r.get("complete") and Path(r["output"]).is_file()]
         toc = site_toc(out, executed, parts)

@@ -15,8 +15,8 @@ ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated,
 @dataclass(frozen=True)
 class Reads:
     """The runs a chapter reads beside the book's run, which every chapter reads: other seeds
-    of `analysis.seeds` and E15's groups. A chapter module declares them as `runs_read(cfg) ->
-    Reads`; one that declares none reads the book's run alone. The training chapter (the one
+    of `analysis.seeds` and E15's groups. A chapter's spec declares them as `runs_read(cfg) ->
+    Reads` (`mclib.book.spec`); one that declares none reads the book's run alone. The training chapter (the one
     that declares `trains_runs`) trains what the chapters a build executes read
     (`mclib.book.chapter.train_runs`), so a chapter added touches only its own module."""
     seeds: tuple[int, ...] = ()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from ..analyses.margins import MARGINS  # the rules' margins, defined once there: E15's early stop reads them too
+
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
 
 
@@ -20,26 +22,6 @@ def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
             "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
 
 
-# The relative margins of the rules, each added to two standard errors of our number.
-MARGINS = {
-    # A number: 10 %, about the sampling error of the paper's own means (256 matrices; our
-    # per-matrix spread gives 8-9 % at that size, and the paper reports no error), i.e. two
-    # significant figures give or take one.
-    "number": 0.10,
-    # A ratio of two losses measured on the same matrices (ablated / unablated, switched /
-    # unswitched): 25 % on the log scale (a factor 1.25 either way). The ratio is the
-    # scale-free part of an intervention's effect; a quarter allows for the paper's two
-    # sampling errors (~10 % each) and a model of another size, no more.
-    "ratio": 0.25,
-    # A direction (ours above or below a stated reference): beyond the reference by 10 %
-    # of it, so a value sitting on the reference does not count either way.
-    "direction": 0.10,
-    # A finding of our own: as a direction, for the same reason (0 for a cut-off, CUT).
-    "finding": 0.10,
-    # An ordering of events (steps): each later item later by 10 % of its step, so two
-    # events at about the same checkpoint are not an ordering.
-    "ordering": 0.10,
-}
 # The direction rule's margin when its reference is a cut-off the book defines (a chapter's
 # STRONG, ALIGNED, ...): the cut-off is then the claim itself, so no margin is added.
 CUT = 0.0

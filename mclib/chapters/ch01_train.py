@@ -2,7 +2,7 @@
 why training ended, where the analysis checkpoints sit, the shape of the drop, E1's
 scorecard rows, and the run's files as downloads.
 
-    ch = open_chapter(profile, seed, run_dir, device, train=True)
+    ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())
     settings_table(ch); departures(ch)            # the run and where it departs from the paper
     loss_figure(ch)                               # the curve, checkpoints shaded
     checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
@@ -36,12 +36,9 @@ from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE, is_cut
 from ..book.scorecard_tables import plural, task_departures
+from ..book.spec import ChapterSpec
 
 CHAPTER = "01_train"
-# The training chapter (`open_chapter(..., train=True)`): it trains the runs that the chapters a
-# build executes read (`mclib.book.chapter.train_runs`), and the runner executes it again while
-# one of those runs is not complete (`mclib.book.runner.plan`).
-trains_runs = True
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -506,3 +503,10 @@ def downloads(ch: Chapter) -> str:
              + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)")
              + checkpoint_series_links(ch))
     return f"This run's files, to download: {', '.join(links[:-1])} and {links[-1]}."
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+# The training chapter (`open_chapter(..., train=True)`, trains_runs): it trains the runs that the
+# chapters a build executes read (`mclib.book.chapter.train_runs`), and the runner executes it again
+# while one of those runs is not complete (`mclib.book.runner.plan`).
+SPEC = ChapterSpec(CHAPTER, trains_runs=True, curve_rows=curve_rows, rejudged=rejudged, rule_of=rule_of)

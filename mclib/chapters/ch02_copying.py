@@ -39,6 +39,7 @@ from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE
 from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
+from ..book.spec import ChapterSpec
 
 CHAPTER = "02_copying"
 
@@ -82,7 +83,7 @@ def pre_na(step: int, on_paper_task: bool) -> str | None:
 
 # The glued sentences that state a row's verdict, by the experiment they speak for: the paper
 # part sets today's verdict beside a lease's words where its rows were re-judged (`mclib.lease.part.restate`).
-speaks_for = {"e2_ratio_text": "E2", "e3_match": "E3", "e6_text": "E6"}
+SPEAKS_FOR = {"e2_ratio_text": "E2", "e3_match": "E3", "e6_text": "E6"}
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
@@ -464,3 +465,7 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
             "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
             "e3_text": e3_text(e3),
             "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts))}
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, rejudged=rejudged, speaks_for=SPEAKS_FOR)

@@ -48,6 +48,7 @@ from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CUT, agreement, copy_levels, row_verdict
 from ..book.scorecard_stage import stage
 from ..book.scorecard_tables import task_departures, verdict_counts
+from ..book.spec import ChapterSpec
 from .heads_readings import (E4_CHOICE, E4_EARLIER, E8_SOURCE, PROBED, PROBED_MODEL, e3_rows, e4_na, e4_rows, e5_rows,
                              e6_e7_rows, e8_rows, e9_rows, e11_claim, e11_rows)
 # what the notebook calls through this module, computed there (e10_masks too, from mclib.analyses.heads)
@@ -334,7 +335,7 @@ def e10_kind_rows(s: Structured) -> list[dict]:
 # --- what a GPU lease re-judges by (mclib.lease.reference, mclib.lease.part) --------------------
 
 # The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
-speaks_for = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text": "E10", "e11_text": "E11"}
+SPEAKS_FOR = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text": "E10", "e11_text": "E11"}
 
 
 def restated(name: str, text: str, rows: list[dict]) -> str | None:
@@ -449,3 +450,7 @@ def closing_glue(ch, r: Results, base: dict, progress: pd.DataFrame, verdicts) -
                     f"{PAPER[('E7', 'L_obs')]} and {PAPER[('E7', 'L_mask')]})"),
         "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts)),
     }
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, rejudged=rejudged, rule_of=rule_of, speaks_for=SPEAKS_FOR, restated=restated)

@@ -22,6 +22,7 @@ from ..book.plots_embeddings import (embedding_progress_plot, position_norm_plot
                                      token_embedding_plot, token_progress_plot)
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, POSITIVE, agreement, agreements, row_verdict
+from ..book.spec import ChapterSpec
 
 CHAPTER = "04_embeddings"
 STRONG = 0.8      # |Pearson r| above this: a component "tracks" a feature
@@ -367,3 +368,7 @@ def readings(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tu
 def scorecard_table(ch, rows: list[dict]):
     """Record this chapter's rows (each a direction claim on a cut-off above) and show them."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "verdict", "reading"))
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, rejudged=rejudged, rule_of=rule_of)

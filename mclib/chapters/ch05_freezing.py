@@ -42,6 +42,7 @@ from ..book.plots_curves import freeze_curves
 from ..book.runner_plan import Reads
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import MARGINS, POSITIVE, agreement, row_verdict
+from ..book.spec import ChapterSpec
 
 CHAPTER = "05_freezing"
 LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")
@@ -312,3 +313,7 @@ def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
                  + checkpoint_links(ch, folder, last, f"final checkpoint (step {last:,}, zip)"))
         parts.append(f"{g}: {' and '.join(links)}")
     return f"Each run's files, to download: {'; '.join(parts)}."
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, runs_read=runs_read, e15_rows=e15_rows)

@@ -47,6 +47,7 @@ from ..book.plots_baselines import nuclear_comparison_plot, ood_plot, per_matrix
 from ..book.scorecard import recorded_table
 from ..book.scorecard_rules import band_text
 from ..book.scorecard_tables import task_departures
+from ..book.spec import ChapterSpec
 from .baselines_readings import SOLVER_RTOL, baseline_readings, pm
 
 CHAPTER = "06_baselines"
@@ -365,3 +366,7 @@ def _build_on_a_worker(cfg: Profile, path: Path) -> Path:
     """`build_solver_cache` without its lines (a worker's output reaches no page; the chapter
     says where its results come from, and the file's note how they were built)."""
     return build_solver_cache(cfg, path, say=lambda *_: None)[0]
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, idle_work=idle_work)

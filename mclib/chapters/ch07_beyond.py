@@ -29,6 +29,7 @@ from ..book.runner_plan import Reads
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, agreement, is_own, row_verdict
 from ..book.scorecard_tables import plural
+from ..book.spec import ChapterSpec
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -311,7 +312,7 @@ def untestable(leads: pd.DataFrame, steps=None) -> str | None:
 
 
 # The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
-speaks_for = {"lead_finding": "B1"}
+SPEAKS_FOR = {"lead_finding": "B1"}
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
@@ -372,3 +373,7 @@ def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[di
     lead = lead_row(ch, leads, table["step"])
     return ({**progress_glue(ch, table, leads), "lead_finding": lead_finding_text(lead)},
             [*structure_rows(ch, table), lead])
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, runs_read=runs_read, rejudged=rejudged, rule_of=rule_of, speaks_for=SPEAKS_FOR)

@@ -38,6 +38,7 @@ from ..book.plots_curves import gpt_loss_curves
 from ..book.plots_heads import attention_grid
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, agreement
+from ..book.spec import ChapterSpec
 
 CHAPTER = "08_gpt"
 COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_drop's half-way line
@@ -207,3 +208,7 @@ def closing(table) -> str:
     said = ["sits on a plateau and then drops suddenly", "copies the observed entries after its drop",
             "leaves the masked entries near the copying level"]
     return " ".join(f"That the GPT {text}: {agreement(v)}." for text, v in zip(said, table.data["verdict"]))
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, idle_work=idle_work)

@@ -29,6 +29,7 @@ from ..core.packaged import data_file
 from ..core.repo import REPO
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, agreement, row_verdict
+from ..book.spec import ChapterSpec
 
 CHAPTER = "09_appendix"
 WIDTH_DEPTH = data_file("width_depth.csv")  # docs/data/ in a checkout
@@ -240,3 +241,7 @@ def findings(rows: list[dict], bounds: dict[str, str] | None = None) -> str:
 def scorecard_table(ch: Chapter, rows: list[dict]):
     """The rows, recorded (`recorded_table`), with their verdicts."""
     return recorded_table(ch.run_dir, rows, CHAPTER)
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER)

@@ -17,6 +17,8 @@ from ..lease import part, reference
 from ..book.chapter import departures_table
 from ..book.plots_base import closed
 from ..book.plots_scorecard import VERDICT_COLORS, scorecard_plot
+from ..book.spec import ChapterSpec, Specs
+from .registry import specs as chapter_specs
 
 CHAPTER = "99_scorecard"
 
@@ -132,7 +134,7 @@ def own_shown(rows: list[dict]):
 
 def reference_shown(ch, rows: list[dict]):
     """Our verdicts beside the paper setting's (`mclib.lease.reference`: the newest results/paper-*)."""
-    table = reference.beside(rows, reference.latest())
+    table = reference.beside(rows, reference.latest(), specs=chapter_specs())
     return (table.style.hide(axis="index")
             .format({"paper": "{:.3g}", "laptop edition": "{:.3g}", "paper setting": "{:.3g}"}, na_rep="—")
             .map(_colour, subset=["laptop verdict", "paper-setting verdict"])
@@ -180,7 +182,7 @@ def glued(ch, rows: list[dict]) -> dict:
     verdicts = pd.Series([r["verdict"] for r in firm], dtype=object).value_counts()
     own_verdicts = pd.Series([r["verdict"] for r in own], dtype=object).value_counts()
     folder = reference.latest()
-    theirs = [] if folder is None else reference.rows(folder, laptop=rows)
+    theirs = [] if folder is None else reference.rows(folder, laptop=rows, specs=chapter_specs())
     counts = {**{name: int(verdicts.get(v, 0)) for name, v in COUNTED.items()}, "n_provisional": len(paper) - len(firm),
               **{name: int(own_verdicts.get(v, 0)) for name, v in COUNTED_OWN.items()}}
     return {**counts, "n_rows": len(paper),
@@ -191,7 +193,8 @@ def glued(ch, rows: list[dict]) -> dict:
             "landing_paper": landing_paper(theirs), "departures_count": scorecard_tables.departures_count(ch.cfg),
             "landing_editions": " ".join([scorecard_tables.setting_counts(rows, "the laptop edition")]
                                          + ([scorecard_tables.setting_counts(theirs, "the paper's own setting")
-                                             + f" {reference.rejudged_text(folder, laptop=rows)}"] if theirs else [])),
+                                             + " " + reference.rejudged_text(folder, laptop=rows, specs=chapter_specs())]
+                                            if theirs else [])),
             "n_own": len(own),
             "task_note": scorecard_tables.task_note(ch.cfg), "fig_scorecard": closed(scorecard_plot(rows)),
             "reference_status": reference.status(reference.latest()),
@@ -199,12 +202,13 @@ def glued(ch, rows: list[dict]) -> dict:
             "landing_table": findings_shown(ch, rows, link="_executed/")}
 
 
-def site_part(out, ledger=None) -> list:
-    """The part the site shows after the chapters (`mclib.book.runner.declared`): "The paper's
-    own setting", the chapters GPU leases executed, whose verdicts this chapter sets beside
-    ours (`mclib.lease.part.stage`, from the slices done beside `ledger`), judged with the
-    laptop edition's rows at hand (`laptop_rows`), as this chapter judges them."""
-    return part.stage(out, ledger, laptop_rows(out))
+def site_part(out, ledger=None, *, specs: Specs) -> list:
+    """The part the site shows after the chapters (its spec's `site_part`, which the book's
+    runner calls with the build's `specs`): "The paper's own setting", the chapters GPU leases
+    executed, whose verdicts this chapter sets beside ours (`mclib.lease.part.stage`, from the
+    slices done beside `ledger`), judged with the laptop edition's rows at hand (`laptop_rows`)
+    by the rules the chapters' `specs` declare, as this chapter judges them."""
+    return part.stage(out, ledger, laptop_rows(out), specs=specs)
 
 
 def laptop_rows(out) -> list[dict] | None:
@@ -218,3 +222,7 @@ def laptop_rows(out) -> list[dict] | None:
     manifest = Path(out) / EXECUTED / "manifest.json"
     run_dir = json.loads(manifest.read_text()).get("run_dir") if manifest.is_file() else None
     return scorecard.load(run_dir) if run_dir else None
+
+
+# What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).
+SPEC = ChapterSpec(CHAPTER, site_part=site_part)

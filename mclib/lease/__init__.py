@@ -15,7 +15,7 @@ here and shown beside the laptop edition. Everything of it is in this folder.
                    chosen variant checked); `slice status` plans with the chosen variant's step
     reference.py   the paper setting's results under results/: collected from a built book,
                    the runs they hold, and their scorecard rows re-judged by today's rules (the
-                   rules are the chapters' own: `mclib.book.runner.declared`)
+                   rules are the chapters' own, from their specs: `mclib.book.spec`)
     part.py        the site's part "The paper's own setting": the chapters the leases executed,
                    each with where, when and how its runs ended
     precision.py   the slices' precision (TF32) as a departure: why, the TF32 study's table, and

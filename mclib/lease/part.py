@@ -22,6 +22,7 @@ import re
 import shutil
 from pathlib import Path
 
+from ..book.spec import Specs
 from . import precision, slices
 
 PART = Path("book") / "_executed" / "paper"
@@ -133,10 +134,12 @@ def adapt(nb, slice_name: str, note: str):
     return nb
 
 
-def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None = None) -> list[Path]:
+def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None = None, *,
+          specs: Specs) -> list[Path]:
     """Write the part into OUT (module docstring), from the slices done beside `ledger_path`
     (default results/paper-slices.yaml), its rows re-judged with the laptop edition's rows
-    `laptop` at hand (`reference.rows`); returns its files, the first page first."""
+    `laptop` at hand (`reference.rows`) by the rules the chapters' `specs` declare, which the
+    scorecard chapter hands down; returns its files, the first page first."""
     import nbformat
 
     ledger_path = Path(ledger_path or slices.LEDGER)
@@ -147,7 +150,7 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
     have = slices.done(ledger_path.parent, ledger["name"])
     missing = missing_text(ledger, have)
     pages, rows = [], []
-    found = _rejudged(have, ledger["name"], laptop)
+    found = _rejudged(have, ledger["name"], laptop, specs=specs)
     for s in ledger["slices"]:
         if s.name not in have:
             rows.append(f"| {s.name} | {s.what} | not run yet | | |")
@@ -158,7 +161,7 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
             note = provenance(record, s, missing, "\n\n".join(filter(None, (
                 rejudged_note(found, nb_path.stem), precision.page_note(found, nb_path.stem)))))
             nb = adapt(nbformat.read(nb_path, as_version=4), s.name, note)
-            restate(nb, nb_path.stem, found)
+            restate(nb, nb_path.stem, found, specs=specs)
             dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
             nbformat.write(nb, dest)
             pages.append(dest)
@@ -174,7 +177,7 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
         f"laptop edition's. The paper book is {missing}.\n\n"
         "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
         + "\n".join(rows) + "\n" + precision.departure(ledger["precision"])
-        + _runs_section(folder, have, ledger["name"], found, laptop))
+        + _runs_section(folder, have, ledger["name"], found, laptop, specs=specs))
     return [index, *pages]
 
 
@@ -182,7 +185,8 @@ E1_FIGURE = "paper-runs-loss.png"
 SEED1_FIGURE = "paper-seed1-runs.png"
 
 
-def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None) -> str:
+def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None, *,
+                  specs: Specs) -> str:
     """The part's first page, after the slices: every run of the paper's setting the results
     hold (`reference.runs_table`: the slices' and the whole-book run before them, each with its
     path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
@@ -198,7 +202,7 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
     try:
         table = reference.runs_table(first, name)
         figure = reference.loss_figure(first, name)
-        ends = reference.end_rows_beside(first, name, laptop)
+        ends = reference.end_rows_beside(first, name, laptop, specs=specs)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what the table needs: said, not raised
         return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
     import matplotlib.pyplot as plt
@@ -234,7 +238,7 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
             + (f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that spread."
                if drops else "One run so far: no spread of its own.") + "\n```\n\n"
             + _end_rows_text(ends)
-            + (f"{counts} {reference.rejudged_text(first, name, laptop)}\n" if counts else ""))
+            + (f"{counts} {reference.rejudged_text(first, name, laptop, specs=specs)}\n" if counts else ""))
 
 
 def _end_rows_text(ends) -> str:
@@ -257,7 +261,7 @@ def _missing(x) -> bool:
     return x is None or x is pd.NA or (isinstance(x, float) and x != x)
 
 
-def _rejudged(have: dict, name: str, laptop: list[dict] | None = None) -> list[dict]:
+def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs: Specs) -> list[dict]:
     """The done slices' rows re-judged by today's rules (`reference.rows`, the laptop edition's
     rows `laptop` at hand); [] when no slice holds the book's run (nothing recorded to re-judge)."""
     from . import reference
@@ -266,7 +270,7 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None) -> list[d
     if first is None:
         return []
     try:
-        return reference.rows(first, name, laptop)
+        return reference.rows(first, name, laptop, specs=specs)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
         print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
@@ -319,21 +323,20 @@ def rejudged_beside(rows: list[dict]) -> str:
     return f"re-judged by today's rules, this sentence's verdict struck: {rows[0]['id']}, " + "; ".join(said)
 
 
-def restate(nb, chapter: str, found: list[dict]) -> list[str]:
+def restate(nb, chapter: str, found: list[dict], *, specs: Specs) -> list[str]:
     """Set right, in place, the sentences of a lease's executed notebook `nb` (of `chapter`)
     that today's code would write otherwise; the lease's figures and numbers stay. A glued
-    sentence that speaks for an experiment whose rows were re-judged (what the chapter
-    declares as `speaks_for`: glue name -> experiment id; the rows: `reference.rows`) keeps
+    sentence that speaks for an experiment whose rows were re-judged (what the chapter's spec,
+    of `specs`, declares as `speaks_for`: glue name -> experiment id; the rows: `reference.rows`) keeps
     the lease's words and gets today's verdict beside them, in brackets (`rejudged_beside`);
     a sentence the chapter declares it words from its row (`restated(name, text, rows)`)
     is worded again from the re-judged rows; wording slips fixed in the code since
     (`SLIPS`, and "Over 1 seeds") are corrected. Returns what was changed, one phrase each."""
     from ast import literal_eval
 
-    from ..book.runner import declared_by
-
-    speaks = declared_by("speaks_for", [chapter]).get(chapter, {})
-    rewords = declared_by("restated", [chapter]).get(chapter)
+    spec = specs.get(chapter)  # None: a page no chapter serves
+    speaks = spec.speaks_for if spec is not None else {}
+    rewords = spec.restated if spec is not None else None
     mine = [r for r in found if r.get("chapter") == chapter]
     glued = {}
     done = []

@@ -36,7 +36,7 @@ from ..core.placement import place_checkpoints
 from ..core.repo import REPO, RESULTS
 from ..core.runs import END, FREEZE, METRICS, PROFILE, freeze_dir, run_name, run_profile
 from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
-from ..book.runner import declared
+from ..book.spec import Specs
 from . import slices
 from .precision import FIELD as PRECISION_EFFECT, annotate, departure_text
 from .slices import METRICS_GZ, read_metrics
@@ -158,9 +158,9 @@ def loss_figure(folder: Path, name: str = "paper"):
                             title=f"The paper's own setting on {json.loads((folder / 'device.json').read_text())['device']}")
 
 
-def training_rows(folder: Path, name: str = "paper") -> list[dict]:
+def training_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
     """The rows the results' book run (seed 1) gives from its training curve alone, by the
-    chapters' own rules: each chapter's declared `curve_rows` (`mclib.book.runner.declared`:
+    chapters' own rules: each chapter's declared `curve_rows` (its spec, of `specs`:
     chapter 01's E1 rows, its pre-shift step placed among the saves the run made). A run
     without its end.json ends where its curve does. Each row carries its verdict."""
     run = folder / "runs" / run_name(name, 1)
@@ -169,7 +169,7 @@ def training_rows(folder: Path, name: str = "paper") -> list[dict]:
     end = _end(run) or RunEnd(ended="unfinished", step=last, drop=find_drop(m, rank=cfg.data.rank),
                               steps=cfg.train.steps, until=cfg.train.until)
     return [{**r, "verdict": scorecard_rules.row_verdict(r)}
-            for curve_rows in declared("curve_rows") for r in curve_rows(cfg, run, m, end)]
+            for s in specs.values() if s.curve_rows is not None for r in s.curve_rows(cfg, run, m, end)]
 
 
 def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None]:
@@ -203,7 +203,7 @@ def freeze_figure(folder: Path, name: str = "paper"):
                          title="E15 at the paper's own setting: one component re-initialised, the rest frozen")
 
 
-def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
+def freeze_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
     """E15's rows at the paper's setting, from the E15 slices done beside `folder` (each
     trained seed 1 to a fixed step, then one group's run from it: `mclib.lease.slices`),
     computed here from their merged metrics and how each run ended (slice.json's
@@ -215,10 +215,11 @@ def freeze_rows(folder: Path, name: str = "paper") -> list[dict]:
         return []
     cfg, end, main = run_profile(source), _end(source), read_metrics(source)
     return [{**r, "verdict": scorecard_rules.row_verdict(r)}
-            for e15_rows in declared("e15_rows") for r in e15_rows(runs, ends, cfg, end, main, read=read_metrics)]
+            for s in specs.values() if s.e15_rows is not None
+            for r in s.e15_rows(runs, ends, cfg, end, main, read=read_metrics)]
 
 
-def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
+def recorded_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
     """The results' scorecard rows as the GPU left them: as recorded by its chapters (for a
     slice, by the chapters of every slice done beside it, the first slice's row where two
     recorded the same), or, where no chapter completed, E1's rows from the training curve
@@ -228,16 +229,19 @@ def recorded_rows(folder: Path, name: str = "paper") -> list[dict]:
     for f in folders:
         for r in scorecard.load(f / "runs" / run_name(name, 1)):
             recorded.setdefault((r["id"], r["quantity"]), r)
-    return (list(recorded.values()) or training_rows(_book_folder(folder, name), name)) + freeze_rows(folder, name)
+    return ((list(recorded.values()) or training_rows(_book_folder(folder, name), name, specs=specs))
+            + freeze_rows(folder, name, specs=specs))
 
 
-def rows(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> list[dict]:
+def rows(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs) -> list[dict]:
     """The results' scorecard rows (`recorded_rows`), re-judged here on the CPU by today's
     rules (`rejudge`; `laptop`: the laptop edition's rows, whose seeds lend the paper setting's
     one seed their spread): what the scorecard's paper-setting column and the paper part's notes
     show. A row that reads a final level of a run trained in another precision than the paper's
-    carries that precision's measured effect as text (`mclib.lease.precision.annotate`)."""
-    return annotate(rejudge(recorded_rows(folder, name), folder, name, laptop), book_precision(folder, name))
+    carries that precision's measured effect as text (`mclib.lease.precision.annotate`). `specs`:
+    what the toc's chapters declare (`mclib.book.spec`), whose rules judge the rows."""
+    return annotate(rejudge(recorded_rows(folder, name, specs=specs), folder, name, laptop, specs=specs),
+                    book_precision(folder, name))
 
 
 def book_precision(folder: Path, name: str = "paper") -> str | None:
@@ -319,12 +323,13 @@ def _lacks(row: dict) -> list[str]:
     return [k for k in NEEDS.get(row.get("kind", "number"), ()) if row.get(k) is None]
 
 
-def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> list[dict]:
+def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
+            specs: Specs) -> list[dict]:
     """The rows a GPU lease recorded, judged again here by the rules the chapters apply today,
     from the values it recorded (no model is read): every row gets today's verdict; each row
     that changes keeps the lease's verdict in `was` and says why in `rejudged`. Each chapter's
     rules are its own, declared as `rejudged(row, recorded) -> (row, reasons)`
-    (`mclib.book.runner.declared`; `Recorded`): chapter 01's pre-shift step and the one seed's
+    (in its spec, of `specs`; `Recorded`): chapter 01's pre-shift step and the one seed's
     drop step, 02's pre-shift step, 03's heads ablated, patched layers, probed model and
     pre-shift step, 04's tested layout, 07's plateau bands, one seed and CPU sweep. What a
     rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
@@ -342,9 +347,10 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
 
     drops = drop_spread(folder.parent, name) if _slice_name(folder) is not None else None
     recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)), laptop,
-                        functools.cache(lambda: training_rows(_book_folder(folder, name), name)),
+                        functools.cache(lambda: training_rows(_book_folder(folder, name), name, specs=specs)),
                         {"drop step": drops} if drops else {})
-    rules, recover = declared("rejudged"), declared("rule_of")
+    rules = [s.rejudged for s in specs.values() if s.rejudged is not None]
+    recover = [s.rule_of for s in specs.values() if s.rule_of is not None]
     out, whys = [], []
     for r in found:
         new, why = dict(r), []
@@ -441,13 +447,13 @@ def status(folder: Path | None, name: str = "paper") -> str:
             + (f" {departure}" if (departure := departure_text(book_precision(folder, name))) else ""))
 
 
-def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.DataFrame:
+def beside(ours: list[dict], folder: Path | None, name: str = "paper", *, specs: Specs) -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, and
     the paper setting's value and verdict (empty where it has no such row, or no results),
     re-judged by today's rules (`rows`), with the verdict the lease gave where it changed, and
     beside a row that reads a final level of a run trained in another precision than the paper's,
     that precision's measured effect (`mclib.lease.precision.effect_text`)."""
-    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours)}
+    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours, specs=specs)}
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
     mine = {(r["id"], r["quantity"]): r for r in ours}
@@ -464,12 +470,12 @@ def beside(ours: list[dict], folder: Path | None, name: str = "paper") -> pd.Dat
     return pd.DataFrame(table)
 
 
-def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> str:
+def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs) -> str:
     """One sentence: that the paper setting's verdicts are the lease's recorded values judged
     again on the CPU by today's rules (`rejudge`), how many changed, and the run's stage
     (`book_stage`) behind its provisional rows, split by what they say so far
     (`scorecard_tables.provisional_text`)."""
-    found = rows(folder, name, laptop)
+    found = rows(folder, name, laptop, specs=specs)
     changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
     late = sum(scorecard_stage.is_provisional(r) for r in scorecard_tables.paper_rows(found))
     at = book_stage(folder, name)
@@ -478,7 +484,8 @@ def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None =
             + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")
 
 
-def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None) -> pd.DataFrame:
+def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
+                    specs: Specs) -> pd.DataFrame:
     """E1's rows that read the run's end (`scorecard_stage.reads_late`), the book's run beside each
     earlier, longer run of the same seed (`earlier_runs`: the 2026-11-24 run to step 44,450),
     the latter computed here from that run's metrics by the same E1 code (`training_rows`) and
@@ -488,14 +495,14 @@ def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None
     earlier = earlier_runs(folder, name)
     if not earlier:
         return pd.DataFrame()
-    mine = [r for r in rows(folder, name, laptop) if r["id"] == "E1" and scorecard_stage.reads_late(r)]
+    mine = [r for r in rows(folder, name, laptop, specs=specs) if r["id"] == "E1" and scorecard_stage.reads_late(r)]
     run = _book_folder(folder, name) / "runs" / run_name(name, 1)
     label = f"seed 1 (slice {_slice_name(folder)}, to step {int(read_metrics(run)['step'].iloc[-1]):,})"
     table = {r["quantity"]: {"quantity": r["quantity"], "paper": r.get("paper"), label: r.get("ours"),
                              f"{label}: verdict": scorecard_stage.shown_verdict(r)} for r in mine}
     for what, path in earlier.items():
         where = path.parents[1]
-        theirs = scorecard_stage.provisional(training_rows(where, name), book_stage(where, name))
+        theirs = scorecard_stage.provisional(training_rows(where, name, specs=specs), book_stage(where, name))
         long = f"{what}, to step {int(read_metrics(path)['step'].iloc[-1]):,}"
         for r in theirs:
             if r["quantity"] in table:

@@ -21,6 +21,7 @@ import yaml
 from ..core.config import load_profile
 from ..core.repo import REPO, git_revision
 from ..core.runs import write_atomic
+from ..book.spec import Specs
 from . import slices
 from .slices import (LEDGER, STATE, STEP_TABLE, TRAIN_LOG, SliceError, next_slice, pick_step, read_ledger,
                      slice_profile, train_seconds, why_not)
@@ -195,11 +196,13 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
 
 
 def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
-           left_s: float | None = None, began: float | None = None, command_s: float | None = None) -> Path:
+           left_s: float | None = None, began: float | None = None, command_s: float | None = None,
+           specs: Specs) -> Path:
     """Wait for the slice's training (`stop_training`: until its deadline + FINISH_GRACE_S, then
     stopped), execute its chapters (no site) one at a time while the lease leaves time, pack
     results.tgz into `dest`. A chapter that fails or finds no time is named (slice.json), and
     what ran is packed all the same, with the tails of the lease's logs (LOGS) and its step table.
+    `specs`: what the toc's chapters declare, for the book's runner (the command line hands them down).
 
     The lease's end: `left_s` device seconds from `began` (when this command began; default now)
     less RETURN_S, where given, else `chapters_s` from now, else the budget `start` was given;
@@ -238,7 +241,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
             continue
         try:
             build(state["profile"], out_dir=out_dir, templates=select_chapters(name), site=False, progress=False,
-                  timeout=int(min(timeout or left, left)))  # papermill takes whole seconds
+                  timeout=int(min(timeout or left, left)), specs=specs)  # papermill takes whole seconds
         except Exception as e:  # whatever a chapter does, what trained is packed
             error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
             print(f"slice {state['slice']}: {error}", file=sys.stderr)
