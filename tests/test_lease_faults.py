@@ -244,11 +244,11 @@ def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(
 
 def _cpu_run():
     from mclib.core.config import load_profile, profile_path
-    from mclib.core.step import _Run
+    from mclib.core.step import TrainingRun
 
     p = load_profile(profile_path("smoke")).replace(**{"train.compile": False, "train.step": "eager",
                                                        "train.batch": 2})
-    return _Run.in_memory(p, torch.device("cpu"), capture_ready=True)
+    return TrainingRun.in_memory(p, torch.device("cpu"), capture_ready=True)
 
 
 def test_a_runs_step_graph_and_its_memory_go_when_the_run_goes_without_waiting_for_the_collector():

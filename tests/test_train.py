@@ -23,7 +23,7 @@ from mclib.core.data import copy_level, sample_batch
 from mclib.core.ending import is_complete, stop_after_drop
 from mclib.core.metrics import window_mean
 from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
-from mclib.core.step import STEP_RAN, _Run, make_optimizer, train_step
+from mclib.core.step import STEP_RAN, TrainingRun, make_optimizer, train_step
 from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
 from mclib.chapters.registry import specs as chapter_specs
@@ -148,7 +148,7 @@ def test_train_step_clips_each_runs_gradient_norm(smoke_profile):
     """train.grad_clip: the gradient Adam sees has global norm grad_clip, run by run (two runs
     stepped together must not share one norm)."""
     p = smoke_profile.replace(**{"train.grad_clip": 0.01, "train.compile": False})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
+    runs = [TrainingRun.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
     seen = []
     for r in runs:
         step = r.opt.step
