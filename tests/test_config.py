@@ -63,7 +63,7 @@ def test_cli_reports_bad_profile_in_one_line_and_touches_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nmodel: {heads: 3, hidden: 64}\n")
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "mclib", "train", "--params", str(bad), "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "mclib", "train", "--profile", str(bad), "--out", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "model.heads = 3" in r.stderr
@@ -353,7 +353,7 @@ def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ndata: {n: 5, rank: 9, p_mask: 1.5}\ntrain: {lr: -1}\nmodel: {heads: 3, hidden: 16}\n")
     out = tmp_path / "run"
-    assert main(["train", "--params", str(bad), "--out", str(out)]) == 2
+    assert main(["train", "--profile", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [f"mclib: error: {bad}: 4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
     assert not out.exists()

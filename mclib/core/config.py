@@ -403,11 +403,11 @@ def parse_setting(text: str) -> tuple[str, Any]:
     1.1 reads it as a string). No "=" or no key raises ConfigError naming the text."""
     key, eq, value = text.partition("=")
     if not eq or not key.strip():
-        raise ConfigError(f"--set {text!r} is not KEY=VALUE (e.g. train.lr=1e-3)")
+        raise ConfigError(f"{text!r} is not KEY=VALUE (e.g. train.lr=1e-3)")
     try:
         parsed = parse_yaml(value) if value.strip() else ""
     except yaml.YAMLError as e:
-        raise ConfigError(f"--set {text!r}: the value is not valid YAML: {str(e).splitlines()[0]}") from None
+        raise ConfigError(f"{text!r}: the value is not valid YAML: {str(e).splitlines()[0]}") from None
     if isinstance(parsed, str) and _EXPONENT.fullmatch(parsed.strip()):
         parsed = float(parsed)
     return key.strip(), parsed
