@@ -45,6 +45,14 @@ def test_the_older_spellings_are_aliases_that_say_so(capsys):
     assert parser().parse_args(["slice", "status"]).out == "slice-work"  # --out's default, not the alias's
 
 
+def test_the_older_spellings_still_train_where_they_say(trained, tmp_path, capsys):
+    with pytest.raises(Trained) as e:
+        main(["train", "--params", "smoke", "--out-dir", str(tmp_path / "run")])
+    profile, run_dir = e.value.args
+    assert profile == load_profile(profile_path("smoke")) and run_dir == tmp_path / "run"
+    assert "--params is an alias of --profile" in capsys.readouterr().err
+
+
 def test_closed_options_list_their_choices():
     assert set(_options("export")["--to"].choices) == {"tensorboard", "wandb"}
     assert set(_options("book")["--device"].choices) == {"auto", "cpu", "cuda"}
