@@ -194,10 +194,10 @@ def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(
 def test_finish_after_a_refused_start_packs_a_results_tgz_saying_why(tmp_path, capsys):
     ledger = _ledger(tmp_path, train_s=600)
     work, out = tmp_path / "work", tmp_path / "out"
-    assert main(["slice", "start", "--out-dir", str(work), "--budget-s", "300", "--ledger", str(ledger)]) == 2
+    assert main(["slice", "start", "--out", str(work), "--budget-s", "300", "--ledger", str(ledger)]) == 2
     refusal = capsys.readouterr().err.strip()
     assert refusal.startswith("mclib: error: no slice fits this lease: slice A needs at least 830 s")
-    assert main(["slice", "finish", "--out-dir", str(work), "--dest", str(out), "--ledger", str(ledger)]) == 0
+    assert main(["slice", "finish", "--out", str(work), "--dest", str(out), "--ledger", str(ledger)]) == 0
     record, _ = _packed(out / slices.RESULTS_TGZ)
     assert record["slice"] is None and record["refused"] == refusal.removeprefix("mclib: error: ")
     # back here: nothing to file, said in one line, nothing filed under results/

@@ -4,7 +4,7 @@
     _config.yml            Jupyter Book 1 settings (offline: no launch buttons, no math)
     book/NAME.ipynb        chapter templates, stored without outputs
     OUT/runs/P-seedS/      the run every chapter reads; the first chapter trains it
-    OUT/book/_executed/    executed chapters + manifest.json   (OUT = --out-dir, default
+    OUT/book/_executed/    executed chapters + manifest.json   (OUT = --out, default
     OUT/_build/html/       the site                             the repository itself)
 
 Papermill runs every template with the same parameters (profile, seed, run_dir,
@@ -22,7 +22,7 @@ is what lets the training chapter, which creates the run, be reused.
 Paths: papermill gets absolute paths, and writes them into the executed notebook (its
 parameters cell and metadata). The site offers each executed notebook for download, so
 the runner writes them relative right after the run (`machine_paths`): the run folder
-relative to --out-dir, the repository and --out-dir as ".". The manifest keeps them
+relative to --out, the repository and --out as ".". The manifest keeps them
 absolute; it is not part of the site.
 
 Runs: before any chapter runs, `plan` says in one line which runs the chapters asked read
@@ -56,11 +56,13 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from . import scorecard
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
-from ..core.runs import default_run_dir
+from ..core.runs import default_run_dir, write_atomic
 from .runner_beside import READY_FILE, _beside, _execute_apart, alongside
 from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, machine_paths
 from .runner_plan import Plan, Reads, _asking, plan_runs
@@ -166,7 +168,7 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True, site: bool = True,
-          ledger: Path | None = None, specs: Specs) -> dict:
+          ledger: Path | None = None, specs: Specs, overrides: dict | None = None) -> dict:
     """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
     site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
     site); returns the manifest (raises BookError). Chapters left out keep their last
@@ -175,14 +177,20 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     `site_part(out, ledger, specs=specs)`): the scorecard chapter's "The paper's own setting"
     (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
     `ledger`, default results/paper-slices.yaml). `specs`: what the toc's chapters declare
-    (`mclib.chapters.registry.specs`), which the command line hands down."""
+    (`mclib.chapters.registry.specs`), which the command line hands down. `overrides`: dotted
+    keys set on the profile (the command line's --set); the chapters then read it, with them,
+    from OUT/book/_executed/NAME-set.yaml."""
     from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
     t_start = time.time()
     ppath = profile_path(profile).resolve()
-    cfg = load_profile(ppath, **({} if seed is None else {"seed": seed}))
+    cfg = load_profile(ppath, overrides_from="--set", **{**(overrides or {}), **({} if seed is None else {"seed": seed})})
     out = Path(out_dir or REPO).resolve()
+    if overrides:  # the chapters' kernels read the profile from a file: the one with the overrides on it
+        ppath = out / EXECUTED / f"{cfg.name}-set.yaml"
+        ppath.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False)))
     run_dir = Path(run_dir or default_run_dir(cfg, out / "runs")).resolve()
     device = device or cfg.train.device
     resolved = resolve_device(device).type
