@@ -237,7 +237,7 @@ def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_
         os.chdir(cwd)
     assert isinstance(scope["model"], MatrixBert)
     with torch.no_grad():
-        torch.testing.assert_close(scope["pred"], load_checkpoint(book_run, 30, device="cpu")(batch.tokens))
+        torch.testing.assert_close(scope["pred"], load_checkpoint(book_run, 30, device="cpu")(batch.tokens).logits)
 
 
 def test_large_analysis_checkpoints_say_where_they_are_and_how_to_offer_them(book_run, smoke_profile, monkeypatch):

@@ -1,8 +1,8 @@
 """Named hook points on every activation of `MatrixBert`, in TransformerLens' naming.
 
     with hooks(model, [("blocks.2.hook_mlp_out", lambda t, name: torch.zeros_like(t))]):
-        pred = model(tokens)                      # layer 2's MLP zeroed (layers from 0)
-    pred, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
+        pred = model(tokens).logits               # layer 2's MLP zeroed (layers from 0)
+    pred, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])  # pred: the logits
     cache["blocks.0.attn.hook_pattern"]           # [batch, head, query, key]
 
 A hook is a pair (name, fn); `fn(tensor, name)` sees the activation and may return a
@@ -36,7 +36,7 @@ output. pos = n² positions (the matrix read row by row), l = 0 .. layers-1:
     blocks.{l}.hook_mlp_out             [batch, pos, d_model]  the MLP's second projection (no residual, no LayerNorm)
     blocks.{l}.hook_resid_post          [batch, pos, d_model]  normalized_resid_mid + mlp_out: the input of the second LayerNorm
     blocks.{l}.hook_normalized_resid_post [batch, pos, d_model] that LayerNorm's output: the block's output
-    hook_readout                        [batch, pos]           the read-out's output: the predictions the model returns
+    hook_readout                        [batch, pos]           the read-out's output: the predictions, the `logits` the model returns
 
 (*) z keeps the attention function's layout, head before position (TransformerLens puts
 pos first). A hook on a pattern or z switches the model to mclib's attention function
@@ -216,16 +216,17 @@ def hooks(model, fwd_hooks: Iterable[Hook]):
 
 
 def run_with_hooks(model, tokens: torch.Tensor, fwd_hooks: Iterable[Hook]) -> torch.Tensor:
-    """`model(tokens)` with the hooks on for that one pass."""
+    """`model(tokens).logits` (the predictions `[batch, pos]`) with the hooks on for that one pass."""
     with hooks(model, fwd_hooks):
-        return model(tokens)
+        return model(tokens).logits
 
 
 def run_with_cache(model, tokens: torch.Tensor, names: Iterable[str] | None = None,
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """`(model(tokens), cache)`: cache maps each hook name (all, or those in `names`) to
-    its activation in that pass, detached, as a hook there would see it (after the
-    hooks of any enclosing `hooks` block on the same name)."""
+    """`(model(tokens).logits, cache)`, as TransformerLens' (the predictions `[batch, pos]`):
+    cache maps each hook name (all, or those in `names`) to its activation in that pass,
+    detached, as a hook there would see it (after the hooks of any enclosing `hooks` block on
+    the same name)."""
     names = hook_names(model) if names is None else check_names(model, names)
     cache: dict[str, torch.Tensor] = {}
 
@@ -233,5 +234,5 @@ def run_with_cache(model, tokens: torch.Tensor, names: Iterable[str] | None = No
         cache[name] = tensor.detach()
 
     with hooks(model, [(name, keep) for name in names]):
-        out = model(tokens)
+        out = model(tokens).logits
     return out, cache
