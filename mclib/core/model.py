@@ -85,15 +85,6 @@ class MatrixCompletionOutput(ModelOutput):
     attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
-def config_text(folder) -> str:
-    """A checkpoint folder's config.json as `save_pretrained` writes it today: the file's text, or
-    for a folder saved before 2026-11-29 (`LEGACY`) its `read_config`, which AutoModel loads whole."""
-    text = (Path(folder) / CONFIG_NAME).read_text()
-    if json.loads(text).get("model_type") != LEGACY["model_type"]:
-        return text
-    return read_config(folder).to_json_string(use_diff=True)
-
-
 def bert_config(cfg: ModelConfig, n: int) -> MatrixBertConfig:
     return MatrixBertConfig(
         vocab_size=VOCAB_SIZE,
@@ -198,11 +189,20 @@ def read_config(path) -> MatrixBertConfig:
                          f"architectures {LEGACY['architectures']!r} and a matrix_n)")
     if not _said_legacy:
         _said_legacy.append(str(path))
-        log.warning("mclib: %s: config.json has model_type 'bert', the format saved before 2026-11-29: read as "
+        log.warning("mclib: %s: %s has model_type 'bert', the format saved before 2026-11-29: read as "
                     "a MatrixBert's, read-out included (AutoModel reads such a folder as a stock BertModel without "
                     "it; saving it again writes model_type %r; further such folders are read without this line)",
-                    path, MODEL_TYPE)
+                    path, CONFIG_NAME, MODEL_TYPE)
     return MatrixBertConfig.from_dict({k: v for k, v in saved.items() if k not in ("model_type", "transformers_version")})
+
+
+def config_text(folder) -> str:
+    """A checkpoint folder's config.json as `save_pretrained` writes it today: the file's text, or
+    for a folder saved before 2026-11-29 (`LEGACY`) its `read_config`, which AutoModel loads whole."""
+    text = (Path(folder) / CONFIG_NAME).read_text()
+    if json.loads(text).get("model_type") != LEGACY["model_type"]:
+        return text
+    return read_config(folder).to_json_string(use_diff=True)
 
 
 def matrix_n(model) -> int:
