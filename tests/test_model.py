@@ -225,3 +225,21 @@ def test_matmul_attention_switches_a_matrix_bert_to_eager():
         assert m.config._attn_implementation == "sdpa"
         use_matmul_attention(m)
         assert m.config._attn_implementation == "eager"
+
+
+def test_a_card_header_without_a_measured_l_mask_has_no_result_and_a_folder_without_weights_is_refused(tmp_path):
+    import hashlib
+
+    from mclib.core.card import card_data, weight_hashes
+    from mclib.core.config import load_profile, profile_path
+
+    p = load_profile(profile_path("smoke"))
+    data = card_data(p, 40, LEGACY_FIXTURE)
+    assert data.eval_results is None and data.mclib["step"] == 40 and data.mclib["profile"] == "smoke"
+    sha = hashlib.sha256((LEGACY_FIXTURE / "model.safetensors").read_bytes()).hexdigest()
+    assert data.mclib["weights_sha256"] == {"model.safetensors": sha}
+    [result] = card_data(p, 40, LEGACY_FIXTURE, l_mask=0.25, matrices=32).eval_results
+    assert result.metric_value == 0.25 and "32 fresh 7x7 rank-2 matrices" in result.dataset_name
+    with pytest.raises(FileNotFoundError, match="no weight file") as e:
+        weight_hashes(tmp_path)
+    assert "\n" not in str(e.value)
