@@ -38,7 +38,7 @@ def test_the_backward_through_L_alone_gives_the_same_gradients_and_losses():
     p = _profile(**{"train.grad_clip": 0.0})
     batch = _batch(p)
     before = build_model(p.model, p.data.n, p.seed).train()
-    pred = before(batch.tokens).view_as(batch.x)
+    pred = before(batch.tokens).logits.view_as(batch.x)
     old = run_losses(pred[None], batch.x[None], batch.mask[None])[0]
     old[0].backward()
     run = TrainingRun.in_memory(p, CPU)
@@ -241,10 +241,10 @@ def test_the_hf_model_compiles_as_one_graph_forward_and_backward():
     tokens = torch.randint(0, 5, (4, 9), generator=torch.Generator().manual_seed(0))
     explained = torch._dynamo.explain(model)(tokens)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    model(tokens).square().mean().backward()
+    model(tokens).logits.square().mean().backward()
     eager = {n: q.grad.clone() for n, q in model.named_parameters() if q.requires_grad}
     model.zero_grad(set_to_none=True)
-    torch.compile(model, fullgraph=True, backend="aot_eager")(tokens).square().mean().backward()
+    torch.compile(model, fullgraph=True, backend="aot_eager")(tokens).logits.square().mean().backward()
     for n, q in model.named_parameters():
         if q.requires_grad:
             # two float paths (aot_eager's decomposed ops against the eager kernels): TWO_PATHS_REL's scale

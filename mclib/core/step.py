@@ -22,7 +22,7 @@ from .config import Profile
 from .data import Batch, sample_batch
 from .ending import stop_rule
 from .metrics import LOSS_NAMES, run_losses, squared_errors
-from .model import build_model, eval_mode, predict
+from .model import LEGACY, MODEL_TYPE, build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
 from .runs import write_atomic, write_profile
 
@@ -209,7 +209,7 @@ def use_matmul_attention(model) -> None:
     """Switch a `MatrixBert` running sdpa to HF's "eager" attention (plain matmuls and softmax);
     any other model is left as it is. Parameters and their names do not change."""
     config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) == "bert" and config._attn_implementation == "sdpa":
+    if getattr(config, "model_type", None) in (MODEL_TYPE, LEGACY["model_type"]) and config._attn_implementation == "sdpa":
         model.set_attn_implementation("eager")
 
 
