@@ -277,12 +277,10 @@ REJUDGED = "re-judged on the CPU by today's rules"
 
 @dataclass
 class Recorded:
-    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book
-    run's stage (`book_stage`), its analysis checkpoints (`_book_steps`, None when they cannot
-    be placed), the text a chapter the GPU executed glued under a name (`glued(chapter, name)`,
-    None where it glued none), the laptop edition's rows (None where they are not known) and
-    the rows today's chapters compute from the book run's training curve (`curve()`:
-    `training_rows`, each chapter's `curve_rows`)."""
+    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book run's
+    stage (`book_stage`), analysis checkpoints (`_book_steps`; None where they cannot be placed), the
+    text a lease's chapter glued (`glued(chapter, name)`, or None), the laptop edition's rows (or
+    None) and the rows of the book run's training curve (`curve()`: `training_rows`)."""
     at: scorecard_stage.Stage | None
     steps: object | None
     glued: Callable[[str, str], str | None]
