@@ -3,18 +3,14 @@
     OUT/book/_executed/paper/index.md          the part's first page: the slices, done and missing
     OUT/book/_executed/paper/A_01_train.ipynb  slice A's executed 01_train, opened by where it ran
 
-The book's runner puts it after the chapters executed here (`mclib.book.runner_site.site_toc`): the
-scorecard chapter declares it (`mclib.chapters.ch99_scorecard.site_part`).
-
-A done slice is a results/NAME-SLICE-DEVICE-DATE/ folder (`mclib.lease.slices.done`); its
-book/*.ipynb are the chapters its lease executed. Each is copied as it ran (outputs, figures,
-glued values untouched) with three changes that let it sit in this site beside the laptop
-chapters: a first note saying which slice, device, date, revision and precision its numbers
-come from, how its run ended, and which slices are still missing; its title marked as the
-paper's setting; its cross-reference labels (targets, figures' :name:, #anchors) prefixed by
-the slice (the laptop chapter holds the same labels); its links to other chapters pointed one
-folder up, at the laptop edition's; its download links turned to text (the files stayed on
-the GPU machine).
+The scorecard chapter declares the part (`mclib.chapters.ch99_scorecard.site_part`); the book's
+runner puts it after the chapters executed here (`mclib.book.runner_site.site_toc`). Each chapter
+a done slice's lease executed (results/NAME-SLICE-DEVICE-DATE/book/*.ipynb) is copied as it ran,
+figures and numbers untouched, made to sit beside the laptop chapters (`adapt`): a first note on
+where its numbers come from (slice, device, date, revision, precision, how its runs ended, slices
+missing); its title marked; its labels (targets, :name:, #anchors) prefixed by the slice, since
+the laptop chapter holds the same ones; its chapter links pointed one folder up; its downloads
+turned to text (the files stayed on the GPU machine). Its sentences get today's verdicts (`restate`).
 """
 from __future__ import annotations
 
@@ -41,8 +37,8 @@ def missing_text(ledger: dict, have: dict) -> str:
 
 
 def runs_text(record: dict) -> str:
-    """How a done slice's runs ended, from its slice.json: "seed 1: was cut at step 16,591 of
-    50,000 by its wall-clock deadline; E15 mlp: dropped at step 310 and converged at step 2,900"."""
+    """How a done slice's runs ended, from its slice.json, "; "-joined: "seed 1: <its RunEnd's
+    text>", then "E15 GROUP: <its FreezeEnd's text>" ("no checkpoint" where a run saved none)."""
     from ..analyses.freezing import FreezeEnd
 
     ends = [f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items()]
@@ -279,8 +275,8 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs:
 # --- the lease's sentences, set right beside its words -------------------------------------
 
 GLUED = "application/papermill.record/text/plain"
-# Wording slips of the chapters' code at a lease's revision, fixed in that code since (the
-# generators are right now): corrected on the lease's pages, word for word.
+# Wording slips in sentences a lease's chapters wrote (their code words them right now):
+# corrected on the lease's pages, word for word.
 SLIPS = ((re.compile(r"\bThe run is was cut\b"), "Training was cut short of the profile's length: the run was cut"),
          (re.compile(r"\ba such head\b"), "such a head"),
          (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"),
@@ -324,14 +320,12 @@ def rejudged_beside(rows: list[dict]) -> str:
 
 
 def restate(nb, chapter: str, found: list[dict], *, specs: Specs) -> list[str]:
-    """Set right, in place, the sentences of a lease's executed notebook `nb` (of `chapter`)
-    that today's code would write otherwise; the lease's figures and numbers stay. A glued
-    sentence that speaks for an experiment whose rows were re-judged (what the chapter's spec,
-    of `specs`, declares as `speaks_for`: glue name -> experiment id; the rows: `reference.rows`) keeps
-    the lease's words and gets today's verdict beside them, in brackets (`rejudged_beside`);
-    a sentence the chapter declares it words from its row (`restated(name, text, rows)`)
-    is worded again from the re-judged rows; wording slips fixed in the code since
-    (`SLIPS`, and "Over 1 seeds") are corrected. Returns what was changed, one phrase each."""
+    """Set right, in place, the sentences of a lease's executed notebook `nb` (of `chapter`) that
+    today's code words otherwise; its figures and numbers stay. A glued sentence that speaks for
+    re-judged rows (`found`; the spec's `speaks_for`: glue name -> experiment id) keeps its words,
+    today's verdict beside them in brackets (`rejudged_beside`); one the spec's `restated(name, text,
+    rows)` words is worded again; wording slips (`SLIPS`, "Over 1 seeds") are corrected. Returns
+    what was changed, one phrase each."""
     from ast import literal_eval
 
     spec = specs.get(chapter)  # None: a page no chapter serves

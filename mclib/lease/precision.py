@@ -1,17 +1,9 @@
-"""The precision the paper setting's slices train in, as the book shows it.
-
-Since 2026-11-27 the slices train in TF32 (results/paper-slices.yaml), a departure from the
-paper's fp32: at fp32 no slice fits a lease. The book lists it with its evidence, the TF32
-study (docs/performance.md, "Does TF32 change the science?"; its table docs/data/tf32_study.csv,
-read by `mclib.analyses.precision.study_effect`):
-
-    departure(precision)      markdown for the paper part's first page: the departure, why, the study's table
-    departure_text(precision) the same in one paragraph, for the scorecard's sentence on the paper's setting
-    effect_text(precision)    the study's measured effect on the final model, one line
-    annotate(rows, precision) that line beside every row that reads a final level (`scorecard_stage.reads_late`)
-
-Nothing here changes a value or a verdict: the effect is text beside the row, for a reader to
-weigh the comparison with the paper's fp32 numbers.
+"""The slices' precision (TF32, results/paper-slices.yaml; at fp32 no slice fits a lease) as the
+book shows it: a departure from the paper's fp32, with the TF32 study as evidence
+(docs/performance.md, "Does TF32 change the science?"; docs/data/tf32_study.csv, read by
+`mclib.analyses.precision.study_effect`): `departure` (the paper part's first page),
+`departure_text` (the scorecard's paragraph), `effect_text` (one line) and `annotate` (that line
+beside every row that reads a final level). No value or verdict is changed: the effect is text.
 """
 from __future__ import annotations
 
@@ -48,9 +40,8 @@ def _paper_precision() -> str:
 
 def effect_text(precision: str | None, study: Path = STUDY) -> str | None:
     """The line beside a row that reads a final level of a run trained in `precision`: for TF32,
-    the study's effect on the final checkpoint ("TF32 on the laptop task: final checkpoint 0.63 ±
-    0.15× fp32's, paired, 3 seeds (docs/data/tf32_study.csv)"); for another departure, where its
-    study is; None for the paper's own precision or an unknown one."""
+    the study's effect on the final checkpoint (`study_effect`, with the table's path); for another
+    departure, where its study is; None for the paper's own precision or none given."""
     if precision is None or precision == _paper_precision():
         return None
     if precision == "tf32":

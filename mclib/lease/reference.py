@@ -1,5 +1,5 @@
-"""The paper setting's reference results: the `paper` book run on a GPU, committed under
-results/, and shown in the default book beside the laptop edition's scorecard.
+"""The paper setting's results under results/ (written on the GPU machine by
+`mclib.lease.slices_pack.collect`), shown in the default book beside the laptop edition's scorecard.
 
     results/paper-<GPU>-<DATE>/
         device.json                       GPU, torch, CUDA, date, git revision of the run
@@ -7,17 +7,11 @@ results/, and shown in the default book beside the laptop edition's scorecard.
         runs/paper-seed{2,3}/{metrics.csv.gz, end.json}   runs/paper-seed1/freeze/GROUP/metrics.csv.gz
         book/*.ipynb, book/manifest.json  the executed chapters and their timings
 
-`mclib.lease.slices_pack.collect` writes that folder from a built book (`mclib slice finish` on the
-GPU machine); metrics are gzipped (a paper run logs every step: ~4 MB a run as text, and the
-repository travels to a GPU machine beside a ~60 MB wheelhouse). `latest` finds the
-newest; `rows` reads its scorecard, or, where the GPU time ran out before the chapters
-did (the first run, 2026-11-24), E1's rows computed here from seed 1's training curve
-alone; `beside` sets those rows next to ours; `runs_table` and `loss_figure` show every
-run it holds. A folder that is a slice of the paper book (its slice.json) is read together
-with every slice done beside it: their chapters' rows, their runs (a seed trained again in a
-later slice named by it), and E15's rows and curves from E15's slices (`freeze_rows`,
-`freeze_figure`), computed here from their merged metrics. The paper setting's rows are
-judged against the paper on the paper's own task, by the same rules, so nothing is rescaled.
+`latest` finds the newest folder; `rows` gives its scorecard rows re-judged by today's rules
+(`rejudge`), `beside` sets them next to the laptop edition's, `runs_table` and `loss_figure` show
+its runs. A slice's folder (its slice.json) is read together with every slice done beside it,
+E15's rows and curves included (`freeze_rows`, `freeze_figure`). Rows are judged against the
+paper on the paper's own task, so nothing is rescaled.
 """
 from __future__ import annotations
 
@@ -71,9 +65,8 @@ def _slice_name(folder: Path) -> str | None:
 
 
 def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
-    """label -> run folder, for every run the results hold (for a slice, every slice done
-    beside it): the seeds, each followed by E15's runs started from it. A seed trained again
-    in a later slice (slice D and E15's slices retrain seed 1) is labelled with that slice:
+    """label -> run folder for every run the results hold (a slice: every slice done beside it),
+    each seed followed by its E15 runs. A seed trained again in a later slice is labelled with it,
     "seed 1 (slice D)"; the plain "seed 1" is the first slice's, the book's run."""
     runs = {}
     found = [(r, _slice_name(f)) for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")]
@@ -91,10 +84,8 @@ def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
 
 
 def earlier_runs(folder: Path, name: str = "paper") -> dict[str, Path]:
-    """The book's seed (seed 1) trained in a results folder beside the slices that is not a
-    slice (no slice.json: a run of the whole book before the slices, e.g. 2026-11-24's to step
-    44,450), whatever device ran it: label ("seed 1, DATE run on DEVICE") -> run folder. {} for a
-    folder that is not a slice (it is itself that run's folder)."""
+    """{"seed 1, DATE run on DEVICE": run folder} of each whole-book run (a results folder without
+    slice.json) beside the slice `folder`; {} where `folder` is not a slice."""
     if _slice_name(folder) is None:
         return {}
     found = {}
@@ -112,14 +103,10 @@ def _end(run: Path) -> RunEnd | None:
 
 
 def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
-    """One row per run the results hold: how far it trained and why it stopped (its
-    end.json; none: the GPU time ran out first), where today's convergence rule
-    (`mclib.core.metrics.converged`, with the run's own window and threshold, also for a
-    run that trains the paper's fixed 50 000 steps) ends its curve (results committed under
-    an older rule may have ended elsewhere), its drop
-    (`find_drop`), its final L_mask / E[X²] (mean over the last tenth of its steps, ± its
-    standard error) and its time a step (wall clock over steps, from its metrics' `wall`
-    column)."""
+    """One row per run (`run_folders`): steps trained, how it ended (end.json; none: the GPU time
+    ran out first), where today's convergence rule (`mclib.core.metrics.converged`) ends its curve,
+    its drop (`find_drop`), final L_mask / E[X²] (mean over the last tenth of its steps, ± its
+    standard error), ms a step (from the `wall` column) and precision."""
     rows = []
     for label, run in run_folders(folder, name).items():
         cfg, m, end = run_profile(run) if (run / PROFILE).is_file() else None, read_metrics(run), _end(run)
@@ -159,10 +146,9 @@ def loss_figure(folder: Path, name: str = "paper"):
 
 
 def training_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
-    """The rows the results' book run (seed 1) gives from its training curve alone, by the
-    chapters' own rules: each chapter's declared `curve_rows` (its spec, of `specs`:
-    chapter 01's E1 rows, its pre-shift step placed among the saves the run made). A run
-    without its end.json ends where its curve does. Each row carries its verdict."""
+    """The rows the book's run (seed 1) gives from its training curve alone: each chapter's
+    declared `curve_rows` (of `specs`), each with its verdict. A run without end.json ends where
+    its curve does."""
     run = folder / "runs" / run_name(name, 1)
     cfg, m = run_profile(run), read_metrics(run)
     last = int(m["step"].iloc[-1])
@@ -204,12 +190,9 @@ def freeze_figure(folder: Path, name: str = "paper"):
 
 
 def freeze_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
-    """E15's rows at the paper's setting, from the E15 slices done beside `folder` (each
-    trained seed 1 to a fixed step, then one group's run from it: `mclib.lease.slices`),
-    computed here from their merged metrics and how each run ended (slice.json's
-    `freeze_ends`), by the chapters' own rules (each chapter's declared `e15_rows`: chapter
-    05's), each with its verdict. The yardstick is the seed 1 the runs started from (the first
-    E15 slice's), its final level read where the slice stopped it. [] when none is done."""
+    """E15's rows from the E15 slices done beside `folder` (`e15_runs`), by each chapter's declared
+    `e15_rows` (of `specs`), each with its verdict. The yardstick is the seed 1 the runs started
+    from, its final level read where its slice stopped it. [] when no E15 slice is done."""
     runs, ends, source = e15_runs(folder, name)
     if not runs:
         return []
@@ -234,12 +217,8 @@ def recorded_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[di
 
 
 def rows(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs) -> list[dict]:
-    """The results' scorecard rows (`recorded_rows`), re-judged here on the CPU by today's
-    rules (`rejudge`; `laptop`: the laptop edition's rows, whose seeds lend the paper setting's
-    one seed their spread): what the scorecard's paper-setting column and the paper part's notes
-    show. A row that reads a final level of a run trained in another precision than the paper's
-    carries that precision's measured effect as text (`mclib.lease.precision.annotate`). `specs`:
-    what the toc's chapters declare (`mclib.book.spec`), whose rules judge the rows."""
+    """`recorded_rows` re-judged by today's rules (`rejudge`; `laptop`: the laptop edition's rows, whose
+    seeds lend the one paper seed a spread), with each final level's precision effect (`annotate`)."""
     return annotate(rejudge(recorded_rows(folder, name, specs=specs), folder, name, laptop, specs=specs),
                     book_precision(folder, name))
 
@@ -298,12 +277,10 @@ REJUDGED = "re-judged on the CPU by today's rules"
 
 @dataclass
 class Recorded:
-    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book
-    run's stage (`book_stage`), its analysis checkpoints (`_book_steps`, None when they cannot
-    be placed), the text a chapter the GPU executed glued under a name (`glued(chapter, name)`,
-    None where it glued none), the laptop edition's rows (None where they are not known) and
-    the rows today's chapters compute from the book run's training curve (`curve()`:
-    `training_rows`, each chapter's `curve_rows`)."""
+    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book run's
+    stage (`book_stage`), analysis checkpoints (`_book_steps`; None where they cannot be placed), the
+    text a lease's chapter glued (`glued(chapter, name)`, or None), the laptop edition's rows (or
+    None) and the rows of the book run's training curve (`curve()`: `training_rows`)."""
     at: scorecard_stage.Stage | None
     steps: object | None
     glued: Callable[[str, str], str | None]
@@ -325,19 +302,12 @@ def _lacks(row: dict) -> list[str]:
 
 def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
             specs: Specs) -> list[dict]:
-    """The rows a GPU lease recorded, judged again here by the rules the chapters apply today,
-    from the values it recorded (no model is read): every row gets today's verdict; each row
-    that changes keeps the lease's verdict in `was` and says why in `rejudged`. Each chapter's
-    rules are its own, declared as `rejudged(row, recorded) -> (row, reasons)`
-    (in its spec, of `specs`; `Recorded`): chapter 01's pre-shift step and the one seed's
-    drop step, 02's pre-shift step, 03's heads ablated, patched layers, probed model and
-    pre-shift step, 04's tested layout, 07's plateau bands, one seed and CPU sweep. What a
-    rule needs besides the numbers (a direction's reference, sense and margin; an ordering's
-    values and order: `scorecard.RULE_FIELDS`) is the row's own where the lease recorded it,
-    else what the chapter that declares the row gives it today (its declared `rule_of(row)`).
-    Then, for every row, provisional where it reads the run's end from a run cut short
-    (`scorecard_stage.provisional`). A row that lacks what a rule needs gets n/a with the reason in
-    one line."""
+    """The rows a lease recorded (`found`), judged again by the rules the chapters apply today, from
+    the recorded values (no model is read). Each chapter's rules are its spec's (of `specs`)
+    `rejudged(row, recorded) -> (row, reasons)` (`Recorded`); what a rule needs besides the numbers
+    (`scorecard.RULE_FIELDS`) is the row's own, else its chapter's `rule_of(row)`, and a row that
+    lacks it gets n/a with the reason. A row reading the end of a run cut short is provisional
+    (`scorecard_stage.provisional`). A changed row keeps the lease's verdict in `was`, why in `rejudged`."""
     at = book_stage(folder, name)
     try:
         steps = _book_steps(folder, name)
@@ -448,11 +418,9 @@ def status(folder: Path | None, name: str = "paper") -> str:
 
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper", *, specs: Specs) -> pd.DataFrame:
-    """One row per claim: the paper's value, the laptop edition's value and verdict, and
-    the paper setting's value and verdict (empty where it has no such row, or no results),
-    re-judged by today's rules (`rows`), with the verdict the lease gave where it changed, and
-    beside a row that reads a final level of a run trained in another precision than the paper's,
-    that precision's measured effect (`mclib.lease.precision.effect_text`)."""
+    """One row per claim: the paper's value, the laptop edition's value and verdict, the paper
+    setting's value and verdict re-judged (`rows`; empty where absent), the lease's verdict where it
+    changed, and beside a final-level row its precision's effect (`precision.effect_text`)."""
     theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours, specs=specs)}
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
@@ -486,12 +454,10 @@ def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None =
 
 def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
                     specs: Specs) -> pd.DataFrame:
-    """E1's rows that read the run's end (`scorecard_stage.reads_late`), the book's run beside each
-    earlier, longer run of the same seed (`earlier_runs`: the 2026-11-24 run to step 44,450),
-    the latter computed here from that run's metrics by the same E1 code (`training_rows`) and
-    judged by the same rules, provisional where that run too was cut short. One row per
-    quantity: the paper's value, then each run's value and verdict; empty when there is no
-    earlier run."""
+    """E1's rows that read the run's end (`scorecard_stage.reads_late`): the book's run beside each
+    earlier, longer run of seed 1 (`earlier_runs`), computed from its metrics by the same E1 code
+    and rules (`training_rows`; provisional where it too was cut). One row per quantity: the paper's
+    value, then each run's value and verdict; empty without an earlier run."""
     earlier = earlier_runs(folder, name)
     if not earlier:
         return pd.DataFrame()

@@ -1,8 +1,6 @@
-"""Every run of the book's seed (seed 1) at the paper's setting, whatever the lease, device or
-step variant that trained it: the same seed and data stream, so what sets them apart is
-rounding (another GPU, another kernel, TF32) and how far each ran. Shown side by side
-(`table`, `figure`), and the spread of their drop steps (`drop_spread`) is the rounding spread
-the drop-step row is judged against (`mclib.analyses.rounding`).
+"""Every run of seed 1 at the paper's setting, whatever lease, device or step variant trained it
+(`table`, `figure`): the same seed and data stream, so only rounding and length set them apart.
+Their drop steps' spread (`drop_spread`) is the rounding spread the drop-step row is judged against.
 
     results/paper-*/runs/paper-seed1/   a slice's (slice.json) or a whole book's run (device.json)
 """

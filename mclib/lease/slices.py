@@ -1,39 +1,23 @@
-"""The paper book in slices, one GPU lease each (docs/gpu.md).
+"""The paper book in slices, one GPU lease each (docs/gpu.md): the ledger, what a slice needs and
+whether it fits a lease, the step variant it trains with, and the lease's limits.
 
     results/paper-slices.yaml         the plan: the slices in order, what each trains and which
                                       chapters it executes, the step time they are sized with
     results/paper-SLICE-DEVICE-DATE/  a slice done: its runs' small files, executed chapters and
                                       slice.json (device, date, git revision, precision, ends)
 
-A lease's commands are at most 10 minutes and the chapters must run where the weights are,
-so a slice is two commands issued back to back (docs/gpu.md gives them exactly):
+On a lease a slice is two commands (slices_run), since a command runs at most COMMAND_S and the
+chapters must run where the weights are: `slice start` refuses a slice that cannot fit the device
+time left (`--budget-s`) and trains it detached under its deadline; `slice finish` stops it past
+that deadline, executes its chapters (no site, no training) and packs results.tgz, or one saying
+why no slice started (REFUSED). Each ends COMMAND_SPARE_S before COMMAND_S from when it began
+(`--began`); `slice` alone runs both in one process (a GPU of one's own). On the CPU machine
+`slice merge` files results.tgz under results/ (slices_pack), and `slice status` prints the
+ledger and the next slice, planned at the step the committed step table (results/lease_step.csv)
+chose for the device kind named, else at the ledger's step_ms.
 
-    python -m mclib slice start  --out W --budget-s B --hold-s S   # refuses a slice that cannot
-                                             # fit B seconds; trains detached under its deadline
-    python -m mclib slice finish --out W --dest $OUT --left-s L    # waits for it until its
-                                             # deadline + 60 s, then stops it; executes the slice's
-                                             # chapters (no site); packs results.tgz
-
-Both hold to the device's limits: a command ends COMMAND_SPARE_S before COMMAND_S from when it
-began (`--began`, scripts/lease.sh's clock), and the lease's end is the device time left that the
-command is given (`--budget-s`, `--left-s`), less the results' way back. A `finish` with nothing
-started (a refused `start`, no kit) packs a results.tgz that says why (REFUSED).
-
-and, back on the CPU machine, `python -m mclib slice merge results.tgz` files it under
-results/. `python -m mclib slice` alone (a GPU of one's own, no command limit) starts and
-finishes the next slice in one process; `slice status` prints the ledger and the next slice,
-planned at the step the committed step table (results/lease_step.csv) chose for the device kind
-named (`--device`, default the ledger's `device`), else at the ledger's step_ms.
-
-Inside a slice no chapter trains (`analysis.train_in_book: false`): training ran before,
-and ended at the slice's deadline ("cut", end.json) or by its rule. E15's slices
-(`Slice.freeze`) stop the book's run at a fixed step (`source_steps`), the same in each, then
-train their group's E15 run from that checkpoint; slice.json's `freeze_ends` says how it ended.
-
-Here: the ledger, what a slice needs and whether it fits a lease, the step it trains with,
-and the lease's limits (read from here when used: a rehearsal scales them here). A slice's life
-on the GPU machine (`start`, `finish`, the detached trainer) is slices_run; what it packs, and
-`merge` on the CPU machine, slices_pack.
+E15's slices (`Slice.freeze`) stop the book's run at a fixed step (`source_steps`), then train
+their group's run from it. The limits below are read from here when used: a rehearsal scales them.
 """
 from __future__ import annotations
 
@@ -82,9 +66,7 @@ LOGS = (START_LOG, TRAIN_LOG, STEP_ERRORS)  # packed (their tails) with every re
 
 
 def read_metrics(run: Path) -> pd.DataFrame:
-    """A collected run's metrics (metrics.csv.gz; metrics.csv as a built book leaves it).
-    Parsed once per file version (the scorecard chapter and the same-seed figure ask for
-    them from several tables); each caller gets its own copy."""
+    """A run's metrics (metrics.csv.gz, else metrics.csv), parsed once per file version; a copy each call."""
     path = run / METRICS_GZ if (run / METRICS_GZ).is_file() else run / METRICS
     return _parsed(path, path.stat().st_mtime_ns).copy()
 
@@ -149,7 +131,7 @@ def record(folder: Path) -> dict:
 
 def chapters_executed(record: dict) -> list[str]:
     """The chapters a done slice executed, from its slice.json: `chapters_done` where the record
-    has it, else (older records) the planned ones less those `chapters_not_run`."""
+    has it, else the planned ones less those `chapters_not_run`."""
     if "chapters_done" in record:
         return list(record["chapters_done"])
     return [c for c in record.get("chapters", []) if c not in (record.get("chapters_not_run") or [])]
@@ -258,14 +240,11 @@ class Picked(NamedTuple):
 
 
 def pick_step(table: Path, precision: str, device: str | None = None, horizon_s: float | None = None) -> Picked:
-    """The step this lease trains with, from its step table (benchmarks/lease_step.py): the fastest
-    variant at `precision` that passed its check against eager in that table, with its time; eager
-    (the reference every check compares with), with no time, where none did, where the table is
-    missing, older than STEP_TABLE_S or from another device (`device`: this machine's, where
-    known), the line naming the cause. A variant the table did not check is never picked. With
-    `horizon_s` (the seconds the lease has left), a compiled variant is picked only where it pays:
-    where, its compile (the table's first_s, which the trainer pays again) taken from the
-    horizon, it reaches more steps than the fastest variant that needs no compile."""
+    """The step this lease trains with: the fastest variant at `precision` that passed its check
+    against eager in its step table (benchmarks/lease_step.py); eager, with no time, where none did
+    or the table is missing, older than STEP_TABLE_S or of another `device`, the line saying why.
+    With `horizon_s` (seconds left), a compiled variant only where, its compile (the table's first_s,
+    paid again by the trainer) taken off, it reaches more steps than the fastest uncompiled one."""
     import pandas as pd
 
     if not Path(table).is_file():

@@ -201,13 +201,11 @@ def _pack(folder: Path, path: Path) -> list[str]:
 # --- on the CPU machine ----------------------------------------------------------------------
 
 def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, revision: str | None = None) -> Path | None:
-    """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/. A slice that is not
-    the ledger's next, another profile, or another revision than this checkout's is merged
-    with a note printed (and kept in slice.json); files left out are named. The revision is checked
-    against the hash of the mclib sources that ran (`true_revision`; `revision`: the one the lease
-    ran, given by hand, accepted only where its sources hash the same). A full step table
-    in it is committed beside the ledger (`steptable.adopt`). A lease that started no slice
-    files nothing but that table, and says why in one line (None)."""
+    """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/; a slice not open in the
+    ledger, another profile or precision, a revision whose mclib sources are not the ones that ran
+    (`true_revision`; `revision`: given by hand), or over its results_mib is merged with a note, kept
+    in slice.json; files left out on the machine are named. A full step table in it is committed
+    (`steptable.adopt`). A lease that started no slice files only that table and says why (None)."""
     ledger = read_ledger(ledger_path)
     have = done(root, ledger["name"])  # before this one is filed
     open_slices = [s.name for s in ledger["slices"] if not is_done(ledger, s, have)]

@@ -102,13 +102,11 @@ def _logging(stop, name: str, every: int):
 
 def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps: int | None = None,
                 freeze: tuple[str, ...] = ()) -> None:
-    """The detached trainer: the slice's seeds one after the other under one deadline; the
-    book's run (the first seed) trains toward its last step, or stops at `source_steps`
-    where given; the others stop `analysis.after_drop` steps after their drop
-    (`mclib.core.train.seed_jobs`). Then E15's runs of the groups in `freeze`, one after
-    the other, from the book's run's checkpoint at `source_steps`
-    (`mclib.analyses.freezing.freeze_run`: each ends by E15's own rule, its cap, or the deadline).
-    Each seed's run prints a line every TRAIN_LOG_EVERY steps (`_logging`) to TRAIN_LOG."""
+    """The detached trainer: the slice's seeds in turn under one deadline (`mclib.core.train.seed_jobs`:
+    the book's run to its end, or to `source_steps` where given; the others to `analysis.after_drop`
+    past their drop), then E15's runs of the groups in `freeze` from the book's run at `source_steps`
+    (`mclib.analyses.freezing.freeze_run`). Each seed's run writes a line to TRAIN_LOG every
+    TRAIN_LOG_EVERY steps (`_logging`)."""
     from ..analyses.freezing import freeze_run
     from ..core.checkpoints import saved_steps
     from ..core.ending import run_end, stop_at_step
@@ -198,18 +196,15 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
 def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
            left_s: float | None = None, began: float | None = None, command_s: float | None = None,
            specs: Specs) -> Path:
-    """Wait for the slice's training (`stop_training`: until its deadline + FINISH_GRACE_S, then
-    stopped), execute its chapters (no site) one at a time while the lease leaves time, pack
-    results.tgz into `dest`. A chapter that fails or finds no time is named (slice.json), and
-    what ran is packed all the same, with the tails of the lease's logs (LOGS) and its step table.
-    `specs`: what the toc's chapters declare, for the book's runner (the command line hands them down).
+    """Wait for the slice's training (`stop_training`), execute its chapters (no site) one at a time
+    while the lease leaves time, and pack results.tgz into `dest` with the tails of the lease's logs
+    (LOGS) and its step table; a chapter that fails or finds no time is named in slice.json, and
+    what ran is packed all the same. `specs`: the chapters' declarations, for the book's runner.
 
-    The lease's end: `left_s` device seconds from `began` (when this command began; default now)
-    less RETURN_S, where given, else `chapters_s` from now, else the budget `start` was given;
-    never past COMMAND_S (or `command_s`) less COMMAND_SPARE_S from `began`. Issued again on the same machine
-    (after a fix travels with the checkout), it executes only the chapters not yet executed
-    (slice.json's `chapters_done`), within `chapters_s` seconds from now where given, and packs
-    everything again. With no slice
+    The lease's end: `left_s` device seconds from `began` (default now) less RETURN_S, else
+    `chapters_s` from now, else the budget `start` was given; never past COMMAND_S (or `command_s`)
+    less COMMAND_SPARE_S from `began`. Issued again on the same machine, it executes only the
+    chapters not yet done (slice.json's `chapters_done`) and packs everything again. With no slice
     started (no slice.json), it packs what the work folder holds and why (REFUSED)."""
     from ..book.runner import BookError, build, select_chapters
 

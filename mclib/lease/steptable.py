@@ -1,25 +1,13 @@
 """The step tables leases measure (benchmarks/lease_step.py), and when the committed one stands for a lease.
 
-A full table (every variant of the step checked against eager and timed) takes ~110 s of a
-lease, mostly two compiles. It answers for the step as the files that define it are (STEP_FILES:
-the model, its attention, the step and the training loop, the graph, the batch, the loss), on
-one torch, one kind of device, one precision. So the last full table of each kind of device is
-committed (results/lease_step.csv, filed by `slice merge`), the tables of several devices side by
-side (an H100's and an H200's rows in one file), with those four in every row. A lease whose four
-are those of its device's rows measures again only eager and the variant that table chose, each
-checked and timed (at most ~30 s). Any one changed, or no rows of its device, and the lease
-measures the full table again.
-
-A table's precision is that of its eager row (the reference runs at the table's precision; a
-row "for the record" at another, bf16, belongs to it all the same): TABLE_PRECISION in the
-committed file.
-
-    key(device, precision)      the four for this checkout, this torch, this device
-    rows(t, device, precision)  one device's table (at one precision) of the committed file
-    chosen(committed, ...)      the variant that device's table chose: the fastest that passed
-    stands(committed, key)      the variant the committed table chose, where it stands for this lease
-    same_files(committed, dev)  whether that device's table measured this checkout's step files (`slice status`)
-    adopt(table, committed)     a full table a lease sent back, written in place of its device's rows
+A full table (every variant of the step checked against eager and timed) takes up to ~110 s of a
+lease and holds for one KEY: the step's files (STEP_FILES, hashed), torch, device kind, precision.
+So each device kind's last full table is committed, side by side in one file with KEY in every row
+(results/lease_step.csv, filed by `slice merge`). A lease whose KEY is that of its device's rows
+checks and times only eager and the variant that table chose (~30 s); else it measures the full
+table. A table's precision (TABLE_PRECISION) is its eager row's: a row for the record at another
+precision (bf16) belongs to it all the same. Entry points: `key`, `rows`, `chosen`, `stands`
+(a lease), `same_files` (`slice status`), `adopt` (`slice merge`).
 """
 from __future__ import annotations
 
