@@ -48,8 +48,7 @@ class BookError(RuntimeError):
 
 
 def select_chapters(names: str, toc: Path = REPO / "_toc.yml") -> list[Path]:
-    """The templates named in `names` ("01_train,03_heads"), in toc order; an unknown name
-    is a one-line BookError naming it and the chapters there are."""
+    """The templates `names` names ("01_train,03_heads"), in toc order; an unknown one is a BookError."""
     known = {t.stem: t for t in chapters(toc)}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     bad = [n for n in wanted if n not in known]
@@ -188,8 +187,7 @@ class _Build:
         return _key(template, self.params, self.cfg.to_dict(), self.run_dir, self.src)
 
     def record(self, i: int, template: Path) -> dict | None:
-        """The chapter's record, added to the manifest; None where the last build's executed
-        copy is reused (same key, copy untouched), which it then says."""
+        """The chapter's manifest record; None where the last build's copy is reused (same key, untouched)."""
         name, output = template.stem, self.exe / f"{template.stem}.ipynb"
         old = self.prev_nb.get(name, {})
         rec = {"name": name, "template": str(template), "output": str(output), "device": self.manifest["device"],
@@ -298,8 +296,7 @@ class _Build:
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
-        """The site: the chapters executed, then the parts the chapters declare; skipped when its
-        inputs are exactly those of the last good build."""
+        """The site: the chapters executed, then the specs' parts; reused where its inputs are the last good build's."""
         out, manifest = self.out, self.manifest
         parts = [s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None]
         executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]

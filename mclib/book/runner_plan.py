@@ -13,8 +13,7 @@ ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated,
 
 @dataclass(frozen=True)
 class Reads:
-    """The runs a chapter reads beside the book's run: other seeds of `analysis.seeds` and E15's
-    groups, declared by its spec's `runs_read(cfg) -> Reads`."""
+    """Runs a chapter reads beside the book's run (other seeds, E15's groups): its spec's `runs_read(cfg)`."""
     seeds: tuple[int, ...] = ()
     e15: tuple[str, ...] = ()
 

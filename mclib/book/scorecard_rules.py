@@ -232,8 +232,7 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
           sense=None, values=None, order=None, span=None, rounding=None, na: str | None = None) -> str:
-    """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
-    "n/a" (e.g. an empty group: nothing to test)."""
+    """The verdict of one row by its kind's rule (`RULES`); "n/a" where `na` (a reason) is given."""
     if na:
         return "n/a"
     if kind in ("number", "ratio"):

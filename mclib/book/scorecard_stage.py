@@ -60,8 +60,7 @@ class Stage:
 
     @property
     def comparisons(self) -> str:
-        """What the rows that read the run's end compare, as a clause: the paper's end
-        ("the paper's", for a run not cut) or a cut run's provisional reading."""
+        """A clause on what the rows that read the run's end compare: the paper's end, or provisionally."""
         if not self.cut:
             return "the comparisons below read the run's end, as the paper reads its own"
         return (f"the comparisons below are provisional: the run was cut at step {self.step:,} of its "
@@ -90,8 +89,7 @@ def stage(end, metrics, rank: int) -> Stage:
 
 
 def run_stage(run_dir: str | Path) -> Stage | None:
-    """The `Stage` of the run in `run_dir` (its end.json and metrics), or None where it has
-    neither (a folder that holds rows but no run)."""
+    """The `Stage` of the run in `run_dir` (its end.json and metrics), or None without end.json."""
     from ..core.ending import RunEnd
     from ..core.runs import END, METRICS, run_profile
 

@@ -95,8 +95,7 @@ def provisional_split(rows: list[dict]) -> dict[str, int]:
 
 
 def provisional_text(rows: list[dict]) -> str:
-    """'37 provisional: 20 agree, 17 differ so far' (', 1 too close to tell' where one is), from
-    `provisional_split`; '0 provisional' when none is."""
+    """'37 provisional: 20 agree, 17 differ so far' (`provisional_split`); '0 provisional' where none is."""
     p = provisional_split(rows)
     if not p["provisional"]:
         return "0 provisional"
