@@ -4,9 +4,10 @@
     ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())  # 01: trains first
 
 It returns a `Chapter` on the run's own profile.yaml (the named profile adds only the book's
-`analysis` sizes and the device). Every chapter module also has CHAPTER, `readings(ch, ...) ->
-(glue, rows)` and `scorecard_table(ch, rows)` (tests/test_chapter.py). Also here: `departures_table`,
-`shown_path`, and the downloads (`download_links`, `checkpoint_zip`, `checkpoint_series_links`).
+`analysis` sizes and the device). Every chapter module has CHAPTER, `readings(ch, ...) -> (glue,
+rows)` (two tables: SECTION_readings) and `scorecard_table(ch, rows)`, `ch` first in every function
+(tests/test_chapter.py). Also here: `departures_table`, `shown_path`, and the downloads
+(`download_links`, `checkpoint_zip`, `checkpoint_series_links`).
 """
 from __future__ import annotations
 
