@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.step import _Run, steps_of  # noqa: E402
+from mclib.core.step import TrainingRun, steps_of  # noqa: E402
 
 ADAM = {"loop": {"foreach": False, "fused": False}, "foreach": {"foreach": True, "fused": None},
         "fused": {"foreach": None, "fused": True}}
@@ -46,7 +46,7 @@ def lever_step(profile, lever: str):
     device = torch.device("cpu")
     parts = lever.split("+")
     p = profile.replace(**{"model.attention": "eager"}) if "eager" in parts else profile
-    run = _Run.in_memory(p, device)
+    run = TrainingRun.in_memory(p, device)
     adam = [a for a in parts if a in ADAM]
     if adam:  # the same parameters and lr, another implementation of Adam
         run.opt = torch.optim.Adam([q for q in run.model.parameters() if q.requires_grad],

@@ -65,7 +65,7 @@ def measure(out: Path, steps: int, batch: int) -> list[dict]:
     out.mkdir(parents=True, exist_ok=True)
     profile = out / "paper-shapes.yaml"
     profile.write_text(yaml.safe_dump(shapes_profile(steps, batch).to_dict(), sort_keys=False))
-    cmd = [sys.executable, "-m", "mclib", "book", "--profile", str(profile), "--out-dir", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "mclib", "book", "--profile", str(profile), "--out", str(out), "--quiet"]
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     phases: list[dict] = []
     lock = threading.Lock()

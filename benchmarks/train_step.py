@@ -176,15 +176,15 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
         def step():
             b = data()
             model.train()
-            loss = losses(model(b.tokens).view_as(b.x), b.x, b.mask)["L"]  # our update, written out
+            loss = losses(model(b.tokens).logits.view_as(b.x), b.x, b.mask)["L"]  # our update, written out
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             model.eval()
             with torch.no_grad():  # metrics from two extra passes, read every step
-                after = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
+                after = losses(model(b.tokens).logits.view_as(b.x), b.x, b.mask)
                 e = data(t.eval_batch)
-                fresh = losses(model(e.tokens).view_as(e.x), e.x, e.mask)
+                fresh = losses(model(e.tokens).logits.view_as(e.x), e.x, e.mask)
             return {**{k: v.item() for k, v in after.items()},
                     **{f"eval_{k}": v.item() for k, v in fresh.items()}}
         return step

@@ -1,12 +1,17 @@
-"""Command line: `python -m mclib train --params cpu`, `python -m mclib book --profile cpu` (see README);
-installed, the same as `mclib train ...`."""
+"""Command line: `python -m mclib train --profile cpu`, `python -m mclib book --profile cpu` (see README);
+installed, the same as `mclib train ...`.
+
+One way to set a parameter: `--profile NAME|FILE.yaml` picks the profile, `--set KEY=VALUE`
+(repeatable) changes one of its keys (`train.lr=1e-3`; the value read as YAML) and `--out`
+says where a command writes, on every command that has them. `--params` and `--out-dir`,
+their older spellings, still work and say so on stderr."""
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
 
-from .core.config import ConfigError, load_profile, profile_path
+from .core.config import ConfigError, load_profile, parse_setting, profile_path
 from .core.repo import CheckoutError, require_checkout
 from .core.runs import LOSS_CURVE, default_run_dir
 
@@ -18,12 +23,12 @@ def cmd_train(args) -> None:
     from .core.runs import load_metrics
     from .core.train import train
 
-    overrides = {}
+    overrides = dict(args.set)
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.steps is not None:
         overrides["train.steps"] = args.steps
-    profile = load_profile(profile_path(args.params), **overrides)
+    profile = load_profile(profile_path(args.profile), overrides_from="--set", **overrides)
     run_dir = Path(args.out) if args.out else default_run_dir(profile)
     train(profile, run_dir, progress=not args.quiet)
     metrics = load_metrics(run_dir)
@@ -46,12 +51,16 @@ def cmd_book(args) -> None:
         from .core.jobs import ENV
         os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.core.jobs.cluster reads it)
 
-    build(args.profile, seed=args.seed, out_dir=args.out_dir, run_dir=args.run_dir,
+    build(args.profile, seed=args.seed, out_dir=args.out, run_dir=args.run_dir,
           device=args.device, timeout=args.timeout, progress=not args.quiet,
           templates=select_chapters(args.chapters) if args.chapters else None, site=not args.no_site,
+          overrides=dict(args.set),
           specs=specs())  # what the chapters declare, handed down to the runner (the rooms: README)
 
 
+# mclib.book.export.TRACKERS, named here so that `--help` imports no plotting (tests/test_export.py
+# checks that the two agree)
+TRACKERS = ("tensorboard", "wandb")
 CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
                 "(SLURM, PBS: README), or 'local' (default: $MCLIB_CLUSTER, else worker processes on this machine)")
 
@@ -71,15 +80,15 @@ def cmd_slice(args) -> int:
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):
         try:
-            slices_run.start(args.out_dir, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
+            slices_run.start(args.out, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
                              began=args.began, command_s=args.command_s)
         except slices.SliceError as e:
-            slices_pack.refuse(args.out_dir, str(e))  # `finish` packs why
+            slices_pack.refuse(args.out, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
         from .chapters.registry import specs
 
-        slices_run.finish(args.out_dir, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
+        slices_run.finish(args.out, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
                           command_s=args.command_s, specs=specs())
     if args.action == "merge":
         if not args.file:
@@ -95,7 +104,7 @@ def cmd_solvers(args) -> None:
         require_checkout("`solvers` without --out (it writes results/solvers-PROFILE.csv.gz there)")
     from .chapters.ch06_baselines import build_solver_cache
 
-    build_solver_cache(load_profile(profile_path(args.profile)), args.out)
+    build_solver_cache(load_profile(profile_path(args.profile), overrides_from="--set", **dict(args.set)), args.out)
 
 
 def cmd_export(args) -> None:
@@ -106,19 +115,53 @@ def cmd_export(args) -> None:
           f"it with: {viewing(dest, args.to)}")
 
 
+class _Alias(argparse.Action):
+    """An older spelling of an option (`new`): stores into the same place and says, on
+    stderr, in one line, which option it stands for."""
+
+    def __init__(self, option_strings, dest, new: str, **kwargs):
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"mclib: note: {option_string} is an alias of {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def _setting(text: str) -> tuple:
+    try:
+        return parse_setting(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def profile_args(p: argparse.ArgumentParser, default: str) -> None:
+    """--profile (and its older spelling --params) and --set, on every command that reads a profile."""
+    p.add_argument("--profile", default=default, help=f"profile name (params/NAME.yaml) or a YAML path (default {default})")
+    p.add_argument("--params", dest="profile", action=_Alias, new="--profile")
+    p.add_argument("--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
+                   help="set one key of the profile, e.g. --set train.lr=1e-3 (repeatable; the value is read as YAML)")
+
+
+def out_arg(p: argparse.ArgumentParser, help: str, **kwargs) -> None:
+    """--out (and its older spelling --out-dir): where the command writes."""
+    p.add_argument("--out", help=help, **kwargs)
+    p.add_argument("--out-dir", dest="out", action=_Alias, new="--out")
+
+
 def train_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
-    p.add_argument("--out", help="run folder (default runs/<profile>-seed<seed>); rerun to resume")
-    p.add_argument("--seed", type=int, help="override the profile's seed")
-    p.add_argument("--steps", type=int, help="override train.steps")
+    profile_args(p, "cpu")
+    out_arg(p, "run folder (default runs/<profile>-seed<seed>); rerun to resume")
+    p.add_argument("--seed", type=int, help="the profile's seed (the same as --set seed=SEED)")
+    p.add_argument("--steps", type=int, help="train.steps (the same as --set train.steps=STEPS)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def book_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="cpu", help="profile name (params/NAME.yaml) or a YAML path")
-    p.add_argument("--seed", type=int, help="override the profile's seed")
-    p.add_argument("--out-dir", help="where book/_executed/, _build/html/ and runs/ go (default: the repository)")
-    p.add_argument("--run-dir", help="the run the chapters use (default OUT_DIR/runs/<profile>-seed<seed>)")
+    profile_args(p, "cpu")
+    p.add_argument("--seed", type=int, help="the profile's seed (the same as --set seed=SEED)")
+    out_arg(p, "where book/_executed/, _build/html/ and runs/ go (default: the repository)")
+    p.add_argument("--run-dir", help="the run the chapters use (default OUT/runs/<profile>-seed<seed>)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the profile's train.device")
     p.add_argument("--timeout", type=float, help="seconds a notebook cell may run (default: no limit)")
     p.add_argument("--quiet", action="store_true",
@@ -148,7 +191,7 @@ def slice_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", help="merge: the results.tgz")
     p.add_argument("--revision", help="merge: the revision the lease ran, where it recorded a wrong or no one; "
                                       "accepted only where its mclib sources hash to the ones that ran")
-    p.add_argument("--out-dir", default="slice-work", help="the work folder on the GPU machine (default slice-work)")
+    out_arg(p, "the work folder on the GPU machine (default slice-work)", default="slice-work")
     p.add_argument("--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)")
     p.add_argument("--budget-s", type=float, help="start: device seconds left for the slice from now (default: the "
                                                   "ledger's lease less the machine's start and the return)")
@@ -166,14 +209,14 @@ def slice_args(p: argparse.ArgumentParser) -> None:
 
 
 def solvers_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", default="paper", help="profile name (params/NAME.yaml) or a YAML path")
-    p.add_argument("--out", help="the file (default results/solvers-<profile>.csv.gz)")
+    profile_args(p, "paper")
+    out_arg(p, "the file (default results/solvers-<profile>.csv.gz)")
 
 
 def export_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dir", help="a run folder (runs/NAME-seedS)")
-    p.add_argument("--to", required=True, help="the tracker: tensorboard or wandb")
-    p.add_argument("--out", help="where the export goes (default RUN_DIR/export/TRACKER; an earlier one is replaced)")
+    p.add_argument("--to", required=True, choices=TRACKERS, help="the tracker")
+    out_arg(p, "where the export goes (default RUN_DIR/export/TRACKER; an earlier one is replaced)")
     p.add_argument("--project", help="the W&B project `wandb sync` puts the run in (default mclib)")
 
 

@@ -2,7 +2,7 @@
 
     python scripts/compare_books.py BEFORE_OUT_DIR AFTER_OUT_DIR
 
-Each argument is a `python -m mclib book --out-dir` folder. Compared: the scorecard
+Each argument is a `python -m mclib book --out` folder. Compared: the scorecard
 (runs/*/scorecard.json, row by row, each changed field named) and every glued value of every
 executed chapter (its text/plain form; a table's HTML, pandas' random ids left out; figures are
 compared by name only, since PNG bytes carry matplotlib's metadata). Prints each difference and

@@ -102,11 +102,11 @@ start)
         exit 3
     fi
     left=$(( left_s - return_s - $(elapsed) ))
-    "$py" -m mclib slice start --out-dir "$work" --budget-s "$left" --hold-s "${HOLD_S:-420}" --began "$began" \
+    "$py" -m mclib slice start --out "$work" --budget-s "$left" --hold-s "${HOLD_S:-420}" --began "$began" \
         --command-s "$command_s" "${ledger[@]}"
     ;;
 finish)
-    exec "$py" -m mclib slice finish --out-dir "$work" --dest "$out" --began "$began" --command-s "$command_s" \
+    exec "$py" -m mclib slice finish --out "$work" --dest "$out" --began "$began" --command-s "$command_s" \
         ${LEFT_S:+--left-s "$LEFT_S"} "${ledger[@]}" "${@:2}"
     ;;
 *)

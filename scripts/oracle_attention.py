@@ -60,7 +60,7 @@ def main():
     for step in range(1, args.steps + 1):
         opt.param_groups[0]["lr"] = lr_at(step, t.lr, t.warmup)
         b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen)
-        ls = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
+        ls = losses(model(b.tokens).logits.view_as(b.x), b.x, b.mask)
         opt.zero_grad()
         ls["L"].backward()
         opt.step()

@@ -89,7 +89,7 @@ def train(runs: Path, jobs: int, only: list[str]) -> int:
         run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         (folder / "study.json").write_text(json.dumps({"change": change, "overrides": overrides, "env": env,
                                                        "float_path": _float_path(env)}, indent=1))
-        todo.append((change, [sys.executable, "-m", "mclib", "train", "--params", str(params), "--out",
+        todo.append((change, [sys.executable, "-m", "mclib", "train", "--profile", str(params), "--out",
                               str(folder), "--quiet"], run_env, folder))
     running: list = []
     failed = 0

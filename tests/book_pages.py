@@ -1,5 +1,5 @@
 """What the book tests read from the book: the glue names a chapter template's prose uses,
-and, from a built book (OUT = `python -m mclib book --out-dir OUT`), the runner's manifest
+and, from a built book (OUT = `python -m mclib book --out OUT`), the runner's manifest
 and the rendered pages; and how the chapter tests read a scorecard row's verdict and the
 sentence that speaks for it. Not a test module: the book and chapter tests import it."""
 import json

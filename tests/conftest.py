@@ -125,7 +125,7 @@ def built(tmp_path_factory):
     OUT/book/_executed/, OUT/_build/html/, OUT/runs/smoke-seed1/."""
     from mclib.__main__ import main
     out = tmp_path_factory.mktemp("book")
-    assert main(["book", "--profile", "smoke", "--out-dir", str(out)]) == 0
+    assert main(["book", "--profile", "smoke", "--out", str(out)]) == 0
     return out
 
 

@@ -35,9 +35,9 @@ def test_capturing_the_pattern_matches_the_stock_model(impl):
     m, t = tiny(impl), tokens()
     seen = []
     with torch.no_grad():
-        stock = m(t)
+        stock = m(t).logits
         with hooks(m, [(PATTERNS[0], lambda p, name: seen.append(m.config._attn_implementation))]):
-            plain = m(t)
+            plain = m(t).logits
         captured, _ = cached(m, t)
     assert seen == ["mclib"]  # the pattern is served by mclib's attention function
     if impl == "eager":  # mclib's function is HF's eager attention op for op: the same to the bit
@@ -54,11 +54,11 @@ def test_a_padding_mask_reaches_the_hooked_attention():
     pad = torch.ones_like(t)
     pad[:, -10:] = 0
     with torch.no_grad():
-        stock = m(t, attention_mask=pad)
+        stock = m(t, attention_mask=pad).logits
         with hooks(m, [(PATTERNS[0], lambda p, name: seen.update(p=p))]):
             seen = {}
-            hooked = m(t, attention_mask=pad)
-    assert torch.allclose(hooked, stock, atol=1e-6) and not torch.allclose(hooked, m(t), atol=1e-5)
+            hooked = m(t, attention_mask=pad).logits
+    assert torch.allclose(hooked, stock, atol=1e-6) and not torch.allclose(hooked, m(t).logits, atol=1e-5)
     assert not seen["p"][..., -10:].any()
 
 
@@ -100,9 +100,9 @@ def test_patching_own_states_changes_nothing_and_other_states_do(layers):
     _, z_b = cached(m, b, z_names(m))
     with torch.no_grad():
         with hooks(m, patching_hooks(m, z_a, layers)):
-            self_patched = m(a)
+            self_patched = m(a).logits
         with hooks(m, patching_hooks(m, z_b, layers)):
-            other_patched = m(a)
+            other_patched = m(a).logits
     assert torch.allclose(self_patched, clean_a, atol=1e-6)
     assert not torch.allclose(other_patched, clean_a, atol=1e-3)
 
@@ -152,7 +152,7 @@ def test_hooks_on_a_saved_checkpoint(smoke_run, smoke_profile):
     m = load_checkpoint(smoke_run, smoke_profile.checkpoints.post)  # loads with "sdpa"
     t = tokens()
     with torch.no_grad():
-        stock = m(t)
+        stock = m(t).logits
     hooked, cache = cached(m, t)
     torch.testing.assert_close(hooked, stock, **TWO_PATHS_SMALL)  # mclib's eager attention vs sdpa (conftest)
     assert sorted(cache) == sorted(PATTERNS + z_names(m)) and len(PATTERNS) == smoke_profile.model.layers

@@ -71,7 +71,7 @@ def test_strength_zero_is_bit_identical_to_no_bias(smoke_profile):
     a, z = build_model(p.model, p.data.n, 1).eval(), build_model(zero.model, p.data.n, 1).eval()
     assert a.config._attn_implementation == z.config._attn_implementation != IMPL
     with torch.no_grad():
-        assert torch.equal(a(tokens), z(tokens))
+        assert torch.equal(a(tokens).logits, z(tokens).logits)
     ref = step_function(p, torch.device("cpu"))
     off = step_function(zero, torch.device("cpu"))
     for _ in range(4):
@@ -106,8 +106,8 @@ def test_a_saved_biased_model_loads_with_its_bias(tmp_path, smoke_profile):
     loaded = load_model(tmp_path / "m")
     tokens = _batch(p).tokens
     with torch.no_grad():
-        assert torch.equal(loaded(tokens), model(tokens))
-        assert not torch.allclose(build_model(smoke_profile.model, p.data.n, 1).eval()(tokens), loaded(tokens))
+        assert torch.equal(loaded(tokens).logits, model(tokens).logits)
+        assert not torch.allclose(build_model(smoke_profile.model, p.data.n, 1).eval()(tokens).logits, loaded(tokens).logits)
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])

@@ -314,7 +314,7 @@ def test_failing_chapter_stops_the_book(tmp_path, monkeypatch, capsys, cell, why
     later = book.chapters()[0]  # the training chapter: the book's run is not trained yet
     monkeypatch.setattr(book, "chapters", lambda: [bad, later])
 
-    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--timeout", "5"])
+    rc = main(["book", "--profile", "smoke", "--out", str(tmp_path / "out"), "--timeout", "5"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1
     assert "notebook 50_broken failed" in err[-1] and why in err[-1]
@@ -528,12 +528,12 @@ def test_with_the_book_s_run_trained_a_chapter_alone_trains_what_it_reads(smoke_
 
 def test_a_set_whose_runs_are_missing_stops_before_any_chapter_runs(tmp_path, fake_chapters, capsys):
     ran, site = fake_chapters
-    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--chapters", "02_copying"])
+    rc = main(["book", "--profile", "smoke", "--out", str(tmp_path / "out"), "--chapters", "02_copying"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and ran == [] and not (tmp_path / "out" / "book" / "_executed" / "manifest.json").exists()
     assert err == ["mclib: error: 02_copying: 1 run(s) read are not trained, and no chapter asked trains them "
                    "(add 01_train): seed 1 (runs/smoke-seed1)"]
-    rc = main(["book", "--profile", "smoke", "--out-dir", str(tmp_path / "out"), "--chapters", "02_copying,2_heads"])
+    rc = main(["book", "--profile", "smoke", "--out", str(tmp_path / "out"), "--chapters", "02_copying,2_heads"])
     assert rc == 1 and ran == [] and "unknown chapter 2_heads; chapters: 01_train" in capsys.readouterr().err
 
 

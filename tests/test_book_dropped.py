@@ -27,7 +27,7 @@ PROFILE = "smoke-drop"
 @pytest.fixture(scope="module")
 def out(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("book-dropped")
-    assert main(["book", "--profile", PROFILE, "--out-dir", str(out), "--quiet"]) == 0
+    assert main(["book", "--profile", PROFILE, "--out", str(out), "--quiet"]) == 0
     return out
 
 

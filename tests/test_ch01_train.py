@@ -200,7 +200,11 @@ def test_the_end_rate_is_given_once():
 
 
 def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_card(book_run, smoke_profile, tmp_path):
+    import hashlib
+    import json
     import re
+
+    from huggingface_hub import ModelCard
 
     from mclib.book import chapter
     from mclib.core.checkpoints import load_checkpoint
@@ -225,6 +229,15 @@ def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_
     assert f"| {row.L:.4g} | {row.L_obs:.4g} | {row.L_mask:.4g} |" in card and f"{row.eval_L_mask:.4g}" in card
     assert (book_run / "profile.yaml").read_text().strip() in card and "CITATION.cff" in card
     assert "pre-shift: on the copying plateau" in (folder / "step_000020" / "README.md").read_text()
+    # the header (huggingface_hub's ModelCard): profile, seed, step, the weights' sha256, L_mask on fresh matrices
+    data = ModelCard.load(folder / "step_000030" / "README.md").data
+    assert data.mclib["profile"] == "smoke" and data.mclib["seed"] == 1 and data.mclib["step"] == 30
+    weights = (folder / "step_000030" / "model.safetensors").read_bytes()
+    assert data.mclib["weights_sha256"] == {"model.safetensors": hashlib.sha256(weights).hexdigest()}
+    [result] = data.eval_results
+    assert result.metric_name == "L_mask" and result.metric_value == row.eval_L_mask
+    assert data.library_name == "transformers" and card.startswith("---\n")
+    assert json.loads((folder / "step_000030" / "config.json").read_text())["model_type"] == "matrix-bert"
     # the card's own loading code, run as written in the unzipped folder
     code = re.search(r"```python\n(.*?)```", card, re.S).group(1)
     batch = make_batch(torch.rand(4, 7, 7), torch.rand(4, 7, 7) < 0.3)
@@ -237,7 +250,35 @@ def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_
         os.chdir(cwd)
     assert isinstance(scope["model"], MatrixBert)
     with torch.no_grad():
-        torch.testing.assert_close(scope["pred"], load_checkpoint(book_run, 30, device="cpu")(batch.tokens))
+        torch.testing.assert_close(scope["pred"], load_checkpoint(book_run, 30, device="cpu")(batch.tokens).logits)
+
+
+def test_a_run_saved_before_matrix_bert_zips_configs_that_automodel_loads_whole(book_run, smoke_profile, tmp_path):
+    """A run whose checkpoints say model_type bert (saved before 2026-11-29): the series zip
+    holds their configs in today's format (matrix-bert), so the card's AutoModel loads the
+    whole MatrixBert, read-out included."""
+    import json
+
+    from transformers import AutoModel
+
+    from mclib.core.checkpoints import load_checkpoint, saved_steps
+    from mclib.core.model import MatrixBert
+    from mclib.core.runs import checkpoint_dir, checkpoint_series_path
+
+    for step in saved_steps(book_run):
+        config = checkpoint_dir(book_run, step) / "config.json"
+        config.write_text(json.dumps({**json.loads(config.read_text()), "model_type": "bert"}))
+    C.downloads(open_chapter("smoke", smoke_profile.seed, book_run, "cpu"))
+    with zipfile.ZipFile(checkpoint_series_path(book_run)) as z:
+        z.extractall(tmp_path / "unzipped")
+    folder = tmp_path / "unzipped" / "smoke-seed1" / "step_000060"
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "matrix-bert"
+    model = AutoModel.from_pretrained(folder)
+    tokens = torch.randint(1, 2002, (3, 49))
+    assert type(model) is MatrixBert
+    with torch.no_grad():   # two model objects: the last bit may differ (test_model.py's round trip)
+        torch.testing.assert_close(model(tokens).logits, load_checkpoint(book_run, 60, device="cpu")(tokens).logits,
+                                   rtol=0, atol=1e-6)
 
 
 def test_large_analysis_checkpoints_say_where_they_are_and_how_to_offer_them(book_run, smoke_profile, monkeypatch):
@@ -276,7 +317,7 @@ def test_a_gpt_run_s_model_card_loads_it_as_written(tmp_path):
     ch = chapter.Chapter(cfg=run_profile(run), run_dir=run, device=torch.device("cpu"), metrics=load_metrics(run),
                          drop=None, steps=checkpoint_steps(run), end=run_end(run))
     card = chapter.model_card(ch, 20)
-    assert card.startswith("# MatrixGPT: gpt profile, seed 1, step 20")
+    assert card.split("\n---\n", 1)[1].lstrip().startswith("# MatrixGPT: gpt profile, seed 1, step 20")
     batch = make_batch(torch.rand(4, 5, 5), torch.rand(4, 5, 5) < 0.3)
     scope = {"x": batch.x, "mask": batch.mask}
     cwd = os.getcwd()

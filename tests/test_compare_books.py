@@ -15,7 +15,7 @@ compare = load_script(ROOT / "scripts" / "compare_books.py")
 
 
 def _book(out: Path, glued: dict) -> Path:
-    """A built book's --out-dir with one executed chapter that glued `glued` (name -> a Styler or a value)."""
+    """A built book's --out with one executed chapter that glued `glued` (name -> a Styler or a value)."""
     folder = out / "book" / "_executed"
     folder.mkdir(parents=True)
     outputs = []

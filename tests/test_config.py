@@ -63,7 +63,7 @@ def test_cli_reports_bad_profile_in_one_line_and_touches_nothing(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nmodel: {heads: 3, hidden: 64}\n")
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "mclib", "train", "--params", str(bad), "--out", str(out)],
+    r = subprocess.run([sys.executable, "-m", "mclib", "train", "--profile", str(bad), "--out", str(out)],
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "model.heads = 3" in r.stderr
@@ -151,23 +151,24 @@ def test_a_run_saved_before_the_levers_left_loads_while_they_are_off():
     assert sorted(m.split()[2] for m in e.value.problems) == sorted([*REMOVED, *REMOVED_RUNNING])
     for key, off in REMOVED.items():
         section, leaf = key.split(".")
-        with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
+        with pytest.raises(ConfigError, match=rf"^unknown key {key} = .+ \(known: "):
             profile_from_dict(_raw(key, off))  # a profile of params/ may not name it
         on = {**raw, section: {**raw[section], leaf: "on"}}
-        with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
+        with pytest.raises(ConfigError, match=rf"^unknown key {key} = .+ \(known: "):
             profile_from_saved(on)
     for key in REMOVED_RUNNING:  # train.fast: read as absent at any value, in a saved profile only
         section, leaf = key.split(".")
         for value in (True, False):
             assert profile_from_saved({**raw, section: {**raw[section], leaf: value}}) == p
-        with pytest.raises(ConfigError, match=rf"^unknown key {key} \(known: "):
+        with pytest.raises(ConfigError, match=rf"^unknown key {key} = .+ \(known: "):
             profile_from_dict(_raw(key, True))
 
 
 @pytest.mark.parametrize("key", ALL_KEYS)
 def test_every_key_rejects_a_value_of_the_wrong_type(key):
     value, words = _wrong_type(key)
-    assert _one_line_error(_raw(key, value)) == f"{key} = {words}"
+    where = f"{key}[0]" if isinstance(value, list) else key  # a list's item is named by its place
+    assert _one_line_error(_raw(key, value)) == f"{where} = {words}"
 
 
 @pytest.mark.parametrize("section", list(SECTIONS))
@@ -203,8 +204,8 @@ RANGE_CHECKS = (
         ("checkpoints.pre", 0, "checkpoints step 0 is outside 1..train.steps = 50000"),
         ("checkpoints.transition", [10, 60_000], "checkpoints step 60000 is outside 1..train.steps = 50000"),
         ("checkpoints.post", 50_001, "checkpoints step 50001 is outside 1..train.steps = 50000"),
-        ("analysis.nuclear_p_masks", [0.3, 1.0], "analysis.nuclear_p_masks has 1.0, outside (0, 1)"),
-        ("analysis.nuclear_p_masks", [0.0], "analysis.nuclear_p_masks has 0.0, outside (0, 1)"),
+        ("analysis.nuclear_p_masks", [0.3, 1.0], "analysis.nuclear_p_masks[1] = 1.0 is outside (0, 1)"),
+        ("analysis.nuclear_p_masks", [0.0], "analysis.nuclear_p_masks[0] = 0.0 is outside (0, 1)"),
         ("analysis.seeds", [], "analysis.seeds = [] must name at least one seed"),
         ("analysis.after_drop", -1, "analysis.after_drop = -1 must not be negative"),
         ("analysis.gpt_steps", 0, "analysis.gpt_steps = 0 must be positive"),
@@ -288,8 +289,9 @@ def test_a_yaml_file_that_is_not_a_mapping_is_refused(tmp_path):
 # --- every bad value at once ---------------------------------------------------------------
 
 SEVERAL = {"data": {"n": 5, "rank": 9, "p_mask": 1.5}, "train": {"lr": -1}, "model": {"heads": 3, "hidden": 16}}
-SEVERAL_LINES = ["train.lr = -1.0 must be positive", "data.rank = 9 is larger than data.n = 5",
-                 "data.p_mask = 1.5 is outside [0, 1)", "model.heads = 3 does not divide model.hidden = 16"]
+# each key's own range first, in the schema's order, then the checks across keys
+SEVERAL_LINES = ["data.p_mask = 1.5 is outside [0, 1)", "train.lr = -1.0 must be positive",
+                 "data.rank = 9 is larger than data.n = 5", "model.heads = 3 does not divide model.hidden = 16"]
 
 
 def test_several_bad_values_are_named_together():
@@ -304,11 +306,11 @@ def test_wrong_types_unknown_keys_and_ranges_are_named_together():
            "analysis": [1]}
     with pytest.raises(ConfigError) as e:
         profile_from_dict(raw)
-    assert e.value.problems == [
-        "unknown key colour (known: " + ", ".join(f.name for f in fields(Profile)) + ")",
-        "unknown key model.hedas (known: " + ", ".join(f.name for f in fields(ModelConfig)) + ")",
-        "train.steps = 2.5 is not an integer", "analysis = [1] is not a mapping",
-        "model.layers = 0 must be positive", "train.precision = 'fp8' is not one of fp32, tf32, bf16"]
+    assert e.value.problems == [  # unknown keys first, then the schema's order
+        "unknown key model.hedas = 8 (known: " + ", ".join(f.name for f in fields(ModelConfig)) + ")",
+        "unknown key colour = 1 (known: " + ", ".join(f.name for f in fields(Profile)) + ")",
+        "model.layers = 0 must be positive", "train.steps = 2.5 is not an integer",
+        "train.precision = 'fp8' is not one of fp32, tf32, bf16", "analysis = [1] is not a mapping"]
 
 
 def test_a_bad_value_is_named_once_not_again_by_the_checks_that_read_it():
@@ -351,7 +353,7 @@ def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ndata: {n: 5, rank: 9, p_mask: 1.5}\ntrain: {lr: -1}\nmodel: {heads: 3, hidden: 16}\n")
     out = tmp_path / "run"
-    assert main(["train", "--params", str(bad), "--out", str(out)]) == 2
+    assert main(["train", "--profile", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [f"mclib: error: {bad}: 4 bad values:", *(f"  {line}" for line in SEVERAL_LINES)]
     assert not out.exists()

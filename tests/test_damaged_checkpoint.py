@@ -126,11 +126,11 @@ def test_the_cli_resumes_a_damaged_run_without_a_traceback(tmp_path, capsys):
     from mclib.__main__ import main
 
     out = tmp_path / "run"
-    assert main(["train", "--params", "smoke", "--out", str(out), "--quiet"]) == 0
+    assert main(["train", "--profile", "smoke", "--out", str(out), "--quiet"]) == 0
     newest = saved_steps(out)[-1]
     _truncate(checkpoint_dir(out, newest) / MODEL_FILE)
     capsys.readouterr()
-    assert main(["train", "--params", "smoke", "--out", str(out), "--quiet"]) == 0
+    assert main(["train", "--profile", "smoke", "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"mclib: {checkpoint_dir(out, newest) / MODEL_FILE} cannot be read")
     assert "Traceback" not in err[0] and saved_steps(out)[-1] == newest

@@ -17,7 +17,7 @@ from mclib.core.data import sample_batch
 from mclib.core.jobs import gpu_workers, local_workers
 from mclib.core.precision import check_precision, set_precision, with_device
 from mclib.core.runs import checkpoint_dir, load_metrics, run_profile
-from mclib.core.step import _Run, train_step
+from mclib.core.step import TrainingRun, train_step
 from mclib.core.train import train
 
 COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mask"]
@@ -110,7 +110,7 @@ def test_a_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profi
     tensor is read to the host inside a step (on CUDA each read would wait for the device).
     Sampling runs on the host by design (CPU generators), so it happens before the reads are forbidden."""
     p = smoke_profile.replace(**{"train.compile": False, "train.grad_clip": 0.5, "train.warmup": 5})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu"), capture_ready=True) for s in (1, 2)]
+    runs = [TrainingRun.in_memory(p.replace(seed=s), torch.device("cpu"), capture_ready=True) for s in (1, 2)]
     train_step(runs)  # Adam's state is created here
     # Adam's step counters: reading them is allowed (torch's fused Adam keeps them as tensors
     # beside the parameters and reads none of them on the host)

@@ -93,9 +93,21 @@ def test_without_the_extra_one_line_names_it_and_nothing_is_written(smoke_run, t
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "optional extra 'track'" in err and "pip install -e '.[track]'" in err
     assert not (tmp_path / "wb").exists()
-    assert main(["export", str(smoke_run), "--to", "mlflow", "--out", str(tmp_path / "ml")]) == 2
-    assert capsys.readouterr().err.strip() == "mclib: error: tracker 'mlflow' is not one of tensorboard, wandb"
+    with pytest.raises(SystemExit) as e:  # --to has its choices: argparse refuses another, naming it
+        main(["export", str(smoke_run), "--to", "mlflow", "--out", str(tmp_path / "ml")])
+    assert e.value.code == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --to: invalid choice: 'mlflow'" in last and "tensorboard" in last and "wandb" in last
+    assert not (tmp_path / "ml").exists()
+    with pytest.raises(export.ExportError, match="tracker 'mlflow' is not one of tensorboard, wandb"):
+        export.export_run(smoke_run, "mlflow", tmp_path / "ml")  # from Python: the same refusal, one line
     assert not (tmp_path / "ml").exists()
     with pytest.raises(export.ExportError, match="is not a run folder"):
         export.export_run(tmp_path, "tensorboard", tmp_path / "tb")
     assert not (tmp_path / "tb").exists()
+
+
+def test_the_command_lines_trackers_are_the_exporters():
+    from mclib.__main__ import TRACKERS
+
+    assert TRACKERS == tuple(export.TRACKERS)

@@ -16,7 +16,7 @@ def test_flop_formula_matches_torch_flop_counter(smoke_profile):
     model = build_model(cfg, 7, seed=0)
     batch = sample_batch(3, 7, 2, 0.3, torch.Generator().manual_seed(0))
     with FlopCounterMode(display=False) as counter:
-        model(batch.tokens).sum().backward()
+        model(batch.tokens).logits.sum().backward()
     assert counter.get_total_flops() == train_step_flops(cfg, 7, 3)
 
 
@@ -37,7 +37,7 @@ def test_authors_step_is_a_step_and_two_forward_passes_by_the_flop_counter(smoke
     gen = torch.Generator().manual_seed(0)
     batch, fresh = sample_batch(3, 7, 2, 0.3, gen), sample_batch(2, 7, 2, 0.3, gen)
     with FlopCounterMode(display=False) as counter:
-        model(batch.tokens).sum().backward()   # the step
+        model(batch.tokens).logits.sum().backward()   # the step
         with torch.no_grad():
             model(batch.tokens)                # the same batch after the update
             model(fresh.tokens)                # the eval batch

@@ -14,7 +14,7 @@ from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.metrics import run_losses
 from mclib.core.model import build_model
-from mclib.core.step import _Run, device_step, set_lr, step_variant, train_step
+from mclib.core.step import TrainingRun, device_step, set_lr, step_variant, train_step
 from mclib.core.train import Job, train
 from mclib.core.variants import Trace, compare, initial_params, trace
 
@@ -38,10 +38,10 @@ def test_the_backward_through_L_alone_gives_the_same_gradients_and_losses():
     p = _profile(**{"train.grad_clip": 0.0})
     batch = _batch(p)
     before = build_model(p.model, p.data.n, p.seed).train()
-    pred = before(batch.tokens).view_as(batch.x)
+    pred = before(batch.tokens).logits.view_as(batch.x)
     old = run_losses(pred[None], batch.x[None], batch.mask[None])[0]
     old[0].backward()
-    run = _Run.in_memory(p, CPU)
+    run = TrainingRun.in_memory(p, CPU)
     new = device_step(run, batch)
     assert not new.requires_grad and torch.equal(new, old.detach())
     grads = dict(before.named_parameters())
@@ -54,7 +54,7 @@ def test_a_capture_ready_adam_reads_its_lr_from_a_tensor_written_in_place():
     """make_optimizer(capture_ready=True), as on CUDA: fused, capturable, the lr an fp32 tensor;
     set_lr writes it in place (a replay reads the same address) and Adam's update follows it."""
     p = _profile(**{"train.warmup": 10})
-    run = _Run.in_memory(p, CPU, capture_ready=True)
+    run = TrainingRun.in_memory(p, CPU, capture_ready=True)
     group = run.opt.param_groups[0]
     assert group["fused"] and group["capturable"] and isinstance(group["lr"], torch.Tensor)
     lr = group["lr"]
@@ -75,7 +75,7 @@ def test_the_device_step_reads_nothing_back_to_the_host_outside_adam():
     from torch.profiler import ProfilerActivity, profile
 
     p = _profile(**{"train.grad_clip": 1.0})
-    run = _Run.in_memory(p, CPU, capture_ready=True)
+    run = TrainingRun.in_memory(p, CPU, capture_ready=True)
     train_step([run])
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         device_step(run, run.inputs.batch)
@@ -106,7 +106,7 @@ def test_static_shapes_and_fixed_addresses_across_steps():
     """After the first step (or a warm-up) every parameter, buffer, Adam state tensor, the lr and
     the input buffers keep their address, and the batch its shape, step after step."""
     p = _profile()
-    run = _Run.in_memory(p, CPU, capture_ready=True)
+    run = TrainingRun.in_memory(p, CPU, capture_ready=True)
     train_step([run])
     first, shapes = _addresses(run), [tuple(t.shape) for t in (run.inputs.batch.x, run.inputs.batch.tokens)]
     for _ in range(4):
@@ -122,7 +122,7 @@ def test_a_resumed_run_has_adams_state_before_its_first_step_and_fixed_addresses
     its addresses then stay fixed."""
     p = smoke_profile.replace(**{"train.compile": False, "train.step": "eager"})
     train(p, tmp_path, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
-    run = _Run(Job(p, tmp_path), CPU, capture_ready=True)
+    run = TrainingRun(Job(p, tmp_path), CPU, capture_ready=True)
     assert run.step == 20
     trained = run.opt.param_groups[0]["params"]
     assert all(run.opt.state[q]["step"].dtype == torch.float32 and run.opt.state[q]["step"].item() == 20
@@ -139,7 +139,7 @@ def test_the_warm_up_materialises_adams_state_and_leaves_the_run_as_it_was(steps
     """graphstep.warm_up (what precedes a capture): afterwards Adam's state exists, and the run
     trains on to the same bits as a run never warmed up, from a fresh state or a used one."""
     p = _profile(**{"train.warmup": 5})
-    warmed, plain = (_Run.in_memory(p, CPU, capture_ready=True) for _ in range(2))
+    warmed, plain = (TrainingRun.in_memory(p, CPU, capture_ready=True) for _ in range(2))
     for _ in range(steps_before):
         train_step([warmed]), train_step([plain])
     graphstep.warm_up(warmed, device_step, _batch(p, seed=7))
@@ -153,7 +153,7 @@ def test_the_warm_up_materialises_adams_state_and_leaves_the_run_as_it_was(steps
 
 @pytest.mark.parametrize("variant", ["cuda-graph", "reduce-overhead"])
 def test_a_cuda_only_step_on_the_cpu_runs_eagerly_said_in_one_line(variant, capsys):
-    run = _Run.in_memory(_profile(**{"train.step": variant}), CPU)
+    run = TrainingRun.in_memory(_profile(**{"train.step": variant}), CPU)
     err = capsys.readouterr().err
     assert err == f"mclib: train.step = {variant!r} needs CUDA (this run is on cpu): the step runs eagerly\n"
     assert run.variant == "eager" and run.graph is None and run.compiled is run.model
@@ -163,7 +163,7 @@ def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eage
     """A StepGraph whose capture fails (here: no CUDA) says why in one line, records it, and the
     run steps eagerly from where it was: the same bits as a run that never tried."""
     p = _profile()
-    tried, plain = (_Run.in_memory(p, CPU, capture_ready=True) for _ in range(2))
+    tried, plain = (TrainingRun.in_memory(p, CPU, capture_ready=True) for _ in range(2))
     tried.graph = graphstep.StepGraph(tried, device_step)
     a = torch.cat([train_step([tried]) for _ in range(3)])
     b = torch.cat([train_step([plain]) for _ in range(3)])
@@ -241,10 +241,10 @@ def test_the_hf_model_compiles_as_one_graph_forward_and_backward():
     tokens = torch.randint(0, 5, (4, 9), generator=torch.Generator().manual_seed(0))
     explained = torch._dynamo.explain(model)(tokens)
     assert explained.graph_break_count == 0 and explained.graph_count == 1, explained.break_reasons
-    model(tokens).square().mean().backward()
+    model(tokens).logits.square().mean().backward()
     eager = {n: q.grad.clone() for n, q in model.named_parameters() if q.requires_grad}
     model.zero_grad(set_to_none=True)
-    torch.compile(model, fullgraph=True, backend="aot_eager")(tokens).square().mean().backward()
+    torch.compile(model, fullgraph=True, backend="aot_eager")(tokens).logits.square().mean().backward()
     for n, q in model.named_parameters():
         if q.requires_grad:
             # two float paths (aot_eager's decomposed ops against the eager kernels): TWO_PATHS_REL's scale
@@ -278,7 +278,7 @@ def test_batches_made_ahead_are_the_step_by_step_batches_and_a_save_rewinds_the_
     same batches in the same order (the step trains to the same bits as eager), and `rewind` (at a
     save) puts the generator where the step-by-step path leaves it, so a resume draws the same."""
     p = _profile(**{"train.batch": 4})
-    plain, ahead = _Run.in_memory(p, CPU), _Run.in_memory(p.replace(**{"train.step": "ahead"}), CPU)
+    plain, ahead = TrainingRun.in_memory(p, CPU), TrainingRun.in_memory(p.replace(**{"train.step": "ahead"}), CPU)
     assert ahead.ahead is not None and plain.ahead is None
     a = torch.cat([train_step([plain]) for _ in range(5)])
     b = torch.cat([train_step([ahead]) for _ in range(5)])
@@ -329,7 +329,7 @@ def test_a_model_trained_by_each_trainable_variant_keeps_bert_models_parameter_n
 
     assert set(TRAINABLE) == set(WAYS) and variant in TRAINABLE
     p = _profile(**{"train.batch": 2, "train.step": variant})
-    run = _Run.in_memory(p, CPU)
+    run = TrainingRun.in_memory(p, CPU)
     for _ in range(2):
         train_step([run])
     fresh = build_model(p.model, p.data.n, p.seed)
@@ -337,3 +337,18 @@ def test_a_model_trained_by_each_trainable_variant_keeps_bert_models_parameter_n
     assert all(run.model.state_dict()[k].shape == v.shape for k, v in fresh.state_dict().items())
     _stock_bert_loads(run.model, tmp_path / variant)
     torch._dynamo.reset()
+
+
+def test_an_in_memory_run_steps_and_flushes_like_a_folder_run_and_refuses_to_save(tmp_path):
+    """`TrainingRun.in_memory` is a whole run without a folder: its losses are the folder run's,
+    step for step, its rows flush as the loop's do, and `save` says there is nowhere to save."""
+    p = _profile()
+    mem, disk = TrainingRun.in_memory(p, CPU), TrainingRun(Job(p, tmp_path), CPU)
+    for _ in range(3):
+        for r in (mem, disk):
+            train_step([r])
+    assert torch.equal(torch.stack(mem.pending), torch.stack(disk.pending))
+    assert mem.flush() is None and disk.flush() is None and [r["step"] for r in mem.rows] == [1, 2, 3]
+    assert [r["L_mask"] for r in mem.rows] == [r["L_mask"] for r in disk.rows] and not mem.finished
+    with pytest.raises(RuntimeError, match="no folder"):
+        mem.save(final=True)

@@ -109,7 +109,7 @@ def test_a_cache_of_some_names_holds_those_only():
     with torch.no_grad():
         out, cache = run_with_cache(m, t, names)
         # a pattern runs mclib's eager attention, not sdpa: two float paths (conftest.TWO_PATHS)
-        torch.testing.assert_close(out, m(t), **TWO_PATHS)
+        torch.testing.assert_close(out, m(t).logits, **TWO_PATHS)
     assert sorted(cache) == sorted(names) and nothing_attached(m)
     assert m.config._attn_implementation == "sdpa"
 
@@ -120,7 +120,7 @@ def test_a_cache_of_some_names_holds_those_only():
 def test_a_hook_that_returns_what_it_sees_changes_nothing_and_a_changed_tensor_does(name):
     m, t = tiny(), tokens()
     with torch.no_grad():
-        clean = m(t)
+        clean = m(t).logits
         same = run_with_hooks(m, t, [(name, lambda x, n: x.clone())])
         kept = run_with_hooks(m, t, [(name, lambda x, n: None)])
         changed = run_with_hooks(m, t, [(name, lambda x, n: x.roll(1, 1))])  # not 2x: a LayerNorm undoes a scale
@@ -140,14 +140,14 @@ def test_zeroing_an_mlp_is_zeroing_its_output_projection():
         surgery.bert.encoder.layer[1].output.dense.weight.zero_()
         surgery.bert.encoder.layer[1].output.dense.bias.zero_()
         hooked = run_with_hooks(m, t, [("blocks.1.hook_mlp_out", lambda x, n: torch.zeros_like(x))])
-        assert torch.equal(hooked, surgery(t)) and not torch.allclose(hooked, m(t), atol=1e-3)
+        assert torch.equal(hooked, surgery(t).logits) and not torch.allclose(hooked, m(t).logits, atol=1e-3)
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 def test_nothing_stays_attached_after_an_error(impl):
     m, t = tiny(impl), tokens()
     with torch.no_grad():
-        clean = m(t)
+        clean = m(t).logits
     every = [(name, lambda x, n: 2 * x) for name in hook_names(m)]
     with pytest.raises(KeyError, match="boom"):
         with hooks(m, every):
@@ -165,7 +165,7 @@ def test_nothing_stays_attached_after_an_error(impl):
             run_with_cache(m, t)
     assert nothing_attached(m) and m.config._attn_implementation == impl
     with torch.no_grad():
-        assert torch.equal(m(t), clean)
+        assert torch.equal(m(t).logits, clean)
 
 
 def test_hooks_nest_and_the_cache_sees_the_hooked_values():
@@ -173,7 +173,7 @@ def test_hooks_nest_and_the_cache_sees_the_hooked_values():
     with torch.no_grad(), hooks(m, ablation_hooks(m, {(0, 1)}, "uniform")):
         _, inner = run_with_cache(m, t, ["blocks.0.attn.hook_pattern"])
         assert m.config._attn_implementation == "mclib"  # the inner block closed, the outer is still on
-        ablated = m(t)
+        ablated = m(t).logits
     assert torch.equal(inner["blocks.0.attn.hook_pattern"][:, 1], torch.full((B, SEQ, SEQ), 1 / SEQ))
     assert torch.equal(ablated, predict_tokens(m, t, ablation_hooks(m, {(0, 1)}, "uniform")))
     assert nothing_attached(m) and m.config._attn_implementation == "sdpa"

@@ -55,7 +55,7 @@ def _mclib_zeroed(model, batch, layer, head):
         z[:, head] = 0.0
         return z
     with hooks(model, [(f"blocks.{layer}.attn.hook_z", zero)]), torch.no_grad():
-        return model(batch.tokens).view_as(batch.x)
+        return model(batch.tokens).logits.view_as(batch.x)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_another_architecture_is_refused_in_one_line(tmp_path, smoke_run):
     BertConfig(num_hidden_layers=1, architectures=["BertForMaskedLM"]).save_pretrained(mlm)
     with pytest.raises(interp.InterpError) as e:
         interp.load_for_interp(gpt)
-    assert "\n" not in str(e.value) and "model_type 'gpt2' (MatrixBert: 'bert')" in str(e.value)
+    assert "\n" not in str(e.value) and "model_type 'gpt2' (MatrixBert: 'matrix-bert')" in str(e.value)
     with pytest.raises(interp.InterpError) as e:
         interp.load_for_interp(mlm)
     assert "architectures ['BertForMaskedLM'] (MatrixBert: ['MatrixBert'])" in str(e.value)
@@ -111,11 +111,18 @@ def test_another_architecture_is_refused_in_one_line(tmp_path, smoke_run):
     assert interp.architecture_differences(json.loads((checkpoint_dir(smoke_run, 60) / "config.json").read_text())) == []
 
 
-def test_transformer_lens_bridge_loads_the_encoder_but_not_the_readout(smoke_run, loaded):
-    """What docs/interpretability.md says of TransformerLens 4 (not an extra: run where it is installed)."""
+def test_transformer_lens_bridge_loads_the_encoder_but_not_the_readout(smoke_run, loaded, tmp_path):
+    """What docs/interpretability.md says of TransformerLens 4 (not an extra: run where it is installed),
+    on the checkpoint with its config.json as saved before 2026-11-29 (model_type bert)."""
+    import shutil
+
     bridge_module = pytest.importorskip("transformer_lens.model_bridge")
     model, _, batch = loaded
-    bridge = bridge_module.TransformerBridge.boot_transformers(str(checkpoint_dir(smoke_run, 60)), device="cpu")
+    folder = tmp_path / "as-bert"
+    shutil.copytree(checkpoint_dir(smoke_run, 60), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "model_type": "bert"}))
+    bridge = bridge_module.TransformerBridge.boot_transformers(str(folder), device="cpu")
     assert type(bridge.original_model).__name__ == "BertForMaskedLM"
     assert not [k for k in bridge.original_model.state_dict() if "readout" in k]     # mclib's read-out is dropped
     with torch.no_grad():

@@ -64,8 +64,8 @@ def test_switched_model_computes_with_the_source_qkv_modules():
     before = {k: v.clone() for k, v in target.state_dict().items()}
     with torch.no_grad():
         out = run_with_hooks(target, t, switch_qkv_hooks(target, source))
-        assert torch.equal(out, surgery_switch_qkv(target, source)(t))
-        assert not torch.allclose(out, target(t), atol=1e-3) and not torch.allclose(out, source(t), atol=1e-3)
+        assert torch.equal(out, surgery_switch_qkv(target, source)(t).logits)
+        assert not torch.allclose(out, target(t).logits, atol=1e-3) and not torch.allclose(out, source(t).logits, atol=1e-3)
     assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())
     with pytest.raises(ValueError, match="models differ in num_hidden_layers"):
         switch_qkv_hooks(target, build_model(ModelConfig(layers=3, heads=2, hidden=16, intermediate=32), 7, 0))
@@ -86,10 +86,10 @@ def test_permute_positions_is_a_seeded_reordering_of_the_first_n2_rows():
     t = tokens()
     with torch.no_grad():
         permuted = run_with_hooks(m, t, permute_positions_hooks(m, seed=3))
-        assert torch.equal(permuted, surgery(t))
+        assert torch.equal(permuted, surgery(t).logits)
         # reading position p from row perm[p] of the original table is the same model
-        assert torch.allclose(permuted, m(t, position_ids=perm.expand(8, -1)), atol=1e-6)
-        assert not torch.allclose(permuted, m(t), atol=1e-3)
+        assert torch.allclose(permuted, m(t, position_ids=perm.expand(8, -1)).logits, atol=1e-6)
+        assert not torch.allclose(permuted, m(t).logits, atol=1e-3)
     assert torch.equal(m.bert.embeddings.position_embeddings.weight, original)  # source untouched
 
 
@@ -170,7 +170,7 @@ def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     t = tokenize(x)
     t[:, 3] = MASK_ID
     with torch.no_grad():
-        by_hand = ((post.eval()(t.flatten(1)).view(8, 7, 7)[:, 3] - x[:, 3]) ** 2).mean().item()
+        by_hand = ((post.eval()(t.flatten(1)).logits.view(8, 7, 7)[:, 3] - x[:, 3]) ** 2).mean().item()
     # the same forward, the mean taken in another order: float32 rounding (1.8e-7 relative here)
     assert evaluate(post, smoke_profile.data, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(by_hand, rel=1e-5)
     with pytest.raises(ValueError, match="mask has shape"):

@@ -125,6 +125,44 @@ def test_a_bad_sweep_key_is_one_line_naming_it_before_anything_runs(tmp_path, ca
     assert not (tmp_path / "runs").exists()  # nothing ran, no cluster was reached for
 
 
+@pytest.mark.parametrize("body, line", [
+    ("base: smoke\ncap_minutes: -1\nsettings:\n  - {name: a}\n", "cap_minutes = -1.0 must not be negative"),
+    ("base: smoke\nthreads: two\nsettings:\n  - {name: a}\n", "threads = 'two' is not an integer"),
+    ("base: smoke\nresume: maybe\nsettings:\n  - {name: a}\n", "resume = 'maybe' is not true or false"),
+    ("base: smoke\nsettings: []\n", "settings = [] must name at least one setting"),
+    ("base: smoke\n", "settings is missing"),
+    ("base: smoke\nsettings:\n  - {name: a/b}\n", "settings[0].name = 'a/b' is not a folder name"),
+    ("base: smoke\nsettings:\n  - {name: a}\n  - {name: b, seeds: []}\n",
+     "settings[1].seeds = [] must name at least one seed"),
+    ("base: smoke\nsettings:\n  - {name: a}\n  - {name: a}\n", "settings[1].name = 'a' is used twice"),
+    ("base: smoke\nsettings:\n  - {name: a, overrides: 3}\n", "settings[0].overrides = 3 is not a mapping"),
+    ("base: smoke\nsettings:\n  - {name: a, after_drop: 1.5}\n", "settings[0].after_drop = 1.5 is not an integer"),
+    ("base: smoke\nsetings: []\n", "unknown key setings = [] (known: base, cap_minutes, after_drop, seeds, order, "
+                                   "resume, threads, cluster, settings)"),
+    ("base: smoke\nsettings:\n  - {name: a, overrides: {train.lr: fast}}\n",
+     "settings[0] (a): train.lr = 'fast' is not a number"),
+])
+def test_a_bad_sweep_value_names_the_file_the_key_and_the_value(tmp_path, body, line):
+    path = _sweep_file(tmp_path / "bad.yaml", body)
+    with pytest.raises(ConfigError) as e:
+        load_sweep(path)
+    assert str(e.value) == f"{path}: {line}"
+
+
+def test_a_settings_own_keys_override_the_sweeps_and_null_is_no_cap(tmp_path):
+    path = _sweep_file(tmp_path / "s.yaml", """\
+        base: smoke
+        cap_minutes: 5
+        resume: true
+        settings:
+          - {name: a}
+          - {name: b, cap_minutes: null, resume: false, after_drop: 7}
+    """)
+    a, b = load_sweep(path, tmp_path / "runs")
+    assert (a.cap_minutes, a.after_drop, a.resume, a.seed) == (5.0, None, True, 1)
+    assert (b.cap_minutes, b.after_drop, b.resume) == (None, 7, False)
+
+
 def test_book_cluster_option_reaches_the_chapters(monkeypatch):
     """`book --cluster X` sets $MCLIB_CLUSTER, which the chapters' kernels inherit and
     mclib.core.jobs.cluster reads."""
@@ -275,6 +313,15 @@ def test_jobqueue_yaml(tmp_path):
         path.write_text(body)
         with pytest.raises(ClusterError, match=word):
             jobqueue_spec(path)
+    for body, line in [("jobqueue: slurm\nworkers: 0\n", "workers = 0 must be positive"),
+                       ("jobqueue: kubernetes\n", "jobqueue = 'kubernetes' is not one of slurm, pbs, sge, lsf, "
+                                                  "htcondor, moab, oar"),
+                       ("jobqueue: slurm\nworkrs: 2\n", "unknown key workrs = 2 (known: jobqueue, workers, options)"),
+                       ("jobqueue: slurm\noptions: [1]\n", "options = [1] is not a mapping")]:
+        path.write_text(body)  # one line: the file, the key, the value
+        with pytest.raises(ClusterError) as e:
+            jobqueue_spec(path)
+        assert str(e.value) == f"{path}: {line}"
 
 
 def _sleep_then_time(seconds: float) -> float:

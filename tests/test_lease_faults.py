@@ -194,10 +194,10 @@ def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(
 def test_finish_after_a_refused_start_packs_a_results_tgz_saying_why(tmp_path, capsys):
     ledger = _ledger(tmp_path, train_s=600)
     work, out = tmp_path / "work", tmp_path / "out"
-    assert main(["slice", "start", "--out-dir", str(work), "--budget-s", "300", "--ledger", str(ledger)]) == 2
+    assert main(["slice", "start", "--out", str(work), "--budget-s", "300", "--ledger", str(ledger)]) == 2
     refusal = capsys.readouterr().err.strip()
     assert refusal.startswith("mclib: error: no slice fits this lease: slice A needs at least 830 s")
-    assert main(["slice", "finish", "--out-dir", str(work), "--dest", str(out), "--ledger", str(ledger)]) == 0
+    assert main(["slice", "finish", "--out", str(work), "--dest", str(out), "--ledger", str(ledger)]) == 0
     record, _ = _packed(out / slices.RESULTS_TGZ)
     assert record["slice"] is None and record["refused"] == refusal.removeprefix("mclib: error: ")
     # back here: nothing to file, said in one line, nothing filed under results/
@@ -244,11 +244,11 @@ def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(
 
 def _cpu_run():
     from mclib.core.config import load_profile, profile_path
-    from mclib.core.step import _Run
+    from mclib.core.step import TrainingRun
 
     p = load_profile(profile_path("smoke")).replace(**{"train.compile": False, "train.step": "eager",
                                                        "train.batch": 2})
-    return _Run.in_memory(p, torch.device("cpu"), capture_ready=True)
+    return TrainingRun.in_memory(p, torch.device("cpu"), capture_ready=True)
 
 
 def test_a_runs_step_graph_and_its_memory_go_when_the_run_goes_without_waiting_for_the_collector():

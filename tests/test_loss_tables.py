@@ -46,7 +46,7 @@ def test_model_table_is_each_model_on_one_batch(post, smoke_run, smoke_profile):
     batch = sample_eval_batch(smoke_profile.data, 16, 0)
     for name, model in (("post", post), ("pre", pre)):  # each row: that model's losses on the one batch, by hand
         with torch.no_grad():
-            err = (model.eval()(batch.tokens).view(16, N, N) - batch.x) ** 2
+            err = (model.eval()(batch.tokens).logits.view(16, N, N) - batch.x) ** 2
         assert table.at[name, "L_mask"] == pytest.approx(err[batch.mask].mean().item(), rel=1e-5)
         assert table.at[name, "L_obs"] == pytest.approx(err[~batch.mask].mean().item(), rel=1e-5)
         assert table.at[name, "L"] == pytest.approx(err.mean().item(), rel=1e-5)

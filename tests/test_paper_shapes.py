@@ -22,7 +22,7 @@ def book(tmp_path_factory):
     out = tmp_path_factory.mktemp("paper-shapes")
     path = out / "paper-shapes.yaml"
     path.write_text(yaml.safe_dump(shapes_profile().to_dict(), sort_keys=False))
-    assert main(["book", "--profile", str(path), "--out-dir", str(out), "--quiet"]) == 0
+    assert main(["book", "--profile", str(path), "--out", str(out), "--quiet"]) == 0
     return out
 
 

@@ -14,7 +14,7 @@ from mclib.analyses.plateau import (attention_share, masked_spread, plateau_meas
                                     representation_collapse)
 from mclib.core.checkpoints import saved_steps
 from mclib.core.data import sample_batch
-from mclib.core.model import build_model
+from mclib.core.model import MatrixCompletionOutput, build_model
 from mclib.core.runs import checkpoint_dir
 
 
@@ -34,7 +34,7 @@ class Stub(nn.Module):
         return self._hidden(tokens)
 
     def forward(self, tokens):
-        return self._output(tokens)
+        return MatrixCompletionOutput(logits=self._output(tokens))
 
 
 def test_collapse_is_one_when_masked_entries_share_a_direction_and_zero_when_orthogonal():

@@ -34,7 +34,7 @@ def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
     batch = sample_eval_batch(smoke_profile.data, 16, 3)
     model = load_checkpoint(smoke_run, steps[-1])
     params = [p for p in model.parameters() if p.requires_grad]
-    loss = losses(model(batch.tokens).view_as(batch.x), batch.x, batch.mask)["L"]
+    loss = losses(model(batch.tokens).logits.view_as(batch.x), batch.x, batch.mask)["L"]
     total = torch.sqrt(sum((gr.double() ** 2).sum() for gr in torch.autograd.grad(loss, params))).item()
     assert wide.loc[steps[-1], "total"] == pytest.approx(total, rel=1e-6)
 

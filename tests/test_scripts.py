@@ -53,7 +53,7 @@ SKIPPED = {
 def out(tmp_path_factory) -> Path:
     """OUT/runs/smoke-drop-seed1 trained by `python -m mclib train` (loss_curve.png
     included), with the training chapter's scorecard rows recorded, as a book's
-    --out-dir holds them (compare_books.py reads that layout)."""
+    --out holds them (compare_books.py reads that layout)."""
     from mclib.chapters import ch01_train
     from mclib.book.chapter import open_chapter
 
@@ -63,7 +63,7 @@ def out(tmp_path_factory) -> Path:
     params = out / f"{PROFILE}.yaml"
     params.write_text(yaml.safe_dump(load_profile(profile_path(PROFILE)).replace(
         **{"train.min_improvement": 0.15}).to_dict(), sort_keys=False))
-    assert main(["train", "--params", str(params), "--out", str(run), "--quiet"]) == 0
+    assert main(["train", "--profile", str(params), "--out", str(run), "--quiet"]) == 0
     ch = open_chapter(str(params), 1, run, "cpu")
     ch01_train.scorecard_table(ch, ch01_train.e1_rows(ch))
     (out / "book" / "_executed").mkdir(parents=True)  # no chapter executed: compare_books compares the scorecard

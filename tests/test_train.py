@@ -23,7 +23,7 @@ from mclib.core.data import copy_level, sample_batch
 from mclib.core.ending import is_complete, stop_after_drop
 from mclib.core.metrics import window_mean
 from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
-from mclib.core.step import STEP_RAN, _Run, make_optimizer, train_step
+from mclib.core.step import STEP_RAN, TrainingRun, make_optimizer, train_step
 from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
 from mclib.chapters.registry import specs as chapter_specs
@@ -148,7 +148,7 @@ def test_train_step_clips_each_runs_gradient_norm(smoke_profile):
     """train.grad_clip: the gradient Adam sees has global norm grad_clip, run by run (two runs
     stepped together must not share one norm)."""
     p = smoke_profile.replace(**{"train.grad_clip": 0.01, "train.compile": False})
-    runs = [_Run.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
+    runs = [TrainingRun.in_memory(p.replace(seed=s), torch.device("cpu")) for s in (1, 2)]
     seen = []
     for r in runs:
         step = r.opt.step
@@ -205,7 +205,7 @@ def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke
         b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
         for m, o in ((model, opt), (twin, loop)):
             o.zero_grad()
-            ((m(b.tokens).view_as(b.x) - b.x) ** 2).mean().backward()
+            ((m(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
             o.step()
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
     for q, r in zip(group["params"], loop.param_groups[0]["params"]):
@@ -228,7 +228,7 @@ def test_an_adam_state_saved_in_two_groups_resumes_in_one(smoke_profile):
 
     def step(opt):
         opt.zero_grad()
-        ((model(b.tokens).view_as(b.x) - b.x) ** 2).mean().backward()
+        ((model(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
         opt.step()
     for _ in range(3):
         step(old)
@@ -556,7 +556,7 @@ def test_the_step_function_is_a_plain_adam_step_of_the_hf_model(smoke_profile):
     for k in range(1, 6):
         b = sample_batch(t.batch, d.n, d.rank, d.p_mask, gen, dist=d.dist)
         opt.zero_grad()
-        expected = losses(model(b.tokens).view_as(b.x), b.x, b.mask)
+        expected = losses(model(b.tokens).logits.view_as(b.x), b.x, b.mask)
         expected["L"].backward()
         opt.param_groups[0]["lr"] = t.lr * min(1.0, k / t.warmup)
         opt.step()

@@ -4,10 +4,10 @@
 
     from mclib.core.hooks import hooks, run_with_cache
     with hooks(model, ablation_hooks(model, {(3, 1)}, mode="uniform")):   # (layer, head), 0-indexed
-        pred = model(tokens)
+        pred = model(tokens).logits
     _, cache = run_with_cache(model, clean_tokens, names=z_names(model))
     with hooks(model, patching_hooks(model, cache, layers=[3])):
-        pred = model(corrupt_tokens)
+        pred = model(corrupt_tokens).logits
 
 Layers and heads are 0-indexed in code; `paper_heads` converts the paper's 1-indexed
 (layer, head) pairs.

@@ -3,6 +3,10 @@ docs/interpretability.md).
 
     model = load_for_interp(checkpoint_dir(run_dir, step))   # a MatrixBert, eager attention, eval mode
     net = nnsight_model(model)                               # nnsight.NNsight(model)
+    with net.trace(batch.tokens):
+        probs = net.bert.encoder.layer[0].attention.self.output[1].save()   # [batch, head, query, key]
+        mlp = net.bert.encoder.layer[0].E_output.dense.output.save()        # [batch, seq, hidden]
+        pred = net.output.logits.save()                                     # [batch, n*n]
     nnsight_ablated_l_mask(net, batch, layer=1, head=0, mode="zero")        # L_mask with one head zeroed
 
 Eager attention, because "sdpa" returns no pattern. `nnsight_ablated` reproduces mclib's own
@@ -18,11 +22,12 @@ from transformers.utils import CONFIG_NAME as CONFIG  # HuggingFace's config.jso
 
 from ..core.data import Batch
 from ..core.metrics import losses
-from ..core.model import MatrixBert, load_model
+from ..core.model import LEGACY, MODEL_TYPE, MatrixBert, load_model
 
 EXTRA = "interp"
 MODES = ("zero", "uniform")
-ARCHITECTURE = {"model_type": "bert", "architectures": ["MatrixBert"]}  # what mclib's config.json says
+ARCHITECTURE = {"model_type": MODEL_TYPE, "architectures": ["MatrixBert"]}  # what mclib's config.json says
+# (saved before 2026-11-29: model_type "bert", `mclib.core.model.LEGACY`, read the same way)
 
 
 class InterpError(ValueError):
@@ -30,8 +35,10 @@ class InterpError(ValueError):
 
 
 def architecture_differences(config: dict) -> list[str]:
-    """What in a checkpoint's config.json differs from a MatrixBert's (empty: it is one)."""
-    diffs = [f"{key} {config.get(key)!r} (MatrixBert: {want!r})" for key, want in ARCHITECTURE.items()
+    """What in a checkpoint's config.json differs from a MatrixBert's (empty: it is one), in
+    either format (`ARCHITECTURE`, or `LEGACY` where it says model_type "bert")."""
+    mine = LEGACY if config.get("model_type") == LEGACY["model_type"] else ARCHITECTURE
+    diffs = [f"{key} {config.get(key)!r} (MatrixBert: {want!r})" for key, want in mine.items()
              if config.get(key) != want]
     if "matrix_n" not in config:
         diffs.append("no matrix_n (the n of mclib's n x n matrices)")
@@ -85,7 +92,7 @@ def nnsight_ablated(net, batch: Batch, layer: int, head: int, mode: str = "zero"
             uniform = values[:, :, cols].mean(1, keepdim=True)    # every probability 1/seq
         z = attention.output[0]                                   # [batch, query, head * d_head]
         z[:, :, cols] = 0.0 if mode == "zero" else uniform
-        pred = net.output.save()                                  # [batch, seq]
+        pred = net.output.logits.save()                           # [batch, seq]
     return pred.view_as(batch.x)
 
 

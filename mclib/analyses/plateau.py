@@ -74,7 +74,7 @@ def masked_spread(model, batch) -> dict[str, float]:
     entries); `se` (jackknife over matrices), `matrices`."""
     masked = _masked_flat(batch)
     with eval_mode(model):
-        pred = model(batch.tokens.to(next(model.parameters()).device)).detach().double().cpu()  # [batch, n²]
+        pred = model(batch.tokens.to(next(model.parameters()).device)).logits.detach().double().cpu()  # [batch, n²]
     x = batch.x.reshape(masked.shape).double().cpu()
     count = masked.sum(1)
     keep = count >= 2

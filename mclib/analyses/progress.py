@@ -57,7 +57,7 @@ def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, 
         groups = component_groups(model)
         model.zero_grad(set_to_none=True)
         on = batch.to(next(model.parameters()).device)
-        pred = model(on.tokens).view_as(on.x)
+        pred = model(on.tokens).logits.view_as(on.x)
         losses(pred, on.x, on.mask)["L"].backward()
         sq = dict.fromkeys(GROUP_ORDER, 0.0)
         for name, p in model.named_parameters():

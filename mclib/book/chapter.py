@@ -282,9 +282,18 @@ def checkpoint_links(ch: "Chapter", run_dir: str | Path, step: int, label: str) 
 CITATION = "CITATION.cff"  # the book's citation, at the root of its repository
 PAPER_CITATION = ("Gopalani, Lubana & Hu, Abrupt Learning in Transformers: A Case Study on Matrix Completion "
                   "(NeurIPS 2024), https://arxiv.org/abs/2410.22244")
-CARD_MODELS = {  # model.kind -> where its class lives, its name, what its forward takes, what it wraps
-    "bert": ("mclib.core.model", "MatrixBert", ".tokens", "HuggingFace's BertModel"),
-    "gpt": ("mclib.core.gpt", "MatrixGPT", "", "HuggingFace's GPT2Model, teacher-forced"),
+CARD_MODELS = {  # model.kind -> where its class lives, its name, what it wraps, the card's loading code
+    "bert": ("mclib.core.model", "MatrixBert", "HuggingFace's BertModel",
+             "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto classes\n"
+             "from transformers import AutoModel\n"
+             "from mclib.core.data import make_batch\n\n"
+             "model = AutoModel.from_pretrained(\"{folder}\")   # the whole MatrixBert, read-out included, eval mode\n"
+             "pred = model(make_batch(x, mask).tokens).logits   # {shape}"),
+    "gpt": ("mclib.core.gpt", "MatrixGPT", "HuggingFace's GPT2Model, teacher-forced",
+            "from mclib.core.data import make_batch\n"
+            "from mclib.core.gpt import MatrixGPT\n\n"
+            "model = MatrixGPT.from_pretrained(\"{folder}\").eval()\n"
+            "pred = model(make_batch(x, mask))   # {shape}"),
 }
 ROLES = {"pre": "pre-shift: on the copying plateau", "transition": "transition: around the drop",
          "post": "post-shift: the end of training"}
@@ -298,8 +307,12 @@ def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
 
 
 def model_card(ch: "Chapter", step: int) -> str:
-    """The model card (README.md) of the checkpoint at `step`: task, role, losses, model, how to
-    load it, the run's profile.yaml, and how to cite the book and the paper."""
+    """The model card (README.md) of the checkpoint at `step`, a huggingface_hub `ModelCard`
+    (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
+    at that step (where the run evaluated there); its text the task, the step's role, its losses,
+    the model, how to load it, the run's profile.yaml, and how to cite the book and the paper."""
+    from ..core.card import card_data
+    from ..core.card import model_card as hub_card
     from ..core.runs import METRICS
 
     cfg, d, m = ch.cfg, ch.cfg.data, ch.cfg.model
@@ -309,8 +322,12 @@ def model_card(ch: "Chapter", step: int) -> str:
               + " | ".join(f"{v:.4g}" for v in cells.values()) + " |") if cells else f"{METRICS} has no row at step {step}."
     drop = f"the run's drop is at step {ch.drop:,}" if ch.drop is not None else "the run did not drop"
     folder = checkpoint_dir(ch.run_dir, step).name
-    module, cls, arg, what = CARD_MODELS[m.kind]
-    return f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
+    module, cls, what, load = CARD_MODELS[m.kind]
+    load = load.format(folder=folder, shape=f"[batch, {d.n * d.n}]" if m.kind == "bert" else f"[batch, {d.n}, {d.n}]")
+    fresh = cells.get("eval_L_mask")
+    data = card_data(cfg, step, checkpoint_dir(ch.run_dir, step), l_mask=fresh,
+                     matrices=cfg.train.eval_batch if fresh is not None else None)
+    return str(hub_card(data, f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
 
 A checkpoint of the book that reproduces {PAPER_CITATION}.
 
@@ -339,12 +356,11 @@ The model: {m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {
 With mclib (the book's repository, `pip install -e .`):
 
 ```python
-from mclib.core.data import make_batch
-from {module} import {cls}
-
-model = {cls}.from_pretrained("{folder}").eval()
-pred = model(make_batch(x, mask){arg})   # x [batch, {d.n}, {d.n}] float, mask [batch, {d.n}, {d.n}] bool (True = masked)
+{load}
 ```
+
+x `[batch, {d.n}, {d.n}]` float, mask `[batch, {d.n}, {d.n}]` bool (True = masked). The sha256 of the weights
+is in the card's header (`mclib: weights_sha256`).
 
 ## The run's profile ({PROFILE})
 
@@ -355,12 +371,14 @@ pred = model(make_batch(x, mask){arg})   # x [batch, {d.n}, {d.n}] float, mask [
 ## Cite
 
 The book: {CITATION} at the root of its repository. The paper: {PAPER_CITATION}.
-"""
+"""))
 
 
 def checkpoint_series_zip(ch: "Chapter") -> Path:
     """The analysis checkpoints in one zip (`runs.checkpoint_series_path`), each a HuggingFace
-    folder with its model card, without train_state.pt; rewritten atomically at every call."""
+    folder with config.json (in today's format, `config_text`, so that AutoModel loads it whole),
+    model.safetensors and its model card, without train_state.pt; rewritten atomically each call."""
+    from ..core.model import config_text
     from ..core.runs import MODEL_CARD, MODEL_FILE, checkpoint_series_path, write_atomic
 
     path = checkpoint_series_path(ch.run_dir)
@@ -370,8 +388,8 @@ def checkpoint_series_zip(ch: "Chapter") -> Path:
             for step in checkpoint_roles(ch.steps):
                 src = checkpoint_dir(ch.run_dir, step)
                 folder = f"{ch.run_dir.name}/{src.name}"
-                for name in (CONFIG_FILE, MODEL_FILE):
-                    z.write(src / name, f"{folder}/{name}")
+                z.writestr(f"{folder}/{CONFIG_FILE}", config_text(src))
+                z.write(src / MODEL_FILE, f"{folder}/{MODEL_FILE}")
                 z.writestr(f"{folder}/{MODEL_CARD}", model_card(ch, step))
     write_atomic(path, write)
     return path

@@ -3,7 +3,7 @@
     _toc.yml               the chapters in order (`chapters()`)
     book/NAME.ipynb        chapter templates, stored without outputs
     OUT/runs/P-seedS/      the run every chapter reads; the training chapter trains it
-    OUT/book/_executed/    executed chapters + manifest.json  (OUT: --out-dir, default the repository)
+    OUT/book/_executed/    executed chapters + manifest.json  (OUT: --out, default the repository)
     OUT/_build/html/       the site
 
 Papermill runs each template with the same parameters (profile, seed, run_dir, device). A
@@ -23,11 +23,13 @@ import threading
 import time
 from pathlib import Path
 
+import yaml
+
 from . import scorecard
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
-from ..core.runs import default_run_dir
+from ..core.runs import default_run_dir, write_atomic
 from .runner_beside import READY_FILE, _beside, _execute_apart, alongside
 from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, machine_paths
 from .runner_plan import Plan, Reads, _asking, plan_runs
@@ -125,17 +127,23 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True, site: bool = True,
-          ledger: Path | None = None, specs: Specs) -> dict:
+          ledger: Path | None = None, specs: Specs, overrides: dict | None = None) -> dict:
     """Execute `templates` (default every chapter of _toc.yml) and, unless site=False, build the
     site: the chapters executed, then each spec's `site_part(out, ledger, specs=specs)`. Chapters
-    left out keep their last records in the manifest. Returns the manifest; raises BookError."""
+    left out keep their last records in the manifest. `overrides`: dotted keys set on the profile
+    (--set), which the chapters read from OUT/book/_executed/NAME-set.yaml. Returns the manifest;
+    raises BookError."""
     from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
     t_start = time.time()
     ppath = profile_path(profile).resolve()
-    cfg = load_profile(ppath, **({} if seed is None else {"seed": seed}))
+    cfg = load_profile(ppath, overrides_from="--set", **{**(overrides or {}), **({} if seed is None else {"seed": seed})})
     out = Path(out_dir or REPO).resolve()
+    if overrides:  # the chapters' kernels read the profile from a file: the one with the overrides on it
+        ppath = out / EXECUTED / f"{cfg.name}-set.yaml"
+        ppath.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False)))
     run_dir = Path(run_dir or default_run_dir(cfg, out / "runs")).resolve()
     device = device or cfg.train.device
     resolved = resolve_device(device).type

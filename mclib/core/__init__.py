@@ -2,7 +2,8 @@
 
     config.py       profiles (params/*.yaml) as typed dataclasses, validated; one-line errors
     data.py         low-rank matrices, masks, the tokenizer
-    model.py        BertModel + linear read-out; checkpoints are HuggingFace folders
+    model.py        BertModel + linear read-out, model_type matrix-bert (AutoModel loads it); checkpoints are HF folders
+    card.py         a checkpoint's model card: huggingface_hub's ModelCard, the weights' sha256
     gpt.py          E19's GPT decoder, trained with teacher forcing
     attention.py    mclib's attention function (hook points, attention bias), registered with transformers
     hooks.py        every activation by name (TransformerLens' scheme): hooks(), run_with_cache()

@@ -1,21 +1,26 @@
 """Profiles: one YAML file per setting (params/*.yaml), loaded into typed, validated dataclasses.
 
-A bad value raises `ConfigError` with one line naming the key and the value (the CLI prints
-it and exits 2); several bad values give one error listing each on its own line (at most
-MAX_PROBLEMS), e.g. "params/x.yaml: 4 bad values:" then "  data.p_mask = 1.5 is outside [0, 1)".
+A pydantic schema (`_Profile`: each key's type and range; `_across`: the checks that read two
+keys) validates it. A bad value raises `ConfigError` with one line naming the key and the value
+(the CLI prints it after the file or "--set" it came from, and exits 2); several bad values give
+one error listing each on its own line (at most MAX_PROBLEMS), e.g. "params/x.yaml: 4 bad
+values:" then "  data.p_mask = 1.5 is outside [0, 1)".
 """
 from __future__ import annotations
 
 import dataclasses
-import math
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
 
 import yaml
+from pydantic import ValidationError
 
 from .metrics import SLOPE_BLOCKS
 from .packaged import profile_file
+from .schema import (FINITE_NOT_NEGATIVE, FRACTION, NOT_NEGATIVE, POSITIVE, Bool, Float, Int, Schema, Str,
+                     at_least_one, check, items, one_of, problems)
 
 
 class ConfigError(ValueError):
@@ -151,12 +156,16 @@ class Profile:
         return dataclasses.asdict(self)
 
     def replace(self, **overrides) -> "Profile":
-        """A validated copy with dotted overrides, e.g. replace(**{"train.steps": 10})."""
+        """A validated copy with dotted overrides, e.g. replace(**{"train.steps": 10}); a whole
+        section may be given as a mapping ("analysis": {...}). A key that is no profile's is
+        a ConfigError naming it and its value."""
         d = self.to_dict()
         for key, value in overrides.items():
             *parents, leaf = key.split(".")
             node = d
             for p in parents:
+                if not isinstance(node.get(p), dict):
+                    raise ConfigError(f"unknown key {key} = {value!r} (known: {', '.join(node)})")
                 node = node[p]
             node[leaf] = value
         return profile_from_dict(d)
@@ -169,152 +178,160 @@ STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph",  # train.s
          "compile-graph-matmul-attention", "autotune-graph")
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.checkpoints.prune_checkpoints)
 
-_CHOICES = {
-    ("data", "dist"): ("uniform", "gaussian", "laplace", "random"),
-    ("model", "attention"): ("sdpa", "eager"),
-    ("model", "kind"): ("bert", "gpt"),
-    ("model", "attn_bias_target"): ("row_col", "other"),  # mclib.core.attention.BIAS_TARGETS
-    ("train", "precision"): PRECISIONS,
-    ("train", "step"): STEPS,
-    ("train", "device"): ("auto", "cpu", "cuda"),
-    ("train", "until"): ("steps", "converged"),
-    ("checkpoints", "place"): ("fixed", "drop"),
-    ("checkpoints", "keep"): KEEP,
-}
-_POSITIVE = {
-    "data": ("n", "rank"),
-    "model": ("layers", "heads", "hidden", "intermediate", "init_std"),
-    "train": ("steps", "batch", "lr", "eval_every", "eval_batch", "save_every", "log_every", "patience"),
-    "analysis": ("headline_matrices", "eval_matrices", "copy_matrices", "probe_fit", "probe_test", "freeze_steps",
-                 "nuclear_matrices", "regularised_matrices", "solver_matrices", "ood_matrices"),
-}
+
+# --- the schema: each key's type and range, one section a model, in the dataclasses' order ------
+# (the defaults are the dataclasses'; a key of a dataclass that is not here, or one here that is
+# not there, fails every profile)
+
+PosInt, NonNegInt = Annotated[Int, POSITIVE], Annotated[Int, NOT_NEGATIVE]
+PosFloat, Fraction = Annotated[Float, POSITIVE], Annotated[Float, FRACTION]
 
 
-def _coerce(where: str, value: Any, typ: Any) -> Any:
-    """Check a YAML value against a dataclass field type (int, float, bool, str, list[int], optional)."""
-    typ = str(typ)
-    if value is None and "None" in typ:
-        return None
-    if typ.startswith("int") or typ.startswith("float"):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if typ.startswith("int"):
-            ok = ok and float(value).is_integer()
-        if not ok:
-            raise ConfigError(f"{where} = {value!r} is not {'an integer' if typ.startswith('int') else 'a number'}")
-        return int(value) if typ.startswith("int") else float(value)
-    if typ.startswith("list"):
-        if not isinstance(value, list):
-            value = [value]
-        return [_coerce(where, v, typ[5:-1]) for v in value]  # list[int] / list[float]
-    if typ == "bool":
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} = {value!r} is not true or false")
-        return value
-    if typ == "str":
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} = {value!r} is not a string")
-    return value
+class _Data(Schema):
+    n: PosInt
+    rank: PosInt
+    p_mask: Fraction
+    dist: Annotated[Str, one_of(("uniform", "gaussian", "laplace", "random"))]
 
 
-def _section(cls, raw: Any, where: str, problems: dict[str, str]):
-    """`cls` from the mapping `raw`; each key that is unknown or of the wrong type is added to
-    `problems` (key -> message) and keeps its default, so that every key is read."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        problems.setdefault(where, f"{where} = {raw!r} is not a mapping")
-        return cls()
-    known = {f.name: f for f in fields(cls)}
-    kwargs = {}
-    for key, value in raw.items():
-        name = f"{where + '.' if where else ''}{key}"
-        if key not in known:
-            problems.setdefault(name, f"unknown key {name} (known: {', '.join(known)})")
-            continue
-        sub = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig,
-               "checkpoints": Checkpoints, "analysis": Analysis}.get(key) if cls is Profile else None
-        if sub:
-            kwargs[key] = _section(sub, value, key, problems)
-            continue
-        try:
-            kwargs[key] = _coerce(name, value, known[key].type)
-        except ConfigError as e:
-            problems.setdefault(name, str(e))
-    return cls(**kwargs)
+class _Model(Schema):
+    kind: Annotated[Str, one_of(("bert", "gpt"))]
+    layers: PosInt
+    heads: PosInt
+    hidden: PosInt
+    intermediate: PosInt
+    init_std: PosFloat
+    attention: Annotated[Str, one_of(("sdpa", "eager"))]
+    attn_bias: Annotated[Float, FINITE_NOT_NEGATIVE]
+    attn_bias_target: Annotated[Str, one_of(("row_col", "other"))]  # mclib.core.attention.BIAS_TARGETS
 
 
-def _validate(p: Profile, problems: dict[str, str]) -> None:
-    """Add every bad value of `p` to `problems` (key -> message). A key already there (a
-    wrong type, kept at its default) is not judged again, nor is a check across keys that
-    reads one, so each bad value gets one line."""
-    def bad(key: str, message: str, *reads: str) -> None:
-        if not any(k in problems or k.split(".")[0] in problems for k in (key, *reads)):
-            problems[key] = message
+class _Train(Schema):
+    steps: PosInt
+    until: Annotated[Str, one_of(("steps", "converged"))]
+    patience: Annotated[Int, POSITIVE, check(lambda v: v >= SLOPE_BLOCKS, f"is under {SLOPE_BLOCKS}: the convergence "
+                                                                          f"rule fits {SLOPE_BLOCKS} block means")]
+    min_improvement: Fraction
+    batch: PosInt
+    lr: PosFloat
+    warmup: NonNegInt
+    beta2: Fraction
+    grad_clip: Annotated[Float, NOT_NEGATIVE]
+    precision: Annotated[Str, one_of(PRECISIONS)]
+    device: Annotated[Str, one_of(("auto", "cpu", "cuda"))]
+    threads: NonNegInt
+    eval_every: PosInt
+    eval_batch: PosInt
+    save_every: PosInt
+    state_every: Int  # 0 or a multiple of save_every: `_across`
+    log_every: PosInt
+    compile: Bool
+    step: Annotated[Str, one_of(STEPS)]
 
-    for section, keys in _POSITIVE.items():
-        for key in keys:
-            value = getattr(getattr(p, section), key)
-            if value <= 0:
-                bad(f"{section}.{key}", f"{section}.{key} = {value!r} must be positive")
-    for (section, key), choices in _CHOICES.items():
-        value = getattr(getattr(p, section), key)
-        if value not in choices:
-            bad(f"{section}.{key}", f"{section}.{key} = {value!r} is not one of {', '.join(choices)}")
+
+class _Checkpoints(Schema):
+    place: Annotated[Str, one_of(("fixed", "drop"))]
+    keep: Annotated[Str, one_of(KEEP)]
+    pre: Int  # every step within 1..train.steps: `_across`
+    transition: items(Int)
+    post: Int
+
+
+class _Analysis(Schema):
+    seed: Int
+    headline_matrices: PosInt
+    eval_matrices: PosInt
+    copy_matrices: PosInt
+    probe_fit: PosInt
+    probe_test: PosInt
+    freeze_steps: PosInt
+    nuclear_matrices: PosInt
+    nuclear_p_masks: items(Annotated[Float, check(lambda v: 0 < v < 1, "is outside (0, 1)")])
+    regularised_matrices: PosInt
+    solver_matrices: PosInt
+    ood_matrices: PosInt
+    seeds: Annotated[items(Int), at_least_one("seed")]
+    after_drop: Optional[NonNegInt]
+    gpt_steps: Optional[PosInt]
+    download_checkpoint: Bool
+    freeze: Bool
+    train_in_book: Bool
+
+
+class _Profile(Schema):
+    name: Str
+    seed: NonNegInt
+    data: _Data
+    model: _Model
+    train: _Train
+    checkpoints: _Checkpoints
+    analysis: _Analysis
+    notes: Str
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "checkpoints": Checkpoints,
+            "analysis": Analysis}
+
+
+def _across(p: Profile) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The checks that read more than one key: (the key named, the line, the other keys it reads)."""
     d, m, t = p.data, p.model, p.train
-    if not (math.isfinite(m.attn_bias) and m.attn_bias >= 0):
-        raise ConfigError(f"model.attn_bias = {m.attn_bias!r} must be a finite number >= 0")
+    found = []
     if d.rank > d.n:
-        bad("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", "data.n")
-    if not 0 <= d.p_mask < 1:
-        bad("data.p_mask", f"data.p_mask = {d.p_mask!r} is outside [0, 1)")
+        found.append(("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", ("data.n",)))
     if m.kind == "gpt":  # BERT's levers have no meaning in the GPT-2 classes
-        for key, default in BERT_ONLY.items():
-            if getattr(m, key) != default:
-                bad(f"model.{key}", f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such lever",
-                    "model.kind")
-    if m.heads > 0 and m.hidden % m.heads:
-        bad("model.heads", f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}", "model.hidden")
-    if not 0 <= t.beta2 < 1:
-        bad("train.beta2", f"train.beta2 = {t.beta2!r} is outside [0, 1)")
-    if t.grad_clip < 0:
-        bad("train.grad_clip", f"train.grad_clip = {t.grad_clip!r} must not be negative")
-    if t.patience < SLOPE_BLOCKS:
-        bad("train.patience", f"train.patience = {t.patience!r} is under {SLOPE_BLOCKS}: the convergence rule fits "
-                              f"{SLOPE_BLOCKS} block means")
-    if not 0 <= t.min_improvement < 1:
-        bad("train.min_improvement", f"train.min_improvement = {t.min_improvement!r} is outside [0, 1)")
-    if t.state_every < 0 or (t.state_every and t.save_every > 0 and t.state_every % t.save_every):
-        bad("train.state_every", f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
-                                 f"train.save_every = {t.save_every}", "train.save_every")
-    for key in ("warmup", "threads"):
-        if getattr(t, key) < 0:
-            bad(f"train.{key}", f"train.{key} = {getattr(t, key)!r} must not be negative")
+        found += [(f"model.{key}", f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such "
+                                   "lever", ("model.kind",)) for key, off in BERT_ONLY.items() if getattr(m, key) != off]
+    if m.hidden % m.heads:
+        found.append(("model.heads", f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}",
+                      ("model.hidden",)))
+    if t.state_every < 0 or t.state_every % t.save_every:
+        found.append(("train.state_every", f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
+                                           f"train.save_every = {t.save_every}", ("train.save_every",)))
     outside = [s for s in p.checkpoints.all_steps() if not 0 < s <= t.steps]
     if outside:
-        steps = (f"step {outside[0]} is" if len(outside) == 1
-                 else f"steps {', '.join(str(s) for s in outside)} are")
-        bad("checkpoints.steps", f"checkpoints {steps} outside 1..train.steps = {t.steps}", "train.steps",
-            "checkpoints.pre", "checkpoints.transition", "checkpoints.post")
-    for q in p.analysis.nuclear_p_masks:
-        if not 0 < q < 1:
-            bad("analysis.nuclear_p_masks", f"analysis.nuclear_p_masks has {q!r}, outside (0, 1)")
-    if not p.analysis.seeds:
-        bad("analysis.seeds", "analysis.seeds = [] must name at least one seed")
-    if p.analysis.gpt_steps is not None and p.analysis.gpt_steps <= 0:
-        bad("analysis.gpt_steps", f"analysis.gpt_steps = {p.analysis.gpt_steps!r} must be positive")
-    if p.analysis.after_drop is not None and p.analysis.after_drop < 0:
-        bad("analysis.after_drop", f"analysis.after_drop = {p.analysis.after_drop!r} must not be negative")
-    if p.seed < 0:
-        bad("seed", f"seed = {p.seed!r} must not be negative")
+        steps = f"step {outside[0]} is" if len(outside) == 1 else f"steps {', '.join(str(s) for s in outside)} are"
+        found.append(("checkpoints.steps", f"checkpoints {steps} outside 1..train.steps = {t.steps}",
+                      ("train.steps", "checkpoints.pre", "checkpoints.transition", "checkpoints.post")))
+    return found
+
+
+def _merged(raw: dict, skip: set[str]) -> dict:
+    """The default profile with `raw`'s keys on it, less the dotted keys in `skip`."""
+    out = Profile().to_dict()
+    for key, value in raw.items():
+        if key in skip:
+            continue
+        if value is None and isinstance(out.get(key), dict):
+            continue  # a section left empty (`analysis:`): its defaults
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **{k: v for k, v in value.items() if f"{key}.{k}" not in skip}}
+        else:
+            out[key] = value
+    return out
 
 
 def profile_from_dict(raw: Any) -> Profile:
-    """A validated Profile from a parsed profile; every bad value is named in one ConfigError."""
-    problems: dict[str, str] = {}
-    profile = _section(Profile, raw, "", problems)
-    _validate(profile, problems)
-    if problems:
-        raise _config_error(list(problems.values()))
+    """A validated Profile from a parsed profile; every bad value is named in one ConfigError,
+    once: a key of the wrong type or out of its range is read at its default by the checks
+    across keys, and a check that reads it is not judged."""
+    raw = raw if raw is not None else {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"profile = {raw!r} is not a mapping")
+    found: dict[str, str] = {}
+    try:
+        checked = _Profile.model_validate(_merged(raw, set()))
+    except ValidationError as e:
+        for key, line in problems(e, _Profile, "profile"):
+            found.setdefault(key.split("[")[0], line)
+        checked = _Profile.model_validate(_merged(raw, set(found)))  # every bad key at its default
+    profile = Profile(**{name: SECTIONS[name](**value) if name in SECTIONS else value
+                         for name, value in checked.model_dump().items()})
+    for key, line, reads in _across(profile):
+        if not any(k in found or k.split(".")[0] in found for k in (key, *reads)):
+            found[key] = line
+    if found:
+        raise _config_error(list(found.values()))
     return profile
 
 
@@ -364,15 +381,39 @@ def read_yaml(path: str | Path, what: str, error: type[Exception] = ConfigError)
         raise error(f"{what} file {str(path)!r} is not valid YAML: {str(e).splitlines()[0]}") from None
 
 
-def load_profile(path: str | Path, **overrides) -> Profile:
-    """Load and validate params/<name>.yaml; `overrides` are dotted keys (see Profile.replace)."""
+def load_profile(path: str | Path, *, overrides_from: str = "overrides", **overrides) -> Profile:
+    """Load and validate params/<name>.yaml; `overrides` are dotted keys (see Profile.replace).
+    A bad value of the file is named after the file, one of the overrides after
+    `overrides_from` (the command line's "--set")."""
     path = Path(path)
     raw = read_yaml(path, "profile")
     try:
         profile = profile_from_dict(raw)
-        return profile.replace(**overrides) if overrides else profile
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}", e.problems) from None
+    try:
+        return profile.replace(**overrides) if overrides else profile
+    except ConfigError as e:
+        raise ConfigError(f"{overrides_from}: {e}", e.problems) from None
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """"train.lr=1e-3" -> ("train.lr", 0.001): a dotted key and its value read as YAML, where a
+    number in exponent form without a dot (1e-3, 2E4) is a number as in YAML 1.2 (PyYAML's
+    1.1 reads it as a string). No "=" or no key raises ConfigError naming the text."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"{text!r} is not KEY=VALUE (e.g. train.lr=1e-3)")
+    try:
+        parsed = parse_yaml(value) if value.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{text!r}: the value is not valid YAML: {str(e).splitlines()[0]}") from None
+    if isinstance(parsed, str) and _EXPONENT.fullmatch(parsed.strip()):
+        parsed = float(parsed)
+    return key.strip(), parsed
+
+
+_EXPONENT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def profile_path(name_or_path: str) -> Path:

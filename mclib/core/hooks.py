@@ -1,8 +1,8 @@
 """Named hook points on every activation of `MatrixBert`, in TransformerLens' naming.
 
     with hooks(model, [("blocks.2.hook_mlp_out", lambda t, name: torch.zeros_like(t))]):
-        pred = model(tokens)                      # layer 2's MLP zeroed (layers from 0)
-    pred, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])
+        pred = model(tokens).logits               # layer 2's MLP zeroed (layers from 0)
+    pred, cache = run_with_cache(model, tokens, names=["blocks.0.attn.hook_pattern"])  # pred: the logits
     cache["blocks.0.attn.hook_pattern"]           # [batch, head, query, key]
 
 A hook is a pair (name, fn); `fn(tensor, name)` may return a replacement of the same shape
@@ -28,7 +28,7 @@ are the sums before the LayerNorm, `normalized_resid_*` its output. pos = n², l
     blocks.{l}.hook_mlp_out             [batch, pos, d_model]  the MLP's second projection (no residual, no LayerNorm)
     blocks.{l}.hook_resid_post          [batch, pos, d_model]  normalized_resid_mid + mlp_out: the input of the second LayerNorm
     blocks.{l}.hook_normalized_resid_post [batch, pos, d_model] that LayerNorm's output: the block's output
-    hook_readout                        [batch, pos]           the read-out's output: the predictions the model returns
+    hook_readout                        [batch, pos]           the read-out's output: the predictions, the `logits` the model returns
 
 (*) z is head-first, as the attention function returns it. A hook on a pattern or z switches
 the model to mclib's attention function for the block; other hooks keep "sdpa" or "eager".
@@ -206,16 +206,17 @@ def hooks(model, fwd_hooks: Iterable[Hook]):
 
 
 def run_with_hooks(model, tokens: torch.Tensor, fwd_hooks: Iterable[Hook]) -> torch.Tensor:
-    """`model(tokens)` with the hooks on for that one pass."""
+    """`model(tokens).logits` (the predictions `[batch, pos]`) with the hooks on for that one pass."""
     with hooks(model, fwd_hooks):
-        return model(tokens)
+        return model(tokens).logits
 
 
 def run_with_cache(model, tokens: torch.Tensor, names: Iterable[str] | None = None,
                    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """`(model(tokens), cache)`: cache maps each hook name (all, or those in `names`) to
-    its activation in that pass, detached, as a hook there would see it (after the
-    hooks of any enclosing `hooks` block on the same name)."""
+    """`(model(tokens).logits, cache)`, as TransformerLens' (the predictions `[batch, pos]`):
+    cache maps each hook name (all, or those in `names`) to its activation in that pass,
+    detached, as a hook there would see it (after the hooks of any enclosing `hooks` block on
+    the same name)."""
     names = hook_names(model) if names is None else check_names(model, names)
     cache: dict[str, torch.Tensor] = {}
 
@@ -223,5 +224,5 @@ def run_with_cache(model, tokens: torch.Tensor, names: Iterable[str] | None = No
         cache[name] = tensor.detach()
 
     with hooks(model, [(name, keep) for name in names]):
-        out = model(tokens)
+        out = model(tokens).logits
     return out, cache

@@ -20,12 +20,15 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Annotated, Any, Callable, Iterator, Optional
+
+from pydantic import ValidationError
+
+from .schema import POSITIVE, Int, Schema, Str, one_of, problems
 
 ENV = "MCLIB_CLUSTER"
 CONNECT_TIMEOUT = 10.0  # seconds to reach a running scheduler
 JOBQUEUE_KINDS = ("slurm", "pbs", "sge", "lsf", "htcondor", "moab", "oar")
-JOBQUEUE_KEYS = ("jobqueue", "workers", "options")
 
 
 class ClusterError(RuntimeError):
@@ -65,6 +68,13 @@ def resources_for(profile) -> dict[str, float] | None:
     return {"GPU": 1} if needs_gpu(profile) else None
 
 
+class _Jobqueue(Schema):
+    """A jobqueue file's keys (`jobqueue_spec`)."""
+    jobqueue: Annotated[Str, one_of(JOBQUEUE_KINDS)]
+    workers: Annotated[Int, POSITIVE] = 1
+    options: Optional[dict[str, Any]] = None  # dask_jobqueue's, passed to its cluster as they are
+
+
 def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
     """Read a jobqueue YAML: (dask_jobqueue cluster class, its keyword arguments, workers).
 
@@ -72,25 +82,15 @@ def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
         workers: 4                  # worker jobs to start (cluster.scale(jobs=...))
         options: {queue: gpu, cores: 1, memory: 16GB, worker_extra_args: ["--resources", "GPU=1"]}
 
-    A missing file, an unknown key or kind, or a bad value raises ClusterError naming it."""
+    A missing file, an unknown key or kind, or a bad value raises ClusterError, one line naming
+    the file, the key and the value (the schema: `_Jobqueue`)."""
     from .config import read_yaml
 
-    path = Path(path)
-    raw = read_yaml(path, "jobqueue", ClusterError)
-    if not isinstance(raw, dict):
-        raise ClusterError(f"jobqueue file {str(path)!r} is not a mapping")
-    for key in raw:
-        if key not in JOBQUEUE_KEYS:
-            raise ClusterError(f"{path}: unknown key {key} (known: {', '.join(JOBQUEUE_KEYS)})")
-    kind = raw.get("jobqueue")
-    if kind not in JOBQUEUE_KINDS:
-        raise ClusterError(f"{path}: jobqueue = {kind!r} is not one of {', '.join(JOBQUEUE_KINDS)}")
-    workers = raw.get("workers", 1)
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-        raise ClusterError(f"{path}: workers = {workers!r} is not a positive integer")
-    options = raw.get("options") or {}
-    if not isinstance(options, dict):
-        raise ClusterError(f"{path}: options = {options!r} is not a mapping")
+    try:
+        spec = _Jobqueue.model_validate(read_yaml(path, "jobqueue", ClusterError))
+    except ValidationError as e:
+        raise ClusterError(f"{path}: {problems(e, _Jobqueue, 'jobqueue')[0][1]}") from None
+    kind, options, workers = spec.jobqueue, spec.options or {}, spec.workers
     import dask_jobqueue
 
     cls = getattr(dask_jobqueue, {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster",

@@ -7,26 +7,73 @@ BERT's 0.02 normal init. The follow-up's attention bias (`attn_bias` > 0, `attn_
 lives in the config, so `from_pretrained` rebuilds it, and runs mclib's attention function
 (`mclib.core.attention`); at 0 the model is the paper's. `load_model` refuses, in one line, a
 checkpoint whose config.json sets an old lever (`REMOVED_LEVERS`) away from its off value.
+
+A Hugging Face model of its own: `MatrixBertConfig` (`model_type: matrix-bert`, a `BertConfig`
+with mclib's fields, so the encoder is a stock `BertModel`) is registered with `AutoConfig` and
+`AutoModel` when this module is imported, so `AutoModel.from_pretrained(folder)` returns the whole
+`MatrixBert`, read-out included, without `trust_remote_code`. Not registered with
+`AutoModelForMaskedLM`: its contract is logits over a vocabulary, where this model returns one
+real number per entry. `forward(input_ids, attention_mask=None, labels=None)` returns a
+`MatrixCompletionOutput` (`logits` `[batch, n*n]`; `loss`, the training step's L, where `labels`
+are given). A folder saying `model_type: bert` (`LEGACY`, the format before 2026-11-29) loads
+whole through `load_model` and `MatrixBert.from_pretrained`, with one line saying so.
 """
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
+from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import BertConfig, BertModel, BertPreTrainedModel
-from transformers.utils import CONFIG_NAME
+from transformers import AutoConfig, AutoModel, BertConfig, BertModel, BertPreTrainedModel
+from transformers.utils import CONFIG_NAME, ModelOutput
 from transformers.utils import logging as hf_logging
+from transformers.utils.generic import can_return_tuple
 
 from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
 from .data import MASK_ID, VOCAB_SIZE, Batch
+from .metrics import squared_errors
 
 hf_logging.disable_progress_bar()  # one bar per checkpoint load/save is noise in notebooks
+log = logging.getLogger(__name__)
+
+MODEL_TYPE = "matrix-bert"
+# what the config.json of a checkpoint saved before 2026-11-29 says (beside its matrix_n)
+LEGACY = {"model_type": "bert", "architectures": ["MatrixBert"]}
 
 
-def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
-    return BertConfig(
+@strict
+class MatrixBertConfig(BertConfig):
+    """BERT's config (the encoder is a stock `BertModel`) with mclib's fields: `matrix_n`, the n
+    of the n×n matrices, and the follow-up's attention bias (`attn_bias`, `attn_bias_target`)."""
+
+    model_type = MODEL_TYPE
+
+    matrix_n: int | None = None
+    attn_bias: float | int = 0.0
+    attn_bias_target: str = "row_col"
+
+
+@dataclass
+class MatrixCompletionOutput(ModelOutput):
+    """What `MatrixBert.forward` returns. logits `[batch, n*n]`: the predicted value of every
+    entry (a regression, not scores over a vocabulary); loss: L, the mean squared error over
+    every entry against `labels`, as the training step computes it (`mclib.core.step.device_step`;
+    None without labels); hidden_states, attentions: BertModel's, where asked for."""
+
+    loss: torch.FloatTensor | None = None
+    logits: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+def bert_config(cfg: ModelConfig, n: int) -> MatrixBertConfig:
+    return MatrixBertConfig(
         vocab_size=VOCAB_SIZE,
         hidden_size=cfg.hidden,
         num_hidden_layers=cfg.layers,
@@ -47,9 +94,13 @@ def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
 
 
 class MatrixBert(BertPreTrainedModel):
-    """`tokens [batch, n*n] -> predictions [batch, n*n]` (one real number per entry)."""
+    """`input_ids [batch, n*n] -> MatrixCompletionOutput`, `.logits [batch, n*n]`: one real number per entry."""
 
-    def __init__(self, config: BertConfig):
+    config_class = MatrixBertConfig
+
+    def __init__(self, config: MatrixBertConfig):
+        if getattr(config, "attn_bias", 0.0):  # only mclib's attention function applies the bias
+            config._attn_implementation = IMPL
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False)
         self.readout = nn.Linear(config.hidden_size, 1)
@@ -70,14 +121,75 @@ class MatrixBert(BertPreTrainedModel):
             return  # keep PyTorch's default nn.Linear init, as the authors' code does
         super()._init_weights(module)
 
-    def forward(self, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
-        # All-ones attention mask and zero token types: passing none gives exactly that.
-        hidden = self.bert(input_ids=tokens, **kwargs).last_hidden_state  # [batch, seq, hidden]
-        return self.readout(hidden).squeeze(-1)                            # [batch, seq]
+    @can_return_tuple
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, **kwargs) -> MatrixCompletionOutput:
+        """input_ids `[batch, n*n]`; attention_mask: None, the paper's (every token attends to
+        every other, masked ones too); labels: the true values `[batch, n*n]` or `[batch, n, n]`.
+        Other keyword arguments go to BertModel (output_hidden_states, output_attentions, ...)."""
+        out = self.bert(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        logits = self.readout(out.last_hidden_state).squeeze(-1)          # [batch, seq]
+        loss = None
+        if labels is not None:
+            if labels.numel() != logits.numel():
+                raise ValueError(f"labels of shape {tuple(labels.shape)} do not fit the predictions "
+                                 f"{tuple(logits.shape)}: one true value per entry")
+            loss = squared_errors(logits[None], labels[None]).mean(1).sum()  # L, as device_step differentiates it
+        return MatrixCompletionOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
+                                      attentions=out.attentions)
 
     def hidden_states(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Embedding output and every layer's output, each `[batch, seq, hidden]`."""
         return self.bert(input_ids=tokens, output_hidden_states=True).hidden_states
+
+    @classmethod
+    def from_pretrained(cls, path, *args, config=None, **kwargs):
+        """transformers' `from_pretrained`, with a local folder saved before 2026-11-29 (`LEGACY`)
+        read whole (`read_config`), and the token-type embedding frozen again (loading turns
+        every parameter's requires_grad back on)."""
+        if config is None and (Path(path) / CONFIG_NAME).is_file():
+            config = read_config(path)
+        model = super().from_pretrained(path, *args, config=config, **kwargs)
+        model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
+        return model
+
+
+AutoConfig.register(MODEL_TYPE, MatrixBertConfig, exist_ok=True)
+AutoModel.register(MatrixBertConfig, MatrixBert, exist_ok=True)
+
+
+_said_legacy: list[str] = []  # the first folder of the old format loaded in this process
+
+
+def read_config(path) -> MatrixBertConfig:
+    """The `MatrixBertConfig` of a checkpoint folder. One saved before 2026-11-29 (config.json
+    says `LEGACY`, with a matrix_n) is read as one, said once per process in one line; a folder
+    of another architecture is a one-line ValueError naming what it says."""
+    path = Path(path)
+    saved = json.loads((path / CONFIG_NAME).read_text())
+    kind = saved.get("model_type")
+    if kind == MODEL_TYPE:
+        return MatrixBertConfig.from_pretrained(path)
+    if any(saved.get(k) != v for k, v in LEGACY.items()) or "matrix_n" not in saved:
+        raise ValueError(f"{path / CONFIG_NAME}: model_type {kind!r}, architectures {saved.get('architectures')!r}: "
+                         f"not a MatrixBert (model_type {MODEL_TYPE!r}, or {LEGACY['model_type']!r} with "
+                         f"architectures {LEGACY['architectures']!r} and a matrix_n)")
+    if not _said_legacy:
+        _said_legacy.append(str(path))
+        log.warning("mclib: %s: %s has model_type 'bert', the format saved before 2026-11-29: read as "
+                    "a MatrixBert's, read-out included (AutoModel reads such a folder as a stock BertModel without "
+                    "it; saving it again writes model_type %r; further such folders are read without this line)",
+                    path, CONFIG_NAME, MODEL_TYPE)
+    return MatrixBertConfig.from_dict({k: v for k, v in saved.items() if k not in ("model_type", "transformers_version")})
+
+
+def config_text(folder) -> str:
+    """A checkpoint folder's config.json as `save_pretrained` writes it today: the file's text, or
+    for a folder saved before 2026-11-29 (`LEGACY`) its `read_config`, which AutoModel loads whole."""
+    text = (Path(folder) / CONFIG_NAME).read_text()
+    if json.loads(text).get("model_type") != LEGACY["model_type"]:
+        return text
+    return read_config(folder).to_json_string(use_diff=True)
 
 
 def matrix_n(model) -> int:
@@ -105,7 +217,7 @@ def predict(model, batch: Batch) -> torch.Tensor:
     teacher-forced GPT the whole batch)."""
     if getattr(model, "teacher_forced", False):
         return model(batch)
-    return model(batch.tokens).view_as(batch.x)
+    return model(batch.tokens).logits.view_as(batch.x)
 
 
 
@@ -133,19 +245,15 @@ REMOVED_LEVERS = {"attn_logit_scale": 1.0, "position_init_std": None, "qk_norm":
 
 def load_model(path, attention: str = "sdpa") -> MatrixBert:
     """A saved model (a folder with config.json + model.safetensors), in eval mode: a
-    `MatrixBert`, or a `MatrixGPT` where config.json says gpt2."""
-    import json
-    from pathlib import Path
-
+    `MatrixBert` (also from a folder saved before 2026-11-29, `read_config`), or a `MatrixGPT`
+    where config.json says gpt2."""
     if json.loads((Path(path) / CONFIG_NAME).read_text()).get("model_type") == "gpt2":
         from .gpt import load_gpt
         return load_gpt(path)
-    config = BertConfig.from_pretrained(path)
+    config = read_config(path)
     for key, off in REMOVED_LEVERS.items():
         if getattr(config, key, off) != off:
             raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
                              f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
-    model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(config, attention))
-    # from_pretrained turns requires_grad back on; the token types stay frozen.
-    model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
+    model = MatrixBert.from_pretrained(path, config=config, attn_implementation=attention_for(config, attention))
     return model.eval()

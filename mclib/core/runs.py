@@ -53,7 +53,7 @@ SCORECARD_LOCK = ".scorecard.lock"
 FREEZE = "freeze"
 FREEZE_SOURCE = "source.json"
 CHECKPOINT_SERIES = "checkpoint_series.zip"
-MODEL_CARD = "README.md"  # a checkpoint's model card, in the series' folders
+MODEL_CARD = "README.md"  # a checkpoint's model card, in the series' folders (`mclib.core.card`)
 EXPORT = "export"
 
 

@@ -1,7 +1,7 @@
 """One training step and the run it steps (docs/protocol.md, §1.4).
 
 `train_step` steps every run of a group in turn: lr, batch, then `device_step` (forward,
-loss, backward, clip, Adam), log. Each run (`_Run`) owns its model and Adam and has one method
+loss, backward, clip, Adam), log. Each run (`TrainingRun`) owns its model and Adam and has one method
 per stage of its life: set up and resume, evaluate, flush, save; the loop around them is
 `mclib.core.train`. `train.step` picks how the device part runs (`step_variant`, `WAYS`).
 Batches are drawn by CPU generators on every device, so a run's data do not depend on the device.
@@ -22,7 +22,7 @@ from .config import Profile
 from .data import Batch, sample_batch
 from .ending import stop_rule
 from .metrics import LOSS_NAMES, run_losses, squared_errors
-from .model import build_model, eval_mode, predict
+from .model import LEGACY, MODEL_TYPE, build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
 from .runs import write_atomic, write_profile
 
@@ -93,7 +93,7 @@ def one_group(names: list[str], state: dict) -> dict:
 
 # --- one training step ---------------------------------------------------------------------
 
-def train_step(runs: list["_Run"]) -> torch.Tensor:
+def train_step(runs: list["TrainingRun"]) -> torch.Tensor:
     """One step of every run in `runs`: lr and batch on the host, then the device part
     (`device_step`, or its CUDA graph's replay); the losses are logged on the device.
     Returns the `[run, 4]` losses (L, L_obs, L_mask, mask value), left on the device."""
@@ -111,7 +111,7 @@ def train_step(runs: list["_Run"]) -> torch.Tensor:
     return torch.stack(out)
 
 
-def device_step(r: "_Run", batch: Batch) -> torch.Tensor:
+def device_step(r: "TrainingRun", batch: Batch) -> torch.Tensor:
     """Forward, loss, backward, clip, Adam on `batch`; returns the `[4]` losses, a new tensor.
     Only L is differentiated (the other three are read under `no_grad`). No host sync and no
     host value that changes between steps, so a CUDA graph can capture it (`mclib.core.graphstep`)."""
@@ -135,7 +135,7 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
 
 
 
-STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`_Run.save`)
+STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`TrainingRun.save`)
 
 
 class Way(NamedTuple):
@@ -209,15 +209,15 @@ def use_matmul_attention(model) -> None:
     """Switch a `MatrixBert` running sdpa to HF's "eager" attention (plain matmuls and softmax);
     any other model is left as it is. Parameters and their names do not change."""
     config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) == "bert" and config._attn_implementation == "sdpa":
+    if getattr(config, "model_type", None) in (MODEL_TYPE, LEGACY["model_type"]) and config._attn_implementation == "sdpa":
         model.set_attn_implementation("eager")
 
 
-class _Run:
+class TrainingRun:
     """One run in the loop: its model and Adam, folder, generators, step and metric rows. The loop
     (`mclib.core.train`) calls, in order: set up and resume (`__init__`), step (`train_step`),
     `evaluate`, `flush` (with the stop rule's verdict), `save`; it records the end from
-    `finished` and `reason`."""
+    `finished` and `reason`. `in_memory` builds one with no folder, for timing and checking steps."""
 
     def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
         """Set up the run of `job` (a `mclib.core.train.Job`): its profile recorded, then its model,
@@ -225,17 +225,10 @@ class _Run:
         (`mclib.core.checkpoints.resume_run`). chosen: what `train.step: auto` runs as on CUDA.
         A run that has already ended is `finished` at once, with its `reason`."""
         p = job.profile.replace(**{"train.device": device.type})  # recorded as it runs (with_device)
-        self.job, self.profile, self.t, self.dir, self.device = job, p, p.train, job.run_dir, device
-        self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
-        self.chosen = chosen
+        self._set_up(job, p, device, capture_ready, chosen)
         write_profile(self.dir, p)
-        # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
-        # run resumes on another device type (a CUDA generator's state is another format)
-        self.gens = {"data": torch.Generator().manual_seed(p.seed),
-                     "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
         # the newest intact checkpoint; a damaged newer one is set aside, named in one line on stderr
         resumed = resume_run(self.dir, p.model.attention, device)
-        self.state = None
         if resumed:
             self.step, self.model, self.state, self.rows = resumed
             for k, g in self.gens.items():
@@ -246,19 +239,45 @@ class _Run:
                 for n, q in self.model.named_parameters():
                     q.requires_grad_(n not in frozen)
         else:
-            self.step, self.wall, self.rows = 0, 0.0, []
             self.model = (copy.deepcopy(job.init_model) if job.init_model is not None
                           else build_model(p.model, p.data.n, p.seed)).to(device)
-        self._optimise()
-        self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
-                        | {self.t.steps})
+        self._make_optimizer()
+        self._prepare_step()
         self.written = len(self.rows)  # metric rows already in metrics.csv (`save_checkpoint`)
-        self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
-        self.evals: dict[int, dict[str, float]] = {}
-        self.why_end = stop_rule(p, job.stop)  # why it ends on the rows so far (`mclib.core.ending.stop_rule`)
         # why it has ended (None: the cap, or it trains on), set again at every flush; a run whose
         # rows already meet its rule is `finished` here and the loop records its end
         self.reason = self.why_end(self.rows)
+
+    @classmethod
+    def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
+                  chosen: str | None = None) -> "TrainingRun":
+        """A fresh run with no folder: model, data stream, step, evaluation and `flush` as in the
+        loop; `save` refuses (there is nowhere to save). capture_ready: as `make_optimizer`
+        (default: on CUDA)."""
+        run = cls.__new__(cls)
+        run._set_up(None, profile, device, capture_ready, chosen)
+        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device)
+        run._make_optimizer()
+        run._prepare_step()
+        run.written, run.reason = 0, None
+        return run
+
+    def _set_up(self, job, p: Profile, device: torch.device, capture_ready: bool | None, chosen: str | None) -> None:
+        """What every run starts with: its profile, device, generators, an empty row log and its stop rule."""
+        self.job, self.profile, self.t, self.device = job, p, p.train, device
+        self.dir = job.run_dir if job is not None else None
+        self.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
+        self.chosen = chosen
+        # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
+        # run resumes on another device type (a CUDA generator's state is another format)
+        self.gens = {"data": torch.Generator().manual_seed(p.seed),
+                     "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
+        self.step, self.wall, self.rows, self.state = 0, 0.0, [], None
+        self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
+                        | {self.t.steps})
+        self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
+        self.evals: dict[int, dict[str, float]] = {}
+        self.why_end = stop_rule(p, job.stop if job is not None else None)  # `mclib.core.ending.stop_rule`
         self.step_said = None  # the STEP_RAN record last written (`save`)
 
     @property
@@ -266,30 +285,19 @@ class _Run:
         """Whether the run has ended: its rule or stop, a cut (`reason`), or its last step."""
         return self.reason is not None or self.step >= self.t.steps
 
-    @classmethod
-    def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
-                  chosen: str | None = None) -> "_Run":
-        """A fresh run with no folder, for timing the step: model, data stream and step, nothing
-        saved. capture_ready: as `make_optimizer` (default: on CUDA)."""
-        run = cls.__new__(cls)
-        run.profile, run.t, run.step, run.state, run.device = profile, profile.train, 0, None, device
-        run.capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
-        run.chosen, run.pending = chosen, []
-        run.model = build_model(profile.model, profile.data.n, profile.seed).to(device)
-        run.gens = {"data": torch.Generator().manual_seed(profile.seed)}
-        run._optimise()
-        return run
-
-    def _optimise(self) -> None:
-        """Build the run's Adam (with the saved state on a resume) and its step's `Way`: attention,
-        the (compiled) model its forward calls, the `StepGraph` where it has one, and `BatchesAhead`
-        where batches are made ahead; on CUDA the batch goes into fixed buffers (`inputs`)."""
-        from .graphstep import BatchesAhead, StepGraph
-
+    def _make_optimizer(self) -> None:
+        """The run's Adam, with the saved state on a resume."""
         self.model.train()
         self.opt = make_optimizer(self.model, self.t, self.device,
                                   self.state["optimizer"] if self.state is not None else None,
                                   capture_ready=self.capture_ready)
+
+    def _prepare_step(self) -> None:
+        """Choose the step variant and build its `Way`: the attention, the (compiled) model the
+        forward calls, the `StepGraph` where it has one, and `BatchesAhead` where batches are made
+        ahead; on CUDA the batch goes into fixed buffers (`inputs`)."""
+        from .graphstep import BatchesAhead, StepGraph
+
         self.variant = step_variant(self.profile, self.device, self.emulates_tf32(), self.chosen)
         self.fell_back: str | None = None  # why a compiled model fell back to eager (`forward`), once it has
         way = WAYS[self.variant]
@@ -372,6 +380,8 @@ class _Run:
         run, why it fell back, from which step), the metric rows not yet in metrics.csv, then the
         checkpoint (Adam's state every `train.state_every` steps and when `final`); then prune
         (`checkpoints.keep`)."""
+        if self.dir is None:
+            raise RuntimeError("an in-memory run (TrainingRun.in_memory) has no folder to save to")
         said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
                 "fell_back": self.fell_back, "from_step": self.ran_from}
         if said != self.step_said:
@@ -385,7 +395,7 @@ class _Run:
         prune_checkpoints(self.dir, self.profile, self.rows, self.job.newest_only)
 
 
-def steps_of(runs: list["_Run"]) -> Callable[[], torch.Tensor]:
+def steps_of(runs: list["TrainingRun"]) -> Callable[[], torch.Tensor]:
     """A function that runs one `train_step` of in-memory `runs` and discards the logged rows;
     it returns the `[run, 4]` losses."""
     def step() -> torch.Tensor:

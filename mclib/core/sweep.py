@@ -15,7 +15,8 @@ A sweep file (sweeps/*.yaml):
       - {name: wide, overrides: {model.hidden: 128}, seeds: [1], cap_minutes: 60}
 
 `cap_minutes`, `after_drop`, `resume` and `seeds` may also be given per setting. Every key
-and every profile is checked before anything runs (a bad one: a one-line `ConfigError`). A
+(the schema `_Sweep`) and every profile is checked before anything runs (a bad one: a one-line
+`ConfigError` naming the file, the key and the value). A
 run stops at its profile's steps, its cap, or `after_drop` steps past its drop, whichever
 comes first. Runs live in RUNS/NAME-seedS (default runs/sweep/), trained by workers
 (`mclib.core.sweep_run`); each finished run appends its row to the results table (default
@@ -30,96 +31,87 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Optional
+
+from pydantic import ValidationError
 
 from .config import ConfigError, load_profile, profile_path, read_yaml
+from .schema import NOT_NEGATIVE, Bool, Float, Int, Schema, Str, at_least_one, check, one_of, problems
 from .runs import run_name
 from .sweep_figure import draw_figure, keep_curves
 from .sweep_run import EVENT, SweepRun, train_sweep_run
 
-TOP_KEYS = ("base", "cap_minutes", "after_drop", "seeds", "order", "resume", "threads", "cluster", "settings")
 ORDERS = ("by-setting", "by-seed")
-SETTING_KEYS = ("name", "overrides", "cap_minutes", "after_drop", "resume", "seeds")
+
+NonNegFloat, NonNegInt = Annotated[Float, NOT_NEGATIVE], Annotated[Int, NOT_NEGATIVE]
+Seeds = Annotated[list[Int], at_least_one("seed")]
 
 
-def _check_keys(raw: Any, known: tuple, where: str) -> None:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{where} is not a mapping")
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{where}: unknown key {key} (known: {', '.join(known)})")
+class _Setting(Schema):
+    name: Annotated[Str, check(lambda v: bool(v) and "/" not in v, "is not a folder name")]
+    overrides: Optional[dict[str, Any]] = None  # dotted profile keys (Profile.replace), checked with the base
+    cap_minutes: Optional[NonNegFloat] = None   # these four: the sweep's own where not given
+    after_drop: Optional[NonNegInt] = None
+    resume: Optional[Bool] = None
+    seeds: Optional[Seeds] = None
 
 
-def _number(value, key: str, where: str, kind=float, allow_none=True):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
-        raise ConfigError(f"{where}: {key} = {value!r} is not {'an integer' if kind is int else 'a number'}")
-    if value < 0:
-        raise ConfigError(f"{where}: {key} = {value!r} must not be negative")
-    return kind(value)
+class _Sweep(Schema):
+    base: Str = "cpu"
+    cap_minutes: Optional[NonNegFloat] = None
+    after_drop: Optional[NonNegInt] = None
+    seeds: Optional[Seeds] = None  # None: the base profile's seed
+    order: Annotated[Str, one_of(ORDERS)] = ORDERS[0]
+    resume: Bool = False
+    threads: Optional[NonNegInt] = None
+    cluster: Optional[Str] = None
+    settings: Annotated[list[_Setting], at_least_one("setting")]
 
 
-def _seeds(value, where: str) -> list[int]:
-    if not isinstance(value, list) or not value or not all(isinstance(s, int) and not isinstance(s, bool) for s in value):
-        raise ConfigError(f"{where}: seeds = {value!r} is not a non-empty list of integers")
-    return value
+def read_sweep(path: str | Path) -> _Sweep:
+    """The sweep file at `path`, checked against its schema; the first bad key or value is a
+    ConfigError of one line naming the file, the key and the value."""
+    try:
+        return _Sweep.model_validate(read_yaml(path, "sweep"))
+    except ValidationError as e:
+        raise ConfigError(f"{path}: {problems(e, _Sweep, 'sweep')[0][1]}") from None
 
 
 def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int | None = None) -> list[SweepRun]:
     """Every run of the sweep file at `path`, checked (keys, values, each run's profile)."""
     path = Path(path)
-    spec = read_yaml(path, "sweep")
-    where = str(path)
-    _check_keys(spec, TOP_KEYS, where)
-    if not isinstance(spec.get("settings"), list) or not spec["settings"]:
-        raise ConfigError(f"{where}: settings must be a non-empty list of {{name, overrides}}")
-    base = load_profile(profile_path(str(spec.get("base", "cpu"))))
-    threads = threads if threads is not None else _number(spec.get("threads"), "threads", where, int)
+    spec = read_sweep(path)
+    base = load_profile(profile_path(spec.base))
+    threads = threads if threads is not None else spec.threads
     if threads is None:
         threads = base.train.threads or 1
-    top = {"cap_minutes": _number(spec.get("cap_minutes"), "cap_minutes", where),
-           "after_drop": _number(spec.get("after_drop"), "after_drop", where, int),
-           "resume": bool(spec.get("resume", False)),
-           "seeds": _seeds(spec.get("seeds", [base.seed]), where)}
-    order = spec.get("order", ORDERS[0])
-    if order not in ORDERS:
-        raise ConfigError(f"{where}: order = {order!r} is not one of {', '.join(ORDERS)}")
     out, rank, names = [], [], set()  # rank: the run's place among its setting's seeds
-    for i, s in enumerate(spec["settings"]):
-        here = f"{where}: settings[{i}]"
-        _check_keys(s, SETTING_KEYS, here)
-        name = s.get("name")
-        if not isinstance(name, str) or not name or "/" in name:
-            raise ConfigError(f"{here}: name = {name!r} is not a folder name")
-        if name in names:
-            raise ConfigError(f"{here}: name {name!r} is used twice")
-        names.add(name)
-        overrides = s.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"{here} ({name}): overrides = {overrides!r} is not a mapping")
-        cap = _number(s.get("cap_minutes", top["cap_minutes"]), "cap_minutes", here)
-        after = _number(s.get("after_drop", top["after_drop"]), "after_drop", here, int)
-        seeds = _seeds(s.get("seeds", top["seeds"]), here)
-        for nth, seed in enumerate(seeds):
+    for i, s in enumerate(spec.settings):
+        here = f"{path}: settings[{i}]"
+        if s.name in names:
+            raise ConfigError(f"{here}.name = {s.name!r} is used twice")
+        names.add(s.name)
+        given = s.model_fields_set  # a key given as null (cap_minutes: null) is null here, not the sweep's
+        cap = s.cap_minutes if "cap_minutes" in given else spec.cap_minutes
+        after = s.after_drop if "after_drop" in given else spec.after_drop
+        resume = s.resume if s.resume is not None else spec.resume
+        overrides = s.overrides or {}
+        for nth, seed in enumerate(s.seeds or spec.seeds or [base.seed]):
             try:
                 profile = base.replace(**{**overrides, "seed": seed, "train.threads": threads})
             except ConfigError as e:
-                raise ConfigError(f"{here} ({name}): {e}") from None
-            except (TypeError, KeyError, AttributeError) as e:  # an override whose section is not a profile's
-                raise ConfigError(f"{here} ({name}): overrides: unknown key {e}") from None
-            out.append(SweepRun(path.name, name, seed, overrides, profile, Path(runs) / run_name(name, seed),
-                                cap, after, bool(s.get("resume", top["resume"]))))
+                raise ConfigError(f"{here} ({s.name}): {e}") from None
+            out.append(SweepRun(path.name, s.name, seed, overrides, profile, Path(runs) / run_name(s.name, seed),
+                                cap, after, resume))
             rank.append(nth)
-    if order == "by-seed":  # stable: within one seed rank, settings keep the file's order
+    if spec.order == "by-seed":  # stable: within one seed rank, settings keep the file's order
         out = [r for _, r in sorted(zip(rank, out), key=lambda pair: pair[0])]
     return out
 
 
 def sweep_cluster(path: str | Path) -> str | None:
     """The `cluster` key of a sweep file (None: not given)."""
-    spec = read_yaml(path, "sweep")
-    return spec.get("cluster") if isinstance(spec, dict) else None
+    return read_sweep(path).cluster
 
 
 # --- in the client ----------------------------------------------------------------------

@@ -29,7 +29,7 @@ from .metrics import LOSS_NAMES, drop_column
 from .model import MatrixBert
 from .precision import resolve_device, set_precision, with_device
 from .runs import LOCK, seed_run_dirs
-from .step import _Run, train_step
+from .step import TrainingRun, train_step
 from .variants import auto_step
 
 
@@ -135,7 +135,7 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
     set_precision(device, t.precision)
     if t.threads:
         torch.set_num_threads(t.threads)
-    runs = [_Run(j, device, chosen=auto_step(j.profile, device)) for j in jobs]  # set up, or resume
+    runs = [TrainingRun(j, device, chosen=auto_step(j.profile, device)) for j in jobs]  # set up, or resume
     training = [r for r in runs if not r.finished]
     check_disk([(r.profile, r.dir, r.job.newest_only) for r in training])
     lead = (training or runs)[0]

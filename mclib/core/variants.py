@@ -14,7 +14,7 @@ import torch
 from .config import Profile
 from .model import build_model
 from .precision import set_precision
-from .step import _Run, steps_of, train_step
+from .step import TrainingRun, steps_of, train_step
 
 
 def auto_step(profile: Profile, device: torch.device) -> str | None:
@@ -31,7 +31,7 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
     profile.seed, +1, ...), as the loop does; it returns the `[run, 4]` losses."""
     set_precision(device, profile.train.precision)  # as `_train` does: TF32 is a process-wide switch
     seeds = [profile.replace(seed=profile.seed + r) for r in range(runs)]
-    return steps_of([_Run.in_memory(p, device, chosen=auto_step(p, device)) for p in seeds])
+    return steps_of([TrainingRun.in_memory(p, device, chosen=auto_step(p, device)) for p in seeds])
 
 
 CHECK_STEPS = 20        # steps a variant is compared with eager over, from the same weights and batches
@@ -55,7 +55,7 @@ class Trace:
 
 def variant_run(profile: Profile, device: torch.device, variant: str):
     """A fresh in-memory run of `profile`'s seed whose step runs as `variant` (not auto)."""
-    return _Run.in_memory(profile.replace(**{"train.step": variant, "train.compile": False}), device)
+    return TrainingRun.in_memory(profile.replace(**{"train.step": variant, "train.compile": False}), device)
 
 
 def trace(profile: Profile, device: torch.device, variant: str, steps: int = CHECK_STEPS) -> Trace:

@@ -8,9 +8,9 @@
 A lease's commands are at most 10 minutes and the chapters must run where the weights are,
 so a slice is two commands issued back to back (docs/gpu.md gives them exactly):
 
-    python -m mclib slice start  --out-dir W --budget-s B --hold-s S   # refuses a slice that cannot
+    python -m mclib slice start  --out W --budget-s B --hold-s S   # refuses a slice that cannot
                                              # fit B seconds; trains detached under its deadline
-    python -m mclib slice finish --out-dir W --dest $OUT --left-s L    # waits for it until its
+    python -m mclib slice finish --out W --dest $OUT --left-s L    # waits for it until its
                                              # deadline + 60 s, then stops it; executes the slice's
                                              # chapters (no site); packs results.tgz
 
