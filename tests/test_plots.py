@@ -168,7 +168,7 @@ def test_the_theme_is_set_in_one_place_and_a_heatmap_leaves_it_as_it_was():
     calls = [f"{p.relative_to(root)}:{i}" for p in sorted([*root.glob("mclib/**/*.py"), *root.glob("scripts/*.py"),
                                                            *root.glob("book/*.ipynb")])
              for i, l in enumerate(p.read_text().splitlines(), 1) if setters.search(l)]
-    assert calls == ["mclib/book/plots_base.py:30"]
+    assert [c.rsplit(":", 1)[0] for c in calls] == ["mclib/book/plots_base.py"], calls  # one call, there
     assert plt.rcParams["axes.grid"]                                   # the theme: whitegrid
     grid = plots_heads.attention_grid(torch.full((1, 1, 9, 9), 1 / 9), n=3)
     assert not grid.axes[0].xaxis._major_tick_kw.get("gridOn", False)  # the map has no grid

@@ -1,28 +1,15 @@
-"""The book: what turns runs into pages.
+"""The book's machinery: what turns runs into pages.
 
-    runner.py        `python -m mclib book`: the toc, `plan`, `build`, each handed the chapters' specs
-    spec.py          `ChapterSpec`: what a chapter declares to the machinery, in one typed record
-    runner_plan.py   which runs a build trains, and who trains them
-    runner_execute.py one chapter through papermill, its paths made relative
-    runner_beside.py the training chapter in a process of its own, the others beside it
-    runner_progress.py the training's one progress line
-    runner_site.py   the site's toc and the Jupyter Book 1 build (a partial one too)
+    runner*.py       `python -m mclib book` (`build`, `plan`): which runs train, executing chapters, the site
+    spec.py          `ChapterSpec`: what a chapter declares to the machinery
     chapter.py       `open_chapter`, every chapter's first call; downloads; departures from the paper
-    scorecard.py     a row's fields, recording (under a lock) and loading; `claim`
-    scorecard_rules.py the rule per kind of claim, the words a sentence says them with, the copying levels
-    scorecard_stage.py a row that reads the end of a run cut short (provisional)
-    scorecard_tables.py the counts, tables and sentences made from the rows
-    plots_*.py       the figures, by family: plots_base (the theme, `closed`), _curves, _heads, _embeddings,
-                     _baselines, _scorecard
-    loss_tables.py   how chapters 02 and 03 show loss tables (computed by mclib.analyses.loss_tables)
+    scorecard*.py    the scorecard: rows and recording, rules, runs cut short, counts and sentences
+    plots_*.py       the figures, by family; plots_base holds the theme and `closed`
+    loss_tables.py   how chapters 02 and 03 show loss tables
     export.py        `python -m mclib export RUN`: a run's metrics as TensorBoard or W&B files
 
-This is the machinery the chapters share. The chapters themselves (book/NN_name.ipynb calls
-mclib.chapters.chNN_name) are a room of their own, mclib/chapters/, two floors up: the GPU
-lease's machinery (the ledger, slices, the paper setting's rows, its part of the site),
-mclib/lease/, sits between this room and the chapters. Nothing here imports a chapter: the
-runner and the lease are handed the chapters' specs (`spec.ChapterSpec`, collected by
-mclib.chapters.registry) by the rooms above: the command line, a chapter's notebook.
+Nothing here imports a chapter (mclib/chapters/): the runner and the GPU lease (mclib/lease/)
+are handed the chapters' specs, which mclib.chapters.registry collects.
 """
 import warnings
 

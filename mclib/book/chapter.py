@@ -1,31 +1,13 @@
-"""The opening of every chapter: one call, `open_chapter`, after the papermill parameters.
+"""The opening of every chapter, `open_chapter`, and what more than one chapter shows.
 
-    ch = open_chapter(profile, seed, run_dir, device)             # chapters 02-99
+    ch = open_chapter(profile, seed, run_dir, device)                             # chapters 02-99
     ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())  # 01: trains first
 
-It sets the notebook up (PNG figures for glue), reads the run's own
-profile.yaml (so a chapter sees the recipe the run was trained with; the named profile
-only adds the book's `analysis` sizes and the device), applies the device once, and
-returns a `Chapter`: the profile, the device, the run folder, its metrics and drop,
-where its checkpoints sit (`mclib.core.placement.checkpoint_steps`: pre on the plateau,
-transition around the drop, post at the end), why training ended (`run_end`), and the
-models at those steps, each loaded once per chapter (`Chapter.model`).
-
-Every chapter module (`mclib.chapters.chNN_name`, the notebook book/NN_name.ipynb) has the
-same entry points, with `ch` (this module's `Chapter`) first (tests/test_chapter.py):
-
-    CHAPTER = "NN_name"                    the notebook it serves, and its scorecard's chapter name
-    readings(ch, ...) -> (glue, rows)      the chapter's scorecard rows and the sentences that state
-                                           them (a chapter with two scorecard tables: SECTION_readings)
-    scorecard_table(ch, rows)              records the rows in the run's scorecard, shows them styled
-
-plus its own computing (`e2_table(ch)`, ...) and showing (`..._shown(ch, ...)`, `..._figure`)
-functions; a notebook glues what they return with `glue_all`.
-
-Also here, because more than one chapter shows them: `departures_table` (where a
-profile departs from the paper), `shown_path` (a folder as the book prints it) and
-`download_links` (a run's metrics.csv and final checkpoint, zipped by `checkpoint_zip`), and the
-analysis checkpoints as one download, each with its model card (`checkpoint_series_links`).
+It returns a `Chapter` on the run's own profile.yaml (the named profile adds only the book's
+`analysis` sizes and the device). Every chapter module has CHAPTER, `readings(ch, ...) -> (glue,
+rows)` (two tables: SECTION_readings) and `scorecard_table(ch, rows)`, `ch` first in every function
+(tests/test_chapter.py). Also here: `departures_table`, `shown_path`, and the downloads
+(`download_links`, `checkpoint_zip`, `checkpoint_series_links`).
 """
 from __future__ import annotations
 
@@ -54,7 +36,7 @@ from .spec import Specs, among
 
 @dataclass
 class Chapter:
-    """What a chapter reads: one run, on one device."""
+    """What a chapter reads: one run, on one device; its checkpoints' models load once (`model`)."""
     cfg: Profile             # the run's profile.yaml + the book's analysis sizes + the device
     run_dir: Path
     device: torch.device
@@ -65,9 +47,8 @@ class Chapter:
     _models: dict = field(default_factory=dict, repr=False)
 
     def model(self, step: int):
-        """The checkpoint at `step`, on the chapter's device, in eval mode. Loaded once per
-        chapter and shared: analyses change a model through hooks that leave nothing
-        attached (`mclib.core.hooks`) or copy it first (`reinit_component`), so sharing is safe."""
+        """The checkpoint at `step`, on the chapter's device, in eval mode; loaded once and shared
+        (analyses change a model only through hooks that leave nothing attached, or on a copy)."""
         if step not in self._models:
             self._models[step] = load_checkpoint(self.run_dir, step, self.cfg.model.attention).to(self.device)
         return self._models[step]
@@ -100,11 +81,9 @@ class Chapter:
 
 def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
                  *, cluster: str | None = None, specs: Specs | None = None) -> Chapter:
-    """The first call of every chapter (see the module docstring). train=True (the training
-    chapter only): first train, resume or find complete every run that the chapters the
-    build executes read (`train_runs`), as their `specs` declare them (the training chapter's
-    notebook hands them down: `mclib.chapters.registry.specs`). A run folder trained with
-    another recipe than `profile` names is refused with a one-line ConfigError."""
+    """The first call of every chapter. train=True (the training chapter, with the chapters'
+    `specs`): first train, resume or find complete every run the build's chapters read
+    (`train_runs`). A run folder trained with another recipe than `profile` is a ConfigError."""
     notebook_setup()  # before any progress bar is made
     from ..core.precision import resolve_device
 
@@ -135,8 +114,7 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
 
 
 def glue_all(values) -> None:
-    """Glue every name -> value of `values` (a chapter function's glue) for the prose to show;
-    none is displayed where it is glued."""
+    """Glue every name -> value of `values` for the prose, displaying none."""
     from myst_nb import glue
 
     for name, value in values.items():
@@ -144,8 +122,7 @@ def glue_all(values) -> None:
 
 
 def notebook_setup() -> None:
-    """Figures can be glued as PNG. `open_chapter` calls it first. (tqdm's "IProgress not
-    found" warning is filtered when `mclib.book` is imported, which every chapter does first.)"""
+    """Make figures gluable as PNG (IPython's inline backend); `open_chapter` calls it first."""
     from IPython import get_ipython
 
     if get_ipython() is not None:
@@ -155,17 +132,11 @@ def notebook_setup() -> None:
 
 
 def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *, specs: Specs) -> dict:
-    """Every training run that the chapters the build executes read (`mclib.book.runner_plan.asked`;
-    outside a build every chapter of the toc), side by side on a Dask cluster (`mclib.core.jobs`:
-    the local one, or `cluster` / $MCLIB_CLUSTER): the book's run and the other seeds they
-    declare (their specs' `runs_read`; `mclib.core.train.seed_jobs`), and, as soon as the book's run is
-    complete, the E15 runs they declare, re-initialised from its last checkpoint
-    (`mclib.analyses.freezing.pending_groups`, the paper's longest plateau first). Each run
-    starts on the first worker that frees (`mclib.core.jobs.submit_when_free`). While the
-    book's run still trains, a worker that the other seeds leave idle takes the later
-    chapters' work that does not read it (`idle_tasks`). Complete runs are skipped, cut ones
-    resume; when every run is complete no cluster starts. Returns {seed: folder}
-    (`mclib.core.runs.seed_run_dirs`)."""
+    """Train, resume or find complete every run the build's chapters read (outside a build,
+    every chapter's), side by side on a Dask cluster (local, or `cluster` / $MCLIB_CLUSTER): the
+    book's run, the other seeds the specs declare and, once the book's run is complete, their E15
+    runs, longest plateau first. While the book's run trains, idle workers take `idle_tasks`.
+    Complete runs are skipped, cut ones resume. Returns {seed: folder}."""
     from ..analyses.freezing import LONGEST_FIRST, freeze_run, pending_groups
     from ..core.jobs import cluster as dask_cluster
     from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
@@ -202,10 +173,8 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
 
 
 def say_when_ended(futures: list, must_succeed: list) -> None:
-    """Once every future has ended, and those of `must_succeed` without an error, create the
-    file $MCLIB_BOOK_READY names (`mclib.book.runner_beside.alongside`: the book's other chapters
-    then execute beside E15's runs); nothing where it names none. Waits on a thread of its
-    own, so that E15's runs are handed out meanwhile."""
+    """Once every future has ended (those of `must_succeed` without error), create the file
+    $MCLIB_BOOK_READY names (if any), from a daemon thread."""
     from ..core.jobs import wait_ended
     from .runner_beside import READY
 
@@ -221,28 +190,20 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
 
 
 def idle_tasks(cfg: Profile, run_dir: str | Path, *, specs: Specs) -> list[tuple]:
-    """(fn, args, name) of the later chapters' work that does not read the book's run, for
-    the workers that the other seeds leave idle while the book's run trains alone
-    (`train_runs`): what each chapter the build executes (`mclib.book.runner_plan.asked`, in toc
-    order; outside a build every chapter of `specs`) declares in its spec's `idle_work(cfg, run_dir)`,
-    the longest first (chapter 06's solvers, then chapter 08's GPT runs). On the cpu profile
-    the solvers have nothing left to solve since the committed results/solvers-cpu.csv.gz and
-    results/solvers-paper.csv.gz hold every draw (2026-11-27), so the idle work is GPT's runs.
-    What no worker took before the book's run ended, its chapter does, as it always did."""
+    """(fn, args, name) of the `idle_work` that the chapters the build executes declare (outside
+    a build, every chapter of `specs`), in toc order; what no worker takes, its chapter does."""
     from .runner_plan import asked
 
     return [task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)]
 
 
 class MissingRuns(RuntimeError):
-    """A chapter that may not train (`analysis.train_in_book: false`) found runs it reads
-    missing; the message is one line naming them."""
+    """Runs a chapter reads are missing and the book may not train them; one line naming them."""
 
 
 def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dict:
-    """The book's runs as they are, none trained here (`analysis.train_in_book: false`):
-    {seed: folder} of `seed_run_dirs`, or with freeze=True {group: folder} of E15's runs.
-    A run without a checkpoint raises `MissingRuns`, one line naming every such folder."""
+    """{seed: folder} of `seed_run_dirs` (freeze=True: {group: folder} of E15's runs), none
+    trained here; a run without a checkpoint raises `MissingRuns`."""
     from ..analyses.freezing import GROUPS
     from ..core.checkpoints import saved_steps
     from ..core.runs import freeze_dir, seed_run_dirs
@@ -256,9 +217,7 @@ def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dic
 
 
 def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
-    """{seed: folder} of `analysis.seeds`, the chapters' one way to them: trained, resumed or
-    found complete when the book trains (`mclib.core.train.train_seeds`), else read as they
-    are (`require_runs`: a missing one is a one-line error)."""
+    """{seed: folder} of `analysis.seeds`: trained or resumed when the book trains, else `require_runs`."""
     if not cfg.analysis.train_in_book:
         return require_runs(cfg, run_dir)
     from ..core.train import train_seeds
@@ -266,10 +225,8 @@ def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
 
 
 def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
-    """The keys where `profile` departs from the paper's task and recipe
-    (`mclib.core.config.deviations`), as a styled table: key, this profile's value, the paper's;
-    and, with the run's `end`, where training ended when that came before the paper's last step
-    (by the profile's rule, a caller's stop, or a deadline's cut), with its step."""
+    """Where `profile` departs from the paper's task and recipe, as a styled table (key, profile,
+    paper); with `end`, also where training ended when that came before the paper's last step."""
     from ..core.config import deviations
 
     paper = paper_profile()
@@ -283,8 +240,7 @@ def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
 
 
 def shown_path(path) -> str:
-    """A folder as the book prints it: relative to the repository when inside it, else
-    its last two parts (e.g. runs/cpu-seed1); never an absolute machine path."""
+    """A path as the book prints it: relative to the repository, else its last two parts."""
     p = Path(path).resolve()
     try:
         return str(p.relative_to(REPO))
@@ -293,10 +249,8 @@ def shown_path(path) -> str:
 
 
 def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
-    """`runs.checkpoint_zip_path`: the checkpoint folder at `step` (default the
-    last saved: the end of training) with config.json, model.safetensors, train_state.pt;
-    zipped once (a checkpoint never changes, so an existing zip is kept) and written
-    atomically (`write_atomic`)."""
+    """The checkpoint at `step` (default the last) zipped at `runs.checkpoint_zip_path`, written
+    atomically once (a checkpoint never changes)."""
     from ..core.checkpoints import saved_steps
     from ..core.runs import checkpoint_zip_path, write_atomic
 
@@ -315,10 +269,8 @@ CHECKPOINT_DOWNLOAD_MB = 50  # a checkpoint up to this size is a download; a lar
 
 
 def checkpoint_links(ch: "Chapter", run_dir: str | Path, step: int, label: str) -> list[str]:
-    """The checkpoint at `step` of `run_dir` as a zipped download (`checkpoint_zip`) when it
-    is small (<= CHECKPOINT_DOWNLOAD_MB) or the profile opts in (`analysis.download_checkpoint`);
-    else one sentence saying where it is, so that a GPU run's 120-360 MB checkpoints are not
-    copied into the site."""
+    """A download of the zipped checkpoint at `step` where it is at most CHECKPOINT_DOWNLOAD_MB or
+    the profile opts in (`analysis.download_checkpoint`); else one sentence saying where it is."""
     folder = checkpoint_dir(Path(run_dir), step)
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
@@ -355,12 +307,10 @@ def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
 
 
 def model_card(ch: "Chapter", step: int) -> str:
-    """The model card (README.md) of the checkpoint at `step` in the checkpoint series, a
-    huggingface_hub `ModelCard` (`mclib.core.card`): its header holds the profile, seed and step,
-    the sha256 of the weight file, and L_mask on the fresh matrices the run evaluated at that
-    step (eval_L_mask of metrics.csv, where it evaluated there); its text the task, the step and
-    its role, its losses at that step (its metrics.csv row), the model, how to load it, the run's
-    profile.yaml, and how to cite the book and the paper."""
+    """The model card (README.md) of the checkpoint at `step`, a huggingface_hub `ModelCard`
+    (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
+    at that step (where the run evaluated there); its text the task, the step's role, its losses,
+    the model, how to load it, the run's profile.yaml, and how to cite the book and the paper."""
     from ..core.card import card_data
     from ..core.card import model_card as hub_card
     from ..core.runs import METRICS
@@ -425,13 +375,9 @@ The book: {CITATION} at the root of its repository. The paper: {PAPER_CITATION}.
 
 
 def checkpoint_series_zip(ch: "Chapter") -> Path:
-    """`runs.checkpoint_series_path`: the run's analysis checkpoints (`checkpoint_roles`) in
-    one zip, each a HuggingFace folder RUN/step_NNNNNN/ with config.json (a checkpoint saved
-    before 2026-11-29 with its config in today's format, `config_text`, so that AutoModel loads it
-    whole), model.safetensors and its model card (`model_card`; train_state.pt, what resuming
-    needs, is left out);
-    written atomically (`write_atomic`) at every call, since the series moves while the run
-    trains."""
+    """The analysis checkpoints in one zip (`runs.checkpoint_series_path`), each a HuggingFace
+    folder with config.json (in today's format, `config_text`, so that AutoModel loads it whole),
+    model.safetensors and its model card, without train_state.pt; rewritten atomically each call."""
     from ..core.model import config_text
     from ..core.runs import MODEL_CARD, MODEL_FILE, checkpoint_series_path, write_atomic
 
@@ -450,9 +396,7 @@ def checkpoint_series_zip(ch: "Chapter") -> Path:
 
 
 def checkpoint_series_links(ch: "Chapter") -> list[str]:
-    """The analysis checkpoints as one download (`checkpoint_series_zip`) when together they
-    are small (<= CHECKPOINT_DOWNLOAD_MB, the laptop profiles) or the profile opts in
-    (`analysis.download_checkpoint`); else one sentence saying where they are and how to offer them."""
+    """`checkpoint_links` for the analysis checkpoints together (`checkpoint_series_zip`)."""
     from ..core.runs import CHECKPOINTS, MODEL_FILE, checkpoint_series_path
 
     steps = list(checkpoint_roles(ch.steps))
@@ -469,17 +413,14 @@ def checkpoint_series_links(ch: "Chapter") -> list[str]:
 
 
 def executed_dir(run_dir: str | Path) -> Path | None:
-    """Where the executed chapters live when the book's run sits where the runner puts it
-    (OUT/runs/NAME-seedS beside OUT/book/_executed; OUT is Jupyter Book's source root, so
-    Sphinx can copy files under it into _downloads); None otherwise."""
+    """OUT/book/_executed when the run sits at OUT/runs/NAME (the runner's layout), else None."""
     folder = Path(run_dir).resolve().parent.parent / "book" / "_executed"
     return folder if folder.is_dir() else None
 
 
 def download_links(run_dir: str | Path, files: list[tuple[Path, str]]) -> list[str]:
-    """One MyST {download} link per (file, label), relative to the executed chapter of the
-    book's run `run_dir` (`executed_dir`); without the book's layout, "label: folder/file"
-    as text."""
+    """A MyST {download} link per (file, label), relative to `executed_dir`; without that
+    layout, "label: path" as text."""
     where = executed_dir(run_dir)
     if where is None:
         return [f"{label}: {shown_path(f)}" for f, label in files]

@@ -1,21 +1,12 @@
-"""A run in the trackers researchers put their runs in: TensorBoard and Weights & Biases.
+"""A run's metrics as TensorBoard or Weights & Biases files, offline.
 
     python -m mclib export runs/cpu-seed1 --to tensorboard   # RUN/export/tensorboard/events.out.tfevents.*
     python -m mclib export runs/cpu-seed1 --to wandb         # RUN/export/wandb/wandb/offline-run-*/
     export_run(run_dir, "tensorboard", dest)                 # the same from Python; returns what it wrote
 
-What goes in: every column of metrics.csv as a scalar of the same name at its row's step (a
-row's empty cells, e.g. the eval_* columns between evaluations, are left out, not written
-as NaN); the loss curve (`plots_curves.loss_curve` with `find_drop`'s drop, the figure `python -m
-mclib train` draws) as an image at the last step; the run's profile.yaml (the W&B run's
-config, a TensorBoard text). Neither tracker needs a network: TensorBoard writes event
-files (`tensorboard --logdir RUN/export/tensorboard`), W&B runs in offline mode
-(WANDB_MODE=offline) and the user uploads the run later with `wandb sync`. Each export is
-written to a temporary folder and renamed into place (`write_atomic`), so an export is
-whole or absent; exporting again replaces it (a new W&B run id each time).
-
-The packages are the optional extra `track` (`pip install -e '.[track]'`); without them the
-export stops before writing anything, with one line naming the extra.
+Each metrics.csv column becomes a scalar at its row's step (empty cells left out), the loss curve
+an image at the last step, profile.yaml the W&B config or a TensorBoard text. An export is written
+atomically and replaces the last one. Needs the optional extra `track`.
 """
 from __future__ import annotations
 
@@ -44,8 +35,7 @@ class ExportError(ConfigError):
 
 
 def check_export(run_dir: str | Path, tracker: str) -> None:
-    """Refuse, in one line and before writing, an unknown tracker, a folder that is not a
-    run, or a tracker whose package (the extra `track`) is not installed."""
+    """Refuse in one line, before writing: an unknown tracker, a folder that is no run, a missing extra."""
     if tracker not in TRACKERS:
         raise ExportError(f"tracker {tracker!r} is not one of {', '.join(TRACKERS)}")
     if not (Path(run_dir) / METRICS).is_file() or not (Path(run_dir) / PROFILE).is_file():
@@ -103,10 +93,8 @@ def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, *, p
 
 
 def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str | None = None) -> Path:
-    """Export the run in `run_dir` to `tracker` ("tensorboard" or "wandb") in the folder
-    `dest` (default `runs.export_dir`: RUN/export/TRACKER), replacing an earlier export
-    there; returns `dest`. project: the W&B project a later `wandb sync` puts the run in
-    (default PROJECT)."""
+    """Export `run_dir` to `tracker` ("tensorboard" or "wandb") into `dest` (default RUN/export/TRACKER),
+    replacing an earlier export; returns `dest`. project: the W&B project (default PROJECT)."""
     check_export(run_dir, tracker)
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else export_dir(run_dir, tracker)

@@ -1,7 +1,5 @@
-"""How chapters 02 (copying) and 03 (heads) show loss tables: the names of the two
-ablation readings, the paper's copying level, the bar figure beside the paper's, the
-styled table and the sentence on which reading lands on the paper's number. The tables
-themselves are computed in `mclib.analyses.loss_tables`.
+"""How chapters 02 and 03 show the loss tables of `mclib.analyses.loss_tables`: the two ablation
+readings' names, the bars beside the paper's, the styled table, and which reading matches.
 """
 from __future__ import annotations
 
@@ -19,9 +17,8 @@ PAPER_LEVEL = copy_level(paper_task().rank)  # the paper's E[X²] (2/9): its los
 
 
 def loss_figure(table: pd.DataFrame, title: str, level: float):
-    """L_obs and L_mask of each row of `table` (columns model, L_obs, L_mask, their
-    standard errors L_obs_se and L_mask_se, paper L_obs, paper L_mask) beside the paper's,
-    each over its own task's copying level E[X²] (ours `level`, the paper's `PAPER_LEVEL`)."""
+    """L_obs and L_mask per row of `table` beside the paper's, each over its own task's E[X²]
+    (ours `level`, the paper's `PAPER_LEVEL`)."""
     return plots_heads.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
                                  errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
                                  paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
@@ -29,10 +26,9 @@ def loss_figure(table: pd.DataFrame, title: str, level: float):
 
 
 def matching_reading_text(verdicts: list[str], what: str) -> str:
-    """Which ablation reading gives the paper's number, from the verdicts of the (uniform,
-    batch mean) rows, each half of the sentence with its own verb: e.g. 'the uniform reading
-    (the paper's text) matches X; the batch-mean reading (the released code) does not match
-    it'; a row too close to tell (`scorecard_rules.CLOSE`) says so, never "does not match"."""
+    """Which ablation reading gives the paper's number, from the (uniform, batch mean) verdicts, e.g.
+    "the uniform reading (the paper's text) matches X; the batch-mean reading (the released code)
+    does not match it"; a row too close to tell says so."""
     from .scorecard_rules import CLOSE
 
     names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}

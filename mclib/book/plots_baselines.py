@@ -17,9 +17,8 @@ def _method_colour(method: str, i: int):
 
 def nuclear_comparison_plot(table: pd.DataFrame, train_p: float,
                             title: str = "BERT against nuclear-norm minimisation") -> plt.Figure:
-    """E16 (table: `mclib.analyses.comparisons.nuclear_sweep`): L over all entries and the mean
-    nuclear norm against p_mask, BERT and the solver (± 2 s.e.); the true matrices'
-    nuclear norm dotted; the training p_mask marked."""
+    """E16 (`mclib.analyses.comparisons.nuclear_sweep`): L and the mean nuclear norm against
+    p_mask for BERT and the solver (± 2 s.e.), the true matrices' norm dotted, `train_p` marked."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
     for i, (method, d) in enumerate(table.groupby("method", sort=False)):
         colour = _method_colour(method, i)

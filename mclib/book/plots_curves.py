@@ -1,5 +1,6 @@
-"""Figures of losses and progress against step: the book's run (chapter 01), the re-initialised
-runs of E15 (05), the drop over seeds and the progress measures (07), GPT beside BERT (08)."""
+"""Losses and progress against step: the book's run (chapter 01), E15's re-initialised runs
+(05), the drop over seeds and the progress measures (07), GPT beside BERT (08).
+"""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -42,9 +43,8 @@ def mark_checkpoints(fig: plt.Figure, pre: int, transition: list[int], post: int
 
 def freeze_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 20,
                   title: str = "Re-initialise one component, freeze the rest") -> plt.Figure:
-    """E15: L_mask against step for each re-initialised group (curves: group -> metrics),
-    smoothed over `smooth` steps; each run's drop (drops: group -> step or None) marked
-    in its colour, the copying level dotted."""
+    """E15: L_mask against step per re-initialised group (curves: group -> metrics), smoothed over
+    `smooth` steps; each run's drop (drops: group -> step or None) dashed, E[X²] dotted."""
     fig, ax = plt.subplots(figsize=(7, 4))
     colours = dict(zip(curves, sns.color_palette("tab10", len(curves))))
     for group, m in curves.items():
@@ -66,9 +66,8 @@ def freeze_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = 20,
 
 def seed_loss_curves(curves: dict, drops: dict, rank: int = 2, smooth: int = DROP_WINDOW,
                      title: str = "L_mask over seeds", *, label: str = "seed {}") -> plt.Figure:
-    """L_mask against step (log scale, mean over `smooth` steps), one line per run
-    (`curves`: key -> metrics; a key is a seed, or with label="{}" any name), each run's
-    drop (if any) a dashed line in its colour; the copying plateau E[X²] dotted."""
+    """L_mask against step (log, mean over `smooth` steps), one line per run (`curves`: key ->
+    metrics, named by `label`), each drop dashed in its colour, E[X²] dotted."""
     fig, ax = plt.subplots(figsize=(7, 4))
     for i, (key, m) in enumerate(curves.items()):
         drop = drops.get(key)
@@ -117,10 +116,8 @@ def gpt_loss_curves(curves: dict, bert, rank: int, gpt_batch: int, bert_batch: i
 
 def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop: int | None = None,
                     ncols: int = 4, title: str = "Progress measures during training") -> plt.Figure:
-    """One panel per measure: its progress against step (`norm` as from
-    progress.normalised: 0 at the first checkpoint, 1 at its extreme), the default
-    threshold 0.5 dotted, the crossing (`leads` as from progress.lead_times) a dot, the
-    drop a dashed line. Each panel's title gives the raw first and extreme values."""
+    """One panel per measure of `norm` (progress.normalised: 0 first, 1 extreme) against step, the
+    threshold 0.5 dotted, its crossing (`leads`: progress.lead_times) a dot, the drop dashed."""
     import numpy as np
 
     names = list(dict.fromkeys(norm["measure"]))

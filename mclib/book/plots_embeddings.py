@@ -84,10 +84,9 @@ def position_norm_plot(norms: pd.DataFrame, title: str = "ℓ2 norm of each posi
 
 def embedding_progress_plot(progress: pd.DataFrame, drop: int | None = None, initial_alignment: float | None = None,
                             title: str = "Embeddings across training") -> plt.Figure:
-    """E13/E14 over every checkpoint (progress: `mclib.analyses.embeddings.embedding_progress`):
-    column and row silhouette of the position embeddings, and the centred alignment of
-    the token embeddings with their final layout (dotted: its value at initialisation,
-    if given); the drop (if any) marked."""
+    """E13/E14 per checkpoint (`mclib.analyses.embeddings.embedding_progress`): the position
+    embeddings' column and row silhouettes, the token embeddings' alignment with their final
+    layout (dotted: `initial_alignment`), the drop dashed."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
     a.plot(progress["step"], progress["column_silhouette"], "o-", ms=3, label="grouped by column")
     a.plot(progress["step"], progress["row_silhouette"], "s-", ms=3, label="grouped by row")

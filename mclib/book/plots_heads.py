@@ -56,18 +56,12 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
               title: str = "", xlabel: str | None = None, *, errors: dict[str, list[float]] | None = None,
               level: float | list[float] | None = None, paper_level: float | list[float] | None = None,
               reference: tuple[float, str] | None = None) -> plt.Figure:
-    """Horizontal bars, one group per label (top to bottom) and one bar per quantity
-    (`values`: quantity -> a value per label), log scale, each with ± 2 standard errors
-    (`errors`: quantity -> an error per label; a quantity without errors gets none, and
-    the legend says so); the paper's values, where given (`paper`: quantity -> a value or
-    None per label), as black diamonds on the bars.
-
-    One scale for both: with `level` (our copying level E[X²], one number or one per
-    label) every value and error of ours is divided by it and every value of the paper's
-    by `paper_level` (the paper's E[X²] on its own task; default: `level`), so each sits
-    over its own copying level and 1, the dotted line, is copying on either task.
-    Without `level` the values are drawn as they are, and `reference` = (value, name)
-    draws a dotted vertical line (e.g. E[X²])."""
+    """Horizontal bars, one group per label (top to bottom), one bar per quantity (`values`:
+    quantity -> a value per label), log scale, ± 2 `errors` where given; the paper's values
+    (`paper`: quantity -> a value or None per label) as black diamonds. With `level` (our E[X²],
+    one or one per label) ours are divided by it and the paper's by `paper_level` (default
+    `level`), so 1, dotted, is copying on either task; without it, `reference` = (value, name)
+    draws a dotted line."""
     import numpy as np
 
     n = len(labels)
@@ -118,14 +112,11 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
                    title: str = "", n: int = 7, *, query_bands: list[tuple[int, int]] | None = None,
                    key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
                    panel: float = 1.7, query_marks: list[int] | None = None) -> plt.Figure:
-    """A grid of attention maps `maps [rows, cols, n², n²]` (queries down, keys across),
-    all panels on one colour scale, from 0 to the largest probability of any panel but at
-    least 3/n² (so a uniform head, 1/n² everywhere, shows as a flat dark map), with a
-    colour bar. Thin lines separate the
-    matrix rows (blocks of n positions). query_bands: [(first, last)] query positions
-    to outline (e.g. masked rows); key_marks: key positions marked with a triangle above;
-    query_marks: query positions marked with a triangle on the left (e.g. masked columns);
-    titles: a title per panel ([rows][cols]), else col_labels over the top row."""
+    """A grid of attention maps `maps [rows, cols, query, key]` on one colour scale, from 0 to the
+    largest probability but at least 3/n² (a uniform head shows dark), matrix rows (n positions)
+    separated by thin lines. query_bands: [(first, last)] query positions outlined; key_marks and
+    query_marks: positions marked with a triangle above or on the left; titles: one per panel
+    ([rows][cols]), else col_labels over the top row."""
     import numpy as np
     from matplotlib.patches import Rectangle
 

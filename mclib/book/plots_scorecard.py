@@ -12,17 +12,10 @@ VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same o
 
 
 def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
-    """Our value / the paper's for every scorecard row that compares a number or a ratio
-    (kinds "number" and "ratio"; both are the same scale-free quantity on both sides),
-    coloured by verdict (log scale, centred on 1), with the interval of ours its rule reads
-    (`scorecard_rules.interval`: ± 2·√(se² + spread²), or the span of several readings) as a
-    bar where the row has one. Rows without two positive numbers
-    get a hollow marker at 1, labelled.
-
-    Readable at any number of rows: the labels (wrapped at `label_width` characters) get
-    a fixed width of the figure and the data the rest, each row a fixed height, and the
-    verdicts' legend sits under the title; a row's label and its point share a light band
-    per experiment."""
+    """Our value / the paper's for every "number" and "ratio" row, coloured by verdict (log scale,
+    centred on 1), with the interval its rule reads (`scorecard_rules.interval`) as a bar; a row
+    without two positive numbers gets a hollow marker at 1. Each row is as tall as its label
+    (wrapped at `label_width` characters), so any number of rows stays readable."""
     import textwrap
 
     import numpy as np

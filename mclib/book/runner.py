@@ -1,51 +1,18 @@
-"""The book: a profile in, a browsable HTML report out (`python -m mclib book --profile cpu`).
+"""`python -m mclib book`: a profile in, a browsable HTML report out (`build`).
 
-    _toc.yml               the chapters in order; the one list (`chapters()` reads it)
-    _config.yml            Jupyter Book 1 settings (offline: no launch buttons, no math)
+    _toc.yml               the chapters in order (`chapters()`)
     book/NAME.ipynb        chapter templates, stored without outputs
-    OUT/runs/P-seedS/      the run every chapter reads; the first chapter trains it
-    OUT/book/_executed/    executed chapters + manifest.json   (OUT = --out, default
-    OUT/_build/html/       the site                             the repository itself)
+    OUT/runs/P-seedS/      the run every chapter reads; the training chapter trains it
+    OUT/book/_executed/    executed chapters + manifest.json  (OUT: --out, default the repository)
+    OUT/_build/html/       the site
 
-Papermill runs every template with the same parameters (profile, seed, run_dir,
-device); the training chapter calls `mclib.core.train.train`, which resumes or returns at
-once if the run is complete, and every later chapter reads that run_dir.
-
-Incremental: a chapter's key hashes its template, its parameters, the profile's
-content, the mclib sources and the run's state (checkpoint list + metrics.csv), and the
-run-folder files the notebook declares it reads in its own metadata, e.g. the scorecard
-page's `"mclib": {"reads": ["scorecard.json"]}` (`declared_reads`). The key is taken
-right after the chapter ran and stored in the manifest; the next build reuses the
-executed copy if the key taken now is the same and the copy is untouched. Measuring after (not before) the run
-is what lets the training chapter, which creates the run, be reused.
-
-Paths: papermill gets absolute paths, and writes them into the executed notebook (its
-parameters cell and metadata). The site offers each executed notebook for download, so
-the runner writes them relative right after the run (`machine_paths`): the run folder
-relative to --out, the repository and --out as ".". The manifest keeps them
-absolute; it is not part of the site.
-
-Runs: before any chapter runs, `plan` says in one line which runs the chapters asked read
-(the book's run, and what each chapter declares in `runs_read`), which of them train, where
-and why, which are complete, and which are left out because only chapters not asked read
-them; a run they read that nothing asked trains stops the build there, in one line naming
-it. The training chapter trains what the chapters asked read ($MCLIB_BOOK_CHAPTERS tells
-its kernel which they are: `runner_plan.asked`), and runs again while one of those runs is not complete.
-
-Failure: papermill saves the notebook and may mark it complete after a timeout or a
-dead kernel, so its exception is what counts (and any error output, to be sure): the
-manifest marks the chapter failed, nothing after it runs, no site is built, and
-`BookError` names the chapter.
-
-Chapters: what each declares (the runs it reads, whether it trains them, a part of the site)
-is its spec (`mclib.book.spec.ChapterSpec`); the functions here that read declarations take the
-specs of the toc's chapters as `specs` (`mclib.chapters.registry.specs`), which the command line,
-a room above, builds and hands down: nothing here imports a chapter.
-
-Here: the chapters of the toc, `plan`, and `build`; the parts it runs
-are modules beside this one: which runs a build trains (runner_plan), executing one chapter
-(runner_execute), the training chapter beside the others (runner_beside), the training's
-progress line (runner_progress) and the site (runner_site).
+Papermill runs each template with the same parameters (profile, seed, run_dir, device). A
+chapter is reused when its key (template, parameters, profile, mclib sources, the run's state and
+the files its notebook declares it reads, `declared_reads`) is as stored right after its last
+run and its executed copy is untouched; taking the key after the run lets the training chapter,
+which creates the run, be reused. `plan` says first which runs train, where and why. A chapter
+that fails ends the build (`BookError`, one line) with no site. Functions that read the chapters'
+declarations take their `specs` (mclib.chapters.registry.specs) from the caller.
 """
 from __future__ import annotations
 
@@ -83,8 +50,7 @@ class BookError(RuntimeError):
 
 
 def select_chapters(names: str, toc: Path = REPO / "_toc.yml") -> list[Path]:
-    """The templates named in `names` ("01_train,03_heads"), in toc order; an unknown name
-    is a one-line BookError naming it and the chapters there are."""
+    """The templates `names` names ("01_train,03_heads"), in toc order; an unknown one is a BookError."""
     known = {t.stem: t for t in chapters(toc)}
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     bad = [n for n in wanted if n not in known]
@@ -121,20 +87,14 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
 # --- which runs a build trains (runner_plan) -----------------------------------------
 
 def runs_read(cfg, names: list[str] | None = None, *, specs: Specs) -> dict[str, Reads]:
-    """{chapter: `Reads`} of the chapters `names` (default every chapter of `specs`) whose spec
-    declares `runs_read`."""
+    """{chapter: `Reads`} of the chapters `names` (default all of `specs`) that declare `runs_read`."""
     return {s.notebook: s.runs_read(cfg) for s in among(specs, names) if s.runs_read is not None}
 
 
 def plan(cfg, run_dir: Path, names: list[str], out: Path, *, specs: Specs) -> Plan:
-    """Which runs the chapters `names` read (the book's run, and what each declares in
-    `runs_read`), which of them are not complete, and who trains those: the training chapter
-    where it is asked (it trains what the chapters asked read, `train_runs`), else the chapters
-    that declare the run (they train what they read: `seed_runs`, `freeze_runs_of`), else
-    nobody: then a run without a checkpoint is an error, and a cut one is read as it is. With
-    `analysis.train_in_book: false` nothing trains. Runs that only chapters not asked read are
-    left out, and the line says so. `specs`: what the toc's chapters declare
-    (`mclib.chapters.registry.specs`, handed down by the command line)."""
+    """The `Plan` of the chapters `names`: the runs they read, which are not complete, and who
+    trains those (the training chapter where asked, else the chapters that declare the run, else
+    nobody); nothing trains with `analysis.train_in_book: false`."""
     toc = [t.stem for t in chapters()]
     book = [n for n in names if n in specs]  # the chapters of the book among them
     return plan_runs(cfg, run_dir, out, toc=toc, book=book, every=runs_read(cfg, toc, specs=specs),
@@ -143,9 +103,8 @@ def plan(cfg, run_dir: Path, names: list[str], out: Path, *, specs: Specs) -> Pl
 
 
 def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
-    """Whether a chapter waits for the training chapter executing beside it to end: it reads
-    E15's runs (`runs_read`) or the records other chapters write (its notebook declares
-    reads, `declared_reads`: the scorecard)."""
+    """Whether a chapter waits for the training chapter beside it: it reads E15's runs or records
+    that other chapters write (`declared_reads`)."""
     reads = runs_read(cfg, [template.stem], specs=specs).get(template.stem)
     return bool(reads is not None and reads.e15) or bool(declared_reads(template))
 
@@ -169,17 +128,11 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
           run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
           templates: list[Path] | None = None, progress: bool = True, site: bool = True,
           ledger: Path | None = None, specs: Specs, overrides: dict | None = None) -> dict:
-    """Execute the chapters (`templates`, default every chapter of _toc.yml) and build the
-    site (site=False: not; a GPU lease executes chapters and the CPU machine builds the
-    site); returns the manifest (raises BookError). Chapters left out keep their last
-    records in the manifest as they were, so a later build can still reuse them. The site
-    holds the chapters executed here, then the parts the chapters declare (their spec's
-    `site_part(out, ledger, specs=specs)`): the scorecard chapter's "The paper's own setting"
-    (`mclib.lease.part`: the chapters GPU leases executed, from the slices done beside
-    `ledger`, default results/paper-slices.yaml). `specs`: what the toc's chapters declare
-    (`mclib.chapters.registry.specs`), which the command line hands down. `overrides`: dotted
-    keys set on the profile (the command line's --set); the chapters then read it, with them,
-    from OUT/book/_executed/NAME-set.yaml."""
+    """Execute `templates` (default every chapter of _toc.yml) and, unless site=False, build the
+    site: the chapters executed, then each spec's `site_part(out, ledger, specs=specs)`. Chapters
+    left out keep their last records in the manifest. `overrides`: dotted keys set on the profile
+    (--set), which the chapters read from OUT/book/_executed/NAME-set.yaml. Returns the manifest;
+    raises BookError."""
     from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
@@ -212,8 +165,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
 
 
 class _Build:
-    """One `build` under way: the manifest it writes (OUT/book/_executed/manifest.json) and
-    the last build's, which it reuses; `chapters` executes them, `site` renders them."""
+    """One `build` under way: the manifest it writes and the last build's, which it reuses."""
 
     def __init__(self, cfg, out: Path, run_dir: Path, *, device: str, templates: list[Path], runs: Plan,
                  timeout: float | None, progress: bool, t_start: float, params: dict, specs: Specs):
@@ -243,8 +195,7 @@ class _Build:
         return _key(template, self.params, self.cfg.to_dict(), self.run_dir, self.src)
 
     def record(self, i: int, template: Path) -> dict | None:
-        """The chapter's record, added to the manifest; None where the last build's executed
-        copy is reused (same key, copy untouched), which it then says."""
+        """The chapter's manifest record; None where the last build's copy is reused (same key, untouched)."""
         name, output = template.stem, self.exe / f"{template.stem}.ipynb"
         old = self.prev_nb.get(name, {})
         rec = {"name": name, "template": str(template), "output": str(output), "device": self.manifest["device"],
@@ -261,9 +212,8 @@ class _Build:
         return rec
 
     def run(self, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
-        """Execute one chapter and complete its record; None, or why it failed. apart: in a
-        process of its own (`_execute_apart`), beside the chapters this thread executes;
-        reporting: the training's progress line (`_report_training`) and papermill's cell bar."""
+        """Execute one chapter and complete its record; None, or why it failed. apart: in a process
+        of its own (`_execute_apart`); reporting: the training's progress line and the cell bar."""
         output, t0, paths = Path(rec["output"]), time.time(), machine_paths(self.out, self.run_dir)
         scorecard.forget_chapter(self.run_dir, rec["name"])  # the chapter records its rows afresh
         report = self.progress and reporting
@@ -288,8 +238,7 @@ class _Build:
         return None
 
     def failed(self, name: str, error: str) -> BookError:
-        """The error that ends the build at chapter `name`; the chapters that did not run keep
-        their last records, so the next build can still reuse them."""
+        """The BookError that ends the build at `name`; chapters not run keep their last records."""
         with self.lock:
             seen = {r["name"] for r in self.manifest["notebooks"]}
             self.manifest["notebooks"] += [{**self.prev_nb[t.stem], "status": "not run"} for t in self.templates
@@ -298,10 +247,8 @@ class _Build:
         return BookError(f"notebook {name} failed ({error}); see {self.exe / f'{name}.ipynb'}")
 
     def execute(self) -> None:
-        """Every chapter, each reused or executed, in toc order; but where the training chapter
-        trains E15's runs, it executes beside the others (`alongside`), and the chapters that
-        read its work (`waits_for_trainer`) execute once it has ended, after all the others.
-        Raises BookError at the first that fails."""
+        """Every chapter, reused or executed, in toc order, but the training chapter beside the others
+        where `alongside` says so, and the chapters that `waits_for_trainer` after it has ended."""
         trainer = alongside(self.templates, self.runs, self.cfg)
         later = []  # the chapters that wait for the training chapter: (index, template)
         with _asking([t.stem for t in self.templates]):
@@ -326,9 +273,8 @@ class _Build:
             key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
 
     def one(self, i: int, template: Path, trainer: str | None) -> None:
-        """Chapter i: reused, executed here, or (the training chapter `trainer`) started beside
-        this thread (`self.beside`: its thread and error), returning once only E15's runs
-        train; raises BookError where it, or the training chapter beside, failed."""
+        """Chapter i: reused, executed, or (`trainer`) started beside this thread until only E15's
+        runs train; raises BookError where it or the training chapter failed."""
         beside = self.beside
         if beside.get("error"):
             raise self.failed(trainer, beside["error"])
@@ -358,8 +304,7 @@ class _Build:
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
-        """The site: the chapters executed, then the parts the chapters declare; skipped when its
-        inputs are exactly those of the last good build."""
+        """The site: the chapters executed, then the specs' parts; reused where its inputs are the last good build's."""
         out, manifest = self.out, self.manifest
         parts = [s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None]
         executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]

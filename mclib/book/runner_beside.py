@@ -1,7 +1,6 @@
-"""The training chapter beside the others: where it trains E15's runs, it executes in a
-process of its own, and once its kernel says that only those still train, the chapters that
-read neither them nor other chapters' records execute beside it (`alongside`; which chapters
-wait for it: `mclib.book.runner.waits_for_trainer`)."""
+"""The training chapter beside the others: in a process of its own while it trains E15's runs,
+with the chapters that read neither them nor other chapters' records executing beside it.
+"""
 from __future__ import annotations
 
 import os
@@ -18,15 +17,10 @@ READY_FILE = ".training-ready"  # that file, in OUT/book/_executed/ (`mclib.book
 
 
 def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
-    """The chapter that executes beside the others, or None (one chapter after another).
-
-    E15's runs start from the book's run's last checkpoint and train for a third of the
-    book's CPU time; while the last of them trains, a core idles. So where the training
-    chapter is asked and trains E15's runs in this build (`plan`), it executes in a process
-    of its own (`_execute_apart`), and once its kernel says that every run but E15's is
-    complete (the file READY names), the chapters that read neither E15's runs nor other
-    chapters' records (`waits_for_trainer`) execute beside it. Not where scorecard.json
-    cannot be locked (`scorecard.CAN_LOCK`: Windows)."""
+    """The chapter to execute beside the others, or None (one after another): the training
+    chapter where it is asked and trains E15's runs in this build (`plan`). It runs apart
+    (`_execute_apart`), and once its kernel creates the file READY names (only E15's runs still
+    train), the chapters that do not `waits_for_trainer` execute beside it. None without `CAN_LOCK`."""
     names = [t.stem for t in templates]
     trainer = next((n for n in runs.trainers if n in names), None)
     if trainer is None or not scorecard.CAN_LOCK:
@@ -46,10 +40,8 @@ def _execute_in_process(template: Path, output: Path, params: dict, timeout: flo
 
 def _execute_apart(template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict,
                    ready: Path) -> str | None:
-    """`_execute` in a process of its own (its kernel's stderr, papermill's cell bar and the
-    redirected file descriptor 2 are that process's, not this one's, where other chapters
-    execute meanwhile), its kernel told where to say that only E15's runs still train (READY);
-    None, or why it failed (`_why`)."""
+    """`_execute` in a spawned process (its stderr and cell bar its own), its kernel told the READY
+    file; None, or why it failed (`_why`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -59,8 +51,7 @@ def _execute_apart(template: Path, output: Path, params: dict, timeout: float | 
 
 
 def _beside(state: dict, work, ready: Path, poll: float = 1.0) -> None:
-    """Start `work` on a thread (`state["thread"]`) and return once the file `ready` exists or
-    the work has ended."""
+    """Start `work` on a thread (`state["thread"]`); return once `ready` exists or the work has ended."""
     ready.unlink(missing_ok=True)
     state["thread"] = thread = threading.Thread(target=work, daemon=True)
     thread.start()

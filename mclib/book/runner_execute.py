@@ -1,8 +1,7 @@
-"""Executing one chapter: papermill runs its template into the executed copy, whose paths of
-this machine are then written relative (`machine_paths`), the kernel's stderr kept in a log
-beside it; and the key that says whether the last build's copy can be reused (`_key`: the
-template, the parameters, the profile, the sources, the run's state and the run-folder files
-the notebook declares it reads)."""
+"""Executing one chapter with papermill: the executed copy with this machine's paths made relative
+(`machine_paths`), the kernel's stderr in a log beside it, and the key that says whether the
+last build's copy can be reused (`_key`).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +12,8 @@ from pathlib import Path
 
 from ..core.repo import REPO, short_sha
 
-# papermill's bar over a chapter's cells, without tqdm's rate and remaining time: a cell that
-# trains for half an hour made them read "3/12 [08:59<00:06]" (the training's own line:
-# `_report_training`)
+# papermill's bar over a chapter's cells, without tqdm's rate and remaining time, which a cell
+# that trains for half an hour makes meaningless (the training has its own line: `_report_training`)
 CELL_BAR = {"bar_format": "{desc}: {n_fmt}/{total_fmt} cells [{elapsed}]"}
 
 
@@ -35,9 +33,8 @@ def run_state(run_dir: Path) -> str:
 # --- one chapter --------------------------------------------------------------------
 
 def declared_reads(template: Path) -> list[str]:
-    """The files of the run folder a chapter reads besides the run itself, as its notebook
-    metadata declares them ("mclib": {"reads": [...]}): e.g. the scorecard page reads the
-    scorecard.json the other chapters write, so it must run again when that changes."""
+    """The run-folder files a chapter reads besides the run, from its notebook metadata
+    ("mclib": {"reads": [...]}), e.g. the scorecard page's scorecard.json."""
     meta = json.loads(template.read_text()).get("metadata", {}).get("mclib", {})
     return list(meta.get("reads", []))
 
@@ -49,9 +46,8 @@ def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -
 
 @contextlib.contextmanager
 def _kernel_stderr_to(log: Path):
-    """The kernel inherits file descriptor 2: point it at a log file (its warnings and a
-    dying kernel's traceback are kept there), while our own sys.stderr (messages,
-    papermill's progress bar) stays on the terminal."""
+    """Point file descriptor 2, which the kernel inherits, at `log`, while our own sys.stderr
+    stays on the terminal."""
     sys.stderr.flush()
     saved = os.dup(2)
     with open(log, "wb") as f:
@@ -78,19 +74,15 @@ def _why(e: BaseException) -> str:
 
 
 def machine_paths(out: Path, run_dir: Path) -> dict[str, str]:
-    """The absolute paths of this machine that an executed notebook may hold (papermill's
-    parameters and metadata, a warning's file name), each with what the notebook says
-    instead: the run folder relative to the output folder, the output folder and the
-    repository as ".", the Python installation and the home folder by name. The site
-    offers every executed notebook for download, so none of these may reach it."""
+    """{absolute path of this machine: what a notebook says instead}: the run folder relative
+    to `out`, `out` and the repository ".", sys.prefix "<python>", the home folder "~"."""
     return {str(Path(run_dir).resolve()): os.path.relpath(Path(run_dir).resolve(), Path(out).resolve()),
             str(Path(out).resolve()): ".", str(REPO): ".", sys.prefix: "<python>", str(Path.home()): "~"}
 
 
 def relative_paths(text: str, paths: dict[str, str]) -> str:
-    """`text` with each absolute path of `paths` (longest first, so a folder inside another
-    is taken whole) replaced: "ABS/x" by "REL/x" ("x" when REL is "."), "ABS" alone by REL.
-    A path that merely starts like one of them ("/tmp/out2" for "/tmp/out") is left."""
+    """`text` with each absolute path of `paths` (longest first) replaced, "ABS/x" by "REL/x"
+    ("x" where REL is "."); a path that merely starts like one ("/tmp/out2") is left."""
     import re
 
     for absolute in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
@@ -101,8 +93,7 @@ def relative_paths(text: str, paths: dict[str, str]) -> str:
 
 
 def _relative_everywhere(node, paths: dict[str, str]):
-    """`relative_paths` applied to every string of a notebook (sources, outputs, metadata),
-    except image data: base64 can spell a short path by chance."""
+    """`relative_paths` on every string of a notebook but image data (base64 can spell a path)."""
     if isinstance(node, str):
         return relative_paths(node, paths)
     if isinstance(node, list):
@@ -116,8 +107,8 @@ def _relative_everywhere(node, paths: dict[str, str]):
 
 def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool,
              *, paths: dict[str, str] | None = None) -> None:
-    """Run `template` into `output` with papermill, then make the copy the site offers for
-    download machine-independent: every path of `paths` (`machine_paths`) written relative."""
+    """Run `template` into `output` with papermill, every path of `paths` then written relative;
+    an error output raises."""
     import nbformat
     import papermill as pm
 

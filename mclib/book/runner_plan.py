@@ -1,7 +1,6 @@
-"""Which runs a build trains: the runs the chapters it executes read (`Reads`, what each
-declares in `runs_read`), which of them are not complete, who trains those, and the line that
-says so (`Plan`, from `plan_runs`; `mclib.book.runner.plan` reads the chapters' declarations and
-hands them here); and which chapters a build executes, as its kernels see them (`asked`)."""
+"""Which runs a build trains (`plan_runs` -> `Plan`), from the runs each chapter declares it reads
+(`Reads`); and which chapters the build executes, as its kernels see them (`asked`).
+"""
 from __future__ import annotations
 
 import contextlib
@@ -14,26 +13,20 @@ ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated,
 
 @dataclass(frozen=True)
 class Reads:
-    """The runs a chapter reads beside the book's run, which every chapter reads: other seeds
-    of `analysis.seeds` and E15's groups. A chapter's spec declares them as `runs_read(cfg) ->
-    Reads` (`mclib.book.spec`); one that declares none reads the book's run alone. The training chapter (the one
-    that declares `trains_runs`) trains what the chapters a build executes read
-    (`mclib.book.chapter.train_runs`), so a chapter added touches only its own module."""
+    """Runs a chapter reads beside the book's run (other seeds, E15's groups): its spec's `runs_read(cfg)`."""
     seeds: tuple[int, ...] = ()
     e15: tuple[str, ...] = ()
 
 
 def asked() -> list[str] | None:
-    """The chapters the build now running executes ($MCLIB_BOOK_CHAPTERS, which `build` sets
-    for its kernels); None outside a build (a notebook opened by hand: every chapter)."""
+    """The chapters the running build executes ($MCLIB_BOOK_CHAPTERS); None outside a build."""
     value = os.environ.get(ASKED)
     return None if value is None else [n for n in value.split(",") if n]
 
 
 @contextlib.contextmanager
 def _asking(names: list[str]):
-    """$MCLIB_BOOK_CHAPTERS set to `names` while the chapters run (their kernels inherit it),
-    as it was afterwards."""
+    """$MCLIB_BOOK_CHAPTERS set to `names` while the chapters run, restored afterwards."""
     old = os.environ.get(ASKED)
     os.environ[ASKED] = ",".join(names)
     try:
@@ -47,11 +40,9 @@ def _asking(names: list[str]):
 
 @dataclass
 class Plan:
-    """What a build trains (`plan`): `train`, {run: chapter that trains it} of the runs the
-    chapters asked read and that are not complete; `trainers`, the chapters asked that
-    declare `trains_runs`; `line`, one line saying which runs train, where and why, which are
-    complete and which are left out; `error`, one line naming a run that the chapters read
-    and that nothing here trains (no checkpoint), else None."""
+    """What a build trains: `train`, {run: the chapter that trains it}; `trainers`, the chapters
+    asked that declare `trains_runs`; `line`, which runs train, where and why, which are complete
+    and which are left out; `error`, one line naming a run read that nothing trains, else None."""
     train: dict[str, str]
     trainers: list[str]
     line: str
@@ -60,8 +51,8 @@ class Plan:
 
 
 def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) -> str:
-    """"seed 1 (every chapter), seeds 2, 3 (07_beyond), E15 attention, mlp (05_freezing)": the
-    runs, those of one kind read by the same chapters together, each group with its readers."""
+    """"seed 1 (every chapter), seeds 2, 3 (07_beyond)": the runs, those of one kind with the same
+    readers together."""
     groups: list[tuple[str, tuple, list[str]]] = []
     for run in runs:
         kind, what = run.split(" ", 1)
@@ -76,10 +67,8 @@ def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) 
 
 def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str], every: dict[str, Reads],
               trainers: list[str], toc_trainers: list[str]) -> Plan:
-    """`mclib.book.runner.plan` once the chapters' declarations are read: `toc`, every chapter of
-    the toc; `book`, the chapters asked that are the book's; `every`, the `Reads` of the toc's
-    chapters that declare `runs_read`; `trainers`, the chapters of `book` that declare
-    `trains_runs`; `toc_trainers`, those of the toc."""
+    """`mclib.book.runner.plan` given the declarations: `toc`, the toc's chapters; `book`, those
+    asked; `every`, the toc's `Reads`; `trainers` and `toc_trainers`, those that train runs."""
     from ..analyses.freezing import LONGEST_FIRST, pending_groups
     from ..core.checkpoints import saved_steps
     from ..core.runs import freeze_dir, seed_run_dirs

@@ -1,6 +1,6 @@
-"""What the training chapter is doing, as one line on the terminal while a chapter runs
-(`_report_training`): each run that moved, its step out of the steps it is expected to end at
-(`expected_steps`), its measured step (`step_ms`), and the training left (`time_left`)."""
+"""The training's one progress line while a chapter runs (`_report_training`): each run that
+moved, its step out of `expected_steps`, its measured step (`step_ms`) and the time left.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -16,11 +16,9 @@ from ..core.config import ConfigError
 from .runner_plan import Plan
 
 def expected_steps(folder: Path, cfg=None) -> int:
-    """The step a run is expected to end at, as far as its rules fix it now: where it ended
-    (end.json at its newest checkpoint); an E15 run (RUN/freeze/GROUP) that has not dropped,
-    at the main run's drop, where that came before its cap; with the book's profile `cfg`,
-    another seed that stops `analysis.after_drop` steps after its drop, there once it has
-    dropped; else its cap, `train.steps` (a run that converges ends sooner)."""
+    """The step a run is expected to end at: where it ended (end.json at its newest checkpoint);
+    an E15 run not yet dropped, at the main run's drop (if before its cap); another seed than
+    `cfg`'s that has dropped, `analysis.after_drop` steps later; else its cap, `train.steps`."""
     from ..core.metrics import find_drop
     from ..core.checkpoints import resumable_steps
     from ..core.runs import END, METRICS, load_metrics, run_profile
@@ -41,8 +39,7 @@ def expected_steps(folder: Path, cfg=None) -> int:
 
 
 def step_ms(folder: Path, over: int = 1000) -> float | None:
-    """The run's measured step, in ms: its training time (metrics.csv's `wall`, which resumes
-    with the run) over its last `over` steps or so; None before two timed rows."""
+    """The run's ms a step over its last `over` steps (metrics.csv's `wall`); None before two timed rows."""
     from ..core.runs import load_metrics
 
     m = load_metrics(folder)
@@ -56,9 +53,7 @@ def step_ms(folder: Path, over: int = 1000) -> float | None:
 
 
 def median_step_ms(metrics) -> float | None:
-    """A run's achieved step, in ms, from its metrics (a DataFrame of metrics.csv): the median
-    over its `wall` column's intervals (one a log flush: 50 steps in the paper profile) of their
-    ms a step; None before two timed rows."""
+    """The median ms a step over the intervals of `metrics`' `wall` column; None before two timed rows."""
     timed = metrics.loc[metrics["wall"].notna(), ["step", "wall"]] if "wall" in metrics else metrics.iloc[:0]
     d = timed.diff().dropna()
     d = d[d["step"] > 0]
@@ -66,9 +61,8 @@ def median_step_ms(metrics) -> float | None:
 
 
 def training_status(root: Path, since: float, cfg=None) -> list[str]:
-    """"NAME step/expected at N ms a step" for every run folder under `root` (one holding
-    profile.yaml) that saved a checkpoint after `since` (a time.time()), NAME relative to
-    root; expected: `expected_steps`, the step measured by `step_ms` (left out before it is)."""
+    """"NAME step/expected at N ms a step" for each run folder under `root` with a checkpoint
+    saved after `since` (a time.time())."""
     from ..core.checkpoints import resumable_steps
     from ..core.runs import METRICS, PROFILE, checkpoint_dir
 
@@ -87,12 +81,9 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
 
 
 def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
-    """Seconds of training left to the runs `runs` ({name: folder}, `Plan.train`'s with
-    `Plan.runs`), from each one's measured step (`step_ms`; a run not started or not yet timed
-    takes the mean of the others) and its steps left to `expected_steps` (a run not started: to
-    its cap): the longer of the
-    work spread over `workers` and the book's run followed by its longest E15 run (E15 starts
-    from its end). None before any step is measured."""
+    """Seconds of training left to `runs` ({name: folder}) from each one's steps left and
+    measured step (untimed runs take the mean): the longer of the work spread over `workers` and
+    the book's run followed by its longest E15 run. None before any step is measured."""
     from ..core.checkpoints import resumable_steps
     from ..core.runs import METRICS, PROFILE
 
@@ -120,9 +111,8 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
 
 
 def sooner(runs: dict[str, Path], cfg) -> bool:
-    """Whether the training left (`time_left`) is only an upper bound: a run of `runs` that has
-    not ended may end before the steps it is expected to end at, once its rule fires (the
-    profile's `train.until: converged`; every E15 run), and then the line says "at most"."""
+    """Whether `time_left` is only an upper bound: a run not ended may stop early on its rule
+    (`train.until: converged`; every E15 run)."""
     from ..core.runs import END
 
     return any(not (Path(folder) / END).is_file() and (name.startswith("E15") or cfg.train.until == "converged")
@@ -135,13 +125,9 @@ def _minutes(seconds: float) -> str:
 
 @contextlib.contextmanager
 def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, cfg=None):
-    """While a chapter runs, print on the terminal, at most every `every` seconds, one line:
-    the runs under `root` that saved a checkpoint since the last line, each with its step out
-    of its expected steps and its measured step (`training_status`; a finished run is named
-    once, at its last step), and, given the build's `runs` and profile `cfg`, the training
-    left to them (`time_left`), while one of them moved (a run a chapter trains on its own,
-    such as chapter 08's, has no expected end here). Runs train in the kernel or its workers, whose progress bars
-    nobody sees; their folders are what this process can see."""
+    """While a chapter runs, print at most every `every` seconds the runs under `root` that saved
+    a checkpoint since the last line (`training_status`) and, given the build's `runs` and `cfg`,
+    the training left to them (`time_left`) while one of them moved."""
     from tqdm.auto import tqdm
 
     from ..core.jobs import local_workers

@@ -1,6 +1,6 @@
-"""The site: the book's non-notebook sources staged beside the executed chapters (`_stage`),
-the toc of what this build shows (`site_toc`), the config of a site of some chapters only
-(`partial_config`), and Jupyter Book 1's build with warnings as errors (`_build_site`)."""
+"""The site: the book's non-notebook sources staged (`_stage`), the toc of this build
+(`site_toc`), and Jupyter Book 1's build, warnings as errors (`_build_site`).
+"""
 from __future__ import annotations
 
 import shutil
@@ -32,9 +32,8 @@ def _stage(out: Path) -> list[Path]:
 
 
 def site_toc(out: Path, executed: list[str], parts: list[list[Path]]) -> Path:
-    """OUT/_build/_toc.yml (jupyter-book build --toc): the book's chapters that have an
-    executed copy (`executed`, their toc entries), then each part of `parts` (files under OUT,
-    its first page first): that page, the others as its sections."""
+    """Write OUT/_build/_toc.yml: the chapters with an executed copy (`executed`), then each part
+    of `parts` (its first page, the others as its sections)."""
     entry = lambda page: Path(page).relative_to(out).with_suffix("").as_posix()
     book = parse_yaml((REPO / "_toc.yml").read_text())
     book["chapters"] = [c for c in book["chapters"] if c["file"] in executed]
@@ -55,9 +54,8 @@ PARTIAL_WARNINGS = ["myst.xref_missing", "mystnb.glue_ref"]
 
 
 def partial_config(out: Path) -> Path:
-    """OUT/_build/_config.partial.yml: _config.yml with `PARTIAL_WARNINGS` let through, for a
-    site of some of the book's chapters (`--chapters` into a fresh folder); its relative paths
-    made absolute, since jupyter-book reads them from the config file's folder."""
+    """Write OUT/_build/_config.partial.yml: _config.yml letting `PARTIAL_WARNINGS` through, its
+    relative paths made absolute (jupyter-book reads them from the config file's folder)."""
     config = parse_yaml((Path(out) / "_config.yml").read_text())
     sphinx = config["sphinx"]
     sphinx["config"]["suppress_warnings"] = PARTIAL_WARNINGS
@@ -70,9 +68,8 @@ def partial_config(out: Path) -> Path:
 
 
 def _build_site(out: Path, toc: Path, partial: bool = False) -> dict:
-    """Jupyter Book 1, every page re-read (--all: an incremental Sphinx build would not
-    repeat the warnings of unchanged pages), warnings are errors; partial (some of the toc's
-    chapters only): but links to the others and the scorecard's glued numbers (`partial_config`)."""
+    """Jupyter Book 1 with every page re-read (--all), warnings as errors; partial (some chapters
+    only): `partial_config`. Returns the site's record."""
     t0 = time.time()
     log = out / "_build" / "jupyter-book.log"
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -12,9 +12,7 @@ RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entrie
 
 
 def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
-    """The copying levels model rows divide by: kind of matrix -> (our E[X²], the paper's).
-    Low-rank matrices have E[X²] = rank/9; E2's random matrices 1/3 on both tasks (their
-    rows are not rescaled)."""
+    """Kind of matrix -> (our E[X²], the paper's): low-rank rank/9; E2's random matrices 1/3 on both tasks."""
     from ..core import paper
     from ..core.data import copy_level
 
@@ -56,13 +54,10 @@ def _banded(lo: float, hi: float, band_lo: float, band_hi: float, positive: str)
 
 
 def _reach(log: bool, ours: float, se=None, spread=None, *, span=None, rounding=None) -> tuple[float, float]:
-    """Our interval on a rule's scale (log: a ratio's, on the log scale): ours ± 2·√(se² +
-    spread²); with span (the lowest and highest of several readings of the quantity, e.g.
-    checkpoints along a plateau), from the lowest − 2·se to the highest + 2·se, so that it
-    reaches no further than the readings themselves; with rounding (how far changes that alter
-    only the float arithmetic moved the quantity in one run, `mclib.analyses.rounding`), wider
-    by it on each side. On the log scale an error e at a value x is e / x, and a rounding r at
-    ours is ln(1 + r / ours)."""
+    """Our interval on a rule's scale (log: a ratio's): ours ± 2·√(se² + spread²); with span (the
+    lowest and highest of several readings) from the lowest − 2·se to the highest + 2·se; widened
+    on each side by rounding (`mclib.analyses.rounding`). On the log scale an error e at x is e / x,
+    a rounding r at ours ln(1 + r / ours)."""
     lo = hi = ours
     half_lo = half_hi = 2 * _se(se, spread)
     if span is not None and not any(_missing(v) for v in span) and (min(span) > 0 or not log):
@@ -85,9 +80,8 @@ def within_rounding(log: bool, ours: float, paper: float, rounding) -> bool:
 
 
 def interval(row: dict) -> tuple[float, float] | None:
-    """The interval of our value that a number or ratio row's verdict sets against its band
-    (`_reach`), on the quantity's own scale; None for other kinds or without a positive value
-    where the rule reads a log."""
+    """The interval of ours that a number or ratio row's rule sets against its band (`_reach`), on
+    the quantity's own scale; None for other kinds, or where a ratio has no positive value."""
     kind, ours = row.get("kind", "number"), row.get("ours")
     if kind not in ("number", "ratio") or _missing(ours) or (kind == "ratio" and ours <= 0):
         return None
@@ -147,9 +141,7 @@ def ratio(paper: float | None, ours: float | None, se: float | None = None, spre
 
 
 def band_text(kind: str = "number", margin: float | None = None) -> str:
-    """A number or ratio rule in one clause, as `_banded` applies it: its positive verdict where
-    our interval (`_reach`) lies inside the band of the paper's value, "differs" where it lies
-    outside, `CLOSE` where it reaches both; margin: the row's, else the kind's (`MARGINS`)."""
+    """The number or ratio rule in one clause, for a row's `margin` (default the kind's, `MARGINS`)."""
     m = MARGINS[kind] if margin is None else margin
     band = {"number": f"the paper's value ± {m:.0%} of it",
             "ratio": f"within a factor {1 + m:g} of the paper's value, either way"}[kind]
@@ -182,9 +174,7 @@ def direction(ours: float | None, reference: float, sense: str, se: float | None
 
 
 def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
-    """Whether ours lies beyond the reference on side s (+1 above, -1 below) by more than
-    2·√(se² + spread²) + margin·|reference| (False without a number): the test of the
-    direction and finding rules."""
+    """Whether ours (missing: False) lies beyond reference on side s (±1) by > 2·√(se² + spread²) + margin·|reference|."""
     return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
 
 
@@ -242,8 +232,7 @@ RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": o
 
 def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
           sense=None, values=None, order=None, span=None, rounding=None, na: str | None = None) -> str:
-    """The verdict of one row by its kind's rule (`RULES`); `na` (a reason) makes it
-    "n/a" (e.g. an empty group: nothing to test)."""
+    """The verdict of one row by its kind's rule (`RULES`); "n/a" where `na` (a reason) is given."""
     if na:
         return "n/a"
     if kind in ("number", "ratio"):
@@ -262,8 +251,7 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 
 
 def row_verdict(row: dict) -> str:
-    """The verdict `record` will give `row` (a `claim`), without writing it: what a
-    sentence that speaks for the row passes to `agreement`."""
+    """The verdict `record` would give `row` (a `claim`), without writing it."""
     rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "span", "rounding",
                                 "na") if k in row}
     return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
@@ -283,21 +271,15 @@ AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", 
 
 
 def agreement(verdict: str) -> str:
-    """The words a chapter's sentence uses for the verdict of the row it speaks for:
-    "as in the paper" (matches, same direction, same order), "unlike the paper" (differs),
-    "too close to tell" (too close to tell), "not tested here" (n/a),
-    "true by construction" (cannot fail); for a finding of our
-    own, "holds here" (holds) or "does not hold here" (fails)."""
+    """The words a sentence uses for `verdict` (`AGREEMENT`); ValueError for an unknown verdict."""
     if verdict not in AGREEMENT:
         raise ValueError(f"unknown verdict {verdict!r}; one of {', '.join(VERDICTS)}")
     return AGREEMENT[verdict]
 
 
 def agreements(verdicts: dict[str, str]) -> str:
-    """`agreement` for a sentence that speaks for several rows. verdicts: {how the sentence
-    names the row (e.g. "under the uniform reading"): its verdict}. One phrase when they
-    agree; otherwise each row's phrase with its name, e.g. "as in the paper under the
-    uniform reading, unlike the paper under the batch-mean reading"."""
+    """`agreement` for several rows ({name in the sentence: verdict}): one phrase where they
+    agree, else each phrase with its name ("as in the paper under X, unlike the paper under Y")."""
     phrases = {agreement(v) for v in verdicts.values()}
     if len(phrases) == 1:
         return phrases.pop()
@@ -305,8 +287,7 @@ def agreements(verdicts: dict[str, str]) -> str:
 
 
 def contradiction(reading: str, verdict: str) -> str | None:
-    """The agreement phrase in `reading` that another verdict would use than `verdict`
-    (e.g. "as in the paper" on a row that differs), or None: what `record` refuses."""
+    """The agreement phrase in `reading` that belongs to another verdict than `verdict`, or None."""
     own = agreement(verdict)
     for phrase in sorted(set(AGREEMENT.values()) - {own}):
         if phrase in reading and own not in reading:
@@ -315,8 +296,8 @@ def contradiction(reading: str, verdict: str) -> str | None:
 
 
 def rules_table():
-    """The rules as a table (kind, the positive verdict, margin, rule), from the rule
-    functions' docstrings: what the scorecard page shows."""
+    """The rules as the scorecard page shows them: kind, positive verdict, margin, and the rule
+    function's docstring."""
     import pandas as pd
 
     def text(f):

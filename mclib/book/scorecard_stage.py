@@ -21,9 +21,8 @@ LATE_WORDS = re.compile(r"\b(post|final|fall)\b")
 
 
 def reads_late(row: dict) -> bool:
-    """Whether `row` reads a model or a level of the run's end (post, final, "after"): a
-    row of `LATE_IDS`, a quantity naming post or final, or a BERT row of E17 (BERT's post
-    model beside the solvers). Findings of our own read the plateau and the drop, not the end."""
+    """Whether `row` reads the run's end: a row of `LATE_IDS`, a quantity matching `LATE_WORDS`,
+    or a BERT row of E17; never a finding of our own (those read the plateau and the drop)."""
     if is_own(row):
         return False
     return (row["id"] in LATE_IDS or bool(LATE_WORDS.search(row["quantity"]))
@@ -34,13 +33,10 @@ def reads_late(row: dict) -> bool:
 class Stage:
     """How far the run a chapter reads got, for the rows that read its end (`reads_late`).
 
-    step: the step its last model and final level are read at (the run's end);
-    planned: the length it was to train (the profile's train.steps; the paper's 50 000 on its task);
-    cut: a deadline, a signal or an unfinished run ended it before `planned` (RunEnd "cut",
-         "unfinished"); a run that converged, reached its cap or trained its steps is not cut;
-    rel: L_mask / E[X²] over the window ending at `step` (`window_mean`, as `find_drop` reads a loss);
-    paper_rel: the paper's post L_mask / E[X²] (its E3 post L_mask, step 50 000);
-    slope, slope_se: L_mask's relative change per 1 000 steps over the run's last 2 000 (`end_slope`)."""
+    step: where its last model and final level are read; planned: the steps it was to train;
+    cut: ended "cut" or "unfinished" before `planned` (`is_cut`); rel: L_mask / E[X²] over the
+    window ending at `step` (`window_mean`); paper_rel: the paper's post L_mask / E[X²] (step
+    50 000); slope, slope_se: L_mask's relative change per 1 000 steps over the last 2 000."""
     step: int
     planned: int
     cut: bool
@@ -51,8 +47,8 @@ class Stage:
 
     @property
     def note(self) -> str:
-        """One line a provisional row carries: the step read, L_mask there and its ratio to the
-        paper's at step 50 000, and how fast the run still fell; "" for a run not cut."""
+        """The line a provisional row carries (step read, L_mask there against the paper's, how fast
+        it still fell); "" for a run not cut."""
         if not self.cut:
             return ""
         level = "" if _missing(self.rel) else f"; L_mask there {self.rel:.3g}·E[X²]"
@@ -64,8 +60,7 @@ class Stage:
 
     @property
     def comparisons(self) -> str:
-        """What the rows that read the run's end compare, as a clause: the paper's end
-        ("the paper's", for a run not cut) or a cut run's provisional reading."""
+        """A clause on what the rows that read the run's end compare: the paper's end, or provisionally."""
         if not self.cut:
             return "the comparisons below read the run's end, as the paper reads its own"
         return (f"the comparisons below are provisional: the run was cut at step {self.step:,} of its "
@@ -73,9 +68,7 @@ class Stage:
 
 
 def is_cut(end) -> bool:
-    """Whether a run (its `RunEnd`) was cut short of the length it was to train: a deadline, a
-    signal or an unfinished run ("cut", "unfinished") before its train.steps. A run with no
-    end.json yet (None: still training, or stopped before it ended) is not known to be cut."""
+    """Whether a `RunEnd` ended "cut" or "unfinished" before its steps; None (no end.json) is not."""
     return end is not None and end.ended in ("cut", "unfinished") and end.step < end.steps
 
 
@@ -96,8 +89,7 @@ def stage(end, metrics, rank: int) -> Stage:
 
 
 def run_stage(run_dir: str | Path) -> Stage | None:
-    """The `Stage` of the run in `run_dir` (its end.json and metrics), or None where it has
-    neither (a folder that holds rows but no run)."""
+    """The `Stage` of the run in `run_dir` (its end.json and metrics), or None without end.json."""
     from ..core.ending import RunEnd
     from ..core.runs import END, METRICS, run_profile
 
@@ -120,9 +112,8 @@ def run_stage(run_dir: str | Path) -> Stage | None:
 
 
 def provisional(rows: list[dict], at: Stage | None) -> list[dict]:
-    """`rows` with the provisional mark set: every row that reads the run's end
-    (`reads_late`) and has a verdict to give (not n/a, not cannot fail) carries `Stage.note` while the run
-    is cut; the others carry None. The verdict itself stays the rule's."""
+    """`rows`, each that reads the end of a cut run (`reads_late`; not n/a or cannot fail) marked
+    with `Stage.note`, the others with None; verdicts unchanged."""
     mark = at.note if at is not None and at.cut else ""
     return [{**r, "provisional": (mark or None) if reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
              else None} for r in rows]

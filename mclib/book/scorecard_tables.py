@@ -11,14 +11,12 @@ from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
-    """'1 head', '2 heads' ('1 matrix', '2 matrices' with nouns): a count and its noun, agreeing;
-    with a verb for its noun, its two forms: plural(1, "differs", "differ") '1 differs'."""
+    """'1 head', '2 heads'; `nouns`: an irregular plural, or a verb's ('1 differs', '2 differ')."""
     return f"{n:,} {noun if n == 1 else nouns or noun + 's'}"
 
 
 def percent(x: float, digits: int = 1) -> str:
-    """x as a percentage at `digits` decimals ('1.3%'); a number that is not 0 but would show
-    as 0.0% says "less than 0.05%" instead."""
+    """x as a percentage ('1.3%'); a non-zero x that would show as 0.0% is "less than 0.05%"."""
     shown = f"{x:.{digits}%}"
     if x and float(shown.rstrip("%")) == 0:
         return f"less than {0.5 * 10 ** -digits:g}%"
@@ -38,9 +36,8 @@ def counts_clause(t: dict[str, int]) -> str:
 
 
 def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
-    """How many of `verdicts` say each `agreement`, every count from the verdicts themselves:
-    "all 12 rows unlike the paper", "the one row as in the paper", "of the 12 rows, 3 as in
-    the paper, 8 unlike the paper and 1 too close to tell" (phrases in the order of `VERDICTS`)."""
+    """How many of `verdicts` say each `agreement`, in `VERDICTS` order: "all 12 rows unlike the
+    paper", "the one row as in the paper", "of the 12 rows, 3 as in the paper and 9 unlike the paper"."""
     verdicts = list(verdicts)
     counts: dict[str, int] = {}
     for v in sorted(verdicts, key=lambda v: VERDICTS.index(v) if v in VERDICTS else len(VERDICTS)):
@@ -56,8 +53,7 @@ def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
 
 
 def verdict_counts(verdicts) -> str:
-    """'5 matches, 2 differs, ...': how often each verdict occurs in `verdicts` (e.g. the
-    verdict column of `recorded_table`'s data), most frequent first."""
+    """'5 matches, 2 differs': how often each verdict occurs, most frequent first."""
     import pandas as pd
 
     counts = pd.Series(list(verdicts), dtype=object).value_counts()
@@ -80,9 +76,8 @@ REPRODUCED = ("matches", "same direction", "same order")
 
 
 def tally(rows: list[dict]) -> dict[str, int]:
-    """Counts of the paper's claims (`paper_rows`): reproduced (`REPRODUCED`), differ,
-    too close to tell (`CLOSE`), not tested (n/a, cannot fail) and provisional, each row in
-    one of them: a provisional row is counted there, whatever its verdict, and in no other."""
+    """Counts of the paper's claims (`paper_rows`): reproduced, differ, too close, not tested,
+    provisional; a provisional row counts there alone, whatever its verdict."""
     rows = paper_rows(rows)
     firm = [r for r in rows if not is_provisional(r)]
     return {"rows": len(rows), "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
@@ -93,16 +88,14 @@ def tally(rows: list[dict]) -> dict[str, int]:
 
 
 def provisional_split(rows: list[dict]) -> dict[str, int]:
-    """The provisional rows of the paper's claims (`tally`'s "provisional") by what their verdict
-    says so far: agree (`REPRODUCED`), differ, too close to tell (`CLOSE`)."""
+    """The paper's provisional rows by their verdict so far: agree, differ, too close to tell."""
     late = [r for r in paper_rows(rows) if is_provisional(r)]
     return {"provisional": len(late), "agree": sum(r["verdict"] in REPRODUCED for r in late),
             "differ": sum(r["verdict"] == "differs" for r in late), "too close": sum(r["verdict"] == CLOSE for r in late)}
 
 
 def provisional_text(rows: list[dict]) -> str:
-    """'37 provisional: 20 agree, 17 differ so far' (', 1 too close to tell' where one is), from
-    `provisional_split`; '0 provisional' when none is."""
+    """'37 provisional: 20 agree, 17 differ so far' (`provisional_split`); '0 provisional' where none is."""
     p = provisional_split(rows)
     if not p["provisional"]:
         return "0 provisional"
@@ -112,8 +105,7 @@ def provisional_text(rows: list[dict]) -> str:
 
 
 def tally_text(rows: list[dict], what: str) -> str:
-    """'Of the 70 claims WHAT, 30 reproduced, 10 differ, 2 are too close to tell, 5 have nothing
-    to test here and 23 are provisional (...)': `tally` in a sentence (`counts_clause`)."""
+    """'Of the 70 claims WHAT, 30 reproduced, ...': `tally` in a sentence (`counts_clause`)."""
     t = tally(rows)
     return f"Of the {plural(t['rows'], 'claim')} {what}, {counts_clause(t)}."
 
@@ -121,10 +113,8 @@ def tally_text(rows: list[dict], what: str) -> str:
 # --- the findings table ------------------------------------------------------------------
 
 def row_order(row: dict) -> tuple:
-    """Where a scorecard row stands: by its experiment's number (E2 before E10; findings of our
-    own last), then by the chapter that recorded it (chapters are numbered in the book's order),
-    rows of one chapter keeping the order it recorded them in (the sort is stable). So the order
-    does not depend on which chapter finished first: the book executes chapters side by side."""
+    """Sort key of a row: experiment number (findings of our own last), then chapter; so the
+    order does not depend on which chapter finished first."""
     m = re.match(r"E(\d+)", row["id"])
     return (int(m.group(1)) if m else math.inf, row.get("chapter") or "")
 
@@ -133,10 +123,9 @@ NUMBER = re.compile(r"\d[\d,.]*")  # a number in a cause's text (`causes`: cause
 
 
 def causes(rows: list[dict]) -> str:
-    """Why the firm rows of `rows` that differ or are too close to tell do so, in one cell: the
-    distinct causes the chapters recorded (`record`'s cause), in order, else "not traced" where
-    a row differs and none says why, else "—". Causes worded alike but for their numbers (one
-    reason, each row's own figures: E2's twelve rows) are said once, with how many rows say it."""
+    """Why the firm rows that differ or are too close to tell do so: the distinct recorded causes
+    (those alike but for their numbers said once, with a count), else "not traced" where a row
+    differs, else "—"."""
     open_ = [r for r in rows if r["verdict"] in ("differs", CLOSE) and not is_provisional(r)]
     alike: dict[str, list[str]] = {}
     for cause in dict.fromkeys(r["cause"] for r in open_ if r.get("cause")):
@@ -149,10 +138,8 @@ def causes(rows: list[dict]) -> str:
 
 
 def home(rows: list[dict]) -> str | None:
-    """The chapter an experiment's row links to (`rows`: its rows): the one that recorded most of
-    its firm rows that differ, else most of those too close to tell, else the first in the book's
-    order that recorded a row of it (by name, not the first to finish: the book executes chapters
-    side by side); None without a chapter."""
+    """The chapter an experiment's rows link to: the one with most firm rows that differ, else most
+    too close to tell, else the first by name; None without a chapter."""
     named = [r for r in rows if r.get("chapter")]
     for verdict in ("differs", CLOSE):
         at = [r["chapter"] for r in named if r["verdict"] == verdict and not is_provisional(r)]
@@ -162,11 +149,8 @@ def home(rows: list[dict]) -> str | None:
 
 
 def findings(rows: list[dict], link: str | None = None):
-    """The findings table a reader scans first: one line per experiment of the paper (findings
-    of our own left out, `paper_rows`), its counts (rows, reproduced, differs, too close to
-    tell, not tested, provisional: `tally`) and why its rows differ (`causes`). With `link`
-    (a path prefix, e.g. "" beside the chapters' pages or "_executed/" from the landing page),
-    each experiment links to the chapter that holds its differing rows (`home`)."""
+    """One line per experiment of the paper: its `tally` counts and `causes`; with `link` (a path
+    prefix, e.g. "_executed/"), each experiment links to its `home` chapter."""
     import pandas as pd
 
     rows = paper_rows(rows)
@@ -190,11 +174,9 @@ SOLVER_ONLY = ("E17",)
 
 
 def headline(rows: list[dict]) -> dict[str, str]:
-    """The landing page's results box, one short sentence each: the claims about the model
-    and those about the solvers alone (`SOLVER_ONLY`) counted apart (`counts_clause`), then
-    the experiments that reproduced in full and those with claims that differ (how many; why
-    is the findings table's, `findings`, which the page shows below the box); last, our own
-    findings, counted on their own (`own_rows`: none of them is among the paper's claims)."""
+    """The landing page's results box: claims about the model and about the solvers alone
+    (`SOLVER_ONLY`) counted apart, the experiments reproduced in full, those with claims that
+    differ, and our own findings, counted on their own."""
     own = own_rows(rows)
     rows = paper_rows(rows)
     counts = lambda rs, what: f"Of the {plural(len(rs), 'claim')} {what}, {counts_clause(tally(rs))}."
@@ -226,9 +208,7 @@ def headline(rows: list[dict]) -> dict[str, str]:
 
 
 def setting_counts(rows: list[dict], where: str) -> str:
-    """The landing page's line for one edition (`where`: "the laptop edition", "the paper's
-    own setting"): its counts of the paper's claims (`tally`) in one sentence, the provisional
-    ones split by what they say so far (`provisional_text`)."""
+    """The landing page's line for one edition (`where`): its `tally` in one sentence."""
     t = tally(rows)
     return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
             f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
@@ -246,8 +226,7 @@ def task_departures(profile) -> list[str]:
 
 
 def task_note(profile) -> str:
-    """One sentence for the scorecard page: whether `profile` trains the paper's task, and
-    if not, how the model rows compare (scale-free quantities, no rescaling)."""
+    """One sentence: whether `profile` trains the paper's task, and if not, how its rows compare."""
     from ..core.paper import profile as paper_profile
     from ..core.data import copy_level
 
@@ -263,8 +242,7 @@ def task_note(profile) -> str:
 
 
 def departures_count(profile) -> str:
-    """How many keys `profile` departs from the paper's task and recipe in, in one sentence (the
-    keys themselves: `departures_text`, the first chapter and the scorecard)."""
+    """How many keys `profile` departs from the paper's task and recipe in, in one sentence."""
     from ..core.config import deviations
     from ..core.paper import profile as paper_profile
 
@@ -275,8 +253,7 @@ def departures_count(profile) -> str:
 
 
 def departures_text(profile) -> str:
-    """Every key where `profile` departs from the paper's task and recipe, in one sentence
-    (`mclib.core.config.deviations`)."""
+    """Every key where `profile` departs from the paper's task and recipe, in one sentence."""
     from ..core.config import deviations
     from ..core.paper import profile as paper_profile
 

@@ -1,14 +1,8 @@
-"""What a chapter declares to the machinery, in one typed record: `ChapterSpec`.
+"""`ChapterSpec`: what a chapter declares to the machinery, in one typed record.
 
-Each chapter module (mclib/chapters/chNN_name.py) ends its declarations with
-`SPEC = ChapterSpec("NN_name", ...)`; mclib.chapters.registry collects the specs of the toc's
-chapters (`Specs`, toc order) and the rooms above hand that registry down: the command line to
-the book's runner (`build`, `plan`), the training chapter's notebook to `open_chapter`, the
-scorecard chapter to the GPU lease's part and reference. Nothing in this room or the lease's
-imports a chapter or looks a declaration up by its name.
-
-A field left out declares nothing: no runs besides the book's, no idle work, no rule. A
-field that is not one of these is refused with one line naming the chapter and the field.
+Each chapter module ends with `SPEC = ChapterSpec("NN_name", ...)`; mclib.chapters.registry
+collects them (`Specs`, toc order) for the callers that hand them down. A field left out
+declares nothing; an unknown or ill-typed field is refused in one line naming chapter and field.
 """
 from __future__ import annotations
 
@@ -25,8 +19,7 @@ if TYPE_CHECKING:
 
 
 class ChapterSpecError(ValueError):
-    """A chapter's spec is wrong or missing; the message is one line naming the chapter and
-    the field."""
+    """A chapter's spec is wrong or missing; the message is one line naming the chapter and the field."""
 
 
 @dataclass(frozen=True)
@@ -34,21 +27,18 @@ class ChapterSpec:
     """One chapter's declarations, each read by a part of the machinery:
 
     notebook     its template's stem, book/NOTEBOOK.ipynb ("01_train")
-    runs_read    runs it reads besides the book's: `runs_read(cfg) -> Reads` (`mclib.book.runner.plan`)
+    runs_read    runs it reads besides the book's: `runs_read(cfg) -> Reads` (`runner.plan`)
     trains_runs  it is the training chapter: it trains what the chapters a build executes read
-    idle_work    work for workers the book's seeds leave idle: `idle_work(cfg, run_dir) -> [(fn, args, name)]`
-                 (`mclib.book.chapter.idle_tasks`)
+    idle_work    work for idle workers: `idle_work(cfg, run_dir) -> [(fn, args, name)]` (`chapter.idle_tasks`)
     site_part    a part of the site after the chapters: `site_part(out, ledger, *, specs) -> [page paths]`
-    curve_rows   its rows from a run's training curve alone: `curve_rows(cfg, run, metrics, end)`
-                 (`mclib.lease.reference.training_rows`)
+    curve_rows   rows from a run's training curve: `curve_rows(cfg, run, metrics, end)`
     e15_rows     E15's rows from E15's runs: `e15_rows(runs, ends, cfg, end, main, *, read)`
-                 (`mclib.lease.reference.freeze_rows`)
-    rejudged     how it judges a recorded row again: `rejudged(row, recorded) -> (row, reasons)`
+    rejudged     a recorded row judged again: `rejudged(row, recorded) -> (row, reasons)`
     rule_of      what it judges a row by besides the numbers: `rule_of(row) -> dict`
-                 (both `mclib.lease.reference.rejudge`)
-    speaks_for   glue name -> experiment id its sentence speaks for (`mclib.lease.part.restate`)
+    speaks_for   glue name -> the experiment id its sentence speaks for
     restated     a sentence worded again from re-judged rows: `restated(name, text, rows) -> str | None`
-    """
+
+    curve_rows, e15_rows, rejudged, rule_of: `mclib.lease.reference`; speaks_for, restated: `mclib.lease.part`."""
     notebook: str
     _: KW_ONLY  # the declarations by name
     runs_read: Callable[[Profile], Reads] | None = None
@@ -100,6 +90,5 @@ Specs = Mapping[str, ChapterSpec]  # notebook stem -> its spec, in toc order (mc
 
 
 def among(specs: Specs, names: list[str] | None) -> list[ChapterSpec]:
-    """The specs of the chapters `names` (None: every one), in the order of `names`; a name no
-    chapter serves (a template outside the book) has none."""
+    """The specs of the chapters `names` (None: all), in that order; a name without a spec is skipped."""
     return list(specs.values()) if names is None else [specs[n] for n in names if n in specs]
