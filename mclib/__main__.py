@@ -58,7 +58,7 @@ def cmd_book(args) -> None:
           specs=specs())  # what the chapters declare, handed down to the runner (the rooms: README)
 
 
-# mclib.book.export.TRACKERS, named here so that `--help` imports no plotting (tests/test_export.py
+# mclib.core.export.TRACKERS, named here so that `--help` imports no plotting (tests/test_export.py
 # checks that the two agree)
 TRACKERS = ("tensorboard", "wandb")
 CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
@@ -108,9 +108,11 @@ def cmd_solvers(args) -> None:
 
 
 def cmd_export(args) -> None:
-    from .book.export import export_run, viewing
+    from .core.export import check_export, export_run, viewing
 
-    dest = export_run(args.run_dir, args.to, args.out, project=args.project)
+    check_export(args.run_dir, args.to)  # refused in one line before the figure is drawn
+    from .book.plots_curves import loss_curve_image
+    dest = export_run(args.run_dir, args.to, args.out, project=args.project, image=loss_curve_image(args.run_dir))
     print(f"{args.run_dir} exported to {args.to} in {dest}; {'view' if args.to == 'tensorboard' else 'upload'} "
           f"it with: {viewing(dest, args.to)}")
 

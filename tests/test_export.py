@@ -1,4 +1,4 @@
-"""`python -m mclib export` (mclib/book/export.py): a run's metrics and loss curve in
+"""`python -m mclib export` (mclib/core/export.py): a run's metrics and loss curve in
 TensorBoard event files and an offline W&B run, each read back with the tracker's own
 reader and compared with metrics.csv; without the extra, one line naming it."""
 import importlib.util
@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from mclib.__main__ import main
-from mclib.book import export
+from mclib.book.plots_curves import loss_curve_image
+from mclib.core import export
 from mclib.core.runs import export_dir, load_metrics, run_profile
 
 # found, not imported: wandb takes a second to import, and only the slow test needs it
@@ -35,7 +36,7 @@ def _png(data: bytes) -> np.ndarray:
 def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import IMAGES, SCALARS, EventAccumulator
 
-    dest = export.export_run(smoke_run, "tensorboard", tmp_path / "tb")
+    dest = export.export_run(smoke_run, "tensorboard", tmp_path / "tb", image=loss_curve_image(smoke_run))
     events = EventAccumulator(str(dest), size_guidance={SCALARS: 0, IMAGES: 0})
     events.Reload()
     expected = _expected(smoke_run)
@@ -46,7 +47,7 @@ def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
         np.testing.assert_allclose([e.value for e in got], series.values, rtol=1e-6, err_msg=column)  # float32
     [image] = events.Images(export.IMAGE_TAG)
     assert image.step == int(load_metrics(smoke_run).step.iloc[-1])
-    assert np.array_equal(_png(image.encoded_image_string), export.loss_curve_image(smoke_run))
+    assert np.array_equal(_png(image.encoded_image_string), loss_curve_image(smoke_run))
     assert not list(tmp_path.glob(".tmp-*"))
 
 
@@ -54,7 +55,7 @@ def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
 def test_wandb_offline_run_holds_metrics_csv(smoke_run, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "online")     # the export is offline whatever the environment says
     monkeypatch.setenv("WANDB_API_KEY", "")
-    dest = export.export_run(smoke_run, "wandb", tmp_path / "wb", project="mclib-test")
+    dest = export.export_run(smoke_run, "wandb", tmp_path / "wb", project="mclib-test", image=loss_curve_image(smoke_run))
     [run] = export.wandb_runs(dest)
     assert run.name.startswith("offline-run-")
     # wandb's own reader of the run's .wandb log (`wandb leet inspect`, wandb >= 0.31)
@@ -70,7 +71,7 @@ def test_wandb_offline_run_holds_metrics_csv(smoke_run, tmp_path, monkeypatch):
     last = history[-1]["item"]
     assert last[f"{export.IMAGE_TAG}._type"] == "image-file"
     png = (run / "files" / last[f"{export.IMAGE_TAG}.path"]).read_bytes()
-    assert np.array_equal(_png(png), export.loss_curve_image(smoke_run))
+    assert np.array_equal(_png(png), loss_curve_image(smoke_run))
     [config] = [r["run"]["config"] for r in records if r["type"] == "run"]
     config = {k: v for k, v in config["update"].items() if k != "_wandb"}
     assert config == json.loads(json.dumps(run_profile(smoke_run).to_dict()))   # the run's profile.yaml

@@ -1,4 +1,4 @@
-"""The loss tables chapters 02 and 03 share (mclib/book/loss_tables.py)."""
+"""The loss tables chapters 02 and 03 share (mclib/chapters/loss_tables_shown.py)."""
 import math
 
 import pytest
@@ -7,7 +7,7 @@ import torch
 from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import evaluate, sample_eval_batch
 from mclib.analyses import loss_tables as lt
-from mclib.book import loss_tables as shown
+from mclib.chapters import loss_tables_shown as shown
 from mclib.core.checkpoints import load_checkpoint
 
 N = 7

@@ -8,7 +8,7 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from mclib.book import plots_heads, plots_scorecard  # noqa: E402
+from mclib.chapters import heads_plots as plots_heads, scorecard_plots as plots_scorecard  # noqa: E402
 
 
 def _title(fig):

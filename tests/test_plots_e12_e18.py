@@ -6,7 +6,8 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from mclib.book import plots_baselines, plots_curves, plots_embeddings  # noqa: E402
+from mclib.book import plots_curves
+from mclib.chapters import baselines_plots as plots_baselines, embeddings_plots as plots_embeddings  # noqa: E402
 
 N = 7
 

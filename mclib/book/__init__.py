@@ -4,9 +4,8 @@
     spec.py          `ChapterSpec`: what a chapter declares to the machinery
     chapter.py       `open_chapter`, every chapter's first call; downloads; departures from the paper
     scorecard*.py    the scorecard: rows and recording, rules, runs cut short, counts and sentences
-    plots_*.py       the figures, by family; plots_base holds the theme and `closed`
-    loss_tables.py   how chapters 02 and 03 show loss tables
-    export.py        `python -m mclib export RUN`: a run's metrics as TensorBoard or W&B files
+    plots_base.py    the plot theme and `closed`; plots_curves.py the loss curves several chapters
+                     and the lease draw (a figure one chapter draws lives with that chapter)
 
 Nothing here imports a chapter (mclib/chapters/): the runner and the GPU lease (mclib/lease/)
 are handed the chapters' specs, which mclib.chapters.registry collects.

@@ -3,12 +3,16 @@
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
 from ..core.data import copy_level
-from ..core.metrics import DROP_WINDOW
+from ..core.metrics import DROP_WINDOW, drop_column, find_drop
+from ..core.runs import load_metrics, run_profile
 from . import plots_base  # noqa: F401 - importing it sets the book's plot theme
 
 
@@ -151,3 +155,16 @@ def progress_panels(norm: pd.DataFrame, leads: pd.DataFrame | None = None, drop:
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
+
+
+def loss_curve_image(run_dir: str | Path) -> np.ndarray:
+    """The run's loss curve as `python -m mclib train` draws it, `[height, width, 3]` uint8 RGB."""
+    run_dir = Path(run_dir)
+    profile, metrics = run_profile(run_dir), load_metrics(run_dir)
+    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
+    fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
+    fig.set_dpi(100)
+    fig.canvas.draw()
+    image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    plt.close(fig)
+    return image

@@ -17,9 +17,13 @@ chapter or what several of its readings share lives here under a plain name:
                   through ch03_heads), and the rows and sentences of E3-E9 and E11
     baselines_readings.py
                   chapter 06's closing sentences and scorecard rows, from its tables alone
+    heads_plots.py, loss_tables_shown.py
+                  the attention maps, loss bars and styled loss tables of chapters 02, 03 and 08
+    embeddings_plots.py, baselines_plots.py, scorecard_plots.py
+                  the figures of chapters 04, 06 and the scorecard
 
 Its place among the rooms (tests/test_layers.py), bottom to top: core, analyses, the book's
-machinery (mclib/book: runner, chapter protocol, scorecard, plots), the GPU lease
+machinery (mclib/book: runner, chapter protocol, scorecard, the shared plot theme), the GPU lease
 (mclib/lease), then this room; only the command line (mclib/__main__.py) sits above it.
 Nothing below imports a chapter, by name or otherwise: it is handed the chapters' specs.
 """

@@ -32,8 +32,8 @@ from ..core.config import DataConfig
 from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
 from ..core.paper import PAPER, PAPER_E2
 from ..book.plots_base import closed
-from ..book.plots_heads import loss_bars, mask_value_curve, prediction_scatter
-from ..book.loss_tables import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
+from .heads_plots import loss_bars, mask_value_curve, prediction_scatter
+from .loss_tables_shown import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
 from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict

@@ -41,8 +41,8 @@ from ..analyses.probes import best_probe_layers
 from ..core.metrics import DROP_FRACTION, LOSS_NAMES
 from ..core.paper import PAPER
 from ..book.plots_base import closed
-from ..book.plots_heads import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
-from ..book.loss_tables import PAPER_COLUMNS, PAPER_LEVEL, READINGS, loss_figure, loss_styler
+from .heads_plots import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
+from .loss_tables_shown import PAPER_COLUMNS, PAPER_LEVEL, READINGS, loss_figure, loss_styler
 from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CUT, agreement, copy_levels, row_verdict

@@ -18,7 +18,7 @@ from ..analyses import embeddings as E
 from ..core.checkpoints import checkpoint_embeddings
 from ..core.model import build_model
 from ..book.plots_base import closed
-from ..book.plots_embeddings import (embedding_progress_plot, position_norm_plot, position_tsne_plot,
+from .embeddings_plots import (embedding_progress_plot, position_norm_plot, position_tsne_plot,
                                      token_embedding_plot, token_progress_plot)
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, POSITIVE, agreement, agreements, row_verdict

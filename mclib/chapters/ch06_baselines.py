@@ -43,7 +43,7 @@ from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER_E17, PAPER_E17_MATRICES
 from ..core.repo import RESULTS
 from ..book.plots_base import closed
-from ..book.plots_baselines import nuclear_comparison_plot, ood_plot, per_matrix_plot
+from .baselines_plots import nuclear_comparison_plot, ood_plot, per_matrix_plot
 from ..book.scorecard import recorded_table
 from ..book.scorecard_rules import band_text
 from ..book.scorecard_tables import task_departures

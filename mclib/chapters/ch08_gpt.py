@@ -35,7 +35,7 @@ from ..core.runs import load_metrics, run_name
 from ..book.chapter import Chapter
 from ..book.plots_base import closed
 from ..book.plots_curves import gpt_loss_curves
-from ..book.plots_heads import attention_grid
+from .heads_plots import attention_grid
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, agreement
 from ..book.spec import ChapterSpec

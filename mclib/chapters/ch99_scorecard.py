@@ -16,7 +16,7 @@ from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..lease import part, reference
 from ..book.chapter import departures_table
 from ..book.plots_base import closed
-from ..book.plots_scorecard import VERDICT_COLORS, scorecard_plot
+from .scorecard_plots import VERDICT_COLORS, scorecard_plot
 from ..book.spec import ChapterSpec, Specs
 from .registry import specs as chapter_specs
 

@@ -16,7 +16,7 @@ from ..analyses.loss_tables import UNABLATED, lookup, permutation_errors, ratio_
 from ..analyses.probes import best_probe_layers
 from ..core.metrics import COPIES, DROP_FRACTION, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
-from ..book.loss_tables import READING_NAMES, SHORT, matching_reading_text
+from .loss_tables_shown import READING_NAMES, SHORT, matching_reading_text
 from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CUT, agreement, agreements, row_verdict
 from ..book.scorecard_tables import plural

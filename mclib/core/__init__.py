@@ -13,6 +13,7 @@
     graphstep.py    the step as one CUDA graph; variants.py: step variants checked against eager, timed
     train.py        the loop (online data, exact resume), one trainer a folder
     runs.py         a run folder: its layout and name, its profile and metrics files, atomic writes
+    export.py       a run folder's metrics and loss curve as TensorBoard or W&B files (`python -m mclib export`)
     checkpoints.py  a run's checkpoints: saved, read, damaged and set aside, resumed from, pruned
     ending.py       how a run ends: its stop rules, end.json, whether it is complete
     placement.py    the analysis checkpoints of a trained run: pre, transition, post

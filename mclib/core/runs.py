@@ -14,7 +14,7 @@
     NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
     NAME-seedS/checkpoint_series.zip the analysis checkpoints as one download: NAME-seedS/step_004000/
                                      {config.json, model.safetensors, README.md (its model card)}
-    NAME-seedS/export/TRACKER/       the run exported to `tensorboard` or `wandb` (mclib.book.export)
+    NAME-seedS/export/TRACKER/       the run exported to `tensorboard` or `wandb` (mclib.core.export)
     NAME-seedS/freeze/GROUP/         E15's run of one component group (mclib.analyses.freezing): a run
                                      folder as above, plus source.json, the checkpoint it started from
     .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it

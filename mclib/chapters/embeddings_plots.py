@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import plots_base  # noqa: F401 - importing it sets the book's plot theme
+from ..book import plots_base  # noqa: F401 - importing it sets the book's plot theme
 
 
 def _value_scatter(ax, x, y, values, cmap="coolwarm"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from .plots_base import _without_grid
+from ..book.plots_base import _without_grid
 
 LABEL_COLORS = {"row": "tab:blue", "column": "tab:orange", "identity": "tab:green",
                 "mask-aware": "tab:purple", "other": "lightgrey"}

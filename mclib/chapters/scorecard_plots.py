@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-from . import plots_base  # noqa: F401 - importing it sets the book's plot theme
-from .scorecard_rules import interval
+from ..book import plots_base  # noqa: F401 - importing it sets the book's plot theme
+from ..book.scorecard_rules import interval
 
 VERDICT_COLORS = {"matches": "tab:green", "same direction": "tab:olive", "same order": "tab:cyan", "differs": "tab:red",
                   "too close to tell": "tab:orange", "n/a": "grey", "cannot fail": "silver"}

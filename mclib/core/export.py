@@ -13,15 +13,12 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import yaml
 
-from ..core.config import ConfigError
-from ..core.metrics import drop_column, find_drop
-from ..core.runs import METRICS, PROFILE, export_dir, load_metrics, run_profile, write_atomic
-from .plots_curves import loss_curve
+from .config import ConfigError
+from .runs import METRICS, PROFILE, export_dir, load_metrics, run_profile, write_atomic
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # tracker -> the package it needs
 EXTRA = "track"           # pyproject.toml's optional extra that installs them
@@ -52,20 +49,7 @@ def scalar_rows(metrics: pd.DataFrame) -> list[tuple[int, dict[str, float]]]:
             for row in metrics.to_dict("records")]
 
 
-def loss_curve_image(run_dir: str | Path) -> np.ndarray:
-    """The run's loss curve as `python -m mclib train` draws it, `[height, width, 3]` uint8 RGB."""
-    run_dir = Path(run_dir)
-    profile, metrics = run_profile(run_dir), load_metrics(run_dir)
-    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
-    fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
-    fig.set_dpi(100)
-    fig.canvas.draw()
-    image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
-    plt.close(fig)
-    return image
-
-
-def _tensorboard(folder: Path, rows, image: np.ndarray, profile: dict, name: str) -> None:
+def _tensorboard(folder: Path, rows, image: np.ndarray | None, profile: dict, name: str) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(folder))
@@ -73,11 +57,12 @@ def _tensorboard(folder: Path, rows, image: np.ndarray, profile: dict, name: str
     for step, values in rows:
         for tag, value in values.items():
             writer.add_scalar(tag, value, step)
-    writer.add_image(IMAGE_TAG, image, rows[-1][0], dataformats="HWC")
+    if image is not None:
+        writer.add_image(IMAGE_TAG, image, rows[-1][0], dataformats="HWC")
     writer.close()
 
 
-def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, *, project: str) -> None:
+def _wandb(folder: Path, rows, image: np.ndarray | None, profile: dict, name: str, *, project: str) -> None:
     import wandb
 
     folder.mkdir(parents=True)
@@ -86,22 +71,25 @@ def _wandb(folder: Path, rows, image: np.ndarray, profile: dict, name: str, *, p
                      job_type="export", settings=settings)
     try:
         for i, (step, values) in enumerate(rows):
-            extra = {IMAGE_TAG: wandb.Image(image, caption=f"{name}: loss curve")} if i == len(rows) - 1 else {}
+            extra = {IMAGE_TAG: wandb.Image(image, caption=f"{name}: loss curve")} if image is not None and i == len(rows) - 1 else {}
             run.log({**values, **extra}, step=step)
     finally:
         run.finish()
 
 
-def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str | None = None) -> Path:
+def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str | None = None, *,
+               image: np.ndarray | None = None) -> Path:
     """Export `run_dir` to `tracker` ("tensorboard" or "wandb") into `dest` (default RUN/export/TRACKER),
-    replacing an earlier export; returns `dest`. project: the W&B project (default PROJECT)."""
+    replacing an earlier export; returns `dest`. project: the W&B project (default PROJECT). image: the
+    loss curve, `[height, width, 3]` uint8 RGB, logged under IMAGE_TAG (the command line draws it with
+    `mclib.book.plots_curves.loss_curve_image`); None logs no image."""
     check_export(run_dir, tracker)
     run_dir = Path(run_dir)
     dest = Path(dest) if dest is not None else export_dir(run_dir, tracker)
     rows = scalar_rows(load_metrics(run_dir))
     if not rows:
         raise ExportError(f"{run_dir / METRICS} has no rows: nothing to export")
-    image, profile = loss_curve_image(run_dir), run_profile(run_dir).to_dict()
+    profile = run_profile(run_dir).to_dict()
     dest.parent.mkdir(parents=True, exist_ok=True)
     if tracker == "tensorboard":
         write_atomic(dest, lambda tmp: _tensorboard(tmp, rows, image, profile, run_dir.name))

@@ -6,7 +6,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from . import plots_base  # noqa: F401 - importing it sets the book's plot theme
+from ..book import plots_base  # noqa: F401 - importing it sets the book's plot theme
 
 METHOD_COLOURS = {"BERT": "tab:blue", "nuclear norm": "tab:orange", "truth": "grey"}
 

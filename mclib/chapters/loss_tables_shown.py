@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ..book.scorecard_rules import CLOSE
 from ..core.data import copy_level
 from ..core.paper import task as paper_task
-from . import plots_heads
+from . import heads_plots
 
 # The two readings of an ablation (docs/protocol.md §3), as tables, scorecard rows and sentences name them
 READINGS = {"uniform": "uniform 1/n² (the text)", "batch_mean": "batch mean (the code)"}
@@ -19,7 +20,7 @@ PAPER_LEVEL = copy_level(paper_task().rank)  # the paper's E[X²] (2/9): its los
 def loss_figure(table: pd.DataFrame, title: str, level: float):
     """L_obs and L_mask per row of `table` beside the paper's, each over its own task's E[X²]
     (ours `level`, the paper's `PAPER_LEVEL`)."""
-    return plots_heads.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
+    return heads_plots.loss_bars(list(table.model), {"L_obs": table["L_obs"], "L_mask": table["L_mask"]},
                                  errors={"L_obs": table["L_obs_se"], "L_mask": table["L_mask_se"]},
                                  paper={"L_obs": list(table["paper L_obs"]), "L_mask": list(table["paper L_mask"])},
                                  title=title, level=level, paper_level=PAPER_LEVEL)
@@ -29,8 +30,6 @@ def matching_reading_text(verdicts: list[str], what: str) -> str:
     """Which ablation reading gives the paper's number, from the (uniform, batch mean) verdicts, e.g.
     "the uniform reading (the paper's text) matches X; the batch-mean reading (the released code)
     does not match it"; a row too close to tell says so."""
-    from .scorecard_rules import CLOSE
-
     names = {"uniform": "the uniform reading (the paper's text)", "batch_mean": "the batch-mean reading (the released code)"}
     said = {m: "match" if v == "matches" else "close" if v == CLOSE else "no"
             for m, v in zip(("uniform", "batch_mean"), verdicts)}
