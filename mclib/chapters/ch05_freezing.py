@@ -7,8 +7,8 @@ trained alone from the main run's final checkpoint, the rest frozen.
     glue, rows = readings(ch, runs)  # "What we found" and E15's scorecard rows
     scorecard_table(ch, rows); downloads(ch, runs)
 
-The paper shows these runs only as curves (Fig. 8), so each of its descriptions becomes a
-claim judged by a rule stated with it (`freeze_readings`).
+The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so each of its
+descriptions becomes a claim judged by a rule stated with it (`freeze_readings`).
 """
 from __future__ import annotations
 
