@@ -57,8 +57,7 @@ def main_run(ch: Chapter) -> MainRun:
 
 
 def main_run_from(ran: pd.DataFrame, cfg: Profile, drop: int | None, stopped: int | None = None) -> MainRun:
-    """`MainRun` from the main run's metrics up to its end (`ran`); also used by
-    `mclib.lease.reference.freeze_rows`."""
+    """`MainRun` from the main run's metrics up to its end (`ran`), as `freeze_rows` reads it too."""
     return MainRun(drop, *final_level(ran, cfg.train.patience), freeze_steps(cfg), stopped)
 
 

@@ -197,8 +197,7 @@ def glued(ch, rows: list[dict]) -> dict:
 
 
 def site_part(out, ledger=None, *, specs: Specs) -> list:
-    """The part shown after the chapters, "The paper's own setting" (`mclib.lease.part.stage`, from
-    the slices done beside `ledger`), judged with `laptop_rows` by the rules `specs` declare."""
+    """"The paper's own setting", shown after the chapters (`part.stage` of the slices beside `ledger`)."""
     return part.stage(out, ledger, laptop_rows(out), specs=specs)
 
 

@@ -76,8 +76,8 @@ def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[
     return {"e3_match": matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")}, rows
 
 
-# E4's rows name their heads so (`e4_choice`), and a row recorded without these words was
-# recorded under the choice before 2026-11-27 (`rejudged`: `E4_EARLIER`)
+# E4's rows name their heads so (`e4_choice`); a recorded row without these words reads as
+# recorded under the earlier choice of heads (`rejudged`: `E4_EARLIER`)
 E4_CHOICE = "every head our scores leave unlabelled ('other')"
 E4_EARLIER = ("recorded under the book's earlier choice of heads (our 'other' heads in the paper's layers, at most its "
               "five, the least structured first), a choice that passes almost whatever the model does; E4 now ablates "
