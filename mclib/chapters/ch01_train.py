@@ -3,11 +3,8 @@ training ended, where the analysis checkpoints sit, the shape of the drop, E1's 
 rows, and the run's files as downloads.
 
     ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())
-    settings_table(ch); departures(ch)            # the run and where it departs from the paper
-    loss_figure(ch)                               # the curve, checkpoints shaded
-    checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
-    glue, rows = readings(ch)                     # E1's rows and the glue of "What we found"
-    scorecard_table(ch, rows); downloads(ch)
+    settings_table(ch); departures(ch); loss_figure(ch); checkpoint_table(ch); checkpoint_text(ch)
+    glue, rows = readings(ch); scorecard_table(ch, rows); downloads(ch)
 
 Every sentence is built from the run (drop or none, converged or capped), never typed.
 """

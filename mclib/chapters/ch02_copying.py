@@ -2,15 +2,9 @@
 
 The paper (§3.1) checks at its pre-shift checkpoint that the model copies: E2 (a value's token
 in place of MASK comes back as that value), E3 (ablating every head changes nothing), E6 (the
-final model's Q, K, V weights do not make it complete). In the chapter's order:
-
-    settings_table(ch)                       what the chapter looks at
-    pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
-    e2_table(ch), e2_shown(ch, e2)           E2
-    e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6
-    readings(ch, e2, e3, e6)                 the scorecard rows (scale-free) and their sentences
-    scorecard_table(ch, rows)                the rows, recorded in the run's scorecard
-    closing_glue(ch, base, e2, e3, e6, verdicts)  the other sentences of "What we found"
+final model's Q, K, V weights do not make it complete). In page order: settings_table,
+pre_losses_and_figures, e2_table + e2_shown, e3_e6_tables + e3_e6_shown, readings (scale-free
+rows and their sentences), scorecard_table, closing_glue.
 
 `ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """

@@ -1,24 +1,15 @@
 """Chapter 03, heads (book/03_heads.ipynb): how the model completes the matrix after the drop.
 
 The paper (§3.2) reads its post-shift checkpoint: head jobs (E9), ablations (E3-E5), switched
-attention weights and shuffled positions (E6, E7), activation patching (E8), a structured mask
-(E10) and linear probes (E11). Heads are labelled by scores the chapter measures
-(`mclib.analyses.heads`), not by the authors' head numbers. In the chapter's order:
+attention weights and shuffled positions (E6, E7), patching (E8), a structured mask (E10) and
+linear probes (E11). Heads are labelled by measured scores, not by the authors' head numbers.
+In page order, each computation (`heads_tables`, re-exported here) then its `*_shown`:
+post_losses + settings_table; e9_heads + e9_shown; progress_table + progress_shown;
+ablation_at_post + ablation_shown; e6_e7_tables + e6_e7_shown; e8_table + e8_shown;
+e10_heads + e10_shown (both `e10_masks`); probe_table + probes_shown; then readings (rows and
+sentences, with `heads_readings`), scorecard_table and closing_glue.
 
-    post_losses(ch), settings_table(ch, base)       the post model's losses; what the chapter looks at
-    e9_heads(ch), e9_shown(ch, heads)                every head's map, scores, label and group
-    progress_shown(ch, progress, heads)              how the structure arrives over training
-    ablation_at_post(ch, groups), ablation_shown     E3-E5
-    e6_e7_tables(ch), e6_e7_shown                    E6, E7
-    e8_table(ch), e8_shown                           E8
-    e10_heads(ch, mask), e10_shown                   E10, the paper's mask and its transpose (`e10_masks`)
-    probe_table(ch), probes_shown                    E11
-    readings(ch, results), scorecard_table(ch, rows) the scorecard rows (scale-free) and their sentences
-    closing_glue(...)                                the other sentences of "What we found"
-
-The computations are in `mclib.chapters.heads_tables`, the rows and sentences of E3-E9 and E11
-in `mclib.chapters.heads_readings`, both re-exported here for the notebook. `ch` is the
-chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
+`ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """
 from __future__ import annotations
 

@@ -1,16 +1,13 @@
-"""Chapter 06, BERT against classical matrix completion (book/06_baselines.ipynb): its
-tables, figures, closing sentences and scorecard rows, in the order the page shows them.
+"""Chapter 06, BERT against classical matrix completion (book/06_baselines.ipynb): its tables,
+figures, sentences and scorecard rows in page order. Numbers come from
+`mclib.analyses.comparisons`, sentences and rows from `baselines_readings`. The solvers run on
+the paper's task whatever the profile; BERT meets them only on the profile's task, matrix by
+matrix; nothing is rescaled across tasks.
 
-Numbers come from `mclib.analyses.comparisons`; sentences and rows from
-`mclib.chapters.baselines_readings`. The solvers run on the paper's task whatever the profile;
-BERT is compared with them only on the profile's task, matrix by matrix; nothing is rescaled
-across tasks.
-
-The solvers never read the model, so their results are cached, keyed by the sha256 of the
-exact matrices and masks: `build_solver_cache` (`python -m mclib solvers --profile NAME`)
-writes `solver_cache(NAME)`; the chapter reads it (`solver_results`), first taking the draws
-the committed results/solvers-paper.csv.gz holds, and solves only the rest. Without a
-committed file the book builds `book_solver_cache` on a worker left idle while its run trains.
+The solvers never read the model, so their results are cached, keyed by the sha256 of the exact
+matrices and masks: `build_solver_cache` (`python -m mclib solvers`) writes `solver_cache(NAME)`;
+`solver_results` reads it (the committed paper file first) and solves only the rest; without a
+committed file the book builds `book_solver_cache` on an idle worker while its run trains.
 """
 from __future__ import annotations
 

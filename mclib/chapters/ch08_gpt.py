@@ -1,18 +1,14 @@
-"""Chapter 08_gpt (book/08_gpt.ipynb): E19, the paper's GPT variant. A 2-layer, 2-head
-decoder (`mclib.core.gpt`) reads the masked matrix, a separator and the full matrix and
-predicts each entry with teacher forcing; the paper reports a plateau, then a sudden drop that
-is the model learning to copy the observed entries, not to complete the masked ones (paper
-Figs. 11-12, NeurIPS version).
+"""Chapter 08_gpt (book/08_gpt.ipynb): E19, the paper's GPT variant, a 2-layer, 2-head decoder
+(`mclib.core.gpt`) that reads the masked matrix, a separator and the full matrix with teacher
+forcing. The paper reports a plateau, then a sudden drop that is the model learning to copy the
+observed entries, not to complete the masked ones (paper Figs. 11-12, NeurIPS version).
 
-    ch = open_chapter(profile, seed, run_dir, device)
-    runs = gpt_runs(ch)                  # {seed: folder}; trains what is missing
-    curves = gpt_curves(runs)            # {seed: metrics}
+    runs = gpt_runs(ch); curves = gpt_curves(runs)   # {seed: folder}, {seed: metrics}
     loss_figure(ch, curves); shapes_shown(ch, curves); attention_figure(ch, runs, curves)
-    glue, rows = readings(ch, curves)    # "What we found" and E19's scorecard rows
-    scorecard_table(ch, rows)
+    glue, rows = readings(ch, curves); scorecard_table(ch, rows)
 
-The drop is read in L (`DROP_COLUMN`), as the paper does: copying the observed entries takes L
-from E[X²] to p_mask·E[X²], below find_drop's half-way line.
+The drop is read in L (`DROP_COLUMN`), as the paper does: copying takes L from E[X²] to
+p_mask·E[X²], below find_drop's half-way line.
 """
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Chapter 09_appendix (book/09_appendix.ipynb): E20, model size. The appendix's width and depth
-claims tested at laptop scale on committed sweep data, and the paper's 12-layer models on larger
-matrices, shown when a GPU has run them.
-
-    wd = width_depth()                     # docs/data/width_depth.csv, or None
-    width_depth_shown(wd); width_depth_figure(wd)
-    width_depth_curves_figure(wd, width_depth_curves())   # every run's L_mask, per task size
-    large = large_models(ch)               # results/sizes-gpu.csv or the book's runs/sweep/, or None
-    large_shown(large)
-    glue, rows = readings(ch, wd, large)   # E20's rows; glue["findings"] speaks for them
-    scorecard_table(ch, rows)
+claims tested at laptop scale on committed sweep data (`width_depth`, docs/data/width_depth.csv),
+and the paper's 12-layer models on larger matrices (`large_models`, results/sizes-gpu.csv),
+shown when a GPU has run them. Each has `*_shown` and figures; `readings(ch, wd, large)` gives
+E20's rows and glue["findings"], the sentence that speaks for them; `scorecard_table` records them.
 """
 from __future__ import annotations
 
