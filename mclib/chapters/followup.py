@@ -9,7 +9,7 @@ its figures cited as "its figure N" (the follow-up code README's numbers):
   F1 repetition      masked spread ratio, plateau − after, per seed: mean below 0 by > 2 s.e.
   F2 collapse        last hidden state's cosine, plateau − after: mean above 0 by > 2 s.e.
   F3 attention lead  steps by which the largest layer's attention share leaves its plateau band
-                     before the drop (`progress.plateau_leads`; no lead counts 0): above 0
+                     before the drop (`progress.plateau_leads`; no lead counts 0): mean above 0 by > 2 s.e.
   F4 intervention    mean drop step with a row/column bias over the unbiased one's below 1
                      (F4a), the control's above 1 (F4b), beyond 2 s.e. and a 10 % margin; a run
                      without a drop counts at its last step, a lower bound
