@@ -1,11 +1,7 @@
 """Chapter 06's closing sentences and scorecard rows (E16, E17, E18), from its tables alone
-(`baseline_readings`; the chapter, mclib.chapters.ch06_baselines, computes and shows the tables).
-
-Where the paper states a result in words only (E16, E18), the sentence says whether the
-claim holds from the numbers and their errors: a difference "within error" is within two
-standard errors of zero (`within_error`), and "similar" is the scorecard's ratio rule. E17's
-rows compare a solver's number with the paper's on the paper's task (`SOLVER_RTOL`). Every
-number is written "value ± s.e." (`pm`), as the chapter's tables write them.
+(`baseline_readings`). A claim the paper states in words (E16, E18) is judged from the numbers:
+"within error" is within two standard errors of zero (`within_error`), "similar" the ratio rule;
+E17 compares a solver's number with the paper's at SOLVER_RTOL. Numbers read "value ± s.e." (`pm`).
 """
 from __future__ import annotations
 
@@ -29,14 +25,13 @@ SE_TARGET = 0.05  # sample sizes aim at a standard error under 5 % of the value
 # --- how a number is written ----------------------------------------------------------------
 
 def within_error(diff: float, se: float, k: float = 2.0) -> bool:
-    """True when a difference is within k (2) standard errors of zero: the data cannot tell
-    the two apart."""
+    """Whether a difference lies within k standard errors of zero."""
     return bool(abs(diff) <= k * se)
 
 
 def pm(value: float, se: float) -> str:
-    """"value ± se" with the error to 2 significant figures and the value to the same
-    decimal place, e.g. 0.0350 ± 0.0015 or (1.0153 ± 0.0039)e-05 for small values."""
+    """"value ± se": the error to 2 significant figures, the value to the same decimal place, e.g.
+    0.0350 ± 0.0015 or (1.0153 ± 0.0039)e-05."""
     if not np.isfinite(value):
         return "—"
     if not (np.isfinite(se) and se > 0):
@@ -111,11 +106,8 @@ def _e16_same_matrices(sweep: pd.DataFrame, classical: pd.DataFrame, p_train: fl
 
 
 def _beyond_said(row: dict, more: str) -> str:
-    """A direction row of E16 (a ratio against 1, `sense` above or below) in words made from
-    the row alone: its ratio ± two standard errors, where that lies against the band the
-    direction rule asks for (more than `margin` beyond 1), and the row's verdict's words,
-    e.g. "1.05 ± 0.02: larger, short of the more than 10 % larger the direction rule asks,
-    unlike the paper"."""
+    """An E16 direction row in words: its ratio ± two s.e., where that lies against the band beyond
+    `margin` of 1 on the `sense` side, and its verdict's words."""
     verdict = row_verdict(row)
     r, se = row["ours"], row.get("se") or 0.0
     m = MARGINS["direction"] if row.get("margin") is None else row["margin"]
@@ -216,10 +208,8 @@ def _solvers(solvers: pd.DataFrame, task) -> str:
 
 
 def e18_cause(other, uniform) -> str:
-    """Why E18's ratio for one distribution (`other`, a row of `ood_table` for BERT; `uniform`,
-    uniform factors' row) may differ from "similar": the paper states no number, and whether its
-    "similar" held for the raw MSE or for the MSE over E[X²] changes the answer when the
-    distribution's E[X²] is not uniform's. One sentence, from the numbers."""
+    """A sentence on why E18's ratio for one distribution (`other` against `uniform`, rows of
+    `ood_table`) may differ from "similar": whether the paper meant raw MSE or MSE over E[X²]."""
     ex2 = lambda r: r.L_mask / r.L_mask_rel
     raw = other.L_mask / uniform.L_mask
     return (f"the paper gives no number, and the verdict hangs on dividing by E[X²]: the raw L_mask is {raw:.2g}× "
@@ -230,14 +220,9 @@ def e18_cause(other, uniform) -> str:
 def baseline_readings(sweep: pd.DataFrame, reg: pd.DataFrame, ood: pd.DataFrame, classical: pd.DataFrame,
                       p_train: float, *, rank: int, n_regularised: int, solver_sweep: pd.DataFrame,
                       solvers: pd.DataFrame, task) -> tuple[dict, list[dict]]:
-    """The chapter's tables (`mclib.analyses.comparisons`). On the profile's task, with BERT on the same
-    matrices: sweep (nuclear_sweep), ood (ood_table), classical (classical_table). On the
-    paper's task `task` (`mclib.core.paper.task()`), solvers alone, whatever the profile:
-    reg (regularised_table, E17), solver_sweep (nuclear_sweep without a model),
-    solvers (classical_table without a model). No number is rescaled across tasks.
-
-    E17's rows compare a number with the paper's on the same task, by the number rule at margin
-    SOLVER_RTOL (`scorecard_rules.number`, se = our standard error over matrices)."""
+    """(glue, rows) from the chapter's tables: on the profile's task with BERT, sweep, ood, classical;
+    on the paper's task `task`, solvers alone, reg (E17), solver_sweep, solvers. Nothing is
+    rescaled across tasks; E17 by the number rule at SOLVER_RTOL."""
     e16, rows = _e16_same_matrices(sweep, classical, p_train)
     e17, e17_rows = _e17(reg, n_regularised)
     rows += e17_rows

@@ -1,14 +1,10 @@
-"""Chapter 01_train (book/01_train.ipynb): the run every chapter reads, its loss curve,
-why training ended, where the analysis checkpoints sit, the shape of the drop, E1's
-scorecard rows, and the run's files as downloads.
+"""Chapter 01_train (book/01_train.ipynb): the run every chapter reads, its loss curve, why
+training ended, where the analysis checkpoints sit, the shape of the drop, E1's scorecard
+rows, and the run's files as downloads.
 
     ch = open_chapter(profile, seed, run_dir, device, train=True, specs=specs())
-    settings_table(ch); departures(ch)            # the run and where it departs from the paper
-    loss_figure(ch)                               # the curve, checkpoints shaded
-    checkpoint_table(ch); checkpoint_text(ch)     # where the checkpoints sit, and why
-    glue, rows = readings(ch)                     # E1's rows and the glue of "What we found"
-    scorecard_table(ch, rows)                     # E1's rows, recorded
-    downloads(ch)                                 # metrics.csv, the final checkpoint, the analysis checkpoints
+    settings_table(ch); departures(ch); loss_figure(ch); checkpoint_table(ch); checkpoint_text(ch)
+    glue, rows = readings(ch); scorecard_table(ch, rows); downloads(ch)
 
 Every sentence is built from the run (drop or none, converged or capped), never typed.
 """
@@ -89,8 +85,8 @@ def losses_at(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd
 
 
 def window_se(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
-    """The standard errors of the `window`-step means ending at `step` (each step's batch
-    loss one draw): {"L_se": ..., ...}."""
+    """{"L_se": ..., ...}: standard errors of the `window`-step means ending at `step`, each step's
+    batch loss one draw."""
     w = metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)]
     return {f"{c}_se": float(w[c].std(ddof=1) / np.sqrt(len(w))) if len(w) > 1 else float("nan") for c in columns}
 
@@ -108,9 +104,8 @@ def checkpoint_table(ch: Chapter):
 
 
 def skipped_text(ch: Chapter) -> str:
-    """A sentence naming the saved checkpoints the book skipped because a file of theirs
-    cannot be read (`CheckpointSteps.skipped`), and one naming those that training set
-    aside as unreadable when it resumed (`CheckpointSteps.set_aside`); "" when there are none."""
+    """Sentences naming the saved checkpoints skipped as unreadable and those training set aside
+    when it resumed (`CheckpointSteps`); "" when there are none."""
     skipped, aside = ch.steps.skipped, ch.steps.set_aside
     out = ""
     if skipped:
@@ -123,8 +118,7 @@ def skipped_text(ch: Chapter) -> str:
 
 
 def checkpoint_text(ch: Chapter) -> str:
-    """Where the checkpoints sit and why, in two or three sentences (`CheckpointSteps`),
-    and which saved checkpoints were skipped as unreadable (`skipped_text`)."""
+    """Where the checkpoints sit and why, and which were skipped (`skipped_text`)."""
     return _placement_text(ch) + skipped_text(ch)
 
 
@@ -143,8 +137,7 @@ def _placement_text(ch: Chapter) -> str:
 
 
 def _post_end(ch: Chapter) -> str:
-    """What the post-shift step is: the end of training, or, for a run cut short of its
-    length (`scorecard_stage.Stage.cut`), where it was cut, so the post model is not the end's."""
+    """What the post-shift step is: the end of training, or where a cut run was cut."""
     if is_cut(ch.end):
         return (f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
                 "or the final level is provisional")
@@ -160,11 +153,9 @@ SHOULDER_FALL = 1.5     # ... if L_mask fell by at least this factor before it a
 
 @dataclass
 class DropShape:
-    """How L_mask fell (`drop_shape`). Steps; levels in L_mask units. shoulder: None when
-    it fell in one stretch, else (first step, last step, mean level) of the slowest
-    stretch of the fall, with a fall of SHOULDER_FALL or more before and after it on the
-    smoothed curve. after: (first step, last step, mean L_mask) of the run's final stretch
-    past the shoulder (its last tenth, where every "final" loss is read, else all after it)."""
+    """How L_mask fell (`drop_shape`), in steps and L_mask levels. shoulder: None for one stretch,
+    else (first step, last step, mean level) of the pause in the fall; after: the same for the
+    run's final stretch past the shoulder (its last tenth, else all after it)."""
     left_plateau: int
     drop: int
     near_final: int
@@ -174,12 +165,10 @@ class DropShape:
 
 def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: int,
                smooth: int = SHAPE_SMOOTH, *, span: int | None = None) -> DropShape:
-    """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step
-    trailing mean L from `left_plateau` to the last step, the fall over each `span` steps
-    (default an eighth of that stretch) is log(L(t) / L(t+span)). A shoulder is the slowest
-    such stretch among those falling at under SHOULDER_RATIO of the fastest rate, with
-    L_mask falling by SHOULDER_FALL or more both before it (from `left_plateau`) and after
-    it (to the last step): a pause inside the fall, not its flat end."""
+    """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step trailing mean
+    from `left_plateau`, the fall over each `span` steps (default an eighth of the stretch) is
+    log(L(t) / L(t+span)); a shoulder is the slowest stretch falling at under SHOULDER_RATIO of
+    the fastest rate with a fall of SHOULDER_FALL or more both before and after it."""
     s = metrics.set_index("step")["L_mask"].rolling(smooth, min_periods=1).mean().loc[left_plateau:]
     last = int(s.index[-1])
     span = span or max(smooth, (last - left_plateau) // 8)
@@ -203,9 +192,8 @@ def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: 
 
 
 def shape_text(shape: DropShape | None) -> str:
-    """The drop's shape in one sentence, or that there was none to describe: a shoulder is
-    followed by "falling again" only where the run's final stretch past it (`DropShape.after`)
-    lies below it; else the sentence says the run ended without falling below it."""
+    """The drop's shape in one sentence; "falling again" after a shoulder only where the final
+    stretch (`DropShape.after`) lies below it."""
     if shape is None:
         return "There is no drop to describe."
     where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
@@ -225,8 +213,7 @@ def shape_text(shape: DropShape | None) -> str:
 
 
 def end_sentence(ch: Chapter) -> str:
-    """Why training ended, as a sentence: by the profile's rule, at the cap while still
-    improving, after a fixed length, or otherwise (`RunEnd.ended`)."""
+    """Why training ended, as a sentence, by `RunEnd.ended`."""
     e = ch.end
     return {"converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
             "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
@@ -236,10 +223,8 @@ def end_sentence(ch: Chapter) -> str:
 
 
 def slope_sentence(ch: Chapter) -> str:
-    """How fast L_mask still moved where training ended, ± its standard error (`end_slope`
-    over the rule's window, or 2 000 steps), and how that rate is read; empty for a run too
-    short to fit. Where `end_sentence` already gave the rate (`RunEnd.slope`), only how it
-    is read."""
+    """How fast L_mask still moved where training ended, ± its standard error (`end_slope` over the
+    rule's window, or 2 000 steps), and how that rate is read; "" for a run too short to fit."""
     t = ch.cfg.train
     how = (f"a fit of log L_mask to {SLOPE_BLOCKS} block means, ± one standard error"
            + (f"; the rule ends a run once the fall is under {t.min_improvement:.0%} per 1,000 steps even at the "
@@ -260,10 +245,8 @@ PLATEAU_ROWS = {"for L_mask": "pre-shift L_mask / E[X²]", "for L_obs": "pre-shi
 
 
 def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tuple[str, str]:
-    """(what L_mask did, what that means): the paper's picture only with a drop after a
-    copying plateau. plateau: the verdicts of E1's pre-shift rows (`PLATEAU_ROWS` name ->
-    verdict), which say whether the pre-shift checkpoint sits on the paper's copying
-    plateau, and in what words (`agreements`)."""
+    """(what L_mask did, what that means): the paper's picture only with a drop after a copying
+    plateau. `plateau`: {`PLATEAU_ROWS` name: verdict} of E1's pre-shift rows."""
     said = agreements(plateau)
     on_plateau = all(v in POSITIVE.values() for v in plateau.values())
     if drop is not None:
@@ -300,9 +283,8 @@ DROP_STEP_KEEPS = ("train.steps", "train.precision")
 
 
 def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> dict:
-    """E1's drop step against the paper's ~15 000 (number rule; `spread`: over seeds), or
-    n/a, with the departures named, where `profile` departs from the paper in anything
-    that moves the drop (everything but `DROP_STEP_KEEPS`)."""
+    """E1's drop step against the paper's (number rule; `spread`: over seeds), n/a naming the
+    departures where `profile` departs in anything but `DROP_STEP_KEEPS`."""
     from ..core.config import deviations
 
     moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
@@ -321,17 +303,14 @@ RULES = {PRE_L_OBS: {"reference": COPIES, "sense": "below", "margin": CUT},
 
 
 def rule_of(row: dict) -> dict:
-    """What this chapter judges its row by today besides the numbers (`RULES`), for a row
-    recorded without it (`mclib.lease.reference.rejudge`); {} for a row not its own."""
+    """This chapter's rule fields for a row recorded without them (`RULES`); {} if not its own."""
     return dict(RULES.get(row["quantity"], {})) if row["id"] == "E1" else {}
 
 
 def e1_pre_step(ch: Chapter) -> int:
-    """The step E1's pre-shift rows read: on the paper's task the paper's pre step (PAPER_PRE,
-    4 000; the training curve holds every logged step, so no checkpoint is needed), as chapter
-    02 reads its pre-shift model (`ch02_copying.at_paper_pre`); on another task, in a run that
-    has not reached it, or one that dropped by then (that step is no longer pre-shift), the
-    pre-shift step the drop placed."""
+    """The step E1's pre-shift rows read: PAPER_PRE on the paper's task (from the training curve,
+    as chapter 02 reads its model); the placed pre step on another task, or where the run did not
+    reach PAPER_PRE or dropped by then."""
     if (task_departures(ch.cfg) or ch.metrics.empty or int(ch.metrics["step"].iloc[-1]) < PAPER_PRE
             or (ch.drop is not None and ch.drop <= PAPER_PRE)):
         return ch.steps.pre
@@ -339,9 +318,8 @@ def e1_pre_step(ch: Chapter) -> int:
 
 
 def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
-    """The laptop edition's relative seed spread of the drop step, from chapter 07's row of the
-    drop over seeds (its mean and the standard deviation over its seeds): (sd / mean, how it
-    was found, in words); None without that row or its spread."""
+    """(sd / mean, its wording) of the drop step over the laptop edition's seeds, from chapter 07's
+    row; None without that row or its spread."""
     row = next((r for r in laptop or [] if (r["id"], r["quantity"]) == ("E1", "drop step, over seeds")), None)
     if row is None or not row.get("ours") or row.get("spread") is None:
         return None
@@ -351,13 +329,9 @@ def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """E1's rows that a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
-    the rows this chapter read at a pre-shift step other than the paper's (the step it glued,
-    `pre_step`, else the run's placed one) moved to the paper's pre step (`e1_pre_step`), their
-    values those today's code reads from the run's training curve (`recorded.curve()`), or n/a
-    (`ch02_copying.pre_na`) where the curve gives none; and the drop step of one seed, which has
-    no spread of its own, judged with the laptop edition's relative seed spread (`seed_spread`),
-    or n/a where that is not known."""
+    """(row, why): an E1 row a GPU lease recorded, judged by today's rules: pre-shift rows read away
+    from PAPER_PRE moved there from `recorded.curve()` (n/a by `pre_na` without it); a one-seed
+    drop step judged with `seed_spread` and the rounding spread, or n/a without either."""
     from .ch02_copying import pre_na
 
     new, why = dict(row), []
@@ -393,13 +367,10 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 
 def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None,
                   *, final_mask: tuple[float, float] | None = None) -> list[dict]:
-    """E1 rows: the pre-shift checkpoint's L_mask / E[X²] (a number: the plateau is the
-    copying level), its L_obs / E[X²] (below COPIES: the model copies), the final L over a
-    copying model's L (p_mask·E[X²]; `final`: mean and standard error over the last tenth
-    of the steps), the drop step itself (`drop_step_claim`: compared only on the paper's
-    task and recipe), and how sudden the drop is (`shape`, `mclib.analyses.sharpness`:
-    plateau steps over fall steps above ABRUPT, the book's cut-off; no drop counts 0).
-    pre: window means and their `_se`."""
+    """E1's rows: pre-shift L_mask / E[X²] (number), L_obs / E[X²] (below COPIES), final L over
+    p_mask·E[X²] (`final`: mean, s.e. over the last tenth), the drop step (`drop_step_claim`), pre
+    over final L_mask (with `final_mask`), and plateau / fall steps above ABRUPT (no drop: 0).
+    `pre`: window means and their `_se`."""
     p_mask, rank = profile.data.p_mask, profile.data.rank
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
     final_L, final_L_se = final
@@ -433,9 +404,8 @@ FINAL_RATIO = "pre-shift L_mask / final L_mask (how far the drop goes; final: la
 
 
 def with_rounding(rows: list[dict], spreads: dict) -> list[dict]:
-    """E1's rows that read the final level, each with how far rounding alone moved the final
-    L_mask of one run (`mclib.analyses.rounding.study`, as a factor: the default profile's,
-    standing in where the setting has none of its own) as its `rounding`, and said in its reading."""
+    """`rows` with the final-level rows carrying how far rounding alone moved one run's final L_mask
+    (`spreads`, from `rounding.study`) as `rounding`, and saying so in their reading."""
     final = spreads.get("final_L_mask")
     if final is None:
         return rows
@@ -444,8 +414,7 @@ def with_rounding(rows: list[dict], spreads: dict) -> list[dict]:
 
 
 def e1_rows(ch: Chapter) -> list[dict]:
-    """E1's rows (`scorecard.claim`s, not yet recorded). Losses are divided by E[X²]: each
-    quantity means the same on both tasks."""
+    """E1's rows (`scorecard.claim`s, not yet recorded), losses over E[X²] so both tasks compare."""
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_se = float(end["L"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
     at = e1_pre_step(ch)
@@ -456,11 +425,8 @@ def e1_rows(ch: Chapter) -> list[dict]:
 
 
 def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
-    """E1's rows (`e1_rows`) from a run's training curve alone, its checkpoints elsewhere (the
-    paper setting's runs on GPU leases: `mclib.lease.reference.training_rows`, which iterates
-    over what chapters declare): the pre-shift step placed among the saves the run made (every
-    `save_every` steps up to `end`, its `RunEnd`), as this chapter places it among the
-    checkpoints it kept."""
+    """`e1_rows` from a run's training curve alone (the paper setting's lease runs): the pre step
+    placed among the saves every `save_every` steps up to `end` (`RunEnd`)."""
     import torch
 
     every = cfg.train.save_every
@@ -471,8 +437,7 @@ def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
     return e1_rows(ch)
 
 def readings(ch: Chapter) -> tuple[dict, list[dict]]:
-    """E1's scorecard rows (`e1_rows`) and the glue of "What we found" (`findings`, and the
-    paper's numbers beside ours, `paper_glue`)."""
+    """(glue, rows): `findings` and `paper_glue`, and E1's rows (`e1_rows`)."""
     rows = e1_rows(ch)
     return {**findings(ch), **paper_glue(rows)}, rows
 
@@ -485,8 +450,7 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 
 def paper_glue(rows: list[dict]) -> dict:
-    """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows
-    (`e1_rows`)."""
+    """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows."""
     by = {r["quantity"]: r for r in rows}
     obs, final = by["pre-shift L_obs / E[X²]"], by[FINAL_L]
     return {"paper_pre_L_obs_rel": obs["paper"], "final_L_rel": final["ours"], "paper_final_L_rel": final["paper"]}
@@ -495,10 +459,8 @@ def paper_glue(rows: list[dict]) -> dict:
 # --- the run's files as downloads ----------------------------------------------------------------
 
 def downloads(ch: Chapter) -> str:
-    """MyST: the run's metrics.csv, its final checkpoint (zipped, with what resuming needs)
-    and its analysis checkpoints (one zip, each folder with its model card:
-    `checkpoint_series_links`; on the paper profile, where they are) as {download} links
-    (`download_links`; Sphinx copies them into _downloads)."""
+    """MyST {download} links: metrics.csv, the zipped final checkpoint (with what resuming needs)
+    and the analysis checkpoints (`checkpoint_series_links`)."""
     links = (download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
              + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)")
              + checkpoint_series_links(ch))

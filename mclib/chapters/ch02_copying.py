@@ -1,21 +1,12 @@
 """Chapter 02, copying (book/02_copying.ipynb): what the model does on the plateau.
 
-The paper (§3.1) checks at its pre-shift checkpoint that the model copies: E2 (a value's
-token in place of MASK comes back as that value), E3 (ablating every head changes
-nothing), E6 (the final model's Q, K, V weights do not make it complete). Top to bottom,
-in the chapter's order:
+The paper (§3.1) checks at its pre-shift checkpoint that the model copies: E2 (a value's token
+in place of MASK comes back as that value), E3 (ablating every head changes nothing), E6 (the
+final model's Q, K, V weights do not make it complete). In page order: settings_table,
+pre_losses_and_figures, e2_table + e2_shown, e3_e6_tables + e3_e6_shown, readings (scale-free
+rows and their sentences), scorecard_table, closing_glue.
 
-    settings_table(ch)                       what the chapter looks at
-    pre_losses_and_figures(ch)               the pre model's losses; the scatter and mask-value figures
-    e2_table(ch), e2_shown(ch, e2)           E2 and its table and figure
-    e3_e6_tables(ch), e3_e6_shown(...)       E3 and E6 and their table and figure
-    readings(ch, e2, e3, e6)                 the chapter's scorecard rows (scale-free) and the sentences
-                                             that state their verdicts (e3_match, e6_text)
-    scorecard_table(ch, rows)                the rows, recorded in the run's scorecard
-    closing_glue(ch, base, e2, e3, e6, verdicts)  the other run-dependent sentences of "What we found"
-
-`ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
-{glue name: value}; figures come closed (glued, not shown twice).
+`ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """
 from __future__ import annotations
 
@@ -46,20 +37,15 @@ CHAPTER = "02_copying"
 E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
 NO_EFFECT = 0.05   # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
-# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, on the plateau and no further from it
-# than E2_WINDOW times the drop step: their spread enters E2's verdicts. On the default profile (seed 1, 2 AMD EPYC
-# cores, 2026-11-27) E2's L_obs rows ran from 0.9 to 9.5 times the paper's between checkpoints 500 steps apart
-# (steps 2 000-5 000), while the standard error over matrices is a few %: one checkpoint cannot tell a factor 3.
+# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the drop step
+# on the plateau: copying swings several-fold between saved steps, far beyond the standard error over matrices.
 E2_NEIGHBOURS = 2
 E2_WINDOW = 0.1
 
 
 def at_paper_pre(ch):
-    """`ch` reading its pre-shift model where the paper read its own: on the paper's task, the
-    checkpoint at the paper's pre step (PAPER_PRE, 4 000) where the run saved one, so that E2,
-    E3 and E6 compare like with like; on another task (or without that checkpoint) the step
-    the drop placed (`mclib.core.placement.checkpoint_steps`), and `pre_na` says why a row reading
-    it has nothing to compare on the paper's task."""
+    """`ch` with its pre-shift model at the paper's pre step (PAPER_PRE) on the paper's task, where
+    the run saved that checkpoint, so E2, E3 and E6 compare like with like; else `ch` unchanged."""
     from dataclasses import replace
 
     from ..core.checkpoints import saved_steps
@@ -70,10 +56,9 @@ def at_paper_pre(ch):
 
 
 def pre_na(step: int, on_paper_task: bool) -> str | None:
-    """Why a row read at the pre-shift checkpoint `step` has nothing to compare with the
-    paper's number, or None: on the paper's task the paper's numbers are at step PAPER_PRE
-    (a copying model's small losses still fall along the plateau, so another step is another
-    quantity); on another task the step the drop placed is the analogue of the paper's."""
+    """Why a row read at pre-shift `step` has no paper's number to compare with, or None. On the
+    paper's task only PAPER_PRE compares (a copier's losses still fall along the plateau); on
+    another task the placed pre step is the analogue."""
     if not on_paper_task or step == PAPER_PRE:
         return None
     return f"read at step {step:,}, not at the paper's pre step {PAPER_PRE:,}, where no checkpoint was read"
@@ -87,11 +72,9 @@ SPEAKS_FOR = {"e2_ratio_text": "E2", "e3_match": "E3", "e6_text": "E6"}
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """This chapter's rows that a GPU lease recorded, judged by today's rules
-    (`mclib.lease.reference.rejudge`, which iterates over what chapters declare): E2, E3 and E6
-    n/a where the pre-shift checkpoint they read is not the paper's pre step (`pre_na`; the
-    step as this chapter glued it, `pre_step2`, else the run's placed pre step); E2 judged by
-    the ratio rule against the paper's number."""
+    """(row, why): a row a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
+    E2, E3, E6 n/a by `pre_na` at the glued `pre_step2` (else the run's pre step); E2 by the ratio
+    rule, over the laptop's spread when read at one checkpoint (`one_checkpoint`)."""
     if row.get("chapter") != CHAPTER or row["id"] not in ("E2", "E3", "E6"):
         return row, []
     new = dict(row)
@@ -109,11 +92,9 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 
 
 def one_checkpoint(row: dict, pre: int, laptop: list[dict] | None) -> tuple[dict, list[str]]:
-    """An E2 row read at one checkpoint (`pre`), where the laptop edition reads E2 over the plateau's
-    checkpoints: it says so, and takes as its span the laptop's same row's lowest and highest
-    checkpoint as factors of its mean, carried to ours, so that its verdict cannot turn on where
-    along the plateau the one checkpoint fell; unchanged but for the words where the laptop's row
-    is not known."""
+    """(row, why) for an E2 row read at one checkpoint `pre`: its reading says so, and its span is
+    the laptop's same row's checkpoint range as factors of its mean, carried to ours; only the words
+    change when the laptop's row is unknown."""
     said = f"read at one checkpoint (step {pre:,}), where the laptop edition reads E2 over the plateau's"
     twin = next((r for r in laptop or [] if (r["id"], r["quantity"]) == ("E2", row["quantity"])
                  and r.get("span") and r.get("ours")), None)
@@ -136,9 +117,9 @@ def settings_table(ch):
 
 
 def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
-    """The pre-shift model on the evaluation matrices: its losses (L, L_obs, L_mask,
-    mask_value, with standard errors L_se, ..., on `analysis.headline_matrices` matrices) plus abs_x, the mean |X| at the masked entries (what a completing model's
-    mask value would be); and the figures fig_copy_scatter and fig_mask_value."""
+    """(base, figures) of the pre-shift model: its losses (L, L_obs, L_mask, mask_value, each with
+    `_se`, on `analysis.headline_matrices` matrices) plus abs_x, mean |X| at masked entries (a
+    completing model's mask value); figures fig_copy_scatter and fig_mask_value."""
     A = ch.cfg.analysis
     head = sample_eval_batch(ch.cfg.data, A.headline_matrices, A.seed)  # the headline losses, with errors
     base = loss_row(predict(ch.pre, head), head)
@@ -162,12 +143,9 @@ def fill_label(value: float | None) -> str:
 
 def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
                *, matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
-    """E2: every masked token replaced by the token of m (None: MASK, m = 0).
-
-    One row per (matrices, m): L'_mask (mean (X̂ − m)² over the masked entries) and its
-    standard error, L_obs, L_mask and mask_value. The same matrices and masks for every m
-    of one kind.
-    """
+    """E2: every masked token replaced by the token of m (None: MASK, m = 0). One row per
+    (matrices, m): L'_mask (mean (X̂ − m)² over masked entries) ± s.e., L_obs, L_mask, mask_value;
+    the same matrices and masks for every m of one kind."""
     from ..core.data import round2
 
     rows = []
@@ -189,10 +167,8 @@ def paper_e2(matrices: str, token: str) -> tuple[float, float]:
 
 
 def neighbour_steps(steps, k: int = E2_NEIGHBOURS, window: float = E2_WINDOW) -> list[int]:
-    """The pre-shift step and up to `k` readable saved steps each side of it, no further
-    from it than `window` times the drop step and on the plateau (not past `left_plateau`,
-    else the first transition step), in order; pre alone for a run without a drop.
-    `steps`: the run's `mclib.core.placement.CheckpointSteps`."""
+    """The pre step and up to `k` readable saved steps each side, within `window` × the drop step
+    and on the plateau, in order; pre alone without a drop. `steps`: a `CheckpointSteps`."""
     if steps.drop is None:
         return [steps.pre]
     end = steps.left_plateau or min(steps.transition, default=steps.drop)
@@ -203,13 +179,9 @@ def neighbour_steps(steps, k: int = E2_NEIGHBOURS, window: float = E2_WINDOW) ->
 
 
 def e2_table(ch) -> pd.DataFrame:
-    """`copy_check` at the pre-shift checkpoint, with the paper's columns beside ours, and
-    the same check at the neighbouring checkpoints on the plateau (`neighbour_steps`): for
-    L'_mask and L_obs, their mean over those checkpoints, pre's included (`*_mean`), standard
-    deviation (`*_spread`, NaN with one), lowest and highest (`*_low`, `*_high`) and the
-    steps (`spread_steps`). One
-    checkpoint's copying precision swings by several times from one saved step to the next,
-    which the standard error over matrices does not see."""
+    """`copy_check` at pre with the paper's columns, and across `neighbour_steps` (one checkpoint's
+    copying swings several-fold between saved steps): per L'_mask and L_obs, `*_mean`, `*_spread`
+    (NaN with one step), `*_low`, `*_high`, and `spread_steps`."""
     A = ch.cfg.analysis
     steps = neighbour_steps(ch.steps)
     each = {s: copy_check(ch.model(s), ch.cfg.data, A.copy_matrices, A.seed) for s in steps}
@@ -253,8 +225,8 @@ def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
 # --- E3 and E6 at the pre-shift checkpoint --------------------------------------------------
 
 def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """E3: every head ablated in the pre model, both readings (`ablation_table`); E6: the
-    pre model with post's Q, K, V, and post itself for scale (`model_table`); one batch."""
+    """(e3, e6) on one batch: every head ablated in the pre model, both readings; the pre model
+    with post's Q, K, V, and post for scale."""
     A, data = ch.cfg.analysis, ch.cfg.data
     # the headline's matrices: E3's unablated row is then the headline itself, one estimate
     e3 = ablation_table(ch.pre, data, A.headline_matrices, A.seed, {"all heads": all_heads(ch.pre)})
@@ -284,12 +256,9 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
 # --- the scorecard ---------------------------------------------------------------------------
 
 def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """The chapter's scorecard rows, each a scale-free quantity: E2 every row over its own
-    kind's E[X²] (ratio rule against the paper's number; the reading also says whether it is
-    below COPIES, the copying criterion), E3 ablated / unablated L_mask and L_obs (ratio
-    rule, both readings), E6 pre with post's QKV: L_mask / E[X²] (number) and L_obs over
-    the pre model's (ratio). glue: the sentences that state rows' verdicts, e3_match (the
-    reading that matches) and e6_text (`e6_text`, with the E6 L_mask row's verdict)."""
+    """(glue, rows): scale-free rows: E2 each over its kind's E[X²] (ratio rule; the reading says
+    whether below COPIES), E3 ablated / unablated L_mask and L_obs, E6 pre with post's QKV (L_mask
+    / E[X²]; L_obs over pre's). glue: e3_match, e6_text, e2_ratio_text."""
     levels = copy_levels(ch.cfg.data.rank)
     na = pre_na(ch.steps.pre, not task_departures(ch.cfg))
     rows = []
@@ -347,8 +316,8 @@ def e2_swing(steps: str, low: float, high: float) -> str:
 
 
 def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
-    """Why an E2 row read over the plateau's checkpoints differs or cannot tell (`verdict`): its
-    checkpoints' own range (low, high: over the paper's) beside the band of the paper's value."""
+    """Why an E2 row read over the plateau's checkpoints is close or differs: its checkpoints' range
+    (low, high: over the paper's) beside the band of the paper's value."""
     swing = e2_swing(steps, low, high)
     band = f"within a factor {1 + MARGINS['ratio']:g} of it"
     if verdict == CLOSE:
@@ -358,9 +327,8 @@ def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
 
 
 def e2_ratio_text(rows: list[dict]) -> str:
-    """E2's rows judged against the paper's numbers themselves (ratio rule), in a sentence: how
-    many of them, ours over the paper's from least to most, and how many say each verdict's
-    words (`verdicts_text`, counted from the rows' own verdicts)."""
+    """The sentence on E2's rows against the paper's numbers (ratio rule): their range of ours over
+    the paper's and how many say each verdict."""
     if rows and rows[0].get("na"):
         return f"E2 has nothing to compare here ({rows[0]['na']})"
     ratios = [r["ours"] / r["paper"] for r in rows]
@@ -385,11 +353,9 @@ def copy_text(base: dict, level: float) -> str:
 
 
 def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, window: int) -> str:
-    """Which pre-shift L_obs the paper's number is, in one sentence (each over its task's E[X²]):
-    the paper's (E3, at PAPER_PRE) is a checkpoint's reading on fresh matrices, as `fresh` here
-    (this chapter's, at `step`); the training chapter's E1 row reads the training curve, `curve`
-    (the mean over the `window` training batches ending at `step`); how far apart the two are,
-    why, and whether both lie below COPIES, the copying criterion E1's row is judged by."""
+    """The sentence placing the paper's pre-shift L_obs (E3, one checkpoint on fresh matrices) between
+    this chapter's `fresh` reading at `step` and E1's `curve` (the mean of the `window` training
+    batches ending there), each over E[X²], and which lie below COPIES."""
     side = "below" if curve < fresh else "above"
     both = ("both lie below" if max(curve, fresh) < COPIES else "only the curve's lies below" if curve < COPIES else
             "only this chapter's lies below" if fresh < COPIES else "neither lies below")
@@ -411,8 +377,8 @@ def e2_text(e2: pd.DataFrame, level: float) -> str:
 
 
 def e3_text(e3: pd.DataFrame) -> str:
-    """Whether ablating every head changes the pre model's L_mask (by NO_EFFECT or more),
-    with the paper's numbers; whether that agrees with the paper is `e3_match`, from the rows."""
+    """Whether ablating every head changes the pre model's L_mask by NO_EFFECT or more, with the
+    paper's numbers (agreement is `e3_match`)."""
     un, ab_u, ab_b = (lookup(e3, "L_mask", ablated=a, reading=r) for a, r in
                       [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")])
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
@@ -426,9 +392,8 @@ def e3_text(e3: pd.DataFrame) -> str:
 
 
 def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> str:
-    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]),
-    and, from `verdict` (that of the row "pre with post's QKV: L_mask / E[X²]", whose paper
-    value is `paper_rel`), whether its L_mask agrees with the paper's (`agreement`)."""
+    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]), worded
+    by `verdict` of the E6 L_mask row (paper value `paper_rel`)."""
     sw = e6.set_index("model").loc["pre with post's QKV"]
     what = ("does not let it complete the matrix" if sw.L_mask > DROP_FRACTION * level else
             "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns")
@@ -438,8 +403,7 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
 
 
 def scorecard_table(ch, rows: list[dict]):
-    """Records `rows` in the run's scorecard; returns them with their verdicts and the interval of
-    ours each verdict reads (E2 over the plateau: its checkpoints' lowest to highest), styled."""
+    """Records `rows`; returns them styled with verdicts and the interval each verdict reads."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "interval", "verdict",
                                                               "reading"),
                           caption="The numbers this chapter adds to the scorecard; interval: the stretch of ours "
@@ -449,8 +413,8 @@ def scorecard_table(ch, rows: list[dict]):
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, *, verdicts) -> dict:
-    """Every number and sentence of "What we found" that depends on the run and that
-    `readings` does not give; verdicts: those of the chapter's recorded scorecard rows."""
+    """The run's numbers and sentences of "What we found" that `readings` does not give;
+    `verdicts`: those of the recorded rows."""
     level = ch.copy_level
     paper_e2_values = [v[0] for v in PAPER_E2.values()]
     return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),

@@ -1,30 +1,15 @@
 """Chapter 03, heads (book/03_heads.ipynb): how the model completes the matrix after the drop.
 
-The paper (§3.2) reads its post-shift checkpoint: heads with clear jobs (E9), ablations
-(E3-E5), switched attention weights and shuffled positions (E6, E7), activation patching
-(E8), a structured mask (E10) and linear probes (E11). Heads are labelled here by scores
-the chapter measures (`mclib.analyses.heads`), not by the authors' head numbers. Top to
-bottom, in the chapter's order:
+The paper (§3.2) reads its post-shift checkpoint: head jobs (E9), ablations (E3-E5), switched
+attention weights and shuffled positions (E6, E7), patching (E8), a structured mask (E10) and
+linear probes (E11). Heads are labelled by measured scores, not by the authors' head numbers.
+In page order, each computation (`heads_tables`, re-exported here) then its `*_shown`:
+post_losses + settings_table; e9_heads + e9_shown; progress_table + progress_shown;
+ablation_at_post + ablation_shown; e6_e7_tables + e6_e7_shown; e8_table + e8_shown;
+e10_heads + e10_shown (both `e10_masks`); probe_table + probes_shown; then readings (rows and
+sentences, with `heads_readings`), scorecard_table and closing_glue.
 
-    post_losses(ch), settings_table(ch, base)       the post model's losses; what the chapter looks at
-    e9_heads(ch), e9_shown(ch, heads)                every head's map, scores, label and group
-    progress_shown(ch, progress, heads)              how the structure arrives over training
-    ablation_at_post(ch, groups), ablation_shown     E3-E5, both readings
-    e6_e7_tables(ch), e6_e7_shown                    E6, E7
-    e8_table(ch), e8_shown                           E8, both readings
-    e10_heads(ch, mask), e10_shown                   E10, the paper's mask and its transpose (`e10_masks`)
-    probe_table(ch), probes_shown                    E11
-    readings(ch, results), scorecard_table(ch, rows) the chapter's scorecard rows (scale-free) and their sentences
-    closing_glue(...)                                the other run-dependent sentences of "What we found"
-
-What the chapter computes before it shows anything (post_losses, e9_heads, progress_table,
-ablation_at_post, e6_e7_tables, e8_table, e10_heads, probe_table) is
-`mclib.chapters.heads_tables`, and the rows and sentences of E3-E9 and E11 are
-`mclib.chapters.heads_readings`; this module imports both, so that its notebook calls it
-alone. The computations those call live in `mclib.analyses` (heads: scores, picks, E10's
-masks and scores; evaluate: E8's patching; probes: E11; loss_tables: ablation and model tables).
-`ch` is the chapter's `mclib.book.chapter.Chapter`. Each function returning glue gives
-{glue name: value}; figures come closed (glued, not shown twice).
+`ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """
 from __future__ import annotations
 
@@ -136,8 +121,8 @@ def ablation_shown(ch, abl: pd.DataFrame) -> tuple[object, dict]:
 # --- E6, E7: the pre-shift attention weights, shuffled positions ---------------------------------
 
 def e6_e7_shown(ch, e67: pd.DataFrame, perm: pd.DataFrame) -> tuple[object, dict]:
-    """E6 and E7 in one table (the permutations by their mean; styled, with the paper's
-    columns) and glue: fig_e6_e7, pre_step."""
+    """E6 and E7 in one table (permutations by their mean, with the paper's columns), and glue:
+    fig_e6_e7, pre_step."""
     mean = f"positions permuted (E7), mean of {len(perm)}"
     shown = pd.concat([e67[~e67.model.isin(perm.model)],
                        pd.DataFrame([{"model": mean, **perm[list(LOSS_NAMES)].mean(), **permutation_errors(perm)}])])
@@ -183,10 +168,9 @@ E10_COLUMNS = ["lone_entry", "masked_lines", "self", "row_excess", "column_exces
 
 
 def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None) -> str:
-    """The E10 sentence: how much of its attention the best head puts on the lone observed
-    entry of a masked line, against a uniform head and, for the paper's mask, whether that
-    is the paper's "most of it" by `verdict`, the E10 row's (`agreement`). The paper has no
-    transposed mask, so that one (verdict None) is described only."""
+    """The E10 sentence: the best head's attention on the lone observed entry of a masked line,
+    against a uniform head's and, for the paper's mask, worded by the row's `verdict` (None: the
+    transposed mask, which the paper lacks, described only)."""
     head = (f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
             f"attention there (a uniform head: {chance:.3f}): ")
     reading = ("most of it" if lone > MOSTLY else "more than chance but not most of it" if lone > chance else
@@ -197,13 +181,9 @@ def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None)
 
 
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
-    """E10's table of the picked heads under one mask (styled; their label under random
-    masks and under this one) and glue, NAME = s.name: fig_e10_NAME (the picked heads'
-    maps), fig_e10_NAME_all (every head's map) and, for a mask other than the paper's
-    (PAPER_MASK), e10_NAME_text (the lone-entry sentence; the paper's mask's comes from
-    `readings`, with its row).
-    The masked lines are outlined (rows) or marked on the left (columns), their lone
-    observed entries marked above."""
+    """E10 under one mask: the picked heads' table (styled) and glue, NAME = s.name: fig_e10_NAME,
+    fig_e10_NAME_all and, for a mask other than PAPER_MASK, e10_NAME_text (the paper mask's comes
+    from `readings`)."""
     n = ch.cfg.data.n
     axis, lines = masked_lines(s.mask, n)
     flat, in_lines = s.mask.reshape(-1), torch.isin(line_index(axis, n), torch.tensor(lines))
@@ -248,8 +228,7 @@ def probes_shown(ch, probes: pd.DataFrame) -> tuple[object, dict]:
 
 @dataclass(kw_only=True)
 class Results:
-    """What the chapter computed, as `readings` and `closing_glue` read it; built by keyword
-    only (eight fields: a positional call would be read by their order)."""
+    """What the chapter computed, as `readings` and `closing_glue` read it (keyword-only)."""
     abl: pd.DataFrame                # `ablation_at_post`
     e67: pd.DataFrame                # `e6_e7_tables`: the models
     perm: pd.DataFrame               #   and the permuted rows
@@ -261,12 +240,9 @@ class Results:
 
 
 def readings(ch, r: Results) -> tuple[dict, list[dict]]:
-    """The chapter's scorecard rows, each a scale-free quantity (a ratio of two losses on
-    the same matrices, a loss over E[X²], a head score), and the sentences that state them
-    (`Results` says where each input comes from), experiment by experiment in the functions
-    below, each returning (glue, rows).
-    glue: e3_match, e4_text, e5_text, e8_text, e9_text, e10_rows_text (the paper's mask; the
-    transposed one's: `e10_shown`), e11_text, e11_layer."""
+    """(glue, rows): the scorecard rows, each scale-free (a ratio of losses on the same matrices,
+    a loss over E[X²], a head score), and their sentences: e3_match, e4_text, e5_text, e8_text,
+    e9_text, e10_rows_text, e11_text, e11_layer."""
     levels = copy_levels(ch.cfg.data.rank)["low-rank"]  # (ours, the paper's) E[X²]
     layers = ch.cfg.model.layers
     glue, rows = {}, []
@@ -284,9 +260,8 @@ PRE_READ = (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess 
 
 
 def pre_read(rows: list[dict], pre: int, on_paper_task: bool) -> list[dict]:
-    """`rows` with those that read the pre-shift checkpoint (`PRE_READ`) n/a where it is not
-    the paper's pre step on the paper's task (`ch02_copying.pre_na`, the rule E2, E3 and E6's
-    pre rows follow)."""
+    """`rows` with the `PRE_READ` rows n/a where the pre-shift checkpoint is not the paper's pre
+    step on the paper's task (`ch02_copying.pre_na`)."""
     from .ch02_copying import pre_na
 
     na = pre_na(pre, on_paper_task)
@@ -299,8 +274,8 @@ def scorecard_table(ch, rows: list[dict]):
 
 
 def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
-    """E10 under the paper's mask: the lone-entry head's mass (its sentence comes with its
-    verdict), then the other three kinds (`e10_kind_rows`)."""
+    """(glue, rows) of E10 under the paper's mask: the lone-entry head's mass with its sentence,
+    then `e10_kind_rows`."""
     lone, lone_chance = structured.lone, structured.chance["lone_entry"]
     row = _row("E10", "structured mask: the best head's mass on the lone observed entry", float(lone),
                f"a uniform head: {lone_chance:.3f}; above {MOSTLY:g} counts (most of its attention)",
@@ -310,11 +285,9 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
 
 
 def e10_kind_rows(s: Structured) -> list[dict]:
-    """E10's other three kinds of head under the paper's mask (the lone-entry kind is in
-    `readings`), each the picked head's score against a stated cut: copies, most of
-    its attention on itself (above MOSTLY); ignores the masked lines, under half of a
-    uniform head's mass on them; follows the other axis, its excess above
-    STRUCTURE_THRESHOLD (E9's cut)."""
+    """E10's other three head kinds under the paper's mask, each the picked head's score against
+    a cut: self above MOSTLY; mass on masked lines below half a uniform head's; excess on the
+    other axis above STRUCTURE_THRESHOLD."""
     axis = s.scores.attrs["axis"]
     at = s.scores.set_index(["layer", "head"])
     kinds = e10_kinds(axis)
@@ -339,10 +312,8 @@ SPEAKS_FOR = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text
 
 
 def restated(name: str, text: str, rows: list[dict]) -> str | None:
-    """A lease's glued sentence `name` worded again from its re-judged `rows` where this
-    chapter's wording has changed since (`mclib.lease.part.restate`): E11's claim (`e11_claim`,
-    from the row probe's verdict and value), which once called the row "not linearly" present
-    whatever share of it the probe explained. None: nothing to word again."""
+    """The lease's glued sentence `name` reworded from its re-judged `rows` (E11's claim, by
+    `e11_claim`), or None when nothing is reworded."""
     if name != "e11_text":
         return None
     row = next((r for r in rows if r["id"] == "E11" and r["quantity"].startswith("row probe")), None)
@@ -353,11 +324,9 @@ def restated(name: str, text: str, rows: list[dict]) -> str | None:
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """This chapter's rows that a GPU lease recorded, judged by today's rules
-    (`mclib.lease.reference.rejudge`): E4 n/a where the row was recorded under the earlier
-    choice of heads (`E4_EARLIER`: its reading lacks `E4_CHOICE`), else by `e4_na` (the count
-    read from the row's reading); E8's every-layer reading carries no
-    paper's value (`E8_SOURCE`); E11 names the model the paper probed (`PROBED_MODEL`)."""
+    """(row, why): a row a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
+    E4 n/a under an earlier choice of heads (`E4_EARLIER`) or by `e4_na`; E8's every-layer row
+    without the paper's value; E11 naming `PROBED_MODEL`; `PRE_READ` rows by `pre_read`."""
     import re
 
     new, why = dict(row), []
@@ -382,13 +351,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 
 
 def rule_of(row: dict) -> dict:
-    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
-    for a row recorded without it (`mclib.lease.reference.rejudge`), as `e5_rows`, `e9_rows`,
-    `e10_rows` and `e11_rows` build them: E5 above 1 by the direction rule's margin; E9 above
-    (after the drop) or below (before it) STRUCTURE_THRESHOLD; E10's lone-entry head above MOSTLY
-    and its other kinds against the cut-off their reading names (one of them, half a uniform
-    head's mass, depends on the mask); E11's probes against PROBED, or 1 for the value probe's
-    depth. {} for a row not its own."""
+    """The rule fields (`scorecard.RULE_FIELDS`) this chapter's rows are judged by, for a row
+    recorded without them; {} for a row not its own."""
     import re
 
     i, q = row["id"], row["quantity"]
@@ -411,9 +375,8 @@ def rule_of(row: dict) -> dict:
 # --- What we found -----------------------------------------------------------------------------
 
 def phase_text(base: dict, level: float, at=None) -> str:
-    """Whether the post model completes the matrix (`completes`), and what that means for
-    the comparisons that follow: from the run's stage (`at`, `scorecard_stage.Stage`: a cut run's
-    comparisons are provisional), not from the loss alone."""
+    """Whether the post model completes the matrix (`completes`), and what that means for the
+    comparisons below, worded by the run's stage `at` (a cut run's are provisional)."""
     if completes(base, level):
         return (f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "
                 "copying model; " + (at.comparisons if at is not None else
@@ -431,8 +394,8 @@ def progress_text(progress: pd.DataFrame, drop: int | None) -> str:
 
 
 def closing_glue(ch, r: Results, base: dict, progress: pd.DataFrame, verdicts) -> dict:
-    """The run-dependent sentences of "What we found" that `readings` does not give;
-    verdicts: those of the chapter's recorded scorecard rows."""
+    """The sentences of "What we found" that `readings` does not give; `verdicts`: those of the
+    recorded rows."""
     abl, e67, perm, labels, groups = r.abl, r.e67, r.perm, r.heads.labels, r.heads.groups
     L = lambda a, mode="—": lookup(abl, "L_mask", ablated=a, reading=mode)
     sw = e67.set_index("model").loc[E6_MODEL]

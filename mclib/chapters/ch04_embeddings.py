@@ -1,12 +1,10 @@
-"""Chapter 04, the embeddings (book/04_embeddings.ipynb): its figures, tables, closing
-sentences and scorecard rows, in the order the page shows them.
+"""Chapter 04, the embeddings (book/04_embeddings.ipynb): its figures, tables, closing sentences
+and scorecard rows, in page order: the value tokens' embeddings (E12), whether their final
+arrangement is in place before the drop (E13), the position embeddings (E14).
 
-The token embeddings of the values the task produces (E12), whether their final
-arrangement is in place before the drop (E13), and the position embeddings (E14). The
-paper gives these results as figures without numbers, so each becomes a claim about a
-side of a cut-off named here (STRONG, CLUSTERED, ALIGNED, DIP), judged by the
-scorecard's direction rule with no added margin (`scorecard_rules.CUT`): the cut-off is the
-claim. The sentences are built here so that they read right with or without a drop.
+The paper shows these as figures without numbers, so each becomes a claim on a side of a
+cut-off named here (STRONG, CLUSTERED, ALIGNED, DIP), judged by the direction rule with no
+added margin (`scorecard_rules.CUT`). Sentences read right with or without a drop.
 """
 from __future__ import annotations
 
@@ -37,8 +35,8 @@ E13_AFTER = 2.0
 
 
 def e13_na(tested: int, final: int) -> str | None:
-    """Why E13 cannot test the checkpoint at step `tested` against the final layout at step
-    `final`, or None: the final layout must be read at least E13_AFTER times later."""
+    """Why E13 cannot test step `tested` against the final layout at `final` (read less than
+    E13_AFTER times later), or None."""
     if final >= E13_AFTER * tested:
         return None
     return (f"the final layout is read at step {final:,}, only {final - tested:,} steps after the checkpoint it tests "
@@ -51,9 +49,7 @@ def e13_na(tested: int, final: int) -> str | None:
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """This chapter's rows that a GPU lease recorded, judged by today's rules
-    (`mclib.lease.reference.rejudge`): E13 n/a where the final layout lies too close after the
-    checkpoint it tests (`e13_na`: the run's end, and its last checkpoint before the drop)."""
+    """(row, why): a row a GPU lease recorded, judged by today's rules: E13 n/a by `e13_na`."""
     if row["id"] != "E13":
         return row, []
     at, steps = recorded.at, recorded.steps
@@ -65,11 +61,9 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     return ({**row, "na": na} if na else row), []
 
 def rule_of(row: dict) -> dict:
-    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
-    for a row recorded without it (`mclib.lease.reference.rejudge`), as the chapter's rows are
-    built: E12 above STRONG, E13 above ALIGNED, E14's silhouette below CLUSTERED before the drop
-    and above it after, its middle-row norm below DIP; every one a cut-off the chapter names
-    (margin CUT). {} for a row not its own."""
+    """Rule fields for a row recorded without them (margin CUT): E12 above STRONG, E13 above ALIGNED,
+    E14's silhouette below CLUSTERED before the drop and above after, its middle-row norm below DIP;
+    {} for a row not its own."""
     i, q = row["id"], row["quantity"]
     found = {"E12": (STRONG, "above"), "E13": (ALIGNED, "above")}.get(i)
     if i == "E14":
@@ -105,8 +99,8 @@ def opening_glue(ch) -> dict:
 
 @dataclass
 class Tokens:
-    """E12 at the post checkpoint: the norms, the principal plane's coordinates, how well
-    each component tracks x, |x| and sign(x), and the norms' symmetry about 0."""
+    """E12 at post: norms, principal-plane coordinates, how each component tracks x, |x| and
+    sign(x), and the norms' symmetry about 0."""
     norms: pd.DataFrame
     coords: pd.DataFrame
     tracks: pd.DataFrame
@@ -115,8 +109,7 @@ class Tokens:
 
 
 def tables(ch, step: int) -> dict:
-    """The embedding tables saved at `step`, read from the weights file without building the
-    model (`mclib.core.checkpoints.checkpoint_embeddings`): this chapter reads nothing else of a checkpoint."""
+    """The embedding tables saved at `step`, read without building the model (`checkpoint_embeddings`)."""
     return checkpoint_embeddings(ch.run_dir, step)
 
 
@@ -146,9 +139,8 @@ def tracks_shown(t: Tokens):
 # --- E13: is the final arrangement there before the drop? ---------------------------------------
 
 def token_projections(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every analysed checkpoint and the initialisation projected on the post checkpoint's
-    PCA plane (`embeddings.token_projections`): coordinates, and a summary with a column
-    "vs the drop" (before, after, initialisation)."""
+    """Every analysed checkpoint and the initialisation on post's PCA plane: (coordinates, summary
+    with a "vs the drop" column)."""
     lo, hi = value_range(ch)
     steps = [*[s for s in labels(ch) if s != ch.steps.post], ch.steps.post]
     init = build_model(ch.cfg.model, ch.cfg.data.n, ch.cfg.seed)  # the run's initialisation: train() builds it the same way
@@ -173,8 +165,8 @@ def projections_shown(summary: pd.DataFrame):
 
 
 def embedding_progress(ch) -> pd.DataFrame:
-    """The embeddings at every saved checkpoint (`embedding_progress`: centred token
-    alignment, position silhouettes, middle-row norm)."""
+    """`embedding_progress` at every saved checkpoint: token alignment, position silhouettes,
+    middle-row norm."""
     lo, hi = value_range(ch)
     return E.embedding_progress(ch.run_dir, final_step=ch.steps.post, lo=lo, hi=hi)
 
@@ -209,8 +201,8 @@ def _said(row: dict) -> tuple[str, bool]:
 
 @dataclass(frozen=True)
 class Before:
-    """The checkpoint E13 and E14 read before the drop: `last`, the last saved one before it
-    (a row of `embedding_progress`), or None and `missing`, why there is none."""
+    """E13's and E14's checkpoint before the drop: `last` (a row of `embedding_progress`), or None
+    and `missing`, why there is none."""
     last: pd.Series | None
     missing: str | None
 
@@ -224,8 +216,8 @@ def before_the_drop(progress: pd.DataFrame, drop: int | None) -> Before:
 
 
 def e12_readings(tracks: pd.DataFrame, symmetry: float) -> tuple[dict, list[dict]]:
-    """E12 at the post checkpoint: the norms' symmetry about 0, the component closest to |x|
-    and whether the other tracks sign(x); glue symmetry, symmetry_text, tracks_text, tracks_claim."""
+    """(glue, rows) of E12 at post: the norms' symmetry, the component closest to |x| and whether the
+    other tracks sign(x)."""
     t = tracks.set_index("component")
     abs_c = int(t["abs_x"].idxmax())  # the component closest to |x|; the other is checked for sign(x)
     other = next(c for c in t.index if c != abs_c)
@@ -254,9 +246,8 @@ def e12_readings(tracks: pd.DataFrame, symmetry: float) -> tuple[dict, list[dict
 
 def e13_readings(progress: pd.DataFrame, summary: pd.DataFrame, before: Before, drop: int | None, *,
                  post_step: int) -> tuple[dict, list[dict]]:
-    """E13: the centred token alignment with the final layout at the last checkpoint before the
-    drop (`before`), n/a where the embeddings start aligned or the final layout is read too soon
-    after (`e13_na`); glue align_text, align_claim."""
+    """(glue, rows) of E13: centred token alignment with the final layout at `before`; n/a where the
+    embeddings start aligned or `e13_na` says so."""
     reached = progress.loc[progress["token_alignment"] >= ALIGNED, "step"]
     aligned_at = int(reached.iloc[0]) if len(reached) else None
     s = summary.set_index("step")
@@ -291,8 +282,7 @@ def e13_readings(progress: pd.DataFrame, summary: pd.DataFrame, before: Before, 
 
 
 def e14_readings(progress: pd.DataFrame, before: Before, drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
-    """E14: the position embeddings' column silhouette before the drop (`before`) and at the
-    end, and the middle row's norm; glue cluster_text, cluster_claim, mid_norm."""
+    """(glue, rows) of E14: column silhouette before the drop and at the end, and the middle row's norm."""
     first, last = progress.iloc[0], progress.set_index("step").loc[post_step]
     col_post, row_post, mid = last["column_silhouette"], last["row_silhouette"], last["middle_row_norm"]
     before_drop, no_before = before.last, before.missing
@@ -320,8 +310,8 @@ def e14_readings(progress: pd.DataFrame, before: Before, drop: int | None, *, po
 
 
 def _cluster_claim(rows: list[dict], no_before: str | None, row_post: float) -> str:
-    """E14's sentence on the columns clustering only after the drop, from the verdicts of its
-    two silhouette rows (`rows[0]` before the drop, `rows[1]` at the end), whose readings it sets."""
+    """E14's sentence on columns clustering only after the drop, by the verdicts of `rows[0]` (before)
+    and `rows[1]` (end), whose readings it sets."""
     (pre_said, apart_before), (post_said, clustered) = _said(rows[0]), _said(rows[1])
     at_end = (f"the columns cluster by the end of the run, {post_said}" if clustered else
               f"no column clusters (silhouette above {CLUSTERED}) by the end of the run, {post_said}")
@@ -342,14 +332,9 @@ def _cluster_claim(rows: list[dict], no_before: str | None, row_post: float) -> 
 
 def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd.DataFrame, symmetry: float,
                        drop: int | None, *, post_step: int) -> tuple[dict, list[dict]]:
-    """progress: `embedding_progress` (every checkpoint); summary: `token_projections`'s
-    summary, with the initialisation as step 0 if available; tracks: `component_tracks`
-    of the post checkpoint's PCA plane; symmetry: `norm_symmetry` at post.
-
-    The rows are built first, experiment by experiment (`e12_readings`, `e13_readings`,
-    `e14_readings`); every sentence that compares with the paper (tracks_claim, align_claim,
-    cluster_claim and the E13, E14 readings) then takes its words from the verdicts of the
-    rows it speaks for (`scorecard_rules.agreement`)."""
+    """(glue, rows) of E12-E14 from `embedding_progress` (`progress`), `token_projections`' summary,
+    post's `component_tracks` and `norm_symmetry`; every sentence comparing with the paper is worded
+    by the verdicts of the rows it speaks for."""
     before = before_the_drop(progress, drop)
     glue, rows = {}, []
     for part_glue, part_rows in (e12_readings(tracks, symmetry),
@@ -361,12 +346,12 @@ def embedding_readings(progress: pd.DataFrame, summary: pd.DataFrame, tracks: pd
 
 
 def readings(ch, t: Tokens, summary: pd.DataFrame, progress: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """`embedding_readings` of this chapter's numbers: the closing paragraph's glue and the rows."""
+    """`embedding_readings` of this chapter's numbers."""
     return embedding_readings(progress, summary, t.tracks, t.symmetry, ch.drop, post_step=ch.steps.post)
 
 
 def scorecard_table(ch, rows: list[dict]):
-    """Record this chapter's rows (each a direction claim on a cut-off above) and show them."""
+    """Records this chapter's rows and shows them."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "verdict", "reading"))
 
 

@@ -3,20 +3,12 @@ trained alone from the main run's final checkpoint, the rest frozen.
 
     ch = open_chapter(profile, seed, run_dir, device)
     runs = freeze_runs_of(ch)        # {group: folder}; trains what is missing
-    runs_table(ch, runs)             # what each run trains
-    freeze_figure(ch, runs)          # the four L_mask curves
-    results_table(ch, runs)          # each run's drop, or what ended it without one
+    runs_table(ch, runs); freeze_figure(ch, runs); results_table(ch, runs)
     glue, rows = readings(ch, runs)  # "What we found" and E15's scorecard rows
-    scorecard_table(ch, rows)        # the rows, recorded, with their verdicts
-    downloads(ch, runs)              # each run's metrics.csv and final checkpoint as {download} links
+    scorecard_table(ch, rows); downloads(ch, runs)
 
-The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so its
-description becomes claims, each judged by a rule stated with it:
-- a plateau or none: the run's plateau over its fall (`mclib.analyses.sharpness`, the
-  rule E1 and E19 call a drop "sudden" by: a plateau when above ABRUPT);
-- it recovers: its final L_mask over the main run's, below SETTLE (both over the
-  convergence rule's window, each with its error);
-- the order of the drops (`mclib.core.paper.PAPER_E15_ORDER`).
+The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so each of its
+descriptions becomes a claim judged by a rule stated with it (`freeze_readings`).
 """
 from __future__ import annotations
 
@@ -50,12 +42,9 @@ LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")
 
 @dataclass
 class MainRun:
-    """What E15's runs are measured against: the main run's drop step (None: none), its
-    final L_mask with its standard error over the convergence rule's window
-    (`final_level`), the cap of an E15 run (`freeze_steps`), and where the main run was
-    stopped before its own end (E15's slices at the paper's setting stop it at their
-    `source_steps`: its final level is read there, and the readings say so); None when it
-    ended by its own rule."""
+    """The yardstick of E15: the main run's drop (None: none), final L_mask ± its standard error
+    (`final_level`), an E15 run's step cap, and the step where the main run was stopped early
+    (None: it ended by its own rule)."""
     drop: int | None
     final: float
     final_se: float
@@ -68,21 +57,18 @@ def main_run(ch: Chapter) -> MainRun:
 
 
 def main_run_from(ran: pd.DataFrame, cfg: Profile, drop: int | None, stopped: int | None = None) -> MainRun:
-    """The yardstick from the main run's metrics up to where it ended (`ran`), its drop, and
-    where it was stopped, if it was (`MainRun`): the one recipe for this chapter and for E15's
-    rows at the paper's setting (`mclib.lease.reference.freeze_rows`)."""
+    """`MainRun` from the main run's metrics up to its end (`ran`), as `freeze_rows` reads it too."""
     return MainRun(drop, *final_level(ran, cfg.train.patience), freeze_steps(cfg), stopped)
 
 
 def runs_read(cfg: Profile) -> Reads:
-    """The runs this chapter reads beside the book's run (`mclib.book.runner.Reads`): E15's, one
-    per group; none with analysis.freeze: false."""
+    """The runs read beside the book's run: E15's, one per group (none with analysis.freeze: false)."""
     return Reads(e15=tuple(GROUPS) if cfg.analysis.freeze else ())
 
 
 def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
-    """{group: folder} of the E15 runs (the training chapter trains them; a chapter run
-    alone trains what is missing, resumes a cut run, returns at once if all are complete)."""
+    """{group: folder} of the E15 runs, training what is missing (with analysis.train_in_book);
+    raises `MissingRuns` when E15 is off or, without training, a run is missing."""
     if not ch.cfg.analysis.freeze:
         raise MissingRuns("E15 is off in this book (analysis.freeze: false): chapter 05 has no runs to read")
     if not ch.cfg.analysis.train_in_book:
@@ -151,10 +137,7 @@ def _runs_named(groups) -> str:
 
 
 def ends_text(ends: dict[str, FreezeEnd]) -> str:
-    """What ended each run, in a sentence made from the runs' end records alone (each ends by
-    the first of the rules `length_text` gives to apply), runs that ended alike named together:
-    "What ended each run, from its end record: the mlp run dropped at step 40 and converged
-    at step 2,400; the attention and positional runs reached ..."."""
+    """A sentence on what ended each run, from the end records, runs that ended alike named together."""
     alike: dict[str, list[str]] = {}
     for g, e in ends.items():
         alike.setdefault(e.text, []).append(g)
@@ -169,9 +152,8 @@ def tiers_text(order) -> str:
 
 
 def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
-    """The closing sentence on the order of the drops, from `verdict` (the E15 ordering
-    row's: `agreement`); pattern (`paper_pattern`, the strict order without the rule's
-    margin) says which end of the paper's order fails when it differs."""
+    """The sentence on the order of the drops from the ordering row's `verdict`; `pattern`
+    (`paper_pattern`) says which end of the paper's order fails."""
     paper = f"the paper's order of the drops ({tiers_text(PAPER_E15_ORDER)})"
     margin = f"{MARGINS['ordering']:.0%}"
     if verdict == "n/a":
@@ -195,19 +177,13 @@ def _plateau_reading(row, group: str) -> str:
 
 
 def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun) -> tuple[dict, list[dict]]:
-    """The closing sentences and E15's scorecard rows.
+    """(glue, rows): the closing sentences (found, verdict_text, main_text, recover_text) and
+    E15's `scorecard.claim` rows, from `freeze_summary`'s table, `freeze_ends` and `MainRun`.
 
-    table: `freeze_summary`; ends: `freeze_ends` (what ended each run); main: `MainRun`.
-    Rules, stated in each row's reading:
-    - plateau: the run's plateau over its fall (`mclib.analyses.sharpness`: on the copying
-      level means within BAND of E[X²]); the paper's first tier (mlp, token) has none
-      (below ABRUPT), the later tiers have one (above); n/a for a run without a drop;
-    - recovers: final L_mask over the main run's, below SETTLE; n/a for a run stopped (by its
-      cap, or at the main run's drop step) before it dropped: its last level is the plateau's,
-      never read as final;
-    - the order of the drops, with the ordering rule's margin.
-    glue: found, verdict_text (`order_text`, from the ordering row's verdict), main_text,
-    recover_text; rows: `scorecard.claim`s."""
+    Rules: plateau over fall below ABRUPT for the paper's first tier (mlp, token), above for the
+    rest; recovery when final L_mask over the main run's is below SETTLE (n/a for a run stopped
+    before it dropped: its last level is the plateau's); the drops in the paper's order, by the
+    ordering rule's margin."""
     rows_of = table.set_index("group")
     drops = drops_of(table)
     order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
@@ -266,12 +242,9 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
 
 
 def e15_rows(runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd.DataFrame, *, read) -> list[dict]:
-    """E15's rows from runs trained elsewhere and merged (the paper setting's E15 slices:
-    `mclib.lease.reference.freeze_rows`, which iterates over what chapters declare), by this
-    chapter's rules (`freeze_readings`): `runs` {group: folder} and their `ends`, `read` reading
-    a folder's metrics; the yardstick is the run they started from (`cfg`, its `end` or None,
-    its metrics `main`), its final level read where a slice stopped it. The order of the drops
-    reads n/a until all four groups are in."""
+    """E15's rows, by `freeze_readings`, from runs trained elsewhere (the paper setting's slices):
+    `runs` {group: folder}, their `ends`, `read` a folder's metrics; the yardstick is the source run
+    (`cfg`, its `end` or None, its metrics `main`). The order reads n/a until all four are in."""
     stopped = None
     if end is not None:
         main = main[main["step"] <= end.step]
@@ -281,8 +254,7 @@ def e15_rows(runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd
     return found
 
 def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
-    """(glue, rows): the closing paragraph's glue (found, verdict_text, main_text,
-    recover_text, ends_text) and E15's rows (`scorecard.claim`s, recorded by `scorecard_table`)."""
+    """(glue, rows): `freeze_readings`' glue plus ends_text and rules_text, and E15's rows."""
     ends = freeze_ends(ch.cfg, ch.run_dir, tuple(runs))
     glue, rows = freeze_readings(summary(ch, runs), ends, main_run(ch))
     glue["ends_text"] = ends_text(ends)
@@ -304,8 +276,7 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 
 def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
-    """MyST: each E15 run's metrics.csv and final checkpoint (zipped) as {download} links
-    (`download_links`), one group after the other."""
+    """MyST {download} links to each E15 run's metrics.csv and zipped final checkpoint."""
     parts = []
     for g, folder in runs.items():
         last = saved_steps(folder)[-1]

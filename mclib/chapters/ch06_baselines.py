@@ -1,29 +1,13 @@
-"""Chapter 06, BERT against classical matrix completion (book/06_baselines.ipynb): its
-tables, figures, closing sentences and scorecard rows, in the order the page shows them.
+"""Chapter 06, BERT against classical matrix completion (book/06_baselines.ipynb): its tables,
+figures, sentences and scorecard rows in page order. Numbers come from
+`mclib.analyses.comparisons`, sentences and rows from `baselines_readings`. The solvers run on
+the paper's task whatever the profile; BERT meets them only on the profile's task, matrix by
+matrix; nothing is rescaled across tasks.
 
-The numbers (errors included) come from `mclib.analyses.comparisons`; this module words
-them. The solvers alone run on the paper's task, whatever the profile; BERT is compared
-with them only on its own (the profile's) task, matrix by matrix. No number is rescaled
-across tasks.
-
-The closing sentences and the scorecard rows come from the tables alone
-(mclib.chapters.baselines_readings: `baseline_readings`, how a number is written, `pm`, and
-what "within error" and "similar" mean there).
-
-The solvers never read the model, so their results can be computed beforehand:
-`build_solver_cache` (`python -m mclib solvers --profile NAME`, on the CPU machine) runs
-this chapter's table functions without a model and saves every solver's per-matrix
-results at `solver_cache(NAME)`, results/solvers-NAME.csv.gz, keyed by the sha256 of the
-exact matrices and masks. The chapter reads that file (`solver_results`) and solves only
-what it does not hold, saying so in one line: on a GPU lease, which has no cvxpy and whose
-CPU time is the lease's, it then solves nothing. At every profile it first reads the
-committed results/solvers-paper.csv.gz for the draws that file holds exactly (the paper
-task's at the cpu profile, which shares the paper's sample sizes and seed), and a build at
-another profile neither solves nor writes those. The cpu profile's own file is committed too
-(results/solvers-cpu.csv.gz, 2026-11-27), so its chapter solves nothing. Where no file is
-committed for the profile, the book builds one for itself beside its run (`book_solver_cache`)
-on a worker that the other seeds leave idle while the book's run trains
-(`mclib.book.chapter.idle_tasks`), and the chapter reads that.
+The solvers never read the model, so their results are cached, keyed by the sha256 of the exact
+matrices and masks: `build_solver_cache` (`python -m mclib solvers`) writes `solver_cache(NAME)`;
+`solver_results` reads it (the committed paper file first) and solves only the rest; without a
+committed file the book builds `book_solver_cache` on an idle worker while its run trains.
 """
 from __future__ import annotations
 
@@ -57,14 +41,13 @@ CHAPTER = "06_baselines"
 
 def describe_task(data: DataConfig) -> str:
     """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
-    for a DataConfig or a Profile (mclib.core.data rounds every X to the 0.01 grid)."""
+    for a DataConfig or a Profile."""
     d = data
     return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
 
 
 def with_errors(table: pd.DataFrame, quantities, keep=()) -> pd.DataFrame:
-    """A copy of `table` for display: the `keep` columns as they are, then every quantity q
-    as the text "value ± s.e." (`pm`) from the columns q and q_se."""
+    """A display copy of `table`: the `keep` columns, then each quantity q as "value ± s.e." (`pm`)."""
     out = table[list(keep)].copy()
     for q in quantities:
         out[q] = [pm(v, e) for v, e in zip(table[q], table[f"{q}_se"])]
@@ -111,19 +94,16 @@ def _build_hint(name: str) -> str:
 
 
 def book_solver_cache(cfg: Profile, run_dir: str | Path) -> Path:
-    """OUT/runs/solvers-NAME-SHA.csv.gz, beside the book's run `run_dir`: the solvers' results
-    this book built for itself while its run trained (`book_solver_task`). SHA is the first 12
-    digits of the library's source hash (`mclib.core.repo.mclib_sha`), so that a file
-    solved by other code is never read."""
+    """OUT/runs/solvers-NAME-SHA.csv.gz beside `run_dir`: the results the book builds for itself;
+    SHA (12 digits of `mclib_sha`) keeps a file solved by other code from being read."""
     from ..core.repo import mclib_sha
 
     return Path(run_dir).parent / f"solvers-{cfg.name}-{mclib_sha()[:12]}.csv.gz"
 
 
 def book_solver_task(cfg: Profile, run_dir: str | Path) -> tuple[Callable, tuple, str] | None:
-    """The solving of this chapter as a task for a worker that the book's seeds leave idle
-    (`mclib.book.chapter.idle_tasks`): (fn, args, name), or None where a cache is there to
-    read (the committed `solver_cache`, or `book_solver_cache`)."""
+    """(fn, args, name) solving this chapter on an idle worker (`idle_tasks`), or None when a cache
+    exists (`solver_cache` or `book_solver_cache`)."""
     own = book_solver_cache(cfg, run_dir)
     if solver_cache(cfg.name).is_file() or own.is_file():
         return None
@@ -131,19 +111,14 @@ def book_solver_task(cfg: Profile, run_dir: str | Path) -> tuple[Callable, tuple
 
 
 def idle_work(cfg: Profile, run_dir: str | Path) -> list[tuple[Callable, tuple, str]]:
-    """This chapter's declared work for a worker the book's seeds leave idle
-    (`mclib.book.chapter.idle_tasks`): its solving (`book_solver_task`), where no cache is there."""
+    """Work for a worker the book's seeds leave idle: `book_solver_task`, where no cache exists."""
     task = book_solver_task(cfg, run_dir)
     return [task] if task else []
 
 
 def solver_results(ch) -> C.Solves:
-    """The solvers' results this chapter reads: `solver_cache(profile)`, committed, else the
-    book's own `book_solver_cache`, read once, where it was built; at every profile the
-    committed `solver_cache("paper")` is read first for the draws it holds exactly (the paper
-    task's at the profiles that share its sample sizes and seed, such as cpu); what neither
-    holds (or all, without either) is solved here. Each said in one line
-    (`mclib.analyses.comparisons.open_solves`)."""
+    """The solvers' results this chapter reads (`open_solves`): the committed `solver_cache`,
+    else `book_solver_cache`; the paper file first; the rest solved here."""
     committed, own = solver_cache(ch.cfg.name), book_solver_cache(ch.cfg, ch.run_dir)
     path = own if own.is_file() and not committed.is_file() else committed
     return C.open_solves(path, hint=_build_hint(ch.cfg.name), reuse=solver_cache("paper"))
@@ -156,17 +131,15 @@ def _solves(ch, solves: C.Solves | None) -> C.Solves:
 # --- the solvers alone, on the paper's task -------------------------------------------------------
 
 def e17_table(ch, solves: C.Solves | None = None) -> pd.DataFrame:
-    """E17: the regularised nuclear norm at the paper's λs on the paper's task
-    (`regularised_table`), and BERT on the same matrices where the profile trains that task.
-    solves (every table here): where the solvers' results come from (default `solver_results`)."""
+    """E17: the regularised nuclear norm at the paper's λs on the paper's task, and BERT on the
+    same matrices where the profile trains that task. `solves` (every table): default `solver_results`."""
     model = None if task_departures(ch.cfg) else ch.post
     return C.regularised_table(paper.task(), list(PAPER_E17), ch.cfg.analysis.regularised_matrices, ch.cfg.analysis.seed,
                                model=model, solves=_solves(ch, solves))
 
 
 def e17_shown(ch, reg: pd.DataFrame):
-    """`e17_beside_paper` for display: one row per λ, each loss as "ours ± s.e." beside the
-    paper's, and how many of our standard errors apart (a styled table)."""
+    """`e17_beside_paper` styled: one row per λ, "ours ± s.e." beside the paper's, and the gap in s.e."""
     t = e17_beside_paper(reg)
     out = pd.DataFrame({"λ": [f"{lam:g}" for lam in dict.fromkeys(t["lam"])]})
     for q in E17_LOSSES:
@@ -192,8 +165,8 @@ def solver_sweep_figure(sweep: pd.DataFrame):
 
 
 def sweep_shown(sweep: pd.DataFrame, caption: str):
-    """`nuclear_sweep` as one row per p_mask for display: L and the mean nuclear norm of each
-    method ± s.e., the true X's nuclear norm, and (with BERT) BERT − solver, paired."""
+    """`nuclear_sweep` styled, one row per p_mask: L and mean nuclear norm ± s.e. of each method, the
+    true X's nuclear norm, and (with BERT) BERT − solver, paired."""
     methods = [m for m in dict.fromkeys(sweep["method"]) if m != "truth"]
     out = pd.DataFrame({"p_mask": sorted(set(sweep["p_mask"]))}).set_index("p_mask")
     by = sweep.set_index(["method", "p_mask"])
@@ -249,8 +222,8 @@ def bert_sweep_shown(ch, sweep: pd.DataFrame):
 
 
 def classical_tables(ch, solves: C.Solves | None = None) -> tuple[pd.DataFrame, dict]:
-    """BERT and the classical methods on the same matrices at the training p_mask: the table
-    and each method's per-matrix L_mask (`classical_table`)."""
+    """BERT and the classical methods on the same matrices at the training p_mask: the table and
+    each method's per-matrix L_mask."""
     return C.classical_table(ch.post, ch.cfg.data, ch.cfg.analysis.nuclear_matrices, ch.cfg.analysis.seed,
                              solves=_solves(ch, solves))
 
@@ -271,8 +244,8 @@ def classical_shown(ch, classical: pd.DataFrame):
 
 
 def ood_table(ch, solves: C.Solves | None = None) -> pd.DataFrame:
-    """E18: BERT on Gaussian and Laplace factors beside uniform ones; the solver on a subset
-    (as many matrices as E16 uses per p_mask)."""
+    """E18: BERT on Gaussian and Laplace factors beside uniform ones; the solver on as many
+    matrices as E16 uses per p_mask."""
     a = ch.cfg.analysis
     return C.ood_table(ch.post, ch.cfg.data, a.ood_matrices, a.seed, solver_matrices=a.nuclear_matrices,
                        solves=_solves(ch, solves))
@@ -290,9 +263,8 @@ def ood_shown(ch, ood: pd.DataFrame):
 
 
 def readings(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[dict, list[dict]]:
-    """`baseline_readings` of this chapter's tables: every name the closing paragraph glues
-    (with the rule E17's rows are judged by, solver_rule: `scorecard_rules.band_text` at their
-    margin) and the scorecard rows."""
+    """`baseline_readings` of this chapter's tables: the closing paragraph's glue (solver_rule
+    included) and the scorecard rows."""
     glue, rows = baseline_readings(sweep, reg, ood, classical, ch.cfg.data.p_mask, rank=ch.cfg.data.rank,
                                    n_regularised=ch.cfg.analysis.regularised_matrices, solver_sweep=solver_sweep, solvers=solvers,
                                    task=paper.task())
@@ -300,8 +272,7 @@ def readings(ch, sweep, reg, ood, classical, *, solver_sweep, solvers) -> tuple[
 
 
 def scorecard_table(ch, rows: list[dict]):
-    """Record this chapter's rows and show them. E17 has the paper's numbers, compared on the
-    paper's task as they are; E16 and E18 are claims without numbers, judged by their rules."""
+    """Records and shows the rows (E17 against the paper's numbers; E16, E18 by their rules)."""
     return recorded_table(ch.run_dir, rows, CHAPTER)
 
 
@@ -312,23 +283,16 @@ TABLES = (e17_table, solver_sweep, solvers_table, bert_sweep, classical_tables, 
 
 @dataclass
 class _NoModel:
-    """This chapter as its solvers see it: the profile, and no model (they never read one)."""
+    """This chapter as its solvers see it: the profile, and no model."""
     cfg: Profile
     post: None = None
 
 
 def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable = print) -> tuple[Path, C.Solves]:
-    """Solve every matrix this chapter solves at profile `cfg`, in this process, one line said
-    per block as it is solved, and save the solvers' results at `path` (default
-    `solver_cache(cfg.name)`), atomically; the last line says how many and how long. It runs
-    the chapter's own TABLES without a model, so the file holds exactly the matrices, masks
-    and solver settings the chapter draws. At a profile other than paper, a draw that the
-    committed `solver_cache("paper")` holds exactly is read from it, not solved and not
-    written here (the chapter reads it there too, `solver_results`); the note and the last
-    line count what was solved and name what was read. At the paper profile: 34 blocks,
-    28 672 cvxpy solves and soft-impute and ALS on 3 072 matrices, 0.86 MiB; 404 s in one
-    process on the 2 shared cores of the CPU machine, niced (2026-11-26: 8-16 ms a cvxpy
-    solve)."""
+    """Solves every matrix this chapter solves at profile `cfg` (its TABLES, without a model) and
+    saves the results atomically at `path` (default `solver_cache(cfg.name)`), saying a line per
+    block and a closing count. Away from the paper profile, draws held by the committed paper file
+    are read from it, not solved or written. Returns (path, solves)."""
     from ..core.repo import git_revision
 
     path = solver_cache(cfg.name) if path is None else Path(path)
@@ -363,8 +327,7 @@ def build_solver_cache(cfg: Profile, path: Path | None = None, *, say: Callable 
 
 
 def _build_on_a_worker(cfg: Profile, path: Path) -> Path:
-    """`build_solver_cache` without its lines (a worker's output reaches no page; the chapter
-    says where its results come from, and the file's note how they were built)."""
+    """`build_solver_cache`, silent (a worker's output reaches no page)."""
     return build_solver_cache(cfg, path, say=lambda *_: None)[0]
 
 

@@ -1,14 +1,11 @@
-"""Chapter 07, beyond the paper (book/07_beyond.ipynb): the drop over seeds, and whether
-any measure of the model's inside moves before the loss does. Its tables, figures,
-sentences and its scorecard rows, in the order the page shows them: the paper's claims it
-tests (E1 over seeds, E9's timing) and its own finding B1 (`lead_row`: a measure leads
-the drop), a row of kind "finding" that the scorecard shows and counts apart from the
-paper's claims; the follow-up's rows F1-F5 (`mclib.chapters.followup`) are findings too.
+"""Chapter 07, beyond the paper (book/07_beyond.ipynb): the drop over seeds, and whether any
+measure of the model's inside moves before the loss does. Its tables, figures, sentences and
+scorecard rows in page order: the paper's claims it tests (E1 over seeds, E9's timing), its own
+finding B1 (`lead_row`), shown and counted apart from the paper's claims, and the follow-up's
+F1-F5 (`mclib.chapters.followup`).
 
-The paper trains one model and reports one drop; over seeds the drop becomes a mean with
-a spread, recorded as a fraction of training (profiles differ in length) by the
-scorecard's number rule with the seeds' spread. The lead times come from
-`mclib.analyses.progress`; this module words them.
+The drop over seeds is recorded as a fraction of training (profiles differ in length) by the
+number rule with the seeds' spread. Lead times come from `mclib.analyses.progress`.
 """
 from __future__ import annotations
 
@@ -38,15 +35,13 @@ LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this sha
 # --- the drop over seeds ------------------------------------------------------------------------
 
 def runs_read(cfg) -> Reads:
-    """The runs this chapter reads beside the book's run (`mclib.book.runner.Reads`): every seed
-    of `analysis.seeds`, for the drop over seeds and the follow-up's measures (`followup.curves`)."""
+    """The runs read beside the book's run: every seed of `analysis.seeds`."""
     return Reads(seeds=tuple(cfg.analysis.seeds))
 
 
 @dataclass
 class Seeds:
-    """Every seed's training curve and drop, and L_mask late in training (`late`, labelled
-    `late_label`, described as `late_text`)."""
+    """Every seed's training curve and drop, and late L_mask (`late`, `late_label`, `late_text`)."""
     curves: dict          # seed -> metrics
     drops: dict           # seed -> drop step (None: no drop)
     late: dict            # seed -> L_mask late in training (NaN: no drop to measure from)
@@ -55,10 +50,8 @@ class Seeds:
 
 
 def seeds(ch) -> Seeds:
-    """The runs of `analysis.seeds` (trained by the first chapter: returns at once, or trains
-    what is missing). With `analysis.after_drop` the other seeds stop that many steps after
-    their drop, so every seed's late L_mask is read there (a 50-step mean); without it every
-    run trained in full and the late L_mask is the mean over its last 10 % of steps."""
+    """The runs of `analysis.seeds`, training what is missing. Late L_mask: a 50-step mean where
+    `analysis.after_drop` stops a seed that many steps after its drop, else the last 10 % of steps."""
     curves = {s: load_metrics(d) for s, d in seed_runs(ch.cfg, ch.run_dir).items()}
     drops = {s: find_drop(m, rank=ch.cfg.data.rank) for s, m in curves.items()}
     after = ch.cfg.analysis.after_drop
@@ -102,8 +95,7 @@ def _listing(seeds) -> str:
 
 
 def seeds_text(drops: dict, steps: int) -> str:
-    """The sentence on the drop over seeds: all dropped (mean ± SD, earliest, latest), some
-    (a mean over the seeds that dropped is too early), or none."""
+    """The sentence on the drop over seeds: all dropped (mean ± SD, earliest, latest), some, or none."""
     dropped = [s for s in drops if drops[s] is not None]
     late = [s for s in drops if drops[s] is None]
     at = np.array([drops[s] for s in dropped], dtype=float)
@@ -126,9 +118,8 @@ def seeds_text(drops: dict, steps: int) -> str:
 
 
 def seeds_row(drops: dict, profile) -> dict:
-    """E1 over seeds: the drop step, mean and sample standard deviation over the seeds that
-    dropped, against the paper's one run (`ch01_train.drop_step_claim`: number rule with
-    the seeds' spread, n/a off the paper's task and recipe)."""
+    """E1 over seeds: mean and sample SD of the drop step over the seeds that dropped, against the
+    paper's one run (`ch01_train.drop_step_claim`)."""
     dropped = [d for d in drops.values() if d is not None]
     mean = float(np.mean(dropped)) if dropped else None
     std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
@@ -151,7 +142,7 @@ def seeds_glue(ch, s: Seeds) -> dict:
 
 
 def seeds_readings(ch, s: Seeds) -> tuple[dict, list[dict]]:
-    """The drop over seeds: the section's glue (`seeds_glue`) and its scorecard row (`seeds_row`)."""
+    """(glue, row) of the drop over seeds: `seeds_glue` and `seeds_row`."""
     return seeds_glue(ch, s), [seeds_row(s.drops, ch.cfg)]
 
 
@@ -172,9 +163,8 @@ def progress_table(ch) -> pd.DataFrame:
 
 
 def lead_times(ch, table: pd.DataFrame) -> pd.DataFrame:
-    """Per measure, when it moved (the half-way crossing, `progress.lead_times`) and whether
-    it leads: leaves its plateau band for good before the drop (`progress.plateau_leads`,
-    with the bootstrap's range and p_lead)."""
+    """Per measure: its half-way crossing (`progress.lead_times`) and whether it leaves its plateau
+    band for good before the drop (`progress.plateau_leads`, with range and p_lead)."""
     return progress.lead_times(table, ch.drop).merge(progress.plateau_leads(table, ch.drop, seed=ch.cfg.analysis.seed),
                                                      on="measure")
 
@@ -229,9 +219,8 @@ def claims_text(leads: pd.DataFrame, drop: int | None) -> str:
 
 def structure_rows(ch, table: pd.DataFrame) -> list[dict]:
     """E9's timing: the step at which the most row- (column-) structured head first reaches
-    STRUCTURE_THRESHOLD, the cut E9's labels use, over the drop step (the paper: the heads
-    form at the drop, a ratio of 1; number rule). The crossing is known to within the
-    checkpoint interval before it, whose uniform spread (interval / √12) is its error."""
+    STRUCTURE_THRESHOLD, over the drop step (paper: 1; number rule); its error is the checkpoint
+    interval before the crossing over √12."""
     th = {m: (STRUCTURE_THRESHOLD, "above") for m in ("max_row_excess", "max_column_excess")}
     at = progress.lead_times(table, ch.drop, thresholds=th).set_index("measure")
     rows = []
@@ -256,15 +245,10 @@ def progress_glue(ch, table: pd.DataFrame, leads: pd.DataFrame) -> dict:
 
 
 def lead_row(ch, leads: pd.DataFrame, steps=None) -> dict:
-    """Our finding B1, beyond the paper: some measure of the model's inside leaves its plateau
-    band for good before the loss leaves its own (`progress.leaders`, the rule of
-    `progress.plateau_leads`). ours: the share of bootstrap resamples of the plateau band in
-    which the measure with the longest lead has a lead (its p_lead; 0 when no measure
-    leads); it holds above LEAD_SURE, a cut-off the chapter names (finding rule, margin
-    CUT). The measure is the longest-leading of all, chosen after the fact: the reading
-    says which, and how many were looked at. n/a without a drop, and n/a when no measure
-    could be tested (`untestable`: no band for any one; `steps`, the progress table's checkpoints,
-    word why)."""
+    """B1: some measure of the inside leaves its plateau band for good before the loss does
+    (`progress.leaders`). ours: p_lead of the longest-leading measure (0 when none leads), above
+    LEAD_SURE by the finding rule; the reading names the measure, chosen after the fact, and how
+    many were looked at. n/a without a drop, or when `untestable` gives a reason from `steps`."""
     lead, ctrl_at = progress.leaders(leads)
     looked = int((leads["measure"] != "L_mask").sum())
     quantity = (f"a measure of the inside leaves its plateau band before the loss: p_lead of the longest lead "
@@ -284,10 +268,8 @@ def lead_row(ch, leads: pd.DataFrame, steps=None) -> dict:
 
 def no_band_text(measures: int, start: float, end: float, *, checkpoints: int | None, gap: int | None,
                  in_window: int | None = None) -> str:
-    """Why no measure has a plateau band, worded from the run: the window the band is
-    estimated over (`progress.plateau_band`), the checkpoints it needs there
-    (`progress.MIN_BASELINE`) and how the run's checkpoints fall (how many, how far apart,
-    how many in the window; fewer than the need where that count is not known)."""
+    """Why no measure has a plateau band, from the run: the band's window (`progress.plateau_band`),
+    the checkpoints it needs (MIN_BASELINE) and how the run's checkpoints fall."""
     had = "fewer" if in_window is None else f"{in_window:,}"
     ran = ("" if checkpoints is None or gap is None else
            f": the run's {plural(checkpoints, 'checkpoint')}, at most {gap:,} steps apart, put {had} there")
@@ -297,10 +279,8 @@ def no_band_text(measures: int, start: float, end: float, *, checkpoints: int | 
 
 
 def untestable(leads: pd.DataFrame, steps=None) -> str | None:
-    """Why B1 has nothing to test, or None: every measure of the inside (L_mask aside) lacks a
-    plateau band (`progress.plateau_leads`: fewer than MIN_BASELINE checkpoints in its window),
-    so none could lead, and a 0 would read as a finding that failed; the reason names the
-    window and how the checkpoints `steps` (the progress table's) fall (`no_band_text`)."""
+    """Why B1 has nothing to test (no measure but L_mask has a plateau band, so a 0 would read as a
+    failed finding), or None; worded by `no_band_text` from `steps`."""
     inside = leads[leads["measure"] != "L_mask"]
     if "band_low" in inside and len(inside) and not np.isfinite(inside["band_low"].to_numpy(dtype=float)).any():
         start, end = (float(inside[c].iloc[0]) if c in inside else float("nan") for c in ("window_start", "window_end"))
@@ -316,12 +296,9 @@ SPEAKS_FOR = {"lead_finding": "B1"}
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """This chapter's rows that a GPU lease recorded, judged by today's rules
-    (`mclib.lease.reference.rejudge`): B1 n/a where every measure lacked a plateau band, read
-    from the `lead_text` this chapter glued (as `untestable` decides it from the leads); the drop
-    over one seed n/a (`ONE_SEED`, the seeds counted as this chapter glued them, `n_seeds`); F4a
-    and F4b without the CPU sweep's numbers where the sweep trains another profile (as
-    `followup.intervention_rows` leaves them out)."""
+    """(row, why): a row a GPU lease recorded, judged by today's rules: B1 n/a where its glued
+    lead_text says no measure had a band; the drop over one seed n/a (`ONE_SEED`); F4a, F4b without
+    the sweep's numbers where the sweep trains another profile."""
     import re
 
     if (row["id"], row.get("quantity")) == ("E1", "drop step, over seeds") and not row.get("na"):
@@ -349,9 +326,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     return row, []
 
 def rule_of(row: dict) -> dict:
-    """What this chapter judges its row by today besides the numbers (`scorecard.RULE_FIELDS`),
-    for a row recorded without it (`mclib.lease.reference.rejudge`): B1 above LEAD_SURE (margin
-    CUT, as `lead_row` builds it); the follow-up's rows, `followup.rule_of`. {} for another row."""
+    """Rule fields for a row recorded without them: B1 above LEAD_SURE (margin CUT); F rows by
+    `followup.rule_of`; {} for another row."""
     from .followup import rule_of as followup_rule
 
     if row["id"] == "B1":
@@ -360,7 +336,7 @@ def rule_of(row: dict) -> dict:
 
 
 def lead_finding_text(row: dict) -> str:
-    """The sentence that speaks for B1, its words from the row's verdict (`scorecard_rules.agreement`)."""
+    """B1's sentence, worded by its row's verdict (`agreement`)."""
     if row.get("na"):
         return f"The scorecard keeps the lead as a finding of our own, B1, with nothing to test here ({row['na']})"
     return (f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of the "
@@ -368,8 +344,8 @@ def lead_finding_text(row: dict) -> str:
 
 
 def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """Can the drop be seen coming: the section's glue (`progress_glue`, and B1's sentence
-    `lead_finding_text`), E9's timing rows (`structure_rows`) and our finding B1 (`lead_row`)."""
+    """(glue, rows) of "can the drop be seen coming": `progress_glue` and B1's sentence,
+    `structure_rows` and `lead_row`."""
     lead = lead_row(ch, leads, table["step"])
     return ({**progress_glue(ch, table, leads), "lead_finding": lead_finding_text(lead)},
             [*structure_rows(ch, table), lead])

@@ -1,20 +1,13 @@
-"""Chapter 08_gpt (book/08_gpt.ipynb): E19, the paper's GPT variant. A 2-layer, 2-head
-decoder (`mclib.core.gpt`) reads the masked matrix, a separator and the full matrix, and
-predicts each entry with teacher forcing; the paper reports that it too sits on a plateau
-and then drops suddenly, and that the drop is the model learning to copy the observed
-entries, not to complete the masked ones (appendix, paper Figs. 11-12, NeurIPS version).
+"""Chapter 08_gpt (book/08_gpt.ipynb): E19, the paper's GPT variant, a 2-layer, 2-head decoder
+(`mclib.core.gpt`) that reads the masked matrix, a separator and the full matrix with teacher
+forcing. The paper reports a plateau, then a sudden drop that is the model learning to copy the
+observed entries, not to complete the masked ones (paper Figs. 11-12, NeurIPS version).
 
-    ch = open_chapter(profile, seed, run_dir, device)
-    runs = gpt_runs(ch)                  # {seed: folder}; trains what is missing
-    curves = gpt_curves(runs)            # {seed: metrics}
-    loss_figure(ch, curves)              # GPT beside BERT, in steps and in matrices
-    shapes_shown(ch, curves)             # plateau, fall, drop and final levels per seed
-    attention_figure(ch, runs, curves)   # seed 1's heads before and after its drop
-    glue, rows = readings(ch, curves)    # "What we found" and E19's scorecard rows
-    scorecard_table(ch, rows)
+    runs = gpt_runs(ch); curves = gpt_curves(runs)   # {seed: folder}, {seed: metrics}
+    loss_figure(ch, curves); shapes_shown(ch, curves); attention_figure(ch, runs, curves)
+    glue, rows = readings(ch, curves); scorecard_table(ch, rows)
 
-The drop is read in L (`mclib.core.metrics.DROP_COLUMN`), where the paper reads it: before
-it, the model outputs ~0 everywhere (L = E[X²]); copying the observed entries takes L to
+The drop is read in L (`DROP_COLUMN`), as the paper does: copying takes L from E[X²] to
 p_mask·E[X²], below find_drop's half-way line.
 """
 from __future__ import annotations
@@ -45,8 +38,8 @@ COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_d
 
 
 def gpt_profile(cfg: Profile) -> Profile:
-    """params/gpt.yaml on the book's task, device and seeds (named gpt-BOOKPROFILE, so that
-    the books of two profiles keep apart); `analysis.gpt_steps` shortens it (the smoke book)."""
+    """params/gpt.yaml on the book's task, device and seeds, named gpt-BOOKPROFILE;
+    `analysis.gpt_steps` shortens it."""
     gpt = load_profile(profile_path("gpt"))
     over = {"name": f"gpt-{cfg.name}", "seed": cfg.seed, "data": cfg.to_dict()["data"],
             "train.device": cfg.train.device, "analysis.seeds": cfg.analysis.seeds}
@@ -61,9 +54,7 @@ def gpt_profile(cfg: Profile) -> Profile:
 
 def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     """{seed: folder} of the GPT runs beside the book's run (OUT/runs/gpt-NAME-seedS), each
-    trained to its last step; side by side on the book's Dask cluster; nothing trains when
-    all are complete (the book's training chapter may have trained them already, on a
-    worker its seeds left idle: `mclib.book.chapter.idle_tasks`)."""
+    trained to its last step on the book's Dask cluster; nothing trains when all are complete."""
     from ..core.jobs import run_profile_jobs
     from ..core.precision import with_device
     from ..core.train import train_seed
@@ -74,8 +65,7 @@ def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
 
 
 def idle_work(cfg: Profile, run_dir: Path) -> list[tuple]:
-    """This chapter's declared work for a worker the book's seeds leave idle
-    (`mclib.book.chapter.idle_tasks`): its GPT runs not yet complete (`gpt_jobs`), as
+    """Work for a worker the book's seeds leave idle: the GPT runs not yet complete, as
     `train_seed` tasks."""
     from ..core.precision import with_device
     from ..core.train import train_seed
@@ -89,8 +79,7 @@ def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
 
 
 def gpt_jobs(gpt: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
-    """`train_seed` arguments (profile, folder, None) of the runs of `gpt` (`gpt_profile`,
-    its device resolved: `with_device`) that are not yet complete."""
+    """`train_seed` arguments (profile, folder, None) of the incomplete runs of `gpt`, its device resolved."""
     from ..core.ending import is_complete
 
     seeded = {s: gpt.replace(seed=s) for s in gpt.analysis.seeds}
@@ -115,8 +104,8 @@ def _drop(m: pd.DataFrame, ch: Chapter) -> int | None:
 
 
 def shapes_shown(ch: Chapter, curves: dict[int, pd.DataFrame]):
-    """Per GPT seed: its drop in L, the plateau and the fall (`mclib.analyses.sharpness`),
-    final L_obs and L_mask over E[X²]; and the same for the book's BERT run in L_mask."""
+    """Per GPT seed: drop in L, plateau and fall (`mclib.analyses.sharpness`), final L_obs and
+    L_mask over E[X²]; the same for the book's BERT run in L_mask."""
     level = copy_level(ch.cfg.data.rank)
     table = shapes_table({f"GPT seed {s}": m for s, m in curves.items()}, ch.cfg.data.rank, "L")
     table = table.rename(columns={"final L": "final L / E[X²]"})
@@ -167,10 +156,8 @@ def attention_figure(ch: Chapter, runs: dict[int, Path], curves: dict[int, pd.Da
 
 
 def readings(ch: Chapter, curves: dict[int, pd.DataFrame]) -> tuple[dict, list[dict]]:
-    """The chapter's closing sentences (glue) and E19's three scorecard rows, each a
-    direction against a cut-off the book states: plateau / fall above ABRUPT (a plateau,
-    then a sudden drop), final L_obs / E[X²] below COPIES (after the drop it copies), final
-    L_mask / E[X²] above COMPLETES (it does not complete the masked entries)."""
+    """(glue, rows): the closing sentences and E19's three direction rows: plateau / fall above
+    ABRUPT, final L_obs / E[X²] below COPIES, final L_mask / E[X²] above COMPLETES."""
     rank, level = ch.cfg.data.rank, copy_level(ch.cfg.data.rank)
     shapes = {s: shape(m, rank, "L") for s, m in curves.items()}
     ratios = [0.0 if v is None else v.ratio for v in shapes.values()]
@@ -203,8 +190,7 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 
 def closing(table) -> str:
-    """The closing sentence, each claim with the words of its row's verdict
-    (`scorecard_rules.agreement`), from the recorded rows (a Styler from `scorecard_table`)."""
+    """The closing sentence, each claim worded by its recorded row's verdict (`agreement`)."""
     said = ["sits on a plateau and then drops suddenly", "copies the observed entries after its drop",
             "leaves the masked entries near the copying level"]
     return " ".join(f"That the GPT {text}: {agreement(v)}." for text, v in zip(said, table.data["verdict"]))

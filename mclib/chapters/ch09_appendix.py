@@ -1,15 +1,8 @@
-"""Chapter 09_appendix (book/09_appendix.ipynb): E20, model size. The appendix's width and
-depth claims tested at laptop scale on committed sweep data, and the paper's 12-layer models
-on larger matrices, shown when a GPU has run them.
-
-    wd = width_depth()                     # docs/data/width_depth.csv, or None
-    width_depth_shown(wd)                  # per setting: seeds, drop, final L_mask / E[X²]
-    width_depth_figure(wd)
-    width_depth_curves_figure(wd, width_depth_curves())   # every run's L_mask, per task size
-    large = large_models(ch)               # results/sizes-gpu.csv or the book's runs/sweep/, or None
-    large_shown(large)
-    glue, rows = readings(ch, wd, large)   # E20's scorecard rows; glue["findings"] speaks for them
-    scorecard_table(ch, rows)
+"""Chapter 09_appendix (book/09_appendix.ipynb): E20, model size. The appendix's width and depth
+claims tested at laptop scale on committed sweep data (`width_depth`, docs/data/width_depth.csv),
+and the paper's 12-layer models on larger matrices (`large_models`, results/sizes-gpu.csv),
+shown when a GPU has run them. Each has `*_shown` and figures; `readings(ch, wd, large)` gives
+E20's rows and glue["findings"], the sentence that speaks for them; `scorecard_table` records them.
 """
 from __future__ import annotations
 
@@ -51,9 +44,7 @@ def width_depth_curves(path: Path = curves_path(WIDTH_DEPTH)) -> pd.DataFrame | 
 
 
 def planned(path: Path = WIDTH_DEPTH_SWEEP) -> set[tuple[int, int, int]]:
-    """(n, hidden, layers) of every setting the width/depth sweep file trains: a claim whose
-    settings are planned but have no rows is "not measured yet"; one the sweep never runs
-    is "not in the sweep"."""
+    """(n, hidden, layers) of every setting the width/depth sweep file trains."""
     return {(r.profile.data.n, r.profile.model.hidden, r.profile.model.layers) for r in load_sweep(path)}
 
 
@@ -75,10 +66,8 @@ def width_depth_shown(wd: pd.DataFrame | None):
 
 
 def width_depth_figure(wd: pd.DataFrame | None):
-    """Final L_mask / E[X²] against width and against depth, and the drop step against
-    depth, per task size; error bars: the standard deviation over seeds. On the two final-
-    level panels a marker per convergence rule (the table's end_rule): finals under unlike
-    rules are read at unlike points, so the claims never compare them."""
+    """Final L_mask / E[X²] against width and depth, and drop step against depth, per task size;
+    error bars: SD over seeds; a marker per convergence rule (finals under unlike rules never compare)."""
     fig = plt.figure(figsize=(12, 3.8))
     width = fig.add_subplot(1, 3, 1)
     depth_final = fig.add_subplot(1, 3, 2, sharey=width)   # the same quantity as the width panel, on one scale
@@ -120,10 +109,8 @@ def width_depth_figure(wd: pd.DataFrame | None):
 
 
 def width_depth_curves_figure(wd: pd.DataFrame | None, curves: pd.DataFrame | None):
-    """Every run's training L_mask (the trailing mean `find_drop` reads) against matrices
-    seen, one panel per task size, a colour per (hidden, layers), the same in both panels.
-    A run whose curve was not kept (trained before the sweep kept curves, on a machine
-    whose run folders are gone) has no line; each panel's title counts the runs it draws."""
+    """Every kept run's L_mask (`find_drop`'s trailing mean) against matrices seen, a panel per task
+    size, a colour per (hidden, layers); each title counts the runs drawn."""
     sizes = sorted(wd["n"].unique()) if wd is not None else []
     fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(10, 3.8), sharey=True, squeeze=False)
     if wd is None:
@@ -174,10 +161,9 @@ def large_shown(large: pd.DataFrame | None):
 
 def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
              plan: set[tuple[int, int, int]] | None = None) -> tuple[dict, list[dict]]:
-    """E20's rows: per task size in the width/depth table, the four appendix claims as
-    ratios (three directions below 1, one ratio near 1), each n/a until its settings have
-    rows (or for good, where the sweep file `plan`s no run of one of them: default
-    `planned()`); and the large models' order of magnitude (n/a until a GPU has run them)."""
+    """E20's rows: per task size, the four appendix claims as ratios (three below 1, one near 1), n/a
+    until their settings have rows ("not in the sweep" where `plan`, default `planned()`, has none);
+    and the large models' order of magnitude (n/a until a GPU ran them)."""
     rows, bounds = [], {}
     plan = planned() if plan is None else plan
     for c in claims(wd) if wd is not None else []:
@@ -224,9 +210,8 @@ def readings(ch: Chapter, wd: pd.DataFrame | None, large: pd.DataFrame | None,
 
 
 def findings(rows: list[dict], bounds: dict[str, str] | None = None) -> str:
-    """One clause per row, "CLAIM (TASK): RATIO ± SE, as in the paper / unlike the paper /
-    not tested here", each phrase from the row's own verdict (`row_verdict`); a ratio that
-    is a bound (`bounds`: quantity -> "at most" / "at least") says so."""
+    """One clause per row, "CLAIM (TASK): RATIO ± SE, as in the paper / unlike the paper / not tested
+    here", from its verdict; a bound (`bounds`: quantity -> "at most" / "at least") says so."""
     bounds = bounds or {}
 
     def clause(r):

@@ -1,11 +1,8 @@
 """Chapter 99, the scorecard (book/99_scorecard.ipynb): every row the chapters recorded
-(`mclib.book.scorecard`, the run's scorecard.json), shown as the findings, the rules, the
-profile's departures from the paper, the whole table and a figure, with the counts the
-closing sentence glues. The paper's claims and our own findings beyond it
-(`scorecard_rules.OWN`) are shown and counted apart: every count of the paper's claims reads
-`scorecard_tables.paper_rows`. It reads what the others wrote, so it comes last, and the book's
-runner re-runs it when scorecard.json changes (the notebook's metadata declares that it
-reads it).
+(the run's scorecard.json), shown as the findings, the rules, the profile's departures, the
+whole table and a figure, with the counts the closing sentence glues. The paper's claims and
+our own findings (`scorecard_rules.OWN`) are counted apart (`scorecard_tables.paper_rows`).
+It comes last; its notebook declares that it reads scorecard.json, so it reruns when that changes.
 """
 from __future__ import annotations
 
@@ -43,14 +40,13 @@ SAID = {"n_match": ("matches the paper's number", "match the paper's number"),
 
 def counts_text(counts: dict[str, int], names) -> str:
     """'1 matches the paper's number, 2 differ and 1 is provisional': each count of `names` (glue
-    names of `SAID`) with its verb agreeing (`scorecard_tables.plural`)."""
+    names of `SAID`), its verb agreeing."""
     parts = [scorecard_tables.plural(counts[n], *SAID[n]) for n in names]
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def landing_paper(theirs: list[dict]) -> str:
-    """The landing box's line on the paper's own setting: its counts on GPU leases
-    (`scorecard_tables.counts_clause`; the scorecard's end splits them further), or that it has
+    """The landing box's line on the paper's own setting: its counts on GPU leases, or that it has
     not run for this book yet."""
     if not theirs:
         return "not run for this book yet: it needs a GPU (docs/gpu.md)."
@@ -75,11 +71,9 @@ HEADERS = {"experiment": "experi\u00adment", "reproduced": "repro\u00adduced", "
 
 
 def findings_shown(ch, rows: list[dict], link: str = ""):
-    """`scorecard_tables.findings`, styled; link: the path from the page that shows it to the chapters'
-    pages ("" on this chapter's page, "_executed/" on the landing page). Its last column, why an
-    experiment's claims differ, is a sentence or more: it is kept wide enough to read as one
-    rather than squeezed beside the counts (the whole table fits a 1280-px window's text column,
-    and scrolls sideways in a narrower one)."""
+    """`scorecard_tables.findings`, styled; `link`: the path from the showing page to the chapters
+    ("" here, "_executed/" on the landing page). The last column is kept wide enough to read as a
+    sentence."""
     table = scorecard_tables.findings(rows, link)
     return (table.style.hide(axis="index")
             .relabel_index([HEADERS.get(c, c) for c in table.columns], axis="columns")
@@ -103,7 +97,7 @@ COLOURS = {**VERDICT_COLORS, "holds": VERDICT_COLORS["matches"], "fails": VERDIC
 
 
 def _colour(verdict: str) -> str:
-    """A verdict's colour; a provisional one ("differs, provisional") in its verdict's colour, in italics."""
+    """A verdict's colour; a provisional one in its verdict's colour, in italics."""
     base, _, mark = str(verdict).partition(", ")
     return (f"color: {to_hex(COLOURS.get(base, 'grey'))}; font-weight: bold"
             + ("; font-style: italic" if mark == "provisional" else ""))
@@ -175,8 +169,8 @@ def reference_freeze_figure():
 
 
 def glued(ch, rows: list[dict]) -> dict:
-    """The closing sentence's numbers (the paper's claims per verdict and in all; our own
-    findings per verdict and in all, counted apart), the task note and the figure."""
+    """The closing sentence's counts (paper's claims and our findings, per verdict and in all,
+    apart), the task note and the figure."""
     paper, own = scorecard_tables.paper_rows(rows), scorecard_tables.own_rows(rows)
     firm = [r for r in paper if not scorecard_stage.is_provisional(r)]
     verdicts = pd.Series([r["verdict"] for r in firm], dtype=object).value_counts()
@@ -203,17 +197,12 @@ def glued(ch, rows: list[dict]) -> dict:
 
 
 def site_part(out, ledger=None, *, specs: Specs) -> list:
-    """The part the site shows after the chapters (its spec's `site_part`, which the book's
-    runner calls with the build's `specs`): "The paper's own setting", the chapters GPU leases
-    executed, whose verdicts this chapter sets beside ours (`mclib.lease.part.stage`, from the
-    slices done beside `ledger`), judged with the laptop edition's rows at hand (`laptop_rows`)
-    by the rules the chapters' `specs` declare, as this chapter judges them."""
+    """"The paper's own setting", shown after the chapters (`part.stage` of the slices beside `ledger`)."""
     return part.stage(out, ledger, laptop_rows(out), specs=specs)
 
 
 def laptop_rows(out) -> list[dict] | None:
-    """The rows of the book built in `out`: the scorecard of the run its manifest names
-    (book/_executed/manifest.json, `run_dir`); None without one."""
+    """The scorecard rows of the run that `out`'s book/_executed/manifest.json names; None without one."""
     import json
     from pathlib import Path
 

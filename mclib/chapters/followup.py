@@ -1,36 +1,22 @@
-"""The plateau through the authors' 2025 follow-up (docs/protocol.md §5): the last
-section of chapter 07 (book/07_beyond.ipynb calls this module; its rows are recorded under
-chapter 07). Its tables, figures and scorecard rows; the measures themselves are
-`mclib.analyses.plateau`, the intervention `model.attn_bias` (sweeps/attention-bias.yaml,
-docs/data/attention_bias.csv).
+"""The plateau through the authors' 2025 follow-up (docs/protocol.md §5): chapter 07's last
+section, its tables, figures and scorecard rows (recorded under chapter 07). The measures are
+`mclib.analyses.plateau`; the intervention is `model.attn_bias` (sweeps/attention-bias.yaml).
 
-Each of the follow-up's claims (protocol §5.3) becomes one row, a finding beyond the 2024
-paper (kind "finding", `scorecard.finding`: it holds or fails, is shown apart from the
-paper's claims and never counted among them), judged with the error over seeds; the rows'
-source is the follow-up, not the 2024 paper (SOURCE, ids F1-F5 as in the protocol's list; its figures
-are cited as "its figure N", by the numbers of the follow-up's code README, so that they
-are not read as the 2024 paper's):
+Each claim (protocol §5.3) is one row of kind "finding" (`scorecard.finding`: shown and counted
+apart from the 2024 paper's claims), judged with the error over seeds; its source is SOURCE,
+its figures cited as "its figure N" (the follow-up code README's numbers):
 
-  F1 repetition      the masked outputs' spread ratio is lower on the plateau than after
-                     the drop: per seed, plateau value minus after value; their mean over
-                     seeds must lie below 0 by more than 2 s.e. (s.e. = SD / √seeds).
-  F2 collapse        the last hidden state's collapse (cosine) is higher on the plateau
-                     than after the drop: the same paired rule, above 0.
-  F3 attention lead  the attention share (the layer with the largest share at the end) leaves
-                     its plateau band for good before the drop (`progress.plateau_leads`,
-                     chapter 07's lead rule): the lead in steps, a seed without one counting
-                     0; the mean over seeds must lie above 0 by more than 2 s.e.
-  F4 intervention    from the sweep: the mean drop step of a row/column bias over the
-                     unbiased one's must lie below 1 (F4a), and the control's (bias toward
-                     the other keys) above 1 (F4b), beyond 2 s.e. (delta method over seeds)
-                     and the rule's 10 % margin. A run that did not drop counts at its last
-                     step, a lower bound on its drop (it can only make a plateau look
-                     shorter, so it decides F4b one way only: the reading says so).
-  F5 LLMs            not testable here.
+  F1 repetition      masked spread ratio, plateau − after, per seed: mean below 0 by > 2 s.e.
+  F2 collapse        last hidden state's cosine, plateau − after: mean above 0 by > 2 s.e.
+  F3 attention lead  steps by which the largest layer's attention share leaves its plateau band
+                     before the drop (`progress.plateau_leads`; no lead counts 0): mean above 0 by > 2 s.e.
+  F4 intervention    mean drop step with a row/column bias over the unbiased one's below 1
+                     (F4a), the control's above 1 (F4b), beyond 2 s.e. and a 10 % margin; a run
+                     without a drop counts at its last step, a lower bound
+  F5 LLMs            not testable here
 
-"Plateau" is the mean over the checkpoints in the second half of the steps before the drop
-(the first half is the start of training); "after" is the run's last checkpoint, at least
-AFTER_MIN steps past the drop (the book's seeds 2 and 3 stop 1 000 steps after it).
+"Plateau": the mean over checkpoints in [drop/2, drop); "after": the last checkpoint, at least
+AFTER_MIN steps past the drop.
 """
 from __future__ import annotations
 
@@ -63,11 +49,9 @@ BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep'
 # --- the measures over training ------------------------------------------------------------------
 
 def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
-    """`plateau.plateau_table` of every seed's run (`run_dirs`, {seed: folder}; None: the runs
-    of `analysis.seeds`, as chapter 07's first part trains them), one row per (seed,
-    checkpoint), with the seed's drop step (NaN without one) and the profile's name as its
-    `setting` (as in the sweep's measures, so `measures_figure` draws either). The steps
-    skipped (no model to read) are in `attrs["skipped"]`, {seed: [steps]}."""
+    """`plateau.plateau_table` of every seed's run (`run_dirs` {seed: folder}; None: `analysis.seeds`),
+    one row per (seed, checkpoint), with drop_step (NaN: none) and setting = the profile's name;
+    `attrs["skipped"]`: {seed: [steps without a model]}."""
     if run_dirs is None:
         from ..book.chapter import seed_runs
 
@@ -85,7 +69,7 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
 
 
 def last_layer(table: pd.DataFrame, prefix: str) -> str:
-    """The column of the last hidden state or layer among `prefix` + L{l} (collapse_L4, share_L3)."""
+    """The column of the last layer among `prefix` + _L{l}; ValueError when there is none."""
     cols = [c for c in table.columns if c.startswith(prefix + "_L")]
     if not cols:
         raise ValueError(f"the table has no {prefix}_L* column")
@@ -93,9 +77,8 @@ def last_layer(table: pd.DataFrame, prefix: str) -> str:
 
 
 def phases(table: pd.DataFrame, measure: str) -> pd.DataFrame:
-    """Per seed: `plateau` (mean of `measure` over the checkpoints in [drop/2, drop)), `after`
-    (its value at the last checkpoint, NaN unless that is AFTER_MIN past the drop) and
-    their difference; NaN throughout for a seed without a drop."""
+    """Per seed: `plateau` (mean of `measure` over [drop/2, drop)), `after` (the last checkpoint's,
+    NaN unless AFTER_MIN past the drop) and `change`; NaN throughout without a drop."""
     rows = []
     for seed, t in table.groupby("seed"):
         drop = float(t["drop_step"].iloc[0])
@@ -145,8 +128,7 @@ def collapse_row(table: pd.DataFrame) -> dict:
 
 
 def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
-    """F3: attention progress leads the drop (chapter 07's lead rule on the share of the
-    layer whose share is largest at the end of the book's run)."""
+    """F3: attention progress leads the drop, on the share of the layer largest at the end."""
     last = table[table["seed"] == table["seed"].min()].sort_values("step").iloc[-1]
     shares = [c for c in table.columns if c.startswith("share_L")]
     measure = max(shares, key=lambda c: last[c])
@@ -170,8 +152,7 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
 # --- the intervention (the sweep's table) ---------------------------------------------------------
 
 def sweep_drops(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: seeds, dropped, mean drop step (a run without a drop at its last step,
-    a lower bound) and its s.e. over seeds."""
+    """Per setting: seeds, dropped, mean drop step (no drop: the last step, a lower bound) ± s.e."""
     rows = []
     for setting, t in sweep.groupby("setting"):
         steps = t["drop_step"].where(t["drop_step"].notna(), t["steps_run"]).astype(float)
@@ -202,9 +183,8 @@ def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sen
 
 
 def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = None) -> list[dict]:
-    """F4a (row/column bias shortens the plateau) and F4b (the control lengthens it).
-    `other_profile`: the book's profile when the sweep trains another one (its rows then
-    say so and are not judged in this book)."""
+    """F4a and F4b. `other_profile`: the book's profile when the sweep trains another; the rows
+    then say so and are not judged here."""
     drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
     rows = [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
                        setting=BIASED, sense="below",
@@ -246,12 +226,9 @@ def _mean_and_se(values: pd.Series) -> tuple[float, float]:
 
 
 def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) -> pd.DataFrame:
-    """The intervention against its strength, one row per setting of the sweep: bias,
-    target, seeds, dropped, the drop step (mean and s.e. over seeds; a run without a drop at
-    its last step, a lower bound), the plateau's and the end's L_mask (the sweep's
-    `plateau_L_mask` and `final_L_mask`, the mean over each run's last 10 % of steps) and,
-    with the measures table (`plateau.measure_sweep`), the last hidden state's collapse on
-    the plateau and at each run's last checkpoint (`phases`)."""
+    """One row per sweep setting: bias, target, seeds, dropped, drop step ± s.e. (no drop: the last
+    step), plateau and final L_mask ± s.e. and, with `measures`, the last hidden state's collapse
+    on the plateau and at the end."""
     drops = sweep_drops(sweep).set_index("setting")
     rows = []
     for setting, t in sweep.groupby("setting", sort=False):
@@ -273,10 +250,8 @@ def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) ->
 
 
 def measures_figure(measures: pd.DataFrame):
-    """Three panels over training, one line per setting (mean over its seeds at each
-    checkpoint, shaded ± s.e. where two seeds or more have it): the last hidden state's
-    collapse, the masked spread ratio, and the attention share of the layer with the most;
-    a dashed line at each setting's mean drop step."""
+    """Three panels over training, one line per setting (mean over seeds, ± s.e. shaded where two
+    or more): collapse, masked spread ratio, largest attention share; dashed: mean drop step."""
     import matplotlib.pyplot as plt
 
     from ..core.sweep_figure import setting_colours
@@ -308,16 +283,14 @@ def measures_figure(measures: pd.DataFrame):
 
 
 def uniform_share_text(n: int) -> str:
-    """The attention share of uniform attention on the profile's n×n matrices, as the list
-    of measures states it (`plateau.share_chance`)."""
+    """Uniform attention's share on n×n matrices (`plateau.share_chance`), as a phrase."""
     from ..analyses.plateau import share_chance
     return f"{share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
 
 
 def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
-    """Where these measures stand at the paper's own setting (7×7 rank 2, hidden 768): the GPU
-    slices done (`mclib.lease.slices`, results/paper-slices.yaml) that executed this chapter, or a
-    sentence saying that none has, and which chapters the planned slices execute instead."""
+    """A sentence on whether GPU slices (results/paper-slices.yaml) executed this chapter at the
+    paper's setting, naming them, or which slices are planned to."""
     from ..lease import slices
 
     ledger_path = Path(ledger) if ledger is not None else slices.LEDGER
@@ -345,7 +318,7 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
 
 
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
-    """The sweep per setting (`strength_table`, styled), or a sentence (Markdown) saying how to produce it."""
+    """`strength_table` styled, or a Markdown line on how to produce the sweep."""
     from IPython.display import Markdown
 
     if sweep is None or not len(sweep):
@@ -363,10 +336,8 @@ def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None
 
 
 def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
-    """The intervention against its strength (`strength_table` of the sweep's rows and, if
-    given, its runs' measures): drop step, final L_mask and (with measures) the last hidden
-    state's collapse at the end, mean ± s.e. over seeds, one marker per target (row and
-    column; the other keys). No rows: empty panels that say so."""
+    """Drop step, final L_mask and (with measures) end collapse against bias strength, mean ± s.e.,
+    one marker per target; empty panels that say so without rows."""
     import matplotlib.pyplot as plt
 
     from ..book.plots_base import closed
@@ -399,8 +370,7 @@ def llm_row() -> dict:
 
 
 def claims_table(ch, rows: list[dict]):
-    """Record the rows (under chapter 07) and show them: each claim's reading, our number,
-    its s.e. over seeds and the verdict."""
+    """Records the rows under chapter 07 and shows them with readings and verdicts."""
     return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "se", "verdict", "reading"),
                           caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
                                   "each a finding beyond the 2024 paper, judged by the finding rule with the error over "
@@ -414,8 +384,8 @@ def read_sweep(path: str | Path) -> pd.DataFrame | None:
 
 
 def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict, list[dict]]:
-    """The part's glue (the checkpoints skipped, the sweep's rows against its plan) and its scorecard rows,
-    F1-F5 (the module docstring gives each rule)."""
+    """(glue, rows): followup_skipped and followup_sweep_rows, and rows F1-F5 (rules: the module
+    docstring)."""
     skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
     from ..core.sweep import load_sweep
 

@@ -1,9 +1,7 @@
-"""Chapter 03's scorecard rows and the sentences that state them, experiment by experiment
-(E3-E9, E11), each function returning (glue, rows) from the chapter's tables
-(`mclib.chapters.heads_tables`); the chapter (mclib.chapters.ch03_heads) joins them in
-`readings`, with E10's, whose glue names are its page's. Every row is a scale-free quantity:
-a ratio of two losses on the same matrices, a loss over E[X²], a head score, a probe's
-relative error.
+"""Chapter 03's scorecard rows and the sentences that state them, for E3-E9 and E11: each
+function returns (glue, rows) from `mclib.chapters.heads_tables`' tables; `ch03_heads.readings`
+joins them with E10's. Every row is scale-free: a ratio of losses on the same matrices, a loss
+over E[X²], a head score, a probe's relative error.
 """
 from __future__ import annotations
 
@@ -26,9 +24,8 @@ PROBED = 0.5       # E11: a probe "recovers" its target when it explains at leas
 
 
 def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], what: str) -> str:
-    """Why a ratio of L_obs (the `what` model's over the unchanged post model's, each over its
-    task's E[X²]) differs from the paper's (`paper`: the same two, the paper's): which of its two
-    terms is further from the paper's, in one sentence made from the numbers."""
+    """A sentence on why a ratio of L_obs (the `what` model's over post's, each over E[X²]) differs
+    from the paper's (`paper`): which of its two terms is further from the paper's."""
     a, b = changed / paper[0], unchanged / paper[1]
     where = (f"mostly in the {what} model" if abs(math.log(a)) > abs(math.log(b)) else
              "mostly in the unchanged model's copying, the ratio's denominator")
@@ -37,10 +34,9 @@ def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], wh
 
 
 def ablated_text(ours: float, paper: float, verdict: str) -> str:
-    """Where the post model's L_mask lands with every head ablated (`ours`, over E[X²]; the
-    paper's `paper`), following the row's `verdict`: "back at the copying level" only where the
-    row does not differ from the paper's (itself near the level); otherwise which side of the
-    level it lies on, by how much, and the paper's number."""
+    """Where post's L_mask lands with every head ablated (`ours` over E[X²]; the paper's `paper`), by
+    the row's `verdict`: "back at the copying level" only where it agrees with the paper, else which
+    side of the level and by how much."""
     near = abs(ours - 1) < PLATEAU_BAND
     if near and verdict != "differs":
         where = "back at the copying level"
@@ -80,8 +76,8 @@ def e3_rows(abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[
     return {"e3_match": matching_reading_text(verdicts, "the paper's ablated L_mask / E[X²] (number rule)")}, rows
 
 
-# E4's rows name their heads so (`e4_choice`), and a row recorded without these words was
-# recorded under the choice before 2026-11-27 (`rejudged`: `E4_EARLIER`)
+# E4's rows name their heads so (`e4_choice`); a recorded row without these words reads as
+# recorded under the earlier choice of heads (`rejudged`: `E4_EARLIER`)
 E4_CHOICE = "every head our scores leave unlabelled ('other')"
 E4_EARLIER = ("recorded under the book's earlier choice of heads (our 'other' heads in the paper's layers, at most its "
               "five, the least structured first), a choice that passes almost whatever the model does; E4 now ablates "
@@ -89,8 +85,7 @@ E4_EARLIER = ("recorded under the book's earlier choice of heads (our 'other' he
 
 
 def e4_na(n_heads: int) -> str | None:
-    """Why E4 has nothing to test with `n_heads` heads in E4's set (`E4_SET`), or None: only
-    when our scores leave no head unlabelled."""
+    """Why E4 has nothing to test with `n_heads` heads in `E4_SET` (none unlabelled), or None."""
     return None if n_heads else "our scores leave no head of this run unlabelled ('other'): nothing to ablate"
 
 
@@ -100,9 +95,8 @@ def e4_heads(n_heads: int, total: int | None) -> str:
 
 
 def e4_choice(n_heads: int, total: int | None, which: str) -> str:
-    """E4's heads and why these, in one sentence made from the numbers: every head our scores
-    leave unlabelled (`n_heads` of `total`, named in `which`), against the paper's count of
-    the heads it could not interpret."""
+    """E4's heads and why, from the numbers: the `n_heads` of `total` unlabelled (named in `which`),
+    against the paper's count of uninterpretable heads."""
     paper_count = len(PAPER_HEADS["uninterpretable"])
     than = "as many as" if n_heads == paper_count else "more than" if n_heads > paper_count else "fewer than"
     return (f"{E4_CHOICE}: {e4_heads(n_heads, total)}" + (f" ({which})" if which else "")
@@ -111,8 +105,7 @@ def e4_choice(n_heads: int, total: int | None, which: str) -> str:
 
 
 def e4_cause(n_heads: int, total: int | None) -> str:
-    """Why E4 may differ, from the counts: how many heads our scores leave unlabelled against the
-    paper's five it could not interpret, of its 32."""
+    """Why E4 may differ: our count of unlabelled heads against the paper's five of 32."""
     paper = len(PAPER_HEADS["uninterpretable"])
     of = "" if total is None else f" of {total}"
     more = ("more heads than the paper's, so heads that do part of the work may be among them" if n_heads > paper else
@@ -121,9 +114,8 @@ def e4_cause(n_heads: int, total: int | None) -> str:
 
 
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """E4: every head our scores leave unlabelled ablated (`E4_SET`, whatever their count;
-    `e4_choice`); the paper: no significant effect (its ratio 1.10 for its five heads), by the
-    ratio rule. n/a where no head is unlabelled (`e4_na`)."""
+    """E4: every unlabelled head ablated (`E4_SET`), by the ratio rule against the paper's "no
+    significant effect"; n/a where no head is unlabelled (`e4_na`)."""
     rows = []
     e4_abl, every = abl[abl["ablated"] == E4_SET], abl[abl["ablated"] == "all heads"]
     n_e4, which = (int(e4_abl["heads"].iloc[0]), e4_abl["which"].iloc[0]) if len(e4_abl) else (0, "")
@@ -213,10 +205,9 @@ E8_CAUSE = f"which reading the paper's {PAPER[('E8', 'masked MSE to X')]:g} is c
 
 
 def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
-    """E8: the last layer patched, the reading the authors' code runs (`E8_SOURCE`), against
-    the paper's numbers (which reading the paper's number is remains open: `E8_CAUSE`); every
-    layer patched, the text's reading, ours alone: it cannot fail (it equals the unpatched
-    L_mask of `abl`, by construction), so it carries no paper's value."""
+    """E8: the last layer patched (the authors' code, `E8_SOURCE`) against the paper's numbers; every
+    layer patched (the text's reading) without a paper's value, since it equals `abl`'s unpatched
+    L_mask by construction."""
     level, paper_level = levels
     un = value_and_se(abl, "L_mask", **UNABLATED)
     x_last, nx_last = (lookup(e8, c, patched="last layer") for c in ("masked_vs_X", "masked_vs_negX"))
@@ -274,9 +265,8 @@ PROBED_MODEL = "the paper probed its 12-layer, 12-head model at step 49 999 (the
 
 
 def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
-    """E11: the row probe at the layer of the chapter's table (`best_probe_layers`), the value
-    probe with depth, and the first singular vector; each reading names the model probed on
-    each side (`PROBED_MODEL`; ours: the book's run, `layers` layers)."""
+    """E11: the row probe at `best_probe_layers`' layer, the value probe with depth, the first
+    singular vector; each reading names both models probed (`PROBED_MODEL`; ours: `layers` layers)."""
     ours = f"{PROBED_MODEL}; ours: the book's {layers}-layer model"
     best_layers = best_probe_layers(probes)
     best = best_layers.loc["row"]
@@ -309,10 +299,9 @@ def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
 
 
 def e11_claim(verdict: str, rel: float) -> str:
-    """Whether a linear probe recovers the observed row, by `verdict` (the E11 row's, `agreement`),
-    and how much of the row it finds, from `rel` (the best layer's test MSE over that of
-    predicting 0): "recovers" means explaining more than 1 − PROBED of the variance, so a probe
-    short of that still finds the part it explains, linearly."""
+    """Whether a linear probe recovers the observed row, by the E11 row's `verdict`, and how much it
+    finds from `rel` (test MSE over predicting 0): "recovers" means explaining more than
+    1 − PROBED of the variance."""
     cut = f"more than {1 - PROBED:.0%} of its variance explained, the book's cut-off"
     if verdict == "differs":
         found = (f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden states, "

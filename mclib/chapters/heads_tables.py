@@ -1,10 +1,7 @@
-"""What chapter 03 (mclib.chapters.ch03_heads) computes from the run, before it shows or
-judges anything: the post model's losses, every head's scores and maps (E9) and how they
-arrive over training, the ablation and model tables (E3-E7), activation patching (E8), the
-heads under a structured mask (E10) and the probes (E11). The chapter's notebook calls these
-through the chapter's module, which imports them; `mclib.chapters.heads_readings` turns them
-into scorecard rows and sentences. The computations themselves live in `mclib.analyses`;
-`ch` is the chapter's `mclib.book.chapter.Chapter`.
+"""What chapter 03 computes from the run before it shows or judges anything: the post model's
+losses, every head's scores and maps (E9) and their progress over training, the ablation and
+model tables (E3-E7), patching (E8), a structured mask (E10) and probes (E11). Re-exported by
+`mclib.chapters.ch03_heads`; `mclib.chapters.heads_readings` turns them into rows and sentences.
 """
 from __future__ import annotations
 
@@ -26,9 +23,8 @@ PROGRESS_MATRICES = 64  # the fixed batch of the maps over training (every saved
 
 
 def post_losses(ch) -> dict[str, float]:
-    """The headline: L, L_obs, L_mask, mask_value of the post-shift model and their standard
-    errors (L_se, ...) on `analysis.headline_matrices` fresh matrices (4 096 by default:
-    the squared errors are heavy-tailed, and a few hundred matrices can be 25 % off)."""
+    """The post model's L, L_obs, L_mask, mask_value and their `_se` on `analysis.headline_matrices`
+    fresh matrices (thousands: the squared errors are heavy-tailed)."""
     A = ch.cfg.analysis
     batch = sample_eval_batch(ch.cfg.data, A.headline_matrices, A.seed)
     return loss_row(predict(ch.post, batch), batch)
@@ -70,9 +66,8 @@ E4_SET = "other heads"
 
 
 def ablation_at_post(ch, heads: Heads) -> pd.DataFrame:
-    """`ablation_table` of the post model: every head and each label's group (the 'other'
-    group is E4's set, `E4_SET`), both readings; with the paper's columns (E3 for all heads,
-    E4 for E4's set; the paper gives one number for both readings)."""
+    """`ablation_table` of the post model: all heads and each label's group ('other' is `E4_SET`),
+    both readings, with the paper's columns (E3, E4; one number for both readings)."""
     A = ch.cfg.analysis
     sets = {"all heads": all_heads(ch.post), **{f"{lab} heads": heads.groups[lab] for lab in LABELS}}
     # the headline's matrices: the unablated row (E3's post-shift losses) is the headline itself
@@ -137,8 +132,8 @@ class Structured:
 
 
 def e10_heads(ch, mask: torch.Tensor | None = None, name: str = PAPER_MASK) -> Structured:
-    """The post model on the evaluation matrices under one structured mask (default: the
-    paper's, `e10_masks(n)["rows"]`): scores, the best head of each kind, every head's map."""
+    """The post model under one structured mask (default: the paper's, `e10_masks(n)["rows"]`):
+    scores, the best head of each kind, every head's map."""
     A, n = ch.cfg.analysis, ch.cfg.data.n
     mask = e10_masks(n)[PAPER_MASK] if mask is None else mask
     probs = capture_probs(ch.post, sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed, mask=mask))

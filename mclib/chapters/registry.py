@@ -1,11 +1,8 @@
-"""The specs of the toc's chapters (`specs`): what each chapter declares to the machinery
-(`mclib.book.spec.ChapterSpec`), collected here, in the room of the chapters, and handed down
-by the rooms above (the command line, the training chapter's notebook, the scorecard chapter).
+"""The specs of the toc's chapters (`specs`), handed down by the rooms above to the machinery.
 
-A chapter's module is imported when its spec is first read, so a kernel that needs the specs
-of the chapters its build executes imports those alone. A chapter of the toc whose module
-declares no SPEC, or a spec that names another notebook or one that does not exist, is refused
-in one line naming the chapter and the field.
+A chapter's module is imported when its spec is first read. A toc chapter whose module declares
+no SPEC, or whose spec names another or a missing notebook, is refused in one line naming the
+chapter and the field (`ChapterSpecError`).
 """
 from __future__ import annotations
 
@@ -49,8 +46,7 @@ def load(stem: str, book: Path = REPO / "book") -> ChapterSpec:
 
 
 class Registry(Mapping):
-    """{stem: ChapterSpec} of the toc's chapters that a chapter module serves, in toc order;
-    each spec read (and its module imported) when first asked for."""
+    """{stem: ChapterSpec} of the toc's served chapters, in toc order, each loaded when first read."""
 
     def __init__(self, names: list[str], book: Path = REPO / "book"):
         self._names = [n for n in names if served(n)]
@@ -75,5 +71,5 @@ class Registry(Mapping):
 
 
 def specs(toc: Path = REPO / "_toc.yml") -> Registry:
-    """The registry of the chapters of `toc` (`Registry`), the one every room above hands down."""
+    """The `Registry` of the chapters of `toc`."""
     return Registry([t.stem for t in chapters(toc)])
