@@ -77,14 +77,6 @@ def test_a_training_chapter_failing_beside_the_others_stops_the_book_there(tmp_p
     assert {r["name"]: r["status"] for r in m["notebooks"]}["01_train"] == "failed"
 
 
-def test_without_a_lock_the_chapters_execute_one_after_another(tmp_path, fake_chapters, monkeypatch):  # noqa: F811
-    ran, _ = fake_chapters
-    monkeypatch.setattr(scorecard, "CAN_LOCK", False)
-    monkeypatch.setattr(book, "_execute_apart", lambda *a, **k: pytest.fail("executed apart"))
-    _build(tmp_path)
-    assert ran == CHAPTERS.split(",")
-
-
 def test_only_the_training_chapter_that_trains_e15_here_goes_beside(tmp_path, smoke_profile):
     plan = lambda train: runner_plan.Plan(train, ["01_train"], "", None)
     templates = book.select_chapters(CHAPTERS)

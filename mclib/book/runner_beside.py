@@ -9,7 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-from . import scorecard
 from .runner_execute import _execute, _why
 from .runner_plan import Plan
 
@@ -25,11 +24,11 @@ def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
     chapter is asked and trains E15's runs in this build (`plan`), it executes in a process
     of its own (`_execute_apart`), and once its kernel says that every run but E15's is
     complete (the file READY names), the chapters that read neither E15's runs nor other
-    chapters' records (`waits_for_trainer`) execute beside it. Not where scorecard.json
-    cannot be locked (`scorecard.CAN_LOCK`: Windows)."""
+    chapters' records (`waits_for_trainer`) execute beside it (scorecard.json's lock,
+    `scorecard.locked`, holds on every OS)."""
     names = [t.stem for t in templates]
     trainer = next((n for n in runs.trainers if n in names), None)
-    if trainer is None or not scorecard.CAN_LOCK:
+    if trainer is None:
         return None
     return trainer if any(run.startswith("E15") and where == trainer for run, where in runs.train.items()) else None
 

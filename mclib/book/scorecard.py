@@ -41,6 +41,8 @@ import contextlib
 import json
 from pathlib import Path
 
+from filelock import FileLock
+
 from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
 from .scorecard_rules import CLOSE, _missing, contradiction, interval, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
@@ -66,28 +68,17 @@ def _write(run_dir: str | Path, rows: list[dict]) -> None:
     write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
 
 
-try:
-    import fcntl
-except ImportError:  # not on Windows: there the book executes one chapter at a time (`CAN_LOCK`)
-    fcntl = None
-CAN_LOCK = fcntl is not None
-
-
 @contextlib.contextmanager
 def locked(run_dir: str | Path):
     """scorecard.json read and written by one process at a time: two chapters may execute
     side by side (`mclib.book.runner`, the training chapter beside the others), each
     `record` reading the rows, adding its own and writing them back. An exclusive lock on
-    a file beside it, held for one read-and-write; nothing where `CAN_LOCK` is false."""
-    if fcntl is None or not Path(run_dir).is_dir():  # no folder yet: no rows to keep
+    a file beside it (`filelock.FileLock`), held for one read-and-write."""
+    if not Path(run_dir).is_dir():  # no folder yet: no rows to keep
         yield
         return
-    with open(Path(run_dir) / SCORECARD_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with FileLock(Path(run_dir) / SCORECARD_LOCK):
+        yield
 
 
 def forget_chapter(run_dir: str | Path, chapter: str) -> None:

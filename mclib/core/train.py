@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from .checkpoints import check_disk
@@ -124,19 +125,14 @@ def only_trainer(run_dir: Path):
     """An exclusive lock on run_dir/.lock for as long as this process trains the folder
     (the OS drops it when the process dies, so a killed run never leaves it stale)."""
     try:
-        import fcntl
-    except ImportError:  # Windows has no fcntl: no guard there
+        lock = FileLock(run_dir / LOCK, timeout=0)
+        lock.acquire()
+    except Timeout:
+        raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
+    try:
         yield
-        return
-    with open(run_dir / LOCK, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        lock.release()
 
 
 class _CutSignals:
