@@ -89,6 +89,32 @@ def test_a_train_state_that_torch_cannot_load_is_set_aside(tmp_path, short, whol
     pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
 
 
+UNPICKLED = []
+
+
+class _Runs:
+    """An object whose unpickling runs code (here: appends to UNPICKLED)."""
+
+    def __reduce__(self):
+        return UNPICKLED.append, ("ran",)
+
+
+def test_a_train_state_holding_code_is_set_aside_unrun(tmp_path, short, whole, capsys):
+    """train_state.pt is read with torch.load(weights_only=True): a pickle naming a callable
+    outside torch's allowlist is refused (the file set aside), never called."""
+    from mclib.core.checkpoints import load_train_state
+
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    torch.save({**load_train_state(whole, 30), "extra": _Runs()}, checkpoint_dir(run, 30) / STATE_FILE)
+    capsys.readouterr()
+    train(short, run, progress=False)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{STATE_FILE} cannot be loaded (UnpicklingError: " in err[0], err
+    assert err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
+    assert UNPICKLED == []
+
+
 def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(tmp_path, short, whole, capsys):
     run = tmp_path / "run"
     shutil.copytree(whole, run)

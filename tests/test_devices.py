@@ -97,7 +97,7 @@ def test_a_run_started_on_another_device_type_resumes_here_identically(tmp_path,
     raw["train"]["device"] = "cuda"
     (part / "profile.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     state_file = checkpoint_dir(part, 20) / "train_state.pt"
-    state = torch.load(state_file, weights_only=False)
+    state = torch.load(state_file, weights_only=True)
     torch.save({**state, "device": "cuda:0"}, state_file)
     train(smoke_profile, part, progress=False)
     pd.testing.assert_frame_equal(load_metrics(whole)[COLS], load_metrics(part)[COLS], check_exact=True)

@@ -599,7 +599,7 @@ def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     whole = load_metrics(train(p, tmp_path / "whole", progress=False))
     assert before[LOSS_COLS].equals(resumed[LOSS_COLS].head(20))  # the old rows are kept as they were
     pd.testing.assert_frame_equal(whole[LOSS_COLS], resumed[LOSS_COLS], check_exact=False, rtol=1e-4)
-    state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=False)
+    state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=True)
     assert {s["step"].item() for s in state["optimizer"]["state"].values()} == {40.0}
 
 

@@ -158,7 +158,7 @@ def train_wall(run_dir: Path) -> float:
 
 def load_train_state(run_dir: Path, step: int) -> dict:
     """What a checkpoint holds beside the model: step, optimiser state, wall time, generators."""
-    return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=False)
+    return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=True)
 
 
 def set_aside_dirs(run_dir: Path) -> list[Path]:
@@ -181,7 +181,8 @@ def set_aside(run_dir: Path, step: int) -> Path:
     return aside
 
 
-# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see)
+# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see);
+# weights_only=True refuses a pickle that names anything outside torch's allowlist (UnpicklingError)
 _STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfile.BadZipFile)
 
 
