@@ -76,7 +76,7 @@ def slice_trained(tmp_path, smoke_profile):
         ended = subprocess.Popen([sys.executable, "-c", "pass"])
         ended.wait()
         record = {"slice": "A", "pid": ended.pid, "profile": str(ppath), "seeds": [1], "git": "abc1234", **state}
-        write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(record)))
+        write_atomic(work / slices.STATE, json.dumps(record))
         return work
     return write
 

@@ -78,7 +78,7 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
     assert proc.stdout.readline() == "training\n"  # its SIGTERM handling is in place
     state = {"slice": "A", "pid": proc.pid, "deadline": time.time(), "started": time.time(), "budget_s": 600.0,
              "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
-    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    write_atomic(work / slices.STATE, json.dumps(state))
     done = []
     waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out")), daemon=True)
     t0 = time.time()

@@ -65,7 +65,7 @@ def load(run_dir: str | Path) -> list[dict]:
 
 def _write(run_dir: str | Path, rows: list[dict]) -> None:
     # a reader never sees half a file
-    write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
+    write_atomic(Path(run_dir) / SCORECARD, json.dumps(rows, indent=1))
 
 
 @contextlib.contextmanager

@@ -437,7 +437,7 @@ class _Run:
         said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
                 "fell_back": self.fell_back, "from_step": self.ran_from}
         if said != self.step_said:
-            write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
+            write_atomic(self.dir / STEP_RAN, json.dumps(said, indent=1))
             self.step_said = said
         if self.ahead is not None:  # the generator as the next step draws: the batches made ahead are not kept
             self.ahead.rewind(self.gens["data"])

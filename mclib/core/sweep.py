@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .atomic import write_atomic
 from .config import ConfigError, load_profile, profile_path, read_yaml
 from .runs import run_name
 from .sweep_figure import draw_figure, keep_curves
@@ -153,9 +154,7 @@ def append_row(results: Path, row: dict) -> None:
 
     results.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(results) if results.exists() else pd.DataFrame()
-    tmp = results.with_name(".tmp-" + results.name)
-    pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
-    os.replace(tmp, results)
+    write_atomic(results, pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(index=False))
 
 
 def _progress_line(name: str, done: int, failed: int, waiting: int, running: dict[str, tuple[int, int]]) -> str:

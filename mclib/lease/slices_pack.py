@@ -51,7 +51,7 @@ def refuse(out_dir: Path, why: str) -> None:
     """Write why no slice starts in this work folder (REFUSED), for `finish` to pack."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / REFUSED, lambda f: f.write_text(why.strip() + "\n"))
+    write_atomic(out_dir / REFUSED, why.strip() + "\n")
 
 
 def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
@@ -91,9 +91,8 @@ def _pack_into(folder: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / RESULTS_TGZ
     record = json.loads((folder / STATE).read_text())
-    tmp = dest / (RESULTS_TGZ + ".tmp")
-    left_out = _pack(folder, tmp)
-    tmp.replace(path)  # a cut pack never reads as whole
+    left_out = []
+    write_atomic(path, lambda tmp: left_out.extend(_pack(folder, tmp)))  # a cut pack never reads as whole
     what = f"slice {record['slice']}" if record.get("slice") else "lease (no slice)"
     print(f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
           + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""), flush=True)
@@ -140,10 +139,7 @@ def _copy_run(src: Path, dest: Path, files) -> None:
     complete) and its small `files`, into `dest`."""
     if (src / METRICS).is_file():
         dest.mkdir(parents=True, exist_ok=True)
-        tmp = dest / (METRICS_GZ + ".tmp")
-        with open(src / METRICS, "rb") as f_in, gzip.open(tmp, "wb") as f_out:
-            shutil.copyfileobj(f_in, f_out)
-        tmp.replace(dest / METRICS_GZ)
+        write_atomic(dest / METRICS_GZ, gzip.compress((src / METRICS).read_bytes()))
     for f in files:
         if (src / f).is_file():
             dest.mkdir(parents=True, exist_ok=True)
@@ -252,7 +248,7 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, rev
     if adopted:
         print(f"slice merge: {adopted}")
     record["merge_notes"] = notes
-    write_atomic(dest / STATE, lambda f: f.write_text(json.dumps(record, indent=1)))
+    write_atomic(dest / STATE, json.dumps(record, indent=1))
     print(f"slice {record['slice']}: merged into {dest}")
     return dest
 
@@ -304,7 +300,7 @@ def _set_revision(dest: Path, record: dict, revision: str) -> None:
             for nb in data.get("notebooks", []):
                 if nb.get("git") == recorded:
                     nb["git"] = revision
-            write_atomic(f, lambda out, d=data: out.write_text(json.dumps(d, indent=1)))
+            write_atomic(f, json.dumps(data, indent=1))
     table = Path(dest) / STEP_TABLE
     if table.is_file():
         import pandas as pd

@@ -60,7 +60,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ppath = out_dir / f"slice-{s.name}.yaml"
-    write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+    write_atomic(ppath, yaml.safe_dump(profile.to_dict(), sort_keys=False))
     deadline = t0 + train_seconds(s, budget)
     log = open(out_dir / TRAIN_LOG, "ab")
     e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
@@ -71,7 +71,7 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
              "profile": str(ppath),
              "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": git_revision(),
              "train_step": variant, "train_step_why": why}
-    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
           f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
     _wait(proc.pid, min(time.time() + hold_s, began + command_s - slices.COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
@@ -223,7 +223,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         lease_end = state["started"] + state["budget_s"]
     end = min(lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S)
     state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
-    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
     if chapters_s is not None:
         end_by = min(end_by, time.time() + chapters_s - slices.COLLECT_S)
@@ -246,7 +246,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                 traceback.print_exc()
             continue
         done.append(name)
-        write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+        write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     if skipped:
         print(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}", file=sys.stderr)
     profile = load_profile(state["profile"])

@@ -19,6 +19,7 @@ from typing import NamedTuple
 import pandas as pd
 import torch
 
+from ..core.atomic import write_atomic
 from ..core.repo import REPO
 from ..core.step import COMPILED_STEPS
 
@@ -180,9 +181,7 @@ class Table:
             return
         with self.lock:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.out.with_name(f".tmp-{self.out.name}")
-            pd.DataFrame(self.rows).to_csv(tmp, index=False)
-            os.replace(tmp, self.out)
+            write_atomic(self.out, pd.DataFrame(self.rows).to_csv(index=False))
 
     def log_error(self, what: str, text: str) -> None:
         """`text` (a traceback) under a heading, appended to OUT_errors.log (stderr without --out)."""
