@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules. The library is imported inside the fixtures, not
 here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts without loading
 torch and transformers; the workers import them with their first test module."""
+import logging
 import os
 import pathlib
 import sys
@@ -47,6 +48,27 @@ def _no_figure_left_open():
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is not None:
         pyplot.close("all")
+
+
+@pytest.fixture
+def logged(caplog):
+    """What mclib logged, as a command shows it (mclib.core.console: a record a line): INFO
+    (`logged.out()`) and WARNING and above (`logged.err()`), each since its last call, like
+    capsys' readouterr().out and .err."""
+    caplog.set_level(logging.INFO, logger="mclib")
+    seen = {"out": 0, "err": 0}
+
+    def read(stream: str) -> str:
+        mine = [r for r in caplog.records if r.name.startswith("mclib")
+                and (r.levelno >= logging.WARNING) == (stream == "err") and r.levelno >= logging.INFO]
+        text = "".join(r.getMessage() + "\n" for r in mine[seen[stream]:])
+        seen[stream] = len(mine)
+        return text
+
+    class Logged:
+        out = staticmethod(lambda: read("out"))
+        err = staticmethod(lambda: read("err"))
+    return Logged()
 
 
 @pytest.fixture(scope="session")

@@ -53,7 +53,7 @@ def _build(tmp_path):
                       site=False)
 
 
-def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, capsys):
+def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, logged):
     seen, _ = events
     m = _build(tmp_path)
     # 02 reads seed 1 alone: beside; 05 reads E15's runs and 99 the records: after the training chapter
@@ -61,7 +61,7 @@ def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_wo
                     ("run", "99_scorecard")]
     assert [r["status"] for r in m["notebooks"]] == ["executed"] * 4
     assert [r["name"] for r in m["notebooks"]] == CHAPTERS.split(",")
-    out = capsys.readouterr().out
+    out = logged.out()
     assert "01_train: only E15's runs train now" in out and "[3/4] 05_freezing: waits for 01_train" in out
     assert not (tmp_path / "out" / book.EXECUTED / runner_beside.READY_FILE).exists()
 

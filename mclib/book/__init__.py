@@ -22,9 +22,3 @@ lease's machinery (the ledger, slices, the paper setting's rows, its part of the
 mclib/lease/, sits between this room and the chapters. Nothing here imports a chapter: the
 runner finds each by name through the toc (`chapter_modules`, `declared`).
 """
-import warnings
-
-# Importing the model imports transformers, which imports tqdm.auto; in a kernel without
-# ipywidgets that warns on stderr at import time, before a chapter's `open_chapter` could
-# filter it (`notebook_setup`). Every chapter imports this package first (mclib/chapters/__init__.py).
-warnings.filterwarnings("ignore", message="IProgress not found")

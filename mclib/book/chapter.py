@@ -29,6 +29,7 @@ analysis checkpoints as one download, each with its model card (`checkpoint_seri
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import zipfile
@@ -48,6 +49,8 @@ from ..core.paper import profile as paper_profile
 from ..core.placement import CheckpointSteps, checkpoint_steps
 from ..core.repo import REPO
 from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
+
+log = logging.getLogger(__name__)
 
 
 
@@ -141,7 +144,7 @@ def glue_all(values) -> None:
 
 def notebook_setup() -> None:
     """Figures can be glued as PNG. `open_chapter` calls it first. (tqdm's "IProgress not
-    found" warning is filtered when `mclib.book` is imported, which every chapter does first.)"""
+    found" warning is filtered in the kernels the book starts: `runner_execute.QUIET_KERNEL`.)"""
     from IPython import get_ipython
 
     if get_ipython() is not None:
@@ -193,7 +196,7 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None) ->
         for f in idle:  # what failed here, its chapter does again, and fails there if it must
             error = f.exception()
             if error is not None:
-                print(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
+                log.warning(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
     return seed_run_dirs(cfg, run_dir)
 
 

@@ -21,6 +21,3 @@ machinery (mclib/book: runner, chapter protocol, scorecard, plots), the GPU leas
 (mclib/lease), then this room; only the command line (mclib/__main__.py) sits above it.
 Nothing below imports a chapter: the machinery reaches them by name, through the toc.
 """
-# The book's package first: its __init__ quiets a warning that importing the model raises in a
-# kernel without ipywidgets, before any chapter imports the model.
-from .. import book  # noqa: F401

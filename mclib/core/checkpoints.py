@@ -17,11 +17,11 @@ damaged newest checkpoint aside and resumes from the newest intact one, saying s
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
 import shutil
-import sys
 import zipfile
 from pathlib import Path
 
@@ -29,10 +29,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .config import ConfigError, Profile
+from .console import no_hf_progress_bars
 from .metrics import drop_column, find_drop, rows_curve
 from .model import MatrixBert, load_model
 from .runs import (CHECKPOINTS, CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, append_metrics, checkpoint_dir,
                    resume_metrics, run_profile, write_atomic)
+
+log = logging.getLogger(__name__)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -213,7 +216,7 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
         aside.append(f"{folder / damage[0]} {damage[1]}; set aside as {moved.relative_to(run_dir)}")
     where = f"resuming from step {found[0]}" if found else "starting from step 0"
     for line in aside:
-        print(f"mclib: {line}, {where}", file=sys.stderr)
+        log.warning(f"mclib: {line}, {where}")
     return found
 
 
@@ -249,7 +252,8 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
         written = append_metrics(run_dir, rows, written)
 
     def write(tmp: Path):
-        model.save_pretrained(tmp)
+        with no_hf_progress_bars():
+            model.save_pretrained(tmp)
         if opt is not None:
             torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
                         "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)

@@ -26,13 +26,11 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 from transformers.utils import CONFIG_NAME
-from transformers.utils import logging as hf_logging
 
 from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
+from .console import no_hf_progress_bars
 from .data import MASK_ID, VOCAB_SIZE, Batch
-
-hf_logging.disable_progress_bar()  # one bar per checkpoint load/save is noise in notebooks
 
 
 def bert_config(cfg: ModelConfig, n: int) -> BertConfig:
@@ -157,7 +155,8 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
         if getattr(config, key, off) != off:
             raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
                              f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
-    model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(config, attention))
+    with no_hf_progress_bars():
+        model = MatrixBert.from_pretrained(path, attn_implementation=attention_for(config, attention))
     # from_pretrained turns requires_grad back on; the token types stay frozen.
     model.bert.embeddings.token_type_embeddings.weight.requires_grad_(False)
     return model.eval()

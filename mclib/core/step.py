@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
-import sys
 from typing import Callable, NamedTuple
 
 import torch
@@ -33,6 +33,8 @@ from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
 from .runs import write_atomic, write_profile
+
+log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -223,8 +225,7 @@ def step_variant(profile: Profile, device: torch.device, emulated: bool = False,
         else:
             wanted = chosen or "eager"
     if wanted in CUDA_ONLY_STEPS and device.type != "cuda":
-        print(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly",
-              file=sys.stderr)
+        log.warning(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly")
         return "eager"
     if wanted in COMPILED_STEPS and emulated:
         return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
@@ -381,8 +382,7 @@ class _Run:
         so at the next save)."""
         self.fell_back = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]}"
         self.ran_from = self.step
-        print(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly",
-              file=sys.stderr)
+        log.warning(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly")
 
     @torch.no_grad()
     def evaluate(self) -> torch.Tensor:

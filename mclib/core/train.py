@@ -31,8 +31,8 @@ one after another. (Until revision d54ea56, 2026-11-26, a second copy of the arc
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -52,6 +52,8 @@ from .precision import resolve_device, set_precision, with_device
 from .runs import LOCK, seed_run_dirs
 from .step import _Run, train_step
 from .variants import auto_step
+
+log = logging.getLogger(__name__)
 
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
@@ -149,8 +151,7 @@ class _CutSignals:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)",
-              file=sys.stderr)
+        log.warning(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)")
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

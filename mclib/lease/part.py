@@ -18,11 +18,14 @@ the GPU machine).
 """
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
 
 from . import precision, slices
+
+log = logging.getLogger(__name__)
 
 PART = Path("book") / "_executed" / "paper"
 
@@ -268,7 +271,7 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None) -> list[d
     try:
         return reference.rows(first, name, laptop)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
-        print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
+        log.info(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
 
 
