@@ -330,4 +330,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mclib.core.console import console_logging
+
+    with console_logging():  # mclib.lease.stepbench's lines: a variant's result on stdout, a failure on stderr
+        sys.exit(main())

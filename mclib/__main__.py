@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .core.config import ConfigError, load_profile, parse_setting, profile_path
 from .core.repo import CheckoutError, require_checkout
+from .core.console import console_logging
 from .core.runs import LOSS_CURVE, default_run_dir
 
 
@@ -253,6 +254,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    with console_logging():  # the library's lines, as it logs them: INFO on stdout, warnings on stderr
+        return _run(args)
+
+
+def _run(args) -> int:
     from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
     from .core.jobs import ClusterError
 

@@ -112,6 +112,7 @@ def table(runs: Path, out: Path | None) -> int:
     import pandas as pd
 
     from mclib.analyses.evaluate import compare_runs
+    from mclib.core.atomic import write_atomic
     from mclib.core.ending import RunEnd, is_complete
     from mclib.core.runs import END, run_profile
 
@@ -139,9 +140,7 @@ def table(runs: Path, out: Path | None) -> int:
         print(f"{col}: {v.min():.5g} to {v.max():.5g} over {len(v)} changes (range {v.max() - v.min():.4g})")
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(".tmp")
-        t.to_csv(tmp)
-        os.replace(tmp, out)
+        write_atomic(out, t.to_csv())
         print(f"written: {out}")
     return 0
 

@@ -364,12 +364,11 @@ def write_kit_record(kit: Path) -> str:
     the hash of its mclib sources. A lease's copy of the tree has no .git; mclib.core.repo.git_revision
     takes the revision from here where the sources that run still hash the same."""
     sys.path.insert(0, str(ROOT))
+    from mclib.core.atomic import write_atomic
     from mclib.core.repo import KIT_RECORD, git_revision, mclib_sha
 
     record = {"git": git_revision(), "mclib": mclib_sha(), "built": datetime.datetime.now().isoformat(timespec="seconds")}
-    tmp = kit / f".tmp-{KIT_RECORD}"
-    tmp.write_text(json.dumps(record, indent=1) + "\n")
-    tmp.replace(kit / KIT_RECORD)
+    write_atomic(kit / KIT_RECORD, json.dumps(record, indent=1) + "\n")
     return f"wrote {kit / KIT_RECORD}: revision {record['git']}, mclib {record['mclib']}"
 
 

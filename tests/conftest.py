@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules. The library is imported inside the fixtures, not
 here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts without loading
 torch and transformers; the workers import them with their first test module."""
+import logging
 import os
 import pathlib
 import sys
@@ -49,6 +50,27 @@ def _no_figure_left_open():
         pyplot.close("all")
 
 
+@pytest.fixture
+def logged(caplog):
+    """What mclib logged, as a command shows it (mclib.core.console: a record a line): INFO
+    (`logged.out()`) and WARNING and above (`logged.err()`), each since its last call, like
+    capsys' readouterr().out and .err."""
+    caplog.set_level(logging.INFO, logger="mclib")
+    seen = {"out": 0, "err": 0}
+
+    def read(stream: str) -> str:
+        mine = [r for r in caplog.records if r.name.startswith("mclib")
+                and (r.levelno >= logging.WARNING) == (stream == "err") and r.levelno >= logging.INFO]
+        text = "".join(r.getMessage() + "\n" for r in mine[seen[stream]:])
+        seen[stream] = len(mine)
+        return text
+
+    class Logged:
+        out = staticmethod(lambda: read("out"))
+        err = staticmethod(lambda: read("err"))
+    return Logged()
+
+
 @pytest.fixture(scope="session")
 def smoke_profile():
     from mclib.core.config import load_profile, profile_path
@@ -76,7 +98,7 @@ def slice_trained(tmp_path, smoke_profile):
         ended = subprocess.Popen([sys.executable, "-c", "pass"])
         ended.wait()
         record = {"slice": "A", "pid": ended.pid, "profile": str(ppath), "seeds": [1], "git": "abc1234", **state}
-        write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(record)))
+        write_atomic(work / slices.STATE, json.dumps(record))
         return work
     return write
 

@@ -103,11 +103,11 @@ def test_the_landing_page_names_the_books_own_source():
     assert f"]({PAPER_URL})" in index and f"]({CODE_URL})" in index
 
 
-def test_paper_profile_on_cpu_warns(tmp_path, capsys):
+def test_paper_profile_on_cpu_warns(tmp_path, logged):
     book._warn_if_slow(paper.profile(), "cpu", tmp_path)
-    assert "days" in capsys.readouterr().err
+    assert "days" in logged.err()
     book._warn_if_slow(load_profile(profile_path("smoke")), "cpu", tmp_path)
-    assert capsys.readouterr().err == ""
+    assert logged.err() == ""
 
 
 # --- the whole book ----------------------------------------------------------------
@@ -538,7 +538,7 @@ def test_a_set_whose_runs_are_missing_stops_before_any_chapter_runs(tmp_path, fa
 
 
 def test_the_training_chapter_runs_again_while_a_run_it_trains_is_not_complete(tmp_path, fake_chapters, smoke_run,
-                                                                              capsys):
+                                                                              logged):
     ran, site = fake_chapters
     templates = book.select_chapters("01_train,02_copying")
     build = lambda run_dir: book.build("smoke", out_dir=tmp_path / "out", run_dir=run_dir, templates=templates,
@@ -551,7 +551,7 @@ def test_the_training_chapter_runs_again_while_a_run_it_trains_is_not_complete(t
     ran.clear()
     m = build(smoke_run)
     assert ran == [] and [r["status"] for r in m["notebooks"]] == ["reused", "reused"]
-    assert "runs: training: none; complete: seed 1 (every chapter)" in capsys.readouterr().out
+    assert "runs: training: none; complete: seed 1 (every chapter)" in logged.out()
 
 
 def test_the_training_chapter_s_kernel_trains_and_hands_out_only_what_the_chapters_asked_read(smoke_profile, tmp_path,

@@ -56,7 +56,7 @@ def _build(tmp_path):
                       site=False, specs=SPECS)
 
 
-def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, capsys):
+def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, logged):
     seen, _ = events
     m = _build(tmp_path)
     # 02 reads seed 1 alone: beside; 05 reads E15's runs and 99 the records: after the training chapter
@@ -64,7 +64,7 @@ def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_wo
                     ("run", "99_scorecard")]
     assert [r["status"] for r in m["notebooks"]] == ["executed"] * 4
     assert [r["name"] for r in m["notebooks"]] == CHAPTERS.split(",")
-    out = capsys.readouterr().out
+    out = logged.out()
     assert "01_train: only E15's runs train now" in out and "[3/4] 05_freezing: waits for 01_train" in out
     assert not (tmp_path / "out" / book.EXECUTED / runner_beside.READY_FILE).exists()
 
@@ -78,14 +78,6 @@ def test_a_training_chapter_failing_beside_the_others_stops_the_book_there(tmp_p
     assert [name for what, name in seen if what == "run"] == ran  # 05 and 99 never ran
     m = json.loads((tmp_path / "out" / book.EXECUTED / "manifest.json").read_text())
     assert {r["name"]: r["status"] for r in m["notebooks"]}["01_train"] == "failed"
-
-
-def test_without_a_lock_the_chapters_execute_one_after_another(tmp_path, fake_chapters, monkeypatch):  # noqa: F811
-    ran, _ = fake_chapters
-    monkeypatch.setattr(scorecard, "CAN_LOCK", False)
-    monkeypatch.setattr(book, "_execute_apart", lambda *a, **k: pytest.fail("executed apart"))
-    _build(tmp_path)
-    assert ran == CHAPTERS.split(",")
 
 
 def test_only_the_training_chapter_that_trains_e15_here_goes_beside(tmp_path, smoke_profile):

@@ -45,16 +45,16 @@ def _state(run_dir: Path, step: int) -> dict:
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
-        tmp_path, short, whole, capsys, damage):
+        tmp_path, short, whole, logged, damage):
     name, damage_file, words = DAMAGES[damage]
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     damage_file(checkpoint_dir(run, 30) / name)
     kept = {f.name: f.read_bytes() for f in checkpoint_dir(run, 30).iterdir()}
     assert not is_complete(short, run) and is_complete(short, whole)  # the book trains it again
-    capsys.readouterr()
+    logged.err()
     train(short, run, progress=False)
-    err = capsys.readouterr().err.strip().splitlines()
+    err = logged.err().strip().splitlines()
     assert err == [f"mclib: {checkpoint_dir(run, 30) / name} {words}" + err[0].split(words, 1)[1]]
     assert err[0].endswith(f"; set aside as checkpoints/{DAMAGED}step_000030, resuming from step 20")
     # nothing deleted: the damaged checkpoint lies beside the others, byte for byte
@@ -76,29 +76,55 @@ def test_the_wall_time_a_sweep_resumes_from_is_the_intact_checkpoint_s(tmp_path,
     assert train_wall(run) == load_train_state(whole, 20)["wall"] < train_wall(whole)
 
 
-def test_a_train_state_that_torch_cannot_load_is_set_aside(tmp_path, short, whole, capsys):
+def test_a_train_state_that_torch_cannot_load_is_set_aside(tmp_path, short, whole, logged):
     """A train_state.pt whose zip holds but whose pickle does not: only a full load finds it."""
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     torch.save({"not": "a train state"}, checkpoint_dir(run, 30) / STATE_FILE)
-    capsys.readouterr()
+    logged.err()
     train(short, run, progress=False)
-    err = capsys.readouterr().err.strip().splitlines()
+    err = logged.err().strip().splitlines()
     assert len(err) == 1 and f"{STATE_FILE} lacks what resuming needs" in err[0]
     assert err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
     pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
 
 
-def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(tmp_path, short, whole, capsys):
+UNPICKLED = []
+
+
+class _Runs:
+    """An object whose unpickling runs code (here: appends to UNPICKLED)."""
+
+    def __reduce__(self):
+        return UNPICKLED.append, ("ran",)
+
+
+def test_a_train_state_holding_code_is_set_aside_unrun(tmp_path, short, whole, logged):
+    """train_state.pt is read with torch.load(weights_only=True): a pickle naming a callable
+    outside torch's allowlist is refused (the file set aside), never called."""
+    from mclib.core.checkpoints import load_train_state
+
+    run = tmp_path / "run"
+    shutil.copytree(whole, run)
+    torch.save({**load_train_state(whole, 30), "extra": _Runs()}, checkpoint_dir(run, 30) / STATE_FILE)
+    logged.err()
+    train(short, run, progress=False)
+    err = logged.err().strip().splitlines()
+    assert len(err) == 1 and f"{STATE_FILE} cannot be loaded (UnpicklingError: " in err[0], err
+    assert err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
+    assert UNPICKLED == []
+
+
+def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(tmp_path, short, whole, logged):
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     _truncate(checkpoint_dir(run, 30) / MODEL_FILE)
     _broken_json(checkpoint_dir(run, 20) / CONFIG_FILE)
     # a damaged copy of step 30 set aside before: the new one gets the next name
     shutil.copytree(checkpoint_dir(run, 30), run / "checkpoints" / f"{DAMAGED}step_000030")
-    capsys.readouterr()
+    logged.err()
     train(short, run, progress=False)
-    err = capsys.readouterr().err.strip().splitlines()
+    err = logged.err().strip().splitlines()
     assert len(err) == 2 and all(line.endswith("resuming from step 10") for line in err)
     assert "step_000030/model.safetensors" in err[0] and f"{DAMAGED}step_000030-2," in err[0]
     assert "step_000020/config.json" in err[1] and f"{DAMAGED}step_000020," in err[1]
@@ -108,14 +134,14 @@ def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(
     pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
 
 
-def test_with_no_intact_checkpoint_the_run_starts_over_and_deletes_nothing(tmp_path, short, whole, capsys):
+def test_with_no_intact_checkpoint_the_run_starts_over_and_deletes_nothing(tmp_path, short, whole, logged):
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     for step in (10, 20, 30):
         _truncate(checkpoint_dir(run, step) / STATE_FILE)
-    capsys.readouterr()
+    logged.err()
     train(short, run, progress=False)
-    err = capsys.readouterr().err.strip().splitlines()
+    err = logged.err().strip().splitlines()
     assert len(err) == 3 and all(line.endswith("starting from step 0") for line in err)
     assert len(list((run / "checkpoints").glob(f"{DAMAGED}*"))) == 3
     pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)

@@ -32,24 +32,24 @@ def test_auto_device_is_resolved_once_and_recorded(tmp_path, smoke_profile):
     assert recorded == with_device(auto).train.device and recorded != "auto"
 
 
-def test_a_precision_that_does_not_exist_is_refused_in_one_line_and_tf32_off_a_gpu_is_emulated(capsys):
+def test_a_precision_that_does_not_exist_is_refused_in_one_line_and_tf32_off_a_gpu_is_emulated(logged):
     with pytest.raises(ConfigError, match="train.precision = 'fp16' is not one of") as e:
         set_precision(torch.device("cpu"), "fp16")
     assert "\n" not in str(e.value)
     check_precision(torch.device("cpu"), "fp32")  # fine, and silent
-    assert capsys.readouterr().err == ""
+    assert logged.err() == ""
     check_precision(torch.device("cpu"), "tf32")  # mclib.core.tf32, said in one line
-    err = capsys.readouterr().err
+    err = logged.err()
     assert "TF32 products emulated" in err and err.count("\n") == 1
 
 
-def test_bf16_on_a_cpu_without_bf16_units_is_said(monkeypatch, capsys):
+def test_bf16_on_a_cpu_without_bf16_units_is_said(monkeypatch, logged):
     monkeypatch.setattr("mclib.core.precision.cpu_has_bf16", lambda: False)
     check_precision(torch.device("cpu"), "bf16")
-    assert "torch emulates it" in capsys.readouterr().err
+    assert "torch emulates it" in logged.err()
     monkeypatch.setattr("mclib.core.precision.cpu_has_bf16", lambda: True)
     check_precision(torch.device("cpu"), "bf16")
-    assert capsys.readouterr().err == ""
+    assert logged.err() == ""
 
 
 def test_cuda_asked_for_where_there_is_none_names_the_key(tmp_path, smoke_profile):
@@ -97,7 +97,7 @@ def test_a_run_started_on_another_device_type_resumes_here_identically(tmp_path,
     raw["train"]["device"] = "cuda"
     (part / "profile.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     state_file = checkpoint_dir(part, 20) / "train_state.pt"
-    state = torch.load(state_file, weights_only=False)
+    state = torch.load(state_file, weights_only=True)
     torch.save({**state, "device": "cuda:0"}, state_file)
     train(smoke_profile, part, progress=False)
     pd.testing.assert_frame_equal(load_metrics(whole)[COLS], load_metrics(part)[COLS], check_exact=True)

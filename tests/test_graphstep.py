@@ -152,14 +152,14 @@ def test_the_warm_up_materialises_adams_state_and_leaves_the_run_as_it_was(steps
 
 
 @pytest.mark.parametrize("variant", ["cuda-graph", "reduce-overhead"])
-def test_a_cuda_only_step_on_the_cpu_runs_eagerly_said_in_one_line(variant, capsys):
+def test_a_cuda_only_step_on_the_cpu_runs_eagerly_said_in_one_line(variant, logged):
     run = TrainingRun.in_memory(_profile(**{"train.step": variant}), CPU)
-    err = capsys.readouterr().err
+    err = logged.err()
     assert err == f"mclib: train.step = {variant!r} needs CUDA (this run is on cpu): the step runs eagerly\n"
     assert run.variant == "eager" and run.graph is None and run.compiled is run.model
 
 
-def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eager(capsys):
+def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eager(logged):
     """A StepGraph whose capture fails (here: no CUDA) says why in one line, records it, and the
     run steps eagerly from where it was: the same bits as a run that never tried."""
     p = _profile()
@@ -167,7 +167,7 @@ def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eage
     tried.graph = graphstep.StepGraph(tried, device_step)
     a = torch.cat([train_step([tried]) for _ in range(3)])
     b = torch.cat([train_step([plain]) for _ in range(3)])
-    err = capsys.readouterr().err
+    err = logged.err()
     assert err.count("\n") == 1 and "train.step cuda-graph: capture failed (RuntimeError: a CUDA graph needs CUDA" in err
     assert tried.graph is None and tried.fell_back.startswith("RuntimeError")
     assert torch.equal(a, b)

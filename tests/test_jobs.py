@@ -576,8 +576,6 @@ def test_a_sweep_row_names_the_rule_that_ended_its_run(smoke_profile):
 def test_sweep_runs_start_in_the_sweeps_order_not_by_name(tmp_path, monkeypatch):
     """One worker, every run submitted at once: they start in the file's order (here
     by-seed), not in the alphabetical order of their keys."""
-    import io
-
     from distributed import Client, LocalCluster
 
     from mclib.core import sweep
@@ -603,6 +601,6 @@ def test_sweep_runs_start_in_the_sweeps_order_not_by_name(tmp_path, monkeypatch)
     pending = load_sweep(path, tmp_path / "runs")
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
             Client(lc, set_as_default=False) as client:
-        sweep._drive(client, pending, tmp_path / "o.csv", "o.yaml", 0, every=1e9, out=io.StringIO(),
+        sweep._drive(client, pending, tmp_path / "o.csv", "o.yaml", 0, every=1e9,
                      redraw=lambda: None)
     assert log.read_text().splitlines() == ["zeta s1", "alpha s1", "mid s1", "zeta s2", "alpha s2", "mid s2"]

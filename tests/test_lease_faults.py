@@ -81,7 +81,7 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
     assert proc.stdout.readline() == "training\n"  # its SIGTERM handling is in place
     state = {"slice": "A", "pid": proc.pid, "deadline": time.time(), "started": time.time(), "budget_s": 600.0,
              "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
-    write_atomic(work / slices.STATE, lambda f: f.write_text(json.dumps(state)))
+    write_atomic(work / slices.STATE, json.dumps(state))
     done = []
     waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)),
                               daemon=True)
@@ -286,7 +286,7 @@ class _FakeCapture:
         return False
 
 
-def test_a_capture_that_fails_names_the_steps_own_error_not_capture_ends(monkeypatch, capsys):
+def test_a_capture_that_fails_names_the_steps_own_error_not_capture_ends(monkeypatch, logged):
     def step(run, batch):
         if getattr(_FakeCapture, "on", False):
             raise RuntimeError("operation not permitted when stream is capturing")
@@ -301,7 +301,7 @@ def test_a_capture_that_fails_names_the_steps_own_error_not_capture_ends(monkeyp
     g = graphstep.StepGraph(run, step)
     g.replay(batch)
     assert run.fell_back == "RuntimeError: operation not permitted when stream is capturing", run.fell_back
-    assert "operation not permitted when stream is capturing" in capsys.readouterr().err
+    assert "operation not permitted when stream is capturing" in logged.err()
 
 
 class _FakeGPU:

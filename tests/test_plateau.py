@@ -106,7 +106,7 @@ def test_attention_share_is_chapter_03s_row_plus_column_mass(smoke_profile):
     assert got.tolist() == pytest.approx(want.tolist(), abs=1e-12)
 
 
-def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path, smoke_run, smoke_profile, capsys):
+def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path, smoke_run, smoke_profile, logged):
     run = tmp_path / "run"
     shutil.copytree(smoke_run, run)
     steps = saved_steps(run)
@@ -114,7 +114,7 @@ def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path,
     (checkpoint_dir(run, gone) / "model.safetensors").unlink()
     t = plateau_table(run, smoke_profile.data, n_matrices=8, steps=steps)
     assert t["step"].tolist() == [s for s in steps if s != gone] and t.attrs["skipped"] == [gone]
-    err = capsys.readouterr().err
+    err = logged.err()
     assert f"step {gone} skipped" in err
     row = plateau_measures(build_model(smoke_profile.model, smoke_profile.data.n, 1),
                            sample_eval_batch(smoke_profile.data, 8, 0))

@@ -117,7 +117,7 @@ def test_a_joint_slice_and_its_members_count_each_other_done_and_an_earlier_path
     assert slices.done(path.parent, "smoke")["A"].name == "smoke-A-GPU-2026-11-30"   # the newer one is shown
 
 
-def test_a_result_of_another_precision_or_a_slice_not_open_is_merged_with_a_note(tmp_path, capsys):
+def test_a_result_of_another_precision_or_a_slice_not_open_is_merged_with_a_note(tmp_path, logged):
     path = _plan(tmp_path)
     _done(path, "B", "2026-11-28")
     out = tmp_path / "back"
@@ -131,7 +131,7 @@ def test_a_result_of_another_precision_or_a_slice_not_open_is_merged_with_a_note
     notes = json.loads((dest / slices.STATE).read_text())["merge_notes"]
     assert "trained in tf32, the ledger's precision is fp32" in notes
     assert any(n.startswith("slice B was not open in the ledger") for n in notes)
-    assert "slice merge: note: trained in tf32" in capsys.readouterr().out
+    assert "slice merge: note: trained in tf32" in logged.out()
 
 
 def test_a_joint_slice_done_counts_its_members_done(tmp_path):
@@ -480,19 +480,19 @@ def test_an_e15_slice_trains_seed_1_to_its_source_step_then_its_groups_from_ther
     assert not [n for n in got if n.endswith((".safetensors", ".pt"))]
 
 
-def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_run(tmp_path, capsys):
+def test_an_e15_slice_whose_seed_1_was_cut_before_its_source_step_starts_no_e15_run(tmp_path, logged):
     ledger = slices.read_ledger(_ledger(tmp_path, chapters=(), freeze=["mlp"], source_steps=40, freeze_steps=20))
     s = ledger["slices"][0]
     ppath = tmp_path / "slice.yaml"
     ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, s).to_dict(), sort_keys=False))
     slices_run.train_slice(ppath, tmp_path / "work", 0.0, s.source_steps, tuple(s.freeze))  # the deadline has passed
-    assert "E15's runs not started" in capsys.readouterr().out
+    assert "E15's runs not started" in logged.out()
     assert not (tmp_path / "work" / "runs" / "smoke-seed1" / "freeze").exists()
 
 
 # --- the slice's own record: how the trainer ended, its progress, its deadline and achieved step ----
 
-def test_the_trainer_logs_a_line_every_train_log_every_steps(tmp_path, capsys, monkeypatch):
+def test_the_trainer_logs_a_line_every_train_log_every_steps(tmp_path, logged, monkeypatch):
     """The detached trainer (in-process here) prints the step, L_mask and the ms a step since the
     last line, every TRAIN_LOG_EVERY steps (20 here; 1 000 on a lease): a cut leaves a trace."""
     monkeypatch.setattr(slices, "TRAIN_LOG_EVERY", 20)
@@ -500,22 +500,22 @@ def test_the_trainer_logs_a_line_every_train_log_every_steps(tmp_path, capsys, m
     ppath = tmp_path / "slice.yaml"
     ppath.write_text(yaml.safe_dump(slices.slice_profile(ledger, ledger["slices"][0]).to_dict(), sort_keys=False))
     slices_run.train_slice(ppath, tmp_path / "work", time.time() + 600)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("smoke-seed1 step")]
+    lines = [line for line in logged.out().splitlines() if line.startswith("smoke-seed1 step")]
     assert [line.split(":")[0] for line in lines] == ["smoke-seed1 step 20", "smoke-seed1 step 40", "smoke-seed1 step 60"]
     assert all(re.fullmatch(r"smoke-seed1 step \d+: L_mask [0-9.e+-]+, \d+\.\d ms a step", line) for line in lines)
 
 
-def test_the_logging_stop_still_stops_where_the_run_s_own_stop_does(capsys):
+def test_the_logging_stop_still_stops_where_the_run_s_own_stop_does(logged):
     calls = []
-    logged = slices_run._logging(lambda rows: calls.append(rows[-1]["step"]) or rows[-1]["step"] >= 3000, "r", 1000)
+    stop = slices_run._logging(lambda rows: calls.append(rows[-1]["step"]) or rows[-1]["step"] >= 3000, "r", 1000)
     rows = []
     for step, wall in ((500, 5.0), (1000, 10.0), (1500, float("nan")), (2050, 22.6), (3000, 40.0)):
         rows.append({"step": step, "L_mask": 0.5, "wall": wall})
-        stopped = logged(rows)
+        stopped = stop(rows)
     assert stopped and calls == [500, 1000, 1500, 2050, 3000]
-    assert capsys.readouterr().out.splitlines() == ["r step 1,000: L_mask 0.5, 10.0 ms a step",
-                                                    "r step 2,050: L_mask 0.5, 12.0 ms a step",
-                                                    "r step 3,000: L_mask 0.5, 18.3 ms a step"]
+    assert logged.out().splitlines() == ["r step 1,000: L_mask 0.5, 10.0 ms a step",
+                                         "r step 2,050: L_mask 0.5, 12.0 ms a step",
+                                         "r step 3,000: L_mask 0.5, 18.3 ms a step"]
 
 
 def test_slice_json_records_the_deadline_the_steps_reached_and_the_achieved_step(tmp_path, monkeypatch,

@@ -86,13 +86,13 @@ def test_every_linear_layer_of_the_model_goes_through_the_mode_and_attention_doe
         assert mode.counts == ({"linear": linears} | ({"matmul": matmuls} if matmuls else {})), attention
 
 
-def test_a_tf32_step_on_the_cpu_is_emulated_eager_and_differs_from_fp32(capsys):
+def test_a_tf32_step_on_the_cpu_is_emulated_eager_and_differs_from_fp32(logged):
     from mclib.core.step import TrainingRun
     from mclib.core.variants import step_function
     p = load_profile(profile_path("cpu")).replace(**{"train.compile": True})
     fp32 = step_function(p.replace(**{"train.compile": False}), torch.device("cpu"))
     tf32 = step_function(p.replace(**{"train.precision": "tf32"}), torch.device("cpu"))
-    assert "TF32 products emulated" in capsys.readouterr().err
+    assert "TF32 products emulated" in logged.err()
     a, b = fp32(), tf32()
     assert not torch.equal(a, b) and torch.allclose(a, b, rtol=1e-2)  # the same losses, to TF32's precision
     run = TrainingRun.in_memory(p.replace(**{"train.precision": "tf32"}), torch.device("cpu"))

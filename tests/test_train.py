@@ -565,7 +565,7 @@ def test_the_step_function_is_a_plain_adam_step_of_the_hf_model(smoke_profile):
 
 
 def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_path, smoke_profile, monkeypatch,
-                                                                         capsys):
+                                                                         logged):
     def broken_compile(fn, *args, **kwargs):
         def run(*a, **k):
             raise RuntimeError("no C++ compiler found\nsecond line")
@@ -575,7 +575,7 @@ def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_pat
                                  "checkpoints.transition": [20]})
     eager = load_metrics(train(p.replace(**{"train.compile": False}), tmp_path / "eager", progress=False))
     fell_back = load_metrics(train(p, tmp_path / "compiled", progress=False))
-    err = capsys.readouterr().err.strip().splitlines()
+    err = logged.err().strip().splitlines()
     assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
     assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
     ran = json.loads((tmp_path / "compiled" / STEP_RAN).read_text())  # what ran, from the first step
@@ -602,7 +602,7 @@ def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     whole = load_metrics(train(p, tmp_path / "whole", progress=False))
     assert before[LOSS_COLS].equals(resumed[LOSS_COLS].head(20))  # the old rows are kept as they were
     pd.testing.assert_frame_equal(whole[LOSS_COLS], resumed[LOSS_COLS], check_exact=False, rtol=1e-4)
-    state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=False)
+    state = torch.load(checkpoint_dir(run, 40) / "train_state.pt", weights_only=True)
     assert {s["step"].item() for s in state["optimizer"]["state"].values()} == {40.0}
 
 

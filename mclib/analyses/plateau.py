@@ -15,7 +15,7 @@ and in `attrs["skipped"]`) any that cannot be loaded.
 """
 from __future__ import annotations
 
-import sys
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -25,6 +25,8 @@ from .heads import capture_probs, key_mass
 from ..core.attention import position_masks
 from ..core.config import DataConfig
 from ..core.model import eval_mode
+
+log = logging.getLogger(__name__)
 
 
 def _masked_flat(batch) -> torch.Tensor:
@@ -144,8 +146,8 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
         try:
             model = load_checkpoint(run_dir, step)
         except (FileNotFoundError, OSError, ValueError) as e:
-            print(f"plateau measures: {run_dir.name} step {step} skipped (no hidden states to read: "
-                  f"{str(e).splitlines()[0]})", file=sys.stderr)
+            log.warning(f"plateau measures: {run_dir.name} step {step} skipped (no hidden states to read: "
+                        f"{str(e).splitlines()[0]})")
             skipped.append(step)
             continue
         rows.append({"step": step, **plateau_measures(model, batch)})

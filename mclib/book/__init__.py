@@ -10,9 +10,3 @@
 Nothing here imports a chapter (mclib/chapters/): the runner and the GPU lease (mclib/lease/)
 are handed the chapters' specs, which mclib.chapters.registry collects.
 """
-import warnings
-
-# Importing the model imports transformers, which imports tqdm.auto; in a kernel without
-# ipywidgets that warns on stderr at import time, before a chapter's `open_chapter` could
-# filter it (`notebook_setup`). Every chapter imports this package first (mclib/chapters/__init__.py).
-warnings.filterwarnings("ignore", message="IProgress not found")

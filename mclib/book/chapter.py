@@ -11,6 +11,7 @@ rows)` (two tables: SECTION_readings) and `scorecard_table(ch, rows)`, `ch` firs
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import zipfile
@@ -31,6 +32,8 @@ from ..core.placement import CheckpointSteps, checkpoint_steps
 from ..core.repo import REPO
 from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
 from .spec import Specs, among
+
+log = logging.getLogger(__name__)
 
 
 
@@ -122,7 +125,8 @@ def glue_all(values) -> None:
 
 
 def notebook_setup() -> None:
-    """Make figures gluable as PNG (IPython's inline backend); `open_chapter` calls it first."""
+    """Make figures gluable as PNG (IPython's inline backend); `open_chapter` calls it first. tqdm's
+    "IProgress not found" warning is filtered in the book's kernels (`runner_execute.QUIET_KERNEL`)."""
     from IPython import get_ipython
 
     if get_ipython() is not None:
@@ -168,7 +172,7 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
         for f in idle:  # what failed here, its chapter does again, and fails there if it must
             error = f.exception()
             if error is not None:
-                print(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
+                log.warning(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
     return seed_run_dirs(cfg, run_dir)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
+import logging
 import threading
 import time
 from pathlib import Path
@@ -36,6 +36,8 @@ from .runner_plan import Plan, Reads, _asking, plan_runs
 from .runner_progress import _report_training
 from .runner_site import _build_site, _stage, site_toc
 from .spec import Specs, among
+
+log = logging.getLogger(__name__)
 
 # mclib.core.train (torch, tqdm) is imported inside the functions: the CLI imports this
 # module for BookError, and should stay light.
@@ -119,9 +121,8 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
         left = profile.train.steps - (saved_steps(run_dir) or [0])[-1]
         if left > 0:
             days = left * SECONDS_PER_PAPER_STEP_CPU / 86400
-            print(f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
-                  f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)",
-                  file=sys.stderr)
+            log.warning(f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
+                        f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)")
 
 
 def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
@@ -154,7 +155,7 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     except ValueError as e:  # e.g. an E15 folder started from another checkpoint
         raise BookError(f"the runs the chapters read: {' '.join(str(e).split())}") from None
     if runs.line:
-        print(runs.line, flush=True)
+        log.info(runs.line)
     if runs.error:
         raise BookError(runs.error)
     params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
@@ -205,10 +206,10 @@ class _Build:
         if (old.get("complete") and old.get("key") == self.key(template) and old.get("output_sha") == _file_sha(output)
                 and not (name in self.runs.trainers and self.runs.train)):  # the training chapter runs while a run it trains is not complete
             rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
-            print(f"[{i}/{len(self.templates)}] {name}: unchanged, reused")
+            log.info(f"[{i}/{len(self.templates)}] {name}: unchanged, reused")
             return None
-        print(f"[{i}/{len(self.templates)}] {name}: running ({self.cfg.name}, seed {self.cfg.seed}, "
-              f"{self.manifest['device']})", flush=True)
+        log.info(f"[{i}/{len(self.templates)}] {name}: running ({self.cfg.name}, seed {self.cfg.seed}, "
+                 f"{self.manifest['device']})")
         return rec
 
     def run(self, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
@@ -254,8 +255,8 @@ class _Build:
         with _asking([t.stem for t in self.templates]):
             for i, template in enumerate(self.templates, 1):
                 if self.beside and waits_for_trainer(template, self.cfg, specs=self.specs):
-                    print(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
-                          "chapter trains or records)", flush=True)
+                    log.info(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
+                             "chapter trains or records)")
                     later.append((i, template))
                     continue
                 self.one(i, template, trainer)
@@ -286,21 +287,21 @@ class _Build:
             if beside.get("error"):
                 raise self.failed(trainer, beside["error"])
             if beside["thread"].is_alive():
-                print(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor other "
-                      "chapters' records execute beside it", flush=True)
+                log.info(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor other "
+                         "chapters' records execute beside it")
             return
         error = self.run(template, rec, reporting=not (beside and beside["thread"].is_alive()))
         if error is not None:
             if beside:
-                print(f"  {template.stem} failed; waiting for {trainer} to end", flush=True)
+                log.info(f"  {template.stem} failed; waiting for {trainer} to end")
                 beside["thread"].join()
             raise self.failed(template.stem, error)
 
     def no_site(self) -> dict:
         self.manifest["site"] = {"status": "skipped"}
         self.save()
-        print(f"book: {len(self.templates)} chapter(s), no site ({self.manifest['duration_s']:.0f} s; "
-              f"manifest {self.path})")
+        log.info(f"book: {len(self.templates)} chapter(s), no site ({self.manifest['duration_s']:.0f} s; "
+                 f"manifest {self.path})")
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
@@ -316,18 +317,18 @@ class _Build:
         html = out / "_build" / "html"
         if (self.prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
             manifest["site"] = {**self.prev["site"], "status": "reused"}
-            print("site: unchanged, reused")
+            log.info("site: unchanged, reused")
         else:
             order = [t.stem for t in chapters()]
             shown = [n for n in order if (EXECUTED / n).as_posix() in executed]
             partial = len(shown) < len(order)
-            print("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the "
-                                                 "others left out)" if partial else ""), flush=True)
+            log.info("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the "
+                                                    "others left out)" if partial else ""))
             manifest["site"] = _build_site(out, toc, partial)
             if manifest["site"]["status"] != "ok":
                 self.save()
                 raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
             manifest["site"]["key"] = site_key
         self.save()
-        print(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {self.path})")
+        log.info(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {self.path})")
         return manifest

@@ -8,7 +8,6 @@ import threading
 import time
 from pathlib import Path
 
-from . import scorecard
 from .runner_execute import _execute, _why
 from .runner_plan import Plan
 
@@ -20,10 +19,10 @@ def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
     """The chapter to execute beside the others, or None (one after another): the training
     chapter where it is asked and trains E15's runs in this build (`plan`). It runs apart
     (`_execute_apart`), and once its kernel creates the file READY names (only E15's runs still
-    train), the chapters that do not `waits_for_trainer` execute beside it. None without `CAN_LOCK`."""
+    train), the chapters that do not `waits_for_trainer` execute beside it."""
     names = [t.stem for t in templates]
     trainer = next((n for n in runs.trainers if n in names), None)
-    if trainer is None or not scorecard.CAN_LOCK:
+    if trainer is None:
         return None
     return trainer if any(run.startswith("E15") and where == trainer for run, where in runs.train.items()) else None
 

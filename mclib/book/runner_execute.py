@@ -44,6 +44,26 @@ def _key(template: Path, params: dict, profile: dict, run_dir: Path, src: str) -
     return short_sha(_file_sha(template), params, profile, src, run_state(run_dir), extra or None)
 
 
+# Importing the model imports transformers, which imports tqdm.auto; in a kernel without
+# ipywidgets that warns on stderr at import time, before a chapter's first line runs. The kernels
+# the book starts ignore it (PYTHONWARNINGS, set while one starts); importing mclib filters nothing.
+QUIET_KERNEL = "ignore:IProgress not found"
+
+
+@contextlib.contextmanager
+def _kernel_warnings(option: str):
+    """PYTHONWARNINGS with `option` added while the block starts a kernel, as it was after."""
+    old = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [old, option]))
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = old
+
+
 @contextlib.contextmanager
 def _kernel_stderr_to(log: Path):
     """Point file descriptor 2, which the kernel inherits, at `log`, while our own sys.stderr
@@ -112,7 +132,7 @@ def _execute(template: Path, output: Path, params: dict, timeout: float | None, 
     import nbformat
     import papermill as pm
 
-    with _kernel_stderr_to(output.with_suffix(".kernel.log")):
+    with _kernel_stderr_to(output.with_suffix(".kernel.log")), _kernel_warnings(QUIET_KERNEL):
         pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
                             execution_timeout=timeout, progress_bar=progress and CELL_BAR)
     nb = _relative_everywhere(nbformat.read(output, as_version=4), paths or {})

@@ -3,6 +3,7 @@
 """
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,8 @@ import yaml
 
 from ..core.config import parse_yaml
 from ..core.repo import REPO
+
+log = logging.getLogger(__name__)
 
 SITE_TOC = Path("_build") / "_toc.yml"
 
@@ -71,20 +74,20 @@ def _build_site(out: Path, toc: Path, partial: bool = False) -> dict:
     """Jupyter Book 1 with every page re-read (--all), warnings as errors; partial (some chapters
     only): `partial_config`. Returns the site's record."""
     t0 = time.time()
-    log = out / "_build" / "jupyter-book.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    log_file = out / "_build" / "jupyter-book.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no stale pages or images
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
            "build", str(out), "--path-output", str(out), "--toc", str(toc), "-W", "-n", "--keep-going", "--all"]
     if partial:
         cmd += ["--config", str(partial_config(out))]
     p = subprocess.run(cmd, capture_output=True, text=True)
-    log.write_text(p.stdout + p.stderr)
+    log_file.write_text(p.stdout + p.stderr)
     warnings = [l for l in (p.stdout + p.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
     for w in warnings:
-        print(w, file=sys.stderr)
+        log.warning(w)
     rec = {"status": "ok" if p.returncode == 0 else "failed", "duration_s": round(time.time() - t0, 1),
-           "log": str(log), "warnings": len(warnings)}
+           "log": str(log_file), "warnings": len(warnings)}
     if p.returncode:
         rec["error"] = f"exit {p.returncode}, {len(warnings)} warnings/errors"
     return rec

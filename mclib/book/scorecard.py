@@ -15,6 +15,8 @@ import contextlib
 import json
 from pathlib import Path
 
+from filelock import FileLock
+
 from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
 from .scorecard_rules import CLOSE, _missing, contradiction, interval, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
@@ -34,29 +36,18 @@ def load(run_dir: str | Path) -> list[dict]:
 
 def _write(run_dir: str | Path, rows: list[dict]) -> None:
     # a reader never sees half a file
-    write_atomic(Path(run_dir) / SCORECARD, lambda tmp: tmp.write_text(json.dumps(rows, indent=1)))
-
-
-try:
-    import fcntl
-except ImportError:  # not on Windows: there the book executes one chapter at a time (`CAN_LOCK`)
-    fcntl = None
-CAN_LOCK = fcntl is not None
+    write_atomic(Path(run_dir) / SCORECARD, json.dumps(rows, indent=1))
 
 
 @contextlib.contextmanager
 def locked(run_dir: str | Path):
     """scorecard.json read and written by one process at a time (chapters may execute side by
-    side): an exclusive lock on a file beside it; a no-op where `CAN_LOCK` is false."""
-    if fcntl is None or not Path(run_dir).is_dir():  # no folder yet: no rows to keep
+    side): a `filelock.FileLock` on a file beside it, held for one read-and-write."""
+    if not Path(run_dir).is_dir():  # no folder yet: no rows to keep
         yield
         return
-    with open(Path(run_dir) / SCORECARD_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    with FileLock(Path(run_dir) / SCORECARD_LOCK):
+        yield
 
 
 def forget_chapter(run_dir: str | Path, chapter: str) -> None:

@@ -12,6 +12,3 @@ heads_plots.py and loss_tables_shown.py (02, 03, 08), embeddings_plots.py (04), 
 This room sits above core, analyses, book and lease and below the command line
 (tests/test_layers.py); nothing below imports a chapter: it is handed the specs.
 """
-# The book's package first: its __init__ quiets a warning that importing the model raises in a
-# kernel without ipywidgets, before any chapter imports the model.
-from .. import book  # noqa: F401

@@ -11,11 +11,11 @@ resumes from the newest intact one, saying so in one line. `prune_checkpoints` a
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import pickle
 import shutil
-import sys
 import zipfile
 from pathlib import Path
 
@@ -23,10 +23,13 @@ import torch
 from safetensors import SafetensorError, safe_open
 
 from .config import ConfigError, Profile
+from .console import no_hf_progress_bars
 from .metrics import drop_column, find_drop, rows_curve
 from .model import MatrixBert, load_model
 from .runs import (CHECKPOINTS, CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, append_metrics, checkpoint_dir,
                    resume_metrics, run_profile, write_atomic)
+
+log = logging.getLogger(__name__)
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -141,7 +144,7 @@ def train_wall(run_dir: Path) -> float:
 
 def load_train_state(run_dir: Path, step: int) -> dict:
     """What a checkpoint holds beside the model: step, optimiser state, wall time, generators."""
-    return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=False)
+    return torch.load(checkpoint_dir(run_dir, step) / STATE_FILE, map_location="cpu", weights_only=True)
 
 
 def set_aside_dirs(run_dir: Path) -> list[Path]:
@@ -163,7 +166,8 @@ def set_aside(run_dir: Path, step: int) -> Path:
     return aside
 
 
-# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see)
+# what torch.load raises on a damaged file (not on code that cannot read a sound one: that is a bug to see);
+# weights_only=True refuses a pickle that names anything outside torch's allowlist (UnpicklingError)
 _STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfile.BadZipFile)
 
 
@@ -192,7 +196,7 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
         aside.append(f"{folder / damage[0]} {damage[1]}; set aside as {moved.relative_to(run_dir)}")
     where = f"resuming from step {found[0]}" if found else "starting from step 0"
     for line in aside:
-        print(f"mclib: {line}, {where}", file=sys.stderr)
+        log.warning(f"mclib: {line}, {where}")
     return found
 
 
@@ -223,7 +227,8 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
         written = append_metrics(run_dir, rows, written)
 
     def write(tmp: Path):
-        model.save_pretrained(tmp)
+        with no_hf_progress_bars():
+            model.save_pretrained(tmp)
         if opt is not None:
             torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
                         "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)

@@ -137,7 +137,7 @@ def record_end(run_dir: Path, profile: Profile, rows: list[dict], step: int, rea
     end = end_of_run(profile, [r for r in rows if r["step"] <= step], step, stopped=reason == "stopped",
                      cut=reason == "cut")
     if end != recorded:
-        write_atomic(path, lambda f: f.write_text(json.dumps(asdict(end))))
+        write_atomic(path, json.dumps(asdict(end)))
     return end
 
 

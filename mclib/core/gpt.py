@@ -16,6 +16,7 @@ from torch import nn
 from transformers import GPT2Config, GPT2Model, GPT2PreTrainedModel
 
 from .config import ModelConfig
+from .console import no_hf_progress_bars
 from .data import VOCAB_SIZE, Batch, tokenize
 
 SEP_ID = VOCAB_SIZE
@@ -76,4 +77,5 @@ def build_gpt(cfg: ModelConfig, n: int, seed: int) -> MatrixGPT:
 
 
 def load_gpt(path) -> MatrixGPT:
-    return MatrixGPT.from_pretrained(path, attn_implementation="sdpa").eval()
+    with no_hf_progress_bars():
+        return MatrixGPT.from_pretrained(path, attn_implementation="sdpa").eval()

@@ -31,15 +31,14 @@ from huggingface_hub.dataclasses import strict
 from torch import nn
 from transformers import AutoConfig, AutoModel, BertConfig, BertModel, BertPreTrainedModel
 from transformers.utils import CONFIG_NAME, ModelOutput
-from transformers.utils import logging as hf_logging
 from transformers.utils.generic import can_return_tuple
 
 from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
+from .console import no_hf_progress_bars
 from .data import MASK_ID, VOCAB_SIZE, Batch
 from .metrics import squared_errors
 
-hf_logging.disable_progress_bar()  # one bar per checkpoint load/save is noise in notebooks
 log = logging.getLogger(__name__)
 
 MODEL_TYPE = "matrix-bert"
@@ -255,5 +254,6 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
         if getattr(config, key, off) != off:
             raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
                              f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
-    model = MatrixBert.from_pretrained(path, config=config, attn_implementation=attention_for(config, attention))
+    with no_hf_progress_bars():
+        model = MatrixBert.from_pretrained(path, config=config, attn_implementation=attention_for(config, attention))
     return model.eval()

@@ -5,12 +5,14 @@ pass (`autocast`, `emulated_tf32`).
 from __future__ import annotations
 
 import contextlib
-import sys
+import logging
 from pathlib import Path
 
 import torch
 
 from .config import PRECISIONS, ConfigError, Profile
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str = "auto") -> torch.device:
@@ -44,11 +46,11 @@ def check_precision(device: torch.device, precision: str) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(f"train.precision = {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision == "tf32" and device.type != "cuda":
-        print(f"mclib: train.precision = 'tf32' on {device.type}: TF32 products emulated (mclib.core.tf32), "
-              "eagerly and slower than fp32", file=sys.stderr)
+        log.warning(f"mclib: train.precision = 'tf32' on {device.type}: TF32 products emulated (mclib.core.tf32), "
+                    "eagerly and slower than fp32")
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
-        print("mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
-              "torch emulates it, slower than fp32", file=sys.stderr)
+        log.warning("mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
+                    "torch emulates it, slower than fp32")
 
 
 def set_precision(device: torch.device, precision: str) -> None:

@@ -20,21 +20,20 @@
     .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it
 
 Every name above is defined here and nowhere else. This module writes and reads the
-profile and the metrics, and writes any file atomically (`write_atomic`); checkpoints are
+profile and the metrics, and writes any file atomically (`write_atomic`, from `mclib.core.atomic`: flushed to the disk, then
+renamed into place); checkpoints are
 `mclib.core.checkpoints`, the end `mclib.core.ending`, the analysis checkpoints
 `mclib.core.placement`. Only `mclib.core.train` writes runs.
 """
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import yaml
 from transformers.utils import CONFIG_NAME
 
+from .atomic import write_atomic  # a run folder's files are written whole (mclib.core.atomic)
 from .config import RUNNING, ConfigError, Profile, parse_yaml, profile_from_saved
 
 
@@ -98,33 +97,13 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
     return Path(run_dir) / CHECKPOINTS / f"step_{step:06d}"
 
 
-# --- writing a file ------------------------------------------------------------------------
-
-def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Write a file or folder through `write(tmp)`, then rename it into place."""
-    tmp = path.with_name(f".tmp-{path.name}")
-    if tmp.is_dir():
-        shutil.rmtree(tmp)
-    write(tmp)
-    if path.is_dir():  # a folder cannot be renamed over a full one: set the old aside only now the new is complete
-        old = path.with_name(f".old-{path.name}")
-        if old.is_dir():
-            shutil.rmtree(old)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
-
-
 # --- the profile ---------------------------------------------------------------------------
 
 def write_profile(run_dir: Path, profile: Profile) -> None:
     """Record the profile a run trains with; a folder started with another recipe refuses it."""
     if (run_dir / PROFILE).is_file():
         check_same_profile(run_dir, profile)
-    write_atomic(run_dir / PROFILE,
-                 lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+    write_atomic(run_dir / PROFILE, yaml.safe_dump(profile.to_dict(), sort_keys=False))
 
 
 def check_same_profile(run_dir: Path, profile: Profile) -> None:

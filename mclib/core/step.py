@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import math
-import sys
 from typing import Callable, NamedTuple
 
 import torch
@@ -25,6 +25,8 @@ from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import LEGACY, MODEL_TYPE, build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
 from .runs import write_atomic, write_profile
+
+log = logging.getLogger(__name__)
 
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
@@ -180,8 +182,7 @@ def step_variant(profile: Profile, device: torch.device, emulated: bool = False,
         else:
             wanted = chosen or "eager"
     if wanted in CUDA_ONLY_STEPS and device.type != "cuda":
-        print(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly",
-              file=sys.stderr)
+        log.warning(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly")
         return "eager"
     if wanted in COMPILED_STEPS and emulated:
         return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
@@ -332,8 +333,7 @@ class TrainingRun:
         said in one line; the step runs eagerly from here on (`STEP_RAN` says so at the next save)."""
         self.fell_back = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:120]}"
         self.ran_from = self.step
-        print(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly",
-              file=sys.stderr)
+        log.warning(f"mclib: train.step {variant}: {what} failed ({self.fell_back}); the step runs eagerly")
 
     @torch.no_grad()
     def evaluate(self) -> torch.Tensor:
@@ -385,7 +385,7 @@ class TrainingRun:
         said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
                 "fell_back": self.fell_back, "from_step": self.ran_from}
         if said != self.step_said:
-            write_atomic(self.dir / STEP_RAN, lambda f: f.write_text(json.dumps(said, indent=1)))
+            write_atomic(self.dir / STEP_RAN, json.dumps(said, indent=1))
             self.step_said = said
         if self.ahead is not None:  # the generator as the next step draws: the batches made ahead are not kept
             self.ahead.rewind(self.gens["data"])

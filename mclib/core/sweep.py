@@ -27,19 +27,22 @@ folder of another sweep is started afresh unless `resume: true`.
 """
 from __future__ import annotations
 
+import logging
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 from pydantic import ValidationError
 
+from .atomic import write_atomic
 from .config import ConfigError, load_profile, profile_path, read_yaml
 from .schema import NOT_NEGATIVE, Bool, Float, Int, Schema, Str, at_least_one, check, one_of, problems
 from .runs import run_name
 from .sweep_figure import draw_figure, keep_curves
 from .sweep_run import EVENT, SweepRun, train_sweep_run
+
+log = logging.getLogger(__name__)
 
 ORDERS = ("by-setting", "by-seed")
 
@@ -134,9 +137,7 @@ def append_row(results: Path, row: dict) -> None:
 
     results.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(results) if results.exists() else pd.DataFrame()
-    tmp = results.with_name(".tmp-" + results.name)
-    pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(tmp, index=False)
-    os.replace(tmp, results)
+    write_atomic(results, pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(index=False))
 
 
 def _progress_line(name: str, done: int, failed: int, waiting: int, running: dict[str, tuple[int, int]]) -> str:
@@ -172,10 +173,9 @@ def check_fits(runs: list[SweepRun]) -> None:
 
 def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "runs/sweep",
               results: str | Path | None = None, figure: str | Path | None = None, *, threads: int | None = None,
-              progress_every: float = 30.0, out=None) -> int:
+              progress_every: float = 30.0) -> int:
     """Run a sweep file (module doc); returns the number of runs that failed (0: all done).
-    Progress lines go to `out` (default: sys.stdout)."""
-    out = out or sys.stdout
+    Progress lines are logged (INFO: `python -m mclib sweep` prints them on stdout)."""
     from .jobs import cluster as dask_cluster
     from .jobs import needs_gpu, resolve_address
 
@@ -192,8 +192,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     have = finished(results, todo)
     pending = [r for r in todo if (r.sweep, r.setting, r.seed) not in have]
     done, failed = len(todo) - len(pending), []
-    print(f"sweep {path.name}: {len(todo)} runs, {done} already in {results}, {len(pending)} to train", file=out,
-          flush=True)
+    log.info(f"sweep {path.name}: {len(todo)} runs, {done} already in {results}, {len(pending)} to train")
 
     def record():  # after each row: its curve kept beside the table, and the figure drawn from both
         keep_curves(results, path.name, Path(runs))
@@ -204,17 +203,17 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
-            done, failed = _drive(client, pending, results, path.name, done, every=progress_every, out=out,
+            done, failed = _drive(client, pending, results, path.name, done, every=progress_every,
                                   redraw=record)
     record()
     for label, error in failed:
-        print(f"sweep {path.name}: {label} failed: {error}", file=out)
-    print(f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
-          f"figure {figure}", file=out, flush=True)
+        log.info(f"sweep {path.name}: {label} failed: {error}")
+    log.info(f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
+             f"figure {figure}")
     return len(failed)
 
 
-def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, out, redraw):
+def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, redraw):
     """Submit the pending runs in the sweep's order and wait, appending each finished run's row and
     redrawing; a progress line every `every` seconds. Returns (done, failed)."""
     from .jobs import resources_for
@@ -244,5 +243,5 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
             for _, event in client.get_events(EVENT):
                 steps[event["run"]] = (event["step"], event["steps"]) if event["state"] == "running" else None
             running = {futures[f].label: steps[futures[f].label] for f in left if steps.get(futures[f].label)}
-            print(_progress_line(name, done, len(failed), len(left) - len(running), running), file=out, flush=True)
+            log.info(_progress_line(name, done, len(failed), len(left) - len(running), running))
     return done, failed

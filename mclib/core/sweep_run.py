@@ -65,7 +65,7 @@ def _start_wall(run: SweepRun) -> float:
         shutil.rmtree(run.run_dir)  # a sweep row is one fresh run, unless the sweep continues runs
     wall0 = train_wall(run.run_dir)
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(marker, lambda tmp: tmp.write_text(json.dumps({**mine, "wall0": wall0})))
+    write_atomic(marker, json.dumps({**mine, "wall0": wall0}))
     return wall0
 
 

@@ -11,8 +11,8 @@ runs go to a Dask cluster through `mclib.core.jobs`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from .checkpoints import check_disk
@@ -31,6 +32,8 @@ from .precision import resolve_device, set_precision, with_device
 from .runs import LOCK, seed_run_dirs
 from .step import TrainingRun, train_step
 from .variants import auto_step
+
+log = logging.getLogger(__name__)
 
 
 def train(profile: Profile, run_dir: str | Path, progress: bool = True,
@@ -84,19 +87,14 @@ def only_trainer(run_dir: Path):
     """An exclusive lock on run_dir/.lock while this process trains the folder (the OS drops it
     when the process dies); a second trainer gets a one-line error."""
     try:
-        import fcntl
-    except ImportError:  # Windows has no fcntl: no guard there
+        lock = FileLock(run_dir / LOCK, timeout=0)
+        lock.acquire()
+    except Timeout:
+        raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
+    try:
         yield
-        return
-    with open(run_dir / LOCK, "w") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"run folder {str(run_dir)!r} is being trained by another process") from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    finally:
+        lock.release()
 
 
 class _CutSignals:
@@ -111,8 +109,7 @@ class _CutSignals:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)",
-              file=sys.stderr)
+        log.warning(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)")
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

@@ -4,7 +4,7 @@ on every lease), `time_run`, and `choose`, what `train.step: auto` runs on CUDA.
 """
 from __future__ import annotations
 
-import sys
+import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -15,6 +15,8 @@ from .config import Profile
 from .model import build_model
 from .precision import set_precision
 from .step import TrainingRun, steps_of, train_step
+
+log = logging.getLogger(__name__)
 
 
 def auto_step(profile: Profile, device: torch.device) -> str | None:
@@ -207,6 +209,6 @@ def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> 
             torch.cuda.empty_cache()
         except Exception as e:
             chosen, line = "eager", f"eager: the measurement failed ({type(e).__name__}: {str(e)[:120]})"
-        print(f"mclib: train.step auto: {line}", file=sys.stderr)
+        log.warning(f"mclib: train.step auto: {line}")
         _CHOSEN[key] = chosen
     return _CHOSEN[key]

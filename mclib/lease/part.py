@@ -14,12 +14,15 @@ turned to text (the files stayed on the GPU machine). Its sentences get today's 
 """
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from pathlib import Path
 
 from ..book.spec import Specs
 from . import precision, slices
+
+log = logging.getLogger(__name__)
 
 PART = Path("book") / "_executed" / "paper"
 
@@ -268,7 +271,7 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs:
     try:
         return reference.rows(first, name, laptop, specs=specs)
     except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
-        print(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
+        log.info(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import datetime
 import gzip
 import json
+import logging
 import shutil
-import sys
 import tarfile
 import tempfile
 import time
@@ -21,13 +21,15 @@ from . import steptable
 from .slices import (LEDGER, LOG_TAIL_KIB, LOGS, METRICS_GZ, REFUSED, RESULTS_TGZ, RETURN_MIB, RUN_FILES, STATE,
                      STEP_TABLE, SliceError, done, is_done, read_ledger)
 
+log = logging.getLogger(__name__)
+
 
 def _read(what: str, read):
     """`read()`, or, where it raises (a run damaged by a kill), the error in one line: the rest is packed all the same."""
     try:
         return read()
     except Exception as e:
-        print(f"slice: {what} not read: {type(e).__name__}: {e}", file=sys.stderr)
+        log.warning(f"slice: {what} not read: {type(e).__name__}: {e}")
         return f"not read: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:160]}"
 
 
@@ -37,7 +39,7 @@ def pack_refused(out_dir: Path, dest: Path) -> Path:
     out_dir = Path(out_dir)
     why = ((out_dir / REFUSED).read_text().strip() if (out_dir / REFUSED).is_file() else
            f"no {STATE} in {out_dir}: `slice start` was not issued here, or ended before it started a slice")
-    print(f"lease: no slice to finish: {why}", file=sys.stderr, flush=True)
+    log.warning(f"lease: no slice to finish: {why}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "slice"
         folder.mkdir()
@@ -51,7 +53,7 @@ def refuse(out_dir: Path, why: str) -> None:
     """Write why no slice starts in this work folder (REFUSED), for `finish` to pack."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / REFUSED, lambda f: f.write_text(why.strip() + "\n"))
+    write_atomic(out_dir / REFUSED, why.strip() + "\n")
 
 
 def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
@@ -91,12 +93,11 @@ def _pack_into(folder: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / RESULTS_TGZ
     record = json.loads((folder / STATE).read_text())
-    tmp = dest / (RESULTS_TGZ + ".tmp")
-    left_out = _pack(folder, tmp)
-    tmp.replace(path)  # a cut pack never reads as whole
+    left_out = []
+    write_atomic(path, lambda tmp: left_out.extend(_pack(folder, tmp)))  # a cut pack never reads as whole
     what = f"slice {record['slice']}" if record.get("slice") else "lease (no slice)"
-    print(f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
-          + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""), flush=True)
+    log.info(f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
+             + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""))
     return path
 
 
@@ -140,10 +141,7 @@ def _copy_run(src: Path, dest: Path, files) -> None:
     complete) and its small `files`, into `dest`."""
     if (src / METRICS).is_file():
         dest.mkdir(parents=True, exist_ok=True)
-        tmp = dest / (METRICS_GZ + ".tmp")
-        with open(src / METRICS, "rb") as f_in, gzip.open(tmp, "wb") as f_out:
-            shutil.copyfileobj(f_in, f_out)
-        tmp.replace(dest / METRICS_GZ)
+        write_atomic(dest / METRICS_GZ, gzip.compress((src / METRICS).read_bytes()))
     for f in files:
         if (src / f).is_file():
             dest.mkdir(parents=True, exist_ok=True)
@@ -218,8 +216,8 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, rev
             with tempfile.TemporaryDirectory() as tmp:
                 tar.extractall(tmp, filter="data")
                 adopted = steptable.adopt(Path(tmp) / STEP_TABLE, root / steptable.COMMITTED)
-            print(f"slice merge: the lease started no slice: {record.get('refused')}"
-                  + (f"; {adopted}" if adopted else ""))
+            log.info(f"slice merge: the lease started no slice: {record.get('refused')}"
+                     + (f"; {adopted}" if adopted else ""))
             return None
         dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
         tar.extractall(dest, filter="data")
@@ -237,21 +235,21 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, rev
         _set_revision(dest, record, revision)
     if ran:
         here = mclib_sha()
-        print(f"slice merge: the lease ran mclib {ran}; this checkout's is "
-              + ("the same" if ran == here else f"{here}: the library changed since"))
+        log.info(f"slice merge: the lease ran mclib {ran}; this checkout's is "
+                 + ("the same" if ran == here else f"{here}: the library changed since"))
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
     if planned is not None and size > planned.results_mib:
         notes.append(f"{size:.1f} MiB under results/, over the slice's budget of {planned.results_mib:g} MiB "
                      "(results_mib; what travels to a lease must stay under 46 MiB)")
     for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
-        print(f"slice merge: note: {n}")
+        log.info(f"slice merge: note: {n}")
     adopted = steptable.adopt(dest / STEP_TABLE, root / steptable.COMMITTED)
     if adopted:
-        print(f"slice merge: {adopted}")
+        log.info(f"slice merge: {adopted}")
     record["merge_notes"] = notes
-    write_atomic(dest / STATE, lambda f: f.write_text(json.dumps(record, indent=1)))
-    print(f"slice {record['slice']}: merged into {dest}")
+    write_atomic(dest / STATE, json.dumps(record, indent=1))
+    log.info(f"slice {record['slice']}: merged into {dest}")
     return dest
 
 
@@ -302,7 +300,7 @@ def _set_revision(dest: Path, record: dict, revision: str) -> None:
             for nb in data.get("notebooks", []):
                 if nb.get("git") == recorded:
                     nb["git"] = revision
-            write_atomic(f, lambda out, d=data: out.write_text(json.dumps(d, indent=1)))
+            write_atomic(f, json.dumps(data, indent=1))
     table = Path(dest) / STEP_TABLE
     if table.is_file():
         import pandas as pd

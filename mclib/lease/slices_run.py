@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 
 import yaml
@@ -27,6 +27,8 @@ from .slices import (LEDGER, STATE, STEP_TABLE, TRAIN_LOG, SliceError, next_slic
                      slice_profile, train_seconds, why_not)
 from .slices_pack import (_copy_logs, _ends, _freeze_ends, _pack_into, _read, _steps_ran, collect, device_record,
                           pack_refused)
+
+log = logging.getLogger(__name__)
 
 
 def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER, *,
@@ -48,9 +50,9 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     table = Path(out_dir) / STEP_TABLE
     variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
     step_ms = measured if measured is not None else ledger["step_ms"]
-    print(f"lease: {why}; the plan reads {step_ms:g} ms a step "
-          f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})", flush=True)
-    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=lambda line: print(line, flush=True))
+    log.info(f"lease: {why}; the plan reads {step_ms:g} ms a step "
+             f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})")
+    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=log.info)
     if s is None:
         first = next_slice(ledger, ledger_path.parent)
         raise SliceError(f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}")
@@ -61,20 +63,20 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ppath = out_dir / f"slice-{s.name}.yaml"
-    write_atomic(ppath, lambda f: f.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False)))
+    write_atomic(ppath, yaml.safe_dump(profile.to_dict(), sort_keys=False))
     deadline = t0 + train_seconds(s, budget)
-    log = open(out_dir / TRAIN_LOG, "ab")
+    train_log = open(out_dir / TRAIN_LOG, "ab")
     e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
     trainer = [sys.executable, "-m", "mclib.lease.slices_run", str(ppath), str(out_dir), str(deadline), e15]
-    proc = subprocess.Popen(trainer, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
+    proc = subprocess.Popen(trainer, stdout=train_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
     state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
              "profile": str(ppath),
              "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": git_revision(),
              "train_step": variant, "train_step_why": why}
-    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
-    print(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
-          f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}", flush=True)
+    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
+    log.info(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
+             f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}")
     _wait(proc.pid, min(time.time() + hold_s, began + command_s - slices.COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
     return state
 
@@ -94,7 +96,7 @@ def _logging(stop, name: str, every: int):
         row = rows[-1]
         if row["step"] // every > last[0] // every and row["wall"] == row["wall"]:  # NaN between flushes
             ms = 1000 * (row["wall"] - last[1]) / max(row["step"] - last[0], 1)
-            print(f"{name} step {row['step']:,}: L_mask {row['L_mask']:.4g}, {ms:.1f} ms a step", flush=True)
+            log.info(f"{name} step {row['step']:,}: L_mask {row['L_mask']:.4g}, {ms:.1f} ms a step")
             last[:] = [row["step"], row["wall"]]
         return stop(rows) if stop is not None else False
     return logged
@@ -126,8 +128,7 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
         return
     reached = run_end(book_run).step if saved_steps(book_run) else 0
     if reached != source_steps:  # cut by the deadline first: E15 would start from other weights than planned
-        print(f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started",
-              flush=True)
+        log.info(f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started")
         return
     for group in freeze:
         if time.time() >= deadline:
@@ -153,7 +154,7 @@ def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
     last = 0.0
     while _alive(pid) and time.time() < until:
         if not quiet and time.time() - last >= 30:
-            print("  training: " + (", ".join(training_status(out_dir / "runs", 0)) or "starting"), flush=True)
+            log.info("  training: " + (", ".join(training_status(out_dir / "runs", 0)) or "starting"))
             last = time.time()
         time.sleep(min(1.0, max(0.05, until - time.time())))
     return not _alive(pid)
@@ -180,8 +181,7 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
     if _wait(pid, min(state["deadline"] + slices.FINISH_GRACE_S, until - slices.STOP_S), out_dir):
         return ENDED_ITSELF
     late = time.time() - state["deadline"]
-    print(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)",
-          file=sys.stderr, flush=True)
+    log.warning(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)")
     _signal(pid, signal.SIGTERM)
     if _wait(pid, min(time.time() + slices.STOP_S, until), out_dir, quiet=True):
         return f"asked to stop (SIGTERM) {late:.0f} s past its deadline; it ended"
@@ -189,7 +189,7 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
     ended = _wait(pid, time.time() + 5, out_dir, quiet=True)
     line = (f"killed (SIGKILL): still running {late:.0f} s past its deadline and {slices.STOP_S:g} s after SIGTERM"
             + ("" if ended else "; still there 5 s later"))
-    print(f"slice {name}: training {line}", file=sys.stderr, flush=True)
+    log.warning(f"slice {name}: training {line}")
     return line
 
 
@@ -221,7 +221,7 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         lease_end = state["started"] + state["budget_s"]
     end = min(lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S)
     state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
-    write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
     if chapters_s is not None:
         end_by = min(end_by, time.time() + chapters_s - slices.COLLECT_S)
@@ -239,14 +239,12 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
                   timeout=int(min(timeout or left, left)), specs=specs)  # papermill takes whole seconds
         except Exception as e:  # whatever a chapter does, what trained is packed
             error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
-            print(f"slice {state['slice']}: {error}", file=sys.stderr)
-            if not isinstance(e, BookError):
-                traceback.print_exc()
+            log.warning(f"slice {state['slice']}: {error}", exc_info=not isinstance(e, BookError))
             continue
         done.append(name)
-        write_atomic(out_dir / STATE, lambda f: f.write_text(json.dumps(state, indent=1)))
+        write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     if skipped:
-        print(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}", file=sys.stderr)
+        log.warning(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}")
     profile = load_profile(state["profile"])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "slice"
@@ -292,7 +290,10 @@ def _device_name() -> str:
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
-if __name__ == "__main__":  # the detached trainer `start` launches
+if __name__ == "__main__":  # the detached trainer `start` launches; its log is TRAIN_LOG
+    from ..core.console import console_logging
+
     e15 = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
-    train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), e15.get("source_steps"),
-                tuple(e15.get("freeze") or ()))
+    with console_logging():
+        train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), e15.get("source_steps"),
+                    tuple(e15.get("freeze") or ()))

@@ -7,6 +7,7 @@ a step goes). Each variant's step is `mclib.core.step.WAYS`'; its check and timi
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -19,8 +20,11 @@ from typing import NamedTuple
 import pandas as pd
 import torch
 
+from ..core.atomic import write_atomic
 from ..core.repo import REPO
 from ..core.step import COMPILED_STEPS
+
+log = logging.getLogger(__name__)
 
 TOP_ROWS = 30      # rows of each profile written per variant
 PROFILE_STEPS = 5  # steps each profile covers (its times are per step)
@@ -158,9 +162,9 @@ class Table:
                               "kernel_ms_step": nan, "idle_ms_step": nan, "first_s": nan,
                               **self.stamp, **values, "note": values.get("note", self.note)})
             r = self.rows[-1]
-            print(f"{variant}: {status}" + (f", {r['ms_step']:.2f} ms a step ({r['ms_min']:.2f}-{r['ms_max']:.2f}, "
-                                             f"host {r['host_ms_step']:.2f})" if status == "ran" else "")
-                  + (f"; {r['check']}" if r["check"] else ""), flush=True)
+            log.info(f"{variant}: {status}" + (f", {r['ms_step']:.2f} ms a step ({r['ms_min']:.2f}-{r['ms_max']:.2f}, "
+                                                f"host {r['host_ms_step']:.2f})" if status == "ran" else "")
+                     + (f"; {r['check']}" if r["check"] else ""))
             self.write()
 
     def update(self, variant: str, **values) -> None:
@@ -180,15 +184,13 @@ class Table:
             return
         with self.lock:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.out.with_name(f".tmp-{self.out.name}")
-            pd.DataFrame(self.rows).to_csv(tmp, index=False)
-            os.replace(tmp, self.out)
+            write_atomic(self.out, pd.DataFrame(self.rows).to_csv(index=False))
 
     def log_error(self, what: str, text: str) -> None:
         """`text` (a traceback) under a heading, appended to OUT_errors.log (stderr without --out)."""
         block = f"--- {what} ({time.strftime('%Y-%m-%d %H:%M:%S')})\n{text.rstrip()}\n"
         if self.out is None:
-            print(block, file=sys.stderr, flush=True)
+            log.error(block)
             return
         with self.lock, open(self.out.with_name(self.out.stem + "_errors.log"), "a") as f:
             f.write(block)
@@ -229,6 +231,6 @@ class Cap:
                 self.table.not_run(rest, f"{variant} hung")
                 self.table.log_error(variant, "".join(traceback.format_stack(sys._current_frames()[
                     threading.main_thread().ident])))
-                print(f"lease_step: {variant} cut at its cap of {cap_s:.0f} s; the rows before it are in "
-                      f"{self.table.out}", file=sys.stderr, flush=True)
+                log.warning(f"lease_step: {variant} cut at its cap of {cap_s:.0f} s; the rows before it are in "
+                            f"{self.table.out}")
                 os._exit(self.exit_code)
