@@ -238,7 +238,7 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
     """Submit the pending runs and wait, appending each finished run's row to `results` and
     redrawing the figure after it (a sweep cut by a wall cap still leaves a figure of its
     rows); a progress line every `every` seconds. Returns (done, failed)."""
-    from .jobs import resources_for
+    from .jobs import first_done, resources_for
 
     # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
     # submitted together by their keys, i.e. alphabetically by setting name
@@ -247,7 +247,8 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
                for i, r in enumerate(pending)}
     left, failed, last = set(futures), [], 0.0
     while left:
-        time.sleep(0.5)
+        # woken by the first run to end, or when the next progress line is due
+        first_done(client, list(left), max(0.05, every - (time.monotonic() - last)))
         finished_now = {f for f in left if f.done()}
         left -= finished_now
         for f in finished_now:
