@@ -218,12 +218,26 @@ def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | 
     return futures
 
 
+def first_done(client, futures: list, timeout: float) -> None:
+    """Return once one of `futures` has ended, or after `timeout` seconds (distributed's
+    `as_completed` on `client`'s loop: the client need not be the process's default one)."""
+    from distributed import as_completed
+
+    with contextlib.suppress(TimeoutError, StopIteration):
+        next(as_completed(futures, loop=client.loop, timeout=timeout))
+
+
 def _free_slot(client, running: list, poll: float, until=None) -> list:
     """Wait until fewer of `running` still run than the workers have threads, or until `until` has
-    ended; returns those still running. Polled, so workers that join meanwhile count."""
+    ended; returns those still running. Woken by the first of them to end (`first_done`), and every
+    `poll` seconds all the same, so that workers that join meanwhile count."""
     running = [f for f in running if not f.done()]
     while len(running) >= slots(client) and not (until is not None and until.done()):
-        time.sleep(poll)
+        watched = running + ([until] if until is not None else [])
+        if not watched:  # no worker yet and nothing running: only a joining worker frees a slot
+            time.sleep(poll)
+        else:
+            first_done(client, watched, poll)  # none ended within poll: count the workers again
         running = [f for f in running if not f.done()]
     return running
 

@@ -216,7 +216,7 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
 def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, redraw):
     """Submit the pending runs in the sweep's order and wait, appending each finished run's row and
     redrawing; a progress line every `every` seconds. Returns (done, failed)."""
-    from .jobs import resources_for
+    from .jobs import first_done, resources_for
 
     # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
     # submitted together by their keys, i.e. alphabetically by setting name
@@ -225,7 +225,8 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
                for i, r in enumerate(pending)}
     left, failed, last = set(futures), [], 0.0
     while left:
-        time.sleep(0.5)
+        # woken by the first run to end, or when the next progress line is due
+        first_done(client, list(left), max(0.05, every - (time.monotonic() - last)))
         finished_now = {f for f in left if f.done()}
         left -= finished_now
         for f in finished_now:
