@@ -17,6 +17,7 @@ Each configuration trains for --seconds after 20 warm-up steps; ms/step is the m
 that time. "runs/hour" is how many runs of the profile's length that configuration
 completes per hour with all its processes: the number to compare. Run it on idle cores.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,17 +33,19 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 import torch  # noqa: E402
+from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next to this file)
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.variants import step_function  # noqa: E402
-from train_step import cpu_model  # noqa: E402  (benchmarks/train_step.py, next to this file)
 
 
 def ms_per_step(profile_name: str, attention: str, threads: int, seconds: float, seed: int = 0) -> float:
     """Mean ms per training step of the profile's model, in this process."""
     torch.set_num_threads(threads)
-    profile = load_profile(profile_path(profile_name), **{"model.attention": attention,
-                                                          "train.compile": False, "train.precision": "fp32"})
+    profile = load_profile(
+        profile_path(profile_name),
+        **{"model.attention": attention, "train.compile": False, "train.precision": "fp32"},
+    )
     step = step_function(profile.replace(seed=seed), torch.device("cpu"))
 
     for _ in range(20):
@@ -73,8 +76,14 @@ def main():
             rows.append({"attention": attention, "processes": 1, "threads_each": threads, "ms_per_step": ms})
         with mp.get_context("spawn").Pool(cores) as pool:
             each = pool.map(_child, [(args.profile, attention, 1, args.seconds, s) for s in range(cores)])
-        rows.append({"attention": attention, "processes": cores, "threads_each": 1,
-                     "ms_per_step": sum(each) / len(each)})
+        rows.append(
+            {
+                "attention": attention,
+                "processes": cores,
+                "threads_each": 1,
+                "ms_per_step": sum(each) / len(each),
+            }
+        )
     df = pd.DataFrame(rows)
     df["runs_per_hour"] = df.processes * 3.6e6 / (df.ms_per_step * steps)
     df.insert(0, "profile", args.profile)

@@ -21,6 +21,7 @@ rounds of its time / the first lever's time within the round (the ratio to quote
 The arithmetic is checked separately: 1 000 steps trained each way, every logged loss
 compared (docs/performance.md, "The CPU step's levers").
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,11 @@ import torch  # noqa: E402
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.step import TrainingRun, steps_of  # noqa: E402
 
-ADAM = {"loop": {"foreach": False, "fused": False}, "foreach": {"foreach": True, "fused": None},
-        "fused": {"foreach": None, "fused": True}}
+ADAM = {
+    "loop": {"foreach": False, "fused": False},
+    "foreach": {"foreach": True, "fused": None},
+    "fused": {"foreach": None, "fused": True},
+}
 
 
 def lever_step(profile, lever: str):
@@ -49,8 +53,12 @@ def lever_step(profile, lever: str):
     run = TrainingRun.in_memory(p, device)
     adam = [a for a in parts if a in ADAM]
     if adam:  # the same parameters and lr, another implementation of Adam
-        run.opt = torch.optim.Adam([q for q in run.model.parameters() if q.requires_grad],
-                                   lr=p.train.lr, betas=(0.9, p.train.beta2), **ADAM[adam[0]])
+        run.opt = torch.optim.Adam(
+            [q for q in run.model.parameters() if q.requires_grad],
+            lr=p.train.lr,
+            betas=(0.9, p.train.beta2),
+            **ADAM[adam[0]],
+        )
         for group in run.opt.param_groups:
             group["base_lr"] = p.train.lr
     return steps_of([run])
@@ -73,21 +81,25 @@ def main(argv=None):
             fn()
     times = {name: [] for name in levers}
     for r in range(args.rounds):
-        order = levers[r % len(levers):] + levers[:r % len(levers)]
+        order = levers[r % len(levers) :] + levers[: r % len(levers)]
         for name in order:
             t0 = time.perf_counter()
             for _ in range(args.steps):
                 fns[name]()
             times[name].append((time.perf_counter() - t0) / args.steps * 1000)
     base = levers[0]
-    print(f"{args.profile}, {torch.get_num_threads()} thread(s), {args.rounds} rounds of {args.steps} steps, "
-          f"torch {torch.__version__}; ratio: the median over rounds of lever / {base} within a round")
+    print(
+        f"{args.profile}, {torch.get_num_threads()} thread(s), {args.rounds} rounds of {args.steps} steps, "
+        f"torch {torch.__version__}; ratio: the median over rounds of lever / {base} within a round"
+    )
     print("| lever | ms a step, median (min-max) | ratio to " + base + " (min-max) |")
     print("|---|---:|---:|")
     for name in levers:
         ratios = [a / b for a, b in zip(times[name], times[base])]
-        print(f"| {name} | {statistics.median(times[name]):.1f} ({min(times[name]):.1f}-{max(times[name]):.1f}) | "
-              f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |")
+        print(
+            f"| {name} | {statistics.median(times[name]):.1f} ({min(times[name]):.1f}-{max(times[name]):.1f}) | "
+            f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |"
+        )
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ Prints one table per measure:
 - with --tests, the wall time of the fast tier, `python -m pytest -m "not slow" -n 2`, and of
   the same tests in one process (`--repeat N` runs each N times, alternating).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -133,8 +134,11 @@ def import_graph() -> None:
     for room, sizes in sorted(rooms.items()):
         print(f"| {room}/ | {len(sizes)} | {sum(sizes)} |")
     found = circles(arrows)
-    print(f"\ncircles among files: {len(found)}" + "".join(
-        f"\n- {len(c)} files: {', '.join(c)}" for c in found) + "\n")
+    print(
+        f"\ncircles among files: {len(found)}"
+        + "".join(f"\n- {len(c)} files: {', '.join(c)}" for c in found)
+        + "\n"
+    )
 
 
 def longest_functions(k: int = 8) -> None:
@@ -143,7 +147,9 @@ def longest_functions(k: int = 8) -> None:
     for f in sorted((ROOT / "mclib").rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                found.append((node.end_lineno - node.lineno + 1, f"{f.relative_to(ROOT)}:{node.lineno} {node.name}"))
+                found.append(
+                    (node.end_lineno - node.lineno + 1, f"{f.relative_to(ROOT)}:{node.lineno} {node.name}")
+                )
     print("| longest functions of mclib | lines |\n|---|---|")
     for n, where in sorted(found, key=lambda x: (-x[0], x[1]))[:k]:
         print(f"| {where} | {n} |")
@@ -154,16 +160,26 @@ def notebook_cells() -> None:
     rows, every = [], []
     for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
         nb = nbformat.read(nb_path, as_version=4)
-        sizes = [len([l for l in c.source.splitlines() if l.strip()])
-                 for c in nb.cells if c.cell_type == "code"]
+        sizes = [
+            len([l for l in c.source.splitlines() if l.strip()]) for c in nb.cells if c.cell_type == "code"
+        ]
         every += sizes
-        rows.append((nb_path.name, len(sizes), max(sizes, default=0),
-                     statistics.mean(sizes) if sizes else 0.0, sum(sizes)))
+        rows.append(
+            (
+                nb_path.name,
+                len(sizes),
+                max(sizes, default=0),
+                statistics.mean(sizes) if sizes else 0.0,
+                sum(sizes),
+            )
+        )
     print("| notebook | code cells | longest cell | mean cell | code lines |\n|---|---|---|---|---|")
     for name, k, longest, mean, total in rows:
         print(f"| {name} | {k} | {longest} | {mean:.1f} | {total} |")
-    print(f"| all | {len(every)} | {max(every, default=0)} | "
-          f"{statistics.mean(every) if every else 0:.1f} | {sum(every)} |\n")
+    print(
+        f"| all | {len(every)} | {max(every, default=0)} | "
+        f"{statistics.mean(every) if every else 0:.1f} | {sum(every)} |\n"
+    )
 
 
 def duplicate_pairs() -> None:
@@ -173,15 +189,15 @@ def duplicate_pairs() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         for folder in ("mclib", "scripts", "benchmarks", "tests"):
-            shutil.copytree(ROOT / folder, tmp / folder,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(ROOT / folder, tmp / folder, ignore=shutil.ignore_patterns("__pycache__"))
         (tmp / "notebooks").mkdir()
         for nb_path in sorted((ROOT / "book").glob("*.ipynb")):
             nb = nbformat.read(nb_path, as_version=4)
             code = "\n\n".join(c.source for c in nb.cells if c.cell_type == "code")
             (tmp / "notebooks" / f"nb_{nb_path.stem}.py").write_text(code + "\n")
-        out = subprocess.run(["duplicates", "--repo", str(tmp), "--most", "40"],
-                             capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["duplicates", "--repo", str(tmp), "--most", "40"], capture_output=True, text=True
+        ).stdout
     print("duplicates over mclib, scripts, benchmarks, tests and the notebooks' code:")
     print("```\n" + out.strip() + "\n```\n")
 

@@ -61,6 +61,7 @@ mclib.lease.slices.pick_step reads the table: the slice trains with the fastest 
 On the CPU this is a rehearsal (tests/test_lease_step.py): the CUDA-only variants are skipped
 ("needs CUDA"), tf32 runs as fp32, the times are wall-clock and the profiles are by CPU time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,21 +79,40 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.repo import git_revision  # noqa: E402
 from mclib.core.precision import resolve_device, set_precision  # noqa: E402
+from mclib.core.repo import git_revision  # noqa: E402
 from mclib.core.step import CUDA_ONLY_STEPS, steps_of  # noqa: E402
-from mclib.core.variants import (BUSY_STEPS, CHECK_STEPS, REPEATS, compare, device_error, initial_params,  # noqa: E402
-                                 release, time_run, trace)
+from mclib.core.variants import (
+    BUSY_STEPS,
+    CHECK_STEPS,
+    REPEATS,
+    compare,
+    device_error,
+    initial_params,  # noqa: E402
+    release,
+    time_run,
+    trace,
+)
 from mclib.lease import steptable  # noqa: E402
-from mclib.lease.stepbench import (SPECS, VARIANTS, Cap, Table, bf16_effect, host_table, kernel_table,  # noqa: E402
-                                   write_frame)
+from mclib.lease.stepbench import (
+    SPECS,
+    VARIANTS,
+    Cap,
+    Table,
+    bf16_effect,
+    host_table,
+    kernel_table,  # noqa: E402
+    write_frame,
+)
 
 LEDGER = ROOT / "results" / "paper-slices.yaml"
-COMPILE_S = 60.0   # what a compile of the paper's step is assumed to take until one here has been timed
-SLOW_COMPILE_S = 90.0  # a slow compile (max-autotune) likewise, until the committed table or this one timed it
-GRACE_S = 10.0     # a variant still running this long past the budget's end is cut
-MIN_CAP_S = 30.0   # a variant's cap: three times its estimate, at least this
-EXIT_STOPPED = 3   # a variant hung or left the device unusable: the rows before it kept, the rest say why
+COMPILE_S = 60.0  # what a compile of the paper's step is assumed to take until one here has been timed
+SLOW_COMPILE_S = (
+    90.0  # a slow compile (max-autotune) likewise, until the committed table or this one timed it
+)
+GRACE_S = 10.0  # a variant still running this long past the budget's end is cut
+MIN_CAP_S = 30.0  # a variant's cap: three times its estimate, at least this
+EXIT_STOPPED = 3  # a variant hung or left the device unusable: the rows before it kept, the rest say why
 
 
 def ledger_defaults(path: Path) -> dict:
@@ -109,24 +129,44 @@ def _first_line(e: BaseException) -> str:
 
 def _arguments(argv) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--budget-s", type=float, default=110.0, help="seconds for everything (default 110; at most 120)")
-    ap.add_argument("--ledger", default=str(LEDGER), help="the slice ledger whose profile and precision are the default")
+    ap.add_argument(
+        "--budget-s", type=float, default=110.0, help="seconds for everything (default 110; at most 120)"
+    )
+    ap.add_argument(
+        "--ledger", default=str(LEDGER), help="the slice ledger whose profile and precision are the default"
+    )
     ap.add_argument("--profile", help="default: the ledger's, else paper")
-    ap.add_argument("--precision", help="the book's GPU precision to time (default: the ledger's, else the profile's)")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}, run in this order")
-    ap.add_argument("--steps", type=int, default=20, help=f"steps in each of the {REPEATS} timed windows (default 20)")
+    ap.add_argument(
+        "--precision", help="the book's GPU precision to time (default: the ledger's, else the profile's)"
+    )
+    ap.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}, run in this order"
+    )
+    ap.add_argument(
+        "--steps", type=int, default=20, help=f"steps in each of the {REPEATS} timed windows (default 20)"
+    )
     ap.add_argument("--check-steps", type=int, default=CHECK_STEPS, help="steps each check compares (20)")
     ap.add_argument("--batch", type=int, help="override train.batch (the rehearsal's CPU run)")
     ap.add_argument("--out", help="CSV of the table; the profiles and the errors' log go beside it")
-    ap.add_argument("--committed", help=f"the committed table (default: {steptable.COMMITTED} beside the ledger)")
-    ap.add_argument("--full", action="store_true", help="every variant, even where the committed table stands")
-    ap.add_argument("--resume", action="store_true", help="only the variants the table at --out has no row for")
+    ap.add_argument(
+        "--committed", help=f"the committed table (default: {steptable.COMMITTED} beside the ledger)"
+    )
+    ap.add_argument(
+        "--full", action="store_true", help="every variant, even where the committed table stands"
+    )
+    ap.add_argument(
+        "--resume", action="store_true", help="only the variants the table at --out has no row for"
+    )
     args = ap.parse_args(argv)
     args.wanted = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in args.wanted if v not in VARIANTS]
     if unknown or "eager" not in args.wanted:
-        ap.error(f"--variants: {', '.join(unknown) or 'eager (the reference) is missing'} (known: {', '.join(VARIANTS)})")
-    args.committed = Path(args.committed) if args.committed else Path(args.ledger).parent / steptable.COMMITTED
+        ap.error(
+            f"--variants: {', '.join(unknown) or 'eager (the reference) is missing'} (known: {', '.join(VARIANTS)})"
+        )
+    args.committed = (
+        Path(args.committed) if args.committed else Path(args.ledger).parent / steptable.COMMITTED
+    )
     return args
 
 
@@ -156,16 +196,33 @@ class Measure:
         self.out = Path(args.out) if args.out else None
         kept: list[dict] = []
         if args.resume and self.out is not None and self.out.is_file():
-            kept = [r for r in pd.read_csv(self.out).to_dict("records") if not str(r["status"]).startswith("not run")]
-            print(f"lease_step: resumed: {', '.join(r['variant'] for r in kept)} kept from {self.out.name}", flush=True)
+            kept = [
+                r
+                for r in pd.read_csv(self.out).to_dict("records")
+                if not str(r["status"]).startswith("not run")
+            ]
+            print(
+                f"lease_step: resumed: {', '.join(r['variant'] for r in kept)} kept from {self.out.name}",
+                flush=True,
+            )
         self.done = {r["variant"] for r in kept}
-        stamp = {"precision": precision, "batch": self.base.train.batch, "steps": args.steps,
-                 "check_steps": args.check_steps, **key, "mode": mode, "date": datetime.date.today().isoformat(),
-                 "git": git_revision(), "time": time.time()}
+        stamp = {
+            "precision": precision,
+            "batch": self.base.train.batch,
+            "steps": args.steps,
+            "check_steps": args.check_steps,
+            **key,
+            "mode": mode,
+            "date": datetime.date.today().isoformat(),
+            "git": git_revision(),
+            "time": time.time(),
+        }
         self.table = Table(self.out, stamp, note, kept)
         self.cap = Cap(self.table, EXIT_STOPPED)
         self.compile_s, self.profile_s = COMPILE_S, 0.0
-        self.best: tuple[str, float] | None = None  # the fastest trainable variant that passed: (name, ms a step)
+        self.best: tuple[str, float] | None = (
+            None  # the fastest trainable variant that passed: (name, ms a step)
+        )
         self.kernels: list[pd.DataFrame] = []
         self.committed = pd.read_csv(args.committed) if args.committed.is_file() else None
 
@@ -186,21 +243,39 @@ class Measure:
         repeat = compare(self.ref, again, self.start)
         timing = time_run(again.run, a.steps)
         self.step_s = timing.ms / 1000
-        said = (f"bitwise equal to eager over {a.check_steps} steps" if repeat.bitwise else
-                f"NOT bitwise equal to itself (losses {repeat.loss_rel:.1e}, update {repeat.update_rel:.1e} relative)")
+        said = (
+            f"bitwise equal to eager over {a.check_steps} steps"
+            if repeat.bitwise
+            else f"NOT bitwise equal to itself (losses {repeat.loss_rel:.1e}, update {repeat.update_rel:.1e} relative)"
+        )
         if "eager" not in self.done:
-            self.table.add("eager", "ran", passed=True, bitwise=repeat.bitwise, check=f"the reference; run twice, {said}",
-                           first_s=first_s, loss_rel=repeat.loss_rel, update_rel=repeat.update_rel,
-                           **self._times(timing))
+            self.table.add(
+                "eager",
+                "ran",
+                passed=True,
+                bitwise=repeat.bitwise,
+                check=f"the reference; run twice, {said}",
+                first_s=first_s,
+                loss_rel=repeat.loss_rel,
+                update_rel=repeat.update_rel,
+                **self._times(timing),
+            )
         self.best = ("eager", timing.ms)
-        self.cap.arm("the profiles", max(self.left() + GRACE_S, MIN_CAP_S), later)  # their own row if they hang
+        self.cap.arm(
+            "the profiles", max(self.left() + GRACE_S, MIN_CAP_S), later
+        )  # their own row if they hang
         self.profile("eager", again.run, timing.ms)
         self.cap.disarm()
 
     @staticmethod
     def _times(timing) -> dict:
-        return {"ms_step": timing.ms, "ms_min": timing.ms_min, "ms_max": timing.ms_max, "repeats": timing.repeats,
-                "host_ms_step": timing.host_ms}
+        return {
+            "ms_step": timing.ms,
+            "ms_min": timing.ms_min,
+            "ms_max": timing.ms_max,
+            "repeats": timing.repeats,
+            "host_ms_step": timing.host_ms,
+        }
 
     def profile(self, variant: str, run, ms: float) -> None:
         """`variant`'s kernels (beside the table; its row's kernel sum and the device's idle time)
@@ -210,8 +285,11 @@ class Measure:
             step = steps_of([run])
             kernels, total = kernel_table(step, self.device, variant)
             self.kernels.append(kernels)
-            self.table.update(variant, kernel_ms_step=total,
-                              idle_ms_step=ms - total if self.device.type == "cuda" else float("nan"))
+            self.table.update(
+                variant,
+                kernel_ms_step=total,
+                idle_ms_step=ms - total if self.device.type == "cuda" else float("nan"),
+            )
             host = host_table(step, self.device, variant)
             if self.out is not None:
                 write_frame(pd.concat(self.kernels, ignore_index=True), self.out, "kernels")
@@ -233,8 +311,10 @@ class Measure:
                 if pd.notna(prior.get("first_s")):
                     compile_s = float(prior["first_s"])
                 if self.best is not None and not prior["ms_step"] < self.best[1]:
-                    why = (f"not run: the committed table's {prior['ms_step']:.2f} ms a step cannot beat "
-                           f"{self.best[0]}'s {self.best[1]:.2f}")
+                    why = (
+                        f"not run: the committed table's {prior['ms_step']:.2f} ms a step cannot beat "
+                        f"{self.best[0]}'s {self.best[1]:.2f}"
+                    )
         return steps * self.step_s * 2 + 5 + compile_s + self.profile_s, why
 
     def _committed_row(self, variant: str) -> dict | None:
@@ -286,23 +366,43 @@ class Measure:
         return False
 
     def _row(self, variant, spec, got, check, timing, took) -> None:
-        values = {"bitwise": check.bitwise, "first_s": took, "loss_rel": check.loss_rel,
-                  "update_rel": check.update_rel, **self._times(timing)}
+        values = {
+            "bitwise": check.bitwise,
+            "first_s": took,
+            "loss_rel": check.loss_rel,
+            "update_rel": check.update_rel,
+            **self._times(timing),
+        }
         if spec.record:
-            text = (f"for the record (another precision, never trained on here): losses {check.loss_rel:.1e}, "
-                    f"update {check.update_rel:.1e} relative to eager in {self.precision}; {bf16_effect()}")
-            self.table.add(variant, "ran" if not got.fell_back else f"fell back: {got.fell_back}", passed=False,
-                           check=text, precision=spec.precision, **values)
+            text = (
+                f"for the record (another precision, never trained on here): losses {check.loss_rel:.1e}, "
+                f"update {check.update_rel:.1e} relative to eager in {self.precision}; {bf16_effect()}"
+            )
+            self.table.add(
+                variant,
+                "ran" if not got.fell_back else f"fell back: {got.fell_back}",
+                passed=False,
+                check=text,
+                precision=spec.precision,
+                **values,
+            )
         else:
-            self.table.add(variant, "ran" if not got.fell_back else f"fell back: {got.fell_back}",
-                           passed=check.passed, check=check.text, **values)
+            self.table.add(
+                variant,
+                "ran" if not got.fell_back else f"fell back: {got.fell_back}",
+                passed=check.passed,
+                check=check.text,
+                **values,
+            )
 
     def _clean(self, variant: str, got) -> None:
         device = self.device
-        for what, clean in (("the graph", lambda: release(got.run) if got is not None else None),
-                            ("the precision", lambda: set_precision(device, self.precision)),
-                            ("the compile cache", lambda: torch._dynamo.reset() if SPECS[variant].compiled else None),
-                            ("the memory", lambda: torch.cuda.empty_cache() if device.type == "cuda" else None)):
+        for what, clean in (
+            ("the graph", lambda: release(got.run) if got is not None else None),
+            ("the precision", lambda: set_precision(device, self.precision)),
+            ("the compile cache", lambda: torch._dynamo.reset() if SPECS[variant].compiled else None),
+            ("the memory", lambda: torch.cuda.empty_cache() if device.type == "cuda" else None),
+        ):
             try:
                 clean()
             except Exception:
@@ -315,12 +415,27 @@ def main(argv=None) -> int:
     m.eager(later)
     stopped = False
     for i, variant in enumerate(later):
-        if m.variant(variant, later[i + 1:]):
+        if m.variant(variant, later[i + 1 :]):
             stopped = True
             break
     frame = pd.DataFrame(m.table.rows)
-    print(frame[["variant", "status", "passed", "bitwise", "ms_step", "ms_min", "ms_max", "kernel_ms_step",
-                 "host_ms_step", "first_s", "check"]].to_string(index=False))
+    print(
+        frame[
+            [
+                "variant",
+                "status",
+                "passed",
+                "bitwise",
+                "ms_step",
+                "ms_min",
+                "ms_max",
+                "kernel_ms_step",
+                "host_ms_step",
+                "first_s",
+                "check",
+            ]
+        ].to_string(index=False)
+    )
     if m.kernels:
         what = "device time, kernels alone" if m.device.type == "cuda" else "self CPU time"
         print(f"\ntop kernels of 5 steps ({what}), by variant profiled:")
@@ -332,5 +447,7 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     from mclib.core.console import console_logging
 
-    with console_logging():  # mclib.lease.stepbench's lines: a variant's result on stdout, a failure on stderr
+    with (
+        console_logging()
+    ):  # mclib.lease.stepbench's lines: a variant's result on stdout, a failure on stderr
         sys.exit(main())

@@ -13,6 +13,7 @@ weights checkpoint and a fifth of a train state; the printed ratio is (steps + w
 steps. A projection from this machine's disk, stated as one: the GPU machine's disk
 and PCIe copies differ.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,20 +36,41 @@ from mclib.core.train import train  # noqa: E402
 
 
 def one(steps: int, batch: int, save_every: int, state_ratio: int) -> dict:
-    p = shapes_profile(steps=steps, batch=batch).replace(**{
-        "train.save_every": save_every, "train.state_every": save_every * state_ratio, "train.log_every": 10,
-        "train.eval_every": 100, "checkpoints.pre": save_every, "checkpoints.transition": [2 * save_every],
-        "checkpoints.post": steps, "checkpoints.keep": "analysis", "analysis.seeds": [1]})
+    p = shapes_profile(steps=steps, batch=batch).replace(
+        **{
+            "train.save_every": save_every,
+            "train.state_every": save_every * state_ratio,
+            "train.log_every": 10,
+            "train.eval_every": 100,
+            "checkpoints.pre": save_every,
+            "checkpoints.transition": [2 * save_every],
+            "checkpoints.post": steps,
+            "checkpoints.keep": "analysis",
+            "analysis.seeds": [1],
+        }
+    )
     with tempfile.TemporaryDirectory(dir=ROOT) as tmp:
         t0 = time.perf_counter()
         train(p, Path(tmp) / "run", progress=False)
         total = time.perf_counter() - t0
         wall = float(load_metrics(Path(tmp) / "run")["wall"].dropna().iloc[-1])
     saves = steps // save_every
-    states = sum(1 for s in range(save_every, steps + 1, save_every) if state_ratio == 0 or s % (save_every * state_ratio) == 0
-                 or s == steps)
-    return {"state_every": save_every * state_ratio, "steps": steps, "batch": batch, "total_s": total, "wall_s": wall,
-            "outside_s": total - wall, "saves": saves, "states": states, "ratio_here": total / wall}
+    states = sum(
+        1
+        for s in range(save_every, steps + 1, save_every)
+        if state_ratio == 0 or s % (save_every * state_ratio) == 0 or s == steps
+    )
+    return {
+        "state_every": save_every * state_ratio,
+        "steps": steps,
+        "batch": batch,
+        "total_s": total,
+        "wall_s": wall,
+        "outside_s": total - wall,
+        "saves": saves,
+        "states": states,
+        "ratio_here": total / wall,
+    }
 
 
 def main(argv=None) -> int:
@@ -61,25 +83,56 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     paper = paper_profile().train
     ratio = paper.state_every // paper.save_every
-    rows = [one(args.steps, args.batch, args.save_every, 0), one(args.steps, args.batch, args.save_every, ratio)]
+    rows = [
+        one(args.steps, args.batch, args.save_every, 0),
+        one(args.steps, args.batch, args.save_every, ratio),
+    ]
     old, new = rows
     # per checkpoint: weights alone (the lean runs' weights-only saves) and weights + state (the old ones)
     per_full = old["outside_s"] / old["saves"]
-    per_weights = max(0.0, (new["outside_s"] - new["states"] * per_full) / max(1, new["saves"] - new["states"]))
-    per_1000 = {"every checkpoint with its state (before)": (1000 / paper.save_every) * per_full,
-                f"state every {paper.state_every} (now)": (1000 / paper.save_every) * (per_weights + per_full / ratio)}
+    per_weights = max(
+        0.0, (new["outside_s"] - new["states"] * per_full) / max(1, new["saves"] - new["states"])
+    )
+    per_1000 = {
+        "every checkpoint with its state (before)": (1000 / paper.save_every) * per_full,
+        f"state every {paper.state_every} (now)": (1000 / paper.save_every)
+        * (per_weights + per_full / ratio),
+    }
     gpu_s = args.step_ms  # 1 000 steps of step_ms ms = step_ms seconds
     for r in rows:
-        r.update({"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": platform.processor() or
-                  platform.machine(), "per_full_checkpoint_s": per_full, "per_weights_checkpoint_s": per_weights,
-                  "step_ms_projected": args.step_ms})
+        r.update(
+            {
+                "date": datetime.datetime.now().isoformat(timespec="seconds"),
+                "cpu": platform.processor() or platform.machine(),
+                "per_full_checkpoint_s": per_full,
+                "per_weights_checkpoint_s": per_weights,
+                "step_ms_projected": args.step_ms,
+            }
+        )
     table = pd.DataFrame(rows)
-    print(table[["state_every", "steps", "batch", "total_s", "wall_s", "outside_s", "saves", "states", "ratio_here"]]
-          .to_markdown(index=False, floatfmt=".3g"))
-    print(f"one checkpoint with its state: {per_full:.2f} s; weights alone: {per_weights:.2f} s (this machine's disk)")
+    print(
+        table[
+            [
+                "state_every",
+                "steps",
+                "batch",
+                "total_s",
+                "wall_s",
+                "outside_s",
+                "saves",
+                "states",
+                "ratio_here",
+            ]
+        ].to_markdown(index=False, floatfmt=".3g")
+    )
+    print(
+        f"one checkpoint with its state: {per_full:.2f} s; weights alone: {per_weights:.2f} s (this machine's disk)"
+    )
     for label, s in per_1000.items():
-        print(f"projected at the paper's schedule, {args.step_ms} ms a step: {label}: {s:.2f} s of writes per 1 000 "
-              f"steps of {gpu_s:.1f} s -> whole / steps = {(gpu_s + s) / gpu_s:.3f}")
+        print(
+            f"projected at the paper's schedule, {args.step_ms} ms a step: {label}: {s:.2f} s of writes per 1 000 "
+            f"steps of {gpu_s:.1f} s -> whole / steps = {(gpu_s + s) / gpu_s:.3f}"
+        )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         table.to_csv(args.out, mode="a", header=not Path(args.out).exists(), index=False)

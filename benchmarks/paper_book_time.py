@@ -17,6 +17,7 @@ without a drop). The steps (`steps`), each measured on a lease:
 Not counted: the chapters (slice A's five took 151 s on the lease of 2026-11-26), the process's
 start and its writes (1.05x the steps' own time in slice A).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,13 +43,16 @@ def book_steps(profile) -> dict[str, int]:
     first, *others = a.seeds
     parts = {f"seed {first}": t.steps}
     for seed in others:
-        parts[f"seed {seed}"] = t.steps if a.after_drop is None else min(t.steps, PAPER[("E1", "drop step")] + a.after_drop)
+        parts[f"seed {seed}"] = (
+            t.steps if a.after_drop is None else min(t.steps, PAPER[("E1", "drop step")] + a.after_drop)
+        )
     parts[f"E15, {len(GROUPS)} runs (at most)"] = len(GROUPS) * a.freeze_steps
     return parts
 
 
-def steps(ledger: dict, table: Path = FP32_TABLE, device: str | None = None,
-          committed: Path | None = None) -> dict[str, tuple[float, str]]:
+def steps(
+    ledger: dict, table: Path = FP32_TABLE, device: str | None = None, committed: Path | None = None
+) -> dict[str, tuple[float, str]]:
     """{precision: (ms a step, where it was read)} for "fp32" (an H100's, module docstring) and
     "tf32": the step `slice status` plans with (`mclib.lease.slices.planning_step`: the committed
     step table's fastest passing variant of `device`, else the ledger's step_ms, saying why)."""
@@ -57,7 +61,11 @@ def steps(ledger: dict, table: Path = FP32_TABLE, device: str | None = None,
     t = pd.read_csv(table)
     fp32 = t[(t["variant"] == FP32_ROW) & (t["ran"].astype(str) == "True")]
     shown = table.relative_to(ROOT).as_posix() if table.is_relative_to(ROOT) else str(table)
-    out = {"fp32": (float(fp32["ms_step"].iloc[0]), f"{shown}, row {FP32_ROW} (eager, ran fp32, H100)")} if len(fp32) else {}
+    out = (
+        {"fp32": (float(fp32["ms_step"].iloc[0]), f"{shown}, row {FP32_ROW} (eager, ran fp32, H100)")}
+        if len(fp32)
+        else {}
+    )
     committed = committed or slices.LEDGER.parent / steptable.COMMITTED
     out["tf32"] = slices.planning_step(ledger, committed, device)
     return out
@@ -70,8 +78,14 @@ def estimate(profile, ledger: dict, table: Path = FP32_TABLE, device: str | None
     e15 = next(k for k in parts if k.startswith("E15"))
     parts["total without E15"] = sum(v for k, v in parts.items() if k != e15)
     parts["total (E15 at its cap)"] = parts["total without E15"] + parts[e15]
-    rows = [{"part": k, "steps": v, **{f"{p} min": v * ms / 60_000 for p, (ms, _) in steps(ledger, table, device).items()}}
-            for k, v in parts.items()]
+    rows = [
+        {
+            "part": k,
+            "steps": v,
+            **{f"{p} min": v * ms / 60_000 for p, (ms, _) in steps(ledger, table, device).items()},
+        }
+        for k, v in parts.items()
+    ]
     return pd.DataFrame(rows).set_index("part")
 
 
@@ -80,12 +94,18 @@ def main(argv=None) -> int:
     from mclib.lease import slices
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ledger", default=str(slices.LEDGER), help="the slice plan (its step_ms: the TF32 step)")
-    ap.add_argument("--device", help="the GPU whose committed step table gives the TF32 step (default the ledger's)")
+    ap.add_argument(
+        "--ledger", default=str(slices.LEDGER), help="the slice plan (its step_ms: the TF32 step)"
+    )
+    ap.add_argument(
+        "--device", help="the GPU whose committed step table gives the TF32 step (default the ledger's)"
+    )
     args = ap.parse_args(argv)
     ledger = slices.read_ledger(Path(args.ledger))
     device = args.device or ledger.get("device")
-    print("An estimate, not a measurement: training steps x a step measured on a lease (chapters not counted).")
+    print(
+        "An estimate, not a measurement: training steps x a step measured on a lease (chapters not counted)."
+    )
     for p, (ms, where) in steps(ledger, device=device).items():
         print(f"  {p}: {ms:.1f} ms a step ({where})")
     print(estimate(paper_profile(), ledger, device=device).to_markdown(floatfmt=",.0f"))

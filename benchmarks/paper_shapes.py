@@ -11,6 +11,7 @@ runner's "[i/N] NAME: running" lines mark where each chapter starts. Prints a Ma
 table (docs/performance.md, "The paper book at full shape") and writes it as CSV beside
 the output folder. Time it on idle cores: `lscpu` first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,11 @@ def _rss(pid: int) -> int:
 
 
 def _size(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()) \
-        if folder.exists() else 0
+    return (
+        sum(f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink())
+        if folder.exists()
+        else 0
+    )
 
 
 def measure(out: Path, steps: int, batch: int) -> list[dict]:
@@ -102,9 +106,15 @@ def measure(out: Path, steps: int, batch: int) -> list[dict]:
     if code:
         sys.stderr.write("".join(log[-40:]))
         raise SystemExit(f"the book failed (exit {code})")
-    return [{"phase": p["phase"], "seconds": round(p["end"] - p["start"], 1),
-             "peak_rss_gb": round(p["peak_rss"] / 1e9, 2), "disk_after_gb": round(p["bytes_after"] / 1e9, 2)}
-            for p in phases]
+    return [
+        {
+            "phase": p["phase"],
+            "seconds": round(p["end"] - p["start"], 1),
+            "peak_rss_gb": round(p["peak_rss"] / 1e9, 2),
+            "disk_after_gb": round(p["bytes_after"] / 1e9, 2),
+        }
+        for p in phases
+    ]
 
 
 def main() -> None:
@@ -121,11 +131,17 @@ def main() -> None:
         runs = out / "runs"
         sizes = {d.name: _size(d) for d in sorted(runs.iterdir())} if runs.is_dir() else {}
         site = _size(out / "_build" / "html")
-    print(f"cores {len(os.sched_getaffinity(0))}; {args.steps} steps x {args.batch} matrices; total {total} s\n")
+    print(
+        f"cores {len(os.sched_getaffinity(0))}; {args.steps} steps x {args.batch} matrices; total {total} s\n"
+    )
     print("| phase | seconds | largest process (GB) | on disk after it (GB) |\n|---|---:|---:|---:|")
     for r in rows:
         print(f"| {r['phase']} | {r['seconds']} | {r['peak_rss_gb']} | {r['disk_after_gb']} |")
-    print("\nrun folders: " + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in sizes.items()) + f"; site {site / 1e6:.0f} MB")
+    print(
+        "\nrun folders: "
+        + ", ".join(f"{k} {v / 1e9:.2f} GB" for k, v in sizes.items())
+        + f"; site {site / 1e6:.0f} MB"
+    )
     target = REPO / "docs" / "data" / "paper_shapes.csv"
     with open(target, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

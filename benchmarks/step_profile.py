@@ -25,6 +25,7 @@ The ceiling: one-thread GFLOP/s of `[rows, in] @ [in, out]` for every product a 
 makes (forward `x Wᵀ`, backward `g W` and `gᵀ x`), weighted by its FLOPs. A step cannot
 beat (matmul FLOPs / that rate). Prints a table; appends rows to --out.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,8 +67,10 @@ def step_fns(profile, device: torch.device):
     (`mclib.core.variants.step_function`), whose data and optimiser run in `record_function`
     regions of their own (mclib::data, mclib::optimiser) so the profile can tell them apart."""
     fp32 = {"train.precision": "fp32"}
-    return {"eager": step_function(profile.replace(**fp32, **{"train.compile": False}), device),
-            "compiled": step_function(profile.replace(**fp32, **{"train.compile": True}), device)}
+    return {
+        "eager": step_function(profile.replace(**fp32, **{"train.compile": False}), device),
+        "compiled": step_function(profile.replace(**fp32, **{"train.compile": True}), device),
+    }
 
 
 def profile_step(fn, steps: int, top: int = 0) -> dict:
@@ -121,7 +124,9 @@ def print_top(prof, steps: int, top: int, wall: float) -> None:
         key = (ev.name, region_of(ev) or bucket_of(ev.name))
         time_of[key] = time_of.get(key, 0.0) + ev.self_cpu_time_total
         calls[key] = calls.get(key, 0) + 1
-    print(f"\nop (self CPU time; the profiled step {wall:.1f} ms) | ms a step | share | calls a step | bucket")
+    print(
+        f"\nop (self CPU time; the profiled step {wall:.1f} ms) | ms a step | share | calls a step | bucket"
+    )
     print("|---|---:|---:|---:|---|")
     for key in sorted(time_of, key=time_of.get, reverse=True)[:top]:
         ms = time_of[key] / 1000 / steps
@@ -132,7 +137,12 @@ def ceiling(profile, reps: int = 30) -> tuple[float, float]:
     """FLOP-weighted one-thread GFLOP/s over every product of a step, and the step's matmul GFLOP."""
     m, d, t = profile.model, profile.data, profile.train
     rows = t.batch * d.n * d.n
-    shapes = [(m.hidden, 3 * m.hidden), (m.hidden, m.hidden), (m.hidden, m.intermediate), (m.intermediate, m.hidden)]
+    shapes = [
+        (m.hidden, 3 * m.hidden),
+        (m.hidden, m.hidden),
+        (m.hidden, m.intermediate),
+        (m.intermediate, m.hidden),
+    ]
     total_flop, total_time = 0.0, 0.0
     for fan_in, fan_out in shapes:
         x, w, g = torch.randn(rows, fan_in), torch.randn(fan_out, fan_in), torch.randn(rows, fan_out)
@@ -154,35 +164,56 @@ def main(argv=None):
     ap.add_argument("--profiles", default="cpu,cpu-7x7")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--top", type=int, default=0, help="also print the N operators with the most self CPU time")
+    ap.add_argument(
+        "--top", type=int, default=0, help="also print the N operators with the most self CPU time"
+    )
     ap.add_argument("--paths", default="eager,compiled")
     ap.add_argument("--out", default=str(ROOT / "docs" / "data" / "step_profile.csv"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cpu")
-    stamp = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
-             "threads": args.threads, "torch": torch.__version__}
+    stamp = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "threads": args.threads,
+        "torch": torch.__version__,
+    }
     print("machine: " + ", ".join(f"{k} {v}" for k, v in stamp.items()), flush=True)
     rows = []
     for name in args.profiles.split(","):
         p = load_profile(profile_path(name))
         rate, mm_gflop = ceiling(p)
         flops = train_step_flops(p.model, p.data.n, p.train.batch) / 1e9
-        print(f"{name}: matmul ceiling at the model's shapes {rate:.1f} GFLOP/s; a step's products "
-              f"{mm_gflop:.2f} GFLOP of {flops:.2f} -> at least {1000 * mm_gflop / rate:.1f} ms", flush=True)
+        print(
+            f"{name}: matmul ceiling at the model's shapes {rate:.1f} GFLOP/s; a step's products "
+            f"{mm_gflop:.2f} GFLOP of {flops:.2f} -> at least {1000 * mm_gflop / rate:.1f} ms",
+            flush=True,
+        )
         for path, fn in step_fns(p, device).items():
             if path not in args.paths.split(","):
                 continue
             print(f"{name}, {path}:", flush=True)
             r = profile_step(fn, args.steps, args.top)
-            rows.append({"profile": name, "path": path, **{b: r[b] for b in BUCKETS},
-                         "ms_step_profiled": r["ms_step_profiled"], "scalar_reads_per_step": r["scalar_reads_per_step"],
-                         "ceiling_gflops": rate, "matmul_floor_ms": 1000 * mm_gflop / rate,
-                         "gflop_step": flops, **stamp})
+            rows.append(
+                {
+                    "profile": name,
+                    "path": path,
+                    **{b: r[b] for b in BUCKETS},
+                    "ms_step_profiled": r["ms_step_profiled"],
+                    "scalar_reads_per_step": r["scalar_reads_per_step"],
+                    "ceiling_gflops": rate,
+                    "matmul_floor_ms": 1000 * mm_gflop / rate,
+                    "gflop_step": flops,
+                    **stamp,
+                }
+            )
     df = pd.DataFrame(rows)
     print()
-    print(df[["profile", "path", *BUCKETS, "ms_step_profiled", "scalar_reads_per_step", "matmul_floor_ms"]]
-          .to_markdown(index=False, floatfmt=".1f"))
+    print(
+        df[
+            ["profile", "path", *BUCKETS, "ms_step_profiled", "scalar_reads_per_step", "matmul_floor_ms"]
+        ].to_markdown(index=False, floatfmt=".1f")
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out, mode="a", header=not out.exists(), index=False)

@@ -33,6 +33,7 @@ ratio's reference and always runs). On a GPU: `--device cuda --profiles paper`.
 A machine without bf16 hardware can leave out (d): emulated bf16 takes minutes a step on
 the paper model, and its ceiling is then not measured either.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,10 +74,39 @@ PATHS = {  # key: (label, precision, counts the authors' extra passes)
 }
 
 CSV_COLUMNS = [  # fixed, so that appended runs line up
-    "date", "profile", "model", "batch", "path", "ms_step", "ms_min", "ms_max", "tokens_s",
-    "gflop_step", "gflops", "frac_peak", "peak_used", "t_over_a", "t_over_b", "t_over_c", "rounds",
-    "steps_per_sample", "attention_a", "peak_fp32_gflops", "peak_bf16_gflops", "matmul_size",
-    "peak_rss_mb", "cpu", "bf16_flags", "cores", "threads", "device", "gpu", "torch", "transformers", "quick"]
+    "date",
+    "profile",
+    "model",
+    "batch",
+    "path",
+    "ms_step",
+    "ms_min",
+    "ms_max",
+    "tokens_s",
+    "gflop_step",
+    "gflops",
+    "frac_peak",
+    "peak_used",
+    "t_over_a",
+    "t_over_b",
+    "t_over_c",
+    "rounds",
+    "steps_per_sample",
+    "attention_a",
+    "peak_fp32_gflops",
+    "peak_bf16_gflops",
+    "matmul_size",
+    "peak_rss_mb",
+    "cpu",
+    "bf16_flags",
+    "cores",
+    "threads",
+    "device",
+    "gpu",
+    "torch",
+    "transformers",
+    "quick",
+]
 
 
 # ---------------------------------------------------------------- machine
@@ -110,15 +140,22 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16}  # tf32: fp32 storage, TF32 products
+DTYPES = {
+    "fp32": torch.float32,
+    "tf32": torch.float32,
+    "bf16": torch.bfloat16,
+}  # tf32: fp32 storage, TF32 products
 
 
-def matmul_ceilings(size: int, reps: int, device: torch.device,
-                    precisions=("fp32", "bf16")) -> dict[str, float]:
+def matmul_ceilings(
+    size: int, reps: int, device: torch.device, precisions=("fp32", "bf16")
+) -> dict[str, float]:
     """Best GFLOP/s of a size³ matmul in each precision of `PATHS`, alternating them;
     "tf32" multiplies fp32 matrices with TF32 products allowed (CUDA only; on the CPU it is
     the fp32 matmul again). Every precision of `PATHS` gets a key (NaN: not measured)."""
-    mats = {p: [torch.randn(size, size, device=device, dtype=DTYPES[p]) for _ in range(2)] for p in precisions}
+    mats = {
+        p: [torch.randn(size, size, device=device, dtype=DTYPES[p]) for _ in range(2)] for p in precisions
+    }
     best = {p: 0.0 for p in mats}
     tf32_was = torch.backends.cuda.matmul.allow_tf32
     try:
@@ -146,15 +183,25 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
         return sample_batch(size, d.n, d.rank, d.p_mask, gen, dist=d.dist).to(device, non_blocking=True)
 
     def ours(precision, compile_=False):  # the training loop's step: one HF model, torch's Adam
-        return step_function(profile.replace(**{"train.batch": batch, "train.precision": precision,
-                                                "train.compile": compile_}), device)
+        return step_function(
+            profile.replace(
+                **{"train.batch": batch, "train.precision": precision, "train.compile": compile_}
+            ),
+            device,
+        )
 
     def stock():
         torch.manual_seed(profile.seed)
-        cfg = BertConfig(vocab_size=VOCAB_SIZE, hidden_size=m.hidden, num_hidden_layers=m.layers,
-                         num_attention_heads=m.heads, intermediate_size=m.intermediate,
-                         hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         max_position_embeddings=d.n * d.n)
+        cfg = BertConfig(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=m.hidden,
+            num_hidden_layers=m.layers,
+            num_attention_heads=m.heads,
+            intermediate_size=m.intermediate,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            max_position_embeddings=d.n * d.n,
+        )
         bert = BertModel(cfg, add_pooling_layer=False).to(device).train()
         readout = nn.Linear(m.hidden, 1).to(device)
         opt = torch.optim.Adam([*bert.parameters(), *readout.parameters()], lr=t.lr)
@@ -167,6 +214,7 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
             loss.backward()
             opt.step()
             return loss.item()  # a plain loop logs its loss every step
+
         return step, bert.config._attn_implementation
 
     def authors():
@@ -185,8 +233,11 @@ def make_paths(profile: Profile, batch: int, device: torch.device, keys: str) ->
                 after = losses(model(b.tokens).logits.view_as(b.x), b.x, b.mask)
                 e = data(t.eval_batch)
                 fresh = losses(model(e.tokens).logits.view_as(e.x), e.x, e.mask)
-            return {**{k: v.item() for k, v in after.items()},
-                    **{f"eval_{k}": v.item() for k, v in fresh.items()}}
+            return {
+                **{k: v.item() for k, v in after.items()},
+                **{f"eval_{k}": v.item() for k, v in fresh.items()},
+            }
+
         return step
 
     paths, notes = {}, {}
@@ -218,15 +269,24 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
     keys = args.paths
     paths, notes = make_paths(profile, batch, device, keys)
     m, n = profile.model, profile.data.n
-    flops = {k: (authors_step_flops(m, n, batch, profile.train.eval_batch) if PATHS[k][2]
-                 else train_step_flops(m, n, batch)) for k in keys}
+    flops = {
+        k: (
+            authors_step_flops(m, n, batch, profile.train.eval_batch)
+            if PATHS[k][2]
+            else train_step_flops(m, n, batch)
+        )
+        for k in keys
+    }
     tokens = batch * n * n
 
     if args.dry_run:
         for k, fn in paths.items():
             out = fn()
-            ok = out.isfinite().all().item() if torch.is_tensor(out) else all(map(math.isfinite, (
-                out.values() if isinstance(out, dict) else [out])))
+            ok = (
+                out.isfinite().all().item()
+                if torch.is_tensor(out)
+                else all(map(math.isfinite, (out.values() if isinstance(out, dict) else [out])))
+            )
             print(f"  dry run {name} ({k}) {PATHS[k][0]}: one step at batch {batch}, finite losses: {ok}")
         return []
 
@@ -241,11 +301,14 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
         args.rounds = 2 if args.quick else 3 if min(warm["a"]) > 1.0 else 10
     times = {k: [] for k in keys}
     for r in range(args.rounds):
-        order = keys[r % len(keys):] + keys[:r % len(keys)]  # rotate, so no path always runs first
+        order = keys[r % len(keys) :] + keys[: r % len(keys)]  # rotate, so no path always runs first
         for k in order:
             times[k].append(run_path(k, paths[k], inner[k], device))
-        print(f"  {name} round {r + 1}/{args.rounds}: " +
-              ", ".join(f"{k} {1000 * times[k][-1]:.1f} ms" for k in keys), flush=True)
+        print(
+            f"  {name} round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{k} {1000 * times[k][-1]:.1f} ms" for k in keys),
+            flush=True,
+        )
 
     def ratio(k, ref):
         if ref not in times:
@@ -257,16 +320,28 @@ def bench_profile(name: str, profile: Profile, batch: int, args, device, peaks) 
         label, precision, _ = PATHS[k]
         sec = statistics.median(times[k])
         gflops = flops[k] / sec / 1e9
-        rows.append({
-            "profile": name, "model": f"{m.layers}L {m.heads}H h{m.hidden} i{m.intermediate}",
-            "batch": batch, "path": f"({k}) {label}", "ms_step": 1000 * sec,
-            "ms_min": 1000 * min(times[k]), "ms_max": 1000 * max(times[k]),
-            "tokens_s": tokens / sec, "gflop_step": flops[k] / 1e9, "gflops": gflops,
-            "frac_peak": gflops / peaks[precision], "peak_used": precision,
-            "t_over_a": ratio(k, "a"), "t_over_b": ratio(k, "b"), "t_over_c": ratio(k, "c"),
-            "rounds": args.rounds, "steps_per_sample": inner[k],
-            "attention_a": notes.get("attention_a", ""),
-        })
+        rows.append(
+            {
+                "profile": name,
+                "model": f"{m.layers}L {m.heads}H h{m.hidden} i{m.intermediate}",
+                "batch": batch,
+                "path": f"({k}) {label}",
+                "ms_step": 1000 * sec,
+                "ms_min": 1000 * min(times[k]),
+                "ms_max": 1000 * max(times[k]),
+                "tokens_s": tokens / sec,
+                "gflop_step": flops[k] / 1e9,
+                "gflops": gflops,
+                "frac_peak": gflops / peaks[precision],
+                "peak_used": precision,
+                "t_over_a": ratio(k, "a"),
+                "t_over_b": ratio(k, "b"),
+                "t_over_c": ratio(k, "c"),
+                "rounds": args.rounds,
+                "steps_per_sample": inner[k],
+                "attention_a": notes.get("attention_a", ""),
+            }
+        )
     print(f"  {name}: peak RSS so far {peak_rss_mb():.0f} MB", flush=True)
     return rows
 
@@ -276,17 +351,26 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="batch ≤ 32, fewer rounds: a sanity run")
     ap.add_argument("--dry-run", action="store_true", help="one step of each path at batch 4; no timings")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "data" / "performance.csv"),
-                    help="CSV the rows are appended to (not written by --dry-run)")
+    ap.add_argument(
+        "--out",
+        default=str(ROOT / "docs" / "data" / "performance.csv"),
+        help="CSV the rows are appended to (not written by --dry-run)",
+    )
     ap.add_argument("--profiles", default="paper,cpu", help="comma-separated profile names or YAML paths")
-    ap.add_argument("--rounds", type=int,
-                    help="timed alternations (default: 3 if a step takes over 1 s, as the paper's, else 10; quick 2)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="timed alternations (default: 3 if a step takes over 1 s, as the paper's, else 10; quick 2)",
+    )
     ap.add_argument("--warmup", type=int, help="warm-up alternations (default 2; quick 1)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
     ap.add_argument("--compile", action="store_true", help="also time (e): ours fp32 through torch.compile")
-    ap.add_argument("--paths", default=None,
-                    help="which paths to time, e.g. abc to leave out bf16 (default abcd; (a) always runs)")
+    ap.add_argument(
+        "--paths",
+        default=None,
+        help="which paths to time, e.g. abc to leave out bf16 (default abcd; (a) always runs)",
+    )
     args = ap.parse_args(argv)
     if args.paths is None:
         args.paths = "acdh" if resolve_device(args.device).type == "cuda" else "abcd"
@@ -294,18 +378,27 @@ def main(argv=None) -> None:
     if bad or not args.paths:
         ap.error(f"--paths {args.paths!r}: unknown path {''.join(bad)!r}; choose from {''.join(PATHS)}")
     # (a) is every ratio's reference; the order is fixed so that rounds rotate alike
-    args.paths = "".join(k for k in PATHS if k in set(args.paths) | {"a"} | ({"e"} if args.compile else set()))
+    args.paths = "".join(
+        k for k in PATHS if k in set(args.paths) | {"a"} | ({"e"} if args.compile else set())
+    )
     if args.threads:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     if device.type != "cuda" and "h" in args.paths:
         ap.error(f"--paths {args.paths!r}: (h) is TF32, which only CUDA has; --device is {device.type}")
 
-    machine = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "cpu": cpu_model(),
-               "bf16_flags": bf16_hardware(), "cores": os.cpu_count(), "threads": torch.get_num_threads(), "device": str(device),
-               "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "",
-               "torch": torch.__version__, "transformers": transformers.__version__,
-               "quick": args.quick}
+    machine = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "cpu": cpu_model(),
+        "bf16_flags": bf16_hardware(),
+        "cores": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name() if device.type == "cuda" else "",
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "quick": args.quick,
+    }
     print("machine: " + ", ".join(f"{k} {v}" for k, v in machine.items()), flush=True)
 
     size, reps = (128, 1) if args.dry_run else (1024, 3) if args.quick else (2048, 5)
@@ -313,8 +406,11 @@ def main(argv=None) -> None:
     if args.dry_run:
         print(f"ceilings: dry run, one {size}³ matmul in fp32 and in bf16 ran (not a measurement)")
     else:
-        print(f"ceilings: matmul {size}³, best of {reps}: " + ", ".join(
-            f"{p} {g:.0f} GFLOP/s" for p, g in peaks.items() if not math.isnan(g)), flush=True)
+        print(
+            f"ceilings: matmul {size}³, best of {reps}: "
+            + ", ".join(f"{p} {g:.0f} GFLOP/s" for p, g in peaks.items() if not math.isnan(g)),
+            flush=True,
+        )
 
     rows = []
     for name in args.profiles.split(","):
@@ -323,10 +419,14 @@ def main(argv=None) -> None:
         args_p = argparse.Namespace(**vars(args))
         args_p.warmup = max(1, args.warmup if args.warmup is not None else (1 if args.quick else 2))
         args_p.min_sample = 0.3 if args.quick else 1.0
-        print(f"{name}: batch {batch}" + ("" if args.dry_run else f", {args_p.warmup} warm-up alternations") + "; "
-              f"FLOPs/step {train_step_flops(profile.model, profile.data.n, batch) / 1e9:.2f} G "
-              f"(authors' step {authors_step_flops(profile.model, profile.data.n, batch, profile.train.eval_batch) / 1e9:.2f} G)",
-              flush=True)
+        print(
+            f"{name}: batch {batch}"
+            + ("" if args.dry_run else f", {args_p.warmup} warm-up alternations")
+            + "; "
+            f"FLOPs/step {train_step_flops(profile.model, profile.data.n, batch) / 1e9:.2f} G "
+            f"(authors' step {authors_step_flops(profile.model, profile.data.n, batch, profile.train.eval_batch) / 1e9:.2f} G)",
+            flush=True,
+        )
         rows += bench_profile(profile.name, profile, batch, args_p, device, peaks)
 
     rss = peak_rss_mb()
@@ -334,26 +434,52 @@ def main(argv=None) -> None:
         print(f"dry run: every path ran; nothing timed, nothing written. peak RSS {rss:.0f} MB")
         return
     df = pd.DataFrame(rows)
-    show = df[["profile", "batch", "path", "ms_step", "tokens_s", "gflops", "frac_peak", "t_over_a", "t_over_b",
-               "t_over_c"]]
+    show = df[
+        [
+            "profile",
+            "batch",
+            "path",
+            "ms_step",
+            "tokens_s",
+            "gflops",
+            "frac_peak",
+            "t_over_a",
+            "t_over_b",
+            "t_over_c",
+        ]
+    ]
     print()
     print(show.to_markdown(index=False, floatfmt=".3g"))
     print()
     for p in df["profile"].unique():
         r = df[df["profile"] == p]
         r = r.set_index(r["path"].str[1])
-        pairs = [(k, ref) for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("e", "a"))
-                 if k in r.index and ref in r.index]
+        pairs = [
+            (k, ref)
+            for k, ref in (("c", "a"), ("d", "a"), ("d", "b"), ("e", "a"))
+            if k in r.index and ref in r.index
+        ]
         pairs += [(k, "c") for k in "eh" if k in r.index and "c" in r.index]
-        print(f"{p}: " + ", ".join(f"t({k})/t({ref}) = {r.at[k, f't_over_{ref}']:.3f}" for k, ref in pairs)
-              + "  (medians of per-round ratios; < 1 = faster)")
-    print("ceilings: " + ", ".join(f"{p} {g:.0f}" for p, g in peaks.items() if not math.isnan(g))
-          + f" GFLOP/s; peak RSS {rss:.0f} MB")
+        print(
+            f"{p}: "
+            + ", ".join(f"t({k})/t({ref}) = {r.at[k, f't_over_{ref}']:.3f}" for k, ref in pairs)
+            + "  (medians of per-round ratios; < 1 = faster)"
+        )
+    print(
+        "ceilings: "
+        + ", ".join(f"{p} {g:.0f}" for p, g in peaks.items() if not math.isnan(g))
+        + f" GFLOP/s; peak RSS {rss:.0f} MB"
+    )
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df = df.assign(**machine, peak_fp32_gflops=peaks["fp32"], peak_bf16_gflops=peaks["bf16"],
-                   matmul_size=size, peak_rss_mb=rss).reindex(columns=CSV_COLUMNS)
+    df = df.assign(
+        **machine,
+        peak_fp32_gflops=peaks["fp32"],
+        peak_bf16_gflops=peaks["bf16"],
+        matmul_size=size,
+        peak_rss_mb=rss,
+    ).reindex(columns=CSV_COLUMNS)
     df.to_csv(out, mode="a", header=not out.exists(), index=False)
     print(f"appended {len(df)} rows to {out}")
 

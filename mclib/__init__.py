@@ -20,18 +20,26 @@ The names below are the public API, the ones README's examples use; each is impo
 module when first used (`mclib.evaluate`, `from mclib import hooks`), so `import mclib` stays
 cheap: no torch until a name that needs it.
 """
+
 from __future__ import annotations
 
 import importlib
 
 # name -> the module that defines it
 _API = {
-    "load_profile": "mclib.core.config", "profile_path": "mclib.core.config",
-    "train": "mclib.core.train", "run_profile": "mclib.core.runs", "load_metrics": "mclib.core.runs",
-    "saved_steps": "mclib.core.checkpoints", "load_checkpoint": "mclib.core.checkpoints",
-    "find_drop": "mclib.core.metrics", "hooks": "mclib.core.hooks", "run_with_cache": "mclib.core.hooks",
+    "load_profile": "mclib.core.config",
+    "profile_path": "mclib.core.config",
+    "train": "mclib.core.train",
+    "run_profile": "mclib.core.runs",
+    "load_metrics": "mclib.core.runs",
+    "saved_steps": "mclib.core.checkpoints",
+    "load_checkpoint": "mclib.core.checkpoints",
+    "find_drop": "mclib.core.metrics",
+    "hooks": "mclib.core.hooks",
+    "run_with_cache": "mclib.core.hooks",
     "evaluate": "mclib.analyses.evaluate",
-    "load_for_interp": "mclib.analyses.interp", "nnsight_model": "mclib.analyses.interp",  # the extra `interp`
+    "load_for_interp": "mclib.analyses.interp",
+    "nnsight_model": "mclib.analyses.interp",  # the extra `interp`
 }
 __all__ = ["__version__", *_API]
 

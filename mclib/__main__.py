@@ -5,6 +5,7 @@ One way to set a parameter: `--profile NAME|FILE.yaml` picks the profile, `--set
 (repeatable) changes one of its keys (`train.lr=1e-3`; the value read as YAML) and `--out`
 says where a command writes, on every command that has them. `--params` and `--out-dir`,
 their older spellings, still work and say so on stderr."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,8 +13,8 @@ import sys
 from pathlib import Path
 
 from .core.config import ConfigError, load_profile, parse_setting, profile_path
-from .core.repo import CheckoutError, require_checkout
 from .core.console import console_logging
+from .core.repo import CheckoutError, require_checkout
 from .core.runs import LOSS_CURVE, default_run_dir
 
 
@@ -37,9 +38,11 @@ def cmd_train(args) -> None:
     fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
     fig.savefig(run_dir / LOSS_CURVE, dpi=120)
     last = metrics.iloc[-1]
-    print(f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
-          f"drop {'at step ' + str(drop) if drop else 'not reached'}, {run_end(run_dir).text}; "
-          f"plot: {run_dir / LOSS_CURVE}")
+    print(
+        f"{run_dir}: step {int(last.step)}, L_obs {last.L_obs:.2e}, L_mask {last.L_mask:.4f}, "
+        f"drop {'at step ' + str(drop) if drop else 'not reached'}, {run_end(run_dir).text}; "
+        f"plot: {run_dir / LOSS_CURVE}"
+    )
 
 
 def cmd_book(args) -> None:
@@ -50,27 +53,49 @@ def cmd_book(args) -> None:
 
     if args.cluster:
         from .core.jobs import ENV
+
         os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.core.jobs.cluster reads it)
 
-    build(args.profile, seed=args.seed, out_dir=args.out, run_dir=args.run_dir,
-          device=args.device, timeout=args.timeout, progress=not args.quiet,
-          templates=select_chapters(args.chapters) if args.chapters else None, site=not args.no_site,
-          overrides=dict(args.set),
-          specs=specs())  # what the chapters declare, handed down to the runner (the rooms: README)
+    build(
+        args.profile,
+        seed=args.seed,
+        out_dir=args.out,
+        run_dir=args.run_dir,
+        device=args.device,
+        timeout=args.timeout,
+        progress=not args.quiet,
+        templates=select_chapters(args.chapters) if args.chapters else None,
+        site=not args.no_site,
+        overrides=dict(args.set),
+        specs=specs(),
+    )  # what the chapters declare, handed down to the runner (the rooms: README)
 
 
 # mclib.core.export.TRACKERS, named here so that `--help` imports no plotting (tests/test_export.py
 # checks that the two agree)
 TRACKERS = ("tensorboard", "wandb")
-CLUSTER_HELP = ("where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
-                "(SLURM, PBS: README), or 'local' (default: $MCLIB_CLUSTER, else worker processes on this machine)")
+CLUSTER_HELP = (
+    "where several runs train: tcp://HOST:8786 (a running Dask scheduler), a jobqueue YAML "
+    "(SLURM, PBS: README), or 'local' (default: $MCLIB_CLUSTER, else worker processes on this machine)"
+)
 
 
 def cmd_sweep(args) -> int:
     from .core.sweep import run_sweep
 
-    return 1 if run_sweep(args.file, cluster=args.cluster, runs=args.runs, results=args.results, figure=args.figure,
-                          threads=args.threads, progress_every=args.progress_every) else 0
+    return (
+        1
+        if run_sweep(
+            args.file,
+            cluster=args.cluster,
+            runs=args.runs,
+            results=args.results,
+            figure=args.figure,
+            threads=args.threads,
+            progress_every=args.progress_every,
+        )
+        else 0
+    )
 
 
 def cmd_slice(args) -> int:
@@ -81,16 +106,29 @@ def cmd_slice(args) -> int:
     ledger = Path(args.ledger) if args.ledger else slices.LEDGER
     if args.action in ("start", "run"):
         try:
-            slices_run.start(args.out, budget_s=args.budget_s, hold_s=args.hold_s, ledger_path=ledger,
-                             began=args.began, command_s=args.command_s)
+            slices_run.start(
+                args.out,
+                budget_s=args.budget_s,
+                hold_s=args.hold_s,
+                ledger_path=ledger,
+                began=args.began,
+                command_s=args.command_s,
+            )
         except slices.SliceError as e:
             slices_pack.refuse(args.out, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
         from .chapters.registry import specs
 
-        slices_run.finish(args.out, args.dest, chapters_s=args.chapters_s, left_s=args.left_s, began=args.began,
-                          command_s=args.command_s, specs=specs())
+        slices_run.finish(
+            args.out,
+            args.dest,
+            chapters_s=args.chapters_s,
+            left_s=args.left_s,
+            began=args.began,
+            command_s=args.command_s,
+            specs=specs(),
+        )
     if args.action == "merge":
         if not args.file:
             raise slices.SliceError("slice merge needs the results.tgz a lease sent back")
@@ -105,7 +143,9 @@ def cmd_solvers(args) -> None:
         require_checkout("`solvers` without --out (it writes results/solvers-PROFILE.csv.gz there)")
     from .chapters.ch06_baselines import build_solver_cache
 
-    build_solver_cache(load_profile(profile_path(args.profile), overrides_from="--set", **dict(args.set)), args.out)
+    build_solver_cache(
+        load_profile(profile_path(args.profile), overrides_from="--set", **dict(args.set)), args.out
+    )
 
 
 def cmd_export(args) -> None:
@@ -113,9 +153,14 @@ def cmd_export(args) -> None:
 
     check_export(args.run_dir, args.to)  # refused in one line before the figure is drawn
     from .book.plots_curves import loss_curve_image
-    dest = export_run(args.run_dir, args.to, args.out, project=args.project, image=loss_curve_image(args.run_dir))
-    print(f"{args.run_dir} exported to {args.to} in {dest}; {'view' if args.to == 'tensorboard' else 'upload'} "
-          f"it with: {viewing(dest, args.to)}")
+
+    dest = export_run(
+        args.run_dir, args.to, args.out, project=args.project, image=loss_curve_image(args.run_dir)
+    )
+    print(
+        f"{args.run_dir} exported to {args.to} in {dest}; {'view' if args.to == 'tensorboard' else 'upload'} "
+        f"it with: {viewing(dest, args.to)}"
+    )
 
 
 class _Alias(argparse.Action):
@@ -140,10 +185,20 @@ def _setting(text: str) -> tuple:
 
 def profile_args(p: argparse.ArgumentParser, default: str) -> None:
     """--profile (and its older spelling --params) and --set, on every command that reads a profile."""
-    p.add_argument("--profile", default=default, help=f"profile name (params/NAME.yaml) or a YAML path (default {default})")
+    p.add_argument(
+        "--profile",
+        default=default,
+        help=f"profile name (params/NAME.yaml) or a YAML path (default {default})",
+    )
     p.add_argument("--params", dest="profile", action=_Alias, new="--profile")
-    p.add_argument("--set", action="append", default=[], type=_setting, metavar="KEY=VALUE",
-                   help="set one key of the profile, e.g. --set train.lr=1e-3 (repeatable; the value is read as YAML)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        type=_setting,
+        metavar="KEY=VALUE",
+        help="set one key of the profile, e.g. --set train.lr=1e-3 (repeatable; the value is read as YAML)",
+    )
 
 
 def out_arg(p: argparse.ArgumentParser, help: str, **kwargs) -> None:
@@ -167,48 +222,98 @@ def book_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="the run the chapters use (default OUT/runs/<profile>-seed<seed>)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), help="default: the profile's train.device")
     p.add_argument("--timeout", type=float, help="seconds a notebook cell may run (default: no limit)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no progress: neither papermill's cell bar nor the training runs' steps")
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress: neither papermill's cell bar nor the training runs' steps",
+    )
     p.add_argument("--cluster", help=CLUSTER_HELP)
-    p.add_argument("--chapters", help="only these chapters, comma-separated (e.g. 01_train,03_heads; default every one "
-                                      "of _toc.yml); the others keep their last executed copies")
+    p.add_argument(
+        "--chapters",
+        help="only these chapters, comma-separated (e.g. 01_train,03_heads; default every one "
+        "of _toc.yml); the others keep their last executed copies",
+    )
     p.add_argument("--no-site", action="store_true", help="execute the chapters, do not build the HTML site")
 
 
 def sweep_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", help="a sweep file (sweeps/*.yaml; its format: mclib/core/sweep.py)")
-    p.add_argument("--cluster", help=CLUSTER_HELP + " (default: the sweep file's `cluster`, else this machine)")
+    p.add_argument(
+        "--cluster", help=CLUSTER_HELP + " (default: the sweep file's `cluster`, else this machine)"
+    )
     p.add_argument("--runs", default="runs/sweep", help="where the run folders go (default runs/sweep)")
-    p.add_argument("--results", help="the results table, CSV; rows are appended (default RUNS/<file stem>.csv)")
+    p.add_argument(
+        "--results", help="the results table, CSV; rows are appended (default RUNS/<file stem>.csv)"
+    )
     p.add_argument("--figure", help="the figure, PNG (default RUNS/<file stem>.png)")
-    p.add_argument("--threads", type=int, help="torch threads a run (default: the sweep's `threads`, else the base "
-                                               "profile's train.threads, else 1)")
-    p.add_argument("--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads a run (default: the sweep's `threads`, else the base "
+        "profile's train.threads, else 1)",
+    )
+    p.add_argument(
+        "--progress-every", type=float, default=30.0, help="seconds between progress lines (default 30)"
+    )
 
 
 def slice_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", nargs="?", default="run", choices=("run", "start", "finish", "merge", "status"),
-                   help="run (default): start and finish the next slice in one command; start: refuse it if it "
-                        "cannot fit, else train it detached; finish: wait, execute its chapters, pack results.tgz; "
-                        "merge FILE: file a lease's results.tgz under results/; status: the ledger")
+    p.add_argument(
+        "action",
+        nargs="?",
+        default="run",
+        choices=("run", "start", "finish", "merge", "status"),
+        help="run (default): start and finish the next slice in one command; start: refuse it if it "
+        "cannot fit, else train it detached; finish: wait, execute its chapters, pack results.tgz; "
+        "merge FILE: file a lease's results.tgz under results/; status: the ledger",
+    )
     p.add_argument("file", nargs="?", help="merge: the results.tgz")
-    p.add_argument("--revision", help="merge: the revision the lease ran, where it recorded a wrong or no one; "
-                                      "accepted only where its mclib sources hash to the ones that ran")
+    p.add_argument(
+        "--revision",
+        help="merge: the revision the lease ran, where it recorded a wrong or no one; "
+        "accepted only where its mclib sources hash to the ones that ran",
+    )
     out_arg(p, "the work folder on the GPU machine (default slice-work)", default="slice-work")
-    p.add_argument("--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)")
-    p.add_argument("--budget-s", type=float, help="start: device seconds left for the slice from now (default: the "
-                                                  "ledger's lease less the machine's start and the return)")
-    p.add_argument("--left-s", type=float, help="finish: device seconds left on the lease as this command began "
-                                                "(default: start's budget)")
-    p.add_argument("--began", type=float, help="start, finish: when this command began (seconds since the epoch; "
-                                               "default now): it ends before the command limit")
-    p.add_argument("--command-s", type=float, help="start, finish: the command limit (default the device's, 600 s)")
-    p.add_argument("--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs")
-    p.add_argument("--chapters-s", type=float, help="finish issued again (a chapter failed, a fix travelled): seconds "
-                                                    "from now for the chapters not yet executed")
-    p.add_argument("--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)")
-    p.add_argument("--device", help="status: plan with this device kind's committed step table (default the ledger's "
-                                    "`device`, the kind lent now: NVIDIA H200)")
+    p.add_argument(
+        "--dest", default="kit-out", help="finish: where results.tgz goes (default kit-out; a lease: $OUT)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        help="start: device seconds left for the slice from now (default: the "
+        "ledger's lease less the machine's start and the return)",
+    )
+    p.add_argument(
+        "--left-s",
+        type=float,
+        help="finish: device seconds left on the lease as this command began (default: start's budget)",
+    )
+    p.add_argument(
+        "--began",
+        type=float,
+        help="start, finish: when this command began (seconds since the epoch; "
+        "default now): it ends before the command limit",
+    )
+    p.add_argument(
+        "--command-s", type=float, help="start, finish: the command limit (default the device's, 600 s)"
+    )
+    p.add_argument(
+        "--hold-s", type=float, default=0.0, help="start: keep this command this long while training runs"
+    )
+    p.add_argument(
+        "--chapters-s",
+        type=float,
+        help="finish issued again (a chapter failed, a fix travelled): seconds "
+        "from now for the chapters not yet executed",
+    )
+    p.add_argument(
+        "--ledger", help="the slice plan (default results/paper-slices.yaml; done slices: folders beside it)"
+    )
+    p.add_argument(
+        "--device",
+        help="status: plan with this device kind's committed step table (default the ledger's "
+        "`device`, the kind lent now: NVIDIA H200)",
+    )
 
 
 def solvers_args(p: argparse.ArgumentParser) -> None:
@@ -227,13 +332,24 @@ def export_args(p: argparse.ArgumentParser) -> None:
 COMMANDS = {
     "train": ("train (or resume) a profile", train_args, cmd_train),
     "book": ("execute the chapters (training first) and build the HTML book", book_args, cmd_book),
-    "sweep": ("train profile overrides x seeds on a Dask cluster; a results table and a figure", sweep_args,
-              cmd_sweep),
+    "sweep": (
+        "train profile overrides x seeds on a Dask cluster; a results table and a figure",
+        sweep_args,
+        cmd_sweep,
+    ),
     "slice": ("the paper book on a GPU lease, one slice at a time (docs/gpu.md)", slice_args, cmd_slice),
-    "solvers": ("chapter 06's solver results for a profile, solved here and saved for the chapter (a GPU lease "
-                "has no cvxpy): results/solvers-PROFILE.csv.gz", solvers_args, cmd_solvers),
-    "export": ("a run's metrics and loss curve to TensorBoard event files or an offline W&B run (the optional "
-               "extra 'track')", export_args, cmd_export),
+    "solvers": (
+        "chapter 06's solver results for a profile, solved here and saved for the chapter (a GPU lease "
+        "has no cvxpy): results/solvers-PROFILE.csv.gz",
+        solvers_args,
+        cmd_solvers,
+    ),
+    "export": (
+        "a run's metrics and loss curve to TensorBoard event files or an offline W&B run (the optional "
+        "extra 'track')",
+        export_args,
+        cmd_export,
+    ),
 }
 
 

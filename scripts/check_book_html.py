@@ -30,6 +30,7 @@ a box reaches past the window, or a table's caption reaches past the box it scro
 reader would see it cut off). A script added to a copy of the page measures it, and
 Chromium's --dump-dom returns what it found.
 """
+
 import argparse
 import functools
 import json
@@ -46,9 +47,19 @@ from urllib.parse import unquote, urljoin, urlsplit
 
 DEFAULT_PAGES = ["index.html", "book/_executed/01_train.html", "book/_executed/99_scorecard.html"]
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--window-size=1280,2000", "--hide-scrollbars", "--virtual-time-budget=5000"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1280,2000",
+    "--hide-scrollbars",
+    "--virtual-time-budget=5000",
+]
 
 
 class RecordingHandler(SimpleHTTPRequestHandler):
@@ -85,11 +96,21 @@ def find_chromium() -> str:
 
 def load_in_chromium(url: str, screenshot: Path, net_log: Path, dead_port: int) -> None:
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([find_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                        f"--proxy-server=http://127.0.0.1:{dead_port}",  # loopback bypasses the proxy
-                        "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
-                        f"--log-net-log={net_log}", f"--screenshot={screenshot}", url],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        subprocess.run(
+            [
+                find_chromium(),
+                *CHROMIUM_FLAGS,
+                f"--user-data-dir={profile}",
+                f"--proxy-server=http://127.0.0.1:{dead_port}",  # loopback bypasses the proxy
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+                f"--log-net-log={net_log}",
+                f"--screenshot={screenshot}",
+                url,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+        )
 
 
 def requests_from_page(net_log: Path, site: str) -> list[str]:
@@ -97,8 +118,11 @@ def requests_from_page(net_log: Path, site: str) -> list[str]:
     urls = []
     for event in json.loads(net_log.read_text())["events"]:
         p = event.get("params") or {}
-        if "url" in p and "network_isolation_key" in p and (
-                p["network_isolation_key"].startswith(site + " ") or p.get("initiator", "").startswith(site)):
+        if (
+            "url" in p
+            and "network_isolation_key" in p
+            and (p["network_isolation_key"].startswith(site + " ") or p.get("initiator", "").startswith(site))
+        ):
             urls.append(p["url"])
     return list(dict.fromkeys(urls))
 
@@ -146,10 +170,14 @@ def check_page(root: Path, page: str, server: SiteServer, shots: Path, dead_port
         urls = requests_from_page(net_log, site) if net_log.is_file() else []
     if ("/" + page, 200) not in server.seen or not urls:
         return ["Chromium did not load the page, or its NetLog lists no request from it"], urls
-    problems = [f"request to another host: {u}" for u in urls
-                if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).hostname not in LOCAL_HOSTS]
-    problems += [f"HTTP {status}: {path}" for path, status in server.seen
-                 if status >= 400 and path != "/favicon.ico"]
+    problems = [
+        f"request to another host: {u}"
+        for u in urls
+        if urlsplit(u).scheme not in ("data", "blob") and urlsplit(u).hostname not in LOCAL_HOSTS
+    ]
+    problems += [
+        f"HTTP {status}: {path}" for path, status in server.seen if status >= 400 and path != "/favicon.ico"
+    ]
     return problems + static_problems(root, page), urls
 
 
@@ -194,30 +222,54 @@ def table_problems(root: Path, pages: list[str], size: str = "1366x768") -> dict
         copy = Path(tmp) / "site"
         shutil.copytree(root, copy)
         for path in copy.rglob("*.html"):  # every page: a page may redirect to another (the root index.html)
-            path.write_text(path.read_text(encoding="utf-8").replace("</body>", TABLE_CHECK + "</body>"), encoding="utf-8")
+            path.write_text(
+                path.read_text(encoding="utf-8").replace("</body>", TABLE_CHECK + "</body>"), encoding="utf-8"
+            )
         for page in pages:
             path = copy / page
             report = None
             for budget in (10000, 30000):  # a page with many figures can outlast the first budget
                 with tempfile.TemporaryDirectory() as profile:
-                    dom = subprocess.run([find_chromium(), *[f for f in CHROMIUM_FLAGS if not f.startswith(
-                        ("--window-size", "--virtual-time-budget"))], f"--user-data-dir={profile}",
-                        f"--window-size={width},{height}", f"--virtual-time-budget={budget}", "--dump-dom",
-                        path.as_uri()], capture_output=True, text=True, timeout=180).stdout
-                m = re.search(r'<pre id="table-check"[^>]*>(.*?)</pre>', dom, re.S)  # the theme may add attributes
+                    dom = subprocess.run(
+                        [
+                            find_chromium(),
+                            *[
+                                f
+                                for f in CHROMIUM_FLAGS
+                                if not f.startswith(("--window-size", "--virtual-time-budget"))
+                            ],
+                            f"--user-data-dir={profile}",
+                            f"--window-size={width},{height}",
+                            f"--virtual-time-budget={budget}",
+                            "--dump-dom",
+                            path.as_uri(),
+                        ],
+                        capture_output=True,
+                        text=True,
+                        timeout=180,
+                    ).stdout
+                m = re.search(
+                    r'<pre id="table-check"[^>]*>(.*?)</pre>', dom, re.S
+                )  # the theme may add attributes
                 if m:
                     report = json.loads(html_lib.unescape(m.group(1)))
                     break
-            found[page] = ((report["tables"], report["problems"]) if report else
-                           (0, ["the page did not finish loading, so its tables were not measured"]))
+            found[page] = (
+                (report["tables"], report["problems"])
+                if report
+                else (0, ["the page did not finish loading, so its tables were not measured"])
+            )
     return found
 
 
 def pages_to_check(root: Path, every: bool) -> list[str]:
     if not every:
         return DEFAULT_PAGES
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.html")
-                  if not p.relative_to(root).parts[0].startswith("_"))
+    return sorted(
+        p.relative_to(root).as_posix()
+        for p in root.rglob("*.html")
+        if not p.relative_to(root).parts[0].startswith("_")
+    )
 
 
 def main(argv=None) -> int:
@@ -225,7 +277,9 @@ def main(argv=None) -> int:
     ap.add_argument("build_html_dir", type=Path)
     ap.add_argument("--all", action="store_true", help="check every page, not just the default three")
     ap.add_argument("--screenshots", type=Path, metavar="OUT_DIR", help="save a PNG of each page here")
-    ap.add_argument("--tables", metavar="WIDTHxHEIGHT", help="also check that no table overflows at this window size")
+    ap.add_argument(
+        "--tables", metavar="WIDTHxHEIGHT", help="also check that no table overflows at this window size"
+    )
     args = ap.parse_args(argv)
     root = args.build_html_dir.resolve()
     find_chromium()
@@ -245,8 +299,11 @@ def main(argv=None) -> int:
                 problems += overflows
                 failed += bool(problems)
                 measured = "" if n_tables is None else f", {n_tables} tables inside the page at {args.tables}"
-                print(f"FAIL  {page}" + "".join(f"\n      {p}" for p in problems) if problems
-                      else f"OK    {page}  ({len(urls)} requests, all to 127.0.0.1{measured})")
+                print(
+                    f"FAIL  {page}" + "".join(f"\n      {p}" for p in problems)
+                    if problems
+                    else f"OK    {page}  ({len(urls)} requests, all to 127.0.0.1{measured})"
+                )
     finally:
         server.shutdown()
         dead.close()

@@ -9,6 +9,7 @@ compared by name only, since PNG bytes carry matplotlib's metadata). Prints each
 exits 1 if there is any, so a refactor that must not change the book can be checked on one
 machine in one command.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mclib.core.runs import SCORECARD  # noqa: E402
-
 
 # pandas names each rendering of a Styler's table and cells with a random id ("T_b68ad")
 STYLER_ID = re.compile(r"\bT_[0-9a-f]{5}(?=[_\"\s.#])")
@@ -60,8 +60,11 @@ def scorecards(out_dir: Path) -> dict[str, dict]:
 
 def row_changes(before: dict, after: dict) -> str:
     """The fields of one scorecard row that changed, "verdict 'matches' -> 'differs'; ..."."""
-    return "; ".join(f"{k} {str(before.get(k))[:120]!r} -> {str(after.get(k))[:120]!r}"
-                     for k in sorted(before.keys() | after.keys()) if before.get(k) != after.get(k))
+    return "; ".join(
+        f"{k} {str(before.get(k))[:120]!r} -> {str(after.get(k))[:120]!r}"
+        for k in sorted(before.keys() | after.keys())
+        if before.get(k) != after.get(k)
+    )
 
 
 def differences(before: dict, after: dict, what: str) -> list[str]:
@@ -76,8 +79,10 @@ def differences(before: dict, after: dict, what: str) -> list[str]:
                 out.append(f"{what} {key}: {changes}")
         elif before[key] != after[key]:
             b, a = str(before[key]), str(after[key])
-            start = max(0, len(os.path.commonprefix((b, a))) - 60)  # where the two first differ, and what leads there
-            cut = lambda v: ("…" if start else "") + v[start:start + 200]
+            start = max(
+                0, len(os.path.commonprefix((b, a))) - 60
+            )  # where the two first differ, and what leads there
+            cut = lambda v: ("…" if start else "") + v[start : start + 200]
             out.append(f"{what} {key}: {cut(b)!r} -> {cut(a)!r}")
     return out
 

@@ -5,6 +5,7 @@
 Excess = (mass - chance) / (1 - chance) on same-row, same-column and self keys
 (mclib.analyses.heads.head_scores): 0 for a uniform head, 1 for a pure one.
 """
+
 import sys
 
 from mclib.analyses.heads import attention_progress

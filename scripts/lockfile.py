@@ -10,6 +10,7 @@ installed distribution's metadata, markers evaluated for this interpreter, and w
 a version pyproject.toml's range refuses, is a one-line error naming it. mclib itself is left
 out: install it after the lock with `pip install --no-deps -e .` (README).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,17 +86,21 @@ def closure(reqs: list[Requirement]) -> dict[str, str]:
 
 
 def render(pins: dict[str, str], extras: list[str]) -> str:
-    head = [f"# The exact set mclib[{','.join(extras)}] was installed as when the book was built: scripts/lockfile.py",
-            f"# read it from that environment (Python {platform.python_version()}, {sys.platform} "
-            f"{platform.machine()}, {datetime.date.today().isoformat()}).",
-            "#   pip install -r requirements.lock && pip install --no-deps -e .",
-            f"--extra-index-url {TORCH_CPU_INDEX}"]
+    head = [
+        f"# The exact set mclib[{','.join(extras)}] was installed as when the book was built: scripts/lockfile.py",
+        f"# read it from that environment (Python {platform.python_version()}, {sys.platform} "
+        f"{platform.machine()}, {datetime.date.today().isoformat()}).",
+        "#   pip install -r requirements.lock && pip install --no-deps -e .",
+        f"--extra-index-url {TORCH_CPU_INDEX}",
+    ]
     return "\n".join(head + [f"{n}=={v}" for n, v in sorted(pins.items())]) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--extras", default="test", help="pyproject.toml's extras to include, comma-separated (default test)")
+    ap.add_argument(
+        "--extras", default="test", help="pyproject.toml's extras to include, comma-separated (default test)"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "requirements.lock")
     ap.add_argument("--pyproject", type=Path, default=ROOT / "pyproject.toml")
     args = ap.parse_args(argv)

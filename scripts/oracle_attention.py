@@ -10,6 +10,7 @@ as the profile says (Adam at train.lr with its warm-up, batch train.batch, fp32,
 thread). Prints L_obs and L_mask averaged over every 250 steps. docs/cpu-profile.md
 reports its result for the cpu profile (plateau through step 2 000).
 """
+
 import argparse
 import time
 
@@ -47,7 +48,7 @@ def main():
     patterns = oracle_patterns(d.n, cfg.model.heads)
 
     def oracle(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-        probs = patterns.expand(query.size(0), -1, -1, -1)   # [batch, head, query, key]
+        probs = patterns.expand(query.size(0), -1, -1, -1)  # [batch, head, query, key]
         return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 
     AttentionInterface.register("oracle", oracle)

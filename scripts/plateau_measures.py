@@ -9,6 +9,7 @@ and not yet in --out, so the command can be run again as the sweep goes on. It r
 run folders under --runs: on another machine than the one that trained them, nothing is
 measured.
 """
+
 from __future__ import annotations
 
 import argparse

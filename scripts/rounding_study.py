@@ -25,6 +25,7 @@ Each run goes to its end by the profile's own rule. `table` reads every finished
 (`mclib.analyses.evaluate.compare_runs`: drop, end, final training L_mask, the last
 checkpoint's L_mask on 16 384 fresh matrices) and records which float path each ran on.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,10 +88,30 @@ def train(runs: Path, jobs: int, only: list[str]) -> int:
         params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
         threads = str(profile.train.threads or 1)
         run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        (folder / "study.json").write_text(json.dumps({"change": change, "overrides": overrides, "env": env,
-                                                       "float_path": _float_path(env)}, indent=1))
-        todo.append((change, [sys.executable, "-m", "mclib", "train", "--profile", str(params), "--out",
-                              str(folder), "--quiet"], run_env, folder))
+        (folder / "study.json").write_text(
+            json.dumps(
+                {"change": change, "overrides": overrides, "env": env, "float_path": _float_path(env)},
+                indent=1,
+            )
+        )
+        todo.append(
+            (
+                change,
+                [
+                    sys.executable,
+                    "-m",
+                    "mclib",
+                    "train",
+                    "--profile",
+                    str(params),
+                    "--out",
+                    str(folder),
+                    "--quiet",
+                ],
+                run_env,
+                folder,
+            )
+        )
     running: list = []
     failed = 0
     while todo or running:
@@ -98,7 +119,9 @@ def train(runs: Path, jobs: int, only: list[str]) -> int:
             change, cmd, env, folder = todo.pop(0)
             log = open(folder / "study-train.log", "a")
             print(f"rounding: {change} trains in {folder}", flush=True)
-            running.append((change, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)))
+            running.append(
+                (change, subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT))
+            )
         time.sleep(5)
         for change, p in list(running):
             if p.poll() is not None:
@@ -125,13 +148,19 @@ def table(runs: Path, out: Path | None) -> int:
         folders[change] = folder
         study = json.loads((folder / "study.json").read_text())
         end = RunEnd.from_json(json.loads((folder / END).read_text()))
-        meta[change] = {"ended_at": end.step, "ended_by": end.ended, "float_path": study["float_path"],
-                        "overrides": json.dumps(study["overrides"]) if study["overrides"] else "",
-                        "env": " ".join(f"{k}={v}" for k, v in study["env"].items())}
+        meta[change] = {
+            "ended_at": end.step,
+            "ended_by": end.ended,
+            "float_path": study["float_path"],
+            "overrides": json.dumps(study["overrides"]) if study["overrides"] else "",
+            "env": " ".join(f"{k}={v}" for k, v in study["env"].items()),
+        }
     if not folders:
         print("rounding: no run has ended")
         return 1
-    t = compare_runs(folders, (500, 1000, 2000, 4000), FRESH, 0).join(pd.DataFrame.from_dict(meta, orient="index"))
+    t = compare_runs(folders, (500, 1000, 2000, 4000), FRESH, 0).join(
+        pd.DataFrame.from_dict(meta, orient="index")
+    )
     t.index.name = "change"
     show = ["drop", "ended_at", "ended_by", "final_L_mask", "checkpoint_step", "checkpoint_L_mask_fp32"]
     print(t[show].to_markdown(floatfmt=".4g"))
@@ -150,7 +179,9 @@ def main(argv=None) -> int:
     ap.add_argument("what", choices=("train", "table"))
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "rounding")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each one thread, threads-2 two)")
-    ap.add_argument("--only", default=",".join(CHANGES), help="a comma-separated subset of: " + ", ".join(CHANGES))
+    ap.add_argument(
+        "--only", default=",".join(CHANGES), help="a comma-separated subset of: " + ", ".join(CHANGES)
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "rounding.csv")
     args = ap.parse_args(argv)
     only = [c for c in args.only.split(",") if c]

@@ -12,6 +12,7 @@ clean two-thread timings). The sweep file's format, caps, `after_drop` and `resu
 mclib/core/sweep.py. `--collect` trains nothing: it adds rows for runs of the sweep that were
 stopped by hand before finishing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,19 +37,34 @@ def collect(sweep: str, results: Path, runs: str) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("sweep")
-    ap.add_argument("--jobs", type=int, default=1, help="runs at once on this machine (threads a run: cores / jobs)")
+    ap.add_argument(
+        "--jobs", type=int, default=1, help="runs at once on this machine (threads a run: cores / jobs)"
+    )
     ap.add_argument("--results", default="docs/data/cpu_sweep.csv")
     ap.add_argument("--run-root", default="runs/sweep")
     ap.add_argument("--cluster", help="a Dask scheduler or jobqueue YAML (python -m mclib sweep --help)")
-    ap.add_argument("--collect", action="store_true",
-                    help="do not train: add rows for runs of this sweep that were stopped before finishing")
+    ap.add_argument(
+        "--collect",
+        action="store_true",
+        help="do not train: add rows for runs of this sweep that were stopped before finishing",
+    )
     args = ap.parse_args()
     if args.collect:
         collect(args.sweep, Path(args.results), args.run_root)
         return 0
     figure = Path(args.run_root) / f"{Path(args.sweep).stem}.png"
-    argv = ["sweep", args.sweep, "--results", args.results, "--runs", args.run_root, "--figure", str(figure),
-            "--threads", str(max(1, cores() // args.jobs))]
+    argv = [
+        "sweep",
+        args.sweep,
+        "--results",
+        args.results,
+        "--runs",
+        args.run_root,
+        "--figure",
+        str(figure),
+        "--threads",
+        str(max(1, cores() // args.jobs)),
+    ]
     return mclib_main(argv + (["--cluster", args.cluster] if args.cluster else []))
 
 

@@ -11,6 +11,7 @@ evaluated in fp32 and in TF32), then the two arms side by side (`mclib.analyses.
 seed means with their errors, fp32's seed range, the ratio) and the verdict. A run that is
 not there yet is named and left out.
 """
+
 import argparse
 import sys
 from pathlib import Path
@@ -51,29 +52,65 @@ def main(argv=None) -> int:
         print("tf32_study: no finished run")
         return 1
     table = compare_runs(folders, (500, 1000, 2000, 4000), 4096, 0, ("fp32", "tf32"))
-    print(table.T.map(lambda v: f"{v:,.0f}" if v == v and v >= 100 and float(v).is_integer() else f"{v:.4g}")
-          .to_markdown())
-    measures = ("drop", "plateau_L_mask", "L_mask_drop+500", "L_mask_drop+1000", "L_mask_drop+2000",
-                "L_mask_drop+4000", "final_L_mask", "checkpoint_L_mask_fp32", "checkpoint_L_mask_tf32")
+    print(
+        table.T.map(
+            lambda v: f"{v:,.0f}" if v == v and v >= 100 and float(v).is_integer() else f"{v:.4g}"
+        ).to_markdown()
+    )
+    measures = (
+        "drop",
+        "plateau_L_mask",
+        "L_mask_drop+500",
+        "L_mask_drop+1000",
+        "L_mask_drop+2000",
+        "L_mask_drop+4000",
+        "final_L_mask",
+        "checkpoint_L_mask_fp32",
+        "checkpoint_L_mask_tf32",
+    )
     spread = arm_spread(table, pd.Series(arm), "fp32", "tf32", measures)
     print()
-    print(spread[["fp32_mean", "fp32_se", "fp32_min", "fp32_max", "tf32_mean", "tf32_se", "ratio", "ratio_se",
-                  "inside"]].to_markdown(floatfmt=".4g"))
-    said = {"inside": "TF32 is inside fp32's seed spread on every measure",
-            "outside": "TF32 is outside fp32's seed spread on " + ", ".join(spread.index[spread["inside"] == False]),  # noqa: E712
-            "untested": "not judged: fewer than two fp32 runs give no spread"}[verdict(spread)]
-    print(f"\nverdict: {said} ({sum(a == 'fp32' for a in arm.values())} fp32 and "
-          f"{sum(a == 'tf32' for a in arm.values())} TF32 runs)")
+    print(
+        spread[
+            [
+                "fp32_mean",
+                "fp32_se",
+                "fp32_min",
+                "fp32_max",
+                "tf32_mean",
+                "tf32_se",
+                "ratio",
+                "ratio_se",
+                "inside",
+            ]
+        ].to_markdown(floatfmt=".4g")
+    )
+    said = {
+        "inside": "TF32 is inside fp32's seed spread on every measure",
+        "outside": "TF32 is outside fp32's seed spread on "
+        + ", ".join(spread.index[spread["inside"] == False]),  # noqa: E712
+        "untested": "not judged: fewer than two fp32 runs give no spread",
+    }[verdict(spread)]
+    print(
+        f"\nverdict: {said} ({sum(a == 'fp32' for a in arm.values())} fp32 and "
+        f"{sum(a == 'tf32' for a in arm.values())} TF32 runs)"
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         pd.concat([table.assign(arm=pd.Series(arm)), spread], keys=["runs", "arms"]).to_csv(args.out)
     if args.fig:
         from mclib.book.plots_curves import seed_loss_curves
         from mclib.core.metrics import find_drop
+
         curves = {label: load_metrics(folder) for label, folder in folders.items()}
         rank = run_profile(next(iter(folders.values()))).data.rank
-        fig = seed_loss_curves(curves, {k: find_drop(m, rank) for k, m in curves.items()}, rank,
-                               title=f"L_mask: fp32 and emulated TF32 ({', '.join(folders)})", label="{}")
+        fig = seed_loss_curves(
+            curves,
+            {k: find_drop(m, rank) for k, m in curves.items()},
+            rank,
+            title=f"L_mask: fp32 and emulated TF32 ({', '.join(folders)})",
+            label="{}",
+        )
         Path(args.fig).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.fig, dpi=120)
         print(f"figure: {args.fig}")

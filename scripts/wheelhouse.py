@@ -31,6 +31,7 @@ wheels of earlier runs that this one does not need, and prints a table: package,
 and the total, which must stay under --max-mib (64: what the device tool carries with the
 working tree); over it the script ends with a one-line error naming the size.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,8 @@ except ImportError:  # pip always carries a copy
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_HAVE = ROOT / "scripts" / "wheelhouse-have.txt"
-DEFAULT_PYTHON = "3.12"                        # the GPU image's python3 (3.12.3)
-DEFAULT_PLATFORM = "manylinux_2_28_x86_64"     # its glibc is newer; numpy 2.5 has no manylinux2014 wheel
+DEFAULT_PYTHON = "3.12"  # the GPU image's python3 (3.12.3)
+DEFAULT_PLATFORM = "manylinux_2_28_x86_64"  # its glibc is newer; numpy 2.5 has no manylinux2014 wheel
 MIB = 1024 * 1024
 # Older, smaller releases of three packages, within what mclib and its dependencies accept, so that
 # the default wheelhouse stays under 64 MiB with room for the checkout beside it (--newest drops
@@ -108,28 +109,44 @@ def platform_tags(platform: str) -> list[str]:
     if m and m.group(2) in _LINUX_ARCHES:
         return [f"musllinux_1_{n}_{m.group(2)}" for n in range(int(m.group(1)), 0, -1)]
     if re.fullmatch(r"macosx_\d+_\d+_(x86_64|arm64|universal2|intel)", platform):
-        return [platform]   # pip adds the older macOS releases itself
+        return [platform]  # pip adds the older macOS releases itself
     if platform in {"win_amd64", "win32", "win_arm64"}:
         return [platform]
     raise WheelhouseError(
         f"unknown platform {platform!r} (expected e.g. manylinux2014_x86_64, manylinux_2_28_x86_64, "
-        "musllinux_1_2_x86_64, macosx_11_0_arm64, win_amd64)")
+        "musllinux_1_2_x86_64, macosx_11_0_arm64, win_amd64)"
+    )
 
 
 def marker_environment(python: str, platform: str) -> dict[str, str]:
     """PEP 508 marker values on the node (pip itself evaluates markers for the Python it runs on)."""
     full = python if python.count(".") == 2 else python + ".0"
     if platform.startswith(("manylinux", "musllinux")):
-        system, machine = ("linux", "Linux", "posix"), next(a for a in _LINUX_ARCHES if platform.endswith("_" + a))
+        system, machine = (
+            ("linux", "Linux", "posix"),
+            next(a for a in _LINUX_ARCHES if platform.endswith("_" + a)),
+        )
     elif platform.startswith("macosx"):
         system, machine = ("darwin", "Darwin", "posix"), platform.rsplit("_", 1)[-1]
     else:
-        system, machine = ("win32", "Windows", "nt"), {"win_amd64": "AMD64", "win32": "x86", "win_arm64": "ARM64"}[platform]
-    return {"python_version": ".".join(full.split(".")[:2]), "python_full_version": full,
-            "implementation_name": "cpython", "implementation_version": full,
-            "platform_python_implementation": "CPython", "sys_platform": system[0],
-            "platform_system": system[1], "os_name": system[2], "platform_machine": machine,
-            "platform_release": "", "platform_version": "", "extra": ""}
+        system, machine = (
+            ("win32", "Windows", "nt"),
+            {"win_amd64": "AMD64", "win32": "x86", "win_arm64": "ARM64"}[platform],
+        )
+    return {
+        "python_version": ".".join(full.split(".")[:2]),
+        "python_full_version": full,
+        "implementation_name": "cpython",
+        "implementation_version": full,
+        "platform_python_implementation": "CPython",
+        "sys_platform": system[0],
+        "platform_system": system[1],
+        "os_name": system[2],
+        "platform_machine": machine,
+        "platform_release": "",
+        "platform_version": "",
+        "extra": "",
+    }
 
 
 def check_python(python: str) -> str:
@@ -139,6 +156,7 @@ def check_python(python: str) -> str:
 
 
 # --- what the node has, what the project needs ------------------------------------------
+
 
 def read_have(path: Path) -> dict[str, str | None]:
     """`name==version` lines (pip list --format=freeze; also `name @ url` or a bare name) ->
@@ -177,17 +195,21 @@ def applies(req: Requirement, env: dict[str, str], extras=("",)) -> bool:
 def check_node_versions(deps: list[Requirement], have: dict[str, str | None]) -> None:
     """A dependency the node has in a version mclib does not accept, or no torch: one-line error."""
     if "torch" not in have:
-        raise WheelhouseError("the node's list names no torch: the wheelhouse never holds torch, so "
-                              "install the node's CUDA build first and list it (pip list --format=freeze)")
+        raise WheelhouseError(
+            "the node's list names no torch: the wheelhouse never holds torch, so "
+            "install the node's CUDA build first and list it (pip list --format=freeze)"
+        )
     for req in deps:
         version = have.get(canonicalize_name(req.name))
         if version and not req.specifier.contains(Version(version), prereleases=True):
             raise WheelhouseError(
                 f"the node's {req.name} {version} does not satisfy the project's requirement {req} "
-                "(pyproject.toml); the wheelhouse never replaces a package the node has")
+                "(pyproject.toml); the wheelhouse never replaces a package the node has"
+            )
 
 
 # --- pip ----------------------------------------------------------------------------------
+
 
 def pip_target_args(python: str, platforms: list[str]) -> list[str]:
     args = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
@@ -214,21 +236,37 @@ def resolve(roots: list[str], constraints: list[str], target: list[str], stage: 
     stage.mkdir(parents=True, exist_ok=True)
     (stage / "roots.txt").write_text("\n".join(roots) + "\n")
     (stage / "constraints.txt").write_text("\n".join(constraints) + "\n")
-    run_pip(["download", "--quiet", "--quiet", "--dest", str(stage / "wheels"), *target,
-             "-c", str(stage / "constraints.txt"), "-r", str(stage / "roots.txt")],
-            "download the project's dependencies for the node")
+    run_pip(
+        [
+            "download",
+            "--quiet",
+            "--quiet",
+            "--dest",
+            str(stage / "wheels"),
+            *target,
+            "-c",
+            str(stage / "constraints.txt"),
+            "-r",
+            str(stage / "roots.txt"),
+        ],
+        "download the project's dependencies for the node",
+    )
     resolved = {}
     for whl in (stage / "wheels").glob("*.whl"):
         with zipfile.ZipFile(whl) as z:
             meta_name = next(n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
             meta = email.parser.Parser().parsestr(z.read(meta_name).decode("utf-8"), headersonly=True)
         resolved[canonicalize_name(meta["Name"])] = {
-            "version": meta["Version"], "requires_dist": meta.get_all("Requires-Dist") or [], "path": whl}
+            "version": meta["Version"],
+            "requires_dist": meta.get_all("Requires-Dist") or [],
+            "path": whl,
+        }
     return resolved
 
 
-def walk(roots: list[Requirement], resolved: dict[str, dict], skip, env,
-         leaves: frozenset[str] = frozenset()) -> tuple[dict[str, str], list[Requirement]]:
+def walk(
+    roots: list[Requirement], resolved: dict[str, dict], skip, env, leaves: frozenset[str] = frozenset()
+) -> tuple[dict[str, str], list[Requirement]]:
     """The packages of pip's resolution reached from `roots`, not going through a package for
     which skip(name) is true, nor past one of `leaves` (taken without what it requires)
     -> ({name: version}, requirements that pip did not resolve)."""
@@ -250,12 +288,12 @@ def walk(roots: list[Requirement], resolved: dict[str, dict], skip, env,
         if name in leaves:
             continue
         extras = ("",) + tuple(canonicalize_name(e) for e in req.extras)
-        queue += [sub for sub in map(Requirement, item["requires_dist"])
-                  if applies(sub, env, extras)]
+        queue += [sub for sub in map(Requirement, item["requires_dist"]) if applies(sub, env, extras)]
     return out, missing
 
 
 # --- the wheelhouse -----------------------------------------------------------------------
+
 
 def wheel_table(out: Path, pins: dict[str, str]) -> list[tuple[str, str, int, Path]]:
     """(name, version, bytes, path) of the wheels of `pins` in `out`, biggest first; removes
@@ -302,8 +340,16 @@ KIT_OMIT = frozenset({"debugpy", "jedi", "parso"})
 KIT_MAX_MIB = 8.0  # docs/gpu.md: the tracked tree plus the kit travel in at most 16 MiB
 
 
-def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float, newest: bool = False,
-          pyproject: Path = ROOT / "pyproject.toml", kit: bool = False) -> list[tuple[str, str, int, Path]]:
+def build(
+    python: str,
+    platform: str,
+    out: Path,
+    have_file: Path,
+    max_mib: float,
+    newest: bool = False,
+    pyproject: Path = ROOT / "pyproject.toml",
+    kit: bool = False,
+) -> list[tuple[str, str, int, Path]]:
     python = check_python(python)
     platforms = platform_tags(platform)
     have = read_have(have_file)
@@ -321,14 +367,19 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
     if not newest:
         constraints += [c for c in SMALLER if canonicalize_name(Requirement(c).name) not in have]
     roots = [str(r) for r in deps if not is_gpu_stack(r.name)]
-    (out / "requirements.txt").unlink(missing_ok=True)   # written again only if this run succeeds
+    (out / "requirements.txt").unlink(missing_ok=True)  # written again only if this run succeeds
     with tempfile.TemporaryDirectory(prefix="wheelhouse-") as tmp:
         # pip evaluates markers for the Python it runs on: a requirement that only the node's
         # Python has (python_version >= "3.12", say) is added as a root and resolved again.
         for _ in range(3):
             resolved = resolve(roots, constraints, target, Path(tmp) / "run")
-            runtime, missing = walk(deps, resolved, lambda n: n in have or is_gpu_stack(n) or (kit and n in KIT_OMIT), env,
-                                    KIT_LEAVES if kit else frozenset())
+            runtime, missing = walk(
+                deps,
+                resolved,
+                lambda n: n in have or is_gpu_stack(n) or (kit and n in KIT_OMIT),
+                env,
+                KIT_LEAVES if kit else frozenset(),
+            )
             if not missing:
                 break
             roots += [str(r) for r in missing if str(r) not in roots]
@@ -336,7 +387,11 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
             raise WheelhouseError(f"pip did not resolve {', '.join(map(str, missing))} for Python {python}")
         # The build backend, resolved apart and unconstrained by the node: pip builds `-e .` in an
         # isolated environment, which sees none of the node's packages.
-        built = resolve([str(r) for r in build_reqs], ["torch<0"], target, Path(tmp) / "build") if build_reqs else {}
+        built = (
+            resolve([str(r) for r in build_reqs], ["torch<0"], target, Path(tmp) / "build")
+            if build_reqs
+            else {}
+        )
         backend, missing = walk(build_reqs, built, is_gpu_stack, env)
         if missing:
             raise WheelhouseError(f"pip did not resolve {', '.join(map(str, missing))} for Python {python}")
@@ -350,12 +405,15 @@ def build(python: str, platform: str, out: Path, have_file: Path, max_mib: float
     rows = wheel_table(out, pins)
     total = print_table(rows)
     if total > max_mib * MIB:
-        raise WheelhouseError(f"the wheelhouse is {total / MIB:.1f} MiB, over the {max_mib:g} MiB limit (--max-mib)")
+        raise WheelhouseError(
+            f"the wheelhouse is {total / MIB:.1f} MiB, over the {max_mib:g} MiB limit (--max-mib)"
+        )
     (out / "requirements.txt").write_text(
         f"# What the node lacks of mclib's dependencies (Python {python}, {platform}, the node's list: {have_file.name}).\n"
         f"# Beside them, for pip's build of `-e .` only: {', '.join(f'{n}=={v}' for n, v in sorted(backend.items())) or 'nothing'}.\n"
         "# pip install --no-index --find-links wheelhouse -e .    (or: -r wheelhouse/requirements.txt)\n"
-        + "".join(f"{n}=={runtime[n]}\n" for n in sorted(runtime)))
+        + "".join(f"{n}=={runtime[n]}\n" for n in sorted(runtime))
+    )
     return rows
 
 
@@ -367,25 +425,43 @@ def write_kit_record(kit: Path) -> str:
     from mclib.core.atomic import write_atomic
     from mclib.core.repo import KIT_RECORD, git_revision, mclib_sha
 
-    record = {"git": git_revision(), "mclib": mclib_sha(), "built": datetime.datetime.now().isoformat(timespec="seconds")}
+    record = {
+        "git": git_revision(),
+        "mclib": mclib_sha(),
+        "built": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
     write_atomic(kit / KIT_RECORD, json.dumps(record, indent=1) + "\n")
     return f"wrote {kit / KIT_RECORD}: revision {record['git']}, mclib {record['mclib']}"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--python", default=DEFAULT_PYTHON, help=f"the node's Python, X.Y (default {DEFAULT_PYTHON})")
-    ap.add_argument("--platform", default=DEFAULT_PLATFORM,
-                    help=f"the node's platform tag, e.g. manylinux2014_x86_64 (default {DEFAULT_PLATFORM})")
+    ap.add_argument(
+        "--python", default=DEFAULT_PYTHON, help=f"the node's Python, X.Y (default {DEFAULT_PYTHON})"
+    )
+    ap.add_argument(
+        "--platform",
+        default=DEFAULT_PLATFORM,
+        help=f"the node's platform tag, e.g. manylinux2014_x86_64 (default {DEFAULT_PLATFORM})",
+    )
     ap.add_argument("--out", default="wheelhouse", help="the folder of wheels (default ./wheelhouse)")
-    ap.add_argument("--have", default=str(DEFAULT_HAVE),
-                    help="the node's `pip list --format=freeze` (default scripts/wheelhouse-have.txt)")
+    ap.add_argument(
+        "--have",
+        default=str(DEFAULT_HAVE),
+        help="the node's `pip list --format=freeze` (default scripts/wheelhouse-have.txt)",
+    )
     ap.add_argument("--max-mib", type=float, help="fail above this total size (default 64; with --kit 8)")
-    ap.add_argument("--kit", action="store_true",
-                    help="only what a GPU lease needs to train and execute chapters from the checkout "
-                         f"({', '.join(KIT)}; myst-nb without its Sphinx stack); --max-mib defaults to {KIT_MAX_MIB:g}; install: pip install --no-index --no-deps DIR/*.whl")
-    ap.add_argument("--newest", action="store_true",
-                    help=f"take the newest releases of {', '.join(c.split('<')[0] for c in SMALLER)} too (over 64 MiB)")
+    ap.add_argument(
+        "--kit",
+        action="store_true",
+        help="only what a GPU lease needs to train and execute chapters from the checkout "
+        f"({', '.join(KIT)}; myst-nb without its Sphinx stack); --max-mib defaults to {KIT_MAX_MIB:g}; install: pip install --no-index --no-deps DIR/*.whl",
+    )
+    ap.add_argument(
+        "--newest",
+        action="store_true",
+        help=f"take the newest releases of {', '.join(c.split('<')[0] for c in SMALLER)} too (over 64 MiB)",
+    )
     args = ap.parse_args(argv)
     try:
         max_mib = args.max_mib if args.max_mib is not None else KIT_MAX_MIB if args.kit else 64.0
@@ -395,9 +471,14 @@ def main(argv=None) -> int:
         return 1
     if args.kit:
         print(write_kit_record(Path(args.out)))
-    print(f"wrote {Path(args.out) / 'requirements.txt'}; on the node: " + (
-        f"pip install --no-index --no-deps {args.out}/*.whl (mclib runs from the checkout)" if args.kit
-        else f"pip install --no-index --find-links {args.out} -e ."))
+    print(
+        f"wrote {Path(args.out) / 'requirements.txt'}; on the node: "
+        + (
+            f"pip install --no-index --no-deps {args.out}/*.whl (mclib runs from the checkout)"
+            if args.kit
+            else f"pip install --no-index --find-links {args.out} -e ."
+        )
+    )
     return 0
 
 

@@ -2,6 +2,7 @@
 and, from a built book (OUT = `python -m mclib book --out OUT`), the runner's manifest
 and the rendered pages; and how the chapter tests read a scorecard row's verdict and the
 sentence that speaks for it. Not a test module: the book and chapter tests import it."""
+
 import json
 import re
 from pathlib import Path
@@ -58,6 +59,7 @@ def sentences_turn(compute, flip, speaks: dict) -> None:
     compute() -> (glue, rows) (a chapter's function on fixed numbers); flip: the
     `flip_verdicts` fixture; speaks: glue name -> the quantities of the rows its sentence
     speaks for. The numbers must give each row a verdict that can turn (not n/a)."""
+
     def check():
         glue, rows = compute()
         by = {r["quantity"]: r for r in rows}
@@ -66,6 +68,7 @@ def sentences_turn(compute, flip, speaks: dict) -> None:
                 assert scorecard_rules.row_verdict(by[q]) not in ("n/a", "cannot fail"), q
                 speaks_for(glue[name], by[q])
         return glue
+
     before = check()
     flip()
     after = check()

@@ -1,6 +1,7 @@
 """Fixtures shared by the test modules. The library is imported inside the fixtures, not
 here, so that pytest (and, with `-n 2`, pytest-xdist's controller) starts without loading
 torch and transformers; the workers import them with their first test module."""
+
 import logging
 import os
 import pathlib
@@ -59,21 +60,28 @@ def logged(caplog):
     seen = {"out": 0, "err": 0}
 
     def read(stream: str) -> str:
-        mine = [r for r in caplog.records if r.name.startswith("mclib")
-                and (r.levelno >= logging.WARNING) == (stream == "err") and r.levelno >= logging.INFO]
-        text = "".join(r.getMessage() + "\n" for r in mine[seen[stream]:])
+        mine = [
+            r
+            for r in caplog.records
+            if r.name.startswith("mclib")
+            and (r.levelno >= logging.WARNING) == (stream == "err")
+            and r.levelno >= logging.INFO
+        ]
+        text = "".join(r.getMessage() + "\n" for r in mine[seen[stream] :])
         seen[stream] = len(mine)
         return text
 
     class Logged:
         out = staticmethod(lambda: read("out"))
         err = staticmethod(lambda: read("err"))
+
     return Logged()
 
 
 @pytest.fixture(scope="session")
 def smoke_profile():
     from mclib.core.config import load_profile, profile_path
+
     return load_profile(profile_path("smoke"))
 
 
@@ -97,9 +105,17 @@ def slice_trained(tmp_path, smoke_profile):
         ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
         ended = subprocess.Popen([sys.executable, "-c", "pass"])
         ended.wait()
-        record = {"slice": "A", "pid": ended.pid, "profile": str(ppath), "seeds": [1], "git": "abc1234", **state}
+        record = {
+            "slice": "A",
+            "pid": ended.pid,
+            "profile": str(ppath),
+            "seeds": [1],
+            "git": "abc1234",
+            **state,
+        }
         write_atomic(work / slices.STATE, json.dumps(record))
         return work
+
     return write
 
 
@@ -107,6 +123,7 @@ def slice_trained(tmp_path, smoke_profile):
 def smoke_run(tmp_path_factory, smoke_profile):
     """A trained smoke run (seconds): checkpoints at the profile's pre/transition/post steps."""
     from mclib.core.train import train
+
     run_dir = tmp_path_factory.mktemp("smoke_run")
     train(smoke_profile, run_dir, progress=False)
     return run_dir
@@ -115,15 +132,24 @@ def smoke_run(tmp_path_factory, smoke_profile):
 @pytest.fixture(scope="module")
 def short(smoke_profile):
     """30 steps, a checkpoint every 10, metrics flushed every 5 (the resume and damage tests)."""
-    return smoke_profile.replace(**{"train.steps": 30, "train.save_every": 10, "train.log_every": 5,
-                                    "train.eval_every": 5, "checkpoints.pre": 10, "checkpoints.transition": [20],
-                                    "checkpoints.post": 30})
+    return smoke_profile.replace(
+        **{
+            "train.steps": 30,
+            "train.save_every": 10,
+            "train.log_every": 5,
+            "train.eval_every": 5,
+            "checkpoints.pre": 10,
+            "checkpoints.transition": [20],
+            "checkpoints.post": 30,
+        }
+    )
 
 
 @pytest.fixture(scope="module")
 def whole(short, tmp_path_factory):
     """`short` trained straight through, once per test module (tests copy it before changing it)."""
     from mclib.core.train import train
+
     return train(short, tmp_path_factory.mktemp("whole"), progress=False)
 
 
@@ -132,12 +158,14 @@ def ch(smoke_run, smoke_profile):
     """The smoke run opened as a chapter (`open_chapter`), one per test module, so that a
     module's checkpoints load once and no module sees another's cached models."""
     from mclib.book.chapter import open_chapter
+
     return open_chapter("smoke", smoke_profile.seed, smoke_run, "cpu")
 
 
 @pytest.fixture
 def gen():
     import torch
+
     return torch.Generator().manual_seed(0)
 
 
@@ -146,6 +174,7 @@ def built(tmp_path_factory):
     """The smoke book, built once per test run (tests/test_book.py, test_book_browser.py):
     OUT/book/_executed/, OUT/_build/html/, OUT/runs/smoke-seed1/."""
     from mclib.__main__ import main
+
     out = tmp_path_factory.mktemp("book")
     assert main(["book", "--profile", "smoke", "--out", str(out)]) == 0
     return out
@@ -170,7 +199,10 @@ def flip_verdicts(monkeypatch):
         return "differs" if v in ("matches", "same direction", "same order", scorecard_rules.CLOSE) else v
 
     def flip():
-        for module in (scorecard, scorecard_rules):  # record looks judge up in scorecard, row_verdict in scorecard_rules
+        for module in (
+            scorecard,
+            scorecard_rules,
+        ):  # record looks judge up in scorecard, row_verdict in scorecard_rules
             monkeypatch.setattr(module, "judge", flipped)
 
     return flip

@@ -1,5 +1,6 @@
 """mclib.core.atomic.write_atomic: a file or folder written whole, flushed to the disk before
 and after its rename."""
+
 import os
 
 import pytest
@@ -12,7 +13,7 @@ def test_bytes_and_text_are_written_whole(tmp_path):
     write_atomic(tmp_path / "a.bin", b"\x00\x01")
     write_atomic(tmp_path / "b.txt", "rounding: 5.7×\n")
     assert (tmp_path / "a.bin").read_bytes() == b"\x00\x01"
-    assert (tmp_path / "b.txt").read_bytes() == "rounding: 5.7×\n".encode("utf-8")
+    assert (tmp_path / "b.txt").read_bytes() == "rounding: 5.7×\n".encode()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "b.txt"]  # no temporary left
 
 
@@ -25,6 +26,7 @@ def test_a_writer_replaces_a_file_and_a_full_folder(tmp_path):
         def write(tmp):
             (tmp / "sub").mkdir(parents=True)
             (tmp / "sub" / "x").write_text(content)
+
         return write
 
     write_atomic(tmp_path / "ck", folder("1"))
@@ -56,10 +58,19 @@ def test_other_data_is_refused_by_its_type(tmp_path):
 def test_the_file_is_flushed_before_its_rename_and_the_folder_after(tmp_path, monkeypatch):
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(atomic.os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
-                                                        real_fsync(fd))[1])
-    monkeypatch.setattr(atomic.os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
+    monkeypatch.setattr(
+        atomic.os,
+        "fsync",
+        lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))), real_fsync(fd))[1],
+    )
+    monkeypatch.setattr(
+        atomic.os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1]
+    )
     if not os.path.isdir("/proc/self/fd"):
         pytest.skip("names an fd through /proc")
     write_atomic(tmp_path / "f", lambda tmp: tmp.write_text("x"))
-    assert events == [("fsync", str(tmp_path / ".tmp-f")), ("replace", str(tmp_path / "f")), ("fsync", str(tmp_path))]
+    assert events == [
+        ("fsync", str(tmp_path / ".tmp-f")),
+        ("replace", str(tmp_path / "f")),
+        ("fsync", str(tmp_path)),
+    ]

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from conftest import TWO_PATHS_SMALL
 
 from mclib.analyses.attention import ablation_hooks, paper_heads, patching_hooks, z_names
 from mclib.core.checkpoints import load_checkpoint
@@ -7,7 +8,6 @@ from mclib.core.config import ModelConfig
 from mclib.core.data import sample_batch
 from mclib.core.hooks import hooks, run_with_cache
 from mclib.core.model import build_model
-from conftest import TWO_PATHS_SMALL
 
 SEQ = 49
 
@@ -42,7 +42,7 @@ def test_capturing_the_pattern_matches_the_stock_model(impl):
     assert seen == ["mclib"]  # the pattern is served by mclib's attention function
     if impl == "eager":  # mclib's function is HF's eager attention op for op: the same to the bit
         assert torch.equal(plain, stock)
-    else:                # against sdpa: two float paths (conftest)
+    else:  # against sdpa: two float paths (conftest)
         torch.testing.assert_close(plain, stock, **TWO_PATHS_SMALL)
     assert torch.equal(plain, captured)
     assert m.config._attn_implementation == impl
@@ -127,10 +127,12 @@ def test_implementation_is_restored_after_an_exception(impl):
 
 def test_bad_input_is_a_one_line_value_error():
     m = tiny()
-    for heads, mode, match in [({(2, 0)}, "uniform", "layer 2 does not exist"),
-                               ({(0, 5)}, "uniform", "head 5 is out of range"),
-                               ({(0, 0)}, "zero", "'zero'"),
-                               ([3], "uniform", "3 is not a")]:
+    for heads, mode, match in [
+        ({(2, 0)}, "uniform", "layer 2 does not exist"),
+        ({(0, 5)}, "uniform", "head 5 is out of range"),
+        ({(0, 0)}, "zero", "'zero'"),
+        ([3], "uniform", "3 is not a"),
+    ]:
         with pytest.raises(ValueError, match=match):
             ablation_hooks(m, heads, mode=mode)
     z0 = {"blocks.0.attn.hook_z": torch.zeros(1, 2, SEQ, 8)}

@@ -1,17 +1,18 @@
 """model.attn_bias: a constant added to the attention logits toward the query's
 own row and column (or, the control, toward the other keys), on both training paths."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import TWO_PATHS_REL
 
-from mclib.core.hooks import run_with_cache
 from mclib.core.attention import IMPL, bias_keys, position_masks
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.data import sample_batch
+from mclib.core.hooks import run_with_cache
 from mclib.core.model import build_model, load_model
 from mclib.core.variants import step_function
-from conftest import TWO_PATHS_REL
 
 
 def _batch(p, seed=3, batch=16):
@@ -47,7 +48,9 @@ def test_the_bias_multiplies_the_target_keys_weights_by_e_to_the_strength(smoke_
     p = smoke_profile
     b = 1.5
     plain = build_model(p.model, p.data.n, 1)
-    biased = build_model(p.replace(**{"model.attn_bias": b, "model.attn_bias_target": target}).model, p.data.n, 1)
+    biased = build_model(
+        p.replace(**{"model.attn_bias": b, "model.attn_bias_target": target}).model, p.data.n, 1
+    )
     assert biased.config._attn_implementation == IMPL
     for (k, v), (k2, v2) in zip(plain.state_dict().items(), biased.state_dict().items()):
         assert k == k2 and torch.equal(v, v2)
@@ -80,7 +83,9 @@ def test_strength_zero_is_bit_identical_to_no_bias(smoke_profile):
 
 @pytest.mark.parametrize("target", ["row_col", "other"])
 def test_the_bias_changes_training(smoke_profile, target):
-    p = smoke_profile.replace(**{"train.compile": False, "model.attn_bias": 2.0, "model.attn_bias_target": target})
+    p = smoke_profile.replace(
+        **{"train.compile": False, "model.attn_bias": 2.0, "model.attn_bias_target": target}
+    )
     biased = step_function(p, torch.device("cpu"))
     plain = step_function(smoke_profile.replace(**{"train.compile": False}), torch.device("cpu"))
     steps = [(biased()[0], plain()[0]) for _ in range(5)]
@@ -107,7 +112,9 @@ def test_a_saved_biased_model_loads_with_its_bias(tmp_path, smoke_profile):
     tokens = _batch(p).tokens
     with torch.no_grad():
         assert torch.equal(loaded(tokens).logits, model(tokens).logits)
-        assert not torch.allclose(build_model(smoke_profile.model, p.data.n, 1).eval()(tokens).logits, loaded(tokens).logits)
+        assert not torch.allclose(
+            build_model(smoke_profile.model, p.data.n, 1).eval()(tokens).logits, loaded(tokens).logits
+        )
 
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")])

@@ -59,8 +59,10 @@ def test_constrained_keeps_observed_entries(gen):
     assert np.array_equal(out[~mask], x[~mask])  # copied back: exact
 
 
-@pytest.mark.parametrize("method", [lambda x, m, **k: B.soft_impute(x, m, 1e-3, **k),
-                                    lambda x, m, **k: B.als_complete(x, m, 2, **k)])
+@pytest.mark.parametrize(
+    "method",
+    [lambda x, m, **k: B.soft_impute(x, m, 1e-3, **k), lambda x, m, **k: B.als_complete(x, m, 2, **k)],
+)
 def test_keep_observed_option(gen, method):
     # Rounded matrices are not exactly rank 2, so a fitted answer differs on Ω.
     x = sample_matrices(8, 7, 2, gen).double().numpy()
@@ -75,8 +77,11 @@ def test_torch_in_torch_out_and_masked_values_ignored(gen):
     x = sample_matrices(3, 7, 2, gen)
     mask = random_mask(3, 7, 0.3, gen)
     holey = torch.where(mask, torch.full_like(x, float("nan")), x)  # as detokenize gives
-    for out in (B.nuclear_norm_complete(holey, mask), B.soft_impute(holey, mask, 1e-3),
-                B.als_complete(holey, mask, 2)):
+    for out in (
+        B.nuclear_norm_complete(holey, mask),
+        B.soft_impute(holey, mask, 1e-3),
+        B.als_complete(holey, mask, 2),
+    ):
         assert isinstance(out, torch.Tensor) and out.dtype == x.dtype and out.shape == x.shape
         assert torch.isfinite(out).all()
     assert torch.equal(B.soft_impute(holey, mask, 1e-3), B.soft_impute(x, mask, 1e-3))
@@ -104,7 +109,10 @@ def test_soft_impute_solves_the_e17_problem(gen):
     def objective(u):
         return ((u - x) ** 2 * obs).sum((1, 2)) / obs.sum((1, 2)) + 5e-4 * B.nuclear_norm(u)
 
-    cvx, soft = objective(B.regularised_nuclear_norm(x, mask, 5e-4)), objective(B.soft_impute(x, mask, 5e-4, tol=1e-10))
+    cvx, soft = (
+        objective(B.regularised_nuclear_norm(x, mask, 5e-4)),
+        objective(B.soft_impute(x, mask, 5e-4, tol=1e-10)),
+    )
     assert np.abs(soft - cvx).max() < 1e-6 * cvx.max()
 
 
@@ -134,21 +142,27 @@ def _xm(shape=(2, 7, 7), mask_shape=None, dtype=bool):
     return np.zeros(shape), np.zeros(mask_shape or shape, dtype)
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: B.nuclear_norm_complete(*_xm(mask_shape=(2, 7, 6))), "mask has shape"),
-    (lambda: B.nuclear_norm_complete(*_xm((2, 7, 6))), "square"),
-    (lambda: B.nuclear_norm_complete(*_xm((7, 7))), "square"),
-    (lambda: B.nuclear_norm_complete(*_xm(dtype=float)), "boolean"),
-    (lambda: B.nuclear_norm_complete(np.zeros((2, 7, 7)), np.ones((2, 7, 7), bool)), "every entry masked"),
-    (lambda: B.nuclear_norm_complete(np.full((2, 7, 7), np.nan), np.zeros((2, 7, 7), bool)), "NaN"),
-    (lambda: B.regularised_nuclear_norm(*_xm(), lam=0.0), "lam must be > 0"),
-    (lambda: B.soft_impute(*_xm(), lam=-1.0), "lam must be > 0"),
-    (lambda: B.soft_impute(*_xm(), lam=1e-3, rank=8), "rank 8"),
-    (lambda: B.als_complete(*_xm(), rank=0), "rank 0"),
-    (lambda: B.als_complete(*_xm(), rank=2, ridge=0.0), "ridge"),
-    (lambda: B.als_complete(*_xm(), rank=2, init="svd"), "init"),
-    (lambda: B.complete_batch(B.constrained_one, *_xm(), workers=0), "workers"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: B.nuclear_norm_complete(*_xm(mask_shape=(2, 7, 6))), "mask has shape"),
+        (lambda: B.nuclear_norm_complete(*_xm((2, 7, 6))), "square"),
+        (lambda: B.nuclear_norm_complete(*_xm((7, 7))), "square"),
+        (lambda: B.nuclear_norm_complete(*_xm(dtype=float)), "boolean"),
+        (
+            lambda: B.nuclear_norm_complete(np.zeros((2, 7, 7)), np.ones((2, 7, 7), bool)),
+            "every entry masked",
+        ),
+        (lambda: B.nuclear_norm_complete(np.full((2, 7, 7), np.nan), np.zeros((2, 7, 7), bool)), "NaN"),
+        (lambda: B.regularised_nuclear_norm(*_xm(), lam=0.0), "lam must be > 0"),
+        (lambda: B.soft_impute(*_xm(), lam=-1.0), "lam must be > 0"),
+        (lambda: B.soft_impute(*_xm(), lam=1e-3, rank=8), "rank 8"),
+        (lambda: B.als_complete(*_xm(), rank=0), "rank 0"),
+        (lambda: B.als_complete(*_xm(), rank=2, ridge=0.0), "ridge"),
+        (lambda: B.als_complete(*_xm(), rank=2, init="svd"), "init"),
+        (lambda: B.complete_batch(B.constrained_one, *_xm(), workers=0), "workers"),
+    ],
+)
 def test_bad_inputs_raise(call, match):
     with pytest.raises(ValueError, match=match):
         call()
@@ -168,10 +182,13 @@ def test_regularised_with_every_entry_observed_is_singular_value_thresholding(me
     x = rng.uniform(-1, 1, (2, 7, 7))
     mask = np.zeros(x.shape, bool)
     s = np.linalg.svd(x[0], compute_uv=False)
-    tau = (s[2] + s[3]) / 2                       # keeps 3 singular values of the first matrix
+    tau = (s[2] + s[3]) / 2  # keeps 3 singular values of the first matrix
     lam = 2 * tau / 49
-    out = (B.regularised_nuclear_norm(x, mask, lam) if method == "cvxpy"
-           else B.soft_impute(x, mask, lam, tol=1e-12))
+    out = (
+        B.regularised_nuclear_norm(x, mask, lam)
+        if method == "cvxpy"
+        else B.soft_impute(x, mask, lam, tol=1e-12)
+    )
     expected = np.stack([_svt(xi, tau) for xi in x])
     assert np.linalg.matrix_rank(expected[0], tol=1e-9) == 3
     assert np.abs(out - expected).max() < 1e-6

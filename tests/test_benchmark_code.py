@@ -1,6 +1,7 @@
 """The benchmarks' own code on the CPU, in-process and fast: every precision a path of
 benchmarks/train_step.py times has a matmul ceiling (the TF32 paths once crashed on a
 lookup before timing anything, on the GPU only, where no test ran them)."""
+
 import importlib.util
 import math
 from pathlib import Path
@@ -57,12 +58,16 @@ def test_the_chapter_estimate_counts_every_encoder_pass_in_another_process(tmp_p
 
     bench = load("slice_chapters.py")
     (tmp_path / "sitecustomize.py").write_text(bench.HOOK)
-    code = ("import torch\nfrom mclib.core.config import ModelConfig\nfrom mclib.core.model import build_model\n"
-            "m = build_model(ModelConfig(layers=1, heads=2, hidden=8, intermediate=16), 3, seed=0)\n"
-            "t = torch.ones(5, 9, dtype=torch.long)\nm(t); m.hidden_states(t[:2])\n")
+    code = (
+        "import torch\nfrom mclib.core.config import ModelConfig\nfrom mclib.core.model import build_model\n"
+        "m = build_model(ModelConfig(layers=1, heads=2, hidden=8, intermediate=16), 3, seed=0)\n"
+        "t = torch.ones(5, 9, dtype=torch.long)\nm(t); m.hidden_states(t[:2])\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
     log = tmp_path / "passes.jsonl"
-    subprocess.run([sys.executable, "-c", code], env={**env, "MCLIB_FORWARD_LOG": str(log)}, check=True, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-c", code], env={**env, "MCLIB_FORWARD_LOG": str(log)}, check=True, cwd=ROOT
+    )
     records = [json.loads(line) for line in log.read_text().splitlines()]
     passes = [r for r in records if "tokens" in r]
     assert [p["tokens"] for p in passes] == [45, 18] and {p["seq"] for p in passes} == {9}

@@ -3,6 +3,7 @@
 Nothing here checks a speed (docs/performance.md holds the measurements); it checks that
 the commands the docs give still work on the smoke profile, so the scripts cannot rot.
 """
+
 import math
 import os
 import subprocess
@@ -18,8 +19,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(script, *args, check=True):
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                          capture_output=True, text=True, check=check, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        cwd=ROOT,
+    )
 
 
 def test_train_step_dry_run_runs_every_path_and_writes_nothing(tmp_path):
@@ -34,8 +40,20 @@ def test_train_step_dry_run_runs_every_path_and_writes_nothing(tmp_path):
 def test_train_step_writes_the_documented_columns(tmp_path):
     out = tmp_path / "perf.csv"
     # (a) always runs, as every ratio's reference; leaving out (b) and (d) skips the bf16 ceiling
-    run("train_step.py", "--quick", "--profiles", "smoke", "--paths", "c", "--rounds", "2",
-        "--warmup", "1", "--out", str(out))
+    run(
+        "train_step.py",
+        "--quick",
+        "--profiles",
+        "smoke",
+        "--paths",
+        "c",
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    )
     df = pd.read_csv(out)
     assert list(df["path"].str[:3]) == ["(a)", "(c)"]
     assert (df["ms_step"] > 0).all() and (df["gflops"] > 0).all()

@@ -2,21 +2,24 @@
 that read neither them nor other chapters' records execute beside it
 (`mclib.book.runner_beside.alongside`); scorecard.json written by two processes at once loses no
 row (`scorecard.locked`)."""
+
 from __future__ import annotations
 
 import json
 import multiprocessing
 import threading
 import time
-from types import SimpleNamespace
 
 import pytest
 
-from mclib.book import chapter, runner as book, runner_beside, runner_plan, runner_site, scorecard
-from tests.test_book import fake_chapters  # noqa: F401 - the fixture
+from mclib.book import chapter, runner_beside, runner_plan, runner_site, scorecard
+from mclib.book import runner as book
 from mclib.chapters.registry import specs as chapter_specs
+from tests.test_book import fake_chapters  # noqa: F401 - the fixture
 
-SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
+SPECS = (
+    chapter_specs()
+)  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 CHAPTERS = "01_train,02_copying,05_freezing,99_scorecard"
 
@@ -32,8 +35,8 @@ def events(monkeypatch, fake_chapters):  # noqa: F811
         seen.append(("start", template.stem))
         if apart["fail"] == "early":
             return "RuntimeError: boom"
-        ready.touch()                          # what train_runs says once only E15's runs train
-        assert released.wait(30)               # ... and E15 trains until the chapters beside it have run
+        ready.touch()  # what train_runs says once only E15's runs train
+        assert released.wait(30)  # ... and E15 trains until the chapters beside it have run
         seen.append(("end", template.stem))
         if apart["fail"] == "late":
             return "RuntimeError: boom"
@@ -52,16 +55,29 @@ def events(monkeypatch, fake_chapters):  # noqa: F811
 
 
 def _build(tmp_path):
-    return book.build("smoke", out_dir=tmp_path / "out", templates=book.select_chapters(CHAPTERS), progress=False,
-                      site=False, specs=SPECS)
+    return book.build(
+        "smoke",
+        out_dir=tmp_path / "out",
+        templates=book.select_chapters(CHAPTERS),
+        progress=False,
+        site=False,
+        specs=SPECS,
+    )
 
 
-def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(tmp_path, events, logged):
+def test_chapters_execute_beside_the_training_chapter_and_those_that_read_its_work_wait(
+    tmp_path, events, logged
+):
     seen, _ = events
     m = _build(tmp_path)
     # 02 reads seed 1 alone: beside; 05 reads E15's runs and 99 the records: after the training chapter
-    assert seen == [("start", "01_train"), ("run", "02_copying"), ("end", "01_train"), ("run", "05_freezing"),
-                    ("run", "99_scorecard")]
+    assert seen == [
+        ("start", "01_train"),
+        ("run", "02_copying"),
+        ("end", "01_train"),
+        ("run", "05_freezing"),
+        ("run", "99_scorecard"),
+    ]
     assert [r["status"] for r in m["notebooks"]] == ["executed"] * 4
     assert [r["name"] for r in m["notebooks"]] == CHAPTERS.split(",")
     out = logged.out()
@@ -83,7 +99,10 @@ def test_a_training_chapter_failing_beside_the_others_stops_the_book_there(tmp_p
 def test_only_the_training_chapter_that_trains_e15_here_goes_beside(tmp_path, smoke_profile):
     plan = lambda train: runner_plan.Plan(train, ["01_train"], "", None)
     templates = book.select_chapters(CHAPTERS)
-    assert runner_beside.alongside(templates, plan({"seed 1": "01_train", "E15 mlp": "01_train"}), smoke_profile) == "01_train"
+    assert (
+        runner_beside.alongside(templates, plan({"seed 1": "01_train", "E15 mlp": "01_train"}), smoke_profile)
+        == "01_train"
+    )
     assert runner_beside.alongside(templates, plan({"seed 1": "01_train"}), smoke_profile) is None
     assert runner_beside.alongside(templates[1:], plan({"E15 mlp": "05_freezing"}), smoke_profile) is None
     waits = {t.stem: book.waits_for_trainer(t, smoke_profile, specs=SPECS) for t in templates}
@@ -99,10 +118,13 @@ class _Future:
         return RuntimeError("x") if self.status == "error" else None
 
 
-@pytest.mark.parametrize("statuses, idle, said", [
-    (["finished", "finished"], ["error"], True),      # a failed idle task: its chapter does it again
-    (["finished", "error"], [], False),               # a seed that failed: the training chapter fails
-])
+@pytest.mark.parametrize(
+    "statuses, idle, said",
+    [
+        (["finished", "finished"], ["error"], True),  # a failed idle task: its chapter does it again
+        (["finished", "error"], [], False),  # a seed that failed: the training chapter fails
+    ],
+)
 def test_the_training_chapter_says_when_only_e15_trains(tmp_path, monkeypatch, statuses, idle, said):
     path = tmp_path / "ready"
     monkeypatch.setenv(runner_beside.READY, str(path))
@@ -151,9 +173,26 @@ def test_a_chapter_after_one_that_waits_still_executes_beside_the_training_chapt
     beside the training chapter, and 05 and 99 after it has ended."""
     seen, apart = events
     apart["release_after"] = "06_baselines"
-    m = book.build("smoke", out_dir=tmp_path / "out", site=False, progress=False, specs=SPECS,
-                   templates=book.select_chapters("01_train,02_copying,05_freezing,06_baselines,99_scorecard"))
-    assert seen == [("start", "01_train"), ("run", "02_copying"), ("run", "06_baselines"), ("end", "01_train"),
-                    ("run", "05_freezing"), ("run", "99_scorecard")]
-    assert [r["name"] for r in m["notebooks"]] == ["01_train", "02_copying", "05_freezing", "06_baselines",
-                                                   "99_scorecard"]
+    m = book.build(
+        "smoke",
+        out_dir=tmp_path / "out",
+        site=False,
+        progress=False,
+        specs=SPECS,
+        templates=book.select_chapters("01_train,02_copying,05_freezing,06_baselines,99_scorecard"),
+    )
+    assert seen == [
+        ("start", "01_train"),
+        ("run", "02_copying"),
+        ("run", "06_baselines"),
+        ("end", "01_train"),
+        ("run", "05_freezing"),
+        ("run", "99_scorecard"),
+    ]
+    assert [r["name"] for r in m["notebooks"]] == [
+        "01_train",
+        "02_copying",
+        "05_freezing",
+        "06_baselines",
+        "99_scorecard",
+    ]

@@ -2,16 +2,18 @@
 the code each chapter runs only for a run that dropped executes, and the pages say what
 the run did. The smoke profile never reaches its drop, so without this module that code
 would never run in CI. Slow tier: ~10 minutes on 2 cores."""
+
 from pathlib import Path
 
 import pytest
-
 from book_pages import manifest, page_text
+
 from mclib.__main__ import main
 from mclib.analyses.evaluate import evaluate
 from mclib.analyses.freezing import freeze_ends
 from mclib.analyses.interventions import GROUPS
-from mclib.book import runner as book, scorecard
+from mclib.book import runner as book
+from mclib.book import scorecard
 from mclib.core.checkpoints import load_checkpoint
 from mclib.core.config import load_profile, profile_path
 from mclib.core.data import copy_level
@@ -88,9 +90,13 @@ def test_e15_runs_end_once_their_rows_are_known_by_convergence_the_main_run_s_dr
 
 def test_each_chapter_takes_its_dropped_run_branch(out, drop):
     """The sentences each chapter builds only for a run that dropped, read off the pages."""
-    assert f"before the drop at step {drop:,}" in page_text(out, "02_copying")             # the pre checkpoint's place
+    assert f"before the drop at step {drop:,}" in page_text(out, "02_copying")  # the pre checkpoint's place
     heads = page_text(out, "03_heads")
     assert "the model completes the matrix" in heads and f"against a drop at step {drop:,}" in heads
-    assert f"the main run dropped at step {drop:,}" in page_text(out, "05_freezing").replace("The main run", "the main run")
+    assert f"the main run dropped at step {drop:,}" in page_text(out, "05_freezing").replace(
+        "The main run", "the main run"
+    )
     seeds = load_profile(profile_path(PROFILE)).analysis.seeds
-    assert all(find_drop(load_metrics(out / "runs" / f"{PROFILE}-seed{s}"), rank=1) is not None for s in seeds)
+    assert all(
+        find_drop(load_metrics(out / "runs" / f"{PROFILE}-seed{s}"), rank=1) is not None for s in seeds
+    )

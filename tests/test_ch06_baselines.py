@@ -3,15 +3,18 @@ mclib/chapters/baselines_readings.py): how a number is written, the closing
 sentences (E16's "within error", E18's "similar" decided from the numbers and their
 errors), the E17 verdicts against the paper's table, and the chapter's tables on a
 trained smoke run."""
+
 import copy
 
 import pandas as pd
 import pytest
+from book_pages import recorded_verdict as _verdict
+from book_pages import sentences_turn, speaks_for
 
-from book_pages import recorded_verdict as _verdict, sentences_turn, speaks_for
 from mclib.analyses import comparisons as C
-from mclib.chapters import baselines_readings as B, ch06_baselines as chapter
 from mclib.book import scorecard, scorecard_rules
+from mclib.chapters import baselines_readings as B
+from mclib.chapters import ch06_baselines as chapter
 from mclib.core import paper
 from mclib.core.checkpoints import load_checkpoint
 from mclib.core.paper import PAPER_E17
@@ -43,8 +46,18 @@ def tables(smoke_run, smoke_profile):
 
 def _readings(tables, **kw):
     sweep, reg, ood, classical, solver_sweep, solvers, task = tables
-    return B.baseline_readings(sweep, kw.get("reg", reg), ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                               solver_sweep=solver_sweep, solvers=solvers, task=task)
+    return B.baseline_readings(
+        sweep,
+        kw.get("reg", reg),
+        ood,
+        classical,
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
 
 
 def test_baseline_sentences_and_rows(tables):
@@ -84,13 +97,27 @@ def test_e18_similar_comes_from_the_ratio_rule(tmp_path, tables):
     ood = ood.copy()
     bert = ood["method"] == "BERT"
     ood.loc[bert, "L_mask_se"] = 0.001 * ood.loc[bert, "L_mask"]
-    ood.loc[bert, "L_mask_rel"] = ood.loc[bert].dist.map({"uniform": 0.11, "gaussian": 0.18, "laplace": 0.12}).values
+    ood.loc[bert, "L_mask_rel"] = (
+        ood.loc[bert].dist.map({"uniform": 0.11, "gaussian": 0.18, "laplace": 0.12}).values
+    )
     ood.loc[bert, "L_mask"] = ood.loc[bert, "L_mask_rel"]
-    glue, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                     solver_sweep=solver_sweep, solvers=solvers, task=task)
+    glue, rows = B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        classical,
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     v = {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E18"}
-    assert v == {"BERT (L_mask / E[X²]), gaussian over uniform factors": "differs",   # 0.18 vs 0.11: 1.6x
-                 "BERT (L_mask / E[X²]), laplace over uniform factors": "matches"}    # 0.12 vs 0.11
+    assert v == {
+        "BERT (L_mask / E[X²]), gaussian over uniform factors": "differs",  # 0.18 vs 0.11: 1.6x
+        "BERT (L_mask / E[X²]), laplace over uniform factors": "matches",
+    }  # 0.12 vs 0.11
     assert "gaussian factors" in glue["e18"] and "not similar, unlike the paper" in glue["e18"]
 
 
@@ -107,8 +134,12 @@ def test_e18_s_cause_says_whether_the_raw_loss_is_lower_before_dividing_by_e_x2(
 def test_e16_rows_are_directions(tmp_path, tables):
     _, rows = _readings(tables)
     e16 = [r for r in rows if r["id"] == "E16"]
-    assert [(r["kind"], r["sense"]) for r in e16] == [("direction", "below"), ("direction", "above"), ("direction", "above")]
-    high = e16[2]                                   # the highest p_mask: the paper says BERT is worse there
+    assert [(r["kind"], r["sense"]) for r in e16] == [
+        ("direction", "below"),
+        ("direction", "above"),
+        ("direction", "above"),
+    ]
+    high = e16[2]  # the highest p_mask: the paper says BERT is worse there
     assert high["quantity"].startswith("BERT L / solver L at p_mask 0.3, the highest")
     assert _verdict(tmp_path, {**high, "ours": 1.5, "se": 0.05}) == "same direction"
     assert _verdict(tmp_path, {**high, "ours": 0.8, "se": 0.05}) == "differs"
@@ -118,16 +149,39 @@ def test_e16_rows_are_directions(tmp_path, tables):
 
 def _e17_verdicts(tmp_path, tables, reg):
     _, rows = _readings(tables, reg=reg)
-    return {r["quantity"]: _verdict(tmp_path, r) for r in rows if r["id"] == "E17" and not r["quantity"].startswith("BERT")}
+    return {
+        r["quantity"]: _verdict(tmp_path, r)
+        for r in rows
+        if r["id"] == "E17" and not r["quantity"].startswith("BERT")
+    }
 
 
 def test_e17_bert_beats_the_regularised_solver_only_where_it_ran_on_its_matrices(tmp_path, tables):
-    bert_row = lambda reg: next(r for r in _readings(tables, reg=reg)[1] if r["quantity"].startswith("BERT L_mask"))
-    assert _verdict(tmp_path, bert_row(_reg_like_paper(0.01))) == "n/a"      # no BERT on the paper's task
-    with_bert = lambda l_mask: pd.concat([_reg_like_paper(0.01), pd.DataFrame([{
-        "method": "BERT", "lam": float("nan"), "L_obs": 1e-4, "L_obs_se": 1e-6, "L_mask": l_mask,
-        "L_mask_se": 0.01 * l_mask, "L": 0.3 * l_mask, "L_se": 0.003 * l_mask}])], ignore_index=True)
-    good = bert_row(with_bert(0.0135))               # the paper's BERT: a third of the best λ
+    bert_row = lambda reg: next(
+        r for r in _readings(tables, reg=reg)[1] if r["quantity"].startswith("BERT L_mask")
+    )
+    assert _verdict(tmp_path, bert_row(_reg_like_paper(0.01))) == "n/a"  # no BERT on the paper's task
+    with_bert = lambda l_mask: pd.concat(
+        [
+            _reg_like_paper(0.01),
+            pd.DataFrame(
+                [
+                    {
+                        "method": "BERT",
+                        "lam": float("nan"),
+                        "L_obs": 1e-4,
+                        "L_obs_se": 1e-6,
+                        "L_mask": l_mask,
+                        "L_mask_se": 0.01 * l_mask,
+                        "L": 0.3 * l_mask,
+                        "L_se": 0.003 * l_mask,
+                    }
+                ]
+            ),
+        ],
+        ignore_index=True,
+    )
+    good = bert_row(with_bert(0.0135))  # the paper's BERT: a third of the best λ
     assert good["ours"] == pytest.approx(0.0135 / 0.040456) and _verdict(tmp_path, good) == "same direction"
     assert "as in the paper" in good["reading"]
     bad = bert_row(with_bert(0.06))
@@ -142,24 +196,45 @@ def test_solver_rows_match_the_paper_s_numbers_and_differ_from_contradicting_one
     assert [k for k, x in v.items() if x == "differs"] == ["λ = 0.0005: L_mask (paper's task)"]
     # 15 % off: beyond the 10 % margin with a small error; too close to tell once 2 s.e. reach into it
     off = {(1e-3, "L_obs"): 1.15}
-    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, off))["λ = 0.001: L_obs (paper's task)"] == "differs"
-    assert _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"] == scorecard_rules.CLOSE
+    assert (
+        _e17_verdicts(tmp_path, tables, _reg_like_paper(0.01, off))["λ = 0.001: L_obs (paper's task)"]
+        == "differs"
+    )
+    assert (
+        _e17_verdicts(tmp_path, tables, _reg_like_paper(0.04, off))["λ = 0.001: L_obs (paper's task)"]
+        == scorecard_rules.CLOSE
+    )
     glue, _ = _readings(tables, reg=_reg_like_paper(0.04, off))
     assert "(4 of 5 within the rule, 1 too close to tell;" in glue["e17"]
     glue, _ = _readings(tables, reg=_reg_like_paper(0.01, {(5e-4, "L_obs"): 2.0}))
     assert glue["e17"].startswith("L_obs does not match the paper's at every λ (4 of 5 within the rule")
 
 
-@pytest.mark.parametrize("d, se, words", [(-0.0013, 0.002, "within two standard errors of zero"),
-                                          (-0.01, 0.002, "BERT lower by more than two standard errors"),
-                                          (0.01, 0.002, "BERT higher by more than two standard errors")])
+@pytest.mark.parametrize(
+    "d, se, words",
+    [
+        (-0.0013, 0.002, "within two standard errors of zero"),
+        (-0.01, 0.002, "BERT lower by more than two standard errors"),
+        (0.01, 0.002, "BERT higher by more than two standard errors"),
+    ],
+)
 def test_e16_says_from_the_data_whether_bert_and_the_solver_differ(tables, d, se, words):
     sweep, reg, ood, classical, solver_sweep, solvers, task = tables
     classical = classical.copy()
     at = classical["method"] == "nuclear norm"
     classical.loc[at, "BERT_d_L"], classical.loc[at, "BERT_d_L_se"] = d, se
-    glue, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                     solver_sweep=solver_sweep, solvers=solvers, task=task)
+    glue, rows = B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        classical,
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     assert words in glue["e16"]
     assert rows[0]["reading"].startswith(f"BERT − solver {B.pm(d, se)} (paired s.e.): {words}")
     speaks_for(rows[0]["reading"], rows[0])  # whether that is the paper's claim: the row's verdict
@@ -180,30 +255,61 @@ def test_e16_nuclear_norm_larger_within_the_margin_is_not_the_paper_s_claim(tabl
     """A contradiction found on 2026-11-25: BERT's nuclear norm 1.06 times the solver's, under the
     direction rule's 1.10 (+ 2 s.e.): the row differs, and so does every sentence about it."""
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    glue, rows = B.baseline_readings(sweep, reg, ood, _classical(tables, (1.06, 1.0), (0.05, 0.1)), p_train=0.3,
-                                     rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
-                                     task=task)
+    glue, rows = B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        _classical(tables, (1.06, 1.0), (0.05, 0.1)),
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     nuclear = rows[1]
     assert _verdict(tmp_path, nuclear) == "differs"
-    assert "(two s.e.): larger, short of the more than 10% larger the direction rule asks, unlike the paper" \
-        in glue["e16"] and "1.06 ± " in glue["e16"] and glue["e16"].endswith("unlike the paper")
+    assert (
+        "(two s.e.): larger, short of the more than 10% larger the direction rule asks, unlike the paper"
+        in glue["e16"]
+        and "1.06 ± " in glue["e16"]
+        and glue["e16"].endswith("unlike the paper")
+    )
     assert "as in the paper" not in nuclear["reading"] and "unlike the paper" in nuclear["reading"]
     for r in rows:  # every reading agrees with its verdict, or `record` refuses it
         scorecard.record(tmp_path, **r, chapter="test")
 
 
-@pytest.mark.parametrize("nuclear, verdict, number, words", [
-    ((1.5, 1.0), "same direction", "1.5 ± ", "(two s.e.): larger, beyond the more than 10% larger"),
-    ((1.06, 1.0), "differs", "1.06 ± ", "(two s.e.): larger, short of the more than 10% larger"),
-    ((0.9, 1.0), "differs", "0.9 ± ", "(two s.e.): smaller, short of"),
-    ((1.1, 1.0), scorecard_rules.CLOSE, "1.1 ± ", "(two s.e.): larger, two standard errors reach both sides")])
+@pytest.mark.parametrize(
+    "nuclear, verdict, number, words",
+    [
+        ((1.5, 1.0), "same direction", "1.5 ± ", "(two s.e.): larger, beyond the more than 10% larger"),
+        ((1.06, 1.0), "differs", "1.06 ± ", "(two s.e.): larger, short of the more than 10% larger"),
+        ((0.9, 1.0), "differs", "0.9 ± ", "(two s.e.): smaller, short of"),
+        (
+            (1.1, 1.0),
+            scorecard_rules.CLOSE,
+            "1.1 ± ",
+            "(two s.e.): larger, two standard errors reach both sides",
+        ),
+    ],
+)
 def test_e16_nuclear_norm_sentence_is_made_from_its_row(tables, nuclear, verdict, number, words):
     """2026-11-27: "larger by a factor 1.05 … unlike the paper (paper: larger)": the sentence now
     says where the ratio lies against the band the rule asks, and the row's own verdict."""
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    glue, rows = B.baseline_readings(sweep, reg, ood, _classical(tables, nuclear, (0.05, 0.1)), p_train=0.3,
-                                     rank=2, n_regularised=6, solver_sweep=solver_sweep, solvers=solvers,
-                                     task=task)
+    glue, rows = B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        _classical(tables, nuclear, (0.05, 0.1)),
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     row = rows[1]
     assert scorecard_rules.row_verdict(row) == verdict
     for sentence in (glue["e16"], row["reading"]):
@@ -211,21 +317,42 @@ def test_e16_nuclear_norm_sentence_is_made_from_its_row(tables, nuclear, verdict
     assert scorecard_rules.contradiction(row["reading"], verdict) is None
 
 
-@pytest.mark.parametrize("d, se, verdict, words", [
-    (0.0002, 0.0012, scorecard_rules.CLOSE, "BERT and the solver within two standard errors of each other"),
-    (0.0002, 0.00001, "differs", "BERT worse by more than two standard errors"),
-    (0.05, 0.001, "same direction", "BERT worse by more than two standard errors"),
-    (-0.01, 0.001, "differs", "BERT better by more than two standard errors")])
+@pytest.mark.parametrize(
+    "d, se, verdict, words",
+    [
+        (
+            0.0002,
+            0.0012,
+            scorecard_rules.CLOSE,
+            "BERT and the solver within two standard errors of each other",
+        ),
+        (0.0002, 0.00001, "differs", "BERT worse by more than two standard errors"),
+        (0.05, 0.001, "same direction", "BERT worse by more than two standard errors"),
+        (-0.01, 0.001, "differs", "BERT better by more than two standard errors"),
+    ],
+)
 def test_e16_at_the_highest_p_mask_says_its_row_s_verdict(tables, d, se, verdict, words):
     """2026-11-27: "BERT − solver 0.0002 ± 0.0012 … BERT worse …, unlike the paper": within error
     is said so, and the verdict (too close to tell there) is the row's."""
     sweep, reg, ood, classical, solver_sweep, solvers, task = tables
     sweep = sweep.copy()
     at = (sweep["method"] == "BERT") & (sweep["p_mask"] == sweep["p_mask"].max())
-    solver = sweep[(sweep["method"] == "nuclear norm") & (sweep["p_mask"] == sweep["p_mask"].max())]["L"].iloc[0]
+    solver = sweep[(sweep["method"] == "nuclear norm") & (sweep["p_mask"] == sweep["p_mask"].max())][
+        "L"
+    ].iloc[0]
     sweep.loc[at, ["L", "d_L", "d_L_se"]] = solver + d, d, se
-    _, rows = B.baseline_readings(sweep, reg, ood, classical, p_train=0.3, rank=2, n_regularised=6,
-                                  solver_sweep=solver_sweep, solvers=solvers, task=task)
+    _, rows = B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        classical,
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     hi = next(r for r in rows if "the highest" in r["quantity"])
     assert scorecard_rules.row_verdict(hi) == verdict
     assert words in hi["reading"] and scorecard_rules.agreement(verdict) in hi["reading"]
@@ -234,9 +361,18 @@ def test_e16_at_the_highest_p_mask_says_its_row_s_verdict(tables, d, se, verdict
 
 def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, flip_verdicts):
     sweep, reg, ood, _, solver_sweep, solvers, task = tables
-    readings = lambda: B.baseline_readings(sweep, reg, ood, _classical(tables, (1.5, 1.0), (0.05, 0.1)),
-                                           p_train=0.3, rank=2, n_regularised=6, solver_sweep=solver_sweep,
-                                           solvers=solvers, task=task)
+    readings = lambda: B.baseline_readings(
+        sweep,
+        reg,
+        ood,
+        _classical(tables, (1.5, 1.0), (0.05, 0.1)),
+        p_train=0.3,
+        rank=2,
+        n_regularised=6,
+        solver_sweep=solver_sweep,
+        solvers=solvers,
+        task=task,
+    )
     _, rows = readings()
     e16 = [r["quantity"] for r in rows if r["id"] == "E16"]
     e18 = [r["quantity"] for r in rows if r["id"] == "E18"]
@@ -250,7 +386,9 @@ def test_the_sentences_that_compare_with_the_paper_turn_with_their_rows(tables, 
 def test_the_opening_names_both_tasks(ch):
     glue = chapter.task_glue(ch)
     assert glue["task_paper"] == chapter.describe_task(paper.task())
-    assert glue["task_profile"].startswith(f"{ch.cfg.data.n}×{ch.cfg.data.n} matrices of rank {ch.cfg.data.rank}")
+    assert glue["task_profile"].startswith(
+        f"{ch.cfg.data.n}×{ch.cfg.data.n} matrices of rank {ch.cfg.data.rank}"
+    )
     assert glue["task_same"] == "Here the two tasks are the same."  # smoke: 7×7, rank 2, p_mask 0.3
     html = chapter.experiments_table(ch).to_html()
     assert f"step {ch.steps.post:,}" in html and html.count("<tr>") == 7
@@ -281,7 +419,9 @@ def test_the_rule_e17_is_judged_by_is_stated_as_the_scorecard_applies_it():
     from book_pages import prose
 
     said = scorecard_rules.band_text("number", B.SOLVER_RTOL)
-    assert '"matches"' in said and '"differs"' in said and f'"{scorecard_rules.CLOSE}"' in said and "10%" in said
+    assert (
+        '"matches"' in said and '"differs"' in said and f'"{scorecard_rules.CLOSE}"' in said and "10%" in said
+    )
     row = lambda ours, se: scorecard_rules.number(1.0, ours, se=se, margin=B.SOLVER_RTOL)
     assert (row(1.0, 0.01), row(1.5, 0.01), row(1.1, 0.05)) == ("matches", "differs", scorecard_rules.CLOSE)
     assert "within a factor 1.25" in scorecard_rules.band_text("ratio")

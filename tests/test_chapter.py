@@ -1,4 +1,5 @@
 """The opening call of every chapter (mclib/book/chapter.py)."""
+
 import shutil
 from pathlib import Path
 
@@ -6,12 +7,14 @@ import pytest
 import torch
 
 from mclib.book.chapter import Chapter, departures_table, open_chapter, shown_path
+from mclib.chapters.registry import specs as chapter_specs
 from mclib.core.config import ConfigError, load_profile, profile_path
 from mclib.core.metrics import find_drop
 from mclib.core.runs import load_metrics
-from mclib.chapters.registry import specs as chapter_specs
 
-SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
+SPECS = (
+    chapter_specs()
+)  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def test_open_chapter_reads_the_run_and_loads_each_checkpoint_once(smoke_run, smoke_profile):
@@ -26,7 +29,9 @@ def test_open_chapter_reads_the_run_and_loads_each_checkpoint_once(smoke_run, sm
     assert ch.steps.post == max(ch.steps.all_steps())
 
 
-def test_the_run_s_own_profile_wins_over_the_named_one_except_analysis_and_device(smoke_run, smoke_profile, tmp_path):
+def test_the_run_s_own_profile_wins_over_the_named_one_except_analysis_and_device(
+    smoke_run, smoke_profile, tmp_path
+):
     # a run trained with 60 steps, opened under a profile that now asks for more: the chapter
     # sees the run as trained, with the book's current analysis sizes
     run = shutil.copytree(smoke_run, tmp_path / "run")
@@ -68,8 +73,12 @@ def test_shown_path_is_never_absolute(tmp_path):
 
 # --- one protocol for every chapter module (mclib.book.chapter's docstring) ----------------------
 
-CHAPTER_MODULES = sorted(p.stem for p in (Path(__file__).parents[1] / "mclib" / "chapters").glob("ch[0-9][0-9]_*.py"))
-TWO_SECTIONS = {"ch07_beyond": ("seeds_readings", "structure_readings")}  # two scorecard tables, one per section
+CHAPTER_MODULES = sorted(
+    p.stem for p in (Path(__file__).parents[1] / "mclib" / "chapters").glob("ch[0-9][0-9]_*.py")
+)
+TWO_SECTIONS = {
+    "ch07_beyond": ("seeds_readings", "structure_readings")
+}  # two scorecard tables, one per section
 
 
 @pytest.mark.parametrize("name", CHAPTER_MODULES)
@@ -111,24 +120,34 @@ def test_every_glue_name_the_prose_uses_is_a_literal_that_grep_finds():
     import mclib.book
     import mclib.chapters
 
-    literals = {s for room in (mclib.book, mclib.chapters) for p in Path(room.__file__).parent.glob("*.py")
-                for s in literal_strings(p)}
+    literals = {
+        s
+        for room in (mclib.book, mclib.chapters)
+        for p in Path(room.__file__).parent.glob("*.py")
+        for s in literal_strings(p)
+    }
     missing = {}
     for nb in sorted(BOOK.glob("*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         code = "\n".join(l for l in code.splitlines() if not l.lstrip().startswith(("%", "!")))
-        own = {n.value for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+        own = {
+            n.value
+            for n in ast.walk(ast.parse(code))
+            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+        }
         missing[nb.name] = sorted(glue_names(nb.name) - literals - own)
     assert len(missing) > 5 and not any(missing.values()), {k: v for k, v in missing.items() if v}
 
 
-def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(smoke_profile, tmp_path, monkeypatch):
+def test_idle_tasks_are_the_solvers_then_the_gpt_runs_and_skip_what_is_there(
+    smoke_profile, tmp_path, monkeypatch
+):
     """What the book's idle workers may do while its run trains (chapter.idle_tasks): chapter
     06's solvers unless a cache is there to read (committed, or the book's own for this
     library's source), then chapter 08's GPT runs that are not complete."""
-    from mclib.chapters import ch06_baselines
     from mclib.book.chapter import idle_tasks
+    from mclib.chapters import ch06_baselines
     from mclib.core.repo import mclib_sha
 
     monkeypatch.setattr(ch06_baselines, "RESULTS", tmp_path / "results")  # no committed cache
@@ -171,7 +190,9 @@ def _touch_then_unlink(flag: Path, absent: Path) -> None:
     absent.unlink()
 
 
-def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_profile, tmp_path, monkeypatch, logged):
+def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(
+    smoke_profile, tmp_path, monkeypatch, logged
+):
     """train_runs: seed 2 ends long before seed 1, and the freed worker takes the idle tasks
     before seed 1 ends (which tasks are left once it has ended: test_jobs.py). Seed 1 starts
     training only once the last idle task has run (`_train_once_flagged`), so the test does not
@@ -182,17 +203,30 @@ def test_a_worker_the_seeds_leave_idle_works_while_the_books_run_trains(smoke_pr
     from mclib.core.runs import seed_run_dirs
 
     cfg = smoke_profile.replace(**{"train.steps": 40, "checkpoints.post": 40, "analysis.freeze": False})
-    short = cfg.replace(**{"train.steps": 20, "checkpoints.pre": 10, "checkpoints.transition": [], "checkpoints.post": 20})
+    short = cfg.replace(
+        **{"train.steps": 20, "checkpoints.pre": 10, "checkpoints.transition": [], "checkpoints.post": 20}
+    )
     dirs = seed_run_dirs(cfg, tmp_path / "runs" / "smoke-seed1")
     flag = tmp_path / "failing-ran"
     monkeypatch.setattr(train_module, "train_seed", _train_once_flagged)
-    monkeypatch.setattr(train_module, "seed_jobs", lambda profile, run_dir: [
-        (cfg, dirs[1], None, flag, cfg.seed), (short.replace(seed=2), dirs[2], None, flag, cfg.seed)])
+    monkeypatch.setattr(
+        train_module,
+        "seed_jobs",
+        lambda profile, run_dir: [
+            (cfg, dirs[1], None, flag, cfg.seed),
+            (short.replace(seed=2), dirs[2], None, flag, cfg.seed),
+        ],
+    )
     marks = [tmp_path / f"mark{i}" for i in range(2)]
     failing = (_touch_then_unlink, (flag, tmp_path / "absent"), "failing")  # FileNotFoundError on the worker
-    monkeypatch.setattr(chapter, "idle_tasks", lambda cfg, run_dir, specs: [(Path.touch, (m,), m.name) for m in marks]
-                        + [failing])
-    chapter.train_runs(cfg, dirs[1], specs=SPECS)  # an idle task that failed does not fail the book's training
+    monkeypatch.setattr(
+        chapter,
+        "idle_tasks",
+        lambda cfg, run_dir, specs: [(Path.touch, (m,), m.name) for m in marks] + [failing],
+    )
+    chapter.train_runs(
+        cfg, dirs[1], specs=SPECS
+    )  # an idle task that failed does not fail the book's training
     end = (dirs[1] / "end.json").stat().st_mtime
     assert all(m.stat().st_mtime < end for m in marks)  # done while the book's run trained
     said = logged.err()  # a warning: a chapter's kernel shows it

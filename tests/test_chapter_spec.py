@@ -3,6 +3,7 @@ mclib.chapters.registry: every chapter of the toc has one, naming its own notebo
 with a field that does not exist, of the wrong kind, or naming a notebook that does not
 exist is refused in one line naming the chapter and the field; and the book's machinery
 and the lease look nothing up by a name computed at run time."""
+
 from __future__ import annotations
 
 import ast
@@ -85,20 +86,31 @@ def test_an_unknown_field_is_refused_naming_the_chapter_and_the_field():
     with pytest.raises(ChapterSpecError) as e:
         ChapterSpec("03_heads", rejudge=lambda row, recorded: (row, []))  # rejudged, misspelt
     message = _one_line(e)
-    assert message.startswith("chapter 03_heads: ChapterSpec has no field 'rejudge'") and "rejudged" in message
+    assert (
+        message.startswith("chapter 03_heads: ChapterSpec has no field 'rejudge'") and "rejudged" in message
+    )
 
 
 def test_an_unknown_field_in_a_chapter_module_stops_its_import(tmp_path, monkeypatch):
     """A misspelt declaration fails where the chapter's module is imported, not silently later."""
-    (tmp_path / "fake_chapter.py").write_text("from mclib.book.spec import ChapterSpec\n"
-                                              "SPEC = ChapterSpec('98_fake', idle_works=None)\n")
+    (tmp_path / "fake_chapter.py").write_text(
+        "from mclib.book.spec import ChapterSpec\nSPEC = ChapterSpec('98_fake', idle_works=None)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ChapterSpecError, match=r"^chapter 98_fake: ChapterSpec has no field 'idle_works'"):
         __import__("fake_chapter")
 
 
-@pytest.mark.parametrize("field, value", [("trains_runs", "yes"), ("runs_read", 3), ("site_part", "99_scorecard"),
-                                          ("speaks_for", {"e3_match": 3}), ("rule_of", {})])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("trains_runs", "yes"),
+        ("runs_read", 3),
+        ("site_part", "99_scorecard"),
+        ("speaks_for", {"e3_match": 3}),
+        ("rule_of", {}),
+    ],
+)
 def test_a_field_of_the_wrong_kind_is_named(field, value):
     with pytest.raises(ChapterSpecError) as e:
         ChapterSpec("02_copying", **{field: value})
@@ -124,17 +136,24 @@ def _computed_lookups(root: Path) -> list[str]:
     for room in ("book", "lease"):
         for path in sorted((root / room).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                        and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2
-                        and not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr")
+                    and len(node.args) >= 2
+                    and not (isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str))
+                ):
                     bad.append(f"{path.relative_to(root.parent)}:{node.lineno} {node.func.id}")
     return bad
 
 
 def test_the_book_and_the_lease_look_no_attribute_up_by_a_computed_name(tmp_path):
     bad = _computed_lookups(MCLIB)
-    assert not bad, "attributes looked up by a computed name (read the chapters' specs instead):\n" + "\n".join(bad)
+    assert not bad, (
+        "attributes looked up by a computed name (read the chapters' specs instead):\n" + "\n".join(bad)
+    )
     (tmp_path / "mclib" / "book").mkdir(parents=True)
     (tmp_path / "mclib" / "book" / "x.py").write_text(
-        "def declared(m, name):\n    return getattr(m, name) if hasattr(m, 'site_part') else None\n")
+        "def declared(m, name):\n    return getattr(m, name) if hasattr(m, 'site_part') else None\n"
+    )
     assert _computed_lookups(tmp_path / "mclib") == ["mclib/book/x.py:2 getattr"]

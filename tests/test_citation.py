@@ -1,5 +1,6 @@
 """CITATION.cff: valid Citation File Format 1.2.0, citing the book and,
 as a reference, the paper it reproduces, with the paper's facts as docs/protocol.md has them."""
+
 import re
 from pathlib import Path
 
@@ -10,9 +11,25 @@ ROOT = Path(__file__).resolve().parents[1]
 # CFF 1.2.0's required keys and every key it allows at the top level
 # (https://github.com/citation-file-format/citation-file-format/blob/1.2.0/schema-guide.md)
 REQUIRED = {"cff-version", "message", "title", "authors"}
-ALLOWED = REQUIRED | {"abstract", "commit", "contact", "date-released", "doi", "identifiers", "keywords", "license",
-                      "license-url", "preferred-citation", "references", "repository", "repository-artifact",
-                      "repository-code", "type", "url", "version"}
+ALLOWED = REQUIRED | {
+    "abstract",
+    "commit",
+    "contact",
+    "date-released",
+    "doi",
+    "identifiers",
+    "keywords",
+    "license",
+    "license-url",
+    "preferred-citation",
+    "references",
+    "repository",
+    "repository-artifact",
+    "repository-code",
+    "type",
+    "url",
+    "version",
+}
 
 
 def _cff() -> dict:
@@ -51,5 +68,9 @@ def test_the_paper_it_reproduces_is_a_reference_with_the_protocol_s_facts():
     assert paper["url"] == arxiv.group(2) and arxiv.group(1) in paper["url"]
     assert [a["family-names"] for a in paper["authors"]] == ["Gopalani", "Lubana", "Hu"]
     assert "Gopalani, Lubana & Hu" in protocol and "NeurIPS 2024" in protocol
-    assert paper["type"] == "conference-paper" and paper["year"] == 2024 and "NeurIPS 2024" in paper["collection-title"]
+    assert (
+        paper["type"] == "conference-paper"
+        and paper["year"] == 2024
+        and "NeurIPS 2024" in paper["collection-title"]
+    )
     assert all(_names_someone(a) for a in paper["authors"])

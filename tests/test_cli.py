@@ -2,6 +2,7 @@
 older spellings --params and --out-dir still work and say so; a bad key or value is one line
 naming where it came from (the file or --set), the key and the value, and nothing is trained
 or written."""
+
 import argparse
 
 import pytest
@@ -20,6 +21,7 @@ class Trained(Exception):
 def trained(monkeypatch):
     def fake(profile, run_dir, **kwargs):
         raise Trained(profile, run_dir)
+
     monkeypatch.setattr(mclib.core.train, "train", fake)
 
 
@@ -38,8 +40,10 @@ def test_every_command_that_reads_a_profile_has_profile_and_set(command, default
 def test_the_older_spellings_are_aliases_that_say_so(capsys):
     args = parser().parse_args(["train", "--params", "smoke", "--out-dir", "somewhere"])
     assert (args.profile, args.out) == ("smoke", "somewhere")
-    assert capsys.readouterr().err.splitlines() == ["mclib: note: --params is an alias of --profile",
-                                                    "mclib: note: --out-dir is an alias of --out"]
+    assert capsys.readouterr().err.splitlines() == [
+        "mclib: note: --params is an alias of --profile",
+        "mclib: note: --out-dir is an alias of --out",
+    ]
     args = parser().parse_args(["book", "--profile", "smoke", "--out", "o"])
     assert (args.profile, args.out) == ("smoke", "o") and capsys.readouterr().err == ""
     assert parser().parse_args(["slice", "status"]).out == "slice-work"  # --out's default, not the alias's
@@ -62,16 +66,19 @@ def test_closed_options_list_their_choices():
                 assert action.choices, (name, option)
 
 
-@pytest.mark.parametrize("text, key, value", [
-    ("train.lr=1e-3", "train.lr", 1e-3),         # YAML 1.1 reads 1e-3 as a string; a number here
-    ("train.lr=1.0e-3", "train.lr", 1e-3),
-    ("train.steps=200", "train.steps", 200),
-    ("train.compile=true", "train.compile", True),
-    ("analysis.seeds=[1, 2]", "analysis.seeds", [1, 2]),
-    ("notes=a=b", "notes", "a=b"),                # the first = splits
-    ("analysis.after_drop=null", "analysis.after_drop", None),
-    ("name=1e3x", "name", "1e3x"),
-])
+@pytest.mark.parametrize(
+    "text, key, value",
+    [
+        ("train.lr=1e-3", "train.lr", 1e-3),  # YAML 1.1 reads 1e-3 as a string; a number here
+        ("train.lr=1.0e-3", "train.lr", 1e-3),
+        ("train.steps=200", "train.steps", 200),
+        ("train.compile=true", "train.compile", True),
+        ("analysis.seeds=[1, 2]", "analysis.seeds", [1, 2]),
+        ("notes=a=b", "notes", "a=b"),  # the first = splits
+        ("analysis.after_drop=null", "analysis.after_drop", None),
+        ("name=1e3x", "name", "1e3x"),
+    ],
+)
 def test_a_setting_is_a_dotted_key_and_a_yaml_value(text, key, value):
     got = parse_setting(text)
     assert got == (key, value) and type(got[1]) is type(value)
@@ -89,20 +96,40 @@ def test_a_setting_that_is_not_key_value_is_refused_by_argparse(text, capsys):
 def test_set_seed_and_steps_reach_the_profile_trained(trained, tmp_path):
     out = tmp_path / "run"
     with pytest.raises(Trained) as e:
-        main(["train", "--profile", "smoke", "--set", "train.lr=2e-3", "--set", "model.attention=eager",
-              "--seed", "7", "--steps", "90", "--out", str(out)])
+        main(
+            [
+                "train",
+                "--profile",
+                "smoke",
+                "--set",
+                "train.lr=2e-3",
+                "--set",
+                "model.attention=eager",
+                "--seed",
+                "7",
+                "--steps",
+                "90",
+                "--out",
+                str(out),
+            ]
+        )
     profile, run_dir = e.value.args
     base = load_profile(profile_path("smoke"))
-    assert profile == base.replace(**{"train.lr": 2e-3, "model.attention": "eager", "seed": 7, "train.steps": 90})
+    assert profile == base.replace(
+        **{"train.lr": 2e-3, "model.attention": "eager", "seed": 7, "train.steps": 90}
+    )
     assert run_dir == out and profile.train.lr != base.train.lr
 
 
-@pytest.mark.parametrize("setting, line", [
-    ("train.lrr=1e-3", "--set: unknown key train.lrr = 0.001 (known: steps, until, "),
-    ("trian.lr=1e-3", "--set: unknown key trian.lr = 0.001 (known: name, seed, data, "),
-    ("train.steps=many", "--set: train.steps = 'many' is not an integer"),
-    ("data.p_mask=1.5", "--set: data.p_mask = 1.5 is outside [0, 1)"),
-])
+@pytest.mark.parametrize(
+    "setting, line",
+    [
+        ("train.lrr=1e-3", "--set: unknown key train.lrr = 0.001 (known: steps, until, "),
+        ("trian.lr=1e-3", "--set: unknown key trian.lr = 0.001 (known: name, seed, data, "),
+        ("train.steps=many", "--set: train.steps = 'many' is not an integer"),
+        ("data.p_mask=1.5", "--set: data.p_mask = 1.5 is outside [0, 1)"),
+    ],
+)
 def test_a_bad_setting_is_one_line_naming_it_and_nothing_is_trained(trained, tmp_path, capsys, setting, line):
     out = tmp_path / "run"
     assert main(["train", "--profile", "smoke", "--set", setting, "--out", str(out)]) == 2
@@ -119,7 +146,9 @@ def test_a_misspelt_key_in_a_profile_file_names_the_file_the_key_and_the_value(t
     (out / "kept.txt").write_text("mine")
     assert main(["train", "--profile", str(bad), "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith(f"mclib: error: {bad}: unknown key train.stpes = 10 (known: ")
+    assert err.count("\n") == 1 and err.startswith(
+        f"mclib: error: {bad}: unknown key train.stpes = 10 (known: "
+    )
     assert [p.name for p in out.iterdir()] == ["kept.txt"]  # nothing overwritten
 
 
@@ -128,8 +157,20 @@ def test_solvers_reads_the_profile_with_its_settings(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(ch06, "build_solver_cache", lambda profile, out: seen.append((profile, out)))
-    assert main(["solvers", "--profile", "smoke", "--set", "analysis.solver_matrices=8",
-                 "--out", str(tmp_path / "s.csv.gz")]) == 0
+    assert (
+        main(
+            [
+                "solvers",
+                "--profile",
+                "smoke",
+                "--set",
+                "analysis.solver_matrices=8",
+                "--out",
+                str(tmp_path / "s.csv.gz"),
+            ]
+        )
+        == 0
+    )
     assert seen[0][0].analysis.solver_matrices == 8 and seen[0][1] == str(tmp_path / "s.csv.gz")
 
 
@@ -152,10 +193,30 @@ def test_the_book_hands_its_chapters_the_profile_with_the_settings_on(monkeypatc
 
     monkeypatch.setattr(runner, "_Build", Build)
     out = tmp_path / "out"
-    assert main(["book", "--profile", "smoke", "--set", "train.lr=3e-3", "--seed", "4", "--out", str(out),
-                 "--chapters", "01_train", "--no-site"]) == 0
+    assert (
+        main(
+            [
+                "book",
+                "--profile",
+                "smoke",
+                "--set",
+                "train.lr=3e-3",
+                "--seed",
+                "4",
+                "--out",
+                str(out),
+                "--chapters",
+                "01_train",
+                "--no-site",
+            ]
+        )
+        == 0
+    )
     written = out / "book" / "_executed" / "smoke-set.yaml"
     assert seen["params"]["profile"] == str(written) and seen["params"]["seed"] == 4
-    assert load_profile(written) == seen["cfg"] == load_profile(profile_path("smoke")).replace(
-        **{"train.lr": 3e-3, "seed": 4})
+    assert (
+        load_profile(written)
+        == seen["cfg"]
+        == load_profile(profile_path("smoke")).replace(**{"train.lr": 3e-3, "seed": 4})
+    )
     assert yaml.safe_load(written.read_text())["train"]["lr"] == 3e-3

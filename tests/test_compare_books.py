@@ -2,12 +2,12 @@
 compared by its HTML, whose random ids pandas draws at every rendering are not a difference,
 and a difference is shown where the two values first part. The script on a trained run's
 scorecard: tests/test_scripts.py (slow)."""
+
 import json
 from pathlib import Path
 
 import pandas as pd
 from pandas.io.formats.style import Styler
-
 from sources import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,11 +23,17 @@ def _book(out: Path, glued: dict) -> Path:
         data = {"application/papermill.record/text/plain": repr(value)}
         if isinstance(value, Styler):
             data["application/papermill.record/text/html"] = value.to_html()
-        outputs.append({"output_type": "display_data", "data": data,
-                        "metadata": {"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}}})
+        outputs.append(
+            {
+                "output_type": "display_data",
+                "data": data,
+                "metadata": {"scrapbook": {"name": name, "mime_prefix": "application/papermill.record/"}},
+            }
+        )
     cell = {"cell_type": "code", "source": "", "metadata": {}, "execution_count": 1, "outputs": outputs}
-    (folder / "99_scorecard.ipynb").write_text(json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4,
-                                                           "nbformat_minor": 5}))
+    (folder / "99_scorecard.ipynb").write_text(
+        json.dumps({"cells": [cell], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    )
     return out
 
 
@@ -42,4 +48,8 @@ def test_a_table_is_compared_by_its_html_without_pandas_random_ids(tmp_path):
     assert "01_train.html" in a["99_scorecard:landing_table"]  # the table itself, not the Styler's address
     assert compare.differences(a, b, "glue") == []
     [line] = compare.differences(a, c, "glue")
-    assert line.startswith("glue 99_scorecard:landing_table: ") and "01_train.html" in line and "07_beyond" in line
+    assert (
+        line.startswith("glue 99_scorecard:landing_table: ")
+        and "01_train.html" in line
+        and "07_beyond" in line
+    )

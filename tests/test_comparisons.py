@@ -1,14 +1,13 @@
 import numpy as np
 import pytest
-
-from mclib.core import paper
 import torch
 
 from mclib.analyses import comparisons as C
 from mclib.analyses import per_matrix as P
-from mclib.core.data import sample_matrices, copy_level
 from mclib.analyses.evaluate import pooled, sample_eval_batch
+from mclib.core import paper
 from mclib.core.checkpoints import load_checkpoint
+from mclib.core.data import copy_level, sample_matrices
 
 
 @pytest.fixture(scope="module")
@@ -39,15 +38,16 @@ def test_copy_level_is_the_mean_square():
     g = torch.Generator().manual_seed(0)
     for dist in ("uniform", "gaussian", "laplace"):
         x = sample_matrices(20_000, 7, 2, g, dist)
-        assert (x ** 2).mean().item() == pytest.approx(copy_level(2, dist), rel=0.03), dist
+        assert (x**2).mean().item() == pytest.approx(copy_level(2, dist), rel=0.03), dist
     with pytest.raises(ValueError, match="'random'"):
         copy_level(2, "random")
 
 
 def test_sweep_uses_the_same_matrices_and_nested_masks(post, smoke_profile):
     table = C.nuclear_sweep(post, smoke_profile.data, [0.2, 0.4], 6, seed=0)
-    assert table[["p_mask", "method"]].values.tolist() == [[p, m] for p in (0.2, 0.4)
-                                                           for m in ("BERT", "nuclear norm", "truth")]
+    assert table[["p_mask", "method"]].values.tolist() == [
+        [p, m] for p in (0.2, 0.4) for m in ("BERT", "nuclear norm", "truth")
+    ]
     solver = table[table.method == "nuclear norm"]
     assert (solver["L_obs"] == 0).all() and (table[table.method == "truth"]["L"] == 0).all()
     d = smoke_profile.data
@@ -59,17 +59,27 @@ def test_sweep_uses_the_same_matrices_and_nested_masks(post, smoke_profile):
 def test_regularised_ood_and_classical_tables(post, smoke_profile):
     reg = C.regularised_table(smoke_profile.data, [5e-4, 5e-3], 6, seed=0, model=post)
     assert reg["method"].tolist() == ["λ = 0.0005", "λ = 0.005", "BERT"]
-    assert reg["L_obs"].iloc[0] < reg["L_obs"].iloc[1]          # a larger λ fits the observed entries less
+    assert reg["L_obs"].iloc[0] < reg["L_obs"].iloc[1]  # a larger λ fits the observed entries less
     ood = C.ood_table(post, smoke_profile.data, 6, seed=0, solver_matrices=4)
-    assert ood[["dist", "method", "matrices"]].values.tolist() == [[d, m, k] for d in ("uniform", "gaussian", "laplace")
-                                                                   for m, k in (("BERT", 6), ("nuclear norm", 4))]
+    assert ood[["dist", "method", "matrices"]].values.tolist() == [
+        [d, m, k] for d in ("uniform", "gaussian", "laplace") for m, k in (("BERT", 6), ("nuclear norm", 4))
+    ]
     assert len(C.ood_table(post, smoke_profile.data, 6, seed=0, dists=["laplace"], solver_matrices=0)) == 1
     assert np.allclose(ood["L_mask_rel"], ood["L_mask"] / ood["copy_level"])
     assert (ood[ood.dist == "uniform"]["outside"] == 0).all()
     sweep = C.nuclear_sweep(post, smoke_profile.data, [smoke_profile.data.p_mask], 6, seed=0)
-    table, per = C.classical_table(post, smoke_profile.data, 6, seed=0)  # the nuclear norm of the sweep, remembered
-    assert table.set_index("method").loc["nuclear norm", "L"] == sweep.set_index("method").loc["nuclear norm", "L"]
-    assert table["method"].tolist() == ["BERT", "nuclear norm", "soft-impute, rank 2", "ALS, rank 2"] == list(per)
+    table, per = C.classical_table(
+        post, smoke_profile.data, 6, seed=0
+    )  # the nuclear norm of the sweep, remembered
+    assert (
+        table.set_index("method").loc["nuclear norm", "L"]
+        == sweep.set_index("method").loc["nuclear norm", "L"]
+    )
+    assert (
+        table["method"].tolist()
+        == ["BERT", "nuclear norm", "soft-impute, rank 2", "ALS, rank 2"]
+        == list(per)
+    )
     assert all(len(v) <= 6 for v in per.values())
 
 
@@ -91,14 +101,16 @@ def test_paired_difference_and_its_error():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 4, 4))
     mask = rng.random(x.shape) < 0.5
-    hard = rng.exponential(size=(200, 1, 1))           # some matrices are hard for both methods
+    hard = rng.exponential(size=(200, 1, 1))  # some matrices are hard for both methods
     a = x + hard * rng.normal(size=x.shape)
     b = x + 1.1 * hard * rng.normal(size=x.shape)
     row = P.paired(a, b, x, mask)
     ra, rb = P.completion_row(a, x, mask), P.completion_row(b, x, mask)
     assert row["d_L_mask"] == pytest.approx(ra["L_mask"] - rb["L_mask"])
     assert row["d_L"] == pytest.approx(ra["L"] - rb["L"])
-    assert row["d_L_mask_se"] < 0.7 * np.hypot(ra["L_mask_se"], rb["L_mask_se"])  # pairing removes the shared part
+    assert row["d_L_mask_se"] < 0.7 * np.hypot(
+        ra["L_mask_se"], rb["L_mask_se"]
+    )  # pairing removes the shared part
     per_a, per_b = P.per_matrix_l_mask(a, x, mask), P.per_matrix_l_mask(b, x, mask)
     assert row["a_better"] == pytest.approx(np.mean(per_a < per_b))
     assert row["a_better_se"] == pytest.approx(np.sqrt(row["a_better"] * (1 - row["a_better"]) / len(per_a)))
@@ -114,7 +126,10 @@ def test_solvers_alone_on_the_paper_s_task(post):
     assert table["method"].tolist() == ["nuclear norm", "soft-impute, rank 2", "ALS, rank 2"] == list(per)
     assert not any(c.startswith("BERT") for c in table.columns)
     # the nuclear norm at the paper's p_mask is the sweep's (same matrices, remembered)
-    assert table.set_index("method").loc["nuclear norm", "L"] == sweep.set_index(["p_mask", "method"]).loc[(0.3, "nuclear norm"), "L"]
+    assert (
+        table.set_index("method").loc["nuclear norm", "L"]
+        == sweep.set_index(["p_mask", "method"]).loc[(0.3, "nuclear norm"), "L"]
+    )
     with_bert, per = C.classical_table(post, task, 4, seed=0)
     rows = with_bert.set_index("method")
     assert np.isnan(rows.loc["BERT", "BERT_d_L"])

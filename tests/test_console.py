@@ -1,5 +1,6 @@
 """What mclib shows on a console: its modules log and configure nothing; a command shows
 INFO on stdout and warnings on stderr while it runs (mclib.core.console)."""
+
 import json
 import logging
 import subprocess

@@ -1,5 +1,6 @@
 """The end of training (train.until: converged), where the analysis checkpoints go
 (checkpoints.place: drop) and how long E15's runs train."""
+
 import json
 import shutil
 
@@ -21,8 +22,9 @@ from mclib.core.train import train
 PLATEAU = copy_level(1)
 
 
-def curve(n: int, drop_at: int | None, final: float = 0.01, tau: float = 300.0, noise: float = 0.0,
-          seed: int = 0) -> pd.DataFrame:
+def curve(
+    n: int, drop_at: int | None, final: float = 0.01, tau: float = 300.0, noise: float = 0.0, seed: int = 0
+) -> pd.DataFrame:
     """A synthetic metrics.csv of rank 1: L_mask on the copying plateau, then (from
     drop_at) an exponential fall to `final` with time constant `tau`."""
     steps = np.arange(1, n + 1)
@@ -35,6 +37,7 @@ def curve(n: int, drop_at: int | None, final: float = 0.01, tau: float = 300.0, 
 
 
 # --- the convergence rule -----------------------------------------------------------------
+
 
 def _fit_at(m: pd.DataFrame, step: int, patience: int) -> tuple[float, float]:
     """The rule's fit over the window ending at `step`, computed independently (numpy.polyfit)."""
@@ -49,14 +52,19 @@ def test_converged_after_the_fall_flattens():
     m = curve(8000, drop_at=2000, tau=300, noise=0.2)
     drop = find_drop(m, rank=1)
     step = converged(m, rank=1, patience=500, min_improvement=0.05)
-    assert step is not None and step >= drop + 500 and step % 50 == 0   # a block end, its window after the drop
+    assert (
+        step is not None and step >= drop + 500 and step % 50 == 0
+    )  # a block end, its window after the drop
     # there the fitted fall is under 5 % per 1 000 steps even at its pessimistic end; one block earlier not
     rate, se = _fit_at(m, step, 500)
     assert rate - 2 * se > -0.05
     rate, se = _fit_at(m, step - 50, 500)
     assert not rate - 2 * se > -0.05
     # the rule reads only the past: the same step on a longer curve
-    assert converged(curve(12000, drop_at=2000, tau=300, noise=0.2), rank=1, patience=500, min_improvement=0.05) == step
+    assert (
+        converged(curve(12000, drop_at=2000, tau=300, noise=0.2), rank=1, patience=500, min_improvement=0.05)
+        == step
+    )
 
 
 def test_not_converged_while_still_improving():
@@ -106,8 +114,8 @@ def test_checkpoints_placed_from_the_drop():
     saved = list(range(250, 9001, 250))
     ck = place_checkpoints(m, saved, rank=1, fixed=FIXED)
     assert ck.place == "drop" and ck.drop == drop and "drop" in ck.note
-    assert ck.pre in saved and ck.pre <= 0.3 * drop and ck.pre > 0.3 * drop - 250   # the latest such step
-    assert ck.post == 9000                                                         # the end of training
+    assert ck.pre in saved and ck.pre <= 0.3 * drop and ck.pre > 0.3 * drop - 250  # the latest such step
+    assert ck.post == 9000  # the end of training
     assert 1 <= len(ck.transition) <= 4 and set(ck.transition) <= set(saved)
     assert ck.pre < min(ck.transition) and max(ck.transition) < ck.post
     # around the drop: from where L_mask leaves the plateau to where it is within 2x its final level
@@ -133,8 +141,9 @@ def test_without_a_drop_the_fixed_steps_stand_in():
     assert ck.place == "fixed" and ck.drop is None and "did not drop" in ck.note
     # the fixed steps, cut to what the run saved: post at most its last step
     assert (ck.pre, ck.transition, ck.post) == (400, [1000, 2000], 2500)
-    fixed = place_checkpoints(curve(9000, drop_at=4000), list(range(250, 9001, 250)), rank=1,
-                              fixed=FIXED, place="fixed")
+    fixed = place_checkpoints(
+        curve(9000, drop_at=4000), list(range(250, 9001, 250)), rank=1, fixed=FIXED, place="fixed"
+    )
     assert (fixed.place, fixed.pre, fixed.transition, fixed.post) == ("fixed", 400, [1000, 2000], 3000)
 
 
@@ -146,12 +155,16 @@ def test_checkpoint_steps_reads_a_run_folder(smoke_run, smoke_profile):
 
 # --- the profile keys -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw, message", [
-    ({"train": {"until": "forever"}}, "train.until = 'forever' is not one of steps, converged"),
-    ({"train": {"patience": 0}}, "train.patience = 0 must be positive"),
-    ({"train": {"min_improvement": 1.5}}, "train.min_improvement = 1.5 is outside [0, 1)"),
-    ({"checkpoints": {"place": "late"}}, "checkpoints.place = 'late' is not one of fixed, drop"),
-])
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"train": {"until": "forever"}}, "train.until = 'forever' is not one of steps, converged"),
+        ({"train": {"patience": 0}}, "train.patience = 0 must be positive"),
+        ({"train": {"min_improvement": 1.5}}, "train.min_improvement = 1.5 is outside [0, 1)"),
+        ({"checkpoints": {"place": "late"}}, "checkpoints.place = 'late' is not one of fixed, drop"),
+    ],
+)
 def test_bad_end_keys_are_one_line_errors(raw, message):
     with pytest.raises(ConfigError) as e:
         profile_from_dict(raw)
@@ -171,7 +184,9 @@ def test_a_run_resumes_under_the_rule(tmp_path, smoke_run, smoke_profile):
 
 # --- a real tiny run that ends by the rule ------------------------------------------------------
 
-RULE_STEP = 37  # where the stand-in rule fires: not a log flush (every 5 steps), so the flush after it ends the run
+RULE_STEP = (
+    37  # where the stand-in rule fires: not a log flush (every 5 steps), so the flush after it ends the run
+)
 
 
 @pytest.fixture
@@ -180,15 +195,25 @@ def fake_rule(monkeypatch):
     fitted slope's error wide), so the rule is stood in for: it fires at step RULE_STEP.
     What is tested is the trainer around it: where it stops, what it records, how it
     resumes. The rule itself is tested on curves above."""
-    fake = lambda metrics, *a, **kw: RULE_STEP if len(metrics) and metrics["step"].max() >= RULE_STEP else None
+    fake = lambda metrics, *a, **kw: (
+        RULE_STEP if len(metrics) and metrics["step"].max() >= RULE_STEP else None
+    )
     monkeypatch.setattr(ending_module, "converged", fake)
 
 
 @pytest.fixture
 def until(smoke_profile):
-    return smoke_profile.replace(**{"train.until": "converged", "train.steps": 200, "train.patience": 10,
-                                    "train.min_improvement": 0.3, "train.save_every": 10, "train.log_every": 5,
-                                    "train.eval_every": 5})
+    return smoke_profile.replace(
+        **{
+            "train.until": "converged",
+            "train.steps": 200,
+            "train.patience": 10,
+            "train.min_improvement": 0.3,
+            "train.save_every": 10,
+            "train.log_every": 5,
+            "train.eval_every": 5,
+        }
+    )
 
 
 def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_rule, until):
@@ -196,13 +221,13 @@ def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_rule, until):
     m = load_metrics(run)
     rule = ending_module.converged(m)
     end = saved_steps(run)[-1]
-    assert rule == RULE_STEP and end < 200                     # the rule ended it before the cap
-    assert end == -(-rule // 5) * 5 and m["step"].max() == end   # at the first log flush at or after it
+    assert rule == RULE_STEP and end < 200  # the rule ended it before the cap
+    assert end == -(-rule // 5) * 5 and m["step"].max() == end  # at the first log flush at or after it
     assert json.loads((run / END).read_text())["ended"] == "converged"
     assert run_end(run).ended == "converged" and run_end(run).step == end
     assert is_complete(until, run)
     before = (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns
-    train(until, run, progress=False)                           # resuming a converged run returns at once
+    train(until, run, progress=False)  # resuming a converged run returns at once
     assert (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns == before
     assert saved_steps(run)[-1] == end and load_metrics(run)["step"].max() == end
     # derived without end.json: the same answer
@@ -210,7 +235,9 @@ def test_a_tiny_run_ends_by_the_rule_and_records_it(tmp_path, fake_rule, until):
     assert run_end(run).ended == "converged"
 
 
-def test_a_run_that_ended_without_its_record_gets_it_from_the_loop_and_trains_no_step(tmp_path, fake_rule, until):
+def test_a_run_that_ended_without_its_record_gets_it_from_the_loop_and_trains_no_step(
+    tmp_path, fake_rule, until
+):
     """The loop's end step serves a run found ended at set up (its end.json lost, or written by an
     older revision) as it serves one that ends in a pass: the same record, and nothing trained."""
     run = train(until, tmp_path / "run", progress=False)
@@ -220,7 +247,10 @@ def test_a_run_that_ended_without_its_record_gets_it_from_the_loop_and_trains_no
     (run / END).unlink()
     train(until, run, progress=False)
     assert (run / END).read_text() == recorded
-    assert saved_steps(run)[-1] == end and (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns == before
+    assert (
+        saved_steps(run)[-1] == end
+        and (checkpoint_dir(run, end) / "model.safetensors").stat().st_mtime_ns == before
+    )
 
 
 def test_a_killed_run_resumes_to_the_same_end(tmp_path, fake_rule, until):
@@ -236,26 +266,38 @@ def test_a_killed_run_resumes_to_the_same_end(tmp_path, fake_rule, until):
         if rows[-1]["step"] >= end - 5:
             raise Killed
         return False
+
     with pytest.raises(Killed):
         train(until, tmp_path / "killed", progress=False, stop=kill)
     assert saved_steps(tmp_path / "killed")[-1] < end and not (tmp_path / "killed" / END).exists()
     train(until, tmp_path / "killed", progress=False)
     assert saved_steps(tmp_path / "killed")[-1] == end and run_end(tmp_path / "killed").ended == "converged"
     cols = ["step", "L", "L_obs", "L_mask"]
-    pd.testing.assert_frame_equal(load_metrics(whole)[cols], load_metrics(tmp_path / "killed")[cols],
-                                  check_exact=True)
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[cols], load_metrics(tmp_path / "killed")[cols], check_exact=True
+    )
 
 
 def test_the_cap_and_a_callers_stop_are_recorded(tmp_path, smoke_profile):
-    p = smoke_profile.replace(**{"train.until": "converged", "train.steps": 20, "checkpoints.transition": [20],
-                                 "checkpoints.post": 20})
+    p = smoke_profile.replace(
+        **{
+            "train.until": "converged",
+            "train.steps": 20,
+            "checkpoints.transition": [20],
+            "checkpoints.post": 20,
+        }
+    )
     assert run_end(train(p, tmp_path / "cap", progress=False)).ended == "cap"  # no drop: the cap
-    assert run_end(train(p.replace(**{"train.until": "steps"}), tmp_path / "steps", progress=False)).ended == "steps"
+    assert (
+        run_end(train(p.replace(**{"train.until": "steps"}), tmp_path / "steps", progress=False)).ended
+        == "steps"
+    )
     stopped = train(p, tmp_path / "stopped", progress=False, stop=lambda rows: rows[-1]["step"] >= 10)
     assert run_end(stopped).ended == "stopped" and run_end(stopped).step == 10
 
 
 # --- E15: until the run converges after its drop, or reaches the main run's drop step ------------
+
 
 def test_an_e15_run_trains_until_converged_within_the_cap(smoke_profile):
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 20})
@@ -263,29 +305,55 @@ def test_an_e15_run_trains_until_converged_within_the_cap(smoke_profile):
     p = freezing.freeze_profile(cfg, "mlp")
     assert p.train.steps == 20 and p.train.until == "converged" and p.checkpoints.place == "fixed"
     assert (p.train.patience, p.train.min_improvement) == (cfg.train.patience, cfg.train.min_improvement)
-    assert freezing.freeze_stop(cfg, None) is None     # the main run did not drop: the cap alone
+    assert freezing.freeze_stop(cfg, None) is None  # the main run did not drop: the cap alone
 
 
-@pytest.mark.parametrize("drop_at, n, main, cap, ended, text", [
-    (300, 4000, 5000, 8000, "converged", "dropped at step "),
-    (300, 700, 5000, 700, "cap", "dropped at step "),
-    (None, 5000, 5000, 8000, "main drop", "reached the main run's drop step 5,000 without dropping"),
-    (None, 3000, 5000, 3000, "cap", "reached the cap of 3,000 steps without dropping (the main run dropped at step 5,000)"),
-    (None, 3000, None, 3000, "cap", "reached the cap of 3,000 steps without dropping (the main run did not drop)"),
-    (None, 1000, 5000, 8000, "unfinished", "unfinished after 1,000 steps"),
-])
+@pytest.mark.parametrize(
+    "drop_at, n, main, cap, ended, text",
+    [
+        (300, 4000, 5000, 8000, "converged", "dropped at step "),
+        (300, 700, 5000, 700, "cap", "dropped at step "),
+        (None, 5000, 5000, 8000, "main drop", "reached the main run's drop step 5,000 without dropping"),
+        (
+            None,
+            3000,
+            5000,
+            3000,
+            "cap",
+            "reached the cap of 3,000 steps without dropping (the main run dropped at step 5,000)",
+        ),
+        (
+            None,
+            3000,
+            None,
+            3000,
+            "cap",
+            "reached the cap of 3,000 steps without dropping (the main run did not drop)",
+        ),
+        (None, 1000, 5000, 8000, "unfinished", "unfinished after 1,000 steps"),
+    ],
+)
 def test_freeze_end_on_synthetic_curves(smoke_profile, drop_at, n, main, cap, ended, text):
-    cfg = smoke_profile.replace(**{"analysis.freeze_steps": cap, "train.patience": 500, "train.min_improvement": 0.05,
-                                   "data.rank": 1})
+    cfg = smoke_profile.replace(
+        **{"analysis.freeze_steps": cap, "train.patience": 500, "train.min_improvement": 0.05, "data.rank": 1}
+    )
     m = curve(n, drop_at=drop_at, tau=20)
     e = freezing.freeze_end("attention", m, cfg, main)
     assert e.ended == ended and e.text.startswith(text)
     if ended == "converged":
         done = converged(m, rank=1, patience=500, min_improvement=0.05)
-        assert e.drop == find_drop(m, rank=1) and e.text == f"dropped at step {e.drop:,} and converged at step {n:,}"
+        assert (
+            e.drop == find_drop(m, rank=1)
+            and e.text == f"dropped at step {e.drop:,} and converged at step {n:,}"
+        )
         assert e.drop + 500 <= done <= n
-    if drop_at is not None and ended == "cap":  # dropped, but the cap came before the window after the drop was full
-        assert e.text.endswith(" per 1,000 steps") and "then reached the cap of 700 steps while L_mask still changed" in e.text
+    if (
+        drop_at is not None and ended == "cap"
+    ):  # dropped, but the cap came before the window after the drop was full
+        assert (
+            e.text.endswith(" per 1,000 steps")
+            and "then reached the cap of 700 steps while L_mask still changed" in e.text
+        )
 
 
 def test_an_e15_run_stops_at_the_main_drop_step(tmp_path, smoke_run, smoke_profile, monkeypatch):
@@ -307,11 +375,15 @@ def test_an_e15_run_goes_on_past_its_drop(tmp_path, smoke_run, smoke_profile, mo
     until the rule fires (it cannot in 20 smoke steps), so the cap ends it."""
     run = shutil.copytree(smoke_run, tmp_path / "run")
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 20, "train.log_every": 2, "train.save_every": 4})
-    monkeypatch.setattr(freezing, "find_drop", lambda m, rank=2, **kw: 5 if len(m) and m["step"].max() >= 5 else None)
+    monkeypatch.setattr(
+        freezing, "find_drop", lambda m, rank=2, **kw: 5 if len(m) and m["step"].max() >= 5 else None
+    )
     out = freezing.freeze_run(cfg, run, "mlp")
     assert saved_steps(out)[-1] == 20
     assert json.loads((out / END).read_text())["ended"] == "cap"
-    assert freezing.freeze_ends(cfg, run, ("mlp",))["mlp"].text.startswith("dropped at step 5, then reached the cap of 20")
+    assert freezing.freeze_ends(cfg, run, ("mlp",))["mlp"].text.startswith(
+        "dropped at step 5, then reached the cap of 20"
+    )
 
 
 def test_end_slope_reads_the_fitted_rate_and_its_error():
@@ -321,10 +393,10 @@ def test_end_slope_reads_the_fitted_rate_and_its_error():
     from mclib.core.metrics import end_slope
 
     step = np.arange(1, 4001)
-    falling = pd.DataFrame({"step": step, "L_mask": 0.05 * 0.9 ** (step / 1000)})     # 10 % per 1 000 steps
+    falling = pd.DataFrame({"step": step, "L_mask": 0.05 * 0.9 ** (step / 1000)})  # 10 % per 1 000 steps
     rate, se = end_slope(falling, 2000)
     assert rate == pytest.approx(-0.1, abs=1e-3) and se < 1e-3
     noisy = falling.assign(L_mask=0.01 * np.exp(0.3 * np.random.default_rng(0).standard_normal(len(step))))
-    rate, se = end_slope(noisy, 2000)                                               # flat, with noise: a wide error
+    rate, se = end_slope(noisy, 2000)  # flat, with noise: a wide error
     assert abs(rate) < 3 * se and se > 0.001
     assert np.isnan(end_slope(falling.head(5), 2000)[0])

@@ -1,6 +1,7 @@
 """A damaged run folder does not stop the work: a checkpoint file that
 cannot be read is set aside (renamed, never deleted), training resumes from the newest
 intact checkpoint and says so in one line, and the book skips it and says which."""
+
 import shutil
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def _state(run_dir: Path, step: int) -> dict:
 
 @pytest.mark.parametrize("damage", list(DAMAGES))
 def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_one_before(
-        tmp_path, short, whole, logged, damage):
+    tmp_path, short, whole, logged, damage
+):
     name, damage_file, words = DAMAGES[damage]
     run = tmp_path / "run"
     shutil.copytree(whole, run)
@@ -62,7 +64,9 @@ def test_a_damaged_newest_checkpoint_is_set_aside_and_the_run_resumes_from_the_o
     assert {f.name: f.read_bytes() for f in aside.iterdir()} == kept
     # the run trained steps 21-30 again and ends as the uninterrupted run, to the bit (CPU)
     assert saved_steps(run) == [10, 20, 30] and damaged_steps(run) == {}
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True
+    )
     a, b = _state(whole, 30), _state(run, 30)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -85,8 +89,12 @@ def test_a_train_state_that_torch_cannot_load_is_set_aside(tmp_path, short, whol
     train(short, run, progress=False)
     err = logged.err().strip().splitlines()
     assert len(err) == 1 and f"{STATE_FILE} lacks what resuming needs" in err[0]
-    assert err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
+    assert (
+        err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
+    )
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True
+    )
 
 
 UNPICKLED = []
@@ -111,11 +119,15 @@ def test_a_train_state_holding_code_is_set_aside_unrun(tmp_path, short, whole, l
     train(short, run, progress=False)
     err = logged.err().strip().splitlines()
     assert len(err) == 1 and f"{STATE_FILE} cannot be loaded (UnpicklingError: " in err[0], err
-    assert err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
+    assert (
+        err[0].endswith("resuming from step 20") and (run / "checkpoints" / f"{DAMAGED}step_000030").is_dir()
+    )
     assert UNPICKLED == []
 
 
-def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(tmp_path, short, whole, logged):
+def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(
+    tmp_path, short, whole, logged
+):
     run = tmp_path / "run"
     shutil.copytree(whole, run)
     _truncate(checkpoint_dir(run, 30) / MODEL_FILE)
@@ -129,9 +141,17 @@ def test_every_damaged_checkpoint_newer_than_the_newest_intact_one_is_set_aside(
     assert "step_000030/model.safetensors" in err[0] and f"{DAMAGED}step_000030-2," in err[0]
     assert "step_000020/config.json" in err[1] and f"{DAMAGED}step_000020," in err[1]
     names = sorted(p.name for p in (run / "checkpoints").iterdir())
-    assert names == [f"{DAMAGED}step_000020", f"{DAMAGED}step_000030", f"{DAMAGED}step_000030-2",
-                     "step_000010", "step_000020", "step_000030"]
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
+    assert names == [
+        f"{DAMAGED}step_000020",
+        f"{DAMAGED}step_000030",
+        f"{DAMAGED}step_000030-2",
+        "step_000010",
+        "step_000020",
+        "step_000030",
+    ]
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True
+    )
 
 
 def test_with_no_intact_checkpoint_the_run_starts_over_and_deletes_nothing(tmp_path, short, whole, logged):
@@ -144,7 +164,9 @@ def test_with_no_intact_checkpoint_the_run_starts_over_and_deletes_nothing(tmp_p
     err = logged.err().strip().splitlines()
     assert len(err) == 3 and all(line.endswith("starting from step 0") for line in err)
     assert len(list((run / "checkpoints").glob(f"{DAMAGED}*"))) == 3
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True
+    )
 
 
 def test_the_cli_resumes_a_damaged_run_without_a_traceback(tmp_path, capsys):
@@ -158,11 +180,14 @@ def test_the_cli_resumes_a_damaged_run_without_a_traceback(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train", "--profile", "smoke", "--out", str(out), "--quiet"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"mclib: {checkpoint_dir(out, newest) / MODEL_FILE} cannot be read")
+    assert len(err) == 1 and err[0].startswith(
+        f"mclib: {checkpoint_dir(out, newest) / MODEL_FILE} cannot be read"
+    )
     assert "Traceback" not in err[0] and saved_steps(out)[-1] == newest
 
 
 # --- the book reads around a damaged checkpoint ------------------------------------------------
+
 
 def test_checkpoint_damage_names_the_file_and_why(whole, tmp_path):
     folder = tmp_path / "step"
@@ -179,12 +204,12 @@ def test_checkpoint_damage_names_the_file_and_why(whole, tmp_path):
 
 
 def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run, smoke_profile):
-    from mclib.chapters import ch01_train
     from mclib.book.chapter import open_chapter
+    from mclib.chapters import ch01_train
 
     run = tmp_path / "run"
     shutil.copytree(smoke_run, run)
-    _truncate(checkpoint_dir(run, 40) / MODEL_FILE)   # a transition checkpoint (smoke: 20, [30, 40], 60)
+    _truncate(checkpoint_dir(run, 40) / MODEL_FILE)  # a transition checkpoint (smoke: 20, [30, 40], 60)
     _broken_json(checkpoint_dir(run, 60) / CONFIG_FILE)  # the newest
     assert saved_steps(run) == [20, 30] and set(damaged_steps(run)) == {40, 60}
     steps = checkpoint_steps(run)
@@ -194,16 +219,22 @@ def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run,
     ch = open_chapter("smoke", smoke_profile.seed, run, "cpu")
     assert ch.steps.skipped == steps.skipped and ch.post is not None  # loads step 30, not the damaged 60
     text = ch01_train.checkpoint_text(ch)
-    assert ("The book skipped the saved checkpoints at step 40 (model.safetensors cannot be read (SafetensorError: "
-            in text) and "; step 60 (config.json is not valid JSON (" in text
+    assert (
+        "The book skipped the saved checkpoints at step 40 (model.safetensors cannot be read (SafetensorError: "
+        in text
+    ) and "; step 60 (config.json is not valid JSON (" in text
     # nothing was renamed or removed by reading
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "step_000020", "step_000030", "step_000040", "step_000060"]
+        "step_000020",
+        "step_000030",
+        "step_000040",
+        "step_000060",
+    ]
 
 
 def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, short, capsys):
-    from mclib.chapters import ch01_train
     from mclib.book.chapter import Chapter
+    from mclib.chapters import ch01_train
 
     run = tmp_path / "run"
     shutil.copytree(whole, run)
@@ -211,15 +242,25 @@ def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, shor
     train(short, run, progress=False)  # sets step 30 aside, trains it again
     steps = checkpoint_steps(run)
     assert steps.skipped == {} and steps.set_aside == [f"checkpoints/{DAMAGED}step_000030"]
-    ch = Chapter(cfg=short, run_dir=run, device=torch.device("cpu"), metrics=load_metrics(run), drop=None,
-                 steps=steps, end=None)
+    ch = Chapter(
+        cfg=short,
+        run_dir=run,
+        device=torch.device("cpu"),
+        metrics=load_metrics(run),
+        drop=None,
+        steps=steps,
+        end=None,
+    )
     assert ch01_train.checkpoint_text(ch).endswith(
         f" Training set aside 1 checkpoint it could not read (`checkpoints/{DAMAGED}step_000030`, kept in the run "
-        "folder) and resumed from the newest intact one.")
+        "folder) and resumed from the newest intact one."
+    )
 
 
 def test_an_intact_run_skips_nothing(ch):
     from mclib.chapters import ch01_train
 
     assert ch.steps.skipped == {} and ch.steps.set_aside == []
-    assert "skipped" not in ch01_train.checkpoint_text(ch) and "set aside" not in ch01_train.checkpoint_text(ch)
+    assert "skipped" not in ch01_train.checkpoint_text(ch) and "set aside" not in ch01_train.checkpoint_text(
+        ch
+    )

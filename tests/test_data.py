@@ -1,8 +1,18 @@
 import pytest
 import torch
 
-from mclib.core.data import (MASK_ID, VOCAB_SIZE, copy_level, detokenize, make_batch, random_mask,
-                        sample_batch, sample_matrices, structured_mask, tokenize)
+from mclib.core.data import (
+    MASK_ID,
+    VOCAB_SIZE,
+    copy_level,
+    detokenize,
+    make_batch,
+    random_mask,
+    sample_batch,
+    sample_matrices,
+    structured_mask,
+    tokenize,
+)
 
 
 def test_token_ids_match_the_protocol():
@@ -35,7 +45,7 @@ def test_sampled_matrices_are_rounded_low_rank(gen):
 
 def test_second_moment_matches_copy_baseline(gen):
     x = sample_matrices(4000, 7, 2, gen)
-    assert abs((x ** 2).mean().item() - copy_level(2)) < 0.01
+    assert abs((x**2).mean().item() - copy_level(2)) < 0.01
 
 
 def test_full_rank_random_matrices(gen):

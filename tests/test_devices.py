@@ -2,8 +2,8 @@
 where, and that a training step never waits for the device. What needs a GPU to check
 (TF32 switched on and off, one worker per GPU actually training, a CUDA->CPU resume) is
 run by scripts/gpu_kit.sh on a lent GPU; here the CPU-side halves are tested."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import pandas as pd
 import pytest
@@ -126,7 +126,9 @@ def test_a_training_step_reads_nothing_back_to_the_host(monkeypatch, smoke_profi
             if id(self) not in counters:
                 pytest.fail(f"host read: Tensor.{name} of a {tuple(self.shape)} tensor")
             return real(self, *a, **k)
+
         return read
+
     for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, forbid(name, getattr(torch.Tensor, name)))
     out = train_step(runs)
@@ -139,7 +141,9 @@ def test_one_worker_per_gpu_each_seeing_only_its_own():
     envs = [s["options"]["env"] for s in specs.values()]
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "2"]
     assert all(e["OMP_NUM_THREADS"] == "1" for e in envs)
-    assert all(s["options"]["resources"] == {"GPU": 1} and s["options"]["nthreads"] == 1 for s in specs.values())
+    assert all(
+        s["options"]["resources"] == {"GPU": 1} and s["options"]["nthreads"] == 1 for s in specs.values()
+    )
     assert len(gpu_workers(0, {})) == 1  # a GPU run on a machine whose GPUs are not counted: one worker
 
 

@@ -1,6 +1,7 @@
 """Finding what drew a figure: every figure a chapter glues is signed with
 the function that drew it (`mclib.book.plots_base.closed`), and the README's table from the
 paper's figures to the chapters names only functions that exist."""
+
 import ast
 import importlib
 import inspect
@@ -34,6 +35,7 @@ def resolve(name: str):
 
 # --- the signature ---------------------------------------------------------------------------
 
+
 def draws_a_line():
     fig, ax = plt.subplots()
     ax.plot([0, 1])
@@ -43,6 +45,7 @@ def draws_a_line():
 def draws_through_a_comprehension_and_a_nested_function():
     def inner():
         return plots_base.closed(plt.subplots()[0])
+
     return [plots_base.closed(plt.subplots()[0]) for _ in range(1)][0], inner()
 
 
@@ -80,12 +83,18 @@ def test_the_signature_lies_under_the_plot(tmp_path):
 
 # --- every glued figure of every chapter ------------------------------------------------------
 
+
 def _chapters():
     """(notebook, chapter module, the names its markdown shows as {glue:figure}, its code)."""
     out = []
     for nb in sorted((ROOT / "book").glob("[0-9]*.ipynb")):
         cells = json.loads(nb.read_text())["cells"]
-        names = [m for c in cells if c["cell_type"] == "markdown" for m in GLUE_FIGURE.findall("".join(c["source"]))]
+        names = [
+            m
+            for c in cells
+            if c["cell_type"] == "markdown"
+            for m in GLUE_FIGURE.findall("".join(c["source"]))
+        ]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         module = re.search(r"from mclib\.chapters import (\w+) as chapter", code).group(1)
         out.append((nb.name, importlib.import_module(f"mclib.chapters.{module}"), names, code))
@@ -97,8 +106,10 @@ def _pattern(node: ast.AST) -> re.Pattern | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return re.compile(re.escape(node.value) + r"\Z")
     if isinstance(node, ast.JoinedStr):
-        return re.compile("".join(re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+"
-                                  for v in node.values) + r"\Z")
+        return re.compile(
+            "".join(re.escape(v.value) if isinstance(v, ast.Constant) else r"\w+" for v in node.values)
+            + r"\Z"
+        )
     return None
 
 
@@ -119,23 +130,42 @@ def _drawer_of(module, name: str, code: str):
     for fn in tree.body:
         if isinstance(fn, ast.FunctionDef):
             for d in ast.walk(fn):
-                if isinstance(d, ast.Dict) and any(p is not None and (pat := _pattern(p)) and pat.match(name)
-                                                   for p in d.keys):
+                if isinstance(d, ast.Dict) and any(
+                    p is not None and (pat := _pattern(p)) and pat.match(name) for p in d.keys
+                ):
                     found.add(fn.name)
-    if not found:  # the name held by a module-level constant (ch03_heads.E10_GLUE): the function that reads it and signs
-        held = {t.id for a in tree.body if isinstance(a, ast.Assign) for t in a.targets if isinstance(t, ast.Name)
-                and any(isinstance(c, ast.Constant) and c.value == name for c in ast.walk(a.value))}
-        found = {fn.name for fn in tree.body if isinstance(fn, ast.FunctionDef)
-                 and any(isinstance(n, ast.Name) and n.id in held for n in ast.walk(fn))
-                 and any(isinstance(n, ast.Call) and "closed" in (getattr(n.func, "id", None), getattr(n.func, "attr", None))
-                         for n in ast.walk(fn))}
+    if (
+        not found
+    ):  # the name held by a module-level constant (ch03_heads.E10_GLUE): the function that reads it and signs
+        held = {
+            t.id
+            for a in tree.body
+            if isinstance(a, ast.Assign)
+            for t in a.targets
+            if isinstance(t, ast.Name)
+            and any(isinstance(c, ast.Constant) and c.value == name for c in ast.walk(a.value))
+        }
+        found = {
+            fn.name
+            for fn in tree.body
+            if isinstance(fn, ast.FunctionDef)
+            and any(isinstance(n, ast.Name) and n.id in held for n in ast.walk(fn))
+            and any(
+                isinstance(n, ast.Call)
+                and "closed" in (getattr(n.func, "id", None), getattr(n.func, "attr", None))
+                for n in ast.walk(fn)
+            )
+        }
     assert len(found) == 1, (module.__name__, name, found)
     return module, found.pop()
 
 
 def _calls_closed(fn) -> bool:
-    return any(isinstance(n, ast.Call) and (getattr(n.func, "id", None) == "closed" or getattr(n.func, "attr", None) == "closed")
-               for n in ast.walk(ast.parse(inspect.getsource(fn))))
+    return any(
+        isinstance(n, ast.Call)
+        and (getattr(n.func, "id", None) == "closed" or getattr(n.func, "attr", None) == "closed")
+        for n in ast.walk(ast.parse(inspect.getsource(fn)))
+    )
 
 
 CHAPTERS = _chapters()
@@ -151,14 +181,21 @@ def test_every_glued_figure_is_signed_by_a_chapter_function(notebook, module, na
         drawer, fn_name = _drawer_of(module, name, code)
         fn = resolve(f"{drawer.__name__}.{fn_name}")
         assert inspect.isfunction(fn) and fn.__module__ == drawer.__name__, (notebook, name)
-        assert _calls_closed(fn), f"{notebook}: {name} comes from {fn_name}, which does not sign it through closed"
+        assert _calls_closed(fn), (
+            f"{notebook}: {name} comes from {fn_name}, which does not sign it through closed"
+        )
 
 
 def test_no_chapter_closes_a_figure_unsigned():
     """`plt.close` in a chapter module would be a figure that leaves without its drawer's name."""
     for path in sorted((ROOT / "mclib" / "chapters").glob("*.py")):
-        calls = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Call)
-                 and getattr(n.func, "attr", None) == "close" and getattr(n.func.value, "id", None) == "plt"]
+        calls = [
+            n
+            for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Call)
+            and getattr(n.func, "attr", None) == "close"
+            and getattr(n.func.value, "id", None) == "plt"
+        ]
         assert not calls, path.name
 
 
@@ -166,14 +203,20 @@ def test_the_smoke_chapter_s_figures_name_their_drawers(ch):
     from mclib.chapters import ch01_train, ch02_copying, ch04_embeddings
 
     _, glued = ch02_copying.pre_losses_and_figures(ch)
-    figures = {"mclib.chapters.ch01_train.loss_figure": [ch01_train.loss_figure(ch)],
-               "mclib.chapters.ch02_copying.pre_losses_and_figures": [glued["fig_copy_scatter"], glued["fig_mask_value"]],
-               "mclib.chapters.ch04_embeddings.position_norms_figure": [ch04_embeddings.position_norms_figure(ch)]}
+    figures = {
+        "mclib.chapters.ch01_train.loss_figure": [ch01_train.loss_figure(ch)],
+        "mclib.chapters.ch02_copying.pre_losses_and_figures": [
+            glued["fig_copy_scatter"],
+            glued["fig_mask_value"],
+        ],
+        "mclib.chapters.ch04_embeddings.position_norms_figure": [ch04_embeddings.position_norms_figure(ch)],
+    }
     for name, figs in figures.items():
         assert all(plots_base.drawer(f) == name for f in figs) and callable(resolve(name))
 
 
 # --- the README's table ---------------------------------------------------------------------
+
 
 def _readme_table() -> list[dict]:
     text = (ROOT / "README.md").read_text()
@@ -196,6 +239,7 @@ def test_the_readme_table_names_functions_that_exist():
         assert (ROOT / "book" / f"{row['chapter']}.ipynb").is_file(), row
         assert row["rebuild"] == f"`python -m mclib book --chapters {row['chapter']}`", row
         from mclib.book.runner import select_chapters
+
         assert [t.stem for t in select_chapters(row["chapter"])] == [row["chapter"]]  # the command takes it
 
 

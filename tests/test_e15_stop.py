@@ -1,6 +1,7 @@
 """E15's runs stop once what chapter 05 reads of them is known (`freezing.rows_known`):
 the rule agrees with the scorecard's own judgement at the step where it fires, and it
 never fires for a run whose verdicts could still change."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,14 @@ from tests.test_convergence import curve
 
 
 def _cfg(smoke_profile):
-    return smoke_profile.replace(**{"train.patience": 500, "train.min_improvement": 0.05, "data.rank": 1,
-                                    "analysis.freeze_steps": 8000})
+    return smoke_profile.replace(
+        **{
+            "train.patience": 500,
+            "train.min_improvement": 0.05,
+            "data.rank": 1,
+            "analysis.freeze_steps": 8000,
+        }
+    )
 
 
 def _first_stop(stop, m: pd.DataFrame, every: int = 50) -> int | None:
@@ -44,7 +51,7 @@ def test_the_stop_rule_s_edge_is_where_the_scorecard_s_direction_rule_decides(cu
 def test_a_recovered_run_stops_once_its_rows_are_known_and_the_scorecard_agrees(smoke_profile):
     cfg = _cfg(smoke_profile)
     m = curve(6000, drop_at=400, final=0.01, tau=300, noise=0.05)
-    main = freezing.Yardstick(final=0.008, se=0.0002)   # the run ends at 1.25x the main run's level
+    main = freezing.Yardstick(final=0.008, se=0.0002)  # the run ends at 1.25x the main run's level
     at = _first_stop(freezing.freeze_stop(cfg, None, main), m)
     drop = freezing.find_drop(m, rank=1)
     assert at is not None and drop + cfg.train.patience <= at < 6000
@@ -56,15 +63,22 @@ def test_a_recovered_run_stops_once_its_rows_are_known_and_the_scorecard_agrees(
     assert fall < ABRUPT * (1 - freezing.KNOWN_MARGIN)
     assert scorecard_rules.direction(fall, ABRUPT, "below") == "same direction"
     end = freezing.freeze_end("mlp", ran, cfg, None, main)
-    assert end.ended == "known" and end.steps == at and f"stopped at step {at:,}, once its rows were known" in end.text
+    assert (
+        end.ended == "known"
+        and end.steps == at
+        and f"stopped at step {at:,}, once its rows were known" in end.text
+    )
     # one flush earlier the rule had not fired
     assert not freezing.rows_known(m[m["step"] <= at - 50], cfg, main)
 
 
-@pytest.mark.parametrize("why, drop_at, tau, main_final", [
-    ("not recovered: the run ends at 2.5x the main run's level", 400, 300, 0.004),
-    ("a long plateau and a quick fall: plateau over fall may still fall below 1", 3000, 20, 0.008),
-])
+@pytest.mark.parametrize(
+    "why, drop_at, tau, main_final",
+    [
+        ("not recovered: the run ends at 2.5x the main run's level", 400, 300, 0.004),
+        ("a long plateau and a quick fall: plateau over fall may still fall below 1", 3000, 20, 0.008),
+    ],
+)
 def test_a_run_whose_verdict_could_change_does_not_stop_early(smoke_profile, why, drop_at, tau, main_final):
     cfg = _cfg(smoke_profile)
     m = curve(6000, drop_at=drop_at, final=0.01, tau=tau)

@@ -1,12 +1,26 @@
 import numpy as np
 import pytest
 
-from mclib.core.config import ModelConfig
-from mclib.analyses.embeddings import (alignment, captured_variance, component_tracks, embedding_progress, fit_pca,
-                              norm_symmetry, position_norms, position_rows, position_silhouette,
-                              position_tsne, project, token_ids, token_norms, token_projections, token_rows,
-                              token_values)
+from mclib.analyses.embeddings import (
+    alignment,
+    captured_variance,
+    component_tracks,
+    embedding_progress,
+    fit_pca,
+    norm_symmetry,
+    position_norms,
+    position_rows,
+    position_silhouette,
+    position_tsne,
+    project,
+    token_ids,
+    token_norms,
+    token_projections,
+    token_rows,
+    token_values,
+)
 from mclib.core.checkpoints import load_checkpoint, saved_steps
+from mclib.core.config import ModelConfig
 from mclib.core.model import build_model
 
 N = 7
@@ -23,7 +37,11 @@ def test_token_helpers_pick_ids_851_to_1151(model):
     assert token_values()[[0, 150, -1]].tolist() == [-1.5, 0.0, 1.5]
     rows = token_rows(model)
     table = model.bert.embeddings.word_embeddings.weight.detach()
-    assert rows.shape == (301, 16) and np.allclose(rows[0], table[851].numpy()) and np.allclose(rows[-1], table[1151].numpy())
+    assert (
+        rows.shape == (301, 16)
+        and np.allclose(rows[0], table[851].numpy())
+        and np.allclose(rows[-1], table[1151].numpy())
+    )
     df = token_norms(model)
     assert list(df.columns) == ["value", "id", "norm"] and df["id"].iloc[150] == 1001
 
@@ -39,13 +57,13 @@ def test_pca_projection_alignment_and_tracks():
     rng = np.random.default_rng(0)
     x, rows = _value_rows(rng)
     pca = fit_pca(rows)
-    assert np.allclose(project(rows, pca), rows @ pca.components_.T)            # the authors: no centring
+    assert np.allclose(project(rows, pca), rows @ pca.components_.T)  # the authors: no centring
     assert np.allclose(project(rows + 5.0, pca, centred=True), project(rows, pca, centred=True))
     final = project(rows, pca, centred=True)
     assert abs(alignment(project(rng.normal(size=rows.shape), pca, True), final)) < 0.3
     tracks = component_tracks(final, x).set_index("component")
     assert max(tracks["abs_x"]) > 0.9 and max(tracks["sign_x"]) > 0.9
-    assert norm_symmetry(x, np.linalg.norm(rows, axis=1)) > 0.99                # |x| and sign²: symmetric
+    assert norm_symmetry(x, np.linalg.norm(rows, axis=1)) > 0.99  # |x| and sign²: symmetric
 
 
 def test_alignment_by_hand():
@@ -114,14 +132,16 @@ def test_bad_inputs_name_the_value(model):
 def _by_hand(run, step, final_step, centred):
     """E13's numbers at `step` from numpy alone: the final rows' top-2 principal axes by
     SVD, the step's rows projected on them, cosine per axis with the final projection."""
-    rows = lambda s: load_checkpoint(run, s).bert.embeddings.word_embeddings.weight.detach()[851:1152].double().numpy()
+    rows = lambda s: (
+        load_checkpoint(run, s).bert.embeddings.word_embeddings.weight.detach()[851:1152].double().numpy()
+    )
     final, mine = rows(final_step), rows(step)
-    axes = np.linalg.svd(final - final.mean(0), full_matrices=False)[2][:2].T   # [hidden, 2]
+    axes = np.linalg.svd(final - final.mean(0), full_matrices=False)[2][:2].T  # [hidden, 2]
     shift = lambda r: r - r.mean(0) if centred else r
     p, q = shift(mine) @ axes, shift(final) @ axes
     cos = (p * q).sum(0) / (np.linalg.norm(p, axis=0) * np.linalg.norm(q, axis=0))
     c = mine - mine.mean(0)
-    return cos.mean(), ((c @ axes) ** 2).sum() / (c ** 2).sum()
+    return cos.mean(), ((c @ axes) ** 2).sum() / (c**2).sum()
 
 
 def test_progress_has_one_row_per_saved_step(smoke_run):
@@ -130,7 +150,9 @@ def test_progress_has_one_row_per_saved_step(smoke_run):
     assert df["step"].tolist() == steps
     first = df.iloc[0]
     aligned, captured = _by_hand(smoke_run, steps[0], steps[-1], centred=True)
-    assert first["token_alignment"] == pytest.approx(aligned, abs=1e-6) and first["token_captured"] == pytest.approx(captured)
+    assert first["token_alignment"] == pytest.approx(aligned, abs=1e-6) and first[
+        "token_captured"
+    ] == pytest.approx(captured)
     assert first["token_alignment"] < 0.999  # not the last step compared with itself
     assert df[["column_silhouette", "row_silhouette"]].abs().le(1).all().all()
     with pytest.raises(ValueError, match="final_step 7"):
@@ -148,16 +170,19 @@ def test_token_projections_at_chosen_steps(smoke_run):
     assert first["captured"] == pytest.approx(captured)
     assert summary["captured"].between(0, 1).all()
     final = coords[(coords.step == steps[-1]) & coords.centred]
-    assert final[["pc1", "pc2"]].mean().abs().max() < 1e-9          # centred coordinates have mean 0
+    assert final[["pc1", "pc2"]].mean().abs().max() < 1e-9  # centred coordinates have mean 0
     with pytest.raises(ValueError, match=r"\[7\]"):
         token_projections(smoke_run, [7])
-    init = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32), N, seed=1)  # the smoke init
+    init = build_model(
+        ModelConfig(layers=2, heads=2, hidden=16, intermediate=32), N, seed=1
+    )  # the smoke init
     coords, summary = token_projections(smoke_run, steps[-1:], initial=init)
     assert summary["step"].tolist() == [0, steps[-1]] and summary["alignment_centred"].iloc[0] < 1
 
 
 def test_value_range_keeps_the_values_the_task_produces(smoke_run):
     from mclib.analyses import embeddings as E
+
     assert E.value_range(1) == (-1.0, 1.0) and E.value_range(2) == (-1.5, 1.5)
     assert len(E.token_values(*E.value_range(1))) == 201
     progress = E.embedding_progress(smoke_run, lo=-1.0, hi=1.0)

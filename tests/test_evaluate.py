@@ -1,4 +1,5 @@
 """mclib.analyses.evaluate: comparing training runs."""
+
 import math
 
 import pytest
@@ -21,8 +22,9 @@ def test_compare_runs_reads_the_drop_and_evaluates_the_last_checkpoints(smoke_ru
     m["L_mask"] = [0.22 if s <= 30 else 0.01 for s in m["step"]]
     m.to_csv(dropped / "metrics.csv", index=False)
 
-    table = compare_runs({"a": smoke_run, "b": dropped}, after=(2, 10), n_matrices=64, seed=3,
-                         precisions=("fp32", "bf16"))
+    table = compare_runs(
+        {"a": smoke_run, "b": dropped}, after=(2, 10), n_matrices=64, seed=3, precisions=("fp32", "bf16")
+    )
     assert list(table.index) == ["a", "b"]
     assert table.at["b", "steps"] == 60 and table.at["b", "drop"] == 56
     assert math.isnan(table.at["a", "drop"]) and math.isnan(table.at["a", "L_mask_drop+2"])

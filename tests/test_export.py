@@ -1,6 +1,7 @@
 """`python -m mclib export` (mclib/core/export.py): a run's metrics and loss curve in
 TensorBoard event files and an offline W&B run, each read back with the tracker's own
 reader and compared with metrics.csv; without the extra, one line naming it."""
+
 import importlib.util
 import json
 import subprocess
@@ -16,8 +17,10 @@ from mclib.core import export
 from mclib.core.runs import export_dir, load_metrics, run_profile
 
 # found, not imported: wandb takes a second to import, and only the slow test needs it
-pytestmark = pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("tensorboard", "wandb")),
-                                reason="the extra 'track' (in the test extra) is not installed")
+pytestmark = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in ("tensorboard", "wandb")),
+    reason="the extra 'track' (in the test extra) is not installed",
+)
 
 
 def _expected(run_dir) -> dict[str, pd.Series]:
@@ -30,6 +33,7 @@ def _png(data: bytes) -> np.ndarray:
     import io
 
     from PIL import Image
+
     return np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
 
 
@@ -43,8 +47,10 @@ def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
     assert set(events.Tags()["scalars"]) == set(expected) and "eval_L_mask" in expected
     for column, series in expected.items():
         got = events.Scalars(column)
-        assert [e.step for e in got] == list(series.index), column          # eval_*: only the evaluated steps
-        np.testing.assert_allclose([e.value for e in got], series.values, rtol=1e-6, err_msg=column)  # float32
+        assert [e.step for e in got] == list(series.index), column  # eval_*: only the evaluated steps
+        np.testing.assert_allclose(
+            [e.value for e in got], series.values, rtol=1e-6, err_msg=column
+        )  # float32
     [image] = events.Images(export.IMAGE_TAG)
     assert image.step == int(load_metrics(smoke_run).step.iloc[-1])
     assert np.array_equal(_png(image.encoded_image_string), loss_curve_image(smoke_run))
@@ -53,28 +59,37 @@ def test_tensorboard_event_files_hold_metrics_csv(smoke_run, tmp_path):
 
 @pytest.mark.slow  # wandb's reader runs in a process of its own
 def test_wandb_offline_run_holds_metrics_csv(smoke_run, tmp_path, monkeypatch):
-    monkeypatch.setenv("WANDB_MODE", "online")     # the export is offline whatever the environment says
+    monkeypatch.setenv("WANDB_MODE", "online")  # the export is offline whatever the environment says
     monkeypatch.setenv("WANDB_API_KEY", "")
-    dest = export.export_run(smoke_run, "wandb", tmp_path / "wb", project="mclib-test", image=loss_curve_image(smoke_run))
+    dest = export.export_run(
+        smoke_run, "wandb", tmp_path / "wb", project="mclib-test", image=loss_curve_image(smoke_run)
+    )
     [run] = export.wandb_runs(dest)
     assert run.name.startswith("offline-run-")
     # wandb's own reader of the run's .wandb log (`wandb leet inspect`, wandb >= 0.31)
-    out = subprocess.run([sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run)],
-                         capture_output=True, text=True, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(run)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
     records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     history = [r["history"] for r in records if r["type"] == "history"]
     assert [int(h["step"]["num"]) for h in history] == list(load_metrics(smoke_run).step)
     for column, series in _expected(smoke_run).items():
-        got = pd.Series({int(h["step"]["num"]): h["item"][column] for h in history if column in h["item"]}, dtype=float)
+        got = pd.Series(
+            {int(h["step"]["num"]): h["item"][column] for h in history if column in h["item"]}, dtype=float
+        )
         assert list(got.index) == list(series.index), column
-        np.testing.assert_array_equal(got.values, series.values, err_msg=column)   # JSON keeps the float64
+        np.testing.assert_array_equal(got.values, series.values, err_msg=column)  # JSON keeps the float64
     last = history[-1]["item"]
     assert last[f"{export.IMAGE_TAG}._type"] == "image-file"
     png = (run / "files" / last[f"{export.IMAGE_TAG}.path"]).read_bytes()
     assert np.array_equal(_png(png), loss_curve_image(smoke_run))
     [config] = [r["run"]["config"] for r in records if r["type"] == "run"]
     config = {k: v for k, v in config["update"].items() if k != "_wandb"}
-    assert config == json.loads(json.dumps(run_profile(smoke_run).to_dict()))   # the run's profile.yaml
+    assert config == json.loads(json.dumps(run_profile(smoke_run).to_dict()))  # the run's profile.yaml
 
 
 def test_the_cli_writes_into_the_run_folder_and_names_the_viewer(smoke_run, tmp_path, capsys):
@@ -89,7 +104,9 @@ def test_the_cli_writes_into_the_run_folder_and_names_the_viewer(smoke_run, tmp_
 
 def test_without_the_extra_one_line_names_it_and_nothing_is_written(smoke_run, tmp_path, monkeypatch, capsys):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
     assert main(["export", str(smoke_run), "--to", "wandb", "--out", str(tmp_path / "wb")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "optional extra 'track'" in err and "pip install -e '.[track]'" in err

@@ -1,9 +1,8 @@
 import pytest
-
-from mclib.core import paper
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from mclib.core import paper
 from mclib.core.config import load_profile, profile_path
 from mclib.core.data import sample_batch
 from mclib.core.flops import authors_step_flops, matmul_params, train_step_flops
@@ -26,8 +25,11 @@ def test_matmul_params_counts_the_model_s_weight_matrices(name):
     cfg = load_profile(profile_path(name)).model
     with torch.device("meta"):
         model = MatrixBert(bert_config(cfg, 7))
-    counted = sum(p.numel() for n, p in model.named_parameters()
-                  if (".encoder." in n and p.ndim == 2) or n == "readout.weight")
+    counted = sum(
+        p.numel()
+        for n, p in model.named_parameters()
+        if (".encoder." in n and p.ndim == 2) or n == "readout.weight"
+    )
     assert matmul_params(cfg) == counted
 
 
@@ -37,10 +39,10 @@ def test_authors_step_is_a_step_and_two_forward_passes_by_the_flop_counter(smoke
     gen = torch.Generator().manual_seed(0)
     batch, fresh = sample_batch(3, 7, 2, 0.3, gen), sample_batch(2, 7, 2, 0.3, gen)
     with FlopCounterMode(display=False) as counter:
-        model(batch.tokens).logits.sum().backward()   # the step
+        model(batch.tokens).logits.sum().backward()  # the step
         with torch.no_grad():
-            model(batch.tokens)                # the same batch after the update
-            model(fresh.tokens)                # the eval batch
+            model(batch.tokens)  # the same batch after the update
+            model(fresh.tokens)  # the eval batch
     assert counter.get_total_flops() == authors_step_flops(cfg, 7, 3, eval_batch=2)
 
 

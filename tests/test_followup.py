@@ -1,11 +1,12 @@
 """Chapter 07's second part (mclib/chapters/followup.py): every row of the follow-up's claims
 comes out each way on tables made to order, and a claim with nothing to test reads n/a."""
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from mclib.chapters import followup as part
 from mclib.book import scorecard
+from mclib.chapters import followup as part
 
 DROP = {1: 6000, 2: 5000, 3: 7000}
 
@@ -67,7 +68,11 @@ def test_a_row_with_one_seed_is_not_judged(tmp_path):
 def test_one_seed_is_one_seed_and_no_reading_holds_a_bare_angle_bracket():
     """2026-11-28: "mean ± s.e. over 1 seeds", and "(c < 1)" unescaped in the page's HTML."""
     lead = part.attention_lead_row(_table(LOW, HIGH, lead=True, seeds=(1,)))
-    assert "over 1 seed," in lead["reading"] and "1 seeds" not in lead["reading"] and lead["na"].startswith("1 seed ")
+    assert (
+        "over 1 seed," in lead["reading"]
+        and "1 seeds" not in lead["reading"]
+        and lead["na"].startswith("1 seed ")
+    )
     assert "over 3 seeds," in part.attention_lead_row(_table(LOW, HIGH, lead=True))["reading"]
     assert "over 1 seed;" in part.collapse_row(_table(HIGH, LOW, seeds=(1,)))["reading"]
     rows = part.intervention_rows(None)
@@ -76,8 +81,19 @@ def test_one_seed_is_one_seed_and_no_reading_holds_a_bare_angle_bracket():
 
 def _sweep(drops: dict) -> pd.DataFrame:
     """{setting: [drop or None per seed]} -> rows as mclib.core.sweep writes them (cap 16 000)."""
-    return pd.DataFrame([{"setting": s, "seed": i + 1, "drop_step": d, "steps_run": 16000 if d is None else d + 2000,
-                          "final_L_mask": 0.01} for s, ds in drops.items() for i, d in enumerate(ds)])
+    return pd.DataFrame(
+        [
+            {
+                "setting": s,
+                "seed": i + 1,
+                "drop_step": d,
+                "steps_run": 16000 if d is None else d + 2000,
+                "final_L_mask": 0.01,
+            }
+            for s, ds in drops.items()
+            for i, d in enumerate(ds)
+        ]
+    )
 
 
 def test_intervention_rows_each_way(tmp_path):
@@ -111,20 +127,26 @@ def test_readings_give_five_claims_and_name_the_skipped_checkpoints():
     table.attrs["skipped"] = {1: [], 2: [1500, 2000]}
     glue, rows = part.readings(ch, table, None)
     assert [r["id"] for r in rows] == ["F1", "F2", "F3", "F4a", "F4b", "F5"]
-    assert glue == {"followup_skipped": "seed 2: steps 1500, 2000",
-                    "followup_sweep_rows": "0 of the 15 runs it plans (5 settings, seeds 1, 2, 3)"}
+    assert glue == {
+        "followup_skipped": "seed 2: steps 1500, 2000",
+        "followup_sweep_rows": "0 of the 15 runs it plans (5 settings, seeds 1, 2, 3)",
+    }
 
 
 def test_strength_table_reads_the_sweep_and_the_measures():
     sweep = _sweep({"bias0": [9000, 10000, None], part.BIASED: [3000, 4000, 5000]})
     sweep["plateau_L_mask"], sweep["attn_bias"] = 0.11, [0.0] * 3 + [2.303] * 3
     sweep["attn_bias_target"] = "row_col"
-    measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
-                          _table(LOW, LOW).assign(setting=part.BIASED)])
+    measures = pd.concat(
+        [_table(HIGH, LOW).assign(setting="bias0"), _table(LOW, LOW).assign(setting=part.BIASED)]
+    )
     t = part.strength_table(sweep, measures).set_index("setting")
-    assert t.loc["bias0", "dropped"] == 2 and t.loc["bias0", "drop_step"] == pytest.approx((9000 + 10000 + 16000) / 3)
-    assert t.loc[part.BIASED, "drop_step"] == pytest.approx(4000) and t.loc[part.BIASED, "drop_se"] == pytest.approx(
-        1000 / np.sqrt(3))
+    assert t.loc["bias0", "dropped"] == 2 and t.loc["bias0", "drop_step"] == pytest.approx(
+        (9000 + 10000 + 16000) / 3
+    )
+    assert t.loc[part.BIASED, "drop_step"] == pytest.approx(4000) and t.loc[
+        part.BIASED, "drop_se"
+    ] == pytest.approx(1000 / np.sqrt(3))
     assert t.loc["bias0", "collapse_plateau"] == pytest.approx(0.9, abs=0.01)
     assert t.loc["bias0", "collapse_end"] == pytest.approx(0.3, abs=0.02)
     assert t.loc[part.BIASED, "collapse_plateau"] == pytest.approx(0.3, abs=0.01)
@@ -132,8 +154,9 @@ def test_strength_table_reads_the_sweep_and_the_measures():
 
 
 def test_the_figures_draw_every_setting_and_strength():
-    measures = pd.concat([_table(HIGH, LOW).assign(setting="bias0"),
-                          _table(LOW, LOW).assign(setting=part.BIASED)])
+    measures = pd.concat(
+        [_table(HIGH, LOW).assign(setting="bias0"), _table(LOW, LOW).assign(setting=part.BIASED)]
+    )
     measures["share_chance"] = 0.32
     fig = part.measures_figure(measures)
     assert len(fig.axes) == 3 and all(len(ax.get_legend_handles_labels()[1]) in (0, 2) for ax in fig.axes)
@@ -143,8 +166,10 @@ def test_the_figures_draw_every_setting_and_strength():
     sweep["attn_bias"] = [0.0, 0.0, 2.303, 2.303, 2.303, 2.303]
     sweep["attn_bias_target"] = ["row_col"] * 4 + ["other"] * 2
     fig = part.strength_figure(sweep, measures)
-    assert len(fig.axes) == 3 and fig.axes[0].get_legend_handles_labels()[1] == ["toward row_col keys",
-                                                                                 "toward other keys"]
+    assert len(fig.axes) == 3 and fig.axes[0].get_legend_handles_labels()[1] == [
+        "toward row_col keys",
+        "toward other keys",
+    ]
 
 
 def test_on_a_run_without_a_drop_every_claim_reads_n_a(ch, smoke_run, tmp_path):
@@ -174,7 +199,9 @@ def test_the_sweep_is_judged_only_in_the_book_of_the_profile_it_trains(tmp_path)
     from types import SimpleNamespace
 
     assert part.sweep_base() == "cpu"
-    sweep = _sweep({"bias0": [9000, 9500, 10000], part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, None]})
+    sweep = _sweep(
+        {"bias0": [9000, 9500, 10000], part.BIASED: [3000, 3500, 4000], part.CONTROL: [None, None, None]}
+    )
     for name, want in (("cpu", "holds"), ("paper", "n/a")):
         ch = SimpleNamespace(cfg=SimpleNamespace(name=name, analysis=SimpleNamespace(seed=0)))
         _, rows = part.readings(ch, _table(HIGH, LOW), sweep)
@@ -193,18 +220,40 @@ def test_the_section_says_where_the_paper_setting_stands(tmp_path):
 
     ledger = tmp_path / "results" / "paper-slices.yaml"
     ledger.parent.mkdir()
-    ledger.write_text(yaml.safe_dump({"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "lease_s": 900,
-                                      "start_s": 120, "slices": [
-                                          {"name": "A", "what": "w", "seeds": [1], "train_s": 10,
-                                           "chapters": ["01_train", "03_heads"]},
-                                          {"name": "B", "what": "w", "seeds": [2], "chapters": []}]}))
+    ledger.write_text(
+        yaml.safe_dump(
+            {
+                "profile": "smoke",
+                "precision": "fp32",
+                "step_ms": 5.0,
+                "lease_s": 900,
+                "start_s": 120,
+                "slices": [
+                    {
+                        "name": "A",
+                        "what": "w",
+                        "seeds": [1],
+                        "train_s": 10,
+                        "chapters": ["01_train", "03_heads"],
+                    },
+                    {"name": "B", "what": "w", "seeds": [2], "chapters": []},
+                ],
+            }
+        )
+    )
     none_yet = part.paper_setting("cpu", ledger)
     assert "no GPU slice has executed these measures yet" in none_yet
     assert "slice A: 01_train, 03_heads; slice B: no chapters" in none_yet and "profile cpu" in none_yet
     done = tmp_path / "results" / "smoke-A-H100-2026-12-01"
     done.mkdir()
-    record = {"slice": "A", "device": "NVIDIA H100", "date": "2026-12-01", "git": "abcdef0123",
-              "chapters": ["01_train", part.CHAPTER], "chapters_not_run": []}
+    record = {
+        "slice": "A",
+        "device": "NVIDIA H100",
+        "date": "2026-12-01",
+        "git": "abcdef0123",
+        "chapters": ["01_train", part.CHAPTER],
+        "chapters_not_run": [],
+    }
     (done / "slice.json").write_text(json.dumps(record))
     ran = part.paper_setting("cpu", ledger)
     assert "slice A (NVIDIA H100, 2026-12-01, revision abcdef0" in ran and "no GPU slice" not in ran
@@ -215,7 +264,9 @@ def test_the_section_says_where_the_paper_setting_stands(tmp_path):
     plan["slices"][0]["chapters"].append(part.CHAPTER)
     ledger.write_text(yaml.safe_dump(plan))
     (done / "slice.json").unlink()
-    assert "slice A of paper-slices.yaml executes them, after its other chapters" in part.paper_setting("cpu", ledger)
+    assert "slice A of paper-slices.yaml executes them, after its other chapters" in part.paper_setting(
+        "cpu", ledger
+    )
 
 
 def test_the_sweep_s_numbers_stay_out_of_another_profile_s_book(tmp_path):

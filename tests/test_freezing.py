@@ -3,8 +3,16 @@ import shutil
 import pytest
 import torch
 
-from mclib.analyses.freezing import (LONGEST_FIRST, drop_text, freeze_profile, freeze_run, freeze_runs, freeze_summary,
-                                    pending_groups, trainable_count)
+from mclib.analyses.freezing import (
+    LONGEST_FIRST,
+    drop_text,
+    freeze_profile,
+    freeze_run,
+    freeze_runs,
+    freeze_summary,
+    pending_groups,
+    trainable_count,
+)
 from mclib.analyses.interventions import GROUPS, component_groups
 from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.runs import freeze_dir, load_metrics
@@ -27,8 +35,12 @@ def test_profile_is_the_main_one_shortened(smoke_profile):
     p = freeze_profile(smoke_profile, "mlp")  # smoke: freeze_steps 20, checkpoints 20, [30, 40], 60
     assert p.train.steps == 20 and p.name == "smoke-freeze-mlp"
     assert (p.checkpoints.pre, p.checkpoints.transition, p.checkpoints.post) == (20, [], 20)
-    assert (p.data, p.model, p.seed, p.train.lr) == (smoke_profile.data, smoke_profile.model, smoke_profile.seed,
-                                                    smoke_profile.train.lr)
+    assert (p.data, p.model, p.seed, p.train.lr) == (
+        smoke_profile.data,
+        smoke_profile.model,
+        smoke_profile.seed,
+        smoke_profile.train.lr,
+    )
     with pytest.raises(ValueError, match="'layernorm'"):
         freeze_profile(smoke_profile, "layernorm")
 
@@ -45,7 +57,7 @@ def test_four_runs_train_only_their_group_and_resume(run, cfg):
         for name, p in post.named_parameters():
             assert torch.equal(trained[name], p) == (groups[name] != group), (group, name)
     before = {g: (f / "metrics.csv").read_bytes() for g, f in runs.items()}
-    assert freeze_runs(cfg, run) == runs                                    # complete: nothing trains
+    assert freeze_runs(cfg, run) == runs  # complete: nothing trains
     assert {g: (f / "metrics.csv").read_bytes() for g, f in runs.items()} == before
     table = freeze_summary(runs, cfg)
     assert table["group"].tolist() == list(GROUPS) and table["drop"].isna().all()  # 4 steps: no drop
@@ -75,9 +87,12 @@ def test_drop_text():
 
 def test_paper_pattern():
     import pandas as pd
+
     from mclib.analyses.freezing import paper_pattern
 
-    table = lambda drops: pd.DataFrame({"group": list(GROUPS), "drop": drops})  # attention, mlp, positional, token
+    table = lambda drops: pd.DataFrame(
+        {"group": list(GROUPS), "drop": drops}
+    )  # attention, mlp, positional, token
     both = {"first_tier_first": True, "last_tier_last": True}
     assert paper_pattern(table([500, 60, 900, 80])) == both
     assert paper_pattern(table([500, 60, None, 80])) == both

@@ -4,6 +4,7 @@ tensor Adam reads, Adam's state there before a capture, addresses fixed across s
 resume), the warm-up that leaves a run as it was, and `train.step`'s variants and their check.
 What needs CUDA (the capture and its agreement with eager over 20 steps) is the last test,
 skipped here and run by benchmarks/lease_step.py on every lease."""
+
 from __future__ import annotations
 
 import pytest
@@ -23,12 +24,16 @@ CPU = torch.device("cpu")
 
 def _profile(**over):
     """The default profile (params/cpu.yaml), eager (its compile is a CPU choice, tested elsewhere)."""
-    return load_profile(profile_path("cpu")).replace(**{"train.compile": False, "train.step": "eager", **over})
+    return load_profile(profile_path("cpu")).replace(
+        **{"train.compile": False, "train.step": "eager", **over}
+    )
 
 
 def _batch(p, seed=99):
     d = p.data
-    return sample_batch(p.train.batch, d.n, d.rank, d.p_mask, torch.Generator().manual_seed(seed), dist=d.dist)
+    return sample_batch(
+        p.train.batch, d.n, d.rank, d.p_mask, torch.Generator().manual_seed(seed), dist=d.dist
+    )
 
 
 def test_the_backward_through_L_alone_gives_the_same_gradients_and_losses():
@@ -61,11 +66,15 @@ def test_a_capture_ready_adam_reads_its_lr_from_a_tensor_written_in_place():
     address = lr.data_ptr()
     train_step([run])
     assert group["lr"] is lr and lr.data_ptr() == address
-    assert lr.item() == torch.tensor(p.train.lr / 10, dtype=torch.float32).item()  # lr_at(1) of a 10-step warm-up
+    assert (
+        lr.item() == torch.tensor(p.train.lr / 10, dtype=torch.float32).item()
+    )  # lr_at(1) of a 10-step warm-up
     set_lr(run.opt, 0.0)
     before = [q.detach().clone() for q in run.opt.param_groups[0]["params"]]
     device_step(run, run.inputs.batch)
-    assert all(torch.equal(a, b) for a, b in zip(before, run.opt.param_groups[0]["params"]))  # lr 0: no update
+    assert all(
+        torch.equal(a, b) for a, b in zip(before, run.opt.param_groups[0]["params"])
+    )  # lr 0: no update
 
 
 def test_the_device_step_reads_nothing_back_to_the_host_outside_adam():
@@ -97,8 +106,12 @@ def _addresses(run) -> dict[str, int]:
     for i, q in enumerate(run.opt.param_groups[0]["params"]):
         out.update({f"adam {i} {k}": v.data_ptr() for k, v in run.opt.state[q].items()})
     out["lr"] = run.opt.param_groups[0]["lr"].data_ptr()
-    out.update({f"input {i}": t.data_ptr() for i, t in enumerate((run.inputs.batch.x, run.inputs.batch.mask,
-                                                                   run.inputs.batch.tokens))})
+    out.update(
+        {
+            f"input {i}": t.data_ptr()
+            for i, t in enumerate((run.inputs.batch.x, run.inputs.batch.mask, run.inputs.batch.tokens))
+        }
+    )
     return out
 
 
@@ -125,8 +138,10 @@ def test_a_resumed_run_has_adams_state_before_its_first_step_and_fixed_addresses
     run = TrainingRun(Job(p, tmp_path), CPU, capture_ready=True)
     assert run.step == 20
     trained = run.opt.param_groups[0]["params"]
-    assert all(run.opt.state[q]["step"].dtype == torch.float32 and run.opt.state[q]["step"].item() == 20
-               for q in trained)
+    assert all(
+        run.opt.state[q]["step"].dtype == torch.float32 and run.opt.state[q]["step"].item() == 20
+        for q in trained
+    )
     train_step([run])
     first = _addresses(run)
     for _ in range(3):
@@ -168,7 +183,10 @@ def test_a_capture_that_fails_falls_back_to_eager_in_one_line_and_trains_as_eage
     a = torch.cat([train_step([tried]) for _ in range(3)])
     b = torch.cat([train_step([plain]) for _ in range(3)])
     err = logged.err()
-    assert err.count("\n") == 1 and "train.step cuda-graph: capture failed (RuntimeError: a CUDA graph needs CUDA" in err
+    assert (
+        err.count("\n") == 1
+        and "train.step cuda-graph: capture failed (RuntimeError: a CUDA graph needs CUDA" in err
+    )
     assert tried.graph is None and tried.fell_back.startswith("RuntimeError")
     assert torch.equal(a, b)
 
@@ -187,9 +205,11 @@ def test_auto_on_the_cpu_is_the_profiles_compile_and_measures_nothing(monkeypatc
 def test_a_step_variant_that_does_not_exist_is_refused_in_one_line():
     with pytest.raises(ConfigError) as e:
         _profile(**{"train.step": "graph"})
-    assert str(e.value) == ("train.step = 'graph' is not one of auto, eager, compile, reduce-overhead, cuda-graph, "
-                            "matmul-attention, compile-matmul-attention, ahead, cuda-graph-ahead, compile-graph, "
-                            "compile-graph-matmul-attention, autotune-graph")
+    assert str(e.value) == (
+        "train.step = 'graph' is not one of auto, eager, compile, reduce-overhead, cuda-graph, "
+        "matmul-attention, compile-matmul-attention, ahead, cuda-graph-ahead, compile-graph, "
+        "compile-graph-matmul-attention, autotune-graph"
+    )
 
 
 def _trace(losses, params, fell_back=None):
@@ -206,21 +226,29 @@ def test_every_variant_is_held_to_one_tolerance_and_bitwise_equality_is_informat
     ref = _trace([[1.0, 2.0]], [1.0, 1.0])
     same = compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0]), start)
     assert same.passed and same.bitwise and same.text.endswith("; bitwise equal")
-    near = compare(ref, _trace([[1.0, 2.0 + 1e-6]], [1.0, 1.0 + 1e-3]), start)  # the graph's drift on the H200
+    near = compare(
+        ref, _trace([[1.0, 2.0 + 1e-6]], [1.0, 1.0 + 1e-3]), start
+    )  # the graph's drift on the H200
     assert near.passed and not near.bitwise and near.text.startswith("within tolerance of eager over 1 steps")
-    drift = 1.5 * UPDATE_RTOL * 2 ** 0.5  # eager's update has the L2 norm √2: 1.5 × UPDATE_RTOL of it
+    drift = 1.5 * UPDATE_RTOL * 2**0.5  # eager's update has the L2 norm √2: 1.5 × UPDATE_RTOL of it
     far = compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0 + drift]), start)
     assert not far.passed and far.update_rel > UPDATE_RTOL and "OUTSIDE" in far.text
     lossy = compare(ref, _trace([[1.0, 2.0 * (1 + 2 * LOSS_RTOL)]], [1.0, 1.0]), start)
     assert not lossy.passed and lossy.loss_rel > LOSS_RTOL
     fell = compare(ref, _trace([[1.0, 2.0]], [1.0, 1.0], fell_back="BackendCompilerFailed: x"), start)
-    assert not fell.passed and fell.text == "fell back: BackendCompilerFailed: x"  # never reported as compiled
+    assert (
+        not fell.passed and fell.text == "fell back: BackendCompilerFailed: x"
+    )  # never reported as compiled
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs CUDA (benchmarks/lease_step.py checks it on a lease)")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="a CUDA graph needs CUDA (benchmarks/lease_step.py checks it on a lease)",
+)
 def test_the_cuda_graph_trains_within_the_tolerance_of_eager_over_20_steps():
-    p = load_profile(profile_path("cpu")).replace(**{"train.device": "cuda", "train.compile": False,
-                                                     "train.warmup": 5})
+    p = load_profile(profile_path("cpu")).replace(
+        **{"train.device": "cuda", "train.compile": False, "train.warmup": 5}
+    )
     device = torch.device("cuda")
     start = initial_params(p, device)
     ref, graph = trace(p, device, "eager"), trace(p, device, "cuda-graph")
@@ -254,6 +282,7 @@ def test_the_hf_model_compiles_as_one_graph_forward_and_backward():
 
 # --- the step's variants (mclib.core.step.WAYS) ---------------------------------------------
 
+
 def test_every_step_variant_is_a_train_step_the_profile_accepts():
     from mclib.core.config import STEPS
     from mclib.core.step import WAYS
@@ -278,7 +307,10 @@ def test_batches_made_ahead_are_the_step_by_step_batches_and_a_save_rewinds_the_
     same batches in the same order (the step trains to the same bits as eager), and `rewind` (at a
     save) puts the generator where the step-by-step path leaves it, so a resume draws the same."""
     p = _profile(**{"train.batch": 4})
-    plain, ahead = TrainingRun.in_memory(p, CPU), TrainingRun.in_memory(p.replace(**{"train.step": "ahead"}), CPU)
+    plain, ahead = (
+        TrainingRun.in_memory(p, CPU),
+        TrainingRun.in_memory(p.replace(**{"train.step": "ahead"}), CPU),
+    )
     assert ahead.ahead is not None and plain.ahead is None
     a = torch.cat([train_step([plain]) for _ in range(5)])
     b = torch.cat([train_step([ahead]) for _ in range(5)])
@@ -286,7 +318,10 @@ def test_batches_made_ahead_are_the_step_by_step_batches_and_a_save_rewinds_the_
     assert len(ahead.ahead.queue) == graphstep.BatchesAhead.AHEAD - 5
     assert not torch.equal(ahead.gens["data"].get_state(), plain.gens["data"].get_state())  # drawn ahead
     ahead.ahead.rewind(ahead.gens["data"])
-    assert torch.equal(ahead.gens["data"].get_state(), plain.gens["data"].get_state()) and ahead.ahead.queue == []
+    assert (
+        torch.equal(ahead.gens["data"].get_state(), plain.gens["data"].get_state())
+        and ahead.ahead.queue == []
+    )
     assert torch.equal(train_step([plain]), train_step([ahead]))
 
 
@@ -297,7 +332,9 @@ def test_a_run_with_batches_ahead_resumes_to_the_same_rows_as_one_never_stopped(
     p = smoke_profile.replace(**{"train.compile": False, "train.step": "ahead"})
     whole, part = tmp_path / "whole", tmp_path / "part"
     train(p, whole, progress=False)
-    train(p, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)  # saved at 20, 12 batches ahead drawn
+    train(
+        p, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20
+    )  # saved at 20, 12 batches ahead drawn
     train(p, part, progress=False)
     cols = list(LOSS_NAMES)
     assert load_metrics(whole)[cols].equals(load_metrics(part)[cols])
@@ -315,13 +352,27 @@ def _stock_bert_loads(model, path) -> None:
     assert not info["mismatched_keys"]
 
 
-TRAINABLE_CPU = ["eager", "matmul-attention", "ahead", "cuda-graph", "cuda-graph-ahead", "compile-graph",
-                 "compile-graph-matmul-attention", "autotune-graph", "reduce-overhead"]  # CUDA-only ones run eagerly here
+TRAINABLE_CPU = [
+    "eager",
+    "matmul-attention",
+    "ahead",
+    "cuda-graph",
+    "cuda-graph-ahead",
+    "compile-graph",
+    "compile-graph-matmul-attention",
+    "autotune-graph",
+    "reduce-overhead",
+]  # CUDA-only ones run eagerly here
 
 
-@pytest.mark.parametrize("variant", TRAINABLE_CPU + [pytest.param(v, marks=pytest.mark.slow)
-                                                     for v in ("compile", "compile-matmul-attention")])
-def test_a_model_trained_by_each_trainable_variant_keeps_bert_models_parameter_names(variant, tmp_path, capsys):
+@pytest.mark.parametrize(
+    "variant",
+    TRAINABLE_CPU
+    + [pytest.param(v, marks=pytest.mark.slow) for v in ("compile", "compile-matmul-attention")],
+)
+def test_a_model_trained_by_each_trainable_variant_keeps_bert_models_parameter_names(
+    variant, tmp_path, capsys
+):
     """No variant a slice may train with renames or reshapes a parameter: the trained model has
     the state-dict keys of a fresh one, and its checkpoint loads into a stock BertModel."""
     from mclib.core.step import WAYS

@@ -1,18 +1,19 @@
 """Ablation (E3-E5) and activation patching (E8) checked against a forward pass written
 out by hand from the weights in plain torch ops (no HF module, no mclib attention):
 the interventions must give exactly what their definitions say, not only "something else"."""
+
 import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TWO_PATHS, TWO_PATHS_REL
 
-from mclib.core.config import DataConfig, ModelConfig
-from mclib.core.data import make_batch
 from mclib.analyses.attention import ablation_hooks
 from mclib.analyses.evaluate import activation_patching, predict, sample_eval_batch
+from mclib.core.config import DataConfig, ModelConfig
+from mclib.core.data import make_batch
 from mclib.core.model import build_model
-from conftest import TWO_PATHS, TWO_PATHS_REL
 
 DATA = DataConfig(n=7, rank=2, p_mask=0.3)
 SEQ = 49
@@ -35,13 +36,16 @@ def hand_forward(m, tokens, probs_of=None, z_of=None, keep_z=None):
     ln = lambda x, p: F.layer_norm(x, x.shape[-1:], w[p + ".weight"], w[p + ".bias"], eps=1e-12)
     lin = lambda x, p: x @ w[p + ".weight"].T + w[p + ".bias"]
     e = "bert.embeddings."
-    h = w[e + "word_embeddings.weight"][tokens] + w[e + "position_embeddings.weight"][:SEQ] \
+    h = (
+        w[e + "word_embeddings.weight"][tokens]
+        + w[e + "position_embeddings.weight"][:SEQ]
         + w[e + "token_type_embeddings.weight"][0]
+    )
     h = ln(h, e + "LayerNorm")
     b = tokens.shape[0]
     for layer in range(m.config.num_hidden_layers):
         p = f"bert.encoder.layer.{layer}."
-        heads = lambda x: x.view(b, SEQ, HEADS, -1).transpose(1, 2)      # [batch, head, seq, d]
+        heads = lambda x: x.view(b, SEQ, HEADS, -1).transpose(1, 2)  # [batch, head, seq, d]
         q, k, v = (heads(lin(h, p + f"attention.self.{n}")) for n in ("query", "key", "value"))
         probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
         if probs_of is not None:
@@ -51,8 +55,10 @@ def hand_forward(m, tokens, probs_of=None, z_of=None, keep_z=None):
             keep_z[layer] = z
         if z_of is not None:
             z = z_of(layer, z)
-        a = ln(lin(z.transpose(1, 2).reshape(b, SEQ, -1), p + "attention.output.dense") + h,
-               p + "attention.output.LayerNorm")
+        a = ln(
+            lin(z.transpose(1, 2).reshape(b, SEQ, -1), p + "attention.output.dense") + h,
+            p + "attention.output.LayerNorm",
+        )
         h = ln(lin(F.gelu(lin(a, p + "intermediate.dense")), p + "output.dense") + a, p + "output.LayerNorm")
     return lin(h, "readout").squeeze(-1).view(b, 7, 7)
 
@@ -78,6 +84,7 @@ def _replace(mode):
             if l == layer:
                 out[:, head] = 1 / SEQ if mode == "uniform" else probs[:, head].mean(0)
         return out
+
     return probs_of
 
 
@@ -94,15 +101,24 @@ def test_uniform_ablation_of_a_head_averages_its_values(model, batch):
     # 1/seq everywhere: every query of the head reads the mean of the head's value vectors
     with_uniform = {}
     hand_forward(model, batch.tokens, probs_of=_replace("uniform"), keep_z=with_uniform)
-    z = with_uniform[0][:, 1]                                               # layer 0, head 1: [batch, q, d]
+    z = with_uniform[0][:, 1]  # layer 0, head 1: [batch, q, d]
     assert torch.allclose(z, z[:, :1].expand_as(z), atol=1e-12)
     w = {k: v.double() for k, v in model.state_dict().items()}
     e = "bert.embeddings."
-    h0 = F.layer_norm(w[e + "word_embeddings.weight"][batch.tokens] + w[e + "position_embeddings.weight"][:SEQ]
-                      + w[e + "token_type_embeddings.weight"][0], (16,), w[e + "LayerNorm.weight"],
-                      w[e + "LayerNorm.bias"], eps=1e-12)
-    v = h0 @ w["bert.encoder.layer.0.attention.self.value.weight"].T + w["bert.encoder.layer.0.attention.self.value.bias"]
-    assert torch.allclose(z[:, 0], v[..., 8:].mean(1), atol=1e-12)        # head 1 = dims 8..15
+    h0 = F.layer_norm(
+        w[e + "word_embeddings.weight"][batch.tokens]
+        + w[e + "position_embeddings.weight"][:SEQ]
+        + w[e + "token_type_embeddings.weight"][0],
+        (16,),
+        w[e + "LayerNorm.weight"],
+        w[e + "LayerNorm.bias"],
+        eps=1e-12,
+    )
+    v = (
+        h0 @ w["bert.encoder.layer.0.attention.self.value.weight"].T
+        + w["bert.encoder.layer.0.attention.self.value.bias"]
+    )
+    assert torch.allclose(z[:, 0], v[..., 8:].mean(1), atol=1e-12)  # head 1 = dims 8..15
 
 
 @pytest.mark.parametrize("layers, patched", [("last", [1]), ("all", [0, 1]), ([0], [0])])
@@ -118,9 +134,15 @@ def test_patching_is_the_hand_forward_on_minus_x_with_the_clean_z(model, layers,
         return ((f - target)[where] ** 2).mean().item()
 
     out = activation_patching(model, DATA, 16, seed=3, layers=layers)
-    assert out == pytest.approx({"masked_vs_X": mse(clean.x, m), "masked_vs_negX": mse(-clean.x, m),
-                                 "observed_vs_X": mse(clean.x, ~m), "observed_vs_negX": mse(-clean.x, ~m)},
-                                rel=TWO_PATHS_REL)  # float32 hooks vs float64 by hand (conftest)
+    assert out == pytest.approx(
+        {
+            "masked_vs_X": mse(clean.x, m),
+            "masked_vs_negX": mse(-clean.x, m),
+            "observed_vs_X": mse(clean.x, ~m),
+            "observed_vs_negX": mse(-clean.x, ~m),
+        },
+        rel=TWO_PATHS_REL,
+    )  # float32 hooks vs float64 by hand (conftest)
 
 
 def test_patching_every_layer_gives_the_clean_output_at_masked_entries(model):

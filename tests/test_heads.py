@@ -3,10 +3,18 @@ import math
 import pytest
 import torch
 
+from mclib.analyses.heads import (
+    LABELS,
+    attention_entropy,
+    chance_levels,
+    classify_heads,
+    head_groups,
+    head_scores,
+    mean_attention,
+    position_masks,
+)
 from mclib.core.config import ModelConfig
 from mclib.core.data import sample_batch
-from mclib.analyses.heads import (LABELS, attention_entropy, chance_levels, classify_heads, head_groups,
-                         head_scores, mean_attention, position_masks)
 from mclib.core.model import build_model
 
 N = 7
@@ -40,14 +48,20 @@ def test_pure_heads_are_scored_and_classified(mask):
     chance = chance_levels(N)
     assert list(scores["head"]) == [0, 1, 2, 3, 4] and (scores["layer"] == 0).all()
     row, col, ident, uniform, obs = (scores.iloc[i] for i in range(5))
-    assert row["row"] == pytest.approx(1) and row["column"] == pytest.approx(0) and row["self"] == pytest.approx(0)
+    assert (
+        row["row"] == pytest.approx(1)
+        and row["column"] == pytest.approx(0)
+        and row["self"] == pytest.approx(0)
+    )
     assert col["column"] == pytest.approx(1) and col["row"] == pytest.approx(0)
     assert ident["self"] == pytest.approx(1) and ident["row"] == pytest.approx(0)
     assert ident["row_excess"] == pytest.approx(-chance["row"] / (1 - chance["row"]))  # below chance
     assert ident["self_excess"] == pytest.approx(1)
     # uniform: exactly the chance levels, zero excess, mask preference 0, entropy log(n²)
     for k in ("row", "column", "self"):
-        assert uniform[k] == pytest.approx(chance[k]) and uniform[f"{k}_excess"] == pytest.approx(0, abs=1e-12)
+        assert uniform[k] == pytest.approx(chance[k]) and uniform[f"{k}_excess"] == pytest.approx(
+            0, abs=1e-12
+        )
     assert uniform["masked"] == pytest.approx(mask.float().mean().item())
     assert uniform["mask_preference"] == pytest.approx(0, abs=1e-12)
     assert uniform["entropy"] == pytest.approx(math.log(N**2))
@@ -95,7 +109,11 @@ def test_mean_attention_and_entropy_shapes(mask):
     p = synthetic_probs(mask)
     assert mean_attention(p).shape == (5, N * N, N * N)
     ent = attention_entropy(p)
-    assert ent.shape == (5,) and ent[2].item() == pytest.approx(0) and ent[0].item() == pytest.approx(math.log(6))
+    assert (
+        ent.shape == (5,)
+        and ent[2].item() == pytest.approx(0)
+        and ent[0].item() == pytest.approx(math.log(6))
+    )
 
 
 def test_bad_inputs_name_the_value(mask):
@@ -115,7 +133,9 @@ def test_bad_inputs_name_the_value(mask):
 
 
 def test_runs_on_a_real_models_attention(gen):
-    model = build_model(ModelConfig(layers=2, heads=2, hidden=16, intermediate=32, attention="eager"), N, seed=0)
+    model = build_model(
+        ModelConfig(layers=2, heads=2, hidden=16, intermediate=32, attention="eager"), N, seed=0
+    )
     b = sample_batch(8, N, 2, 0.3, gen)
     with torch.no_grad():
         attn = model.bert(input_ids=b.tokens, output_attentions=True).attentions
@@ -128,6 +148,7 @@ def test_runs_on_a_real_models_attention(gen):
 def test_attention_progress_has_a_row_per_checkpoint_layer_and_head(smoke_run, smoke_profile):
     from mclib.analyses.heads import attention_progress
     from mclib.core.checkpoints import saved_steps
+
     df = attention_progress(smoke_run, smoke_profile.data, n_matrices=8)
     m = smoke_profile.model
     assert len(df) == len(saved_steps(smoke_run)) * m.layers * m.heads

@@ -4,13 +4,22 @@ import re
 import pytest
 import torch
 
+from mclib.analyses.attention import ablation_hooks
+from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
+from mclib.analyses.interventions import (
+    GROUPS,
+    OTHER,
+    component_groups,
+    l_prime_mask,
+    permute_positions_hooks,
+    position_permutation,
+    reinit_component,
+    replace_masked_tokens,
+    switch_qkv_hooks,
+)
+from mclib.core.checkpoints import load_checkpoint
 from mclib.core.config import ModelConfig
 from mclib.core.data import MASK_ID, make_batch, sample_batch, sample_matrices, tokenize
-from mclib.analyses.evaluate import activation_patching, evaluate, predict, sample_eval_batch
-from mclib.analyses.attention import ablation_hooks
-from mclib.analyses.interventions import (GROUPS, OTHER, component_groups, l_prime_mask, permute_positions_hooks,
-                                 position_permutation, reinit_component, replace_masked_tokens, switch_qkv_hooks)
-from mclib.core.checkpoints import load_checkpoint
 from mclib.core.hooks import run_with_hooks
 from mclib.core.metrics import losses
 from mclib.core.model import build_model
@@ -35,6 +44,7 @@ def post(smoke_run, smoke_profile):
 
 # --- E2 ----------------------------------------------------------------------------------
 
+
 def test_replace_masked_tokens_and_l_prime_mask():
     b = sample_batch(16, 7, 2, 0.3, torch.Generator().manual_seed(0))
     r = replace_masked_tokens(b, 0.44)
@@ -42,11 +52,12 @@ def test_replace_masked_tokens_and_l_prime_mask():
     assert (r.tokens[m] == tokenize(torch.tensor(0.44))).all() and torch.equal(r.tokens[~m], b.tokens[~m])
     assert torch.equal(replace_masked_tokens(b, None).tokens, b.tokens) and (b.tokens[m] == MASK_ID).all()
     zeros = torch.zeros_like(b.x)
-    assert l_prime_mask(zeros, r, 0.44) == pytest.approx(0.44 ** 2)
+    assert l_prime_mask(zeros, r, 0.44) == pytest.approx(0.44**2)
     assert l_prime_mask(zeros, b, None) == 0.0
 
 
 # --- E6 ----------------------------------------------------------------------------------
+
 
 def surgery_switch_qkv(target, source):
     """E6 by weight surgery (the code before the hooks): a copy of `target` with every
@@ -65,13 +76,18 @@ def test_switched_model_computes_with_the_source_qkv_modules():
     with torch.no_grad():
         out = run_with_hooks(target, t, switch_qkv_hooks(target, source))
         assert torch.equal(out, surgery_switch_qkv(target, source)(t).logits)
-        assert not torch.allclose(out, target(t).logits, atol=1e-3) and not torch.allclose(out, source(t).logits, atol=1e-3)
+        assert not torch.allclose(out, target(t).logits, atol=1e-3) and not torch.allclose(
+            out, source(t).logits, atol=1e-3
+        )
     assert all(torch.equal(v, before[k]) for k, v in target.state_dict().items())
     with pytest.raises(ValueError, match="models differ in num_hidden_layers"):
-        switch_qkv_hooks(target, build_model(ModelConfig(layers=3, heads=2, hidden=16, intermediate=32), 7, 0))
+        switch_qkv_hooks(
+            target, build_model(ModelConfig(layers=3, heads=2, hidden=16, intermediate=32), 7, 0)
+        )
 
 
 # --- E7 ----------------------------------------------------------------------------------
+
 
 def test_permute_positions_is_a_seeded_reordering_of_the_first_n2_rows():
     m = tiny()
@@ -95,6 +111,7 @@ def test_permute_positions_is_a_seeded_reordering_of_the_first_n2_rows():
 
 # --- E15 ---------------------------------------------------------------------------------
 
+
 def test_groups_partition_the_trainable_parameters():
     m = tiny()
     groups = component_groups(m)
@@ -107,7 +124,10 @@ def test_groups_partition_the_trainable_parameters():
     assert by_group["positional"] == ["bert.embeddings.position_embeddings.weight"]
     assert by_group["token"] == ["bert.embeddings.word_embeddings.weight"]
     assert all("LayerNorm" in n or n.startswith("readout") or "token_type" in n for n in by_group[OTHER])
-    assert "readout.weight" in by_group[OTHER] and "bert.encoder.layer.0.attention.output.LayerNorm.weight" in by_group[OTHER]
+    assert (
+        "readout.weight" in by_group[OTHER]
+        and "bert.encoder.layer.0.attention.output.LayerNorm.weight" in by_group[OTHER]
+    )
 
 
 @pytest.mark.parametrize("group", list(GROUPS))
@@ -143,8 +163,16 @@ def test_reinit_rejects_an_unknown_group():
 def test_reinit_model_trains_with_the_training_loop(tmp_path, post, smoke_profile):
     model = reinit_component(post, "mlp", seed=0)
     start = {k: v.clone() for k, v in model.named_parameters()}
-    profile = smoke_profile.replace(**{"train.steps": 3, "train.save_every": 3, "train.log_every": 1,
-                                       "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 3})
+    profile = smoke_profile.replace(
+        **{
+            "train.steps": 3,
+            "train.save_every": 3,
+            "train.log_every": 1,
+            "checkpoints.pre": 1,
+            "checkpoints.transition": [2],
+            "checkpoints.post": 3,
+        }
+    )
     run = train(profile, tmp_path / "e15", progress=False, init_model=model)
     trained = load_checkpoint(run, 3)
     groups = component_groups(trained)
@@ -153,6 +181,7 @@ def test_reinit_model_trains_with_the_training_loop(tmp_path, post, smoke_profil
 
 
 # --- evaluate / E8 -----------------------------------------------------------------------
+
 
 def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     post.train()
@@ -172,7 +201,9 @@ def test_evaluate_is_deterministic_and_restores_the_mode(post, smoke_profile):
     with torch.no_grad():
         by_hand = ((post.eval()(t.flatten(1)).logits.view(8, 7, 7)[:, 3] - x[:, 3]) ** 2).mean().item()
     # the same forward, the mean taken in another order: float32 rounding (1.8e-7 relative here)
-    assert evaluate(post, smoke_profile.data, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(by_hand, rel=1e-5)
+    assert evaluate(post, smoke_profile.data, 8, seed=5, mask=fixed)["L_mask"] == pytest.approx(
+        by_hand, rel=1e-5
+    )
     with pytest.raises(ValueError, match="mask has shape"):
         evaluate(post, smoke_profile.data, 8, seed=5, mask=torch.zeros(6, 6, dtype=torch.bool))
 
@@ -193,7 +224,9 @@ def test_patching_no_layer_is_the_plain_minus_x_run(post, smoke_profile):
     plain = losses(predict(post, minus), minus.x, minus.mask)
     assert none["masked_vs_negX"] == pytest.approx(plain["L_mask"].item(), rel=1e-5)
     assert none["observed_vs_negX"] == pytest.approx(plain["L_obs"].item(), rel=1e-5)
-    last, every = (activation_patching(post, smoke_profile.data, 32, seed=0, layers=k) for k in ("last", "all"))
+    last, every = (
+        activation_patching(post, smoke_profile.data, 32, seed=0, layers=k) for k in ("last", "all")
+    )
     assert last != none and every != last
     with pytest.raises(ValueError, match="'first'"):
         activation_patching(post, smoke_profile.data, 32, seed=0, layers="first")

@@ -13,6 +13,7 @@ of a higher room as a string of code (a name kept to import later: `"mclib.chapt
 no room below the chapters names a chapter module in its code at all (the machinery is handed
 the chapters' specs; it finds no chapter); and no file reaches itself through imports
 (benchmarks/layout.py's circles)."""
+
 import ast
 import importlib.util
 import re
@@ -84,7 +85,7 @@ def _literal_start(node: ast.expr) -> str | None:
 
 
 def layer_of(dotted: str) -> str | None:
-    """"mclib.analyses.attention" -> "analyses", "mclib.chapters.ch01_train" -> "chapters"; None
+    """ "mclib.analyses.attention" -> "analyses", "mclib.chapters.ch01_train" -> "chapters"; None
     for anything outside the layers (mclib/__main__.py, the command line, sits above them all)."""
     parts = dotted.split(".")
     if len(parts) < 2 or parts[0] != "mclib" or parts[1] not in LAYERS:
@@ -109,7 +110,9 @@ def upward_imports(root: Path = MCLIB) -> list[str]:
 def _code_strings(tree: ast.AST):
     """(line, value) of every string of code in the tree, an f-string's literal parts included;
     docstrings are not code."""
-    docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    docstrings = {
+        id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             yield node.lineno, node.value
@@ -153,19 +156,29 @@ def test_no_layer_imports_a_higher_one():
 
 def test_no_room_below_the_chapters_names_a_chapter_module():
     bad = chapters_named_below()
-    assert not bad, "chapter modules named below mclib/chapters (take the specs handed down):\n" + "\n".join(bad)
+    assert not bad, "chapter modules named below mclib/chapters (take the specs handed down):\n" + "\n".join(
+        bad
+    )
 
 
 def test_no_room_keeps_the_name_of_a_higher_room_s_module():
     bad = modules_named_above()
-    assert not bad, f"modules of a higher room named to import later ({' < '.join(LAYERS)}):\n" + "\n".join(bad)
+    assert not bad, f"modules of a higher room named to import later ({' < '.join(LAYERS)}):\n" + "\n".join(
+        bad
+    )
 
 
-@pytest.mark.parametrize("source, expected", [
-    ("from ..analyses.attention import IMPL", "mclib/core/x.py:1 imports mclib.analyses.attention (core -> analyses)"),
-    ("import mclib.book.plots_base", "mclib/core/x.py:1 imports mclib.book.plots_base (core -> book)"),
-    ("def f():\n    from .. import book", "mclib/core/x.py:2 imports mclib.book (core -> book)"),
-])
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            "from ..analyses.attention import IMPL",
+            "mclib/core/x.py:1 imports mclib.analyses.attention (core -> analyses)",
+        ),
+        ("import mclib.book.plots_base", "mclib/core/x.py:1 imports mclib.book.plots_base (core -> book)"),
+        ("def f():\n    from .. import book", "mclib/core/x.py:2 imports mclib.book (core -> book)"),
+    ],
+)
 def test_the_reader_sees_upward_imports_relative_absolute_and_lazy(tmp_path, source, expected):
     root = tmp_path / "mclib"
     (root / "core").mkdir(parents=True)
@@ -187,12 +200,16 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_path):
-    root = _tree(tmp_path, {
-        "lease/x.py": "from ..book import scorecard\nfrom ..chapters import ch01_train\n"
-                      "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_readings\n",
-        "book/runner.py": "from ..lease import part\n",
-        "chapters/ch99_scorecard.py": "from ..lease import reference\nfrom ..book.runner import declared\n"
-                                      "from .heads_readings import e4_rows\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "lease/x.py": "from ..book import scorecard\nfrom ..chapters import ch01_train\n"
+            "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_readings\n",
+            "book/runner.py": "from ..lease import part\n",
+            "chapters/ch99_scorecard.py": "from ..lease import reference\nfrom ..book.runner import declared\n"
+            "from .heads_readings import e4_rows\n",
+        },
+    )
     assert upward_imports(root) == [
         "mclib/book/runner.py:1 imports mclib.lease.part (book -> lease)",
         "mclib/lease/x.py:2 imports mclib.chapters.ch01_train (lease -> chapters)",
@@ -202,12 +219,18 @@ def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_p
 
 
 def test_the_lease_room_names_no_chapter_module_even_by_a_string(tmp_path):
-    root = _tree(tmp_path, {
-        "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
-                      "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
-        "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
+            "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
+            "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n",
+        },
+    )
     assert chapters_named_below(root) == ["mclib/lease/x.py:4 names mclib.chapters.ch03_heads (lease)"]
-    assert upward_imports(root) == ["mclib/lease/x.py:4 imports mclib.chapters.ch03_heads (lease -> chapters)"]
+    assert upward_imports(root) == [
+        "mclib/lease/x.py:4 imports mclib.chapters.ch03_heads (lease -> chapters)"
+    ]
 
 
 def test_a_lower_room_imports_no_higher_one_at_run_time_by_name(tmp_path):
@@ -215,17 +238,21 @@ def test_a_lower_room_imports_no_higher_one_at_run_time_by_name(tmp_path):
     upward import made at run time; so are find_spec, __import__ and a relative name, inside a
     function or not. A room importing its own or a lower room's module by name is fine, and
     so is a message that mentions a higher module in words."""
-    root = _tree(tmp_path, {
-        "book/runner.py": "import importlib\nimport importlib.util\ndef g(stem):\n"
-                          "    if importlib.util.find_spec(f'mclib.chapters.ch{stem}'):\n"
-                          "        return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
-        "book/y.py": "from importlib import import_module\nM = import_module('..lease.part', __package__)\n"
-                     "T = __import__('mclib.lease.reference')\nsaid = 'hand mclib.chapters.registry.specs() down'\n",
-        "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\n"
-                     "def h(name):\n    return importlib.import_module(MOD + name)\n",
-        "chapters/registry.py": "import importlib\ndef load(stem):\n"
-                                "    return importlib.import_module(f'{__package__}.ch{stem}')\n"
-                                "R = importlib.import_module('mclib.book.runner')\n"})
+    root = _tree(
+        tmp_path,
+        {
+            "book/runner.py": "import importlib\nimport importlib.util\ndef g(stem):\n"
+            "    if importlib.util.find_spec(f'mclib.chapters.ch{stem}'):\n"
+            "        return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
+            "book/y.py": "from importlib import import_module\nM = import_module('..lease.part', __package__)\n"
+            "T = __import__('mclib.lease.reference')\nsaid = 'hand mclib.chapters.registry.specs() down'\n",
+            "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\n"
+            "def h(name):\n    return importlib.import_module(MOD + name)\n",
+            "chapters/registry.py": "import importlib\ndef load(stem):\n"
+            "    return importlib.import_module(f'{__package__}.ch{stem}')\n"
+            "R = importlib.import_module('mclib.book.runner')\n",
+        },
+    )
     assert upward_imports(root) == [
         "mclib/book/runner.py:4 imports mclib.chapters.ch (book -> chapters)",
         "mclib/book/runner.py:5 imports mclib.chapters.ch (book -> chapters)",
@@ -255,7 +282,8 @@ def test_no_circle_among_files():
     layout = _layout()
     found = layout.circles(layout.file_arrows(MCLIB.parent))
     assert not found, "circles among files (each reaches the others through imports):\n" + "\n".join(
-        ", ".join(c) for c in found)
+        ", ".join(c) for c in found
+    )
 
 
 def test_the_measure_sees_a_circle_through_a_lazy_import(tmp_path):
@@ -291,8 +319,11 @@ FILE_LINES, FUNCTION_LINES = 520, 80
 
 
 def test_no_file_of_mclib_is_longer_than_the_limit():
-    long = {str(p.relative_to(MCLIB.parent)): n for p in sorted(MCLIB.rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > FILE_LINES}
+    long = {
+        str(p.relative_to(MCLIB.parent)): n
+        for p in sorted(MCLIB.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > FILE_LINES
+    }
     assert not long, long
 
 

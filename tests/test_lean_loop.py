@@ -2,6 +2,7 @@
 resumable checkpoint and ends the run "cut"; Adam's state only every `train.state_every`
 steps; metrics.csv appended, never rewritten while a run trains. Each resume still ends
 bit-identical (on the CPU) to a run never interrupted."""
+
 import os
 import signal
 import time
@@ -22,7 +23,9 @@ LOSS_COLS = ["step", "L", "L_obs", "L_mask", "mask_value", "eval_L", "eval_L_mas
 def _same(a, b):
     pd.testing.assert_frame_equal(load_metrics(a)[LOSS_COLS], load_metrics(b)[LOSS_COLS], check_exact=True)
     import torch
+
     from mclib.core.checkpoints import load_checkpoint
+
     x, y = load_checkpoint(a, 30).state_dict(), load_checkpoint(b, 30).state_dict()
     assert all(torch.equal(x[k], y[k]) for k in x)
 
@@ -74,6 +77,7 @@ def test_state_every_keeps_adam_only_every_so_many_steps_and_a_kill_resumes_from
         if rows[-1]["step"] >= 15:
             raise Killed
         return False
+
     with pytest.raises(Killed):
         train(lean, cut, progress=False, stop=kill_at_15)
     assert saved_steps(cut) == [10] and resumable_steps(cut) == []
@@ -89,8 +93,9 @@ def test_a_profile_refuses_a_state_every_that_is_not_a_multiple_of_save_every(sh
 def test_metrics_are_appended_not_rewritten(tmp_path, short, monkeypatch, whole):
     writes = []
     real = runs_module.write_atomic
-    monkeypatch.setattr(runs_module, "write_atomic",
-                        lambda path, write: (writes.append(path.name), real(path, write))[1])
+    monkeypatch.setattr(
+        runs_module, "write_atomic", lambda path, write: (writes.append(path.name), real(path, write))[1]
+    )
     train(short, tmp_path / "run", progress=False)
     assert writes.count(METRICS) == 1  # the first checkpoint's; the later two append
     _same(whole, tmp_path / "run")

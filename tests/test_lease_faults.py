@@ -4,6 +4,7 @@ error that leaves the device unusable, `start` refuses and `finish` follows, the
 or too little time is left; and the CUDA-only parts of the step (the graph's memory, a failed
 capture's cause, the host's time a step) with CUDA's calls stubbed. Each ends with what ran kept
 and a results.tgz that says why the rest did not."""
+
 from __future__ import annotations
 
 import gc
@@ -23,15 +24,17 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from sources import load_script
 
 from mclib.__main__ import main
+from mclib.chapters.registry import specs as chapter_specs
 from mclib.core import graphstep
 from mclib.core.runs import write_atomic
 from mclib.lease import slices, slices_run
-from sources import load_script
-from mclib.chapters.registry import specs as chapter_specs
 
-SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
+SPECS = (
+    chapter_specs()
+)  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,9 +44,24 @@ def _bench():
 
 
 def _ledger(tmp_path, train_s=20, chapters=()):
-    plan = {"profile": "smoke", "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test", "lease_s": 900,
-            "start_s": 180, "slices": [{"name": "A", "what": "the smoke run under a deadline", "seeds": [1],
-                                       "train_s": train_s, "chapters": list(chapters), "chapters_s": 200}]}
+    plan = {
+        "profile": "smoke",
+        "precision": "fp32",
+        "step_ms": 5.0,
+        "step_ms_source": "a test",
+        "lease_s": 900,
+        "start_s": 180,
+        "slices": [
+            {
+                "name": "A",
+                "what": "the smoke run under a deadline",
+                "seeds": [1],
+                "train_s": train_s,
+                "chapters": list(chapters),
+                "chapters_s": 200,
+            }
+        ],
+    }
     path = tmp_path / "results" / "paper-slices.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(plan))
@@ -57,16 +75,19 @@ def _packed(tgz: Path) -> tuple[dict, list[str]]:
 
 # --- the trainer ---------------------------------------------------------------------------
 
-TRAINER = ("import signal, sys, time\n"
-           "if sys.argv[1] == 'hangs':\n"
-           "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a trainer stuck where no signal is taken
-           "print('training', flush=True)\n"
-           "time.sleep(300)\n")
+TRAINER = (
+    "import signal, sys, time\n"
+    "if sys.argv[1] == 'hangs':\n"
+    "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"  # a trainer stuck where no signal is taken
+    "print('training', flush=True)\n"
+    "time.sleep(300)\n"
+)
 
 
 @pytest.mark.parametrize("trainer", ["hangs", "stops"])
 def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_packed(
-        trainer, tmp_path, monkeypatch, smoke_profile):
+    trainer, tmp_path, monkeypatch, smoke_profile
+):
     """`finish` waits for the trainer until the deadline + FINISH_GRACE_S, asks it to stop
     (SIGTERM: the loop saves and ends "cut"), kills it STOP_S later, then packs all the same."""
     monkeypatch.setattr(slices, "FINISH_GRACE_S", 0.5, raising=False)
@@ -76,15 +97,31 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
     ppath = work / "slice-A.yaml"
     ppath.write_text(yaml.safe_dump(smoke_profile.to_dict(), sort_keys=False))
     log = open(work / slices.TRAIN_LOG, "w")
-    proc = subprocess.Popen([sys.executable, "-c", TRAINER, trainer], stdout=subprocess.PIPE, stderr=log,
-                            start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, trainer],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
+        text=True,
+    )
     assert proc.stdout.readline() == "training\n"  # its SIGTERM handling is in place
-    state = {"slice": "A", "pid": proc.pid, "deadline": time.time(), "started": time.time(), "budget_s": 600.0,
-             "profile": str(ppath), "chapters": [], "seeds": [1], "git": "abc1234", "train_step": "eager"}
+    state = {
+        "slice": "A",
+        "pid": proc.pid,
+        "deadline": time.time(),
+        "started": time.time(),
+        "budget_s": 600.0,
+        "profile": str(ppath),
+        "chapters": [],
+        "seeds": [1],
+        "git": "abc1234",
+        "train_step": "eager",
+    }
     write_atomic(work / slices.STATE, json.dumps(state))
     done = []
-    waiter = threading.Thread(target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)),
-                              daemon=True)
+    waiter = threading.Thread(
+        target=lambda: done.append(slices_run.finish(work, tmp_path / "out", specs=SPECS)), daemon=True
+    )
     t0 = time.time()
     waiter.start()
     waiter.join(timeout=30)
@@ -106,7 +143,9 @@ def test_a_trainer_past_its_deadline_is_asked_to_stop_then_killed_and_the_slice_
 def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monkeypatch, slice_trained):
     from mclib.book import runner
 
-    work = slice_trained(deadline=0.0, started=time.time(), budget_s=600.0, chapters=["01_train", "02_copying"])
+    work = slice_trained(
+        deadline=0.0, started=time.time(), budget_s=600.0, chapters=["01_train", "02_copying"]
+    )
     monkeypatch.setattr(runner, "select_chapters", lambda name: name)
     monkeypatch.setattr(runner, "build", lambda *a, **kw: {}["a key no chapter has"])
     record, _ = _packed(slices_run.finish(work, tmp_path / "out", specs=SPECS))
@@ -119,7 +158,9 @@ def test_a_chapter_that_fails_any_way_leaves_what_trained_packed(tmp_path, monke
 STICKY = "CUDA error: an illegal memory access was encountered"
 
 
-def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measured_before_it(tmp_path, monkeypatch):
+def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measured_before_it(
+    tmp_path, monkeypatch
+):
     """bf16 raises an error that leaves the device unusable (a sticky CUDA error), and from
     then on the cleanup raises too: eager's row and the kernel table are kept, bf16's row
     names the error, the variants after it say why they did not run, the traceback is beside."""
@@ -130,7 +171,9 @@ def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measur
     def trace(profile, device, variant, steps):
         if profile.train.precision == "bf16":
             broken.append(True)
-            raise RuntimeError(STICKY + "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+            raise RuntimeError(
+                STICKY + "\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+            )
         return real_trace(profile, device, variant, steps)
 
     def set_precision(device, precision):
@@ -140,17 +183,37 @@ def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measur
 
     monkeypatch.setattr(bench, "trace", trace)
     monkeypatch.setattr(bench, "set_precision", set_precision)
-    monkeypatch.setattr(bench, "device_error", lambda device: f"RuntimeError: {STICKY}" if broken else None,
-                        raising=False)
+    monkeypatch.setattr(
+        bench, "device_error", lambda device: f"RuntimeError: {STICKY}" if broken else None, raising=False
+    )
     out = tmp_path / "lease_step.csv"
-    code = bench.main(["--budget-s", "60", "--profile", "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2",
-                       "--variants", "eager,bf16,compile", "--ledger", str(tmp_path / "none.yaml"), "--out", str(out)])
+    code = bench.main(
+        [
+            "--budget-s",
+            "60",
+            "--profile",
+            "smoke",
+            "--batch",
+            "2",
+            "--steps",
+            "2",
+            "--check-steps",
+            "2",
+            "--variants",
+            "eager,bf16,compile",
+            "--ledger",
+            str(tmp_path / "none.yaml"),
+            "--out",
+            str(out),
+        ]
+    )
     t = pd.read_csv(out).set_index("variant")
     assert list(t.index) == ["eager", "bf16", "compile"]
     assert t.loc["eager", "status"] == "ran" and bool(t.loc["eager", "passed"])
     assert t.loc["bf16", "status"] == f"failed: RuntimeError: {STICKY}"
-    assert t.loc["compile", "status"] == (f"not run: the device is unusable after bf16's error (RuntimeError: "
-                                          f"{STICKY})")
+    assert t.loc["compile", "status"] == (
+        f"not run: the device is unusable after bf16's error (RuntimeError: {STICKY})"
+    )
     assert code == bench.EXIT_STOPPED
     assert (tmp_path / "lease_step_kernels.csv").is_file()
     errors = (tmp_path / "lease_step_errors.log").read_text()
@@ -177,10 +240,32 @@ def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(
     out = tmp_path / "lease_step.csv"
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}"}
     t0 = time.time()
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lease_step.py"), "--budget-s", "20", "--profile",
-                        "smoke", "--batch", "2", "--steps", "2", "--check-steps", "2", "--variants", "eager,bf16,compile",
-                        "--ledger", str(tmp_path / "none.yaml"), "--out", str(out)],
-                       env=env, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "lease_step.py"),
+            "--budget-s",
+            "20",
+            "--profile",
+            "smoke",
+            "--batch",
+            "2",
+            "--steps",
+            "2",
+            "--check-steps",
+            "2",
+            "--variants",
+            "eager,bf16,compile",
+            "--ledger",
+            str(tmp_path / "none.yaml"),
+            "--out",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert time.time() - t0 < 90
     t = pd.read_csv(out).set_index("variant")
     assert t.loc["eager", "status"] == "ran"
@@ -190,6 +275,7 @@ def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(
 
 
 # --- start refused, then finish ------------------------------------------------------------
+
 
 def test_finish_after_a_refused_start_packs_a_results_tgz_saying_why(tmp_path, capsys):
     ledger = _ledger(tmp_path, train_s=600)
@@ -215,13 +301,27 @@ def _lease(action, tmp_path, ledger, extra_env=None, timeout=300):
     site = tmp_path / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(NO_KIT)
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "PYTHON": sys.executable,
-           "OUT": str(tmp_path / "OUT"), "WORK": str(tmp_path / "work"), "LEDGER": str(ledger),
-           "KIT": str(tmp_path / "no-kit"), "BENCH_S": "15", "HOLD_S": "1",
-           "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,bf16",
-           **(extra_env or {})}
-    return subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+        "PYTHON": sys.executable,
+        "OUT": str(tmp_path / "OUT"),
+        "WORK": str(tmp_path / "work"),
+        "LEDGER": str(ledger),
+        "KIT": str(tmp_path / "no-kit"),
+        "BENCH_S": "15",
+        "HOLD_S": "1",
+        "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,bf16",
+        **(extra_env or {}),
+    }
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "lease.sh"), action],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow  # two processes of their own, ~30 s
@@ -230,9 +330,13 @@ def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(
     started = _lease("start", tmp_path, ledger)
     assert started.returncode == 3, started.stdout[-2000:] + started.stderr[-2000:]
     lines = [line for line in started.stderr.splitlines() if line.startswith("lease: no slice started")]
-    assert lines == [f"lease: no slice started: no {tmp_path / 'no-kit'} and papermill, ipykernel or myst_nb is "
-                     "not installed (python scripts/wheelhouse.py --kit --out .kit, then carry .kit)"]
-    assert pd.read_csv(tmp_path / "OUT" / "lease_step.csv")["status"].iloc[0] == "ran"  # the table needs no kit
+    assert lines == [
+        f"lease: no slice started: no {tmp_path / 'no-kit'} and papermill, ipykernel or myst_nb is "
+        "not installed (python scripts/wheelhouse.py --kit --out .kit, then carry .kit)"
+    ]
+    assert (
+        pd.read_csv(tmp_path / "OUT" / "lease_step.csv")["status"].iloc[0] == "ran"
+    )  # the table needs no kit
     finished = _lease("finish", tmp_path, ledger)
     assert finished.returncode == 0, finished.stderr[-2000:]
     record, names = _packed(tmp_path / "OUT" / slices.RESULTS_TGZ)
@@ -242,12 +346,14 @@ def test_without_the_kit_the_step_is_measured_and_the_slice_refused_in_one_line(
 
 # --- the CUDA-only parts of the step, CUDA's calls stubbed -----------------------------------
 
+
 def _cpu_run():
     from mclib.core.config import load_profile, profile_path
     from mclib.core.step import TrainingRun
 
-    p = load_profile(profile_path("smoke")).replace(**{"train.compile": False, "train.step": "eager",
-                                                       "train.batch": 2})
+    p = load_profile(profile_path("smoke")).replace(
+        **{"train.compile": False, "train.step": "eager", "train.batch": 2}
+    )
     return TrainingRun.in_memory(p, torch.device("cpu"), capture_ready=True)
 
 
@@ -281,8 +387,10 @@ class _FakeCapture:
     def __exit__(self, *exc):
         _FakeCapture.on = False
         if exc[0] is not None:
-            raise RuntimeError("CUDA error: operation failed due to a previous error during capture\n"
-                               "(the capture was invalidated)")
+            raise RuntimeError(
+                "CUDA error: operation failed due to a previous error during capture\n"
+                "(the capture was invalidated)"
+            )
         return False
 
 
@@ -309,7 +417,13 @@ class _FakeGPU:
     a launch queue `depth` steps deep: once full, the host waits for room, as CUDA's does."""
 
     def __init__(self, host_ms, device_ms, depth=2):
-        self.host, self.dev, self.depth, self.busy_until, self.queued = host_ms / 1000, device_ms / 1000, depth, 0.0, []
+        self.host, self.dev, self.depth, self.busy_until, self.queued = (
+            host_ms / 1000,
+            device_ms / 1000,
+            depth,
+            0.0,
+            [],
+        )
 
     def step(self):
         time.sleep(self.host)
@@ -333,6 +447,7 @@ class _FakeGPU:
 
             def elapsed_time(self, end):
                 return 1000 * (end.at - self.at)
+
         return Event()
 
 
@@ -392,8 +507,14 @@ if fault in ("trainer-hangs", "variant-hangs", "variant-breaks"):
 """
 
 # fault -> (LEFT_S as `start` begins, the slice's train_s); the lease as a whole: 900 s less a 3-minute start
-FAULTS = {"none": (72, 25), "trainer-hangs": (72, 15), "variant-hangs": (72, 5), "variant-breaks": (72, 5),
-          "too-little-time": (18, 5), "no-kit": (72, 5)}
+FAULTS = {
+    "none": (72, 25),
+    "trainer-hangs": (72, 15),
+    "variant-hangs": (72, 5),
+    "variant-breaks": (72, 5),
+    "too-little-time": (18, 5),
+    "no-kit": (72, 5),
+}
 
 
 def _process_start_s() -> float:
@@ -410,20 +531,43 @@ def _process_start_s() -> float:
 
 @pytest.mark.slow  # six leases of ~25-70 s each
 @pytest.mark.parametrize("fault", list(FAULTS))
-def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_why(fault, tmp_path, smoke_profile):
+def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_why(
+    fault, tmp_path, smoke_profile
+):
     """Each fault in a lease of 900 s with a 3-minute start and 600 s commands (times 0.1): both
     commands stay inside the command limit, and results.tgz holds what ran and says why the rest
     did not."""
     left, train_s = FAULTS[fault]
     long = tmp_path / "smoke-long.yaml"  # the smoke model, with steps enough for any deadline to cut
-    long.write_text(yaml.safe_dump(smoke_profile.replace(**{"train.steps": 1_000_000, "train.save_every": 1000,
-                                                            "checkpoints.post": 1_000_000}).to_dict(), sort_keys=False))
-    plan = {"profile": str(long), "precision": "fp32", "step_ms": 5.0, "step_ms_source": "a test",
-            "lease_s": 900 * SCALE, "start_s": 180 * SCALE,
-            "slices": [{"name": "A", "what": "the smoke model under a deadline", "seeds": [1], "train_s": train_s,
-                        # too little time: a slice that needs more than the whole lease leaves, whatever the
-                        # machine's speed (on idle AMD cores, 2026-11-27, a 3 s slice fitted after a quick measurement)
-                        "min_train_s": 30 if fault == "too-little-time" else 3, "chapters": [], "chapters_s": 0}]}
+    long.write_text(
+        yaml.safe_dump(
+            smoke_profile.replace(
+                **{"train.steps": 1_000_000, "train.save_every": 1000, "checkpoints.post": 1_000_000}
+            ).to_dict(),
+            sort_keys=False,
+        )
+    )
+    plan = {
+        "profile": str(long),
+        "precision": "fp32",
+        "step_ms": 5.0,
+        "step_ms_source": "a test",
+        "lease_s": 900 * SCALE,
+        "start_s": 180 * SCALE,
+        "slices": [
+            {
+                "name": "A",
+                "what": "the smoke model under a deadline",
+                "seeds": [1],
+                "train_s": train_s,
+                # too little time: a slice that needs more than the whole lease leaves, whatever the
+                # machine's speed (on idle AMD cores, 2026-11-27, a 3 s slice fitted after a quick measurement)
+                "min_train_s": 30 if fault == "too-little-time" else 3,
+                "chapters": [],
+                "chapters_s": 0,
+            }
+        ],
+    }
     ledger = tmp_path / "results" / "paper-slices.yaml"
     ledger.parent.mkdir(parents=True)
     ledger.write_text(yaml.safe_dump(plan))
@@ -431,11 +575,25 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
     site.mkdir()
     (site / "sitecustomize.py").write_text(REHEARSAL_SITE)
     out, work = tmp_path / "OUT", tmp_path / "work"
-    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{ROOT}", "PYTHON": sys.executable, "OUT": str(out),
-           "WORK": str(work), "LEDGER": str(ledger), "KIT": str(tmp_path / "no-kit"), "REHEARSAL_FAULT": fault,
-           "LEFT_S": str(left), "COMMAND_S": str(int(600 * SCALE)), "RETURN_S": "2", "SPARE_S": "2", "PACK_S": "4",
-           "MIN_BENCH_S": "2", "BENCH_S": str(int(110 * SCALE)), "HOLD_S": "420",
-           "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,cuda-graph,bf16,compile"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{site}{os.pathsep}{ROOT}",
+        "PYTHON": sys.executable,
+        "OUT": str(out),
+        "WORK": str(work),
+        "LEDGER": str(ledger),
+        "KIT": str(tmp_path / "no-kit"),
+        "REHEARSAL_FAULT": fault,
+        "LEFT_S": str(left),
+        "COMMAND_S": str(int(600 * SCALE)),
+        "RETURN_S": "2",
+        "SPARE_S": "2",
+        "PACK_S": "4",
+        "MIN_BENCH_S": "2",
+        "BENCH_S": str(int(110 * SCALE)),
+        "HOLD_S": "420",
+        "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,cuda-graph,bf16,compile",
+    }
 
     # The clock is scaled, a process's start is not: the measurement may take two processes (a
     # variant that leaves the device unusable, then the rest in a fresh one), each paying the imports
@@ -447,8 +605,14 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
 
     def lease(action):
         t0 = time.time()
-        p = subprocess.run(["bash", str(ROOT / "scripts" / "lease.sh"), action], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=600 * SCALE + 60)
+        p = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "lease.sh"), action],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600 * SCALE + 60,
+        )
         wall = time.time() - t0
         assert wall <= 600 * SCALE + 1, f"{action} ran {wall:.0f} s, past the command limit"
         return p, p.stdout + p.stderr
@@ -460,11 +624,17 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
     assert finished.returncode == 0, said + said_after
     record, names = _packed(out / slices.RESULTS_TGZ)
     assert slices.START_LOG in names, names
-    table = pd.read_csv(work / "lease_step.csv").set_index("variant") if fault != "too-little-time" or \
-        (work / "lease_step.csv").is_file() else None
+    table = (
+        pd.read_csv(work / "lease_step.csv").set_index("variant")
+        if fault != "too-little-time" or (work / "lease_step.csv").is_file()
+        else None
+    )
     if fault in ("none", "trainer-hangs", "variant-hangs", "variant-breaks"):
         assert started.returncode == 0, said
-        assert record["slice"] == "A" and "lease_step.csv" in names and slices.TRAIN_LOG in names, (names, said)
+        assert record["slice"] == "A" and "lease_step.csv" in names and slices.TRAIN_LOG in names, (
+            names,
+            said,
+        )
         assert table.loc["eager", "status"] == "ran"
     if fault == "none":
         assert record["training_stop"] == slices_run.ENDED_ITSELF
@@ -478,14 +648,26 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
         assert table.loc["bf16", "status"].startswith("failed: still running at its cap")
         assert table.loc["compile", "status"] == "not run: bf16 hung"
     if fault == "variant-breaks":
-        assert table.loc["bf16", "status"] == "failed: RuntimeError: CUDA error: an illegal memory access was encountered"
+        assert (
+            table.loc["bf16", "status"]
+            == "failed: RuntimeError: CUDA error: an illegal memory access was encountered"
+        )
         assert "compile: not run: the device is unusable after bf16's error" in said  # then a fresh process:
-        assert table.loc["compile", "status"].startswith("skipped: needs about"), said  # (a compile's minute, not here)
+        assert table.loc["compile", "status"].startswith("skipped: needs about"), (
+            said
+        )  # (a compile's minute, not here)
         assert "lease_step_errors.log" in names
     if fault == "too-little-time":
         assert started.returncode == 2 and "the step's measurement cut to" in said, said
-        assert record["slice"] is None and re.fullmatch(r"no slice fits this lease: slice A needs at least \d+ s "
-                                                        r"\(training 30 s .*\) but -?\d+ s are left", record["refused"])
+        assert record["slice"] is None and re.fullmatch(
+            r"no slice fits this lease: slice A needs at least \d+ s "
+            r"\(training 30 s .*\) but -?\d+ s are left",
+            record["refused"],
+        )
     if fault == "no-kit":
-        assert started.returncode == 3 and record["slice"] is None and record["refused"].startswith("no slice started")
+        assert (
+            started.returncode == 3
+            and record["slice"] is None
+            and record["refused"].startswith("no slice started")
+        )
         assert table.loc["eager", "status"] == "ran"

@@ -9,8 +9,16 @@ from mclib.core.attention import IMPL
 from mclib.core.config import ModelConfig
 from mclib.core.data import MASK_ID, sample_batch
 from mclib.core.metrics import losses, run_losses
-from mclib.core.model import (LEGACY, MODEL_TYPE, MatrixBert, MatrixBertConfig, MatrixCompletionOutput, build_model,
-                              config_text, load_model)
+from mclib.core.model import (
+    LEGACY,
+    MODEL_TYPE,
+    MatrixBert,
+    MatrixBertConfig,
+    MatrixCompletionOutput,
+    build_model,
+    config_text,
+    load_model,
+)
 
 SMALL = ModelConfig(layers=2, heads=2, hidden=16, intermediate=32)
 
@@ -32,15 +40,17 @@ def test_mask_embedding_is_zero_and_never_trained():
     for _ in range(3):
         b = sample_batch(16, 7, 2, 0.3, g)
         loss = losses(m(b.tokens).logits.view_as(b.x), b.x, b.mask)["L"]
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     assert not we.weight[MASK_ID].any()
 
 
 def test_readout_keeps_pytorch_default_init_and_bert_gets_002():
     m = build_model(ModelConfig(layers=1, heads=2, hidden=256, intermediate=64), 7, seed=0)
-    bound = 256 ** -0.5  # nn.Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias too
+    bound = 256**-0.5  # nn.Linear default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), bias too
     w = m.readout.weight
-    assert w.abs().max() <= bound and abs(w.std().item() - bound / 3 ** 0.5) < 0.01
+    assert w.abs().max() <= bound and abs(w.std().item() - bound / 3**0.5) < 0.01
     assert m.readout.bias.item() != 0
     q = m.bert.encoder.layer[0].attention.self.query
     assert abs(q.weight.std().item() - 0.02) < 0.002 and not q.bias.any()
@@ -83,7 +93,9 @@ def test_same_seed_same_init():
     assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
 
 
-@pytest.mark.parametrize("key, on", [("attn_logit_scale", 4.0), ("position_init_std", 0.2), ("qk_norm", True)])
+@pytest.mark.parametrize(
+    "key, on", [("attn_logit_scale", 4.0), ("position_init_std", 0.2), ("qk_norm", True)]
+)
 def test_a_checkpoint_from_before_the_levers_left_loads_while_they_are_off(tmp_path, key, on):
     """config.json of a checkpoint saved at c6ddcac or before holds attn_logit_scale,
     position_init_std and qk_norm: at their "off" values it loads as the same model; with
@@ -91,13 +103,18 @@ def test_a_checkpoint_from_before_the_levers_left_loads_while_they_are_off(tmp_p
     m = build_model(SMALL, 7, seed=0)
     m.save_pretrained(tmp_path)
     config = json.loads((tmp_path / "config.json").read_text())
-    (tmp_path / "config.json").write_text(json.dumps(
-        {**config, "attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({**config, "attn_logit_scale": 1.0, "position_init_std": None, "qk_norm": False})
+    )
     toks = torch.randint(1, 2002, (2, 49))
     with torch.no_grad():
-        torch.testing.assert_close(load_model(tmp_path)(toks).logits, m.eval()(toks).logits, rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            load_model(tmp_path)(toks).logits, m.eval()(toks).logits, rtol=0, atol=1e-6
+        )
     (tmp_path / "config.json").write_text(json.dumps({**config, key: on}))
-    with pytest.raises(ValueError, match=rf"config.json has {key} = {on!r}, a lever removed after revision c6ddcac") as e:
+    with pytest.raises(
+        ValueError, match=rf"config.json has {key} = {on!r}, a lever removed after revision c6ddcac"
+    ) as e:
         load_model(tmp_path)
     assert "\n" not in str(e.value)
 
@@ -115,7 +132,11 @@ def test_automodel_loads_a_saved_checkpoint_whole_with_its_readout(tmp_path):
     m = build_model(SMALL, 7, seed=0).eval()
     m.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["model_type"] == MODEL_TYPE and saved["architectures"] == ["MatrixBert"] and saved["matrix_n"] == 7
+    assert (
+        saved["model_type"] == MODEL_TYPE
+        and saved["architectures"] == ["MatrixBert"]
+        and saved["matrix_n"] == 7
+    )
     assert isinstance(AutoConfig.from_pretrained(tmp_path), MatrixBertConfig)
     auto = AutoModel.from_pretrained(tmp_path, trust_remote_code=False)
     assert type(auto) is MatrixBert and not auto.training
@@ -130,10 +151,15 @@ def test_automodel_loads_a_saved_checkpoint_whole_with_its_readout(tmp_path):
 def test_automodel_rebuilds_the_attention_bias_on_mclib_s_attention(tmp_path):
     from transformers import AutoModel
 
-    m = build_model(ModelConfig(layers=1, heads=2, hidden=16, intermediate=32, attn_bias=2.0), 3, seed=0).eval()
+    m = build_model(
+        ModelConfig(layers=1, heads=2, hidden=16, intermediate=32, attn_bias=2.0), 3, seed=0
+    ).eval()
     m.save_pretrained(tmp_path)
     auto = AutoModel.from_pretrained(tmp_path)
-    assert auto.config._attn_implementation == IMPL and auto.bert.encoder.layer[0].attention.self.attn_bias == 2.0
+    assert (
+        auto.config._attn_implementation == IMPL
+        and auto.bert.encoder.layer[0].attention.self.attn_bias == 2.0
+    )
     toks = torch.randint(1, 2002, (2, 9))
     with torch.no_grad():
         torch.testing.assert_close(auto(toks).logits, m(toks).logits, rtol=0, atol=1e-6)
@@ -155,7 +181,9 @@ def test_forward_returns_a_model_output_whose_loss_is_the_training_step_s_L():
     loss, logits = m(b.tokens, labels=b.x, return_dict=False)
     assert torch.equal(loss, out.loss) and torch.equal(logits, out.logits)
     hidden = m(b.tokens, output_hidden_states=True).hidden_states
-    assert len(hidden) == SMALL.layers + 1 and all(torch.equal(h, g) for h, g in zip(hidden, m.hidden_states(b.tokens)))
+    assert len(hidden) == SMALL.layers + 1 and all(
+        torch.equal(h, g) for h, g in zip(hidden, m.hidden_states(b.tokens))
+    )
     with pytest.raises(ValueError, match=r"labels of shape \(8, 5, 5\) do not fit the predictions \(8, 49\)"):
         m(b.tokens, labels=torch.zeros(8, 5, 5))
 
@@ -202,7 +230,7 @@ def test_an_old_checkpoint_saved_again_is_matrix_bert_and_automodel_loads_it(tmp
 
     load_model(LEGACY_FIXTURE).save_pretrained(tmp_path)
     assert json.loads((tmp_path / "config.json").read_text())["model_type"] == MODEL_TYPE
-    assert json.loads(config_text(LEGACY_FIXTURE))["model_type"] == MODEL_TYPE      # what the series zip writes
+    assert json.loads(config_text(LEGACY_FIXTURE))["model_type"] == MODEL_TYPE  # what the series zip writes
     expected = json.loads((LEGACY_FIXTURE / "expected.json").read_text())
     with torch.no_grad():
         got = AutoModel.from_pretrained(tmp_path)(torch.tensor(expected["tokens"])).logits
@@ -213,7 +241,9 @@ def test_a_folder_of_another_bert_is_refused_in_one_line(tmp_path):
     from transformers import BertConfig
 
     BertConfig(num_hidden_layers=1, architectures=["BertForMaskedLM"]).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match=r"model_type 'bert', architectures \['BertForMaskedLM'\]: not a MatrixBert") as e:
+    with pytest.raises(
+        ValueError, match=r"model_type 'bert', architectures \['BertForMaskedLM'\]: not a MatrixBert"
+    ) as e:
         load_model(tmp_path)
     assert "\n" not in str(e.value)
 
@@ -227,7 +257,9 @@ def test_matmul_attention_switches_a_matrix_bert_to_eager():
         assert m.config._attn_implementation == "eager"
 
 
-def test_a_card_header_without_a_measured_l_mask_has_no_result_and_a_folder_without_weights_is_refused(tmp_path):
+def test_a_card_header_without_a_measured_l_mask_has_no_result_and_a_folder_without_weights_is_refused(
+    tmp_path,
+):
     import hashlib
 
     from mclib.core.card import card_data, weight_hashes

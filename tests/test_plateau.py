@@ -1,5 +1,6 @@
 """The follow-up's plateau measures (mclib.analyses.plateau) on models whose answer is known
 by construction."""
+
 from __future__ import annotations
 
 import shutil
@@ -10,8 +11,13 @@ from torch import nn
 
 from mclib.analyses.evaluate import sample_eval_batch
 from mclib.analyses.heads import capture_probs, head_scores
-from mclib.analyses.plateau import (attention_share, masked_spread, plateau_measures, plateau_table,
-                                    representation_collapse)
+from mclib.analyses.plateau import (
+    attention_share,
+    masked_spread,
+    plateau_measures,
+    plateau_table,
+    representation_collapse,
+)
 from mclib.core.checkpoints import saved_steps
 from mclib.core.data import sample_batch
 from mclib.core.model import MatrixCompletionOutput, build_model
@@ -42,10 +48,10 @@ def test_collapse_is_one_when_masked_entries_share_a_direction_and_zero_when_ort
     seq, g = b.tokens.shape[1], torch.Generator().manual_seed(1)
 
     def hidden(tokens):
-        masked = (tokens == 0)[..., None]                               # MASK_ID is 0
-        noise = torch.randn(*tokens.shape, seq, generator=g)            # observed entries: anything
+        masked = (tokens == 0)[..., None]  # MASK_ID is 0
+        noise = torch.randn(*tokens.shape, seq, generator=g)  # observed entries: anything
         same = torch.where(masked, torch.full_like(noise, 0.3) * 2, noise)
-        eye = torch.eye(seq).expand(tokens.shape[0], seq, seq)          # entry p along axis p
+        eye = torch.eye(seq).expand(tokens.shape[0], seq, seq)  # entry p along axis p
         orth = torch.where(masked, eye * 5, noise)
         return same, orth
 
@@ -66,7 +72,9 @@ def test_spread_ratio_is_one_for_the_truth_zero_for_one_value_and_scales_with_th
     b = _batch(batch=64)
     x = b.x.flatten(1)
     truth = masked_spread(Stub(output=lambda tokens: x), b)
-    assert truth["spread_ratio"] == pytest.approx(1.0, abs=1e-12) and truth["se"] == pytest.approx(0.0, abs=1e-12)
+    assert truth["spread_ratio"] == pytest.approx(1.0, abs=1e-12) and truth["se"] == pytest.approx(
+        0.0, abs=1e-12
+    )
     const = masked_spread(Stub(output=lambda tokens: torch.full_like(x, 0.7)), b)
     assert const["spread_ratio"] == pytest.approx(0.0, abs=1e-12)
     half = masked_spread(Stub(output=lambda tokens: 0.5 * x + 3.0), b)
@@ -92,7 +100,9 @@ def test_attention_share_of_uniform_heads_is_chance(smoke_profile):
             layer.attention.self.query.bias.zero_()
     t = attention_share(model, _batch(p.data.n, 8))
     n = p.data.n
-    assert t["share"].tolist() == pytest.approx([2 * (n - 1) / n**2] * p.model.layers, abs=1e-6)  # float32 softmax
+    assert t["share"].tolist() == pytest.approx(
+        [2 * (n - 1) / n**2] * p.model.layers, abs=1e-6
+    )  # float32 softmax
     assert (t["chance"] == 2 * (n - 1) / n**2).all()
 
 
@@ -106,7 +116,9 @@ def test_attention_share_is_chapter_03s_row_plus_column_mass(smoke_profile):
     assert got.tolist() == pytest.approx(want.tolist(), abs=1e-12)
 
 
-def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path, smoke_run, smoke_profile, logged):
+def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(
+    tmp_path, smoke_run, smoke_profile, logged
+):
     run = tmp_path / "run"
     shutil.copytree(smoke_run, run)
     steps = saved_steps(run)
@@ -116,8 +128,9 @@ def test_plateau_table_skips_a_checkpoint_without_a_model_and_names_it(tmp_path,
     assert t["step"].tolist() == [s for s in steps if s != gone] and t.attrs["skipped"] == [gone]
     err = logged.err()
     assert f"step {gone} skipped" in err
-    row = plateau_measures(build_model(smoke_profile.model, smoke_profile.data.n, 1),
-                           sample_eval_batch(smoke_profile.data, 8, 0))
+    row = plateau_measures(
+        build_model(smoke_profile.model, smoke_profile.data.n, 1), sample_eval_batch(smoke_profile.data, 8, 0)
+    )
     assert set(t.columns) == {"step", *row}
 
 
@@ -132,13 +145,15 @@ def test_measure_sweep_measures_each_finished_run_once(tmp_path):
     from mclib.core.train import train
 
     sweep = tmp_path / "bias.yaml"
-    sweep.write_text(textwrap.dedent("""\
+    sweep.write_text(
+        textwrap.dedent("""\
         base: smoke
         seeds: [1]
         settings:
           - {name: bias0, overrides: {}}
           - {name: rowcol-2, overrides: {model.attn_bias: 2.0}}
-    """))
+    """)
+    )
     runs, results, out = tmp_path / "runs", tmp_path / "bias.csv", tmp_path / "measures.csv"
     todo = load_sweep(sweep, runs)
     for run in todo:
@@ -153,8 +168,9 @@ def test_measure_sweep_measures_each_finished_run_once(tmp_path):
     assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 1
     assert measure_sweep(sweep, results, out, runs, n_matrices=8) == 0
     t = pd.read_csv(out)
-    assert t.groupby("setting").size().to_dict() == {s: len(saved_steps(r.run_dir)) for s, r in
-                                                      zip(("bias0", "rowcol-2"), todo)}
+    assert t.groupby("setting").size().to_dict() == {
+        s: len(saved_steps(r.run_dir)) for s, r in zip(("bias0", "rowcol-2"), todo)
+    }
     # the bias shows in the measure it acts on: more mass on row and column keys at every checkpoint
     first = t.groupby("setting")["share_L0"].mean()
     assert first["rowcol-2"] > first["bias0"] + 0.1

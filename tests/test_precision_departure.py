@@ -2,6 +2,7 @@
 (mclib.lease.precision): the TF32 study's committed table read back (mclib.analyses.precision.
 study_effect), its measured effect as text beside every row that reads a final level, no value
 or verdict adjusted; the ledger's step read from the source it names."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -9,11 +10,13 @@ import pytest
 
 from mclib.analyses.precision import FINAL, arm_spread, read_study, study_effect
 from mclib.book import scorecard_stage
+from mclib.chapters.registry import specs as chapter_specs
 from mclib.core.repo import REPO
 from mclib.lease import precision, slices
-from mclib.chapters.registry import specs as chapter_specs
 
-SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
+SPECS = (
+    chapter_specs()
+)  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 STUDY = REPO / "docs" / "data" / "tf32_study.csv"
 
@@ -30,8 +33,13 @@ def test_the_committed_study_reads_back_as_the_sentence_the_book_quotes():
 def _study(tmp_path, seeds_fp32, seeds_tf32):
     labels = [f"fp32 s{s}" for s in seeds_fp32] + [f"tf32 s{s}" for s in seeds_tf32]
     arm = pd.Series([label.split()[0] for label in labels], index=labels)
-    table = pd.DataFrame({FINAL: [0.010, 0.012, 0.014][:len(seeds_fp32)] + [0.007, 0.008, 0.009][:len(seeds_tf32)],
-                          "drop": 9000.0}, index=labels)
+    table = pd.DataFrame(
+        {
+            FINAL: [0.010, 0.012, 0.014][: len(seeds_fp32)] + [0.007, 0.008, 0.009][: len(seeds_tf32)],
+            "drop": 9000.0,
+        },
+        index=labels,
+    )
     spread = arm_spread(table, arm, "fp32", "tf32", ("drop", FINAL))
     path = tmp_path / "study.csv"
     pd.concat([table.assign(arm=arm), spread], keys=["runs", "arms"]).to_csv(path)  # as scripts/tf32_study.py
@@ -47,10 +55,23 @@ def test_a_study_is_paired_only_where_every_seed_has_its_twin(tmp_path):
         study_effect(_study(tmp_path, [1, 2], [1, 2]), "plateau_L_mask")
 
 
-ROWS = [{"id": "E1", "quantity": "final L / (p_mask · E[X²]), last 10 % of steps", "ours": 0.2, "verdict": "differs"},
-        {"id": "E1", "quantity": "drop step", "ours": 13228, "verdict": "differs"},
-        {"id": "E3", "quantity": "post L_mask / E[X²]", "ours": 0.17, "verdict": "differs", "chapter": "02_copying"},
-        {"id": "E4", "quantity": "anything", "ours": None, "verdict": "n/a", "chapter": "02_copying"}]
+ROWS = [
+    {
+        "id": "E1",
+        "quantity": "final L / (p_mask · E[X²]), last 10 % of steps",
+        "ours": 0.2,
+        "verdict": "differs",
+    },
+    {"id": "E1", "quantity": "drop step", "ours": 13228, "verdict": "differs"},
+    {
+        "id": "E3",
+        "quantity": "post L_mask / E[X²]",
+        "ours": 0.17,
+        "verdict": "differs",
+        "chapter": "02_copying",
+    },
+    {"id": "E4", "quantity": "anything", "ours": None, "verdict": "n/a", "chapter": "02_copying"},
+]
 
 
 def test_tf32_s_effect_sits_beside_the_rows_that_read_a_final_level_and_changes_nothing():
@@ -59,9 +80,15 @@ def test_tf32_s_effect_sits_beside_the_rows_that_read_a_final_level_and_changes_
     assert text == f"{study_effect(STUDY).text()} (docs/data/tf32_study.csv)"
     assert [r[precision.FIELD] for r in rows] == [text, None, text, None]  # final level, drop, post, n/a
     assert all(scorecard_stage.reads_late(r) for r, o in zip(rows, ROWS) if r[precision.FIELD])
-    assert [{k: v for k, v in r.items() if k != precision.FIELD} for r in rows] == ROWS  # no value or verdict moved
-    assert all(r[precision.FIELD] is None for r in precision.annotate(ROWS, "fp32"))   # the paper's own: nothing
-    assert precision.page_note(rows, "02_copying").startswith("Rows on this page that read a final level (1 row: E3)")
+    assert [
+        {k: v for k, v in r.items() if k != precision.FIELD} for r in rows
+    ] == ROWS  # no value or verdict moved
+    assert all(
+        r[precision.FIELD] is None for r in precision.annotate(ROWS, "fp32")
+    )  # the paper's own: nothing
+    assert precision.page_note(rows, "02_copying").startswith(
+        "Rows on this page that read a final level (1 row: E3)"
+    )
     assert precision.page_note(rows, "01_train") == ""  # no chapter recorded: not this page's
 
 
@@ -71,7 +98,10 @@ def test_the_departure_is_said_with_the_study_s_table_and_not_for_the_paper_s_fp
     assert page.startswith("\n## Precision: a departure\n") and "a departure from the paper's fp32" in page
     assert "0.63 ± 0.15× fp32's L_mask on fresh matrices (outside fp32's seed range, a better model)" in page
     assert "every reading of the curve after it lie inside fp32's seed range" in page
-    assert "| final checkpoint's L_mask, 4 096 fresh matrices, fp32 | 0.0124 (0.0082-0.0170) | 0.0078 | 0.63 ± 0.15 | no |" in page
+    assert (
+        "| final checkpoint's L_mask, 4 096 fresh matrices, fp32 | 0.0124 (0.0082-0.0170) | 0.0078 | 0.63 ± 0.15 | no |"
+        in page
+    )
     assert "none takes less than ~32 ms" in page  # 2.15 TFLOP at 67 TFLOP/s
     gone = precision.departure("tf32", tmp_path / "missing.csv")
     assert "could not be read (FileNotFoundError" in gone and "| measure |" not in gone
@@ -110,25 +140,39 @@ def test_the_committed_tf32_results_carry_the_effect_in_the_scorecard_and_the_pa
     assert (table["precision's effect"] != "—").sum() == len(late)
     assert precision.departure_text("tf32") in reference.status(folder)
     index = part.stage(tmp_path, slices.LEDGER, specs=SPECS)[0].read_text()
-    assert precision.departure("tf32") in index and "Final levels of the runs trained in tf32 (seed 1" in index
+    assert (
+        precision.departure("tf32") in index and "Final levels of the runs trained in tf32 (seed 1" in index
+    )
 
 
 def test_the_paper_book_s_time_is_its_steps_times_each_measured_step():
     """benchmarks/paper_book_time.py, the estimate README and docs/gpu.md quote: seed 1's 50 000
     steps, seeds 2 and 3 to the paper's drop + 2 000, E15's four runs at their cap; times the
     ledger's TF32 step and the fp32 step of the 2026-11-26 table."""
-    from mclib.core.paper import profile as paper_profile
     from sources import load_script
 
+    from mclib.core.paper import profile as paper_profile
+
     bench = load_script(REPO / "benchmarks" / "paper_book_time.py")
-    assert bench.book_steps(paper_profile()) == {"seed 1": 50_000, "seed 2": 17_000, "seed 3": 17_000,
-                                                 "E15, 4 runs (at most)": 200_000}
+    assert bench.book_steps(paper_profile()) == {
+        "seed 1": 50_000,
+        "seed 2": 17_000,
+        "seed 3": 17_000,
+        "E15, 4 runs (at most)": 200_000,
+    }
     ledger = slices.read_ledger()
-    table = bench.estimate(paper_profile(), ledger)   # no device named: the ledger's step
-    assert table.loc["total (E15 at its cap)", "steps"] == 284_000 and table.loc["total without E15", "steps"] == 84_000
+    table = bench.estimate(paper_profile(), ledger)  # no device named: the ledger's step
+    assert (
+        table.loc["total (E15 at its cap)", "steps"] == 284_000
+        and table.loc["total without E15", "steps"] == 84_000
+    )
     ms = bench.steps(ledger)
     assert ms["tf32"][0] == ledger["step_ms"] and ms["fp32"][0] == pytest.approx(54.87, abs=0.01)
-    assert table.loc["total (E15 at its cap)", "tf32 min"] == pytest.approx(284_000 * ledger["step_ms"] / 60_000)
+    assert table.loc["total (E15 at its cap)", "tf32 min"] == pytest.approx(
+        284_000 * ledger["step_ms"] / 60_000
+    )
     # a device with a committed step table: its fastest passing variant (the H200's reduce-overhead, 2026-11-28)
-    h200 = bench.steps(ledger, device="NVIDIA H200", committed=REPO / "tests" / "data" / "lease_step_h200_2026-11-28.csv")
+    h200 = bench.steps(
+        ledger, device="NVIDIA H200", committed=REPO / "tests" / "data" / "lease_step_h200_2026-11-28.csv"
+    )
     assert h200["tf32"][0] == pytest.approx(13.34, abs=0.01) and "reduce-overhead" in h200["tf32"][1]

@@ -1,5 +1,6 @@
 """mclib.analyses.precision: the arms of a precision study side by side, and a verdict that
 comes out either way."""
+
 import math
 
 import pandas as pd
@@ -24,7 +25,7 @@ def test_a_mean_inside_the_reference_seeds_range_is_inside():
 
 
 def test_a_mean_outside_the_range_is_outside_and_decides_the_verdict():
-    t, arm = table([0.010, 0.012, 0.014], [0.030, 0.032, 0.028])   # bf16's 3x, say
+    t, arm = table([0.010, 0.012, 0.014], [0.030, 0.032, 0.028])  # bf16's 3x, say
     s = arm_spread(t, arm, "fp32", "tf32", ("final_L_mask", "drop"))
     assert s.loc["final_L_mask", "ratio"] == pytest.approx(2.5) and not s.loc["final_L_mask", "inside"]
     assert s.loc["drop", "inside"] and verdict(s) == "outside"

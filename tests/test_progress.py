@@ -1,5 +1,6 @@
 """Progress measures and lead times (mclib.analyses.progress): the measures on the smoke run,
 the threshold rule and the lead times on synthetic tables whose answer is known."""
+
 import math
 
 import numpy as np
@@ -13,11 +14,23 @@ from mclib.core.checkpoints import load_checkpoint, saved_steps
 from mclib.core.metrics import losses
 from mclib.core.runs import load_metrics
 
-MEASURES = ["max_row_excess", "max_column_excess", "attention_entropy", "column_silhouette", "token_alignment",
-            "grad_attention", "grad_mlp", "grad_positional", "grad_token", "grad_other", "L_mask"]
+MEASURES = [
+    "max_row_excess",
+    "max_column_excess",
+    "attention_entropy",
+    "column_silhouette",
+    "token_alignment",
+    "grad_attention",
+    "grad_mlp",
+    "grad_positional",
+    "grad_token",
+    "grad_other",
+    "L_mask",
+]
 
 
 # --- the measures on the smoke run ---------------------------------------------------
+
 
 @pytest.mark.slow
 def test_gradient_norms_cover_every_parameter(smoke_run, smoke_profile):
@@ -45,11 +58,15 @@ def test_progress_table_on_the_smoke_run(smoke_run, smoke_profile):
     assert list(table.columns) == ["step"] + MEASURES
     assert table["step"].tolist() == saved_steps(smoke_run)
     assert table[MEASURES].notna().all().all()
-    assert (table["attention_entropy"] <= math.log(49) + 1e-6).all() and (table["attention_entropy"] > 0).all()
+    assert (table["attention_entropy"] <= math.log(49) + 1e-6).all() and (
+        table["attention_entropy"] > 0
+    ).all()
     assert table["token_alignment"].iloc[-1] == pytest.approx(1.0)  # the final checkpoint is the reference
     m = load_metrics(smoke_run)
     last = table["step"].iloc[-1]
-    assert table["L_mask"].iloc[-1] == pytest.approx(m[(m.step > last - 50) & (m.step <= last)]["L_mask"].mean())
+    assert table["L_mask"].iloc[-1] == pytest.approx(
+        m[(m.step > last - 50) & (m.step <= last)]["L_mask"].mean()
+    )
     leads = progress.lead_times(table, None)  # the smoke run has no drop
     assert leads["measure"].tolist() == MEASURES and leads["lead_time"].isna().all()
 
@@ -64,12 +81,20 @@ def _step_up(at, lo=0.0, hi=1.0):
 
 
 def test_known_crossing_gives_the_known_lead():
-    table = pd.DataFrame({"step": STEPS, "rises": _step_up(3000), "falls": _step_up(4000, 5.0, 1.0),
-                          "L_mask": _step_up(5000, 0.22, 0.01)})
+    table = pd.DataFrame(
+        {
+            "step": STEPS,
+            "rises": _step_up(3000),
+            "falls": _step_up(4000, 5.0, 1.0),
+            "L_mask": _step_up(5000, 0.22, 0.01),
+        }
+    )
     leads = progress.lead_times(table, drop_step=5000).set_index("measure")
     assert leads.loc["rises", "cross_step"] == 3000 and leads.loc["rises", "lead_time"] == 2000
     assert leads.loc["rises", "resolution"] == 500 and leads.loc["rises", "direction"] == "above"
-    assert leads.loc["falls", "direction"] == "below" and leads.loc["falls", "threshold"] == pytest.approx(3.0)
+    assert leads.loc["falls", "direction"] == "below" and leads.loc["falls", "threshold"] == pytest.approx(
+        3.0
+    )
     assert leads.loc["falls", "lead_time"] == 1000
     assert leads.loc["L_mask", "lead_time"] == 0
 
@@ -98,7 +123,9 @@ def test_explicit_thresholds_and_late_crossings():
 
 
 def test_a_peak_crosses_half_way_up_and_one_spike_does_not_count():
-    peak = np.interp(STEPS, [500, 4000, 6000, 10_000], [1.0, 1.0, 3.0, 1.2])  # a gradient norm peaking at 6000
+    peak = np.interp(
+        STEPS, [500, 4000, 6000, 10_000], [1.0, 1.0, 3.0, 1.2]
+    )  # a gradient norm peaking at 6000
     spike = np.zeros(len(STEPS))
     spike[2], spike[12:] = 1.0, 0.9  # one noisy checkpoint at 1500, the real move from 6500
     table = pd.DataFrame({"step": STEPS, "peak": peak, "spike": spike})
@@ -122,6 +149,7 @@ def test_normalised_runs_from_first_to_extreme():
 
 def test_the_chapter_figures_have_titles_and_labels():
     import matplotlib
+
     matplotlib.use("Agg")
     from mclib.book import plots_curves
 
@@ -130,17 +158,26 @@ def test_the_chapter_figures_have_titles_and_labels():
     for drop in (5000, None):
         fig = plots_curves.progress_panels(progress.normalised(table), leads, drop, title="panels")
         assert fig._suptitle.get_text() == "panels" and fig.axes[0].get_ylabel() and fig.axes[0].get_title()
-    curves = {1: pd.DataFrame({"step": STEPS, "L_mask": table["L_mask"]}),
-              2: pd.DataFrame({"step": STEPS, "L_mask": 0.22})}
+    curves = {
+        1: pd.DataFrame({"step": STEPS, "L_mask": table["L_mask"]}),
+        2: pd.DataFrame({"step": STEPS, "L_mask": 0.22}),
+    }
     fig = plots_curves.seed_loss_curves(curves, {1: 5000, 2: None}, title="seeds")
     ax = fig.axes[0]
     assert ax.get_title() == "seeds" and ax.get_xlabel() and ax.get_ylabel()
-    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == ["seed 1: drop at step 5,000", "seed 2: no drop"]
+    assert [t.get_text() for t in ax.get_legend().get_texts()][:2] == [
+        "seed 1: drop at step 5,000",
+        "seed 2: no drop",
+    ]
     named = plots_curves.seed_loss_curves({"fp32": curves[1], "bf16": curves[2]}, {"fp32": 5000}, label="{}")
-    assert [t.get_text() for t in named.axes[0].get_legend().get_texts()][:2] == ["fp32: drop at step 5,000", "bf16: no drop"]
+    assert [t.get_text() for t in named.axes[0].get_legend().get_texts()][:2] == [
+        "fp32: drop at step 5,000",
+        "bf16: no drop",
+    ]
 
 
 # --- leads: leaving the plateau's band, for good ------------------------------------------------
+
 
 def _curves(rng_seed: int = 0):
     """Checkpoints every 250 steps to 10 000, the drop at 8 000: noisy flat plateaus with an
@@ -150,14 +187,18 @@ def _curves(rng_seed: int = 0):
     noise = lambda: rng.normal(0, 0.01, len(steps))
     spike = 1.0 + noise()
     spike[steps == 5000] += 1.0
-    return pd.DataFrame({
-        "step": steps,
-        "early": 1.0 + 5.0 * np.exp(-steps / 400) + noise(),        # big at the start of training, then flat
-        "spike": spike,                                              # one checkpoint far out
-        "rises": 1.0 + np.where(steps >= 6000, (steps - 5750) / 1000, 0) + noise(),  # sustained, 2 000 steps early
-        "flat": 1.0 + noise(),
-        "L_mask": np.where(steps >= 8000, 0.01, 0.11) + 0.001 * noise(),
-    })
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "early": 1.0 + 5.0 * np.exp(-steps / 400) + noise(),  # big at the start of training, then flat
+            "spike": spike,  # one checkpoint far out
+            "rises": 1.0
+            + np.where(steps >= 6000, (steps - 5750) / 1000, 0)
+            + noise(),  # sustained, 2 000 steps early
+            "flat": 1.0 + noise(),
+            "L_mask": np.where(steps >= 8000, 0.01, 0.11) + 0.001 * noise(),
+        }
+    )
 
 
 def test_a_transient_or_a_spike_is_no_lead_and_a_sustained_rise_is():
@@ -165,7 +206,10 @@ def test_a_transient_or_a_spike_is_no_lead_and_a_sustained_rise_is():
     assert np.isnan(leads.loc["early", "lead"]) and np.isnan(leads.loc["spike", "lead"])
     assert np.isnan(leads.loc["flat", "lead"]) and np.isnan(leads.loc["L_mask", "lead"])
     assert leads.loc["rises", "leaves_at"] == 6000 and leads.loc["rises", "lead"] == 2000
-    assert leads.loc["rises", "p_lead"] > 0.95 and leads.loc["rises", "lead_lo"] <= 2000 <= leads.loc["rises", "lead_hi"]
+    assert (
+        leads.loc["rises", "p_lead"] > 0.95
+        and leads.loc["rises", "lead_lo"] <= 2000 <= leads.loc["rises", "lead_hi"]
+    )
     assert leads.loc["spike", "p_lead"] == 0 and leads.loc["early", "p_lead"] < 0.05
     # the half-way crossing, by contrast, counts both as moves long before the drop
     crossing = progress.lead_times(_curves(), 8000).set_index("measure")
@@ -182,14 +226,18 @@ def test_the_spike_becomes_a_lead_only_once_it_lasts():
 
 def test_no_drop_or_a_short_plateau_gives_no_lead():
     assert progress.plateau_leads(_curves(), None)["lead"].isna().all()
-    short = progress.plateau_leads(_curves(), 1000).set_index("measure")  # 1 checkpoint in the baseline window
+    short = progress.plateau_leads(_curves(), 1000).set_index(
+        "measure"
+    )  # 1 checkpoint in the baseline window
     assert short["band_low"].isna().all() and short["lead"].isna().all()
 
 
 def test_plateau_lead_summary_reads_in_every_case():
     leads = progress.plateau_leads(_curves(), 8000)
     text = progress.plateau_lead_summary(leads, 8000, 10_000, 250)
-    assert text.startswith("1 measure leaves its plateau band for good before the loss does (the loss itself ")
+    assert text.startswith(
+        "1 measure leaves its plateau band for good before the loss does (the loss itself "
+    )
     assert "rises by 2,000 steps (bootstrap 5-95 %:" in text
     quiet = progress.plateau_lead_summary(leads[leads["measure"] != "rises"], 8000, 10_000, 250)
     assert quiet.startswith("No measure leaves its plateau band for good")
@@ -197,6 +245,8 @@ def test_plateau_lead_summary_reads_in_every_case():
 
 
 def test_a_loss_without_a_band_is_never_said_to_stay_in_it():
-    short = progress.plateau_leads(_curves(), 1000)  # 1 checkpoint in the baseline window: no band for any measure
+    short = progress.plateau_leads(
+        _curves(), 1000
+    )  # 1 checkpoint in the baseline window: no band for any measure
     text = progress.plateau_lead_summary(short, 1000, 10_000, 250)
     assert "the loss itself has no band to leave" in text and "stays in its band" not in text

@@ -1,6 +1,7 @@
 """The revision a result names: git's only where the tree is its own repository, else the kit's
 record of the tree it was built from, else "unknown"; and, back here, a lease's recorded revision
 checked against the hash of the mclib sources that ran (mclib.core.repo, mclib.lease.slices_pack)."""
+
 import json
 import subprocess
 
@@ -12,7 +13,9 @@ from mclib.lease.slices_pack import true_revision
 
 
 def _git(folder, *args):
-    return subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(folder), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -32,14 +35,17 @@ def tree_inside_another_repository(tmp_path, monkeypatch):
     return tree, _git(outer, "rev-parse", "--short", "HEAD")
 
 
-def test_a_tree_without_its_own_git_never_takes_the_revision_of_the_repository_around_it(tree_inside_another_repository):
+def test_a_tree_without_its_own_git_never_takes_the_revision_of_the_repository_around_it(
+    tree_inside_another_repository,
+):
     tree, outer_rev = tree_inside_another_repository
     assert repo.git_revision() == "unknown"
     assert outer_rev not in repo.git_revision()
 
 
 def test_such_a_tree_takes_the_kits_revision_only_where_the_kit_was_built_from_the_same_sources(
-        tree_inside_another_repository, monkeypatch):
+    tree_inside_another_repository, monkeypatch
+):
     tree, _ = tree_inside_another_repository
     (tree / ".kit").mkdir()
     record = tree / ".kit" / repo.KIT_RECORD
@@ -48,7 +54,9 @@ def test_such_a_tree_takes_the_kits_revision_only_where_the_kit_was_built_from_t
     record.write_text(json.dumps({"git": "50947b2", "mclib": "other-sources"}))
     assert repo.git_revision() == "unknown"
     (tree / "kit-elsewhere").mkdir()
-    (tree / "kit-elsewhere" / repo.KIT_RECORD).write_text(json.dumps({"git": "abc1234", "mclib": "the-sources-that-run"}))
+    (tree / "kit-elsewhere" / repo.KIT_RECORD).write_text(
+        json.dumps({"git": "abc1234", "mclib": "the-sources-that-run"})
+    )
     monkeypatch.setenv(repo.KIT_ENV, "kit-elsewhere")  # scripts/lease.sh names the kit it installed
     assert repo.git_revision() == "abc1234"
 
@@ -60,8 +68,8 @@ def test_a_recorded_revision_that_is_no_commit_here_is_merged_as_unknown_with_th
     revision, note = true_revision("0000000", ran)
     assert revision == "unknown"
     assert "not a commit of this repository" in note and head in note and note.endswith("revision unknown")
-    assert true_revision(head, ran) == (head, None)                   # a revision that is right stands, silently
-    revision, note = true_revision(head, "0123456789abcdef")           # a commit, but not the sources that ran
+    assert true_revision(head, ran) == (head, None)  # a revision that is right stands, silently
+    revision, note = true_revision(head, "0123456789abcdef")  # a commit, but not the sources that ran
     assert revision == "unknown" and "not the ones that ran" in note
 
 
@@ -70,7 +78,9 @@ def test_a_revision_given_to_merge_is_taken_only_where_its_sources_hash_to_those
     ran = repo.tree_mclib_sha(head)
     revision, note = true_revision("bd30609", ran, given=head)
     assert revision == head and "given to merge" in note and ran in note
-    with pytest.raises(slices.SliceError, match=r"--revision .*: its mclib sources hash to .*, the lease ran 0123"):
+    with pytest.raises(
+        slices.SliceError, match=r"--revision .*: its mclib sources hash to .*, the lease ran 0123"
+    ):
         true_revision("bd30609", "0123456789abcdef", given=head)
     with pytest.raises(slices.SliceError, match="is not a commit of this repository"):
         true_revision("bd30609", ran, given="no-such-revision")

@@ -2,6 +2,7 @@
 the number and ratio rules never say matches or differs on a difference inside the rounding
 spread (mclib.book.scorecard_rules); the final-level rows carry it (chapter 01); every seed-1
 run at the paper's setting, side by side (mclib.lease.same_seed)."""
+
 import pandas as pd
 import pytest
 
@@ -11,15 +12,19 @@ from mclib.chapters import ch01_train
 
 
 def test_a_difference_inside_the_rounding_spread_is_too_close_to_tell_whatever_the_other_errors():
-    assert rules.number(15_000, 14_678) == "matches"                         # within 10 %, no error known
-    assert rules.number(15_000, 14_678, rounding=1_450) == rules.CLOSE      # the paper within the rounding spread
-    assert rules.number(15_000, 13_228) == "differs"                          # 11.8 % off
-    assert rules.number(15_000, 13_228, rounding=1_450) == rules.CLOSE      # 1,772 apart: the widened interval reaches out
-    assert rules.number(15_000, 9_000, rounding=1_450) == "differs"         # far beyond it: still differs
+    assert rules.number(15_000, 14_678) == "matches"  # within 10 %, no error known
+    assert rules.number(15_000, 14_678, rounding=1_450) == rules.CLOSE  # the paper within the rounding spread
+    assert rules.number(15_000, 13_228) == "differs"  # 11.8 % off
+    assert (
+        rules.number(15_000, 13_228, rounding=1_450) == rules.CLOSE
+    )  # 1,772 apart: the widened interval reaches out
+    assert rules.number(15_000, 9_000, rounding=1_450) == "differs"  # far beyond it: still differs
     assert rules.number(0.06, 0.0948) == "differs"
     assert rules.number(0.06, 0.0948, rounding=0.047) == rules.CLOSE
     assert rules.ratio(17.5, 10.8) == "differs"
-    assert rules.ratio(17.5, 10.8, rounding=10.8 * 0.65) == rules.CLOSE     # a level 1.65x apart: ln 1.65 > ln(17.5/10.8)
+    assert (
+        rules.ratio(17.5, 10.8, rounding=10.8 * 0.65) == rules.CLOSE
+    )  # a level 1.65x apart: ln 1.65 > ln(17.5/10.8)
     assert rules.ratio(17.5, 5.0, rounding=5.0 * 0.5) == "differs"
     assert rules.judge("number", paper=15_000, ours=14_678, rounding=1_450) == rules.CLOSE
     assert rules.row_verdict({"paper": 15_000, "ours": 14_678, "rounding": 1_450}) == rules.CLOSE
@@ -27,10 +32,20 @@ def test_a_difference_inside_the_rounding_spread_is_too_close_to_tell_whatever_t
 
 @pytest.fixture
 def study_table(tmp_path):
-    t = pd.DataFrame({"drop": [10_933, 10_785, 11_075], "ended_at": [28_800, 22_000, 27_100],
-                      "final_L_mask": [0.0053, 0.0080, 0.0060], "checkpoint_L_mask_fp32": [0.005, 0.008, 0.006],
-                      "float_path": ["AVX512 (x86_64, AMD EPYC)", "AVX2 (x86_64, AMD EPYC)", "AVX512 (x86_64, AMD EPYC)"]},
-                     index=pd.Index(["base", "avx2", "attention-eager"], name="change"))
+    t = pd.DataFrame(
+        {
+            "drop": [10_933, 10_785, 11_075],
+            "ended_at": [28_800, 22_000, 27_100],
+            "final_L_mask": [0.0053, 0.0080, 0.0060],
+            "checkpoint_L_mask_fp32": [0.005, 0.008, 0.006],
+            "float_path": [
+                "AVX512 (x86_64, AMD EPYC)",
+                "AVX2 (x86_64, AMD EPYC)",
+                "AVX512 (x86_64, AMD EPYC)",
+            ],
+        },
+        index=pd.Index(["base", "avx2", "attention-eager"], name="change"),
+    )
     path = tmp_path / "rounding.csv"
     t.to_csv(path)
     return path
@@ -40,29 +55,40 @@ def test_the_study_gives_each_quantity_its_spread_and_the_chapter_says_it(study_
     got = rounding.study(study_table)
     assert (got["drop"].lo, got["drop"].hi, got["drop"].range, got["drop"].n) == (10_785, 11_075, 290, 3)
     assert got["final_L_mask"].factor == pytest.approx(0.0080 / 0.0053)
-    assert "AVX2" in got["drop"].where and "AVX512" in got["drop"].where and "base, avx2, attention-eager" in got["drop"].where
+    assert (
+        "AVX2" in got["drop"].where
+        and "AVX512" in got["drop"].where
+        and "base, avx2, attention-eager" in got["drop"].where
+    )
     said = rounding.finding(got)
-    assert "between step 10,785 and 11,075, 290 steps apart" in said and "between step 22,000 and 28,800" in said
-    assert "where the rule ended it, lay between 0.0053 and 0.008, a factor 1.51 apart" in said and "too close to tell" in said
-    flat = rounding.early_flat(study_table)   # avx2 ended first (22,000) at the highest final level (0.008)
+    assert (
+        "between step 10,785 and 11,075, 290 steps apart" in said and "between step 22,000 and 28,800" in said
+    )
+    assert (
+        "where the rule ended it, lay between 0.0053 and 0.008, a factor 1.51 apart" in said
+        and "too close to tell" in said
+    )
+    flat = rounding.early_flat(study_table)  # avx2 ended first (22,000) at the highest final level (0.008)
     assert flat.startswith("the run under avx2 ended first, at step 22,000, on a flat at L_mask 0.008")
     assert flat in rounding.finding(got, flat)
     assert rounding.early_flat(tmp_path / "none.csv") == ""
     assert rounding.study(tmp_path / "none.csv") == {}
     assert "not measured" in rounding.finding({})
-    assert rounding.spread({"a": 1.0, "b": float("nan")}, "x") is None                 # one reading: no spread
+    assert rounding.spread({"a": 1.0, "b": float("nan")}, "x") is None  # one reading: no spread
 
 
 def test_the_rows_that_read_a_final_level_carry_the_rounding_spread_and_say_so(study_table):
     final = rounding.study(study_table)["final_L_mask"]
-    rows = [{"quantity": ch01_train.FINAL_L, "ours": 0.0948, "reading": "r"},
-            {"quantity": ch01_train.FINAL_RATIO, "ours": 10.8, "reading": "r"},
-            {"quantity": "drop step", "ours": 14_678, "reading": "r"}]
+    rows = [
+        {"quantity": ch01_train.FINAL_L, "ours": 0.0948, "reading": "r"},
+        {"quantity": ch01_train.FINAL_RATIO, "ours": 10.8, "reading": "r"},
+        {"quantity": "drop step", "ours": 14_678, "reading": "r"},
+    ]
     out = ch01_train.with_rounding(rows, {"final_L_mask": final})
     assert out[0]["rounding"] == pytest.approx(0.0948 * (final.factor - 1))
     assert out[1]["rounding"] == pytest.approx(10.8 * (final.factor - 1))
     assert "rounding alone moved the final training L_mask" in out[0]["reading"]
-    assert "rounding" not in out[2]                                      # the drop step: the setting's own runs
+    assert "rounding" not in out[2]  # the drop step: the setting's own runs
     assert ch01_train.with_rounding(rows, {}) == rows
 
 

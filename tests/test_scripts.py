@@ -6,6 +6,7 @@ placed from its drop and its end, and the profile's fallback post step is never 
 the case quick_check.py once failed on ("no checkpoint at step 20000"). Each script runs
 as a reader runs it, in a subprocess from the repository. Slow tier: the run trains for
 about 4 minutes on one core."""
+
 import json
 import os
 import shutil
@@ -37,15 +38,15 @@ SKIPPED = {
     "sweep_cpu_profile.py": "takes a sweep file, not a run folder, and trains every run of the sweep",
     "wheelhouse.py": "takes no run folder: downloads wheels from PyPI (tests/test_wheelhouse.py runs it)",
     "lockfile.py": "takes no run folder: reads an environment's installed versions into requirements.lock "
-                   "(tests/test_package.py runs it)",
+    "(tests/test_package.py runs it)",
     "sweep_report.py": "reads the sweep's results table (docs/data/cpu_sweep.csv) and rewrites docs, not a run folder",
     "plateau_measures.py": "takes a sweep file and its results table, not a run folder; its function, "
-                           "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",
+    "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",
     "tf32_study.py": "reads the six 16 000-step runs of sweeps/tf32.yaml, not a run folder; its functions, "
-                     "mclib.analyses.precision.arm_spread and verdict, are tested in tests/test_precision_study.py",
+    "mclib.analyses.precision.arm_spread and verdict, are tested in tests/test_precision_study.py",
     "rounding_study.py": "trains seed 1 of the default profile to its end under each change (hours), not a run "
-                         "folder; what it writes is read by mclib.analyses.rounding (tests/test_rounding.py, which "
-                         "also runs its command line on no runs)",
+    "folder; what it writes is read by mclib.analyses.rounding (tests/test_rounding.py, which "
+    "also runs its command line on no runs)",
 }
 
 
@@ -54,19 +55,25 @@ def out(tmp_path_factory) -> Path:
     """OUT/runs/smoke-drop-seed1 trained by `python -m mclib train` (loss_curve.png
     included), with the training chapter's scorecard rows recorded, as a book's
     --out holds them (compare_books.py reads that layout)."""
-    from mclib.chapters import ch01_train
     from mclib.book.chapter import open_chapter
+    from mclib.chapters import ch01_train
 
     out = tmp_path_factory.mktemp("scripts")
     run = out / "runs" / run_name(PROFILE, 1)
     # min_improvement 0.15 (per 1 000 steps) instead of 0.05: seed 1 then converges at about step 5 750 of its 7 000
     params = out / f"{PROFILE}.yaml"
-    params.write_text(yaml.safe_dump(load_profile(profile_path(PROFILE)).replace(
-        **{"train.min_improvement": 0.15}).to_dict(), sort_keys=False))
+    params.write_text(
+        yaml.safe_dump(
+            load_profile(profile_path(PROFILE)).replace(**{"train.min_improvement": 0.15}).to_dict(),
+            sort_keys=False,
+        )
+    )
     assert main(["train", "--profile", str(params), "--out", str(run), "--quiet"]) == 0
     ch = open_chapter(str(params), 1, run, "cpu")
     ch01_train.scorecard_table(ch, ch01_train.e1_rows(ch))
-    (out / "book" / "_executed").mkdir(parents=True)  # no chapter executed: compare_books compares the scorecard
+    (out / "book" / "_executed").mkdir(
+        parents=True
+    )  # no chapter executed: compare_books compares the scorecard
     return out
 
 
@@ -77,10 +84,19 @@ def run(out) -> Path:
 
 def script(*args: str) -> subprocess.CompletedProcess:
     """scripts/ARGS[0] with the rest as arguments, on this checkout's mclib; its output."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, str(SCRIPTS / args[0]), *args[1:]], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "MPLBACKEND": "Agg",
+    }
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / args[0]), *args[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_every_script_is_run_or_skipped_for_a_reason():
@@ -92,7 +108,9 @@ def test_every_script_is_run_or_skipped_for_a_reason():
 def test_the_run_converged_before_its_cap_so_the_checkpoints_are_its_own(run):
     cfg, steps = load_profile(profile_path(PROFILE)), checkpoint_steps(run)
     assert run_end(run).ended == "converged"
-    assert steps.place == "drop" and steps.post < cfg.checkpoints.post  # the profile's fallback step was never saved
+    assert (
+        steps.place == "drop" and steps.post < cfg.checkpoints.post
+    )  # the profile's fallback step was never saved
     assert cfg.checkpoints.post not in saved_steps(run) and (run / LOSS_CURVE).is_file()
 
 
@@ -113,8 +131,9 @@ def test_head_progress(run):
 
 def test_compare_runs(run, tmp_path):
     fig = tmp_path / "curves.png"
-    done = script("compare_runs.py", f"a={run}", f"b={run}", "--matrices", "32", "--after", "100",
-                  "--fig", str(fig))
+    done = script(
+        "compare_runs.py", f"a={run}", f"b={run}", "--matrices", "32", "--after", "100", "--fig", str(fig)
+    )
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0].split("|")
     assert [h.strip() for h in header[2:4]] == ["a", "b"] and "b / a" in done.stdout and fig.is_file()
@@ -132,4 +151,6 @@ def test_compare_books(out, tmp_path):
     changed = script("compare_books.py", str(out), str(other))
     assert changed.returncode == 1, changed.stdout + changed.stderr
     assert f"scorecard {run_name(PROFILE, 1)} {rows[0]['id']}: {rows[0]['quantity']}: ours " in changed.stdout
-    assert "1 difference(s)" in changed.stdout and "verdict" not in changed.stdout  # only the field that changed
+    assert (
+        "1 difference(s)" in changed.stdout and "verdict" not in changed.stdout
+    )  # only the field that changed

@@ -3,6 +3,7 @@ saves them (mclib.chapters.ch06_baselines.build_solver_cache), the chapter reads
 draws match exactly (at every profile the committed paper file first), solves what they do
 not hold with a one-line notice, refuses a damaged file in one line, and with them needs no
 cvxpy (a GPU lease has none)."""
+
 import copy
 import gzip
 import subprocess
@@ -33,10 +34,15 @@ def cache(tmp_path_factory, smoke_profile):
 def _tables(ch, solves):
     """Every table of chapter 06 that solves, as (name, DataFrame)."""
     classical, per = chapter.classical_tables(ch, solves)
-    return {"e17": chapter.e17_table(ch, solves), "solver_sweep": chapter.solver_sweep(ch, solves),
-            "solvers": chapter.solvers_table(ch, solves), "bert_sweep": chapter.bert_sweep(ch, solves),
-            "classical": classical, "ood": chapter.ood_table(ch, solves),
-            **{f"per {k}": pd.DataFrame({"L_mask": v}) for k, v in per.items()}}
+    return {
+        "e17": chapter.e17_table(ch, solves),
+        "solver_sweep": chapter.solver_sweep(ch, solves),
+        "solvers": chapter.solvers_table(ch, solves),
+        "bert_sweep": chapter.bert_sweep(ch, solves),
+        "classical": classical,
+        "ood": chapter.ood_table(ch, solves),
+        **{f"per {k}": pd.DataFrame({"L_mask": v}) for k, v in per.items()},
+    }
 
 
 def test_the_cache_gives_exactly_what_the_solvers_give(ch, cache, monkeypatch, capsys):
@@ -44,8 +50,10 @@ def test_the_cache_gives_exactly_what_the_solvers_give(ch, cache, monkeypatch, c
     monkeypatch.setattr(C, "_OPEN", {})  # as in a fresh process
     capsys.readouterr()
     read = chapter.solver_results(ch)
-    assert capsys.readouterr().out.startswith(f"Solver results read from {cache} (chapter 06's solver results at "
-                                              "profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built ")
+    assert capsys.readouterr().out.startswith(
+        f"Solver results read from {cache} (chapter 06's solver results at "
+        "profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built "
+    )
     cached, fresh = _tables(ch, None), _tables(ch, C.Solves())  # None: the chapter's own, from the file
     assert read.solved == [] and "does not hold" not in capsys.readouterr().out
     # equal to the solver's own precision: cvxpy with Clarabel solving one matrix twice in a process
@@ -72,9 +80,11 @@ def test_another_seed_is_solved_with_a_one_line_notice(ch, cache, capsys):
     got = chapter.solver_sweep(other, solves)
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
-    assert (f"{cache} does not hold what this chapter draws (it has no nuclear norm results for 7×7 rank 2, p_mask "
-            "0.2, uniform factors, seed 1, 8 matrices; the nearest it has: 7×7 rank 2, p_mask 0.2, uniform factors, "
-            "seed 0, 8 matrices): solving here") in out
+    assert (
+        f"{cache} does not hold what this chapter draws (it has no nuclear norm results for 7×7 rank 2, p_mask "
+        "0.2, uniform factors, seed 1, 8 matrices; the nearest it has: 7×7 rank 2, p_mask 0.2, uniform factors, "
+        "seed 0, 8 matrices): solving here"
+    ) in out
     assert len(solves.solved) == 3  # one block per p_mask, solved here
     pd.testing.assert_frame_equal(got, chapter.solver_sweep(other, C.Solves()), rtol=1e-6, atol=1e-15)
 
@@ -93,8 +103,10 @@ def test_other_matrices_under_the_same_description_do_not_match(ch, cache, monke
     chapter.e17_table(ch, solves)
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1
-    assert "its regularised, λ = 0.0005 matrices for 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices " \
-           "are other matrices (sha256 " in out
+    assert (
+        "its regularised, λ = 0.0005 matrices for 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices "
+        "are other matrices (sha256 " in out
+    )
     assert len(solves.solved) == 5
 
 
@@ -104,10 +116,12 @@ def test_another_solver_setting_does_not_match(ch, cache, monkeypatch, capsys):
     capsys.readouterr()
     chapter.classical_tables(ch, solves)
     out = capsys.readouterr().out
-    assert ("it solved soft-impute, rank 2 on 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices with "
-            "soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, lam=0.0005), this "
-            "chapter asks soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, "
-            "lam=0.001)): solving here") in out
+    assert (
+        "it solved soft-impute, rank 2 on 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices with "
+        "soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, lam=0.0005), this "
+        "chapter asks soft_impute(rank=2, decay=0.95, max_iter=3000, tol=1e-08, keep_observed=False, "
+        "lam=0.001)): solving here"
+    ) in out
     assert [k[0] for k in solves.solved] == ["soft-impute, rank 2"]
 
 
@@ -126,8 +140,10 @@ def test_no_cache_file_is_said_and_everything_solved(ch, tmp_path, monkeypatch, 
     monkeypatch.setattr(C, "_OPEN", {})
     capsys.readouterr()
     solves = chapter.solver_results(ch)
-    assert capsys.readouterr().out == (f"No solver cache at {tmp_path / 'solvers-smoke.csv.gz'}: the solvers run here "
-                                       "(`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)\n")
+    assert capsys.readouterr().out == (
+        f"No solver cache at {tmp_path / 'solvers-smoke.csv.gz'}: the solvers run here "
+        "(`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)\n"
+    )
     chapter.solvers_table(ch)
     assert len(solves.solved) == 3 and chapter.solver_results(ch) is solves  # said once, solved once
 
@@ -143,7 +159,9 @@ def test_the_books_own_cache_is_read_where_none_is_committed(ch, cache, tmp_path
     monkeypatch.setattr(C, "_OPEN", {})
     capsys.readouterr()
     read = chapter.solver_results(ch)
-    assert capsys.readouterr().out.startswith(f"Solver results read from {own} (chapter 06's solver results at ")
+    assert capsys.readouterr().out.startswith(
+        f"Solver results read from {own} (chapter 06's solver results at "
+    )
     pd.testing.assert_frame_equal(read.frame(), C.read_solves(cache).frame(), check_exact=True)
     committed = tmp_path / "results" / "solvers-smoke.csv.gz"
     committed.parent.mkdir()
@@ -164,12 +182,16 @@ def test_the_idle_workers_build_says_nothing_and_holds_every_block(cache, smoke_
 
 def test_a_solve_without_cvxpy_says_what_to_do_in_one_line(ch, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "cvxpy", None)
-    solves = C.Solves(hint="there is no solver cache at X; `python -m mclib solvers --profile smoke` builds it")
+    solves = C.Solves(
+        hint="there is no solver cache at X; `python -m mclib solvers --profile smoke` builds it"
+    )
     with pytest.raises(ModuleNotFoundError) as e:
         chapter.solver_sweep(ch, solves)
-    assert str(e.value) == ("nuclear norm on 7×7 rank 2, p_mask 0.2, uniform factors, seed 0, 8 matrices needs cvxpy, "
-                            "which is not installed here; there is no solver cache at X; `python -m mclib solvers "
-                            "--profile smoke` builds it")
+    assert str(e.value) == (
+        "nuclear norm on 7×7 rank 2, p_mask 0.2, uniform factors, seed 0, 8 matrices needs cvxpy, "
+        "which is not installed here; there is no solver cache at X; `python -m mclib solvers "
+        "--profile smoke` builds it"
+    )
 
 
 def _as_paper_file(results: Path, cache: Path, other_matrices: str = "") -> Path:
@@ -179,15 +201,18 @@ def _as_paper_file(results: Path, cache: Path, other_matrices: str = "") -> Path
     blocks = C.read_solves(cache, say=lambda *_: None).blocks
     if other_matrices:
         dig = next(k[2] for k in blocks if k[0] == other_matrices)
-        lines = [line.replace(dig, "0" * 64) if line.startswith(f'"{other_matrices}"') else line for line in lines]
+        lines = [
+            line.replace(dig, "0" * 64) if line.startswith(f'"{other_matrices}"') else line for line in lines
+        ]
     results.mkdir(exist_ok=True)
     path = results / "solvers-paper.csv.gz"
     path.write_bytes(gzip.compress("\n".join(lines).encode()))
     return path
 
 
-def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matrices_are_solved(ch, cache, tmp_path,
-                                                                                              monkeypatch, capsys):
+def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matrices_are_solved(
+    ch, cache, tmp_path, monkeypatch, capsys
+):
     """At every profile the chapter reads results/solvers-paper.csv.gz first: a block whose key
     (method, setting, sha256 of the matrices and masks) is the chapter's is read, one whose
     matrices differ is solved again, said in one line."""
@@ -201,21 +226,29 @@ def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matric
         "solved here (`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)",
         f"Solver results read first from {paper_file} where it holds the same matrices, masks and solver settings "
         "(chapter 06's solver results at profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built "
-        + C.read_solves(cache).note.split("; built ", 1)[1] + "): 13 blocks, 104 matrices"]
+        + C.read_solves(cache).note.split("; built ", 1)[1]
+        + "): 13 blocks, 104 matrices",
+    ]
     reg = chapter.e17_table(ch)
     chapter.classical_tables(ch), chapter.solver_sweep(ch), chapter.ood_table(ch)
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
-    assert (f"{paper_file} does not hold what this chapter draws (its regularised, λ = 0.0005 matrices for 7×7 rank 2, "
-            "p_mask 0.3, uniform factors, seed 0, 8 matrices are other matrices (sha256 000000000000… there, ") in out
-    assert [k[0] for k in solves.solved] == ["regularised, λ = 0.0005"] and solves.blocks.keys() == set(solves.solved)
-    assert len(solves.reused) == 12 and all(solves.reused[k] is b for k, b in solves.reuse.blocks.items()
-                                            if k in solves.reused)
+    assert (
+        f"{paper_file} does not hold what this chapter draws (its regularised, λ = 0.0005 matrices for 7×7 rank 2, "
+        "p_mask 0.3, uniform factors, seed 0, 8 matrices are other matrices (sha256 000000000000… there, "
+    ) in out
+    assert [k[0] for k in solves.solved] == ["regularised, λ = 0.0005"] and solves.blocks.keys() == set(
+        solves.solved
+    )
+    assert len(solves.reused) == 12 and all(
+        solves.reused[k] is b for k, b in solves.reuse.blocks.items() if k in solves.reused
+    )
     pd.testing.assert_frame_equal(reg, chapter.e17_table(ch, C.read_solves(cache)), rtol=1e-6, atol=1e-15)
 
 
-def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not_hold(ch, smoke_profile, cache,
-                                                                                      tmp_path, monkeypatch, capsys):
+def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not_hold(
+    ch, smoke_profile, cache, tmp_path, monkeypatch, capsys
+):
     """`python -m mclib solvers` at a profile other than paper: what results/solvers-paper.csv.gz
     holds exactly is read, not solved and not written; the note counts what was solved and names
     what was read; the chapter then solves nothing. The paper profile's own build reads nothing."""
@@ -225,19 +258,23 @@ def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not
     path, solves = chapter.build_solver_cache(smoke_profile, tmp_path / "results" / "solvers-smoke.csv.gz")
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith(f"{path}: 1 blocks, 8 matrices (0 cvxpy solves), ") and last.endswith(
-        "; 12 blocks (88 cvxpy solves) read from results/solvers-paper.csv.gz, not solved")
+        "; 12 blocks (88 cvxpy solves) read from results/solvers-paper.csv.gz, not solved"
+    )
     saved = C.read_solves(path)
     assert [k[0] for k in saved.blocks] == ["ALS, rank 2"] and saved.note.startswith(
         "chapter 06's solver results at profile smoke: 1 blocks, 8 matrices (0 cvxpy solves); 12 blocks, 96 matrices "
         "(88 cvxpy solves) read from results/solvers-paper.csv.gz (the same matrices, masks and settings), not held "
-        "here; built ")
+        "here; built "
+    )
     capsys.readouterr()
     read = chapter.solver_results(ch)
     assert capsys.readouterr().out.startswith(f"Solver results read from {path} (")
     _tables(ch, None)
     assert read.solved == [] and len(read.reused) == 12 and "does not hold" not in capsys.readouterr().out
     monkeypatch.setattr(chapter, "TABLES", (chapter.solvers_table,))  # 3 blocks are enough to tell
-    _, own = chapter.build_solver_cache(smoke_profile.replace(name="paper"), tmp_path / "again.csv.gz", say=print)
+    _, own = chapter.build_solver_cache(
+        smoke_profile.replace(name="paper"), tmp_path / "again.csv.gz", say=print
+    )
     assert own.reused == {} and len(own.blocks) == 3
 
 
@@ -263,9 +300,11 @@ def test_the_committed_files_hold_every_draw_of_the_cpu_profile():
     paper_task = {k for k, b in asked.blocks.items() if (b.about["n"], b.about["rank"]) == (7, 2)}
     assert len(asked.blocks) == 34 and len(paper_task) == 18 and paper_task <= paper_file.blocks.keys()
     assert asked.blocks.keys() - paper_task == own.blocks.keys()  # nothing of the paper's task is held twice
-    assert own.note.startswith("chapter 06's solver results at profile cpu: 16 blocks, 8192 matrices (7168 cvxpy "
-                               "solves); 18 blocks, 23552 matrices (21504 cvxpy solves) read from "
-                               "results/solvers-paper.csv.gz")
+    assert own.note.startswith(
+        "chapter 06's solver results at profile cpu: 16 blocks, 8192 matrices (7168 cvxpy "
+        "solves); 18 blocks, 23552 matrices (21504 cvxpy solves) read from "
+        "results/solvers-paper.csv.gz"
+    )
 
 
 def _damaged(path: Path, good: Path, how: str) -> Path:
@@ -289,12 +328,17 @@ def _damaged(path: Path, good: Path, how: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("how, says", [("not gzip", "unreadable (BadGzipFile: Not a gzipped file"),
-                                       ("truncated", "unreadable"),
-                                       ("no note", "its first line is not the '# ...' note"),
-                                       ("no column", "no column nuclear"),
-                                       ("not a number", "column nuclear has a value that is not a finite number"),
-                                       ("rows out of order", "is damaged")])
+@pytest.mark.parametrize(
+    "how, says",
+    [
+        ("not gzip", "unreadable (BadGzipFile: Not a gzipped file"),
+        ("truncated", "unreadable"),
+        ("no note", "its first line is not the '# ...' note"),
+        ("no column", "no column nuclear"),
+        ("not a number", "column nuclear has a value that is not a finite number"),
+        ("rows out of order", "is damaged"),
+    ],
+)
 def test_a_damaged_cache_is_refused_in_one_line_naming_the_file(ch, cache, tmp_path, monkeypatch, how, says):
     bad = _damaged(tmp_path / "solvers-smoke.csv.gz", cache, how)
     with pytest.raises(C.SolverCacheError) as e:
@@ -359,8 +403,13 @@ def test_with_the_cache_the_chapter_needs_no_cvxpy(smoke_run, cache):
     solvers --profile paper` (docs/gpu.md). Without a cache a solve stops in one line:
     test_a_solve_without_cvxpy_says_what_to_do_in_one_line."""
     assert PAPER_CACHE.is_file()
-    p = subprocess.run([sys.executable, "-c", WITHOUT_CVXPY, str(smoke_run), str(cache.parent)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CVXPY, str(smoke_run), str(cache.parent)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     lines = p.stdout.splitlines()
     assert lines[0] == "paper, cvxpy solves read: 28672"  # 5 λ x 2048 + 11 p_masks x (1024 + 512) + 3 x 512

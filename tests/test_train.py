@@ -9,26 +9,25 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from mclib.core import paper
 import torch
 
-from mclib.core.config import ConfigError
-from mclib.core.metrics import find_drop
-from mclib.core.model import build_model
-from mclib.core import precision, variants
+from mclib.chapters.registry import specs as chapter_specs
+from mclib.core import paper, precision, variants
 from mclib.core import train as train_module
 from mclib.core.checkpoints import load_checkpoint, save_checkpoint, saved_steps
+from mclib.core.config import ConfigError
 from mclib.core.data import copy_level, sample_batch
 from mclib.core.ending import is_complete, stop_after_drop
-from mclib.core.metrics import window_mean
+from mclib.core.metrics import find_drop, window_mean
+from mclib.core.model import build_model
 from mclib.core.runs import checkpoint_dir, freeze_dir, load_metrics, seed_run_dirs
 from mclib.core.step import STEP_RAN, TrainingRun, make_optimizer, train_step
 from mclib.core.train import Job, only_trainer, parallel_runs, train, train_group, train_seeds
 from mclib.core.variants import step_function
-from mclib.chapters.registry import specs as chapter_specs
 
-SPECS = chapter_specs()  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
+SPECS = (
+    chapter_specs()
+)  # what the toc's chapters declare (mclib.book.spec), as the command line hands it down
 
 
 def test_smoke_run_learns_to_copy(smoke_run, smoke_profile):
@@ -56,7 +55,9 @@ def _whole_and_resumed(profile, tmp_path) -> tuple[Path, Path]:
     train(profile, part, progress=False, stop=lambda rows: rows[-1]["step"] >= 20)
     assert saved_steps(part) == [20]
     train(profile, part, progress=False)
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS], check_exact=True)
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(part)[LOSS_COLS], check_exact=True
+    )
     return whole, part
 
 
@@ -77,11 +78,12 @@ def _train_in_child(profile, run_dir, threads):
 @pytest.mark.slow
 def test_resume_after_a_hard_kill(tmp_path, smoke_profile):
     """SIGKILL mid-run at an arbitrary moment, then rerun: same result as uninterrupted."""
-    profile = smoke_profile.replace(**{"train.steps": 400, "train.save_every": 40,
-                                      "checkpoints.post": 400})
+    profile = smoke_profile.replace(**{"train.steps": 400, "train.save_every": 40, "checkpoints.post": 400})
     whole = train(profile, tmp_path / "whole", progress=False)
     run = tmp_path / "killed"
-    child = mp.get_context("spawn").Process(target=_train_in_child, args=(profile, run, torch.get_num_threads()))
+    child = mp.get_context("spawn").Process(
+        target=_train_in_child, args=(profile, run, torch.get_num_threads())
+    )
     child.start()
     deadline = time.time() + 120
     while len(saved_steps(run)) < 2 and time.time() < deadline and child.is_alive():
@@ -90,7 +92,9 @@ def test_resume_after_a_hard_kill(tmp_path, smoke_profile):
     child.join()
     assert 0 < len(saved_steps(run)) and saved_steps(run)[-1] < 400, "kill came too late to test resume"
     train(profile, run, progress=False)
-    pd.testing.assert_frame_equal(load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True)
+    pd.testing.assert_frame_equal(
+        load_metrics(whole)[LOSS_COLS], load_metrics(run)[LOSS_COLS], check_exact=True
+    )
     a, b = _state(whole, 400), _state(run, 400)
     assert all(torch.equal(a[k], b[k]) for k in a)
 
@@ -107,21 +111,31 @@ def test_resume_with_another_profile_is_refused(smoke_run, smoke_profile):
 
 
 def test_bf16_autocast_runs(tmp_path, smoke_profile):
-    p = smoke_profile.replace(**{"train.precision": "bf16", "train.steps": 20,
-                                "checkpoints.transition": [20], "checkpoints.post": 20})
+    p = smoke_profile.replace(
+        **{
+            "train.precision": "bf16",
+            "train.steps": 20,
+            "checkpoints.transition": [20],
+            "checkpoints.post": 20,
+        }
+    )
     m = load_metrics(train(p, tmp_path, progress=False))
     assert m["L"].notna().all() and m["L"].iloc[-1] < m["L"].iloc[0]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler")
+@pytest.mark.skipif(
+    not (shutil.which("cc") or shutil.which("gcc")), reason="torch.compile needs a C compiler"
+)
 def test_compiled_step_trains_like_the_eager_step(tmp_path, smoke_profile):
     """train.compile (meant for a GPU) computes the same losses as the plain step, and the
     checkpoints it writes load into the uncompiled model (no `_orig_mod.` in the names)."""
     short = {"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}
     eager = load_metrics(train(smoke_profile.replace(**short), tmp_path / "eager", progress=False))
     torch._dynamo.reset()
-    compiled_run = train(smoke_profile.replace(**short, **{"train.compile": True}), tmp_path / "compiled", progress=False)
+    compiled_run = train(
+        smoke_profile.replace(**short, **{"train.compile": True}), tmp_path / "compiled", progress=False
+    )
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0  # the step did run through the compiler
     compiled = load_metrics(compiled_run)
     # fused kernels reorder float sums: close, not bit-identical
@@ -137,9 +151,17 @@ def test_autocast_names_an_unknown_precision():
 
 @pytest.mark.slow
 def test_paper_profile_runs_a_step_on_cpu(tmp_path):
-    p = paper.profile().replace(**{
-        "train.steps": 2, "train.batch": 4, "train.eval_every": 1, "train.eval_batch": 4,
-        "checkpoints.pre": 1, "checkpoints.transition": [2], "checkpoints.post": 2})
+    p = paper.profile().replace(
+        **{
+            "train.steps": 2,
+            "train.batch": 4,
+            "train.eval_every": 1,
+            "train.eval_batch": 4,
+            "checkpoints.pre": 1,
+            "checkpoints.transition": [2],
+            "checkpoints.post": 2,
+        }
+    )
     m = load_metrics(train(p, tmp_path, progress=False))
     assert len(m) == 2 and m["L"].notna().all()
 
@@ -154,8 +176,13 @@ def test_train_step_clips_each_runs_gradient_norm(smoke_profile):
         step = r.opt.step
 
         def spy(step=step, r=r):
-            seen.append(torch.cat([q.grad.flatten() for q in r.model.parameters() if q.grad is not None]).norm().item())
+            seen.append(
+                torch.cat([q.grad.flatten() for q in r.model.parameters() if q.grad is not None])
+                .norm()
+                .item()
+            )
             step()
+
         r.opt.step = spy
     train_step(runs)
     assert seen == pytest.approx([0.01] * len(runs), rel=1e-4)
@@ -196,8 +223,13 @@ def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke
     model = build_model(p.model, 7, seed=0)
     twin = copy.deepcopy(model)
     opt = make_optimizer(model, p.train, cpu)
-    loop = torch.optim.Adam([q for q in twin.parameters() if q.requires_grad], lr=p.train.lr,
-                            betas=(0.9, p.train.beta2), foreach=False, fused=False)
+    loop = torch.optim.Adam(
+        [q for q in twin.parameters() if q.requires_grad],
+        lr=p.train.lr,
+        betas=(0.9, p.train.beta2),
+        foreach=False,
+        fused=False,
+    )
     (group,) = opt.param_groups
     assert group["foreach"] is True and not group["fused"] and not group["capturable"]
     gen = torch.Generator().manual_seed(0)
@@ -222,14 +254,18 @@ def test_an_adam_state_saved_in_two_groups_resumes_in_one(smoke_profile):
     model = build_model(p.model, 7, seed=0)
     named = [(n, q) for n, q in model.named_parameters() if q.requires_grad]
     emb = lambda n: n.endswith("embeddings.weight") and ".embeddings." in n
-    old = torch.optim.Adam([{"params": [q for n, q in named if not emb(n)]}, {"params": [q for n, q in named if emb(n)]}],
-                           lr=p.train.lr, betas=(0.9, p.train.beta2))
+    old = torch.optim.Adam(
+        [{"params": [q for n, q in named if not emb(n)]}, {"params": [q for n, q in named if emb(n)]}],
+        lr=p.train.lr,
+        betas=(0.9, p.train.beta2),
+    )
     b = sample_batch(8, 7, p.data.rank, p.data.p_mask, torch.Generator().manual_seed(0))
 
     def step(opt):
         opt.zero_grad()
         ((model(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
         opt.step()
+
     for _ in range(3):
         step(old)
     assert len(old.state_dict()["param_groups"]) == 2 and any(emb(n) for n, _ in named)
@@ -253,7 +289,7 @@ def test_stop_after_drop_counts_from_the_drop():
     drop = find_drop(pd.DataFrame(rows), rank=1)
     assert 100 < drop <= 150
     stop = stop_after_drop(rank=1, after=100)
-    assert not stop(rows[:drop + 99]) and stop(rows[:drop + 100])
+    assert not stop(rows[: drop + 99]) and stop(rows[: drop + 100])
     assert not stop(rows[:100])  # no drop yet: never stops
 
 
@@ -272,8 +308,11 @@ def test_one_trainer_per_folder(tmp_path, smoke_profile):
     with only_trainer(tmp_path):  # as if another process were training this folder
         with pytest.raises(RuntimeError, match="being trained by another process"):
             train(smoke_profile, tmp_path, progress=False)
-    train(smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
-          tmp_path, progress=False)  # released: now it trains
+    train(
+        smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
+        tmp_path,
+        progress=False,
+    )  # released: now it trains
 
 
 def test_train_leaves_the_callers_thread_count(tmp_path, smoke_profile):
@@ -281,15 +320,22 @@ def test_train_leaves_the_callers_thread_count(tmp_path, smoke_profile):
     torch.set_num_threads(2)
     try:
         assert smoke_profile.train.threads == 1
-        train(smoke_profile.replace(**{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}),
-              tmp_path, progress=False)
+        train(
+            smoke_profile.replace(
+                **{"train.steps": 20, "checkpoints.transition": [20], "checkpoints.post": 20}
+            ),
+            tmp_path,
+            progress=False,
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
 
 
 def test_parallel_runs(smoke_profile):
-    assert parallel_runs(smoke_profile.replace(**{"train.threads": 0})) == 1  # torch's default: the whole machine
+    assert (
+        parallel_runs(smoke_profile.replace(**{"train.threads": 0})) == 1
+    )  # torch's default: the whole machine
     cores = len(os.sched_getaffinity(0))
     assert parallel_runs(smoke_profile) == cores  # one thread each
     assert parallel_runs(smoke_profile.replace(**{"train.threads": 2 * cores})) == 1
@@ -310,8 +356,9 @@ def test_seeds_side_by_side_equal_seeds_one_after_another(tmp_path, smoke_profil
     assert list(apart) == [1, 3] and apart[3] == tmp_path / "a" / "smoke-seed3"
     assert apart == seed_run_dirs(profile, tmp_path / "a" / "smoke-seed1")
     for s in (1, 3):
-        pd.testing.assert_frame_equal(load_metrics(apart[s])[LOSS_COLS], load_metrics(together[s])[LOSS_COLS],
-                                      check_exact=True)
+        pd.testing.assert_frame_equal(
+            load_metrics(apart[s])[LOSS_COLS], load_metrics(together[s])[LOSS_COLS], check_exact=True
+        )
     assert not load_metrics(apart[1])[LOSS_COLS].equals(load_metrics(apart[3])[LOSS_COLS])  # seeds differ
 
 
@@ -325,10 +372,10 @@ def test_window_mean():
 def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch):
     """mclib.book.chapter.train_runs: the seeds and E15's runs, all complete after one call; a
     second call trains nothing (and starts no cluster)."""
-    from mclib.book.chapter import train_runs
     from mclib.analyses.freezing import pending_groups
-    from mclib.core.runs import freeze_dir
     from mclib.analyses.interventions import GROUPS
+    from mclib.book.chapter import train_runs
+    from mclib.core.runs import freeze_dir
 
     cfg = smoke_profile.replace(**{"analysis.freeze_steps": 4})
     dirs = train_runs(cfg, tmp_path / "smoke-seed1", specs=SPECS)
@@ -340,6 +387,7 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
 
     def no_cluster(*args, **kwargs):
         raise AssertionError("a cluster was started with every run complete")
+
     monkeypatch.setattr("mclib.core.jobs.cluster", no_cluster)
     train_runs(cfg, tmp_path / "smoke-seed1", specs=SPECS)
     assert [f.read_bytes() for f in files] == before
@@ -349,14 +397,22 @@ def test_book_runs_train_once_side_by_side(tmp_path, smoke_profile, monkeypatch)
 def test_a_failing_run_side_by_side_raises_here(tmp_path, smoke_profile):
     """A seed folder started with another profile: the worker's one-line error reaches the caller."""
     profile = smoke_profile.replace(**{"analysis.seeds": [1, 2]})
-    other = smoke_profile.replace(**{"seed": 2, "model.hidden": 32, "train.steps": 20,
-                                     "checkpoints.transition": [20], "checkpoints.post": 20})
+    other = smoke_profile.replace(
+        **{
+            "seed": 2,
+            "model.hidden": 32,
+            "train.steps": 20,
+            "checkpoints.transition": [20],
+            "checkpoints.post": 20,
+        }
+    )
     train(other, tmp_path / "smoke-seed2", progress=False)
     with pytest.raises(ConfigError, match="model.hidden differs"):
         train_seeds(profile, tmp_path / "smoke-seed1")
 
 
 # --- kills and crashes at several moments ------------------------------------------------
+
 
 class Killed(Exception):
     """Stands for the process dying: raised from inside `train`."""
@@ -367,6 +423,7 @@ def _kill_at(step: int):
         if rows[-1]["step"] >= step:
             raise Killed(step)
         return False
+
     return stop
 
 
@@ -376,8 +433,15 @@ def _same_run(a: Path, b: Path, step: int = 30) -> None:
     assert x.keys() == y.keys() and all(torch.equal(x[k], y[k]) for k in x)
 
 
-@pytest.mark.parametrize("kill, saved", [pytest.param(5, [], marks=pytest.mark.slow), (10, []),
-                                         pytest.param(15, [10], marks=pytest.mark.slow), (25, [10, 20])])
+@pytest.mark.parametrize(
+    "kill, saved",
+    [
+        pytest.param(5, [], marks=pytest.mark.slow),
+        (10, []),
+        pytest.param(15, [10], marks=pytest.mark.slow),
+        (25, [10, 20]),
+    ],
+)
 def test_resume_after_a_kill_at_several_steps(tmp_path, short, whole, kill, saved):
     # at step 10 the kill comes before that step's checkpoint: the run restarts from nothing
     with pytest.raises(Killed):
@@ -392,6 +456,7 @@ def _fail_on(name: str, real):
         if any(Path(a).name == name for a in args if isinstance(a, (str, Path))):
             raise Killed(name)
         return real(*args, **kwargs)
+
     return fail
 
 
@@ -403,8 +468,9 @@ def test_a_crash_inside_the_checkpoint_write_loses_nothing(tmp_path, short, whol
     from mclib.core.model import MatrixBert
 
     if where == "save_pretrained":
-        monkeypatch.setattr(MatrixBert, "save_pretrained",
-                            _fail_on(".tmp-step_000020", MatrixBert.save_pretrained))
+        monkeypatch.setattr(
+            MatrixBert, "save_pretrained", _fail_on(".tmp-step_000020", MatrixBert.save_pretrained)
+        )
     else:
         monkeypatch.setattr(os, "replace", _fail_on("step_000020", os.replace))
     with pytest.raises(Killed):
@@ -417,8 +483,9 @@ def test_a_crash_inside_the_checkpoint_write_loses_nothing(tmp_path, short, whol
     _same_run(whole, tmp_path)
 
 
-def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_complete(tmp_path, short, whole,
-                                                                                     monkeypatch):
+def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_complete(
+    tmp_path, short, whole, monkeypatch
+):
     # A step whose checkpoint exists written again (a folder left by an earlier trainer):
     # a crash while the new one is written must leave the old one whole, not a missing step.
     from mclib.core.model import MatrixBert
@@ -429,7 +496,9 @@ def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_compl
     opt = make_optimizer(model, short.train, torch.device("cpu"))
     gens = {"data": torch.Generator().manual_seed(0), "eval": torch.Generator().manual_seed(1)}
     rows = load_metrics(run).to_dict("records")
-    monkeypatch.setattr(MatrixBert, "save_pretrained", _fail_on(".tmp-step_000030", MatrixBert.save_pretrained))
+    monkeypatch.setattr(
+        MatrixBert, "save_pretrained", _fail_on(".tmp-step_000030", MatrixBert.save_pretrained)
+    )
     with pytest.raises(Killed):
         save_checkpoint(run, 30, model, opt, gens, rows=rows, wall=0.0)
     monkeypatch.undo()
@@ -438,7 +507,10 @@ def test_saving_a_step_again_keeps_the_old_checkpoint_until_the_new_one_is_compl
     assert all(torch.equal(before[k], after[k]) for k in before)
     save_checkpoint(run, 30, model, opt, gens, rows=rows, wall=0.0)  # and without a crash it is replaced
     assert saved_steps(run) == [10, 20, 30] and sorted(p.name for p in (run / "checkpoints").iterdir()) == [
-        "step_000010", "step_000020", "step_000030"]  # no temporary folder left behind
+        "step_000010",
+        "step_000020",
+        "step_000030",
+    ]  # no temporary folder left behind
 
 
 def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_path, short, whole, monkeypatch):
@@ -456,7 +528,9 @@ def test_a_crash_between_setting_the_old_checkpoint_aside_and_the_rename(tmp_pat
     _same_run(whole, run)
 
 
-def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(tmp_path, smoke_run, smoke_profile, monkeypatch):
+def test_an_e15_run_killed_and_resumed_keeps_its_frozen_parameters(
+    tmp_path, smoke_run, smoke_profile, monkeypatch
+):
     """E15: the resumed run re-freezes what the re-initialisation froze (from_pretrained
     makes every weight trainable again), and ends exactly as the uninterrupted run."""
     from mclib.analyses import freezing
@@ -484,12 +558,15 @@ def test_the_step_function_sets_the_profiles_precision_as_training_does(smoke_pr
     """benchmarks/lease_step.py times `step_function`: on the lease of 2026-11-26 its "tf32" rows
     ran fp32, TF32 off (55 ms a step against the run's ~20), because only the training loop set TF32."""
     seen = []
-    monkeypatch.setattr(variants, "set_precision", lambda device, precision: seen.append((device.type, precision)))
+    monkeypatch.setattr(
+        variants, "set_precision", lambda device, precision: seen.append((device.type, precision))
+    )
     variants.step_function(smoke_profile.replace(**{"train.precision": "fp32"}), torch.device("cpu"))
     assert seen == [("cpu", "fp32")]
 
 
 # --- several runs in one train_group call (until 9842a40, 2026-11-26, they trained stacked) --
+
 
 @pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_runs_trained_together_match_runs_trained_alone(tmp_path, smoke_profile):
@@ -501,13 +578,16 @@ def test_runs_trained_together_match_runs_trained_alone(tmp_path, smoke_profile)
     train_group(jobs(tmp_path / "pair", [3, 1]))
     for s in (1, 2, 3):
         alone = load_metrics(train(p.replace(seed=s), tmp_path / f"alone{s}", progress=False))[LOSS_COLS]
-        pd.testing.assert_frame_equal(alone, load_metrics(tmp_path / "together" / f"seed{s}")[LOSS_COLS],
-                                      check_exact=True)
+        pd.testing.assert_frame_equal(
+            alone, load_metrics(tmp_path / "together" / f"seed{s}")[LOSS_COLS], check_exact=True
+        )
         if s != 2:
-            pd.testing.assert_frame_equal(alone, load_metrics(tmp_path / "pair" / f"seed{s}")[LOSS_COLS],
-                                          check_exact=True)
+            pd.testing.assert_frame_equal(
+                alone, load_metrics(tmp_path / "pair" / f"seed{s}")[LOSS_COLS], check_exact=True
+            )
     assert not load_metrics(tmp_path / "together" / "seed1")[LOSS_COLS].equals(
-        load_metrics(tmp_path / "together" / "seed2")[LOSS_COLS])  # the seeds did train differently
+        load_metrics(tmp_path / "together" / "seed2")[LOSS_COLS]
+    )  # the seeds did train differently
 
 
 def test_runs_at_different_steps_in_one_group_with_one_stopping_early(tmp_path, smoke_profile):
@@ -515,7 +595,11 @@ def test_runs_at_different_steps_in_one_group_with_one_stopping_early(tmp_path, 
     warm-up), and a run whose `stop` fires ends while the others go on."""
     p = smoke_profile.replace(**{"train.warmup": 10})
     a, b = tmp_path / "a", tmp_path / "b"
-    train(p.replace(**{"train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]}), a, progress=False)
+    train(
+        p.replace(**{"train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]}),
+        a,
+        progress=False,
+    )
     stop_b = lambda rows: rows[-1]["step"] >= 30
     train_group([Job(p, a), Job(p.replace(seed=2), b, stop=stop_b)])
     assert load_metrics(a)["step"].iloc[-1] == 60 and load_metrics(b)["step"].iloc[-1] == 30
@@ -531,8 +615,10 @@ def test_frozen_groups_stay_frozen_in_a_group(tmp_path, smoke_profile):
 
     p = smoke_profile.replace(**{"train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]})
     source = load_checkpoint(train(p, tmp_path / "main", progress=False), 20)
-    jobs = [Job(p.replace(name=f"freeze-{g}"), tmp_path / g, init_model=reinit_component(source, g, seed=1))
-            for g in ("attention", "positional")]
+    jobs = [
+        Job(p.replace(name=f"freeze-{g}"), tmp_path / g, init_model=reinit_component(source, g, seed=1))
+        for g in ("attention", "positional")
+    ]
     train_group(jobs)
     for job in jobs:
         trained = load_model(checkpoint_dir(job.run_dir, 20))
@@ -564,23 +650,32 @@ def test_the_step_function_is_a_plain_adam_step_of_the_hf_model(smoke_profile):
         assert torch.equal(got, torch.stack(list(expected.values())).detach()), k
 
 
-def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(tmp_path, smoke_profile, monkeypatch,
-                                                                         logged):
+def test_a_compile_that_fails_falls_back_to_the_eager_step_with_a_notice(
+    tmp_path, smoke_profile, monkeypatch, logged
+):
     def broken_compile(fn, *args, **kwargs):
         def run(*a, **k):
             raise RuntimeError("no C++ compiler found\nsecond line")
+
         return run
+
     monkeypatch.setattr(torch, "compile", broken_compile)
-    p = smoke_profile.replace(**{"train.compile": True, "train.steps": 20, "checkpoints.post": 20,
-                                 "checkpoints.transition": [20]})
+    p = smoke_profile.replace(
+        **{"train.compile": True, "train.steps": 20, "checkpoints.post": 20, "checkpoints.transition": [20]}
+    )
     eager = load_metrics(train(p.replace(**{"train.compile": False}), tmp_path / "eager", progress=False))
     fell_back = load_metrics(train(p, tmp_path / "compiled", progress=False))
     err = logged.err().strip().splitlines()
     assert len(err) == 1 and "torch.compile failed" in err[0] and "no C++ compiler" in err[0]
     assert eager[LOSS_COLS].equals(fell_back[LOSS_COLS])
     ran = json.loads((tmp_path / "compiled" / STEP_RAN).read_text())  # what ran, from the first step
-    assert ran == {"planned": p.train.step, "variant": "compile", "ran": "eager",
-                   "fell_back": "RuntimeError: no C++ compiler found", "from_step": 1}
+    assert ran == {
+        "planned": p.train.step,
+        "variant": "compile",
+        "ran": "eager",
+        "fell_back": "RuntimeError: no C++ compiler found",
+        "from_step": 1,
+    }
     assert json.loads((tmp_path / "eager" / STEP_RAN).read_text())["fell_back"] is None
 
 
@@ -593,8 +688,17 @@ def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     profile.yaml still says train.fast; its Adam state was saved in torch Adam's layout. It
     resumes to step 40 and continues like a run trained here from the start, to fp32
     tolerance (the stacked forward summed in another order), with Adam's step counters at 40."""
-    p = smoke_profile.replace(**{"model.hidden": 4, "model.heads": 1, "model.layers": 1, "model.intermediate": 8,
-                                 "train.warmup": 30, "train.steps": 40, "checkpoints.post": 40})
+    p = smoke_profile.replace(
+        **{
+            "model.hidden": 4,
+            "model.heads": 1,
+            "model.layers": 1,
+            "model.intermediate": 8,
+            "train.warmup": 30,
+            "train.steps": 40,
+            "checkpoints.post": 40,
+        }
+    )
     run = shutil.copytree(STACKED_RUN, tmp_path / "old")
     assert "fast: true" in (run / "profile.yaml").read_text() and saved_steps(run) == [20]
     before = load_metrics(run)
@@ -606,7 +710,9 @@ def test_a_run_saved_by_the_stacked_path_resumes(tmp_path, smoke_profile):
     assert {s["step"].item() for s in state["optimizer"]["state"].values()} == {40.0}
 
 
-def test_a_group_of_runs_with_different_process_settings_is_refused_before_anything_is_written(tmp_path, smoke_profile):
+def test_a_group_of_runs_with_different_process_settings_is_refused_before_anything_is_written(
+    tmp_path, smoke_profile
+):
     """One process sets the device, the TF32 switch and the thread count once for all its runs;
     runs that differ in those cannot share a `train_group` call. Architectures may differ."""
     wide = smoke_profile.replace(**{"model.hidden": 32, "seed": 2})

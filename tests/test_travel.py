@@ -2,6 +2,7 @@
 today and at most 46 MiB once every slice's results are committed (each slice's budget,
 `results_mib` in results/paper-slices.yaml). The device tool refuses a call over 64 MiB;
 these limits leave the results room to grow."""
+
 import importlib.util
 import subprocess
 from pathlib import Path
@@ -19,8 +20,12 @@ NOW_MIB, ALL_SLICES_MIB = 16, 46
 
 def tracked_mib(under: Path | None = None) -> float:
     where = [str(under.relative_to(ROOT))] if under is not None else []
-    files = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", *where], capture_output=True, check=True).stdout
-    return sum((ROOT / f).stat().st_size for f in files.decode().split("\0") if f and (ROOT / f).is_file()) / MIB
+    files = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "-z", *where], capture_output=True, check=True
+    ).stdout
+    return (
+        sum((ROOT / f).stat().st_size for f in files.decode().split("\0") if f and (ROOT / f).is_file()) / MIB
+    )
 
 
 def kit_ceiling_mib() -> float:
@@ -36,8 +41,11 @@ def results_to_come(ledger: dict, have: dict) -> float:
     open_ = {s.name: s for s in ledger["slices"] if not slices.is_done(ledger, s, have)}
     members = {m for s in ledger["slices"] for m in s.joins}
     alone = sum(s.results_mib for n, s in open_.items() if n not in members and not s.joins)
-    joint = sum(max(s.results_mib, sum(open_[m].results_mib for m in s.joins if m in open_))
-                for s in open_.values() if s.joins)
+    joint = sum(
+        max(s.results_mib, sum(open_[m].results_mib for m in s.joins if m in open_))
+        for s in open_.values()
+        if s.joins
+    )
     return alone + joint
 
 
@@ -48,13 +56,21 @@ def test_what_travels_fits_today_and_with_every_slice_committed():
     ledger = slices.read_ledger()
     done = slices.done(slices.LEDGER.parent, ledger["name"])
     # every lease's results, the newest of each slice and the records kept beside them (an earlier path's A)
-    leases = {f.parent for pattern in ("*/" + slices.STATE, "*/device.json") for f in slices.LEDGER.parent.glob(pattern)}
+    leases = {
+        f.parent
+        for pattern in ("*/" + slices.STATE, "*/device.json")
+        for f in slices.LEDGER.parent.glob(pattern)
+    }
     results = sum(tracked_mib(folder) for folder in leases)
     to_come = results_to_come(ledger, done)
     assert tree - results + kit <= NOW_MIB, (
-        f"tracked {tree:.1f} MiB less the leases' results {results:.1f} + kit {kit:g} MiB is over {NOW_MIB} MiB")
+        f"tracked {tree:.1f} MiB less the leases' results {results:.1f} + kit {kit:g} MiB is over {NOW_MIB} MiB"
+    )
     assert tree + kit + to_come <= ALL_SLICES_MIB, (
-        f"tracked {tree:.1f} + kit {kit:g} + the slices to come {to_come:g} MiB is over {ALL_SLICES_MIB} MiB")
+        f"tracked {tree:.1f} + kit {kit:g} + the slices to come {to_come:g} MiB is over {ALL_SLICES_MIB} MiB"
+    )
     for name, folder in done.items():  # a done slice kept within what the ledger gave it
         planned = next(s for s in ledger["slices"] if s.name == name)
-        assert tracked_mib(folder) <= planned.results_mib, f"slice {name}: {tracked_mib(folder):.1f} MiB over its budget"
+        assert tracked_mib(folder) <= planned.results_mib, (
+            f"slice {name}: {tracked_mib(folder):.1f} MiB over its budget"
+        )

@@ -7,6 +7,7 @@ sentences name code the way the rest of the book does, in Markdown backticks, wh
 text would show as literal backticks. This extension turns each `code` span of a pasted
 text into an inline literal, as MyST renders it anywhere else; the bold goes in
 book/_static/tables.css. Everything else in the text stays as it was."""
+
 from __future__ import annotations
 
 import re
@@ -25,7 +26,7 @@ def literal_code_spans(node: nodes.Element) -> bool:
     children, at = [], 0
     for m in CODE.finditer(text):
         if m.start() > at:
-            children.append(nodes.Text(text[at:m.start()]))
+            children.append(nodes.Text(text[at : m.start()]))
         children.append(nodes.literal(m.group(1), m.group(1)))
         at = m.end()
     if at < len(text):

@@ -9,6 +9,7 @@ lead_time nowhere. Here, in every table of a raw HTML output,
   - a column name may break after each underscore (<wbr>), as a name with spaces breaks at
     its spaces.
 A table that still does not fit scrolls inside its output box (tables.css)."""
+
 from __future__ import annotations
 
 import re
@@ -24,7 +25,9 @@ def _cell(m: re.Match) -> str:
     tag, attrs, body = m.group(1), m.group(2), m.group(3)
     text = TAG.sub("", body).strip()
     if tag.lower() == "th":  # underscores in the text, not inside tags
-        body = "".join(part if part.startswith("<") else part.replace("_", "_<wbr>") for part in TAG.split(body))
+        body = "".join(
+            part if part.startswith("<") else part.replace("_", "_<wbr>") for part in TAG.split(body)
+        )
     elif text and not re.search(r"\s", text):
         if re.search(r'\bclass="', attrs):
             attrs = re.sub(r'\bclass="', 'class="nowrap ', attrs, count=1)

@@ -12,6 +12,7 @@
 Layers and heads are 0-indexed in code; `paper_heads` converts the paper's 1-indexed
 (layer, head) pairs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -30,7 +31,9 @@ def paper_heads(pairs: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
     for pair in pairs:
         layer, head = _as_pair(pair)
         if layer < 1 or head < 1:
-            raise ValueError(f"paper head {pair!r} is not 1-indexed (layers and heads start at 1 in the paper)")
+            raise ValueError(
+                f"paper head {pair!r} is not 1-indexed (layers and heads start at 1 in the paper)"
+            )
         out.add((layer - 1, head - 1))
     return out
 
@@ -74,10 +77,14 @@ def ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "uniform
             replacement = probs.mean(0, keepdim=True).expand_as(probs)
         which = torch.zeros(probs.shape[1], dtype=torch.bool, device=probs.device)
         which[heads] = True
-        return torch.where(which[None, :, None, None], replacement, probs)  # out of place: keeps autograd sane
+        return torch.where(
+            which[None, :, None, None], replacement, probs
+        )  # out of place: keeps autograd sane
 
-    return [(f"blocks.{layer}.attn.hook_pattern", lambda p, name, hs=hs: ablate(p, name, hs))
-            for layer, hs in sorted(ablated.items())]
+    return [
+        (f"blocks.{layer}.attn.hook_pattern", lambda p, name, hs=hs: ablate(p, name, hs))
+        for layer, hs in sorted(ablated.items())
+    ]
 
 
 def z_names(model) -> list[str]:
@@ -85,7 +92,9 @@ def z_names(model) -> list[str]:
     return [f"blocks.{l}.attn.hook_z" for l in range(model.config.num_hidden_layers)]
 
 
-def patching_hooks(model, cache: Mapping[str, torch.Tensor], layers: Iterable[int] | None = None) -> list[Hook]:
+def patching_hooks(
+    model, cache: Mapping[str, torch.Tensor], layers: Iterable[int] | None = None
+) -> list[Hook]:
     """Hooks that write stored per-head outputs (`cache["blocks.{l}.attn.hook_z"]`,
     `[batch, head, query, d_head]`, from `run_with_cache`) into the given layers (None:
     every layer, the paper's text; [last]: the authors' code). A patch replaces z after
@@ -99,13 +108,18 @@ def patching_hooks(model, cache: Mapping[str, torch.Tensor], layers: Iterable[in
             raise ValueError(f"no stored outputs for layer {layer} ({name} is not in the cache)")
         stored = cache[name].detach()
         if stored.ndim != 4 or stored.shape[1] != n_heads:
-            raise ValueError(f"stored outputs for layer {layer} have shape {tuple(stored.shape)}, "
-                             f"expected [batch, {n_heads} heads, query, d_head]")
+            raise ValueError(
+                f"stored outputs for layer {layer} have shape {tuple(stored.shape)}, "
+                f"expected [batch, {n_heads} heads, query, d_head]"
+            )
 
         def patch(z: torch.Tensor, name: str, stored=stored) -> torch.Tensor:
             if stored.shape != z.shape:
-                raise ValueError(f"stored outputs for {name} have shape {tuple(stored.shape)}, "
-                                 f"but this input gives {tuple(z.shape)}")
+                raise ValueError(
+                    f"stored outputs for {name} have shape {tuple(stored.shape)}, "
+                    f"but this input gives {tuple(z.shape)}"
+                )
             return stored.to(dtype=z.dtype, device=z.device)
+
         out.append((name, patch))
     return out

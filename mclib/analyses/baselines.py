@@ -15,13 +15,14 @@ The CVXPY programs use Clarabel (interior point, solved to ~1e-8, so the answer 
 problem's); solver="SCS" is cvxpy's default, likely the authors'. Each program is compiled
 once per process and n with cvxpy Parameters (DPP) and re-solved per matrix.
 """
+
 from __future__ import annotations
 
 import functools
 import os
 import warnings
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable
 
 import numpy as np
 import torch
@@ -31,6 +32,7 @@ SOLVER = "CLARABEL"
 
 
 # ----------------------------------------------------------------------------- input checks
+
 
 def _to_numpy(x, mask) -> tuple[np.ndarray, np.ndarray]:
     """Validated float64 X `[b, n, n]` with masked entries zeroed, and bool mask `[b, n, n]`."""
@@ -47,7 +49,9 @@ def _to_numpy(x, mask) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"mask must be boolean with True = masked, got dtype {ms.dtype}")
     n_obs = (~ms).sum(axis=(1, 2))
     if (n_obs == 0).any():
-        raise ValueError(f"matrix {int(np.argmax(n_obs == 0))} has every entry masked: nothing to complete from")
+        raise ValueError(
+            f"matrix {int(np.argmax(n_obs == 0))} has every entry masked: nothing to complete from"
+        )
     xs = np.where(ms, 0.0, xs.astype(np.float64))  # masked values are never used
     if not np.isfinite(xs).all():
         raise ValueError("x has a NaN or infinite value at an observed entry")
@@ -57,7 +61,9 @@ def _to_numpy(x, mask) -> tuple[np.ndarray, np.ndarray]:
 def _like(out: np.ndarray, x):
     """Return `out` as the same kind of array as the input X."""
     if isinstance(x, torch.Tensor):
-        return torch.from_numpy(out).to(device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32)
+        return torch.from_numpy(out).to(
+            device=x.device, dtype=x.dtype if x.is_floating_point() else torch.float32
+        )
     return out
 
 
@@ -75,6 +81,7 @@ def _check_rank(rank: int, n: int) -> int:
 
 # ----------------------------------------------------------------------------- nuclear norm
 
+
 def nuclear_norm(x):
     """`[batch]` nuclear norms (sum of singular values) of a batch `[batch, n, m]`, numpy or torch."""
     if isinstance(x, torch.Tensor):
@@ -87,7 +94,8 @@ def nuclear_norm(x):
 
 # ----------------------------------------------------------------------------- CVXPY programs
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _constrained_program(n: int):
     """min ‖U‖_* s.t. W∘U = Y, W the 0/1 observed indicator, Y = W∘X (Parameters; W∘X itself
     would not be DPP). One program serves every mask."""
@@ -98,7 +106,7 @@ def _constrained_program(n: int):
     return cp.Problem(cp.Minimize(cp.normNuc(u)), [cp.multiply(w, u) == y]), u, w, y
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _regularised_program(n: int):
     """min ‖W∘U − Y‖² + λ‖U‖_*, W = obs/√|Ω|, Y = W∘X: the E17 objective, 1/|Ω| folded into W
     to stay DPP; λ is a Parameter, so every λ reuses the compiled program."""
@@ -138,13 +146,23 @@ def regularised_one(x: np.ndarray, mask: np.ndarray, lam: float, solver: str = S
 
 # ----------------------------------------------------------------------------- batch driver
 
+
 def _run_chunk(method: Callable, xs: np.ndarray, ms: np.ndarray, kwargs: dict) -> np.ndarray:
     # Module-level so that worker processes can unpickle it; `[c, n, n]` → `[c, n, n]`.
     return np.stack([method(xi, mi, **kwargs) for xi, mi in zip(xs, ms)])
 
 
-def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool = True,
-                   *, chunk: int = 16, desc: str | None = None, **kwargs):
+def complete_batch(
+    method: Callable,
+    x,
+    mask,
+    workers: int = 1,
+    progress: bool = True,
+    *,
+    chunk: int = 16,
+    desc: str | None = None,
+    **kwargs,
+):
     """Run a per-matrix `method(x_i [n,n], mask_i [n,n], **kwargs) -> [n,n]` over a batch.
 
     x, mask `[batch, n, n]` (mask True = masked) → `[batch, n, n]` like x. `method` sees
@@ -160,14 +178,17 @@ def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool =
     if workers == 1:
         parts = []
         for s in starts:
-            parts.append(_run_chunk(method, xs[s:s + chunk], ms[s:s + chunk], kwargs))
+            parts.append(_run_chunk(method, xs[s : s + chunk], ms[s : s + chunk], kwargs))
             bar.update(len(parts[-1]))
     else:
         # fork: workers inherit the imported modules (and any compiled program) for free.
         import multiprocessing as mp
+
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
         with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 1), mp_context=ctx) as pool:
-            futures = [pool.submit(_run_chunk, method, xs[s:s + chunk], ms[s:s + chunk], kwargs) for s in starts]
+            futures = [
+                pool.submit(_run_chunk, method, xs[s : s + chunk], ms[s : s + chunk], kwargs) for s in starts
+            ]
             parts = []
             for f in futures:  # in order, so the output lines up with the input
                 parts.append(f.result())
@@ -178,28 +199,49 @@ def complete_batch(method: Callable, x, mask, workers: int = 1, progress: bool =
 
 # ----------------------------------------------------------------------------- E16, E17
 
+
 def nuclear_norm_complete(x, mask, solver: str = SOLVER, workers: int = 1, progress: bool = False):
     """E16: per matrix, min ‖U‖_* subject to U = X on Ω (Candès & Recht).
     x, mask `[batch, n, n]` → U like x; observed entries copied back, so L_obs = 0 exactly."""
     xs, ms = _to_numpy(x, mask)
-    u = complete_batch(constrained_one, xs, ms, workers=workers, progress=progress,
-                       desc="nuclear norm", solver=solver)
+    u = complete_batch(
+        constrained_one, xs, ms, workers=workers, progress=progress, desc="nuclear norm", solver=solver
+    )
     return _like(np.where(ms, u, xs), x)
 
 
-def regularised_nuclear_norm(x, mask, lam: float, solver: str = SOLVER, workers: int = 1,
-                             *, progress: bool = False):
+def regularised_nuclear_norm(
+    x, mask, lam: float, solver: str = SOLVER, workers: int = 1, *, progress: bool = False
+):
     """E17: per matrix, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* (the authors' objective).
     x, mask `[batch, n, n]` → U like x. Observed entries are fitted, not kept (E17's L_obs)."""
     lam = _check_lam(lam)
-    return complete_batch(regularised_one, x, mask, workers=workers, progress=progress,
-                          desc=f"regularised λ={lam:g}", lam=lam, solver=solver)
+    return complete_batch(
+        regularised_one,
+        x,
+        mask,
+        workers=workers,
+        progress=progress,
+        desc=f"regularised λ={lam:g}",
+        lam=lam,
+        solver=solver,
+    )
 
 
 # ----------------------------------------------------------------------------- vectorised methods
 
-def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.95,
-                *, max_iter: int = 3000, tol: float = 1e-8, keep_observed: bool = False):
+
+def soft_impute(
+    x,
+    mask,
+    lam: float,
+    rank: int | None = None,
+    decay: float = 0.95,
+    *,
+    max_iter: int = 3000,
+    tol: float = 1e-8,
+    keep_observed: bool = False,
+):
     """Soft-impute (Mazumder, Hastie & Tibshirani 2010), vectorised over the batch.
 
     Solves the E17 problem (same λ as `regularised_nuclear_norm`) by the proximal step
@@ -224,7 +266,7 @@ def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.9
     u = prev = np.zeros_like(xs)  # [b, n, n]
     t = 1.0
     for k in range(max_iter):
-        tau_k = np.maximum(tau, tau0 * decay ** k)
+        tau_k = np.maximum(tau, tau0 * decay**k)
         y = u
         if rank is None:  # FISTA extrapolation
             t, t_old = (1 + np.sqrt(1 + 4 * t * t)) / 2, t
@@ -234,17 +276,32 @@ def soft_impute(x, mask, lam: float, rank: int | None = None, decay: float = 0.9
         if rank is not None:
             s[:, rank:] = 0.0
         prev, u = u, (uu * s[:, None, :]) @ vt
-        change = ((u - prev) ** 2).sum(axis=(1, 2)) / np.maximum((u ** 2).sum(axis=(1, 2)), 1e-300)
+        change = ((u - prev) ** 2).sum(axis=(1, 2)) / np.maximum((u**2).sum(axis=(1, 2)), 1e-300)
         if (tau_k == tau).all() and change.max() < tol:
             break
     else:
-        warnings.warn(f"soft_impute: not converged after {max_iter} iterations "
-                      f"(max relative change {change.max():.2e})", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"soft_impute: not converged after {max_iter} iterations "
+            f"(max relative change {change.max():.2e})",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     return _like(np.where(ms, u, xs) if keep_observed else u, x)
 
 
-def als_complete(x, mask, rank: int, ridge: float = 1e-4, n_iter: int = 300, *, init: str = "spectral",
-                 seed: int = 0, ridge_start: float = 1.0, decay: float = 0.95, keep_observed: bool = False):
+def als_complete(
+    x,
+    mask,
+    rank: int,
+    ridge: float = 1e-4,
+    n_iter: int = 300,
+    *,
+    init: str = "spectral",
+    seed: int = 0,
+    ridge_start: float = 1.0,
+    decay: float = 0.95,
+    keep_observed: bool = False,
+):
     """Alternating least squares with a known rank, vectorised over the batch (and rows).
 
     Per matrix, min over A, B `[n, r]` of Σ_Ω (X − ABᵀ)² + ridge(‖A‖² + ‖B‖²), solving
@@ -281,7 +338,7 @@ def als_complete(x, mask, rank: int, ridge: float = 1e-4, n_iter: int = 300, *, 
 
     wt, xt = w.transpose(0, 2, 1), xs.transpose(0, 2, 1)
     for k in range(n_iter):
-        rg = max(ridge, ridge_start * decay ** k)
+        rg = max(ridge, ridge_start * decay**k)
         fac_a = rows(w, xs, fac_b, rg)
         fac_b = rows(wt, xt, fac_a, rg)
     u = fac_a @ fac_b.transpose(0, 2, 1)

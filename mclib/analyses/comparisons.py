@@ -21,6 +21,7 @@ The solvers' results, kept: a table needs only each method's `matrix_stats` per 
 masks, and runs a method only for a key it lacks; `Solves.save` writes them as one gzipped
 CSV, which `open_solves` reads (chapter 06 then solves nothing where its draws match).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -31,8 +32,8 @@ import inspect
 import io
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -50,11 +51,19 @@ SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 ste
 
 # --- the solvers' results, kept (the module docstring) ----------------------------------------------
 
+
 class SolverCacheError(ValueError):
     """A solver cache file that cannot be read as one; the message is one line naming the file."""
 
 
-ABOUT = ("n", "rank", "p_mask", "dist", "seed", "matrices")  # the draw a block's matrices are the first rows of
+ABOUT = (
+    "n",
+    "rank",
+    "p_mask",
+    "dist",
+    "seed",
+    "matrices",
+)  # the draw a block's matrices are the first rows of
 CACHE_COLUMNS = ("method", "setting", *ABOUT, "digest", "index", *STATS)
 UNCHANGING = ("workers", "progress")  # a solver's arguments that do not change its answer
 NEEDS_CVXPY = ("nuclear_norm_complete", "regularised_nuclear_norm")
@@ -69,22 +78,31 @@ def digest(x: np.ndarray, mask: np.ndarray) -> str:
 def setting(func: Callable, kwargs: dict) -> str:
     """'soft_impute(rank=2, decay=0.95, ..., lam=0.0005)': the solver and every argument that
     changes its answer, its defaults included, so that a changed default changes the key."""
-    args = {k: p.default for k, p in inspect.signature(func).parameters.items()
-            if p.default is not inspect.Parameter.empty and k not in UNCHANGING}
+    args = {
+        k: p.default
+        for k, p in inspect.signature(func).parameters.items()
+        if p.default is not inspect.Parameter.empty and k not in UNCHANGING
+    }
     args.update(kwargs)
     return f"{func.__name__}({', '.join(f'{k}={v!r}' for k, v in args.items())})"
 
 
 def describe(about: dict, rows: int) -> str:
     """'7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 512 matrices' (or 'the first 512 of 1024')."""
-    size = f"{rows} matrices" if rows == about["matrices"] else f"the first {rows} of {about['matrices']} matrices"
-    return (f"{about['n']}×{about['n']} rank {about['rank']}, p_mask {about['p_mask']:g}, {about['dist']} factors, "
-            f"seed {about['seed']}, {size}")
+    size = (
+        f"{rows} matrices"
+        if rows == about["matrices"]
+        else f"the first {rows} of {about['matrices']} matrices"
+    )
+    return (
+        f"{about['n']}×{about['n']} rank {about['rank']}, p_mask {about['p_mask']:g}, {about['dist']} factors, "
+        f"seed {about['seed']}, {size}"
+    )
 
 
 @dataclasses.dataclass
 class Block:
-    about: dict                   # ABOUT: the draw (`_batch`) whose first rows the method saw
+    about: dict  # ABOUT: the draw (`_batch`) whose first rows the method saw
     stats: dict[str, np.ndarray]  # `matrix_stats`, `[rows]` each
 
     @property
@@ -99,8 +117,17 @@ class Solves:
     the file. log: say each block solved, with its time. reuse: another `Solves` asked first;
     its hits go to `reused`, not `blocks`, so `save` writes only this one's."""
 
-    def __init__(self, blocks: dict | None = None, path: Path | None = None, *, note: str = "", hint: str = "",
-                 say: Callable = print, log: bool = False, reuse: Solves | None = None):
+    def __init__(
+        self,
+        blocks: dict | None = None,
+        path: Path | None = None,
+        *,
+        note: str = "",
+        hint: str = "",
+        say: Callable = print,
+        log: bool = False,
+        reuse: Solves | None = None,
+    ):
         self.blocks: dict[tuple[str, str, str], Block] = dict(blocks or {})
         self.read = frozenset(self.blocks)  # the keys read from the file
         self.path, self.note, self.hint, self.say, self.log, self.reuse = path, note, hint, say, log, reuse
@@ -108,8 +135,9 @@ class Solves:
         self.reused: dict[tuple[str, str, str], Block] = {}  # the keys read from `reuse`
         self.told = False
 
-    def get(self, method: str, how: tuple[Callable, dict], x: np.ndarray, mask: np.ndarray,
-            about: dict) -> dict[str, np.ndarray]:
+    def get(
+        self, method: str, how: tuple[Callable, dict], x: np.ndarray, mask: np.ndarray, about: dict
+    ) -> dict[str, np.ndarray]:
         """`matrix_stats` of method how = (func, kwargs), func(x, mask, **kwargs), on x, mask
         `[rows, n, n]`: the first rows of the draw `about` (`_batch`)."""
         func, kwargs = how
@@ -140,7 +168,9 @@ class Solves:
         """The file to name for a key held nowhere, and why: `reuse`'s where it has a block of
         the same draw (it was built for it), else this one's (None, "" where none was read)."""
         r = self.reuse
-        if r is not None and any(k[0] == key[0] and b.about == about and b.rows == rows for k, b in r.blocks.items()):
+        if r is not None and any(
+            k[0] == key[0] and b.about == about and b.rows == rows for k, b in r.blocks.items()
+        ):
             return r.path, r.why_not(key, about, rows)
         return (self.path, self.why_not(key, about, rows)) if self.path is not None else (None, "")
 
@@ -154,17 +184,25 @@ class Solves:
             there = next(k[1] for k in same if k[2] == dig)
             return f"it solved {method} on {here} with {there}, this chapter asks {how}"
         if same:
-            return (f"its {method} matrices for {here} are other matrices (sha256 {same[0][2][:12]}… there, "
-                    f"{dig[:12]}… here): the matrices or masks drawn for it changed since the file was built")
+            return (
+                f"its {method} matrices for {here} are other matrices (sha256 {same[0][2][:12]}… there, "
+                f"{dig[:12]}… here): the matrices or masks drawn for it changed since the file was built"
+            )
         if not mine:
             return f"it has no {method} results"
-        nearest = min(mine.values(), key=lambda b: sum(b.about[f] != about[f] for f in ABOUT) + (b.rows != rows))
+        nearest = min(
+            mine.values(), key=lambda b: sum(b.about[f] != about[f] for f in ABOUT) + (b.rows != rows)
+        )
         return f"it has no {method} results for {here}; the nearest it has: {describe(nearest.about, nearest.rows)}"
 
     def frame(self) -> pd.DataFrame:
         """One row per matrix of every block held: CACHE_COLUMNS."""
-        parts = [pd.DataFrame({"method": m, "setting": how, **b.about, "digest": dig, "index": np.arange(b.rows),
-                               **b.stats}) for (m, how, dig), b in self.blocks.items()]
+        parts = [
+            pd.DataFrame(
+                {"method": m, "setting": how, **b.about, "digest": dig, "index": np.arange(b.rows), **b.stats}
+            )
+            for (m, how, dig), b in self.blocks.items()
+        ]
         if not parts:  # everything read from another file (`reuse`)
             return pd.DataFrame(columns=list(CACHE_COLUMNS))
         return pd.concat(parts, ignore_index=True)[list(CACHE_COLUMNS)]
@@ -177,8 +215,11 @@ class Solves:
         frame, note = self.frame(), " ".join(note.split())
 
         def write(tmp: Path) -> None:
-            with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz, \
-                    io.TextIOWrapper(gz, encoding="utf-8", newline="") as f:
+            with (
+                open(tmp, "wb") as raw,
+                gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+                io.TextIOWrapper(gz, encoding="utf-8", newline="") as f,
+            ):
                 f.write(f"# {note}\n")
                 frame.to_csv(f, index=False, lineterminator="\n")
 
@@ -189,8 +230,11 @@ def _need_cvxpy(method: str, what: str, why: str, hint: str) -> None:
     try:
         importlib.import_module("cvxpy")  # the solvers import it when they first run
     except ImportError:
-        raise ModuleNotFoundError(f"{method} on {what} needs cvxpy, which is not installed here"
-                                  + (f" ({why})" if why else "") + (f"; {hint}" if hint else "")) from None
+        raise ModuleNotFoundError(
+            f"{method} on {what} needs cvxpy, which is not installed here"
+            + (f" ({why})" if why else "")
+            + (f"; {hint}" if hint else "")
+        ) from None
 
 
 def _one_line(e: BaseException) -> str:
@@ -206,7 +250,9 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
         with gzip.open(path, "rt", encoding="utf-8", newline="") as f:
             note = f.readline()
             if not note.startswith("# "):
-                raise SolverCacheError(f"{bad}: its first line is not the '# ...' note a solver cache starts with")
+                raise SolverCacheError(
+                    f"{bad}: its first line is not the '# ...' note a solver cache starts with"
+                )
             # every column as text: the numbers are parsed by Python's float(), which reads back exactly
             # what `save` wrote (pandas' own parser need not, and its precision option is going away)
             table = pd.read_csv(f, dtype=str, keep_default_na=False)
@@ -217,8 +263,15 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
     missing = [c for c in CACHE_COLUMNS if c not in table.columns]
     if missing:
         raise SolverCacheError(f"{bad}: no column {', '.join(missing)}")
-    for c, kind in (("n", int), ("rank", int), ("seed", int), ("matrices", int), ("index", int), ("p_mask", float),
-                    *((c, float) for c in STATS)):
+    for c, kind in (
+        ("n", int),
+        ("rank", int),
+        ("seed", int),
+        ("matrices", int),
+        ("index", int),
+        ("p_mask", float),
+        *((c, float) for c in STATS),
+    ):
         try:
             table[c] = np.array([kind(v) for v in table[c]], dtype=kind)
         except ValueError:
@@ -228,11 +281,19 @@ def read_solves(path: Path, *, hint: str = "", say: Callable = print) -> Solves:
     blocks = {}
     for (method, how, dig), g in table.groupby(["method", "setting", "digest"], sort=False):
         if not (g["index"].to_numpy() == np.arange(len(g))).all() or (g[list(ABOUT)].nunique() > 1).any():
-            raise SolverCacheError(f"{bad}: the block of {method} with sha256 {dig[:12]}… is damaged (its rows are "
-                                   "not one draw's matrices 0, 1, 2, ... in order)")
+            raise SolverCacheError(
+                f"{bad}: the block of {method} with sha256 {dig[:12]}… is damaged (its rows are "
+                "not one draw's matrices 0, 1, 2, ... in order)"
+            )
         first = g.iloc[0]
-        about = {"n": int(first.n), "rank": int(first["rank"]), "p_mask": float(first.p_mask), "dist": str(first.dist),
-                 "seed": int(first.seed), "matrices": int(first.matrices)}
+        about = {
+            "n": int(first.n),
+            "rank": int(first["rank"]),
+            "p_mask": float(first.p_mask),
+            "dist": str(first.dist),
+            "seed": int(first.seed),
+            "matrices": int(first.matrices),
+        }
         blocks[(method, how, dig)] = Block(about, {s: g[s].to_numpy(dtype=float) for s in STATS})
     return Solves(blocks, path, note=note[2:].strip(), hint=hint, say=say)
 
@@ -247,25 +308,42 @@ def open_solves(path: Path, *, hint: str = "", say: Callable = print, reuse: Pat
     path = Path(path)
 
     def stamp(p: Path):
-        return (str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else (str(p.resolve()), None)
+        return (
+            (str(p.resolve()), p.stat().st_mtime_ns, p.stat().st_size)
+            if p.is_file()
+            else (str(p.resolve()), None)
+        )
 
-    reuse = Path(reuse) if reuse is not None and Path(reuse).is_file() and stamp(Path(reuse)) != stamp(path) else None
+    reuse = (
+        Path(reuse)
+        if reuse is not None and Path(reuse).is_file() and stamp(Path(reuse)) != stamp(path)
+        else None
+    )
     key = (stamp(path), stamp(reuse) if reuse is not None else None)
     if key not in _OPEN:
         other = read_solves(reuse, say=say) if reuse is not None else None
         if key[0][1] is None:
-            rest = f"what {reuse} does not hold is solved here" if other is not None else "the solvers run here"
+            rest = (
+                f"what {reuse} does not hold is solved here" if other is not None else "the solvers run here"
+            )
             say(f"No solver cache at {path}: {rest}" + (f" ({hint})" if hint else ""))
-            _OPEN[key] = Solves(hint=f"there is no solver cache at {path}" + (f"; {hint}" if hint else ""), say=say,
-                                reuse=other)
+            _OPEN[key] = Solves(
+                hint=f"there is no solver cache at {path}" + (f"; {hint}" if hint else ""),
+                say=say,
+                reuse=other,
+            )
         else:
             s = _OPEN[key] = read_solves(path, hint=hint, say=say)
             s.reuse = other
-            say(f"Solver results read from {path} ({s.note}): {len(s.blocks)} blocks, "
-                f"{sum(b.rows for b in s.blocks.values()):,} matrices")
+            say(
+                f"Solver results read from {path} ({s.note}): {len(s.blocks)} blocks, "
+                f"{sum(b.rows for b in s.blocks.values()):,} matrices"
+            )
         if other is not None:
-            say(f"Solver results read first from {reuse} where it holds the same matrices, masks and solver settings "
-                f"({other.note}): {len(other.blocks)} blocks, {sum(b.rows for b in other.blocks.values()):,} matrices")
+            say(
+                f"Solver results read first from {reuse} where it holds the same matrices, masks and solver settings "
+                f"({other.note}): {len(other.blocks)} blocks, {sum(b.rows for b in other.blocks.values()):,} matrices"
+            )
     return _OPEN[key]
 
 
@@ -275,14 +353,23 @@ SESSION = Solves()  # the tables' default: what this process solved, shared (E16
 
 # --- the tables -------------------------------------------------------------------------------
 
-def _batch(data: DataConfig, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None):
+
+def _batch(
+    data: DataConfig, n_matrices: int, seed: int, p_mask: float | None = None, dist: str | None = None
+):
     """The batch every method sees, as numpy x `[batch, n, n]` float64 and mask bool, and `about`
     the draw (ABOUT)."""
     if p_mask is not None:
         data = dataclasses.replace(data, p_mask=p_mask)
     b = sample_eval_batch(data, n_matrices, seed, dist)
-    about = {"n": int(data.n), "rank": int(data.rank), "p_mask": float(data.p_mask), "dist": dist or data.dist,
-             "seed": int(seed), "matrices": int(n_matrices)}
+    about = {
+        "n": int(data.n),
+        "rank": int(data.rank),
+        "p_mask": float(data.p_mask),
+        "dist": dist or data.dist,
+        "seed": int(seed),
+        "matrices": int(n_matrices),
+    }
     return b, b.x.double().numpy(), b.mask.numpy(), about
 
 
@@ -294,8 +381,9 @@ def _bert(model, batch) -> dict[str, np.ndarray]:
 NUCLEAR = (B.nuclear_norm_complete, {})  # E16's solver: (method, its arguments)
 
 
-def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int, *,
-                  solves: Solves | None = None) -> pd.DataFrame:
+def nuclear_sweep(
+    model, data: DataConfig, p_masks, n_matrices: int, seed: int, *, solves: Solves | None = None
+) -> pd.DataFrame:
     """E16: for each p_mask, min ‖U‖_* s.t. U = X on Ω, and BERT on the same matrices.
     One row per (p_mask, method: BERT, nuclear norm, truth = X itself) with
     `per_matrix.completion_row`'s columns; BERT's rows add `per_matrix.paired`'s for BERT minus
@@ -307,22 +395,34 @@ def nuclear_sweep(model, data: DataConfig, p_masks, n_matrices: int, seed: int, 
         solver = solves.get("nuclear norm", NUCLEAR, x, mask, about)
         if model is not None:
             bert = _bert(model, batch)
-            rows.append({"p_mask": p, "method": "BERT", **stats_row(bert, mask), **stats_paired(bert, solver, mask)})
+            rows.append(
+                {"p_mask": p, "method": "BERT", **stats_row(bert, mask), **stats_paired(bert, solver, mask)}
+            )
         for method, st in (("nuclear norm", solver), ("truth", matrix_stats(x, x, mask))):
             rows.append({"p_mask": p, "method": method, **stats_row(st, mask)})
     return pd.DataFrame(rows)
 
 
-def regularised_table(data: DataConfig, lams, n_matrices: int, seed: int, model=None, *,
-                      solves: Solves | None = None) -> pd.DataFrame:
+def regularised_table(
+    data: DataConfig, lams, n_matrices: int, seed: int, model=None, *, solves: Solves | None = None
+) -> pd.DataFrame:
     """E17: per λ, min (1/|Ω|) Σ_Ω (U − X)² + λ‖U‖_* on the same matrices; one row per λ
     (lam, L_obs, L_mask, L and their _se), and a last row "BERT" (lam NaN) if a model is given."""
     solves = SESSION if solves is None else solves
     batch, x, mask, about = _batch(data, n_matrices, seed)
-    rows = [{"method": f"λ = {lam:g}", "lam": lam,
-             **stats_row(solves.get(f"regularised, λ = {lam:g}", (B.regularised_nuclear_norm, {"lam": lam}), x, mask,
-                                    about), mask)}
-            for lam in lams]
+    rows = [
+        {
+            "method": f"λ = {lam:g}",
+            "lam": lam,
+            **stats_row(
+                solves.get(
+                    f"regularised, λ = {lam:g}", (B.regularised_nuclear_norm, {"lam": lam}), x, mask, about
+                ),
+                mask,
+            ),
+        }
+        for lam in lams
+    ]
     if model is not None:
         rows.append({"method": "BERT", "lam": float("nan"), **stats_row(_bert(model, batch), mask)})
     return pd.DataFrame(rows)
@@ -343,13 +443,30 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
         if r["lam"] not in PAPER_E17:
             continue
         for q, theirs in zip(E17_LOSSES, PAPER_E17[r["lam"]]):
-            rows.append({"lam": r["lam"], "quantity": q, "ours": r[q], "se": r[f"{q}_se"], "paper": theirs,
-                         "rel_dev": r[q] / theirs - 1, "z": (r[q] - theirs) / r[f"{q}_se"]})
+            rows.append(
+                {
+                    "lam": r["lam"],
+                    "quantity": q,
+                    "ours": r[q],
+                    "se": r[f"{q}_se"],
+                    "paper": theirs,
+                    "rel_dev": r[q] / theirs - 1,
+                    "z": (r[q] - theirs) / r[f"{q}_se"],
+                }
+            )
     return pd.DataFrame(rows)
 
 
-def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("uniform", "gaussian", "laplace"),
-              *, solver_matrices: int | None = None, solves: Solves | None = None) -> pd.DataFrame:
+def ood_table(
+    model,
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    dists=("uniform", "gaussian", "laplace"),
+    *,
+    solver_matrices: int | None = None,
+    solves: Solves | None = None,
+) -> pd.DataFrame:
     """E18: BERT and the E16 solver on matrices with factors from each of `dists`. The solver
     sees the first `solver_matrices` (None: all; 0: none); model None: the solver alone.
     Extra columns: matrices, copy_level (E[X²]), L_mask_rel = L_mask / E[X²], outside (share
@@ -367,8 +484,17 @@ def ood_table(model, data: DataConfig, n_matrices: int, seed: int, dists=("unifo
         outside = float((np.abs(x) > d.rank).mean())
         for method, st, m in methods:
             row = stats_row(st, mask[:m])
-            rows.append({"dist": dist, "method": method, "matrices": m, **row, "copy_level": level,
-                         "L_mask_rel": row["L_mask"] / level, "outside": outside})
+            rows.append(
+                {
+                    "dist": dist,
+                    "method": method,
+                    "matrices": m,
+                    **row,
+                    "copy_level": level,
+                    "L_mask_rel": row["L_mask"] / level,
+                    "outside": outside,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -382,8 +508,9 @@ def classical_methods(rank: int) -> dict[str, tuple[Callable, dict]]:
     }
 
 
-def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
-                    solves: Solves | None = None) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+def classical_table(
+    model, data: DataConfig, n_matrices: int, seed: int, *, solves: Solves | None = None
+) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """`classical_methods` and BERT (model None: left out) on the same matrices. Returns the
     table (one row per method, `per_matrix.completion_row`'s columns, plus BERT minus that
     method as BERT_d_L, BERT_d_L_mask, BERT_better and their _se) and {method: per-matrix L_mask}."""
@@ -395,7 +522,12 @@ def classical_table(model, data: DataConfig, n_matrices: int, seed: int, *,
     for k, st in stats.items():
         row = {"method": k, **stats_row(st, mask)}
         if model is not None and k != "BERT":
-            row.update({f"BERT_{q.replace('a_better', 'better')}": v for q, v in stats_paired(stats["BERT"], st, mask).items()})
+            row.update(
+                {
+                    f"BERT_{q.replace('a_better', 'better')}": v
+                    for q, v in stats_paired(stats["BERT"], st, mask).items()
+                }
+            )
         rows.append(row)
     return pd.DataFrame(rows), {k: matrix_l_mask(st, mask) for k, st in stats.items()}
 
@@ -414,12 +546,23 @@ def main(argv=None) -> None:
     task = paper.task()
     reg = regularised_table(task, list(PAPER_E17), args.matrices, args.seed)
     t = e17_beside_paper(reg)
-    print(f"E17 on the paper's task ({task.n}x{task.n}, rank {task.rank}, p_mask {task.p_mask:g}, {task.dist} "
-          f"factors), {args.matrices} matrices, evaluation seed {args.seed}")
-    print(t[["lam", "quantity", "ours", "se", "paper", "rel_dev", "z"]].to_string(
-        index=False, formatters={"lam": "{:g}".format, "ours": "{:.5g}".format, "se": "{:.2g}".format,
-                                 "paper": "{:.5g}".format, "rel_dev": "{:+.1%}".format,
-                                 "z": "{:+.1f}".format}))
+    print(
+        f"E17 on the paper's task ({task.n}x{task.n}, rank {task.rank}, p_mask {task.p_mask:g}, {task.dist} "
+        f"factors), {args.matrices} matrices, evaluation seed {args.seed}"
+    )
+    print(
+        t[["lam", "quantity", "ours", "se", "paper", "rel_dev", "z"]].to_string(
+            index=False,
+            formatters={
+                "lam": "{:g}".format,
+                "ours": "{:.5g}".format,
+                "se": "{:.2g}".format,
+                "paper": "{:.5g}".format,
+                "rel_dev": "{:+.1%}".format,
+                "z": "{:+.1f}".format,
+            },
+        )
+    )
 
 
 if __name__ == "__main__":

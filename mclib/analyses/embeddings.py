@@ -8,6 +8,7 @@ rows grouped by column (and, as a control, by row) as a number per checkpoint.
 `embedding_progress(run_dir)` gathers the scores of every saved checkpoint;
 `token_projections(run_dir, steps)` gives E13's coordinates at chosen checkpoints.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,6 +34,7 @@ SILHOUETTE_METRIC = "cosine"
 
 
 # ---- token embeddings (E12, E13) -------------------------------------------------
+
 
 def value_range(rank: int) -> tuple[float, float]:
     """(lo, hi) = ±min(rank, 1.5): the token values the task can produce (|x| ≤ rank)."""
@@ -67,8 +69,13 @@ def token_rows(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> np.ndarray:
 
 def token_norms(model, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
     """E12a: value, id, ℓ2 norm of its embedding row."""
-    return pd.DataFrame({"value": token_values(lo, hi), "id": token_ids(lo, hi).numpy(),
-                         "norm": np.linalg.norm(token_rows(model, lo, hi), axis=1)})
+    return pd.DataFrame(
+        {
+            "value": token_values(lo, hi),
+            "id": token_ids(lo, hi).numpy(),
+            "norm": np.linalg.norm(token_rows(model, lo, hi), axis=1),
+        }
+    )
 
 
 def norm_symmetry(values: np.ndarray, norms: np.ndarray) -> float:
@@ -90,7 +97,9 @@ def project(rows: np.ndarray, pca: PCA, centred: bool = False) -> np.ndarray:
     """`[values, hidden]` -> `[values, 2]` on the PCA's components; centred=False is the
     authors' E13 (no mean removed), True removes the rows' own mean first."""
     if rows.shape[1] != pca.components_.shape[1]:
-        raise ValueError(f"rows have hidden size {rows.shape[1]}, the PCA was fitted on {pca.components_.shape[1]}")
+        raise ValueError(
+            f"rows have hidden size {rows.shape[1]}, the PCA was fitted on {pca.components_.shape[1]}"
+        )
     if centred:
         rows = rows - rows.mean(0)
     return rows @ pca.components_.T
@@ -117,8 +126,12 @@ def component_tracks(proj: np.ndarray, values: np.ndarray) -> pd.DataFrame:
     """|Pearson r| of each coordinate with x, |x| and sign(x): E12's "one component
     tracks |x|, the other the sign" as numbers."""
     feats = {"x": values, "abs_x": np.abs(values), "sign_x": np.sign(values)}
-    return pd.DataFrame([{"component": k + 1, **{f: abs(np.corrcoef(proj[:, k], v)[0, 1]) for f, v in feats.items()}}
-                         for k in range(proj.shape[1])])
+    return pd.DataFrame(
+        [
+            {"component": k + 1, **{f: abs(np.corrcoef(proj[:, k], v)[0, 1]) for f, v in feats.items()}}
+            for k in range(proj.shape[1])
+        ]
+    )
 
 
 # ---- position embeddings (E14) ---------------------------------------------------
@@ -145,16 +158,18 @@ def position_norms(rows: np.ndarray, n: int) -> pd.DataFrame:
     return position_frame(n).assign(norm=np.linalg.norm(rows, axis=1))
 
 
-def position_tsne(rows: np.ndarray, n: int, seed: int = 0,
-                  perplexity: float = TSNE_PERPLEXITY) -> pd.DataFrame:
+def position_tsne(
+    rows: np.ndarray, n: int, seed: int = 0, perplexity: float = TSNE_PERPLEXITY
+) -> pd.DataFrame:
     """E14: 2-D t-SNE of the n² position rows: position, row, column, x, y (colour by column)."""
     _check_positions(rows, n)
     xy = TSNE(n_components=2, perplexity=perplexity, random_state=seed, init="pca").fit_transform(rows)
     return position_frame(n).assign(x=xy[:, 0], y=xy[:, 1])
 
 
-def position_silhouette(rows: np.ndarray, n: int, by: str = "column",
-                        metric: str = SILHOUETTE_METRIC) -> float:
+def position_silhouette(
+    rows: np.ndarray, n: int, by: str = "column", metric: str = SILHOUETTE_METRIC
+) -> float:
     """Silhouette of the n² position rows grouped by column (or row): near 1 for tight
     separate groups, near 0 when the grouping says nothing about where the rows are."""
     _check_positions(rows, n)
@@ -171,8 +186,16 @@ def _check_positions(rows: np.ndarray, n: int) -> None:
 
 # ---- progress over a run ---------------------------------------------------------
 
-def embedding_progress(run_dir: str | Path, final_step: int | None = None, centred: bool = True,
-                       metric: str = SILHOUETTE_METRIC, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> pd.DataFrame:
+
+def embedding_progress(
+    run_dir: str | Path,
+    final_step: int | None = None,
+    centred: bool = True,
+    metric: str = SILHOUETTE_METRIC,
+    *,
+    lo: float = VALUE_LO,
+    hi: float = VALUE_HI,
+) -> pd.DataFrame:
     """One row per saved checkpoint: step, column_silhouette, row_silhouette, position_norm,
     middle_row_norm (over position_norm: E14's dip), token_norm_symmetry, token_alignment
     (with the PCA of `final_step`, default the last; centred, since uncentred cosines are
@@ -194,21 +217,30 @@ def embedding_progress(run_dir: str | Path, final_step: int | None = None, centr
         pos = position_rows(model, n)
         norms = np.linalg.norm(pos, axis=1)
         tok = token_rows(model, lo, hi)
-        out.append({
-            "step": step,
-            "column_silhouette": position_silhouette(pos, n, "column", metric),
-            "row_silhouette": position_silhouette(pos, n, "row", metric),
-            "position_norm": norms.mean(),
-            "middle_row_norm": norms[(n // 2) * n:(n // 2 + 1) * n].mean() / norms.mean(),
-            "token_norm_symmetry": norm_symmetry(values, np.linalg.norm(tok, axis=1)),
-            "token_alignment": alignment(project(tok, pca, centred), final_proj),
-            "token_captured": captured_variance(tok, pca),
-        })
+        out.append(
+            {
+                "step": step,
+                "column_silhouette": position_silhouette(pos, n, "column", metric),
+                "row_silhouette": position_silhouette(pos, n, "row", metric),
+                "position_norm": norms.mean(),
+                "middle_row_norm": norms[(n // 2) * n : (n // 2 + 1) * n].mean() / norms.mean(),
+                "token_norm_symmetry": norm_symmetry(values, np.linalg.norm(tok, axis=1)),
+                "token_alignment": alignment(project(tok, pca, centred), final_proj),
+                "token_captured": captured_variance(tok, pca),
+            }
+        )
     return pd.DataFrame(out)
 
 
-def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
-                      initial=None, *, lo: float = VALUE_LO, hi: float = VALUE_HI) -> tuple[pd.DataFrame, pd.DataFrame]:
+def token_projections(
+    run_dir: str | Path,
+    steps,
+    final_step: int | None = None,
+    initial=None,
+    *,
+    lo: float = VALUE_LO,
+    hi: float = VALUE_HI,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """E13 at `steps`: token rows lo … hi projected, uncentred and centred, onto the PCA(2)
     plane of `final_step`'s (default the last). Returns (coords: step, centred, value, pc1,
     pc2; summary: step, alignment_uncentred, alignment_centred, captured). initial: a model
@@ -229,8 +261,11 @@ def token_projections(run_dir: str | Path, steps, final_step: int | None = None,
         out = {"step": step}
         for centred in (False, True):
             proj = project(rows, pca, centred)
-            coords.append(pd.DataFrame({"step": step, "centred": centred, "value": values,
-                                        "pc1": proj[:, 0], "pc2": proj[:, 1]}))
+            coords.append(
+                pd.DataFrame(
+                    {"step": step, "centred": centred, "value": values, "pc1": proj[:, 0], "pc2": proj[:, 1]}
+                )
+            )
             out[f"alignment_{'centred' if centred else 'uncentred'}"] = alignment(proj, finals[centred])
         out["captured"] = captured_variance(rows, pca)
         summary.append(out)

@@ -11,6 +11,7 @@ activation), with activation patching (E8); and the runs of one task side by sid
 The same seed gives the same batch, so calls that differ only in the intervention compare
 on it. Eval mode (restored afterwards), no gradients, fp32; errors `pooled` over matrices.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,20 +21,21 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .attention import patching_hooks, z_names
-from ..core.data import Batch, make_batch, random_mask, sample_matrices
-from .interventions import l_prime_mask
 from ..core.config import DataConfig
+from ..core.data import Batch, make_batch, random_mask, sample_matrices
 from ..core.hooks import Hook, run_with_cache, run_with_hooks
 from ..core.metrics import losses, mse_to
 from ..core.model import eval_mode
+from .attention import patching_hooks, z_names
+from .interventions import l_prime_mask
 
 
 def pooled(values: np.ndarray, where: np.ndarray) -> tuple[float, float]:
     """Pooled mean of `values` over `where` (`[batch, n, n]`), and its standard error with
     matrices as the units: R = Σ s_i / Σ c_i, se² = Σ (s_i − R c_i)² / (b (b−1) c̄²)."""
-    return pooled_sums((values * where).reshape(len(values), -1).sum(1),
-                       where.reshape(len(values), -1).sum(1).astype(float))
+    return pooled_sums(
+        (values * where).reshape(len(values), -1).sum(1), where.reshape(len(values), -1).sum(1).astype(float)
+    )
 
 
 def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
@@ -47,8 +49,15 @@ def pooled_sums(s: np.ndarray, c: np.ndarray) -> tuple[float, float]:
     return float(r), float(se)
 
 
-def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
-                      mask: torch.Tensor | None = None, *, fill_value: float | None = None) -> Batch:
+def sample_eval_batch(
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    dist: str | None = None,
+    mask: torch.Tensor | None = None,
+    *,
+    fill_value: float | None = None,
+) -> Batch:
     """Fresh matrices of `data` (a DataConfig) from `torch.Generator().manual_seed(seed)`.
     dist: None = data.dist. mask: None = random with data.p_mask; `[n, n]` bool = that mask
     for every matrix (E10); `[n_matrices, n, n]` = one per matrix. fill_value: see make_batch."""
@@ -59,7 +68,9 @@ def sample_eval_batch(data: DataConfig, n_matrices: int, seed: int, dist: str | 
     if mask is None:
         mask = random_mask(n_matrices, data.n, data.p_mask, gen)
     elif mask.shape not in ((data.n, data.n), (n_matrices, data.n, data.n)):
-        raise ValueError(f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, {data.n}]")
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, {data.n}]"
+        )
     return make_batch(x, mask.bool(), fill_value)
 
 
@@ -72,9 +83,17 @@ def predict(model, batch: Batch, hooks: Sequence[Hook] = ()) -> torch.Tensor:
     return pred.float().cpu().view_as(batch.x)
 
 
-def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | None = None,
-             *, mask: torch.Tensor | None = None, fill_value: float | None = None,
-             hooks: Sequence[Hook] = ()) -> dict[str, float]:
+def evaluate(
+    model,
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    dist: str | None = None,
+    *,
+    mask: torch.Tensor | None = None,
+    fill_value: float | None = None,
+    hooks: Sequence[Hook] = (),
+) -> dict[str, float]:
     """L, L_obs, L_mask, mask_value on fresh matrices (and L'_mask when fill_value is given).
     Arguments as in `sample_eval_batch` and `predict`."""
     batch = sample_eval_batch(data, n_matrices, seed, dist, mask, fill_value=fill_value)
@@ -85,8 +104,15 @@ def evaluate(model, data: DataConfig, n_matrices: int, seed: int, dist: str | No
     return out
 
 
-def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
-                        layers: Sequence[int] | str = "all", *, errors: bool = False) -> dict[str, float]:
+def activation_patching(
+    model,
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    layers: Sequence[int] | str = "all",
+    *,
+    errors: bool = False,
+) -> dict[str, float]:
     """E8: run X, keep every layer's z, run −X (same mask) with the z of `layers` written in:
     "all" (the paper's text), "last" (the authors' code) or layer numbers ([]: plain −X).
     Returns MSE of the output to X and to −X at masked and observed entries (+ "_se" with `errors`)."""
@@ -100,7 +126,9 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
 
     device = next(model.parameters()).device
     with eval_mode(model):
-        _, cache = run_with_cache(model, clean.tokens.to(device), names=z_names(model))  # [batch, head, query, d_head]
+        _, cache = run_with_cache(
+            model, clean.tokens.to(device), names=z_names(model)
+        )  # [batch, head, query, d_head]
         f = run_with_hooks(model, corrupt.tokens.to(device), patching_hooks(model, cache, layers))
     f = f.float().cpu().view_as(clean.x)
     mask = clean.mask
@@ -111,14 +139,23 @@ def activation_patching(model, data: DataConfig, n_matrices: int, seed: int,
         "observed_vs_negX": mse_to(f, corrupt.x, ~mask),
     }
     if errors:
-        for key, target, where in (("masked_vs_X", clean.x, mask), ("masked_vs_negX", corrupt.x, mask),
-                                   ("observed_vs_X", clean.x, ~mask), ("observed_vs_negX", corrupt.x, ~mask)):
+        for key, target, where in (
+            ("masked_vs_X", clean.x, mask),
+            ("masked_vs_negX", corrupt.x, mask),
+            ("observed_vs_X", clean.x, ~mask),
+            ("observed_vs_negX", corrupt.x, ~mask),
+        ):
             out[f"{key}_se"] = pooled(((f - target.float()) ** 2).numpy(), where.numpy().astype(bool))[1]
     return out
 
 
-def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int = 4096,
-                 seed: int = 0, precisions: Sequence[str] = ("fp32",)) -> pd.DataFrame:
+def compare_runs(
+    runs: dict,
+    after: Sequence[int] = (500, 1000),
+    n_matrices: int = 4096,
+    seed: int = 0,
+    precisions: Sequence[str] = ("fp32",),
+) -> pd.DataFrame:
     """Runs of one task side by side (`runs`: label -> run folder), one row each: steps
     trained, the drop (`find_drop`, NaN if none), plateau and final training L_mask
     (`plateau_stats`), training L_mask k steps after the drop for k in `after` (NaN where the
@@ -137,8 +174,11 @@ def compare_runs(runs: dict, after: Sequence[int] = (500, 1000), n_matrices: int
         last = int(m["step"].max())
         drop = find_drop(m, profile.data.rank)
         stats = plateau_stats(m, drop)
-        row = {"steps": last, "drop": math.nan if drop is None else drop,
-               "plateau_L_mask": stats["plateau_L_mask"]}
+        row = {
+            "steps": last,
+            "drop": math.nan if drop is None else drop,
+            "plateau_L_mask": stats["plateau_L_mask"],
+        }
         for k in after:
             ok = drop is not None and drop + k <= last
             row[f"L_mask_drop+{k}"] = float(window_mean(m, drop + k)["L_mask"]) if ok else math.nan
@@ -163,6 +203,12 @@ def patching_table(model, data, n_matrices: int, seed: int) -> pd.DataFrame:
     """E8 under both readings, and the plain −X run (no layer patched) as the reference.
     One row per reading: MSE of the output to X and to −X at masked and observed entries,
     and their standard errors over matrices (`_se`)."""
-    return pd.DataFrame([{"patched": reading, **activation_patching(model, data, n_matrices, seed, layers=layers,
-                                                                    errors=True)}
-                         for reading, layers in PATCH_READINGS.items()])
+    return pd.DataFrame(
+        [
+            {
+                "patched": reading,
+                **activation_patching(model, data, n_matrices, seed, layers=layers, errors=True),
+            }
+            for reading, layers in PATCH_READINGS.items()
+        ]
+    )

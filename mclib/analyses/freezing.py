@@ -12,6 +12,7 @@ reached the main run's drop step without dropping, or the cap `analysis.freeze_s
     table = freeze_summary(runs, cfg)          # steps to the drop, losses
     ends = freeze_ends(cfg, run_dir)           # {group: FreezeEnd}: known / converged / main drop / cap
 """
+
 from __future__ import annotations
 
 import json
@@ -21,18 +22,18 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import Profile
 from ..core.data import copy_level
-from ..core.paper import PAPER_E15_ORDER
-from .interventions import GROUPS, component_groups, reinit_component
-from .margins import MARGINS
-from .sharpness import ABRUPT, SETTLE, shape
-from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.ending import is_complete
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop, rows_curve
+from ..core.paper import PAPER_E15_ORDER
 from ..core.placement import checkpoint_steps
 from ..core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
 from ..core.train import train
+from .interventions import GROUPS, component_groups, reinit_component
+from .margins import MARGINS
+from .sharpness import ABRUPT, SETTLE, shape
 
 # What each group holds (the patterns are mclib.analyses.interventions.GROUPS; layer norms and the
 # read-out belong to no group and stay frozen). What the paper saw: mclib.core.paper.PAPER_E15.
@@ -63,6 +64,7 @@ KNOWN_MARGIN = MARGINS["direction"]
 class Yardstick:
     """The main run's final L_mask and its standard error (`final_level`) where the E15 runs
     start: what an E15 run's final level is divided by."""
+
     final: float
     se: float
 
@@ -94,8 +96,10 @@ def plateau_over_fall(metrics: pd.DataFrame, rank: int) -> float | None:
 
 def known_text() -> str:
     """`rows_known`'s test in words, for the book (the run's ending and chapter 05's caption)."""
-    return (f"final L_mask under {SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors, "
-            f"plateau over fall under {ABRUPT * (1 - KNOWN_MARGIN):g}")
+    return (
+        f"final L_mask under {SETTLE * (1 - KNOWN_MARGIN):g}x the main run's at two standard errors, "
+        f"plateau over fall under {ABRUPT * (1 - KNOWN_MARGIN):g}"
+    )
 
 
 def rows_known(metrics: pd.DataFrame, cfg: Profile, main: Yardstick) -> bool:
@@ -126,6 +130,7 @@ def freeze_stop(cfg: Profile, main: int | None, known: Yardstick | None = None):
         if main is not None and rows[-1]["step"] >= main and find_drop(curve, rank=rank) is None:
             return True
         return known is not None and rows_known(curve, cfg, known)
+
     return stop
 
 
@@ -137,15 +142,17 @@ def freeze_profile(cfg: Profile, group: str) -> Profile:
         raise ValueError(f"group {group!r} is not one of {', '.join(GROUPS)}")
     steps = freeze_steps(cfg)
     ck = cfg.checkpoints
-    return cfg.replace(**{
-        "name": f"{cfg.name}-freeze-{group}",
-        "train.steps": steps,
-        "train.until": "converged",
-        "checkpoints.place": "fixed",
-        "checkpoints.pre": min(ck.pre, steps),
-        "checkpoints.transition": [s for s in ck.transition if s <= steps],
-        "checkpoints.post": steps,
-    })
+    return cfg.replace(
+        **{
+            "name": f"{cfg.name}-freeze-{group}",
+            "train.steps": steps,
+            "train.until": "converged",
+            "checkpoints.place": "fixed",
+            "checkpoints.pre": min(ck.pre, steps),
+            "checkpoints.transition": [s for s in ck.transition if s <= steps],
+            "checkpoints.post": steps,
+        }
+    )
 
 
 def _check_source(folder: Path, source: dict) -> None:
@@ -158,14 +165,23 @@ def _check_source(folder: Path, source: dict) -> None:
         raise ValueError(f"{folder} has checkpoints but no {FREEZE_SOURCE}; delete the folder to redo it")
 
 
-def _source(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
-            seed: int | None = None) -> dict:
+def _source(
+    cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None, seed: int | None = None
+) -> dict:
     step = checkpoint_steps(run_dir, cfg).post if source_step is None else source_step
     return {"step": step, "group": group, "seed": cfg.seed if seed is None else seed}
 
 
-def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int | None = None,
-               seed: int | None = None, *, progress: bool = False, deadline: float | None = None) -> Path:
+def freeze_run(
+    cfg: Profile,
+    run_dir: str | Path,
+    group: str,
+    source_step: int | None = None,
+    seed: int | None = None,
+    *,
+    progress: bool = False,
+    deadline: float | None = None,
+) -> Path:
     """Train (or resume, or find complete) the E15 run of one group; returns its folder.
     source_step: the main run's checkpoint to start from (default: post). seed: of the
     re-initialisation (default: the profile's). deadline: a `time.time()` where the run is
@@ -177,10 +193,15 @@ def freeze_run(cfg: Profile, run_dir: str | Path, group: str, source_step: int |
     model = reinit_component(load_checkpoint(run_dir, source["step"], device="cpu"), group, source["seed"])
     folder.mkdir(parents=True, exist_ok=True)
     (folder / FREEZE_SOURCE).write_text(json.dumps(source))
-    return train(freeze_profile(cfg, group), folder, progress=progress,
-                 stop=freeze_stop(cfg, main_drop(cfg, run_dir), yardstick(cfg, run_dir, source["step"])),
-                 init_model=model, newest_only=True,  # the book reads its metrics and end
-                 deadline=deadline)
+    return train(
+        freeze_profile(cfg, group),
+        folder,
+        progress=progress,
+        stop=freeze_stop(cfg, main_drop(cfg, run_dir), yardstick(cfg, run_dir, source["step"])),
+        init_model=model,
+        newest_only=True,  # the book reads its metrics and end
+        deadline=deadline,
+    )
 
 
 # The order E15's runs are handed to the workers: the paper's latest drop first, so the
@@ -197,7 +218,9 @@ def pending_groups(cfg: Profile, run_dir: str | Path, groups=LONGEST_FIRST) -> l
     return [g for g in groups if not is_complete(freeze_profile(cfg, g), freeze_dir(run_dir, g), stop)]
 
 
-def freeze_runs(cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None) -> dict[str, Path]:
+def freeze_runs(
+    cfg: Profile, run_dir: str | Path, groups=tuple(GROUPS), cluster: str | None = None
+) -> dict[str, Path]:
     """`freeze_run` for every incomplete group, side by side on a Dask cluster (cluster: its
     address, default the local one or $MCLIB_CLUSTER); returns {group: folder}."""
     from ..core.jobs import run_profile_jobs
@@ -219,23 +242,29 @@ class FreezeEnd:
     (after its drop), "main drop" (no drop in the main run's steps to its drop), "cap", or
     "unfinished". slope, slope_se: L_mask's relative change per 1 000 steps at the end (`end_slope`).
     """
+
     group: str
     ended: str
-    steps: int              # steps it trained
-    drop: int | None        # its own drop
-    main_drop: int | None   # the main run's drop step
-    cap: int                # analysis.freeze_steps
+    steps: int  # steps it trained
+    drop: int | None  # its own drop
+    main_drop: int | None  # the main run's drop step
+    cap: int  # analysis.freeze_steps
     slope: float = float("nan")
     slope_se: float = float("nan")
 
     @property
     def text(self) -> str:
         """One phrase for the book, e.g. "dropped at step 310 and converged at step 2,900"."""
-        still = (f" while L_mask still changed by {self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps"
-                 if math.isfinite(self.slope) else "")
+        still = (
+            f" while L_mask still changed by {self.slope:+.1%} ± {self.slope_se:.1%} per 1,000 steps"
+            if math.isfinite(self.slope)
+            else ""
+        )
         if self.ended == "known":
-            return (f"dropped at step {self.drop:,} and stopped at step {self.steps:,}, once its rows were known "
-                    f"({known_text()})")
+            return (
+                f"dropped at step {self.drop:,} and stopped at step {self.steps:,}, once its rows were known "
+                f"({known_text()})"
+            )
         if self.ended == "converged":
             return f"dropped at step {self.drop:,} and converged at step {self.steps:,}"
         if self.ended == "main drop":
@@ -243,14 +272,18 @@ class FreezeEnd:
         if self.ended == "cap" and self.drop is not None:
             return f"dropped at step {self.drop:,}, then reached the cap of {self.cap:,} steps{still}"
         if self.ended == "cap":
-            main = (f"the main run dropped at step {self.main_drop:,}" if self.main_drop is not None
-                    else "the main run did not drop")
+            main = (
+                f"the main run dropped at step {self.main_drop:,}"
+                if self.main_drop is not None
+                else "the main run did not drop"
+            )
             return f"reached the cap of {self.cap:,} steps without dropping ({main})"
         return f"unfinished after {self.steps:,} steps"
 
 
-def freeze_end(group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None,
-               known: Yardstick | None = None) -> FreezeEnd:
+def freeze_end(
+    group: str, metrics: pd.DataFrame, cfg: Profile, main: int | None, known: Yardstick | None = None
+) -> FreezeEnd:
     """How an E15 run with these `metrics` ended, given the main run's drop step `main` and
     `Yardstick` `known` (each None: that rule did not apply)."""
     t, rank, cap = cfg.train, cfg.data.rank, freeze_steps(cfg)
@@ -294,7 +327,9 @@ def trainable_count(model, group: str) -> int:
     return sum(p.numel() for name, p in model.named_parameters() if groups[name] == group)
 
 
-def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW, read=load_metrics) -> pd.DataFrame:
+def freeze_summary(
+    runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDOW, read=load_metrics
+) -> pd.DataFrame:
     """One row per group: drop (<NA> if none), steps, plateau and fall (`sharpness.shape`,
     steps; plateau 0 if never on the copying level), first_L_mask over `window` steps and
     starts_on_plateau (within PLATEAU_BAND of E[X²]), final_L_mask (± se) and final_L_obs
@@ -307,18 +342,20 @@ def freeze_summary(runs: dict[str, Path], cfg: Profile, window: int = DROP_WINDO
         s = shape(m, cfg.data.rank) if drop is not None else None
         final, final_se = final_level(m, tail)
         first = float(m.head(window)["L_mask"].mean())
-        rows.append({
-            "group": group,
-            "steps": int(m["step"].max()),
-            "drop": drop,
-            "plateau": None if drop is None else (0 if s is None else s.plateau),
-            "fall": None if drop is None else (None if s is None else s.fall),
-            "first_L_mask": first,
-            "final_L_mask": final,
-            "final_L_mask_se": final_se,
-            "final_L_obs": final_level(m, tail, "L_obs")[0],
-            "starts_on_plateau": bool(abs(first / plateau - 1) < PLATEAU_BAND),
-        })
+        rows.append(
+            {
+                "group": group,
+                "steps": int(m["step"].max()),
+                "drop": drop,
+                "plateau": None if drop is None else (0 if s is None else s.plateau),
+                "fall": None if drop is None else (None if s is None else s.fall),
+                "first_L_mask": first,
+                "final_L_mask": final,
+                "final_L_mask_se": final_se,
+                "final_L_obs": final_level(m, tail, "L_obs")[0],
+                "starts_on_plateau": bool(abs(first / plateau - 1) < PLATEAU_BAND),
+            }
+        )
     table = pd.DataFrame(rows)
     for c in ("drop", "plateau", "fall"):  # a missing value is <NA>, not a float NaN
         table[c] = pd.array([r[c] for r in rows], dtype="Int64")
@@ -330,7 +367,7 @@ def _drop(d) -> int | None:
 
 
 def drop_text(drop: int | None, steps: int) -> str:
-    """"drop at step 1,234" or "no drop by step N" (drop None or NA)."""
+    """ "drop at step 1,234" or "no drop by step N" (drop None or NA)."""
     drop = _drop(drop)
     return f"drop at step {drop:,}" if drop is not None else f"no drop by step {steps:,}"
 
@@ -346,5 +383,7 @@ def paper_pattern(table: pd.DataFrame, order=PAPER_E15_ORDER) -> dict[str, bool]
     fast = [key.get(g, inf) for g in first]
     later = [key.get(g, inf) for tier in order[1:] for g in tier]
     earlier = [v for g, v in key.items() if g not in last]
-    return {"first_tier_first": max(fast) < inf and max(fast) < min(later),
-            "last_tier_last": all(g in key for g in last) and all(key[g] > v for g in last for v in earlier)}
+    return {
+        "first_tier_first": max(fast) < inf and max(fast) < min(later),
+        "last_tier_last": all(g in key for g in last) and all(key[g] > v for g in last for v in earlier),
+    }

@@ -5,6 +5,7 @@ read row by row (position p is row p // n, column p % n). Every score is a mass:
 probability a head puts on a set of keys, averaged over queries and batch; a uniform head's
 masses are `chance_levels(n)`.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,12 +14,12 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import torch
 
-from .evaluate import sample_eval_batch
 from ..core.attention import position_masks  # the one definition of row / column / self keys
 from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import DataConfig
 from ..core.data import structured_mask
 from ..core.hooks import run_with_cache
+from .evaluate import sample_eval_batch
 
 LABELS = ("row", "column", "identity", "mask-aware", "other")
 
@@ -39,7 +40,9 @@ def chance_levels(n: int) -> dict[str, float]:
 def mean_attention(probs: torch.Tensor) -> torch.Tensor:
     """`[batch, head, q, k]` -> `[head, q, k]`: the batch-mean map of every head (E9)."""
     if probs.ndim != 4:
-        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+        raise ValueError(
+            f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]"
+        )
     return probs.float().mean(0)
 
 
@@ -47,7 +50,9 @@ def attention_entropy(probs: torch.Tensor) -> torch.Tensor:
     """`[batch, head, q, k]` -> `[head]`: mean entropy (nats) of each query's attention
     (log(n²) uniform, 0 on one key)."""
     if probs.ndim != 4:
-        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+        raise ValueError(
+            f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]"
+        )
     p = probs.double()
     return -(p * torch.log(p.clamp_min(1e-30))).sum(-1).mean((0, 2)).float()
 
@@ -60,7 +65,9 @@ def _as_layers(probs) -> dict[int, torch.Tensor]:
             return {0: probs}
         if probs.ndim == 5:
             return dict(enumerate(probs))
-        raise ValueError(f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]")
+        raise ValueError(
+            f"probs has {probs.ndim} dims {tuple(probs.shape)}, expected [batch, head, query, key]"
+        )
     if isinstance(probs, Mapping):
         return dict(probs)
     if isinstance(probs, Sequence):
@@ -75,10 +82,14 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
     first_layer, first = next(iter(layers.items()))
     for layer, p in layers.items():
         if p.ndim != 4:
-            raise ValueError(f"layer {layer} probs has shape {tuple(p.shape)}, expected [batch, head, query, key]")
+            raise ValueError(
+                f"layer {layer} probs has shape {tuple(p.shape)}, expected [batch, head, query, key]"
+            )
         if p.shape != first.shape:
-            raise ValueError(f"layer {layer} probs has shape {tuple(p.shape)}, "
-                             f"layer {first_layer} has {tuple(first.shape)}")
+            raise ValueError(
+                f"layer {layer} probs has shape {tuple(p.shape)}, "
+                f"layer {first_layer} has {tuple(first.shape)}"
+            )
     batch, _, q, k = first.shape
     if q != k or q != n * n:
         raise ValueError(f"n = {n} does not match the attention's {q} queries × {k} keys (expected {n * n})")
@@ -90,8 +101,10 @@ def _check(layers: dict[int, torch.Tensor], mask: torch.Tensor, n: int) -> torch
         raise ValueError(f"mask batch {mask.shape[0]} does not match the probs batch {batch}")
     row_sum = first[:1].sum(-1)
     if not torch.allclose(row_sum, torch.ones_like(row_sum), atol=1e-3):
-        raise ValueError(f"layer {first_layer} rows sum to {row_sum.flatten()[0].item():.4g}, not 1: "
-                         "pass softmax probabilities, not logits")
+        raise ValueError(
+            f"layer {first_layer} rows sum to {row_sum.flatten()[0].item():.4g}, not 1: "
+            "pass softmax probabilities, not logits"
+        )
     return mask.reshape(batch, n * n).bool()
 
 
@@ -120,8 +133,8 @@ def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     share = mask.double().mean().item()
     rows = []
     for layer, p in layers.items():
-        p = p.double()                                                    # [batch, head, q, k]
-        m = mask.to(p.device, p.dtype)                                    # [batch, k]
+        p = p.double()  # [batch, head, q, k]
+        m = mask.to(p.device, p.dtype)  # [batch, k]
         mass = {name: key_mass(p, keys).mean(0) for name, keys in keysets.items()}  # [head]
         mass["masked"] = torch.einsum("bhqk,bk->bhq", p, m).mean((0, 2))  # [head]
         entropy = attention_entropy(p)
@@ -134,13 +147,27 @@ def head_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
             r["mask_preference"] = _mask_preference(r["masked"], share)
             r["entropy"] = entropy[h].item()
             rows.append(r)
-    cols = ["layer", "head", "row", "column", "self", "observed", "masked", "masked_share",
-            "row_excess", "column_excess", "self_excess", "mask_preference", "entropy"]
+    cols = [
+        "layer",
+        "head",
+        "row",
+        "column",
+        "self",
+        "observed",
+        "masked",
+        "masked_share",
+        "row_excess",
+        "column_excess",
+        "self_excess",
+        "mask_preference",
+        "entropy",
+    ]
     return pd.DataFrame(rows)[cols]
 
 
-def classify_heads(scores: pd.DataFrame, threshold: float = STRUCTURE_THRESHOLD,
-                   mask_threshold: float = MASK_THRESHOLD) -> pd.Series:
+def classify_heads(
+    scores: pd.DataFrame, threshold: float = STRUCTURE_THRESHOLD, mask_threshold: float = MASK_THRESHOLD
+) -> pd.Series:
     """A label per head, a Series indexed by (layer, head): the largest of row / column /
     self excess if it reaches `threshold` ('row', 'column', 'identity'), else 'mask-aware'
     if |mask_preference| >= mask_threshold, else 'other'."""
@@ -169,8 +196,9 @@ def head_groups(labels: pd.Series) -> dict[str, list[tuple[int, int]]]:
     unknown = set(labels) - set(LABELS)
     if unknown:
         raise ValueError(f"label {sorted(unknown)[0]!r} is not one of {LABELS}")
-    return {name: sorted((int(l), int(h)) for (l, h), lab in labels.items() if lab == name)
-            for name in LABELS}
+    return {
+        name: sorted((int(l), int(h)) for (l, h), lab in labels.items() if lab == name) for name in LABELS
+    }
 
 
 def capture_probs(model, batch) -> dict[int, torch.Tensor]:
@@ -192,6 +220,7 @@ def attention_progress(run_dir, data: DataConfig, n_matrices: int = 64, seed: in
 
 
 # --- picking heads, maps over training (chapter 03) ---------------------------------------------
+
 
 def pick_heads(scores: pd.DataFrame, criteria: Mapping[str, tuple[str, bool]]) -> dict[str, tuple[int, int]]:
     """name -> (layer, head): per criterion (column, largest?), in order, the best head not yet picked."""
@@ -223,6 +252,7 @@ def scores_at(progress: pd.DataFrame, step: int) -> pd.DataFrame | None:
 
 # --- E10: heads under a structured mask ------------------------------------------------------------
 
+
 def e10_masks(n: int) -> dict[str, torch.Tensor]:
     """E10's `[n, n]` masks: "rows", the paper's `structured_mask`, and "columns", its transpose."""
     rows = structured_mask(n)
@@ -250,8 +280,12 @@ def line_index(axis: str, n: int) -> torch.Tensor:
 def e10_kinds(axis: str) -> dict[str, tuple[str, bool]]:
     """The paper's four E10 head kinds for a mask along `axis`: name -> (score, largest?)."""
     other = "column" if axis == "row" else "row"
-    return {"lone observed entry": ("lone_entry", True), "copies (self)": ("self", True),
-            f"ignores masked {axis}s": ("masked_lines", False), f"follows {other}s": (f"{other}_excess", True)}
+    return {
+        "lone observed entry": ("lone_entry", True),
+        "copies (self)": ("self", True),
+        f"ignores masked {axis}s": ("masked_lines", False),
+        f"follows {other}s": (f"{other}_excess", True),
+    }
 
 
 def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
@@ -268,12 +302,14 @@ def structured_scores(probs, mask: torch.Tensor, n: int) -> pd.DataFrame:
     same_line_obs = (line_of[queries][:, None] == line_of[None]) & ~flat[None]  # [q, k]
     lone, masked = [], []
     for p in _as_layers(probs).values():  # the order of head_scores' rows
-        p = p.double().mean(0)[:, queries]                                     # [head, q, k]
+        p = p.double().mean(0)[:, queries]  # [head, q, k]
         lone.append((p * same_line_obs).sum(-1).mean(-1))
         masked.append(p[..., in_lines].sum(-1).mean(-1))
     scores["lone_entry"] = torch.cat(lone).numpy()
     scores["masked_lines"] = torch.cat(masked).numpy()
-    scores.attrs["chance"] = {"lone_entry": same_line_obs.double().sum(-1).mean().item() / n**2,
-                              "masked_lines": in_lines.double().mean().item()}
+    scores.attrs["chance"] = {
+        "lone_entry": same_line_obs.double().sum(-1).mean().item() / n**2,
+        "masked_lines": in_lines.double().mean().item(),
+    }
     scores.attrs["axis"] = axis
     return scores

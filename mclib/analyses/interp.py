@@ -12,6 +12,7 @@ docs/interpretability.md).
 Eager attention, because "sdpa" returns no pattern. `nnsight_ablated` reproduces mclib's own
 head ablations (`mclib.analyses.attention`) through nnsight's names alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,11 @@ def architecture_differences(config: dict) -> list[str]:
     """What in a checkpoint's config.json differs from a MatrixBert's (empty: it is one), in
     either format (`ARCHITECTURE`, or `LEGACY` where it says model_type "bert")."""
     mine = LEGACY if config.get("model_type") == LEGACY["model_type"] else ARCHITECTURE
-    diffs = [f"{key} {config.get(key)!r} (MatrixBert: {want!r})" for key, want in mine.items()
-             if config.get(key) != want]
+    diffs = [
+        f"{key} {config.get(key)!r} (MatrixBert: {want!r})"
+        for key, want in mine.items()
+        if config.get(key) != want
+    ]
     if "matrix_n" not in config:
         diffs.append("no matrix_n (the n of mclib's n x n matrices)")
     return diffs
@@ -62,8 +66,9 @@ def nnsight_model(model):
     try:
         from nnsight import NNsight
     except ImportError:
-        raise InterpError(f"nnsight is not installed: it is the optional extra {EXTRA!r} "
-                          f"(pip install -e '.[{EXTRA}]')") from None
+        raise InterpError(
+            f"nnsight is not installed: it is the optional extra {EXTRA!r} (pip install -e '.[{EXTRA}]')"
+        ) from None
     return NNsight(model)
 
 
@@ -88,11 +93,11 @@ def nnsight_ablated(net, batch: Batch, layer: int, head: int, mode: str = "zero"
     attention = net.bert.encoder.layer[layer].attention.self
     with torch.no_grad(), net.trace(batch.tokens):
         if mode == "uniform":
-            values = attention.value.output                       # [batch, key, head * d_head]
-            uniform = values[:, :, cols].mean(1, keepdim=True)    # every probability 1/seq
-        z = attention.output[0]                                   # [batch, query, head * d_head]
+            values = attention.value.output  # [batch, key, head * d_head]
+            uniform = values[:, :, cols].mean(1, keepdim=True)  # every probability 1/seq
+        z = attention.output[0]  # [batch, query, head * d_head]
         z[:, :, cols] = 0.0 if mode == "zero" else uniform
-        pred = net.output.logits.save()                           # [batch, seq]
+        pred = net.output.logits.save()  # [batch, seq]
     return pred.view_as(batch.x)
 
 

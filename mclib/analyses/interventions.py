@@ -6,6 +6,7 @@ E6 and E7 are hooks (`mclib.core.hooks`, lists of (name, fn) for `hooks(model, .
 deep copy, since that copy is trained. Interventions on attention itself (ablation,
 patching) live in mclib.analyses.attention.
 """
+
 from __future__ import annotations
 
 import copy
@@ -14,8 +15,8 @@ import re
 import torch
 
 from ..core.data import Batch, make_batch, round2
-from ..core.metrics import mse_to
 from ..core.hooks import Hook
+from ..core.metrics import mse_to
 from ..core.model import matrix_n
 
 # --- E2: the copy check ------------------------------------------------------------------
@@ -53,8 +54,12 @@ def switch_qkv_hooks(target, source) -> list[Hook]:
         out.append((f"blocks.{layer}.hook_resid_pre", lambda x, name, seen=seen: seen.update(x=x)))
         for short, name in zip("qkv", QKV):
             projection = getattr(src.attention.self, name)
-            out.append((f"blocks.{layer}.attn.hook_{short}",
-                        lambda h, name, seen=seen, projection=projection: projection(seen["x"]).view_as(h)))
+            out.append(
+                (
+                    f"blocks.{layer}.attn.hook_{short}",
+                    lambda h, name, seen=seen, projection=projection: projection(seen["x"]).view_as(h),
+                )
+            )
     return out
 
 
@@ -81,6 +86,7 @@ def permute_positions_hooks(model, seed: int) -> list[Hook]:
         if table.shape[1] != len(perm):
             raise ValueError(f"{name} has {table.shape[1]} positions, the permutation {len(perm)}")
         return table[:, perm.to(table.device)]
+
     return [("hook_pos_embed", permute)]
 
 

@@ -6,6 +6,7 @@ head) pairs; `head_name` prints the paper's 1-indexed "L2 H5".
     ablation_table(model, data, 256, 0, {"all heads": all_heads(model)})   # E3-E5, both readings
     model_table({"post": post, "pre-QKV into post": (post, switch_qkv_hooks(post, pre))}, data, 256, 0)  # E6, E7
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -44,9 +45,16 @@ def loss_row(pred: torch.Tensor, batch) -> dict[str, float]:
     return row
 
 
-def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
-                   head_sets: Mapping[str, Iterable[tuple[int, int]]],
-                   *, modes: Sequence[str] = ABLATION_MODES, mask: torch.Tensor | None = None) -> pd.DataFrame:
+def ablation_table(
+    model,
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    head_sets: Mapping[str, Iterable[tuple[int, int]]],
+    *,
+    modes: Sequence[str] = ABLATION_MODES,
+    mask: torch.Tensor | None = None,
+) -> pd.DataFrame:
     """L, L_obs, L_mask, mask_value with nothing ablated, then with each set of heads
     ablated under each reading, all on one batch. Empty sets are left out.
 
@@ -54,15 +62,24 @@ def ablation_table(model, data: DataConfig, n_matrices: int, seed: int,
     heads (how many), which (their names, 'L1 H1, ...'), then the losses and their standard errors (`loss_row`).
     """
     batch = sample_eval_batch(data, n_matrices, seed, mask=mask)
-    rows = [{"ablated": "none", "reading": "—", "heads": 0, "which": "", **loss_row(predict(model, batch), batch)}]
+    rows = [
+        {"ablated": "none", "reading": "—", "heads": 0, "which": "", **loss_row(predict(model, batch), batch)}
+    ]
     for name, heads in head_sets.items():
         heads = sorted(set(heads))
         if not heads:
             continue
         for mode in modes:
             pred = predict(model, batch, hooks=ablation_hooks(model, heads, mode))
-            rows.append({"ablated": name, "reading": mode, "heads": len(heads),
-                         "which": ", ".join(head_name(p) for p in heads), **loss_row(pred, batch)})
+            rows.append(
+                {
+                    "ablated": name,
+                    "reading": mode,
+                    "heads": len(heads),
+                    "which": ", ".join(head_name(p) for p in heads),
+                    **loss_row(pred, batch),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -72,8 +89,9 @@ def model_table(models: Mapping[str, object], data: DataConfig, n_matrices: int,
     E7's `permute_positions_hooks`)."""
     batch = sample_eval_batch(data, n_matrices, seed)
     pairs = {name: m if isinstance(m, tuple) else (m, ()) for name, m in models.items()}
-    return pd.DataFrame([{"model": name, **loss_row(predict(m, batch, hooks), batch)}
-                         for name, (m, hooks) in pairs.items()])
+    return pd.DataFrame(
+        [{"model": name, **loss_row(predict(m, batch, hooks), batch)} for name, (m, hooks) in pairs.items()]
+    )
 
 
 def lookup(table: pd.DataFrame, column: str, **where) -> float:

@@ -6,6 +6,7 @@ Errors treat matrices as the units: pooled means the ratio estimator's (`evaluat
 two methods on the same matrices the paired error of per-matrix differences (`paired`);
 means over matrices std / √b; shares √(p(1−p)/b); medians an order-statistic error (`median_se`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -69,8 +70,11 @@ def stats_row(stats: dict, mask) -> dict[str, float]:
     """`completion_row` from a method's `matrix_stats` on the matrices masked by `mask`."""
     c_obs, c_mask = _counts(mask)
     row = {}
-    for name, s, c in (("L", stats["sse_obs"] + stats["sse_mask"], c_obs + c_mask), ("L_obs", stats["sse_obs"], c_obs),
-                       ("L_mask", stats["sse_mask"], c_mask)):
+    for name, s, c in (
+        ("L", stats["sse_obs"] + stats["sse_mask"], c_obs + c_mask),
+        ("L_obs", stats["sse_obs"], c_obs),
+        ("L_mask", stats["sse_mask"], c_mask),
+    ):
         row[name], row[f"{name}_se"] = pooled_sums(s, c)
     per = matrix_l_mask(stats, mask)
     row["median_L_mask"], row["median_L_mask_se"] = float(np.median(per)), median_se(per)
@@ -88,8 +92,9 @@ def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
     """`paired` from the two methods' `matrix_stats` on the same matrices."""
     c_obs, c_mask = _counts(mask)
     row = {}
-    row["d_L"], row["d_L_se"] = pooled_sums((a["sse_obs"] + a["sse_mask"]) - (b["sse_obs"] + b["sse_mask"]),
-                                            c_obs + c_mask)
+    row["d_L"], row["d_L_se"] = pooled_sums(
+        (a["sse_obs"] + a["sse_mask"]) - (b["sse_obs"] + b["sse_mask"]), c_obs + c_mask
+    )
     row["d_L_mask"], row["d_L_mask_se"] = pooled_sums(a["sse_mask"] - b["sse_mask"], c_mask)
     better = matrix_l_mask(a, mask) < matrix_l_mask(b, mask)
     row["a_better"] = float(better.mean()) if len(better) else float("nan")

@@ -13,6 +13,7 @@ Each is a function of (model, batch) -> a small table, with standard errors over
 `plateau_table` reads every saved checkpoint of a run, skipping (with a line naming the step,
 and in `attrs["skipped"]`) any that cannot be loaded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,10 +22,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .heads import capture_probs, key_mass
 from ..core.attention import position_masks
 from ..core.config import DataConfig
 from ..core.model import eval_mode
+from .heads import capture_probs, key_mass
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,15 @@ def representation_collapse(model, batch) -> pd.DataFrame:
     of two different masked entries), `se` (over matrices), `matrices` (those with at
     least two masked entries; the others have no pair)."""
     if not hasattr(model, "hidden_states"):
-        raise ValueError(f"{type(model).__name__} has no hidden_states(tokens): "
-                         "representation_collapse reads a MatrixBert")
+        raise ValueError(
+            f"{type(model).__name__} has no hidden_states(tokens): representation_collapse reads a MatrixBert"
+        )
     masked = _masked_flat(batch)
     with eval_mode(model):
         hidden = model.hidden_states(batch.tokens.to(next(model.parameters()).device))
-    pair = masked[:, :, None] & masked[:, None, :] & ~torch.eye(masked.shape[1], dtype=torch.bool)  # [batch, q, k]
+    pair = (
+        masked[:, :, None] & masked[:, None, :] & ~torch.eye(masked.shape[1], dtype=torch.bool)
+    )  # [batch, q, k]
     pairs = pair.sum((1, 2))
     keep = pairs > 0
     if not keep.any():
@@ -52,11 +56,16 @@ def representation_collapse(model, batch) -> pd.DataFrame:
     rows = []
     for layer, h in enumerate(hidden):
         u = torch.nn.functional.normalize(h.detach().double().cpu(), dim=-1)  # [batch, seq, hidden]
-        cos = u @ u.transpose(1, 2)                                           # [batch, seq, seq]
-        per = (cos * pair).sum((1, 2))[keep] / pairs[keep]                    # [matrices]
-        rows.append({"layer": layer, "cosine": per.mean().item(),
-                     "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
-                     "matrices": int(per.numel())})
+        cos = u @ u.transpose(1, 2)  # [batch, seq, seq]
+        per = (cos * pair).sum((1, 2))[keep] / pairs[keep]  # [matrices]
+        rows.append(
+            {
+                "layer": layer,
+                "cosine": per.mean().item(),
+                "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
+                "matrices": int(per.numel()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -76,14 +85,18 @@ def masked_spread(model, batch) -> dict[str, float]:
     entries); `se` (jackknife over matrices), `matrices`."""
     masked = _masked_flat(batch)
     with eval_mode(model):
-        pred = model(batch.tokens.to(next(model.parameters()).device)).logits.detach().double().cpu()  # [batch, n²]
+        pred = (
+            model(batch.tokens.to(next(model.parameters()).device)).logits.detach().double().cpu()
+        )  # [batch, n²]
     x = batch.x.reshape(masked.shape).double().cpu()
     count = masked.sum(1)
     keep = count >= 2
     if not keep.any():
         raise ValueError("no matrix of the batch has two masked entries: no spread to measure")
 
-    def std(v: torch.Tensor) -> torch.Tensor:  # per matrix, over its masked entries (n - 1 in the denominator)
+    def std(
+        v: torch.Tensor,
+    ) -> torch.Tensor:  # per matrix, over its masked entries (n - 1 in the denominator)
         v, m, c = v[keep], masked[keep].double(), count[keep].double()
         mean = (v * m).sum(1) / c
         return (((v - mean[:, None]) ** 2 * m).sum(1) / (c - 1)).sqrt()
@@ -107,9 +120,14 @@ def attention_share(model, batch) -> pd.DataFrame:
     rows = []
     for layer in sorted(probs):
         per = key_mass(probs[layer].double(), row_col).mean(1)  # [batch]: mean over heads
-        rows.append({"layer": layer, "share": per.mean().item(),
-                     "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
-                     "chance": share_chance(n)})
+        rows.append(
+            {
+                "layer": layer,
+                "share": per.mean().item(),
+                "se": (per.std() / per.numel() ** 0.5).item() if per.numel() > 1 else float("nan"),
+                "chance": share_chance(n),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -129,14 +147,19 @@ def plateau_measures(model, batch) -> dict[str, float]:
     return row
 
 
-def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, seed: int = 0,
-                  steps: list[int] | None = None) -> pd.DataFrame:
+def plateau_table(
+    run_dir: str | Path,
+    data: DataConfig,
+    n_matrices: int = 256,
+    seed: int = 0,
+    steps: list[int] | None = None,
+) -> pd.DataFrame:
     """`plateau_measures` at every saved checkpoint of a run (or at `steps`), on one fixed
     batch (`sample_eval_batch(data, n_matrices, seed)`): one row per step. A checkpoint
     whose model cannot be read is skipped with a line on stderr naming its step; the
     skipped steps are in `attrs["skipped"]`."""
-    from .evaluate import sample_eval_batch
     from ..core.checkpoints import load_checkpoint, saved_steps
+    from .evaluate import sample_eval_batch
 
     run_dir = Path(run_dir)
     steps = saved_steps(run_dir) if steps is None else list(steps)
@@ -146,8 +169,10 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
         try:
             model = load_checkpoint(run_dir, step)
         except (FileNotFoundError, OSError, ValueError) as e:
-            log.warning(f"plateau measures: {run_dir.name} step {step} skipped (no hidden states to read: "
-                        f"{str(e).splitlines()[0]})")
+            log.warning(
+                f"plateau measures: {run_dir.name} step {step} skipped (no hidden states to read: "
+                f"{str(e).splitlines()[0]})"
+            )
             skipped.append(step)
             continue
         rows.append({"step": step, **plateau_measures(model, batch)})
@@ -156,8 +181,15 @@ def plateau_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 256, 
     return table
 
 
-def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, runs: str | Path = "runs/sweep",
-                  *, n_matrices: int = 256, seed: int = 0) -> int:
+def measure_sweep(
+    sweep_file: str | Path,
+    results: str | Path,
+    out: str | Path,
+    runs: str | Path = "runs/sweep",
+    *,
+    n_matrices: int = 256,
+    seed: int = 0,
+) -> int:
     """`plateau_table` of every run of a sweep with a row in `results` and none yet in `out`;
     its rows, with setting, seed, bias and drop step, are added to the CSV `out` (rewritten
     atomically). Returns how many runs it measured."""
@@ -177,10 +209,19 @@ def measure_sweep(sweep_file: str | Path, results: str | Path, out: str | Path, 
         p = run.profile
         drop = find_drop(load_metrics(run.run_dir), rank=p.data.rank, column=drop_column(p))
         t = plateau_table(run.run_dir, p.data, n_matrices=n_matrices, seed=seed)
-        frames.append(t.assign(setting=run.setting, seed=run.seed, attn_bias=p.model.attn_bias,
-                               attn_bias_target=p.model.attn_bias_target, drop_step=drop))
+        frames.append(
+            t.assign(
+                setting=run.setting,
+                seed=run.seed,
+                attn_bias=p.model.attn_bias,
+                attn_bias_target=p.model.attn_bias_target,
+                drop_step=drop,
+            )
+        )
     if frames:
-        table = pd.concat([old, *frames], ignore_index=True) if len(old) else pd.concat(frames, ignore_index=True)
+        table = (
+            pd.concat([old, *frames], ignore_index=True) if len(old) else pd.concat(frames, ignore_index=True)
+        )
         lead = ["setting", "seed", "attn_bias", "attn_bias_target", "drop_step", "step"]
         table = table[lead + [c for c in table.columns if c not in lead]]
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ Scores: test MSE, mse_zero (MSE of predicting 0) and abs_cos (mean |cos(predicti
 target)|, zero targets left out; NaN for the scalar target). Layers as `model.hidden_states`:
 0 the embedding output, l the output of layer l.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ TEST_SEED_OFFSET = 7_919  # the test matrices come from their own generator
 @dataclass
 class ProbeSet:
     hidden: tuple[torch.Tensor, ...]  # per layer [batch, n*n, hidden]
-    x: torch.Tensor                   # [batch, n, n] rounded values
-    mask: torch.Tensor                # [batch, n, n] bool, True = masked
+    x: torch.Tensor  # [batch, n, n] rounded values
+    mask: torch.Tensor  # [batch, n, n] bool, True = masked
 
     def __post_init__(self):
         batch, n = self.x.shape[0], self.x.shape[-1]
@@ -44,29 +45,34 @@ class ProbeSet:
             raise ValueError(f"mask has shape {tuple(self.mask.shape)}, x has {tuple(self.x.shape)}")
         for layer, h in enumerate(self.hidden):
             if h.ndim != 3 or h.shape[0] != batch:
-                raise ValueError(f"layer {layer} hidden has shape {tuple(h.shape)}, expected [{batch}, {n * n}, hidden]")
+                raise ValueError(
+                    f"layer {layer} hidden has shape {tuple(h.shape)}, expected [{batch}, {n * n}, hidden]"
+                )
             if h.shape[1] != n * n:
-                raise ValueError(f"n = {n} does not match layer {layer}'s sequence length {h.shape[1]} (expected {n * n})")
+                raise ValueError(
+                    f"n = {n} does not match layer {layer}'s sequence length {h.shape[1]} (expected {n * n})"
+                )
 
 
-def probe_target(x: torch.Tensor, mask: torch.Tensor, target: str,
-                 svd_sign: str = "canonical") -> torch.Tensor:
+def probe_target(
+    x: torch.Tensor, mask: torch.Tensor, target: str, svd_sign: str = "canonical"
+) -> torch.Tensor:
     """`[batch, n, n]` -> `[batch, n*n, dim]` target of every position (see module doc)."""
     batch, n = x.shape[0], x.shape[-1]
-    rows = torch.arange(n * n) // n                                   # [seq] row of each position
+    rows = torch.arange(n * n) // n  # [seq] row of each position
     if target == "row":
-        observed = x.masked_fill(mask, 0.0)                           # [batch, n, n]
-        return observed[:, rows, :]                                   # [batch, seq, n]
+        observed = x.masked_fill(mask, 0.0)  # [batch, n, n]
+        return observed[:, rows, :]  # [batch, seq, n]
     if target == "value":
-        return x.reshape(batch, n * n, 1)                             # [batch, seq, 1]
+        return x.reshape(batch, n * n, 1)  # [batch, seq, 1]
     if target == "singular":
-        u = torch.linalg.svd(x.double())[0][..., 0]                   # [batch, n]
+        u = torch.linalg.svd(x.double())[0][..., 0]  # [batch, n]
         if svd_sign == "canonical":
             top = u.abs().argmax(-1, keepdim=True)
             u = u * torch.sign(u.gather(-1, top))
         elif svd_sign != "raw":
             raise ValueError(f"svd_sign {svd_sign!r} is not 'canonical' or 'raw'")
-        return u.float()[:, None, :].expand(batch, n * n, n)          # [batch, seq, n]
+        return u.float()[:, None, :].expand(batch, n * n, n)  # [batch, seq, n]
     raise ValueError(f"target {target!r} is not one of {TARGETS}")
 
 
@@ -87,7 +93,7 @@ def fit_probe(h: torch.Tensor, y: torch.Tensor, method: str | None = None) -> to
 
 def probe_metrics(h: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> dict[str, float]:
     """MSE, MSE of predicting 0, and mean |cosine| (NaN if dim = 1) of `h @ w` against y."""
-    pred, y = h.double() @ w, y.double().to(h.device)                 # [N, dim]
+    pred, y = h.double() @ w, y.double().to(h.device)  # [N, dim]
     cos = float("nan")
     if y.shape[1] > 1:
         keep = y.norm(dim=1) > 0  # a zero target has no direction
@@ -107,8 +113,15 @@ def _where(mask: torch.Tensor, positions: str) -> torch.Tensor:
     raise ValueError(f"positions {positions!r} is not one of {POSITIONS}")
 
 
-def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSITIONS,
-                 fit_on: str = "all", *, svd_sign: str = "canonical") -> pd.DataFrame:
+def probe_layers(
+    fit: ProbeSet,
+    test: ProbeSet,
+    targets=TARGETS,
+    positions=POSITIONS,
+    fit_on: str = "all",
+    *,
+    svd_sign: str = "canonical",
+) -> pd.DataFrame:
     """Fit one probe per (layer, target) on `fit` at the `fit_on` positions ("all", the
     authors'; "masked"; "observed"), score it on `test` at each of `positions`. Tidy frame:
     layer, target, positions, mse, mse_zero, abs_cos, n_fit, n_test."""
@@ -119,16 +132,23 @@ def probe_layers(fit: ProbeSet, test: ProbeSet, targets=TARGETS, positions=POSIT
     keep_fit = _where(fit.mask, fit_on)
     rows = []
     for target in targets:
-        y_fit = probe_target(fit.x, fit.mask, target, svd_sign).flatten(0, 1)[keep_fit]     # [N, dim]
-        y_test = probe_target(test.x, test.mask, target, svd_sign).flatten(0, 1)            # [M, dim]
+        y_fit = probe_target(fit.x, fit.mask, target, svd_sign).flatten(0, 1)[keep_fit]  # [N, dim]
+        y_test = probe_target(test.x, test.mask, target, svd_sign).flatten(0, 1)  # [M, dim]
         for layer, (h_fit, h_test) in enumerate(zip(fit.hidden, test.hidden)):
             w = fit_probe(h_fit.flatten(0, 1)[keep_fit.to(h_fit.device)], y_fit.to(h_fit.device))
             h_test, y_on = h_test.flatten(0, 1), y_test.to(h_test.device)
             for where in positions:
                 keep = _where(test.mask, where).to(h_test.device)
-                rows.append({"layer": layer, "target": target, "positions": where,
-                             **probe_metrics(h_test[keep], y_on[keep], w),
-                             "n_fit": int(keep_fit.sum()), "n_test": int(keep.sum())})
+                rows.append(
+                    {
+                        "layer": layer,
+                        "target": target,
+                        "positions": where,
+                        **probe_metrics(h_test[keep], y_on[keep], w),
+                        "n_fit": int(keep_fit.sum()),
+                        "n_test": int(keep.sum()),
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -136,12 +156,13 @@ def collect_hidden(model, tokens: torch.Tensor, chunk: int = 256) -> tuple[torch
     """`model.hidden_states` of `tokens [batch, seq]` in chunks: per layer `[batch, seq, hidden]`
     float32 on the model's device (4·batch·seq·hidden bytes a layer)."""
     with eval_mode(model):
-        parts = [model.hidden_states(tokens[i:i + chunk]) for i in range(0, len(tokens), chunk)]
+        parts = [model.hidden_states(tokens[i : i + chunk]) for i in range(0, len(tokens), chunk)]
     return tuple(torch.cat([p[layer] for p in parts]).float() for layer in range(len(parts[0])))
 
 
-def probe_sets(model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0,
-               *, chunk: int = 256) -> tuple[ProbeSet, ProbeSet]:
+def probe_sets(
+    model, data: DataConfig, n_fit: int = 2048, n_test: int = 256, seed: int = 0, *, chunk: int = 256
+) -> tuple[ProbeSet, ProbeSet]:
     """(fit, test): fresh matrices from two seeded generators, with the model's hidden states."""
     model_n = matrix_n(model)
     if model_n != data.n:

@@ -21,6 +21,7 @@ One threshold rule for every measure (`default_thresholds`): half-way from the f
 to the farthest one, known only in hindsight. L_mask crosses it at the drop, so a measure
 leads only if it crosses earlier. Lead times are lower bounds, short by < `resolution`.
 """
+
 from __future__ import annotations
 
 import math
@@ -29,23 +30,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .interventions import component_groups
 from ..core.config import DataConfig
 from ..core.metrics import DROP_FRACTION, DROP_WINDOW, losses
+from .interventions import component_groups
 
 GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
 DIRECTIONS = ("above", "below")
-PERSIST = 2          # checkpoints a crossing must hold for
+PERSIST = 2  # checkpoints a crossing must hold for
 
 
 # ---- the measures -------------------------------------------------------------------
 
-def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+
+def gradient_norms(
+    run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0
+) -> pd.DataFrame:
     """ℓ2 norm of the gradient of the training loss L per component group, at every saved
     checkpoint, on one fixed batch (`sample_eval_batch(data, n_matrices, seed)`).
     Tidy: columns step, group (GROUP_ORDER, then "total"), grad_norm."""
-    from .evaluate import sample_eval_batch
     from ..core.checkpoints import load_checkpoint, saved_steps
+    from .evaluate import sample_eval_batch
 
     steps = saved_steps(Path(run_dir))
     if not steps:
@@ -53,7 +57,9 @@ def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, 
     batch = sample_eval_batch(data, n_matrices, seed)
     rows = []
     for step in steps:
-        model = load_checkpoint(run_dir, step)  # on the run's device; eval mode: dropout off (the profiles use 0 anyway)
+        model = load_checkpoint(
+            run_dir, step
+        )  # on the run's device; eval mode: dropout off (the profiles use 0 anyway)
         groups = component_groups(model)
         model.zero_grad(set_to_none=True)
         on = batch.to(next(model.parameters()).device)
@@ -68,24 +74,29 @@ def gradient_norms(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, 
     return pd.DataFrame(rows, columns=["step", "group", "grad_norm"])
 
 
-def loss_at_checkpoints(metrics: pd.DataFrame, steps, column: str = "L_mask",
-                        window: int = DROP_WINDOW) -> pd.Series:
+def loss_at_checkpoints(
+    metrics: pd.DataFrame, steps, column: str = "L_mask", window: int = DROP_WINDOW
+) -> pd.Series:
     """`column` averaged over the `window` steps ending at each of `steps` (the same
     trailing mean as `find_drop`), indexed by step."""
     smooth = metrics.set_index("step")[column].rolling(window, min_periods=1).mean()
     return smooth.reindex(list(steps)).rename(column)
 
 
-def progress_table(run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0) -> pd.DataFrame:
+def progress_table(
+    run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0
+) -> pd.DataFrame:
     """One row per saved checkpoint: step and the module docstring's measures."""
+    from ..core.runs import load_metrics
     from .embeddings import embedding_progress
     from .heads import attention_progress
-    from ..core.runs import load_metrics
 
     heads = attention_progress(run_dir, data, n_matrices, seed)
-    table = heads.groupby("step").agg(max_row_excess=("row_excess", "max"),
-                                      max_column_excess=("column_excess", "max"),
-                                      attention_entropy=("entropy", "mean"))
+    table = heads.groupby("step").agg(
+        max_row_excess=("row_excess", "max"),
+        max_column_excess=("column_excess", "max"),
+        attention_entropy=("entropy", "mean"),
+    )
     emb = embedding_progress(run_dir).set_index("step")[["column_silhouette", "token_alignment"]]
     grads = gradient_norms(run_dir, data, n_matrices, seed)
     grads = grads[grads["group"] != "total"].pivot(index="step", columns="group", values="grad_norm")
@@ -102,6 +113,7 @@ def measures(table: pd.DataFrame) -> list[str]:
 
 
 # ---- thresholds and lead times --------------------------------------------------------
+
 
 def excursion(values) -> tuple[float, float]:
     """(first, extreme) of a series: its first finite value and the finite value
@@ -137,8 +149,16 @@ def normalised(table: pd.DataFrame) -> pd.DataFrame:
         first, extreme = excursion(table[m])
         span = extreme - first
         prog = (table[m] - first) / span + 0.0 if np.isfinite(span) and span != 0 else np.nan  # + 0.0: no -0
-        frames.append(pd.DataFrame({"step": table["step"].to_numpy(), "measure": m,
-                                    "value": table[m].to_numpy(), "progress": np.asarray(prog, dtype=float)}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step": table["step"].to_numpy(),
+                    "measure": m,
+                    "value": table[m].to_numpy(),
+                    "progress": np.asarray(prog, dtype=float),
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -155,14 +175,17 @@ def crossing_step(steps, values, threshold: float, direction: str, persist: int 
     v = np.asarray(values, dtype=float)
     past = (v >= threshold) if direction == "above" else (v <= threshold)  # NaN compares False
     for i in range(len(v)):
-        if past[i: i + persist].all():
+        if past[i : i + persist].all():
             return float(np.asarray(steps)[i])
     return math.nan
 
 
-def lead_times(table: pd.DataFrame, drop_step: int | float | None,
-               thresholds: dict[str, tuple[float, str]] | None = None,
-               persist: int = PERSIST) -> pd.DataFrame:
+def lead_times(
+    table: pd.DataFrame,
+    drop_step: int | float | None,
+    thresholds: dict[str, tuple[float, str]] | None = None,
+    persist: int = PERSIST,
+) -> pd.DataFrame:
     """One row per measure of `table` (`progress_table`): when it crosses its threshold, and
     how long before the drop (`drop_step`, None / NaN: no drop). thresholds: measure ->
     (value, "above" | "below"), others `default_thresholds`. Columns: measure, threshold,
@@ -184,11 +207,31 @@ def lead_times(table: pd.DataFrame, drop_step: int | float | None,
         first, extreme = excursion(table[m])
         cross = crossing_step(steps, table[m], value, direction, persist)
         res = float(cross - previous[steps == cross][0]) if np.isfinite(cross) else math.nan
-        rows.append({"measure": m, "threshold": value, "direction": direction, "first": first,
-                     "extreme": extreme, "cross_step": cross, "resolution": res,
-                     "lead_time": math.nan if no_drop or not np.isfinite(cross) else float(drop_step) - cross})
-    return pd.DataFrame(rows, columns=["measure", "threshold", "direction", "first", "extreme", "cross_step",
-                                       "resolution", "lead_time"])
+        rows.append(
+            {
+                "measure": m,
+                "threshold": value,
+                "direction": direction,
+                "first": first,
+                "extreme": extreme,
+                "cross_step": cross,
+                "resolution": res,
+                "lead_time": math.nan if no_drop or not np.isfinite(cross) else float(drop_step) - cross,
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "measure",
+            "threshold",
+            "direction",
+            "first",
+            "extreme",
+            "cross_step",
+            "resolution",
+            "lead_time",
+        ],
+    )
 
 
 # ---- leads: leaving the plateau's own band, and staying out -------------------------------
@@ -201,17 +244,25 @@ def lead_times(table: pd.DataFrame, drop_step: int | float | None,
 # resamples of the baseline give its 5-95 % range and p_lead. A lead is thus at most
 # (1 − TRANSIENT − BASELINE) of the plateau long.
 
-TRANSIENT = 0.25   # share of the steps before the drop left out as the start of training
-BASELINE = 0.25    # share of the steps before the drop over which the band is estimated
-K = 3.0            # the band's half-width in standard deviations of the baseline
-FLOOR = 0.05       # ... and at least this share of the measure's range over the run
-SUSTAIN = 3        # checkpoints a departure must last
-BOOTSTRAP = 200    # resamples of the baseline for the lead's uncertainty
-MIN_BASELINE = 3   # fewer baseline checkpoints: no band, no lead
+TRANSIENT = 0.25  # share of the steps before the drop left out as the start of training
+BASELINE = 0.25  # share of the steps before the drop over which the band is estimated
+K = 3.0  # the band's half-width in standard deviations of the baseline
+FLOOR = 0.05  # ... and at least this share of the measure's range over the run
+SUSTAIN = 3  # checkpoints a departure must last
+BOOTSTRAP = 200  # resamples of the baseline for the lead's uncertainty
+MIN_BASELINE = 3  # fewer baseline checkpoints: no band, no lead
 
 
-def plateau_band(steps, values, drop_step: float, k: float = K, transient: float = TRANSIENT,
-                 *, baseline: float = BASELINE, floor: float = FLOOR) -> tuple[float, float, float, float]:
+def plateau_band(
+    steps,
+    values,
+    drop_step: float,
+    k: float = K,
+    transient: float = TRANSIENT,
+    *,
+    baseline: float = BASELINE,
+    floor: float = FLOOR,
+) -> tuple[float, float, float, float]:
     """(low, high, window_start, window_end): the measure's band on the plateau, mean ± k·SD
     over the checkpoints in [transient·drop, (transient + baseline)·drop), half-width at
     least floor × (the measure's range). NaNs when fewer than MIN_BASELINE checkpoints fall
@@ -226,8 +277,9 @@ def plateau_band(steps, values, drop_step: float, k: float = K, transient: float
     return float(base.mean() - half), float(base.mean() + half), start, end
 
 
-def departure_step(steps, values, low: float, high: float, *, after: float, before: float,
-                   sustain: int = SUSTAIN) -> float:
+def departure_step(
+    steps, values, low: float, high: float, *, after: float, before: float, sustain: int = SUSTAIN
+) -> float:
     """The first checkpoint in [after, before) where `values` is outside [low, high] and stays
     outside for `sustain` consecutive checkpoints (those after `before` count for staying
     out, and fewer are asked for if the run ends first); NaN if none."""
@@ -236,30 +288,52 @@ def departure_step(steps, values, low: float, high: float, *, after: float, befo
     steps, values = np.asarray(steps, dtype=float), np.asarray(values, dtype=float)
     out = (values < low) | (values > high)  # NaN is inside: it says nothing
     for i in np.flatnonzero((steps >= after) & (steps < before)):
-        if out[i: i + sustain].all():
+        if out[i : i + sustain].all():
             return float(steps[i])
     return math.nan
 
 
-def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, *, k: float = K, transient: float = TRANSIENT,
-                  baseline: float = BASELINE, floor: float = FLOOR, sustain: int = SUSTAIN,
-                  n_boot: int = BOOTSTRAP, seed: int = 0) -> pd.DataFrame:
+def plateau_leads(
+    table: pd.DataFrame,
+    drop_step: int | float | None,
+    *,
+    k: float = K,
+    transient: float = TRANSIENT,
+    baseline: float = BASELINE,
+    floor: float = FLOOR,
+    sustain: int = SUSTAIN,
+    n_boot: int = BOOTSTRAP,
+    seed: int = 0,
+) -> pd.DataFrame:
     """One row per measure of a progress table (the rule: the comment above): band_low,
     band_high, window_start, window_end, leaves_at (NaN if none), lead = drop − leaves_at,
     lead_lo, lead_hi (5 and 95 % over `n_boot` resamples, no lead counting 0), p_lead.
     Every lead is NaN without a drop."""
-    columns = ["measure", "band_low", "band_high", "window_start", "window_end", "leaves_at", "lead", "lead_lo",
-               "lead_hi", "p_lead"]
+    columns = [
+        "measure",
+        "band_low",
+        "band_high",
+        "window_start",
+        "window_end",
+        "leaves_at",
+        "lead",
+        "lead_lo",
+        "lead_hi",
+        "p_lead",
+    ]
     table = table.sort_values("step").reset_index(drop=True)
     if drop_step is None or not np.isfinite(drop_step):
-        return pd.DataFrame([{"measure": m, **{c: math.nan for c in columns[1:]}} for m in measures(table)],
-                            columns=columns)
+        return pd.DataFrame(
+            [{"measure": m, **{c: math.nan for c in columns[1:]}} for m in measures(table)], columns=columns
+        )
     steps = table["step"].to_numpy(dtype=float)
     rng = np.random.default_rng(seed)
     rows = []
     for m in measures(table):
         values = table[m].to_numpy(dtype=float)
-        low, high, start, end = plateau_band(steps, values, drop_step, k, transient, baseline=baseline, floor=floor)
+        low, high, start, end = plateau_band(
+            steps, values, drop_step, k, transient, baseline=baseline, floor=floor
+        )
         leaves = departure_step(steps, values, low, high, after=end, before=drop_step, sustain=sustain)
         boot = []
         in_window = (steps >= start) & (steps < end) & np.isfinite(values)
@@ -270,14 +344,31 @@ def plateau_leads(table: pd.DataFrame, drop_step: int | float | None, *, k: floa
             for _ in range(n_boot):
                 b = rng.choice(base, size=len(base), replace=True)
                 half = max(k * float(b.std(ddof=1)), span)
-                d = departure_step(steps, values, b.mean() - half, b.mean() + half, after=end, before=drop_step, sustain=sustain)
+                d = departure_step(
+                    steps,
+                    values,
+                    b.mean() - half,
+                    b.mean() + half,
+                    after=end,
+                    before=drop_step,
+                    sustain=sustain,
+                )
                 boot.append(float(drop_step) - d if np.isfinite(d) else 0.0)
         boot = np.asarray(boot)
-        rows.append({"measure": m, "band_low": low, "band_high": high, "window_start": start, "window_end": end,
-                     "leaves_at": leaves, "lead": float(drop_step) - leaves if np.isfinite(leaves) else math.nan,
-                     "lead_lo": float(np.percentile(boot, 5)) if len(boot) else math.nan,
-                     "lead_hi": float(np.percentile(boot, 95)) if len(boot) else math.nan,
-                     "p_lead": float((boot > 0).mean()) if len(boot) else math.nan})
+        rows.append(
+            {
+                "measure": m,
+                "band_low": low,
+                "band_high": high,
+                "window_start": start,
+                "window_end": end,
+                "leaves_at": leaves,
+                "lead": float(drop_step) - leaves if np.isfinite(leaves) else math.nan,
+                "lead_lo": float(np.percentile(boot, 5)) if len(boot) else math.nan,
+                "lead_hi": float(np.percentile(boot, 95)) if len(boot) else math.nan,
+                "p_lead": float((boot > 0).mean()) if len(boot) else math.nan,
+            }
+        )
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -291,28 +382,45 @@ def leaders(leads: pd.DataFrame, control: str = "L_mask") -> tuple[pd.DataFrame,
     return lead.sort_values("lead", ascending=False), ctrl_at
 
 
-def plateau_lead_summary(leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int,
-                         control: str = "L_mask") -> str:
+def plateau_lead_summary(
+    leads: pd.DataFrame, drop_step: int | None, steps: int, resolution: int, control: str = "L_mask"
+) -> str:
     """One sentence for the book: which measures leave their plateau band for good before the
     loss does (`plateau_leads`), by how much and how sure; also without a drop."""
     if drop_step is None or (isinstance(drop_step, float) and not np.isfinite(drop_step)):
-        return (f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
-                "the lead times are undefined, and the curves only show how far each measure moved")
+        return (
+            f"There is no drop within the {steps:,} steps of this run, so there is nothing to lead: "
+            "the lead times are undefined, and the curves only show how far each measure moved"
+        )
     lead, ctrl_at = leaders(leads, control)
     gone = leads[~np.isfinite(leads["band_low"])]
     no_band = gone["measure"].tolist()
-    ctrl_text = ("the loss itself has no band to leave" if control in no_band else
-                 f"the loss itself leaves its band at step {ctrl_at:,.0f}" if np.isfinite(ctrl_at)
-                 else "the loss itself stays in its band until the drop")
-    short = (f"; no plateau band (fewer than {MIN_BASELINE} checkpoints between steps "
-             f"{gone['window_start'].iloc[0]:,.0f} and {gone['window_end'].iloc[0]:,.0f}) for {', '.join(no_band)}"
-             if no_band else "")
+    ctrl_text = (
+        "the loss itself has no band to leave"
+        if control in no_band
+        else f"the loss itself leaves its band at step {ctrl_at:,.0f}"
+        if np.isfinite(ctrl_at)
+        else "the loss itself stays in its band until the drop"
+    )
+    short = (
+        f"; no plateau band (fewer than {MIN_BASELINE} checkpoints between steps "
+        f"{gone['window_start'].iloc[0]:,.0f} and {gone['window_end'].iloc[0]:,.0f}) for {', '.join(no_band)}"
+        if no_band
+        else ""
+    )
     if lead.empty:
-        return (f"No measure leaves its plateau band for good before the loss does ({ctrl_text}, the drop is at "
-                f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}")
-    parts = [f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a lead in "
-             f"{r.p_lead:.0%} of the resamples)" for r in lead.itertuples()]
-    return (f"{len(lead)} measure{'s' if len(lead) > 1 else ''} leave{'' if len(lead) > 1 else 's'} "
-            f"{'their' if len(lead) > 1 else 'its'} plateau "
-            f"band for good before the loss does ({ctrl_text}, the drop is at step {drop_step:,}; checkpoints at "
-            f"most {resolution:,} steps apart): " + "; ".join(parts) + short)
+        return (
+            f"No measure leaves its plateau band for good before the loss does ({ctrl_text}, the drop is at "
+            f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}"
+        )
+    parts = [
+        f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a lead in "
+        f"{r.p_lead:.0%} of the resamples)"
+        for r in lead.itertuples()
+    ]
+    return (
+        f"{len(lead)} measure{'s' if len(lead) > 1 else ''} leave{'' if len(lead) > 1 else 's'} "
+        f"{'their' if len(lead) > 1 else 'its'} plateau "
+        f"band for good before the loss does ({ctrl_text}, the drop is at step {drop_step:,}; checkpoints at "
+        f"most {resolution:,} steps apart): " + "; ".join(parts) + short
+    )

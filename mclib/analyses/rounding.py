@@ -6,6 +6,7 @@ not turn on a difference smaller than this spread (`mclib.book.scorecard_rules`:
                           a Spread per quantity
     spread(values, ...)   the Spread of any set of readings of one quantity
 """
+
 from __future__ import annotations
 
 import math
@@ -16,16 +17,20 @@ from ..core.packaged import data_file
 
 TABLE = data_file("rounding.csv")  # docs/data/ in a checkout
 # the study's columns -> what they read
-QUANTITIES = {"drop": "the drop step", "ended_at": "the step the convergence rule ends the run",
-              "L_mask_drop+2000": "the training L_mask 2,000 steps after the drop",
-              "final_L_mask": "the final training L_mask (last tenth of the steps)",
-              "checkpoint_L_mask_fp32": "the last checkpoint's L_mask on fresh matrices"}
+QUANTITIES = {
+    "drop": "the drop step",
+    "ended_at": "the step the convergence rule ends the run",
+    "L_mask_drop+2000": "the training L_mask 2,000 steps after the drop",
+    "final_L_mask": "the final training L_mask (last tenth of the steps)",
+    "checkpoint_L_mask_fp32": "the last checkpoint's L_mask on fresh matrices",
+}
 
 
 @dataclass(frozen=True)
 class Spread:
     """One quantity read under several changes that alter only rounding: its lowest and highest
     reading, how many readings, and what they were (in words)."""
+
     quantity: str
     lo: float
     hi: float
@@ -47,15 +52,23 @@ class Spread:
 
     def text(self, steps: bool) -> str:
         if steps:
-            return (f"rounding alone moved {self.quantity} between {self.lo:,.0f} and {self.hi:,.0f} "
-                    f"({self.range:,.0f} steps; {self.n} runs: {self.where})")
-        return (f"rounding alone moved {self.quantity} between {self.lo:.3g} and {self.hi:.3g} "
-                f"({self.factor:.2f}x; {self.n} runs: {self.where})")
+            return (
+                f"rounding alone moved {self.quantity} between {self.lo:,.0f} and {self.hi:,.0f} "
+                f"({self.range:,.0f} steps; {self.n} runs: {self.where})"
+            )
+        return (
+            f"rounding alone moved {self.quantity} between {self.lo:.3g} and {self.hi:.3g} "
+            f"({self.factor:.2f}x; {self.n} runs: {self.where})"
+        )
 
 
 def spread(values: dict[str, float], quantity: str, what: str = "") -> Spread | None:
     """The Spread of `values` (label -> reading; missing ones left out); None under two readings."""
-    got = {k: float(v) for k, v in values.items() if v is not None and not (isinstance(v, float) and math.isnan(v))}
+    got = {
+        k: float(v)
+        for k, v in values.items()
+        if v is not None and not (isinstance(v, float) and math.isnan(v))
+    }
     if len(got) < 2:
         return None
     return Spread(quantity, min(got.values()), max(got.values()), len(got), what or ", ".join(got))
@@ -71,7 +84,8 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
     t = pd.read_csv(path, index_col=0)
     paths = sorted(set(t["float_path"].astype(str).str.split(" ").str[0])) if "float_path" in t else []
     where = f"seed 1 of the default profile under {', '.join(map(str, t.index))}" + (
-        f"; float paths {', '.join(paths)}" if paths else "")
+        f"; float paths {', '.join(paths)}" if paths else ""
+    )
     out = {}
     for column, quantity in QUANTITIES.items():
         if column in t:
@@ -95,9 +109,11 @@ def early_flat(path: Path = TABLE) -> str:
     if t["final_L_mask"].idxmax() != first or (t["ended_at"] == t.loc[first, "ended_at"]).sum() > 1:
         return ""
     others = t.drop(index=first)
-    return (f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
-            f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
-            f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause as the end")
+    return (
+        f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
+        f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
+        f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause as the end"
+    )
 
 
 def finding(spreads: dict[str, Spread], flat: str = "") -> str:
@@ -105,23 +121,34 @@ def finding(spreads: dict[str, Spread], flat: str = "") -> str:
     (`study`), or one sentence saying it is not measured."""
     drop, end, final = (spreads.get(k) for k in ("drop", "ended_at", "final_L_mask"))
     if drop is None:
-        return ("How far rounding alone moves a run is not measured in this checkout (scripts/rounding_study.py "
-                "writes docs/data/rounding.csv).")
-    said = [f"Rounding alone moves this story: seed 1 of the default profile, trained {drop.n} times with only the "
-            f"float arithmetic changed between them ({drop.where.split(' under ', 1)[-1]}), dropped between step {drop.lo:,.0f} and "
-            f"{drop.hi:,.0f}, {drop.range:,.0f} steps apart"]
+        return (
+            "How far rounding alone moves a run is not measured in this checkout (scripts/rounding_study.py "
+            "writes docs/data/rounding.csv)."
+        )
+    said = [
+        f"Rounding alone moves this story: seed 1 of the default profile, trained {drop.n} times with only the "
+        f"float arithmetic changed between them ({drop.where.split(' under ', 1)[-1]}), dropped between step {drop.lo:,.0f} and "
+        f"{drop.hi:,.0f}, {drop.range:,.0f} steps apart"
+    ]
     if end is not None:
         said.append(f"its convergence rule ended it between step {end.lo:,.0f} and {end.hi:,.0f}")
     after = spreads.get("L_mask_drop+2000")
     if after is not None:
-        said.append(f"2,000 steps after its drop its training L_mask lay between {after.lo:.3g} and {after.hi:.3g}, "
-                    f"a factor {after.factor:.2f} apart")
+        said.append(
+            f"2,000 steps after its drop its training L_mask lay between {after.lo:.3g} and {after.hi:.3g}, "
+            f"a factor {after.factor:.2f} apart"
+        )
     if final is not None:
-        said.append(f"its final training L_mask, where the rule ended it, lay between {final.lo:.3g} and "
-                    f"{final.hi:.3g}, a factor {final.factor:.2f} apart")
+        said.append(
+            f"its final training L_mask, where the rule ended it, lay between {final.lo:.3g} and "
+            f"{final.hi:.3g}, a factor {final.factor:.2f} apart"
+        )
     if flat:
         said.append(flat)
-    return ("; ".join(said) + ". A one-bit change of the initial weights is known to vary a trained network as much "
-            "as a new seed does (Summers & Dinneen, ICML 2021); how far rounding moves an abrupt drop is, as far as we "
-            "know, not reported elsewhere. The scorecard judges the drop step and every final level against this "
-            "spread: where the paper's value lies within it of ours, the row reads too close to tell.")
+    return (
+        "; ".join(said)
+        + ". A one-bit change of the initial weights is known to vary a trained network as much "
+        "as a new seed does (Summers & Dinneen, ICML 2021); how far rounding moves an abrupt drop is, as far as we "
+        "know, not reported elsewhere. The scorecard judges the drop step and every final level against this "
+        "spread: where the paper's value lies within it of ours, the row reads too close to tell."
+    )

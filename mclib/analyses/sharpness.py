@@ -11,6 +11,7 @@ from one run's `metrics.csv` (E19's GPT and the BERT runs alike).
 
 A drop is sudden when plateau / fall exceeds `ABRUPT`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,19 +24,20 @@ from ..core.metrics import DROP_WINDOW, find_drop, last_tenth
 from ..core.placement import FINAL_FACTOR, PLATEAU_TOLERANCE
 
 BAND = PLATEAU_TOLERANCE  # on the plateau: the smoothed curve within 10 % of E[X²], as the checkpoints are placed
-SETTLE = FINAL_FACTOR     # the fall ends within 2x the final level, where the transition's checkpoints end
-ABRUPT = 1.0              # sudden: plateau steps over fall steps above this
-WINDOW = DROP_WINDOW      # the trailing mean's window: the drop's (`find_drop`)
+SETTLE = FINAL_FACTOR  # the fall ends within 2x the final level, where the transition's checkpoints end
+ABRUPT = 1.0  # sudden: plateau steps over fall steps above this
+WINDOW = DROP_WINDOW  # the trailing mean's window: the drop's (`find_drop`)
 
 
 @dataclass
 class Shape:
     """One run's plateau and fall, in steps (see the module's doc)."""
-    start: int          # first step on the plateau
-    left: int           # last step on the plateau before the drop
+
+    start: int  # first step on the plateau
+    left: int  # last step on the plateau before the drop
     drop: int
-    settled: int        # first step after the drop within SETTLE x the final level
-    final: float        # the final level (mean of the column over the last 10 % of steps)
+    settled: int  # first step after the drop within SETTLE x the final level
+    final: float  # the final level (mean of the column over the last 10 % of steps)
 
     @property
     def plateau(self) -> int:
@@ -51,8 +53,15 @@ class Shape:
         return self.plateau / self.fall
 
 
-def shape(metrics: pd.DataFrame, rank: int, column: str = "L_mask", band: float = BAND,
-          settle: float = SETTLE, *, window: int = WINDOW) -> Shape | None:
+def shape(
+    metrics: pd.DataFrame,
+    rank: int,
+    column: str = "L_mask",
+    band: float = BAND,
+    settle: float = SETTLE,
+    *,
+    window: int = WINDOW,
+) -> Shape | None:
     """The plateau and fall of `column` in one run (None: no drop, or no plateau before it)."""
     drop = find_drop(metrics, rank=rank, column=column, window=window)
     if drop is None:
@@ -79,11 +88,16 @@ def shapes_table(curves: dict, rank: int, column: str = "L_mask") -> pd.DataFram
     rows = []
     for label, m in curves.items():
         s = shape(m, rank, column)
-        rows.append({"run": label, "drop": None if s is None else s.drop,
-                     "plateau (steps)": np.nan if s is None else s.plateau,
-                     "fall (steps)": np.nan if s is None else s.fall,
-                     "plateau / fall": 0.0 if s is None else round(s.ratio, 2),
-                     f"final {column}": float(last_tenth(m)[column].mean())})
+        rows.append(
+            {
+                "run": label,
+                "drop": None if s is None else s.drop,
+                "plateau (steps)": np.nan if s is None else s.plateau,
+                "fall (steps)": np.nan if s is None else s.fall,
+                "plateau / fall": 0.0 if s is None else round(s.ratio, 2),
+                f"final {column}": float(last_tenth(m)[column].mean()),
+            }
+        )
     table = pd.DataFrame(rows)
     table["drop"] = pd.array(table["drop"], dtype="Int64")
     return table

@@ -3,6 +3,7 @@ better; 6 layers drop earlier than 4; more add little; deeper ends lower), each 
 two settings' seed means with a delta-method error (`ratio_of_means`), on a sweep's results
 table (`mclib.core.sweep`); and the large models' final losses.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,13 +32,21 @@ def by_setting(table: pd.DataFrame) -> pd.DataFrame:
     t["converged"] = done
     t["drop_matrices"] = t["drop_step"] * t["batch"]
     g = t.groupby(["n", "rank", "hidden", "layers"], sort=True)
-    out = g.agg(seeds=("seed", "count"), dropped=("drop_step", "count"),
-                drop_step=("drop_step", "mean"), drop_step_sd=("drop_step", "std"),
-                drop_matrices=("drop_matrices", "mean"), drop_minutes=("drop_minutes", "mean"),
-                converged=("converged", "sum"),
-                final_over_level=("final_over_level", "mean"), final_sd=("final_over_level", "std"),
-                steps_run=("steps_run", "max"))
-    if "end_rule" in t:  # the rule(s) that ended the setting's runs: finals under unlike rules are not compared
+    out = g.agg(
+        seeds=("seed", "count"),
+        dropped=("drop_step", "count"),
+        drop_step=("drop_step", "mean"),
+        drop_step_sd=("drop_step", "std"),
+        drop_matrices=("drop_matrices", "mean"),
+        drop_minutes=("drop_minutes", "mean"),
+        converged=("converged", "sum"),
+        final_over_level=("final_over_level", "mean"),
+        final_sd=("final_over_level", "std"),
+        steps_run=("steps_run", "max"),
+    )
+    if (
+        "end_rule" in t
+    ):  # the rule(s) that ended the setting's runs: finals under unlike rules are not compared
         out["end_rule"] = g["end_rule"].agg(lambda r: " + ".join(sorted(set(r.dropna()))) or None)
     return out.reset_index()
 
@@ -49,8 +58,14 @@ def drops_by_task(table: pd.DataFrame) -> str:
     for (n, rank), runs in table.groupby(["n", "rank"], sort=True):
         k = int(runs["drop_step"].notna().sum())
         longest = runs.loc[runs["steps_run"].idxmax()]
-        tail = "" if k else (f" (the longest ran {int(longest['steps_run']):,} steps, "
-                             f"{int(longest['steps_run'] * longest['batch']):,} matrices)")
+        tail = (
+            ""
+            if k
+            else (
+                f" (the longest ran {int(longest['steps_run']):,} steps, "
+                f"{int(longest['steps_run'] * longest['batch']):,} matrices)"
+            )
+        )
         parts.append(f"{n}×{n} rank {rank}: {k} of {len(runs)} runs dropped{tail}")
     return "; ".join(parts)
 
@@ -70,7 +85,9 @@ def ratio_of_means(a: pd.Series, b: pd.Series) -> tuple[float, float]:
 
 def _runs(table: pd.DataFrame, n: int, hidden: int, layers: int) -> pd.DataFrame:
     """One setting's rows, by seed (the table holds them in the order they finished)."""
-    return table[(table["n"] == n) & (table["hidden"] == hidden) & (table["layers"] == layers)].sort_values("seed")
+    return table[(table["n"] == n) & (table["hidden"] == hidden) & (table["layers"] == layers)].sort_values(
+        "seed"
+    )
 
 
 def mixed_rules(*runs: pd.DataFrame) -> bool:
@@ -103,10 +120,12 @@ def _left_out(table: pd.DataFrame, n: int, a: Setting, b: Setting) -> str | None
     parts = []
     for s, other in ((a, b), (b, a)):
         runs = _runs(table, n, *s)
-        cut = runs.drop(converged(runs).index)   # empty where the table has no `ended` column
+        cut = runs.drop(converged(runs).index)  # empty where the table has no `ended` column
         if len(cut):
-            how = ", ".join(f"seed {int(k)} ({e if isinstance(e, str) else 'unknown'})"
-                            for k, e in zip(cut["seed"], cut["ended"]))
+            how = ", ".join(
+                f"seed {int(k)} ({e if isinstance(e, str) else 'unknown'})"
+                for k, e in zip(cut["seed"], cut["ended"])
+            )
             parts.append(f"{_name(s, other)}: {how}")
     return ("left out, cut before they converged: " + "; ".join(parts)) if parts else None
 
@@ -124,9 +143,11 @@ def _unconverged(table: pd.DataFrame, n: int, a: Setting, b: Setting) -> str:
         runs = _runs(table, n, *s)
         if len(runs) and converged(runs).empty:
             dropped = int(runs["drop_step"].notna().sum())
-            parts.append(f"{_name(s, other)}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
-                         + (f"{dropped} dropped" if dropped else "none dropped")
-                         + f" ({_by_steps(runs)})")
+            parts.append(
+                f"{_name(s, other)}: none of {len(runs)} run{'s' if len(runs) > 1 else ''} converged, "
+                + (f"{dropped} dropped" if dropped else "none dropped")
+                + f" ({_by_steps(runs)})"
+            )
     return "; ".join(parts)
 
 
@@ -137,13 +158,25 @@ def _final_claim(table: pd.DataFrame, n: int, a: Setting, b: Setting, *, claim: 
     runs_a, runs_b = _runs(table, n, *a), _runs(table, n, *b)
     mixed = mixed_rules(runs_a, runs_b)
     none_converged = not mixed and len(runs_a) and len(runs_b) and not (ka and kb)
-    return {"n": int(n), "claim": claim, "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": "below",
-            "reference": 1.0,
-            "note": ("the two settings' runs ended by different convergence rules (the table's end_rule): "
-                     "their final L_mask are not compared" if mixed else
-                     f"no final level to compare: {_unconverged(table, n, a, b)}" if none_converged else None),
-            "left_out": None if mixed else _left_out(table, n, a, b),
-            "compares": ((n, *a), (n, *b))}
+    return {
+        "n": int(n),
+        "claim": claim,
+        "ours": r,
+        "se": se,
+        "seeds": f"{ka} / {kb}",
+        "sense": "below",
+        "reference": 1.0,
+        "note": (
+            "the two settings' runs ended by different convergence rules (the table's end_rule): "
+            "their final L_mask are not compared"
+            if mixed
+            else f"no final level to compare: {_unconverged(table, n, a, b)}"
+            if none_converged
+            else None
+        ),
+        "left_out": None if mixed else _left_out(table, n, a, b),
+        "compares": ((n, *a), (n, *b)),
+    }
 
 
 def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: int = 64):
@@ -156,7 +189,9 @@ def depth_ratio(table: pd.DataFrame, n: int, deep: int, shallow: int, hidden: in
     if a.empty or b.empty or (cut_a and cut_b):
         return (math.nan, math.nan), len(a), len(b), "none"
     bound = "at least" if cut_a else "at most" if cut_b else "exact"
-    at = lambda runs: runs["drop_step"].fillna(runs["steps_run"])  # a run that never dropped: at its last step
+    at = lambda runs: runs["drop_step"].fillna(
+        runs["steps_run"]
+    )  # a run that never dropped: at its last step
     return ratio_of_means(at(a), at(b)), len(a), len(b), bound
 
 
@@ -167,8 +202,10 @@ def _undropped(table: pd.DataFrame, n: int, layers: tuple[int, ...], hidden: int
         runs = _runs(table, n, hidden, L)
         cut = runs[runs["drop_step"].isna()]
         if len(cut):
-            parts.append(f"{L} layers: seed{'s' if len(cut) > 1 else ''} {', '.join(str(int(s)) for s in cut['seed'])}"
-                         f" ({_by_steps(cut)})")
+            parts.append(
+                f"{L} layers: seed{'s' if len(cut) > 1 else ''} {', '.join(str(int(s)) for s in cut['seed'])}"
+                f" ({_by_steps(cut)})"
+            )
     return "; ".join(parts)
 
 
@@ -176,13 +213,25 @@ def _depth_claim(table: pd.DataFrame, n: int, deep: int, shallow: int, *, claim:
     """One depth claim's row (`depth_ratio`). A bound decides one way only (for "below": "at
     most" can show it, "at least" refute it); "about" claims need the ratio itself."""
     (r, se), ka, kb, bound = depth_ratio(table, n, deep, shallow)
-    row = {"n": int(n), "claim": claim, "ours": r, "se": se, "seeds": f"{ka} / {kb}", "sense": sense,
-           "reference": 1.0, "compares": ((n, 64, deep), (n, 64, shallow)), "bound": bound, "note": None}
+    row = {
+        "n": int(n),
+        "claim": claim,
+        "ours": r,
+        "se": se,
+        "seeds": f"{ka} / {kb}",
+        "sense": sense,
+        "reference": 1.0,
+        "compares": ((n, 64, deep), (n, 64, shallow)),
+        "bound": bound,
+        "note": None,
+    }
     undropped = _undropped(table, n, (deep, shallow))
     if bound == "none" and ka and kb:
         row["note"] = f"runs of both settings did not drop ({undropped}): no bound either way"
     elif bound in ("at most", "at least"):
-        row["left_out"] = f"{bound} {r:.2f}: runs that did not drop are counted at their last step ({undropped})"
+        row["left_out"] = (
+            f"{bound} {r:.2f}: runs that did not drop are counted at their last step ({undropped})"
+        )
         if sense == "about":
             row["note"] = f"a bound ({bound} {r:.2f}), not the ratio a claim of 'about 1' needs"
         else:
@@ -196,14 +245,35 @@ def claims(table: pd.DataFrame) -> list[dict]:
     never dropped or never converged; drop-step claims may carry a `bound`."""
     out = []
     for n in (int(n) for n in sorted(table["n"].unique())):
-        out.append(_final_claim(table, n, (128, 4), (32, 4),
-                                claim="wider is better: final L_mask at hidden 128 / at hidden 32"))
-        out.append(_depth_claim(table, n, 6, 4, claim="6 layers drop earlier than 4: drop step at 6 layers / at 4",
-                                sense="below"))
-        out.append(_depth_claim(table, n, 8, 6, claim="more layers add little: drop step at 8 layers / at 6",
-                                sense="about"))
-        out.append(_final_claim(table, n, (64, 6), (64, 4),
-                                claim="deeper ends lower: final L_mask at 6 layers / at 4"))
+        out.append(
+            _final_claim(
+                table,
+                n,
+                (128, 4),
+                (32, 4),
+                claim="wider is better: final L_mask at hidden 128 / at hidden 32",
+            )
+        )
+        out.append(
+            _depth_claim(
+                table,
+                n,
+                6,
+                4,
+                claim="6 layers drop earlier than 4: drop step at 6 layers / at 4",
+                sense="below",
+            )
+        )
+        out.append(
+            _depth_claim(
+                table, n, 8, 6, claim="more layers add little: drop step at 8 layers / at 6", sense="about"
+            )
+        )
+        out.append(
+            _final_claim(
+                table, n, (64, 6), (64, 4), claim="deeper ends lower: final L_mask at 6 layers / at 4"
+            )
+        )
     return out
 
 
@@ -213,8 +283,21 @@ def large_model_finals(table: pd.DataFrame) -> pd.DataFrame:
     p_mask), against the paper's "of the order of 1e-3"."""
     t = table.copy()
     t["final_L"] = (1 - t["p_mask"]) * t["final_L_obs"] + t["p_mask"] * t["final_L_mask"]
-    return t[["setting", "seed", "n", "rank", "layers", "heads", "hidden", "lr", "steps_run", "drop_step",
-              "final_L"]].reset_index(drop=True)
+    return t[
+        [
+            "setting",
+            "seed",
+            "n",
+            "rank",
+            "layers",
+            "heads",
+            "hidden",
+            "lr",
+            "steps_run",
+            "drop_step",
+            "final_L",
+        ]
+    ].reset_index(drop=True)
 
 
 def order_of_magnitude(values: pd.Series) -> float:

@@ -9,6 +9,7 @@ rows)` (two tables: SECTION_readings) and `scorecard_table(ch, rows)`, `ch` firs
 (tests/test_chapter.py). Also here: `departures_table`, `shown_path`, and the downloads
 (`download_links`, `checkpoint_zip`, `checkpoint_series_links`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,17 +37,17 @@ from .spec import Specs, among
 log = logging.getLogger(__name__)
 
 
-
 @dataclass
 class Chapter:
     """What a chapter reads: one run, on one device; its checkpoints' models load once (`model`)."""
-    cfg: Profile             # the run's profile.yaml + the book's analysis sizes + the device
+
+    cfg: Profile  # the run's profile.yaml + the book's analysis sizes + the device
     run_dir: Path
     device: torch.device
-    metrics: pd.DataFrame    # metrics.csv: one row per step
-    drop: int | None         # `find_drop` on the training rows (None: no drop)
-    steps: CheckpointSteps   # .pre, .transition, .post, .note: where this run's checkpoints sit
-    end: RunEnd              # why training ended (.text: one sentence)
+    metrics: pd.DataFrame  # metrics.csv: one row per step
+    drop: int | None  # `find_drop` on the training rows (None: no drop)
+    steps: CheckpointSteps  # .pre, .transition, .post, .note: where this run's checkpoints sit
+    end: RunEnd  # why training ended (.text: one sentence)
     _models: dict = field(default_factory=dict, repr=False)
 
     def model(self, step: int):
@@ -82,8 +83,16 @@ class Chapter:
         return f"{'before' if step < self.drop else 'after'} the drop at step {self.drop:,}"
 
 
-def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "auto", train: bool = False,
-                 *, cluster: str | None = None, specs: Specs | None = None) -> Chapter:
+def open_chapter(
+    profile: str,
+    seed: int,
+    run_dir: str | Path,
+    device: str = "auto",
+    train: bool = False,
+    *,
+    cluster: str | None = None,
+    specs: Specs | None = None,
+) -> Chapter:
     """The first call of every chapter. train=True (the training chapter, with the chapters'
     `specs`): first train, resume or find complete every run the build's chapters read
     (`train_runs`). A run folder trained with another recipe than `profile` is a ConfigError."""
@@ -95,7 +104,9 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
         named = named.replace(**{"train.device": device})
     run_dir = Path(run_dir)
     if train and specs is None:
-        raise TypeError("open_chapter(train=True) needs the chapters' specs (specs=mclib.chapters.registry.specs())")
+        raise TypeError(
+            "open_chapter(train=True) needs the chapters' specs (specs=mclib.chapters.registry.specs())"
+        )
     if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster, specs=specs)[named.seed]
     elif train:  # nothing trains here: the runs the build's chapters read must be there
@@ -105,15 +116,23 @@ def open_chapter(profile: str, seed: int, run_dir: str | Path, device: str = "au
         seeds = {named.seed, *(s for r in runs_read(named, asked(), specs=specs).values() for s in r.seeds)}
         require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
     if not (run_dir / PROFILE).is_file():
-        raise FileNotFoundError(f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) "
-                                "trains it first")
+        raise FileNotFoundError(
+            f"run folder {str(run_dir)!r} holds no run: the training chapter (01_train) trains it first"
+        )
     check_same_profile(run_dir, named)
-    cfg = run_profile(run_dir).replace(**{"train.device": named.train.device, "analysis": named.to_dict()["analysis"],
-                                         "notes": named.notes})
+    cfg = run_profile(run_dir).replace(
+        **{"train.device": named.train.device, "analysis": named.to_dict()["analysis"], "notes": named.notes}
+    )
     metrics = load_metrics(run_dir)
-    return Chapter(cfg=cfg, run_dir=run_dir, device=resolve_device(cfg.train.device), metrics=metrics,
-                   drop=find_drop(metrics, rank=cfg.data.rank), steps=checkpoint_steps(run_dir, cfg),
-                   end=run_end(run_dir))
+    return Chapter(
+        cfg=cfg,
+        run_dir=run_dir,
+        device=resolve_device(cfg.train.device),
+        metrics=metrics,
+        drop=find_drop(metrics, rank=cfg.data.rank),
+        steps=checkpoint_steps(run_dir, cfg),
+        end=run_end(run_dir),
+    )
 
 
 def glue_all(values) -> None:
@@ -159,20 +178,32 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
     with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
-        seeds = submit_when_free(client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs])
+        seeds = submit_when_free(
+            client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs]
+        )
         idle = []
         if main_pending:
-            idle = submit_while(client, idle_tasks(cfg, run_dir, specs=specs), seeds[0], resources, busy=seeds)
+            idle = submit_while(
+                client, idle_tasks(cfg, run_dir, specs=specs), seeds[0], resources, busy=seeds
+            )
             seeds[0].result()  # E15 starts from this run's last checkpoint (seed_jobs lists it first)
         groups = e15(cfg, run_dir)
         say_when_ended(seeds + idle, seeds)  # the runner's other chapters may start once only E15 trains
-        e15 = submit_when_free(client, freeze_run, [(cfg, run_dir, g) for g in groups], resources,
-                               [f"freeze-{g}" for g in groups], busy=seeds + idle)
+        e15 = submit_when_free(
+            client,
+            freeze_run,
+            [(cfg, run_dir, g) for g in groups],
+            resources,
+            [f"freeze-{g}" for g in groups],
+            busy=seeds + idle,
+        )
         results(seeds + e15)  # a run that failed raises here, once the others have ended
         for f in idle:  # what failed here, its chapter does again, and fails there if it must
             error = f.exception()
             if error is not None:
-                log.warning(f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again")
+                log.warning(
+                    f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again"
+                )
     return seed_run_dirs(cfg, run_dir)
 
 
@@ -190,6 +221,7 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
         wait_ended(futures)
         if all(f.status == "finished" for f in must_succeed):
             Path(path).touch()
+
     threading.Thread(target=wait, daemon=True).start()
 
 
@@ -198,7 +230,9 @@ def idle_tasks(cfg: Profile, run_dir: str | Path, *, specs: Specs) -> list[tuple
     a build, every chapter of `specs`), in toc order; what no worker takes, its chapter does."""
     from .runner_plan import asked
 
-    return [task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)]
+    return [
+        task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)
+    ]
 
 
 class MissingRuns(RuntimeError):
@@ -212,11 +246,13 @@ def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dic
     from ..core.checkpoints import saved_steps
     from ..core.runs import freeze_dir, seed_run_dirs
 
-    runs = ({g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir))
+    runs = {g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir)
     missing = [shown_path(d) for d in runs.values() if not saved_steps(d)]
     if missing:
-        raise MissingRuns(f"{len(missing)} run(s) this chapter reads are not trained, and this book does not train "
-                          f"(analysis.train_in_book: false): {', '.join(missing)}")
+        raise MissingRuns(
+            f"{len(missing)} run(s) this chapter reads are not trained, and this book does not train "
+            f"(analysis.train_in_book: false): {', '.join(missing)}"
+        )
     return runs
 
 
@@ -225,6 +261,7 @@ def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
     if not cfg.analysis.train_in_book:
         return require_runs(cfg, run_dir)
     from ..core.train import train_seeds
+
     return train_seeds(cfg, run_dir)
 
 
@@ -236,11 +273,19 @@ def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
     paper = paper_profile()
     rows = deviations(profile, paper)
     if end is not None and end.step < paper.train.steps:
-        rows.append({"key": "where training ended", "profile": f"{end.ended} at step {end.step:,} ({end.text})",
-                     "paper": f"after its {paper.train.steps:,} steps"})
+        rows.append(
+            {
+                "key": "where training ended",
+                "profile": f"{end.ended} at step {end.step:,} ({end.text})",
+                "paper": f"after its {paper.train.steps:,} steps",
+            }
+        )
     table = pd.DataFrame(rows, columns=["key", "profile", "paper"])
-    return (table.style.hide(axis="index").set_caption(caption)
-            .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v)))
+    return (
+        table.style.hide(axis="index")
+        .set_caption(caption)
+        .format(lambda v: f"{v:g}" if isinstance(v, float) else str(v))
+    )
 
 
 def shown_path(path) -> str:
@@ -261,10 +306,12 @@ def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
     step = saved_steps(run_dir)[-1] if step is None else step
     src, path = checkpoint_dir(Path(run_dir), step), checkpoint_zip_path(run_dir, step)
     if not path.is_file():
+
         def write(tmp: Path):
             with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
                 for f in sorted(src.iterdir()):
                     z.write(f, f"{src.name}/{f.name}")
+
         write_atomic(path, write)
     return path
 
@@ -272,35 +319,50 @@ def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
 CHECKPOINT_DOWNLOAD_MB = 50  # a checkpoint up to this size is a download; a larger one only with the opt-in
 
 
-def checkpoint_links(ch: "Chapter", run_dir: str | Path, step: int, label: str) -> list[str]:
+def checkpoint_links(ch: Chapter, run_dir: str | Path, step: int, label: str) -> list[str]:
     """A download of the zipped checkpoint at `step` where it is at most CHECKPOINT_DOWNLOAD_MB or
     the profile opts in (`analysis.download_checkpoint`); else one sentence saying where it is."""
     folder = checkpoint_dir(Path(run_dir), step)
     size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
     if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
         return download_links(ch.run_dir, [(checkpoint_zip(run_dir, step), label)])
-    return [f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
-            f"in `{shown_path(folder)}`"]
+    return [
+        f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
+        f"in `{shown_path(folder)}`"
+    ]
 
 
 CITATION = "CITATION.cff"  # the book's citation, at the root of its repository
-PAPER_CITATION = ("Gopalani, Lubana & Hu, Abrupt Learning in Transformers: A Case Study on Matrix Completion "
-                  "(NeurIPS 2024), https://arxiv.org/abs/2410.22244")
+PAPER_CITATION = (
+    "Gopalani, Lubana & Hu, Abrupt Learning in Transformers: A Case Study on Matrix Completion "
+    "(NeurIPS 2024), https://arxiv.org/abs/2410.22244"
+)
 CARD_MODELS = {  # model.kind -> where its class lives, its name, what it wraps, the card's loading code
-    "bert": ("mclib.core.model", "MatrixBert", "HuggingFace's BertModel",
-             "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto classes\n"
-             "from transformers import AutoModel\n"
-             "from mclib.core.data import make_batch\n\n"
-             "model = AutoModel.from_pretrained(\"{folder}\")   # the whole MatrixBert, read-out included, eval mode\n"
-             "pred = model(make_batch(x, mask).tokens).logits   # {shape}"),
-    "gpt": ("mclib.core.gpt", "MatrixGPT", "HuggingFace's GPT2Model, teacher-forced",
-            "from mclib.core.data import make_batch\n"
-            "from mclib.core.gpt import MatrixGPT\n\n"
-            "model = MatrixGPT.from_pretrained(\"{folder}\").eval()\n"
-            "pred = model(make_batch(x, mask))   # {shape}"),
+    "bert": (
+        "mclib.core.model",
+        "MatrixBert",
+        "HuggingFace's BertModel",
+        "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto classes\n"
+        "from transformers import AutoModel\n"
+        "from mclib.core.data import make_batch\n\n"
+        'model = AutoModel.from_pretrained("{folder}")   # the whole MatrixBert, read-out included, eval mode\n'
+        "pred = model(make_batch(x, mask).tokens).logits   # {shape}",
+    ),
+    "gpt": (
+        "mclib.core.gpt",
+        "MatrixGPT",
+        "HuggingFace's GPT2Model, teacher-forced",
+        "from mclib.core.data import make_batch\n"
+        "from mclib.core.gpt import MatrixGPT\n\n"
+        'model = MatrixGPT.from_pretrained("{folder}").eval()\n'
+        "pred = model(make_batch(x, mask))   # {shape}",
+    ),
 }
-ROLES = {"pre": "pre-shift: on the copying plateau", "transition": "transition: around the drop",
-         "post": "post-shift: the end of training"}
+ROLES = {
+    "pre": "pre-shift: on the copying plateau",
+    "transition": "transition: around the drop",
+    "post": "post-shift: the end of training",
+}
 
 
 def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
@@ -310,7 +372,7 @@ def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
     return dict(sorted(roles.items()))
 
 
-def model_card(ch: "Chapter", step: int) -> str:
+def model_card(ch: Chapter, step: int) -> str:
     """The model card (README.md) of the checkpoint at `step`, a huggingface_hub `ModelCard`
     (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
     at that step (where the run evaluated there); its text the task, the step's role, its losses,
@@ -321,17 +383,42 @@ def model_card(ch: "Chapter", step: int) -> str:
 
     cfg, d, m = ch.cfg, ch.cfg.data, ch.cfg.model
     row = ch.metrics[ch.metrics["step"] == step]
-    cells = {k: v for k, v in row.iloc[0].items() if k not in ("step", "wall") and pd.notna(v)} if len(row) else {}
-    losses = ("| " + " | ".join(cells) + " |\n|" + "---|" * len(cells) + "\n| "
-              + " | ".join(f"{v:.4g}" for v in cells.values()) + " |") if cells else f"{METRICS} has no row at step {step}."
+    cells = (
+        {k: v for k, v in row.iloc[0].items() if k not in ("step", "wall") and pd.notna(v)}
+        if len(row)
+        else {}
+    )
+    losses = (
+        (
+            "| "
+            + " | ".join(cells)
+            + " |\n|"
+            + "---|" * len(cells)
+            + "\n| "
+            + " | ".join(f"{v:.4g}" for v in cells.values())
+            + " |"
+        )
+        if cells
+        else f"{METRICS} has no row at step {step}."
+    )
     drop = f"the run's drop is at step {ch.drop:,}" if ch.drop is not None else "the run did not drop"
     folder = checkpoint_dir(ch.run_dir, step).name
     module, cls, what, load = CARD_MODELS[m.kind]
-    load = load.format(folder=folder, shape=f"[batch, {d.n * d.n}]" if m.kind == "bert" else f"[batch, {d.n}, {d.n}]")
+    load = load.format(
+        folder=folder, shape=f"[batch, {d.n * d.n}]" if m.kind == "bert" else f"[batch, {d.n}, {d.n}]"
+    )
     fresh = cells.get("eval_L_mask")
-    data = card_data(cfg, step, checkpoint_dir(ch.run_dir, step), l_mask=fresh,
-                     matrices=cfg.train.eval_batch if fresh is not None else None)
-    return str(hub_card(data, f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
+    data = card_data(
+        cfg,
+        step,
+        checkpoint_dir(ch.run_dir, step),
+        l_mask=fresh,
+        matrices=cfg.train.eval_batch if fresh is not None else None,
+    )
+    return str(
+        hub_card(
+            data,
+            f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
 
 A checkpoint of the book that reproduces {PAPER_CITATION}.
 
@@ -375,10 +462,12 @@ is in the card's header (`mclib: weights_sha256`).
 ## Cite
 
 The book: {CITATION} at the root of its repository. The paper: {PAPER_CITATION}.
-"""))
+""",
+        )
+    )
 
 
-def checkpoint_series_zip(ch: "Chapter") -> Path:
+def checkpoint_series_zip(ch: Chapter) -> Path:
     """The analysis checkpoints in one zip (`runs.checkpoint_series_path`), each a HuggingFace
     folder with config.json (in today's format, `config_text`, so that AutoModel loads it whole),
     model.safetensors and its model card, without train_state.pt; rewritten atomically each call."""
@@ -395,25 +484,34 @@ def checkpoint_series_zip(ch: "Chapter") -> Path:
                 z.writestr(f"{folder}/{CONFIG_FILE}", config_text(src))
                 z.write(src / MODEL_FILE, f"{folder}/{MODEL_FILE}")
                 z.writestr(f"{folder}/{MODEL_CARD}", model_card(ch, step))
+
     write_atomic(path, write)
     return path
 
 
-def checkpoint_series_links(ch: "Chapter") -> list[str]:
+def checkpoint_series_links(ch: Chapter) -> list[str]:
     """`checkpoint_links` for the analysis checkpoints together (`checkpoint_series_zip`)."""
     from ..core.runs import CHECKPOINTS, MODEL_FILE, checkpoint_series_path
 
     steps = list(checkpoint_roles(ch.steps))
-    size = sum((checkpoint_dir(ch.run_dir, s) / name).stat().st_size for s in steps for name in (CONFIG_FILE, MODEL_FILE))
+    size = sum(
+        (checkpoint_dir(ch.run_dir, s) / name).stat().st_size
+        for s in steps
+        for name in (CONFIG_FILE, MODEL_FILE)
+    )
     listed = ", ".join(f"{s:,}" for s in steps)
     if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
-        label = f"the analysis checkpoints (steps {listed}; zip, each a HuggingFace folder with its model card)"
+        label = (
+            f"the analysis checkpoints (steps {listed}; zip, each a HuggingFace folder with its model card)"
+        )
         return download_links(ch.run_dir, [(checkpoint_series_zip(ch), label)])
-    return [f"the analysis checkpoints (steps {listed}), {size / 1e6:,.0f} MB together, are not copied into the "
-            f"site: they are the folders step_NNNNNN of `{shown_path(ch.run_dir / CHECKPOINTS)}`; to offer them, "
-            f"set analysis.download_checkpoint: true in the profile (the book then zips them with their model "
-            f"cards into `{shown_path(checkpoint_series_path(ch.run_dir))}` and links it here), or upload each "
-            f"folder to a model hub"]
+    return [
+        f"the analysis checkpoints (steps {listed}), {size / 1e6:,.0f} MB together, are not copied into the "
+        f"site: they are the folders step_NNNNNN of `{shown_path(ch.run_dir / CHECKPOINTS)}`; to offer them, "
+        f"set analysis.download_checkpoint: true in the profile (the book then zips them with their model "
+        f"cards into `{shown_path(checkpoint_series_path(ch.run_dir))}` and links it here), or upload each "
+        f"folder to a model hub"
+    ]
 
 
 def executed_dir(run_dir: str | Path) -> Path | None:
@@ -428,5 +526,7 @@ def download_links(run_dir: str | Path, files: list[tuple[Path, str]]) -> list[s
     where = executed_dir(run_dir)
     if where is None:
         return [f"{label}: {shown_path(f)}" for f, label in files]
-    return [f"{{download}}`{label} <{Path(os.path.relpath(Path(f).resolve(), where)).as_posix()}>`"
-            for f, label in files]
+    return [
+        f"{{download}}`{label} <{Path(os.path.relpath(Path(f).resolve(), where)).as_posix()}>`"
+        for f, label in files
+    ]

@@ -3,6 +3,7 @@ maps and heatmaps, and `closed`, through which a chapter hands over each figure 
 under its bottom edge with the function that drew it (`sign`, read back by `drawer`). Each figure
 function of the plots_* modules takes data (a DataFrame, an array) and returns a matplotlib Figure.
 """
+
 from __future__ import annotations
 
 import functools
@@ -18,10 +19,12 @@ sns.set_theme(**THEME)
 
 def _without_grid(draw):
     """`draw`, run under seaborn's "white" style (the theme without its grid), the theme kept."""
+
     @functools.wraps(draw)
     def drawn(*args, **kwargs):
         with sns.axes_style("white"):
             return draw(*args, **kwargs)
+
     return drawn
 
 
@@ -43,8 +46,16 @@ def sign(fig: plt.Figure, drawer_name: str) -> plt.Figure:
     """Write "drawn by DRAWER_NAME" in small grey type just under the figure's bottom edge (the
     book's PNGs are cropped to what is drawn); a figure already signed keeps its first name."""
     if drawer(fig) is None:
-        fig.text(0.995, 0.0, f"drawn by {drawer_name}", ha="right", va="top", fontsize=7, color="grey",
-                 gid=DRAWER_GID)
+        fig.text(
+            0.995,
+            0.0,
+            f"drawn by {drawer_name}",
+            ha="right",
+            va="top",
+            fontsize=7,
+            color="grey",
+            gid=DRAWER_GID,
+        )
     return fig
 
 

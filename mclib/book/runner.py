@@ -14,6 +14,7 @@ which creates the run, be reused. `plan` says first which runs train, where and 
 that fails ends the build (`BookError`, one line) with no site. Functions that read the chapters'
 declarations take their `specs` (mclib.chapters.registry.specs) from the caller.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,11 +26,11 @@ from pathlib import Path
 
 import yaml
 
-from . import scorecard
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
 from ..core.runs import default_run_dir, write_atomic
+from . import scorecard
 from .runner_beside import READY_FILE, _beside, _execute_apart, alongside
 from .runner_execute import _execute, _file_sha, _key, _why, declared_reads, machine_paths
 from .runner_plan import Plan, Reads, _asking, plan_runs
@@ -57,13 +58,16 @@ def select_chapters(names: str, toc: Path = REPO / "_toc.yml") -> list[Path]:
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     bad = [n for n in wanted if n not in known]
     if bad or not wanted:
-        raise BookError(f"--chapters {names!r}: unknown chapter {', '.join(bad) or '(none named)'}; "
-                        f"chapters: {', '.join(known)}")
+        raise BookError(
+            f"--chapters {names!r}: unknown chapter {', '.join(bad) or '(none named)'}; "
+            f"chapters: {', '.join(known)}"
+        )
     return [t for name, t in known.items() if name in wanted]
 
 
 def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
     """The templates, in toc order: an entry `book/_executed/NAME` is `book/NAME.ipynb`."""
+
     def files(node):
         if isinstance(node, dict):
             if "file" in node:
@@ -88,6 +92,7 @@ def chapters(toc: Path = REPO / "_toc.yml") -> list[Path]:
 
 # --- which runs a build trains (runner_plan) -----------------------------------------
 
+
 def runs_read(cfg, names: list[str] | None = None, *, specs: Specs) -> dict[str, Reads]:
     """{chapter: `Reads`} of the chapters `names` (default all of `specs`) that declare `runs_read`."""
     return {s.notebook: s.runs_read(cfg) for s in among(specs, names) if s.runs_read is not None}
@@ -99,9 +104,16 @@ def plan(cfg, run_dir: Path, names: list[str], out: Path, *, specs: Specs) -> Pl
     nobody); nothing trains with `analysis.train_in_book: false`."""
     toc = [t.stem for t in chapters()]
     book = [n for n in names if n in specs]  # the chapters of the book among them
-    return plan_runs(cfg, run_dir, out, toc=toc, book=book, every=runs_read(cfg, toc, specs=specs),
-                     trainers=[s.notebook for s in among(specs, book) if s.trains_runs],
-                     toc_trainers=[s.notebook for s in among(specs, toc) if s.trains_runs])
+    return plan_runs(
+        cfg,
+        run_dir,
+        out,
+        toc=toc,
+        book=book,
+        every=runs_read(cfg, toc, specs=specs),
+        trainers=[s.notebook for s in among(specs, book) if s.trains_runs],
+        toc_trainers=[s.notebook for s in among(specs, toc) if s.trains_runs],
+    )
 
 
 def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
@@ -113,6 +125,7 @@ def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
 
 # --- the whole book -----------------------------------------------------------------
 
+
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
     from ..core.checkpoints import saved_steps
 
@@ -121,14 +134,27 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
         left = profile.train.steps - (saved_steps(run_dir) or [0])[-1]
         if left > 0:
             days = left * SECONDS_PER_PAPER_STEP_CPU / 86400
-            log.warning(f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
-                        f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)")
+            log.warning(
+                f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
+                f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)"
+            )
 
 
-def build(profile: str, seed: int | None = None, out_dir: str | Path | None = None,
-          run_dir: str | Path | None = None, device: str | None = None, *, timeout: float | None = None,
-          templates: list[Path] | None = None, progress: bool = True, site: bool = True,
-          ledger: Path | None = None, specs: Specs, overrides: dict | None = None) -> dict:
+def build(
+    profile: str,
+    seed: int | None = None,
+    out_dir: str | Path | None = None,
+    run_dir: str | Path | None = None,
+    device: str | None = None,
+    *,
+    timeout: float | None = None,
+    templates: list[Path] | None = None,
+    progress: bool = True,
+    site: bool = True,
+    ledger: Path | None = None,
+    specs: Specs,
+    overrides: dict | None = None,
+) -> dict:
     """Execute `templates` (default every chapter of _toc.yml) and, unless site=False, build the
     site: the chapters executed, then each spec's `site_part(out, ledger, specs=specs)`. Chapters
     left out keep their last records in the manifest. `overrides`: dotted keys set on the profile
@@ -139,7 +165,9 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     require_checkout(BOOK_NEEDS)
     t_start = time.time()
     ppath = profile_path(profile).resolve()
-    cfg = load_profile(ppath, overrides_from="--set", **{**(overrides or {}), **({} if seed is None else {"seed": seed})})
+    cfg = load_profile(
+        ppath, overrides_from="--set", **{**(overrides or {}), **({} if seed is None else {"seed": seed})}
+    )
     out = Path(out_dir or REPO).resolve()
     if overrides:  # the chapters' kernels read the profile from a file: the one with the overrides on it
         ppath = out / EXECUTED / f"{cfg.name}-set.yaml"
@@ -159,8 +187,19 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
     if runs.error:
         raise BookError(runs.error)
     params = {"profile": str(ppath), "seed": cfg.seed, "run_dir": str(run_dir), "device": device}
-    b = _Build(cfg, out, run_dir, device=resolved, templates=templates, runs=runs, timeout=timeout,
-               progress=progress, t_start=t_start, params=params, specs=specs)
+    b = _Build(
+        cfg,
+        out,
+        run_dir,
+        device=resolved,
+        templates=templates,
+        runs=runs,
+        timeout=timeout,
+        progress=progress,
+        t_start=t_start,
+        params=params,
+        specs=specs,
+    )
     b.execute()
     return b.site(ledger) if site else b.no_site()
 
@@ -168,8 +207,21 @@ def build(profile: str, seed: int | None = None, out_dir: str | Path | None = No
 class _Build:
     """One `build` under way: the manifest it writes and the last build's, which it reuses."""
 
-    def __init__(self, cfg, out: Path, run_dir: Path, *, device: str, templates: list[Path], runs: Plan,
-                 timeout: float | None, progress: bool, t_start: float, params: dict, specs: Specs):
+    def __init__(
+        self,
+        cfg,
+        out: Path,
+        run_dir: Path,
+        *,
+        device: str,
+        templates: list[Path],
+        runs: Plan,
+        timeout: float | None,
+        progress: bool,
+        t_start: float,
+        params: dict,
+        specs: Specs,
+    ):
         self.cfg, self.out, self.run_dir, self.templates, self.runs = cfg, out, run_dir, templates, runs
         self.specs = specs
         self.timeout, self.progress, self.t_start, self.params = timeout, progress, t_start, params
@@ -180,9 +232,17 @@ class _Build:
         self.prev = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.prev_nb = {r["name"]: r for r in self.prev.get("notebooks", [])}
         self.src = mclib_sha()
-        self.manifest = {"profile": cfg.name, "seed": cfg.seed, "run_dir": str(run_dir), "device": device,
-                         "git": git_revision(), "mclib": self.src, "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                         "notebooks": [], "site": None}
+        self.manifest = {
+            "profile": cfg.name,
+            "seed": cfg.seed,
+            "run_dir": str(run_dir),
+            "device": device,
+            "git": git_revision(),
+            "mclib": self.src,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "notebooks": [],
+            "site": None,
+        }
         self.lock = threading.Lock()  # the manifest: written from this thread and from the one beside it
         self.ready = self.exe / READY_FILE
         self.beside: dict = {}  # the training chapter executing beside this thread: its thread, error (`one`)
@@ -199,17 +259,29 @@ class _Build:
         """The chapter's manifest record; None where the last build's copy is reused (same key, untouched)."""
         name, output = template.stem, self.exe / f"{template.stem}.ipynb"
         old = self.prev_nb.get(name, {})
-        rec = {"name": name, "template": str(template), "output": str(output), "device": self.manifest["device"],
-               "parameters": self.params, "git": self.manifest["git"]}
+        rec = {
+            "name": name,
+            "template": str(template),
+            "output": str(output),
+            "device": self.manifest["device"],
+            "parameters": self.params,
+            "git": self.manifest["git"],
+        }
         with self.lock:
             self.manifest["notebooks"].append(rec)
-        if (old.get("complete") and old.get("key") == self.key(template) and old.get("output_sha") == _file_sha(output)
-                and not (name in self.runs.trainers and self.runs.train)):  # the training chapter runs while a run it trains is not complete
+        if (
+            old.get("complete")
+            and old.get("key") == self.key(template)
+            and old.get("output_sha") == _file_sha(output)
+            and not (name in self.runs.trainers and self.runs.train)
+        ):  # the training chapter runs while a run it trains is not complete
             rec.update({**old, "status": "reused", "duration_s": 0.0})  # executed_at/_s: when it did run
             log.info(f"[{i}/{len(self.templates)}] {name}: unchanged, reused")
             return None
-        log.info(f"[{i}/{len(self.templates)}] {name}: running ({self.cfg.name}, seed {self.cfg.seed}, "
-                 f"{self.manifest['device']})")
+        log.info(
+            f"[{i}/{len(self.templates)}] {name}: running ({self.cfg.name}, seed {self.cfg.seed}, "
+            f"{self.manifest['device']})"
+        )
         return rec
 
     def run(self, template: Path, rec: dict, *, apart: bool = False, reporting: bool = True) -> str | None:
@@ -219,10 +291,15 @@ class _Build:
         scorecard.forget_chapter(self.run_dir, rec["name"])  # the chapter records its rows afresh
         report = self.progress and reporting
         try:
-            with (_report_training(self.run_dir.parent, runs=self.runs, cfg=self.cfg) if report
-                  else contextlib.nullcontext()):
+            with (
+                _report_training(self.run_dir.parent, runs=self.runs, cfg=self.cfg)
+                if report
+                else contextlib.nullcontext()
+            ):
                 if apart:
-                    error = _execute_apart(template, output, self.params, self.timeout, paths=paths, ready=self.ready)
+                    error = _execute_apart(
+                        template, output, self.params, self.timeout, paths=paths, ready=self.ready
+                    )
                 else:
                     _execute(template, output, self.params, self.timeout, report, paths=paths)
                     error = None
@@ -232,9 +309,17 @@ class _Build:
         if error is not None:
             rec.update({"status": "failed", "complete": False, "error": error, "duration_s": took})
             return error
-        rec.update({"status": "executed", "complete": True, "duration_s": took, "execution_s": took,
-                    "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "key": self.key(template),
-                    "output_sha": _file_sha(output)})
+        rec.update(
+            {
+                "status": "executed",
+                "complete": True,
+                "duration_s": took,
+                "execution_s": took,
+                "executed_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "key": self.key(template),
+                "output_sha": _file_sha(output),
+            }
+        )
         self.save()
         return None
 
@@ -242,8 +327,11 @@ class _Build:
         """The BookError that ends the build at `name`; chapters not run keep their last records."""
         with self.lock:
             seen = {r["name"] for r in self.manifest["notebooks"]}
-            self.manifest["notebooks"] += [{**self.prev_nb[t.stem], "status": "not run"} for t in self.templates
-                                           if t.stem in self.prev_nb and t.stem not in seen]
+            self.manifest["notebooks"] += [
+                {**self.prev_nb[t.stem], "status": "not run"}
+                for t in self.templates
+                if t.stem in self.prev_nb and t.stem not in seen
+            ]
         self.save()
         return BookError(f"notebook {name} failed ({error}); see {self.exe / f'{name}.ipynb'}")
 
@@ -255,8 +343,10 @@ class _Build:
         with _asking([t.stem for t in self.templates]):
             for i, template in enumerate(self.templates, 1):
                 if self.beside and waits_for_trainer(template, self.cfg, specs=self.specs):
-                    log.info(f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
-                             "chapter trains or records)")
+                    log.info(
+                        f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
+                        "chapter trains or records)"
+                    )
                     later.append((i, template))
                     continue
                 self.one(i, template, trainer)
@@ -271,7 +361,8 @@ class _Build:
         order = [t.stem for t in chapters()]
         self.manifest["notebooks"] = sorted(
             [*ran.values(), *(r for name, r in self.prev_nb.items() if name not in ran)],
-            key=lambda r: order.index(r["name"]) if r["name"] in order else len(order))
+            key=lambda r: order.index(r["name"]) if r["name"] in order else len(order),
+        )
 
     def one(self, i: int, template: Path, trainer: str | None) -> None:
         """Chapter i: reused, executed, or (`trainer`) started beside this thread until only E15's
@@ -287,8 +378,10 @@ class _Build:
             if beside.get("error"):
                 raise self.failed(trainer, beside["error"])
             if beside["thread"].is_alive():
-                log.info(f"  {trainer}: only E15's runs train now; the chapters that read neither them nor other "
-                         "chapters' records execute beside it")
+                log.info(
+                    f"  {trainer}: only E15's runs train now; the chapters that read neither them nor other "
+                    "chapters' records execute beside it"
+                )
             return
         error = self.run(template, rec, reporting=not (beside and beside["thread"].is_alive()))
         if error is not None:
@@ -300,20 +393,29 @@ class _Build:
     def no_site(self) -> dict:
         self.manifest["site"] = {"status": "skipped"}
         self.save()
-        log.info(f"book: {len(self.templates)} chapter(s), no site ({self.manifest['duration_s']:.0f} s; "
-                 f"manifest {self.path})")
+        log.info(
+            f"book: {len(self.templates)} chapter(s), no site ({self.manifest['duration_s']:.0f} s; "
+            f"manifest {self.path})"
+        )
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
         """The site: the chapters executed, then the specs' parts; reused where its inputs are the last good build's."""
         out, manifest = self.out, self.manifest
-        parts = [s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None]
-        executed = [(EXECUTED / r["name"]).as_posix() for r in manifest["notebooks"]
-                    if r.get("complete") and Path(r["output"]).is_file()]
+        parts = [
+            s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None
+        ]
+        executed = [
+            (EXECUTED / r["name"]).as_posix()
+            for r in manifest["notebooks"]
+            if r.get("complete") and Path(r["output"]).is_file()
+        ]
         toc = site_toc(out, executed, parts)
         pages = [p for part in parts for p in part]
-        site_key = short_sha([_file_sha(p) for p in self.staged + pages + [toc]],
-                             [r.get("output_sha") for r in manifest["notebooks"]])
+        site_key = short_sha(
+            [_file_sha(p) for p in self.staged + pages + [toc]],
+            [r.get("output_sha") for r in manifest["notebooks"]],
+        )
         html = out / "_build" / "html"
         if (self.prev.get("site") or {}).get("key") == site_key and (html / "index.html").is_file():
             manifest["site"] = {**self.prev["site"], "status": "reused"}
@@ -322,12 +424,20 @@ class _Build:
             order = [t.stem for t in chapters()]
             shown = [n for n in order if (EXECUTED / n).as_posix() in executed]
             partial = len(shown) < len(order)
-            log.info("site: jupyter-book build" + (f" of {len(shown)} of the {len(order)} chapters (links to the "
-                                                    "others left out)" if partial else ""))
+            log.info(
+                "site: jupyter-book build"
+                + (
+                    f" of {len(shown)} of the {len(order)} chapters (links to the others left out)"
+                    if partial
+                    else ""
+                )
+            )
             manifest["site"] = _build_site(out, toc, partial)
             if manifest["site"]["status"] != "ok":
                 self.save()
-                raise BookError(f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}")
+                raise BookError(
+                    f"jupyter-book build failed ({manifest['site']['error']}); see {manifest['site']['log']}"
+                )
             manifest["site"]["key"] = site_key
         self.save()
         log.info(f"book: {html / 'index.html'} ({manifest['duration_s']:.0f} s; manifest {self.path})")

@@ -1,6 +1,7 @@
 """The training chapter beside the others: in a process of its own while it trains E15's runs,
 with the chapters that read neither them nor other chapters' records executing beside it.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,7 +13,9 @@ from .runner_execute import _execute, _why
 from .runner_plan import Plan
 
 READY = "MCLIB_BOOK_READY"  # where the training chapter's kernel says that only E15's runs still train
-READY_FILE = ".training-ready"  # that file, in OUT/book/_executed/ (`mclib.book.chapter.train_runs` creates it)
+READY_FILE = (
+    ".training-ready"  # that file, in OUT/book/_executed/ (`mclib.book.chapter.train_runs` creates it)
+)
 
 
 def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
@@ -24,11 +27,16 @@ def alongside(templates: list[Path], runs: Plan, cfg) -> str | None:
     trainer = next((n for n in runs.trainers if n in names), None)
     if trainer is None:
         return None
-    return trainer if any(run.startswith("E15") and where == trainer for run, where in runs.train.items()) else None
+    return (
+        trainer
+        if any(run.startswith("E15") and where == trainer for run, where in runs.train.items())
+        else None
+    )
 
 
-def _execute_in_process(template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict,
-                        env: dict) -> str | None:
+def _execute_in_process(
+    template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict, env: dict
+) -> str | None:
     os.environ.update(env)
     try:
         _execute(template, output, params, timeout, False, paths=paths)
@@ -37,16 +45,18 @@ def _execute_in_process(template: Path, output: Path, params: dict, timeout: flo
     return None
 
 
-def _execute_apart(template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict,
-                   ready: Path) -> str | None:
+def _execute_apart(
+    template: Path, output: Path, params: dict, timeout: float | None, *, paths: dict, ready: Path
+) -> str | None:
     """`_execute` in a spawned process (its stderr and cell bar its own), its kernel told the READY
     file; None, or why it failed (`_why`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(_execute_in_process, template, output, params, timeout, paths=paths,
-                           env={READY: str(ready)}).result()
+        return pool.submit(
+            _execute_in_process, template, output, params, timeout, paths=paths, env={READY: str(ready)}
+        ).result()
 
 
 def _beside(state: dict, work, ready: Path, poll: float = 1.0) -> None:

@@ -2,6 +2,7 @@
 (`machine_paths`), the kernel's stderr in a log beside it, and the key that says whether the
 last build's copy can be reused (`_key`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,6 +20,7 @@ CELL_BAR = {"bar_format": "{desc}: {n_fmt}/{total_fmt} cells [{elapsed}]"}
 
 # --- hashes -------------------------------------------------------------------------
 
+
 def _file_sha(path: Path) -> str | None:
     return short_sha(path.read_bytes()) if path.is_file() else None
 
@@ -31,6 +33,7 @@ def run_state(run_dir: Path) -> str:
 
 
 # --- one chapter --------------------------------------------------------------------
+
 
 def declared_reads(template: Path) -> list[str]:
     """The run-folder files a chapter reads besides the run, from its notebook metadata
@@ -96,8 +99,13 @@ def _why(e: BaseException) -> str:
 def machine_paths(out: Path, run_dir: Path) -> dict[str, str]:
     """{absolute path of this machine: what a notebook says instead}: the run folder relative
     to `out`, `out` and the repository ".", sys.prefix "<python>", the home folder "~"."""
-    return {str(Path(run_dir).resolve()): os.path.relpath(Path(run_dir).resolve(), Path(out).resolve()),
-            str(Path(out).resolve()): ".", str(REPO): ".", sys.prefix: "<python>", str(Path.home()): "~"}
+    return {
+        str(Path(run_dir).resolve()): os.path.relpath(Path(run_dir).resolve(), Path(out).resolve()),
+        str(Path(out).resolve()): ".",
+        str(REPO): ".",
+        sys.prefix: "<python>",
+        str(Path.home()): "~",
+    }
 
 
 def relative_paths(text: str, paths: dict[str, str]) -> str:
@@ -107,8 +115,11 @@ def relative_paths(text: str, paths: dict[str, str]) -> str:
 
     for absolute in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
         rel = paths[absolute]
-        text = re.sub(re.escape(absolute) + r"(/|(?![\w.\-]))",
-                      lambda m: (("" if rel == "." else rel + "/") if m.group(1) else rel), text)
+        text = re.sub(
+            re.escape(absolute) + r"(/|(?![\w.\-]))",
+            lambda m: ("" if rel == "." else rel + "/") if m.group(1) else rel,
+            text,
+        )
     return text
 
 
@@ -125,16 +136,29 @@ def _relative_everywhere(node, paths: dict[str, str]):
     return node
 
 
-def _execute(template: Path, output: Path, params: dict, timeout: float | None, progress: bool,
-             *, paths: dict[str, str] | None = None) -> None:
+def _execute(
+    template: Path,
+    output: Path,
+    params: dict,
+    timeout: float | None,
+    progress: bool,
+    *,
+    paths: dict[str, str] | None = None,
+) -> None:
     """Run `template` into `output` with papermill, every path of `paths` then written relative;
     an error output raises."""
     import nbformat
     import papermill as pm
 
     with _kernel_stderr_to(output.with_suffix(".kernel.log")), _kernel_warnings(QUIET_KERNEL):
-        pm.execute_notebook(template, output, parameters=params, cwd=REPO,  # cwd: `import mclib` works uninstalled
-                            execution_timeout=timeout, progress_bar=progress and CELL_BAR)
+        pm.execute_notebook(
+            template,
+            output,
+            parameters=params,
+            cwd=REPO,  # cwd: `import mclib` works uninstalled
+            execution_timeout=timeout,
+            progress_bar=progress and CELL_BAR,
+        )
     nb = _relative_everywhere(nbformat.read(output, as_version=4), paths or {})
     for cell in nb.cells:
         for out in cell.get("outputs", []):

@@ -1,6 +1,7 @@
 """Which runs a build trains (`plan_runs` -> `Plan`), from the runs each chapter declares it reads
 (`Reads`); and which chapters the build executes, as its kernels see them (`asked`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,6 +15,7 @@ ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated,
 @dataclass(frozen=True)
 class Reads:
     """Runs a chapter reads beside the book's run (other seeds, E15's groups): its spec's `runs_read(cfg)`."""
+
     seeds: tuple[int, ...] = ()
     e15: tuple[str, ...] = ()
 
@@ -43,6 +45,7 @@ class Plan:
     """What a build trains: `train`, {run: the chapter that trains it}; `trainers`, the chapters
     asked that declare `trains_runs`; `line`, which runs train, where and why, which are complete
     and which are left out; `error`, one line naming a run read that nothing trains, else None."""
+
     train: dict[str, str]
     trainers: list[str]
     line: str
@@ -51,7 +54,7 @@ class Plan:
 
 
 def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) -> str:
-    """"seed 1 (every chapter), seeds 2, 3 (07_beyond)": the runs, those of one kind with the same
+    """ "seed 1 (every chapter), seeds 2, 3 (07_beyond)": the runs, those of one kind with the same
     readers together."""
     groups: list[tuple[str, tuple, list[str]]] = []
     for run in runs:
@@ -61,12 +64,23 @@ def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) 
             groups[-1][2].append(what)
         else:
             groups.append((kind, why, [what]))
-    return ", ".join(f"{kind + 's' if kind == 'seed' and len(w) > 1 else kind} {', '.join(w)} ({', '.join(why)})"
-                     for kind, why, w in groups)
+    return ", ".join(
+        f"{kind + 's' if kind == 'seed' and len(w) > 1 else kind} {', '.join(w)} ({', '.join(why)})"
+        for kind, why, w in groups
+    )
 
 
-def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str], every: dict[str, Reads],
-              trainers: list[str], toc_trainers: list[str]) -> Plan:
+def plan_runs(
+    cfg,
+    run_dir: Path,
+    out: Path,
+    *,
+    toc: list[str],
+    book: list[str],
+    every: dict[str, Reads],
+    trainers: list[str],
+    toc_trainers: list[str],
+) -> Plan:
     """`mclib.book.runner.plan` given the declarations: `toc`, the toc's chapters; `book`, those
     asked; `every`, the toc's `Reads`; `trainers` and `toc_trainers`, those that train runs."""
     from ..analyses.freezing import LONGEST_FIRST, pending_groups
@@ -94,13 +108,21 @@ def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str],
     if not readers:
         return Plan({}, trainers, "", None)
     left = {run: chapters_ for run, chapters_ in runs_of(every, toc).items() if run not in readers}
-    paths = {run: folders[int(run.split()[1])] if run.startswith("seed") else freeze_dir(run_dir, run.split()[1])
-             for run in readers}
+    paths = {
+        run: folders[int(run.split()[1])] if run.startswith("seed") else freeze_dir(run_dir, run.split()[1])
+        for run in readers
+    }
     pending_seeds = {job[0].seed for job in seed_jobs(cfg, run_dir)}
     groups = [run.split()[1] for run in readers if run.startswith("E15")]
-    pending_e15 = set(groups if cfg.seed in pending_seeds or not groups else pending_groups(cfg, run_dir, groups))
-    pending = [run for run in readers if (run.startswith("seed") and int(run.split()[1]) in pending_seeds)
-               or (run.startswith("E15") and run.split()[1] in pending_e15)]
+    pending_e15 = set(
+        groups if cfg.seed in pending_seeds or not groups else pending_groups(cfg, run_dir, groups)
+    )
+    pending = [
+        run
+        for run in readers
+        if (run.startswith("seed") and int(run.split()[1]) in pending_seeds)
+        or (run.startswith("E15") and run.split()[1] in pending_e15)
+    ]
     main, train, unread = f"seed {cfg.seed}", {}, []
     for run in pending:
         declaring = [n for n in readers[run] if run != main or n in mine and cfg.seed in mine[n].seeds]
@@ -108,7 +130,9 @@ def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str],
             unread.append(run)
         elif trainers:
             train[run] = trainers[0]
-        elif declaring and (run != main or saved_steps(paths[main])):  # every chapter opens the book's run first
+        elif declaring and (
+            run != main or saved_steps(paths[main])
+        ):  # every chapter opens the book's run first
             train[run] = declaring[0]
         else:
             unread.append(run)
@@ -117,18 +141,30 @@ def plan_runs(cfg, run_dir: Path, out: Path, *, toc: list[str], book: list[str],
     add = f"add {', '.join(toc_trainers) or 'the training chapter'}"
     error = None
     if missing:
-        why = ("this book does not train (analysis.train_in_book: false)" if not cfg.analysis.train_in_book else
-               f"no chapter asked trains them ({add})")
-        error = (f"{', '.join(book)}: {len(missing)} run(s) read are not trained, and {why}: "
-                 + ", ".join(shown(run) for run in missing))
-    elif main in pending and any(run.startswith("E15") and where not in trainers for run, where in train.items()):
-        error = (f"{', '.join(book)}: E15's runs start from the book's run's last checkpoint, and {shown(main)} "
-                 f"is not complete ({add})")
+        why = (
+            "this book does not train (analysis.train_in_book: false)"
+            if not cfg.analysis.train_in_book
+            else f"no chapter asked trains them ({add})"
+        )
+        error = f"{', '.join(book)}: {len(missing)} run(s) read are not trained, and {why}: " + ", ".join(
+            shown(run) for run in missing
+        )
+    elif main in pending and any(
+        run.startswith("E15") and where not in trainers for run, where in train.items()
+    ):
+        error = (
+            f"{', '.join(book)}: E15's runs start from the book's run's last checkpoint, and {shown(main)} "
+            f"is not complete ({add})"
+        )
     parts = []
     for where in dict.fromkeys(train.values()):
-        parts.append(f"training in {where}: " + _runs_text([r for r in train if train[r] == where], readers, set(book)))
+        parts.append(
+            f"training in {where}: " + _runs_text([r for r in train if train[r] == where], readers, set(book))
+        )
     if not train:
-        parts.append("training: none" + ("" if cfg.analysis.train_in_book else " (analysis.train_in_book: false)"))
+        parts.append(
+            "training: none" + ("" if cfg.analysis.train_in_book else " (analysis.train_in_book: false)")
+        )
     if unread:
         parts.append("read as they are, not complete: " + _runs_text(unread, readers, set(book)))
     done = [run for run in readers if run not in pending]

@@ -1,6 +1,7 @@
 """The training's one progress line while a chapter runs (`_report_training`): each run that
 moved, its step out of `expected_steps`, its measured step (`step_ms`) and the time left.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,12 +16,13 @@ import yaml
 from ..core.config import ConfigError
 from .runner_plan import Plan
 
+
 def expected_steps(folder: Path, cfg=None) -> int:
     """The step a run is expected to end at: where it ended (end.json at its newest checkpoint);
     an E15 run not yet dropped, at the main run's drop (if before its cap); another seed than
     `cfg`'s that has dropped, `analysis.after_drop` steps later; else its cap, `train.steps`."""
-    from ..core.metrics import find_drop
     from ..core.checkpoints import resumable_steps
+    from ..core.metrics import find_drop
     from ..core.runs import END, METRICS, load_metrics, run_profile
 
     folder, profile = Path(folder), run_profile(folder)
@@ -29,8 +31,14 @@ def expected_steps(folder: Path, cfg=None) -> int:
         end = json.loads((folder / END).read_text())
         if end.get("step") == steps[-1] and end.get("ended") != "cut":
             return steps[-1]
-    drop = lambda run: find_drop(load_metrics(run), rank=profile.data.rank) if (run / METRICS).is_file() else None
-    if folder.parent.name == "freeze" and drop(folder) is None and (main := drop(folder.parent.parent)) is not None:
+    drop = lambda run: (
+        find_drop(load_metrics(run), rank=profile.data.rank) if (run / METRICS).is_file() else None
+    )
+    if (
+        folder.parent.name == "freeze"
+        and drop(folder) is None
+        and (main := drop(folder.parent.parent)) is not None
+    ):
         return min(cap, main)
     after = cfg.analysis.after_drop if cfg is not None and profile.seed != cfg.seed else None
     if after is not None and (own := drop(folder)) is not None:
@@ -61,7 +69,7 @@ def median_step_ms(metrics) -> float | None:
 
 
 def training_status(root: Path, since: float, cfg=None) -> list[str]:
-    """"NAME step/expected at N ms a step" for each run folder under `root` with a checkpoint
+    """ "NAME step/expected at N ms a step" for each run folder under `root` with a checkpoint
     saved after `since` (a time.time())."""
     from ..core.checkpoints import resumable_steps
     from ..core.runs import METRICS, PROFILE, checkpoint_dir
@@ -73,8 +81,10 @@ def training_status(root: Path, since: float, cfg=None) -> list[str]:
             steps = resumable_steps(folder)  # the newest checkpoint always has its train state
             if steps and checkpoint_dir(folder, steps[-1]).stat().st_mtime >= since:
                 ms = step_ms(folder) if (folder / METRICS).is_file() else None
-                out.append(f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{expected_steps(folder, cfg):,}"
-                           + (f" at {ms:.0f} ms a step" if ms else ""))
+                out.append(
+                    f"{folder.relative_to(root).as_posix()} {steps[-1]:,}/{expected_steps(folder, cfg):,}"
+                    + (f" at {ms:.0f} ms a step" if ms else "")
+                )
         except (OSError, ValueError, KeyError, ConfigError, yaml.YAMLError):
             continue
     return out
@@ -115,8 +125,10 @@ def sooner(runs: dict[str, Path], cfg) -> bool:
     (`train.until: converged`; every E15 run)."""
     from ..core.runs import END
 
-    return any(not (Path(folder) / END).is_file() and (name.startswith("E15") or cfg.train.until == "converged")
-               for name, folder in runs.items())
+    return any(
+        not (Path(folder) / END).is_file() and (name.startswith("E15") or cfg.train.until == "converged")
+        for name, folder in runs.items()
+    )
 
 
 def _minutes(seconds: float) -> str:
@@ -145,16 +157,24 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
     def watch():
         shown: set[str] = set()
         while not done.wait(every):
-            moved = [s for s in training_status(root, since, cfg) if s not in shown]  # a finished run drops out
+            moved = [
+                s for s in training_status(root, since, cfg) if s not in shown
+            ]  # a finished run drops out
             if moved:
                 # the training left is the build's runs' (`pending`): said only while one of them moved, never
                 # "0 s" beside a run a chapter trains on its own (chapter 08's GPT runs)
                 planned = any(s.split(" ", 1)[0] in names for s in moved)
                 left = time_left(pending, cfg, workers) if planned else None
-                tqdm.write("  training: " + ", ".join(moved)
-                           + (f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training left"
-                              if left is not None else ""),
-                           file=sys.stdout)
+                tqdm.write(
+                    "  training: "
+                    + ", ".join(moved)
+                    + (
+                        f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training left"
+                        if left is not None
+                        else ""
+                    ),
+                    file=sys.stdout,
+                )
                 shown.update(moved)
 
     thread = threading.Thread(target=watch, daemon=True)

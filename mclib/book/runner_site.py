@@ -1,6 +1,7 @@
 """The site: the book's non-notebook sources staged (`_stage`), the toc of this build
 (`site_toc`), and Jupyter Book 1's build, warnings as errors (`_build_site`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,9 +24,13 @@ SITE_TOC = Path("_build") / "_toc.yml"
 def _stage(out: Path) -> list[Path]:
     """Copy the book's non-notebook sources into `out` (a no-op when out is the repo)."""
     sources = [REPO / "_config.yml", REPO / "_toc.yml"] + sorted(
-        p for p in (REPO / "book").rglob("*")
-        if p.is_file() and p.suffix != ".ipynb" and "_executed" not in p.parts
-        and "__pycache__" not in p.parts)  # book/_ext's extensions: their bytecode is no source
+        p
+        for p in (REPO / "book").rglob("*")
+        if p.is_file()
+        and p.suffix != ".ipynb"
+        and "_executed" not in p.parts
+        and "__pycache__" not in p.parts
+    )  # book/_ext's extensions: their bytecode is no source
     staged = [out / p.relative_to(REPO) for p in sources]
     if out != REPO:
         for src, dst in zip(sources, staged):
@@ -77,8 +82,21 @@ def _build_site(out: Path, toc: Path, partial: bool = False) -> dict:
     log_file = out / "_build" / "jupyter-book.log"
     log_file.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out / "_build" / "html", ignore_errors=True)  # no stale pages or images
-    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
-           "build", str(out), "--path-output", str(out), "--toc", str(toc), "-W", "-n", "--keep-going", "--all"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+        "build",
+        str(out),
+        "--path-output",
+        str(out),
+        "--toc",
+        str(toc),
+        "-W",
+        "-n",
+        "--keep-going",
+        "--all",
+    ]
     if partial:
         cmd += ["--config", str(partial_config(out))]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -86,8 +104,12 @@ def _build_site(out: Path, toc: Path, partial: bool = False) -> dict:
     warnings = [l for l in (p.stdout + p.stderr).splitlines() if "WARNING" in l or "ERROR" in l]
     for w in warnings:
         log.warning(w)
-    rec = {"status": "ok" if p.returncode == 0 else "failed", "duration_s": round(time.time() - t0, 1),
-           "log": str(log_file), "warnings": len(warnings)}
+    rec = {
+        "status": "ok" if p.returncode == 0 else "failed",
+        "duration_s": round(time.time() - t0, 1),
+        "log": str(log_file),
+        "warnings": len(warnings),
+    }
     if p.returncode:
         rec["error"] = f"exit {p.returncode}, {len(warnings)} warnings/errors"
     return rec

@@ -9,6 +9,7 @@ task other than the paper's, a row compares a scale-free quantity (a loss over E
 losses, a step over a step), named in its quantity. Rules: scorecard_rules; rows of a run cut
 short: scorecard_stage; counts, tables and sentences: scorecard_tables.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,7 +23,19 @@ from .scorecard_rules import CLOSE, _missing, contradiction, interval, judge
 from .scorecard_stage import Stage, provisional, run_stage, shown_verdict
 from .scorecard_tables import row_order
 
-FIELDS = ("id", "quantity", "kind", "paper", "ours", "se", "spread", "reading", "verdict", "chapter", "provisional")
+FIELDS = (
+    "id",
+    "quantity",
+    "kind",
+    "paper",
+    "ours",
+    "se",
+    "spread",
+    "reading",
+    "verdict",
+    "chapter",
+    "provisional",
+)
 # Kept in a row only where given: its cause (only in a row that differs or cannot tell) and what its
 # rule needs besides the numbers (RULE_FIELDS), so that a recorded row can be judged again.
 RULE_FIELDS = ("margin", "reference", "sense", "values", "order", "span", "rounding")
@@ -58,9 +71,22 @@ def forget_chapter(run_dir: str | Path, chapter: str) -> None:
             _write(run_dir, [r for r in rows if r["chapter"] != chapter])
 
 
-def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *, reading: str = "",
-           kind: str = "number", se=None, spread=None, chapter: str = "", at: Stage | None = None,
-           cause: str = "", **rule_kw) -> dict:
+def record(
+    run_dir: str | Path,
+    id: str,
+    quantity: str,
+    paper=None,
+    ours=None,
+    *,
+    reading: str = "",
+    kind: str = "number",
+    se=None,
+    spread=None,
+    chapter: str = "",
+    at: Stage | None = None,
+    cause: str = "",
+    **rule_kw,
+) -> dict:
     """Add or replace the row (id, quantity), judged by `judge`, and return it. rule_kw: margin,
     reference, sense, values, order, span, rounding (kept in the row, `RULE_FIELDS`) or na (a reason:
     nothing to test). at: the run's `Stage` (rows reading a cut run's end are marked provisional).
@@ -70,13 +96,25 @@ def record(run_dir: str | Path, id: str, quantity: str, paper=None, ours=None, *
     v = judge(kind, paper=paper, ours=ours, se=se, spread=spread, **rule_kw)
     said = contradiction(reading, v)
     if said:
-        raise ValueError(f"the reading of {id} {quantity!r} says {said!r} but its verdict is {v!r}: build the "
-                         "reading's comparison with `agreement(verdict)`")
+        raise ValueError(
+            f"the reading of {id} {quantity!r} says {said!r} but its verdict is {v!r}: build the "
+            "reading's comparison with `agreement(verdict)`"
+        )
     if rule_kw.get("na"):
         reading = f"{reading}; n/a: {rule_kw['na']}" if reading else f"n/a: {rule_kw['na']}"
-    row = {"id": id, "quantity": quantity, "kind": kind, "paper": clean(paper), "ours": clean(ours),
-           "se": clean(se), "spread": clean(spread), "reading": reading, "verdict": v, "chapter": chapter,
-           **{k: rule_kw[k] for k in RULE_FIELDS if rule_kw.get(k) is not None}}  # what judging it again needs
+    row = {
+        "id": id,
+        "quantity": quantity,
+        "kind": kind,
+        "paper": clean(paper),
+        "ours": clean(ours),
+        "se": clean(se),
+        "spread": clean(spread),
+        "reading": reading,
+        "verdict": v,
+        "chapter": chapter,
+        **{k: rule_kw[k] for k in RULE_FIELDS if rule_kw.get(k) is not None},
+    }  # what judging it again needs
     if cause and v in ("differs", CLOSE):
         row["cause"] = cause
     row = provisional([row], at)[0]
@@ -95,22 +133,40 @@ def record_rows(run_dir: str | Path, rows: list[dict], chapter: str) -> list[dic
 
 # --- what a chapter adds -------------------------------------------------------------------
 
+
 def claim(id, quantity, ours, reading, paper=None, *, kind="number", **rule) -> dict:
     """Keyword arguments for `record`; rule: se, spread, margin, reference, sense, values, order, na."""
-    return {"id": id, "quantity": quantity, "paper": paper, "ours": ours, "reading": reading, "kind": kind, **rule}
+    return {
+        "id": id,
+        "quantity": quantity,
+        "paper": paper,
+        "ours": ours,
+        "reading": reading,
+        "kind": kind,
+        **rule,
+    }
 
 
-def recorded_table(run_dir: str | Path, rows: list[dict], chapter: str,
-                   columns=("id", "quantity", "paper", "ours", "se", "verdict", "reading"),
-                   caption: str = "The numbers this chapter adds to the scorecard."):
+def recorded_table(
+    run_dir: str | Path,
+    rows: list[dict],
+    chapter: str,
+    columns=("id", "quantity", "paper", "ours", "se", "verdict", "reading"),
+    caption: str = "The numbers this chapter adds to the scorecard.",
+):
     """`record_rows`, shown as a styled table of `columns`; "interval" is the interval of ours
     that each row's rule reads (`scorecard_rules.interval`)."""
     import pandas as pd
 
     recorded = record_rows(run_dir, rows, chapter)
     reach = lambda r: "—" if (i := interval(r)) is None else f"{i[0]:.3g} – {i[1]:.3g}"
-    shown = pd.DataFrame([{**r, "verdict": shown_verdict(r), "interval": reach(r)} for r in recorded])[list(columns)]
+    shown = pd.DataFrame([{**r, "verdict": shown_verdict(r), "interval": reach(r)} for r in recorded])[
+        list(columns)
+    ]
     formats = {"paper": "{:.3g}", "ours": "{:.3g}", "se": "{:.2g}", "spread": "{:.2g}"}
-    return (shown.rename(columns={"se": "s.e."}).style.hide(axis="index")
-            .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")
-            .set_caption(caption))
+    return (
+        shown.rename(columns={"se": "s.e."})
+        .style.hide(axis="index")
+        .format({("s.e." if k == "se" else k): f for k, f in formats.items() if k in columns}, na_rep="—")
+        .set_caption(caption)
+    )

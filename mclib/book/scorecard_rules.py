@@ -2,11 +2,14 @@
 verdict (`judge`, `row_verdict`) from our number, its standard errors and the paper's, with
 the margins they allow (`MARGINS`); the words a sentence says each verdict with (`agreement`);
 and the copying levels the model's rows divide by (`copy_levels`)."""
+
 from __future__ import annotations
 
 import math
 
-from ..analyses.margins import MARGINS  # the rules' margins, defined once there: E15's early stop reads them too
+from ..analyses.margins import (
+    MARGINS,
+)  # the rules' margins, defined once there: E15's early stop reads them too
 
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
 
@@ -16,19 +19,37 @@ def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
     from ..core import paper
     from ..core.data import copy_level
 
-    return {"low-rank": (copy_level(rank), copy_level(paper.task().rank)),
-            "random": (RANDOM_LEVEL, RANDOM_LEVEL)}
+    return {
+        "low-rank": (copy_level(rank), copy_level(paper.task().rank)),
+        "random": (RANDOM_LEVEL, RANDOM_LEVEL),
+    }
 
 
 # The direction rule's margin when its reference is a cut-off the book defines (a chapter's
 # STRONG, ALIGNED, ...): the cut-off is then the claim itself, so no margin is added.
 CUT = 0.0
-POSITIVE = {"number": "matches", "ratio": "matches", "direction": "same direction", "ordering": "same order",
-            "by construction": "cannot fail", "finding": "holds"}
+POSITIVE = {
+    "number": "matches",
+    "ratio": "matches",
+    "direction": "same direction",
+    "ordering": "same order",
+    "by construction": "cannot fail",
+    "finding": "holds",
+}
 # The verdict of a rule whose interval (our estimate ± two standard errors) reaches both the
 # band that counts as agreeing with the paper and the band that counts as differing.
 CLOSE = "too close to tell"
-VERDICTS = ("matches", "same direction", "same order", "differs", CLOSE, "n/a", "cannot fail", "holds", "fails")
+VERDICTS = (
+    "matches",
+    "same direction",
+    "same order",
+    "differs",
+    CLOSE,
+    "n/a",
+    "cannot fail",
+    "holds",
+    "fails",
+)
 # The kinds of claim that are ours, not the paper's: never counted among the paper's claims.
 OWN = ("finding",)
 
@@ -85,13 +106,27 @@ def interval(row: dict) -> tuple[float, float] | None:
     kind, ours = row.get("kind", "number"), row.get("ours")
     if kind not in ("number", "ratio") or _missing(ours) or (kind == "ratio" and ours <= 0):
         return None
-    lo, hi = _reach(kind == "ratio", ours, row.get("se"), row.get("spread"), span=row.get("span"),
-                    rounding=row.get("rounding"))
+    lo, hi = _reach(
+        kind == "ratio",
+        ours,
+        row.get("se"),
+        row.get("spread"),
+        span=row.get("span"),
+        rounding=row.get("rounding"),
+    )
     return (math.exp(lo), math.exp(hi)) if kind == "ratio" else (lo, hi)
 
 
-def number(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
-           margin: float | None = None, span=None, rounding: float | None = None) -> str:
+def number(
+    paper: float | None,
+    ours: float | None,
+    se: float | None = None,
+    spread: float | None = None,
+    *,
+    margin: float | None = None,
+    span=None,
+    rounding: float | None = None,
+) -> str:
     """A number, as the paper reports it (on the same task, or a scale-free quantity of
     the profile's task). The band that agrees: within margin·|paper| of the paper's number,
     margin 10 %; our interval: ours ± 2·√(se² + spread²), with se our standard error,
@@ -115,8 +150,16 @@ def number(paper: float | None, ours: float | None, se: float | None = None, spr
     return _banded(lo, hi, paper - m * abs(paper), paper + m * abs(paper), "matches")
 
 
-def ratio(paper: float | None, ours: float | None, se: float | None = None, spread: float | None = None, *,
-          margin: float | None = None, span=None, rounding: float | None = None) -> str:
+def ratio(
+    paper: float | None,
+    ours: float | None,
+    se: float | None = None,
+    spread: float | None = None,
+    *,
+    margin: float | None = None,
+    span=None,
+    rounding: float | None = None,
+) -> str:
     """A ratio of two losses on the same matrices (e.g. ablated over unablated L_mask),
     compared on the log scale. The band that agrees: within a factor 1 + margin of the
     paper's ratio, margin 25 %; our interval: ln(ours) ± 2·√(se² + spread²) / ours; with
@@ -143,14 +186,26 @@ def ratio(paper: float | None, ours: float | None, se: float | None = None, spre
 def band_text(kind: str = "number", margin: float | None = None) -> str:
     """The number or ratio rule in one clause, for a row's `margin` (default the kind's, `MARGINS`)."""
     m = MARGINS[kind] if margin is None else margin
-    band = {"number": f"the paper's value ± {m:.0%} of it",
-            "ratio": f"within a factor {1 + m:g} of the paper's value, either way"}[kind]
-    return (f'"{POSITIVE[kind]}" where our value ± two standard errors lies inside {band}, "differs" where it '
-            f'lies wholly outside that band, and "{CLOSE}" where it reaches both')
+    band = {
+        "number": f"the paper's value ± {m:.0%} of it",
+        "ratio": f"within a factor {1 + m:g} of the paper's value, either way",
+    }[kind]
+    return (
+        f'"{POSITIVE[kind]}" where our value ± two standard errors lies inside {band}, "differs" where it '
+        f'lies wholly outside that band, and "{CLOSE}" where it reaches both'
+    )
 
 
-def direction(ours: float | None, reference: float, sense: str, se: float | None = None,
-              spread: float | None = None, *, margin: float | None = None, paper: float | None = None) -> str:
+def direction(
+    ours: float | None,
+    reference: float,
+    sense: str,
+    se: float | None = None,
+    spread: float | None = None,
+    *,
+    margin: float | None = None,
+    paper: float | None = None,
+) -> str:
     """A direction: the paper says the quantity lies *above* or *below* a stated reference
     (a copying level, a ratio of 1, a threshold the chapter names). The band that agrees:
     beyond the reference on that side by more than margin·|reference|, margin 10 % (0 when
@@ -178,8 +233,15 @@ def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> b
     return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
 
 
-def finding(ours: float | None, reference: float, sense: str, se: float | None = None,
-            spread: float | None = None, *, margin: float | None = None) -> str:
+def finding(
+    ours: float | None,
+    reference: float,
+    sense: str,
+    se: float | None = None,
+    spread: float | None = None,
+    *,
+    margin: float | None = None,
+) -> str:
     """A finding of our own, beyond the paper (chapter 07's lead, the 2025 follow-up's claims
     tested on this task): the quantity lies *above* or *below* a stated reference. *holds*
     when ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
@@ -189,8 +251,11 @@ def finding(ours: float | None, reference: float, sense: str, se: float | None =
     if sense not in ("above", "below"):
         raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
     m = MARGINS["finding"] if margin is None else margin
-    return "holds" if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread,
-                              margin=m) else "fails"
+    return (
+        "holds"
+        if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread, margin=m)
+        else "fails"
+    )
 
 
 def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:
@@ -205,7 +270,7 @@ def ordering(values: dict, order: list, margin: float | None = None, se: float |
     at = {k: math.inf if _missing(v) else float(v) for k, v in values.items()}
     close = False
     for i, early in enumerate(order):
-        for late in order[i + 1:]:
+        for late in order[i + 1 :]:
             for a in early:
                 for b in late:
                     if math.isinf(at[a]):
@@ -226,12 +291,32 @@ def by_construction(*_, **__) -> str:
     return "cannot fail"
 
 
-RULES = {"number": number, "ratio": ratio, "direction": direction, "ordering": ordering,
-         "by construction": by_construction, "finding": finding}
+RULES = {
+    "number": number,
+    "ratio": ratio,
+    "direction": direction,
+    "ordering": ordering,
+    "by construction": by_construction,
+    "finding": finding,
+}
 
 
-def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, margin=None, reference=None,
-          sense=None, values=None, order=None, span=None, rounding=None, na: str | None = None) -> str:
+def judge(
+    kind: str = "number",
+    paper=None,
+    ours=None,
+    se=None,
+    spread=None,
+    *,
+    margin=None,
+    reference=None,
+    sense=None,
+    values=None,
+    order=None,
+    span=None,
+    rounding=None,
+    na: str | None = None,
+) -> str:
     """The verdict of one row by its kind's rule (`RULES`); "n/a" where `na` (a reason) is given."""
     if na:
         return "n/a"
@@ -252,8 +337,11 @@ def judge(kind: str = "number", paper=None, ours=None, se=None, spread=None, *, 
 
 def row_verdict(row: dict) -> str:
     """The verdict `record` would give `row` (a `claim`), without writing it."""
-    rule = {k: row[k] for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "span", "rounding",
-                                "na") if k in row}
+    rule = {
+        k: row[k]
+        for k in ("se", "spread", "margin", "reference", "sense", "values", "order", "span", "rounding", "na")
+        if k in row
+    }
     return judge(row.get("kind", "number"), paper=row.get("paper"), ours=row.get("ours"), **rule)
 
 
@@ -264,10 +352,17 @@ def is_own(row: dict) -> bool:
 
 # How a sentence says a verdict: every positive verdict of the paper's kinds agrees with the
 # paper; a finding of our own holds or does not, and never names the paper.
-AGREEMENT = {"matches": "as in the paper", "same direction": "as in the paper", "same order": "as in the paper",
-             "differs": "unlike the paper", CLOSE: "too close to tell",
-             "n/a": "not tested here", "cannot fail": "true by construction",
-             "holds": "holds here", "fails": "does not hold here"}
+AGREEMENT = {
+    "matches": "as in the paper",
+    "same direction": "as in the paper",
+    "same order": "as in the paper",
+    "differs": "unlike the paper",
+    CLOSE: "too close to tell",
+    "n/a": "not tested here",
+    "cannot fail": "true by construction",
+    "holds": "holds here",
+    "fails": "does not hold here",
+}
 
 
 def agreement(verdict: str) -> str:
@@ -302,6 +397,15 @@ def rules_table():
 
     def text(f):
         return " ".join(f.__doc__.split())
-    return pd.DataFrame([{"kind": k, "positive verdict": POSITIVE[k],
-                          "margin": f"{MARGINS[k]:.0%}" if k in MARGINS else "—", "rule": text(f)}
-                         for k, f in RULES.items()])
+
+    return pd.DataFrame(
+        [
+            {
+                "kind": k,
+                "positive verdict": POSITIVE[k],
+                "margin": f"{MARGINS[k]:.0%}" if k in MARGINS else "—",
+                "rule": text(f),
+            }
+            for k, f in RULES.items()
+        ]
+    )

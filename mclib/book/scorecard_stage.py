@@ -1,6 +1,7 @@
 """A run cut short: how far the run a chapter reads got (`Stage`, `run_stage`), and the
 provisional mark on every row that reads its end (`reads_late`, `provisional`), which a table
 shows beside the verdict (`shown_verdict`)."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,11 @@ def reads_late(row: dict) -> bool:
     or a BERT row of E17; never a finding of our own (those read the plateau and the drop)."""
     if is_own(row):
         return False
-    return (row["id"] in LATE_IDS or bool(LATE_WORDS.search(row["quantity"]))
-            or (row["id"] == "E17" and row["quantity"].startswith("BERT")))
+    return (
+        row["id"] in LATE_IDS
+        or bool(LATE_WORDS.search(row["quantity"]))
+        or (row["id"] == "E17" and row["quantity"].startswith("BERT"))
+    )
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,7 @@ class Stage:
     cut: ended "cut" or "unfinished" before `planned` (`is_cut`); rel: L_mask / E[X²] over the
     window ending at `step` (`window_mean`); paper_rel: the paper's post L_mask / E[X²] (step
     50 000); slope, slope_se: L_mask's relative change per 1 000 steps over the last 2 000."""
+
     step: int
     planned: int
     cut: bool
@@ -54,8 +59,11 @@ class Stage:
         level = "" if _missing(self.rel) else f"; L_mask there {self.rel:.3g}·E[X²]"
         if not _missing(self.rel) and not _missing(self.paper_rel) and self.paper_rel > 0:
             level += f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} ({self.paper_rel:.3g}·E[X²])"
-        fall = ("" if _missing(self.slope) else
-                f"; still changing {self.slope:+.1%} ± {_se(self.slope_se):.1%} per 1,000 steps")
+        fall = (
+            ""
+            if _missing(self.slope)
+            else f"; still changing {self.slope:+.1%} ± {_se(self.slope_se):.1%} per 1,000 steps"
+        )
         return f"reads step {self.step:,} of a run cut short of its {self.planned:,}{level}{fall}"
 
     @property
@@ -63,8 +71,10 @@ class Stage:
         """A clause on what the rows that read the run's end compare: the paper's end, or provisionally."""
         if not self.cut:
             return "the comparisons below read the run's end, as the paper reads its own"
-        return (f"the comparisons below are provisional: the run was cut at step {self.step:,} of its "
-                f"{self.planned:,}, and the paper read its model at step {PAPER_POST:,}")
+        return (
+            f"the comparisons below are provisional: the run was cut at step {self.step:,} of its "
+            f"{self.planned:,}, and the paper read its model at step {PAPER_POST:,}"
+        )
 
 
 def is_cut(end) -> bool:
@@ -83,9 +93,15 @@ def stage(end, metrics, rank: int) -> Stage:
     if ran is not None and len(ran):
         rel = float(window_mean(ran, end.step)["L_mask"]) / copy_level(rank)
         slope, slope_se = end_slope(ran, 2000)
-    return Stage(step=int(end.step), planned=int(end.steps), cut=is_cut(end),
-                 rel=rel, paper_rel=paper.PAPER[("E3", "post L_mask")] / copy_level(paper.task().rank),
-                 slope=slope, slope_se=slope_se)
+    return Stage(
+        step=int(end.step),
+        planned=int(end.steps),
+        cut=is_cut(end),
+        rel=rel,
+        paper_rel=paper.PAPER[("E3", "post L_mask")] / copy_level(paper.task().rank),
+        slope=slope,
+        slope_se=slope_se,
+    )
 
 
 def run_stage(run_dir: str | Path) -> Stage | None:
@@ -115,8 +131,15 @@ def provisional(rows: list[dict], at: Stage | None) -> list[dict]:
     """`rows`, each that reads the end of a cut run (`reads_late`; not n/a or cannot fail) marked
     with `Stage.note`, the others with None; verdicts unchanged."""
     mark = at.note if at is not None and at.cut else ""
-    return [{**r, "provisional": (mark or None) if reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
-             else None} for r in rows]
+    return [
+        {
+            **r,
+            "provisional": (mark or None)
+            if reads_late(r) and r.get("verdict") not in ("n/a", "cannot fail")
+            else None,
+        }
+        for r in rows
+    ]
 
 
 def is_provisional(row: dict) -> bool:

@@ -2,6 +2,7 @@
 and their sentences, the findings table (`findings`) and the landing page's box (`headline`),
 the verdicts of a sentence that speaks for several rows (`verdicts_text`), and how the profile's
 task departs from the paper's (`task_note`, `departures_text`)."""
+
 from __future__ import annotations
 
 import math
@@ -9,6 +10,7 @@ import re
 
 from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
+
 
 def plural(n: int, noun: str, nouns: str | None = None) -> str:
     """'1 head', '2 heads'; `nouns`: an irregular plural, or a verb's ('1 differs', '2 differ')."""
@@ -19,19 +21,24 @@ def percent(x: float, digits: int = 1) -> str:
     """x as a percentage ('1.3%'); a non-zero x that would show as 0.0% is "less than 0.05%"."""
     shown = f"{x:.{digits}%}"
     if x and float(shown.rstrip("%")) == 0:
-        return f"less than {0.5 * 10 ** -digits:g}%"
+        return f"less than {0.5 * 10**-digits:g}%"
     return shown
 
 
 def counts_clause(t: dict[str, int]) -> str:
     """'41 reproduced, 23 differ, 1 is too close to tell and 12 have nothing to test here' (and
     how many are provisional, where any is) from `tally`'s counts, each verb agreeing with its count."""
-    parts = [f"{t['reproduced']:,} reproduced", plural(t["differ"], "differs", "differ"),
-             plural(t["too close"], "is too close to tell", "are too close to tell"),
-             plural(t["not tested"], "has nothing to test here", "have nothing to test here")]
+    parts = [
+        f"{t['reproduced']:,} reproduced",
+        plural(t["differ"], "differs", "differ"),
+        plural(t["too close"], "is too close to tell", "are too close to tell"),
+        plural(t["not tested"], "has nothing to test here", "have nothing to test here"),
+    ]
     if t["provisional"]:
-        parts.append(plural(t["provisional"], "is provisional", "are provisional") + " (read at the end of a run cut "
-                     "short)")
+        parts.append(
+            plural(t["provisional"], "is provisional", "are provisional") + " (read at the end of a run cut "
+            "short)"
+        )
     return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
@@ -62,6 +69,7 @@ def verdict_counts(verdicts) -> str:
 
 # --- counts of the paper's claims --------------------------------------------------------
 
+
 def paper_rows(rows: list[dict]) -> list[dict]:
     """The rows that test claims of the paper: what every count of reproduced claims reads."""
     return [r for r in rows if not is_own(r)]
@@ -80,18 +88,25 @@ def tally(rows: list[dict]) -> dict[str, int]:
     provisional; a provisional row counts there alone, whatever its verdict."""
     rows = paper_rows(rows)
     firm = [r for r in rows if not is_provisional(r)]
-    return {"rows": len(rows), "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
-            "differ": sum(r["verdict"] == "differs" for r in firm),
-            "too close": sum(r["verdict"] == CLOSE for r in firm),
-            "not tested": sum(r["verdict"] in ("n/a", "cannot fail") for r in firm),
-            "provisional": len(rows) - len(firm)}
+    return {
+        "rows": len(rows),
+        "reproduced": sum(r["verdict"] in REPRODUCED for r in firm),
+        "differ": sum(r["verdict"] == "differs" for r in firm),
+        "too close": sum(r["verdict"] == CLOSE for r in firm),
+        "not tested": sum(r["verdict"] in ("n/a", "cannot fail") for r in firm),
+        "provisional": len(rows) - len(firm),
+    }
 
 
 def provisional_split(rows: list[dict]) -> dict[str, int]:
     """The paper's provisional rows by their verdict so far: agree, differ, too close to tell."""
     late = [r for r in paper_rows(rows) if is_provisional(r)]
-    return {"provisional": len(late), "agree": sum(r["verdict"] in REPRODUCED for r in late),
-            "differ": sum(r["verdict"] == "differs" for r in late), "too close": sum(r["verdict"] == CLOSE for r in late)}
+    return {
+        "provisional": len(late),
+        "agree": sum(r["verdict"] in REPRODUCED for r in late),
+        "differ": sum(r["verdict"] == "differs" for r in late),
+        "too close": sum(r["verdict"] == CLOSE for r in late),
+    }
 
 
 def provisional_text(rows: list[dict]) -> str:
@@ -100,8 +115,10 @@ def provisional_text(rows: list[dict]) -> str:
     if not p["provisional"]:
         return "0 provisional"
     close = f", {p['too close']} too close to tell" if p["too close"] else ""
-    return (f"{p['provisional']} provisional: {plural(p['agree'], 'agrees', 'agree')}, "
-            f"{plural(p['differ'], 'differs', 'differ')}{close} so far")
+    return (
+        f"{p['provisional']} provisional: {plural(p['agree'], 'agrees', 'agree')}, "
+        f"{plural(p['differ'], 'differs', 'differ')}{close} so far"
+    )
 
 
 def tally_text(rows: list[dict], what: str) -> str:
@@ -111,6 +128,7 @@ def tally_text(rows: list[dict], what: str) -> str:
 
 
 # --- the findings table ------------------------------------------------------------------
+
 
 def row_order(row: dict) -> tuple:
     """Sort key of a row: experiment number (findings of our own last), then chapter; so the
@@ -131,9 +149,13 @@ def causes(rows: list[dict]) -> str:
     for cause in dict.fromkeys(r["cause"] for r in open_ if r.get("cause")):
         alike.setdefault(NUMBER.sub("#", cause), []).append(cause)
     if alike:
-        return "; ".join(said[0] if len(said) == 1 else
-                         f"{said[0]} (and {plural(len(said) - 1, 'more row')} alike, each with its own numbers in "
-                         "the scorecard)" for said in alike.values())
+        return "; ".join(
+            said[0]
+            if len(said) == 1
+            else f"{said[0]} (and {plural(len(said) - 1, 'more row')} alike, each with its own numbers in "
+            "the scorecard)"
+            for said in alike.values()
+        )
     return "not traced" if any(r["verdict"] == "differs" for r in open_) else "—"
 
 
@@ -160,11 +182,31 @@ def findings(rows: list[dict], link: str | None = None):
         t = tally(rs)
         where = home(rs)
         name = e if link is None or not where else f'<a href="{link}{where}.html">{e}</a>'
-        out.append({"experiment": name, "rows": len(rs), "reproduced": t["reproduced"], "differs": t["differ"],
-                    "too close to tell": t["too close"], "not tested": t["not tested"],
-                    "provisional": t["provisional"], "why it differs": causes(rs)})
-    return pd.DataFrame(out, columns=["experiment", "rows", "reproduced", "differs", "too close to tell", "not tested",
-                                      "provisional", "why it differs"])
+        out.append(
+            {
+                "experiment": name,
+                "rows": len(rs),
+                "reproduced": t["reproduced"],
+                "differs": t["differ"],
+                "too close to tell": t["too close"],
+                "not tested": t["not tested"],
+                "provisional": t["provisional"],
+                "why it differs": causes(rs),
+            }
+        )
+    return pd.DataFrame(
+        out,
+        columns=[
+            "experiment",
+            "rows",
+            "reproduced",
+            "differs",
+            "too close to tell",
+            "not tested",
+            "provisional",
+            "why it differs",
+        ],
+    )
 
 
 # Experiments whose rows test the classical solvers alone, on the paper's task, with no model:
@@ -195,27 +237,38 @@ def headline(rows: list[dict]) -> dict[str, str]:
     model = [r for r in rows if not solver_only(r)]
     solver = [r for r in rows if solver_only(r)]
     n = lambda verdict: sum(r["verdict"] == verdict for r in own)
-    return {"landing_model": counts(model, "about the model"),
-            "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)})"),
-            "landing_reproduced": ("Reproduced in full: " + ", ".join(full) + ".") if full else
-                                  "No experiment reproduced in full.",
-            "landing_differs": ("With claims that differ (how many): " + ", ".join(partial) + "; the table below "
-                                "says why.") if partial else "No claim differs.",
-            "landing_own": (f"Beyond the paper, {plural(len(own), 'finding')} of our own and of the 2025 follow-up, "
-                            f"counted apart: {plural(n('holds'), 'holds', 'hold')}, "
-                            f"{plural(n('fails'), 'does not', 'do not')} and "
-                            f"{plural(n('n/a'), 'has nothing to test here', 'have nothing to test here')}.")}
+    return {
+        "landing_model": counts(model, "about the model"),
+        "landing_solvers": counts(solver, f"about the classical solvers alone ({', '.join(SOLVER_ONLY)})"),
+        "landing_reproduced": ("Reproduced in full: " + ", ".join(full) + ".")
+        if full
+        else "No experiment reproduced in full.",
+        "landing_differs": (
+            "With claims that differ (how many): " + ", ".join(partial) + "; the table below says why."
+        )
+        if partial
+        else "No claim differs.",
+        "landing_own": (
+            f"Beyond the paper, {plural(len(own), 'finding')} of our own and of the 2025 follow-up, "
+            f"counted apart: {plural(n('holds'), 'holds', 'hold')}, "
+            f"{plural(n('fails'), 'does not', 'do not')} and "
+            f"{plural(n('n/a'), 'has nothing to test here', 'have nothing to test here')}."
+        ),
+    }
 
 
 def setting_counts(rows: list[dict], where: str) -> str:
     """The landing page's line for one edition (`where`): its `tally` in one sentence."""
     t = tally(rows)
-    return (f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
-            f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
-            f"{provisional_text(rows)} (read at the end of a run cut short), of {plural(t['rows'], 'claim')}.")
+    return (
+        f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
+        f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
+        f"{provisional_text(rows)} (read at the end of a run cut short), of {plural(t['rows'], 'claim')}."
+    )
 
 
 # --- the profile's task ----------------------------------------------------------------
+
 
 def task_departures(profile) -> list[str]:
     """The data keys where `profile`'s task departs from the paper's (empty: the paper's task)."""
@@ -227,18 +280,20 @@ def task_departures(profile) -> list[str]:
 
 def task_note(profile) -> str:
     """One sentence: whether `profile` trains the paper's task, and if not, how its rows compare."""
-    from ..core.paper import profile as paper_profile
     from ..core.data import copy_level
+    from ..core.paper import profile as paper_profile
 
     paper = paper_profile()
     keys = task_departures(profile)
     if not keys:
         return "This profile's task is the paper's: every row compares like with like."
-    return (f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
-            f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
-            "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
-            "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
-            "same matrices, a step over another step), and no number is multiplied across tasks.")
+    return (
+        f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
+        f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
+        "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
+        "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
+        "same matrices, a step over another step), and no number is multiplied across tasks."
+    )
 
 
 def departures_count(profile) -> str:
@@ -261,5 +316,8 @@ def departures_text(profile) -> str:
     rows = deviations(profile, paper_profile())
     if not rows:
         return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
-    return (f"Profile {profile.name} departs from the paper's task and recipe in {len(rows)} keys: "
-            + "; ".join(f"{d['key']} {fmt(d['profile'])} (paper: {fmt(d['paper'])})" for d in rows) + ".")
+    return (
+        f"Profile {profile.name} departs from the paper's task and recipe in {len(rows)} keys: "
+        + "; ".join(f"{d['key']} {fmt(d['profile'])} (paper: {fmt(d['paper'])})" for d in rows)
+        + "."
+    )

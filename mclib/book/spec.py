@@ -4,6 +4,7 @@ Each chapter module ends with `SPEC = ChapterSpec("NN_name", ...)`; mclib.chapte
 collects them (`Specs`, toc order) for the callers that hand them down. A field left out
 declares nothing; an unknown or ill-typed field is refused in one line naming chapter and field.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,6 +40,7 @@ class ChapterSpec:
     restated     a sentence worded again from re-judged rows: `restated(name, text, rows) -> str | None`
 
     curve_rows, e15_rows, rejudged, rule_of: `mclib.lease.reference`; speaks_for, restated: `mclib.lease.part`."""
+
     notebook: str
     _: KW_ONLY  # the declarations by name
     runs_read: Callable[[Profile], Reads] | None = None
@@ -54,18 +56,23 @@ class ChapterSpec:
 
     def __post_init__(self):
         if not isinstance(self.notebook, str) or not self.notebook or "/" in self.notebook:
-            raise ChapterSpecError(f"chapter spec: notebook {self.notebook!r} is not a template's stem (\"01_train\")")
+            raise ChapterSpecError(
+                f'chapter spec: notebook {self.notebook!r} is not a template\'s stem ("01_train")'
+            )
         for name, value in vars(self).items():  # the fields, as given
             if name == "trains_runs":
                 ok = isinstance(value, bool)
             elif name == "speaks_for":
-                ok = isinstance(value, Mapping) and all(isinstance(k, str) and isinstance(v, str)
-                                                        for k, v in value.items())
+                ok = isinstance(value, Mapping) and all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+                )
             else:
                 ok = name == "notebook" or value is None or callable(value)
             if not ok:
-                raise ChapterSpecError(f"chapter {self.notebook}: field {name} = {value!r} is not what it declares "
-                                       "(see mclib.book.spec.ChapterSpec)")
+                raise ChapterSpecError(
+                    f"chapter {self.notebook}: field {name} = {value!r} is not what it declares "
+                    "(see mclib.book.spec.ChapterSpec)"
+                )
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(ChapterSpec))
@@ -73,14 +80,17 @@ FIELDS = tuple(f.name for f in dataclasses.fields(ChapterSpec))
 
 def _naming(init):
     """The dataclass's __init__, an unknown field refused in one line naming the chapter."""
+
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
         unknown = [k for k in kwargs if k not in FIELDS]
         if unknown:
             chapter = args[0] if args else kwargs.get("notebook", "?")
-            raise ChapterSpecError(f"chapter {chapter}: ChapterSpec has no field {unknown[0]!r} "
-                                   f"(fields: {', '.join(FIELDS)})")
+            raise ChapterSpecError(
+                f"chapter {chapter}: ChapterSpec has no field {unknown[0]!r} (fields: {', '.join(FIELDS)})"
+            )
         init(self, *args, **kwargs)
+
     return checked
 
 

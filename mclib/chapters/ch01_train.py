@@ -8,6 +8,7 @@ rows, and the run's files as downloads.
 
 Every sentence is built from the run (drop or none, converged or capped), never typed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,15 +18,16 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import rounding, sharpness
-from ..analyses.sharpness import ABRUPT, SETTLE, Shape
-from ..core.metrics import (CONVERGED_Z, COPIES, DROP_FRACTION, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, SLOPE_BLOCKS,
-                            end_slope, last_tenth, window_mean)
-from ..core.paper import PAPER
-from ..core.paper import profile as paper_profile
-from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
-from ..core.runs import METRICS
-from ..book.chapter import Chapter, checkpoint_links, checkpoint_series_links, departures_table, download_links, shown_path
 from ..analyses.loss_tables import ratio_se
+from ..analyses.sharpness import ABRUPT, SETTLE, Shape
+from ..book.chapter import (
+    Chapter,
+    checkpoint_links,
+    checkpoint_series_links,
+    departures_table,
+    download_links,
+    shown_path,
+)
 from ..book.plots_base import closed
 from ..book.plots_curves import loss_curve, mark_checkpoints
 from ..book.scorecard import claim, recorded_table
@@ -33,17 +35,37 @@ from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_v
 from ..book.scorecard_stage import PAPER_PRE, is_cut
 from ..book.scorecard_tables import plural, task_departures
 from ..book.spec import ChapterSpec
+from ..core.metrics import (
+    CONVERGED_Z,
+    COPIES,
+    DROP_FRACTION,
+    DROP_WINDOW,
+    LOSS_NAMES,
+    PLATEAU_BAND,
+    SLOPE_BLOCKS,
+    end_slope,
+    last_tenth,
+    window_mean,
+)
+from ..core.paper import PAPER
+from ..core.paper import profile as paper_profile
+from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.runs import METRICS
 
 CHAPTER = "01_train"
 
 
 # --- the run -----------------------------------------------------------------------------------
 
+
 def training_phrase(ch: Chapter) -> str:
     """How long the profile trains, e.g. "up to 14,000 steps (until L_mask stops improving)"."""
     t = ch.cfg.train
-    return (f"up to {t.steps:,} steps (until L_mask stops improving)" if t.until == "converged"
-            else f"{t.steps:,} steps")
+    return (
+        f"up to {t.steps:,} steps (until L_mask stops improving)"
+        if t.until == "converged"
+        else f"{t.steps:,} steps"
+    )
 
 
 def settings_table(ch: Chapter):
@@ -51,44 +73,65 @@ def settings_table(ch: Chapter):
     from ..core.train import parallel_runs
 
     m, t, d = ch.cfg.model, ch.cfg.train, ch.cfg.data
-    settings = pd.DataFrame({"setting": ["profile", "seed", "device", "task", "model", "training", "ended",
-                                         "run folder"], "value": [
-        ch.cfg.name, ch.cfg.seed, ch.device.type,
-        f"{d.n}x{d.n} matrices of rank {d.rank}, each entry masked with probability {d.p_mask}",
-        f"{m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}",
-        f"{training_phrase(ch)} x {t.batch} matrices, Adam lr {t.lr:g}, {t.precision}; "
-        f"{plural(t.threads, 'thread') if t.threads else 'all threads'} a run, "
-        f"{plural(parallel_runs(ch.cfg), 'run')} side by side",
-        ch.end.text, shown_path(ch.run_dir)]})
+    settings = pd.DataFrame(
+        {
+            "setting": ["profile", "seed", "device", "task", "model", "training", "ended", "run folder"],
+            "value": [
+                ch.cfg.name,
+                ch.cfg.seed,
+                ch.device.type,
+                f"{d.n}x{d.n} matrices of rank {d.rank}, each entry masked with probability {d.p_mask}",
+                f"{m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}",
+                f"{training_phrase(ch)} x {t.batch} matrices, Adam lr {t.lr:g}, {t.precision}; "
+                f"{plural(t.threads, 'thread') if t.threads else 'all threads'} a run, "
+                f"{plural(parallel_runs(ch.cfg), 'run')} side by side",
+                ch.end.text,
+                shown_path(ch.run_dir),
+            ],
+        }
+    )
     return settings.style.hide(axis="index").set_caption("The run every chapter of this book reads.")
 
 
 def departures(ch: Chapter):
-    return departures_table(ch.cfg, f"Where profile {ch.cfg.name} departs from the paper's task and recipe (the "
-                                    "paper profile as it ships, in fp32 and run to its end, departs nowhere). Every number of this book "
-                                    "comes from this setting.", ch.end)
+    return departures_table(
+        ch.cfg,
+        f"Where profile {ch.cfg.name} departs from the paper's task and recipe (the "
+        "paper profile as it ships, in fp32 and run to its end, departs nowhere). Every number of this book "
+        "comes from this setting.",
+        ch.end,
+    )
 
 
 def loss_figure(ch: Chapter) -> plt.Figure:
     """The loss curve with the drop and the analysis checkpoints marked (closed: glue it)."""
-    fig = loss_curve(ch.metrics, ch.drop, ch.cfg.data.rank, title=f"Training loss: profile {ch.cfg.name}, "
-                                                                  f"seed {ch.cfg.seed}")
+    fig = loss_curve(
+        ch.metrics,
+        ch.drop,
+        ch.cfg.data.rank,
+        title=f"Training loss: profile {ch.cfg.name}, seed {ch.cfg.seed}",
+    )
     mark_checkpoints(fig, ch.steps.pre, ch.steps.transition, ch.steps.post)
     return closed(fig)
 
 
 # --- the checkpoints ---------------------------------------------------------------------------
 
+
 def losses_at(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
     """L, L_obs, L_mask, mask_value: means over the `window` steps ending at `step`."""
     return window_mean(metrics, step, window)[list(LOSS_NAMES)]
 
 
-def window_se(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW, columns=("L", "L_obs", "L_mask")) -> dict:
+def window_se(
+    metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW, columns=("L", "L_obs", "L_mask")
+) -> dict:
     """{"L_se": ..., ...}: standard errors of the `window`-step means ending at `step`, each step's
     batch loss one draw."""
     w = metrics[(metrics["step"] > step - window) & (metrics["step"] <= step)]
-    return {f"{c}_se": float(w[c].std(ddof=1) / np.sqrt(len(w))) if len(w) > 1 else float("nan") for c in columns}
+    return {
+        f"{c}_se": float(w[c].std(ddof=1) / np.sqrt(len(w))) if len(w) > 1 else float("nan") for c in columns
+    }
 
 
 def checkpoint_table(ch: Chapter):
@@ -96,11 +139,17 @@ def checkpoint_table(ch: Chapter):
     s = ch.steps
     phases = [("pre-shift", s.pre)] + [("transition", t) for t in s.transition] + [("post-shift", s.post)]
     side = lambda step: "no drop" if ch.drop is None else ("before" if step < ch.drop else "after")
-    table = pd.DataFrame([{"checkpoint": p, "step": t, **losses_at(ch.metrics, t), "vs the drop": side(t)}
-                          for p, t in phases])
-    return (table.style.hide(axis="index").format({c: "{:.2e}" for c in LOSS_NAMES})
-            .set_caption(f"Losses at the checkpoints (mean over the {DROP_WINDOW} steps ending there); "
-                         "mask_value is the mean |X̂| at the masked entries."))
+    table = pd.DataFrame(
+        [{"checkpoint": p, "step": t, **losses_at(ch.metrics, t), "vs the drop": side(t)} for p, t in phases]
+    )
+    return (
+        table.style.hide(axis="index")
+        .format({c: "{:.2e}" for c in LOSS_NAMES})
+        .set_caption(
+            f"Losses at the checkpoints (mean over the {DROP_WINDOW} steps ending there); "
+            "mask_value is the mean |X̂| at the masked entries."
+        )
+    )
 
 
 def skipped_text(ch: Chapter) -> str:
@@ -112,8 +161,10 @@ def skipped_text(ch: Chapter) -> str:
         which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
         out += f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, and reads the others."
     if aside:
-        out += (f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
-                f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one.")
+        out += (
+            f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
+            f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one."
+        )
     return out
 
 
@@ -126,29 +177,35 @@ def _placement_text(ch: Chapter) -> str:
     s = ch.steps
     trans = ", ".join(f"{t:,}" for t in s.transition)
     if s.place != "drop":
-        return (f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
-                f"{trans or 'no step'}, post-shift at step {s.post:,}, {_post_end(ch)}.")
-    return (f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.placement.checkpoint_steps`). "
-            f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
-            f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
-            f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
-            f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
-            f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: {_post_end(ch)}.")
+        return (
+            f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
+            f"{trans or 'no step'}, post-shift at step {s.post:,}, {_post_end(ch)}."
+        )
+    return (
+        f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.placement.checkpoint_steps`). "
+        f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
+        f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
+        f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
+        f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
+        f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: {_post_end(ch)}."
+    )
 
 
 def _post_end(ch: Chapter) -> str:
     """What the post-shift step is: the end of training, or where a cut run was cut."""
     if is_cut(ch.end):
-        return (f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
-                "or the final level is provisional")
+        return (
+            f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
+            "or the final level is provisional"
+        )
     return "the end of training"
 
 
 # --- the drop's shape --------------------------------------------------------------------------
 
-SHAPE_SMOOTH = 100      # steps of the trailing mean the shape is read from
+SHAPE_SMOOTH = 100  # steps of the trailing mean the shape is read from
 SHOULDER_RATIO = 1 / 3  # a stretch falling at under a third of the fastest rate is a pause ...
-SHOULDER_FALL = 1.5     # ... if L_mask fell by at least this factor before it and falls by it again after
+SHOULDER_FALL = 1.5  # ... if L_mask fell by at least this factor before it and falls by it again after
 
 
 @dataclass
@@ -156,6 +213,7 @@ class DropShape:
     """How L_mask fell (`drop_shape`), in steps and L_mask levels. shoulder: None for one stretch,
     else (first step, last step, mean level) of the pause in the fall; after: the same for the
     run's final stretch past the shoulder (its last tenth, else all after it)."""
+
     left_plateau: int
     drop: int
     near_final: int
@@ -163,8 +221,15 @@ class DropShape:
     after: tuple[int, int, float] | None = None
 
 
-def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: int,
-               smooth: int = SHAPE_SMOOTH, *, span: int | None = None) -> DropShape:
+def drop_shape(
+    metrics: pd.DataFrame,
+    drop: int,
+    left_plateau: int,
+    near_final: int,
+    smooth: int = SHAPE_SMOOTH,
+    *,
+    span: int | None = None,
+) -> DropShape:
     """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step trailing mean
     from `left_plateau`, the fall over each `span` steps (default an eighth of the stretch) is
     log(L(t) / L(t+span)); a shoulder is the slowest stretch falling at under SHOULDER_RATIO of
@@ -183,7 +248,7 @@ def drop_shape(metrics: pd.DataFrame, drop: int, left_plateau: int, near_final: 
         pause = before & falls_after & (rate < SHOULDER_RATIO * max(rate.max(), 0))
         if pause.any():
             t = int(starts[np.flatnonzero(pause)[np.argmin(rate[pause])]])
-            shoulder = (t, t + span, float(s.loc[t:t + span].mean()))
+            shoulder = (t, t + span, float(s.loc[t : t + span].mean()))
             past = metrics[metrics["step"] > t + span]
             tail = last_tenth(metrics)
             tail = tail[tail["step"] > t + span] if (tail["step"] > t + span).any() else past
@@ -196,39 +261,53 @@ def shape_text(shape: DropShape | None) -> str:
     stretch (`DropShape.after`) lies below it."""
     if shape is None:
         return "There is no drop to describe."
-    where = (f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
-             f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at step "
-             f"{shape.near_final:,}")
+    where = (
+        f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
+        f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at step "
+        f"{shape.near_final:,}"
+    )
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
     pause = f"a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, where it fell at under a third of its fastest rate)"
     if shape.after is None or shape.after[2] >= level:
-        ended = "" if shape.after is None else (
-            f": over steps {shape.after[0]:,} to {shape.after[1]:,}, where the run ended, its mean was "
-            f"{shape.after[2]:.3g}, not below it")
+        ended = (
+            ""
+            if shape.after is None
+            else (
+                f": over steps {shape.after[0]:,} to {shape.after[1]:,}, where the run ended, its mean was "
+                f"{shape.after[2]:.3g}, not below it"
+            )
+        )
         return f"{where}; it slowed to {pause} and had not fallen below that level when the run ended{ended}."
-    return (f"{where}; it fell in two stages, with {pause} before falling again, to a mean of {shape.after[2]:.3g} "
-            f"over steps {shape.after[0]:,} to {shape.after[1]:,}.")
+    return (
+        f"{where}; it fell in two stages, with {pause} before falling again, to a mean of {shape.after[2]:.3g} "
+        f"over steps {shape.after[0]:,} to {shape.after[1]:,}."
+    )
 
 
 def end_sentence(ch: Chapter) -> str:
     """Why training ended, as a sentence, by `RunEnd.ended`."""
     e = ch.end
-    return {"converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
-            "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
-            "steps": f"Training ended after the profile's fixed length: the run {e.text}.",
-            "stopped": f"The run {e.text}.",
-            "cut": f"Training was cut short of the profile's length: the run {e.text}."}.get(e.ended, f"The run is {e.text}.")
+    return {
+        "converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
+        "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
+        "steps": f"Training ended after the profile's fixed length: the run {e.text}.",
+        "stopped": f"The run {e.text}.",
+        "cut": f"Training was cut short of the profile's length: the run {e.text}.",
+    }.get(e.ended, f"The run is {e.text}.")
 
 
 def slope_sentence(ch: Chapter) -> str:
     """How fast L_mask still moved where training ended, ± its standard error (`end_slope` over the
     rule's window, or 2 000 steps), and how that rate is read; "" for a run too short to fit."""
     t = ch.cfg.train
-    how = (f"a fit of log L_mask to {SLOPE_BLOCKS} block means, ± one standard error"
-           + (f"; the rule ends a run once the fall is under {t.min_improvement:.0%} per 1,000 steps even at the "
-              f"rate minus {CONVERGED_Z:g} errors" if t.until == "converged" else ""))
+    how = f"a fit of log L_mask to {SLOPE_BLOCKS} block means, ± one standard error" + (
+        f"; the rule ends a run once the fall is under {t.min_improvement:.0%} per 1,000 steps even at the "
+        f"rate minus {CONVERGED_Z:g} errors"
+        if t.until == "converged"
+        else ""
+    )
     if ch.end.slope is not None and np.isfinite(ch.end.slope):
         return f"The rate is {how}."
     window = t.patience or 2000
@@ -250,12 +329,18 @@ def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tupl
     said = agreements(plateau)
     on_plateau = all(v in POSITIVE.values() for v in plateau.values())
     if drop is not None:
-        return (f"dropped at step {drop:,} of the {end_step:,} it trained",
-                f"a plateau where the model copies, then a sudden drop, {said}" if on_plateau
-                else f"a drop, but the pre-shift checkpoint is not on the paper's copying plateau ({said})")
-    return (f"did not drop within the {end_step:,} steps it trained",
-            f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)" if on_plateau
-            else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)")
+        return (
+            f"dropped at step {drop:,} of the {end_step:,} it trained",
+            f"a plateau where the model copies, then a sudden drop, {said}"
+            if on_plateau
+            else f"a drop, but the pre-shift checkpoint is not on the paper's copying plateau ({said})",
+        )
+    return (
+        f"did not drop within the {end_step:,} steps it trained",
+        f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)"
+        if on_plateau
+        else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)",
+    )
 
 
 def findings(ch: Chapter) -> dict:
@@ -265,15 +350,29 @@ def findings(ch: Chapter) -> dict:
     end = last_tenth(ch.metrics)  # "final": the mean over the last tenth of the steps
     final_L, final_L_mask = float(end["L"].mean()), float(end["L_mask"].mean())
     rows = {r["quantity"]: r for r in e1_rows(ch)}
-    drop_text, story = drop_story(ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step)
+    drop_text, story = drop_story(
+        ch.drop, {k: row_verdict(rows[q]) for k, q in PLATEAU_ROWS.items()}, ch.end.step
+    )
     sharp = sharpness.shape(ch.metrics, ch.cfg.data.rank)  # the plateau and the fall as E1's row reads them
     shape = None if sharp is None else drop_shape(ch.metrics, sharp.drop, sharp.left, sharp.settled)
-    return {"run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}", "drop_text": drop_text, "story": story,
-            "end_text": f"{end_sentence(ch)} {slope_sentence(ch)}".strip(), "checkpoints_text": checkpoint_text(ch), "shape_text": shape_text(shape),
-            "pre_step": e1_pre_step(ch), "pre_L_obs": float(pre["L_obs"]), "pre_L_mask": float(pre["L_mask"]),
-            "pre_ratio": float(pre["L_mask"] / level), "copy_level": level, "final_L": final_L,
-            "final_L_mask": final_L_mask, "pre_L_obs_rel": float(pre["L_obs"] / level),
-            "drop_factor": float(pre["L_mask"] / final_L_mask), "rounding_text": rounding.finding(rounding.study(), rounding.early_flat())}
+    return {
+        "run_name": f"profile {ch.cfg.name}, seed {ch.cfg.seed}",
+        "drop_text": drop_text,
+        "story": story,
+        "end_text": f"{end_sentence(ch)} {slope_sentence(ch)}".strip(),
+        "checkpoints_text": checkpoint_text(ch),
+        "shape_text": shape_text(shape),
+        "pre_step": e1_pre_step(ch),
+        "pre_L_obs": float(pre["L_obs"]),
+        "pre_L_mask": float(pre["L_mask"]),
+        "pre_ratio": float(pre["L_mask"] / level),
+        "copy_level": level,
+        "final_L": final_L,
+        "final_L_mask": final_L_mask,
+        "pre_L_obs_rel": float(pre["L_obs"] / level),
+        "drop_factor": float(pre["L_mask"] / final_L_mask),
+        "rounding_text": rounding.finding(rounding.study(), rounding.early_flat()),
+    }
 
 
 # The drop step is compared with the paper's only where the task, the model and the
@@ -288,18 +387,33 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
     from ..core.config import deviations
 
     moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
-    na = (f"the drop step depends on the task, model and optimiser, and this profile departs from the paper's in "
-          f"{', '.join(moved)}; the scorecard's paper-setting column compares it") if moved else None
-    return claim("E1", quantity, ours, f"{reading} (precision {profile.train.precision})", paper=PAPER[("E1", "drop step")],
-                 spread=spread, na=na)
+    na = (
+        (
+            f"the drop step depends on the task, model and optimiser, and this profile departs from the paper's in "
+            f"{', '.join(moved)}; the scorecard's paper-setting column compares it"
+        )
+        if moved
+        else None
+    )
+    return claim(
+        "E1",
+        quantity,
+        ours,
+        f"{reading} (precision {profile.train.precision})",
+        paper=PAPER[("E1", "drop step")],
+        spread=spread,
+        na=na,
+    )
 
 
 PRE_L_OBS = "pre-shift L_obs / E[X²]"
 PLATEAU_FALL = "plateau steps / fall steps (a plateau, then a sudden drop)"
 # What E1's direction rows are judged by besides their numbers (`scorecard.RULE_FIELDS`): declared
 # once, for `training_rows` and for judging a recorded row again (`rule_of`).
-RULES = {PRE_L_OBS: {"reference": COPIES, "sense": "below", "margin": CUT},
-         PLATEAU_FALL: {"reference": ABRUPT, "sense": "above", "margin": CUT}}
+RULES = {
+    PRE_L_OBS: {"reference": COPIES, "sense": "below", "margin": CUT},
+    PLATEAU_FALL: {"reference": ABRUPT, "sense": "above", "margin": CUT},
+}
 
 
 def rule_of(row: dict) -> dict:
@@ -311,8 +425,12 @@ def e1_pre_step(ch: Chapter) -> int:
     """The step E1's pre-shift rows read: PAPER_PRE on the paper's task (from the training curve,
     as chapter 02 reads its model); the placed pre step on another task, or where the run did not
     reach PAPER_PRE or dropped by then."""
-    if (task_departures(ch.cfg) or ch.metrics.empty or int(ch.metrics["step"].iloc[-1]) < PAPER_PRE
-            or (ch.drop is not None and ch.drop <= PAPER_PRE)):
+    if (
+        task_departures(ch.cfg)
+        or ch.metrics.empty
+        or int(ch.metrics["step"].iloc[-1]) < PAPER_PRE
+        or (ch.drop is not None and ch.drop <= PAPER_PRE)
+    ):
         return ch.steps.pre
     return PAPER_PRE
 
@@ -324,8 +442,10 @@ def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
     if row is None or not row.get("ours") or row.get("spread") is None:
         return None
     rel = row["spread"] / row["ours"]
-    return rel, (f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one standard "
-                 f"deviation, over a mean of {row['ours']:,.0f}: {rel:.1%})")
+    return rel, (
+        f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one standard "
+        f"deviation, over a mean of {row['ours']:,.0f}: {rel:.1%})"
+    )
 
 
 def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
@@ -341,16 +461,22 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         spread, rounded = seed_spread(recorded.laptop), recorded.rounding.get("drop step")
         if spread is not None:
             new["spread"] = spread[0] * row["ours"]
-            new["reading"] = f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
+            new["reading"] = (
+                f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
+            )
             why.append(f"judged with {spread[1]}")
         if rounded is not None:
             new["rounding"] = rounded.range
             new["reading"] = f"{new.get('reading', '')}; {rounded.text(True)}"
-            why.append(f"judged against its rounding spread ({rounded.range:,.0f} steps)"
-                       + ("" if spread else ", the laptop edition's seed spread not known here"))
+            why.append(
+                f"judged against its rounding spread ({rounded.range:,.0f} steps)"
+                + ("" if spread else ", the laptop edition's seed spread not known here")
+            )
         elif spread is None:
-            new["na"] = ("the drop step of one seed has no spread of its own, and neither the laptop edition's seeds, "
-                         "whose relative spread would stand in for it, nor a rounding spread are known here")
+            new["na"] = (
+                "the drop step of one seed has no spread of its own, and neither the laptop edition's seeds, "
+                "whose relative spread would stand in for it, nor a rounding spread are known here"
+            )
     if row.get("chapter") == CHAPTER and row["quantity"].startswith("pre-shift"):
         glued = (recorded.glued(CHAPTER, "pre_step") or "").replace(",", "").strip("'\"")
         pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
@@ -360,13 +486,22 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
                 new["na"] = pre_na(pre, True)
             else:
                 new.update({k: today.get(k) for k in ("ours", "se", "reading")})
-                why.append(f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} there, "
-                           f"{today['ours']:.4g} here (the training curve's values at that step)")
+                why.append(
+                    f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} there, "
+                    f"{today['ours']:.4g} here (the training curve's values at that step)"
+                )
     return new, why
 
 
-def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: Shape | None = None,
-                  *, final_mask: tuple[float, float] | None = None) -> list[dict]:
+def training_rows(
+    drop,
+    pre: dict,
+    final: tuple[float, float],
+    profile,
+    shape: Shape | None = None,
+    *,
+    final_mask: tuple[float, float] | None = None,
+) -> list[dict]:
     """E1's rows: pre-shift L_mask / E[X²] (number), L_obs / E[X²] (below COPIES), final L over
     p_mask·E[X²] (`final`: mean, s.e. over the last tenth), the drop step (`drop_step_claim`), pre
     over final L_mask (with `final_mask`), and plateau / fall steps above ABRUPT (no drop: 0).
@@ -374,29 +509,72 @@ def training_rows(drop, pre: dict, final: tuple[float, float], profile, shape: S
     p_mask, rank = profile.data.p_mask, profile.data.rank
     ours_lvl, paper_lvl = copy_levels(rank)["low-rank"]
     final_L, final_L_se = final
-    return with_rounding([
-        claim("E1", "pre-shift L_mask / E[X²]", pre["L_mask"] / ours_lvl,
-              "on the copying plateau" if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND else "off the copying plateau",
-              paper=PAPER[("E3", "pre L_mask")] / paper_lvl, se=pre.get("L_mask_se", 0) / ours_lvl),
-        claim("E1", PRE_L_OBS, pre["L_obs"] / ours_lvl,
-              f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
-              f"{COPIES:g} counts)", paper=PAPER[("E3", "pre L_obs")] / paper_lvl, kind="direction",
-              **RULES[PRE_L_OBS], se=pre.get("L_obs_se", 0) / ours_lvl),
-        claim("E1", FINAL_L, final_L / (p_mask * ours_lvl),
-              "the paper's final L over its copying model's L (paper: 50 000 steps)",
-              paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl), se=final_L_se / (p_mask * ours_lvl)),
-        drop_step_claim("drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile),
-        *([] if final_mask is None else [claim(
-            "E1", FINAL_RATIO,
-            pre["L_mask"] / final_mask[0], f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
-            paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")], kind="ratio",
-            se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]))]),
-        claim("E1", PLATEAU_FALL, 0.0 if shape is None else shape.ratio,
-              ("no drop, or no plateau before it" if shape is None else
-               f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
-               f"level by step {shape.settled:,}") + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
-              kind="direction", **RULES[PLATEAU_FALL]),
-    ], rounding.study())
+    return with_rounding(
+        [
+            claim(
+                "E1",
+                "pre-shift L_mask / E[X²]",
+                pre["L_mask"] / ours_lvl,
+                "on the copying plateau"
+                if abs(pre["L_mask"] / ours_lvl - 1) < PLATEAU_BAND
+                else "off the copying plateau",
+                paper=PAPER[("E3", "pre L_mask")] / paper_lvl,
+                se=pre.get("L_mask_se", 0) / ours_lvl,
+            ),
+            claim(
+                "E1",
+                PRE_L_OBS,
+                pre["L_obs"] / ours_lvl,
+                f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
+                f"{COPIES:g} counts)",
+                paper=PAPER[("E3", "pre L_obs")] / paper_lvl,
+                kind="direction",
+                **RULES[PRE_L_OBS],
+                se=pre.get("L_obs_se", 0) / ours_lvl,
+            ),
+            claim(
+                "E1",
+                FINAL_L,
+                final_L / (p_mask * ours_lvl),
+                "the paper's final L over its copying model's L (paper: 50 000 steps)",
+                paper=PAPER[("E1", "final L (W)")] / (0.3 * paper_lvl),
+                se=final_L_se / (p_mask * ours_lvl),
+            ),
+            drop_step_claim(
+                "drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile
+            ),
+            *(
+                []
+                if final_mask is None
+                else [
+                    claim(
+                        "E1",
+                        FINAL_RATIO,
+                        pre["L_mask"] / final_mask[0],
+                        f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
+                        paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")],
+                        kind="ratio",
+                        se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]),
+                    )
+                ]
+            ),
+            claim(
+                "E1",
+                PLATEAU_FALL,
+                0.0 if shape is None else shape.ratio,
+                (
+                    "no drop, or no plateau before it"
+                    if shape is None
+                    else f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
+                    f"level by step {shape.settled:,}"
+                )
+                + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
+                kind="direction",
+                **RULES[PLATEAU_FALL],
+            ),
+        ],
+        rounding.study(),
+    )
 
 
 FINAL_L = "final L / (p_mask · E[X²]), last 10 % of steps"
@@ -409,8 +587,16 @@ def with_rounding(rows: list[dict], spreads: dict) -> list[dict]:
     final = spreads.get("final_L_mask")
     if final is None:
         return rows
-    return [{**r, "rounding": final.around(r["ours"], relative=True), "reading": f"{r['reading']}; {final.text(False)}"}
-            if r["quantity"] in (FINAL_L, FINAL_RATIO) and r.get("ours") else r for r in rows]
+    return [
+        {
+            **r,
+            "rounding": final.around(r["ours"], relative=True),
+            "reading": f"{r['reading']}; {final.text(False)}",
+        }
+        if r["quantity"] in (FINAL_L, FINAL_RATIO) and r.get("ours")
+        else r
+        for r in rows
+    ]
 
 
 def e1_rows(ch: Chapter) -> list[dict]:
@@ -420,8 +606,14 @@ def e1_rows(ch: Chapter) -> list[dict]:
     at = e1_pre_step(ch)
     pre = {**losses_at(ch.metrics, at).to_dict(), **window_se(ch.metrics, at)}
     mask_se = float(end["L_mask"].std(ddof=1) / len(end) ** 0.5) if len(end) > 1 else float("nan")
-    return training_rows(ch.drop, pre, (float(end["L"].mean()), final_se), ch.cfg,
-                         sharpness.shape(ch.metrics, ch.cfg.data.rank), final_mask=(float(end["L_mask"].mean()), mask_se))
+    return training_rows(
+        ch.drop,
+        pre,
+        (float(end["L"].mean()), final_se),
+        ch.cfg,
+        sharpness.shape(ch.metrics, ch.cfg.data.rank),
+        final_mask=(float(end["L_mask"].mean()), mask_se),
+    )
 
 
 def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
@@ -433,8 +625,11 @@ def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
     saved = sorted({*range(every, end.step + 1, every), end.step})
     ran = metrics[metrics["step"] <= end.step]
     steps = place_checkpoints(ran, saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
-    ch = Chapter(cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end)
+    ch = Chapter(
+        cfg=cfg, run_dir=run, device=torch.device("cpu"), metrics=ran, drop=steps.drop, steps=steps, end=end
+    )
     return e1_rows(ch)
+
 
 def readings(ch: Chapter) -> tuple[dict, list[dict]]:
     """(glue, rows): `findings` and `paper_glue`, and E1's rows (`e1_rows`)."""
@@ -444,26 +639,40 @@ def readings(ch: Chapter) -> tuple[dict, list[dict]]:
 
 def scorecard_table(ch: Chapter, rows: list[dict]):
     """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
-    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "paper", "ours", "se", "verdict"),
-                          caption="The numbers this chapter adds to the scorecard (each a quantity that means the "
-                                  "same on both tasks).")
+    return recorded_table(
+        ch.run_dir,
+        rows,
+        CHAPTER,
+        columns=("id", "quantity", "kind", "paper", "ours", "se", "verdict"),
+        caption="The numbers this chapter adds to the scorecard (each a quantity that means the "
+        "same on both tasks).",
+    )
 
 
 def paper_glue(rows: list[dict]) -> dict:
     """The paper's numbers the closing paragraph quotes, and ours beside them, from E1's rows."""
     by = {r["quantity"]: r for r in rows}
     obs, final = by["pre-shift L_obs / E[X²]"], by[FINAL_L]
-    return {"paper_pre_L_obs_rel": obs["paper"], "final_L_rel": final["ours"], "paper_final_L_rel": final["paper"]}
+    return {
+        "paper_pre_L_obs_rel": obs["paper"],
+        "final_L_rel": final["ours"],
+        "paper_final_L_rel": final["paper"],
+    }
 
 
 # --- the run's files as downloads ----------------------------------------------------------------
 
+
 def downloads(ch: Chapter) -> str:
     """MyST {download} links: metrics.csv, the zipped final checkpoint (with what resuming needs)
     and the analysis checkpoints (`checkpoint_series_links`)."""
-    links = (download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
-             + checkpoint_links(ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)")
-             + checkpoint_series_links(ch))
+    links = (
+        download_links(ch.run_dir, [(ch.run_dir / METRICS, f"{METRICS} (one row per step)")])
+        + checkpoint_links(
+            ch, ch.run_dir, ch.steps.post, f"the final checkpoint (step {ch.steps.post:,}, zip)"
+        )
+        + checkpoint_series_links(ch)
+    )
     return f"This run's files, to download: {', '.join(links[:-1])} and {links[-1]}."
 
 

@@ -8,6 +8,7 @@ rows and their sentences), scorecard_table, closing_glue.
 
 `ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -17,26 +18,35 @@ import torch
 
 from ..analyses.evaluate import pooled, predict, sample_eval_batch
 from ..analyses.interventions import l_prime_mask, switch_qkv_hooks
-from ..analyses.loss_tables import (UNABLATED, ablation_table, all_heads, loss_row, lookup, model_table, ratio_and_se,
-                                    ratio_se, value_and_se)
-from ..core.config import DataConfig
-from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
-from ..core.paper import PAPER, PAPER_E2
+from ..analyses.loss_tables import (
+    UNABLATED,
+    ablation_table,
+    all_heads,
+    lookup,
+    loss_row,
+    model_table,
+    ratio_and_se,
+    ratio_se,
+    value_and_se,
+)
 from ..book.plots_base import closed
-from .heads_plots import loss_bars, mask_value_curve, prediction_scatter
-from .loss_tables_shown import (PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text)
-from ..book.scorecard import recorded_table
 from ..book.scorecard import claim as _row
+from ..book.scorecard import recorded_table
 from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE
 from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
 from ..book.spec import ChapterSpec
+from ..core.config import DataConfig
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
+from ..core.paper import PAPER, PAPER_E2
+from .heads_plots import loss_bars, mask_value_curve, prediction_scatter
+from .loss_tables_shown import PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text
 
 CHAPTER = "02_copying"
 
-E2_FILLS = (None, 0.44, -0.24)            # MASK, then the two values of Table 1
+E2_FILLS = (None, 0.44, -0.24)  # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
-NO_EFFECT = 0.05   # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
+NO_EFFECT = 0.05  # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
 # E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the drop step
 # on the plateau: copying swings several-fold between saved steps, far beyond the standard error over matrices.
 E2_NEIGHBOURS = 2
@@ -62,8 +72,6 @@ def pre_na(step: int, on_paper_task: bool) -> str | None:
     if not on_paper_task or step == PAPER_PRE:
         return None
     return f"read at step {step:,}, not at the paper's pre step {PAPER_PRE:,}, where no checkpoint was read"
-
-
 
 
 # The glued sentences that state a row's verdict, by the experiment they speak for: the paper
@@ -96,24 +104,43 @@ def one_checkpoint(row: dict, pre: int, laptop: list[dict] | None) -> tuple[dict
     the laptop's same row's checkpoint range as factors of its mean, carried to ours; only the words
     change when the laptop's row is unknown."""
     said = f"read at one checkpoint (step {pre:,}), where the laptop edition reads E2 over the plateau's"
-    twin = next((r for r in laptop or [] if (r["id"], r["quantity"]) == ("E2", row["quantity"])
-                 and r.get("span") and r.get("ours")), None)
+    twin = next(
+        (
+            r
+            for r in laptop or []
+            if (r["id"], r["quantity"]) == ("E2", row["quantity"]) and r.get("span") and r.get("ours")
+        ),
+        None,
+    )
     new = {**row, "reading": f"{row.get('reading', '')}; {said}".lstrip("; ")}
     if twin is None or not row.get("ours"):
         return new, [f"{said}; the laptop's spread over them not known here"]
     lo, hi = (row["ours"] * v / twin["ours"] for v in twin["span"])
     new["span"] = (lo, hi)
-    new["reading"] += (f"; the laptop's checkpoints lay {twin['span'][0] / twin['ours']:.2g}-"
-                       f"{twin['span'][1] / twin['ours']:.2g}x their mean, carried to this one: {lo:.3g}-{hi:.3g}")
+    new["reading"] += (
+        f"; the laptop's checkpoints lay {twin['span'][0] / twin['ours']:.2g}-"
+        f"{twin['span'][1] / twin['ours']:.2g}x their mean, carried to this one: {lo:.3g}-{hi:.3g}"
+    )
     return new, [f"{said}: judged over the laptop's spread at one checkpoint"]
+
 
 def settings_table(ch):
     """The run, the pre-shift checkpoint and the sample sizes, as a styled table."""
     A = ch.cfg.analysis
-    return (pd.DataFrame({"setting": ["run", "pre-shift checkpoint", "evaluation"], "value": [
-        ch.where, f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
-        f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for the headline, E3 and E6, {A.eval_matrices} for the scatter"]})
-        .style.hide(axis="index").set_caption("What this chapter looks at."))
+    return (
+        pd.DataFrame(
+            {
+                "setting": ["run", "pre-shift checkpoint", "evaluation"],
+                "value": [
+                    ch.where,
+                    f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
+                    f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for the headline, E3 and E6, {A.eval_matrices} for the scatter",
+                ],
+            }
+        )
+        .style.hide(axis="index")
+        .set_caption("What this chapter looks at.")
+    )
 
 
 def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
@@ -124,25 +151,43 @@ def pre_losses_and_figures(ch) -> tuple[dict[str, float], dict]:
     head = sample_eval_batch(ch.cfg.data, A.headline_matrices, A.seed)  # the headline losses, with errors
     base = loss_row(predict(ch.pre, head), head)
     base["abs_x"] = head.x[head.mask].abs().mean().item()
-    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)     # the scatter: fewer points
+    batch = sample_eval_batch(ch.cfg.data, A.eval_matrices, A.seed)  # the scatter: fewer points
     pred = predict(ch.pre, batch)
     figures = {
-        "fig_copy_scatter": closed(prediction_scatter(
-            batch.x, pred, batch.mask, title=f"Pre-shift checkpoint (step {ch.steps.pre:,})")),
-        "fig_mask_value": closed(mask_value_curve(
-            ch.metrics, base["abs_x"], ch.drop, mark={"pre-shift checkpoint": ch.steps.pre},
-            title=f"Mask value during training: profile {ch.cfg.name}, seed {ch.cfg.seed}"))}
+        "fig_copy_scatter": closed(
+            prediction_scatter(
+                batch.x, pred, batch.mask, title=f"Pre-shift checkpoint (step {ch.steps.pre:,})"
+            )
+        ),
+        "fig_mask_value": closed(
+            mask_value_curve(
+                ch.metrics,
+                base["abs_x"],
+                ch.drop,
+                mark={"pre-shift checkpoint": ch.steps.pre},
+                title=f"Mask value during training: profile {ch.cfg.name}, seed {ch.cfg.seed}",
+            )
+        ),
+    }
     return base, figures
 
 
 # --- E2: a value's token in place of MASK ------------------------------------------------
 
+
 def fill_label(value: float | None) -> str:
     return "MASK" if value is None else f"{value:g}"
 
 
-def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Sequence[float | None] = E2_FILLS,
-               *, matrices: Mapping[str, str | None] = E2_MATRICES) -> pd.DataFrame:
+def copy_check(
+    model,
+    data: DataConfig,
+    n_matrices: int,
+    seed: int,
+    fills: Sequence[float | None] = E2_FILLS,
+    *,
+    matrices: Mapping[str, str | None] = E2_MATRICES,
+) -> pd.DataFrame:
     """E2: every masked token replaced by the token of m (None: MASK, m = 0). One row per
     (matrices, m): L'_mask (mean (X̂ − m)² over masked entries) ± s.e., L_obs, L_mask, mask_value;
     the same matrices and masks for every m of one kind."""
@@ -155,9 +200,15 @@ def copy_check(model, data: DataConfig, n_matrices: int, seed: int, fills: Seque
             pred = predict(model, batch)
             m = 0.0 if value is None else float(round2(torch.tensor(float(value))))
             sq = ((pred.float() - m) ** 2).cpu().numpy()
-            rows.append({"matrices": label, "token": fill_label(value),
-                         "L'_mask": l_prime_mask(pred, batch, value),
-                         "L'_mask_se": pooled(sq, batch.mask.cpu().numpy().astype(bool))[1], **loss_row(pred, batch)})
+            rows.append(
+                {
+                    "matrices": label,
+                    "token": fill_label(value),
+                    "L'_mask": l_prime_mask(pred, batch, value),
+                    "L'_mask_se": pooled(sq, batch.mask.cpu().numpy().astype(bool))[1],
+                    **loss_row(pred, batch),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -172,10 +223,13 @@ def neighbour_steps(steps, k: int = E2_NEIGHBOURS, window: float = E2_WINDOW) ->
     if steps.drop is None:
         return [steps.pre]
     end = steps.left_plateau or min(steps.transition, default=steps.drop)
-    near = [s for s in sorted(set(steps.saved) - set(steps.skipped) | {steps.pre})
-            if s == steps.pre or (s <= end and abs(s - steps.pre) <= window * steps.drop)]
+    near = [
+        s
+        for s in sorted(set(steps.saved) - set(steps.skipped) | {steps.pre})
+        if s == steps.pre or (s <= end and abs(s - steps.pre) <= window * steps.drop)
+    ]
     i = near.index(steps.pre)
-    return near[max(0, i - k):i + k + 1]
+    return near[max(0, i - k) : i + k + 1]
 
 
 def e2_table(ch) -> pd.DataFrame:
@@ -201,28 +255,46 @@ def e2_shown(ch, e2: pd.DataFrame) -> tuple[object, dict]:
     """E2's table (styled) and glue: fig_e2, copy_level_e2."""
     cols = ["matrices", "token", "L'_mask", "paper L'_mask", "L_obs", "paper L_obs", "L_mask", "mask_value"]
     numbers, around = cols[2:], ""
-    if not e2[["L'_mask_spread", "L_obs_spread"]].isna().all(axis=None):  # the range the scorecard reads, beside pre's own values
-        e2 = e2.assign(**{f"{q} range": [f"{lo:.2e} – {hi:.2e}" for lo, hi in zip(e2[f"{q}_low"], e2[f"{q}_high"])]
-                          for q in ("L'_mask", "L_obs")})
+    if (
+        not e2[["L'_mask_spread", "L_obs_spread"]].isna().all(axis=None)
+    ):  # the range the scorecard reads, beside pre's own values
+        e2 = e2.assign(
+            **{
+                f"{q} range": [f"{lo:.2e} – {hi:.2e}" for lo, hi in zip(e2[f"{q}_low"], e2[f"{q}_high"])]
+                for q in ("L'_mask", "L_obs")
+            }
+        )
         cols = cols[:3] + ["L'_mask range"] + cols[3:5] + ["L_obs range"] + cols[5:]
-        around = (f" The range columns give the lowest and highest reading over the checkpoints of steps "
-                  f"{e2['spread_steps'].iloc[0]}: the scorecard's verdict sets that range (each end ± two standard "
-                  "errors) against the paper's value, since one checkpoint's copying swings from one saved step to "
-                  "the next.")
-    table = loss_styler(e2, cols, numbers, f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
-                        f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
-                        + around + PAPER_COLUMNS)
+        around = (
+            f" The range columns give the lowest and highest reading over the checkpoints of steps "
+            f"{e2['spread_steps'].iloc[0]}: the scorecard's verdict sets that range (each end ± two standard "
+            "errors) against the paper's value, since one checkpoint's copying swings from one saved step to "
+            "the next."
+        )
+    table = loss_styler(
+        e2,
+        cols,
+        numbers,
+        f"E2 at the pre-shift checkpoint (step {ch.steps.pre:,}), "
+        f"{ch.cfg.analysis.copy_matrices} fresh matrices per kind; paper: workshop version, step 4 000."
+        + around
+        + PAPER_COLUMNS,
+    )
     levels = copy_levels(ch.cfg.data.rank)  # each kind of matrix over its own E[X²], ours and the paper's
-    fig = loss_bars([f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
-                    {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
-                    errors={"L'_mask": e2["L'_mask_se"], "L_obs": e2["L_obs_se"]},
-                    paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
-                    title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
-                    level=[levels[m][0] for m in e2.matrices], paper_level=[levels[m][1] for m in e2.matrices])
+    fig = loss_bars(
+        [f"{m}, {t}" for m, t in zip(e2.matrices, e2.token)],
+        {"L'_mask": e2["L'_mask"], "L_obs": e2["L_obs"]},
+        errors={"L'_mask": e2["L'_mask_se"], "L_obs": e2["L_obs_se"]},
+        paper={"L'_mask": e2["paper L'_mask"], "L_obs": e2["paper L_obs"]},
+        title=f"E2: masked tokens replaced, pre-shift checkpoint (step {ch.steps.pre:,})",
+        level=[levels[m][0] for m in e2.matrices],
+        paper_level=[levels[m][1] for m in e2.matrices],
+    )
     return table, {"fig_e2": closed(fig), "copy_level_e2": ch.copy_level}
 
 
 # --- E3 and E6 at the pre-shift checkpoint --------------------------------------------------
+
 
 def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(e3, e6) on one batch: every head ablated in the pre model, both readings; the pre model
@@ -230,30 +302,53 @@ def e3_e6_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     A, data = ch.cfg.analysis, ch.cfg.data
     # the headline's matrices: E3's unablated row is then the headline itself, one estimate
     e3 = ablation_table(ch.pre, data, A.headline_matrices, A.seed, {"all heads": all_heads(ch.pre)})
-    e6 = model_table({"pre with post's QKV": (ch.pre, switch_qkv_hooks(ch.pre, ch.post)), f"post (step {ch.steps.post:,})": ch.post},
-                     data, A.headline_matrices, A.seed)
+    e6 = model_table(
+        {
+            "pre with post's QKV": (ch.pre, switch_qkv_hooks(ch.pre, ch.post)),
+            f"post (step {ch.steps.post:,})": ch.post,
+        },
+        data,
+        A.headline_matrices,
+        A.seed,
+    )
     return e3, e6
 
 
 def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
     """E3 and E6 in one table (styled, with the paper's columns) and glue: fig_e3_e6, post_step."""
     P = lambda q: PAPER[q]
-    table = pd.concat([e3.assign(experiment="E3", model=["nothing ablated", "all heads ablated, uniform",
-                                                         "all heads ablated, batch mean"]),
-                       e6.assign(experiment="E6")], ignore_index=True)
+    table = pd.concat(
+        [
+            e3.assign(
+                experiment="E3",
+                model=["nothing ablated", "all heads ablated, uniform", "all heads ablated, batch mean"],
+            ),
+            e6.assign(experiment="E6"),
+        ],
+        ignore_index=True,
+    )
     table["paper L_obs"], table["paper L_mask"] = zip(
         (P(("E3", "pre L_obs")), P(("E3", "pre L_mask"))),
-        *[(P(("E3", "pre ablated L_obs")), P(("E3", "pre ablated L_mask")))] * 2,  # the paper gives one reading
-        (P(("E6", "post-QKV into pre L_obs")), P(("E6", "post-QKV into pre L_mask"))), (None, None))
+        *[(P(("E3", "pre ablated L_obs")), P(("E3", "pre ablated L_mask")))]
+        * 2,  # the paper gives one reading
+        (P(("E6", "post-QKV into pre L_obs")), P(("E6", "post-QKV into pre L_mask"))),
+        (None, None),
+    )
     cols = ["experiment", "model", "L_obs", "paper L_obs", "L_mask", "paper L_mask", "mask_value"]
-    styled = loss_styler(table, cols, cols[2:], f"E3 and E6 at the pre-shift checkpoint (step {ch.steps.pre:,}) and, "
-                         f"for scale, the post-shift model; {ch.cfg.analysis.headline_matrices:,} fresh matrices, the same "
-                         "for every row. " + PAPER_COLUMNS)
+    styled = loss_styler(
+        table,
+        cols,
+        cols[2:],
+        f"E3 and E6 at the pre-shift checkpoint (step {ch.steps.pre:,}) and, "
+        f"for scale, the post-shift model; {ch.cfg.analysis.headline_matrices:,} fresh matrices, the same "
+        "for every row. " + PAPER_COLUMNS,
+    )
     fig = loss_figure(table, "E3 and E6: interventions at the pre-shift checkpoint", ch.copy_level)
     return styled, {"fig_e3_e6": closed(fig), "post_step": f"{ch.steps.post:,}"}
 
 
 # --- the scorecard ---------------------------------------------------------------------------
+
 
 def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
     """(glue, rows): scale-free rows: E2 each over its kind's E[X²] (ratio rule; the reading says
@@ -266,52 +361,101 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
         ours_lvl, paper_lvl = levels[r["matrices"]]
         paper = paper_e2(r["matrices"], r["token"])
         for q, i in (("L'_mask", 0), ("L_obs", 1)):
-            said = ("outputs the token's value", "does not output the token's value") if q == "L'_mask" else \
-                ("copies the observed entries", "does not copy the observed entries")
+            said = (
+                ("outputs the token's value", "does not output the token's value")
+                if q == "L'_mask"
+                else ("copies the observed entries", "does not copy the observed entries")
+            )
             at_pre, se, p = r[q] / ours_lvl, r[f"{q}_se"] / ours_lvl, paper[i] / paper_lvl
-            low, high = r.get(f"{q}_low", float("nan")) / ours_lvl, r.get(f"{q}_high", float("nan")) / ours_lvl
+            low, high = (
+                r.get(f"{q}_low", float("nan")) / ours_lvl,
+                r.get(f"{q}_high", float("nan")) / ours_lvl,
+            )
             several = not pd.isna(r.get(f"{q}_spread", float("nan")))
             if not several:  # pre alone: its value, its standard error over matrices
                 ours, how = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}"
             else:  # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to highest
                 ours = r[f"{q}_mean"] / ours_lvl
-                how = (f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
-                       f"{at_pre / p:.2g}× ± {se / p:.2g}); {e2_swing(r['spread_steps'], low / p, high / p)}")
-            row = _row("E2", f"{r['matrices']}, {r['token']}: {q} / E[X²]", ours,
-                       f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); {how}",
-                       paper=p, kind="ratio", se=se, span=(low, high) if several else None, na=na)
+                how = (
+                    f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
+                    f"{at_pre / p:.2g}× ± {se / p:.2g}); {e2_swing(r['spread_steps'], low / p, high / p)}"
+                )
+            row = _row(
+                "E2",
+                f"{r['matrices']}, {r['token']}: {q} / E[X²]",
+                ours,
+                f"{said[0] if ours < COPIES else said[1]} (below {COPIES:g}·E[X²] or not); {how}",
+                paper=p,
+                kind="ratio",
+                se=se,
+                span=(low, high) if several else None,
+                na=na,
+            )
             # the paper's number itself, by the ratio rule: a cut-off at COPIES sits 14-70x above both sides
-            rows.append({**row, "cause": e2_cause(row_verdict(row), r["spread_steps"], low / p, high / p)
-                         if several else ""})
+            rows.append(
+                {
+                    **row,
+                    "cause": e2_cause(row_verdict(row), r["spread_steps"], low / p, high / p)
+                    if several
+                    else "",
+                }
+            )
     glue_e2 = e2_ratio_text(rows)
     verdicts = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
             ours, se = ratio_and_se(e3, q, {"ablated": "all heads", "reading": mode}, UNABLATED)
             paper = PAPER[("E3", f"pre ablated {q}")] / PAPER[("E3", f"pre {q}")]
-            rows.append(_row("E3", f"pre, every head ablated, {READING_NAMES[mode]}: ablated / unablated {q}", ours,
-                             f"{ours:.3g} ± {se:.2g} (paper {paper:.3g}: no effect)", paper=paper, kind="ratio", se=se,
-                             na=na))
+            rows.append(
+                _row(
+                    "E3",
+                    f"pre, every head ablated, {READING_NAMES[mode]}: ablated / unablated {q}",
+                    ours,
+                    f"{ours:.3g} ± {se:.2g} (paper {paper:.3g}: no effect)",
+                    paper=paper,
+                    kind="ratio",
+                    se=se,
+                    na=na,
+                )
+            )
             if q == "L_mask":
                 verdicts.append(row_verdict(rows[-1]))
     level, paper_level = levels["low-rank"]
     sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
-    rows.append(_row("E6", "pre with post's QKV: L_mask / E[X²]", sw["L_mask"][0] / level,
-                     "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
-                     paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level, se=sw["L_mask"][1] / level, na=na))
+    rows.append(
+        _row(
+            "E6",
+            "pre with post's QKV: L_mask / E[X²]",
+            sw["L_mask"][0] / level,
+            "does not complete" if sw["L_mask"][0] / level > DROP_FRACTION else "completes in part",
+            paper=PAPER[("E6", "post-QKV into pre L_mask")] / paper_level,
+            se=sw["L_mask"][1] / level,
+            na=na,
+        )
+    )
     glue = {"e6_text": e6_text(e6, level, rows[-1]["paper"], row_verdict(rows[-1]))}
     base = value_and_se(e3, "L_obs", **UNABLATED)  # the same matrices (same size and seed)
-    rows.append(_row("E6", "pre with post's QKV / pre: L_obs", sw["L_obs"][0] / base[0],
-                     "how much the switch disturbs copying",
-                     paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")], kind="ratio",
-                     se=ratio_se(*sw["L_obs"], *base), na=na))
-    glue["e3_match"] = matching_reading_text(verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)")
+    rows.append(
+        _row(
+            "E6",
+            "pre with post's QKV / pre: L_obs",
+            sw["L_obs"][0] / base[0],
+            "how much the switch disturbs copying",
+            paper=PAPER[("E6", "post-QKV into pre L_obs")] / PAPER[("E3", "pre L_obs")],
+            kind="ratio",
+            se=ratio_se(*sw["L_obs"], *base),
+            na=na,
+        )
+    )
+    glue["e3_match"] = matching_reading_text(
+        verdicts, "the paper's ratio of ablated to unablated L_mask (ratio rule)"
+    )
     glue["e2_ratio_text"] = glue_e2
     return glue, rows
 
 
 def e2_swing(steps: str, low: float, high: float) -> str:
-    """"the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the paper's)."""
+    """ "the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the paper's)."""
     return f"the checkpoints of steps {steps} run from {low:.2g} to {high:.2g}× the paper's"
 
 
@@ -321,8 +465,10 @@ def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
     swing = e2_swing(steps, low, high)
     band = f"within a factor {1 + MARGINS['ratio']:g} of it"
     if verdict == CLOSE:
-        return (f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches both "
-                f"{band} and beyond it, so one checkpoint of the paper's cannot be placed")
+        return (
+            f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches both "
+            f"{band} and beyond it, so one checkpoint of the paper's cannot be placed"
+        )
     return f"every checkpoint on the plateau lies beyond {band} ({swing}); not traced further"
 
 
@@ -333,23 +479,31 @@ def e2_ratio_text(rows: list[dict]) -> str:
         return f"E2 has nothing to compare here ({rows[0]['na']})"
     ratios = [r["ours"] / r["paper"] for r in rows]
     several = any(r.get("span") is not None for r in rows)
-    ours = ("the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two standard "
-            "errors, since one checkpoint's copying swings by several times from one saved step to the next"
-            if several else "our value ± two standard errors")
-    return (f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, {ours}), "
-            f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
-            + verdicts_text(row_verdict(r) for r in rows))
+    ours = (
+        "the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two standard "
+        "errors, since one checkpoint's copying swings by several times from one saved step to the next"
+        if several
+        else "our value ± two standard errors"
+    )
+    return (
+        f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, {ours}), "
+        f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
+        + verdicts_text(row_verdict(r) for r in rows)
+    )
 
 
 # --- What we found -----------------------------------------------------------------------------
+
 
 def copy_text(base: dict, level: float) -> str:
     """Whether the pre model copies (`mclib.core.metrics.copies`), and if not, why not."""
     if copies(base["L_obs"], base["L_mask"], level):
         return "copies: the observed entries come back almost exactly and the masked ones stay near 0"
-    return ("does not behave like a copying model: "
-            + ("L_obs is not small" if base["L_obs"] >= COPIES * level else "L_mask is far from E[X²]")
-            + ", so the checks below test a model that is not on the plateau the paper describes")
+    return (
+        "does not behave like a copying model: "
+        + ("L_obs is not small" if base["L_obs"] >= COPIES * level else "L_mask is far from E[X²]")
+        + ", so the checks below test a model that is not on the plateau the paper describes"
+    )
 
 
 def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, window: int) -> str:
@@ -357,59 +511,85 @@ def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, windo
     this chapter's `fresh` reading at `step` and E1's `curve` (the mean of the `window` training
     batches ending there), each over E[X²], and which lie below COPIES."""
     side = "below" if curve < fresh else "above"
-    both = ("both lie below" if max(curve, fresh) < COPIES else "only the curve's lies below" if curve < COPIES else
-            "only this chapter's lies below" if fresh < COPIES else "neither lies below")
-    return (f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
-            f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
-            f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
-            f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
-            f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
-            f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
-            f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)")
+    both = (
+        "both lie below"
+        if max(curve, fresh) < COPIES
+        else "only the curve's lies below"
+        if curve < COPIES
+        else "only this chapter's lies below"
+        if fresh < COPIES
+        else "neither lies below"
+    )
+    return (
+        f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
+        f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
+        f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
+        f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
+        f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
+        f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
+        f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)"
+    )
 
 
 def e2_text(e2: pd.DataFrame, level: float) -> str:
     """Whether every L'_mask lies below COPIES·E[X²]: the model outputs the value it reads."""
     lp = e2["L'_mask"]
     if lp.max() < COPIES * level:
-        return f"outputs the value whose token it reads: L'_mask stays between {lp.min():.1e} and {lp.max():.1e}"
+        return (
+            f"outputs the value whose token it reads: L'_mask stays between {lp.min():.1e} and {lp.max():.1e}"
+        )
     return f"does not simply output the value whose token it reads: L'_mask reaches {lp.max():.1e}"
 
 
 def e3_text(e3: pd.DataFrame) -> str:
     """Whether ablating every head changes the pre model's L_mask by NO_EFFECT or more, with the
     paper's numbers (agreement is `e3_match`)."""
-    un, ab_u, ab_b = (lookup(e3, "L_mask", ablated=a, reading=r) for a, r in
-                      [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")])
+    un, ab_u, ab_b = (
+        lookup(e3, "L_mask", ablated=a, reading=r)
+        for a, r in [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")]
+    )
     change = max(abs(ab_u - un), abs(ab_b - un)) / un
     paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
     if change < NO_EFFECT:
         by = percent(change)  # "less than 0.05%" where the change rounds to 0.0%
-        return (f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
-                f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here")
-    return (f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
-            "this model's attention already matters")
+        return (
+            f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
+            f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here"
+        )
+    return (
+        f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
+        "this model's attention already matters"
+    )
 
 
 def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> str:
     """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]), worded
     by `verdict` of the E6 L_mask row (paper value `paper_rel`)."""
     sw = e6.set_index("model").loc["pre with post's QKV"]
-    what = ("does not let it complete the matrix" if sw.L_mask > DROP_FRACTION * level else
-            "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns")
-    return (f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "
-            f"({paper_rel:.3g} E[X²] on its own task, number rule), and L_obs {sw.L_obs:.1e} (the paper: "
-            f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})")
+    what = (
+        "does not let it complete the matrix"
+        if sw.L_mask > DROP_FRACTION * level
+        else "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns"
+    )
+    return (
+        f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "
+        f"({paper_rel:.3g} E[X²] on its own task, number rule), and L_obs {sw.L_obs:.1e} (the paper: "
+        f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})"
+    )
 
 
 def scorecard_table(ch, rows: list[dict]):
     """Records `rows`; returns them styled with verdicts and the interval each verdict reads."""
-    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "paper", "ours", "interval", "verdict",
-                                                              "reading"),
-                          caption="The numbers this chapter adds to the scorecard; interval: the stretch of ours "
-                                  "each verdict sets against the band of the paper's value (ours ± two standard "
-                                  "errors, or for E2 read over the plateau's checkpoints, their lowest to highest "
-                                  "reading, each ± two standard errors).")
+    return recorded_table(
+        ch.run_dir,
+        rows,
+        CHAPTER,
+        columns=("id", "quantity", "paper", "ours", "interval", "verdict", "reading"),
+        caption="The numbers this chapter adds to the scorecard; interval: the stretch of ours "
+        "each verdict sets against the band of the paper's value (ours ± two standard "
+        "errors, or for E2 read over the plateau's checkpoints, their lowest to highest "
+        "reading, each ± two standard errors).",
+    )
 
 
 def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame, *, verdicts) -> dict:
@@ -417,18 +597,29 @@ def closing_glue(ch, base: dict, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.Data
     `verdicts`: those of the recorded rows."""
     level = ch.copy_level
     paper_e2_values = [v[0] for v in PAPER_E2.values()]
-    return {"copy_text": copy_text(base, level), "e2_text": e2_text(e2, level),
-            "e2_range_paper": f"{min(paper_e2_values):.1e} to {max(paper_e2_values):.1e}",
-            "pre_L_obs": base["L_obs"], "pre_L_mask": base["L_mask"], "pre_mask_value": base["mask_value"],
-            "pre_l_obs_text": pre_l_obs_text(
-                float(window_mean(ch.metrics, ch.steps.pre, DROP_WINDOW)["L_obs"]) / level, base["L_obs"] / level,
-                PAPER[("E3", "pre L_obs")] / copy_levels(ch.cfg.data.rank)["low-rank"][1], step=ch.steps.pre,
-                window=DROP_WINDOW),
-            "abs_x": base["abs_x"], "copy_level": level,
-            "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
-            "pre_step2": f"{ch.steps.pre:,}", "when": ch.relative_to_drop(ch.steps.pre),
-            "e3_text": e3_text(e3),
-            "verdicts": verdict_counts(verdicts), "n_rows": len(list(verdicts))}
+    return {
+        "copy_text": copy_text(base, level),
+        "e2_text": e2_text(e2, level),
+        "e2_range_paper": f"{min(paper_e2_values):.1e} to {max(paper_e2_values):.1e}",
+        "pre_L_obs": base["L_obs"],
+        "pre_L_mask": base["L_mask"],
+        "pre_mask_value": base["mask_value"],
+        "pre_l_obs_text": pre_l_obs_text(
+            float(window_mean(ch.metrics, ch.steps.pre, DROP_WINDOW)["L_obs"]) / level,
+            base["L_obs"] / level,
+            PAPER[("E3", "pre L_obs")] / copy_levels(ch.cfg.data.rank)["low-rank"][1],
+            step=ch.steps.pre,
+            window=DROP_WINDOW,
+        ),
+        "abs_x": base["abs_x"],
+        "copy_level": level,
+        "e2_val_max": float(e2.loc[e2.token != "MASK", "L'_mask"].max()),
+        "pre_step2": f"{ch.steps.pre:,}",
+        "when": ch.relative_to_drop(ch.steps.pre),
+        "e3_text": e3_text(e3),
+        "verdicts": verdict_counts(verdicts),
+        "n_rows": len(list(verdicts)),
+    }
 
 
 # What this chapter declares to the machinery (mclib.book.spec; collected by mclib.chapters.registry).

@@ -10,6 +10,7 @@ trained alone from the main run's final checkpoint, the rest frozen.
 The paper shows these runs only as curves (paper Fig. 8, NeurIPS version), so each of its
 descriptions becomes a claim judged by a rule stated with it (`freeze_readings`).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,15 +20,20 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from ..analyses.freezing import (DESCRIPTIONS, FreezeEnd, drop_text, freeze_ends, freeze_runs, freeze_steps,
-                                 freeze_summary, known_text, paper_pattern, trainable_count)
-from ..analyses.sharpness import ABRUPT, BAND, SETTLE
-from ..core.checkpoints import saved_steps
-from ..core.config import Profile
-from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
-from ..core.paper import PAPER_E15, PAPER_E15_ORDER
-from ..core.runs import METRICS, load_metrics
+from ..analyses.freezing import (
+    DESCRIPTIONS,
+    FreezeEnd,
+    drop_text,
+    freeze_ends,
+    freeze_runs,
+    freeze_steps,
+    freeze_summary,
+    known_text,
+    paper_pattern,
+    trainable_count,
+)
 from ..analyses.interventions import GROUPS
+from ..analyses.sharpness import ABRUPT, BAND, SETTLE
 from ..book.chapter import Chapter, MissingRuns, checkpoint_links, download_links, require_runs, shown_path
 from ..book.plots_base import closed
 from ..book.plots_curves import freeze_curves
@@ -35,6 +41,11 @@ from ..book.runner_plan import Reads
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import MARGINS, POSITIVE, agreement, row_verdict
 from ..book.spec import ChapterSpec
+from ..core.checkpoints import saved_steps
+from ..core.config import Profile
+from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, final_level, find_drop
+from ..core.paper import PAPER_E15, PAPER_E15_ORDER
+from ..core.runs import METRICS, load_metrics
 
 CHAPTER = "05_freezing"
 LOSSES = ("first_L_mask", "final_L_mask", "final_L_mask_se", "final_L_obs")
@@ -45,6 +56,7 @@ class MainRun:
     """The yardstick of E15: the main run's drop (None: none), final L_mask ± its standard error
     (`final_level`), an E15 run's step cap, and the step where the main run was stopped early
     (None: it ended by its own rule)."""
+
     drop: int | None
     final: float
     final_se: float
@@ -79,26 +91,36 @@ def freeze_runs_of(ch: Chapter) -> dict[str, Path]:
 def length_text(ch: Chapter) -> str:
     """How long an E15 run may train (plain text: it goes into a table's caption)."""
     t, cap = ch.cfg.train, freeze_steps(ch.cfg)
-    rule = (f"until it has dropped and then either its rows are known ({known_text()}: more training cannot "
-            f"undo them) or it has converged by the main run's rule (L_mask's fitted fall over {t.patience:,} "
-            f"steps under {t.min_improvement:.0%} per 1,000 steps)")
+    rule = (
+        f"until it has dropped and then either its rows are known ({known_text()}: more training cannot "
+        f"undo them) or it has converged by the main run's rule (L_mask's fitted fall over {t.patience:,} "
+        f"steps under {t.min_improvement:.0%} per 1,000 steps)"
+    )
     if ch.drop is None:
         return f"{rule}, at most {cap:,} steps (analysis.freeze_steps; the main run did not drop)"
-    return (f"{rule}, or until the main run's drop step ({ch.drop:,}) without a drop; at most {cap:,} steps "
-            "(analysis.freeze_steps)")
+    return (
+        f"{rule}, or until the main run's drop step ({ch.drop:,}) without a drop; at most {cap:,} steps "
+        "(analysis.freeze_steps)"
+    )
 
 
 def runs_table(ch: Chapter, runs: dict[str, Path]):
     """One row per group: what it re-initialises and trains, its parameter count, its folder."""
     post = ch.post
-    table = pd.DataFrame({"group": list(DESCRIPTIONS), "re-initialised and trained": list(DESCRIPTIONS.values()),
-                          "parameters": [f"{trainable_count(post, g):,}" for g in DESCRIPTIONS],
-                          "run folder": [shown_path(runs[g]) for g in DESCRIPTIONS]})
+    table = pd.DataFrame(
+        {
+            "group": list(DESCRIPTIONS),
+            "re-initialised and trained": list(DESCRIPTIONS.values()),
+            "parameters": [f"{trainable_count(post, g):,}" for g in DESCRIPTIONS],
+            "run folder": [shown_path(runs[g]) for g in DESCRIPTIONS],
+        }
+    )
     t = ch.cfg.train
     return table.style.hide(axis="index").set_caption(
         f"One run per group: from the post-shift checkpoint (step {ch.steps.post:,}), {length_text(ch)}, "
         f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the read-out "
-        "belong to no group: they stay frozen in every run.")
+        "belong to no group: they stay frozen in every run."
+    )
 
 
 def summary(ch: Chapter, runs: dict[str, Path]) -> pd.DataFrame:
@@ -113,27 +135,40 @@ def drops_of(table: pd.DataFrame) -> dict[str, int | None]:
 
 def freeze_figure(ch: Chapter, runs: dict[str, Path]) -> plt.Figure:
     """The four runs' L_mask curves, each drop marked (closed: glue it)."""
-    fig = freeze_curves({g: load_metrics(f) for g, f in runs.items()}, drops_of(summary(ch, runs)), ch.cfg.data.rank,
-                        title=f"Re-initialise one component, freeze the rest ({ch.cfg.name}, seed {ch.cfg.seed})")
+    fig = freeze_curves(
+        {g: load_metrics(f) for g, f in runs.items()},
+        drops_of(summary(ch, runs)),
+        ch.cfg.data.rank,
+        title=f"Re-initialise one component, freeze the rest ({ch.cfg.name}, seed {ch.cfg.seed})",
+    )
     return closed(fig)
 
 
 def results_table(ch: Chapter, runs: dict[str, Path]):
     """One row per group: what ended the run (`freeze_ends`), the paper's description, the losses."""
     table, ends = summary(ch, runs), freeze_ends(ch.cfg, ch.run_dir, tuple(runs))
-    shown = table.assign(result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]])
-    return (shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]].style.hide(axis="index")
-            .format({c: "{:.2e}" for c in LOSSES})
-            .set_caption(f"What ended each run; L_mask over its first {DROP_WINDOW} steps; L_mask (± its standard "
-                         f"error) and L_obs over its last {ch.cfg.train.patience:,} (the convergence rule's window); "
-                         f"starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within {PLATEAU_BAND:.0%} "
-                         "of E[X²]."))
+    shown = table.assign(
+        result=[ends[g].text for g in table["group"]], paper=[PAPER_E15[g] for g in table["group"]]
+    )
+    return (
+        shown[["group", "result", "paper", *LOSSES, "starts_on_plateau"]]
+        .style.hide(axis="index")
+        .format({c: "{:.2e}" for c in LOSSES})
+        .set_caption(
+            f"What ended each run; L_mask over its first {DROP_WINDOW} steps; L_mask (± its standard "
+            f"error) and L_obs over its last {ch.cfg.train.patience:,} (the convergence rule's window); "
+            f"starts_on_plateau: the first {DROP_WINDOW} steps' L_mask is within {PLATEAU_BAND:.0%} "
+            "of E[X²]."
+        )
+    )
 
 
 def _runs_named(groups) -> str:
-    """"the mlp run" or "the mlp and token runs" (for a sentence)."""
+    """ "the mlp run" or "the mlp and token runs" (for a sentence)."""
     groups = list(groups)
-    return f"the {groups[0]} run" if len(groups) == 1 else f"the {', '.join(groups[:-1])} and {groups[-1]} runs"
+    return (
+        f"the {groups[0]} run" if len(groups) == 1 else f"the {', '.join(groups[:-1])} and {groups[-1]} runs"
+    )
 
 
 def ends_text(ends: dict[str, FreezeEnd]) -> str:
@@ -141,13 +176,18 @@ def ends_text(ends: dict[str, FreezeEnd]) -> str:
     alike: dict[str, list[str]] = {}
     for g, e in ends.items():
         alike.setdefault(e.text, []).append(g)
-    agree = lambda text, gs: text if len(gs) == 1 else text.replace(" its ", " their ")  # several runs: their rows
-    return ("What ended each run, from its end record: "
-            + "; ".join(f"{_runs_named(gs)} {agree(text, gs)}" for text, gs in alike.items()) + ".")
+    agree = lambda text, gs: (
+        text if len(gs) == 1 else text.replace(" its ", " their ")
+    )  # several runs: their rows
+    return (
+        "What ended each run, from its end record: "
+        + "; ".join(f"{_runs_named(gs)} {agree(text, gs)}" for text, gs in alike.items())
+        + "."
+    )
 
 
 def tiers_text(order) -> str:
-    """"mlp and token, then attention, then positional" for tiers of groups, earliest first."""
+    """ "mlp and token, then attention, then positional" for tiers of groups, earliest first."""
     return ", then ".join(" and ".join(tier) for tier in order)
 
 
@@ -161,10 +201,14 @@ def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
     if verdict in POSITIVE.values():
         return f"{paper}, each tier later than the one before by more than {margin} of its step, {agreement(verdict)}"
     first, last = _runs_named(PAPER_E15_ORDER[0]), _runs_named(PAPER_E15_ORDER[-1])
-    fails = ([] if pattern["first_tier_first"] else [f"{first} do not drop before the others"]) + \
-        ([] if pattern["last_tier_last"] else [f"{last} does not drop last"])
-    why = ("no run dropped within the steps it could train" if not any_drop else
-           "; ".join(fails) or f"the order holds, but not by {margin} of the later step")
+    fails = ([] if pattern["first_tier_first"] else [f"{first} do not drop before the others"]) + (
+        [] if pattern["last_tier_last"] else [f"{last} does not drop last"]
+    )
+    why = (
+        "no run dropped within the steps it could train"
+        if not any_drop
+        else "; ".join(fails) or f"the order holds, but not by {margin} of the later step"
+    )
     return f"not {paper} by the scorecard's ordering rule, {agreement(verdict)}: {why}"
 
 
@@ -172,11 +216,15 @@ def _plateau_reading(row, group: str) -> str:
     if pd.isna(row["drop"]):
         return f"{drop_text(None, int(row['steps']))} (paper: {PAPER_E15[group]})"
     fall = "" if pd.isna(row["fall"]) else f", fall {int(row['fall']):,} steps"
-    return (f"{drop_text(row['drop'], int(row['steps']))}: plateau {int(row['plateau']):,} steps{fall} "
-            f"(paper: {PAPER_E15[group]}); a plateau when above {ABRUPT:g}")
+    return (
+        f"{drop_text(row['drop'], int(row['steps']))}: plateau {int(row['plateau']):,} steps{fall} "
+        f"(paper: {PAPER_E15[group]}); a plateau when above {ABRUPT:g}"
+    )
 
 
-def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun) -> tuple[dict, list[dict]]:
+def freeze_readings(
+    table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun
+) -> tuple[dict, list[dict]]:
     """(glue, rows): the closing sentences (found, verdict_text, main_text, recover_text) and
     E15's `scorecard.claim` rows, from `freeze_summary`'s table, `freeze_ends` and `MainRun`.
 
@@ -191,57 +239,121 @@ def freeze_readings(table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainR
     for g in drops:
         r, quick = rows_of.loc[g], g in PAPER_E15_ORDER[0]
         fall = None if pd.isna(r["fall"]) else int(r["fall"])
-        ratio = None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
-        plateau_rows.append(claim("E15", f"plateau / fall, {g} re-initialised", ratio, _plateau_reading(r, g),
-                                  kind="direction", reference=ABRUPT, sense="below" if quick else "above",
-                                  na=None if ratio is not None else "the run did not drop: no plateau length to measure"))
+        ratio = (
+            None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
+        )
+        plateau_rows.append(
+            claim(
+                "E15",
+                f"plateau / fall, {g} re-initialised",
+                ratio,
+                _plateau_reading(r, g),
+                kind="direction",
+                reference=ABRUPT,
+                sense="below" if quick else "above",
+                na=None if ratio is not None else "the run did not drop: no plateau length to measure",
+            )
+        )
         ok = main.final > 0 and math.isfinite(r["final_L_mask"])
         recovery = r["final_L_mask"] / main.final if ok else None
-        se = recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final) if ok else None
-        recovery_rows.append(claim("E15", f"final L_mask / the main run's, {g} re-initialised", recovery,
-                                   f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
-                                   f"against the main run's {main.final:.3g} ± {main.final_se:.2g}"
-                                   + (f" at step {main.stopped:,}, where it was stopped so that the runs start from "
-                                      "its weights there" if main.stopped is not None else "")
-                                   + f"; it recovers when "
-                                   f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
-                                   "but gives no final level: the main run's is the yardstick)",
-                                   kind="direction", reference=SETTLE, sense="below", se=se,
-                                   na=None if drops[g] is not None else
-                                   f"the run {ends[g].text}: stopped before any drop, so its last level is the "
-                                   "plateau's, never read as final (the paper shows this run dropping)"))
+        se = (
+            recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final)
+            if ok
+            else None
+        )
+        recovery_rows.append(
+            claim(
+                "E15",
+                f"final L_mask / the main run's, {g} re-initialised",
+                recovery,
+                f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
+                f"against the main run's {main.final:.3g} ± {main.final_se:.2g}"
+                + (
+                    f" at step {main.stopped:,}, where it was stopped so that the runs start from "
+                    "its weights there"
+                    if main.stopped is not None
+                    else ""
+                )
+                + f"; it recovers when "
+                f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
+                "but gives no final level: the main run's is the yardstick)",
+                kind="direction",
+                reference=SETTLE,
+                sense="below",
+                se=se,
+                na=None
+                if drops[g] is not None
+                else f"the run {ends[g].text}: stopped before any drop, so its last level is the "
+                "plateau's, never read as final (the paper shows this run dropping)",
+            )
+        )
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)
-    missing = [g for tier in PAPER_E15_ORDER for g in tier if g not in drops]  # runs not in yet (a GPU slice each)
+    missing = [
+        g for tier in PAPER_E15_ORDER for g in tier if g not in drops
+    ]  # runs not in yet (a GPU slice each)
     rows = plateau_rows + recovery_rows
-    rows.append(claim("E15", f"order of the drops: {tiers_text(PAPER_E15_ORDER)}", None,
-                      ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
-                      kind="ordering", values=dict(drops), order=PAPER_E15_ORDER,
-                      na=(f"{_runs_named(missing)} not in yet: the order needs all four" if missing else
-                          f"no run dropped within the {main.cap:,} steps it could train" if too_short else None)))
+    rows.append(
+        claim(
+            "E15",
+            f"order of the drops: {tiers_text(PAPER_E15_ORDER)}",
+            None,
+            ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
+            kind="ordering",
+            values=dict(drops),
+            order=PAPER_E15_ORDER,
+            na=(
+                f"{_runs_named(missing)} not in yet: the order needs all four"
+                if missing
+                else f"no run dropped within the {main.cap:,} steps it could train"
+                if too_short
+                else None
+            ),
+        )
+    )
     if not order:
         found = "none of the four runs dropped"
     else:
         rest = [g for g in drops if g not in order]
-        found = ("the runs dropped in the order " + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
-                 + ("" if not rest else "; " + ", ".join(rest) + " did not drop"))
+        found = (
+            "the runs dropped in the order "
+            + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
+            + ("" if not rest else "; " + ", ".join(rest) + " did not drop")
+        )
     verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
-    main_text = (f"The main run, trained from scratch, dropped at step {main.drop:,}." if main.drop is not None
-                 else "The main run, trained from scratch, did not drop.")
+    main_text = (
+        f"The main run, trained from scratch, dropped at step {main.drop:,}."
+        if main.drop is not None
+        else "The main run, trained from scratch, did not drop."
+    )
     verdicts = {g: row_verdict(row) for g, row in zip(drops, recovery_rows)}
     recovered = [g for g, v in verdicts.items() if v in POSITIVE.values()]
     not_read = [g for g, v in verdicts.items() if v == "n/a"]
     others = [g for g in drops if g not in recovered and g not in not_read]
-    recover_text = (f"{_runs_named(recovered).capitalize()} ended within {SETTLE:g}x of the main run's final L_mask"
-                    + ("." if not others else f"; {_runs_named(others)} did not.")
-                    if recovered else f"No run ended within {SETTLE:g}x of the main run's final L_mask." if others else "")
+    recover_text = (
+        f"{_runs_named(recovered).capitalize()} ended within {SETTLE:g}x of the main run's final L_mask"
+        + ("." if not others else f"; {_runs_named(others)} did not.")
+        if recovered
+        else f"No run ended within {SETTLE:g}x of the main run's final L_mask."
+        if others
+        else ""
+    )
     if not_read:
-        recover_text = (f"{recover_text} {_runs_named(not_read).capitalize()} stopped before dropping: "
-                        f"{'its' if len(not_read) == 1 else 'their'} last level is not read as final.").strip()
-    return {"found": found, "verdict_text": verdict_text, "main_text": main_text, "recover_text": recover_text}, rows
+        recover_text = (
+            f"{recover_text} {_runs_named(not_read).capitalize()} stopped before dropping: "
+            f"{'its' if len(not_read) == 1 else 'their'} last level is not read as final."
+        ).strip()
+    return {
+        "found": found,
+        "verdict_text": verdict_text,
+        "main_text": main_text,
+        "recover_text": recover_text,
+    }, rows
 
 
-def e15_rows(runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd.DataFrame, *, read) -> list[dict]:
+def e15_rows(
+    runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd.DataFrame, *, read
+) -> list[dict]:
     """E15's rows, by `freeze_readings`, from runs trained elsewhere (the paper setting's slices):
     `runs` {group: folder}, their `ends`, `read` a folder's metrics; the yardstick is the source run
     (`cfg`, its `end` or None, its metrics `main`). The order reads n/a until all four are in."""
@@ -252,6 +364,7 @@ def e15_rows(runs: dict, ends: dict[str, FreezeEnd], cfg: Profile, end, main: pd
     yardstick = main_run_from(main, cfg, find_drop(main, rank=cfg.data.rank), stopped)
     _, found = freeze_readings(freeze_summary(runs, cfg, read=read), ends, yardstick)
     return found
+
 
 def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
     """(glue, rows): `freeze_readings`' glue plus ends_text and rules_text, and E15's rows."""
@@ -264,15 +377,19 @@ def readings(ch: Chapter, runs: dict[str, Path]) -> tuple[dict, list[dict]]:
 
 def rules_text() -> str:
     """The rules E15's rows are judged by, as a sentence (from the constants they use)."""
-    return (f"a run has a plateau when it sat on the copying level (within {BAND:.0%} of E[X²]) longer than its "
-            f"fall then took (plateau over fall above {ABRUPT:g}, the rule chapter 01 calls a drop sudden by); "
-            f"it recovers when its final L_mask is within {SETTLE:g}x the main run's; and the drops come in the "
-            "paper's order, each tier later than the one before")
+    return (
+        f"a run has a plateau when it sat on the copying level (within {BAND:.0%} of E[X²]) longer than its "
+        f"fall then took (plateau over fall above {ABRUPT:g}, the rule chapter 01 calls a drop sudden by); "
+        f"it recovers when its final L_mask is within {SETTLE:g}x the main run's; and the drops come in the "
+        "paper's order, each tier later than the one before"
+    )
 
 
 def scorecard_table(ch: Chapter, rows: list[dict]):
     """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
-    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "ours", "verdict", "reading"))
+    return recorded_table(
+        ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "kind", "ours", "verdict", "reading")
+    )
 
 
 def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
@@ -280,8 +397,9 @@ def downloads(ch: Chapter, runs: dict[str, Path]) -> str:
     parts = []
     for g, folder in runs.items():
         last = saved_steps(folder)[-1]
-        links = (download_links(ch.run_dir, [(folder / METRICS, METRICS)])
-                 + checkpoint_links(ch, folder, last, f"final checkpoint (step {last:,}, zip)"))
+        links = download_links(ch.run_dir, [(folder / METRICS, METRICS)]) + checkpoint_links(
+            ch, folder, last, f"final checkpoint (step {last:,}, zip)"
+        )
         parts.append(f"{g}: {' and '.join(links)}")
     return f"Each run's files, to download: {'; '.join(parts)}."
 

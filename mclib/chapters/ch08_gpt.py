@@ -10,6 +10,7 @@ observed entries, not to complete the masked ones (paper Figs. 11-12, NeurIPS ve
 The drop is read in L (`DROP_COLUMN`), as the paper does: copying takes L from E[X²] to
 p_mask·E[X²], below find_drop's half-way line.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,18 +21,18 @@ import torch
 
 from ..analyses.evaluate import sample_eval_batch
 from ..analyses.sharpness import ABRUPT, shape, shapes_table
+from ..book.chapter import Chapter
+from ..book.plots_base import closed
+from ..book.plots_curves import gpt_loss_curves
+from ..book.scorecard import claim, recorded_table
+from ..book.scorecard_rules import CUT, agreement
+from ..book.spec import ChapterSpec
 from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
 from ..core.runs import load_metrics, run_name
-from ..book.chapter import Chapter
-from ..book.plots_base import closed
-from ..book.plots_curves import gpt_loss_curves
 from .heads_plots import attention_grid
-from ..book.scorecard import claim, recorded_table
-from ..book.scorecard_rules import CUT, agreement
-from ..book.spec import ChapterSpec
 
 CHAPTER = "08_gpt"
 COMPLETES = DROP_FRACTION  # masked entries completed: final L_mask below find_drop's half-way line
@@ -41,14 +42,27 @@ def gpt_profile(cfg: Profile) -> Profile:
     """params/gpt.yaml on the book's task, device and seeds, named gpt-BOOKPROFILE;
     `analysis.gpt_steps` shortens it."""
     gpt = load_profile(profile_path("gpt"))
-    over = {"name": f"gpt-{cfg.name}", "seed": cfg.seed, "data": cfg.to_dict()["data"],
-            "train.device": cfg.train.device, "analysis.seeds": cfg.analysis.seeds}
+    over = {
+        "name": f"gpt-{cfg.name}",
+        "seed": cfg.seed,
+        "data": cfg.to_dict()["data"],
+        "train.device": cfg.train.device,
+        "analysis.seeds": cfg.analysis.seeds,
+    }
     steps = cfg.analysis.gpt_steps
     if steps is not None:
         every = max(1, steps // 6)
-        over.update({"train.steps": steps, "train.save_every": every, "train.eval_every": every,
-                     "train.log_every": every, "checkpoints.pre": every, "checkpoints.transition": [],
-                     "checkpoints.post": steps})
+        over.update(
+            {
+                "train.steps": steps,
+                "train.save_every": every,
+                "train.eval_every": every,
+                "train.log_every": every,
+                "checkpoints.pre": every,
+                "checkpoints.transition": [],
+                "checkpoints.post": steps,
+            }
+        )
     return gpt.replace(**over)
 
 
@@ -70,7 +84,9 @@ def idle_work(cfg: Profile, run_dir: Path) -> list[tuple]:
     from ..core.precision import with_device
     from ..core.train import train_seed
 
-    return [(train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(with_device(gpt_profile(cfg)), run_dir)]
+    return [
+        (train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(with_device(gpt_profile(cfg)), run_dir)
+    ]
 
 
 def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
@@ -83,7 +99,9 @@ def gpt_jobs(gpt: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
     from ..core.ending import is_complete
 
     seeded = {s: gpt.replace(seed=s) for s in gpt.analysis.seeds}
-    return [(seeded[s], d, None) for s, d in gpt_run_dirs(gpt, run_dir).items() if not is_complete(seeded[s], d)]
+    return [
+        (seeded[s], d, None) for s, d in gpt_run_dirs(gpt, run_dir).items() if not is_complete(seeded[s], d)
+    ]
 
 
 def gpt_curves(runs: dict[int, Path]) -> dict[int, pd.DataFrame]:
@@ -94,8 +112,17 @@ def loss_figure(ch: Chapter, curves: dict[int, pd.DataFrame]):
     """GPT's L (each seed) and L_obs, L_mask (seed 1) beside the book's BERT run, against
     steps and against matrices seen."""
     gpt = gpt_profile(ch.cfg)
-    return closed(gpt_loss_curves(curves, ch.metrics, ch.cfg.data.rank, gpt.train.batch, ch.cfg.train.batch,
-                                  drops={s: _drop(m, ch) for s, m in curves.items()}, bert_drop=ch.drop))
+    return closed(
+        gpt_loss_curves(
+            curves,
+            ch.metrics,
+            ch.cfg.data.rank,
+            gpt.train.batch,
+            ch.cfg.train.batch,
+            drops={s: _drop(m, ch) for s, m in curves.items()},
+            bert_drop=ch.drop,
+        )
+    )
 
 
 def _drop(m: pd.DataFrame, ch: Chapter) -> int | None:
@@ -112,17 +139,25 @@ def shapes_shown(ch: Chapter, curves: dict[int, pd.DataFrame]):
     table["final L / E[X²]"] = table["final L / E[X²]"] / level
     table["final L_obs / E[X²]"] = [float(last_tenth(m)["L_obs"].mean()) / level for m in curves.values()]
     table["final L_mask / E[X²]"] = [float(last_tenth(m)["L_mask"].mean()) / level for m in curves.values()]
-    bert = shapes_table({f"BERT seed {ch.cfg.seed} (the book's run; its drop in L_mask)": ch.metrics},
-                        ch.cfg.data.rank, "L_mask")
+    bert = shapes_table(
+        {f"BERT seed {ch.cfg.seed} (the book's run; its drop in L_mask)": ch.metrics},
+        ch.cfg.data.rank,
+        "L_mask",
+    )
     bert = bert.rename(columns={"final L_mask": "final L_mask / E[X²]"})
     bert["final L_mask / E[X²]"] = bert["final L_mask / E[X²]"] / level
     bert["final L_obs / E[X²]"] = float(last_tenth(ch.metrics)["L_obs"].mean()) / level
     shown = pd.concat([table, bert], ignore_index=True)
-    return (shown.style.hide(axis="index").format(precision=3, na_rep="—")
-            .set_caption(f"Each GPT run's drop in L, its plateau (steps on the copying level E[X²] before it) and "
-                         f"fall (steps from leaving the plateau to within 2× the final level), and its final losses "
-                         f"over E[X²] = {level:.3f}; the book's BERT run below, its drop read in L_mask. A drop is "
-                         f"sudden here when the plateau lasts longer than the fall (plateau / fall > {ABRUPT:g})."))
+    return (
+        shown.style.hide(axis="index")
+        .format(precision=3, na_rep="—")
+        .set_caption(
+            f"Each GPT run's drop in L, its plateau (steps on the copying level E[X²] before it) and "
+            f"fall (steps from leaving the plateau to within 2× the final level), and its final losses "
+            f"over E[X²] = {level:.3f}; the book's BERT run below, its drop read in L_mask. A drop is "
+            f"sudden here when the plateau lasts longer than the fall (plateau / fall > {ABRUPT:g})."
+        )
+    )
 
 
 def attention_maps(ch: Chapter, folder: Path, step: int, n_matrices: int = 64) -> np.ndarray:
@@ -147,12 +182,19 @@ def attention_figure(ch: Chapter, runs: dict[int, Path], curves: dict[int, pd.Da
     pre, post = before_after(ch, runs[seed], curves[seed])
     maps = [attention_maps(ch, runs[seed], t) for t in (pre, post)]
     layers, heads = maps[0].shape[:2]
-    grid = np.stack([maps[i][layer] for i in range(2) for layer in range(layers)])   # [2·layers, heads, q, k]
+    grid = np.stack([maps[i][layer] for i in range(2) for layer in range(layers)])  # [2·layers, heads, q, k]
     labels = [f"step {t:,}, layer {layer + 1}" for t in (pre, post) for layer in range(layers)]
-    n2 = ch.cfg.data.n ** 2
-    return closed(attention_grid(grid, row_labels=labels, col_labels=[f"head {h + 1}" for h in range(heads)],
-                                 n=n2, title=f"GPT seed {seed}: attention before (step {pre:,}) and after "
-                                             f"(step {post:,}) its drop", key_marks=[n2]))
+    n2 = ch.cfg.data.n**2
+    return closed(
+        attention_grid(
+            grid,
+            row_labels=labels,
+            col_labels=[f"head {h + 1}" for h in range(heads)],
+            n=n2,
+            title=f"GPT seed {seed}: attention before (step {pre:,}) and after (step {post:,}) its drop",
+            key_marks=[n2],
+        )
+    )
 
 
 def readings(ch: Chapter, curves: dict[int, pd.DataFrame]) -> tuple[dict, list[dict]]:
@@ -166,21 +208,49 @@ def readings(ch: Chapter, curves: dict[int, pd.DataFrame]) -> tuple[dict, list[d
     spread = lambda xs: float(np.std(xs, ddof=1)) if len(xs) > 1 else None
     dropped = [s for s, v in shapes.items() if v is not None]
     rows = [
-        claim("E19", "GPT: plateau steps / fall steps (a plateau, then a sudden drop in L)", float(np.mean(ratios)),
-              f"{len(dropped)} of {len(shapes)} seeds drop in L; a seed without a drop counts 0; "
-              f"sudden: > {ABRUPT:g} (the book's cut-off)", kind="direction", reference=ABRUPT, sense="above",
-              spread=spread(ratios), margin=CUT),
-        claim("E19", "GPT: final L_obs / E[X²] (after the drop it copies the observed entries)", float(np.mean(obs)),
-              f"copies: below {COPIES:g} (mclib.core.metrics.COPIES)", kind="direction", reference=COPIES,
-              sense="below", spread=spread(obs), margin=CUT),
-        claim("E19", "GPT: final L_mask / E[X²] (the masked entries stay near the copying level)", float(np.mean(mask)),
-              f"not completed: above {COMPLETES:g} (find_drop's half-way line); BERT's run ends at "
-              f"{float(last_tenth(ch.metrics)['L_mask'].mean()) / level:.3f}", kind="direction",
-              reference=COMPLETES, sense="above", spread=spread(mask), margin=CUT),
+        claim(
+            "E19",
+            "GPT: plateau steps / fall steps (a plateau, then a sudden drop in L)",
+            float(np.mean(ratios)),
+            f"{len(dropped)} of {len(shapes)} seeds drop in L; a seed without a drop counts 0; "
+            f"sudden: > {ABRUPT:g} (the book's cut-off)",
+            kind="direction",
+            reference=ABRUPT,
+            sense="above",
+            spread=spread(ratios),
+            margin=CUT,
+        ),
+        claim(
+            "E19",
+            "GPT: final L_obs / E[X²] (after the drop it copies the observed entries)",
+            float(np.mean(obs)),
+            f"copies: below {COPIES:g} (mclib.core.metrics.COPIES)",
+            kind="direction",
+            reference=COPIES,
+            sense="below",
+            spread=spread(obs),
+            margin=CUT,
+        ),
+        claim(
+            "E19",
+            "GPT: final L_mask / E[X²] (the masked entries stay near the copying level)",
+            float(np.mean(mask)),
+            f"not completed: above {COMPLETES:g} (find_drop's half-way line); BERT's run ends at "
+            f"{float(last_tenth(ch.metrics)['L_mask'].mean()) / level:.3f}",
+            kind="direction",
+            reference=COMPLETES,
+            sense="above",
+            spread=spread(mask),
+            margin=CUT,
+        ),
     ]
     drops = ", ".join(f"seed {s}: " + (f"step {v.drop:,}" if v else "no drop") for s, v in shapes.items())
-    found = {"gpt_drops": drops, "gpt_ratio": f"{np.mean(ratios):.1f}",
-             "gpt_obs": f"{np.mean(obs):.3f}", "gpt_mask": f"{np.mean(mask):.3f}"}
+    found = {
+        "gpt_drops": drops,
+        "gpt_ratio": f"{np.mean(ratios):.1f}",
+        "gpt_obs": f"{np.mean(obs):.3f}",
+        "gpt_mask": f"{np.mean(mask):.3f}",
+    }
     return found, rows
 
 
@@ -191,8 +261,11 @@ def scorecard_table(ch: Chapter, rows: list[dict]):
 
 def closing(table) -> str:
     """The closing sentence, each claim worded by its recorded row's verdict (`agreement`)."""
-    said = ["sits on a plateau and then drops suddenly", "copies the observed entries after its drop",
-            "leaves the masked entries near the copying level"]
+    said = [
+        "sits on a plateau and then drops suddenly",
+        "copies the observed entries after its drop",
+        "leaves the masked entries near the copying level",
+    ]
     return " ".join(f"That the GPT {text}: {agreement(v)}." for text, v in zip(said, table.data["verdict"]))
 
 

@@ -1,5 +1,6 @@
 """Figures of the embeddings (chapter 04, E12-E14): the token embeddings' norms and principal
 components, the position embeddings' t-SNE and norms, and how both progress."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -13,8 +14,9 @@ def _value_scatter(ax, x, y, values, cmap="coolwarm"):
     return ax.scatter(x, y, c=values, cmap=cmap, s=12, vmin=min(values), vmax=max(values))
 
 
-def token_embedding_plot(norms: pd.DataFrame, coords: pd.DataFrame,
-                         title: str = "Token embeddings of the values −1.50 … 1.50") -> plt.Figure:
+def token_embedding_plot(
+    norms: pd.DataFrame, coords: pd.DataFrame, title: str = "Token embeddings of the values −1.50 … 1.50"
+) -> plt.Figure:
     """E12: ℓ2 norm against value (norms: value, norm) and the PCA(2) scatter coloured by
     value (coords: value, pc1, pc2)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
@@ -28,13 +30,15 @@ def token_embedding_plot(norms: pd.DataFrame, coords: pd.DataFrame,
     return fig
 
 
-def token_progress_plot(coords: pd.DataFrame, labels: dict | None = None,
-                        title: str = "Token embeddings on the final PCA plane") -> plt.Figure:
+def token_progress_plot(
+    coords: pd.DataFrame, labels: dict | None = None, title: str = "Token embeddings on the final PCA plane"
+) -> plt.Figure:
     """E13: one column per checkpoint (coords: step, centred, value, pc1, pc2), the
     uncentred projection on top, the centred one below; labels: step -> column title."""
     steps = list(dict.fromkeys(coords["step"]))
-    fig, axes = plt.subplots(2, len(steps), figsize=(2.6 * len(steps) + 1, 5.6), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(
+        2, len(steps), figsize=(2.6 * len(steps) + 1, 5.6), squeeze=False, layout="constrained"
+    )
     for j, step in enumerate(steps):
         for i, centred in enumerate((False, True)):
             d = coords[(coords["step"] == step) & (coords["centred"] == centred)]
@@ -59,7 +63,9 @@ def position_tsne_plot(frames: dict, title: str = "t-SNE of the position embeddi
         for c, g in d.groupby("column"):
             ax.scatter(g["x"], g["y"], color=colours[c % 10], s=28, label=f"column {c}")
             for _, r in g.iterrows():
-                ax.annotate(str(int(r["row"])), (r["x"], r["y"]), fontsize=6, ha="center", va="center", color="white")
+                ax.annotate(
+                    str(int(r["row"])), (r["x"], r["y"]), fontsize=6, ha="center", va="center", color="white"
+                )
         ax.set(title=label, xlabel="t-SNE 1", ylabel="t-SNE 2", xticks=[], yticks=[])
     handles, names = axes[0, -1].get_legend_handles_labels()
     fig.legend(handles, names, fontsize=7, loc="center right")
@@ -75,15 +81,25 @@ def position_norm_plot(norms: pd.DataFrame, title: str = "ℓ2 norm of each posi
     colours = sns.color_palette("viridis", n)
     ax.bar(norms["position"], norms["norm"], color=[colours[r] for r in norms["row"]])
     mid = n // 2
-    ax.axvspan(mid * n - 0.5, (mid + 1) * n - 0.5, color="grey", alpha=0.15, label=f"middle row (positions {mid * n}–{mid * n + n - 1})")
+    ax.axvspan(
+        mid * n - 0.5,
+        (mid + 1) * n - 0.5,
+        color="grey",
+        alpha=0.15,
+        label=f"middle row (positions {mid * n}–{mid * n + n - 1})",
+    )
     ax.set(xlabel="position (row-major; colour = row)", ylabel="‖position embedding‖₂", title=title)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
 
 
-def embedding_progress_plot(progress: pd.DataFrame, drop: int | None = None, initial_alignment: float | None = None,
-                            title: str = "Embeddings across training") -> plt.Figure:
+def embedding_progress_plot(
+    progress: pd.DataFrame,
+    drop: int | None = None,
+    initial_alignment: float | None = None,
+    title: str = "Embeddings across training",
+) -> plt.Figure:
     """E13/E14 per checkpoint (`mclib.analyses.embeddings.embedding_progress`): the position
     embeddings' column and row silhouettes, the token embeddings' alignment with their final
     layout (dotted: `initial_alignment`), the drop dashed."""
@@ -93,10 +109,16 @@ def embedding_progress_plot(progress: pd.DataFrame, drop: int | None = None, ini
     a.axhline(0, color="grey", lw=0.8)
     a.set(xlabel="training step", ylabel="silhouette (cosine)", title="Position embeddings: clusters")
     b.plot(progress["step"], progress["token_alignment"], "o-", ms=3, color="tab:purple")
-    b.set(xlabel="training step", ylabel="alignment with the final layout",
-          title="Token embeddings: final arrangement", ylim=(min(-0.05, progress["token_alignment"].min() - 0.05), 1.05))
+    b.set(
+        xlabel="training step",
+        ylabel="alignment with the final layout",
+        title="Token embeddings: final arrangement",
+        ylim=(min(-0.05, progress["token_alignment"].min() - 0.05), 1.05),
+    )
     if initial_alignment is not None:
-        b.axhline(initial_alignment, color="grey", ls=":", label=f"at initialisation ({initial_alignment:.2f})")
+        b.axhline(
+            initial_alignment, color="grey", ls=":", label=f"at initialisation ({initial_alignment:.2f})"
+        )
     for ax in (a, b):
         if drop is not None:
             ax.axvline(drop, color="black", ls="--", lw=1, label=f"drop at step {drop}")

@@ -18,8 +18,8 @@ its figures cited as "its figure N" (the follow-up code README's numbers):
 "Plateau": the mean over checkpoints in [drop/2, drop); "after": the last checkpoint, at least
 AFTER_MIN steps past the drop.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import math
 from pathlib import Path
@@ -28,25 +28,28 @@ import numpy as np
 import pandas as pd
 
 from ..analyses import plateau, progress
-from ..core.metrics import find_drop
-from ..core.runs import load_metrics
-from ..core.packaged import data_file
-from ..core.repo import REPO
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_tables import plural
+from ..core.metrics import find_drop
+from ..core.packaged import data_file
+from ..core.repo import REPO
+from ..core.runs import load_metrics
 
 CHAPTER = "07_beyond"
-ATTENTION_BIAS = data_file("attention_bias.csv")                    # the sweep's rows
+ATTENTION_BIAS = data_file("attention_bias.csv")  # the sweep's rows
 ATTENTION_BIAS_MEASURES = data_file("attention_bias_measures.csv")  # its runs' measures
 ATTENTION_BIAS_SWEEP = REPO / "sweeps" / "attention-bias.yaml"
-SWEEP_COMMAND = ("taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
-                 "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png")
+SWEEP_COMMAND = (
+    "taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
+    "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png"
+)
 SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
-AFTER_MIN = 500    # the "after" checkpoint lies at least this many steps past the drop
+AFTER_MIN = 500  # the "after" checkpoint lies at least this many steps past the drop
 BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep's settings F4 compares
 
 
 # --- the measures over training ------------------------------------------------------------------
+
 
 def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
     """`plateau.plateau_table` of every seed's run (`run_dirs` {seed: folder}; None: `analysis.seeds`),
@@ -58,11 +61,14 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
         run_dirs = seed_runs(ch.cfg, ch.run_dir)
     frames, skipped = [], {}
     for seed, run_dir in run_dirs.items():
-        t = plateau.plateau_table(run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices,
-                                  seed=ch.cfg.analysis.seed)
+        t = plateau.plateau_table(
+            run_dir, ch.cfg.data, n_matrices=ch.cfg.analysis.eval_matrices, seed=ch.cfg.analysis.seed
+        )
         skipped[seed] = t.attrs["skipped"]
         drop = find_drop(load_metrics(run_dir), rank=ch.cfg.data.rank)
-        frames.append(t.assign(setting=ch.cfg.name, seed=seed, drop_step=drop if drop is not None else math.nan))
+        frames.append(
+            t.assign(setting=ch.cfg.name, seed=seed, drop_step=drop if drop is not None else math.nan)
+        )
     table = pd.concat(frames, ignore_index=True)
     table.attrs["skipped"] = skipped
     return table
@@ -103,28 +109,52 @@ def _mean_se(values) -> tuple[float | None, float | None, int]:
 def _paired_row(id: str, quantity: str, table: pd.DataFrame, *, measure: str, sense: str, what: str) -> dict:
     ph = phases(table, measure)
     mean, se, k = _mean_se(ph["change"])
-    reading = (f"plateau − after = {mean:+.3g}" + (f" ± {se:.2g}" if se is not None else "")
-               + f" (mean ± s.e. over {plural(k, 'seed')}; {measure}); the follow-up: {what}"
-               if mean is not None else f"no seed with both a plateau and an after value; the follow-up: {what}")
-    return claim(id, f"{quantity} ({SOURCE})", mean, reading, kind="finding", reference=0.0, sense=sense, se=se,
-                 na=None if k >= 2 else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: "
-                                        "no error over seeds")
+    reading = (
+        f"plateau − after = {mean:+.3g}"
+        + (f" ± {se:.2g}" if se is not None else "")
+        + f" (mean ± s.e. over {plural(k, 'seed')}; {measure}); the follow-up: {what}"
+        if mean is not None
+        else f"no seed with both a plateau and an after value; the follow-up: {what}"
+    )
+    return claim(
+        id,
+        f"{quantity} ({SOURCE})",
+        mean,
+        reading,
+        kind="finding",
+        reference=0.0,
+        sense=sense,
+        se=se,
+        na=None
+        if k >= 2
+        else f"{k} seed{'s' if k != 1 else ''} with a plateau and an after value: no error over seeds",
+    )
 
 
 def repetition_row(table: pd.DataFrame) -> dict:
     """F1: the masked outputs' spread ratio is lower on the plateau than after the drop."""
-    return _paired_row("F1", "repetition analogue: masked spread ratio, plateau − after", table,
-                       measure="spread_ratio", sense="below",
-                       what="outputs repeat on the plateau (its figure 2), a bias its token-level measure sees "
-                            "beyond what the loss rewards; here a spread this low is what the loss asks of a "
-                            "model that cannot yet compute")
+    return _paired_row(
+        "F1",
+        "repetition analogue: masked spread ratio, plateau − after",
+        table,
+        measure="spread_ratio",
+        sense="below",
+        what="outputs repeat on the plateau (its figure 2), a bias its token-level measure sees "
+        "beyond what the loss rewards; here a spread this low is what the loss asks of a "
+        "model that cannot yet compute",
+    )
 
 
 def collapse_row(table: pd.DataFrame) -> dict:
     """F2: the last hidden state's collapse is higher on the plateau than after the drop."""
-    return _paired_row("F2", "representation collapse: cosine of masked entries' last hidden states, plateau − after",
-                       table, measure=last_layer(table, "collapse"), sense="above",
-                       what="hidden states nearly parallel on the plateau (its figures 2, 41-42)")
+    return _paired_row(
+        "F2",
+        "representation collapse: cosine of masked entries' last hidden states, plateau − after",
+        table,
+        measure=last_layer(table, "collapse"),
+        sense="above",
+        what="hidden states nearly parallel on the plateau (its figures 2, 41-42)",
+    )
 
 
 def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
@@ -140,26 +170,44 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
         r = progress.plateau_leads(t[["step", measure]], drop, seed=seed).iloc[0]
         leads.append(float(r["lead"]) if np.isfinite(r["lead"]) else 0.0)
     mean, se, k = _mean_se(leads)
-    reading = (f"{measure} leaves its plateau band {mean:,.0f}" + (f" ± {se:,.0f}" if se is not None else "")
-               + f" steps before the drop (mean ± s.e. over {plural(k, 'seed')}, a seed without a lead counting 0)"
-               if mean is not None else "no seed dropped")
-    return claim("F3", f"attention progress (row+column share) leads the drop, steps ({SOURCE})", mean,
-                 reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
-                 kind="finding", reference=0.0, sense="above", se=se,
-                 na=None if k >= 2 else f"{plural(k, 'seed')} with a drop: no error over seeds")
+    reading = (
+        f"{measure} leaves its plateau band {mean:,.0f}"
+        + (f" ± {se:,.0f}" if se is not None else "")
+        + f" steps before the drop (mean ± s.e. over {plural(k, 'seed')}, a seed without a lead counting 0)"
+        if mean is not None
+        else "no seed dropped"
+    )
+    return claim(
+        "F3",
+        f"attention progress (row+column share) leads the drop, steps ({SOURCE})",
+        mean,
+        reading + "; the follow-up: hidden progress in attention before the drop (its figure 2)",
+        kind="finding",
+        reference=0.0,
+        sense="above",
+        se=se,
+        na=None if k >= 2 else f"{plural(k, 'seed')} with a drop: no error over seeds",
+    )
 
 
 # --- the intervention (the sweep's table) ---------------------------------------------------------
+
 
 def sweep_drops(sweep: pd.DataFrame) -> pd.DataFrame:
     """Per setting: seeds, dropped, mean drop step (no drop: the last step, a lower bound) ± s.e."""
     rows = []
     for setting, t in sweep.groupby("setting"):
         steps = t["drop_step"].where(t["drop_step"].notna(), t["steps_run"]).astype(float)
-        rows.append({"setting": setting, "seeds": len(t), "dropped": int(t["drop_step"].notna().sum()),
-                     "drop_mean": float(steps.mean()),
-                     "drop_se": float(steps.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else math.nan,
-                     "final_L_mask": float(t["final_L_mask"].mean())})
+        rows.append(
+            {
+                "setting": setting,
+                "seeds": len(t),
+                "dropped": int(t["drop_step"].notna().sum()),
+                "drop_mean": float(steps.mean()),
+                "drop_se": float(steps.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else math.nan,
+                "final_L_mask": float(t["final_L_mask"].mean()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -167,43 +215,92 @@ def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sen
     d = drops.set_index("setting")
     missing = [s for s in (setting, UNBIASED) if s not in d.index or d.loc[s, "seeds"] < 2]
     if missing:
-        return claim(id, f"{quantity} ({SOURCE})", None, f"the follow-up: {what}", kind="finding", reference=1.0,
-                     sense=sense, na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
-                                     "(docs/data/attention_bias.csv)")
+        return claim(
+            id,
+            f"{quantity} ({SOURCE})",
+            None,
+            f"the follow-up: {what}",
+            kind="finding",
+            reference=1.0,
+            sense=sense,
+            na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
+            "(docs/data/attention_bias.csv)",
+        )
     a, b = d.loc[setting], d.loc[UNBIASED]
     ratio = a["drop_mean"] / b["drop_mean"]
     se = ratio * math.sqrt((a["drop_se"] / a["drop_mean"]) ** 2 + (b["drop_se"] / b["drop_mean"]) ** 2)
     censored = int(a["seeds"] - a["dropped"]) + int(b["seeds"] - b["dropped"])
-    reading = (f"mean drop {a['drop_mean']:,.0f} ({setting}, {int(a['dropped'])}/{int(a['seeds'])} dropped) over "
-               f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
-               + (f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
-                  "(a lower bound)" if censored else "") + f"; the follow-up: {what}")
-    return claim(id, f"{quantity} ({SOURCE})", float(ratio), reading, kind="finding", reference=1.0,
-                 sense=sense, se=float(se))
+    reading = (
+        f"mean drop {a['drop_mean']:,.0f} ({setting}, {int(a['dropped'])}/{int(a['seeds'])} dropped) over "
+        f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
+        + (
+            f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
+            "(a lower bound)"
+            if censored
+            else ""
+        )
+        + f"; the follow-up: {what}"
+    )
+    return claim(
+        id,
+        f"{quantity} ({SOURCE})",
+        float(ratio),
+        reading,
+        kind="finding",
+        reference=1.0,
+        sense=sense,
+        se=float(se),
+    )
 
 
 def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = None) -> list[dict]:
     """F4a and F4b. `other_profile`: the book's profile when the sweep trains another; the rows
     then say so and are not judged here."""
-    drops = sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
-    rows = [_ratio_row("F4a", f"drop step, bias toward row and column ({BIASED}) / none", drops,
-                       setting=BIASED, sense="below",
-                       what="a bias toward the optimal keys (c above 1) shortens the plateau (its figures 3-4)"),
-            _ratio_row("F4b", f"drop step, bias toward the other keys ({CONTROL}) / none", drops,
-                       setting=CONTROL, sense="above",
-                       what="a bias away from them (c below 1) lengthens it (its figures 3-4)")]
-    if other_profile is not None:  # the sweep's numbers are another profile's: none of them in this book's column
+    drops = (
+        sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
+    )
+    rows = [
+        _ratio_row(
+            "F4a",
+            f"drop step, bias toward row and column ({BIASED}) / none",
+            drops,
+            setting=BIASED,
+            sense="below",
+            what="a bias toward the optimal keys (c above 1) shortens the plateau (its figures 3-4)",
+        ),
+        _ratio_row(
+            "F4b",
+            f"drop step, bias toward the other keys ({CONTROL}) / none",
+            drops,
+            setting=CONTROL,
+            sense="above",
+            what="a bias away from them (c below 1) lengthens it (its figures 3-4)",
+        ),
+    ]
+    if (
+        other_profile is not None
+    ):  # the sweep's numbers are another profile's: none of them in this book's column
         for r in rows:
-            r.update(ours=None, se=None, reading=r["reading"][r["reading"].find("the follow-up:"):],
-                     na=f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
-                        f"{other_profile}; its rows are judged in the {sweep_base()} book")
+            r.update(
+                ours=None,
+                se=None,
+                reading=r["reading"][r["reading"].find("the follow-up:") :],
+                na=f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
+                f"{other_profile}; its rows are judged in the {sweep_base()} book",
+            )
     return rows
 
 
 # What each follow-up row is judged by besides its numbers (the finding rule's reference and
 # sense, as the functions above build them), for a row recorded without it (`rule_of`).
-RULES = {"F1": (0.0, "below"), "F2": (0.0, "above"), "F3": (0.0, "above"), "F4a": (1.0, "below"),
-         "F4b": (1.0, "above"), "F5": (0.0, "above")}
+RULES = {
+    "F1": (0.0, "below"),
+    "F2": (0.0, "above"),
+    "F3": (0.0, "above"),
+    "F4a": (1.0, "below"),
+    "F4b": (1.0, "above"),
+    "F5": (0.0, "above"),
+}
 
 
 def rule_of(row: dict) -> dict:
@@ -221,8 +318,10 @@ def sweep_base() -> str:
 
 def _mean_and_se(values: pd.Series) -> tuple[float, float]:
     v = values.dropna().astype(float)
-    return (float(v.mean()) if len(v) else math.nan,
-            float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan)
+    return (
+        float(v.mean()) if len(v) else math.nan,
+        float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan,
+    )
 
 
 def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -233,10 +332,15 @@ def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) ->
     rows = []
     for setting, t in sweep.groupby("setting", sort=False):
         first = t.iloc[0]
-        row = {"setting": setting, "attn_bias": float(first.get("attn_bias", 0.0)),
-               "target": first.get("attn_bias_target", "row_col"), "seeds": len(t),
-               "dropped": int(drops.loc[setting, "dropped"]), "drop_step": drops.loc[setting, "drop_mean"],
-               "drop_se": drops.loc[setting, "drop_se"]}
+        row = {
+            "setting": setting,
+            "attn_bias": float(first.get("attn_bias", 0.0)),
+            "target": first.get("attn_bias_target", "row_col"),
+            "seeds": len(t),
+            "dropped": int(drops.loc[setting, "dropped"]),
+            "drop_step": drops.loc[setting, "drop_mean"],
+            "drop_se": drops.loc[setting, "drop_se"],
+        }
         for col in ("plateau_L_mask", "final_L_mask"):
             row[col], row[col + "_se"] = _mean_and_se(t[col])
         if measures is not None and (measures["setting"] == setting).any():
@@ -254,15 +358,17 @@ def measures_figure(measures: pd.DataFrame):
     or more): collapse, masked spread ratio, largest attention share; dashed: mean drop step."""
     import matplotlib.pyplot as plt
 
-    from ..core.sweep_figure import setting_colours
     from ..book.plots_base import closed
+    from ..core.sweep_figure import setting_colours
 
     collapse = last_layer(measures, "collapse")
     shares = [c for c in measures.columns if c.startswith("share_L")]
     data = measures.assign(share_max=measures[shares].max(axis=1))
-    panels = ((collapse, f"collapse ({collapse}: cosine of masked entries)"),
-              ("spread_ratio", "masked spread ratio (repetition analogue)"),
-              ("share_max", "row+column attention share (largest layer)"))
+    panels = (
+        (collapse, f"collapse ({collapse}: cosine of masked entries)"),
+        ("spread_ratio", "masked spread ratio (repetition analogue)"),
+        ("share_max", "row+column attention share (largest layer)"),
+    )
     colours = setting_colours(list(dict.fromkeys(data["setting"])))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
     for ax, (col, title) in zip(axes, panels):
@@ -271,13 +377,17 @@ def measures_figure(measures: pd.DataFrame):
             mean, se = g.mean(), g.std(ddof=1) / np.sqrt(g.count())
             ax.plot(mean.index, mean.values, color=colours[setting], label=setting)
             ok = g.count() >= 2
-            ax.fill_between(mean.index[ok], (mean - se)[ok], (mean + se)[ok], color=colours[setting], alpha=0.2)
+            ax.fill_between(
+                mean.index[ok], (mean - se)[ok], (mean + se)[ok], color=colours[setting], alpha=0.2
+            )
             drop = t.groupby("seed")["drop_step"].first().astype(float).mean()
             if np.isfinite(drop):
                 ax.axvline(drop, color=colours[setting], ls="--", lw=0.8)
         ax.set(title=title, xlabel="step")
     if "share_chance" in measures:
-        axes[-1].axhline(float(measures["share_chance"].iloc[0]), color="grey", lw=0.5, ls=":")  # uniform attention
+        axes[-1].axhline(
+            float(measures["share_chance"].iloc[0]), color="grey", lw=0.5, ls=":"
+        )  # uniform attention
     axes[0].legend(fontsize=8)
     return closed(fig)
 
@@ -285,6 +395,7 @@ def measures_figure(measures: pd.DataFrame):
 def uniform_share_text(n: int) -> str:
     """Uniform attention's share on n×n matrices (`plateau.share_chance`), as a phrase."""
     from ..analyses.plateau import share_chance
+
     return f"{share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
 
 
@@ -301,20 +412,31 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     for name, folder in slices.done(ledger_path.parent, plan["name"]).items():
         record = slices.record(folder)
         if CHAPTER in slices.chapters_executed(record):
-            ran.append(f"slice {name} ({record.get('device', '?')}, {record.get('date', '?')}, revision "
-                       f"{str(record.get('git', '?'))[:7]}; {folder.name})")
+            ran.append(
+                f"slice {name} ({record.get('device', '?')}, {record.get('date', '?')}, revision "
+                f"{str(record.get('git', '?'))[:7]}; {folder.name})"
+            )
     if ran:
-        return ("At the paper's own setting these measures were executed by " + "; ".join(ran)
-                + ": see the part \"The paper's own setting\".")
+        return (
+            "At the paper's own setting these measures were executed by "
+            + "; ".join(ran)
+            + ': see the part "The paper\'s own setting".'
+        )
     will = [s.name for s in plan["slices"] if CHAPTER in s.chapters]
     if will:
-        planned = (f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when its "
-                   f"lease has time left")
+        planned = (
+            f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when its "
+            f"lease has time left"
+        )
     else:
         planned = "the slices planned in {} execute other chapters ({})".format(
-            ledger_path.name, "; ".join(f"slice {s.name}: {', '.join(s.chapters) or 'no chapters'}" for s in plan["slices"]))
-    return (f"At the paper's own setting (7×7, rank 2, hidden 768) no GPU slice has executed these measures yet: "
-            f"{planned}. Everything in this section comes from the profile {profile_name}.")
+            ledger_path.name,
+            "; ".join(f"slice {s.name}: {', '.join(s.chapters) or 'no chapters'}" for s in plan["slices"]),
+        )
+    return (
+        f"At the paper's own setting (7×7, rank 2, hidden 768) no GPU slice has executed these measures yet: "
+        f"{planned}. Everything in this section comes from the profile {profile_name}."
+    )
 
 
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
@@ -324,15 +446,25 @@ def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None
     if sweep is None or not len(sweep):
         return Markdown(f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them.")
     table = strength_table(sweep, measures)
-    return (table.style.hide(axis="index")
-            .format({**{c: "{:.3g}" for c in table.select_dtypes("float").columns},
-                     "drop_step": "{:,.0f}", "drop_se": "{:,.0f}"}, na_rep="—")
-            .set_caption("sweeps/attention-bias.yaml, per setting: the bias strength b (the logits of the target "
-                         "keys get +b: their weight × e^b) and its target, seeds run and dropped, the drop step (mean "
-                         "and s.e. over seeds; a run without a drop counts at its last step, a lower bound), L_mask on "
-                         "the plateau and over each run's last 10 % of steps (which end 2 000 steps after the drop), "
-                         "and, where the runs were measured (scripts/plateau_measures.py), the last hidden state's "
-                         "collapse on the plateau and at the end. The `cpu` profile (5×5, rank 1) otherwise."))
+    return (
+        table.style.hide(axis="index")
+        .format(
+            {
+                **{c: "{:.3g}" for c in table.select_dtypes("float").columns},
+                "drop_step": "{:,.0f}",
+                "drop_se": "{:,.0f}",
+            },
+            na_rep="—",
+        )
+        .set_caption(
+            "sweeps/attention-bias.yaml, per setting: the bias strength b (the logits of the target "
+            "keys get +b: their weight × e^b) and its target, seeds run and dropped, the drop step (mean "
+            "and s.e. over seeds; a run without a drop counts at its last step, a lower bound), L_mask on "
+            "the plateau and over each run's last 10 % of steps (which end 2 000 steps after the drop), "
+            "and, where the runs were measured (scripts/plateau_measures.py), the last hidden state's "
+            "collapse on the plateau and at the end. The `cpu` profile (5×5, rank 1) otherwise."
+        )
+    )
 
 
 def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
@@ -356,25 +488,38 @@ def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = 
         for target, marker in (("row_col", "o"), ("other", "s")):
             t = table[(table["target"] == target) | (table["attn_bias"] == 0)].sort_values("attn_bias")
             se = t[col.replace("_step", "") + "_se"] if col == "drop_step" else t[col + "_se"]
-            ax.errorbar(t["attn_bias"], t[col], yerr=se, marker=marker, capsize=3, label=f"toward {target} keys")
+            ax.errorbar(
+                t["attn_bias"], t[col], yerr=se, marker=marker, capsize=3, label=f"toward {target} keys"
+            )
         ax.set(title=title, xlabel="bias strength b (factor e^b)")
     np.atleast_1d(axes)[0].legend(fontsize=8)
     return closed(fig)
 
 
 def llm_row() -> dict:
-    return claim("F5", f"repetition and collapse early in LLM pre-training ({SOURCE})", None,
-                 "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)", kind="finding",
-                 reference=0.0, sense="above",
-                 na="not testable here: this project trains no language model and reads no LLM checkpoint")
+    return claim(
+        "F5",
+        f"repetition and collapse early in LLM pre-training ({SOURCE})",
+        None,
+        "the follow-up: Pythia and OLMo checkpoints (its figures 8, 23-25)",
+        kind="finding",
+        reference=0.0,
+        sense="above",
+        na="not testable here: this project trains no language model and reads no LLM checkpoint",
+    )
 
 
 def claims_table(ch, rows: list[dict]):
     """Records the rows under chapter 07 and shows them with readings and verdicts."""
-    return recorded_table(ch.run_dir, rows, CHAPTER, columns=("id", "quantity", "ours", "se", "verdict", "reading"),
-                          caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
-                                  "each a finding beyond the 2024 paper, judged by the finding rule with the error over "
-                                  "seeds and counted apart from the paper's claims.")
+    return recorded_table(
+        ch.run_dir,
+        rows,
+        CHAPTER,
+        columns=("id", "quantity", "ours", "se", "verdict", "reading"),
+        caption="The follow-up's claims on this task (Gopalani & Hu 2025; docs/protocol.md §5), "
+        "each a finding beyond the 2024 paper, judged by the finding rule with the error over "
+        "seeds and counted apart from the paper's claims.",
+    )
 
 
 def read_sweep(path: str | Path) -> pd.DataFrame | None:
@@ -390,12 +535,24 @@ def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict,
     from ..core.sweep import load_sweep
 
     planned = load_sweep(ATTENTION_BIAS_SWEEP)
-    glue = {"followup_skipped": ("; ".join(f"seed {s}: step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
-                                           for s, v in skipped.items()) or "none"),
-            "followup_sweep_rows": f"{0 if sweep is None else len(sweep)} of the {len(planned)} runs it plans "
-                                   f"({len({r.setting for r in planned})} settings, seeds "
-                                   f"{', '.join(map(str, sorted({r.seed for r in planned})))})"}
+    glue = {
+        "followup_skipped": (
+            "; ".join(
+                f"seed {s}: step{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                for s, v in skipped.items()
+            )
+            or "none"
+        ),
+        "followup_sweep_rows": f"{0 if sweep is None else len(sweep)} of the {len(planned)} runs it plans "
+        f"({len({r.setting for r in planned})} settings, seeds "
+        f"{', '.join(map(str, sorted({r.seed for r in planned})))})",
+    }
     other = None if ch.cfg.name == sweep_base() else ch.cfg.name
-    rows = [repetition_row(table), collapse_row(table), attention_lead_row(table, ch.cfg.analysis.seed),
-            *intervention_rows(sweep, other), llm_row()]
+    rows = [
+        repetition_row(table),
+        collapse_row(table),
+        attention_lead_row(table, ch.cfg.analysis.seed),
+        *intervention_rows(sweep, other),
+        llm_row(),
+    ]
     return glue, rows

@@ -1,5 +1,6 @@
 """Figures of the copying and heads chapters (02, 03): predictions against the truth, the masked
 value, loss bars, attention maps, head labels, progress lines and probes."""
+
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
@@ -7,12 +8,18 @@ import pandas as pd
 
 from ..book.plots_base import _without_grid
 
-LABEL_COLORS = {"row": "tab:blue", "column": "tab:orange", "identity": "tab:green",
-                "mask-aware": "tab:purple", "other": "lightgrey"}
+LABEL_COLORS = {
+    "row": "tab:blue",
+    "column": "tab:orange",
+    "identity": "tab:green",
+    "mask-aware": "tab:purple",
+    "other": "lightgrey",
+}
 
 
-def prediction_scatter(x, pred, mask, title: str = "Output against the true value", max_points: int = 3000,
-                       *, seed: int = 0) -> plt.Figure:
+def prediction_scatter(
+    x, pred, mask, title: str = "Output against the true value", max_points: int = 3000, *, seed: int = 0
+) -> plt.Figure:
     """X̂ against X at observed (left) and masked (right) entries; x, pred, mask `[batch, n, n]`.
     A copying model sits on the diagonal on the left and on the line X̂ = 0 on the right."""
     import numpy as np
@@ -23,7 +30,9 @@ def prediction_scatter(x, pred, mask, title: str = "Output against the true valu
     for ax, where, name in [(axes[0], ~mask, "observed entries (Ω)"), (axes[1], mask, "masked entries (Ωᶜ)")]:
         idx = np.flatnonzero(where)
         idx = rng.choice(idx, min(max_points, len(idx)), replace=False) if len(idx) else idx
-        ax.scatter(x[idx], pred[idx], s=4, alpha=0.35, color="tab:blue" if name.startswith("obs") else "tab:red")
+        ax.scatter(
+            x[idx], pred[idx], s=4, alpha=0.35, color="tab:blue" if name.startswith("obs") else "tab:red"
+        )
         lim = max(1.0, float(np.abs(x).max()) if len(x) else 1.0)
         ax.plot([-lim, lim], [-lim, lim], color="black", lw=1, ls="--", label="X̂ = X (completes or copies)")
         ax.axhline(0, color="grey", lw=1, ls=":", label="X̂ = 0 (ignores the mask)")
@@ -34,28 +43,48 @@ def prediction_scatter(x, pred, mask, title: str = "Output against the true valu
     return fig
 
 
-def mask_value_curve(metrics: pd.DataFrame, reference: float, drop: int | None = None,
-                     mark: dict[str, int] | None = None, smooth: int = 20,
-                     *, title: str = "The mask value during training") -> plt.Figure:
+def mask_value_curve(
+    metrics: pd.DataFrame,
+    reference: float,
+    drop: int | None = None,
+    mark: dict[str, int] | None = None,
+    smooth: int = 20,
+    *,
+    title: str = "The mask value during training",
+) -> plt.Figure:
     """Mean |X̂| at masked entries against step (smoothed); `reference` is the mean |X|
     there (what a model that completes outputs on average), `mark` names steps to mark."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(metrics["step"], metrics["mask_value"].rolling(smooth, min_periods=1).mean(), label="mask value (mean |X̂|, masked)")
+    ax.plot(
+        metrics["step"],
+        metrics["mask_value"].rolling(smooth, min_periods=1).mean(),
+        label="mask value (mean |X̂|, masked)",
+    )
     ax.axhline(reference, color="grey", ls=":", label=f"mean |X| at masked entries = {reference:.2f}")
     if drop is not None:
         ax.axvline(drop, color="black", ls="--", lw=1, label=f"drop at step {drop}")
     for i, (name, step) in enumerate((mark or {}).items()):
         ax.axvline(step, color=f"C{i + 2}", lw=4, alpha=0.3, label=f"{name} (step {step})")
-    ax.set(xlabel="training step", ylabel=f"mask value (mean over {smooth} steps)", title=title, ylim=(0, None))
+    ax.set(
+        xlabel="training step", ylabel=f"mask value (mean over {smooth} steps)", title=title, ylim=(0, None)
+    )
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return fig
 
 
-def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str, list[float | None]] | None = None,
-              title: str = "", xlabel: str | None = None, *, errors: dict[str, list[float]] | None = None,
-              level: float | list[float] | None = None, paper_level: float | list[float] | None = None,
-              reference: tuple[float, str] | None = None) -> plt.Figure:
+def loss_bars(
+    labels: list[str],
+    values: dict[str, list[float]],
+    paper: dict[str, list[float | None]] | None = None,
+    title: str = "",
+    xlabel: str | None = None,
+    *,
+    errors: dict[str, list[float]] | None = None,
+    level: float | list[float] | None = None,
+    paper_level: float | list[float] | None = None,
+    reference: tuple[float, str] | None = None,
+) -> plt.Figure:
     """Horizontal bars, one group per label (top to bottom), one bar per quantity (`values`:
     quantity -> a value per label), log scale, ± 2 `errors` where given; the paper's values
     (`paper`: quantity -> a value or None per label) as black diamonds. With `level` (our E[X²],
@@ -67,7 +96,9 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
     n = len(labels)
     per_label = lambda x: np.broadcast_to(np.asarray(np.nan if x is None else x, dtype=float), (n,))
     ours_lvl = per_label(level) if level is not None else np.ones(n)
-    paper_lvl = per_label(paper_level if paper_level is not None else level) if level is not None else np.ones(n)
+    paper_lvl = (
+        per_label(paper_level if paper_level is not None else level) if level is not None else np.ones(n)
+    )
 
     k = len(values)
     height = 0.8 / k
@@ -82,10 +113,18 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
         xerr = None
         if err is not None:
             err = 2 * np.asarray(err, dtype=float) / ours_lvl
-            xerr = np.vstack([np.minimum(err, shown * (1 - 1e-3)), err])  # a log axis has no 0: stop short of it
-        ax.barh(pos, shown, height=height * 0.9, color=f"C{i}", xerr=xerr,
-                error_kw={"ecolor": "black", "elinewidth": 1, "capsize": 2},
-                label=f"{name} (ours{', ± 2 s.e.' if err is not None else ', no error computed'})")
+            xerr = np.vstack(
+                [np.minimum(err, shown * (1 - 1e-3)), err]
+            )  # a log axis has no 0: stop short of it
+        ax.barh(
+            pos,
+            shown,
+            height=height * 0.9,
+            color=f"C{i}",
+            xerr=xerr,
+            error_kw={"ecolor": "black", "elinewidth": 1, "capsize": 2},
+            label=f"{name} (ours{', ± 2 s.e.' if err is not None else ', no error computed'})",
+        )
         for p, v, lv in zip(pos, (paper or {}).get(name, [None] * n), paper_lvl):
             if v is not None and v > 0:
                 ax.plot([v / lv], [p], "D", color="black", ms=5, label=None if drew_paper else "the paper")
@@ -100,18 +139,36 @@ def loss_bars(labels: list[str], values: dict[str, list[float]], paper: dict[str
         xlabel = "MSE / E[X²] (log scale)" if level is not None else "MSE (log scale)"
     ax.set(xscale="log", xlabel=xlabel, title=title)
     handles, names = ax.get_legend_handles_labels()
-    first = sorted(range(len(names)), key=lambda j: "(ours" not in names[j])  # our bars, then the paper, the line
-    ax.legend([handles[j] for j in first], [names[j] for j in first], fontsize=8, loc="lower center",
-              bbox_to_anchor=(0.5, 1.0 + 0.6 / fig.get_figheight()), ncol=2, frameon=False)
+    first = sorted(
+        range(len(names)), key=lambda j: "(ours" not in names[j]
+    )  # our bars, then the paper, the line
+    ax.legend(
+        [handles[j] for j in first],
+        [names[j] for j in first],
+        fontsize=8,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0 + 0.6 / fig.get_figheight()),
+        ncol=2,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
 
 @_without_grid
-def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[str] | None = None,
-                   title: str = "", n: int = 7, *, query_bands: list[tuple[int, int]] | None = None,
-                   key_marks: list[int] | None = None, titles: list[list[str]] | None = None,
-                   panel: float = 1.7, query_marks: list[int] | None = None) -> plt.Figure:
+def attention_grid(
+    maps,
+    row_labels: list[str] | None = None,
+    col_labels: list[str] | None = None,
+    title: str = "",
+    n: int = 7,
+    *,
+    query_bands: list[tuple[int, int]] | None = None,
+    key_marks: list[int] | None = None,
+    titles: list[list[str]] | None = None,
+    panel: float = 1.7,
+    query_marks: list[int] | None = None,
+) -> plt.Figure:
     """A grid of attention maps `maps [rows, cols, query, key]` on one colour scale, from 0 to the
     largest probability but at least 3/n² (a uniform head shows dark), matrix rows (n positions)
     separated by thin lines. query_bands: [(first, last)] query positions outlined; key_marks and
@@ -134,7 +191,9 @@ def attention_grid(maps, row_labels: list[str] | None = None, col_labels: list[s
                 ax.axhline(b - 0.5, color="white", lw=0.3, alpha=0.6)
                 ax.axvline(b - 0.5, color="white", lw=0.3, alpha=0.6)
             for first, last in query_bands or []:
-                ax.add_patch(Rectangle((-0.5, first - 0.5), q, last - first + 1, fill=False, ec="red", lw=1.2))
+                ax.add_patch(
+                    Rectangle((-0.5, first - 0.5), q, last - first + 1, fill=False, ec="red", lw=1.2)
+                )
             for k in key_marks or []:
                 ax.plot([k], [-1.5], "v", color="red", ms=3.5, clip_on=False)
             for k in query_marks or []:
@@ -181,17 +240,29 @@ def head_label_heatmap(labels: pd.Series, title: str = "Head labels") -> plt.Fig
     return fig
 
 
-def progress_lines(progress: pd.DataFrame, drop: int | None = None, mark: dict[str, int] | None = None,
-                   title: str = "Attention structure during training") -> plt.Figure:
+def progress_lines(
+    progress: pd.DataFrame,
+    drop: int | None = None,
+    mark: dict[str, int] | None = None,
+    title: str = "Attention structure during training",
+) -> plt.Figure:
     """Row, column and self excess of every head against step (thin grey lines) and the
     largest over heads (bold); `progress` as from heads.attention_progress."""
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.6), sharey=True)
-    for ax, (col, name) in zip(axes, [("row_excess", "row"), ("column_excess", "column"), ("self_excess", "self")]):
+    for ax, (col, name) in zip(
+        axes, [("row_excess", "row"), ("column_excess", "column"), ("self_excess", "self")]
+    ):
         for _, g in progress.groupby(["layer", "head"]):
             ax.plot(g["step"], g[col], color="grey", lw=0.6, alpha=0.5)
         top = progress.groupby("step")[col].max()
-        ax.plot(top.index, top.values, color="tab:blue", lw=2, marker="." if len(top) < 30 else None,
-                label="largest over heads")
+        ax.plot(
+            top.index,
+            top.values,
+            color="tab:blue",
+            lw=2,
+            marker="." if len(top) < 30 else None,
+            label="largest over heads",
+        )
         ax.axhline(0, color="black", lw=0.8, ls=":")
         if drop is not None:
             ax.axvline(drop, color="black", ls="--", lw=1, label=f"drop at step {drop}")
@@ -218,14 +289,28 @@ def probe_lines(probes: pd.DataFrame, title: str = "Linear probes per layer") ->
         d = probes[probes["target"] == target]
         for where, g in d.groupby("positions", sort=False):
             g = g.sort_values("layer")
-            axes[0, c].plot(g["layer"], g["mse"] / g["mse_zero"], styles.get(where, "-"), marker="o", ms=4, label=where)
+            axes[0, c].plot(
+                g["layer"], g["mse"] / g["mse_zero"], styles.get(where, "-"), marker="o", ms=4, label=where
+            )
             axes[1, c].plot(g["layer"], g["abs_cos"], styles.get(where, "-"), marker="o", ms=4, label=where)
-        axes[0, c].set(title=f"target: {target}", ylabel="test MSE / MSE of predicting 0" if c == 0 else None,
-                       ylim=(0, None))
-        axes[1, c].set(xlabel="layer (0 = embeddings)", ylabel="mean |cosine|" if c == 0 else None, ylim=(0, 1.05))
+        axes[0, c].set(
+            title=f"target: {target}",
+            ylabel="test MSE / MSE of predicting 0" if c == 0 else None,
+            ylim=(0, None),
+        )
+        axes[1, c].set(
+            xlabel="layer (0 = embeddings)", ylabel="mean |cosine|" if c == 0 else None, ylim=(0, 1.05)
+        )
         if d["abs_cos"].isna().all():
-            axes[1, c].text(0.5, 0.5, "scalar target:\nno cosine", ha="center", va="center",
-                            transform=axes[1, c].transAxes, color="grey")
+            axes[1, c].text(
+                0.5,
+                0.5,
+                "scalar target:\nno cosine",
+                ha="center",
+                va="center",
+                transform=axes[1, c].transAxes,
+                color="grey",
+            )
         axes[1, c].set_xticks(sorted(d["layer"].unique()))
     axes[0, 0].legend(title="positions", fontsize=8)
     fig.suptitle(title)

@@ -3,6 +3,7 @@ losses, every head's scores and maps (E9) and their progress over training, the 
 model tables (E3-E7), patching (E8), a structured mask (E10) and probes (E11). Re-exported by
 `mclib.chapters.ch03_heads`; `mclib.chapters.heads_readings` turns them into rows and sentences.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,14 +12,24 @@ import pandas as pd
 import torch
 
 from ..analyses.evaluate import evaluate, patching_table, predict, sample_eval_batch
-from ..analyses.heads import (LABELS, attention_progress, capture_probs, classify_heads, e10_kinds, e10_masks,
-                              head_groups, head_scores, pick_heads, structured_scores)
+from ..analyses.heads import (
+    LABELS,
+    attention_progress,
+    capture_probs,
+    classify_heads,
+    e10_kinds,
+    e10_masks,
+    head_groups,
+    head_scores,
+    pick_heads,
+    structured_scores,
+)
 from ..analyses.interventions import permute_positions_hooks, switch_qkv_hooks
 from ..analyses.loss_tables import ablation_table, all_heads, loss_row, model_table
 from ..analyses.probes import probe_layers, probe_sets
 from ..core.paper import PAPER
 
-PERMUTATIONS = 5   # E7: permutations of the position embeddings, reported by their mean
+PERMUTATIONS = 5  # E7: permutations of the position embeddings, reported by their mean
 PROGRESS_MATRICES = 64  # the fixed batch of the maps over training (every saved checkpoint reads it)
 
 
@@ -32,13 +43,15 @@ def post_losses(ch) -> dict[str, float]:
 
 # --- E9: what every head attends to, and how the structure arrives -----------------------------
 
+
 @dataclass
 class Heads:
     """Every head of the post model on the evaluation batch."""
-    scores: pd.DataFrame     # `head_scores`: one row per (layer, head)
-    labels: pd.Series        # `classify_heads`: (layer, head) -> label
-    groups: dict             # `head_groups`: label -> [(layer, head)]
-    maps: torch.Tensor       # [layer, head, query, key] batch-mean attention
+
+    scores: pd.DataFrame  # `head_scores`: one row per (layer, head)
+    labels: pd.Series  # `classify_heads`: (layer, head) -> label
+    groups: dict  # `head_groups`: label -> [(layer, head)]
+    maps: torch.Tensor  # [layer, head, query, key] batch-mean attention
 
 
 def e9_heads(ch) -> Heads:
@@ -55,7 +68,9 @@ def e9_heads(ch) -> Heads:
 def progress_table(ch) -> pd.DataFrame:
     """`attention_progress`: every head's scores at every saved checkpoint, on one fixed batch."""
     A = ch.cfg.analysis
-    return attention_progress(ch.run_dir, ch.cfg.data, n_matrices=min(PROGRESS_MATRICES, A.eval_matrices), seed=A.seed)
+    return attention_progress(
+        ch.run_dir, ch.cfg.data, n_matrices=min(PROGRESS_MATRICES, A.eval_matrices), seed=A.seed
+    )
 
 
 # --- E3, E4, E5: ablating heads after the drop ------------------------------------------------
@@ -74,8 +89,9 @@ def ablation_at_post(ch, heads: Heads) -> pd.DataFrame:
     abl = ablation_table(ch.post, ch.cfg.data, A.headline_matrices, A.seed, sets)
     paper_of = {"none": ("E3", "post "), "all heads": ("E3", "post ablated "), E4_SET: ("E4", "ablated ")}
     for kind in ("L_obs", "L_mask"):
-        abl[f"paper {kind}"] = [PAPER.get((paper_of[a][0], paper_of[a][1] + kind)) if a in paper_of else None
-                                for a in abl.ablated]
+        abl[f"paper {kind}"] = [
+            PAPER.get((paper_of[a][0], paper_of[a][1] + kind)) if a in paper_of else None for a in abl.ablated
+        ]
     return abl
 
 
@@ -88,14 +104,21 @@ def e6_e7_tables(ch) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(e67, perm): `model_table` of post, post with pre's QKV, post with its positions
     permuted (PERMUTATIONS seeds) and pre, on one batch; perm: the permuted rows."""
     A = ch.cfg.analysis
-    perms = {f"positions permuted (E7), permutation {s}": (ch.post, permute_positions_hooks(ch.post, s))
-             for s in range(A.seed, A.seed + PERMUTATIONS)}
-    e67 = model_table({"post": ch.post, E6_MODEL: (ch.post, switch_qkv_hooks(ch.post, ch.pre)), **perms, "pre": ch.pre},
-                      ch.cfg.data, A.headline_matrices, A.seed)
+    perms = {
+        f"positions permuted (E7), permutation {s}": (ch.post, permute_positions_hooks(ch.post, s))
+        for s in range(A.seed, A.seed + PERMUTATIONS)
+    }
+    e67 = model_table(
+        {"post": ch.post, E6_MODEL: (ch.post, switch_qkv_hooks(ch.post, ch.pre)), **perms, "pre": ch.pre},
+        ch.cfg.data,
+        A.headline_matrices,
+        A.seed,
+    )
     return e67, e67[e67.model.isin(list(perms))]
 
 
 # --- E8: activation patching, X -> -X -----------------------------------------------------------
+
 
 def e8_table(ch) -> pd.DataFrame:
     """`patching_table` of the post model, with the paper's columns (one number for both readings)."""
@@ -114,17 +137,20 @@ PAPER_MASK = "rows"  # the `e10_masks` key of the paper's mask; the other is our
 @dataclass
 class Structured:
     """The post model under one of E10's masks."""
-    name: str                # `e10_masks` key
-    mask: torch.Tensor       # [n, n] bool, True = masked
-    scores: pd.DataFrame     # `structured_scores`
-    picks: dict              # `e10_kinds` name -> (layer, head), distinct heads
-    maps: torch.Tensor       # [layer, head, query, key] batch-mean attention of every head
-    losses: dict             # L, L_obs, L_mask, mask_value under the mask
+
+    name: str  # `e10_masks` key
+    mask: torch.Tensor  # [n, n] bool, True = masked
+    scores: pd.DataFrame  # `structured_scores`
+    picks: dict  # `e10_kinds` name -> (layer, head), distinct heads
+    maps: torch.Tensor  # [layer, head, query, key] batch-mean attention of every head
+    losses: dict  # L, L_obs, L_mask, mask_value under the mask
 
     @property
     def lone(self) -> float:
         """The best 'lone observed entry' head's mass on that entry."""
-        return float(self.scores.set_index(["layer", "head"]).loc[self.picks["lone observed entry"], "lone_entry"])
+        return float(
+            self.scores.set_index(["layer", "head"]).loc[self.picks["lone observed entry"], "lone_entry"]
+        )
 
     @property
     def chance(self) -> dict:
@@ -140,11 +166,13 @@ def e10_heads(ch, mask: torch.Tensor | None = None, name: str = PAPER_MASK) -> S
     scores = structured_scores(probs, mask, n)
     picks = pick_heads(scores, e10_kinds(scores.attrs["axis"]))
     maps = torch.stack([probs[l].float().mean(0) for l in sorted(probs)])
-    return Structured(name, mask, scores, picks, maps,
-                      evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask))
+    return Structured(
+        name, mask, scores, picks, maps, evaluate(ch.post, ch.cfg.data, A.eval_matrices, A.seed, mask=mask)
+    )
 
 
 # --- E11: linear probes ----------------------------------------------------------------------------
+
 
 def probe_table(ch) -> pd.DataFrame:
     """`probe_layers` of the post model: test MSE and |cos| per (layer, target, positions)."""

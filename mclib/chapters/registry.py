@@ -4,6 +4,7 @@ A chapter's module is imported when its spec is first read. A toc chapter whose 
 no SPEC, or whose spec names another or a missing notebook, is refused in one line naming the
 chapter and the field (`ChapterSpecError`).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -33,15 +34,20 @@ def load(stem: str, book: Path = REPO / "book") -> ChapterSpec:
     try:
         spec = module.SPEC
     except AttributeError:
-        raise ChapterSpecError(f"chapter {stem}: {module.__name__} declares no SPEC "
-                               "(SPEC = ChapterSpec(...), mclib.book.spec)") from None
+        raise ChapterSpecError(
+            f"chapter {stem}: {module.__name__} declares no SPEC (SPEC = ChapterSpec(...), mclib.book.spec)"
+        ) from None
     if not isinstance(spec, ChapterSpec):
         raise ChapterSpecError(f"chapter {stem}: SPEC is a {type(spec).__name__}, not a ChapterSpec")
     if spec.notebook != stem:
-        raise ChapterSpecError(f"chapter {stem}: field notebook = {spec.notebook!r}, but its module serves {stem}")
+        raise ChapterSpecError(
+            f"chapter {stem}: field notebook = {spec.notebook!r}, but its module serves {stem}"
+        )
     if not (book / f"{spec.notebook}.ipynb").is_file():
-        raise ChapterSpecError(f"chapter {stem}: field notebook = {spec.notebook!r} names no notebook "
-                               f"({book.name}/{spec.notebook}.ipynb does not exist)")
+        raise ChapterSpecError(
+            f"chapter {stem}: field notebook = {spec.notebook!r} names no notebook "
+            f"({book.name}/{spec.notebook}.ipynb does not exist)"
+        )
     return spec
 
 

@@ -10,12 +10,13 @@ OS lets a folder be opened: not on Windows, whose rename is durable as it return
 The one place in mclib (and its scripts) that writes a file atomically; nothing here
 imports the rest of mclib.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -> None:
@@ -32,7 +33,9 @@ def write_atomic(path: str | Path, data: bytes | str | Callable[[Path], None]) -
         _sync_tree(tmp)
     else:
         if not isinstance(data, (bytes, str)):
-            raise TypeError(f"write_atomic writes bytes, a str or a writer function, not {type(data).__name__}")
+            raise TypeError(
+                f"write_atomic writes bytes, a str or a writer function, not {type(data).__name__}"
+            )
         with open(tmp, "wb") as f:
             f.write(data.encode("utf-8") if isinstance(data, str) else data)
             f.flush()

@@ -14,6 +14,7 @@ to every query's logits toward its target keys (`bias_keys`: "row_col", the othe
 row and column, or "other", the control), in every head and layer: it multiplies those keys'
 unnormalised weights by c = e^b. `position_masks` are the key sets chapter 03 scores heads with.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,9 +34,11 @@ def position_masks(n: int) -> dict[str, torch.Tensor]:
     pos = torch.arange(n * n)
     row, col = pos // n, pos % n
     eye = torch.eye(n * n, dtype=torch.bool)
-    return {"row": (row[:, None] == row[None]) & ~eye,
-            "column": (col[:, None] == col[None]) & ~eye,
-            "self": eye}
+    return {
+        "row": (row[:, None] == row[None]) & ~eye,
+        "column": (col[:, None] == col[None]) & ~eye,
+        "self": eye,
+    }
 
 
 def bias_keys(n: int, target: str) -> torch.Tensor:
@@ -58,22 +61,31 @@ def logit_bias(n: int, target: str, strength: float, device=None, dtype=torch.fl
     return _bias(n, target, float(strength)).to(device=device, dtype=dtype)
 
 
-def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                    attention_mask: torch.Tensor | None, *, scaling: float | None = None,
-                    dropout: float = 0.0, **kwargs):
+def mclib_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs,
+):
     """BERT's eager attention with hook points. q, k, v: `[batch, head, seq, d_head]`.
 
     Returns `(z [batch, query, head, d_head], probs [batch, head, query, key])`, the
     layout BertSelfAttention expects from any attention implementation.
     """
     scaling = query.size(-1) ** -0.5 if scaling is None else scaling  # module.scaling, passed by BERT
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling   # [batch, head, query, key]
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # [batch, head, query, key]
     if attention_mask is not None:
-        scores = scores + attention_mask                          # 0 or dtype min, [batch, 1, query, key]
+        scores = scores + attention_mask  # 0 or dtype min, [batch, 1, query, key]
     strength = getattr(module, "attn_bias", 0.0)  # model.attn_bias, set by MatrixBert on every layer
     if strength:
-        scores = scores + logit_bias(module.matrix_n, module.attn_bias_target, strength,
-                                     scores.device, scores.dtype)  # [query, key]
+        scores = scores + logit_bias(
+            module.matrix_n, module.attn_bias_target, strength, scores.device, scores.dtype
+        )  # [query, key]
     probs = nn.functional.softmax(scores, dim=-1)
     probs = nn.functional.dropout(probs, p=dropout, training=module.training)
 
@@ -81,7 +93,7 @@ def mclib_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, v
     layer = module.layer_idx
     if hooks is not None:
         probs = hooks.pattern(layer, probs)
-    z = torch.matmul(probs, value)                                # [batch, head, query, d_head]
+    z = torch.matmul(probs, value)  # [batch, head, query, d_head]
     if hooks is not None:
         z = hooks.z(layer, z)
     return z.transpose(1, 2).contiguous(), probs

@@ -8,6 +8,7 @@ read: `saved_steps` leaves it out, and resuming (`resume_checkpoint`) sets it as
 resumes from the newest intact one, saying so in one line. `prune_checkpoints` applies
 `checkpoints.keep`; `check_disk` refuses runs whose checkpoints would not fit.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,13 +27,24 @@ from .config import ConfigError, Profile
 from .console import no_hf_progress_bars
 from .metrics import drop_column, find_drop, rows_curve
 from .model import MatrixBert, load_model
-from .runs import (CHECKPOINTS, CONFIG_FILE, DAMAGED, MODEL_FILE, STATE_FILE, append_metrics, checkpoint_dir,
-                   resume_metrics, run_profile, write_atomic)
+from .runs import (
+    CHECKPOINTS,
+    CONFIG_FILE,
+    DAMAGED,
+    MODEL_FILE,
+    STATE_FILE,
+    append_metrics,
+    checkpoint_dir,
+    resume_metrics,
+    run_profile,
+    write_atomic,
+)
 
 log = logging.getLogger(__name__)
 
 
 # --- reading ---------------------------------------------------------------------------------
+
 
 def _steps_with(run_dir: Path, name: str) -> list[int]:
     root = Path(run_dir) / CHECKPOINTS
@@ -43,7 +55,9 @@ def _steps_with(run_dir: Path, name: str) -> list[int]:
 
 def saved_steps(run_dir: Path) -> list[int]:
     """The steps whose model is saved and passes `checkpoint_damage` (what the analyses can read)."""
-    return [s for s in _steps_with(run_dir, MODEL_FILE) if checkpoint_damage(checkpoint_dir(run_dir, s)) is None]
+    return [
+        s for s in _steps_with(run_dir, MODEL_FILE) if checkpoint_damage(checkpoint_dir(run_dir, s)) is None
+    ]
 
 
 def resumable_steps(run_dir: Path) -> list[int]:
@@ -112,16 +126,19 @@ def saved_checkpoint(run_dir: Path, step: int) -> Path:
     return path
 
 
-def load_checkpoint(run_dir: Path, step: int, attention: str = "sdpa",
-                    device: str | torch.device | None = None) -> MatrixBert:
+def load_checkpoint(
+    run_dir: Path, step: int, attention: str = "sdpa", device: str | torch.device | None = None
+) -> MatrixBert:
     """The model saved at `step` of a run, in eval mode, on `device` (default: the run's
     own device, `run_device`)."""
     path = saved_checkpoint(run_dir, step)
     return load_model(path, attention).to(device if device is not None else run_device(run_dir))
 
 
-EMBEDDING_TENSORS = {"word": "bert.embeddings.word_embeddings.weight",          # [vocab, hidden]
-                     "position": "bert.embeddings.position_embeddings.weight"}  # [n², hidden]
+EMBEDDING_TENSORS = {
+    "word": "bert.embeddings.word_embeddings.weight",  # [vocab, hidden]
+    "position": "bert.embeddings.position_embeddings.weight",
+}  # [n², hidden]
 
 
 def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
@@ -138,7 +155,11 @@ def checkpoint_embeddings(run_dir: Path, step: int) -> dict:
 
 def train_wall(run_dir: Path) -> float:
     """Training time (s) at the checkpoint the run would resume from; 0 for a run not started."""
-    done = [s for s in resumable_steps(run_dir) if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None]
+    done = [
+        s
+        for s in resumable_steps(run_dir)
+        if checkpoint_damage(checkpoint_dir(run_dir, s), state=True) is None
+    ]
     return float(load_train_state(run_dir, done[-1])["wall"]) if done else 0.0
 
 
@@ -171,8 +192,9 @@ def set_aside(run_dir: Path, step: int) -> Path:
 _STATE_ERRORS = (RuntimeError, pickle.UnpicklingError, EOFError, OSError, zipfile.BadZipFile)
 
 
-def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
-                      device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict] | None:
+def resume_checkpoint(
+    run_dir: Path, attention: str = "sdpa", device: str | torch.device = "cpu"
+) -> tuple[int, MatrixBert, dict] | None:
     """The newest checkpoint a run resumes from, as (step, model, train state), or None (start at
     step 0). A checkpoint that fails `checkpoint_damage` or whose train state cannot be loaded or
     lacks a key is set aside and the next older tried, each named on stderr in one line."""
@@ -200,8 +222,9 @@ def resume_checkpoint(run_dir: Path, attention: str = "sdpa",
     return found
 
 
-def resume_run(run_dir: Path, attention: str = "sdpa",
-           device: str | torch.device = "cpu") -> tuple[int, MatrixBert, dict, list[dict]] | None:
+def resume_run(
+    run_dir: Path, attention: str = "sdpa", device: str | torch.device = "cpu"
+) -> tuple[int, MatrixBert, dict, list[dict]] | None:
     """Where a run resumes, as (step, model, train state, metric rows up to it), or None; weights-only
     saves past that step are removed (the run trains those steps again)."""
     found = resume_checkpoint(run_dir, attention, device)
@@ -216,8 +239,19 @@ def resume_run(run_dir: Path, attention: str = "sdpa",
 
 # --- writing ---------------------------------------------------------------------------------
 
-def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[dict] | None, written: int = 0,
-                    wall: float, device: torch.device | str = "cpu") -> int:
+
+def save_checkpoint(
+    run_dir: Path,
+    step: int,
+    model,
+    opt,
+    gens,
+    *,
+    rows: list[dict] | None,
+    written: int = 0,
+    wall: float,
+    device: torch.device | str = "cpu",
+) -> int:
     """Save the model at `step` (HF's folder) and, unless `opt` is None (a weights-only save),
     train_state.pt; first append `rows[written:]` to metrics.csv (None: leave it). Returns the
     number of rows metrics.csv then holds."""
@@ -230,8 +264,16 @@ def save_checkpoint(run_dir: Path, step: int, model, opt, gens, *, rows: list[di
         with no_hf_progress_bars():
             model.save_pretrained(tmp)
         if opt is not None:
-            torch.save({"step": step, "optimizer": opt.state_dict(), "wall": wall,
-                        "gens": {k: g.get_state() for k, g in gens.items()}, "device": str(device)}, tmp / STATE_FILE)
+            torch.save(
+                {
+                    "step": step,
+                    "optimizer": opt.state_dict(),
+                    "wall": wall,
+                    "gens": {k: g.get_state() for k, g in gens.items()},
+                    "device": str(device),
+                },
+                tmp / STATE_FILE,
+            )
 
     final = checkpoint_dir(run_dir, step)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -261,12 +303,14 @@ def ladder(saved: list[int], anchors: list[int], every: int, dense: int = LADDER
     for s in saved:
         dist = min(abs(s - a) for a in anchors)
         j = 0 if dist < near else int(math.floor(math.log2(dist / near))) + 1
-        if dist < near or s % (every * 2 ** j) == 0:
+        if dist < near or s % (every * 2**j) == 0:
             keep.add(s)
     return keep
 
 
-def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_only: bool = False) -> list[int]:
+def prune_checkpoints(
+    run_dir: Path, profile: Profile, rows: list[dict], newest_only: bool = False
+) -> list[int]:
     """Apply `checkpoints.keep` to a run after a save (`rows`: its metric rows so far); returns the
     steps removed. The checkpoint the run would resume from is never removed."""
     if profile.checkpoints.keep == "all":
@@ -276,14 +320,19 @@ def prune_checkpoints(run_dir: Path, profile: Profile, rows: list[dict], newest_
     if not saved:
         return []
     newest = saved[-1]
-    resume = (resumable_steps(run_dir) or [newest])[-1]  # weights-only saves may follow it (train.state_every)
+    resume = (resumable_steps(run_dir) or [newest])[
+        -1
+    ]  # weights-only saves may follow it (train.state_every)
     if newest_only:
         keep = {newest, resume}
     else:
         curve, column = rows_curve(rows), drop_column(profile)
         drop = find_drop(curve, rank=profile.data.rank, column=column) if rows else None
-        keep = ladder(saved, plateau_anchors(profile) + [newest] + ([drop] if drop is not None else []),
-                      profile.train.save_every) | {newest}
+        keep = ladder(
+            saved,
+            plateau_anchors(profile) + [newest] + ([drop] if drop is not None else []),
+            profile.train.save_every,
+        ) | {newest}
         if drop is None:  # the profile's fixed steps stand in for a run without a drop (`place_checkpoints`)
             keep |= set(profile.checkpoints.all_steps())
         keep.add(resume)
@@ -311,13 +360,17 @@ def estimate_run_bytes(profile: Profile, newest_only: bool = False) -> int:
     case: no early stop; with keep: analysis, a drop half-way)."""
     weights, state = checkpoint_bytes(profile)
     t = profile.train
-    saves = sorted(set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps})
+    saves = sorted(
+        set(profile.checkpoints.all_steps()) | set(range(t.save_every, t.steps + 1, t.save_every)) | {t.steps}
+    )
     metrics = t.steps * 200  # metrics.csv: ~200 bytes a row
     if profile.checkpoints.keep == "all":
         return len(saves) * (weights + state) + metrics
     if newest_only:
         return weights + state + metrics
-    kept = ladder(saves, plateau_anchors(profile) + [t.steps, t.steps // 2], t.save_every) | set(profile.checkpoints.all_steps())
+    kept = ladder(saves, plateau_anchors(profile) + [t.steps, t.steps // 2], t.save_every) | set(
+        profile.checkpoints.all_steps()
+    )
     # while training, the newest save is written before the one before it is thinned
     return (len(kept) + 1) * weights + 2 * state + metrics
 
@@ -341,6 +394,8 @@ def check_disk(runs: list[tuple[Profile, Path, bool]]) -> None:
         free = shutil.disk_usage(entries[0][0]).free
         if need > free:
             names = ", ".join(str(p) for p, _ in entries)
-            raise DiskSpaceError(f"the run(s) in {names} need about {need / 1e9:.1f} GB for their checkpoints "
-                                 f"(checkpoints.keep, train.save_every, train.steps) but the disk has "
-                                 f"{free / 1e9:.1f} GB free")
+            raise DiskSpaceError(
+                f"the run(s) in {names} need about {need / 1e9:.1f} GB for their checkpoints "
+                f"(checkpoints.keep, train.save_every, train.steps) but the disk has "
+                f"{free / 1e9:.1f} GB free"
+            )

@@ -6,21 +6,36 @@ keys) validates it. A bad value raises `ConfigError` with one line naming the ke
 one error listing each on its own line (at most MAX_PROBLEMS), e.g. "params/x.yaml: 4 bad
 values:" then "  data.p_mask = 1.5 is outside [0, 1)".
 """
+
 from __future__ import annotations
 
 import dataclasses
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import yaml
 from pydantic import ValidationError
 
 from .metrics import SLOPE_BLOCKS
 from .packaged import profile_file
-from .schema import (FINITE_NOT_NEGATIVE, FRACTION, NOT_NEGATIVE, POSITIVE, Bool, Float, Int, Schema, Str,
-                     at_least_one, check, items, one_of, problems)
+from .schema import (
+    FINITE_NOT_NEGATIVE,
+    FRACTION,
+    NOT_NEGATIVE,
+    POSITIVE,
+    Bool,
+    Float,
+    Int,
+    Schema,
+    Str,
+    at_least_one,
+    check,
+    items,
+    one_of,
+    problems,
+)
 
 
 class ConfigError(ValueError):
@@ -42,58 +57,62 @@ def _config_error(problems: list[str]) -> ConfigError:
         return ConfigError(problems[0])
     shown = problems[:MAX_PROBLEMS]
     more = [f"  ... and {len(problems) - len(shown)} more"] if len(problems) > len(shown) else []
-    return ConfigError("\n".join([f"{len(problems)} bad values:", *(f"  {m}" for m in shown), *more]), problems)
+    return ConfigError(
+        "\n".join([f"{len(problems)} bad values:", *(f"  {m}" for m in shown), *more]), problems
+    )
 
 
 @dataclass
 class DataConfig:
-    n: int = 7              # matrices are n×n
+    n: int = 7  # matrices are n×n
     rank: int = 2
-    p_mask: float = 0.3     # probability that an entry is masked
-    dist: str = "uniform"   # factor distribution, see mclib.core.data.sample_matrices
+    p_mask: float = 0.3  # probability that an entry is masked
+    dist: str = "uniform"  # factor distribution, see mclib.core.data.sample_matrices
 
 
 @dataclass
 class ModelConfig:
-    kind: str = "bert"      # "bert" (the paper's encoder) or "gpt" (the decoder of E19, mclib.core.gpt)
+    kind: str = "bert"  # "bert" (the paper's encoder) or "gpt" (the decoder of E19, mclib.core.gpt)
     layers: int = 4
     heads: int = 8
     hidden: int = 768
     intermediate: int = 3072
-    init_std: float = 0.02                  # BERT's initializer_range
-    attention: str = "sdpa"                 # HF attention implementation used in training
-    attn_bias: float = 0.0                  # added to every head's attention logits toward attn_bias_target keys
+    init_std: float = 0.02  # BERT's initializer_range
+    attention: str = "sdpa"  # HF attention implementation used in training
+    attn_bias: float = 0.0  # added to every head's attention logits toward attn_bias_target keys
     #   (after Gopalani & Hu 2025; mclib.core.attention): 0 = off, the paper's model
-    attn_bias_target: str = "row_col"       # "row_col" (the query's own row and column) or "other" (the control)
+    attn_bias_target: str = "row_col"  # "row_col" (the query's own row and column) or "other" (the control)
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 50_000        # the last step; with until: converged, the cap
-    until: str = "steps"       # "steps": train `steps` steps; "converged": stop once L_mask stops improving
+    steps: int = 50_000  # the last step; with until: converged, the cap
+    until: str = "steps"  # "steps": train `steps` steps; "converged": stop once L_mask stops improving
     #   after the drop (mclib.core.metrics.converged: patience, min_improvement), at the latest at `steps`
-    patience: int = 2000       # until: converged; the window (steps, after the drop) whose fitted slope is read
-    min_improvement: float = 0.05  # converged when L_mask falls by less than this per 1 000 steps, even at the
+    patience: int = 2000  # until: converged; the window (steps, after the drop) whose fitted slope is read
+    min_improvement: float = (
+        0.05  # converged when L_mask falls by less than this per 1 000 steps, even at the
+    )
     #   fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z)
     batch: int = 256
     lr: float = 1e-4
-    warmup: int = 0            # linear warm-up steps (0 = constant lr, as the paper)
-    beta2: float = 0.999       # Adam's second-moment decay (the paper: PyTorch's default)
-    grad_clip: float = 0.0     # clip the global gradient norm to this (0 = no clipping, as the paper)
-    precision: str = "fp32"    # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
+    warmup: int = 0  # linear warm-up steps (0 = constant lr, as the paper)
+    beta2: float = 0.999  # Adam's second-moment decay (the paper: PyTorch's default)
+    grad_clip: float = 0.0  # clip the global gradient norm to this (0 = no clipping, as the paper)
+    precision: str = "fp32"  # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
     #   (autocast, fp32 master weights); mclib.core.precision.set_precision
-    device: str = "auto"       # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
+    device: str = "auto"  # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
     #   recorded in its profile.yaml (mclib.core.precision.with_device)
-    threads: int = 0           # CPU threads for torch (0 = torch's default)
-    eval_every: int = 100      # eval L on fresh matrices every this many steps
+    threads: int = 0  # CPU threads for torch (0 = torch's default)
+    eval_every: int = 100  # eval L on fresh matrices every this many steps
     eval_batch: int = 64
-    save_every: int = 1000     # a checkpoint every this many steps (and at `checkpoints`)
-    state_every: int = 0       # Adam's state and the generators (train_state.pt) with every this many steps'
+    save_every: int = 1000  # a checkpoint every this many steps (and at `checkpoints`)
+    state_every: int = 0  # Adam's state and the generators (train_state.pt) with every this many steps'
     #   checkpoint, a multiple of save_every; 0: with every checkpoint. Always at a run's end, at a deadline and on
     #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
-    log_every: int = 50        # metrics are read from the device every this many steps
-    compile: bool = False      # run the model's forward (and so its backward) through torch.compile
-    step: str = "auto"         # how the step runs (mclib.core.step.step_variant): eager, compile, reduce-overhead,
+    log_every: int = 50  # metrics are read from the device every this many steps
+    compile: bool = False  # run the model's forward (and so its backward) through torch.compile
+    step: str = "auto"  # how the step runs (mclib.core.step.step_variant): eager, compile, reduce-overhead,
     #   cuda-graph, or auto: on the CPU as `compile` says; on CUDA the faster of eager and cuda-graph checked in the process
 
 
@@ -102,8 +121,9 @@ class Checkpoints:
     """The steps the analyses use. place "fixed": these steps; place "drop": placed after
     training from the run's measured drop (`mclib.core.placement.checkpoint_steps`), these
     steps being the fallback for a run without a drop."""
+
     place: str = "fixed"
-    keep: str = "all"       # which saved checkpoints stay on disk as a run trains (mclib.core.checkpoints.prune_checkpoints)
+    keep: str = "all"  # which saved checkpoints stay on disk as a run trains (mclib.core.checkpoints.prune_checkpoints)
     pre: int = 4000
     transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
     post: int = 50_000
@@ -116,27 +136,35 @@ class Checkpoints:
 class Analysis:
     """Sample sizes and settings of the book's experiments (docs/protocol.md, §2); the
     paper's values are the defaults, small profiles shrink them."""
-    seed: int = 0                   # seed of every evaluation batch
-    headline_matrices: int = 4096   # the pre- and post-shift losses a chapter leads with (L_mask s.e. ~2-4 %)
-    eval_matrices: int = 256        # E3-E10, E18 per line
-    copy_matrices: int = 512        # E2
-    probe_fit: int = 2048           # E11
+
+    seed: int = 0  # seed of every evaluation batch
+    headline_matrices: int = 4096  # the pre- and post-shift losses a chapter leads with (L_mask s.e. ~2-4 %)
+    eval_matrices: int = 256  # E3-E10, E18 per line
+    copy_matrices: int = 512  # E2
+    probe_fit: int = 2048  # E11
     probe_test: int = 256
-    freeze_steps: int = 50_000      # E15: training steps per re-initialised component
-    nuclear_matrices: int = 512     # E16, per p_mask
-    nuclear_p_masks: list[float] = field(default_factory=lambda: [0.1, 0.15, 0.2, 0.25, 0.3, 0.35,
-                                                                  0.4, 0.45, 0.5, 0.55, 0.6])
+    freeze_steps: int = 50_000  # E15: training steps per re-initialised component
+    nuclear_matrices: int = 512  # E16, per p_mask
+    nuclear_p_masks: list[float] = field(
+        default_factory=lambda: [0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6]
+    )
     regularised_matrices: int = 2048  # E17, on the paper's task (L_mask s.e. ~3 % of the value; 256: ~9 %)
-    solver_matrices: int = 1024     # E16's solver curve (per p_mask), soft-impute and ALS, on the paper's task:
+    solver_matrices: int = 1024  # E16's solver curve (per p_mask), soft-impute and ALS, on the paper's task:
     #   s.e. < 5 % of L at p_mask >= 0.3 (4.4 % at 0.3), 6-13 % below, where a few matrices make the mean;
     #   ALS's pooled L_mask stays at ~40 % (a few ill-posed matrices), which no affordable size fixes
-    ood_matrices: int = 1024        # E18
+    ood_matrices: int = 1024  # E18
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
-    after_drop: int | None = None   # the other seeds stop this many steps after their drop (None: train them in full)
-    gpt_steps: int | None = None    # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
+    after_drop: int | None = (
+        None  # the other seeds stop this many steps after their drop (None: train them in full)
+    )
+    gpt_steps: int | None = (
+        None  # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
+    )
     download_checkpoint: bool = False  # offer checkpoints over 50 MB (the final one, the analysis series) as downloads in the site (a GPU run's)
-    freeze: bool = True             # E15's re-initialised runs: trained by the book (false: chapter 05 has none to read)
-    train_in_book: bool = True      # the training chapter trains, resumes or finds complete the book's runs; false: no
+    freeze: bool = True  # E15's re-initialised runs: trained by the book (false: chapter 05 has none to read)
+    train_in_book: bool = (
+        True  # the training chapter trains, resumes or finds complete the book's runs; false: no
+    )
     #   chapter trains, each reads the runs as they are and names a missing one in one line (a GPU lease's slice,
     #   whose training ran before: mclib.lease.slices)
 
@@ -150,12 +178,12 @@ class Profile:
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoints: Checkpoints = field(default_factory=Checkpoints)
     analysis: Analysis = field(default_factory=Analysis)
-    notes: str = ""            # free text: how this profile deviates from the paper
+    notes: str = ""  # free text: how this profile deviates from the paper
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def replace(self, **overrides) -> "Profile":
+    def replace(self, **overrides) -> Profile:
         """A validated copy with dotted overrides, e.g. replace(**{"train.steps": 10}); a whole
         section may be given as a mapping ("analysis": {...}). A key that is no profile's is
         a ConfigError naming it and its value."""
@@ -173,9 +201,20 @@ class Profile:
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
-STEPS = ("auto", "eager", "compile", "reduce-overhead", "cuda-graph",  # train.step (mclib.core.step.WAYS, step_variant)
-         "matmul-attention", "compile-matmul-attention", "ahead", "cuda-graph-ahead", "compile-graph",
-         "compile-graph-matmul-attention", "autotune-graph")
+STEPS = (
+    "auto",
+    "eager",
+    "compile",
+    "reduce-overhead",
+    "cuda-graph",  # train.step (mclib.core.step.WAYS, step_variant)
+    "matmul-attention",
+    "compile-matmul-attention",
+    "ahead",
+    "cuda-graph-ahead",
+    "compile-graph",
+    "compile-graph-matmul-attention",
+    "autotune-graph",
+)
 KEEP = ("all", "analysis")  # checkpoints.keep (mclib.core.checkpoints.prune_checkpoints)
 
 
@@ -209,8 +248,14 @@ class _Model(Schema):
 class _Train(Schema):
     steps: PosInt
     until: Annotated[Str, one_of(("steps", "converged"))]
-    patience: Annotated[Int, POSITIVE, check(lambda v: v >= SLOPE_BLOCKS, f"is under {SLOPE_BLOCKS}: the convergence "
-                                                                          f"rule fits {SLOPE_BLOCKS} block means")]
+    patience: Annotated[
+        Int,
+        POSITIVE,
+        check(
+            lambda v: v >= SLOPE_BLOCKS,
+            f"is under {SLOPE_BLOCKS}: the convergence rule fits {SLOPE_BLOCKS} block means",
+        ),
+    ]
     min_improvement: Fraction
     batch: PosInt
     lr: PosFloat
@@ -251,8 +296,8 @@ class _Analysis(Schema):
     solver_matrices: PosInt
     ood_matrices: PosInt
     seeds: Annotated[items(Int), at_least_one("seed")]
-    after_drop: Optional[NonNegInt]
-    gpt_steps: Optional[PosInt]
+    after_drop: NonNegInt | None
+    gpt_steps: PosInt | None
     download_checkpoint: Bool
     freeze: Bool
     train_in_book: Bool
@@ -269,8 +314,13 @@ class _Profile(Schema):
     notes: Str
 
 
-SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "checkpoints": Checkpoints,
-            "analysis": Analysis}
+SECTIONS = {
+    "data": DataConfig,
+    "model": ModelConfig,
+    "train": TrainConfig,
+    "checkpoints": Checkpoints,
+    "analysis": Analysis,
+}
 
 
 def _across(p: Profile) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -280,19 +330,46 @@ def _across(p: Profile) -> list[tuple[str, str, tuple[str, ...]]]:
     if d.rank > d.n:
         found.append(("data.rank", f"data.rank = {d.rank} is larger than data.n = {d.n}", ("data.n",)))
     if m.kind == "gpt":  # BERT's levers have no meaning in the GPT-2 classes
-        found += [(f"model.{key}", f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such "
-                                   "lever", ("model.kind",)) for key, off in BERT_ONLY.items() if getattr(m, key) != off]
+        found += [
+            (
+                f"model.{key}",
+                f"model.{key} = {getattr(m, key)!r} is a BERT key; model.kind: gpt has no such lever",
+                ("model.kind",),
+            )
+            for key, off in BERT_ONLY.items()
+            if getattr(m, key) != off
+        ]
     if m.hidden % m.heads:
-        found.append(("model.heads", f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}",
-                      ("model.hidden",)))
+        found.append(
+            (
+                "model.heads",
+                f"model.heads = {m.heads} does not divide model.hidden = {m.hidden}",
+                ("model.hidden",),
+            )
+        )
     if t.state_every < 0 or t.state_every % t.save_every:
-        found.append(("train.state_every", f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
-                                           f"train.save_every = {t.save_every}", ("train.save_every",)))
+        found.append(
+            (
+                "train.state_every",
+                f"train.state_every = {t.state_every!r} is not 0 or a positive multiple of "
+                f"train.save_every = {t.save_every}",
+                ("train.save_every",),
+            )
+        )
     outside = [s for s in p.checkpoints.all_steps() if not 0 < s <= t.steps]
     if outside:
-        steps = f"step {outside[0]} is" if len(outside) == 1 else f"steps {', '.join(str(s) for s in outside)} are"
-        found.append(("checkpoints.steps", f"checkpoints {steps} outside 1..train.steps = {t.steps}",
-                      ("train.steps", "checkpoints.pre", "checkpoints.transition", "checkpoints.post")))
+        steps = (
+            f"step {outside[0]} is"
+            if len(outside) == 1
+            else f"steps {', '.join(str(s) for s in outside)} are"
+        )
+        found.append(
+            (
+                "checkpoints.steps",
+                f"checkpoints {steps} outside 1..train.steps = {t.steps}",
+                ("train.steps", "checkpoints.pre", "checkpoints.transition", "checkpoints.post"),
+            )
+        )
     return found
 
 
@@ -325,8 +402,12 @@ def profile_from_dict(raw: Any) -> Profile:
         for key, line in problems(e, _Profile, "profile"):
             found.setdefault(key.split("[")[0], line)
         checked = _Profile.model_validate(_merged(raw, set(found)))  # every bad key at its default
-    profile = Profile(**{name: SECTIONS[name](**value) if name in SECTIONS else value
-                         for name, value in checked.model_dump().items()})
+    profile = Profile(
+        **{
+            name: SECTIONS[name](**value) if name in SECTIONS else value
+            for name, value in checked.model_dump().items()
+        }
+    )
     for key, line, reads in _across(profile):
         if not any(k in found or k.split(".")[0] in found for k in (key, *reads)):
             found[key] = line
@@ -338,9 +419,16 @@ def profile_from_dict(raw: Any) -> Profile:
 # Levers an older run folder's profile.yaml may hold (docs/cpu-profile.md), each with the value that
 # means "off": `profile_from_saved` reads such a key at that value as absent; any other value is an
 # unknown key, in a saved profile as in params/.
-REMOVED = {"data.mix_rank": 1, "data.mix_fraction": 0.0, "model.position_init_std": None,
-           "model.attn_logit_scale": 1.0, "model.qk_norm": False, "train.optimizer": "adam",
-           "train.muon_lr": 0.02, "train.embedding_lr": None}
+REMOVED = {
+    "data.mix_rank": 1,
+    "data.mix_fraction": 0.0,
+    "model.position_init_std": None,
+    "model.attn_logit_scale": 1.0,
+    "model.qk_norm": False,
+    "train.optimizer": "adam",
+    "train.muon_lr": 0.02,
+    "train.embedding_lr": None,
+}
 # Keys of how an older run was executed, read as absent in a saved profile.yaml at any value: they
 # never changed what a run computes (train.fast: the stacked copy of the model, docs/performance.md).
 REMOVED_RUNNING = ("train.fast",)
@@ -350,12 +438,17 @@ def profile_from_saved(raw: Any) -> Profile:
     """`profile_from_dict` for a profile a run folder saved (its profile.yaml), which may
     hold the `REMOVED` levers at their "off" values and the `REMOVED_RUNNING` keys at any
     value (a run from before they left)."""
+
     def off(key: str, value: Any) -> bool:
         return key in REMOVED_RUNNING or (key in REMOVED and REMOVED[key] == value)
 
     if isinstance(raw, dict):
-        raw = {section: {k: v for k, v in keys.items() if not off(f"{section}.{k}", v)} if isinstance(keys, dict)
-               else keys for section, keys in raw.items()}
+        raw = {
+            section: {k: v for k, v in keys.items() if not off(f"{section}.{k}", v)}
+            if isinstance(keys, dict)
+            else keys
+            for section, keys in raw.items()
+        }
     return profile_from_dict(raw)
 
 
@@ -398,7 +491,7 @@ def load_profile(path: str | Path, *, overrides_from: str = "overrides", **overr
 
 
 def parse_setting(text: str) -> tuple[str, Any]:
-    """"train.lr=1e-3" -> ("train.lr", 0.001): a dotted key and its value read as YAML, where a
+    """ "train.lr=1e-3" -> ("train.lr", 0.001): a dotted key and its value read as YAML, where a
     number in exponent form without a dot (1e-3, 2E4) is a number as in YAML 1.2 (PyYAML's
     1.1 reads it as a string). No "=" or no key raises ConfigError naming the text."""
     key, eq, value = text.partition("=")
@@ -437,8 +530,10 @@ RUNNING = ("device", "threads", "compile", "step", "until", "patience", "min_imp
 # Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
 # (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
 # attention implementation (sdpa or eager: the same model, other rounding).
-_NOT_RECIPE = {"train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every"),
-               "model": ("attention",)}
+_NOT_RECIPE = {
+    "train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every"),
+    "model": ("attention",),
+}
 
 
 def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ as the commands printed them before they logged (2026-11-29).
 
 A library user who configures nothing sees WARNING and above on stderr (Python's last-resort
 handler); INFO (a chapter's progress, a slice's status) only where they ask for it."""
+
 from __future__ import annotations
 
 import contextlib
@@ -39,7 +40,10 @@ def console_logging(level: int = logging.INFO):
     """Show mclib's records of `level` and above while the block runs: below WARNING on
     stdout, the rest on stderr; the logger is as it was afterwards."""
     logger = logging.getLogger(LOGGER)
-    handlers = [_Stream("stdout", (level, logging.WARNING)), _Stream("stderr", (max(level, logging.WARNING), 10**9))]
+    handlers = [
+        _Stream("stdout", (level, logging.WARNING)),
+        _Stream("stderr", (max(level, logging.WARNING), 10**9)),
+    ]
     old = logger.level
     logger.setLevel(level)
     for h in handlers:

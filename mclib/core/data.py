@@ -3,6 +3,7 @@
 `[batch, n*n]` the model reads: X row by row, MASK_ID where masked. Every sampler takes an
 explicit `torch.Generator` and samples on its device.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,8 +41,9 @@ def detokenize(ids: torch.Tensor) -> torch.Tensor:
     return torch.where(ids == MASK_ID, torch.full_like(values, float("nan")), values).float()
 
 
-def sample_matrices(batch: int, n: int, rank: int, gen: torch.Generator,
-                    dist: str = "uniform") -> torch.Tensor:
+def sample_matrices(
+    batch: int, n: int, rank: int, gen: torch.Generator, dist: str = "uniform"
+) -> torch.Tensor:
     """`[batch, n, n]` matrices X = U Vᵀ rounded to 2 decimals. dist: "uniform" U, V ~ Unif[-1, 1]
     (the paper); "gaussian" N(0, 0.5²) and "laplace" Laplace(0, 0.25) factors (E18); "random":
     full-rank iid Unif[-1, 1] entries (E2; `rank` ignored)."""
@@ -72,8 +74,9 @@ def random_mask(batch: int, n: int, p_mask: float, gen: torch.Generator) -> torc
     return torch.rand(batch, n, n, generator=gen, device=gen.device) < p_mask
 
 
-def structured_mask(n: int = 7, rows: tuple[int, ...] | None = None,
-                    keep: tuple[tuple[int, int], ...] | None = None) -> torch.Tensor:
+def structured_mask(
+    n: int = 7, rows: tuple[int, ...] | None = None, keep: tuple[tuple[int, int], ...] | None = None
+) -> torch.Tensor:
     """`[n, n]` bool: `rows` fully masked except the `keep` entries (E10). Default: the paper's
     rows 3 and 6 except (3, 1) and (6, 5) at n = 7, the same shape at another n."""
     if rows is None:
@@ -94,23 +97,25 @@ def structured_mask(n: int = 7, rows: tuple[int, ...] | None = None,
 
 @dataclass
 class Batch:
-    x: torch.Tensor       # [batch, n, n] float, rounded target
-    mask: torch.Tensor    # [batch, n, n] bool, True = masked
+    x: torch.Tensor  # [batch, n, n] float, rounded target
+    mask: torch.Tensor  # [batch, n, n] bool, True = masked
     tokens: torch.Tensor  # [batch, n*n] long, MASK_ID where masked
 
     @property
     def n(self) -> int:
         return self.x.shape[-1]
 
-    def to(self, device, non_blocking: bool = False) -> "Batch":
+    def to(self, device, non_blocking: bool = False) -> Batch:
         """The batch on `device` (itself if it is there). non_blocking to CUDA: through pinned
         memory, so the copy does not wait for the device (no host sync in a training step)."""
+
         def move(t: torch.Tensor) -> torch.Tensor:
             if t.device == torch.device(device):
                 return t
             if non_blocking and torch.device(device).type == "cuda":
                 t = t.pin_memory()
             return t.to(device, non_blocking=non_blocking)
+
         return Batch(move(self.x), move(self.mask), move(self.tokens))
 
 
@@ -124,14 +129,15 @@ def make_batch(x: torch.Tensor, mask: torch.Tensor, fill_value: float | None = N
     return Batch(x, mask, tokens.flatten(1))
 
 
-def sample_batch(batch: int, n: int, rank: int, p_mask: float, gen: torch.Generator,
-                 *, dist: str = "uniform") -> Batch:
+def sample_batch(
+    batch: int, n: int, rank: int, p_mask: float, gen: torch.Generator, *, dist: str = "uniform"
+) -> Batch:
     """One training batch: fresh matrices and fresh random masks."""
     x = sample_matrices(batch, n, rank, gen, dist)
     return make_batch(x, random_mask(batch, n, p_mask, gen))
 
 
-FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5 ** 2, "laplace": 2 * 0.25 ** 2}  # Var of one factor entry
+FACTOR_VARIANCE = {"uniform": 1 / 3, "gaussian": 0.5**2, "laplace": 2 * 0.25**2}  # Var of one factor entry
 
 
 def copy_level(rank: int, dist: str = "uniform") -> float:

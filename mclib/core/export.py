@@ -8,6 +8,7 @@ Each metrics.csv column becomes a scalar at its row's step (empty cells left out
 an image at the last step, profile.yaml the W&B config or a TensorBoard text. An export is written
 atomically and replaces the last one. Needs the optional extra `track`.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -21,10 +22,10 @@ from .config import ConfigError
 from .runs import METRICS, PROFILE, export_dir, load_metrics, run_profile, write_atomic
 
 TRACKERS = {"tensorboard": "tensorboard", "wandb": "wandb"}  # tracker -> the package it needs
-EXTRA = "track"           # pyproject.toml's optional extra that installs them
+EXTRA = "track"  # pyproject.toml's optional extra that installs them
 IMAGE_TAG = "loss_curve"  # the figure's name in either tracker
-PROFILE_TAG = "profile"   # the profile's text in TensorBoard
-PROJECT = "mclib"         # the W&B project a run is synced into unless told otherwise
+PROFILE_TAG = "profile"  # the profile's text in TensorBoard
+PROJECT = "mclib"  # the W&B project a run is synced into unless told otherwise
 
 
 class ExportError(ConfigError):
@@ -38,22 +39,30 @@ def check_export(run_dir: str | Path, tracker: str) -> None:
     if not (Path(run_dir) / METRICS).is_file() or not (Path(run_dir) / PROFILE).is_file():
         raise ExportError(f"{str(run_dir)!r} is not a run folder: it has no {METRICS} and {PROFILE}")
     if importlib.util.find_spec(TRACKERS[tracker]) is None:
-        raise ExportError(f"exporting to {tracker} needs the optional extra {EXTRA!r}: "
-                          f"pip install -e '.[{EXTRA}]' (or pip install {' '.join(TRACKERS.values())})")
+        raise ExportError(
+            f"exporting to {tracker} needs the optional extra {EXTRA!r}: "
+            f"pip install -e '.[{EXTRA}]' (or pip install {' '.join(TRACKERS.values())})"
+        )
 
 
 def scalar_rows(metrics: pd.DataFrame) -> list[tuple[int, dict[str, float]]]:
     """(step, {column: value}) for every row of metrics.csv, its empty cells left out."""
     columns = [c for c in metrics.columns if c != "step"]
-    return [(int(row["step"]), {c: float(row[c]) for c in columns if pd.notna(row[c])})
-            for row in metrics.to_dict("records")]
+    return [
+        (int(row["step"]), {c: float(row[c]) for c in columns if pd.notna(row[c])})
+        for row in metrics.to_dict("records")
+    ]
 
 
 def _tensorboard(folder: Path, rows, image: np.ndarray | None, profile: dict, name: str) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(log_dir=str(folder))
-    writer.add_text(PROFILE_TAG, f"run {name}\n\n    " + yaml.safe_dump(profile, sort_keys=False).replace("\n", "\n    "), 0)
+    writer.add_text(
+        PROFILE_TAG,
+        f"run {name}\n\n    " + yaml.safe_dump(profile, sort_keys=False).replace("\n", "\n    "),
+        0,
+    )
     for step, values in rows:
         for tag, value in values.items():
             writer.add_scalar(tag, value, step)
@@ -66,19 +75,38 @@ def _wandb(folder: Path, rows, image: np.ndarray | None, profile: dict, name: st
     import wandb
 
     folder.mkdir(parents=True)
-    settings = wandb.Settings(x_disable_stats=True, console="off", disable_git=True, save_code=False, silent=True)
-    run = wandb.init(project=project, name=name, dir=str(folder), mode="offline", config=profile,
-                     job_type="export", settings=settings)
+    settings = wandb.Settings(
+        x_disable_stats=True, console="off", disable_git=True, save_code=False, silent=True
+    )
+    run = wandb.init(
+        project=project,
+        name=name,
+        dir=str(folder),
+        mode="offline",
+        config=profile,
+        job_type="export",
+        settings=settings,
+    )
     try:
         for i, (step, values) in enumerate(rows):
-            extra = {IMAGE_TAG: wandb.Image(image, caption=f"{name}: loss curve")} if image is not None and i == len(rows) - 1 else {}
+            extra = (
+                {IMAGE_TAG: wandb.Image(image, caption=f"{name}: loss curve")}
+                if image is not None and i == len(rows) - 1
+                else {}
+            )
             run.log({**values, **extra}, step=step)
     finally:
         run.finish()
 
 
-def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None, project: str | None = None, *,
-               image: np.ndarray | None = None) -> Path:
+def export_run(
+    run_dir: str | Path,
+    tracker: str,
+    dest: str | Path | None = None,
+    project: str | None = None,
+    *,
+    image: np.ndarray | None = None,
+) -> Path:
     """Export `run_dir` to `tracker` ("tensorboard" or "wandb") into `dest` (default RUN/export/TRACKER),
     replacing an earlier export; returns `dest`. project: the W&B project (default PROJECT). image: the
     loss curve, `[height, width, 3]` uint8 RGB, logged under IMAGE_TAG (the command line draws it with
@@ -94,7 +122,9 @@ def export_run(run_dir: str | Path, tracker: str, dest: str | Path | None = None
     if tracker == "tensorboard":
         write_atomic(dest, lambda tmp: _tensorboard(tmp, rows, image, profile, run_dir.name))
     else:
-        write_atomic(dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project=project or PROJECT))
+        write_atomic(
+            dest, lambda tmp: _wandb(tmp, rows, image, profile, run_dir.name, project=project or PROJECT)
+        )
     return dest
 
 

@@ -9,6 +9,7 @@ activations (`matmul_params`), s = n² tokens a matrix and T = batch · s tokens
 norms, GELU, softmax, the loss, Adam. tests/test_flops.py checks the count against
 `torch.utils.flop_counter.FlopCounterMode`.
 """
+
 from __future__ import annotations
 
 from .config import ModelConfig

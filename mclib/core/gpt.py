@@ -9,6 +9,7 @@ L_mask over the masked ones), where the paper uses cross-entropy over tokens, so
 models' losses are the same quantities (chapter 08). BERT's vocabulary plus SEP_ID =
 VOCAB_SIZE; no dropout; a checkpoint is an HF folder.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,10 +25,22 @@ SEP_ID = VOCAB_SIZE
 
 def gpt_config(cfg: ModelConfig, n: int) -> GPT2Config:
     return GPT2Config(
-        vocab_size=VOCAB_SIZE + 1, n_positions=2 * n * n + 1, n_embd=cfg.hidden, n_layer=cfg.layers,
-        n_head=cfg.heads, n_inner=cfg.intermediate, activation_function="gelu",
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-5,
-        initializer_range=cfg.init_std, matrix_n=n, bos_token_id=SEP_ID, eos_token_id=SEP_ID)
+        vocab_size=VOCAB_SIZE + 1,
+        n_positions=2 * n * n + 1,
+        n_embd=cfg.hidden,
+        n_layer=cfg.layers,
+        n_head=cfg.heads,
+        n_inner=cfg.intermediate,
+        activation_function="gelu",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=1e-5,
+        initializer_range=cfg.init_std,
+        matrix_n=n,
+        bos_token_id=SEP_ID,
+        eos_token_id=SEP_ID,
+    )
 
 
 def prompt(batch: Batch) -> torch.Tensor:
@@ -55,8 +68,8 @@ class MatrixGPT(GPT2PreTrainedModel):
 
     def forward(self, batch: Batch, **kwargs) -> torch.Tensor:
         n2 = batch.tokens.shape[1]
-        hidden = self.gpt(input_ids=prompt(batch), **kwargs).last_hidden_state   # [batch, 2n²+1, hidden]
-        return self.readout(hidden[:, n2: 2 * n2]).squeeze(-1).view_as(batch.x)   # SEP … entry n² - 2
+        hidden = self.gpt(input_ids=prompt(batch), **kwargs).last_hidden_state  # [batch, 2n²+1, hidden]
+        return self.readout(hidden[:, n2 : 2 * n2]).squeeze(-1).view_as(batch.x)  # SEP … entry n² - 2
 
     def attentions(self, batch: Batch) -> tuple[torch.Tensor, ...]:
         """Each layer's attention `[batch, head, query, key]` over the whole prompt (eager attention)."""

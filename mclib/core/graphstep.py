@@ -10,16 +10,17 @@ and Adam's state bit for bit, captures, then replays, cloning the losses out. A 
 leaves the run as it was, says why in one line (the step's own error), and the run steps
 eagerly. Whether a variant trains as eager does is checked in `mclib.core.variants`.
 """
+
 from __future__ import annotations
 
 import weakref
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from .data import Batch
 
-WARM_UP_STEPS = 3       # eager steps before the capture (cuBLAS handles, Adam's state, the allocator's blocks)
+WARM_UP_STEPS = 3  # eager steps before the capture (cuBLAS handles, Adam's state, the allocator's blocks)
 
 
 class StaticBatch:
@@ -28,18 +29,26 @@ class StaticBatch:
 
     def __init__(self, like: Batch, device: torch.device):
         self.device = device
-        self.batch = Batch(*(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (like.x, like.mask, like.tokens)))
+        self.batch = Batch(
+            *(torch.empty(t.shape, dtype=t.dtype, device=device) for t in (like.x, like.mask, like.tokens))
+        )
 
     def fill(self, batch: Batch) -> Batch:
         """Copy `batch` (on the host) into the buffers and return them. To CUDA through pinned
         memory without waiting (torch keeps a pinned block until its copy has run); the copy is
         queued on the stream before the step that reads it and after the step that read the last."""
         cuda = self.device.type == "cuda"
-        for dst, src in zip((self.batch.x, self.batch.mask, self.batch.tokens), (batch.x, batch.mask, batch.tokens)):
+        for dst, src in zip(
+            (self.batch.x, self.batch.mask, self.batch.tokens), (batch.x, batch.mask, batch.tokens)
+        ):
             if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise ValueError(f"a batch of shape {tuple(src.shape)} ({src.dtype}) does not fit the run's input "
-                                 f"buffers {tuple(dst.shape)} ({dst.dtype}): a captured step has static shapes")
-            pin = cuda and src.device.type == "cpu" and not src.is_pinned()  # a batch made ahead is on the device
+                raise ValueError(
+                    f"a batch of shape {tuple(src.shape)} ({src.dtype}) does not fit the run's input "
+                    f"buffers {tuple(dst.shape)} ({dst.dtype}): a captured step has static shapes"
+                )
+            pin = (
+                cuda and src.device.type == "cpu" and not src.is_pinned()
+            )  # a batch made ahead is on the device
             dst.copy_(src.pin_memory() if pin else src, non_blocking=cuda)
         return self.batch
 
@@ -53,7 +62,7 @@ class BatchesAhead:
     AHEAD = 32  # batches a draw makes (the paper's batch: ~5 MB on the device)
 
     def __init__(self, device: torch.device):
-        self.device, self.queue = device, []   # [(generator state before it, the batch on the device)]
+        self.device, self.queue = device, []  # [(generator state before it, the batch on the device)]
 
     def next(self, draw: Callable[[], Batch], gen: torch.Generator) -> Batch:
         """The next batch, drawing AHEAD more with `draw` (which reads `gen`) when none is left."""
@@ -84,8 +93,13 @@ def snapshot(run) -> list[tuple[torch.Tensor, torch.Tensor, dict | None]]:
     out = []
     for p in _trained(run):
         state = run.opt.state.get(p)
-        out.append((p, p.detach().clone(),
-                    {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)} if state else None))
+        out.append(
+            (
+                p,
+                p.detach().clone(),
+                {k: v.clone() for k, v in state.items() if isinstance(v, torch.Tensor)} if state else None,
+            )
+        )
     return out
 
 
@@ -129,7 +143,7 @@ class StepGraph:
 
     def __init__(self, run, step: Callable[..., torch.Tensor]):
         self._run, self.step = weakref.ref(run), step
-        self.graph = None                   # torch.cuda.CUDAGraph, once captured
+        self.graph = None  # torch.cuda.CUDAGraph, once captured
         self.losses: torch.Tensor | None = None  # the graph's `[4]` output, rewritten by every replay
 
     @property
@@ -168,7 +182,9 @@ class StepGraph:
         if run.device.type != "cuda":
             raise RuntimeError(f"a CUDA graph needs CUDA, this run is on {run.device.type}")
         if run.inputs is None or batch is not run.inputs.batch:
-            raise RuntimeError("the step must read the run's fixed input buffers (a capture-ready run's batch)")
+            raise RuntimeError(
+                "the step must read the run's fixed input buffers (a capture-ready run's batch)"
+            )
         warm_up(run, self.step, batch)
         graph = torch.cuda.CUDAGraph()
         cause: list[BaseException] = []

@@ -33,6 +33,7 @@ are the sums before the LayerNorm, `normalized_resid_*` its output. pos = n², l
 (*) z is head-first, as the attention function returns it. A hook on a pattern or z switches
 the model to mclib's attention function for the block; other hooks keep "sdpa" or "eager".
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,7 @@ Hook = tuple[str, Callable]  # (name, fn(tensor, name) -> replacement or None)
 
 def _heads(n_heads: int):
     """[batch, pos, d_model] <-> [batch, pos, head, d_head] (the q, k, v projections)."""
-    return (lambda out: out.view(*out.shape[:-1], n_heads, -1),
-            lambda new, out: new.reshape(out.shape))
+    return (lambda out: out.view(*out.shape[:-1], n_heads, -1), lambda new, out: new.reshape(out.shape))
 
 
 _SAME = (lambda out: out, lambda new, out: new)
@@ -62,27 +62,31 @@ def _points(model) -> dict[str, tuple]:
     if not hasattr(model, "bert"):
         raise ValueError(f"hook points exist on MatrixBert only, not on {type(model).__name__}")
     emb = model.bert.embeddings
-    points = {"hook_embed": (emb.word_embeddings, "out", *_SAME),
-              "hook_pos_embed": (emb.position_embeddings, "out", *_SAME)}
+    points = {
+        "hook_embed": (emb.word_embeddings, "out", *_SAME),
+        "hook_pos_embed": (emb.position_embeddings, "out", *_SAME),
+    }
     heads = _heads(model.config.num_attention_heads)
     for l, layer in enumerate(model.bert.encoder.layer):
         b, attn = f"blocks.{l}.", layer.attention
-        points.update({
-            b + "hook_resid_pre": (attn, "in", *_SAME),  # the attention reads it and adds it back
-            b + "attn.hook_q": (attn.self.query, "out", *heads),
-            b + "attn.hook_k": (attn.self.key, "out", *heads),
-            b + "attn.hook_v": (attn.self.value, "out", *heads),
-            b + "attn.hook_pattern": (attn.self, "attn", *_SAME),
-            b + "attn.hook_z": (attn.self, "attn", *_SAME),
-            b + "hook_attn_out": (attn.output.dense, "out", *_SAME),
-            b + "hook_resid_mid": (attn.output.LayerNorm, "in", *_SAME),
-            b + "hook_normalized_resid_mid": (attn.output.LayerNorm, "out", *_SAME),
-            b + "mlp.hook_pre": (layer.intermediate.dense, "out", *_SAME),
-            b + "mlp.hook_post": (layer.intermediate, "out", *_SAME),
-            b + "hook_mlp_out": (layer.output.dense, "out", *_SAME),
-            b + "hook_resid_post": (layer.output.LayerNorm, "in", *_SAME),
-            b + "hook_normalized_resid_post": (layer.output.LayerNorm, "out", *_SAME),
-        })
+        points.update(
+            {
+                b + "hook_resid_pre": (attn, "in", *_SAME),  # the attention reads it and adds it back
+                b + "attn.hook_q": (attn.self.query, "out", *heads),
+                b + "attn.hook_k": (attn.self.key, "out", *heads),
+                b + "attn.hook_v": (attn.self.value, "out", *heads),
+                b + "attn.hook_pattern": (attn.self, "attn", *_SAME),
+                b + "attn.hook_z": (attn.self, "attn", *_SAME),
+                b + "hook_attn_out": (attn.output.dense, "out", *_SAME),
+                b + "hook_resid_mid": (attn.output.LayerNorm, "in", *_SAME),
+                b + "hook_normalized_resid_mid": (attn.output.LayerNorm, "out", *_SAME),
+                b + "mlp.hook_pre": (layer.intermediate.dense, "out", *_SAME),
+                b + "mlp.hook_post": (layer.intermediate, "out", *_SAME),
+                b + "hook_mlp_out": (layer.output.dense, "out", *_SAME),
+                b + "hook_resid_post": (layer.output.LayerNorm, "in", *_SAME),
+                b + "hook_normalized_resid_post": (layer.output.LayerNorm, "out", *_SAME),
+            }
+        )
     points["hook_readout"] = (model.readout, "out", *_SQUEEZE)
     return points
 
@@ -107,7 +111,9 @@ def check_names(model, names: Iterable[str]) -> list[str]:
 def _call(fn, name: str, tensor: torch.Tensor) -> torch.Tensor | None:
     new = fn(tensor, name)
     if new is not None and new.shape != tensor.shape:
-        raise ValueError(f"the hook on {name} returned shape {tuple(new.shape)}, expected {tuple(tensor.shape)}")
+        raise ValueError(
+            f"the hook on {name} returned shape {tuple(new.shape)}, expected {tuple(tensor.shape)}"
+        )
     return new
 
 
@@ -115,9 +121,11 @@ def _register(point: tuple, name: str, fn):
     """A torch hook on `point` = (module, kind, view, unview) of `_points` that runs fn."""
     module, kind, view, unview = point
     if kind == "out":
+
         def on_output(mod, args, out):
             new = _call(fn, name, view(out))
             return None if new is None else unview(new, out)
+
         return module.register_forward_hook(on_output)
 
     def on_input(mod, args, kwargs):  # the first input, passed by position or as hidden_states
@@ -126,6 +134,7 @@ def _register(point: tuple, name: str, fn):
         if new is None:
             return None
         return ((new, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": new})
+
     return module.register_forward_pre_hook(on_input, with_kwargs=True)
 
 
@@ -211,8 +220,9 @@ def run_with_hooks(model, tokens: torch.Tensor, fwd_hooks: Iterable[Hook]) -> to
         return model(tokens).logits
 
 
-def run_with_cache(model, tokens: torch.Tensor, names: Iterable[str] | None = None,
-                   ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def run_with_cache(
+    model, tokens: torch.Tensor, names: Iterable[str] | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """`(model(tokens).logits, cache)`, as TransformerLens' (the predictions `[batch, pos]`):
     cache maps each hook name (all, or those in `names`) to its activation in that pass,
     detached, as a hook there would see it (after the hooks of any enclosing `hooks` block on

@@ -12,6 +12,7 @@ checkpoint (folders must be on a file system every worker sees). CUDA runs ask f
 resource `GPU: 1` (`resources_for`): a cluster's GPU workers need `--resources GPU=1`.
 Nothing here imports torch or distributed at import time.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,9 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Callable, Iterator, Optional
+from typing import Annotated, Any
 
 from pydantic import ValidationError
 
@@ -70,9 +72,10 @@ def resources_for(profile) -> dict[str, float] | None:
 
 class _Jobqueue(Schema):
     """A jobqueue file's keys (`jobqueue_spec`)."""
+
     jobqueue: Annotated[Str, one_of(JOBQUEUE_KINDS)]
     workers: Annotated[Int, POSITIVE] = 1
-    options: Optional[dict[str, Any]] = None  # dask_jobqueue's, passed to its cluster as they are
+    options: dict[str, Any] | None = None  # dask_jobqueue's, passed to its cluster as they are
 
 
 def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
@@ -93,9 +96,18 @@ def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
     kind, options, workers = spec.jobqueue, spec.options or {}, spec.workers
     import dask_jobqueue
 
-    cls = getattr(dask_jobqueue, {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster",
-                                  "lsf": "LSFCluster", "htcondor": "HTCondorCluster", "moab": "MoabCluster",
-                                  "oar": "OARCluster"}[kind])
+    cls = getattr(
+        dask_jobqueue,
+        {
+            "slurm": "SLURMCluster",
+            "pbs": "PBSCluster",
+            "sge": "SGECluster",
+            "lsf": "LSFCluster",
+            "htcondor": "HTCondorCluster",
+            "moab": "MoabCluster",
+            "oar": "OARCluster",
+        }[kind],
+    )
     return cls, options, workers
 
 
@@ -115,13 +127,18 @@ def _connect(address: str, timeout: float):
     try:
         return Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError) as e:
-        raise ClusterError(f"cannot reach the Dask scheduler at {address} within {timeout:g} s "
-                           f"({type(e).__name__})") from None
+        raise ClusterError(
+            f"cannot reach the Dask scheduler at {address} within {timeout:g} s ({type(e).__name__})"
+        ) from None
 
 
 @contextlib.contextmanager
-def cluster(address: str | None = None, threads_per_run: int = 1, gpu: bool = False,
-            connect_timeout: float = CONNECT_TIMEOUT) -> Iterator:
+def cluster(
+    address: str | None = None,
+    threads_per_run: int = 1,
+    gpu: bool = False,
+    connect_timeout: float = CONNECT_TIMEOUT,
+) -> Iterator:
     """A `distributed.Client` for the block. address: None (local, unless $MCLIB_CLUSTER), a
     scheduler's "tcp://HOST:PORT", or a jobqueue .yaml/.yml file. threads_per_run, gpu: size
     the local cluster only (`local_workers`; gpu: workers offer GPU=1)."""
@@ -156,10 +173,19 @@ def gpu_workers(n_gpus: int, env: dict[str, str]) -> dict[str, dict]:
     each seeing only its own (CUDA_VISIBLE_DEVICES) and offering GPU=1."""
     from distributed import Nanny
 
-    return {f"gpu{i}": {"cls": Nanny, "options": {"nthreads": 1, "memory_limit": 0, "host": "127.0.0.1",
-                                                   "resources": {"GPU": 1},
-                                                   "env": {**env, "CUDA_VISIBLE_DEVICES": str(i)}}}
-            for i in range(max(1, n_gpus))}
+    return {
+        f"gpu{i}": {
+            "cls": Nanny,
+            "options": {
+                "nthreads": 1,
+                "memory_limit": 0,
+                "host": "127.0.0.1",
+                "resources": {"GPU": 1},
+                "env": {**env, "CUDA_VISIBLE_DEVICES": str(i)},
+            },
+        }
+        for i in range(max(1, n_gpus))
+    }
 
 
 def _local(threads_per_run: int, gpu: bool):
@@ -169,33 +195,52 @@ def _local(threads_per_run: int, gpu: bool):
     threads = str(threads_per_run or cores())
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker; any explicit malloc setting turns
     # off glibc's adaptive mmap threshold and slows the step (docs/performance.md): not passed on.
-    spawn_env = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
-                 if k != "MALLOC_TRIM_THRESHOLD_"}
+    spawn_env = {
+        k: v
+        for k, v in dask.config.get("distributed.nanny.pre-spawn-environ").items()
+        if k != "MALLOC_TRIM_THRESHOLD_"
+    }
     # Dask sets OMP_NUM_THREADS=1 (and MKL's, OpenBLAS's) in a worker; a run with torch's
     # default threads (0) should have the cores instead
     env = {k: threads for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": spawn_env}):
         if gpu and gpu_count() > 1:
-            local = SpecCluster(workers=gpu_workers(gpu_count(), env), silence_logs=logging.ERROR,
-                                scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1",
-                                                                         "dashboard_address": "127.0.0.1:0"}})
+            local = SpecCluster(
+                workers=gpu_workers(gpu_count(), env),
+                silence_logs=logging.ERROR,
+                scheduler={
+                    "cls": Scheduler,
+                    "options": {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0"},
+                },
+            )
         else:
-            local = LocalCluster(n_workers=local_workers(threads_per_run, gpu), threads_per_worker=1,
-                                 processes=True, host="127.0.0.1", dashboard_address=None, memory_limit=0,
-                                 silence_logs=logging.ERROR, resources={"GPU": 1} if gpu else None,
-                                 # no dashboard; the scheduler's small HTTP server (health) on any free loopback port
-                                 scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}, env=env)
+            local = LocalCluster(
+                n_workers=local_workers(threads_per_run, gpu),
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address=None,
+                memory_limit=0,
+                silence_logs=logging.ERROR,
+                resources={"GPU": 1} if gpu else None,
+                # no dashboard; the scheduler's small HTTP server (health) on any free loopback port
+                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"},
+                env=env,
+            )
     with local, Client(local, set_as_default=False) as client:
         yield client
 
 
-def submit(client, fn: Callable, jobs: list[tuple], resources: dict | None = None,
-           names: list[str] | None = None) -> list:
+def submit(
+    client, fn: Callable, jobs: list[tuple], resources: dict | None = None, names: list[str] | None = None
+) -> list:
     """`client.submit(fn, *job)` for each job: futures, in the order of `jobs`. `fn` must
     be importable (module-level). names: readable task keys (made unique here)."""
     names = names or [getattr(fn, "__name__", "job")] * len(jobs)
-    return [client.submit(fn, *job, key=f"{name}-{uuid.uuid4().hex[:8]}", pure=False, resources=resources)
-            for name, job in zip(names, jobs)]
+    return [
+        client.submit(fn, *job, key=f"{name}-{uuid.uuid4().hex[:8]}", pure=False, resources=resources)
+        for name, job in zip(names, jobs)
+    ]
 
 
 def slots(client) -> int:
@@ -203,8 +248,16 @@ def slots(client) -> int:
     return max(1, sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()))
 
 
-def submit_when_free(client, fn: Callable, jobs: list[tuple], resources: dict | None = None,
-                     names: list[str] | None = None, *, busy: list = (), poll: float = 1.0) -> list:
+def submit_when_free(
+    client,
+    fn: Callable,
+    jobs: list[tuple],
+    resources: dict | None = None,
+    names: list[str] | None = None,
+    *,
+    busy: list = (),
+    poll: float = 1.0,
+) -> list:
     """`submit` each job only once a worker thread is free (`slots`, counting the `busy` futures),
     so each job starts on the first worker that frees instead of queueing behind a long one on
     the worker Dask placed it on; the futures, in the order of `jobs`. poll: seconds between looks."""
@@ -242,8 +295,15 @@ def _free_slot(client, running: list, poll: float, until=None) -> list:
     return running
 
 
-def submit_while(client, tasks: list[tuple[Callable, tuple, str]], until, resources: dict | None = None, *,
-                 busy: list = (), poll: float = 1.0) -> list:
+def submit_while(
+    client,
+    tasks: list[tuple[Callable, tuple, str]],
+    until,
+    resources: dict | None = None,
+    *,
+    busy: list = (),
+    poll: float = 1.0,
+) -> list:
     """While the future `until` runs, submit each task (fn, args, name) in order once a worker
     thread is free of the `busy` futures; the futures of those submitted (a prefix of `tasks`).
     The book fills idle workers this way while its long run trains (`mclib.book.chapter.idle_tasks`)."""

@@ -3,6 +3,7 @@
 All means are pooled over every entry of the batch (not per-matrix means).
 Shapes: pred, x, mask `[batch, n, n]` (or `[batch, n*n]`; they are flattened).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -14,13 +15,13 @@ from .data import copy_level
 LOSS_NAMES = ("L", "L_obs", "L_mask", "mask_value")
 # Where a model's drop is read (`find_drop`'s column): BERT's in L_mask; E19's GPT's in L, as the paper does.
 DROP_COLUMN = {"bert": "L_mask", "gpt": "L"}
-COPIES = 0.1      # a loss below a tenth of E[X²]: the model returns that value (it copies it)
+COPIES = 0.1  # a loss below a tenth of E[X²]: the model returns that value (it copies it)
 # One reading is on the copying plateau (`copies`) with L_mask within 20 % of E[X²]; a smoothed
 # curve's tolerance is mclib.core.placement.PLATEAU_TOLERANCE (10 %).
 PLATEAU_BAND = 0.2
 # The drop (`find_drop`), defined here only: the trailing DROP_WINDOW-step mean below DROP_FRACTION·E[X²].
 DROP_FRACTION = 0.5  # half-way from the copying plateau to a perfect completion
-DROP_WINDOW = 50     # steps of the trailing mean: one batch alone is too noisy to decide on
+DROP_WINDOW = 50  # steps of the trailing mean: one batch alone is too noisy to decide on
 
 
 def _masked_mean(values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
@@ -33,8 +34,9 @@ def squared_errors(pred: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return (pred.float().flatten(1) - x.flatten(1)) ** 2
 
 
-def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor,
-               sq: torch.Tensor | None = None) -> torch.Tensor:
+def run_losses(
+    pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor, sq: torch.Tensor | None = None
+) -> torch.Tensor:
     """`[run, 4]`: L (all entries), L_obs (Ω), L_mask (Ωᶜ) and mask value (mean |X̂| over Ωᶜ), in
     LOSS_NAMES' order, pooled over each run's batch. pred `[run, batch, seq or n, n]`, x and mask
     `[run, batch, n, n]` (True = masked); sq: `squared_errors(pred, x)` if already computed.
@@ -42,10 +44,15 @@ def run_losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor,
     sq = squared_errors(pred, x) if sq is None else sq
     pred, mask = pred.float().flatten(1), mask.flatten(1)
     obs, msk = (~mask).float(), mask.float()
-    return torch.stack([sq.mean(1),
-                        (sq * obs).sum(1) / obs.sum(1),
-                        (sq * msk).sum(1) / msk.sum(1),
-                        (pred.abs() * msk).sum(1) / msk.sum(1)], dim=1)
+    return torch.stack(
+        [
+            sq.mean(1),
+            (sq * obs).sum(1) / obs.sum(1),
+            (sq * msk).sum(1) / msk.sum(1),
+            (pred.abs() * msk).sum(1) / msk.sum(1),
+        ],
+        dim=1,
+    )
 
 
 def losses(pred: torch.Tensor, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -58,8 +65,13 @@ def mse_to(pred: torch.Tensor, target: torch.Tensor, where: torch.Tensor) -> flo
     return _masked_mean((pred.float().flatten(1) - target.flatten(1)) ** 2, where.flatten(1)).item()
 
 
-def find_drop(metrics: pd.DataFrame, rank: int = 2, frac: float = DROP_FRACTION, window: int = DROP_WINDOW,
-              column: str = "L_mask") -> int | None:
+def find_drop(
+    metrics: pd.DataFrame,
+    rank: int = 2,
+    frac: float = DROP_FRACTION,
+    window: int = DROP_WINDOW,
+    column: str = "L_mask",
+) -> int | None:
     """The step of the drop, or None: the first step at which the trailing `window`-step mean of
     `column` falls below `frac` × E[X²] = rank/9 (the copying plateau), a definition used
     everywhere in the project; the mean lags the raw curve by up to `window`/2 steps."""
@@ -77,7 +89,6 @@ def drop_column(profile) -> str:
 def rows_curve(rows: list[dict]) -> pd.DataFrame:
     """Metric rows as a curve (step, L, L_mask), the form `find_drop` and `converged` read."""
     return pd.DataFrame({k: [r[k] for r in rows] for k in ("step", "L", "L_mask")})
-
 
 
 def window_mean(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> pd.Series:
@@ -126,15 +137,16 @@ def fitted_slope(block_means: np.ndarray, block_steps: np.ndarray) -> tuple[np.n
     x = np.asarray(block_steps, dtype=float) / 1000
     y = np.log(np.atleast_2d(np.asarray(block_means, dtype=float)))
     dx = x - x.mean()
-    sxx = (dx ** 2).sum()
+    sxx = (dx**2).sum()
     b = (y * dx).sum(axis=1) / sxx
     residual = y - y.mean(axis=1, keepdims=True) - b[:, None] * dx
-    se_b = np.sqrt((residual ** 2).sum(axis=1) / (len(x) - 2) / sxx)
+    se_b = np.sqrt((residual**2).sum(axis=1) / (len(x) - 2) / sxx)
     return np.expm1(b), np.exp(b) * se_b
 
 
-def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
-              blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
+def end_slope(
+    metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask", blocks: int = SLOPE_BLOCKS
+) -> tuple[float, float]:
     """How fast `column` still moved at the run's end: `fitted_slope` over the last `window` steps
     in `blocks` blocks; NaN for fewer than `blocks` rows."""
     tail = metrics.tail(window)
@@ -147,8 +159,9 @@ def end_slope(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
     return float(rate[0]), float(se[0])
 
 
-def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask",
-                blocks: int = SLOPE_BLOCKS) -> tuple[float, float]:
+def final_level(
+    metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask", blocks: int = SLOPE_BLOCKS
+) -> tuple[float, float]:
     """Where `column` ended: its mean over the last `window` steps and that mean's standard error
     from `blocks` block means; NaN for fewer than `blocks` rows."""
     tail = metrics.tail(window)[column].to_numpy(dtype=float)
@@ -158,8 +171,16 @@ def final_level(metrics: pd.DataFrame, window: int = 2000, column: str = "L_mask
     return float(tail.mean()), float(means.std(ddof=1) / np.sqrt(blocks))
 
 
-def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 2000, min_improvement: float = 0.05,
-              column: str = "L_mask", *, blocks: int = SLOPE_BLOCKS, z: float = CONVERGED_Z) -> int | None:
+def converged(
+    metrics: pd.DataFrame,
+    rank: int = 2,
+    patience: int = 2000,
+    min_improvement: float = 0.05,
+    column: str = "L_mask",
+    *,
+    blocks: int = SLOPE_BLOCKS,
+    z: float = CONVERGED_Z,
+) -> int | None:
     """The step at which the run counts as converged (`train.until: converged`), or None: the first
     block end s at least `patience` steps after the drop where, over (s - patience, s] in
     `blocks` blocks, the fitted fall of `column` is under `min_improvement` per 1 000 steps even
@@ -173,15 +194,14 @@ def converged(metrics: pd.DataFrame, rank: int = 2, patience: int = 2000, min_im
     if len(values) < block * blocks:
         return None
     cumsum = np.concatenate([[0.0], np.cumsum(values)])
-    means = (cumsum[block:] - cumsum[:-block]) / block   # means[j]: rows j .. j+block-1
+    means = (cumsum[block:] - cumsum[:-block]) / block  # means[j]: rows j .. j+block-1
     # the candidate ends s: rows i (the last row of the window) at a block boundary
     last = np.arange(block * blocks - 1, len(values))
     last = last[(steps[last] % block == 0) & (steps[last] - block * blocks >= drop)]
     if not len(last):
         return None
-    starts = last[:, None] - block * blocks + 1 + block * np.arange(blocks)[None, :]   # [candidate, block]
-    centre = (np.arange(blocks) + 0.5) * block                                          # the same for every window
+    starts = last[:, None] - block * blocks + 1 + block * np.arange(blocks)[None, :]  # [candidate, block]
+    centre = (np.arange(blocks) + 0.5) * block  # the same for every window
     rate, se = fitted_slope(means[starts], centre)
     hits = np.flatnonzero(rate - z * se > -min_improvement)
     return int(steps[last[hits[0]]]) if len(hits) else None
-

@@ -18,6 +18,7 @@ real number per entry. `forward(input_ids, attention_mask=None, labels=None)` re
 are given). A folder saying `model_type: bert` (`LEGACY`, the format before 2026-11-29) loads
 whole through `load_model` and `MatrixBert.from_pretrained`, with one line saying so.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -121,21 +122,31 @@ class MatrixBert(BertPreTrainedModel):
         super()._init_weights(module)
 
     @can_return_tuple
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                labels: torch.Tensor | None = None, **kwargs) -> MatrixCompletionOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        **kwargs,
+    ) -> MatrixCompletionOutput:
         """input_ids `[batch, n*n]`; attention_mask: None, the paper's (every token attends to
         every other, masked ones too); labels: the true values `[batch, n*n]` or `[batch, n, n]`.
         Other keyword arguments go to BertModel (output_hidden_states, output_attentions, ...)."""
         out = self.bert(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
-        logits = self.readout(out.last_hidden_state).squeeze(-1)          # [batch, seq]
+        logits = self.readout(out.last_hidden_state).squeeze(-1)  # [batch, seq]
         loss = None
         if labels is not None:
             if labels.numel() != logits.numel():
-                raise ValueError(f"labels of shape {tuple(labels.shape)} do not fit the predictions "
-                                 f"{tuple(logits.shape)}: one true value per entry")
-            loss = squared_errors(logits[None], labels[None]).mean(1).sum()  # L, as device_step differentiates it
-        return MatrixCompletionOutput(loss=loss, logits=logits, hidden_states=out.hidden_states,
-                                      attentions=out.attentions)
+                raise ValueError(
+                    f"labels of shape {tuple(labels.shape)} do not fit the predictions "
+                    f"{tuple(logits.shape)}: one true value per entry"
+                )
+            loss = (
+                squared_errors(logits[None], labels[None]).mean(1).sum()
+            )  # L, as device_step differentiates it
+        return MatrixCompletionOutput(
+            loss=loss, logits=logits, hidden_states=out.hidden_states, attentions=out.attentions
+        )
 
     def hidden_states(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Embedding output and every layer's output, each `[batch, seq, hidden]`."""
@@ -170,16 +181,24 @@ def read_config(path) -> MatrixBertConfig:
     if kind == MODEL_TYPE:
         return MatrixBertConfig.from_pretrained(path)
     if any(saved.get(k) != v for k, v in LEGACY.items()) or "matrix_n" not in saved:
-        raise ValueError(f"{path / CONFIG_NAME}: model_type {kind!r}, architectures {saved.get('architectures')!r}: "
-                         f"not a MatrixBert (model_type {MODEL_TYPE!r}, or {LEGACY['model_type']!r} with "
-                         f"architectures {LEGACY['architectures']!r} and a matrix_n)")
+        raise ValueError(
+            f"{path / CONFIG_NAME}: model_type {kind!r}, architectures {saved.get('architectures')!r}: "
+            f"not a MatrixBert (model_type {MODEL_TYPE!r}, or {LEGACY['model_type']!r} with "
+            f"architectures {LEGACY['architectures']!r} and a matrix_n)"
+        )
     if not _said_legacy:
         _said_legacy.append(str(path))
-        log.warning("mclib: %s: %s has model_type 'bert', the format saved before 2026-11-29: read as "
-                    "a MatrixBert's, read-out included (AutoModel reads such a folder as a stock BertModel without "
-                    "it; saving it again writes model_type %r; further such folders are read without this line)",
-                    path, CONFIG_NAME, MODEL_TYPE)
-    return MatrixBertConfig.from_dict({k: v for k, v in saved.items() if k not in ("model_type", "transformers_version")})
+        log.warning(
+            "mclib: %s: %s has model_type 'bert', the format saved before 2026-11-29: read as "
+            "a MatrixBert's, read-out included (AutoModel reads such a folder as a stock BertModel without "
+            "it; saving it again writes model_type %r; further such folders are read without this line)",
+            path,
+            CONFIG_NAME,
+            MODEL_TYPE,
+        )
+    return MatrixBertConfig.from_dict(
+        {k: v for k, v in saved.items() if k not in ("model_type", "transformers_version")}
+    )
 
 
 def config_text(folder) -> str:
@@ -219,7 +238,6 @@ def predict(model, batch: Batch) -> torch.Tensor:
     return model(batch.tokens).logits.view_as(batch.x)
 
 
-
 def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
     """A freshly initialised model; the seed fixes the init. `model.kind: gpt` builds
     E19's decoder (`mclib.core.gpt.MatrixGPT`) instead."""
@@ -229,6 +247,7 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
         config._attn_implementation = attention_for(config, cfg.attention)
         return MatrixBert(config)
     from .gpt import build_gpt
+
     return build_gpt(cfg, n, seed)
 
 
@@ -248,12 +267,17 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
     where config.json says gpt2."""
     if json.loads((Path(path) / CONFIG_NAME).read_text()).get("model_type") == "gpt2":
         from .gpt import load_gpt
+
         return load_gpt(path)
     config = read_config(path)
     for key, off in REMOVED_LEVERS.items():
         if getattr(config, key, off) != off:
-            raise ValueError(f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
-                             f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)")
+            raise ValueError(
+                f"{path}: {CONFIG_NAME} has {key} = {getattr(config, key)!r}, a lever removed after "
+                f"revision c6ddcac; load this checkpoint there (git checkout c6ddcac)"
+            )
     with no_hf_progress_bars():
-        model = MatrixBert.from_pretrained(path, config=config, attn_implementation=attention_for(config, attention))
+        model = MatrixBert.from_pretrained(
+            path, config=config, attn_implementation=attention_for(config, attention)
+        )
     return model.eval()

@@ -7,6 +7,7 @@ so in an installed wheel):
 In a checkout each path is returned resolved, naming params/ or docs/data/ (which messages and
 the book quote); in a wheel the files are copies inside mclib/ (pyproject.toml's package-data).
 """
+
 from __future__ import annotations
 
 from importlib import resources
@@ -14,8 +15,13 @@ from pathlib import Path
 
 # The tables under mclib/data/ that the library reads (the rest of docs/data/ is the docs'):
 # every one listed in pyproject.toml's package-data; tests/test_package.py checks the two agree.
-DATA_FILES = ("tf32_study.csv", "rounding.csv", "width_depth.csv", "attention_bias.csv",
-              "attention_bias_measures.csv")
+DATA_FILES = (
+    "tf32_study.csv",
+    "rounding.csv",
+    "width_depth.csv",
+    "attention_bias.csv",
+    "attention_bias_measures.csv",
+)
 
 
 def _packaged(*parts: str) -> Path:

@@ -2,6 +2,7 @@
 post at the end. `checkpoint_steps` reads a trained run and places them (`place_checkpoints`)
 from its measured drop or the profile's fixed steps: the one definition the analyses and the book read.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,25 +25,37 @@ class CheckpointSteps(Checkpoints):
     place "drop" or "fixed"; note, one sentence saying which and why; drop (`find_drop`, or None);
     left_plateau, near_final: the bounds of the transition window (None with "fixed"); skipped:
     saved checkpoints that cannot be read, with why; set_aside: folders training set aside."""
+
     note: str = ""
     drop: int | None = None
     left_plateau: int | None = None
     near_final: int | None = None
     saved: list[int] = field(default_factory=list)
-    skipped: dict[int, str] = field(default_factory=dict)  # saved checkpoints that cannot be read (`damaged_steps`)
-    set_aside: list[str] = field(default_factory=list)  # checkpoints/damaged-step_N folders (`set_aside_dirs`)
+    skipped: dict[int, str] = field(
+        default_factory=dict
+    )  # saved checkpoints that cannot be read (`damaged_steps`)
+    set_aside: list[str] = field(
+        default_factory=list
+    )  # checkpoints/damaged-step_N folders (`set_aside_dirs`)
 
 
-PRE_FRACTION = 0.3        # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
+PRE_FRACTION = 0.3  # pre: at most this fraction of the drop step (the paper: 4 000 of ~15 000)
 # "On the plateau" for a smoothed curve: L_mask within 10 % of E[X²] (one reading: metrics.PLATEAU_BAND)
 PLATEAU_TOLERANCE = 0.1
-FINAL_FACTOR = 2.0        # transition ends where smoothed L_mask is within 2x its final level
-MAX_TRANSITION = 4        # transition checkpoints at most (the paper has 4)
-PLACE_WINDOW = 200        # steps of the trailing mean used to place them
+FINAL_FACTOR = 2.0  # transition ends where smoothed L_mask is within 2x its final level
+MAX_TRANSITION = 4  # transition checkpoints at most (the paper has 4)
+PLACE_WINDOW = 200  # steps of the trailing mean used to place them
 
 
-def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed: Checkpoints,
-                      place: str = "drop", *, window: int = PLACE_WINDOW) -> CheckpointSteps:
+def place_checkpoints(
+    metrics: pd.DataFrame,
+    saved: list[int],
+    rank: int,
+    fixed: Checkpoints,
+    place: str = "drop",
+    *,
+    window: int = PLACE_WINDOW,
+) -> CheckpointSteps:
     """Choose the analysis checkpoints among a run's `saved` steps from its metrics.
 
     place "drop" (the run has a drop d), with L_mask smoothed by a trailing `window`-step mean:
@@ -62,9 +75,15 @@ def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed:
 
     def fixed_steps(note: str) -> CheckpointSteps:
         post = min(fixed.post, last)
-        return CheckpointSteps(place="fixed", pre=min(fixed.pre, last),
-                               transition=[s for s in fixed.transition if s < post], post=post,
-                               note=note, drop=drop, saved=saved)
+        return CheckpointSteps(
+            place="fixed",
+            pre=min(fixed.pre, last),
+            transition=[s for s in fixed.transition if s < post],
+            post=post,
+            note=note,
+            drop=drop,
+            saved=saved,
+        )
 
     if place == "fixed":
         return fixed_steps("the profile's fixed steps (checkpoints.place: fixed)")
@@ -72,7 +91,7 @@ def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed:
         return fixed_steps("the run did not drop, so the profile's fixed steps stand in")
     plateau = copy_level(rank)
     smooth = metrics.set_index("step")["L_mask"].rolling(window, min_periods=1).mean()
-    at = lambda s: float(smooth.loc[:s].iloc[-1])   # the trailing mean at step s
+    at = lambda s: float(smooth.loc[:s].iloc[-1])  # the trailing mean at step s
     before = smooth.loc[:drop]
     high = before[before >= (1 - PLATEAU_TOLERANCE) * plateau]
     left = int(high.index[-1]) if len(high) else int(before.index[0])
@@ -92,9 +111,17 @@ def place_checkpoints(metrics: pd.DataFrame, saved: list[int], rank: int, fixed:
     if not window_steps:
         inner = [s for s in saved if s not in (pre, last)] or saved
         window_steps = [min(inner, key=lambda s: abs(s - drop))]
-    return CheckpointSteps(place="drop", pre=pre, transition=window_steps, post=last,
-                           note=f"placed from the run's drop at step {drop:,}", drop=drop, left_plateau=left,
-                           near_final=near_final, saved=saved)
+    return CheckpointSteps(
+        place="drop",
+        pre=pre,
+        transition=window_steps,
+        post=last,
+        note=f"placed from the run's drop at step {drop:,}",
+        drop=drop,
+        left_plateau=left,
+        near_final=near_final,
+        saved=saved,
+    )
 
 
 def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> CheckpointSteps:
@@ -111,8 +138,12 @@ def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> Che
     fixed = profile.checkpoints
     if skipped:  # a fixed step that cannot be read: the transition goes without it, pre and post take the saved step before
         before = lambda s: s if s not in skipped else max([d for d in done if d < s], default=done[0])
-        fixed = dataclasses.replace(fixed, pre=before(fixed.pre), post=before(fixed.post),
-                                    transition=[t for t in fixed.transition if t not in skipped])
+        fixed = dataclasses.replace(
+            fixed,
+            pre=before(fixed.pre),
+            post=before(fixed.post),
+            transition=[t for t in fixed.transition if t not in skipped],
+        )
     steps = place_checkpoints(metrics, done, profile.data.rank, fixed, profile.checkpoints.place)
     steps.skipped = skipped
     steps.set_aside = [f"{CHECKPOINTS}/{d.name}" for d in set_aside_dirs(run_dir)]

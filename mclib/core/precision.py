@@ -2,6 +2,7 @@
 process-wide precision switches (`check_precision`, `set_precision`) and what wraps a forward
 pass (`autocast`, `emulated_tf32`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,11 +47,15 @@ def check_precision(device: torch.device, precision: str) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(f"train.precision = {precision!r} is not one of {', '.join(PRECISIONS)}")
     if precision == "tf32" and device.type != "cuda":
-        log.warning(f"mclib: train.precision = 'tf32' on {device.type}: TF32 products emulated (mclib.core.tf32), "
-                    "eagerly and slower than fp32")
+        log.warning(
+            f"mclib: train.precision = 'tf32' on {device.type}: TF32 products emulated (mclib.core.tf32), "
+            "eagerly and slower than fp32"
+        )
     if precision == "bf16" and device.type == "cpu" and not cpu_has_bf16():
-        log.warning("mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
-                    "torch emulates it, slower than fp32")
+        log.warning(
+            "mclib: train.precision = 'bf16' on a CPU without bf16 units (no avx512_bf16 or amx_bf16): "
+            "torch emulates it, slower than fp32"
+        )
 
 
 def set_precision(device: torch.device, precision: str) -> None:
@@ -77,5 +82,6 @@ def emulated_tf32(device: torch.device, precision: str):
     """`mclib.core.tf32.EmulateTF32` for tf32 off CUDA, else nothing: wraps a forward and its backward."""
     if precision == "tf32" and device.type != "cuda":
         from .tf32 import EmulateTF32
+
         return EmulateTF32()
     return contextlib.nullcontext()

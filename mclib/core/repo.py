@@ -1,6 +1,7 @@
 """The repository this code runs from: its root (site-packages in an installed wheel, where what
 needs the checkout says so: `require_checkout`), its git revision ("unknown" in a wheel), the hash
 of mclib's sources. Below everything that reads them, so none imports another for a constant."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,8 +28,10 @@ def require_checkout(what: str) -> None:
     """A one-line CheckoutError where mclib is not its source checkout: `what` (the book, the GPU
     lease's ledger, ...) reads files only the checkout has."""
     if not is_checkout():
-        raise CheckoutError(f"{what} needs a source checkout of mclib (git clone it, then `pip install -e .` "
-                            f"there); this mclib is installed at {PACKAGE}")
+        raise CheckoutError(
+            f"{what} needs a source checkout of mclib (git clone it, then `pip install -e .` "
+            f"there); this mclib is installed at {PACKAGE}"
+        )
 
 
 def short_sha(*parts) -> str:
@@ -46,11 +49,13 @@ def mclib_sha() -> str:
 
 
 KIT_RECORD = "revision.json"  # in a GPU lease's kit (scripts/wheelhouse.py --kit): the tree it was built from
-KIT_ENV = "MCLIB_KIT"         # the kit's folder (scripts/lease.sh sets it); default REPO/.kit
+KIT_ENV = "MCLIB_KIT"  # the kit's folder (scripts/lease.sh sets it); default REPO/.kit
 
 
 def _git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _git_own_revision() -> str | None:
@@ -105,7 +110,10 @@ def revisions_of_mclib(sha: str, commits: int = 400) -> list[str]:
 def commit(rev: str) -> str | None:
     """`rev` (a "-dirty" suffix dropped) as a short commit id of this repository, or None where it is not one."""
     try:
-        return _git("rev-parse", "--short", "--verify", "--quiet", f"{rev.removesuffix('-dirty')}^{{commit}}") or None
+        return (
+            _git("rev-parse", "--short", "--verify", "--quiet", f"{rev.removesuffix('-dirty')}^{{commit}}")
+            or None
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -114,12 +122,16 @@ def tree_mclib_sha(rev: str) -> str:
     """`mclib_sha` of commit `rev`'s tree, read from git's objects."""
     listing = [line.split("\t", 1) for line in _git("ls-tree", "-r", rev, "--", "mclib").splitlines()]
     files = sorted((path, meta.split()[2]) for meta, path in listing if path.endswith(".py"))
-    blobs = subprocess.run(["git", "-C", str(REPO), "cat-file", "--batch"], capture_output=True, check=True,
-                           input="".join(f"{blob}\n" for _, blob in files).encode()).stdout
+    blobs = subprocess.run(
+        ["git", "-C", str(REPO), "cat-file", "--batch"],
+        capture_output=True,
+        check=True,
+        input="".join(f"{blob}\n" for _, blob in files).encode(),
+    ).stdout
     parts, at = [], 0
     for path, _ in files:  # each object: "<sha> blob <size>\n<bytes>\n"
         body = blobs.index(b"\n", at) + 1
         size = int(blobs[at:body].split()[2])
-        parts.append(path.encode() + b"\0" + blobs[body:body + size])
+        parts.append(path.encode() + b"\0" + blobs[body : body + size])
         at = body + size + 1
     return short_sha(*parts)

@@ -25,6 +25,7 @@ renamed into place); checkpoints are
 `mclib.core.checkpoints`, the end `mclib.core.ending`, the analysis checkpoints
 `mclib.core.placement`. Only `mclib.core.train` writes runs.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,7 +36,6 @@ from transformers.utils import CONFIG_NAME
 
 from .atomic import write_atomic  # a run folder's files are written whole (mclib.core.atomic)
 from .config import RUNNING, ConfigError, Profile, parse_yaml, profile_from_saved
-
 
 PROFILE = "profile.yaml"
 METRICS = "metrics.csv"
@@ -99,6 +99,7 @@ def checkpoint_dir(run_dir: Path, step: int) -> Path:
 
 # --- the profile ---------------------------------------------------------------------------
 
+
 def write_profile(run_dir: Path, profile: Profile) -> None:
     """Record the profile a run trains with; a folder started with another recipe refuses it."""
     if (run_dir / PROFILE).is_file():
@@ -121,10 +122,17 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
         d.pop("analysis")  # what the book does with a run does not change the run
     for section in mine:
         if mine[section] != saved[section]:
-            diff = section if not isinstance(mine[section], dict) else next(
-                f"{section}.{k}" for k in mine[section] if mine[section][k] != saved[section].get(k))
-            raise ConfigError(f"run folder {str(run_dir)!r} was started with a different profile "
-                              f"({diff} differs); use another --out")
+            diff = (
+                section
+                if not isinstance(mine[section], dict)
+                else next(
+                    f"{section}.{k}" for k in mine[section] if mine[section][k] != saved[section].get(k)
+                )
+            )
+            raise ConfigError(
+                f"run folder {str(run_dir)!r} was started with a different profile "
+                f"({diff} differs); use another --out"
+            )
 
 
 def run_profile(run_dir: str | Path) -> Profile:
@@ -133,6 +141,7 @@ def run_profile(run_dir: str | Path) -> Profile:
 
 
 # --- the metrics ---------------------------------------------------------------------------
+
 
 def load_metrics(run_dir: Path) -> pd.DataFrame:
     return pd.read_csv(Path(run_dir) / METRICS)

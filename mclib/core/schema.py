@@ -10,11 +10,13 @@ is a number, a whole float (3.0) an integer. A bad value reads
     unknown key model.hedas = 8 (known: kind, layers, heads, ...)
     settings[0].seeds = 'one' is not a list
 """
+
 from __future__ import annotations
 
 import math
 import typing
-from typing import Annotated, Any, Callable
+from collections.abc import Callable
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Strict, ValidationError
 from pydantic_core import PydanticCustomError
@@ -36,10 +38,12 @@ Str = Annotated[str, Strict()]
 
 def check(test: Callable[[Any], bool], words: str) -> AfterValidator:
     """A range check: a value that fails `test` is "KEY = VALUE {words}"."""
+
     def run(value):
         if not test(value):
             raise PydanticCustomError("mclib", "{words}", {"words": words, "value": value})
         return value
+
     return AfterValidator(run)
 
 
@@ -64,12 +68,19 @@ def items(kind: Any) -> Any:
 
 class Schema(BaseModel):
     """A mapping of a YAML file: every key declared, none other accepted."""
+
     model_config = ConfigDict(extra="forbid")
 
 
-_WORDS = {"int_type": "is not an integer", "float_type": "is not a number", "bool_type": "is not true or false",
-          "string_type": "is not a string", "model_type": "is not a mapping", "dict_type": "is not a mapping",
-          "list_type": "is not a list"}
+_WORDS = {
+    "int_type": "is not an integer",
+    "float_type": "is not a number",
+    "bool_type": "is not true or false",
+    "string_type": "is not a string",
+    "model_type": "is not a mapping",
+    "dict_type": "is not a mapping",
+    "list_type": "is not a list",
+}
 
 
 def dotted(loc: tuple) -> str:

@@ -6,13 +6,15 @@ per stage of its life: set up and resume, evaluate, flush, save; the loop around
 `mclib.core.train`. `train.step` picks how the device part runs (`step_variant`, `WAYS`).
 Batches are drawn by CPU generators on every device, so a run's data do not depend on the device.
 """
+
 from __future__ import annotations
 
 import copy
 import json
 import logging
 import math
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch.profiler import record_function
@@ -31,8 +33,9 @@ log = logging.getLogger(__name__)
 EVAL_SEED_OFFSET = 1_000_003  # eval matrices come from their own generator
 
 
-def make_optimizer(model, t, device: torch.device, state: dict | None = None,
-                   capture_ready: bool | None = None) -> torch.optim.Optimizer:
+def make_optimizer(
+    model, t, device: torch.device, state: dict | None = None, capture_ready: bool | None = None
+) -> torch.optim.Optimizer:
     """Adam (`betas=(0.9, t.beta2)`) over the trainable parameters, one param group carrying its
     `base_lr` (the profile's, which `set_lr` scales), with a saved `state` loaded if given.
 
@@ -44,8 +47,12 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None,
     capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if capture_ready:
-        own = {"lr": torch.tensor(t.lr, dtype=torch.float32, device=device), "fused": True, "foreach": None,
-               "capturable": True}
+        own = {
+            "lr": torch.tensor(t.lr, dtype=torch.float32, device=device),
+            "fused": True,
+            "foreach": None,
+            "capturable": True,
+        }
     elif device.type == "cuda":
         own = {"lr": t.lr, "fused": True, "foreach": None, "capturable": False}
     else:  # the CPU: foreach, the for-loop's arithmetic to the bit in fewer calls
@@ -60,7 +67,9 @@ def make_optimizer(model, t, device: torch.device, state: dict | None = None,
                 per_param["step"] = per_param["step"].to(device=device, dtype=torch.float32)
     for group in opt.param_groups:
         group["base_lr"] = t.lr
-    if capture_ready:  # torch warns that capturable slows an uncaptured step; the fused kernel is the same either way
+    if (
+        capture_ready
+    ):  # torch warns that capturable slows an uncaptured step; the fused kernel is the same either way
         opt._warned_capturable_if_run_uncaptured = True
     return opt
 
@@ -86,48 +95,55 @@ def one_group(names: list[str], state: dict) -> dict:
     old_order = [n for n in names if not is_embedding(n)] + [n for n in names if is_embedding(n)]
     ids = [i for g in groups for i in g["params"]]
     if len(ids) != len(names) or len(groups) != 2:
-        raise ValueError(f"a saved Adam state of {len(groups)} param groups and {len(ids)} parameters does not "
-                         f"fit this model's {len(names)} trainable parameters")
+        raise ValueError(
+            f"a saved Adam state of {len(groups)} param groups and {len(ids)} parameters does not "
+            f"fit this model's {len(names)} trainable parameters"
+        )
     id_of = dict(zip(old_order, ids))
-    return {"state": {i: state["state"][id_of[n]] for i, n in enumerate(names) if id_of[n] in state["state"]},
-            "param_groups": [{**groups[0], "params": list(range(len(names)))}]}
+    return {
+        "state": {i: state["state"][id_of[n]] for i, n in enumerate(names) if id_of[n] in state["state"]},
+        "param_groups": [{**groups[0], "params": list(range(len(names)))}],
+    }
 
 
 # --- one training step ---------------------------------------------------------------------
 
-def train_step(runs: list["TrainingRun"]) -> torch.Tensor:
+
+def train_step(runs: list[TrainingRun]) -> torch.Tensor:
     """One step of every run in `runs`: lr and batch on the host, then the device part
     (`device_step`, or its CUDA graph's replay); the losses are logged on the device.
     Returns the `[run, 4]` losses (L, L_obs, L_mask, mask value), left on the device."""
     out = []
     for r in runs:
         r.step += 1
-        set_lr(r.opt, lr_at(r.step, r.opt.param_groups[0]["base_lr"], r.t.warmup))  # lr: the warm-up's, where Adam reads it
-        batch = r.batch()                      # batch: the run's own CPU generator, the same matrices on any device
-        if r.graph is not None:                # the device part below, captured once and replayed (train.step)
+        set_lr(
+            r.opt, lr_at(r.step, r.opt.param_groups[0]["base_lr"], r.t.warmup)
+        )  # lr: the warm-up's, where Adam reads it
+        batch = r.batch()  # batch: the run's own CPU generator, the same matrices on any device
+        if r.graph is not None:  # the device part below, captured once and replayed (train.step)
             ls = r.graph.replay(batch)
         else:
             ls = device_step(r, batch)
-        r.pending.append(ls)                   # log: kept on the device until the run's next flush
+        r.pending.append(ls)  # log: kept on the device until the run's next flush
         out.append(ls)
     return torch.stack(out)
 
 
-def device_step(r: "TrainingRun", batch: Batch) -> torch.Tensor:
+def device_step(r: TrainingRun, batch: Batch) -> torch.Tensor:
     """Forward, loss, backward, clip, Adam on `batch`; returns the `[4]` losses, a new tensor.
     Only L is differentiated (the other three are read under `no_grad`). No host sync and no
     host value that changes between steps, so a CUDA graph can capture it (`mclib.core.graphstep`)."""
-    r.opt.zero_grad(set_to_none=True)          # the backward below writes the gradients afresh
+    r.opt.zero_grad(set_to_none=True)  # the backward below writes the gradients afresh
     with emulated_tf32(r.device, r.t.precision):  # TF32 off a GPU: both passes' products rounded, or nothing
         with autocast(r.device, r.t.precision):  # bf16 products with fp32 master weights, or nothing
-            pred = r.forward(batch)            # forward: [batch, n, n]
+            pred = r.forward(batch)  # forward: [batch, n, n]
         sq = squared_errors(pred[None], batch.x[None])  # loss: [1, batch·n·n] squared errors
-        sq.mean(1).sum().backward()            # backward: the gradient of L (their mean) alone
-    if r.t.grad_clip:                          # clip: the global gradient norm, at most grad_clip
+        sq.mean(1).sum().backward()  # backward: the gradient of L (their mean) alone
+    if r.t.grad_clip:  # clip: the global gradient norm, at most grad_clip
         torch.nn.utils.clip_grad_norm_(r.model.parameters(), r.t.grad_clip, foreach=True)
     with record_function("mclib::optimiser"):  # step: Adam (named for benchmarks/step_profile.py)
         r.opt.step()
-    with torch.no_grad():                      # log: L, L_obs, L_mask, mask value of this forward pass
+    with torch.no_grad():  # log: L, L_obs, L_mask, mask value of this forward pass
         return run_losses(pred[None], batch.x[None], batch.mask[None], sq=sq)[0]
 
 
@@ -136,8 +152,9 @@ def lr_at(step: int, base_lr: float, warmup: int) -> float:
     return base_lr * min(1.0, step / warmup) if warmup else base_lr
 
 
-
-STEP_RAN = "step.json"  # in a run's folder: the step variant that ran and why it fell back (`TrainingRun.save`)
+STEP_RAN = (
+    "step.json"  # in a run's folder: the step variant that ran and why it fell back (`TrainingRun.save`)
+)
 
 
 class Way(NamedTuple):
@@ -146,6 +163,7 @@ class Way(NamedTuple):
     device step as one CUDA graph (`mclib.core.graphstep.StepGraph`); matmul_attention: HF's
     "eager" attention instead of sdpa; ahead: batches made ahead on the device
     (`mclib.core.graphstep.BatchesAhead`). None changes the parameters or their names."""
+
     compile: str | None = None
     graph: bool = False
     matmul_attention: bool = False
@@ -165,11 +183,15 @@ WAYS = {  # train.step's variants (mclib.core.config.STEPS less auto), each chec
     "compile-graph-matmul-attention": Way("default", graph=True, matmul_attention=True),
     "autotune-graph": Way("autotune", graph=True),
 }
-CUDA_ONLY_STEPS = tuple(n for n, w in WAYS.items() if w.graph or w.compile == "reduce-overhead")  # CUDA graphs
+CUDA_ONLY_STEPS = tuple(
+    n for n, w in WAYS.items() if w.graph or w.compile == "reduce-overhead"
+)  # CUDA graphs
 COMPILED_STEPS = tuple(n for n, w in WAYS.items() if w.compile)  # torch.compile: first_s holds a compile
 
 
-def step_variant(profile: Profile, device: torch.device, emulated: bool = False, chosen: str | None = None) -> str:
+def step_variant(
+    profile: Profile, device: torch.device, emulated: bool = False, chosen: str | None = None
+) -> str:
     """The `WAYS` variant a run's step runs as on `device`. "auto": "compile" where `train.compile`
     says so, else "eager" on the CPU and `chosen` (`mclib.core.variants.choose`; default eager)
     on CUDA. A variant this device cannot run (CUDA graphs off CUDA; a compile under emulated
@@ -182,7 +204,9 @@ def step_variant(profile: Profile, device: torch.device, emulated: bool = False,
         else:
             wanted = chosen or "eager"
     if wanted in CUDA_ONLY_STEPS and device.type != "cuda":
-        log.warning(f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly")
+        log.warning(
+            f"mclib: train.step = {wanted!r} needs CUDA (this run is on {device.type}): the step runs eagerly"
+        )
         return "eager"
     if wanted in COMPILED_STEPS and emulated:
         return "eager"  # said once, in check_precision's line: compiled code would bypass the emulation
@@ -199,6 +223,7 @@ def compile_model(model, variant: str, device: torch.device):
         return model
     if device.type == "cuda":
         import torch._inductor.config as inductor
+
         if hasattr(inductor, "triton") and hasattr(inductor.triton, "mix_order_reduction"):
             inductor.triton.mix_order_reduction = False
     if how == "autotune":
@@ -210,7 +235,10 @@ def use_matmul_attention(model) -> None:
     """Switch a `MatrixBert` running sdpa to HF's "eager" attention (plain matmuls and softmax);
     any other model is left as it is. Parameters and their names do not change."""
     config = getattr(model, "config", None)
-    if getattr(config, "model_type", None) in (MODEL_TYPE, LEGACY["model_type"]) and config._attn_implementation == "sdpa":
+    if (
+        getattr(config, "model_type", None) in (MODEL_TYPE, LEGACY["model_type"])
+        and config._attn_implementation == "sdpa"
+    ):
         model.set_attn_implementation("eager")
 
 
@@ -220,7 +248,9 @@ class TrainingRun:
     `evaluate`, `flush` (with the stop rule's verdict), `save`; it records the end from
     `finished` and `reason`. `in_memory` builds one with no folder, for timing and checking steps."""
 
-    def __init__(self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None):
+    def __init__(
+        self, job, device: torch.device, capture_ready: bool | None = None, chosen: str | None = None
+    ):
         """Set up the run of `job` (a `mclib.core.train.Job`): its profile recorded, then its model,
         Adam, generators and rows fresh or as its newest intact checkpoint left them
         (`mclib.core.checkpoints.resume_run`). chosen: what `train.step: auto` runs as on CUDA.
@@ -240,8 +270,11 @@ class TrainingRun:
                 for n, q in self.model.named_parameters():
                     q.requires_grad_(n not in frozen)
         else:
-            self.model = (copy.deepcopy(job.init_model) if job.init_model is not None
-                          else build_model(p.model, p.data.n, p.seed)).to(device)
+            self.model = (
+                copy.deepcopy(job.init_model)
+                if job.init_model is not None
+                else build_model(p.model, p.data.n, p.seed)
+            ).to(device)
         self._make_optimizer()
         self._prepare_step()
         self.written = len(self.rows)  # metric rows already in metrics.csv (`save_checkpoint`)
@@ -250,8 +283,13 @@ class TrainingRun:
         self.reason = self.why_end(self.rows)
 
     @classmethod
-    def in_memory(cls, profile: Profile, device: torch.device, capture_ready: bool | None = None,
-                  chosen: str | None = None) -> "TrainingRun":
+    def in_memory(
+        cls,
+        profile: Profile,
+        device: torch.device,
+        capture_ready: bool | None = None,
+        chosen: str | None = None,
+    ) -> TrainingRun:
         """A fresh run with no folder: model, data stream, step, evaluation and `flush` as in the
         loop; `save` refuses (there is nowhere to save). capture_ready: as `make_optimizer`
         (default: on CUDA)."""
@@ -263,7 +301,9 @@ class TrainingRun:
         run.written, run.reason = 0, None
         return run
 
-    def _set_up(self, job, p: Profile, device: torch.device, capture_ready: bool | None, chosen: str | None) -> None:
+    def _set_up(
+        self, job, p: Profile, device: torch.device, capture_ready: bool | None, chosen: str | None
+    ) -> None:
         """What every run starts with: its profile, device, generators, an empty row log and its stop rule."""
         self.job, self.profile, self.t, self.device = job, p, p.train, device
         self.dir = job.run_dir if job is not None else None
@@ -271,11 +311,16 @@ class TrainingRun:
         self.chosen = chosen
         # CPU generators on every device: the same matrices on a GPU as on a laptop, and a
         # run resumes on another device type (a CUDA generator's state is another format)
-        self.gens = {"data": torch.Generator().manual_seed(p.seed),
-                     "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET)}
+        self.gens = {
+            "data": torch.Generator().manual_seed(p.seed),
+            "eval": torch.Generator().manual_seed(p.seed + EVAL_SEED_OFFSET),
+        }
         self.step, self.wall, self.rows, self.state = 0, 0.0, [], None
-        self.save_at = (set(p.checkpoints.all_steps()) | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
-                        | {self.t.steps})
+        self.save_at = (
+            set(p.checkpoints.all_steps())
+            | set(range(self.t.save_every, self.t.steps + 1, self.t.save_every))
+            | {self.t.steps}
+        )
         self.pending: list[torch.Tensor] = []  # per-step losses kept on the device until the next flush
         self.evals: dict[int, dict[str, float]] = {}
         self.why_end = stop_rule(p, job.stop if job is not None else None)  # `mclib.core.ending.stop_rule`
@@ -289,9 +334,13 @@ class TrainingRun:
     def _make_optimizer(self) -> None:
         """The run's Adam, with the saved state on a resume."""
         self.model.train()
-        self.opt = make_optimizer(self.model, self.t, self.device,
-                                  self.state["optimizer"] if self.state is not None else None,
-                                  capture_ready=self.capture_ready)
+        self.opt = make_optimizer(
+            self.model,
+            self.t,
+            self.device,
+            self.state["optimizer"] if self.state is not None else None,
+            capture_ready=self.capture_ready,
+        )
 
     def _prepare_step(self) -> None:
         """Choose the step variant and build its `Way`: the attention, the (compiled) model the
@@ -318,7 +367,9 @@ class TrainingRun:
         """`predict` through the compiled model; a compile that fails here is said in one line and
         the run goes on eagerly."""
         try:
-            if self.variant == "reduce-overhead":  # a new step: the last one's graph outputs are free to reuse
+            if (
+                self.variant == "reduce-overhead"
+            ):  # a new step: the last one's graph outputs are free to reuse
                 torch.compiler.cudagraph_mark_step_begin()
             return predict(self.compiled, batch)
         except Exception as e:
@@ -339,7 +390,10 @@ class TrainingRun:
     def evaluate(self) -> torch.Tensor:
         """`[4]` losses of the (uncompiled) model on a fresh eval batch, in eval mode."""
         batch = self.eval_batch()
-        with emulated_tf32(self.device, self.t.precision), eval_mode(self.model):  # as a GPU in TF32 evaluates
+        with (
+            emulated_tf32(self.device, self.t.precision),
+            eval_mode(self.model),
+        ):  # as a GPU in TF32 evaluates
             pred = predict(self.model, batch)
         return run_losses(pred[None], batch.x[None], batch.mask[None])[0]
 
@@ -354,13 +408,15 @@ class TrainingRun:
                 return batch.to(self.device, non_blocking=True)
             if self.inputs is None:
                 from .graphstep import StaticBatch
+
                 self.inputs = StaticBatch(batch, self.device)
             return self.inputs.fill(batch)
 
     def eval_batch(self) -> Batch:
         d = self.profile.data
         return sample_batch(self.t.eval_batch, d.n, d.rank, d.p_mask, self.gens["eval"], dist=d.dist).to(
-            self.device, non_blocking=True)
+            self.device, non_blocking=True
+        )
 
     def flush(self) -> str | None:
         """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or None."""
@@ -382,25 +438,43 @@ class TrainingRun:
         (`checkpoints.keep`)."""
         if self.dir is None:
             raise RuntimeError("an in-memory run (TrainingRun.in_memory) has no folder to save to")
-        said = {"planned": self.t.step, "variant": self.variant, "ran": "eager" if self.fell_back else self.variant,
-                "fell_back": self.fell_back, "from_step": self.ran_from}
+        said = {
+            "planned": self.t.step,
+            "variant": self.variant,
+            "ran": "eager" if self.fell_back else self.variant,
+            "fell_back": self.fell_back,
+            "from_step": self.ran_from,
+        }
         if said != self.step_said:
             write_atomic(self.dir / STEP_RAN, json.dumps(said, indent=1))
             self.step_said = said
-        if self.ahead is not None:  # the generator as the next step draws: the batches made ahead are not kept
+        if (
+            self.ahead is not None
+        ):  # the generator as the next step draws: the batches made ahead are not kept
             self.ahead.rewind(self.gens["data"])
         state = final or not self.t.state_every or self.step % self.t.state_every == 0
-        self.written = save_checkpoint(self.dir, self.step, self.model, self.opt if state else None, self.gens,
-                                       rows=self.rows, written=self.written, wall=self.wall, device=self.device)
+        self.written = save_checkpoint(
+            self.dir,
+            self.step,
+            self.model,
+            self.opt if state else None,
+            self.gens,
+            rows=self.rows,
+            written=self.written,
+            wall=self.wall,
+            device=self.device,
+        )
         prune_checkpoints(self.dir, self.profile, self.rows, self.job.newest_only)
 
 
-def steps_of(runs: list["TrainingRun"]) -> Callable[[], torch.Tensor]:
+def steps_of(runs: list[TrainingRun]) -> Callable[[], torch.Tensor]:
     """A function that runs one `train_step` of in-memory `runs` and discards the logged rows;
     it returns the `[run, 4]` losses."""
+
     def step() -> torch.Tensor:
         out = train_step(runs)
         for r in runs:
             r.pending.clear()
         return out
+
     return step

@@ -25,20 +25,21 @@ redrawn from both (`mclib.core.sweep_figure`). Resumable: a run with a row is sk
 one continues from its newest checkpoint (its cap counting from the sweep's first start), a
 folder of another sweep is started afresh unless `resume: true`.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 from pydantic import ValidationError
 
 from .atomic import write_atomic
 from .config import ConfigError, load_profile, profile_path, read_yaml
-from .schema import NOT_NEGATIVE, Bool, Float, Int, Schema, Str, at_least_one, check, one_of, problems
 from .runs import run_name
+from .schema import NOT_NEGATIVE, Bool, Float, Int, Schema, Str, at_least_one, check, one_of, problems
 from .sweep_figure import draw_figure, keep_curves
 from .sweep_run import EVENT, SweepRun, train_sweep_run
 
@@ -52,22 +53,22 @@ Seeds = Annotated[list[Int], at_least_one("seed")]
 
 class _Setting(Schema):
     name: Annotated[Str, check(lambda v: bool(v) and "/" not in v, "is not a folder name")]
-    overrides: Optional[dict[str, Any]] = None  # dotted profile keys (Profile.replace), checked with the base
-    cap_minutes: Optional[NonNegFloat] = None   # these four: the sweep's own where not given
-    after_drop: Optional[NonNegInt] = None
-    resume: Optional[Bool] = None
-    seeds: Optional[Seeds] = None
+    overrides: dict[str, Any] | None = None  # dotted profile keys (Profile.replace), checked with the base
+    cap_minutes: NonNegFloat | None = None  # these four: the sweep's own where not given
+    after_drop: NonNegInt | None = None
+    resume: Bool | None = None
+    seeds: Seeds | None = None
 
 
 class _Sweep(Schema):
     base: Str = "cpu"
-    cap_minutes: Optional[NonNegFloat] = None
-    after_drop: Optional[NonNegInt] = None
-    seeds: Optional[Seeds] = None  # None: the base profile's seed
+    cap_minutes: NonNegFloat | None = None
+    after_drop: NonNegInt | None = None
+    seeds: Seeds | None = None  # None: the base profile's seed
     order: Annotated[Str, one_of(ORDERS)] = ORDERS[0]
     resume: Bool = False
-    threads: Optional[NonNegInt] = None
-    cluster: Optional[Str] = None
+    threads: NonNegInt | None = None
+    cluster: Str | None = None
     settings: Annotated[list[_Setting], at_least_one("setting")]
 
 
@@ -80,7 +81,9 @@ def read_sweep(path: str | Path) -> _Sweep:
         raise ConfigError(f"{path}: {problems(e, _Sweep, 'sweep')[0][1]}") from None
 
 
-def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int | None = None) -> list[SweepRun]:
+def load_sweep(
+    path: str | Path, runs: str | Path = "runs/sweep", threads: int | None = None
+) -> list[SweepRun]:
     """Every run of the sweep file at `path`, checked (keys, values, each run's profile)."""
     path = Path(path)
     spec = read_sweep(path)
@@ -104,8 +107,19 @@ def load_sweep(path: str | Path, runs: str | Path = "runs/sweep", threads: int |
                 profile = base.replace(**{**overrides, "seed": seed, "train.threads": threads})
             except ConfigError as e:
                 raise ConfigError(f"{here} ({s.name}): {e}") from None
-            out.append(SweepRun(path.name, s.name, seed, overrides, profile, Path(runs) / run_name(s.name, seed),
-                                cap, after, resume))
+            out.append(
+                SweepRun(
+                    path.name,
+                    s.name,
+                    seed,
+                    overrides,
+                    profile,
+                    Path(runs) / run_name(s.name, seed),
+                    cap,
+                    after,
+                    resume,
+                )
+            )
             rank.append(nth)
     if spec.order == "by-seed":  # stable: within one seed rank, settings keep the file's order
         out = [r for _, r in sorted(zip(rank, out), key=lambda pair: pair[0])]
@@ -118,6 +132,7 @@ def sweep_cluster(path: str | Path) -> str | None:
 
 
 # --- in the client ----------------------------------------------------------------------
+
 
 def finished(results: Path, runs: list[SweepRun]) -> set[tuple[str, str, int]]:
     """(sweep, setting, seed) of the runs that already have a row in `results`."""
@@ -140,10 +155,14 @@ def append_row(results: Path, row: dict) -> None:
     write_atomic(results, pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(index=False))
 
 
-def _progress_line(name: str, done: int, failed: int, waiting: int, running: dict[str, tuple[int, int]]) -> str:
+def _progress_line(
+    name: str, done: int, failed: int, waiting: int, running: dict[str, tuple[int, int]]
+) -> str:
     each = ", ".join(f"{label} step {step}/{steps}" for label, (step, steps) in sorted(running.items()))
-    return (f"sweep {name}: {done} done, {len(running)} running{f' ({each})' if each else ''}, "
-            f"{failed} failed, {waiting} waiting")
+    return (
+        f"sweep {name}: {done} done, {len(running)} running{f' ({each})' if each else ''}, "
+        f"{failed} failed, {waiting} waiting"
+    )
 
 
 def memory_here(device: str) -> int | None:
@@ -166,14 +185,23 @@ def check_fits(runs: list[SweepRun]) -> None:
     for r in runs:
         need, have = train_memory_bytes(r.profile), memory_here(r.profile.train.device)
         if have is not None and need > have:
-            raise ConfigError(f"sweep setting {r.setting}: a run needs about {need / 2**30:.1f} GiB "
-                              f"(mclib.core.flops.train_memory_bytes) but {r.profile.train.device} here has "
-                              f"{have / 2**30:.1f} GiB; make train.batch or the model smaller")
+            raise ConfigError(
+                f"sweep setting {r.setting}: a run needs about {need / 2**30:.1f} GiB "
+                f"(mclib.core.flops.train_memory_bytes) but {r.profile.train.device} here has "
+                f"{have / 2**30:.1f} GiB; make train.batch or the model smaller"
+            )
 
 
-def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "runs/sweep",
-              results: str | Path | None = None, figure: str | Path | None = None, *, threads: int | None = None,
-              progress_every: float = 30.0) -> int:
+def run_sweep(
+    path: str | Path,
+    cluster: str | None = None,
+    runs: str | Path = "runs/sweep",
+    results: str | Path | None = None,
+    figure: str | Path | None = None,
+    *,
+    threads: int | None = None,
+    progress_every: float = 30.0,
+) -> int:
     """Run a sweep file (module doc); returns the number of runs that failed (0: all done).
     Progress lines are logged (INFO: `python -m mclib sweep` prints them on stdout)."""
     from .jobs import cluster as dask_cluster
@@ -203,13 +231,16 @@ def run_sweep(path: str | Path, cluster: str | None = None, runs: str | Path = "
     if pending:
         gpu = any(needs_gpu(r.profile) for r in pending)
         with dask_cluster(cluster, threads_per_run=pending[0].profile.train.threads, gpu=gpu) as client:
-            done, failed = _drive(client, pending, results, path.name, done, every=progress_every,
-                                  redraw=record)
+            done, failed = _drive(
+                client, pending, results, path.name, done, every=progress_every, redraw=record
+            )
     record()
     for label, error in failed:
         log.info(f"sweep {path.name}: {label} failed: {error}")
-    log.info(f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
-             f"figure {figure}")
+    log.info(
+        f"sweep {path.name}: {done} of {len(todo)} runs done, {len(failed)} failed; table {results}, "
+        f"figure {figure}"
+    )
     return len(failed)
 
 
@@ -220,9 +251,17 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
 
     # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
     # submitted together by their keys, i.e. alphabetically by setting name
-    futures = {client.submit(train_sweep_run, r, key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
-                             pure=False, resources=resources_for(r.profile), priority=len(pending) - i): r
-               for i, r in enumerate(pending)}
+    futures = {
+        client.submit(
+            train_sweep_run,
+            r,
+            key=f"sweep-{run_name(r.setting, r.seed)}-{os.urandom(4).hex()}",
+            pure=False,
+            resources=resources_for(r.profile),
+            priority=len(pending) - i,
+        ): r
+        for i, r in enumerate(pending)
+    }
     left, failed, last = set(futures), [], 0.0
     while left:
         # woken by the first run to end, or when the next progress line is due
@@ -237,7 +276,9 @@ def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int,
                 done += 1
             else:
                 error = f.exception()
-                failed.append((run.label, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"))
+                failed.append(
+                    (run.label, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}")
+                )
         if finished_now or time.monotonic() - last >= every:
             last = time.monotonic()
             steps: dict[str, tuple[int, int]] = {}

@@ -2,13 +2,13 @@
 table, STEM_curves.csv keeps each run's thinned loss curve (`keep_curves`), so the curves
 outlive the run folders; `draw_figure` draws from the two.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 from .metrics import DROP_WINDOW
 from .runs import METRICS, run_name
-
 
 CURVE_POINTS = 200  # points kept per run, spaced evenly in log(step): enough for a log-x plot
 
@@ -44,13 +44,16 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
     columns = ["sweep", "setting", "seed", "step", "L_mask"]
     old = pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=columns)
     kept = {k: c for k, c in old.groupby(["sweep", "setting", "seed"])}
-    table = [c for (w, _, _), c in kept.items() if w != sweep]   # other sweeps' curves, as they were
+    table = [c for (w, _, _), c in kept.items() if w != sweep]  # other sweeps' curves, as they were
     for row in rows.itertuples():
         folder = runs / run_name(row.setting, int(row.seed))
         m = load_metrics(folder) if (folder / METRICS).is_file() else None
         here = m is not None and int(m["step"].iloc[-1]) == int(row.steps_run)
-        curve = (thinned_curve(m).assign(sweep=sweep, setting=row.setting, seed=int(row.seed)) if here
-                 else kept.get((sweep, row.setting, int(row.seed))))
+        curve = (
+            thinned_curve(m).assign(sweep=sweep, setting=row.setting, seed=int(row.seed))
+            if here
+            else kept.get((sweep, row.setting, int(row.seed)))
+        )
         if curve is not None:
             table.append(curve[columns])
     whole = pd.concat(table, ignore_index=True) if table else pd.DataFrame(columns=columns)
@@ -82,7 +85,9 @@ def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
     if df.empty:
         return None
     kept = pd.read_csv(curves_path(results)) if curves_path(results).is_file() else None
-    curves = {} if kept is None else {k: c for k, c in kept[kept["sweep"] == sweep].groupby(["setting", "seed"])}
+    curves = (
+        {} if kept is None else {k: c for k, c in kept[kept["sweep"] == sweep].groupby(["setting", "seed"])}
+    )
     settings = list(dict.fromkeys(df["setting"]))
     colours = setting_colours(settings)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
@@ -91,15 +96,27 @@ def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
         curve = curves.get((row.setting, int(row.seed)))
         if curve is not None:
             drawn += 1
-            left.plot(curve["step"] * row.batch, curve["L_mask"], color=colours[row.setting], lw=0.8, alpha=0.8)
+            left.plot(
+                curve["step"] * row.batch, curve["L_mask"], color=colours[row.setting], lw=0.8, alpha=0.8
+            )
         if pd.notna(row.drop_step):
-            right.scatter([settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40)
+            right.scatter(
+                [settings.index(row.setting)], [row.drop_step * row.batch], color=colours[row.setting], s=40
+            )
         else:
-            right.scatter([settings.index(row.setting)], [row.matrices], color=colours[row.setting], marker="^",
-                          facecolors="none", s=40)
+            right.scatter(
+                [settings.index(row.setting)],
+                [row.matrices],
+                color=colours[row.setting],
+                marker="^",
+                facecolors="none",
+                s=40,
+            )
     for s in settings:
         left.plot([], [], color=colours[s], label=s)
-    which = "every run" if drawn == len(df) else f"{drawn} of {len(df)} runs (the others' curves were not kept)"
+    which = (
+        "every run" if drawn == len(df) else f"{drawn} of {len(df)} runs (the others' curves were not kept)"
+    )
     left.set(xlabel="matrices seen", ylabel=f"L_mask (training batch, {DROP_WINDOW}-step mean)")
     left.set_title(f"{sweep}: {which}", fontsize=10)
     if drawn:

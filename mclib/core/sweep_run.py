@@ -2,6 +2,7 @@
 the sweep's cap and `after_drop`; it reports its step on a Dask event (`EVENT`) and returns
 its row of the results table (`summarise`).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,18 +14,18 @@ from typing import Any
 
 from .config import Profile
 
-
 EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
 
 
 @dataclass
 class SweepRun:
     """One run of a sweep: what a worker needs to train it and to write its row."""
-    sweep: str                  # the sweep file's name (the results table's `sweep` column)
+
+    sweep: str  # the sweep file's name (the results table's `sweep` column)
     setting: str
     seed: int
     overrides: dict[str, Any]
-    profile: Profile            # base + overrides + seed + threads
+    profile: Profile  # base + overrides + seed + threads
     run_dir: Path
     cap_minutes: float | None = None
     after_drop: int | None = None
@@ -38,13 +39,15 @@ class SweepRun:
 
 # --- on a worker ---------------------------------------------------------------------------
 
+
 def _report(run: SweepRun, step: int, state: str) -> None:
     """Tell the client this run's step (a Dask event; nothing outside a worker)."""
     try:
         from distributed import get_worker
 
-        get_worker().log_event(EVENT, {"run": run.label, "step": step, "steps": run.profile.train.steps,
-                                       "state": state})
+        get_worker().log_event(
+            EVENT, {"run": run.label, "step": step, "steps": run.profile.train.steps, "state": state}
+        )
     except (ImportError, ValueError):
         pass
 
@@ -76,8 +79,11 @@ def train_sweep_run(run: SweepRun) -> dict:
     from .train import train
 
     wall0 = _start_wall(run)
-    past_drop = (stop_after_drop(run.profile.data.rank, run.after_drop, drop_column(run.profile))
-                 if run.after_drop is not None else None)
+    past_drop = (
+        stop_after_drop(run.profile.data.rank, run.after_drop, drop_column(run.profile))
+        if run.after_drop is not None
+        else None
+    )
     cap = None if run.cap_minutes is None else 60 * run.cap_minutes
     told = [0.0]
 
@@ -101,10 +107,23 @@ def train_sweep_run(run: SweepRun) -> dict:
 def setting_columns(profile: Profile) -> dict:
     """The run's levers, resolved from its profile (a row names its whole setting, not only its overrides)."""
     d, m, t = profile.data, profile.model, profile.train
-    return {"n": d.n, "rank": d.rank, "p_mask": d.p_mask,
-            "kind": m.kind, "layers": m.layers, "heads": m.heads, "hidden": m.hidden, "init_std": m.init_std,
-            "attn_bias": m.attn_bias, "attn_bias_target": m.attn_bias_target,
-            "batch": t.batch, "lr": t.lr, "warmup": t.warmup, "beta2": t.beta2, "grad_clip": t.grad_clip}
+    return {
+        "n": d.n,
+        "rank": d.rank,
+        "p_mask": d.p_mask,
+        "kind": m.kind,
+        "layers": m.layers,
+        "heads": m.heads,
+        "hidden": m.hidden,
+        "init_std": m.init_std,
+        "attn_bias": m.attn_bias,
+        "attn_bias_target": m.attn_bias_target,
+        "batch": t.batch,
+        "lr": t.lr,
+        "warmup": t.warmup,
+        "beta2": t.beta2,
+        "grad_clip": t.grad_clip,
+    }
 
 
 def end_rule(profile: Profile) -> str:
@@ -121,7 +140,11 @@ def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> s
         return "unfinished"
     if end.ended != "stopped":
         return end.ended
-    return "after drop" if after_drop is not None and drop is not None and steps >= drop + after_drop else "wall cap"
+    return (
+        "after drop"
+        if after_drop is not None and drop is not None and steps >= drop + after_drop
+        else "wall cap"
+    )
 
 
 def summarise(run: SweepRun) -> dict:
@@ -137,11 +160,23 @@ def summarise(run: SweepRun) -> dict:
     steps = int(m["step"].iloc[-1])
     ms_per_step = 1000 * wall / steps  # drop_minutes is the drop step at this mean pace (also over a resume)
     stats = plateau_stats(m, drop)
-    return {"setting": run.setting, "seed": run.seed, "overrides": json.dumps(run.overrides),
-            "drop_step": drop, "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
-            "steps_run": steps, "ms_per_step": round(ms_per_step, 1),
-            "threads": profile.train.threads, **{k: round(v, 5) for k, v in stats.items()},
-            "cap_minutes": run.cap_minutes, "end_rule": end_rule(profile),
-            "ended": how_it_ended(run_end(run.run_dir), drop, steps, run.after_drop), "date": time.strftime("%Y-%m-%d"),
-            "matrices": steps * profile.train.batch, **setting_columns(profile),
-            "wall_minutes": round(wall / 60, 2), "sweep": run.sweep, **run.extra}
+    return {
+        "setting": run.setting,
+        "seed": run.seed,
+        "overrides": json.dumps(run.overrides),
+        "drop_step": drop,
+        "drop_minutes": None if drop is None else round(drop * ms_per_step / 60000, 2),
+        "steps_run": steps,
+        "ms_per_step": round(ms_per_step, 1),
+        "threads": profile.train.threads,
+        **{k: round(v, 5) for k, v in stats.items()},
+        "cap_minutes": run.cap_minutes,
+        "end_rule": end_rule(profile),
+        "ended": how_it_ended(run_end(run.run_dir), drop, steps, run.after_drop),
+        "date": time.strftime("%Y-%m-%d"),
+        "matrices": steps * profile.train.batch,
+        **setting_columns(profile),
+        "wall_minutes": round(wall / 60, 2),
+        "sweep": run.sweep,
+        **run.extra,
+    }

@@ -7,13 +7,14 @@ on an sm80+ GPU its fp32 kernel uses 3xTF32 products, about as exact as fp32, wh
 `allow_tf32` says. Rounding is to nearest, ties away from zero, as PTX's `cvt.rna.tf32.f32`.
 torch.compile'd code bypasses the mode, so an emulated run trains eagerly.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-DROPPED_BITS = 13   # fp32 keeps 23 mantissa bits, TF32 10
+DROPPED_BITS = 13  # fp32 keeps 23 mantissa bits, TF32 10
 
 
 def round_tf32(x: torch.Tensor) -> torch.Tensor:
@@ -40,7 +41,7 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         xr, wr = ctx.saved_tensors
-        g2 = g.reshape(-1, g.shape[-1])                        # [rows, out]
+        g2 = g.reshape(-1, g.shape[-1])  # [rows, out]
         gr = round_tf32(g2)
         dx = torch.mm(gr, wr).view(xr.shape) if ctx.needs_input_grad[0] else None
         dw = torch.mm(gr.t(), xr.reshape(-1, xr.shape[-1])) if ctx.needs_input_grad[1] else None
@@ -61,8 +62,8 @@ class _Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         ar, br = ctx.saved_tensors
-        batched = lambda t: t.reshape(-1, *t.shape[-2:])          # [batch, rows, cols]
-        gr = batched(round_tf32(g))                               # [batch, m, n]
+        batched = lambda t: t.reshape(-1, *t.shape[-2:])  # [batch, rows, cols]
+        gr = batched(round_tf32(g))  # [batch, m, n]
         da = torch.bmm(gr, batched(br).transpose(1, 2)).view(ar.shape) if ctx.needs_input_grad[0] else None
         db = torch.bmm(batched(ar).transpose(1, 2), gr).view(br.shape) if ctx.needs_input_grad[1] else None
         return da, db
@@ -90,11 +91,16 @@ class EmulateTF32(TorchFunctionMode):
                 return _Linear.apply(x, weight, bias)
         elif func in MATMUL and not kwargs:
             a, b = args
-            if (a.dtype == b.dtype == torch.float32 and a.dim() == b.dim() >= 2
-                    and a.shape[:-2] == b.shape[:-2]):
+            if (
+                a.dtype == b.dtype == torch.float32
+                and a.dim() == b.dim() >= 2
+                and a.shape[:-2] == b.shape[:-2]
+            ):
                 self.counts["matmul"] = self.counts.get("matmul", 0) + 1
                 return _Matmul.apply(a, b)
             if a.dtype == torch.float32 and a.dim() >= 2 and b.dim() >= 2:
-                raise NotImplementedError(f"EmulateTF32: torch.matmul of shapes {tuple(a.shape)} and "
-                                          f"{tuple(b.shape)} (broadcast batch dimensions) is not emulated")
+                raise NotImplementedError(
+                    f"EmulateTF32: torch.matmul of shapes {tuple(a.shape)} and "
+                    f"{tuple(b.shape)} (broadcast batch dimensions) is not emulated"
+                )
         return func(*args, **kwargs)

@@ -8,6 +8,7 @@ fresh matrices every `eval_every` steps. A run whose checkpoints would not fit i
 refused before it starts (`check_disk`). The step and the run are `mclib.core.step`; several
 runs go to a Dask cluster through `mclib.core.jobs`.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -15,9 +16,9 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from filelock import FileLock, Timeout
@@ -36,22 +37,35 @@ from .variants import auto_step
 log = logging.getLogger(__name__)
 
 
-def train(profile: Profile, run_dir: str | Path, progress: bool = True,
-          stop: Callable[[list[dict]], bool] | None = None,
-          init_model: MatrixBert | None = None, *, newest_only: bool = False, deadline: float | None = None) -> Path:
+def train(
+    profile: Profile,
+    run_dir: str | Path,
+    progress: bool = True,
+    stop: Callable[[list[dict]], bool] | None = None,
+    init_model: MatrixBert | None = None,
+    *,
+    newest_only: bool = False,
+    deadline: float | None = None,
+) -> Path:
     """Train (or resume) `profile` in `run_dir` and return it; the arguments are `Job`'s, and
     deadline (a `time.time()`) or SIGTERM/SIGINT saves a resumable checkpoint and ends "cut"."""
-    return train_group([Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress,
-                       deadline=deadline)[0]
+    return train_group(
+        [Job(profile, Path(run_dir), stop, init_model, newest_only)], progress=progress, deadline=deadline
+    )[0]
 
 
 @dataclass
 class Job:
     """One run of a `train_group` call: what `train` takes."""
+
     profile: Profile
     run_dir: Path
-    stop: Callable[[list[dict]], bool] | None = None  # asked with the rows at every flush: True ends the run ("stopped")
-    init_model: MatrixBert | None = None  # start from this model (E15); its frozen parameters stay frozen on resume
+    stop: Callable[[list[dict]], bool] | None = (
+        None  # asked with the rows at every flush: True ends the run ("stopped")
+    )
+    init_model: MatrixBert | None = (
+        None  # start from this model (E15); its frozen parameters stay frozen on resume
+    )
     newest_only: bool = False  # with checkpoints.keep: analysis, keep only the newest checkpoint
 
 
@@ -68,8 +82,10 @@ def train_group(jobs: list[Job], progress: bool = False, deadline: float | None 
     if not jobs:
         return []
     if len({process_key(j.profile) for j in jobs}) > 1:
-        raise ValueError("runs trained in one process need equal process_key(profile) (device, precision, threads): "
-                         + ", ".join(f"{j.run_dir}" for j in jobs))
+        raise ValueError(
+            "runs trained in one process need equal process_key(profile) (device, precision, threads): "
+            + ", ".join(f"{j.run_dir}" for j in jobs)
+        )
     threads = torch.get_num_threads()
     try:
         with contextlib.ExitStack() as locks:
@@ -109,7 +125,9 @@ class _CutSignals:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        log.warning(f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)")
+        log.warning(
+            f"mclib: {signal.Signals(signum).name}: saving at the next step, then ending (again: stop now)"
+        )
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
@@ -136,8 +154,14 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
     training = [r for r in runs if not r.finished]
     check_disk([(r.profile, r.dir, r.job.newest_only) for r in training])
     lead = (training or runs)[0]
-    bar = tqdm(total=lead.t.steps, initial=lead.step, desc=f"train {lead.profile.name}",
-               disable=not progress or not training, unit="step", dynamic_ncols=True)
+    bar = tqdm(
+        total=lead.t.steps,
+        initial=lead.step,
+        desc=f"train {lead.profile.name}",
+        disable=not progress or not training,
+        unit="step",
+        dynamic_ncols=True,
+    )
     tick = time.perf_counter()
     with _CutSignals() as signals:
         while True:
@@ -152,7 +176,9 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
                 if r.step % r.t.eval_every == 0:  # evaluate: fresh matrices of the run's eval generator
                     r.evals[r.step] = dict(zip(LOSS_NAMES, r.evaluate().cpu().tolist()))
             cut = signals.requested or (deadline is not None and time.time() >= deadline)
-            flushing = [i for i, r in enumerate(runs) if cut or r.step % r.t.log_every == 0 or r.step in r.save_at]
+            flushing = [
+                i for i, r in enumerate(runs) if cut or r.step % r.t.log_every == 0 or r.step in r.save_at
+            ]
             if device.type == "cuda" and flushing:
                 # the steps queued since the last flush finish here: their time is the steps' own (`wall`),
                 # not the flush's; without this sync, `wall` counted the host's queueing alone
@@ -176,6 +202,7 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
 
 # --- several runs side by side, on a Dask cluster (mclib.core.jobs) --------------------------
 
+
 def parallel_runs(profile: Profile) -> int:
     """How many runs of `profile` train at once on the local cluster
     (`mclib.core.jobs.local_workers`)."""
@@ -193,8 +220,13 @@ def _seed_stop(profile: Profile, after_drop: int | None):
 def train_seed(profile: Profile, run_dir: Path, after_drop: int | None) -> Path:
     """One job of `seed_jobs`: train (or resume) the run, stopping `after_drop` steps past its drop
     (then keeping only its newest checkpoint)."""
-    return train(profile, run_dir, progress=False, stop=_seed_stop(profile, after_drop),
-                 newest_only=after_drop is not None)
+    return train(
+        profile,
+        run_dir,
+        progress=False,
+        stop=_seed_stop(profile, after_drop),
+        newest_only=after_drop is not None,
+    )
 
 
 def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path, int | None]]:
@@ -203,8 +235,10 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
     after their drop (None: to the last step)."""
     after = profile.analysis.after_drop
     profile = with_device(profile)
-    jobs = [(profile.replace(seed=s), d, None if s == profile.seed else after)
-            for s, d in seed_run_dirs(profile, run_dir).items()]
+    jobs = [
+        (profile.replace(seed=s), d, None if s == profile.seed else after)
+        for s, d in seed_run_dirs(profile, run_dir).items()
+    ]
     return [job for job in jobs if not is_complete(job[0], job[1], _seed_stop(job[0], job[2]))]
 
 

@@ -2,12 +2,13 @@
 on every lease), `time_run`, and `choose`, what `train.step: auto` runs on CUDA.
 `step_function` is one step of fresh runs, for the benchmarks.
 """
+
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -36,18 +37,19 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
     return steps_of([TrainingRun.in_memory(p, device, chosen=auto_step(p, device)) for p in seeds])
 
 
-CHECK_STEPS = 20        # steps a variant is compared with eager over, from the same weights and batches
-LOSS_RTOL = 1e-3        # every variant passes with every logged loss within this of eager's, relatively,
-UPDATE_RTOL = 5e-2      # and its parameter update within this of eager's (relative L2 norm): Adam's first
+CHECK_STEPS = 20  # steps a variant is compared with eager over, from the same weights and batches
+LOSS_RTOL = 1e-3  # every variant passes with every logged loss within this of eager's, relatively,
+UPDATE_RTOL = 5e-2  # and its parameter update within this of eager's (relative L2 norm): Adam's first
 #   steps (g/√v ~ ±1) turn a last-bit gradient difference into a whole lr's, so updates differ more than losses.
 #   One bar for every variant, the CUDA graph too: a captured matmul may pick another cuBLAS algorithm
-REPEATS = 3             # timed windows a variant's ms a step is the median of (`time_run`)
-BUSY_STEPS = 3          # steps queued, untimed, before each window's start event: it starts from a busy device
+REPEATS = 3  # timed windows a variant's ms a step is the median of (`time_run`)
+BUSY_STEPS = 3  # steps queued, untimed, before each window's start event: it starts from a busy device
 
 
 @dataclass
 class Trace:
     """What `trace` records of one variant: its `[steps, 4]` losses and its parameters after them."""
+
     variant: str
     losses: torch.Tensor
     params: dict[str, torch.Tensor]
@@ -78,9 +80,9 @@ def initial_params(profile: Profile, device: torch.device) -> dict[str, torch.Te
 @dataclass
 class Check:
     passed: bool
-    text: str            # one line: "within tolerance of eager over 20 steps: ...", "fell back: ...", ...
-    loss_rel: float      # largest relative difference of a logged loss from eager's
-    update_rel: float    # relative L2 difference of the parameter update from eager's
+    text: str  # one line: "within tolerance of eager over 20 steps: ...", "fell back: ...", ...
+    loss_rel: float  # largest relative difference of a logged loss from eager's
+    update_rel: float  # relative L2 difference of the parameter update from eager's
     bitwise: bool = False  # losses and parameters the same bits as eager's: information, not the bar
 
 
@@ -93,21 +95,30 @@ def compare(ref: Trace, got: Trace, start: dict[str, torch.Tensor]) -> Check:
     num = sum(((got.params[n] - ref.params[n]).double() ** 2).sum() for n in ref.params)
     den = sum(((ref.params[n] - start[n]).double() ** 2).sum() for n in ref.params)
     update_rel = (num / den).sqrt().item() if den > 0 else float("inf")
-    same = torch.equal(got.losses, ref.losses) and all(torch.equal(got.params[n], ref.params[n]) for n in ref.params)
+    same = torch.equal(got.losses, ref.losses) and all(
+        torch.equal(got.params[n], ref.params[n]) for n in ref.params
+    )
     if got.fell_back:
         return Check(False, f"fell back: {got.fell_back}", loss_rel, update_rel, same)
     if not torch.isfinite(got.losses).all():
         return Check(False, f"non-finite losses within {steps} steps", loss_rel, update_rel, same)
     ok = loss_rel <= LOSS_RTOL and update_rel <= UPDATE_RTOL
-    return Check(ok, f"{'within' if ok else 'OUTSIDE'} tolerance of eager over {steps} steps: losses {loss_rel:.1e} "
-                     f"(<= {LOSS_RTOL:g}), update {update_rel:.1e} (<= {UPDATE_RTOL:g}) relative"
-                     + ("; bitwise equal" if same else ""), loss_rel, update_rel, same)
+    return Check(
+        ok,
+        f"{'within' if ok else 'OUTSIDE'} tolerance of eager over {steps} steps: losses {loss_rel:.1e} "
+        f"(<= {LOSS_RTOL:g}), update {update_rel:.1e} (<= {UPDATE_RTOL:g}) relative"
+        + ("; bitwise equal" if same else ""),
+        loss_rel,
+        update_rel,
+        same,
+    )
 
 
 @dataclass
 class Timing:
     """A variant's time a step: the median of REPEATS windows (`ms`), their least and most, and
     the host's own time to enqueue one step (`host_ms`)."""
+
     ms: float
     ms_min: float
     ms_max: float
@@ -148,7 +159,7 @@ def time_steps(step: Callable[[], object], n: int, device: torch.device, repeats
             host += time.perf_counter() - t0
         torch.cuda.synchronize(device)
     windows.sort()
-    median = windows[len(windows) // 2] if len(windows) % 2 else sum(windows[len(windows) // 2 - 1:][:2]) / 2
+    median = windows[len(windows) // 2] if len(windows) % 2 else sum(windows[len(windows) // 2 - 1 :][:2]) / 2
     return Timing(median, windows[0], windows[-1], 1000 * host / n if cuda else median, len(windows))
 
 
@@ -190,7 +201,15 @@ def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> 
     Compiled variants are not tried here (they take a minute to compile): a lease picks them
     (mclib.lease.slices.pick_step) or the profile names them."""
     t = profile.train
-    key = (str(device), repr(profile.model), repr(profile.data), t.batch, t.precision, t.grad_clip, t.warmup > 0)
+    key = (
+        str(device),
+        repr(profile.model),
+        repr(profile.data),
+        t.batch,
+        t.precision,
+        t.grad_clip,
+        t.warmup > 0,
+    )
     if key not in _CHOSEN:
         try:
             start = initial_params(profile, device)
@@ -200,8 +219,10 @@ def choose(profile: Profile, device: torch.device, steps: int = CHECK_STEPS) -> 
             if check.passed:
                 graph_ms = time_run(graph.run, steps, repeats=1).ms
                 chosen = "cuda-graph" if graph_ms < eager_ms else "eager"
-                line = (f"{chosen}: cuda-graph {graph_ms:.1f} ms a step, eager {eager_ms:.1f}; "
-                        f"cuda-graph {check.text}")
+                line = (
+                    f"{chosen}: cuda-graph {graph_ms:.1f} ms a step, eager {eager_ms:.1f}; "
+                    f"cuda-graph {check.text}"
+                )
             else:
                 chosen, line = "eager", f"eager ({eager_ms:.1f} ms a step): cuda-graph {check.text}"
             release(ref.run, graph.run)

@@ -12,6 +12,7 @@ missing); its title marked; its labels (targets, :name:, #anchors) prefixed by t
 the laptop chapter holds the same ones; its chapter links pointed one folder up; its downloads
 turned to text (the files stayed on the GPU machine). Its sentences get today's verdicts (`restate`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,8 +28,8 @@ log = logging.getLogger(__name__)
 PART = Path("book") / "_executed" / "paper"
 
 _LABEL = re.compile(r"^\(([\w][\w\-.]*)\)=", re.M)
-_NAME = re.compile(r"^(:name:[ \t]*)([\w][\w\-.]*)", re.M)           # a directive's label (glue:figure)
-_CHAPTER_LINK = re.compile(r"\]\((\d\d_[\w]+)((?:#[^)]*)?)\)")       # [text](99_scorecard): a laptop chapter
+_NAME = re.compile(r"^(:name:[ \t]*)([\w][\w\-.]*)", re.M)  # a directive's label (glue:figure)
+_CHAPTER_LINK = re.compile(r"\]\((\d\d_[\w]+)((?:#[^)]*)?)\)")  # [text](99_scorecard): a laptop chapter
 _ANCHOR = re.compile(r"\]\(#([\w][\w\-.]*)\)")
 _REF = re.compile(r"\{(ref|numref)\}`([^`<]*?)<?([\w][\w\-.]*)>?`")
 _DOWNLOAD = re.compile(r"\{download\}`([^`<]+?)\s*<[^`>]+>`")
@@ -36,7 +37,11 @@ _DOWNLOAD = re.compile(r"\{download\}`([^`<]+?)\s*<[^`>]+>`")
 
 def missing_text(ledger: dict, have: dict) -> str:
     missing = [s.name for s in ledger["slices"] if s.name not in have]
-    return f"still missing: slice{'s' if len(missing) > 1 else ''} {', '.join(missing)}" if missing else "every slice is done"
+    return (
+        f"still missing: slice{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+        if missing
+        else "every slice is done"
+    )
 
 
 def runs_text(record: dict) -> str:
@@ -45,8 +50,10 @@ def runs_text(record: dict) -> str:
     from ..analyses.freezing import FreezeEnd
 
     ends = [f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items()]
-    ends += [f"E15 {group}: {FreezeEnd(**end).text if end else 'no checkpoint'}"
-             for group, end in (record.get("freeze_ends") or {}).items()]
+    ends += [
+        f"E15 {group}: {FreezeEnd(**end).text if end else 'no checkpoint'}"
+        for group, end in (record.get("freeze_ends") or {}).items()
+    ]
     return "; ".join(ends)
 
 
@@ -62,23 +69,38 @@ def rejudged_note(found: list[dict], chapter: str) -> str:
     late = [r for r in mine if scorecard_stage.is_provisional(r)]
     if not changed and not late:
         return ""
-    out = [f"Re-judged on the CPU by today's rules (`mclib.lease.reference.rejudge`), from the values this page "
-           "recorded; the page below shows the verdicts as the lease gave them."]
+    out = [
+        "Re-judged on the CPU by today's rules (`mclib.lease.reference.rejudge`), from the values this page "
+        "recorded; the page below shows the verdicts as the lease gave them."
+    ]
     if changed:  # rows of one experiment that change alike, and why, said once
         groups: dict = {}
         for r in changed:
             groups.setdefault((r["id"], r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
-        out.append("Verdicts that change: " + "; ".join(
-            f"{i} ({qs[0] if len(qs) == 1 else f'{len(qs)} rows'}): "
-            f"{was} → {now}" + (f" ({na})" if na else "") for (i, was, now, na), qs in groups.items()) + ".")
-    also = [r for r in mine if r.get("rejudged") and r.get("was") == r["verdict"] and "provisional:" not in r["rejudged"]]
+        out.append(
+            "Verdicts that change: "
+            + "; ".join(
+                f"{i} ({qs[0] if len(qs) == 1 else f'{len(qs)} rows'}): "
+                f"{was} → {now}" + (f" ({na})" if na else "")
+                for (i, was, now, na), qs in groups.items()
+            )
+            + "."
+        )
+    also = [
+        r
+        for r in mine
+        if r.get("rejudged") and r.get("was") == r["verdict"] and "provisional:" not in r["rejudged"]
+    ]
     if also:
         out.append("Also: " + "; ".join(f"{r['id']} {r['quantity']}: {r['rejudged']}" for r in also) + ".")
     if late:
-        out.append(f"Provisional ({len(late)} rows: " + ", ".join(dict.fromkeys(r["id"] for r in late))
-                   + f"): each {late[0]['provisional']}; the paper read its model at step "
-                   f"{scorecard_stage.PAPER_POST:,}, so these rows are counted apart until a run of that length "
-                   "reads them.")
+        out.append(
+            f"Provisional ({len(late)} rows: "
+            + ", ".join(dict.fromkeys(r["id"] for r in late))
+            + f"): each {late[0]['provisional']}; the paper read its model at step "
+            f"{scorecard_stage.PAPER_POST:,}, so these rows are counted apart until a run of that length "
+            "reads them."
+        )
     return " ".join(out)
 
 
@@ -87,17 +109,25 @@ def provenance(record: dict, s: slices.Slice, missing: str, rejudged: str = "") 
     notes = "".join(f" Merged with a note: {n}." for n in record.get("merge_notes", []))
     if record.get("lease_note"):  # what happened on the lease beyond the two commands, in the merger's words
         notes += f" On the lease: {record['lease_note']}"
-    left = (f" Left out on the machine (over the return limit): {', '.join(record['left_out'])}."
-            if record.get("left_out") else "")
-    return (f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "
-            f"on {record['device']} on {record['date']}, revision `{record['git']}`, precision {record['precision']}. "
-            f"{ends}. The paper book is {missing}.{notes}{left}" + (f"\n\n{rejudged}" if rejudged else "") + "\n:::")
+    left = (
+        f" Left out on the machine (over the return limit): {', '.join(record['left_out'])}."
+        if record.get("left_out")
+        else ""
+    )
+    return (
+        f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "
+        f"on {record['device']} on {record['date']}, revision `{record['git']}`, precision {record['precision']}. "
+        f"{ends}. The paper book is {missing}.{notes}{left}"
+        + (f"\n\n{rejudged}" if rejudged else "")
+        + "\n:::"
+    )
 
 
 def _end_text(end: dict | None) -> str:
     if end is None:
         return "no checkpoint"
     from ..core.ending import RunEnd
+
     return RunEnd.from_json(end).text
 
 
@@ -111,30 +141,46 @@ def adapt(nb, slice_name: str, note: str):
         src = _LABEL.sub(lambda m: f"({prefix}{m.group(1)})=", src)
         src = _NAME.sub(lambda m: f"{m.group(1)}{prefix}{m.group(2)}", src)
         src = _ANCHOR.sub(lambda m: f"](#{prefix}{m.group(1)})", src)
-        src = _CHAPTER_LINK.sub(lambda m: f"](../{m.group(1)}{m.group(2)})", src)  # the part sits one folder down
-        src = _REF.sub(lambda m: f"{{{m.group(1)}}}`{m.group(2)}<{prefix}{m.group(3)}>`" if m.group(2).strip()
-                       else f"{{{m.group(1)}}}`{prefix}{m.group(3)}`", src)
+        src = _CHAPTER_LINK.sub(
+            lambda m: f"](../{m.group(1)}{m.group(2)})", src
+        )  # the part sits one folder down
+        src = _REF.sub(
+            lambda m: (
+                f"{{{m.group(1)}}}`{m.group(2)}<{prefix}{m.group(3)}>`"
+                if m.group(2).strip()
+                else f"{{{m.group(1)}}}`{prefix}{m.group(3)}`"
+            ),
+            src,
+        )
         src = _FILES.sub(FILES_HERE, src)
-        return _DOWNLOAD.sub(lambda m: f"{m.group(1).strip()} (not offered: it stayed on the GPU machine)", src)
+        return _DOWNLOAD.sub(
+            lambda m: f"{m.group(1).strip()} (not offered: it stayed on the GPU machine)", src
+        )
 
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = text(cell.source)
         for out in cell.get("outputs", []):
             for mime, value in out.get("data", {}).items():
-                if "text/" in mime and isinstance(value, str):  # text/markdown, papermill.record/text/markdown
+                if "text/" in mime and isinstance(
+                    value, str
+                ):  # text/markdown, papermill.record/text/markdown
                     out["data"][mime] = text(value)
     first = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"), None)
     if first is not None:
-        nb.cells[first].source = re.sub(r"^# (.+)$", r"# \1 (the paper's setting)", nb.cells[first].source,
-                                        count=1, flags=re.M)
-    cell = nbformat.v4.new_markdown_cell(note, id="paper-setting-provenance")  # a fixed id: the site's key stays the same
+        nb.cells[first].source = re.sub(
+            r"^# (.+)$", r"# \1 (the paper's setting)", nb.cells[first].source, count=1, flags=re.M
+        )
+    cell = nbformat.v4.new_markdown_cell(
+        note, id="paper-setting-provenance"
+    )  # a fixed id: the site's key stays the same
     nb.cells.insert(0 if first is None else first + 1, cell)
     return nb
 
 
-def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None = None, *,
-          specs: Specs) -> list[Path]:
+def stage(
+    out: Path, ledger_path: Path | None = None, laptop: list[dict] | None = None, *, specs: Specs
+) -> list[Path]:
     """Write the part into OUT (module docstring), from the slices done beside `ledger_path`
     (default results/paper-slices.yaml), its rows re-judged with the laptop edition's rows
     `laptop` at hand (`reference.rows`) by the rules the chapters' `specs` declare, which the
@@ -157,16 +203,26 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
         record = slices.record(have[s.name])
         ran = []
         for nb_path in sorted((have[s.name] / "book").glob("*.ipynb")):
-            note = provenance(record, s, missing, "\n\n".join(filter(None, (
-                rejudged_note(found, nb_path.stem), precision.page_note(found, nb_path.stem)))))
+            note = provenance(
+                record,
+                s,
+                missing,
+                "\n\n".join(
+                    filter(
+                        None, (rejudged_note(found, nb_path.stem), precision.page_note(found, nb_path.stem))
+                    )
+                ),
+            )
             nb = adapt(nbformat.read(nb_path, as_version=4), s.name, note)
             restate(nb, nb_path.stem, found, specs=specs)
             dest = folder / f"{s.name}_{nb_path.stem}.ipynb"
             nbformat.write(nb, dest)
             pages.append(dest)
             ran.append(f"[{nb_path.stem}]({dest.stem})")
-        rows.append(f"| {s.name} | {s.what} | {record['device']}, {record['date']}, revision `{record['git']}`, "
-                    f"{record['precision']} | {', '.join(ran) or 'none'} | {runs_text(record)} |")
+        rows.append(
+            f"| {s.name} | {s.what} | {record['device']}, {record['date']}, revision `{record['git']}`, "
+            f"{record['precision']} | {', '.join(ran) or 'none'} | {runs_text(record)} |"
+        )
     index = folder / "index.md"
     index.write_text(
         "# The paper's own setting\n\n"
@@ -175,8 +231,11 @@ def stage(out: Path, ledger_path: Path | None = None, laptop: list[dict] | None 
         "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
         f"laptop edition's. The paper book is {missing}.\n\n"
         "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
-        + "\n".join(rows) + "\n" + precision.departure(ledger["precision"])
-        + _runs_section(folder, have, ledger["name"], found, laptop, specs=specs))
+        + "\n".join(rows)
+        + "\n"
+        + precision.departure(ledger["precision"])
+        + _runs_section(folder, have, ledger["name"], found, laptop, specs=specs)
+    )
     return [index, *pages]
 
 
@@ -184,8 +243,9 @@ E1_FIGURE = "paper-runs-loss.png"
 SEED1_FIGURE = "paper-seed1-runs.png"
 
 
-def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None, *,
-                  specs: Specs) -> str:
+def _runs_section(
+    folder: Path, have: dict, name: str, found: list[dict], laptop: list[dict] | None = None, *, specs: Specs
+) -> str:
     """The part's first page, after the slices: every run of the paper's setting the results
     hold (`reference.runs_table`: the slices' and the whole-book run before them, each with its
     path, date and precision), their L_mask curves (`reference.loss_figure`, written beside the
@@ -202,7 +262,11 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
         table = reference.runs_table(first, name)
         figure = reference.loss_figure(first, name)
         ends = reference.end_rows_beside(first, name, laptop, specs=specs)
-    except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what the table needs: said, not raised
+    except (
+        FileNotFoundError,
+        KeyError,
+        ValueError,
+    ) as e:  # a slice without what the table needs: said, not raised
         return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
     import matplotlib.pyplot as plt
 
@@ -214,30 +278,41 @@ def _runs_section(folder: Path, have: dict, name: str, found: list[dict], laptop
         plt.close(fig)
     drops = same_seed.drop_spread(first.parent, name)
     step = lambda x: "—" if _missing(x) else f"{int(x):,}"
-    lines = [f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
-             f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
-             for r in table.to_dict("records")]
+    lines = [
+        f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
+        f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
+        for r in table.to_dict("records")
+    ]
     counts = scorecard_tables.setting_counts(found, "the paper's own setting") if found else ""
-    effect = " ".join(f"Final levels of the runs trained in {p} ({'; '.join(table.loc[table['precision'] == p, 'run'])}): "
-                      f"{text}." for p in table["precision"].dropna().unique()
-                      if (text := precision.effect_text(p)))
-    return ("\n## Every run of the book's seed\n\n"
-            "Each run of the paper's setting that results/ holds, the newest slices' and the whole-book run before "
-            "them (the same seed and data stream: where two runs of a seed part, rounding parts them, as the "
-            "second figure shows for every run of seed 1). The rows computed from "
-            "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
-            f"the last tenth of that run's steps.{f' {effect}' if effect else ''}\n\n"
-            "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
-            "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
-            f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
-            "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
-            f"```{{figure}} {SEED1_FIGURE}\n:name: paper-seed1-runs\n\nSeed 1 on every lease that trained it "
-            "(`mclib.lease.same_seed.figure`), the superseded runs included: the same seed and data stream, so "
-            "what sets the curves apart is the float arithmetic of each device and step variant. "
-            + (f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that spread."
-               if drops else "One run so far: no spread of its own.") + "\n```\n\n"
-            + _end_rows_text(ends)
-            + (f"{counts} {reference.rejudged_text(first, name, laptop, specs=specs)}\n" if counts else ""))
+    effect = " ".join(
+        f"Final levels of the runs trained in {p} ({'; '.join(table.loc[table['precision'] == p, 'run'])}): "
+        f"{text}."
+        for p in table["precision"].dropna().unique()
+        if (text := precision.effect_text(p))
+    )
+    return (
+        "\n## Every run of the book's seed\n\n"
+        "Each run of the paper's setting that results/ holds, the newest slices' and the whole-book run before "
+        "them (the same seed and data stream: where two runs of a seed part, rounding parts them, as the "
+        "second figure shows for every run of seed 1). The rows computed from "
+        "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
+        f"the last tenth of that run's steps.{f' {effect}' if effect else ''}\n\n"
+        "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
+        "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
+        f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
+        "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
+        f"```{{figure}} {SEED1_FIGURE}\n:name: paper-seed1-runs\n\nSeed 1 on every lease that trained it "
+        "(`mclib.lease.same_seed.figure`), the superseded runs included: the same seed and data stream, so "
+        "what sets the curves apart is the float arithmetic of each device and step variant. "
+        + (
+            f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that spread."
+            if drops
+            else "One run so far: no spread of its own."
+        )
+        + "\n```\n\n"
+        + _end_rows_text(ends)
+        + (f"{counts} {reference.rejudged_text(first, name, laptop, specs=specs)}\n" if counts else "")
+    )
 
 
 def _end_rows_text(ends) -> str:
@@ -247,16 +322,25 @@ def _end_rows_text(ends) -> str:
         return ""
     runs = [c for c in ends.columns if c not in ("quantity", "paper") and not c.endswith(": verdict")]
     num = lambda x: "—" if _missing(x) else f"{x:.3g}"
-    lines = [f"| {r['quantity']} | {num(r['paper'])} | " + " | ".join(f"{num(r[c])} ({r[f'{c}: verdict']})" for c in runs)
-             + " |" for r in ends.to_dict("records")]
-    return ("E1's readings of the run's end, the book's run beside the longer run of the same seed, computed from "
-            "each run's metrics by the same E1 code and judged by the same rules: what the run's end says at "
-            "each length.\n\n"
-            f"| quantity | paper | {' | '.join(runs)} |\n|---|---|{'---|' * len(runs)}\n" + "\n".join(lines) + "\n\n")
+    lines = [
+        f"| {r['quantity']} | {num(r['paper'])} | "
+        + " | ".join(f"{num(r[c])} ({r[f'{c}: verdict']})" for c in runs)
+        + " |"
+        for r in ends.to_dict("records")
+    ]
+    return (
+        "E1's readings of the run's end, the book's run beside the longer run of the same seed, computed from "
+        "each run's metrics by the same E1 code and judged by the same rules: what the run's end says at "
+        "each length.\n\n"
+        f"| quantity | paper | {' | '.join(runs)} |\n|---|---|{'---|' * len(runs)}\n"
+        + "\n".join(lines)
+        + "\n\n"
+    )
 
 
 def _missing(x) -> bool:
     import pandas as pd
+
     return x is None or x is pd.NA or (isinstance(x, float) and x != x)
 
 
@@ -270,7 +354,11 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs:
         return []
     try:
         return reference.rows(first, name, laptop, specs=specs)
-    except (FileNotFoundError, KeyError, ValueError) as e:  # a slice without what a rule needs: no note, said once
+    except (
+        FileNotFoundError,
+        KeyError,
+        ValueError,
+    ) as e:  # a slice without what a rule needs: no note, said once
         log.info(f"paper part: no re-judged rows ({type(e).__name__}: {e})")
         return []
 
@@ -280,21 +368,40 @@ def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs:
 GLUED = "application/papermill.record/text/plain"
 # Wording slips in sentences a lease's chapters wrote (their code words them right now):
 # corrected on the lease's pages, word for word.
-SLIPS = ((re.compile(r"\bThe run is was cut\b"), "Training was cut short of the profile's length: the run was cut"),
-         (re.compile(r"\ba such head\b"), "such a head"),
-         (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"),
-         (re.compile(r"(?<![\d.,])\bover 1 seeds\b"), "over 1 seed"),
-         (re.compile(r"\(the paper profile: nowhere, unless its run ended early\)"),  # above a table listing its TF32
-          "(the paper profile as it ships, in fp32 and run to its end, departs nowhere)"),
-         # a loss without a plateau band said to stay in it (mclib.analyses.progress.plateau_lead_summary)
-         (re.compile(r"the loss itself stays in its band until the drop(, the drop is at step [\d,]+; checkpoints at most "
-                     r"[\d,]+ steps apart\); no plateau band \([^)]*\) for [^'\"]*\bL_mask\b)"),
-          r"the loss itself has no band to leave\1"))
+SLIPS = (
+    (
+        re.compile(r"\bThe run is was cut\b"),
+        "Training was cut short of the profile's length: the run was cut",
+    ),
+    (re.compile(r"\ba such head\b"), "such a head"),
+    (re.compile(r"(?<![\d.,])\b1 heads\b"), "1 head"),
+    (re.compile(r"(?<![\d.,])\bover 1 seeds\b"), "over 1 seed"),
+    (
+        re.compile(
+            r"\(the paper profile: nowhere, unless its run ended early\)"
+        ),  # above a table listing its TF32
+        "(the paper profile as it ships, in fp32 and run to its end, departs nowhere)",
+    ),
+    # a loss without a plateau band said to stay in it (mclib.analyses.progress.plateau_lead_summary)
+    (
+        re.compile(
+            r"the loss itself stays in its band until the drop(, the drop is at step [\d,]+; checkpoints at most "
+            r"[\d,]+ steps apart\); no plateau band \([^)]*\) for [^'\"]*\bL_mask\b)"
+        ),
+        r"the loss itself has no band to leave\1",
+    ),
+)
 # the downloads sentence of a lease's chapter 01 names folders on the GPU machine, which sent back no weights
-_FILES = re.compile(r"This run's files, to download: .*?(?:upload each folder to a model hub\.|links it here\)\.)", re.S)
-FILES_HERE = ("This run's checkpoints stayed on the GPU machine that trained it (a lease sends back no weights); its "
-              "metrics, executed chapters and step table are under results/, in the folder this part names for its slice.")
-_OVER_SEEDS = re.compile(r"Over \{glue:text\}`n_seeds` seeds of this profile \(seeds \{glue:text\}`seed_list`\)")
+_FILES = re.compile(
+    r"This run's files, to download: .*?(?:upload each folder to a model hub\.|links it here\)\.)", re.S
+)
+FILES_HERE = (
+    "This run's checkpoints stayed on the GPU machine that trained it (a lease sends back no weights); its "
+    "metrics, executed chapters and step table are under results/, in the folder this part names for its slice."
+)
+_OVER_SEEDS = re.compile(
+    r"Over \{glue:text\}`n_seeds` seeds of this profile \(seeds \{glue:text\}`seed_list`\)"
+)
 
 
 def rejudged_beside(rows: list[dict]) -> str:
@@ -305,20 +412,27 @@ def rejudged_beside(rows: list[dict]) -> str:
     from ..book import scorecard_rules, scorecard_tables
 
     changed = [r for r in rows if r.get("was") is not None and r["was"] != r["verdict"]]
-    other = [r for r in rows if r not in changed and r.get("rejudged") and "provisional:" not in r["rejudged"]]
+    other = [
+        r for r in rows if r not in changed and r.get("rejudged") and "provisional:" not in r["rejudged"]
+    ]
     if not changed and not other:
         return ""
     groups: dict = {}
     for r in changed:
         groups.setdefault((r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
-    said = [f"{qs[0] if len(qs) == 1 else scorecard_tables.plural(len(qs), 'row')} now {scorecard_rules.agreement(now)}"
-            + (f" ({na})" if na else "") + f", where the lease said {scorecard_rules.agreement(was)}"
-            for (was, now, na), qs in groups.items()]
+    said = [
+        f"{qs[0] if len(qs) == 1 else scorecard_tables.plural(len(qs), 'row')} now {scorecard_rules.agreement(now)}"
+        + (f" ({na})" if na else "")
+        + f", where the lease said {scorecard_rules.agreement(was)}"
+        for (was, now, na), qs in groups.items()
+    ]
     said += [f"{r['quantity']}: {r['rejudged']}" for r in other]
     first = rows[0]
     if first not in changed and first.get("paper") is not None and first.get("ours") is not None:
-        said.append(f"its first row, {first['quantity']}: {first['ours']:.3g} against the paper's {first['paper']:.3g}, "
-                    f"{scorecard_rules.agreement(first['verdict'])}")
+        said.append(
+            f"its first row, {first['quantity']}: {first['ours']:.3g} against the paper's {first['paper']:.3g}, "
+            f"{scorecard_rules.agreement(first['verdict'])}"
+        )
     return f"re-judged by today's rules, this sentence's verdict struck: {rows[0]['id']}, " + "; ".join(said)
 
 
@@ -351,7 +465,7 @@ def restate(nb, chapter: str, found: list[dict], *, specs: Specs) -> list[str]:
             if name:
                 glued[name] = out.get("data", {}).get(GLUED)
             value = out.get("data", {}).get(GLUED)
-            if not name or not isinstance(value, str) or not value[:1] in "'\"":
+            if not name or not isinstance(value, str) or value[:1] not in "'\"":
                 continue
             try:
                 text = literal_eval(value)
@@ -373,13 +487,18 @@ def restate(nb, chapter: str, found: list[dict], *, specs: Specs) -> list[str]:
                 done.append(name)
     for cell in nb.cells:
         if cell.cell_type == "markdown" and _OVER_SEEDS.search(cell.source) and glued.get("n_seeds") == "1":
-            cell.source = _OVER_SEEDS.sub("Over the one seed of this profile (seed {glue:text}`seed_list`)", cell.source)
+            cell.source = _OVER_SEEDS.sub(
+                "Over the one seed of this profile (seed {glue:text}`seed_list`)", cell.source
+            )
             done.append("n_seeds")
     done = list(dict.fromkeys(done))
     note = next((c for c in nb.cells if c.get("id") == "paper-setting-provenance"), None)
     if done and note is not None and note.source.endswith("\n:::"):
-        note.source = (note.source[:-4] + "\n\nSet right on this page, the lease's figures and numbers untouched: the "
-                       "sentences whose rows today's rules re-judged keep the lease's words with today's verdict beside "
-                       "them in brackets, and wording slips since fixed in the chapters' code are corrected ("
-                       + ", ".join(done) + ").\n:::")
+        note.source = (
+            note.source[:-4] + "\n\nSet right on this page, the lease's figures and numbers untouched: the "
+            "sentences whose rows today's rules re-judged keep the lease's words with today's verdict beside "
+            "them in brackets, and wording slips since fixed in the chapters' code are corrected ("
+            + ", ".join(done)
+            + ").\n:::"
+        )
     return done

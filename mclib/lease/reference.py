@@ -13,27 +13,31 @@ its runs. A slice's folder (its slice.json) is read together with every slice do
 E15's rows and curves included (`freeze_rows`, `freeze_figure`). Rows are judged against the
 paper on the paper's own task, so nothing is rescaled.
 """
+
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 
+from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
+from ..book.spec import Specs
 from ..core.data import copy_level
 from ..core.ending import RunEnd
 from ..core.metrics import converged, find_drop, last_tenth
 from ..core.placement import place_checkpoints
 from ..core.repo import REPO, RESULTS
 from ..core.runs import END, FREEZE, METRICS, PROFILE, freeze_dir, run_name, run_profile
-from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
-from ..book.spec import Specs
 from . import slices
-from .precision import FIELD as PRECISION_EFFECT, annotate, departure_text
+from .precision import FIELD as PRECISION_EFFECT
+from .precision import annotate, departure_text
 from .slices import METRICS_GZ, read_metrics
+
+
 def _has_metrics(run: Path) -> bool:
     return (run / METRICS_GZ).is_file() or (run / METRICS).is_file()
 
@@ -69,8 +73,12 @@ def run_folders(folder: Path, name: str = "paper") -> dict[str, Path]:
     each seed followed by its E15 runs. A seed trained again in a later slice is labelled with it,
     "seed 1 (slice D)"; the plain "seed 1" is the first slice's, the book's run."""
     runs = {}
-    found = [(r, _slice_name(f)) for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")]
-    for run, slice_name in sorted(found, key=lambda p: int(p[0].name.rsplit("seed", 1)[1])):  # stable: slice order kept
+    found = [
+        (r, _slice_name(f)) for f in _slice_folders(folder, name) for r in (f / "runs").glob(f"{name}-seed*")
+    ]
+    for run, slice_name in sorted(
+        found, key=lambda p: int(p[0].name.rsplit("seed", 1)[1])
+    ):  # stable: slice order kept
         label = f"seed {run.name.rsplit('seed', 1)[1]}"
         if label in runs:
             label = f"{label} (slice {slice_name})"
@@ -115,15 +123,23 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
         wall = m.dropna(subset=["wall"]).iloc[-1] if m["wall"].notna().any() else None
         where = run.parents[1] if run.parent.name == "runs" else run.parents[3]  # a seed's folder, or E15's
         dev = json.loads((where / "device.json").read_text()) if (where / "device.json").is_file() else {}
-        rows.append({"run": label, "path": _shown(run), "date": dev.get("date"), "steps trained": int(m["step"].iloc[-1]),
-                     "ended": end.ended if end else "cut (device time ran out)",
-                     "today's rule ends it at": (converged(m, rank, cfg.train.patience, cfg.train.min_improvement)
-                                                 if cfg else None),  # also under until: steps (the paper's 50 000)
-                     "drop step": find_drop(m, rank=rank),
-                     "final L_mask / E[X²]": float(tail.mean()),
-                     "± se": float(tail.std(ddof=1) / len(tail) ** 0.5) if len(tail) > 1 else float("nan"),
-                     "ms a step": 1000 * float(wall["wall"]) / float(wall["step"]) if wall is not None else None,
-                     "precision": cfg.train.precision if cfg else None})
+        rows.append(
+            {
+                "run": label,
+                "path": _shown(run),
+                "date": dev.get("date"),
+                "steps trained": int(m["step"].iloc[-1]),
+                "ended": end.ended if end else "cut (device time ran out)",
+                "today's rule ends it at": (
+                    converged(m, rank, cfg.train.patience, cfg.train.min_improvement) if cfg else None
+                ),  # also under until: steps (the paper's 50 000)
+                "drop step": find_drop(m, rank=rank),
+                "final L_mask / E[X²]": float(tail.mean()),
+                "± se": float(tail.std(ddof=1) / len(tail) ** 0.5) if len(tail) > 1 else float("nan"),
+                "ms a step": 1000 * float(wall["wall"]) / float(wall["step"]) if wall is not None else None,
+                "precision": cfg.train.precision if cfg else None,
+            }
+        )
     table = pd.DataFrame(rows)
     for c in ("today's rule ends it at", "drop step"):  # steps: integers, <NA> where there is none
         table[c] = pd.array([r[c] for r in rows], dtype="Int64")
@@ -134,15 +150,26 @@ def loss_figure(folder: Path, name: str = "paper"):
     """L_mask of every seed the results hold, against step, each drop marked (`plots_curves.seed_loss_curves`)."""
     from ..book.plots_curves import seed_loss_curves
 
-    runs = {label: run for label, run in run_folders(folder, name).items()
-            if "E15" not in label and "(slice" not in label}  # each seed once: a seed trained again is the same run
-    read = {label: read_metrics(run) for label, run in runs.items()}   # each run's metrics read once
-    curves = {label if _end(runs[label]) else f"{label} (cut at step {int(m['step'].iloc[-1]):,})": m
-              for label, m in read.items()}
+    runs = {
+        label: run
+        for label, run in run_folders(folder, name).items()
+        if "E15" not in label and "(slice" not in label
+    }  # each seed once: a seed trained again is the same run
+    read = {label: read_metrics(run) for label, run in runs.items()}  # each run's metrics read once
+    curves = {
+        label if _end(runs[label]) else f"{label} (cut at step {int(m['step'].iloc[-1]):,})": m
+        for label, m in read.items()
+    }
     rank = run_profile(next(iter(runs.values()))).data.rank
     drops = {label: find_drop(m, rank=rank) for label, m in curves.items()}
-    return seed_loss_curves(curves, drops, rank=rank, label="{}", smooth=100,
-                            title=f"The paper's own setting on {json.loads((folder / 'device.json').read_text())['device']}")
+    return seed_loss_curves(
+        curves,
+        drops,
+        rank=rank,
+        label="{}",
+        smooth=100,
+        title=f"The paper's own setting on {json.loads((folder / 'device.json').read_text())['device']}",
+    )
 
 
 def training_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
@@ -152,10 +179,19 @@ def training_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[di
     run = folder / "runs" / run_name(name, 1)
     cfg, m = run_profile(run), read_metrics(run)
     last = int(m["step"].iloc[-1])
-    end = _end(run) or RunEnd(ended="unfinished", step=last, drop=find_drop(m, rank=cfg.data.rank),
-                              steps=cfg.train.steps, until=cfg.train.until)
-    return [{**r, "verdict": scorecard_rules.row_verdict(r)}
-            for s in specs.values() if s.curve_rows is not None for r in s.curve_rows(cfg, run, m, end)]
+    end = _end(run) or RunEnd(
+        ended="unfinished",
+        step=last,
+        drop=find_drop(m, rank=cfg.data.rank),
+        steps=cfg.train.steps,
+        until=cfg.train.until,
+    )
+    return [
+        {**r, "verdict": scorecard_rules.row_verdict(r)}
+        for s in specs.values()
+        if s.curve_rows is not None
+        for r in s.curve_rows(cfg, run, m, end)
+    ]
 
 
 def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None]:
@@ -185,8 +221,12 @@ def freeze_figure(folder: Path, name: str = "paper"):
         return None
     rank = run_profile(source).data.rank
     curves = {g: read_metrics(run) for g, run in runs.items()}
-    return freeze_curves(curves, {g: find_drop(m, rank=rank) for g, m in curves.items()}, rank,
-                         title="E15 at the paper's own setting: one component re-initialised, the rest frozen")
+    return freeze_curves(
+        curves,
+        {g: find_drop(m, rank=rank) for g, m in curves.items()},
+        rank,
+        title="E15 at the paper's own setting: one component re-initialised, the rest frozen",
+    )
 
 
 def freeze_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
@@ -197,9 +237,12 @@ def freeze_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict
     if not runs:
         return []
     cfg, end, main = run_profile(source), _end(source), read_metrics(source)
-    return [{**r, "verdict": scorecard_rules.row_verdict(r)}
-            for s in specs.values() if s.e15_rows is not None
-            for r in s.e15_rows(runs, ends, cfg, end, main, read=read_metrics)]
+    return [
+        {**r, "verdict": scorecard_rules.row_verdict(r)}
+        for s in specs.values()
+        if s.e15_rows is not None
+        for r in s.e15_rows(runs, ends, cfg, end, main, read=read_metrics)
+    ]
 
 
 def recorded_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[dict]:
@@ -212,15 +255,18 @@ def recorded_rows(folder: Path, name: str = "paper", *, specs: Specs) -> list[di
     for f in folders:
         for r in scorecard.load(f / "runs" / run_name(name, 1)):
             recorded.setdefault((r["id"], r["quantity"]), r)
-    return ((list(recorded.values()) or training_rows(_book_folder(folder, name), name, specs=specs))
-            + freeze_rows(folder, name, specs=specs))
+    return (
+        list(recorded.values()) or training_rows(_book_folder(folder, name), name, specs=specs)
+    ) + freeze_rows(folder, name, specs=specs)
 
 
 def rows(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs) -> list[dict]:
     """`recorded_rows` re-judged by today's rules (`rejudge`; `laptop`: the laptop edition's rows, whose
     seeds lend the one paper seed a spread), with each final level's precision effect (`annotate`)."""
-    return annotate(rejudge(recorded_rows(folder, name, specs=specs), folder, name, laptop, specs=specs),
-                    book_precision(folder, name))
+    return annotate(
+        rejudge(recorded_rows(folder, name, specs=specs), folder, name, laptop, specs=specs),
+        book_precision(folder, name),
+    )
 
 
 def book_precision(folder: Path, name: str = "paper") -> str | None:
@@ -231,7 +277,9 @@ def book_precision(folder: Path, name: str = "paper") -> str | None:
 
 def _book_folder(folder: Path, name: str = "paper") -> Path:
     """The folder (of the slices done beside `folder`) that holds the book's run, seed 1."""
-    return next((f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder)
+    return next(
+        (f for f in _slice_folders(folder, name) if _has_metrics(f / "runs" / run_name(name, 1))), folder
+    )
 
 
 def book_stage(folder: Path, name: str = "paper") -> scorecard_stage.Stage | None:
@@ -249,11 +297,18 @@ def _book_steps(folder: Path, name: str = "paper"):
     as its chapters placed them: which step each recorded row read."""
     run = _book_folder(folder, name) / "runs" / run_name(name, 1)
     cfg, m = run_profile(run), read_metrics(run)
-    end = _end(run) or RunEnd(ended="unfinished", step=int(m["step"].iloc[-1]), drop=find_drop(m, rank=cfg.data.rank),
-                              steps=cfg.train.steps, until=cfg.train.until)
+    end = _end(run) or RunEnd(
+        ended="unfinished",
+        step=int(m["step"].iloc[-1]),
+        drop=find_drop(m, rank=cfg.data.rank),
+        steps=cfg.train.steps,
+        until=cfg.train.until,
+    )
     every = cfg.train.save_every
     saved = sorted({*range(every, end.step + 1, every), end.step})
-    return place_checkpoints(m[m["step"] <= end.step], saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place)
+    return place_checkpoints(
+        m[m["step"] <= end.step], saved, cfg.data.rank, cfg.checkpoints, cfg.checkpoints.place
+    )
 
 
 def _glued(folder: Path, chapter: str, name: str, book: str = "paper") -> str | None:
@@ -281,16 +336,23 @@ class Recorded:
     stage (`book_stage`), analysis checkpoints (`_book_steps`; None where they cannot be placed), the
     text a lease's chapter glued (`glued(chapter, name)`, or None), the laptop edition's rows (or
     None) and the rows of the book run's training curve (`curve()`: `training_rows`)."""
+
     at: scorecard_stage.Stage | None
     steps: object | None
     glued: Callable[[str, str], str | None]
     laptop: list[dict] | None = None
     curve: Callable[[], list[dict]] = list
-    rounding: dict = field(default_factory=dict)  # quantity -> `mclib.analyses.rounding.Spread` at this setting
+    rounding: dict = field(
+        default_factory=dict
+    )  # quantity -> `mclib.analyses.rounding.Spread` at this setting
 
 
 # What each kind of claim's rule needs besides the numbers (`scorecard_rules.judge`).
-NEEDS = {"direction": ("reference", "sense"), "finding": ("reference", "sense"), "ordering": ("values", "order")}
+NEEDS = {
+    "direction": ("reference", "sense"),
+    "finding": ("reference", "sense"),
+    "ordering": ("values", "order"),
+}
 
 
 NA = "n/a: "  # how a row's reading gives the reason it has nothing to test (`scorecard.record`)
@@ -300,8 +362,9 @@ def _lacks(row: dict) -> list[str]:
     return [k for k in NEEDS.get(row.get("kind", "number"), ()) if row.get(k) is None]
 
 
-def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
-            specs: Specs) -> list[dict]:
+def rejudge(
+    found: list[dict], folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs
+) -> list[dict]:
     """The rows a lease recorded (`found`), judged again by the rules the chapters apply today, from
     the recorded values (no model is read). Each chapter's rules are its spec's (of `specs`)
     `rejudged(row, recorded) -> (row, reasons)` (`Recorded`); what a rule needs besides the numbers
@@ -316,16 +379,23 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
     from .same_seed import drop_spread
 
     drops = drop_spread(folder.parent, name) if _slice_name(folder) is not None else None
-    recorded = Recorded(at, steps, functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)), laptop,
-                        functools.cache(lambda: training_rows(_book_folder(folder, name), name, specs=specs)),
-                        {"drop step": drops} if drops else {})
+    recorded = Recorded(
+        at,
+        steps,
+        functools.cache(lambda chapter, key: _glued(folder, chapter, key, name)),
+        laptop,
+        functools.cache(lambda: training_rows(_book_folder(folder, name), name, specs=specs)),
+        {"drop step": drops} if drops else {},
+    )
     rules = [s.rejudged for s in specs.values() if s.rejudged is not None]
     recover = [s.rule_of for s in specs.values() if s.rule_of is not None]
     out, whys = [], []
     for r in found:
         new, why = dict(r), []
         if r.get("verdict") == "n/a" and not r.get("na") and NA in r.get("reading", ""):
-            new["na"] = r["reading"].rsplit(NA, 1)[1]  # `scorecard.record` keeps an n/a's reason in the reading alone
+            new["na"] = r["reading"].rsplit(NA, 1)[
+                1
+            ]  # `scorecard.record` keeps an n/a's reason in the reading alone
         for rule in rules:
             new, reasons = rule(new, recorded)
             why += reasons
@@ -334,11 +404,18 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
                 if new.get(k) is None:
                     new[k] = v
         if not new.get("na") and (lacks := _lacks(new)):
-            new["na"] = (f"the lease recorded no {' or '.join(lacks)} for this {new.get('kind')} row and no "
-                         "chapter declares one")
+            new["na"] = (
+                f"the lease recorded no {' or '.join(lacks)} for this {new.get('kind')} row and no "
+                "chapter declares one"
+            )
         rule = {k: new[k] for k in ("se", "spread", *scorecard.RULE_FIELDS, "na") if k in new}
-        new["verdict"] = "n/a" if new.get("na") else scorecard_rules.judge(
-            new.get("kind", "number"), paper=new.get("paper"), ours=new.get("ours"), **rule)
+        new["verdict"] = (
+            "n/a"
+            if new.get("na")
+            else scorecard_rules.judge(
+                new.get("kind", "number"), paper=new.get("paper"), ours=new.get("ours"), **rule
+            )
+        )
         if new.get("na") and f"{NA}{new['na']}" not in new.get("reading", ""):
             new["reading"] = f"{new.get('reading', '')}; {NA}{new['na']}".lstrip("; ")
         out.append(new)
@@ -346,13 +423,20 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
     out = scorecard_stage.provisional(out, at)
     for r, new, why in zip(found, out, whys):
         if new["verdict"] != r["verdict"]:
-            why.insert(0, f"{r['verdict']} → {new['verdict']}" + (
-                f" ({new['na']})" if new.get("na") else
-                f" (the paper's value lies within the rounding spread of ours, {new['rounding']:,.4g})"
-                if new["verdict"] == scorecard_rules.CLOSE and _within_rounding(new) else
-                f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
-                "agrees with the paper and what does not)" if new["verdict"] == scorecard_rules.CLOSE else
-                f" (today's {new.get('kind', 'number')} rule)"))
+            why.insert(
+                0,
+                f"{r['verdict']} → {new['verdict']}"
+                + (
+                    f" ({new['na']})"
+                    if new.get("na")
+                    else f" (the paper's value lies within the rounding spread of ours, {new['rounding']:,.4g})"
+                    if new["verdict"] == scorecard_rules.CLOSE and _within_rounding(new)
+                    else f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
+                    "agrees with the paper and what does not)"
+                    if new["verdict"] == scorecard_rules.CLOSE
+                    else f" (today's {new.get('kind', 'number')} rule)"
+                ),
+            )
         if new.get("provisional") and not r.get("provisional"):
             why.append(f"provisional: {new['provisional']}")
         if why:
@@ -362,8 +446,9 @@ def rejudge(found: list[dict], folder: Path, name: str = "paper", laptop: list[d
 
 def _within_rounding(row: dict) -> bool:
     ours, paper = row.get("ours"), row.get("paper")
-    return None not in (ours, paper) and scorecard_rules.within_rounding(row.get("kind") == "ratio", ours, paper,
-                                                                          row.get("rounding"))
+    return None not in (ours, paper) and scorecard_rules.within_rounding(
+        row.get("kind") == "ratio", ours, paper, row.get("rounding")
+    )
 
 
 def chapters_run(folder: Path) -> list[str]:
@@ -390,55 +475,78 @@ def status(folder: Path | None, name: str = "paper") -> str:
     """One sentence: where the paper setting's results are, or that they do not exist yet.
     For slices: where and when each ran, and which chapters it executed."""
     if folder is None:
-        return ("The paper's own setting (params/paper.yaml: 7×7 rank 2, hidden 768) has not been run for this "
-                "book yet: it needs a GPU. its slices run on GPU leases (`bash scripts/lease.sh`, "
-                "docs/gpu.md) and are merged into results/; this column then fills in.")
+        return (
+            "The paper's own setting (params/paper.yaml: 7×7 rank 2, hidden 768) has not been run for this "
+            "book yet: it needs a GPU. its slices run on GPU leases (`bash scripts/lease.sh`, "
+            "docs/gpu.md) and are merged into results/; this column then fills in."
+        )
     done = all_chapters_run(folder, name)
     table = runs_table(folder, name)
-    ran = "; ".join(f"{r['run']}: {r['steps trained']:,} steps, {r['ended']}" for r in table.to_dict("records"))
+    ran = "; ".join(
+        f"{r['run']}: {r['steps trained']:,} steps, {r['ended']}" for r in table.to_dict("records")
+    )
     precision = ", ".join(sorted({str(p) for p in table["precision"].dropna()})) or "unknown"
-    chapters = (f"The chapters that completed there: {', '.join(done)}." if done else
-                "No chapter completed there (the GPU time ran out while the training chapter was still "
-                "training), so the paper setting's column holds only E1's rows, computed from seed 1's "
-                "training curve by the training chapter's rules; every other row reads \"not run\".")
+    chapters = (
+        f"The chapters that completed there: {', '.join(done)}."
+        if done
+        else "No chapter completed there (the GPU time ran out while the training chapter was still "
+        "training), so the paper setting's column holds only E1's rows, computed from seed 1's "
+        'training curve by the training chapter\'s rules; every other row reads "not run".'
+    )
     folders = _slice_folders(folder, name)
 
     def where(f: Path) -> str:
         dev = json.loads((f / "device.json").read_text())
         return f"on {dev['device']} on {dev['date']} (torch {dev['torch']}, revision {dev.get('git') or 'unknown'}"
+
     if _slice_name(folder) is None:
-        return (f"The paper's own setting (params/paper.yaml) ran {where(folder)}, precision {precision}); its files "
-                f"are in {_shown(folder)}. What trained: {ran}. {chapters}")
-    each = "; ".join(f"slice {_slice_name(f)} {where(f)}): {', '.join(chapters_run(f)) or 'no chapter'}"
-                     for f in folders)
-    return (f"The paper's own setting (params/paper.yaml) ran in {len(folders)} slice{'s' * (len(folders) > 1)} on "
-            f"GPU leases, precision {precision}: {each}. Their files are in "
-            f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}"
-            + (f" {departure}" if (departure := departure_text(book_precision(folder, name))) else ""))
+        return (
+            f"The paper's own setting (params/paper.yaml) ran {where(folder)}, precision {precision}); its files "
+            f"are in {_shown(folder)}. What trained: {ran}. {chapters}"
+        )
+    each = "; ".join(
+        f"slice {_slice_name(f)} {where(f)}): {', '.join(chapters_run(f)) or 'no chapter'}" for f in folders
+    )
+    return (
+        f"The paper's own setting (params/paper.yaml) ran in {len(folders)} slice{'s' * (len(folders) > 1)} on "
+        f"GPU leases, precision {precision}: {each}. Their files are in "
+        f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}"
+        + (f" {departure}" if (departure := departure_text(book_precision(folder, name))) else "")
+    )
 
 
 def beside(ours: list[dict], folder: Path | None, name: str = "paper", *, specs: Specs) -> pd.DataFrame:
     """One row per claim: the paper's value, the laptop edition's value and verdict, the paper
     setting's value and verdict re-judged (`rows`; empty where absent), the lease's verdict where it
     changed, and beside a final-level row its precision's effect (`precision.effect_text`)."""
-    theirs = {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours, specs=specs)}
+    theirs = (
+        {} if folder is None else {(r["id"], r["quantity"]): r for r in rows(folder, name, ours, specs=specs)}
+    )
     absent = "not run" if folder is None or not all_chapters_run(folder, name) else "—"
     keys = list(dict.fromkeys([(r["id"], r["quantity"]) for r in ours] + list(theirs)))
     mine = {(r["id"], r["quantity"]): r for r in ours}
     table = []
     for key in keys:
         a, b = mine.get(key, {}), theirs.get(key, {})
-        table.append({"id": key[0], "quantity": key[1], "paper": a.get("paper", b.get("paper")),
-                     "laptop edition": a.get("ours"),
-                     "laptop verdict": scorecard_stage.shown_verdict(a) if a else "—",
-                     "paper setting": b.get("ours"),
-                     "paper-setting verdict": scorecard_stage.shown_verdict(b) if b else absent,
-                     "as the lease judged it": b.get("was", "—") if b else "—",
-                     "precision's effect": b.get(PRECISION_EFFECT) or "—"})
+        table.append(
+            {
+                "id": key[0],
+                "quantity": key[1],
+                "paper": a.get("paper", b.get("paper")),
+                "laptop edition": a.get("ours"),
+                "laptop verdict": scorecard_stage.shown_verdict(a) if a else "—",
+                "paper setting": b.get("ours"),
+                "paper-setting verdict": scorecard_stage.shown_verdict(b) if b else absent,
+                "as the lease judged it": b.get("was", "—") if b else "—",
+                "precision's effect": b.get(PRECISION_EFFECT) or "—",
+            }
+        )
     return pd.DataFrame(table)
 
 
-def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs) -> str:
+def rejudged_text(
+    folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs
+) -> str:
     """One sentence: that the paper setting's verdicts are the lease's recorded values judged
     again on the CPU by today's rules (`rejudge`), how many changed, and the run's stage
     (`book_stage`) behind its provisional rows, split by what they say so far
@@ -447,13 +555,17 @@ def rejudged_text(folder: Path, name: str = "paper", laptop: list[dict] | None =
     changed = [r for r in found if r.get("was") is not None and r["was"] != r["verdict"]]
     late = sum(scorecard_stage.is_provisional(r) for r in scorecard_tables.paper_rows(found))
     at = book_stage(folder, name)
-    return (f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.lease.reference.rejudge`): "
-            f"{len(changed)} changed from the lease's, and {scorecard_tables.provisional_text(found)}"
-            + (f", as the book's run {at.note}" if at is not None and at.cut and late else "") + ".")
+    return (
+        f"Its verdicts are the values the GPU lease recorded, {REJUDGED} (`mclib.lease.reference.rejudge`): "
+        f"{len(changed)} changed from the lease's, and {scorecard_tables.provisional_text(found)}"
+        + (f", as the book's run {at.note}" if at is not None and at.cut and late else "")
+        + "."
+    )
 
 
-def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None = None, *,
-                    specs: Specs) -> pd.DataFrame:
+def end_rows_beside(
+    folder: Path, name: str = "paper", laptop: list[dict] | None = None, *, specs: Specs
+) -> pd.DataFrame:
     """E1's rows that read the run's end (`scorecard_stage.reads_late`): the book's run beside each
     earlier, longer run of seed 1 (`earlier_runs`), computed from its metrics by the same E1 code
     and rules (`training_rows`; provisional where it too was cut). One row per quantity: the paper's
@@ -461,16 +573,29 @@ def end_rows_beside(folder: Path, name: str = "paper", laptop: list[dict] | None
     earlier = earlier_runs(folder, name)
     if not earlier:
         return pd.DataFrame()
-    mine = [r for r in rows(folder, name, laptop, specs=specs) if r["id"] == "E1" and scorecard_stage.reads_late(r)]
+    mine = [
+        r
+        for r in rows(folder, name, laptop, specs=specs)
+        if r["id"] == "E1" and scorecard_stage.reads_late(r)
+    ]
     run = _book_folder(folder, name) / "runs" / run_name(name, 1)
     label = f"seed 1 (slice {_slice_name(folder)}, to step {int(read_metrics(run)['step'].iloc[-1]):,})"
-    table = {r["quantity"]: {"quantity": r["quantity"], "paper": r.get("paper"), label: r.get("ours"),
-                             f"{label}: verdict": scorecard_stage.shown_verdict(r)} for r in mine}
+    table = {
+        r["quantity"]: {
+            "quantity": r["quantity"],
+            "paper": r.get("paper"),
+            label: r.get("ours"),
+            f"{label}: verdict": scorecard_stage.shown_verdict(r),
+        }
+        for r in mine
+    }
     for what, path in earlier.items():
         where = path.parents[1]
         theirs = scorecard_stage.provisional(training_rows(where, name, specs=specs), book_stage(where, name))
         long = f"{what}, to step {int(read_metrics(path)['step'].iloc[-1]):,}"
         for r in theirs:
             if r["quantity"] in table:
-                table[r["quantity"]].update({long: r.get("ours"), f"{long}: verdict": scorecard_stage.shown_verdict(r)})
+                table[r["quantity"]].update(
+                    {long: r.get("ours"), f"{long}: verdict": scorecard_stage.shown_verdict(r)}
+                )
     return pd.DataFrame(list(table.values()))

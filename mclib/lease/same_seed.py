@@ -4,6 +4,7 @@ Their drop steps' spread (`drop_spread`) is the rounding spread the drop-step ro
 
     results/paper-*/runs/paper-seed1/   a slice's (slice.json) or a whole book's run (device.json)
 """
+
 from __future__ import annotations
 
 import json
@@ -33,9 +34,15 @@ def runs(root: Path = RESULTS, name: str = "paper") -> dict[str, Path]:
         step = _read(run / "step.json").get("ran") or record.get("train_step")
         step = f"{step} step" if step else "step variant not recorded"
         what = f"slice {record['slice']}" if record.get("slice") else "a whole book"
-        found.append((device.get("date", ""), folder.name,
-                      f"{device.get('date', '?')}, {device.get('device', '?')}, {step}, revision "
-                      f"{record.get('git') or device.get('git', '?')} ({what})", run))
+        found.append(
+            (
+                device.get("date", ""),
+                folder.name,
+                f"{device.get('date', '?')}, {device.get('device', '?')}, {step}, revision "
+                f"{record.get('git') or device.get('git', '?')} ({what})",
+                run,
+            )
+        )
     return {label: run for _, _, label, run in sorted(found)}
 
 
@@ -43,11 +50,21 @@ def table(root: Path = RESULTS, name: str = "paper") -> pd.DataFrame:
     """One row per seed-1 run: where it ran, how far, its drop, how it ended, its precision."""
     rows = []
     for label, run in runs(root, name).items():
-        m, cfg, end = read_metrics(run), run_profile(run) if (run / PROFILE).is_file() else None, _read(run / END)
+        m, cfg, end = (
+            read_metrics(run),
+            run_profile(run) if (run / PROFILE).is_file() else None,
+            _read(run / END),
+        )
         rank = cfg.data.rank if cfg else 2
-        rows.append({"run": label, "steps trained": int(m["step"].iloc[-1]), "drop step": find_drop(m, rank=rank),
-                     "ended": end.get("ended", "cut (device time ran out)"),
-                     "precision": cfg.train.precision if cfg else None})
+        rows.append(
+            {
+                "run": label,
+                "steps trained": int(m["step"].iloc[-1]),
+                "drop step": find_drop(m, rank=rank),
+                "ended": end.get("ended", "cut (device time ran out)"),
+                "precision": cfg.train.precision if cfg else None,
+            }
+        )
     t = pd.DataFrame(rows)
     if len(t):
         t["drop step"] = pd.array(t["drop step"].tolist(), dtype="Int64")
@@ -59,9 +76,14 @@ def drop_spread(root: Path = RESULTS, name: str = "paper") -> Spread | None:
     t = table(root, name)
     if t.empty:
         return None
-    drops = {r["run"]: (None if pd.isna(r["drop step"]) else int(r["drop step"])) for r in t.to_dict("records")}
-    return spread(drops, "seed 1's drop step at the paper's setting",
-                  "; ".join(f"{d:,} on {', '.join(k.split(', ')[1::-1])}" for k, d in drops.items() if d is not None))
+    drops = {
+        r["run"]: (None if pd.isna(r["drop step"]) else int(r["drop step"])) for r in t.to_dict("records")
+    }
+    return spread(
+        drops,
+        "seed 1's drop step at the paper's setting",
+        "; ".join(f"{d:,} on {', '.join(k.split(', ')[1::-1])}" for k, d in drops.items() if d is not None),
+    )
 
 
 def figure(root: Path = RESULTS, name: str = "paper"):
@@ -73,9 +95,17 @@ def figure(root: Path = RESULTS, name: str = "paper"):
     curves = {label: read_metrics(run) for label, run in found.items()}
     rank = run_profile(next(iter(found.values()))).data.rank
     drops = {label: find_drop(m, rank=rank) for label, m in curves.items()}
-    fig = seed_loss_curves(curves, drops, rank=rank, label="{}", smooth=100,
-                           title="Seed 1 at the paper's setting, every lease that trained it")
+    fig = seed_loss_curves(
+        curves,
+        drops,
+        rank=rank,
+        label="{}",
+        smooth=100,
+        title="Seed 1 at the paper's setting, every lease that trained it",
+    )
     fig.set_size_inches(8, 5.5)
-    fig.axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))  # long labels: below the axes
+    fig.axes[0].legend(
+        fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14)
+    )  # long labels: below the axes
     fig.tight_layout()
     return fig

@@ -19,6 +19,7 @@ chose for the device kind named, else at the ledger's step_ms.
 E15's slices (`Slice.freeze`) stop the book's run at a fixed step (`source_steps`), then train
 their group's run from it. The limits below are read from here when used: a rehearsal scales them.
 """
+
 from __future__ import annotations
 
 import functools
@@ -30,38 +31,51 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from ..core import step as step_ways
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from ..core.repo import REPO
-from . import steptable
-from ..core import step as step_ways
 from ..core.runs import END, METRICS, PROFILE, SCORECARD
+from . import steptable
 
 LEDGER = REPO / "results" / steptable.LEDGER_NAME
-STATE = "slice.json"           # in the work folder: the slice in flight; in a result folder: the slice done
-RESULTS_TGZ = "results.tgz"    # what a lease sends back: one file (the device tool returns at most 8)
+STATE = "slice.json"  # in the work folder: the slice in flight; in a result folder: the slice done
+RESULTS_TGZ = "results.tgz"  # what a lease sends back: one file (the device tool returns at most 8)
 TRAIN_LOG = "slice-train.log"
-TRAIN_LOG_EVERY = 1000         # the detached trainer's line in TRAIN_LOG (step, L_mask, ms a step) every this many steps
-RETURN_MIB = 16                # the largest file a lease sends back
-RUN_FILES = (END, PROFILE, SCORECARD, "step.json")  # copied as they are (step.json: mclib.core.step.STEP_RAN);
-                                                     # METRICS is gzipped
+TRAIN_LOG_EVERY = (
+    1000  # the detached trainer's line in TRAIN_LOG (step, L_mask, ms a step) every this many steps
+)
+RETURN_MIB = 16  # the largest file a lease sends back
+RUN_FILES = (
+    END,
+    PROFILE,
+    SCORECARD,
+    "step.json",
+)  # copied as they are (step.json: mclib.core.step.STEP_RAN);
+# METRICS is gzipped
 METRICS_GZ = METRICS + ".gz"
 STEP_TABLE = "lease_step.csv"  # in the work folder: this lease's step measurement (benchmarks/lease_step.py)
-STEP_TABLE_S = 3600            # older than this, a table is another lease's: not read
-TRAINED_STEPS = steptable.CHOSEN  # the table's variants a slice may train with (bf16's rows are for the record)
+STEP_TABLE_S = 3600  # older than this, a table is another lease's: not read
+TRAINED_STEPS = (
+    steptable.CHOSEN
+)  # the table's variants a slice may train with (bf16's rows are for the record)
 COMPILED_STEPS = step_ways.COMPILED_STEPS  # the trainer compiles them again: their first_s is paid again
-COLLECT_S = 30                 # packing and the return, in a slice's time
-MEASURE_S = 125                # the kit (at most 15 s) and the step's full measurement (at most 110 s) before a slice
-CHECK_S = 45                   # the kit and the chosen variant's check alone, where the committed step table stands
-                               # (mclib.lease.steptable)
-RETURN_S = 20                  # the results' way back, outside the slice (scripts/lease.sh: LEFT_S less it)
-COMMAND_S = 600                # the longest a command may run on the device: past it, the command is killed
-COMMAND_SPARE_S = 20           # a command ends this long before COMMAND_S (its output's way back)
-FINISH_GRACE_S = 60            # past the slice's deadline, the trainer's time to save and end by itself
-STOP_S = 30                    # after SIGTERM (save and end "cut"), the trainer's time before it is killed
-LOG_TAIL_KIB = 256             # of each log a lease packs, its last this many KiB
+COLLECT_S = 30  # packing and the return, in a slice's time
+MEASURE_S = 125  # the kit (at most 15 s) and the step's full measurement (at most 110 s) before a slice
+CHECK_S = 45  # the kit and the chosen variant's check alone, where the committed step table stands
+# (mclib.lease.steptable)
+RETURN_S = 20  # the results' way back, outside the slice (scripts/lease.sh: LEFT_S less it)
+COMMAND_S = 600  # the longest a command may run on the device: past it, the command is killed
+COMMAND_SPARE_S = 20  # a command ends this long before COMMAND_S (its output's way back)
+FINISH_GRACE_S = 60  # past the slice's deadline, the trainer's time to save and end by itself
+STOP_S = 30  # after SIGTERM (save and end "cut"), the trainer's time before it is killed
+LOG_TAIL_KIB = 256  # of each log a lease packs, its last this many KiB
 REFUSED = "slice-refused.txt"  # in the work folder: why no slice started (a refused `start`; lease.sh without the kit)
-START_LOG = "lease-start.log"  # in the work folder: scripts/lease.sh start's output (the step, the plan, any refusal)
-STEP_ERRORS = "lease_step_errors.log"  # beside the step table: each variant's traceback (benchmarks/lease_step.py)
+START_LOG = (
+    "lease-start.log"  # in the work folder: scripts/lease.sh start's output (the step, the plan, any refusal)
+)
+STEP_ERRORS = (
+    "lease_step_errors.log"  # beside the step table: each variant's traceback (benchmarks/lease_step.py)
+)
 LOGS = (START_LOG, TRAIN_LOG, STEP_ERRORS)  # packed (their tails) with every results.tgz
 
 
@@ -86,21 +100,21 @@ class Slice:
     what: str
     seeds: list[int]
     chapters: list[str] = field(default_factory=list)
-    train_s: float | None = None      # the training deadline; None: train until the run's own end
+    train_s: float | None = None  # the training deadline; None: train until the run's own end
     min_train_s: float | None = None  # with train_s: the least a lease short of time may shorten it to
-    chapters_s: float = 0.0           # the time its chapters may take
+    chapters_s: float = 0.0  # the time its chapters may take
     expected_steps: int | None = None  # steps its runs need (a slice without train_s is sized by them)
-    results_mib: float = 2.0          # what it may add under results/ (tests/test_travel.py sums them)
-    source_steps: int | None = None   # the book's run stops at this step (E15's slices: every one starts
-                                      # from the same weights), not at its deadline or its own end
+    results_mib: float = 2.0  # what it may add under results/ (tests/test_travel.py sums them)
+    source_steps: int | None = None  # the book's run stops at this step (E15's slices: every one starts
+    # from the same weights), not at its deadline or its own end
     freeze: list[str] = field(default_factory=list)  # E15's groups trained from that step (`freeze_run`)
-    freeze_steps: int | None = None   # their cap (analysis.freeze_steps) where the lease needs one
-    min_steps: int | None = None      # the book's run must reach this step within the slice's deadline at
-                                      # the step time measured in the lease, else another slice runs there
-    valid_from: str | None = None     # a result of this slice dated before (YYYY-MM-DD) trained on an earlier
-                                      # path: kept and shown until a newer one comes, but not done
+    freeze_steps: int | None = None  # their cap (analysis.freeze_steps) where the lease needs one
+    min_steps: int | None = None  # the book's run must reach this step within the slice's deadline at
+    # the step time measured in the lease, else another slice runs there
+    valid_from: str | None = None  # a result of this slice dated before (YYYY-MM-DD) trained on an earlier
+    # path: kept and shown until a newer one comes, but not done
     joins: list[str] = field(default_factory=list)  # slices this one runs together in one lease: it is
-                                      # done when they all are, and they are done when it is
+    # done when they all are, and they are done when it is
 
     def __post_init__(self):
         from ..analyses.interventions import GROUPS
@@ -109,14 +123,18 @@ class Slice:
         if bad:
             raise SliceError(f"slice {self.name}: freeze group {bad[0]!r} is not one of {', '.join(GROUPS)}")
         if self.freeze and self.source_steps is None:
-            raise SliceError(f"slice {self.name}: E15's runs (freeze) need source_steps, the step they start from")
+            raise SliceError(
+                f"slice {self.name}: E15's runs (freeze) need source_steps, the step they start from"
+            )
 
 
 def read_ledger(path: Path = LEDGER) -> dict:
     raw = read_yaml(path, "slice ledger", SliceError)
     try:
         raw["slices"] = [Slice(**s) for s in raw["slices"]]
-        raw["name"] = load_profile(profile_path(raw["profile"])).name  # result folders: NAME-SLICE-DEVICE-DATE
+        raw["name"] = load_profile(
+            profile_path(raw["profile"])
+        ).name  # result folders: NAME-SLICE-DEVICE-DATE
         raw.setdefault("device", None)  # the kind of GPU lent now: `slice status` plans with its step table
     except (KeyError, TypeError) as e:
         raise SliceError(f"slice ledger {str(path)!r}: {e}") from None
@@ -126,7 +144,6 @@ def read_ledger(path: Path = LEDGER) -> dict:
 def record(folder: Path) -> dict:
     """A done slice's slice.json (device, date, git revision, precision, chapters, how runs ended)."""
     return json.loads((Path(folder) / STATE).read_text())
-
 
 
 def chapters_executed(record: dict) -> list[str]:
@@ -140,16 +157,25 @@ def chapters_executed(record: dict) -> list[str]:
 def done(root: Path = LEDGER.parent, name: str = "paper") -> dict[str, Path]:
     """{slice: result folder} of the slices done (a folder holding slice.json), the newest of
     each by the date its slice.json records (the folder's name on a tie)."""
-    found = sorted(((record(path.parent).get("date", ""), path.parent.name, path.parent)
-                    for path in root.glob(f"{name}-*/{STATE}")), key=lambda t: t[:2])
+    found = sorted(
+        (
+            (record(path.parent).get("date", ""), path.parent.name, path.parent)
+            for path in root.glob(f"{name}-*/{STATE}")
+        ),
+        key=lambda t: t[:2],
+    )
     return {record(folder)["slice"]: folder for _, _, folder in found}
 
 
 def is_done(ledger: dict, s: Slice, have: dict[str, Path]) -> bool:
     """Whether slice `s` needs no lease: a result of its own dated from its `valid_from` on,
     a done slice that joins it, or (a joint slice) every slice it joins done."""
+
     def own(x: Slice) -> bool:
-        return x.name in have and (x.valid_from is None or record(have[x.name]).get("date", "") >= x.valid_from)
+        return x.name in have and (
+            x.valid_from is None or record(have[x.name]).get("date", "") >= x.valid_from
+        )
+
     by_name = {x.name: x for x in ledger["slices"]}
     if own(s) or any(own(x) and s.name in x.joins for x in ledger["slices"]):
         return True
@@ -174,19 +200,28 @@ def why_not(ledger: dict, s: Slice, budget_s: float, step_ms: float) -> str | No
     if s.train_s is not None and s.min_train_s is not None:
         need -= s.train_s - s.min_train_s  # the deadline may shorten that far
     if need > budget_s:
-        return (f"needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s at {step_ms:g} ms "
-                f"a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) but {budget_s:.0f} s are left")
+        return (
+            f"needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s at {step_ms:g} ms "
+            f"a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) but {budget_s:.0f} s are left"
+        )
     steps = steps_needed(s)
     if s.train_s is not None and steps is not None:
         reach = int(train_seconds(s, budget_s) * 1000 / step_ms)
         if reach < steps:
-            return (f"its deadline of {train_seconds(s, budget_s):.0f} s reaches about {reach:,} steps at "
-                    f"{step_ms:g} ms a step, short of the {steps:,} it needs")
+            return (
+                f"its deadline of {train_seconds(s, budget_s):.0f} s reaches about {reach:,} steps at "
+                f"{step_ms:g} ms a step, short of the {steps:,} it needs"
+            )
     return None
 
 
-def next_slice(ledger: dict, root: Path = LEDGER.parent, budget_s: float | None = None,
-               step_ms: float | None = None, say=None) -> Slice | None:
+def next_slice(
+    ledger: dict,
+    root: Path = LEDGER.parent,
+    budget_s: float | None = None,
+    step_ms: float | None = None,
+    say=None,
+) -> Slice | None:
     """The first slice of the ledger not done (`is_done`); with `budget_s`, the first that also
     fits this lease at `step_ms` (default the ledger's) a step, each one passed over named in a
     line through `say`. None when nothing is left (or nothing fits)."""
@@ -210,9 +245,16 @@ def slice_profile(ledger: dict, s: Slice) -> Profile:
     E15's cap where the slice sets one (its own runs, `Slice.freeze`, train before the chapters)."""
     p = load_profile(profile_path(ledger["profile"]))
     cap = {"analysis.freeze_steps": s.freeze_steps} if s.freeze_steps is not None else {}
-    return p.replace(**{"seed": s.seeds[0], "train.precision": ledger["precision"],
-                        "analysis.seeds": list(s.seeds), "analysis.freeze": False, "analysis.train_in_book": False,
-                        **cap})
+    return p.replace(
+        **{
+            "seed": s.seeds[0],
+            "train.precision": ledger["precision"],
+            "analysis.seeds": list(s.seeds),
+            "analysis.freeze": False,
+            "analysis.train_in_book": False,
+            **cap,
+        }
+    )
 
 
 def needed_s(ledger: dict, s: Slice) -> float:
@@ -234,12 +276,15 @@ def train_seconds(s: Slice, budget_s: float) -> float:
 class Picked(NamedTuple):
     """What `pick_step` chose: the train.step, one line saying which and why, and its measured ms a
     step in this lease's table (None where it fell back to eager without a usable table row)."""
+
     variant: str
     why: str
     ms: float | None
 
 
-def pick_step(table: Path, precision: str, device: str | None = None, horizon_s: float | None = None) -> Picked:
+def pick_step(
+    table: Path, precision: str, device: str | None = None, horizon_s: float | None = None
+) -> Picked:
     """The step this lease trains with: the fastest variant at `precision` that passed its check
     against eager in its step table (benchmarks/lease_step.py); eager, with no time, where none did
     or the table is missing, older than STEP_TABLE_S or of another `device`, the line saying why.
@@ -251,30 +296,51 @@ def pick_step(table: Path, precision: str, device: str | None = None, horizon_s:
         return Picked("eager", f"training variant: eager (no step table at {table})", None)
     t = pd.read_csv(table)
     if t.empty or not {"variant", "passed", "ms_step", "precision", "time", "device"} <= set(t.columns):
-        return Picked("eager", f"training variant: eager ({Path(table).name} is not a step table of this revision)", None)
+        return Picked(
+            "eager",
+            f"training variant: eager ({Path(table).name} is not a step table of this revision)",
+            None,
+        )
     if time.time() - float(t["time"].max()) > STEP_TABLE_S:
         return Picked("eager", f"training variant: eager ({Path(table).name} is from an earlier lease)", None)
     if device is not None and not (t["device"] == device).all():
-        return Picked("eager", f"training variant: eager ({Path(table).name} was measured on "
-                               f"{t['device'].iloc[0]}, this is {device})", None)
-    ok = t[t["variant"].isin(TRAINED_STEPS) & (t["passed"].astype(str) == "True") & (t["precision"] == precision)
-           & t["ms_step"].notna()]
+        return Picked(
+            "eager",
+            f"training variant: eager ({Path(table).name} was measured on "
+            f"{t['device'].iloc[0]}, this is {device})",
+            None,
+        )
+    ok = t[
+        t["variant"].isin(TRAINED_STEPS)
+        & (t["passed"].astype(str) == "True")
+        & (t["precision"] == precision)
+        & t["ms_step"].notna()
+    ]
     if ok.empty:
-        return Picked("eager", f"training variant: eager (no variant at {precision} passed its check in "
-                               f"{Path(table).name})", None)
+        return Picked(
+            "eager",
+            f"training variant: eager (no variant at {precision} passed its check in {Path(table).name})",
+            None,
+        )
     ok = ok.sort_values("ms_step")
     best, unpaid = ok.iloc[0], ""
     if horizon_s is not None and "first_s" in ok and best["variant"] in COMPILED_STEPS:
         plain = ok[~ok["variant"].isin(COMPILED_STEPS)]
         compile_s = float(best["first_s"]) if pd.notna(best["first_s"]) else 0.0
         if len(plain) and (horizon_s - compile_s) / best["ms_step"] < horizon_s / plain["ms_step"].iloc[0]:
-            unpaid = (f"; {best['variant']} ({best['ms_step']:.1f} ms) passed over: its {compile_s:.0f} s compile "
-                      f"does not pay within {horizon_s:.0f} s")
+            unpaid = (
+                f"; {best['variant']} ({best['ms_step']:.1f} ms) passed over: its {compile_s:.0f} s compile "
+                f"does not pay within {horizon_s:.0f} s"
+            )
             best = plain.iloc[0]
     eager = ok[ok["variant"] == "eager"]
     than = f" (eager {eager['ms_step'].iloc[0]:.1f})" if len(eager) and best["variant"] != "eager" else ""
-    return Picked(best["variant"], f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at "
-                                   f"{precision}, {best['check']}{unpaid}", float(best["ms_step"]))
+    return Picked(
+        best["variant"],
+        f"training variant: {best['variant']}, {best['ms_step']:.1f} ms a step{than} at "
+        f"{precision}, {best['check']}{unpaid}",
+        float(best["ms_step"]),
+    )
 
 
 def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = None) -> None:
@@ -284,6 +350,7 @@ def check_fits(ledger: dict, s: Slice, budget_s: float, step_ms: float | None = 
 
 
 # --- the ledger's state ----------------------------------------------------------------------
+
 
 def planning_step(ledger: dict, committed: Path, device: str | None) -> tuple[float, str]:
     """(ms a step, which step it is, in words) `slice status` plans with: the variant `device`'s
@@ -310,21 +377,30 @@ def status(ledger_path: Path = LEDGER, device: str | None = None) -> str:
         r = record(have[s.name]) if s.name in have else None
         ran = f"{r['device']}, {r['date']}, revision {r['git']}, {r['precision']}" if r else ""
         if is_done(ledger, s, have):
-            lines.append(f"{s.name}: done" + (f" on {ran}" if r else " (by the slices it joins, or one joining it)"))
+            lines.append(
+                f"{s.name}: done" + (f" on {ran}" if r else " (by the slices it joins, or one joining it)")
+            )
         else:
             earlier = f"; a result of an earlier path kept as a record ({ran})" if r else ""
-            lines.append(f"{s.name}: to do ({s.what}; needs about {needed_s(at, s):.0f} s of a lease at "
-                         f"{step_ms:.1f} ms a step{earlier})")
+            lines.append(
+                f"{s.name}: to do ({s.what}; needs about {needed_s(at, s):.0f} s of a lease at "
+                f"{step_ms:.1f} ms a step{earlier})"
+            )
     if next_slice(ledger, ledger_path.parent) is None:
         return "\n".join(lines + ["next: none, every slice is done"])
     stands = steptable.same_files(committed, device) if device is not None else False
-    measure = ("the chosen variant's check (the committed step table measured these step files)" if stands else
-               "the full step table (no committed one of this device measured these step files)")
+    measure = (
+        "the chosen variant's check (the committed step table measured these step files)"
+        if stands
+        else "the full step table (no committed one of this device measured these step files)"
+    )
     budget = ledger["lease_s"] - ledger["start_s"] - RETURN_S - (CHECK_S if stands else MEASURE_S)
     passed: list[str] = []
     nxt = next_slice(ledger, ledger_path.parent, budget, step_ms, say=passed.append)
-    lines.append(f"next, on {device or 'a device not named'}, in a lease with {budget:.0f} s left after a "
-                 f"{ledger['start_s']:g} s start, the kit and {measure}, at {step}: {nxt.name if nxt else 'none fits'}"
-                 + "".join(f"\n  ({p})" for p in passed)
-                 + "\n  (a lease picks by the step it measures itself: `slice start`)")
+    lines.append(
+        f"next, on {device or 'a device not named'}, in a lease with {budget:.0f} s left after a "
+        f"{ledger['start_s']:g} s start, the kit and {measure}, at {step}: {nxt.name if nxt else 'none fits'}"
+        + "".join(f"\n  ({p})" for p in passed)
+        + "\n  (a lease picks by the step it measures itself: `slice start`)"
+    )
     return "\n".join(lines)

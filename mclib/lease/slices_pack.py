@@ -2,6 +2,7 @@
 (`collect`: its runs' small files and executed chapters; the logs' tails; how its runs ended;
 or, where no slice started, why: `pack_refused`), and, back on the CPU machine, `merge`, which
 files it under results/."""
+
 from __future__ import annotations
 
 import datetime
@@ -18,8 +19,22 @@ from ..core.config import Profile
 from ..core.repo import commit, git_revision, mclib_sha, revisions_of_mclib, tree_mclib_sha
 from ..core.runs import END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, freeze_dir, run_name, write_atomic
 from . import steptable
-from .slices import (LEDGER, LOG_TAIL_KIB, LOGS, METRICS_GZ, REFUSED, RESULTS_TGZ, RETURN_MIB, RUN_FILES, STATE,
-                     STEP_TABLE, SliceError, done, is_done, read_ledger)
+from .slices import (
+    LEDGER,
+    LOG_TAIL_KIB,
+    LOGS,
+    METRICS_GZ,
+    REFUSED,
+    RESULTS_TGZ,
+    RETURN_MIB,
+    RUN_FILES,
+    STATE,
+    STEP_TABLE,
+    SliceError,
+    done,
+    is_done,
+    read_ledger,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +52,22 @@ def pack_refused(out_dir: Path, dest: Path) -> Path:
     """results.tgz for a lease that started no slice: slice.json with `slice` null and `refused`
     (REFUSED's line, or why there is none), the step table and the logs' tails the work folder holds."""
     out_dir = Path(out_dir)
-    why = ((out_dir / REFUSED).read_text().strip() if (out_dir / REFUSED).is_file() else
-           f"no {STATE} in {out_dir}: `slice start` was not issued here, or ended before it started a slice")
+    why = (
+        (out_dir / REFUSED).read_text().strip()
+        if (out_dir / REFUSED).is_file()
+        else f"no {STATE} in {out_dir}: `slice start` was not issued here, or ended before it started a slice"
+    )
     log.warning(f"lease: no slice to finish: {why}")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "slice"
         folder.mkdir()
-        record = {"slice": None, "refused": why, **device_record(), "date": datetime.date.today().isoformat(),
-                  "logs": _copy_logs(out_dir, folder)}
+        record = {
+            "slice": None,
+            "refused": why,
+            **device_record(),
+            "date": datetime.date.today().isoformat(),
+            "logs": _copy_logs(out_dir, folder),
+        }
         (folder / STATE).write_text(json.dumps(record, indent=1))
         return _pack_into(folder, dest)
 
@@ -71,7 +94,9 @@ def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
         with open(src, "rb") as f:
             f.seek(max(0, size - LOG_TAIL_KIB * 1024))
             tail = f.read()
-        head = f"[the last {LOG_TAIL_KIB} KiB of {size / 1024:.0f} KiB]\n".encode() if size > len(tail) else b""
+        head = (
+            f"[the last {LOG_TAIL_KIB} KiB of {size / 1024:.0f} KiB]\n".encode() if size > len(tail) else b""
+        )
         (folder / name).write_bytes(head + tail)
         names.append(name)
     return names
@@ -96,12 +121,15 @@ def _pack_into(folder: Path, dest: Path) -> Path:
     left_out = []
     write_atomic(path, lambda tmp: left_out.extend(_pack(folder, tmp)))  # a cut pack never reads as whole
     what = f"slice {record['slice']}" if record.get("slice") else "lease (no slice)"
-    log.info(f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
-             + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else ""))
+    log.info(
+        f"{what}: packed {path} ({path.stat().st_size / 2**20:.1f} MiB)"
+        + (f"; left out (over {RETURN_MIB} MiB): {', '.join(left_out)}" if left_out else "")
+    )
     return path
 
 
 # --- what a lease sends back: the results folder ---------------------------------------------
+
 
 def device_record() -> dict:
     """What ran it: the GPU's name, torch and CUDA versions, the date, the revision of the tree
@@ -110,8 +138,14 @@ def device_record() -> dict:
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-    return {"device": gpu, "torch": torch.__version__, "cuda": torch.version.cuda, "date": time.strftime("%Y-%m-%d"),
-            "git": git_revision(), "mclib": mclib_sha()}
+    return {
+        "device": gpu,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "date": time.strftime("%Y-%m-%d"),
+        "git": git_revision(),
+        "mclib": mclib_sha(),
+    }
 
 
 def collect(out: str | Path, dest: str | Path, name: str = "paper", seeds=(1, 2, 3)) -> Path:
@@ -186,10 +220,14 @@ def _pack(folder: Path, path: Path) -> list[str]:
                     tar.add(f, arcname=f.relative_to(folder).as_posix())
         if path.stat().st_size <= RETURN_MIB * 2**20:
             return left
-        notebooks = sorted((f for f in files if f.suffix == ".ipynb" and f.relative_to(folder).as_posix() not in left),
-                           key=lambda f: f.stat().st_size)
+        notebooks = sorted(
+            (f for f in files if f.suffix == ".ipynb" and f.relative_to(folder).as_posix() not in left),
+            key=lambda f: f.stat().st_size,
+        )
         if not notebooks:
-            raise SliceError(f"{path.name} is {path.stat().st_size / 2**20:.1f} MiB without any chapter, over {RETURN_MIB}")
+            raise SliceError(
+                f"{path.name} is {path.stat().st_size / 2**20:.1f} MiB without any chapter, over {RETURN_MIB}"
+            )
         left.append(notebooks[-1].relative_to(folder).as_posix())
         record = json.loads((folder / STATE).read_text())
         record["left_out"] = left
@@ -198,7 +236,10 @@ def _pack(folder: Path, path: Path) -> list[str]:
 
 # --- on the CPU machine ----------------------------------------------------------------------
 
-def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, revision: str | None = None) -> Path | None:
+
+def merge(
+    tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, revision: str | None = None
+) -> Path | None:
     """File a lease's results.tgz under results/paper-SLICE-DEVICE-DATE/; a slice not open in the
     ledger, another profile or precision, a revision whose mclib sources are not the ones that ran
     (`true_revision`; `revision`: given by hand), or over its results_mib is merged with a note, kept
@@ -216,16 +257,23 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, rev
             with tempfile.TemporaryDirectory() as tmp:
                 tar.extractall(tmp, filter="data")
                 adopted = steptable.adopt(Path(tmp) / STEP_TABLE, root / steptable.COMMITTED)
-            log.info(f"slice merge: the lease started no slice: {record.get('refused')}"
-                     + (f"; {adopted}" if adopted else ""))
+            log.info(
+                f"slice merge: the lease started no slice: {record.get('refused')}"
+                + (f"; {adopted}" if adopted else "")
+            )
             return None
-        dest = root / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
+        dest = (
+            root
+            / f"{record['profile']}-{record['slice']}-{record['device'].replace(' ', '-')}-{record['date']}"
+        )
         tar.extractall(dest, filter="data")
     notes = []
     if record["profile"] != ledger["name"]:
         notes.append(f"profile {record['profile']!r}, the ledger's is {ledger['name']!r}")
     if record["slice"] not in open_slices:
-        notes.append(f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})")
+        notes.append(
+            f"slice {record['slice']} was not open in the ledger (open: {', '.join(open_slices) or 'none'})"
+        )
     if record.get("precision") != ledger["precision"]:
         notes.append(f"trained in {record.get('precision')}, the ledger's precision is {ledger['precision']}")
     ran = record.get("mclib") or _manifest(dest).get("mclib")
@@ -235,13 +283,17 @@ def merge(tgz: Path, root: Path = LEDGER.parent, ledger_path: Path = LEDGER, rev
         _set_revision(dest, record, revision)
     if ran:
         here = mclib_sha()
-        log.info(f"slice merge: the lease ran mclib {ran}; this checkout's is "
-                 + ("the same" if ran == here else f"{here}: the library changed since"))
+        log.info(
+            f"slice merge: the lease ran mclib {ran}; this checkout's is "
+            + ("the same" if ran == here else f"{here}: the library changed since")
+        )
     planned = next((s for s in ledger["slices"] if s.name == record["slice"]), None)
     size = sum(f.stat().st_size for f in dest.rglob("*") if f.is_file()) / 2**20
     if planned is not None and size > planned.results_mib:
-        notes.append(f"{size:.1f} MiB under results/, over the slice's budget of {planned.results_mib:g} MiB "
-                     "(results_mib; what travels to a lease must stay under 46 MiB)")
+        notes.append(
+            f"{size:.1f} MiB under results/, over the slice's budget of {planned.results_mib:g} MiB "
+            "(results_mib; what travels to a lease must stay under 46 MiB)"
+        )
     for n in notes + [f"left out on the machine: {f}" for f in record.get("left_out", [])]:
         log.info(f"slice merge: note: {n}")
     adopted = steptable.adopt(dest / STEP_TABLE, root / steptable.COMMITTED)
@@ -268,10 +320,15 @@ def true_revision(recorded: str, ran: str | None, given: str | None = None) -> t
         if found is None:
             raise SliceError(f"--revision {given!r} is not a commit of this repository")
         if ran and tree_mclib_sha(found) != ran:
-            raise SliceError(f"--revision {given}: its mclib sources hash to {tree_mclib_sha(found)}, the lease ran {ran}")
-        return found, (f"revision {found}, given to merge: the lease recorded {recorded}, and {found}'s mclib "
-                       f"sources hash to the {ran} that ran" if ran else
-                       f"revision {found}, given to merge: the lease recorded {recorded} and no mclib hash to check it by")
+            raise SliceError(
+                f"--revision {given}: its mclib sources hash to {tree_mclib_sha(found)}, the lease ran {ran}"
+            )
+        return found, (
+            f"revision {found}, given to merge: the lease recorded {recorded}, and {found}'s mclib "
+            f"sources hash to the {ran} that ran"
+            if ran
+            else f"revision {found}, given to merge: the lease recorded {recorded} and no mclib hash to check it by"
+        )
     own = commit(recorded) if recorded != "unknown" else None
     if own is not None and (ran is None or tree_mclib_sha(own) == ran):
         return recorded, None
@@ -282,8 +339,13 @@ def true_revision(recorded: str, ran: str | None, given: str | None = None) -> t
     else:
         why = f"the lease recorded revision {recorded}, whose mclib sources are not the ones that ran"
     matches = revisions_of_mclib(ran) if ran else []
-    found = (f"; its mclib sources ({ran}) are those of {', '.join(matches)} (give the one that ran with --revision)"
-             if matches else f"; no recent commit has its mclib sources ({ran})" if ran else "")
+    found = (
+        f"; its mclib sources ({ran}) are those of {', '.join(matches)} (give the one that ran with --revision)"
+        if matches
+        else f"; no recent commit has its mclib sources ({ran})"
+        if ran
+        else ""
+    )
     return "unknown", why + found + ": revision unknown"
 
 

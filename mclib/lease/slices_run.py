@@ -3,6 +3,7 @@
 stops it past its deadline (`stop_training`), executes the slice's chapters through the book's
 runner and packs results.tgz (slices_pack). The lease's limits are read from `slices` when used
 (`slices.COMMAND_S`, ...): a rehearsal on a scaled clock scales them there."""
+
 from __future__ import annotations
 
 import datetime
@@ -18,21 +19,48 @@ from pathlib import Path
 
 import yaml
 
+from ..book.spec import Specs
 from ..core.config import load_profile
 from ..core.repo import REPO, git_revision
 from ..core.runs import write_atomic
-from ..book.spec import Specs
 from . import slices
-from .slices import (LEDGER, STATE, STEP_TABLE, TRAIN_LOG, SliceError, next_slice, pick_step, read_ledger,
-                     slice_profile, train_seconds, why_not)
-from .slices_pack import (_copy_logs, _ends, _freeze_ends, _pack_into, _read, _steps_ran, collect, device_record,
-                          pack_refused)
+from .slices import (
+    LEDGER,
+    STATE,
+    STEP_TABLE,
+    TRAIN_LOG,
+    SliceError,
+    next_slice,
+    pick_step,
+    read_ledger,
+    slice_profile,
+    train_seconds,
+    why_not,
+)
+from .slices_pack import (
+    _copy_logs,
+    _ends,
+    _freeze_ends,
+    _pack_into,
+    _read,
+    _steps_ran,
+    collect,
+    device_record,
+    pack_refused,
+)
 
 log = logging.getLogger(__name__)
 
 
-def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, ledger_path: Path = LEDGER, *,
-          began: float | None = None, command_s: float | None = None) -> dict:
+def start(
+    out_dir: Path,
+    budget_s: float | None = None,
+    hold_s: float = 0.0,
+    ledger_path: Path = LEDGER,
+    *,
+    began: float | None = None,
+    command_s: float | None = None,
+) -> dict:
     """Refuse a slice that cannot fit `budget_s`, the device seconds left for it from now
     (default: the ledger's lease less the machine's start and the return), else write its profile
     and start its training detached (a new process session, which the lease keeps when this
@@ -50,16 +78,24 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     table = Path(out_dir) / STEP_TABLE
     variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
     step_ms = measured if measured is not None else ledger["step_ms"]
-    log.info(f"lease: {why}; the plan reads {step_ms:g} ms a step "
-             f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})")
+    log.info(
+        f"lease: {why}; the plan reads {step_ms:g} ms a step "
+        f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})"
+    )
     s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=log.info)
     if s is None:
         first = next_slice(ledger, ledger_path.parent)
-        raise SliceError(f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}")
+        raise SliceError(
+            f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}"
+        )
     profile = slice_profile(ledger, s).replace(**{"train.step": variant})
-    if s.source_steps is not None and (s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps):
-        raise SliceError(f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
-                         f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})")
+    if s.source_steps is not None and (
+        s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps
+    ):
+        raise SliceError(
+            f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
+            f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})"
+        )
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ppath = out_dir / f"slice-{s.name}.yaml"
@@ -68,16 +104,42 @@ def start(out_dir: Path, budget_s: float | None = None, hold_s: float = 0.0, led
     train_log = open(out_dir / TRAIN_LOG, "ab")
     e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
     trainer = [sys.executable, "-m", "mclib.lease.slices_run", str(ppath), str(out_dir), str(deadline), e15]
-    proc = subprocess.Popen(trainer, stdout=train_log, stderr=subprocess.STDOUT, start_new_session=True, cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))})
-    state = {"slice": s.name, "pid": proc.pid, "deadline": deadline, "started": t0, "budget_s": budget,
-             "profile": str(ppath),
-             "chapters": s.chapters, "seeds": s.seeds, "freeze": s.freeze, "git": git_revision(),
-             "train_step": variant, "train_step_why": why}
+    proc = subprocess.Popen(
+        trainer,
+        stdout=train_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        },
+    )
+    state = {
+        "slice": s.name,
+        "pid": proc.pid,
+        "deadline": deadline,
+        "started": t0,
+        "budget_s": budget,
+        "profile": str(ppath),
+        "chapters": s.chapters,
+        "seeds": s.seeds,
+        "freeze": s.freeze,
+        "git": git_revision(),
+        "train_step": variant,
+        "train_step_why": why,
+    }
     write_atomic(out_dir / STATE, json.dumps(state, indent=1))
-    log.info(f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
-             f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}")
-    _wait(proc.pid, min(time.time() + hold_s, began + command_s - slices.COMMAND_SPARE_S), out_dir, quiet=hold_s <= 0)
+    log.info(
+        f"slice {s.name}: {s.what}; training started (pid {proc.pid}), deadline in "
+        f"{deadline - time.time():.0f} s; log {out_dir / TRAIN_LOG}"
+    )
+    _wait(
+        proc.pid,
+        min(time.time() + hold_s, began + command_s - slices.COMMAND_SPARE_S),
+        out_dir,
+        quiet=hold_s <= 0,
+    )
     return state
 
 
@@ -99,11 +161,17 @@ def _logging(stop, name: str, every: int):
             log.info(f"{name} step {row['step']:,}: L_mask {row['L_mask']:.4g}, {ms:.1f} ms a step")
             last[:] = [row["step"], row["wall"]]
         return stop(rows) if stop is not None else False
+
     return logged
 
 
-def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps: int | None = None,
-                freeze: tuple[str, ...] = ()) -> None:
+def train_slice(
+    profile_file: Path,
+    out_dir: Path,
+    deadline: float,
+    source_steps: int | None = None,
+    freeze: tuple[str, ...] = (),
+) -> None:
     """The detached trainer: the slice's seeds in turn under one deadline (`mclib.core.train.seed_jobs`:
     the book's run to its end, or to `source_steps` where given; the others to `analysis.after_drop`
     past their drop), then E15's runs of the groups in `freeze` from the book's run at `source_steps`
@@ -120,15 +188,22 @@ def train_slice(profile_file: Path, out_dir: Path, deadline: float, source_steps
     for job_profile, run_dir, after in seed_jobs(profile, book_run):
         if time.time() >= deadline:
             break
-        stop = stop_at_step(source_steps) if run_dir == book_run and source_steps is not None else \
-            _seed_stop(job_profile, after)
+        stop = (
+            stop_at_step(source_steps)
+            if run_dir == book_run and source_steps is not None
+            else _seed_stop(job_profile, after)
+        )
         stop = _logging(stop, run_dir.name, slices.TRAIN_LOG_EVERY)
-        train(job_profile, run_dir, progress=False, stop=stop, newest_only=after is not None, deadline=deadline)
+        train(
+            job_profile, run_dir, progress=False, stop=stop, newest_only=after is not None, deadline=deadline
+        )
     if not freeze:
         return
     reached = run_end(book_run).step if saved_steps(book_run) else 0
     if reached != source_steps:  # cut by the deadline first: E15 would start from other weights than planned
-        log.info(f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started")
+        log.info(
+            f"slice: the book's run reached step {reached:,}, not {source_steps:,}: E15's runs not started"
+        )
         return
     for group in freeze:
         if time.time() >= deadline:
@@ -181,21 +256,33 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
     if _wait(pid, min(state["deadline"] + slices.FINISH_GRACE_S, until - slices.STOP_S), out_dir):
         return ENDED_ITSELF
     late = time.time() - state["deadline"]
-    log.warning(f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)")
+    log.warning(
+        f"slice {name}: training still running {late:.0f} s past its deadline: asked to stop (SIGTERM)"
+    )
     _signal(pid, signal.SIGTERM)
     if _wait(pid, min(time.time() + slices.STOP_S, until), out_dir, quiet=True):
         return f"asked to stop (SIGTERM) {late:.0f} s past its deadline; it ended"
     _signal(pid, signal.SIGKILL)
     ended = _wait(pid, time.time() + 5, out_dir, quiet=True)
-    line = (f"killed (SIGKILL): still running {late:.0f} s past its deadline and {slices.STOP_S:g} s after SIGTERM"
-            + ("" if ended else "; still there 5 s later"))
+    line = (
+        f"killed (SIGKILL): still running {late:.0f} s past its deadline and {slices.STOP_S:g} s after SIGTERM"
+        + ("" if ended else "; still there 5 s later")
+    )
     log.warning(f"slice {name}: training {line}")
     return line
 
 
-def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: float | None = None, *,
-           left_s: float | None = None, began: float | None = None, command_s: float | None = None,
-           specs: Specs) -> Path:
+def finish(
+    out_dir: Path,
+    dest: Path,
+    timeout: float | None = None,
+    chapters_s: float | None = None,
+    *,
+    left_s: float | None = None,
+    began: float | None = None,
+    command_s: float | None = None,
+    specs: Specs,
+) -> Path:
     """Wait for the slice's training (`stop_training`), execute its chapters (no site) one at a time
     while the lease leaves time, and pack results.tgz into `dest` with the tails of the lease's logs
     (LOGS) and its step table; a chapter that fails or finds no time is named in slice.json, and
@@ -219,7 +306,9 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         lease_end = time.time() + chapters_s  # issued again: the first budget is spent by then
     else:
         lease_end = state["started"] + state["budget_s"]
-    end = min(lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S)
+    end = min(
+        lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S
+    )
     state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
     write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
@@ -235,8 +324,15 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
             skipped.append(name)
             continue
         try:
-            build(state["profile"], out_dir=out_dir, templates=select_chapters(name), site=False, progress=False,
-                  timeout=int(min(timeout or left, left)), specs=specs)  # papermill takes whole seconds
+            build(
+                state["profile"],
+                out_dir=out_dir,
+                templates=select_chapters(name),
+                site=False,
+                progress=False,
+                timeout=int(min(timeout or left, left)),
+                specs=specs,
+            )  # papermill takes whole seconds
         except Exception as e:  # whatever a chapter does, what trained is packed
             error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
             log.warning(f"slice {state['slice']}: {error}", exc_info=not isinstance(e, BookError))
@@ -252,16 +348,29 @@ def finish(out_dir: Path, dest: Path, timeout: float | None = None, chapters_s: 
         (folder / f"slice-{state['slice']}.yaml").write_text(Path(state["profile"]).read_text())
         logs = _copy_logs(out_dir, folder)
         ran = _steps_ran(out_dir, profile, state["seeds"])
-        record = {"slice": state["slice"], **device_record(), "date": datetime.date.today().isoformat(),
-                  "git": state["git"], "precision": profile.train.precision, "profile": profile.name,
-                  "chapters": state["chapters"], "chapters_done": done, "chapter_error": error,
-                  "chapters_not_run": skipped,
-                  "train_step": state.get("train_step"), "train_step_why": state.get("train_step_why"),
-                  "train_step_ran": ran, "training_stop": state["training_stop"], "logs": logs,
-                  "train_deadline_s": round(state["deadline"] - state["started"], 1),
-                  "achieved": _read("achieved", lambda: _achieved(out_dir, profile, state["seeds"])),
-                  "ends": _read("ends", lambda: _ends(out_dir, profile, state["seeds"])),
-                  "freeze_ends": _read("freeze_ends", lambda: _freeze_ends(out_dir, profile, state.get("freeze", [])))}
+        record = {
+            "slice": state["slice"],
+            **device_record(),
+            "date": datetime.date.today().isoformat(),
+            "git": state["git"],
+            "precision": profile.train.precision,
+            "profile": profile.name,
+            "chapters": state["chapters"],
+            "chapters_done": done,
+            "chapter_error": error,
+            "chapters_not_run": skipped,
+            "train_step": state.get("train_step"),
+            "train_step_why": state.get("train_step_why"),
+            "train_step_ran": ran,
+            "training_stop": state["training_stop"],
+            "logs": logs,
+            "train_deadline_s": round(state["deadline"] - state["started"], 1),
+            "achieved": _read("achieved", lambda: _achieved(out_dir, profile, state["seeds"])),
+            "ends": _read("ends", lambda: _ends(out_dir, profile, state["seeds"])),
+            "freeze_ends": _read(
+                "freeze_ends", lambda: _freeze_ends(out_dir, profile, state.get("freeze", []))
+            ),
+        }
         (folder / STATE).write_text(json.dumps(record, indent=1))
         path = _pack_into(folder, dest)
     return path
@@ -278,8 +387,11 @@ def _achieved(out_dir: Path, profile, seeds: list[int]) -> dict:
         run = out_dir / "runs" / run_name(profile.name, seed)
         m = load_metrics(run) if (run / METRICS).is_file() else None
         ms = median_step_ms(m) if m is not None and len(m) else None
-        achieved[str(seed)] = None if m is None or m.empty else {
-            "steps": int(m["step"].max()), "ms_step": None if ms is None else round(ms, 2)}
+        achieved[str(seed)] = (
+            None
+            if m is None or m.empty
+            else {"steps": int(m["step"].max()), "ms_step": None if ms is None else round(ms, 2)}
+        )
     return achieved
 
 
@@ -295,5 +407,10 @@ if __name__ == "__main__":  # the detached trainer `start` launches; its log is 
 
     e15 = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     with console_logging():
-        train_slice(Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), e15.get("source_steps"),
-                    tuple(e15.get("freeze") or ()))
+        train_slice(
+            Path(sys.argv[1]),
+            Path(sys.argv[2]),
+            float(sys.argv[3]),
+            e15.get("source_steps"),
+            tuple(e15.get("freeze") or ()),
+        )

@@ -5,6 +5,7 @@ table (`kernel_table`: the device's kernels of a few steps; `host_table`: where 
 a step goes). Each variant's step is `mclib.core.step.WAYS`'; its check and timing are
 `mclib.core.variants`'.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,7 +27,7 @@ from ..core.step import COMPILED_STEPS
 
 log = logging.getLogger(__name__)
 
-TOP_ROWS = 30      # rows of each profile written per variant
+TOP_ROWS = 30  # rows of each profile written per variant
 PROFILE_STEPS = 5  # steps each profile covers (its times are per step)
 
 
@@ -34,6 +35,7 @@ class Spec(NamedTuple):
     """A row of the table: the train.step it runs (`mclib.core.step.WAYS`), at the lease's
     precision or at `precision` (bf16: for the record, never trained on); `slow`: slow to compile,
     run only where the committed table says it could win, else where the budget left allows."""
+
     step: str
     precision: str | None = None
     slow: bool = False
@@ -65,13 +67,15 @@ SPECS = {  # the order they run in: no compile first, then the compiles; the row
     "autotune-graph": Spec("autotune-graph", slow=True),
 }
 VARIANTS = tuple(SPECS)
-TRAINABLE = tuple(v for v, s in SPECS.items() if not s.record)  # what a slice may train with (slices.TRAINED_STEPS)
+TRAINABLE = tuple(
+    v for v, s in SPECS.items() if not s.record
+)  # what a slice may train with (slices.TRAINED_STEPS)
 
 
 def bf16_effect(doc: Path = REPO / "docs" / "performance.md") -> str:
     """What bf16 did to the laptop's final level, as docs/performance.md's headline table says it
     ("Does bf16 change the science?"), for the bf16 rows: read there, not restated here."""
-    where = "docs/performance.md, \"Does bf16 change the science?\""
+    where = 'docs/performance.md, "Does bf16 change the science?"'
     try:
         for line in Path(doc).read_text().splitlines():
             if line.startswith("| Does bf16 change the science?"):
@@ -94,7 +98,9 @@ def _profiled(step, steps: int, cuda: bool, device: torch.device, activities):
     return prof.key_averages()
 
 
-def kernel_table(step, device: torch.device, variant: str, steps: int = PROFILE_STEPS) -> tuple[pd.DataFrame, float]:
+def kernel_table(
+    step, device: torch.device, variant: str, steps: int = PROFILE_STEPS
+) -> tuple[pd.DataFrame, float]:
     """(the top TOP_ROWS kernels of `steps` calls of `step`, the sum of ALL kernels' time a step):
     on CUDA the device's kernels (and copies) alone, by their device time a step: no operator
     or annotation span, whose time is its kernels' counted again; `share` is of that sum. On the
@@ -103,8 +109,9 @@ def kernel_table(step, device: torch.device, variant: str, steps: int = PROFILE_
     from torch.profiler import ProfilerActivity
 
     cuda = device.type == "cuda"
-    events = _profiled(step, steps, cuda, device,
-                       [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []))
+    events = _profiled(
+        step, steps, cuda, device, [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    )
     host_names = {e.key for e in events if e.device_type == DeviceType.CPU}
     rows = []
     for e in events:
@@ -114,8 +121,15 @@ def kernel_table(step, device: torch.device, variant: str, steps: int = PROFILE_
             ms = e.self_device_time_total / 1000 / steps
         else:
             ms = e.self_cpu_time_total / 1000 / steps
-        rows.append({"variant": variant, "kind": "kernel" if cuda else "cpu op", "name": e.key,
-                     "calls_per_step": e.count / steps, "ms_step": ms})
+        rows.append(
+            {
+                "variant": variant,
+                "kind": "kernel" if cuda else "cpu op",
+                "name": e.key,
+                "calls_per_step": e.count / steps,
+                "ms_step": ms,
+            }
+        )
     df = pd.DataFrame(rows, columns=["variant", "kind", "name", "calls_per_step", "ms_step"])
     df = df[df["ms_step"] > 0].sort_values("ms_step", ascending=False)
     total = float(df["ms_step"].sum())
@@ -130,9 +144,16 @@ def host_table(step, device: torch.device, variant: str, steps: int = PROFILE_ST
     from torch.profiler import ProfilerActivity
 
     events = _profiled(step, steps, device.type == "cuda", device, [ProfilerActivity.CPU])
-    rows = [{"variant": variant, "name": e.key, "calls_per_step": e.count / steps,
-             "self_cpu_ms_step": e.self_cpu_time_total / 1000 / steps, "cpu_ms_step": e.cpu_time_total / 1000 / steps}
-            for e in events]
+    rows = [
+        {
+            "variant": variant,
+            "name": e.key,
+            "calls_per_step": e.count / steps,
+            "self_cpu_ms_step": e.self_cpu_time_total / 1000 / steps,
+            "cpu_ms_step": e.cpu_time_total / 1000 / steps,
+        }
+        for e in events
+    ]
     df = pd.DataFrame(rows, columns=["variant", "name", "calls_per_step", "self_cpu_ms_step", "cpu_ms_step"])
     df = df[df["self_cpu_ms_step"] > 0].sort_values("self_cpu_ms_step", ascending=False)
     total = float(df["self_cpu_ms_step"].sum())
@@ -157,14 +178,37 @@ class Table:
     def add(self, variant: str, status: str, **values) -> None:
         nan = float("nan")
         with self.lock:
-            self.rows.append({"variant": variant, "status": status, "passed": False, "bitwise": False, "check": "",
-                              "ms_step": nan, "ms_min": nan, "ms_max": nan, "repeats": 0, "host_ms_step": nan,
-                              "kernel_ms_step": nan, "idle_ms_step": nan, "first_s": nan,
-                              **self.stamp, **values, "note": values.get("note", self.note)})
+            self.rows.append(
+                {
+                    "variant": variant,
+                    "status": status,
+                    "passed": False,
+                    "bitwise": False,
+                    "check": "",
+                    "ms_step": nan,
+                    "ms_min": nan,
+                    "ms_max": nan,
+                    "repeats": 0,
+                    "host_ms_step": nan,
+                    "kernel_ms_step": nan,
+                    "idle_ms_step": nan,
+                    "first_s": nan,
+                    **self.stamp,
+                    **values,
+                    "note": values.get("note", self.note),
+                }
+            )
             r = self.rows[-1]
-            log.info(f"{variant}: {status}" + (f", {r['ms_step']:.2f} ms a step ({r['ms_min']:.2f}-{r['ms_max']:.2f}, "
-                                                f"host {r['host_ms_step']:.2f})" if status == "ran" else "")
-                     + (f"; {r['check']}" if r["check"] else ""))
+            log.info(
+                f"{variant}: {status}"
+                + (
+                    f", {r['ms_step']:.2f} ms a step ({r['ms_min']:.2f}-{r['ms_max']:.2f}, "
+                    f"host {r['host_ms_step']:.2f})"
+                    if status == "ran"
+                    else ""
+                )
+                + (f"; {r['check']}" if r["check"] else "")
+            )
             self.write()
 
     def update(self, variant: str, **values) -> None:
@@ -226,11 +270,18 @@ class Cap:
                 if time.time() < until:
                     self.cond.wait(timeout=min(1.0, until - time.time()))
                     continue
-                self.table.add(variant, f"failed: still running at its cap of {cap_s:.0f} s (hung, or far slower "
-                                        "than its estimate)")
+                self.table.add(
+                    variant,
+                    f"failed: still running at its cap of {cap_s:.0f} s (hung, or far slower "
+                    "than its estimate)",
+                )
                 self.table.not_run(rest, f"{variant} hung")
-                self.table.log_error(variant, "".join(traceback.format_stack(sys._current_frames()[
-                    threading.main_thread().ident])))
-                log.warning(f"lease_step: {variant} cut at its cap of {cap_s:.0f} s; the rows before it are in "
-                            f"{self.table.out}")
+                self.table.log_error(
+                    variant,
+                    "".join(traceback.format_stack(sys._current_frames()[threading.main_thread().ident])),
+                )
+                log.warning(
+                    f"lease_step: {variant} cut at its cap of {cap_s:.0f} s; the rows before it are in "
+                    f"{self.table.out}"
+                )
                 os._exit(self.exit_code)

@@ -9,21 +9,33 @@ table. A table's precision (TABLE_PRECISION) is its eager row's: a row for the r
 precision (bf16) belongs to it all the same. Entry points: `key`, `rows`, `chosen`, `stands`
 (a lease), `same_files` (`slice status`), `adopt` (`slice merge`).
 """
+
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
 
 from ..core.repo import REPO
-from ..core.step import WAYS
 from ..core.runs import write_atomic
+from ..core.step import WAYS
 
-COMMITTED = "lease_step.csv"   # beside the ledger (results/): each device's last full table, its key in every row
+COMMITTED = (
+    "lease_step.csv"  # beside the ledger (results/): each device's last full table, its key in every row
+)
 LEDGER_NAME = "paper-slices.yaml"  # the plan (mclib.lease.slices.LEDGER), whose `device` is the kind lent now
-STEP_FILES = ("mclib/core/model.py", "mclib/core/attention.py", "mclib/core/step.py", "mclib/core/precision.py",
-              "mclib/core/graphstep.py", "mclib/core/data.py", "mclib/core/metrics.py")
+STEP_FILES = (
+    "mclib/core/model.py",
+    "mclib/core/attention.py",
+    "mclib/core/step.py",
+    "mclib/core/precision.py",
+    "mclib/core/graphstep.py",
+    "mclib/core/data.py",
+    "mclib/core/metrics.py",
+)
 KEY = ("step_hash", "torch", "device", "precision")
-CHOSEN = tuple(WAYS)  # the variants a slice may train with (mclib.lease.slices.TRAINED_STEPS): every train.step way
+CHOSEN = tuple(
+    WAYS
+)  # the variants a slice may train with (mclib.lease.slices.TRAINED_STEPS): every train.step way
 TABLE_PRECISION = "table_precision"  # in the committed file: the precision of the table a row belongs to
 
 
@@ -76,8 +88,12 @@ def _read(committed: Path):
 
 def _fastest(t, precision: str):
     """The row of the fastest variant at `precision` that passed its check, or None."""
-    ok = t[t["variant"].isin(CHOSEN) & (t["passed"].astype(str) == "True") & t["ms_step"].notna()
-           & (t["precision"] == precision)]
+    ok = t[
+        t["variant"].isin(CHOSEN)
+        & (t["passed"].astype(str) == "True")
+        & t["ms_step"].notna()
+        & (t["precision"] == precision)
+    ]
     return ok.sort_values("ms_step").iloc[0] if len(ok) else None
 
 
@@ -95,10 +111,17 @@ def chosen(committed: Path, device: str, precision: str) -> tuple[dict | None, s
     if best is None:
         return None, f"{committed.name} has no variant of {device} at {precision} that passed its check"
     date = str(best["date"]) if "date" in mine.columns else "an undated table"
-    found = {"variant": best["variant"], "ms_step": float(best["ms_step"]), "date": date, "device": device,
-             "step_hash": str(best["step_hash"])}
-    return found, (f"{found['ms_step']:.1f} ms a step ({found['variant']}, the fastest that passed its check in "
-                   f"{committed.name}'s table of {device} of {date})")
+    found = {
+        "variant": best["variant"],
+        "ms_step": float(best["ms_step"]),
+        "date": date,
+        "device": device,
+        "step_hash": str(best["step_hash"]),
+    }
+    return found, (
+        f"{found['ms_step']:.1f} ms a step ({found['variant']}, the fastest that passed its check in "
+        f"{committed.name}'s table of {device} of {date})"
+    )
 
 
 def stands(committed: Path, now: dict) -> tuple[str | None, str]:
@@ -116,16 +139,20 @@ def stands(committed: Path, now: dict) -> tuple[str | None, str]:
     if table.empty:
         return None, f"{committed.name} has no table of {now['device']} at {now['precision']}"
     first = table.iloc[0]
-    changed = [f"{k} {first[k]} -> {now[k]}" for k in KEY if k != "precision" and str(first[k]) != str(now[k])]
+    changed = [
+        f"{k} {first[k]} -> {now[k]}" for k in KEY if k != "precision" and str(first[k]) != str(now[k])
+    ]
     if changed:
         return None, f"{committed.name} measured another step: {'; '.join(changed)}"
     best = _fastest(table, now["precision"])
     if best is None:
         return None, f"{committed.name} has no variant that passed its check"
     when = f" of {first['date']}" if "date" in t.columns else ""
-    return best["variant"], (f"{committed.name}{when} stands (the same step files {now['step_hash']}, torch "
-                             f"{now['torch']}, {now['device']}, {now['precision']}): only eager and its "
-                             f"{best['variant']} ({best['ms_step']:.1f} ms) are checked")
+    return best["variant"], (
+        f"{committed.name}{when} stands (the same step files {now['step_hash']}, torch "
+        f"{now['torch']}, {now['device']}, {now['precision']}): only eager and its "
+        f"{best['variant']} ({best['ms_step']:.1f} ms) are checked"
+    )
 
 
 def planned_device(committed: Path) -> str | None:
@@ -163,13 +190,17 @@ def adopt(table: Path, committed: Path) -> str | None:
     if t.empty or not full or not set(KEY) | {"variant"} <= set(t.columns):
         return None
     if t["device"].nunique() != 1:
-        raise ValueError(f"{table}: a lease's step table holds one device, this one {t['device'].nunique()}: "
-                         f"{', '.join(map(str, t['device'].unique()))}")
+        raise ValueError(
+            f"{table}: a lease's step table holds one device, this one {t['device'].nunique()}: "
+            f"{', '.join(map(str, t['device'].unique()))}"
+        )
     t = _with_table_precision(t)
     device, precision = t["device"].iloc[0], t[TABLE_PRECISION].iloc[0]
     kept = _with_table_precision(pd.read_csv(committed)) if committed.is_file() else t.iloc[:0]
     kept = kept[~((kept["device"] == device) & (kept[TABLE_PRECISION] == precision))]
     write_atomic(committed, lambda tmp: pd.concat([kept, t], ignore_index=True).to_csv(tmp, index=False))
     others = sorted(set(kept["device"].astype(str)))
-    return (f"step table of {device}, torch {t['torch'].iloc[0]}, {precision}, step files {t['step_hash'].iloc[0]}: "
-            f"written as {committed}" + (f" (the rows of {', '.join(others)} kept)" if others else ""))
+    return (
+        f"step table of {device}, torch {t['torch'].iloc[0]}, {precision}, step files {t['step_hash'].iloc[0]}: "
+        f"written as {committed}" + (f" (the rows of {', '.join(others)} kept)" if others else "")
+    )
