@@ -1,9 +1,12 @@
 """The smoke book as a reader's browser loads it: scripts/check_book_html.py opens pages in
-headless Chromium and fails on any request to another host, any local 404 and any <img>
-whose file is missing, and (--tables) on any table that overflows at a laptop's window.
-Here: the built book passes, and a page broken on purpose fails, naming its problems. Needs Debian's `chromium` (apt-get install -y chromium); skipped
-without it. The book is the test run's smoke build (conftest.py); a few seconds a page."""
+headless Chromium (the system's, driven by Playwright for Python) and fails on any request to
+another host, any local 404 and any <img> whose file is missing, and (--tables) on any table
+that overflows at a laptop's window. Here: the built book passes, and a page broken on purpose
+fails, naming its problems. Needs Debian's `chromium` (apt-get install -y chromium) and the
+`playwright` package (the test extra); skipped without either. The book is the test run's smoke
+build (conftest.py); a few seconds a page."""
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -16,6 +19,10 @@ pytestmark = [
     pytest.mark.skipif(
         shutil.which("chromium") is None,
         reason="needs Chromium for the browser check (Debian: apt-get install -y chromium)",
+    ),
+    pytest.mark.skipif(
+        importlib.util.find_spec("playwright") is None,
+        reason="needs Playwright for Python to drive Chromium (pip install -e '.[test]')",
     ),
 ]
 
