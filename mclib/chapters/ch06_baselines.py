@@ -31,7 +31,7 @@ from ..book.spec import ChapterSpec
 from ..core import paper
 from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER_E17, PAPER_E17_MATRICES
-from ..core.repo import RESULTS
+from ..core.repo import RESULTS, git_revision, mclib_sha
 from .baselines_plots import nuclear_comparison_plot, ood_plot, per_matrix_plot
 from .baselines_readings import SOLVER_RTOL, baseline_readings, pm
 
@@ -129,8 +129,6 @@ def _build_hint(name: str) -> str:
 def book_solver_cache(cfg: Profile, run_dir: str | Path) -> Path:
     """OUT/runs/solvers-NAME-SHA.csv.gz beside `run_dir`: the results the book builds for itself;
     SHA (12 digits of `mclib_sha`) keeps a file solved by other code from being read."""
-    from ..core.repo import mclib_sha
-
     return Path(run_dir).parent / f"solvers-{cfg.name}-{mclib_sha()[:12]}.csv.gz"
 
 
@@ -410,8 +408,6 @@ def build_solver_cache(
     saves the results atomically at `path` (default `solver_cache(cfg.name)`), saying a line per
     block and a closing count. Away from the paper profile, draws held by the committed paper file
     are read from it, not solved or written. Returns (path, solves)."""
-    from ..core.repo import git_revision
-
     path = solver_cache(cfg.name) if path is None else Path(path)
     paper_file = solver_cache("paper")
     reuse = (

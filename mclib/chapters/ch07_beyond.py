@@ -10,6 +10,7 @@ number rule with the seeds' spread. Lead times come from `mclib.analyses.progres
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ from ..book.spec import ChapterSpec
 from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
 from .ch01_train import drop_step_claim
+from .followup import rule_of as followup_rule
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -465,8 +467,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """(row, why): a row a GPU lease recorded, judged by today's rules: B1 n/a where its glued
     lead_text says no measure had a band; the drop over one seed n/a (`ONE_SEED`); F4a, F4b without
     the sweep's numbers where the sweep trains another profile."""
-    import re
-
     if (row["id"], row.get("quantity")) == ("E1", "drop step, over seeds") and not row.get("na"):
         one = (recorded.glued(CHAPTER, "n_seeds") or "").strip("'\"") == "1"
         return ({**row, "na": ONE_SEED} if one else row), []
@@ -509,8 +509,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 def rule_of(row: dict) -> dict:
     """Rule fields for a row recorded without them: B1 above LEAD_SURE (margin CUT); F rows by
     `followup.rule_of`; {} for another row."""
-    from .followup import rule_of as followup_rule
-
     if row["id"] == "B1":
         return {"reference": LEAD_SURE, "sense": "above", "margin": CUT}
     return followup_rule(row)

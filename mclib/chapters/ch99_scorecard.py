@@ -7,12 +7,16 @@ It comes last; its notebook declares that it reads scorecard.json, so it reruns 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 from matplotlib.colors import to_hex
 
 from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.chapter import departures_table
 from ..book.plots_base import closed
+from ..book.runner import EXECUTED
 from ..book.spec import ChapterSpec, Specs
 from ..lease import part, reference
 from .registry import specs as chapter_specs
@@ -282,11 +286,6 @@ def site_part(out, ledger=None, *, specs: Specs) -> list:
 
 def laptop_rows(out) -> list[dict] | None:
     """The scorecard rows of the run that `out`'s book/_executed/manifest.json names; None without one."""
-    import json
-    from pathlib import Path
-
-    from ..book.runner import EXECUTED
-
     manifest = Path(out) / EXECUTED / "manifest.json"
     run_dir = json.loads(manifest.read_text()).get("run_dir") if manifest.is_file() else None
     return scorecard.load(run_dir) if run_dir else None

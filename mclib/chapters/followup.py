@@ -24,16 +24,23 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown
 
 from ..analyses import plateau, progress
+from ..book.chapter import seed_runs
+from ..book.plots_base import closed
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_tables import plural
 from ..core.metrics import find_drop
 from ..core.packaged import data_file
 from ..core.repo import REPO
 from ..core.runs import load_metrics
+from ..core.sweep import load_sweep
+from ..core.sweep_figure import setting_colours
+from ..lease import slices
 
 CHAPTER = "07_beyond"
 ATTENTION_BIAS = data_file("attention_bias.csv")  # the sweep's rows
@@ -56,8 +63,6 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
     one row per (seed, checkpoint), with drop_step (NaN: none) and setting = the profile's name;
     `attrs["skipped"]`: {seed: [steps without a model]}."""
     if run_dirs is None:
-        from ..book.chapter import seed_runs
-
         run_dirs = seed_runs(ch.cfg, ch.run_dir)
     frames, skipped = [], {}
     for seed, run_dir in run_dirs.items():
@@ -311,8 +316,6 @@ def rule_of(row: dict) -> dict:
 
 def sweep_base() -> str:
     """The profile the attention-bias sweep trains (its file's `base`)."""
-    from ..core.sweep import load_sweep
-
     return load_sweep(ATTENTION_BIAS_SWEEP)[0].profile.name
 
 
@@ -356,11 +359,6 @@ def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) ->
 def measures_figure(measures: pd.DataFrame):
     """Three panels over training, one line per setting (mean over seeds, ± s.e. shaded where two
     or more): collapse, masked spread ratio, largest attention share; dashed: mean drop step."""
-    import matplotlib.pyplot as plt
-
-    from ..book.plots_base import closed
-    from ..core.sweep_figure import setting_colours
-
     collapse = last_layer(measures, "collapse")
     shares = [c for c in measures.columns if c.startswith("share_L")]
     data = measures.assign(share_max=measures[shares].max(axis=1))
@@ -394,16 +392,14 @@ def measures_figure(measures: pd.DataFrame):
 
 def uniform_share_text(n: int) -> str:
     """Uniform attention's share on n×n matrices (`plateau.share_chance`), as a phrase."""
-    from ..analyses.plateau import share_chance
-
-    return f"{share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
+    return (
+        f"{plateau.share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
+    )
 
 
 def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     """A sentence on whether GPU slices (results/paper-slices.yaml) executed this chapter at the
     paper's setting, naming them, or which slices are planned to."""
-    from ..lease import slices
-
     ledger_path = Path(ledger) if ledger is not None else slices.LEDGER
     plan = slices.read_ledger(ledger_path)
     if profile_name == plan["name"]:
@@ -441,8 +437,6 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
 
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
     """`strength_table` styled, or a Markdown line on how to produce the sweep."""
-    from IPython.display import Markdown
-
     if sweep is None or not len(sweep):
         return Markdown(f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them.")
     table = strength_table(sweep, measures)
@@ -470,10 +464,6 @@ def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None
 def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
     """Drop step, final L_mask and (with measures) end collapse against bias strength, mean ± s.e.,
     one marker per target; empty panels that say so without rows."""
-    import matplotlib.pyplot as plt
-
-    from ..book.plots_base import closed
-
     table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
 
     cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
@@ -532,8 +522,6 @@ def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict,
     """(glue, rows): followup_skipped and followup_sweep_rows, and rows F1-F5 (rules: the module
     docstring)."""
     skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
-    from ..core.sweep import load_sweep
-
     planned = load_sweep(ATTENTION_BIAS_SWEEP)
     glue = {
         "followup_skipped": (
