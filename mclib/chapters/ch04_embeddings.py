@@ -46,8 +46,10 @@ def e13_na(tested: int, final: int) -> str | None:
     if final >= E13_AFTER * tested:
         return None
     return (
-        f"the final layout is read at step {final:,}, only {final - tested:,} steps after the checkpoint it tests "
-        f"(step {tested:,}): too close for the test to fail; at least {E13_AFTER:g}× its step counts (the paper: "
+        f"the final layout is read at step {final:,}, only {final - tested:,} steps after the checkpoint it "
+        "tests "
+        f"(step {tested:,}): too close for the test to fail; at least {E13_AFTER:g}× its step counts (the "
+        "paper: "
         "50,000 against 14,000)"
     )
 
@@ -325,7 +327,8 @@ def e12_readings(tracks: pd.DataFrame, symmetry: float) -> tuple[dict, list[dict
             "E12",
             "|r| of the other component with sign(x), post",
             float(sign_r),
-            f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: {x_r:.2f}",
+            f"{'tracks' if sign_r > STRONG else 'does not track'} the sign (paper: it does); with x: "
+            f"{x_r:.2f}",
             kind="direction",
             reference=STRONG,
             sense="above",
@@ -447,7 +450,8 @@ def e14_readings(
             "E14",
             "middle-row position norm / mean position norm, post",
             float(mid),
-            f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; below "
+            f"{'a dip' if mid < DIP else 'no dip'} in the middle row (paper: a dip at positions ~21–26; "
+            "below "
             f"{DIP} counts)",
             kind="direction",
             reference=DIP,

@@ -118,7 +118,8 @@ def runs_table(ch: Chapter, runs: dict[str, Path]):
     t = ch.cfg.train
     return table.style.hide(axis="index").set_caption(
         f"One run per group: from the post-shift checkpoint (step {ch.steps.post:,}), {length_text(ch)}, "
-        f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the read-out "
+        f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the "
+        "read-out "
         "belong to no group: they stay frozen in every run."
     )
 
@@ -199,7 +200,10 @@ def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
     if verdict == "n/a":
         return f"too short to check {paper}: {agreement(verdict)}"
     if verdict in POSITIVE.values():
-        return f"{paper}, each tier later than the one before by more than {margin} of its step, {agreement(verdict)}"
+        return (
+            f"{paper}, each tier later than the one before by more than {margin} of its step, "
+            f"{agreement(verdict)}"
+        )
     first, last = _runs_named(PAPER_E15_ORDER[0]), _runs_named(PAPER_E15_ORDER[-1])
     fails = ([] if pattern["first_tier_first"] else [f"{first} do not drop before the others"]) + (
         [] if pattern["last_tier_last"] else [f"{last} does not drop last"]

@@ -139,7 +139,8 @@ def seeds_text(drops: dict, steps: int) -> str:
             else f"seeds {_listing(dropped)}, on average at step {mean:,.0f} ± {std:,.0f}"
         )
         return (
-            f"{len(dropped)} of {len(drops)} seeds dropped ({which}), while seed{'s' if len(late) > 1 else ''} "
+            f"{len(dropped)} of {len(drops)} seeds dropped ({which}), while "
+            f"seed{'s' if len(late) > 1 else ''} "
             f"{_listing(late)} had not dropped by step {steps:,}: a mean over the seeds that dropped leaves "
             "the late ones out, so it is too early"
         )
@@ -429,8 +430,10 @@ def no_band_text(
         else f": the run's {plural(checkpoints, 'checkpoint')}, at most {gap:,} steps apart, put {had} there"
     )
     return (
-        f"no measure has a plateau band, which is estimated from the checkpoints between steps {start:,.0f} and "
-        f"{end:,.0f} (a quarter to a half of the way to the drop) and needs {progress.MIN_BASELINE} of them{ran}; "
+        f"no measure has a plateau band, which is estimated from the checkpoints between steps {start:,.0f} "
+        "and "
+        f"{end:,.0f} (a quarter to a half of the way to the drop) and needs {progress.MIN_BASELINE} of "
+        f"them{ran}; "
         f"none of the {measures} measures can be tested"
     )
 
@@ -459,7 +462,8 @@ def untestable(leads: pd.DataFrame, steps=None) -> str | None:
     return None
 
 
-# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+# The glued sentences that state a row's verdict, by the experiment they speak for
+# (`mclib.lease.part.restate`).
 SPEAKS_FOR = {"lead_finding": "B1"}
 
 
@@ -517,9 +521,13 @@ def rule_of(row: dict) -> dict:
 def lead_finding_text(row: dict) -> str:
     """B1's sentence, worded by its row's verdict (`agreement`)."""
     if row.get("na"):
-        return f"The scorecard keeps the lead as a finding of our own, B1, with nothing to test here ({row['na']})"
+        return (
+            "The scorecard keeps the lead as a finding of our own, B1, with nothing to test here "
+            f"({row['na']})"
+        )
     return (
-        f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of the "
+        f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of "
+        "the "
         f"bootstrap resamples), which {agreement(row_verdict(row))}, apart from the paper's claims"
     )
 

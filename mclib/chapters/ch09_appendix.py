@@ -67,7 +67,8 @@ def width_depth_shown(wd: pd.DataFrame | None):
             "standard deviation over the seeds that dropped), in matrices and in minutes (the drop step at "
             "the run's mean pace, its training time over its steps), the runs that "
             "converged and their final L_mask over E[X²] (mean, sd; a run cut by the wall clock or the "
-            "step cap has no final level and is left out of it), the longest run, and the convergence rule that "
+            "step cap has no final level and is left out of it), the longest run, and the convergence rule "
+            "that "
             "ended the runs (end_rule). On n×n matrices of rank 1 (not the paper's "
             "7×7 rank 2), the `cpu` recipe otherwise; one thread a run."
         )

@@ -421,7 +421,8 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     will = [s.name for s in plan["slices"] if CHAPTER in s.chapters]
     if will:
         planned = (
-            f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when its "
+            f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when "
+            "its "
             f"lease has time left"
         )
     else:
