@@ -117,7 +117,7 @@ def _drawer_of(module, name: str, code: str):
     """(module, function) that returns the figure glued as `name`: the one the notebook glues
     it from (glue("name", chapter.f(...)), or another mclib.chapters module the notebook imports,
     e.g. followup.f(...)), else the chapter function whose glue dict holds the key."""
-    direct = re.search(rf'glue\("{re.escape(name)}", (\w+)\.(\w+)\(', code)
+    direct = re.search(rf'glue\(\s*"{re.escape(name)}",\s*(\w+)\.(\w+)\(', code)  # one line or several
     if direct:
         alias, fn = direct.groups()
         if alias == "chapter":

@@ -4,6 +4,7 @@ factor distributions, and the error per matrix."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 
@@ -89,8 +90,6 @@ def ood_plot(table: pd.DataFrame, title: str = "Other factor distributions (E18)
 def per_matrix_plot(per_matrix: dict, title: str = "Error per matrix at the training p_mask") -> plt.Figure:
     """Empirical CDF of each method's per-matrix L_mask (per_matrix: method -> array), log x;
     each method's pooled L_mask is not shown here: few bad matrices dominate it."""
-    import numpy as np
-
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for i, (method, v) in enumerate(per_matrix.items()):
         v = np.sort(np.maximum(np.asarray(v, dtype=float), 1e-8))

@@ -118,8 +118,8 @@ def runs_table(ch: Chapter, runs: dict[str, Path]):
     t = ch.cfg.train
     return table.style.hide(axis="index").set_caption(
         f"One run per group: from the post-shift checkpoint (step {ch.steps.post:,}), {length_text(ch)}, "
-        f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the read-out "
-        "belong to no group: they stay frozen in every run."
+        f"{t.batch} fresh matrices a step, Adam lr {t.lr:g}, on {ch.device.type}. Layer norms and the "
+        "read-out belong to no group: they stay frozen in every run."
     )
 
 
@@ -199,7 +199,10 @@ def order_text(verdict: str, pattern: dict[str, bool], any_drop: bool) -> str:
     if verdict == "n/a":
         return f"too short to check {paper}: {agreement(verdict)}"
     if verdict in POSITIVE.values():
-        return f"{paper}, each tier later than the one before by more than {margin} of its step, {agreement(verdict)}"
+        return (
+            f"{paper}, each tier later than the one before by more than {margin} of its step, "
+            f"{agreement(verdict)}"
+        )
     first, last = _runs_named(PAPER_E15_ORDER[0]), _runs_named(PAPER_E15_ORDER[-1])
     fails = ([] if pattern["first_tier_first"] else [f"{first} do not drop before the others"]) + (
         [] if pattern["last_tier_last"] else [f"{last} does not drop last"]
@@ -222,110 +225,96 @@ def _plateau_reading(row, group: str) -> str:
     )
 
 
-def freeze_readings(
-    table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun
-) -> tuple[dict, list[dict]]:
-    """(glue, rows): the closing sentences (found, verdict_text, main_text, recover_text) and
-    E15's `scorecard.claim` rows, from `freeze_summary`'s table, `freeze_ends` and `MainRun`.
+def _plateau_row(g: str, r: pd.Series) -> dict:
+    """E15's plateau-over-fall row of the run that re-initialised `g` (`r`: its summary row)."""
+    fall = None if pd.isna(r["fall"]) else int(r["fall"])
+    ratio = None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
+    return claim(
+        "E15",
+        f"plateau / fall, {g} re-initialised",
+        ratio,
+        _plateau_reading(r, g),
+        kind="direction",
+        reference=ABRUPT,
+        sense="below" if g in PAPER_E15_ORDER[0] else "above",
+        na=None if ratio is not None else "the run did not drop: no plateau length to measure",
+    )
 
-    Rules: plateau over fall below ABRUPT for the paper's first tier (mlp, token), above for the
-    rest; recovery when final L_mask over the main run's is below SETTLE (n/a for a run stopped
-    before it dropped: its last level is the plateau's); the drops in the paper's order, by the
-    ordering rule's margin."""
-    rows_of = table.set_index("group")
-    drops = drops_of(table)
-    order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
-    plateau_rows, recovery_rows = [], []
-    for g in drops:
-        r, quick = rows_of.loc[g], g in PAPER_E15_ORDER[0]
-        fall = None if pd.isna(r["fall"]) else int(r["fall"])
-        ratio = (
-            None if pd.isna(r["drop"]) else (int(r["plateau"]) / max(1, fall) if fall is not None else 0.0)
+
+def _recovery_row(g: str, r: pd.Series, end: FreezeEnd, dropped: bool, main: MainRun) -> dict:
+    """E15's recovery row of the run that re-initialised `g`: its final L_mask over the main run's."""
+    quick = g in PAPER_E15_ORDER[0]
+    ok = main.final > 0 and math.isfinite(r["final_L_mask"])
+    recovery = r["final_L_mask"] / main.final if ok else None
+    se = (
+        recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final)
+        if ok
+        else None
+    )
+    return claim(
+        "E15",
+        f"final L_mask / the main run's, {g} re-initialised",
+        recovery,
+        f"it {end.text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
+        f"against the main run's {main.final:.3g} ± {main.final_se:.2g}"
+        + (
+            f" at step {main.stopped:,}, where it was stopped so that the runs start from its weights there"
+            if main.stopped is not None
+            else ""
         )
-        plateau_rows.append(
-            claim(
-                "E15",
-                f"plateau / fall, {g} re-initialised",
-                ratio,
-                _plateau_reading(r, g),
-                kind="direction",
-                reference=ABRUPT,
-                sense="below" if quick else "above",
-                na=None if ratio is not None else "the run did not drop: no plateau length to measure",
-            )
-        )
-        ok = main.final > 0 and math.isfinite(r["final_L_mask"])
-        recovery = r["final_L_mask"] / main.final if ok else None
-        se = (
-            recovery * math.hypot(r["final_L_mask_se"] / r["final_L_mask"], main.final_se / main.final)
-            if ok
-            else None
-        )
-        recovery_rows.append(
-            claim(
-                "E15",
-                f"final L_mask / the main run's, {g} re-initialised",
-                recovery,
-                f"it {ends[g].text}; final L_mask {r['final_L_mask']:.3g} ± {r['final_L_mask_se']:.2g} "
-                f"against the main run's {main.final:.3g} ± {main.final_se:.2g}"
-                + (
-                    f" at step {main.stopped:,}, where it was stopped so that the runs start from "
-                    "its weights there"
-                    if main.stopped is not None
-                    else ""
-                )
-                + f"; it recovers when "
-                f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
-                "but gives no final level: the main run's is the yardstick)",
-                kind="direction",
-                reference=SETTLE,
-                sense="below",
-                se=se,
-                na=None
-                if drops[g] is not None
-                else f"the run {ends[g].text}: stopped before any drop, so its last level is the "
-                "plateau's, never read as final (the paper shows this run dropping)",
-            )
-        )
+        + f"; it recovers when "
+        f"below {SETTLE:g} (the paper shows this run {'converging' if quick else 'dropping'} "
+        "but gives no final level: the main run's is the yardstick)",
+        kind="direction",
+        reference=SETTLE,
+        sense="below",
+        se=se,
+        na=None
+        if dropped
+        else f"the run {end.text}: stopped before any drop, so its last level is the "
+        "plateau's, never read as final (the paper shows this run dropping)",
+    )
+
+
+def _order_row(drops: dict[str, int | None], order: list[str], main: MainRun) -> dict:
+    """E15's ordering row: the drops against the paper's tiers, n/a until all four runs are in."""
     # No run dropped and none could train as long as the main run took to drop: the order is untested.
     too_short = not order and (main.drop is None or main.cap < main.drop)
     missing = [
         g for tier in PAPER_E15_ORDER for g in tier if g not in drops
     ]  # runs not in yet (a GPU slice each)
-    rows = plateau_rows + recovery_rows
-    rows.append(
-        claim(
-            "E15",
-            f"order of the drops: {tiers_text(PAPER_E15_ORDER)}",
-            None,
-            ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
-            kind="ordering",
-            values=dict(drops),
-            order=PAPER_E15_ORDER,
-            na=(
-                f"{_runs_named(missing)} not in yet: the order needs all four"
-                if missing
-                else f"no run dropped within the {main.cap:,} steps it could train"
-                if too_short
-                else None
-            ),
-        )
+    return claim(
+        "E15",
+        f"order of the drops: {tiers_text(PAPER_E15_ORDER)}",
+        None,
+        ", ".join(f"{g} {'no drop' if drops[g] is None else f'{drops[g]:,}'}" for g in drops),
+        kind="ordering",
+        values=dict(drops),
+        order=PAPER_E15_ORDER,
+        na=(
+            f"{_runs_named(missing)} not in yet: the order needs all four"
+            if missing
+            else f"no run dropped within the {main.cap:,} steps it could train"
+            if too_short
+            else None
+        ),
     )
+
+
+def _found_text(drops: dict[str, int | None], order: list[str]) -> str:
+    """The sentence on the order the runs dropped in (or that none did)."""
     if not order:
-        found = "none of the four runs dropped"
-    else:
-        rest = [g for g in drops if g not in order]
-        found = (
-            "the runs dropped in the order "
-            + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
-            + ("" if not rest else "; " + ", ".join(rest) + " did not drop")
-        )
-    verdict_text = order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order))
-    main_text = (
-        f"The main run, trained from scratch, dropped at step {main.drop:,}."
-        if main.drop is not None
-        else "The main run, trained from scratch, did not drop."
+        return "none of the four runs dropped"
+    rest = [g for g in drops if g not in order]
+    return (
+        "the runs dropped in the order "
+        + ", ".join(f"{g} (step {drops[g]:,})" for g in order)
+        + ("" if not rest else "; " + ", ".join(rest) + " did not drop")
     )
+
+
+def _recover_text(drops: dict[str, int | None], recovery_rows: list[dict]) -> str:
+    """The sentence on which runs recovered, by the verdicts of their recovery rows."""
     verdicts = {g: row_verdict(row) for g, row in zip(drops, recovery_rows)}
     recovered = [g for g, v in verdicts.items() if v in POSITIVE.values()]
     not_read = [g for g, v in verdicts.items() if v == "n/a"]
@@ -343,11 +332,35 @@ def freeze_readings(
             f"{recover_text} {_runs_named(not_read).capitalize()} stopped before dropping: "
             f"{'its' if len(not_read) == 1 else 'their'} last level is not read as final."
         ).strip()
+    return recover_text
+
+
+def freeze_readings(
+    table: pd.DataFrame, ends: dict[str, FreezeEnd], main: MainRun
+) -> tuple[dict, list[dict]]:
+    """(glue, rows): the closing sentences (found, verdict_text, main_text, recover_text) and
+    E15's `scorecard.claim` rows, from `freeze_summary`'s table, `freeze_ends` and `MainRun`.
+
+    Rules: plateau over fall below ABRUPT for the paper's first tier (mlp, token), above for the
+    rest; recovery when final L_mask over the main run's is below SETTLE (n/a for a run stopped
+    before it dropped: its last level is the plateau's); the drops in the paper's order, by the
+    ordering rule's margin."""
+    rows_of = table.set_index("group")
+    drops = drops_of(table)
+    order = sorted((g for g, d in drops.items() if d is not None), key=drops.get)
+    plateau_rows = [_plateau_row(g, rows_of.loc[g]) for g in drops]
+    recovery_rows = [_recovery_row(g, rows_of.loc[g], ends[g], drops[g] is not None, main) for g in drops]
+    rows = [*plateau_rows, *recovery_rows, _order_row(drops, order, main)]
+    main_text = (
+        f"The main run, trained from scratch, dropped at step {main.drop:,}."
+        if main.drop is not None
+        else "The main run, trained from scratch, did not drop."
+    )
     return {
-        "found": found,
-        "verdict_text": verdict_text,
+        "found": _found_text(drops, order),
+        "verdict_text": order_text(row_verdict(rows[-1]), paper_pattern(table), bool(order)),
         "main_text": main_text,
-        "recover_text": recover_text,
+        "recover_text": _recover_text(drops, recovery_rows),
     }, rows
 
 

@@ -31,7 +31,7 @@ from ..book.spec import ChapterSpec
 from ..core import paper
 from ..core.config import DataConfig, Profile
 from ..core.paper import PAPER_E17, PAPER_E17_MATRICES
-from ..core.repo import RESULTS
+from ..core.repo import RESULTS, git_revision, mclib_sha
 from .baselines_plots import nuclear_comparison_plot, ood_plot, per_matrix_plot
 from .baselines_readings import SOLVER_RTOL, baseline_readings, pm
 
@@ -45,7 +45,10 @@ def describe_task(data: DataConfig) -> str:
     """'7×7 matrices of rank 2, p_mask 0.3, uniform factors, entries rounded to 2 decimals'
     for a DataConfig or a Profile."""
     d = data
-    return f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, entries rounded to 2 decimals"
+    return (
+        f"{d.n}×{d.n} matrices of rank {d.rank}, p_mask {d.p_mask:g}, {d.dist} factors, "
+        "entries rounded to 2 decimals"
+    )
 
 
 def with_errors(table: pd.DataFrame, quantities, keep=()) -> pd.DataFrame:
@@ -67,7 +70,9 @@ def task_glue(ch) -> dict:
         "task_profile": describe_task(ch.cfg.data),
         "task_same": "Here the two tasks are the same."
         if task == ch.cfg.data
-        else "Here the two tasks differ, so the numbers of the two halves are not comparable with each other.",
+        else (
+            "Here the two tasks differ, so the numbers of the two halves are not comparable with each other."
+        ),
     }
 
 
@@ -109,8 +114,10 @@ def experiments_table(ch):
         }
     )
     return table.style.hide(axis="index").set_caption(
-        f"BERT = the post-shift checkpoint (step {ch.steps.post:,}) of {ch.cfg.name}, seed {ch.cfg.seed}; within a "
-        f"task every method sees the same matrices (evaluation seed {a.seed}). Convex programs: CVXPY with Clarabel."
+        f"BERT = the post-shift checkpoint (step {ch.steps.post:,}) of {ch.cfg.name}, seed {ch.cfg.seed}; "
+        "within a "
+        f"task every method sees the same matrices (evaluation seed {a.seed}). Convex programs: CVXPY with "
+        "Clarabel."
     )
 
 
@@ -129,8 +136,6 @@ def _build_hint(name: str) -> str:
 def book_solver_cache(cfg: Profile, run_dir: str | Path) -> Path:
     """OUT/runs/solvers-NAME-SHA.csv.gz beside `run_dir`: the results the book builds for itself;
     SHA (12 digits of `mclib_sha`) keeps a file solved by other code from being read."""
-    from ..core.repo import mclib_sha
-
     return Path(run_dir).parent / f"solvers-{cfg.name}-{mclib_sha()[:12]}.csv.gz"
 
 
@@ -253,7 +258,8 @@ def solvers_shown(ch, solvers: pd.DataFrame):
         with_errors(solvers, ["L", "L_obs", "L_mask", "median_L_mask", "nuclear"], keep=["method"])
         .style.hide(axis="index")
         .set_caption(
-            f"The paper's task at p_mask {paper.task().p_mask:g}, {ch.cfg.analysis.solver_matrices} matrices, ± "
+            f"The paper's task at p_mask {paper.task().p_mask:g}, {ch.cfg.analysis.solver_matrices} "
+            "matrices, ± "
             "one standard error. median_L_mask: the median over matrices of each matrix's own L_mask."
         )
     )
@@ -319,7 +325,8 @@ def classical_shown(ch, classical: pd.DataFrame):
         shown.rename(columns={"BERT_d_L_mask": "BERT − method, L_mask", "BERT_better": "BERT better on"})
         .style.hide(axis="index")
         .set_caption(
-            f"{ch.cfg.analysis.nuclear_matrices} matrices of the profile's task at p_mask {ch.cfg.data.p_mask:g}, ± "
+            f"{ch.cfg.analysis.nuclear_matrices} matrices of the profile's task at p_mask "
+            f"{ch.cfg.data.p_mask:g}, ± "
             "one standard error. BERT − method: paired difference of L_mask; BERT better on: the share of "
             "matrices where BERT's own L_mask is lower."
         )
@@ -410,8 +417,6 @@ def build_solver_cache(
     saves the results atomically at `path` (default `solver_cache(cfg.name)`), saying a line per
     block and a closing count. Away from the paper profile, draws held by the committed paper file
     are read from it, not solved or written. Returns (path, solves)."""
-    from ..core.repo import git_revision
-
     path = solver_cache(cfg.name) if path is None else Path(path)
     paper_file = solver_cache("paper")
     reuse = (

@@ -10,6 +10,7 @@ number rule with the seeds' spread. Lead times come from `mclib.analyses.progres
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,8 @@ from ..book.scorecard_tables import plural
 from ..book.spec import ChapterSpec
 from ..core.metrics import find_drop, window_mean
 from ..core.runs import load_metrics
-from .ch01_train import drop_step_claim
+from .beyond_readings import ONE_SEED, _listing, seeds_row, seeds_text
+from .followup import rule_of as followup_rule
 
 CHAPTER = "07_beyond"
 LEAD_SURE = 0.9  # B1 holds when the longest lead is found in more than this share of the bootstrap resamples
@@ -109,67 +111,6 @@ def seeds_shown(ch, s: Seeds):
             "cores)."
         )
     )
-
-
-def _listing(seeds) -> str:
-    return ", ".join(str(s) for s in seeds)
-
-
-def seeds_text(drops: dict, steps: int) -> str:
-    """The sentence on the drop over seeds: all dropped (mean ± SD, earliest, latest), some, or none."""
-    dropped = [s for s in drops if drops[s] is not None]
-    late = [s for s in drops if drops[s] is None]
-    at = np.array([drops[s] for s in dropped], dtype=float)
-    mean = float(at.mean()) if dropped else None
-    std = float(at.std(ddof=1)) if len(dropped) > 1 else None
-    if len(dropped) == len(drops) == 1:
-        return f"the one seed dropped at step {mean:,.0f} ({mean / steps:.0%} of the {steps:,} steps)"
-    if len(dropped) == len(drops):
-        return (
-            f"every seed dropped, at step {mean:,.0f} ± {std:,.0f} (mean ± standard deviation; "
-            f"{mean / steps:.0%} of the {steps:,} steps), the earliest at step {at.min():,.0f} and "
-            f"the latest at step {at.max():,.0f}"
-        )
-    if dropped:
-        which = (
-            f"seed {dropped[0]}, at step {mean:,.0f}"
-            if len(dropped) == 1
-            else f"seeds {_listing(dropped)}, on average at step {mean:,.0f} ± {std:,.0f}"
-        )
-        return (
-            f"{len(dropped)} of {len(drops)} seeds dropped ({which}), while seed{'s' if len(late) > 1 else ''} "
-            f"{_listing(late)} had not dropped by step {steps:,}: a mean over the seeds that dropped leaves "
-            "the late ones out, so it is too early"
-        )
-    return (
-        f"no seed dropped within the {steps:,} steps of this profile, so there is no drop step to "
-        "average and the spread of the drop over seeds is unknown"
-    )
-
-
-def seeds_row(drops: dict, profile) -> dict:
-    """E1 over seeds: mean and sample SD of the drop step over the seeds that dropped, against the
-    paper's one run (`ch01_train.drop_step_claim`)."""
-    dropped = [d for d in drops.values() if d is not None]
-    mean = float(np.mean(dropped)) if dropped else None
-    std = float(np.std(dropped, ddof=1)) if len(dropped) > 1 else None
-    reading = (
-        (
-            f"mean {mean:,.0f}" + (f" ± {std:,.0f}" if std is not None else "") + " steps; "
-            f"{len(dropped)} of {plural(len(drops), 'seed')} dropped"
-        )
-        if dropped
-        else f"no drop in {plural(len(drops), 'seed')}"
-    )
-    row = drop_step_claim("drop step, over seeds", mean, reading, profile, spread=std)
-    return row if row.get("na") or len(drops) > 1 else {**row, "na": ONE_SEED}
-
-
-# Over one seed, the drop over seeds is the book's run's drop step, E1's own row: counted there once.
-ONE_SEED = (
-    'one seed: its drop step is E1\'s "drop step" row (chapter 01), counted there, not twice; '
-    "a spread needs two seeds"
-)
 
 
 def seeds_glue(ch, s: Seeds) -> dict:
@@ -427,8 +368,10 @@ def no_band_text(
         else f": the run's {plural(checkpoints, 'checkpoint')}, at most {gap:,} steps apart, put {had} there"
     )
     return (
-        f"no measure has a plateau band, which is estimated from the checkpoints between steps {start:,.0f} and "
-        f"{end:,.0f} (a quarter to a half of the way to the drop) and needs {progress.MIN_BASELINE} of them{ran}; "
+        f"no measure has a plateau band, which is estimated from the checkpoints between steps {start:,.0f} "
+        "and "
+        f"{end:,.0f} (a quarter to a half of the way to the drop) and needs {progress.MIN_BASELINE} of "
+        f"them{ran}; "
         f"none of the {measures} measures can be tested"
     )
 
@@ -457,7 +400,8 @@ def untestable(leads: pd.DataFrame, steps=None) -> str | None:
     return None
 
 
-# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+# The glued sentences that state a row's verdict, by the experiment they speak for
+# (`mclib.lease.part.restate`).
 SPEAKS_FOR = {"lead_finding": "B1"}
 
 
@@ -465,8 +409,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """(row, why): a row a GPU lease recorded, judged by today's rules: B1 n/a where its glued
     lead_text says no measure had a band; the drop over one seed n/a (`ONE_SEED`); F4a, F4b without
     the sweep's numbers where the sweep trains another profile."""
-    import re
-
     if (row["id"], row.get("quantity")) == ("E1", "drop step, over seeds") and not row.get("na"):
         one = (recorded.glued(CHAPTER, "n_seeds") or "").strip("'\"") == "1"
         return ({**row, "na": ONE_SEED} if one else row), []
@@ -509,8 +451,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 def rule_of(row: dict) -> dict:
     """Rule fields for a row recorded without them: B1 above LEAD_SURE (margin CUT); F rows by
     `followup.rule_of`; {} for another row."""
-    from .followup import rule_of as followup_rule
-
     if row["id"] == "B1":
         return {"reference": LEAD_SURE, "sense": "above", "margin": CUT}
     return followup_rule(row)
@@ -519,9 +459,13 @@ def rule_of(row: dict) -> dict:
 def lead_finding_text(row: dict) -> str:
     """B1's sentence, worded by its row's verdict (`agreement`)."""
     if row.get("na"):
-        return f"The scorecard keeps the lead as a finding of our own, B1, with nothing to test here ({row['na']})"
+        return (
+            "The scorecard keeps the lead as a finding of our own, B1, with nothing to test here "
+            f"({row['na']})"
+        )
     return (
-        f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of the "
+        f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of "
+        "the "
         f"bootstrap resamples), which {agreement(row_verdict(row))}, apart from the paper's claims"
     )
 

@@ -30,8 +30,12 @@ from ..book.spec import ChapterSpec
 from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
+from ..core.ending import is_complete
+from ..core.jobs import run_profile_jobs
 from ..core.metrics import COPIES, DROP_FRACTION, last_tenth
+from ..core.precision import with_device
 from ..core.runs import load_metrics, run_name
+from ..core.train import train_seed
 from .heads_plots import attention_grid
 
 CHAPTER = "08_gpt"
@@ -69,10 +73,6 @@ def gpt_profile(cfg: Profile) -> Profile:
 def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
     """{seed: folder} of the GPT runs beside the book's run (OUT/runs/gpt-NAME-seedS), each
     trained to its last step on the book's Dask cluster; nothing trains when all are complete."""
-    from ..core.jobs import run_profile_jobs
-    from ..core.precision import with_device
-    from ..core.train import train_seed
-
     gpt = with_device(gpt_profile(ch.cfg))
     run_profile_jobs(gpt, train_seed, gpt_jobs(gpt, ch.run_dir), cluster)
     return gpt_run_dirs(gpt, ch.run_dir)
@@ -81,9 +81,6 @@ def gpt_runs(ch: Chapter, cluster: str | None = None) -> dict[int, Path]:
 def idle_work(cfg: Profile, run_dir: Path) -> list[tuple]:
     """Work for a worker the book's seeds leave idle: the GPT runs not yet complete, as
     `train_seed` tasks."""
-    from ..core.precision import with_device
-    from ..core.train import train_seed
-
     return [
         (train_seed, job, f"train-{job[1].name}") for job in gpt_jobs(with_device(gpt_profile(cfg)), run_dir)
     ]
@@ -96,8 +93,6 @@ def gpt_run_dirs(gpt: Profile, run_dir: Path) -> dict[int, Path]:
 
 def gpt_jobs(gpt: Profile, run_dir: Path) -> list[tuple[Profile, Path, None]]:
     """`train_seed` arguments (profile, folder, None) of the incomplete runs of `gpt`, its device resolved."""
-    from ..core.ending import is_complete
-
     seeded = {s: gpt.replace(seed=s) for s in gpt.analysis.seeds}
     return [
         (seeded[s], d, None) for s, d in gpt_run_dirs(gpt, run_dir).items() if not is_complete(seeded[s], d)

@@ -67,7 +67,8 @@ def width_depth_shown(wd: pd.DataFrame | None):
             "standard deviation over the seeds that dropped), in matrices and in minutes (the drop step at "
             "the run's mean pace, its training time over its steps), the runs that "
             "converged and their final L_mask over E[X²] (mean, sd; a run cut by the wall clock or the "
-            "step cap has no final level and is left out of it), the longest run, and the convergence rule that "
+            "step cap has no final level and is left out of it), the longest run, and the convergence rule "
+            "that "
             "ended the runs (end_rule). On n×n matrices of rank 1 (not the paper's "
             "7×7 rank 2), the `cpu` recipe otherwise; one thread a run."
         )
@@ -215,6 +216,54 @@ def large_shown(large: pd.DataFrame | None):
     )
 
 
+def _claim_row(c: dict, plan: set[tuple[int, int, int]]) -> dict:
+    """E20's row of one appendix claim `c` (`sizes.claims`): a ratio near 1, or a direction below 1;
+    n/a (`na`) until both settings have rows, or where a bound cannot decide its verdict."""
+    task = f"{c['n']}×{c['n']} rank 1"
+    quantity = f"{c['claim']} ({task}; laptop scale)"
+    seeds = c["seeds"]
+    missing = seeds.startswith("0 ") or seeds.endswith(" 0")
+    unplanned = [
+        f"hidden {h}, {layers} layers" for n, h, layers in c["compares"] if (n, h, layers) not in plan
+    ]
+    ours = None if math.isnan(c["ours"]) else c["ours"]
+    why = c.get("note") or (
+        f"not in the sweep: {WIDTH_DEPTH_SWEEP.relative_to(REPO)} trains no {task} model "
+        f"at {' or '.join(unplanned)}"
+        if missing and unplanned
+        else "not measured yet: the sweep has no rows for one of the two settings"
+        if missing
+        else "one seed read at one of the two settings: a ratio without an error, not judged"
+        if ours is not None and math.isnan(c["se"])
+        else None
+    )
+    reading = (
+        f"seeds {seeds}"
+        + (f"; {c['left_out']}" if c.get("left_out") else "")
+        + "; the paper tests this claim on 7×7 rank 2"
+    )
+    if c["sense"] == "about":
+        return claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why)
+    row = claim(
+        "E20",
+        quantity,
+        ours,
+        reading,
+        kind="direction",
+        reference=1.0,
+        sense="below",
+        se=c["se"],
+        margin=CUT,
+        na=why,
+    )
+    decides = c.get("undecided_unless")  # a bound decides one verdict only (sizes._depth_claim)
+    if decides and not why and row_verdict(row) != decides:
+        row["na"] = f"undecided: the ratio is {c['bound']} {ours:.2f}, and such a bound can only " + (
+            "show the claim" if decides == "same direction" else "refute it"
+        )
+    return row
+
+
 def readings(
     ch: Chapter,
     wd: pd.DataFrame | None,
@@ -227,51 +276,9 @@ def readings(
     rows, bounds = [], {}
     plan = planned() if plan is None else plan
     for c in claims(wd) if wd is not None else []:
-        task = f"{c['n']}×{c['n']} rank 1"
-        quantity = f"{c['claim']} ({task}; laptop scale)"
+        row = _claim_row(c, plan)
         if c.get("bound") in ("at most", "at least"):
-            bounds[quantity] = c["bound"]
-        seeds = c["seeds"]
-        missing = seeds.startswith("0 ") or seeds.endswith(" 0")
-        unplanned = [
-            f"hidden {h}, {layers} layers" for n, h, layers in c["compares"] if (n, h, layers) not in plan
-        ]
-        ours = None if math.isnan(c["ours"]) else c["ours"]
-        why = c.get("note") or (
-            f"not in the sweep: {WIDTH_DEPTH_SWEEP.relative_to(REPO)} trains no {task} model "
-            f"at {' or '.join(unplanned)}"
-            if missing and unplanned
-            else "not measured yet: the sweep has no rows for one of the two settings"
-            if missing
-            else "one seed read at one of the two settings: a ratio without an error, not judged"
-            if ours is not None and math.isnan(c["se"])
-            else None
-        )
-        reading = (
-            f"seeds {seeds}"
-            + (f"; {c['left_out']}" if c.get("left_out") else "")
-            + "; the paper tests this claim on 7×7 rank 2"
-        )
-        if c["sense"] == "about":
-            rows.append(claim("E20", quantity, ours, reading, paper=1.0, kind="ratio", se=c["se"], na=why))
-            continue
-        row = claim(
-            "E20",
-            quantity,
-            ours,
-            reading,
-            kind="direction",
-            reference=1.0,
-            sense="below",
-            se=c["se"],
-            margin=CUT,
-            na=why,
-        )
-        decides = c.get("undecided_unless")  # a bound decides one verdict only (sizes._depth_claim)
-        if decides and not why and row_verdict(row) != decides:
-            row["na"] = f"undecided: the ratio is {c['bound']} {ours:.2f}, and such a bound can only " + (
-                "show the claim" if decides == "same direction" else "refute it"
-            )
+            bounds[row["quantity"]] = c["bound"]
         rows.append(row)
     if wd is None:
         rows.append(

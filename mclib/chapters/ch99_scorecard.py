@@ -7,12 +7,16 @@ It comes last; its notebook declares that it reads scorecard.json, so it reruns 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 from matplotlib.colors import to_hex
 
 from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.chapter import departures_table
 from ..book.plots_base import closed
+from ..book.runner import EXECUTED
 from ..book.spec import ChapterSpec, Specs
 from ..lease import part, reference
 from .registry import specs as chapter_specs
@@ -63,7 +67,10 @@ def landing_paper(theirs: list[dict]) -> str:
     if not theirs:
         return "not run for this book yet: it needs a GPU (docs/gpu.md)."
     t = scorecard_tables.tally(theirs)
-    return f"on GPU leases, of the {scorecard_tables.plural(t['rows'], 'claim')}, {scorecard_tables.counts_clause(t)}."
+    return (
+        f"on GPU leases, of the {scorecard_tables.plural(t['rows'], 'claim')}, "
+        f"{scorecard_tables.counts_clause(t)}."
+    )
 
 
 def rows(ch) -> list[dict]:
@@ -74,7 +81,8 @@ def rows(ch) -> list[dict]:
 FINDINGS = (
     "per experiment (linked to its chapter), the claims that reproduced (matches, same direction, same "
     "order), those that differ, those too close to tell (our value ± two standard errors reaches both what "
-    "agrees with the paper and what does not), those not tested (n/a, cannot fail) and those provisional, and "
+    "agrees with the paper and what does not), those not tested (n/a, cannot fail) and those provisional, "
+    "and "
     "why its claims differ, as the chapters found it (every row's own cause is in the scorecard below)"
 )
 
@@ -106,7 +114,8 @@ def rules_shown():
         scorecard_rules.rules_table()
         .style.hide(axis="index")
         .set_caption(
-            "The rules, one per kind of claim (mclib.book.scorecard_rules; the text is each rule's docstring)."
+            "The rules, one per kind of claim (mclib.book.scorecard_rules; the text is each rule's "
+            "docstring)."
         )
     )
 
@@ -154,14 +163,16 @@ def _styled(rows: list[dict], columns, caption: str):
 
 
 def scorecard_shown(rows: list[dict]):
-    """Every row of the paper's claims (`scorecard_tables.paper_rows`), its verdict coloured as in the figure."""
+    """Every row of the paper's claims (`scorecard_tables.paper_rows`), its verdict coloured as in the
+    figure."""
     return _styled(
         scorecard_tables.paper_rows(rows), scorecard.SHOWN, "The scorecard: {n} claims of the paper."
     )
 
 
 def own_shown(rows: list[dict]):
-    """Our own findings beyond the paper (`scorecard_tables.own_rows`), apart from its claims: no paper column."""
+    """Our own findings beyond the paper (`scorecard_tables.own_rows`), apart from its claims: no paper
+    column."""
     return _styled(
         scorecard_tables.own_rows(rows),
         [c for c in scorecard.SHOWN if c != "paper"],
@@ -282,11 +293,6 @@ def site_part(out, ledger=None, *, specs: Specs) -> list:
 
 def laptop_rows(out) -> list[dict] | None:
     """The scorecard rows of the run that `out`'s book/_executed/manifest.json names; None without one."""
-    import json
-    from pathlib import Path
-
-    from ..book.runner import EXECUTED
-
     manifest = Path(out) / EXECUTED / "manifest.json"
     run_dir = json.loads(manifest.read_text()).get("run_dir") if manifest.is_file() else None
     return scorecard.load(run_dir) if run_dir else None

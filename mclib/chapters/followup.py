@@ -16,7 +16,7 @@ its figures cited as "its figure N" (the follow-up code README's numbers):
   F5 LLMs            not testable here
 
 "Plateau": the mean over checkpoints in [drop/2, drop); "after": the last checkpoint, at least
-AFTER_MIN steps past the drop.
+AFTER_MIN steps past the drop. F4's sweep and rows: followup_intervention.py.
 """
 
 from __future__ import annotations
@@ -24,28 +24,35 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from IPython.display import Markdown
 
 from ..analyses import plateau, progress
+from ..book.chapter import seed_runs
+from ..book.plots_base import closed
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_tables import plural
 from ..core.metrics import find_drop
 from ..core.packaged import data_file
-from ..core.repo import REPO
 from ..core.runs import load_metrics
+from ..core.sweep import load_sweep
+from ..core.sweep_figure import setting_colours
+from ..lease import slices
+from .followup_intervention import ATTENTION_BIAS_SWEEP, SOURCE, intervention_rows, sweep_base, sweep_drops
+from .followup_intervention import BIASED as BIASED  # re-exported: the settings F4 compares
+from .followup_intervention import CONTROL as CONTROL
+from .followup_intervention import UNBIASED as UNBIASED
 
 CHAPTER = "07_beyond"
 ATTENTION_BIAS = data_file("attention_bias.csv")  # the sweep's rows
 ATTENTION_BIAS_MEASURES = data_file("attention_bias_measures.csv")  # its runs' measures
-ATTENTION_BIAS_SWEEP = REPO / "sweeps" / "attention-bias.yaml"
 SWEEP_COMMAND = (
     "taskset -c 1 nice -n 10 python -m mclib sweep sweeps/attention-bias.yaml --runs runs/sweep "
     "--results docs/data/attention_bias.csv --figure docs/figures/attention_bias.png"
 )
-SOURCE = "Gopalani & Hu 2025, arXiv 2506.13688"
 AFTER_MIN = 500  # the "after" checkpoint lies at least this many steps past the drop
-BIASED, CONTROL, UNBIASED = "rowcol-2.303", "other-2.303", "bias0"  # the sweep's settings F4 compares
 
 
 # --- the measures over training ------------------------------------------------------------------
@@ -56,8 +63,6 @@ def curves(ch, run_dirs: dict | None = None) -> pd.DataFrame:
     one row per (seed, checkpoint), with drop_step (NaN: none) and setting = the profile's name;
     `attrs["skipped"]`: {seed: [steps without a model]}."""
     if run_dirs is None:
-        from ..book.chapter import seed_runs
-
         run_dirs = seed_runs(ch.cfg, ch.run_dir)
     frames, skipped = [], {}
     for seed, run_dir in run_dirs.items():
@@ -190,107 +195,6 @@ def attention_lead_row(table: pd.DataFrame, seed: int = 0) -> dict:
     )
 
 
-# --- the intervention (the sweep's table) ---------------------------------------------------------
-
-
-def sweep_drops(sweep: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: seeds, dropped, mean drop step (no drop: the last step, a lower bound) ± s.e."""
-    rows = []
-    for setting, t in sweep.groupby("setting"):
-        steps = t["drop_step"].where(t["drop_step"].notna(), t["steps_run"]).astype(float)
-        rows.append(
-            {
-                "setting": setting,
-                "seeds": len(t),
-                "dropped": int(t["drop_step"].notna().sum()),
-                "drop_mean": float(steps.mean()),
-                "drop_se": float(steps.std(ddof=1) / math.sqrt(len(t))) if len(t) > 1 else math.nan,
-                "final_L_mask": float(t["final_L_mask"].mean()),
-            }
-        )
-    return pd.DataFrame(rows)
-
-
-def _ratio_row(id: str, quantity: str, drops: pd.DataFrame, *, setting: str, sense: str, what: str) -> dict:
-    d = drops.set_index("setting")
-    missing = [s for s in (setting, UNBIASED) if s not in d.index or d.loc[s, "seeds"] < 2]
-    if missing:
-        return claim(
-            id,
-            f"{quantity} ({SOURCE})",
-            None,
-            f"the follow-up: {what}",
-            kind="finding",
-            reference=1.0,
-            sense=sense,
-            na=f"the sweep has fewer than 2 finished seeds of {', '.join(missing)} "
-            "(docs/data/attention_bias.csv)",
-        )
-    a, b = d.loc[setting], d.loc[UNBIASED]
-    ratio = a["drop_mean"] / b["drop_mean"]
-    se = ratio * math.sqrt((a["drop_se"] / a["drop_mean"]) ** 2 + (b["drop_se"] / b["drop_mean"]) ** 2)
-    censored = int(a["seeds"] - a["dropped"]) + int(b["seeds"] - b["dropped"])
-    reading = (
-        f"mean drop {a['drop_mean']:,.0f} ({setting}, {int(a['dropped'])}/{int(a['seeds'])} dropped) over "
-        f"{b['drop_mean']:,.0f} ({UNBIASED}, {int(b['dropped'])}/{int(b['seeds'])}) = {ratio:.2f} ± {se:.2f}"
-        + (
-            f"; {censored} run{'s' if censored > 1 else ''} without a drop counted at the last step "
-            "(a lower bound)"
-            if censored
-            else ""
-        )
-        + f"; the follow-up: {what}"
-    )
-    return claim(
-        id,
-        f"{quantity} ({SOURCE})",
-        float(ratio),
-        reading,
-        kind="finding",
-        reference=1.0,
-        sense=sense,
-        se=float(se),
-    )
-
-
-def intervention_rows(sweep: pd.DataFrame | None, other_profile: str | None = None) -> list[dict]:
-    """F4a and F4b. `other_profile`: the book's profile when the sweep trains another; the rows
-    then say so and are not judged here."""
-    drops = (
-        sweep_drops(sweep) if sweep is not None and len(sweep) else pd.DataFrame(columns=["setting", "seeds"])
-    )
-    rows = [
-        _ratio_row(
-            "F4a",
-            f"drop step, bias toward row and column ({BIASED}) / none",
-            drops,
-            setting=BIASED,
-            sense="below",
-            what="a bias toward the optimal keys (c above 1) shortens the plateau (its figures 3-4)",
-        ),
-        _ratio_row(
-            "F4b",
-            f"drop step, bias toward the other keys ({CONTROL}) / none",
-            drops,
-            setting=CONTROL,
-            sense="above",
-            what="a bias away from them (c below 1) lengthens it (its figures 3-4)",
-        ),
-    ]
-    if (
-        other_profile is not None
-    ):  # the sweep's numbers are another profile's: none of them in this book's column
-        for r in rows:
-            r.update(
-                ours=None,
-                se=None,
-                reading=r["reading"][r["reading"].find("the follow-up:") :],
-                na=f"the attention-bias sweep trains the {sweep_base()} profile, not this book's "
-                f"{other_profile}; its rows are judged in the {sweep_base()} book",
-            )
-    return rows
-
-
 # What each follow-up row is judged by besides its numbers (the finding rule's reference and
 # sense, as the functions above build them), for a row recorded without it (`rule_of`).
 RULES = {
@@ -307,13 +211,6 @@ def rule_of(row: dict) -> dict:
     """The reference and sense of a follow-up row (`RULES`); {} for another row."""
     found = RULES.get(row["id"])
     return {} if found is None else {"reference": found[0], "sense": found[1]}
-
-
-def sweep_base() -> str:
-    """The profile the attention-bias sweep trains (its file's `base`)."""
-    from ..core.sweep import load_sweep
-
-    return load_sweep(ATTENTION_BIAS_SWEEP)[0].profile.name
 
 
 def _mean_and_se(values: pd.Series) -> tuple[float, float]:
@@ -356,11 +253,6 @@ def strength_table(sweep: pd.DataFrame, measures: pd.DataFrame | None = None) ->
 def measures_figure(measures: pd.DataFrame):
     """Three panels over training, one line per setting (mean over seeds, ± s.e. shaded where two
     or more): collapse, masked spread ratio, largest attention share; dashed: mean drop step."""
-    import matplotlib.pyplot as plt
-
-    from ..book.plots_base import closed
-    from ..core.sweep_figure import setting_colours
-
     collapse = last_layer(measures, "collapse")
     shares = [c for c in measures.columns if c.startswith("share_L")]
     data = measures.assign(share_max=measures[shares].max(axis=1))
@@ -394,16 +286,14 @@ def measures_figure(measures: pd.DataFrame):
 
 def uniform_share_text(n: int) -> str:
     """Uniform attention's share on n×n matrices (`plateau.share_chance`), as a phrase."""
-    from ..analyses.plateau import share_chance
-
-    return f"{share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
+    return (
+        f"{plateau.share_chance(n):.3g} for uniform attention on this profile's {n}×{n} matrices, 2(n − 1)/n²"
+    )
 
 
 def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     """A sentence on whether GPU slices (results/paper-slices.yaml) executed this chapter at the
     paper's setting, naming them, or which slices are planned to."""
-    from ..lease import slices
-
     ledger_path = Path(ledger) if ledger is not None else slices.LEDGER
     plan = slices.read_ledger(ledger_path)
     if profile_name == plan["name"]:
@@ -425,7 +315,8 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
     will = [s.name for s in plan["slices"] if CHAPTER in s.chapters]
     if will:
         planned = (
-            f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when its "
+            f"slice {', '.join(will)} of {ledger_path.name} executes them, after its other chapters, when "
+            "its "
             f"lease has time left"
         )
     else:
@@ -441,8 +332,6 @@ def paper_setting(profile_name: str, ledger: Path | None = None) -> str:
 
 def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
     """`strength_table` styled, or a Markdown line on how to produce the sweep."""
-    from IPython.display import Markdown
-
     if sweep is None or not len(sweep):
         return Markdown(f"No attention-bias rows yet: `{SWEEP_COMMAND}` produces them.")
     table = strength_table(sweep, measures)
@@ -470,10 +359,6 @@ def sweep_shown(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None
 def strength_figure(sweep: pd.DataFrame | None, measures: pd.DataFrame | None = None):
     """Drop step, final L_mask and (with measures) end collapse against bias strength, mean ± s.e.,
     one marker per target; empty panels that say so without rows."""
-    import matplotlib.pyplot as plt
-
-    from ..book.plots_base import closed
-
     table = strength_table(sweep, measures) if sweep is not None and len(sweep) else None
 
     cols = [("drop_step", "drop step (no drop: the last step)"), ("final_L_mask", "final L_mask")]
@@ -532,8 +417,6 @@ def readings(ch, table: pd.DataFrame, sweep: pd.DataFrame | None) -> tuple[dict,
     """(glue, rows): followup_skipped and followup_sweep_rows, and rows F1-F5 (rules: the module
     docstring)."""
     skipped = {s: steps for s, steps in table.attrs.get("skipped", {}).items() if steps}
-    from ..core.sweep import load_sweep
-
     planned = load_sweep(ATTENTION_BIAS_SWEEP)
     glue = {
         "followup_skipped": (

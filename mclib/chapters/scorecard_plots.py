@@ -3,7 +3,10 @@ coloured by its verdict."""
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ..book import plots_base  # noqa: F401 - importing it sets the book's plot theme
 from ..book.scorecard_rules import interval
@@ -24,10 +27,6 @@ def scorecard_plot(rows: list[dict], label_width: int = 58) -> plt.Figure:
     centred on 1), with the interval its rule reads (`scorecard_rules.interval`) as a bar; a row
     without two positive numbers gets a hollow marker at 1. Each row is as tall as its label
     (wrapped at `label_width` characters), so any number of rows stays readable."""
-    import textwrap
-
-    import numpy as np
-
     rows = [r for r in rows if r.get("kind", "number") in ("number", "ratio")] or [
         {"id": "—", "quantity": "no number or ratio rows", "paper": None, "ours": None, "verdict": "n/a"}
     ]
