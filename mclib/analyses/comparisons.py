@@ -24,6 +24,7 @@ CSV, which `open_solves` reads (chapter 06 then solves nothing where its draws m
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import gzip
 import hashlib
@@ -44,6 +45,8 @@ from ..analyses.per_matrix import STATS, matrix_l_mask, matrix_stats, stats_pair
 from ..core import paper
 from ..core.config import DataConfig
 from ..core.data import copy_level
+from ..core.paper import PAPER_E17
+from ..core.runs import write_atomic
 
 LOSSES = ("L", "L_obs", "L_mask")
 SOFT_IMPUTE_LAM = 5e-4  # the smallest λ of E17's list: converges in < 3000 steps, where 1e-5 does not
@@ -210,7 +213,6 @@ class Solves:
     def save(self, path: Path, note: str) -> None:
         """Every block held, as one gzipped CSV at `path` (written atomically), whose first line
         is `note` as a comment (what built it, when). Floats are written to round-trip exactly."""
-        from ..core.runs import write_atomic
 
         frame, note = self.frame(), " ".join(note.split())
 
@@ -436,7 +438,6 @@ def e17_beside_paper(reg: pd.DataFrame) -> pd.DataFrame:
     lam, quantity, ours, se, paper, rel_dev = ours / paper − 1, z = (ours − paper) / se
     (how many of our standard errors the paper's value lies away). λs the paper does not
     report are left out."""
-    from ..core.paper import PAPER_E17
 
     rows = []
     for r in reg[reg["method"] != "BERT"].to_dict("records"):
@@ -535,9 +536,6 @@ def classical_table(
 def main(argv=None) -> None:
     """`python -m mclib.analyses.comparisons [--matrices 2048] [--seed 0]`: E17 on the paper's task
     (CVXPY, Clarabel), printed beside the paper's table (a few minutes for 2048 matrices)."""
-    import argparse
-
-    from ..core.paper import PAPER_E17
 
     ap = argparse.ArgumentParser(prog="python -m mclib.analyses.comparisons", description=main.__doc__)
     ap.add_argument("--matrices", type=int, default=2048)

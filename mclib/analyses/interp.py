@@ -64,7 +64,7 @@ def load_for_interp(folder: str | Path) -> MatrixBert:
 def nnsight_model(model):
     """`nnsight.NNsight(model)`; without nnsight, one line naming the extra."""
     try:
-        from nnsight import NNsight
+        from nnsight import NNsight  # noqa: PLC0415 - an optional extra
     except ImportError:
         raise InterpError(
             f"nnsight is not installed: it is the optional extra {EXTRA!r} (pip install -e '.[{EXTRA}]')"

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from ..core.packaged import data_file
 
 TABLE = data_file("rounding.csv")  # docs/data/ in a checkout
@@ -77,7 +79,6 @@ def spread(values: dict[str, float], quantity: str, what: str = "") -> Spread | 
 def study(path: Path = TABLE) -> dict[str, Spread]:
     """{column: Spread} of the default profile's seed 1 under the study's changes (QUANTITIES);
     {} where the table is not there or holds fewer than two runs."""
-    import pandas as pd
 
     if not Path(path).is_file():
         return {}
@@ -98,7 +99,6 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
 def early_flat(path: Path = TABLE) -> str:
     """Where the convergence rule ended one change's run first and at the highest final level of all
     (a flat the other runs fell through), one clause saying so; "" otherwise or without the table."""
-    import pandas as pd
 
     if not Path(path).is_file():
         return ""

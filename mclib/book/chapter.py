@@ -23,15 +23,41 @@ import pandas as pd
 import torch
 from transformers.utils import CONFIG_NAME as CONFIG_FILE  # HuggingFace's config.json
 
-from ..core.checkpoints import load_checkpoint
-from ..core.config import Profile, load_profile, profile_path
+from ..analyses.freezing import GROUPS, LONGEST_FIRST, freeze_run, pending_groups
+from ..core import jobs as core_jobs  # read at call time: tests replace its cluster
+from ..core import train as core_train  # likewise: tests replace seed_jobs and train_seed
+from ..core.card import card_data
+from ..core.card import model_card as hub_card
+from ..core.checkpoints import load_checkpoint, saved_steps
+from ..core.config import Profile, deviations, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.ending import RunEnd, run_end
+from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while, wait_ended
 from ..core.metrics import find_drop
+from ..core.model import config_text
 from ..core.paper import profile as paper_profile
 from ..core.placement import CheckpointSteps, checkpoint_steps
+from ..core.precision import resolve_device
 from ..core.repo import REPO
-from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
+from ..core.runs import (
+    CHECKPOINTS,
+    METRICS,
+    MODEL_CARD,
+    MODEL_FILE,
+    PROFILE,
+    check_same_profile,
+    checkpoint_dir,
+    checkpoint_series_path,
+    checkpoint_zip_path,
+    freeze_dir,
+    load_metrics,
+    run_profile,
+    seed_run_dirs,
+    write_atomic,
+)
+from .runner import runs_read
+from .runner_beside import READY
+from .runner_plan import asked
 from .spec import Specs, among
 
 log = logging.getLogger(__name__)
@@ -97,7 +123,6 @@ def open_chapter(
     `specs`): first train, resume or find complete every run the build's chapters read
     (`train_runs`). A run folder trained with another recipe than `profile` is a ConfigError."""
     notebook_setup()  # before any progress bar is made
-    from ..core.precision import resolve_device
 
     named = load_profile(profile_path(profile), seed=seed)
     if device != named.train.device:  # a device chosen on the command line
@@ -110,9 +135,6 @@ def open_chapter(
     if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster, specs=specs)[named.seed]
     elif train:  # nothing trains here: the runs the build's chapters read must be there
-        from .runner import runs_read
-        from .runner_plan import asked
-
         seeds = {named.seed, *(s for r in runs_read(named, asked(), specs=specs).values() for s in r.seeds)}
         require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
     if not (run_dir / PROFILE).is_file():
@@ -137,7 +159,7 @@ def open_chapter(
 
 def glue_all(values) -> None:
     """Glue every name -> value of `values` for the prose, displaying none."""
-    from myst_nb import glue
+    from myst_nb import glue  # noqa: PLC0415 - Jupyter Book's, only inside a notebook
 
     for name, value in values.items():
         glue(name, value, display=False)
@@ -146,7 +168,7 @@ def glue_all(values) -> None:
 def notebook_setup() -> None:
     """Make figures gluable as PNG (IPython's inline backend); `open_chapter` calls it first. tqdm's
     "IProgress not found" warning is filtered in the book's kernels (`runner_execute.QUIET_KERNEL`)."""
-    from IPython import get_ipython
+    from IPython import get_ipython  # noqa: PLC0415 - only inside a notebook's kernel
 
     if get_ipython() is not None:
         # registers IPython's PNG formatter for figures (mclib.book.plots_base then picks the Agg
@@ -160,26 +182,18 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
     book's run, the other seeds the specs declare and, once the book's run is complete, their E15
     runs, longest plateau first. While the book's run trains, idle workers take `idle_tasks`.
     Complete runs are skipped, cut ones resume. Returns {seed: folder}."""
-    from ..analyses.freezing import LONGEST_FIRST, freeze_run, pending_groups
-    from ..core.jobs import cluster as dask_cluster
-    from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
-    from ..core.runs import seed_run_dirs
-    from ..core.train import seed_jobs, train_seed
-    from .runner import runs_read
-    from .runner_plan import asked
-
     reads = runs_read(cfg, asked(), specs=specs).values()
     seeds = {cfg.seed, *(s for r in reads for s in r.seeds)}
     wanted = [g for g in LONGEST_FIRST if any(g in r.e15 for r in reads)]  # none with analysis.freeze: false
-    jobs = [job for job in seed_jobs(cfg, run_dir) if job[0].seed in seeds]
+    jobs = [job for job in core_train.seed_jobs(cfg, run_dir) if job[0].seed in seeds]
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
     e15 = lambda cfg, run_dir: pending_groups(cfg, run_dir, wanted) if wanted else []
     if not jobs and not e15(cfg, run_dir):
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
-    with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
+    with core_jobs.cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
         seeds = submit_when_free(
-            client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs]
+            client, core_train.train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs]
         )
         idle = []
         if main_pending:
@@ -210,8 +224,6 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
 def say_when_ended(futures: list, must_succeed: list) -> None:
     """Once every future has ended (those of `must_succeed` without error), create the file
     $MCLIB_BOOK_READY names (if any), from a daemon thread."""
-    from ..core.jobs import wait_ended
-    from .runner_beside import READY
 
     path = os.environ.get(READY)
     if not path:
@@ -228,7 +240,6 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
 def idle_tasks(cfg: Profile, run_dir: str | Path, *, specs: Specs) -> list[tuple]:
     """(fn, args, name) of the `idle_work` that the chapters the build executes declare (outside
     a build, every chapter of `specs`), in toc order; what no worker takes, its chapter does."""
-    from .runner_plan import asked
 
     return [
         task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)
@@ -242,9 +253,6 @@ class MissingRuns(RuntimeError):
 def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dict:
     """{seed: folder} of `seed_run_dirs` (freeze=True: {group: folder} of E15's runs), none
     trained here; a run without a checkpoint raises `MissingRuns`."""
-    from ..analyses.freezing import GROUPS
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import freeze_dir, seed_run_dirs
 
     runs = {g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir)
     missing = [shown_path(d) for d in runs.values() if not saved_steps(d)]
@@ -260,15 +268,12 @@ def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
     """{seed: folder} of `analysis.seeds`: trained or resumed when the book trains, else `require_runs`."""
     if not cfg.analysis.train_in_book:
         return require_runs(cfg, run_dir)
-    from ..core.train import train_seeds
-
-    return train_seeds(cfg, run_dir)
+    return core_train.train_seeds(cfg, run_dir)
 
 
 def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
     """Where `profile` departs from the paper's task and recipe, as a styled table (key, profile,
     paper); with `end`, also where training ended when that came before the paper's last step."""
-    from ..core.config import deviations
 
     paper = paper_profile()
     rows = deviations(profile, paper)
@@ -300,8 +305,6 @@ def shown_path(path) -> str:
 def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
     """The checkpoint at `step` (default the last) zipped at `runs.checkpoint_zip_path`, written
     atomically once (a checkpoint never changes)."""
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import checkpoint_zip_path, write_atomic
 
     step = saved_steps(run_dir)[-1] if step is None else step
     src, path = checkpoint_dir(Path(run_dir), step), checkpoint_zip_path(run_dir, step)
@@ -377,9 +380,6 @@ def model_card(ch: Chapter, step: int) -> str:
     (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
     at that step (where the run evaluated there); its text the task, the step's role, its losses,
     the model, how to load it, the run's profile.yaml, and how to cite the book and the paper."""
-    from ..core.card import card_data
-    from ..core.card import model_card as hub_card
-    from ..core.runs import METRICS
 
     cfg, d, m = ch.cfg, ch.cfg.data, ch.cfg.model
     row = ch.metrics[ch.metrics["step"] == step]
@@ -471,8 +471,6 @@ def checkpoint_series_zip(ch: Chapter) -> Path:
     """The analysis checkpoints in one zip (`runs.checkpoint_series_path`), each a HuggingFace
     folder with config.json (in today's format, `config_text`, so that AutoModel loads it whole),
     model.safetensors and its model card, without train_state.pt; rewritten atomically each call."""
-    from ..core.model import config_text
-    from ..core.runs import MODEL_CARD, MODEL_FILE, checkpoint_series_path, write_atomic
 
     path = checkpoint_series_path(ch.run_dir)
 
@@ -491,7 +489,6 @@ def checkpoint_series_zip(ch: Chapter) -> Path:
 
 def checkpoint_series_links(ch: Chapter) -> list[str]:
     """`checkpoint_links` for the analysis checkpoints together (`checkpoint_series_zip`)."""
-    from ..core.runs import CHECKPOINTS, MODEL_FILE, checkpoint_series_path
 
     steps = list(checkpoint_roles(ch.steps))
     size = sum(

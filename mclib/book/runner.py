@@ -26,8 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from ..core.checkpoints import saved_steps
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
+from ..core.precision import resolve_device
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
 from ..core.runs import default_run_dir, write_atomic
 from . import scorecard
@@ -127,7 +129,6 @@ def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
 
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from ..core.checkpoints import saved_steps
 
     paper = paper_profile()
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
@@ -160,7 +161,6 @@ def build(
     left out keep their last records in the manifest. `overrides`: dotted keys set on the profile
     (--set), which the chapters read from OUT/book/_executed/NAME-set.yaml. Returns the manifest;
     raises BookError."""
-    from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
     t_start = time.time()

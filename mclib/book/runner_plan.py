@@ -9,6 +9,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analyses.freezing import LONGEST_FIRST, pending_groups
+from ..core import train as core_train  # read at call time: tests replace its seed_jobs
+from ..core.checkpoints import saved_steps
+from ..core.runs import freeze_dir, seed_run_dirs
+
 ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated, for its kernels (`asked`)
 
 
@@ -83,11 +88,6 @@ def plan_runs(
 ) -> Plan:
     """`mclib.book.runner.plan` given the declarations: `toc`, the toc's chapters; `book`, those
     asked; `every`, the toc's `Reads`; `trainers` and `toc_trainers`, those that train runs."""
-    from ..analyses.freezing import LONGEST_FIRST, pending_groups
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import freeze_dir, seed_run_dirs
-    from ..core.train import seed_jobs
-
     mine = {n: r for n, r in every.items() if n in book}
     folders = seed_run_dirs(cfg, run_dir)
 
@@ -112,7 +112,7 @@ def plan_runs(
         run: folders[int(run.split()[1])] if run.startswith("seed") else freeze_dir(run_dir, run.split()[1])
         for run in readers
     }
-    pending_seeds = {job[0].seed for job in seed_jobs(cfg, run_dir)}
+    pending_seeds = {job[0].seed for job in core_train.seed_jobs(cfg, run_dir)}
     groups = [run.split()[1] for run in readers if run.startswith("E15")]
     pending_e15 = set(
         groups if cfg.seed in pending_seeds or not groups else pending_groups(cfg, run_dir, groups)

@@ -8,6 +8,11 @@ from __future__ import annotations
 import math
 import re
 
+import pandas as pd
+
+from ..core.config import deviations
+from ..core.data import copy_level
+from ..core.paper import profile as paper_profile
 from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
 
@@ -61,7 +66,6 @@ def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
 
 def verdict_counts(verdicts) -> str:
     """'5 matches, 2 differs': how often each verdict occurs, most frequent first."""
-    import pandas as pd
 
     counts = pd.Series(list(verdicts), dtype=object).value_counts()
     return ", ".join(f"{counts.get(v, 0)} {v}" for v in counts.index)
@@ -173,7 +177,6 @@ def home(rows: list[dict]) -> str | None:
 def findings(rows: list[dict], link: str | None = None):
     """One line per experiment of the paper: its `tally` counts and `causes`; with `link` (a path
     prefix, e.g. "_executed/"), each experiment links to its `home` chapter."""
-    import pandas as pd
 
     rows = paper_rows(rows)
     out = []
@@ -272,16 +275,12 @@ def setting_counts(rows: list[dict], where: str) -> str:
 
 def task_departures(profile) -> list[str]:
     """The data keys where `profile`'s task departs from the paper's (empty: the paper's task)."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     return [d["key"] for d in deviations(profile, paper_profile()) if d["key"].startswith("data.")]
 
 
 def task_note(profile) -> str:
     """One sentence: whether `profile` trains the paper's task, and if not, how its rows compare."""
-    from ..core.data import copy_level
-    from ..core.paper import profile as paper_profile
 
     paper = paper_profile()
     keys = task_departures(profile)
@@ -298,8 +297,6 @@ def task_note(profile) -> str:
 
 def departures_count(profile) -> str:
     """How many keys `profile` departs from the paper's task and recipe in, in one sentence."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     n = len(deviations(profile, paper_profile()))
     if not n:
@@ -309,8 +306,6 @@ def departures_count(profile) -> str:
 
 def departures_text(profile) -> str:
     """Every key where `profile` departs from the paper's task and recipe, in one sentence."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)
     rows = deviations(profile, paper_profile())
