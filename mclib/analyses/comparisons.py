@@ -1,14 +1,14 @@
 """BERT against classical matrix completion (E16-E18, soft-impute, ALS), and the solvers
 alone on the paper's task: one call per table of chapter 06.
 
-    task = paper.task()                                          # params/paper.yaml's data: 7×7, rank 2, p 0.3
-    nuclear_sweep(None, task, p_masks, 1024, seed)               # E16's solver curve, the paper's task
-    regularised_table(task, lams, 2048, seed)                    # E17, the paper's task
-    classical_table(None, task, 1024, seed)                      # nuclear norm, soft-impute, ALS, the paper's task
-    nuclear_sweep(model, cfg.data, p_masks, 512, seed)           # E16: BERT vs min ‖U‖_*, the profile's task
-    classical_table(model, cfg.data, 512, seed)                  # BERT beside the classical methods, same matrices
+    task = paper.task()                                 # params/paper.yaml's data: 7×7, rank 2, p 0.3
+    nuclear_sweep(None, task, p_masks, 1024, seed)      # E16's solver curve, the paper's task
+    regularised_table(task, lams, 2048, seed)           # E17, the paper's task
+    classical_table(None, task, 1024, seed)             # nuclear norm, soft-impute, ALS, the paper's task
+    nuclear_sweep(model, cfg.data, p_masks, 512, seed)  # E16: BERT vs min ‖U‖_*, the profile's task
+    classical_table(model, cfg.data, 512, seed)         # BERT beside the classical methods, same matrices
     ood_table(model, cfg.data, 1024, seed, solver_matrices=512)  # E18: Gaussian, Laplace vs uniform
-    ... (..., solves=open_solves(path))                          # each: the solvers' results from a cache file
+    ... (..., solves=open_solves(path))                 # each: the solvers' results from a cache file
 
 The solvers need no model, so their tables are also computed on the paper's task, beside
 the paper's numbers; BERT meets a solver only on its own profile's task. Every method sees
@@ -98,7 +98,8 @@ def describe(about: dict, rows: int) -> str:
         else f"the first {rows} of {about['matrices']} matrices"
     )
     return (
-        f"{about['n']}×{about['n']} rank {about['rank']}, p_mask {about['p_mask']:g}, {about['dist']} factors, "
+        f"{about['n']}×{about['n']} rank {about['rank']}, p_mask {about['p_mask']:g}, {about['dist']} "
+        "factors, "
         f"seed {about['seed']}, {size}"
     )
 
@@ -196,7 +197,10 @@ class Solves:
         nearest = min(
             mine.values(), key=lambda b: sum(b.about[f] != about[f] for f in ABOUT) + (b.rows != rows)
         )
-        return f"it has no {method} results for {here}; the nearest it has: {describe(nearest.about, nearest.rows)}"
+        return (
+            f"it has no {method} results for {here}; the nearest it has: "
+            f"{describe(nearest.about, nearest.rows)}"
+        )
 
     def frame(self) -> pd.DataFrame:
         """One row per matrix of every block held: CACHE_COLUMNS."""
@@ -343,8 +347,10 @@ def open_solves(path: Path, *, hint: str = "", say: Callable = print, reuse: Pat
             )
         if other is not None:
             say(
-                f"Solver results read first from {reuse} where it holds the same matrices, masks and solver settings "
-                f"({other.note}): {len(other.blocks)} blocks, {sum(b.rows for b in other.blocks.values()):,} matrices"
+                f"Solver results read first from {reuse} where it holds the same matrices, masks and "
+                "solver settings "
+                f"({other.note}): {len(other.blocks)} blocks, "
+                f"{sum(b.rows for b in other.blocks.values()):,} matrices"
             )
     return _OPEN[key]
 

@@ -72,7 +72,8 @@ def sample_eval_batch(
         mask = random_mask(n_matrices, data.n, data.p_mask, gen)
     elif mask.shape not in ((data.n, data.n), (n_matrices, data.n, data.n)):
         raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, {data.n}]"
+            f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, "
+            f"{data.n}]"
         )
     return make_batch(x, mask.bool(), fill_value)
 

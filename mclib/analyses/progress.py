@@ -414,7 +414,8 @@ def plateau_lead_summary(
             f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}"
         )
     parts = [
-        f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a lead in "
+        f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a "
+        "lead in "
         f"{r.p_lead:.0%} of the resamples)"
         for r in lead.itertuples()
     ]

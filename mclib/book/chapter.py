@@ -100,7 +100,10 @@ class Chapter:
     def where(self) -> str:
         """The run in a few words: profile, seed, architecture."""
         m = self.cfg.model
-        return f"profile {self.cfg.name}, seed {self.cfg.seed}: {m.layers} layers x {m.heads} heads, hidden {m.hidden}"
+        return (
+            f"profile {self.cfg.name}, seed {self.cfg.seed}: {m.layers} layers x {m.heads} heads, "
+            f"hidden {m.hidden}"
+        )
 
     def relative_to_drop(self, step: int) -> str:
         """'before the drop at step D', 'after ...', or 'this run has no drop'."""
@@ -216,7 +219,8 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
             error = f.exception()
             if error is not None:
                 log.warning(
-                    f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again"
+                    f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does "
+                    "it again"
                 )
     return seed_run_dirs(cfg, run_dir)
 
@@ -330,7 +334,8 @@ def checkpoint_links(ch: Chapter, run_dir: str | Path, step: int, label: str) ->
     if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
         return download_links(ch.run_dir, [(checkpoint_zip(run_dir, step), label)])
     return [
-        f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
+        f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true "
+        "offers it), "
         f"in `{shown_path(folder)}`"
     ]
 
@@ -345,10 +350,12 @@ CARD_MODELS = {  # model.kind -> where its class lives, its name, what it wraps,
         "mclib.core.model",
         "MatrixBert",
         "HuggingFace's BertModel",
-        "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto classes\n"
+        "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto "
+        "classes\n"
         "from transformers import AutoModel\n"
         "from mclib.core.data import make_batch\n\n"
-        'model = AutoModel.from_pretrained("{folder}")   # the whole MatrixBert, read-out included, eval mode\n'
+        'model = AutoModel.from_pretrained("{folder}")   '
+        "# the whole MatrixBert, read-out included, eval mode\n"
         "pred = model(make_batch(x, mask).tokens).logits   # {shape}",
     ),
     "gpt": (

@@ -136,7 +136,8 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
         if left > 0:
             days = left * SECONDS_PER_PAPER_STEP_CPU / 86400
             log.warning(
-                f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
+                f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} "
+                "steps "
                 f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)"
             )
 
@@ -344,7 +345,8 @@ class _Build:
             for i, template in enumerate(self.templates, 1):
                 if self.beside and waits_for_trainer(template, self.cfg, specs=self.specs):
                     log.info(
-                        f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
+                        f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what "
+                        "that "
                         "chapter trains or records)"
                     )
                     later.append((i, template))
@@ -400,7 +402,8 @@ class _Build:
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
-        """The site: the chapters executed, then the specs' parts; reused where its inputs are the last good build's."""
+        """The site: the chapters executed, then the specs' parts; reused where its inputs are the
+        last good build's."""
         out, manifest = self.out, self.manifest
         parts = [
             s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None

@@ -163,7 +163,8 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
                     "  training: "
                     + ", ".join(moved)
                     + (
-                        f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training left"
+                        f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training "
+                        "left"
                         if left is not None
                         else ""
                     ),

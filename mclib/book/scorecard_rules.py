@@ -231,7 +231,8 @@ def direction(
 
 
 def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
-    """Whether ours (missing: False) lies beyond reference on side s (±1) by > 2·√(se² + spread²) + margin·|reference|."""
+    """Whether ours (missing: False) lies beyond reference on side s (±1) by
+    > 2·√(se² + spread²) + margin·|reference|."""
     return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
 
 

@@ -65,7 +65,10 @@ class Stage:
             return ""
         level = "" if _missing(self.rel) else f"; L_mask there {self.rel:.3g}·E[X²]"
         if not _missing(self.rel) and not _missing(self.paper_rel) and self.paper_rel > 0:
-            level += f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} ({self.paper_rel:.3g}·E[X²])"
+            level += (
+                f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} "
+                f"({self.paper_rel:.3g}·E[X²])"
+            )
         fall = (
             ""
             if _missing(self.slope)

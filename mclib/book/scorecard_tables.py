@@ -264,8 +264,10 @@ def setting_counts(rows: list[dict], where: str) -> str:
     """The landing page's line for one edition (`where`): its `tally` in one sentence."""
     t = tally(rows)
     return (
-        f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
-        f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
+        f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, "
+        f"{plural(t['differ'], 'differs', 'differ')}, "
+        f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by "
+        "construction), "
         f"{provisional_text(rows)} (read at the end of a run cut short), of {plural(t['rows'], 'claim')}."
     )
 
@@ -287,10 +289,12 @@ def task_note(profile) -> str:
     if not keys:
         return "This profile's task is the paper's: every row compares like with like."
     return (
-        f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
+        f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level "
+        "E[X²] is "
         f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
         "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
-        "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
+        "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on "
+        "the "
         "same matrices, a step over another step), and no number is multiplied across tasks."
     )
 
@@ -301,7 +305,10 @@ def departures_count(profile) -> str:
     n = len(deviations(profile, paper_profile()))
     if not n:
         return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
-    return f"Profile {profile.name} departs from the paper's task and recipe in {plural(n, 'key')} (see the first chapter)."
+    return (
+        f"Profile {profile.name} departs from the paper's task and recipe in {plural(n, 'key')} "
+        "(see the first chapter)."
+    )
 
 
 def departures_text(profile) -> str:
