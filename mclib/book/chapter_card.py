@@ -6,18 +6,12 @@ run's profile, and how to cite the book and the paper (`CITATION`, `PAPER_CITATI
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pandas as pd
 
 from ..core.card import card_data
 from ..core.card import model_card as hub_card
 from ..core.placement import CheckpointSteps
 from ..core.runs import METRICS, PROFILE, checkpoint_dir
-
-if TYPE_CHECKING:  # chapter.py imports this module
-    from .chapter import Chapter
-
 
 CITATION = "CITATION.cff"  # the book's citation, at the root of its repository
 PAPER_CITATION = (
@@ -61,7 +55,7 @@ def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
     return dict(sorted(roles.items()))
 
 
-def _step_losses(ch: Chapter, step: int) -> tuple[dict, str]:
+def _step_losses(ch, step: int) -> tuple[dict, str]:
     """The run's metrics row at `step` (its losses, step and wall left out, NaN dropped) and that
     row as a markdown table, or a sentence saying the run has no row there."""
     row = ch.metrics[ch.metrics["step"] == step]
@@ -86,8 +80,9 @@ def _step_losses(ch: Chapter, step: int) -> tuple[dict, str]:
     return cells, losses
 
 
-def model_card(ch: Chapter, step: int) -> str:
-    """The model card (README.md) of the checkpoint at `step`, a huggingface_hub `ModelCard`
+def model_card(ch, step: int) -> str:
+    """The model card (README.md) of the checkpoint at `step` of the open chapter `ch`, a
+    huggingface_hub `ModelCard`
     (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
     at that step (where the run evaluated there); its text the task, the step's role, its losses,
     the model, how to load it, the run's profile.yaml, and how to cite the book and the paper."""

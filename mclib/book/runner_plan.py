@@ -90,7 +90,7 @@ def _runs_of(cfg, folders: dict, reads: dict[str, Reads], main: list[str]) -> di
     return readers
 
 
-def _plan_text(cfg, train: dict, unread: list, done: list, readers: dict, left: dict, book, toc) -> str:
+def _plan_text(cfg, *, train: dict, unread: list, done: list, readers: dict, left: dict, book, toc) -> str:
     """The plan's line: where each run trains, those read as they are, complete, left out."""
     parts = []
     for where in dict.fromkeys(train.values()):
@@ -180,7 +180,8 @@ def plan_runs(
             f"{', '.join(book)}: E15's runs start from the book's run's last checkpoint, and {shown(main)} "
             f"is not complete ({add})"
         )
+    done = [run for run in readers if run not in pending]
     text = _plan_text(
-        cfg, train, unread, [run for run in readers if run not in pending], readers, left, book, toc
+        cfg, train=train, unread=unread, done=done, readers=readers, left=left, book=book, toc=toc
     )
     return Plan(train, trainers, text, error, paths)
