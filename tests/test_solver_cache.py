@@ -16,6 +16,7 @@ import pytest
 
 from mclib.__main__ import main
 from mclib.analyses import comparisons as C
+from mclib.analyses import solver_cache
 from mclib.chapters import ch06_baselines as chapter
 from mclib.core.config import load_profile, profile_path
 
@@ -47,7 +48,7 @@ def _tables(ch, solves):
 
 def test_the_cache_gives_exactly_what_the_solvers_give(ch, cache, monkeypatch, capsys):
     monkeypatch.setattr(chapter, "RESULTS", cache.parent)
-    monkeypatch.setattr(C, "_OPEN", {})  # as in a fresh process
+    monkeypatch.setattr(solver_cache, "_OPEN", {})  # as in a fresh process
     capsys.readouterr()
     read = chapter.solver_results(ch)
     assert capsys.readouterr().out.startswith(
@@ -137,7 +138,7 @@ def test_another_task_is_solved(ch, cache, capsys):
 
 def test_no_cache_file_is_said_and_everything_solved(ch, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(chapter, "RESULTS", tmp_path)
-    monkeypatch.setattr(C, "_OPEN", {})
+    monkeypatch.setattr(solver_cache, "_OPEN", {})
     capsys.readouterr()
     solves = chapter.solver_results(ch)
     assert capsys.readouterr().out == (
@@ -156,7 +157,7 @@ def test_the_books_own_cache_is_read_where_none_is_committed(ch, cache, tmp_path
     own.write_bytes(cache.read_bytes())
     monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")
     monkeypatch.setattr(chapter, "book_solver_cache", lambda cfg, run_dir: own)
-    monkeypatch.setattr(C, "_OPEN", {})
+    monkeypatch.setattr(solver_cache, "_OPEN", {})
     capsys.readouterr()
     read = chapter.solver_results(ch)
     assert capsys.readouterr().out.startswith(
@@ -218,7 +219,7 @@ def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matric
     matrices differ is solved again, said in one line."""
     paper_file = _as_paper_file(tmp_path / "results", cache, other_matrices="regularised, λ = 0.0005")
     monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")  # no smoke file there
-    monkeypatch.setattr(C, "_OPEN", {})
+    monkeypatch.setattr(solver_cache, "_OPEN", {})
     capsys.readouterr()
     solves = chapter.solver_results(ch)
     assert capsys.readouterr().out.splitlines() == [
@@ -254,7 +255,7 @@ def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not
     what was read; the chapter then solves nothing. The paper profile's own build reads nothing."""
     _as_paper_file(tmp_path / "results", cache, other_matrices="ALS, rank 2")
     monkeypatch.setattr(chapter, "RESULTS", tmp_path / "results")
-    monkeypatch.setattr(C, "_OPEN", {})
+    monkeypatch.setattr(solver_cache, "_OPEN", {})
     path, solves = chapter.build_solver_cache(smoke_profile, tmp_path / "results" / "solvers-smoke.csv.gz")
     last = capsys.readouterr().out.splitlines()[-1]
     assert last.startswith(f"{path}: 1 blocks, 8 matrices (0 cvxpy solves), ") and last.endswith(

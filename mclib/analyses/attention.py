@@ -88,7 +88,8 @@ def ablation_hooks(model, heads: Iterable[tuple[int, int]], mode: str = "uniform
 
 
 def z_names(model) -> list[str]:
-    """The per-head outputs of every layer, `blocks.{l}.attn.hook_z`: what `patching_hooks` reads from a cache."""
+    """The per-head outputs of every layer, `blocks.{l}.attn.hook_z`: what `patching_hooks`
+    reads from a cache."""
     return [f"blocks.{l}.attn.hook_z" for l in range(model.config.num_hidden_layers)]
 
 

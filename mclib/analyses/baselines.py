@@ -19,6 +19,7 @@ once per process and n with cvxpy Parameters (DPP) and re-solved per matrix.
 from __future__ import annotations
 
 import functools
+import multiprocessing as mp
 import os
 import warnings
 from collections.abc import Callable
@@ -99,7 +100,7 @@ def nuclear_norm(x):
 def _constrained_program(n: int):
     """min ‖U‖_* s.t. W∘U = Y, W the 0/1 observed indicator, Y = W∘X (Parameters; W∘X itself
     would not be DPP). One program serves every mask."""
-    import cvxpy as cp  # imported here: importing mclib should not pay for cvxpy
+    import cvxpy as cp  # noqa: PLC0415 - importing mclib should not pay for cvxpy
 
     u = cp.Variable((n, n))
     w, y = cp.Parameter((n, n)), cp.Parameter((n, n))
@@ -110,7 +111,7 @@ def _constrained_program(n: int):
 def _regularised_program(n: int):
     """min ‖W∘U − Y‖² + λ‖U‖_*, W = obs/√|Ω|, Y = W∘X: the E17 objective, 1/|Ω| folded into W
     to stay DPP; λ is a Parameter, so every λ reuses the compiled program."""
-    import cvxpy as cp
+    import cvxpy as cp  # noqa: PLC0415 - importing mclib should not pay for cvxpy
 
     u = cp.Variable((n, n))
     w, y = cp.Parameter((n, n)), cp.Parameter((n, n))
@@ -182,7 +183,6 @@ def complete_batch(
             bar.update(len(parts[-1]))
     else:
         # fork: workers inherit the imported modules (and any compiled program) for free.
-        import multiprocessing as mp
 
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else None)
         with ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 1), mp_context=ctx) as pool:

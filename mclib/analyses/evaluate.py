@@ -21,11 +21,14 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import DataConfig
 from ..core.data import Batch, make_batch, random_mask, sample_matrices
 from ..core.hooks import Hook, run_with_cache, run_with_hooks
-from ..core.metrics import losses, mse_to
+from ..core.metrics import find_drop, losses, mse_to, plateau_stats, window_mean
 from ..core.model import eval_mode
+from ..core.precision import autocast, emulated_tf32
+from ..core.runs import load_metrics, run_profile
 from .attention import patching_hooks, z_names
 from .interventions import l_prime_mask
 
@@ -69,7 +72,8 @@ def sample_eval_batch(
         mask = random_mask(n_matrices, data.n, data.p_mask, gen)
     elif mask.shape not in ((data.n, data.n), (n_matrices, data.n, data.n)):
         raise ValueError(
-            f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, {data.n}]"
+            f"mask has shape {tuple(mask.shape)}, expected [{data.n}, {data.n}] or [batch, {data.n}, "
+            f"{data.n}]"
         )
     return make_batch(x, mask.bool(), fill_value)
 
@@ -162,11 +166,6 @@ def compare_runs(
     run stopped sooner), and the last checkpoint's L_mask on the same `n_matrices` fresh
     matrices in each of `precisions` ("fp32", "bf16" autocast, "tf32" emulated off a GPU),
     which tells a worse model from a less precise forward pass."""
-    from ..core.checkpoints import load_checkpoint, saved_steps
-    from ..core.metrics import find_drop, plateau_stats, window_mean
-    from ..core.precision import autocast, emulated_tf32
-    from ..core.runs import load_metrics, run_profile
-
     rows = {}
     for label, folder in runs.items():
         profile = run_profile(folder)

@@ -26,9 +26,11 @@ from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import Profile
 from ..core.data import copy_level
 from ..core.ending import is_complete
+from ..core.jobs import run_profile_jobs
 from ..core.metrics import DROP_WINDOW, PLATEAU_BAND, converged, end_slope, final_level, find_drop, rows_curve
 from ..core.paper import PAPER_E15_ORDER
 from ..core.placement import checkpoint_steps
+from ..core.precision import with_device
 from ..core.runs import FREEZE_SOURCE, freeze_dir, load_metrics
 from ..core.train import train
 from .interventions import GROUPS, component_groups, reinit_component
@@ -223,10 +225,8 @@ def freeze_runs(
 ) -> dict[str, Path]:
     """`freeze_run` for every incomplete group, side by side on a Dask cluster (cluster: its
     address, default the local one or $MCLIB_CLUSTER); returns {group: folder}."""
-    from ..core.jobs import run_profile_jobs
 
     pending = pending_groups(cfg, run_dir, sorted(groups, key=LONGEST_FIRST.index))
-    from ..core.precision import with_device
 
     cfg = with_device(cfg)  # resolved once, here: every worker trains where this process chose
     run_profile_jobs(cfg, freeze_run, [(cfg, run_dir, g) for g in pending], cluster)

@@ -64,7 +64,7 @@ def load_for_interp(folder: str | Path) -> MatrixBert:
 def nnsight_model(model):
     """`nnsight.NNsight(model)`; without nnsight, one line naming the extra."""
     try:
-        from nnsight import NNsight
+        from nnsight import NNsight  # noqa: PLC0415 - an optional extra
     except ImportError:
         raise InterpError(
             f"nnsight is not installed: it is the optional extra {EXTRA!r} (pip install -e '.[{EXTRA}]')"
@@ -73,7 +73,8 @@ def nnsight_model(model):
 
 
 def head_columns(model, head: int) -> slice:
-    """The columns of head `head` in a layer's concatenated per-head outputs `[batch, query, head * d_head]`."""
+    """The columns of head `head` in a layer's concatenated per-head outputs
+    `[batch, query, head * d_head]`."""
     heads = model.config.num_attention_heads
     if not 0 <= head < heads:
         raise InterpError(f"head {head} is out of range: the model has {heads} heads (0-indexed)")

@@ -96,7 +96,8 @@ def permute_positions_hooks(model, seed: int) -> list[Hook]:
 # and the output projection (E6's switch takes only the first three); "mlp" the two
 # feed-forward projections.
 GROUPS = {
-    "attention": r"bert\.encoder\.layer\.\d+\.attention\.(self\.(query|key|value)|output\.dense)\.(weight|bias)",
+    "attention": r"bert\.encoder\.layer\.\d+\.attention\."
+    r"(self\.(query|key|value)|output\.dense)\.(weight|bias)",
     "mlp": r"bert\.encoder\.layer\.\d+\.(intermediate|output)\.dense\.(weight|bias)",
     "positional": r"bert\.embeddings\.position_embeddings\.weight",
     "token": r"bert\.embeddings\.word_embeddings\.weight",

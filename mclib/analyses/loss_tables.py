@@ -4,7 +4,8 @@ lookups and ratios chapters 02 and 03 read from such tables. Heads are 0-indexed
 head) pairs; `head_name` prints the paper's 1-indexed "L2 H5".
 
     ablation_table(model, data, 256, 0, {"all heads": all_heads(model)})   # E3-E5, both readings
-    model_table({"post": post, "pre-QKV into post": (post, switch_qkv_hooks(post, pre))}, data, 256, 0)  # E6, E7
+    # E6, E7
+    model_table({"post": post, "pre-QKV into post": (post, switch_qkv_hooks(post, pre))}, data, 256, 0)
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def ablation_table(
     ablated under each reading, all on one batch. Empty sets are left out.
 
     Columns: ablated (the set's name, "none" first), reading ("—" or a READINGS key),
-    heads (how many), which (their names, 'L1 H1, ...'), then the losses and their standard errors (`loss_row`).
+    heads (how many), which (their names, 'L1 H1, ...'), then the losses and their standard
+    errors (`loss_row`).
     """
     batch = sample_eval_batch(data, n_matrices, seed, mask=mask)
     rows = [

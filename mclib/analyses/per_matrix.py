@@ -103,5 +103,6 @@ def stats_paired(a: dict, b: dict, mask) -> dict[str, float]:
 
 
 def paired(pred_a, pred_b, x, mask) -> dict[str, float]:
-    """a minus b on the same matrices: d_L, d_L_mask (< 0: a better), a_better (share), each with a paired _se."""
+    """a minus b on the same matrices: d_L, d_L_mask (< 0: a better), a_better (share), each
+    with a paired _se."""
     return stats_paired(matrix_stats(pred_a, x, mask), matrix_stats(pred_b, x, mask), mask)

@@ -23,8 +23,13 @@ import pandas as pd
 import torch
 
 from ..core.attention import position_masks
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import DataConfig
+from ..core.metrics import drop_column, find_drop
 from ..core.model import eval_mode
+from ..core.runs import load_metrics, write_atomic
+from ..core.sweep import finished, load_sweep
+from .evaluate import sample_eval_batch
 from .heads import capture_probs, key_mass
 
 log = logging.getLogger(__name__)
@@ -158,8 +163,6 @@ def plateau_table(
     batch (`sample_eval_batch(data, n_matrices, seed)`): one row per step. A checkpoint
     whose model cannot be read is skipped with a line on stderr naming its step; the
     skipped steps are in `attrs["skipped"]`."""
-    from ..core.checkpoints import load_checkpoint, saved_steps
-    from .evaluate import sample_eval_batch
 
     run_dir = Path(run_dir)
     steps = saved_steps(run_dir) if steps is None else list(steps)
@@ -193,9 +196,6 @@ def measure_sweep(
     """`plateau_table` of every run of a sweep with a row in `results` and none yet in `out`;
     its rows, with setting, seed, bias and drop step, are added to the CSV `out` (rewritten
     atomically). Returns how many runs it measured."""
-    from ..core.metrics import drop_column, find_drop
-    from ..core.runs import load_metrics, write_atomic
-    from ..core.sweep import finished, load_sweep
 
     out = Path(out)
     todo = load_sweep(sweep_file, runs)

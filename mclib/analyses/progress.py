@@ -30,8 +30,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core.checkpoints import load_checkpoint, saved_steps
 from ..core.config import DataConfig
 from ..core.metrics import DROP_FRACTION, DROP_WINDOW, losses
+from ..core.runs import load_metrics
+from .embeddings import embedding_progress
+from .evaluate import sample_eval_batch
+from .heads import attention_progress
 from .interventions import component_groups
 
 GROUP_ORDER = ("attention", "mlp", "positional", "token", "other")
@@ -48,8 +53,6 @@ def gradient_norms(
     """ℓ2 norm of the gradient of the training loss L per component group, at every saved
     checkpoint, on one fixed batch (`sample_eval_batch(data, n_matrices, seed)`).
     Tidy: columns step, group (GROUP_ORDER, then "total"), grad_norm."""
-    from ..core.checkpoints import load_checkpoint, saved_steps
-    from .evaluate import sample_eval_batch
 
     steps = saved_steps(Path(run_dir))
     if not steps:
@@ -87,9 +90,6 @@ def progress_table(
     run_dir: str | Path, data: DataConfig, n_matrices: int = 64, seed: int = 0
 ) -> pd.DataFrame:
     """One row per saved checkpoint: step and the module docstring's measures."""
-    from ..core.runs import load_metrics
-    from .embeddings import embedding_progress
-    from .heads import attention_progress
 
     heads = attention_progress(run_dir, data, n_matrices, seed)
     table = heads.groupby("step").agg(
@@ -414,7 +414,8 @@ def plateau_lead_summary(
             f"step {drop_step:,}; checkpoints at most {resolution:,} steps apart){short}"
         )
     parts = [
-        f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a lead in "
+        f"{r.measure} by {r.lead:,.0f} steps (bootstrap 5-95 %: {r.lead_lo:,.0f} to {r.lead_hi:,.0f}; a "
+        "lead in "
         f"{r.p_lead:.0%} of the resamples)"
         for r in lead.itertuples()
     ]

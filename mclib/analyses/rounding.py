@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from ..core.packaged import data_file
 
 TABLE = data_file("rounding.csv")  # docs/data/ in a checkout
@@ -77,7 +79,6 @@ def spread(values: dict[str, float], quantity: str, what: str = "") -> Spread | 
 def study(path: Path = TABLE) -> dict[str, Spread]:
     """{column: Spread} of the default profile's seed 1 under the study's changes (QUANTITIES);
     {} where the table is not there or holds fewer than two runs."""
-    import pandas as pd
 
     if not Path(path).is_file():
         return {}
@@ -98,7 +99,6 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
 def early_flat(path: Path = TABLE) -> str:
     """Where the convergence rule ended one change's run first and at the highest final level of all
     (a flat the other runs fell through), one clause saying so; "" otherwise or without the table."""
-    import pandas as pd
 
     if not Path(path).is_file():
         return ""
@@ -112,7 +112,8 @@ def early_flat(path: Path = TABLE) -> str:
     return (
         f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
         f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
-        f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause as the end"
+        f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause "
+        "as the end"
     )
 
 
@@ -126,8 +127,10 @@ def finding(spreads: dict[str, Spread], flat: str = "") -> str:
             "writes docs/data/rounding.csv)."
         )
     said = [
-        f"Rounding alone moves this story: seed 1 of the default profile, trained {drop.n} times with only the "
-        f"float arithmetic changed between them ({drop.where.split(' under ', 1)[-1]}), dropped between step {drop.lo:,.0f} and "
+        f"Rounding alone moves this story: seed 1 of the default profile, trained {drop.n} times with only "
+        "the "
+        f"float arithmetic changed between them ({drop.where.split(' under ', 1)[-1]}), dropped between "
+        f"step {drop.lo:,.0f} and "
         f"{drop.hi:,.0f}, {drop.range:,.0f} steps apart"
     ]
     if end is not None:
@@ -148,7 +151,8 @@ def finding(spreads: dict[str, Spread], flat: str = "") -> str:
     return (
         "; ".join(said)
         + ". A one-bit change of the initial weights is known to vary a trained network as much "
-        "as a new seed does (Summers & Dinneen, ICML 2021); how far rounding moves an abrupt drop is, as far as we "
+        "as a new seed does (Summers & Dinneen, ICML 2021); how far rounding moves an abrupt drop is, as "
+        "far as we "
         "know, not reported elsewhere. The scorecard judges the drop step and every final level against this "
         "spread: where the paper's value lies within it of ours, the row reads too close to tell."
     )

@@ -23,7 +23,8 @@ from ..core.data import copy_level
 from ..core.metrics import DROP_WINDOW, find_drop, last_tenth
 from ..core.placement import FINAL_FACTOR, PLATEAU_TOLERANCE
 
-BAND = PLATEAU_TOLERANCE  # on the plateau: the smoothed curve within 10 % of E[X²], as the checkpoints are placed
+# on the plateau: the smoothed curve within 10 % of E[X²], as the checkpoints are placed
+BAND = PLATEAU_TOLERANCE
 SETTLE = FINAL_FACTOR  # the fall ends within 2x the final level, where the transition's checkpoints end
 ABRUPT = 1.0  # sudden: plateau steps over fall steps above this
 WINDOW = DROP_WINDOW  # the trailing mean's window: the drop's (`find_drop`)

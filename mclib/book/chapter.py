@@ -23,15 +23,39 @@ import pandas as pd
 import torch
 from transformers.utils import CONFIG_NAME as CONFIG_FILE  # HuggingFace's config.json
 
-from ..core.checkpoints import load_checkpoint
-from ..core.config import Profile, load_profile, profile_path
+from ..analyses.freezing import GROUPS, LONGEST_FIRST, freeze_run, pending_groups
+from ..core import jobs as core_jobs  # read at call time: tests replace its cluster
+from ..core import train as core_train  # likewise: tests replace seed_jobs and train_seed
+from ..core.checkpoints import load_checkpoint, saved_steps
+from ..core.config import Profile, deviations, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.ending import RunEnd, run_end
+from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while, wait_ended
 from ..core.metrics import find_drop
+from ..core.model import config_text
 from ..core.paper import profile as paper_profile
 from ..core.placement import CheckpointSteps, checkpoint_steps
+from ..core.precision import resolve_device
 from ..core.repo import REPO
-from ..core.runs import PROFILE, check_same_profile, checkpoint_dir, load_metrics, run_profile
+from ..core.runs import (
+    CHECKPOINTS,
+    MODEL_CARD,
+    MODEL_FILE,
+    PROFILE,
+    check_same_profile,
+    checkpoint_dir,
+    checkpoint_series_path,
+    checkpoint_zip_path,
+    freeze_dir,
+    load_metrics,
+    run_profile,
+    seed_run_dirs,
+    write_atomic,
+)
+from .chapter_card import checkpoint_roles, model_card
+from .runner import runs_read
+from .runner_beside import READY
+from .runner_plan import asked
 from .spec import Specs, among
 
 log = logging.getLogger(__name__)
@@ -74,7 +98,10 @@ class Chapter:
     def where(self) -> str:
         """The run in a few words: profile, seed, architecture."""
         m = self.cfg.model
-        return f"profile {self.cfg.name}, seed {self.cfg.seed}: {m.layers} layers x {m.heads} heads, hidden {m.hidden}"
+        return (
+            f"profile {self.cfg.name}, seed {self.cfg.seed}: {m.layers} layers x {m.heads} heads, "
+            f"hidden {m.hidden}"
+        )
 
     def relative_to_drop(self, step: int) -> str:
         """'before the drop at step D', 'after ...', or 'this run has no drop'."""
@@ -97,7 +124,6 @@ def open_chapter(
     `specs`): first train, resume or find complete every run the build's chapters read
     (`train_runs`). A run folder trained with another recipe than `profile` is a ConfigError."""
     notebook_setup()  # before any progress bar is made
-    from ..core.precision import resolve_device
 
     named = load_profile(profile_path(profile), seed=seed)
     if device != named.train.device:  # a device chosen on the command line
@@ -110,9 +136,6 @@ def open_chapter(
     if train and named.analysis.train_in_book:
         run_dir = train_runs(named, run_dir, cluster, specs=specs)[named.seed]
     elif train:  # nothing trains here: the runs the build's chapters read must be there
-        from .runner import runs_read
-        from .runner_plan import asked
-
         seeds = {named.seed, *(s for r in runs_read(named, asked(), specs=specs).values() for s in r.seeds)}
         require_runs(named.replace(**{"analysis.seeds": sorted(seeds)}), run_dir)
     if not (run_dir / PROFILE).is_file():
@@ -137,7 +160,7 @@ def open_chapter(
 
 def glue_all(values) -> None:
     """Glue every name -> value of `values` for the prose, displaying none."""
-    from myst_nb import glue
+    from myst_nb import glue  # noqa: PLC0415 - Jupyter Book's, only inside a notebook
 
     for name, value in values.items():
         glue(name, value, display=False)
@@ -146,7 +169,7 @@ def glue_all(values) -> None:
 def notebook_setup() -> None:
     """Make figures gluable as PNG (IPython's inline backend); `open_chapter` calls it first. tqdm's
     "IProgress not found" warning is filtered in the book's kernels (`runner_execute.QUIET_KERNEL`)."""
-    from IPython import get_ipython
+    from IPython import get_ipython  # noqa: PLC0415 - only inside a notebook's kernel
 
     if get_ipython() is not None:
         # registers IPython's PNG formatter for figures (mclib.book.plots_base then picks the Agg
@@ -160,26 +183,18 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
     book's run, the other seeds the specs declare and, once the book's run is complete, their E15
     runs, longest plateau first. While the book's run trains, idle workers take `idle_tasks`.
     Complete runs are skipped, cut ones resume. Returns {seed: folder}."""
-    from ..analyses.freezing import LONGEST_FIRST, freeze_run, pending_groups
-    from ..core.jobs import cluster as dask_cluster
-    from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while
-    from ..core.runs import seed_run_dirs
-    from ..core.train import seed_jobs, train_seed
-    from .runner import runs_read
-    from .runner_plan import asked
-
     reads = runs_read(cfg, asked(), specs=specs).values()
     seeds = {cfg.seed, *(s for r in reads for s in r.seeds)}
     wanted = [g for g in LONGEST_FIRST if any(g in r.e15 for r in reads)]  # none with analysis.freeze: false
-    jobs = [job for job in seed_jobs(cfg, run_dir) if job[0].seed in seeds]
+    jobs = [job for job in core_train.seed_jobs(cfg, run_dir) if job[0].seed in seeds]
     main_pending = any(job[0].seed == cfg.seed for job in jobs)
     e15 = lambda cfg, run_dir: pending_groups(cfg, run_dir, wanted) if wanted else []
     if not jobs and not e15(cfg, run_dir):
         return seed_run_dirs(cfg, run_dir)
     resources = resources_for(cfg)
-    with dask_cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
+    with core_jobs.cluster(cluster, threads_per_run=cfg.train.threads, gpu=needs_gpu(cfg)) as client:
         seeds = submit_when_free(
-            client, train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs]
+            client, core_train.train_seed, jobs, resources, [f"train-{job[1].name}" for job in jobs]
         )
         idle = []
         if main_pending:
@@ -202,7 +217,8 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
             error = f.exception()
             if error is not None:
                 log.warning(
-                    f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does it again"
+                    f"{f.key}: failed on an idle worker ({' '.join(str(error).split())}); its chapter does "
+                    "it again"
                 )
     return seed_run_dirs(cfg, run_dir)
 
@@ -210,8 +226,6 @@ def train_runs(cfg: Profile, run_dir: str | Path, cluster: str | None = None, *,
 def say_when_ended(futures: list, must_succeed: list) -> None:
     """Once every future has ended (those of `must_succeed` without error), create the file
     $MCLIB_BOOK_READY names (if any), from a daemon thread."""
-    from ..core.jobs import wait_ended
-    from .runner_beside import READY
 
     path = os.environ.get(READY)
     if not path:
@@ -228,7 +242,6 @@ def say_when_ended(futures: list, must_succeed: list) -> None:
 def idle_tasks(cfg: Profile, run_dir: str | Path, *, specs: Specs) -> list[tuple]:
     """(fn, args, name) of the `idle_work` that the chapters the build executes declare (outside
     a build, every chapter of `specs`), in toc order; what no worker takes, its chapter does."""
-    from .runner_plan import asked
 
     return [
         task for s in among(specs, asked()) if s.idle_work is not None for task in s.idle_work(cfg, run_dir)
@@ -242,9 +255,6 @@ class MissingRuns(RuntimeError):
 def require_runs(cfg: Profile, run_dir: str | Path, freeze: bool = False) -> dict:
     """{seed: folder} of `seed_run_dirs` (freeze=True: {group: folder} of E15's runs), none
     trained here; a run without a checkpoint raises `MissingRuns`."""
-    from ..analyses.freezing import GROUPS
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import freeze_dir, seed_run_dirs
 
     runs = {g: freeze_dir(run_dir, g) for g in GROUPS} if freeze else seed_run_dirs(cfg, run_dir)
     missing = [shown_path(d) for d in runs.values() if not saved_steps(d)]
@@ -260,15 +270,12 @@ def seed_runs(cfg: Profile, run_dir: str | Path) -> dict:
     """{seed: folder} of `analysis.seeds`: trained or resumed when the book trains, else `require_runs`."""
     if not cfg.analysis.train_in_book:
         return require_runs(cfg, run_dir)
-    from ..core.train import train_seeds
-
-    return train_seeds(cfg, run_dir)
+    return core_train.train_seeds(cfg, run_dir)
 
 
 def departures_table(profile: Profile, caption: str, end: RunEnd | None = None):
     """Where `profile` departs from the paper's task and recipe, as a styled table (key, profile,
     paper); with `end`, also where training ended when that came before the paper's last step."""
-    from ..core.config import deviations
 
     paper = paper_profile()
     rows = deviations(profile, paper)
@@ -300,8 +307,6 @@ def shown_path(path) -> str:
 def checkpoint_zip(run_dir: str | Path, step: int | None = None) -> Path:
     """The checkpoint at `step` (default the last) zipped at `runs.checkpoint_zip_path`, written
     atomically once (a checkpoint never changes)."""
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import checkpoint_zip_path, write_atomic
 
     step = saved_steps(run_dir)[-1] if step is None else step
     src, path = checkpoint_dir(Path(run_dir), step), checkpoint_zip_path(run_dir, step)
@@ -327,152 +332,16 @@ def checkpoint_links(ch: Chapter, run_dir: str | Path, step: int, label: str) ->
     if size <= CHECKPOINT_DOWNLOAD_MB * 1e6 or ch.cfg.analysis.download_checkpoint:
         return download_links(ch.run_dir, [(checkpoint_zip(run_dir, step), label)])
     return [
-        f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true offers it), "
+        f"{label}: {size / 1e6:,.0f} MB, not copied into the site (analysis.download_checkpoint: true "
+        "offers it), "
         f"in `{shown_path(folder)}`"
     ]
-
-
-CITATION = "CITATION.cff"  # the book's citation, at the root of its repository
-PAPER_CITATION = (
-    "Gopalani, Lubana & Hu, Abrupt Learning in Transformers: A Case Study on Matrix Completion "
-    "(NeurIPS 2024), https://arxiv.org/abs/2410.22244"
-)
-CARD_MODELS = {  # model.kind -> where its class lives, its name, what it wraps, the card's loading code
-    "bert": (
-        "mclib.core.model",
-        "MatrixBert",
-        "HuggingFace's BertModel",
-        "import mclib.core.model  # registers MatrixBert (model_type matrix-bert) with transformers' Auto classes\n"
-        "from transformers import AutoModel\n"
-        "from mclib.core.data import make_batch\n\n"
-        'model = AutoModel.from_pretrained("{folder}")   # the whole MatrixBert, read-out included, eval mode\n'
-        "pred = model(make_batch(x, mask).tokens).logits   # {shape}",
-    ),
-    "gpt": (
-        "mclib.core.gpt",
-        "MatrixGPT",
-        "HuggingFace's GPT2Model, teacher-forced",
-        "from mclib.core.data import make_batch\n"
-        "from mclib.core.gpt import MatrixGPT\n\n"
-        'model = MatrixGPT.from_pretrained("{folder}").eval()\n'
-        "pred = model(make_batch(x, mask))   # {shape}",
-    ),
-}
-ROLES = {
-    "pre": "pre-shift: on the copying plateau",
-    "transition": "transition: around the drop",
-    "post": "post-shift: the end of training",
-}
-
-
-def checkpoint_roles(steps: CheckpointSteps) -> dict[int, str]:
-    """Each analysis checkpoint's step -> its role (`ROLES`), in step order."""
-    roles = {s: ROLES["transition"] for s in steps.transition}
-    roles[steps.pre], roles[steps.post] = ROLES["pre"], ROLES["post"]
-    return dict(sorted(roles.items()))
-
-
-def model_card(ch: Chapter, step: int) -> str:
-    """The model card (README.md) of the checkpoint at `step`, a huggingface_hub `ModelCard`
-    (`mclib.core.card`): its header the profile, seed, step, the weights' sha256 and eval_L_mask
-    at that step (where the run evaluated there); its text the task, the step's role, its losses,
-    the model, how to load it, the run's profile.yaml, and how to cite the book and the paper."""
-    from ..core.card import card_data
-    from ..core.card import model_card as hub_card
-    from ..core.runs import METRICS
-
-    cfg, d, m = ch.cfg, ch.cfg.data, ch.cfg.model
-    row = ch.metrics[ch.metrics["step"] == step]
-    cells = (
-        {k: v for k, v in row.iloc[0].items() if k not in ("step", "wall") and pd.notna(v)}
-        if len(row)
-        else {}
-    )
-    losses = (
-        (
-            "| "
-            + " | ".join(cells)
-            + " |\n|"
-            + "---|" * len(cells)
-            + "\n| "
-            + " | ".join(f"{v:.4g}" for v in cells.values())
-            + " |"
-        )
-        if cells
-        else f"{METRICS} has no row at step {step}."
-    )
-    drop = f"the run's drop is at step {ch.drop:,}" if ch.drop is not None else "the run did not drop"
-    folder = checkpoint_dir(ch.run_dir, step).name
-    module, cls, what, load = CARD_MODELS[m.kind]
-    load = load.format(
-        folder=folder, shape=f"[batch, {d.n * d.n}]" if m.kind == "bert" else f"[batch, {d.n}, {d.n}]"
-    )
-    fresh = cells.get("eval_L_mask")
-    data = card_data(
-        cfg,
-        step,
-        checkpoint_dir(ch.run_dir, step),
-        l_mask=fresh,
-        matrices=cfg.train.eval_batch if fresh is not None else None,
-    )
-    return str(
-        hub_card(
-            data,
-            f"""# {cls}: {cfg.name} profile, seed {cfg.seed}, step {step:,}
-
-A checkpoint of the book that reproduces {PAPER_CITATION}.
-
-## Task
-
-Low-rank matrix completion: {d.n}x{d.n} matrices of rank {d.rank} ({d.dist} factors), each entry masked
-with probability {d.p_mask}. The model reads the {d.n * d.n} entries as tokens (a masked entry is token 0)
-and outputs one number per entry; L is the squared error over all entries, L_obs over the observed
-ones, L_mask over the masked ones.
-
-## This checkpoint
-
-Step {step:,} of the run {ch.run_dir.name} ({checkpoint_roles(ch.steps)[step]}); {drop}. Where
-the analysis checkpoints sit: {ch.steps.note}. The run {ch.end.text}.
-
-Its losses at step {step:,} (the run's {METRICS}: the training batch of that step; eval_* on a
-held-out batch, where the run evaluated):
-
-{losses}
-
-The model: {m.layers} layers, {m.heads} heads, hidden {m.hidden}, intermediate {m.intermediate}
-({what} and a linear read-out, {module}.{cls}).
-
-## Load it
-
-With mclib (the book's repository, `pip install -e .`):
-
-```python
-{load}
-```
-
-x `[batch, {d.n}, {d.n}]` float, mask `[batch, {d.n}, {d.n}]` bool (True = masked). The sha256 of the weights
-is in the card's header (`mclib: weights_sha256`).
-
-## The run's profile ({PROFILE})
-
-```yaml
-{(ch.run_dir / PROFILE).read_text().strip()}
-```
-
-## Cite
-
-The book: {CITATION} at the root of its repository. The paper: {PAPER_CITATION}.
-""",
-        )
-    )
 
 
 def checkpoint_series_zip(ch: Chapter) -> Path:
     """The analysis checkpoints in one zip (`runs.checkpoint_series_path`), each a HuggingFace
     folder with config.json (in today's format, `config_text`, so that AutoModel loads it whole),
     model.safetensors and its model card, without train_state.pt; rewritten atomically each call."""
-    from ..core.model import config_text
-    from ..core.runs import MODEL_CARD, MODEL_FILE, checkpoint_series_path, write_atomic
 
     path = checkpoint_series_path(ch.run_dir)
 
@@ -491,7 +360,6 @@ def checkpoint_series_zip(ch: Chapter) -> Path:
 
 def checkpoint_series_links(ch: Chapter) -> list[str]:
     """`checkpoint_links` for the analysis checkpoints together (`checkpoint_series_zip`)."""
-    from ..core.runs import CHECKPOINTS, MODEL_FILE, checkpoint_series_path
 
     steps = list(checkpoint_roles(ch.steps))
     size = sum(

@@ -195,7 +195,6 @@ def progress_panels(
 ) -> plt.Figure:
     """One panel per measure of `norm` (progress.normalised: 0 first, 1 extreme) against step, the
     threshold 0.5 dotted, its crossing (`leads`: progress.lead_times) a dot, the drop dashed."""
-    import numpy as np
 
     names = list(dict.fromkeys(norm["measure"]))
     nrows = -(-len(names) // ncols)

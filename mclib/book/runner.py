@@ -26,8 +26,10 @@ from pathlib import Path
 
 import yaml
 
+from ..core.checkpoints import saved_steps
 from ..core.config import load_profile, parse_yaml, profile_path
 from ..core.paper import profile as paper_profile
+from ..core.precision import resolve_device
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
 from ..core.runs import default_run_dir, write_atomic
 from . import scorecard
@@ -127,7 +129,6 @@ def waits_for_trainer(template: Path, cfg, *, specs: Specs) -> bool:
 
 
 def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
-    from ..core.checkpoints import saved_steps
 
     paper = paper_profile()
     if device == "cpu" and profile.model == paper.model and profile.train.batch >= paper.train.batch:
@@ -135,7 +136,8 @@ def _warn_if_slow(profile, device: str, run_dir: Path) -> None:
         if left > 0:
             days = left * SECONDS_PER_PAPER_STEP_CPU / 86400
             log.warning(
-                f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} steps "
+                f"warning: the paper's model on a CPU: ~{SECONDS_PER_PAPER_STEP_CPU:.0f} s a step x {left} "
+                "steps "
                 f"= about {days:.1f} days; running anyway (interrupt and rerun to resume; a GPU takes hours)"
             )
 
@@ -160,7 +162,6 @@ def build(
     left out keep their last records in the manifest. `overrides`: dotted keys set on the profile
     (--set), which the chapters read from OUT/book/_executed/NAME-set.yaml. Returns the manifest;
     raises BookError."""
-    from ..core.precision import resolve_device
 
     require_checkout(BOOK_NEEDS)
     t_start = time.time()
@@ -344,7 +345,8 @@ class _Build:
             for i, template in enumerate(self.templates, 1):
                 if self.beside and waits_for_trainer(template, self.cfg, specs=self.specs):
                     log.info(
-                        f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what that "
+                        f"[{i}/{len(self.templates)}] {template.stem}: waits for {trainer} (it reads what "
+                        "that "
                         "chapter trains or records)"
                     )
                     later.append((i, template))
@@ -400,7 +402,8 @@ class _Build:
         return self.manifest
 
     def site(self, ledger: Path | None) -> dict:
-        """The site: the chapters executed, then the specs' parts; reused where its inputs are the last good build's."""
+        """The site: the chapters executed, then the specs' parts; reused where its inputs are the
+        last good build's."""
         out, manifest = self.out, self.manifest
         parts = [
             s.site_part(out, ledger, specs=self.specs) for s in self.specs.values() if s.site_part is not None

@@ -4,9 +4,11 @@ with the chapters that read neither them nor other chapters' records executing b
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from .runner_execute import _execute, _why
@@ -50,8 +52,6 @@ def _execute_apart(
 ) -> str | None:
     """`_execute` in a spawned process (its stderr and cell bar its own), its kernel told the READY
     file; None, or why it failed (`_why`)."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
         return pool.submit(

@@ -8,10 +8,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
+from ..core.checkpoints import saved_steps
 from ..core.repo import REPO, short_sha
+from ..core.runs import METRICS
 
 # papermill's bar over a chapter's cells, without tqdm's rate and remaining time, which a cell
 # that trains for half an hour makes meaningless (the training has its own line: `_report_training`)
@@ -26,8 +29,6 @@ def _file_sha(path: Path) -> str | None:
 
 
 def run_state(run_dir: Path) -> str:
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import METRICS
 
     return short_sha(saved_steps(run_dir), _file_sha(run_dir / METRICS))
 
@@ -111,7 +112,6 @@ def machine_paths(out: Path, run_dir: Path) -> dict[str, str]:
 def relative_paths(text: str, paths: dict[str, str]) -> str:
     """`text` with each absolute path of `paths` (longest first) replaced, "ABS/x" by "REL/x"
     ("x" where REL is "."); a path that merely starts like one ("/tmp/out2") is left."""
-    import re
 
     for absolute in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
         rel = paths[absolute]
@@ -147,8 +147,8 @@ def _execute(
 ) -> None:
     """Run `template` into `output` with papermill, every path of `paths` then written relative;
     an error output raises."""
-    import nbformat
-    import papermill as pm
+    import nbformat  # noqa: PLC0415 - Jupyter's, only when a chapter executes
+    import papermill as pm  # noqa: PLC0415 - heavy, only when a chapter executes
 
     with _kernel_stderr_to(output.with_suffix(".kernel.log")), _kernel_warnings(QUIET_KERNEL):
         pm.execute_notebook(

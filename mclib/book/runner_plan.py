@@ -9,6 +9,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..analyses.freezing import LONGEST_FIRST, pending_groups
+from ..core import train as core_train  # read at call time: tests replace its seed_jobs
+from ..core.checkpoints import saved_steps
+from ..core.runs import freeze_dir, seed_run_dirs
+
 ASKED = "MCLIB_BOOK_CHAPTERS"  # the chapters a build executes, comma-separated, for its kernels (`asked`)
 
 
@@ -70,6 +75,41 @@ def _runs_text(runs: list[str], readers: dict[str, list[str]], every: set[str]) 
     )
 
 
+def _runs_of(cfg, folders: dict, reads: dict[str, Reads], main: list[str]) -> dict[str, list[str]]:
+    """{run: the chapters of `reads` that read it}, seeds first, then E15 longest first; the
+    book's run read by `main`."""
+    readers = {f"seed {cfg.seed}": list(main)} if main else {}
+    for s in folders:
+        for n, r in reads.items():
+            if s in r.seeds:
+                readers.setdefault(f"seed {s}", []).append(n)
+    for g in LONGEST_FIRST:
+        for n, r in reads.items():
+            if g in r.e15:
+                readers.setdefault(f"E15 {g}", []).append(n)
+    return readers
+
+
+def _plan_text(cfg, *, train: dict, unread: list, done: list, readers: dict, left: dict, book, toc) -> str:
+    """The plan's line: where each run trains, those read as they are, complete, left out."""
+    parts = []
+    for where in dict.fromkeys(train.values()):
+        parts.append(
+            f"training in {where}: " + _runs_text([r for r in train if train[r] == where], readers, set(book))
+        )
+    if not train:
+        parts.append(
+            "training: none" + ("" if cfg.analysis.train_in_book else " (analysis.train_in_book: false)")
+        )
+    if unread:
+        parts.append("read as they are, not complete: " + _runs_text(unread, readers, set(book)))
+    if done:
+        parts.append("complete: " + _runs_text(done, readers, set(book)))
+    if left:
+        parts.append("left out, no chapter asked reads them: " + _runs_text(list(left), left, set(toc)))
+    return "runs: " + "; ".join(parts)
+
+
 def plan_runs(
     cfg,
     run_dir: Path,
@@ -83,36 +123,20 @@ def plan_runs(
 ) -> Plan:
     """`mclib.book.runner.plan` given the declarations: `toc`, the toc's chapters; `book`, those
     asked; `every`, the toc's `Reads`; `trainers` and `toc_trainers`, those that train runs."""
-    from ..analyses.freezing import LONGEST_FIRST, pending_groups
-    from ..core.checkpoints import saved_steps
-    from ..core.runs import freeze_dir, seed_run_dirs
-    from ..core.train import seed_jobs
-
     mine = {n: r for n, r in every.items() if n in book}
     folders = seed_run_dirs(cfg, run_dir)
 
-    def runs_of(reads: dict[str, Reads], main: list[str]) -> dict[str, list[str]]:
-        """{run: the chapters that read it}, seeds first, then E15 longest first."""
-        readers = {f"seed {cfg.seed}": list(main)} if main else {}
-        for s in folders:
-            for n, r in reads.items():
-                if s in r.seeds:
-                    readers.setdefault(f"seed {s}", []).append(n)
-        for g in LONGEST_FIRST:
-            for n, r in reads.items():
-                if g in r.e15:
-                    readers.setdefault(f"E15 {g}", []).append(n)
-        return readers
-
-    readers = runs_of(mine, book)
+    readers = _runs_of(cfg, folders, mine, book)
     if not readers:
         return Plan({}, trainers, "", None)
-    left = {run: chapters_ for run, chapters_ in runs_of(every, toc).items() if run not in readers}
+    left = {
+        run: chapters_ for run, chapters_ in _runs_of(cfg, folders, every, toc).items() if run not in readers
+    }
     paths = {
         run: folders[int(run.split()[1])] if run.startswith("seed") else freeze_dir(run_dir, run.split()[1])
         for run in readers
     }
-    pending_seeds = {job[0].seed for job in seed_jobs(cfg, run_dir)}
+    pending_seeds = {job[0].seed for job in core_train.seed_jobs(cfg, run_dir)}
     groups = [run.split()[1] for run in readers if run.startswith("E15")]
     pending_e15 = set(
         groups if cfg.seed in pending_seeds or not groups else pending_groups(cfg, run_dir, groups)
@@ -156,20 +180,8 @@ def plan_runs(
             f"{', '.join(book)}: E15's runs start from the book's run's last checkpoint, and {shown(main)} "
             f"is not complete ({add})"
         )
-    parts = []
-    for where in dict.fromkeys(train.values()):
-        parts.append(
-            f"training in {where}: " + _runs_text([r for r in train if train[r] == where], readers, set(book))
-        )
-    if not train:
-        parts.append(
-            "training: none" + ("" if cfg.analysis.train_in_book else " (analysis.train_in_book: false)")
-        )
-    if unread:
-        parts.append("read as they are, not complete: " + _runs_text(unread, readers, set(book)))
     done = [run for run in readers if run not in pending]
-    if done:
-        parts.append("complete: " + _runs_text(done, readers, set(book)))
-    if left:
-        parts.append("left out, no chapter asked reads them: " + _runs_text(list(left), left, set(toc)))
-    return Plan(train, trainers, "runs: " + "; ".join(parts), error, paths)
+    text = _plan_text(
+        cfg, train=train, unread=unread, done=done, readers=readers, left=left, book=book, toc=toc
+    )
+    return Plan(train, trainers, text, error, paths)

@@ -12,8 +12,13 @@ import time
 from pathlib import Path
 
 import yaml
+from tqdm.auto import tqdm
 
+from ..core import metrics as core_metrics  # read at call time: tests replace its find_drop
+from ..core.checkpoints import resumable_steps
 from ..core.config import ConfigError
+from ..core.jobs import local_workers
+from ..core.runs import END, METRICS, PROFILE, checkpoint_dir, load_metrics, run_profile
 from .runner_plan import Plan
 
 
@@ -21,10 +26,6 @@ def expected_steps(folder: Path, cfg=None) -> int:
     """The step a run is expected to end at: where it ended (end.json at its newest checkpoint);
     an E15 run not yet dropped, at the main run's drop (if before its cap); another seed than
     `cfg`'s that has dropped, `analysis.after_drop` steps later; else its cap, `train.steps`."""
-    from ..core.checkpoints import resumable_steps
-    from ..core.metrics import find_drop
-    from ..core.runs import END, METRICS, load_metrics, run_profile
-
     folder, profile = Path(folder), run_profile(folder)
     steps, cap = resumable_steps(folder), profile.train.steps
     if steps and (folder / END).is_file():
@@ -32,7 +33,9 @@ def expected_steps(folder: Path, cfg=None) -> int:
         if end.get("step") == steps[-1] and end.get("ended") != "cut":
             return steps[-1]
     drop = lambda run: (
-        find_drop(load_metrics(run), rank=profile.data.rank) if (run / METRICS).is_file() else None
+        core_metrics.find_drop(load_metrics(run), rank=profile.data.rank)
+        if (run / METRICS).is_file()
+        else None
     )
     if (
         folder.parent.name == "freeze"
@@ -48,7 +51,6 @@ def expected_steps(folder: Path, cfg=None) -> int:
 
 def step_ms(folder: Path, over: int = 1000) -> float | None:
     """The run's ms a step over its last `over` steps (metrics.csv's `wall`); None before two timed rows."""
-    from ..core.runs import load_metrics
 
     m = load_metrics(folder)
     timed = m.loc[m["wall"].notna(), ["step", "wall"]] if "wall" in m else m.iloc[:0]
@@ -71,8 +73,6 @@ def median_step_ms(metrics) -> float | None:
 def training_status(root: Path, since: float, cfg=None) -> list[str]:
     """ "NAME step/expected at N ms a step" for each run folder under `root` with a checkpoint
     saved after `since` (a time.time())."""
-    from ..core.checkpoints import resumable_steps
-    from ..core.runs import METRICS, PROFILE, checkpoint_dir
 
     out = []
     for prof in sorted(Path(root).glob(f"**/{PROFILE}")):
@@ -94,8 +94,6 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
     """Seconds of training left to `runs` ({name: folder}) from each one's steps left and
     measured step (untimed runs take the mean): the longer of the work spread over `workers` and
     the book's run followed by its longest E15 run. None before any step is measured."""
-    from ..core.checkpoints import resumable_steps
-    from ..core.runs import METRICS, PROFILE
 
     left, ms = {}, {}
     for name, folder in runs.items():
@@ -123,7 +121,6 @@ def time_left(runs: dict[str, Path], cfg, workers: int) -> float | None:
 def sooner(runs: dict[str, Path], cfg) -> bool:
     """Whether `time_left` is only an upper bound: a run not ended may stop early on its rule
     (`train.until: converged`; every E15 run)."""
-    from ..core.runs import END
 
     return any(
         not (Path(folder) / END).is_file() and (name.startswith("E15") or cfg.train.until == "converged")
@@ -140,9 +137,6 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
     """While a chapter runs, print at most every `every` seconds the runs under `root` that saved
     a checkpoint since the last line (`training_status`) and, given the build's `runs` and `cfg`,
     the training left to them (`time_left`) while one of them moved."""
-    from tqdm.auto import tqdm
-
-    from ..core.jobs import local_workers
 
     # file times come from a coarser clock than time.time() and can lag it by a tick:
     # a second of slack, so a checkpoint saved just after the start is not missed
@@ -169,7 +163,8 @@ def _report_training(root: Path, every: float = 60.0, runs: Plan | None = None, 
                     "  training: "
                     + ", ".join(moved)
                     + (
-                        f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training left"
+                        f"; {'at most ' if sooner(pending, cfg) else ''}about {_minutes(left)} of training "
+                        "left"
                         if left is not None
                         else ""
                     ),

@@ -16,6 +16,7 @@ import contextlib
 import json
 from pathlib import Path
 
+import pandas as pd
 from filelock import FileLock
 
 from ..core.runs import SCORECARD, SCORECARD_LOCK, write_atomic
@@ -156,7 +157,6 @@ def recorded_table(
 ):
     """`record_rows`, shown as a styled table of `columns`; "interval" is the interval of ours
     that each row's rule reads (`scorecard_rules.interval`)."""
-    import pandas as pd
 
     recorded = record_rows(run_dir, rows, chapter)
     reach = lambda r: "—" if (i := interval(r)) is None else f"{i[0]:.3g} – {i[1]:.3g}"

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
 from ..analyses.margins import (
     MARGINS,
 )  # the rules' margins, defined once there: E15's early stop reads them too
+from ..core import paper
+from ..core.data import copy_level
 
 RANDOM_LEVEL = 1 / 3  # E[X²] of E2's "random" matrices (iid Unif[-1, 1] entries), whatever the rank
 
 
 def copy_levels(rank: int) -> dict[str, tuple[float, float]]:
     """Kind of matrix -> (our E[X²], the paper's): low-rank rank/9; E2's random matrices 1/3 on both tasks."""
-    from ..core import paper
-    from ..core.data import copy_level
 
     return {
         "low-rank": (copy_level(rank), copy_level(paper.task().rank)),
@@ -229,7 +231,8 @@ def direction(
 
 
 def _beyond(ours, reference: float, s: float, *, se, spread, margin: float) -> bool:
-    """Whether ours (missing: False) lies beyond reference on side s (±1) by > 2·√(se² + spread²) + margin·|reference|."""
+    """Whether ours (missing: False) lies beyond reference on side s (±1) by
+    > 2·√(se² + spread²) + margin·|reference|."""
     return not _missing(ours) and s * (ours - reference) > 2 * _se(se, spread) + margin * abs(reference)
 
 
@@ -393,7 +396,6 @@ def contradiction(reading: str, verdict: str) -> str | None:
 def rules_table():
     """The rules as the scorecard page shows them: kind, positive verdict, margin, and the rule
     function's docstring."""
-    import pandas as pd
 
     def text(f):
         return " ".join(f.__doc__.split())

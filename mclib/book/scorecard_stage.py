@@ -9,6 +9,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
+from ..core import paper
+from ..core.data import copy_level
+from ..core.ending import RunEnd
+from ..core.metrics import end_slope, window_mean
+from ..core.runs import END, METRICS, run_profile
 from .scorecard_rules import _missing, _se, is_own
 
 # The paper's "pre" and "post" (EXPERIMENTS.md §2): the steps its numbers were read at.
@@ -58,7 +65,10 @@ class Stage:
             return ""
         level = "" if _missing(self.rel) else f"; L_mask there {self.rel:.3g}·E[X²]"
         if not _missing(self.rel) and not _missing(self.paper_rel) and self.paper_rel > 0:
-            level += f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} ({self.paper_rel:.3g}·E[X²])"
+            level += (
+                f", {self.rel / self.paper_rel:.3g}× the paper's at step {PAPER_POST:,} "
+                f"({self.paper_rel:.3g}·E[X²])"
+            )
         fall = (
             ""
             if _missing(self.slope)
@@ -84,9 +94,6 @@ def is_cut(end) -> bool:
 
 def stage(end, metrics, rank: int) -> Stage:
     """The `Stage` of a run from its `RunEnd` and metrics (the rows up to its end)."""
-    from ..core import paper
-    from ..core.data import copy_level
-    from ..core.metrics import end_slope, window_mean
 
     ran = metrics[metrics["step"] <= end.step] if metrics is not None else None
     rel = slope = slope_se = None
@@ -106,13 +113,10 @@ def stage(end, metrics, rank: int) -> Stage:
 
 def run_stage(run_dir: str | Path) -> Stage | None:
     """The `Stage` of the run in `run_dir` (its end.json and metrics), or None without end.json."""
-    from ..core.ending import RunEnd
-    from ..core.runs import END, METRICS, run_profile
 
     run_dir = Path(run_dir)
     if not (run_dir / END).is_file():
         return None
-    import pandas as pd
 
     end = RunEnd.from_json(json.loads((run_dir / END).read_text()))
     metrics = None

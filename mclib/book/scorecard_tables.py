@@ -8,6 +8,11 @@ from __future__ import annotations
 import math
 import re
 
+import pandas as pd
+
+from ..core.config import deviations
+from ..core.data import copy_level
+from ..core.paper import profile as paper_profile
 from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
 
@@ -61,7 +66,6 @@ def verdicts_text(verdicts, noun: str = "row", nouns: str | None = None) -> str:
 
 def verdict_counts(verdicts) -> str:
     """'5 matches, 2 differs': how often each verdict occurs, most frequent first."""
-    import pandas as pd
 
     counts = pd.Series(list(verdicts), dtype=object).value_counts()
     return ", ".join(f"{counts.get(v, 0)} {v}" for v in counts.index)
@@ -173,7 +177,6 @@ def home(rows: list[dict]) -> str | None:
 def findings(rows: list[dict], link: str | None = None):
     """One line per experiment of the paper: its `tally` counts and `causes`; with `link` (a path
     prefix, e.g. "_executed/"), each experiment links to its `home` chapter."""
-    import pandas as pd
 
     rows = paper_rows(rows)
     out = []
@@ -261,8 +264,10 @@ def setting_counts(rows: list[dict], where: str) -> str:
     """The landing page's line for one edition (`where`): its `tally` in one sentence."""
     t = tally(rows)
     return (
-        f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, {plural(t['differ'], 'differs', 'differ')}, "
-        f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by construction), "
+        f"{where[:1].upper()}{where[1:]}: {t['reproduced']:,} reproduced, "
+        f"{plural(t['differ'], 'differs', 'differ')}, "
+        f"{t['too close']:,} too close to tell, {t['not tested']:,} n/a (nothing to test, or true by "
+        "construction), "
         f"{provisional_text(rows)} (read at the end of a run cut short), of {plural(t['rows'], 'claim')}."
     )
 
@@ -272,45 +277,42 @@ def setting_counts(rows: list[dict], where: str) -> str:
 
 def task_departures(profile) -> list[str]:
     """The data keys where `profile`'s task departs from the paper's (empty: the paper's task)."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     return [d["key"] for d in deviations(profile, paper_profile()) if d["key"].startswith("data.")]
 
 
 def task_note(profile) -> str:
     """One sentence: whether `profile` trains the paper's task, and if not, how its rows compare."""
-    from ..core.data import copy_level
-    from ..core.paper import profile as paper_profile
 
     paper = paper_profile()
     keys = task_departures(profile)
     if not keys:
         return "This profile's task is the paper's: every row compares like with like."
     return (
-        f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level E[X²] is "
+        f"This profile's task is not the paper's (it differs in {', '.join(keys)}): its copying level "
+        "E[X²] is "
         f"{copy_level(profile.data.rank):.3f}, the paper's {copy_level(paper.data.rank):.3f}. "
         "Rows that need no model (E17) run on the paper's task; every row that reads the model compares a "
-        "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on the "
+        "scale-free quantity, named in the row (a loss over its own task's E[X²], a ratio of two losses on "
+        "the "
         "same matrices, a step over another step), and no number is multiplied across tasks."
     )
 
 
 def departures_count(profile) -> str:
     """How many keys `profile` departs from the paper's task and recipe in, in one sentence."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     n = len(deviations(profile, paper_profile()))
     if not n:
         return f"Profile {profile.name} departs from the paper's task and recipe in nothing."
-    return f"Profile {profile.name} departs from the paper's task and recipe in {plural(n, 'key')} (see the first chapter)."
+    return (
+        f"Profile {profile.name} departs from the paper's task and recipe in {plural(n, 'key')} "
+        "(see the first chapter)."
+    )
 
 
 def departures_text(profile) -> str:
     """Every key where `profile` departs from the paper's task and recipe, in one sentence."""
-    from ..core.config import deviations
-    from ..core.paper import profile as paper_profile
 
     fmt = lambda v: f"{v:g}" if isinstance(v, float) else str(v)
     rows = deviations(profile, paper_profile())

@@ -39,7 +39,8 @@ class ChapterSpec:
     speaks_for   glue name -> the experiment id its sentence speaks for
     restated     a sentence worded again from re-judged rows: `restated(name, text, rows) -> str | None`
 
-    curve_rows, e15_rows, rejudged, rule_of: `mclib.lease.reference`; speaks_for, restated: `mclib.lease.part`."""
+    curve_rows, e15_rows, rejudged, rule_of: `mclib.lease.reference`; speaks_for, restated:
+    `mclib.lease.part`."""
 
     notebook: str
     _: KW_ONLY  # the declarations by name
