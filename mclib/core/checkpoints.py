@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from .config import ConfigError, Profile
 from .console import no_hf_progress_bars
 from .metrics import drop_column, find_drop, rows_curve
-from .model import MatrixBert, load_model
+from .model import MatrixBert, build_model, load_model
 from .runs import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -347,8 +347,6 @@ def prune_checkpoints(
 
 def checkpoint_bytes(profile: Profile) -> tuple[int, int]:
     """(weights, train_state) bytes of one checkpoint of `profile`: fp32 parameters and Adam's two moments."""
-    from .model import build_model
-
     with torch.device("meta"):
         model = build_model(profile.model, profile.data.n, profile.seed)
     params = sum(p.numel() for p in model.parameters())
