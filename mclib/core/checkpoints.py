@@ -119,7 +119,8 @@ def run_device(run_dir: str | Path) -> torch.device:
 
 
 def saved_checkpoint(run_dir: Path, step: int) -> Path:
-    """The folder of the checkpoint saved at `step`; a step without weights is a one-line error naming the saved ones."""
+    """The folder of the checkpoint saved at `step`; a step without weights is a one-line error naming
+    the saved ones."""
     path = checkpoint_dir(run_dir, step)
     if not (path / MODEL_FILE).is_file():
         raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")

@@ -95,7 +95,8 @@ def bert_config(cfg: ModelConfig, n: int) -> MatrixBertConfig:
 
 
 class MatrixBert(BertPreTrainedModel):
-    """`input_ids [batch, n*n] -> MatrixCompletionOutput`, `.logits [batch, n*n]`: one real number per entry."""
+    """`input_ids [batch, n*n] -> MatrixCompletionOutput`, `.logits [batch, n*n]`: one real number
+    per entry."""
 
     config_class = MatrixBertConfig
 

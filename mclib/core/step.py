@@ -416,7 +416,8 @@ class TrainingRun:
         )
 
     def flush(self) -> str | None:
-        """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or None."""
+        """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or
+        None."""
         values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
         first = self.step - len(values) + 1
         for i, v in enumerate(values):

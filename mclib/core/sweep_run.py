@@ -148,7 +148,8 @@ def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> s
 
 
 def summarise(run: SweepRun) -> dict:
-    """One results row from a run folder, with the setting the run saved (not the base profile as it is now)."""
+    """One results row from a run folder, with the setting the run saved (not the base profile as it
+    is now)."""
     from .ending import run_end  # noqa: PLC0415 - the model stack: on the worker only
 
     profile = run_profile(run.run_dir)
