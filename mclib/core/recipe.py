@@ -1,16 +1,14 @@
 """What a deviation from the paper's recipe can be: the keys of a profile that change what a run
 computes (`RECIPE`), the train keys that only say how a run is executed (`RUNNING`), and
 `deviations`, every recipe key where a profile differs from another (normally the paper's).
-mclib.core.config re-exports the three names.
+mclib.core.config re-exports the three names; this module imports nothing of mclib (config imports it),
+so `deviations` takes any two `mclib.core.config.Profile`s untyped.
 """
 
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .config import Profile
+from typing import Any
 
 # What a deviation from the paper's recipe can be: the task and how the model is built and
 # trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
@@ -30,7 +28,7 @@ _NOT_RECIPE = {
 }
 
 
-def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:
+def deviations(profile: Any, reference: Any) -> list[dict[str, Any]]:
     """Every recipe key (task, model, optimisation) where `profile` differs from `reference`
     (normally the paper's profile): [{"key": "data.n", "profile": 5, "paper": 7}, ...]."""
     out = []
