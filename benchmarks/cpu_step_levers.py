@@ -1,6 +1,7 @@
 """The default profile's CPU step with and without each lever, side by side in one process.
 
-    python benchmarks/cpu_step_levers.py [--profile cpu] [--rounds 9] [--steps 20] [--levers loop,base,fused,eager]
+    python benchmarks/cpu_step_levers.py [--profile cpu] [--rounds 9] [--steps 20]
+        [--levers loop,base,fused,eager]
 
 Every lever is one fresh in-memory run of the profile (`mclib.core.variants.step_function`'s
 runs: the same seed, the profile's `train.compile`, one thread), changed in one place:
@@ -97,7 +98,8 @@ def main(argv=None):
     for name in levers:
         ratios = [a / b for a, b in zip(times[name], times[base])]
         print(
-            f"| {name} | {statistics.median(times[name]):.1f} ({min(times[name]):.1f}-{max(times[name]):.1f}) | "
+            f"| {name} | {statistics.median(times[name]):.1f} "
+            f"({min(times[name]):.1f}-{max(times[name]):.1f}) | "
             f"{statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}) |"
         )
 

@@ -20,7 +20,8 @@ Every variant trains a fresh run of the profile's seed (its initial weights, its
   ahead                  batches made ahead on the device: no pin_memory() a step on the host path
   cuda-graph             the whole device step (loss and Adam included) as one CUDA graph
   cuda-graph-ahead       the same, its batches made ahead
-  compile                torch.compile, default mode, Inductor's mix-order reduction off (pytorch/pytorch#178080)
+  compile                torch.compile, default mode, Inductor's mix-order reduction off
+                         (pytorch/pytorch#178080)
   compile-graph          the compiled model inside the whole-step CUDA graph
   reduce-overhead        torch.compile(mode="reduce-overhead"): its CUDA graphs around the model alone
   compile-matmul-attention, compile-graph-matmul-attention: those two with matmul attention
@@ -82,26 +83,26 @@ from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.precision import resolve_device, set_precision  # noqa: E402
 from mclib.core.repo import git_revision  # noqa: E402
 from mclib.core.step import CUDA_ONLY_STEPS, steps_of  # noqa: E402
-from mclib.core.variants import (
+from mclib.core.variants import (  # noqa: E402
     BUSY_STEPS,
     CHECK_STEPS,
     REPEATS,
     compare,
     device_error,
-    initial_params,  # noqa: E402
+    initial_params,
     release,
     time_run,
     trace,
 )
 from mclib.lease import steptable  # noqa: E402
-from mclib.lease.stepbench import (
+from mclib.lease.stepbench import (  # noqa: E402
     SPECS,
     VARIANTS,
     Cap,
     Table,
     bf16_effect,
     host_table,
-    kernel_table,  # noqa: E402
+    kernel_table,
     write_frame,
 )
 
@@ -162,7 +163,8 @@ def _arguments(argv) -> argparse.Namespace:
     unknown = [v for v in args.wanted if v not in VARIANTS]
     if unknown or "eager" not in args.wanted:
         ap.error(
-            f"--variants: {', '.join(unknown) or 'eager (the reference) is missing'} (known: {', '.join(VARIANTS)})"
+            f"--variants: {', '.join(unknown) or 'eager (the reference) is missing'} "
+            f"(known: {', '.join(VARIANTS)})"
         )
     args.committed = (
         Path(args.committed) if args.committed else Path(args.ledger).parent / steptable.COMMITTED
@@ -246,7 +248,8 @@ class Measure:
         said = (
             f"bitwise equal to eager over {a.check_steps} steps"
             if repeat.bitwise
-            else f"NOT bitwise equal to itself (losses {repeat.loss_rel:.1e}, update {repeat.update_rel:.1e} relative)"
+            else f"NOT bitwise equal to itself (losses {repeat.loss_rel:.1e}, "
+            f"update {repeat.update_rel:.1e} relative)"
         )
         if "eager" not in self.done:
             self.table.add(

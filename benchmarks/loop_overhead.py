@@ -1,6 +1,7 @@
 """What the training loop's writes cost beside its steps, at the paper's shapes, on this machine.
 
-    python benchmarks/loop_overhead.py [--steps 200] [--batch 1] [--save-every 20] [--out docs/data/loop_overhead.csv]
+    python benchmarks/loop_overhead.py [--steps 200] [--batch 1] [--save-every 20]
+        [--out docs/data/loop_overhead.csv]
 
 Trains the paper's model and task (mclib.core.paper.shapes_profile, at a small batch so
 that a CPU takes seconds) twice in fresh folders: once with Adam's state in every
@@ -126,11 +127,13 @@ def main(argv=None) -> int:
         ].to_markdown(index=False, floatfmt=".3g")
     )
     print(
-        f"one checkpoint with its state: {per_full:.2f} s; weights alone: {per_weights:.2f} s (this machine's disk)"
+        f"one checkpoint with its state: {per_full:.2f} s; weights alone: {per_weights:.2f} s "
+        "(this machine's disk)"
     )
     for label, s in per_1000.items():
         print(
-            f"projected at the paper's schedule, {args.step_ms} ms a step: {label}: {s:.2f} s of writes per 1 000 "
+            f"projected at the paper's schedule, {args.step_ms} ms a step: {label}: "
+            f"{s:.2f} s of writes per 1 000 "
             f"steps of {gpu_s:.1f} s -> whole / steps = {(gpu_s + s) / gpu_s:.3f}"
         )
     if args.out:

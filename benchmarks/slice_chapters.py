@@ -86,7 +86,7 @@ if _log:
     torch.nn.modules.module.register_module_forward_pre_hook(_pre)
     torch.nn.modules.module.register_module_forward_hook(_post)
     atexit.register(lambda: _write({"process_cpu_s": time.process_time()}))
-"""
+"""  # noqa: E501 - the file's text, as the kernels have run it
 
 
 def narrow_profile(hidden: int, ledger: dict, s: slices.Slice):
@@ -207,7 +207,8 @@ def main(argv=None) -> int:
             if not any("process_cpu_s" in r for r in records):
                 sys.exit(f"{name}: its kernel wrote no CPU time at exit (killed?): no estimate")
             print(
-                f"{name}: {wall:.1f} s, {len(passes)} encoder passes ({rows[-1]['forward_s']:.1f} s); CPU time outside "
+                f"{name}: {wall:.1f} s, {len(passes)} encoder passes ({rows[-1]['forward_s']:.1f} s); "
+                "CPU time outside "
                 f"them {rows[-1]['rest_s']:.1f} s",
                 flush=True,
             )
@@ -263,7 +264,8 @@ def main(argv=None) -> int:
     table["date"] = time.strftime("%Y-%m-%d")
     print(table.round(2).to_string(index=False))
     print(
-        f"rate: {rate / 1e12:.0f} TFLOP/s (the ledger's {ledger['step_ms']} ms a training step at the paper's shapes); "
+        f"rate: {rate / 1e12:.0f} TFLOP/s (the ledger's {ledger['step_ms']} ms a training step "
+        "at the paper's shapes); "
         f"one paper-size checkpoint load here {load_s:.2f} s; one probe fit of [{probe_rows}, "
         f"{paper.profile().model.hidden}] on this CPU {probe_cpu_s:.1f} s ({3 * fits} fits: "
         f"{3 * fits * probe_cpu_s:.0f} s if they ran on one core)"

@@ -1,7 +1,8 @@
 """Where a training step's time goes, and what one core's matrix products reach at the
 model's own shapes (the realistic ceiling).
 
-    python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--paths eager,compiled] [--threads 1] [--steps 30] [--top N] [--out docs/data/step_profile.csv]
+    python benchmarks/step_profile.py [--profiles cpu,cpu-7x7] [--paths eager,compiled] [--threads 1]
+        [--steps 30] [--top N] [--out docs/data/step_profile.csv]
 
 For each profile and each path (eager: `mclib.core.step.train_step`, the HF model and torch's
 Adam, in fp32; compiled: the same through torch.compile, train.compile; both through

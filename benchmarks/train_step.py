@@ -419,12 +419,13 @@ def main(argv=None) -> None:
         args_p = argparse.Namespace(**vars(args))
         args_p.warmup = max(1, args.warmup if args.warmup is not None else (1 if args.quick else 2))
         args_p.min_sample = 0.3 if args.quick else 1.0
+        authors = authors_step_flops(profile.model, profile.data.n, batch, profile.train.eval_batch)
         print(
             f"{name}: batch {batch}"
             + ("" if args.dry_run else f", {args_p.warmup} warm-up alternations")
             + "; "
             f"FLOPs/step {train_step_flops(profile.model, profile.data.n, batch) / 1e9:.2f} G "
-            f"(authors' step {authors_step_flops(profile.model, profile.data.n, batch, profile.train.eval_batch) / 1e9:.2f} G)",
+            f"(authors' step {authors / 1e9:.2f} G)",
             flush=True,
         )
         rows += bench_profile(profile.name, profile, batch, args_p, device, peaks)

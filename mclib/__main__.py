@@ -9,21 +9,26 @@ their older spellings, still work and say so on stderr."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from . import __version__
+from .book import runner  # light: papermill and nbformat are imported when a chapter runs
+from .chapters.registry import specs
 from .core.config import ConfigError, load_profile, parse_setting, profile_path
 from .core.console import console_logging
+from .core.export import check_export, export_run, viewing
+from .core.jobs import ENV, ClusterError
+from .core.metrics import drop_column, find_drop
 from .core.repo import CheckoutError, require_checkout
-from .core.runs import LOSS_CURVE, default_run_dir
+from .core.runs import LOSS_CURVE, default_run_dir, load_metrics
 
 
 def cmd_train(args) -> None:
-    from .book.plots_curves import loss_curve
-    from .core.ending import run_end
-    from .core.metrics import drop_column, find_drop
-    from .core.runs import load_metrics
-    from .core.train import train
+    from .book.plots_curves import loss_curve  # noqa: PLC0415 - matplotlib: --help stays light
+    from .core.ending import run_end  # noqa: PLC0415 - the model stack: --help stays light
+    from .core.train import train  # noqa: PLC0415 - the model stack: --help stays light
 
     overrides = dict(args.set)
     if args.seed is not None:
@@ -46,17 +51,10 @@ def cmd_train(args) -> None:
 
 
 def cmd_book(args) -> None:
-    import os
-
-    from .book.runner import build, select_chapters
-    from .chapters.registry import specs
-
     if args.cluster:
-        from .core.jobs import ENV
-
         os.environ[ENV] = args.cluster  # the chapters' kernels inherit it (mclib.core.jobs.cluster reads it)
 
-    build(
+    runner.build(
         args.profile,
         seed=args.seed,
         out_dir=args.out,
@@ -64,7 +62,7 @@ def cmd_book(args) -> None:
         device=args.device,
         timeout=args.timeout,
         progress=not args.quiet,
-        templates=select_chapters(args.chapters) if args.chapters else None,
+        templates=runner.select_chapters(args.chapters) if args.chapters else None,
         site=not args.no_site,
         overrides=dict(args.set),
         specs=specs(),
@@ -81,7 +79,7 @@ CLUSTER_HELP = (
 
 
 def cmd_sweep(args) -> int:
-    from .core.sweep import run_sweep
+    from .core.sweep import run_sweep  # noqa: PLC0415 - huggingface_hub: --help stays light
 
     return (
         1
@@ -99,7 +97,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_slice(args) -> int:
-    from .lease import slices, slices_pack, slices_run
+    from .lease import slices, slices_pack, slices_run  # noqa: PLC0415 - the model stack: --help stays light
 
     require_checkout("`slice` (the GPU lease's ledger results/paper-slices.yaml, the book)")
 
@@ -118,8 +116,6 @@ def cmd_slice(args) -> int:
             slices_pack.refuse(args.out, str(e))  # `finish` packs why
             raise
     if args.action in ("finish", "run"):
-        from .chapters.registry import specs
-
         slices_run.finish(
             args.out,
             args.dest,
@@ -141,7 +137,7 @@ def cmd_slice(args) -> int:
 def cmd_solvers(args) -> None:
     if not args.out:
         require_checkout("`solvers` without --out (it writes results/solvers-PROFILE.csv.gz there)")
-    from .chapters.ch06_baselines import build_solver_cache
+    from .chapters.ch06_baselines import build_solver_cache  # noqa: PLC0415 - the model stack, matplotlib
 
     build_solver_cache(
         load_profile(profile_path(args.profile), overrides_from="--set", **dict(args.set)), args.out
@@ -149,10 +145,8 @@ def cmd_solvers(args) -> None:
 
 
 def cmd_export(args) -> None:
-    from .core.export import check_export, export_run, viewing
-
     check_export(args.run_dir, args.to)  # refused in one line before the figure is drawn
-    from .book.plots_curves import loss_curve_image
+    from .book.plots_curves import loss_curve_image  # noqa: PLC0415 - matplotlib: --help stays light
 
     dest = export_run(
         args.run_dir, args.to, args.out, project=args.project, image=loss_curve_image(args.run_dir)
@@ -355,8 +349,6 @@ COMMANDS = {
 
 def parser() -> argparse.ArgumentParser:
     """`python -m mclib`'s arguments: a sub-parser for each of `COMMANDS`."""
-    from . import __version__
-
     prog = "mclib" if Path(sys.argv[0]).name == "mclib" else "python -m mclib"  # the console script, or -m
     top = argparse.ArgumentParser(prog=prog, description=__doc__)
     top.add_argument("--version", action="version", version=f"mclib {__version__}")
@@ -375,15 +367,12 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from .book.runner import BookError  # light: papermill and nbformat are imported when a chapter runs
-    from .core.jobs import ClusterError
-
     try:
         status = args.func(args)
     except (ConfigError, ClusterError, CheckoutError) as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
-    except BookError as e:
+    except runner.BookError as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 1
     return status or 0

@@ -1,7 +1,8 @@
 """Runs of one task side by side: drop, plateau, L_mask after the drop and at the end.
 
     python scripts/compare_runs.py fp32=runs/sweep/cpu-fp32-seed2 bf16=runs/sweep/cpu-bf16-seed2 \
-        [--after 500,1000] [--matrices 4096] [--eval-precisions fp32,bf16] [--fig docs/figures/bf16_vs_fp32.png]
+        [--after 500,1000] [--matrices 4096] [--eval-precisions fp32,bf16]
+        [--fig docs/figures/bf16_vs_fp32.png]
 
 Prints a markdown table with a row per run (`mclib.analyses.evaluate.compare_runs`) and, for every
 run after the first, its ratio to the first; --fig also saves their L_mask curves.

@@ -87,7 +87,8 @@ def closure(reqs: list[Requirement]) -> dict[str, str]:
 
 def render(pins: dict[str, str], extras: list[str]) -> str:
     head = [
-        f"# The exact set mclib[{','.join(extras)}] was installed as when the book was built: scripts/lockfile.py",
+        f"# The exact set mclib[{','.join(extras)}] was installed as when the book was built: "
+        "scripts/lockfile.py",
         f"# read it from that environment (Python {platform.python_version()}, {sys.platform} "
         f"{platform.machine()}, {datetime.date.today().isoformat()}).",
         "#   pip install -r requirements.lock && pip install --no-deps -e .",

@@ -41,6 +41,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import pandas as pd  # noqa: E402
+import torch  # noqa: E402
+import yaml  # noqa: E402
+from train_step import cpu_model  # noqa: E402 - benchmarks/train_step.py
+
+from mclib.analyses.evaluate import compare_runs  # noqa: E402
+from mclib.core.atomic import write_atomic  # noqa: E402
+from mclib.core.config import load_profile, profile_path  # noqa: E402
+from mclib.core.ending import RunEnd, is_complete  # noqa: E402
+from mclib.core.runs import END, run_profile  # noqa: E402
+
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # change -> (profile overrides, environment)
 CHANGES = {
@@ -60,20 +71,11 @@ def _folder(runs: Path, change: str) -> Path:
 
 
 def _float_path(env: dict) -> str:
-    import torch
-    from train_step import cpu_model  # benchmarks/train_step.py
-
     isa = env.get("ATEN_CPU_CAPABILITY", torch.backends.cpu.get_cpu_capability()).upper()
     return f"{isa} ({platform.machine()}, {cpu_model()})"
 
 
 def train(runs: Path, jobs: int, only: list[str]) -> int:
-    import yaml
-
-    from mclib.core.config import load_profile, profile_path
-    from mclib.core.ending import is_complete
-    from mclib.core.runs import END, run_profile
-
     base = load_profile(profile_path("cpu"))
     todo = []
     for change in only:
@@ -132,13 +134,6 @@ def train(runs: Path, jobs: int, only: list[str]) -> int:
 
 
 def table(runs: Path, out: Path | None) -> int:
-    import pandas as pd
-
-    from mclib.analyses.evaluate import compare_runs
-    from mclib.core.atomic import write_atomic
-    from mclib.core.ending import RunEnd, is_complete
-    from mclib.core.runs import END, run_profile
-
     folders, meta = {}, {}
     for change in CHANGES:
         folder = _folder(runs, change)

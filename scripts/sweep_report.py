@@ -60,7 +60,7 @@ def table(df: pd.DataFrame) -> str:
     ]
     out = df.assign(outcome=outcome(df), task=task(df))[cols].copy()
     out["drop_step"] = [
-        ("none by %d" % s) if pd.isna(d) else int(d) for d, s in zip(df.drop_step, df.steps_run)
+        (f"none by {int(s)}") if pd.isna(d) else int(d) for d, s in zip(df.drop_step, df.steps_run)
     ]
     out["drop_minutes"] = out["drop_minutes"].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     return out.to_markdown(index=False, floatfmt=".4g")

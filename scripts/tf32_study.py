@@ -27,7 +27,9 @@ import pandas as pd  # noqa: E402
 
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.analyses.precision import arm_spread, verdict  # noqa: E402
+from mclib.book.plots_curves import seed_loss_curves  # noqa: E402
 from mclib.core.ending import is_complete  # noqa: E402
+from mclib.core.metrics import find_drop  # noqa: E402
 from mclib.core.runs import METRICS, load_metrics, run_profile  # noqa: E402
 
 ARMS = {"fp32": "tf32study-fp32", "tf32": "tf32study-tf32"}
@@ -99,9 +101,6 @@ def main(argv=None) -> int:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         pd.concat([table.assign(arm=pd.Series(arm)), spread], keys=["runs", "arms"]).to_csv(args.out)
     if args.fig:
-        from mclib.book.plots_curves import seed_loss_curves
-        from mclib.core.metrics import find_drop
-
         curves = {label: load_metrics(folder) for label, folder in folders.items()}
         rank = run_profile(next(iter(folders.values()))).data.rank
         fig = seed_loss_curves(

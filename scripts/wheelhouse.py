@@ -408,9 +408,11 @@ def build(
         raise WheelhouseError(
             f"the wheelhouse is {total / MIB:.1f} MiB, over the {max_mib:g} MiB limit (--max-mib)"
         )
+    backend_pins = ", ".join(f"{n}=={v}" for n, v in sorted(backend.items()))
     (out / "requirements.txt").write_text(
-        f"# What the node lacks of mclib's dependencies (Python {python}, {platform}, the node's list: {have_file.name}).\n"
-        f"# Beside them, for pip's build of `-e .` only: {', '.join(f'{n}=={v}' for n, v in sorted(backend.items())) or 'nothing'}.\n"
+        f"# What the node lacks of mclib's dependencies (Python {python}, {platform}, "
+        f"the node's list: {have_file.name}).\n"
+        f"# Beside them, for pip's build of `-e .` only: {backend_pins or 'nothing'}.\n"
         "# pip install --no-index --find-links wheelhouse -e .    (or: -r wheelhouse/requirements.txt)\n"
         + "".join(f"{n}=={runtime[n]}\n" for n in sorted(runtime))
     )
@@ -422,8 +424,8 @@ def write_kit_record(kit: Path) -> str:
     the hash of its mclib sources. A lease's copy of the tree has no .git; mclib.core.repo.git_revision
     takes the revision from here where the sources that run still hash the same."""
     sys.path.insert(0, str(ROOT))
-    from mclib.core.atomic import write_atomic
-    from mclib.core.repo import KIT_RECORD, git_revision, mclib_sha
+    from mclib.core.atomic import write_atomic  # noqa: PLC0415 - only --kit reads the checkout's mclib
+    from mclib.core.repo import KIT_RECORD, git_revision, mclib_sha  # noqa: PLC0415 - ditto
 
     record = {
         "git": git_revision(),
@@ -455,7 +457,8 @@ def main(argv=None) -> int:
         "--kit",
         action="store_true",
         help="only what a GPU lease needs to train and execute chapters from the checkout "
-        f"({', '.join(KIT)}; myst-nb without its Sphinx stack); --max-mib defaults to {KIT_MAX_MIB:g}; install: pip install --no-index --no-deps DIR/*.whl",
+        f"({', '.join(KIT)}; myst-nb without its Sphinx stack); --max-mib defaults to {KIT_MAX_MIB:g}; "
+        "install: pip install --no-index --no-deps DIR/*.whl",
     )
     ap.add_argument(
         "--newest",

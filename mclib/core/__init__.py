@@ -1,8 +1,10 @@
 """The core: what a run is and how it trains. Nothing here knows about analyses or the book.
 
 config.py       profiles (params/*.yaml) as typed dataclasses, validated; one-line errors
+recipe.py       what a deviation from the paper's recipe can be; the keys that say how a run is executed
 data.py         low-rank matrices, masks, the tokenizer
-model.py        BertModel + linear read-out, model_type matrix-bert (AutoModel loads it); checkpoints are HF folders
+model.py        BertModel + linear read-out, model_type matrix-bert (AutoModel loads it); checkpoints are
+                HF folders
 card.py         a checkpoint's model card: huggingface_hub's ModelCard, the weights' sha256
 gpt.py          E19's GPT decoder, trained with teacher forcing
 attention.py    mclib's attention function (hook points, attention bias), registered with transformers

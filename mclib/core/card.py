@@ -86,5 +86,6 @@ def card_data(
 
 
 def model_card(data: ModelCardData, text: str) -> ModelCard:
-    """A `ModelCard`: the header `data` (`card_data`), then `text` (Markdown); `str()` of it is the README.md."""
+    """A `ModelCard`: the header `data` (`card_data`), then `text` (Markdown); `str()` of it is the
+    README.md."""
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n{text.lstrip()}")

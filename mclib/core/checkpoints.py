@@ -26,7 +26,7 @@ from safetensors import SafetensorError, safe_open
 from .config import ConfigError, Profile
 from .console import no_hf_progress_bars
 from .metrics import drop_column, find_drop, rows_curve
-from .model import MatrixBert, load_model
+from .model import MatrixBert, build_model, load_model
 from .runs import (
     CHECKPOINTS,
     CONFIG_FILE,
@@ -119,7 +119,8 @@ def run_device(run_dir: str | Path) -> torch.device:
 
 
 def saved_checkpoint(run_dir: Path, step: int) -> Path:
-    """The folder of the checkpoint saved at `step`; a step without weights is a one-line error naming the saved ones."""
+    """The folder of the checkpoint saved at `step`; a step without weights is a one-line error naming
+    the saved ones."""
     path = checkpoint_dir(run_dir, step)
     if not (path / MODEL_FILE).is_file():
         raise FileNotFoundError(f"no checkpoint at step {step} in {run_dir} (saved: {saved_steps(run_dir)})")
@@ -347,8 +348,6 @@ def prune_checkpoints(
 
 def checkpoint_bytes(profile: Profile) -> tuple[int, int]:
     """(weights, train_state) bytes of one checkpoint of `profile`: fp32 parameters and Adam's two moments."""
-    from .model import build_model
-
     with torch.device("meta"):
         model = build_model(profile.model, profile.data.n, profile.seed)
     params = sum(p.numel() for p in model.parameters())

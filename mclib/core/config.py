@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from .metrics import SLOPE_BLOCKS
 from .packaged import profile_file
+from .recipe import RECIPE, RUNNING, deviations  # noqa: F401 - re-exported: they live in mclib.core.recipe
 from .schema import (
     FINITE_NOT_NEGATIVE,
     FRACTION,
@@ -90,17 +91,16 @@ class TrainConfig:
     until: str = "steps"  # "steps": train `steps` steps; "converged": stop once L_mask stops improving
     #   after the drop (mclib.core.metrics.converged: patience, min_improvement), at the latest at `steps`
     patience: int = 2000  # until: converged; the window (steps, after the drop) whose fitted slope is read
-    min_improvement: float = (
-        0.05  # converged when L_mask falls by less than this per 1 000 steps, even at the
-    )
-    #   fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z)
+    min_improvement: float = 0.05  # converged when L_mask falls by less than this per 1 000 steps,
+    #   even at the fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z)
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0  # linear warm-up steps (0 = constant lr, as the paper)
     beta2: float = 0.999  # Adam's second-moment decay (the paper: PyTorch's default)
     grad_clip: float = 0.0  # clip the global gradient norm to this (0 = no clipping, as the paper)
-    precision: str = "fp32"  # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32 matmuls; emulated off CUDA) or "bf16"
-    #   (autocast, fp32 master weights); mclib.core.precision.set_precision
+    precision: str = "fp32"  # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32
+    #   matmuls; emulated off CUDA) or "bf16" (autocast, fp32 master weights);
+    #   mclib.core.precision.set_precision
     device: str = "auto"  # "auto" = cuda if available, else cpu; resolved once, when a run starts, and
     #   recorded in its profile.yaml (mclib.core.precision.with_device)
     threads: int = 0  # CPU threads for torch (0 = torch's default)
@@ -108,12 +108,13 @@ class TrainConfig:
     eval_batch: int = 64
     save_every: int = 1000  # a checkpoint every this many steps (and at `checkpoints`)
     state_every: int = 0  # Adam's state and the generators (train_state.pt) with every this many steps'
-    #   checkpoint, a multiple of save_every; 0: with every checkpoint. Always at a run's end, at a deadline and on
-    #   SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
+    #   checkpoint, a multiple of save_every; 0: with every checkpoint. Always at a run's end, at a deadline
+    #   and on SIGTERM/SIGINT (mclib.core.train); a hard kill resumes from the newest checkpoint that has it
     log_every: int = 50  # metrics are read from the device every this many steps
     compile: bool = False  # run the model's forward (and so its backward) through torch.compile
     step: str = "auto"  # how the step runs (mclib.core.step.step_variant): eager, compile, reduce-overhead,
-    #   cuda-graph, or auto: on the CPU as `compile` says; on CUDA the faster of eager and cuda-graph checked in the process
+    #   cuda-graph, or auto: on the CPU as `compile` says; on CUDA the faster of eager and cuda-graph
+    #   checked in the process
 
 
 @dataclass
@@ -123,7 +124,8 @@ class Checkpoints:
     steps being the fallback for a run without a drop."""
 
     place: str = "fixed"
-    keep: str = "all"  # which saved checkpoints stay on disk as a run trains (mclib.core.checkpoints.prune_checkpoints)
+    keep: str = "all"  # which saved checkpoints stay on disk as a run trains
+    #   (mclib.core.checkpoints.prune_checkpoints)
     pre: int = 4000
     transition: list[int] = field(default_factory=lambda: [10_000, 14_000, 16_000, 20_000])
     post: int = 50_000
@@ -154,19 +156,16 @@ class Analysis:
     #   ALS's pooled L_mask stays at ~40 % (a few ill-posed matrices), which no affordable size fixes
     ood_matrices: int = 1024  # E18
     seeds: list[int] = field(default_factory=lambda: [1, 2, 3])  # training seeds compared in the book
-    after_drop: int | None = (
-        None  # the other seeds stop this many steps after their drop (None: train them in full)
-    )
-    gpt_steps: int | None = (
-        None  # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book shortens them)
-    )
-    download_checkpoint: bool = False  # offer checkpoints over 50 MB (the final one, the analysis series) as downloads in the site (a GPU run's)
+    after_drop: int | None = None  # the other seeds stop this many steps after their drop
+    #   (None: train them in full)
+    gpt_steps: int | None = None  # E19: the GPT runs' steps (None: params/gpt.yaml's; the smoke book
+    #   shortens them)
+    download_checkpoint: bool = False  # offer checkpoints over 50 MB (the final one, the analysis
+    #   series) as downloads in the site (a GPU run's)
     freeze: bool = True  # E15's re-initialised runs: trained by the book (false: chapter 05 has none to read)
-    train_in_book: bool = (
-        True  # the training chapter trains, resumes or finds complete the book's runs; false: no
-    )
-    #   chapter trains, each reads the runs as they are and names a missing one in one line (a GPU lease's slice,
-    #   whose training ran before: mclib.lease.slices)
+    train_in_book: bool = True  # the training chapter trains, resumes or finds complete the book's runs;
+    #   false: no chapter trains, each reads the runs as they are and names a missing one in one line
+    #   (a GPU lease's slice, whose training ran before: mclib.lease.slices)
 
 
 @dataclass
@@ -201,12 +200,12 @@ class Profile:
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
-STEPS = (
+STEPS = (  # train.step (mclib.core.step.WAYS, step_variant)
     "auto",
     "eager",
     "compile",
     "reduce-overhead",
-    "cuda-graph",  # train.step (mclib.core.step.WAYS, step_variant)
+    "cuda-graph",
     "matmul-attention",
     "compile-matmul-attention",
     "ahead",
@@ -516,36 +515,3 @@ def profile_path(name_or_path: str) -> Path:
     if p.suffix in (".yaml", ".yml") or p.exists():
         return p
     return profile_file(name_or_path)
-
-
-# What a deviation from the paper's recipe can be: the task and how the model is built and
-# trained. Not bookkeeping (logging, checkpoint steps, threads, device) nor analysis sizes.
-RECIPE = ("data", "model", "train")
-# Precision is recipe: TF32 and bf16 round the model's products, so they are departures.
-# The train keys that say how a run is executed (where, how fast, until when it keeps going, how
-# often Adam's state is kept): not recipe, and free to change when a run folder is resumed
-# (mclib.core.runs.check_same_profile reads this list; it also lets train.steps grow, which is
-# recipe: a run may be resumed to train longer).
-RUNNING = ("device", "threads", "compile", "step", "until", "patience", "min_improvement", "state_every")
-# Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
-# (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
-# attention implementation (sdpa or eager: the same model, other rounding).
-_NOT_RECIPE = {
-    "train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every"),
-    "model": ("attention",),
-}
-
-
-def deviations(profile: Profile, reference: Profile) -> list[dict[str, Any]]:
-    """Every recipe key (task, model, optimisation) where `profile` differs from `reference`
-    (normally the paper's profile): [{"key": "data.n", "profile": 5, "paper": 7}, ...]."""
-    out = []
-    for section in RECIPE:
-        ours, theirs = getattr(profile, section), getattr(reference, section)
-        for f in fields(ours):
-            if f.name in _NOT_RECIPE.get(section, ()):
-                continue
-            a, b = getattr(ours, f.name), getattr(theirs, f.name)
-            if a != b:
-                out.append({"key": f"{section}.{f.name}", "profile": a, "paper": b})
-    return out

@@ -60,7 +60,7 @@ def console_logging(level: int = logging.INFO):
 def no_hf_progress_bars():
     """transformers' progress bars off while the block runs (a bar for each checkpoint loaded
     is noise in a chapter), as they were after: nothing set when mclib is imported."""
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # noqa: PLC0415 - console stays light
 
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()

@@ -55,7 +55,7 @@ def scalar_rows(metrics: pd.DataFrame) -> list[tuple[int, dict[str, float]]]:
 
 
 def _tensorboard(folder: Path, rows, image: np.ndarray | None, profile: dict, name: str) -> None:
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # noqa: PLC0415 - optional extra `track`
 
     writer = SummaryWriter(log_dir=str(folder))
     writer.add_text(
@@ -72,7 +72,7 @@ def _tensorboard(folder: Path, rows, image: np.ndarray | None, profile: dict, na
 
 
 def _wandb(folder: Path, rows, image: np.ndarray | None, profile: dict, name: str, *, project: str) -> None:
-    import wandb
+    import wandb  # noqa: PLC0415 - optional extra `track`
 
     folder.mkdir(parents=True)
     settings = wandb.Settings(

@@ -1,4 +1,5 @@
-"""FLOPs of a `MatrixBert` training step, counted in one place (benchmarks/train_step.py, docs/performance.md).
+"""FLOPs of a `MatrixBert` training step, counted in one place (benchmarks/train_step.py,
+docs/performance.md).
 
 Matmuls only, 2 FLOPs per multiply-accumulate; with N_mm the weights that multiply
 activations (`matmul_params`), s = n² tokens a matrix and T = batch · s tokens:
@@ -34,7 +35,8 @@ def train_step_flops(cfg: ModelConfig, n: int, batch: int) -> int:
 
 
 def authors_step_flops(cfg: ModelConfig, n: int, batch: int, eval_batch: int = 64) -> int:
-    """A training step plus forward passes on the batch after the update and on `eval_batch` fresh matrices."""
+    """A training step plus forward passes on the batch after the update and on `eval_batch` fresh
+    matrices."""
     return train_step_flops(cfg, n, batch) + forward_flops(cfg, n, batch) + forward_flops(cfg, n, eval_batch)
 
 

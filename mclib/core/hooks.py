@@ -15,20 +15,29 @@ BERT is post-LayerNorm; as in TransformerLens' `HookedEncoder`, `resid_mid` and 
 are the sums before the LayerNorm, `normalized_resid_*` its output. pos = n², l = 0 .. layers-1:
 
     hook_embed                          [batch, pos, d_model]  token embeddings (word_embeddings)
-    hook_pos_embed                      [1, pos, d_model]      position embeddings (one row per position, shared by the batch)
-    blocks.{l}.hook_resid_pre           [batch, pos, d_model]  the block's input (l = 0: the embeddings' LayerNorm output)
+    hook_pos_embed                      [1, pos, d_model]      position embeddings (one row per position,
+                                                               shared by the batch)
+    blocks.{l}.hook_resid_pre           [batch, pos, d_model]  the block's input (l = 0: the embeddings'
+                                                               LayerNorm output)
     blocks.{l}.attn.hook_q / _k / _v    [batch, pos, head, d_head]  the query / key / value projections
     blocks.{l}.attn.hook_pattern        [batch, head, query, key]   softmax(q kᵀ · scale)  (*)
-    blocks.{l}.attn.hook_z              [batch, head, query, d_head] pattern @ v, before the output projection  (*)
-    blocks.{l}.hook_attn_out            [batch, pos, d_model]  the attention output projection of z (no residual, no LayerNorm)
-    blocks.{l}.hook_resid_mid           [batch, pos, d_model]  resid_pre + attn_out: the input of the block's first LayerNorm
-    blocks.{l}.hook_normalized_resid_mid [batch, pos, d_model] that LayerNorm's output: the MLP's input and its residual
+    blocks.{l}.attn.hook_z              [batch, head, query, d_head] pattern @ v, before the output
+                                                                      projection  (*)
+    blocks.{l}.hook_attn_out            [batch, pos, d_model]  the attention output projection of z (no
+                                                               residual, no LayerNorm)
+    blocks.{l}.hook_resid_mid           [batch, pos, d_model]  resid_pre + attn_out: the input of the block's
+                                                               first LayerNorm
+    blocks.{l}.hook_normalized_resid_mid [batch, pos, d_model] that LayerNorm's output: the MLP's input and
+                                                               its residual
     blocks.{l}.mlp.hook_pre             [batch, pos, d_mlp]    the MLP's first projection, before the GELU
     blocks.{l}.mlp.hook_post            [batch, pos, d_mlp]    after the GELU
-    blocks.{l}.hook_mlp_out             [batch, pos, d_model]  the MLP's second projection (no residual, no LayerNorm)
-    blocks.{l}.hook_resid_post          [batch, pos, d_model]  normalized_resid_mid + mlp_out: the input of the second LayerNorm
+    blocks.{l}.hook_mlp_out             [batch, pos, d_model]  the MLP's second projection (no residual, no
+                                                               LayerNorm)
+    blocks.{l}.hook_resid_post          [batch, pos, d_model]  normalized_resid_mid + mlp_out: the input of
+                                                               the second LayerNorm
     blocks.{l}.hook_normalized_resid_post [batch, pos, d_model] that LayerNorm's output: the block's output
-    hook_readout                        [batch, pos]           the read-out's output: the predictions, the `logits` the model returns
+    hook_readout                        [batch, pos]           the read-out's output: the predictions, the
+                                                               `logits` the model returns
 
 (*) z is head-first, as the attention function returns it. A hook on a pattern or z switches
 the model to mclib's attention function for the block; other hooks keep "sdpa" or "eager".

@@ -60,7 +60,7 @@ def needs_gpu(profile) -> bool:
         return True
     if device != "auto":
         return False
-    import torch
+    import torch  # noqa: PLC0415 - torch: at use (module doc)
 
     return torch.cuda.is_available()
 
@@ -87,14 +87,14 @@ def jobqueue_spec(path: str | Path) -> tuple[type, dict[str, Any], int]:
 
     A missing file, an unknown key or kind, or a bad value raises ClusterError, one line naming
     the file, the key and the value (the schema: `_Jobqueue`)."""
-    from .config import read_yaml
+    from .config import read_yaml  # noqa: PLC0415 - config loads torch (module doc)
 
     try:
         spec = _Jobqueue.model_validate(read_yaml(path, "jobqueue", ClusterError))
     except ValidationError as e:
         raise ClusterError(f"{path}: {problems(e, _Jobqueue, 'jobqueue')[0][1]}") from None
     kind, options, workers = spec.jobqueue, spec.options or {}, spec.workers
-    import dask_jobqueue
+    import dask_jobqueue  # noqa: PLC0415 - optional, a jobqueue file only
 
     cls = getattr(
         dask_jobqueue,
@@ -122,7 +122,7 @@ def resolve_address(address: str | None) -> str | None:
 
 
 def _connect(address: str, timeout: float):
-    from distributed import Client
+    from distributed import Client  # noqa: PLC0415 - distributed: at use (module doc)
 
     try:
         return Client(address, timeout=timeout, set_as_default=False)
@@ -142,7 +142,7 @@ def cluster(
     """A `distributed.Client` for the block. address: None (local, unless $MCLIB_CLUSTER), a
     scheduler's "tcp://HOST:PORT", or a jobqueue .yaml/.yml file. threads_per_run, gpu: size
     the local cluster only (`local_workers`; gpu: workers offer GPU=1)."""
-    from distributed import Client
+    from distributed import Client  # noqa: PLC0415 - distributed: at use (module doc)
 
     address = resolve_address(address)
     if address is None:
@@ -163,7 +163,7 @@ def cluster(
 
 
 def gpu_count() -> int:
-    import torch
+    import torch  # noqa: PLC0415 - torch: at use (module doc)
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -171,7 +171,7 @@ def gpu_count() -> int:
 def gpu_workers(n_gpus: int, env: dict[str, str]) -> dict[str, dict]:
     """The local cluster's worker specs (distributed.SpecCluster) on `n_gpus` GPUs: one per GPU,
     each seeing only its own (CUDA_VISIBLE_DEVICES) and offering GPU=1."""
-    from distributed import Nanny
+    from distributed import Nanny  # noqa: PLC0415 - distributed: at use (module doc)
 
     return {
         f"gpu{i}": {
@@ -189,8 +189,8 @@ def gpu_workers(n_gpus: int, env: dict[str, str]) -> dict[str, dict]:
 
 
 def _local(threads_per_run: int, gpu: bool):
-    import dask
-    from distributed import Client, LocalCluster, Scheduler, SpecCluster
+    import dask  # noqa: PLC0415 - distributed: at use (module doc)
+    from distributed import Client, LocalCluster, Scheduler, SpecCluster  # noqa: PLC0415 - distributed: at use (module doc)
 
     threads = str(threads_per_run or cores())
     # Dask's nanny sets MALLOC_TRIM_THRESHOLD_ in every worker; any explicit malloc setting turns
@@ -274,7 +274,7 @@ def submit_when_free(
 def first_done(client, futures: list, timeout: float) -> None:
     """Return once one of `futures` has ended, or after `timeout` seconds (distributed's
     `as_completed` on `client`'s loop: the client need not be the process's default one)."""
-    from distributed import as_completed
+    from distributed import as_completed  # noqa: PLC0415 - distributed: at use (module doc)
 
     with contextlib.suppress(TimeoutError, StopIteration):
         next(as_completed(futures, loop=client.loop, timeout=timeout))

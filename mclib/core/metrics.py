@@ -97,7 +97,8 @@ def window_mean(metrics: pd.DataFrame, step: int, window: int = DROP_WINDOW) -> 
 
 
 def copies(L_obs: float, L_mask: float, level: float) -> bool:
-    """Whether a model copies its input (paper §3.1): L_obs < COPIES·`level` and L_mask within PLATEAU_BAND of it."""
+    """Whether a model copies its input (paper §3.1): L_obs < COPIES·`level` and L_mask within
+    PLATEAU_BAND of it."""
     return L_obs < COPIES * level and abs(L_mask / level - 1) < PLATEAU_BAND
 
 

@@ -38,6 +38,7 @@ from .attention import IMPL  # importing it registers mclib's attention function
 from .config import ModelConfig
 from .console import no_hf_progress_bars
 from .data import MASK_ID, VOCAB_SIZE, Batch
+from .gpt import build_gpt, load_gpt
 from .metrics import squared_errors
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ def bert_config(cfg: ModelConfig, n: int) -> MatrixBertConfig:
 
 
 class MatrixBert(BertPreTrainedModel):
-    """`input_ids [batch, n*n] -> MatrixCompletionOutput`, `.logits [batch, n*n]`: one real number per entry."""
+    """`input_ids [batch, n*n] -> MatrixCompletionOutput`, `.logits [batch, n*n]`: one real number
+    per entry."""
 
     config_class = MatrixBertConfig
 
@@ -246,8 +248,6 @@ def build_model(cfg: ModelConfig, n: int, seed: int) -> MatrixBert:
         config = bert_config(cfg, n)
         config._attn_implementation = attention_for(config, cfg.attention)
         return MatrixBert(config)
-    from .gpt import build_gpt
-
     return build_gpt(cfg, n, seed)
 
 
@@ -266,8 +266,6 @@ def load_model(path, attention: str = "sdpa") -> MatrixBert:
     `MatrixBert` (also from a folder saved before 2026-11-29, `read_config`), or a `MatrixGPT`
     where config.json says gpt2."""
     if json.loads((Path(path) / CONFIG_NAME).read_text()).get("model_type") == "gpt2":
-        from .gpt import load_gpt
-
         return load_gpt(path)
     config = read_config(path)
     for key, off in REMOVED_LEVERS.items():

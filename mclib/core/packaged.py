@@ -2,7 +2,8 @@
 so in an installed wheel):
 
     mclib/profiles/  the profiles (`profile_file("cpu")`); in a checkout a link to params/
-    mclib/data/      the tables the library reads (`data_file("rounding.csv")`); in a checkout a link to docs/data/
+    mclib/data/      the tables the library reads (`data_file("rounding.csv")`); in a checkout a link
+                     to docs/data/
 
 In a checkout each path is returned resolved, naming params/ or docs/data/ (which messages and
 the book quote); in a wheel the files are copies inside mclib/ (pyproject.toml's package-data).

@@ -64,7 +64,8 @@ PAPER = {
     ("E8", "masked MSE to -X"): 0.8066,
 }
 
-# E2 (W, pre-shift): L'_mask / L_obs for each replacement value, low-rank (the paper: rank 2) and random matrices.
+# E2 (W, pre-shift): L'_mask / L_obs for each replacement value, low-rank (the paper: rank 2) and random
+# matrices.
 PAPER_E2 = {
     ("low-rank", None): (3e-4, 3.3e-4),
     ("low-rank", 0.44): (4e-4, 2.8e-4),

@@ -136,7 +136,9 @@ def checkpoint_steps(run_dir: str | Path, profile: Profile | None = None) -> Che
     metrics = metrics[metrics["step"] <= done[-1]]
     skipped = damaged_steps(run_dir)
     fixed = profile.checkpoints
-    if skipped:  # a fixed step that cannot be read: the transition goes without it, pre and post take the saved step before
+    # a fixed step that cannot be read: the transition goes without it, pre and post take the saved
+    # step before
+    if skipped:
         before = lambda s: s if s not in skipped else max([d for d in done if d < s], default=done[0])
         fixed = dataclasses.replace(
             fixed,

@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 
 from .config import PRECISIONS, ConfigError, Profile
+from .tf32 import EmulateTF32
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +82,5 @@ def autocast(device: torch.device, precision: str):
 def emulated_tf32(device: torch.device, precision: str):
     """`mclib.core.tf32.EmulateTF32` for tf32 off CUDA, else nothing: wraps a forward and its backward."""
     if precision == "tf32" and device.type != "cuda":
-        from .tf32 import EmulateTF32
-
         return EmulateTF32()
     return contextlib.nullcontext()

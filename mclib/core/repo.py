@@ -108,7 +108,8 @@ def revisions_of_mclib(sha: str, commits: int = 400) -> list[str]:
 
 
 def commit(rev: str) -> str | None:
-    """`rev` (a "-dirty" suffix dropped) as a short commit id of this repository, or None where it is not one."""
+    """`rev` (a "-dirty" suffix dropped) as a short commit id of this repository, or None where it is
+    not one."""
     try:
         return (
             _git("rev-parse", "--short", "--verify", "--quiet", f"{rev.removesuffix('-dirty')}^{{commit}}")

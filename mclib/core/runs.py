@@ -8,7 +8,8 @@
     NAME-seedS/end.json              why and where the run ended (`ending.run_end`)
     NAME-seedS/.lock                 held by the one process that trains the folder
     NAME-seedS/loss_curve.png        drawn by `python -m mclib train` when it ends
-    NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then (mclib.core.sweep)
+    NAME-seedS/sweep.json            the sweep that trains the folder, and its wall time then
+                                     (mclib.core.sweep)
     NAME-seedS/scorecard.json        the book's scorecard rows (mclib.book.scorecard)
     NAME-seedS/.scorecard.lock       held while one process reads and writes scorecard.json
     NAME-seedS/checkpoint_step_004000.zip   a checkpoint zipped as a download of the book (mclib.book.chapter)
@@ -20,10 +21,10 @@
     .tmp-NAME, .old-NAME             beside a file or folder while `write_atomic` replaces it
 
 Every name above is defined here and nowhere else. This module writes and reads the
-profile and the metrics, and writes any file atomically (`write_atomic`, from `mclib.core.atomic`: flushed to the disk, then
-renamed into place); checkpoints are
-`mclib.core.checkpoints`, the end `mclib.core.ending`, the analysis checkpoints
-`mclib.core.placement`. Only `mclib.core.train` writes runs.
+profile and the metrics, and writes any file atomically (`write_atomic`, from `mclib.core.atomic`:
+flushed to the disk, then renamed into place); checkpoints are `mclib.core.checkpoints`, the end
+`mclib.core.ending`, the analysis checkpoints `mclib.core.placement`. Only `mclib.core.train`
+writes runs.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import yaml
 from transformers.utils import CONFIG_NAME
 
 from .atomic import write_atomic  # a run folder's files are written whole (mclib.core.atomic)
-from .config import RUNNING, ConfigError, Profile, parse_yaml, profile_from_saved
+from .config import ConfigError, Profile, parse_yaml, profile_from_saved
+from .recipe import RUNNING
 
 PROFILE = "profile.yaml"
 METRICS = "metrics.csv"
@@ -136,7 +138,8 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
 
 
 def run_profile(run_dir: str | Path) -> Profile:
-    """The profile a run folder was started with (profile.yaml; old levers read as `config.profile_from_saved` does)."""
+    """The profile a run folder was started with (profile.yaml; old levers read as
+    `config.profile_from_saved` does)."""
     return profile_from_saved(parse_yaml((Path(run_dir) / PROFILE).read_text()))
 
 

@@ -23,6 +23,7 @@ from .checkpoints import prune_checkpoints, resume_run, save_checkpoint
 from .config import Profile
 from .data import Batch, sample_batch
 from .ending import stop_rule
+from .graphstep import BatchesAhead, StaticBatch, StepGraph
 from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import LEGACY, MODEL_TYPE, build_model, eval_mode, predict
 from .precision import autocast, emulated_tf32
@@ -222,7 +223,7 @@ def compile_model(model, variant: str, device: torch.device):
     if how is None:
         return model
     if device.type == "cuda":
-        import torch._inductor.config as inductor
+        import torch._inductor.config as inductor  # noqa: PLC0415 - inductor loads on CUDA only
 
         if hasattr(inductor, "triton") and hasattr(inductor.triton, "mix_order_reduction"):
             inductor.triton.mix_order_reduction = False
@@ -346,8 +347,6 @@ class TrainingRun:
         """Choose the step variant and build its `Way`: the attention, the (compiled) model the
         forward calls, the `StepGraph` where it has one, and `BatchesAhead` where batches are made
         ahead; on CUDA the batch goes into fixed buffers (`inputs`)."""
-        from .graphstep import BatchesAhead, StepGraph
-
         self.variant = step_variant(self.profile, self.device, self.emulates_tf32(), self.chosen)
         self.fell_back: str | None = None  # why a compiled model fell back to eager (`forward`), once it has
         way = WAYS[self.variant]
@@ -407,8 +406,6 @@ class TrainingRun:
             if not self.capture_ready:
                 return batch.to(self.device, non_blocking=True)
             if self.inputs is None:
-                from .graphstep import StaticBatch
-
                 self.inputs = StaticBatch(batch, self.device)
             return self.inputs.fill(batch)
 
@@ -419,7 +416,8 @@ class TrainingRun:
         )
 
     def flush(self) -> str | None:
-        """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or None."""
+        """Move pending losses into rows; why the run ends here ("converged", "stopped": `why_end`), or
+        None."""
         values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
         first = self.step - len(values) + 1
         for i, v in enumerate(values):

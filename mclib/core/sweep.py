@@ -34,10 +34,16 @@ import time
 from pathlib import Path
 from typing import Annotated, Any
 
+import pandas as pd
+import torch
 from pydantic import ValidationError
 
 from .atomic import write_atomic
 from .config import ConfigError, load_profile, profile_path, read_yaml
+from .flops import train_memory_bytes
+from .jobs import cluster as dask_cluster
+from .jobs import first_done, needs_gpu, resolve_address, resources_for
+from .precision import with_device
 from .runs import run_name
 from .schema import NOT_NEGATIVE, Bool, Float, Int, Schema, Str, at_least_one, check, one_of, problems
 from .sweep_figure import draw_figure, keep_curves
@@ -138,8 +144,6 @@ def finished(results: Path, runs: list[SweepRun]) -> set[tuple[str, str, int]]:
     """(sweep, setting, seed) of the runs that already have a row in `results`."""
     if not results.is_file():
         return set()
-    import pandas as pd
-
     old = pd.read_csv(results)
     if not {"sweep", "setting", "seed"} <= set(old.columns):
         return set()
@@ -148,8 +152,6 @@ def finished(results: Path, runs: list[SweepRun]) -> set[tuple[str, str, int]]:
 
 def append_row(results: Path, row: dict) -> None:
     """Add one row to the results table (written whole to a temporary file, then renamed)."""
-    import pandas as pd
-
     results.parent.mkdir(parents=True, exist_ok=True)
     old = pd.read_csv(results) if results.exists() else pd.DataFrame()
     write_atomic(results, pd.concat([old, pd.DataFrame([row])], ignore_index=True).to_csv(index=False))
@@ -167,8 +169,6 @@ def _progress_line(
 
 def memory_here(device: str) -> int | None:
     """Bytes of memory a run on `device` can have here: the first GPU's, or physical RAM (None: unknown)."""
-    import torch
-
     if device == "cuda":
         return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
     try:
@@ -180,8 +180,6 @@ def memory_here(device: str) -> int | None:
 def check_fits(runs: list[SweepRun]) -> None:
     """Refuse, in one line naming the setting, a sweep run that would not fit this machine's memory
     (`mclib.core.flops.train_memory_bytes`, an upper bound)."""
-    from .flops import train_memory_bytes
-
     for r in runs:
         need, have = train_memory_bytes(r.profile), memory_here(r.profile.train.device)
         if have is not None and need > have:
@@ -204,12 +202,7 @@ def run_sweep(
 ) -> int:
     """Run a sweep file (module doc); returns the number of runs that failed (0: all done).
     Progress lines are logged (INFO: `python -m mclib sweep` prints them on stdout)."""
-    from .jobs import cluster as dask_cluster
-    from .jobs import needs_gpu, resolve_address
-
     path = Path(path)
-    from .precision import with_device
-
     todo = load_sweep(path, runs, threads)  # every key and profile checked before anything runs
     for r in todo:
         r.profile = with_device(r.profile)  # resolved here, once: the workers train where this process chose
@@ -247,8 +240,6 @@ def run_sweep(
 def _drive(client, pending: list[SweepRun], results: Path, name: str, done: int, *, every: float, redraw):
     """Submit the pending runs in the sweep's order and wait, appending each finished run's row and
     redrawing; a progress line every `every` seconds. Returns (done, failed)."""
-    from .jobs import first_done, resources_for
-
     # priority: the runs start in the sweep's order (`order`); without it Dask orders tasks
     # submitted together by their keys, i.e. alphabetically by setting name
     futures = {

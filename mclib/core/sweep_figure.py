@@ -7,8 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+
 from .metrics import DROP_WINDOW
-from .runs import METRICS, run_name
+from .runs import METRICS, load_metrics, run_name, write_atomic
 
 CURVE_POINTS = 200  # points kept per run, spaced evenly in log(step): enough for a log-x plot
 
@@ -21,8 +24,6 @@ def curves_path(results: Path) -> Path:
 def thinned_curve(m, points: int = CURVE_POINTS):
     """A run's L_mask curve as `find_drop` reads it (trailing DROP_WINDOW-step mean) at `points`
     steps spaced evenly in log(step), the last included: columns step, L_mask."""
-    import numpy as np
-
     smooth = m["L_mask"].rolling(DROP_WINDOW, min_periods=1).mean()
     at = np.unique(np.geomspace(1, len(m), num=min(points, len(m))).round().astype(int) - 1)
     return m.iloc[at][["step"]].assign(L_mask=smooth.iloc[at].round(6).to_numpy()).reset_index(drop=True)
@@ -32,10 +33,6 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
     """Write the curves table atomically: each row of `sweep` whose run folder is here and ended at
     the row's `steps_run` gets its curve afresh, other rows keep their old curve, if any.
     Returns the number of rows with a curve."""
-    import pandas as pd
-
-    from .runs import load_metrics, write_atomic
-
     if not results.is_file():
         return 0
     rows = pd.read_csv(results)
@@ -63,7 +60,7 @@ def keep_curves(results: Path, sweep: str, runs: Path) -> int:
 
 def setting_colours(settings: list[str]) -> dict[str, tuple]:
     """A colour per setting: tab10, or tab20 above 10 settings."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib loads when a figure is drawn
 
     cmap = matplotlib.colormaps["tab10" if len(settings) <= 10 else "tab20"]
     return {s: cmap(i % cmap.N) for i, s in enumerate(settings)}
@@ -72,11 +69,10 @@ def setting_colours(settings: list[str]) -> dict[str, tuple]:
 def draw_figure(results: Path, sweep: str, path: Path) -> Path | None:
     """The runs of `sweep`: L_mask against matrices seen, a line per kept curve (a colour per
     setting), and each run's drop (dot) or how far it got without one (hollow triangle)."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - matplotlib loads when a figure is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import pandas as pd
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - after the backend is chosen
 
     if not results.is_file():
         return None

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from .config import Profile
+from .metrics import drop_column, find_drop, plateau_stats
+from .runs import SWEEP_MARKER, load_metrics, run_profile, write_atomic
 
 EVENT = "mclib-sweep"  # the Dask event topic on which runs report their step
 
@@ -43,7 +45,7 @@ class SweepRun:
 def _report(run: SweepRun, step: int, state: str) -> None:
     """Tell the client this run's step (a Dask event; nothing outside a worker)."""
     try:
-        from distributed import get_worker
+        from distributed import get_worker  # noqa: PLC0415 - on a Dask worker only
 
         get_worker().log_event(
             EVENT, {"run": run.label, "step": step, "steps": run.profile.train.steps, "state": state}
@@ -55,8 +57,7 @@ def _report(run: SweepRun, step: int, state: str) -> None:
 def _start_wall(run: SweepRun) -> float:
     """The run's training time when this sweep first started it (its cap counts from there), kept
     in sweep.json; a folder of another sweep is removed unless `resume`."""
-    from .checkpoints import train_wall
-    from .runs import SWEEP_MARKER, write_atomic
+    from .checkpoints import train_wall  # noqa: PLC0415 - the model stack: on the worker only
 
     marker = run.run_dir / SWEEP_MARKER
     mine = {"sweep": run.sweep, "setting": run.setting, "seed": run.seed}
@@ -74,9 +75,8 @@ def _start_wall(run: SweepRun) -> float:
 
 def train_sweep_run(run: SweepRun) -> dict:
     """Train (or resume, or find stopped) one run of a sweep; its results row. Runs on a worker."""
-    from .ending import stop_after_drop
-    from .metrics import drop_column
-    from .train import train
+    from .ending import stop_after_drop  # noqa: PLC0415 - the model stack: on the worker only
+    from .train import train  # noqa: PLC0415 - the model stack: on the worker only
 
     wall0 = _start_wall(run)
     past_drop = (
@@ -148,10 +148,9 @@ def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> s
 
 
 def summarise(run: SweepRun) -> dict:
-    """One results row from a run folder, with the setting the run saved (not the base profile as it is now)."""
-    from .ending import run_end
-    from .metrics import drop_column, find_drop, plateau_stats
-    from .runs import load_metrics, run_profile
+    """One results row from a run folder, with the setting the run saved (not the base profile as it
+    is now)."""
+    from .ending import run_end  # noqa: PLC0415 - the model stack: on the worker only
 
     profile = run_profile(run.run_dir)
     m = load_metrics(run.run_dir)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from .checkpoints import check_disk
 from .config import Profile
 from .ending import is_complete, record_end, stop_after_drop
+from .jobs import local_workers, needs_gpu, run_profile_jobs
 from .metrics import LOSS_NAMES, drop_column
 from .model import MatrixBert
 from .precision import resolve_device, set_precision, with_device
@@ -206,8 +207,6 @@ def _train(jobs: list[Job], progress: bool, deadline: float | None = None) -> No
 def parallel_runs(profile: Profile) -> int:
     """How many runs of `profile` train at once on the local cluster
     (`mclib.core.jobs.local_workers`)."""
-    from .jobs import local_workers, needs_gpu
-
     return local_workers(profile.train.threads, needs_gpu(profile))
 
 
@@ -245,7 +244,5 @@ def seed_jobs(profile: Profile, run_dir: str | Path) -> list[tuple[Profile, Path
 def train_seeds(profile: Profile, run_dir: str | Path, cluster: str | None = None) -> dict[int, Path]:
     """Train (or find complete) every run of `seed_run_dirs` on a Dask cluster (`cluster`: its
     address, default local or $MCLIB_CLUSTER); returns {seed: folder}."""
-    from .jobs import run_profile_jobs
-
     run_profile_jobs(profile, train_seed, seed_jobs(profile, run_dir), cluster)
     return seed_run_dirs(profile, run_dir)

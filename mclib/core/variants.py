@@ -40,7 +40,8 @@ def step_function(profile: Profile, device: torch.device, runs: int = 1) -> Call
 CHECK_STEPS = 20  # steps a variant is compared with eager over, from the same weights and batches
 LOSS_RTOL = 1e-3  # every variant passes with every logged loss within this of eager's, relatively,
 UPDATE_RTOL = 5e-2  # and its parameter update within this of eager's (relative L2 norm): Adam's first
-#   steps (g/√v ~ ±1) turn a last-bit gradient difference into a whole lr's, so updates differ more than losses.
+#   steps (g/√v ~ ±1) turn a last-bit gradient difference into a whole lr's, so updates differ more
+#   than losses.
 #   One bar for every variant, the CUDA graph too: a captured matmul may pick another cuBLAS algorithm
 REPEATS = 3  # timed windows a variant's ms a step is the median of (`time_run`)
 BUSY_STEPS = 3  # steps queued, untimed, before each window's start event: it starts from a busy device
