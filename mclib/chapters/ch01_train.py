@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import torch
 
 from ..analyses import rounding, sharpness
 from ..analyses.loss_tables import ratio_se
@@ -35,6 +36,7 @@ from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_v
 from ..book.scorecard_stage import PAPER_PRE, is_cut
 from ..book.scorecard_tables import plural, task_departures
 from ..book.spec import ChapterSpec
+from ..core.config import deviations
 from ..core.metrics import (
     CONVERGED_Z,
     COPIES,
@@ -51,6 +53,8 @@ from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
 from ..core.runs import METRICS
+from ..core.train import parallel_runs
+from .ch02_copying import pre_na
 
 CHAPTER = "01_train"
 
@@ -70,8 +74,6 @@ def training_phrase(ch: Chapter) -> str:
 
 def settings_table(ch: Chapter):
     """The run every chapter reads, one setting a row (a pandas Styler)."""
-    from ..core.train import parallel_runs
-
     m, t, d = ch.cfg.model, ch.cfg.train, ch.cfg.data
     settings = pd.DataFrame(
         {
@@ -384,8 +386,6 @@ DROP_STEP_KEEPS = ("train.steps", "train.precision")
 def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> dict:
     """E1's drop step against the paper's (number rule; `spread`: over seeds), n/a naming the
     departures where `profile` departs in anything but `DROP_STEP_KEEPS`."""
-    from ..core.config import deviations
-
     moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
     na = (
         (
@@ -452,8 +452,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """(row, why): an E1 row a GPU lease recorded, judged by today's rules: pre-shift rows read away
     from PAPER_PRE moved there from `recorded.curve()` (n/a by `pre_na` without it); a one-seed
     drop step judged with `seed_spread` and the rounding spread, or n/a without either."""
-    from .ch02_copying import pre_na
-
     new, why = dict(row), []
     if row["id"] != "E1":
         return row, []
@@ -619,8 +617,6 @@ def e1_rows(ch: Chapter) -> list[dict]:
 def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
     """`e1_rows` from a run's training curve alone (the paper setting's lease runs): the pre step
     placed among the saves every `save_every` steps up to `end` (`RunEnd`)."""
-    import torch
-
     every = cfg.train.save_every
     saved = sorted({*range(every, end.step + 1, every), end.step})
     ran = metrics[metrics["step"] <= end.step]

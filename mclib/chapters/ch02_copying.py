@@ -12,6 +12,7 @@ rows and their sentences), scorecard_table, closing_glue.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -36,7 +37,9 @@ from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_v
 from ..book.scorecard_stage import PAPER_PRE
 from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
 from ..book.spec import ChapterSpec
+from ..core.checkpoints import saved_steps
 from ..core.config import DataConfig
+from ..core.data import round2
 from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
 from ..core.paper import PAPER, PAPER_E2
 from .heads_plots import loss_bars, mask_value_curve, prediction_scatter
@@ -56,9 +59,6 @@ E2_WINDOW = 0.1
 def at_paper_pre(ch):
     """`ch` with its pre-shift model at the paper's pre step (PAPER_PRE) on the paper's task, where
     the run saved that checkpoint, so E2, E3 and E6 compare like with like; else `ch` unchanged."""
-    from dataclasses import replace
-
-    from ..core.checkpoints import saved_steps
 
     if task_departures(ch.cfg) or ch.steps.pre == PAPER_PRE or PAPER_PRE not in saved_steps(ch.run_dir):
         return ch
@@ -191,7 +191,6 @@ def copy_check(
     """E2: every masked token replaced by the token of m (None: MASK, m = 0). One row per
     (matrices, m): L'_mask (mean (X̂ − m)² over masked entries) ± s.e., L_obs, L_mask, mask_value;
     the same matrices and masks for every m of one kind."""
-    from ..core.data import round2
 
     rows = []
     for label, dist in matrices.items():
