@@ -165,7 +165,8 @@ def skipped_text(ch: Chapter) -> str:
     if aside:
         out += (
             f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
-            f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one."
+            f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest "
+            "intact one."
         )
     return out
 
@@ -189,7 +190,8 @@ def _placement_text(ch: Chapter) -> str:
         f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
         f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
         f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
-        f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: {_post_end(ch)}."
+        f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: "
+        f"{_post_end(ch)}."
     )
 
 
@@ -197,7 +199,8 @@ def _post_end(ch: Chapter) -> str:
     """What the post-shift step is: the end of training, or where a cut run was cut."""
     if is_cut(ch.end):
         return (
-            f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
+            f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post "
+            "model "
             "or the final level is provisional"
         )
     return "the end of training"
@@ -265,7 +268,8 @@ def shape_text(shape: DropShape | None) -> str:
         return "There is no drop to describe."
     where = (
         f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
-        f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at step "
+        f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at "
+        "step "
         f"{shape.near_final:,}"
     )
     if shape.shoulder is None:
@@ -283,7 +287,8 @@ def shape_text(shape: DropShape | None) -> str:
         )
         return f"{where}; it slowed to {pause} and had not fallen below that level when the run ended{ended}."
     return (
-        f"{where}; it fell in two stages, with {pause} before falling again, to a mean of {shape.after[2]:.3g} "
+        f"{where}; it fell in two stages, with {pause} before falling again, to a mean of "
+        f"{shape.after[2]:.3g} "
         f"over steps {shape.after[0]:,} to {shape.after[1]:,}."
     )
 
@@ -389,7 +394,8 @@ def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> 
     moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
     na = (
         (
-            f"the drop step depends on the task, model and optimiser, and this profile departs from the paper's in "
+            "the drop step depends on the task, model and optimiser, and this profile departs from the "
+            "paper's in "
             f"{', '.join(moved)}; the scorecard's paper-setting column compares it"
         )
         if moved
@@ -443,7 +449,8 @@ def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
         return None
     rel = row["spread"] / row["ours"]
     return rel, (
-        f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one standard "
+        f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one "
+        "standard "
         f"deviation, over a mean of {row['ours']:,.0f}: {rel:.1%})"
     )
 
@@ -460,7 +467,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         if spread is not None:
             new["spread"] = spread[0] * row["ours"]
             new["reading"] = (
-                f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
+                f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's "
+                "one seed"
             )
             why.append(f"judged with {spread[1]}")
         if rounded is not None:
@@ -485,7 +493,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
             else:
                 new.update({k: today.get(k) for k in ("ours", "se", "reading")})
                 why.append(
-                    f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} there, "
+                    f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} "
+                    "there, "
                     f"{today['ours']:.4g} here (the training curve's values at that step)"
                 )
     return new, why
@@ -523,7 +532,8 @@ def training_rows(
                 "E1",
                 PRE_L_OBS,
                 pre["L_obs"] / ours_lvl,
-                f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
+                f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries "
+                "(below "
                 f"{COPIES:g} counts)",
                 paper=PAPER[("E3", "pre L_obs")] / paper_lvl,
                 kind="direction",

@@ -134,7 +134,8 @@ def settings_table(ch):
                 "value": [
                     ch.where,
                     f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
-                    f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for the headline, E3 and E6, {A.eval_matrices} for the scatter",
+                    f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for "
+                    f"the headline, E3 and E6, {A.eval_matrices} for the scatter",
                 ],
             }
         )
@@ -465,7 +466,8 @@ def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
     band = f"within a factor {1 + MARGINS['ratio']:g} of it"
     if verdict == CLOSE:
         return (
-            f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches both "
+            f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches "
+            "both "
             f"{band} and beyond it, so one checkpoint of the paper's cannot be placed"
         )
     return f"every checkpoint on the plateau lies beyond {band} ({swing}); not traced further"
@@ -479,13 +481,15 @@ def e2_ratio_text(rows: list[dict]) -> str:
     ratios = [r["ours"] / r["paper"] for r in rows]
     several = any(r.get("span") is not None for r in rows)
     ours = (
-        "the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two standard "
+        "the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two "
+        "standard "
         "errors, since one checkpoint's copying swings by several times from one saved step to the next"
         if several
         else "our value ± two standard errors"
     )
     return (
-        f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, {ours}), "
+        f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, "
+        f"{ours}), "
         f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
         + verdicts_text(row_verdict(r) for r in rows)
     )
@@ -520,11 +524,15 @@ def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, windo
         else "neither lies below"
     )
     return (
-        f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
+        f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one "
+        "checkpoint's "
         f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
-        f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
-        f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
-        f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
+        f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same "
+        "step, "
+        f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean "
+        "over "
+        f"the {window} training batches ending there, each scored by the model of its own step as it "
+        "trained, "
         f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
         f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)"
     )
@@ -552,7 +560,8 @@ def e3_text(e3: pd.DataFrame) -> str:
     if change < NO_EFFECT:
         by = percent(change)  # "less than 0.05%" where the change rounds to 0.0%
         return (
-            f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
+            f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} "
+            "uniform, "
             f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here"
         )
     return (

@@ -84,8 +84,10 @@ def settings_table(ch, base: dict):
                 "setting": ["run", "post-shift checkpoint", "pre-shift checkpoint", "evaluation"],
                 "value": [
                     ch.where,
-                    f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
-                    f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
+                    f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} "
+                    f"({ch.relative_to_drop(ch.steps.post)}); "
+                    f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} "
+                    "matrices)",
                     f"step {ch.steps.pre:,}",
                     f"fresh matrices, seed {A.seed}: {A.headline_matrices:,} for every loss (the headline, "
                     f"E3–E8), {A.eval_matrices} for the attention maps (E9, E10)",
@@ -584,7 +586,8 @@ def phase_text(base: dict, level: float, at=None) -> str:
     comparisons below, worded by the run's stage `at` (a cut run's are provisional)."""
     if completes(base, level):
         return (
-            f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "
+            f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} "
+            "for a "
             "copying model; "
             + (
                 at.comparisons
@@ -593,7 +596,8 @@ def phase_text(base: dict, level: float, at=None) -> str:
             )
         )
     return (
-        f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = {level:.3f}. "
+        f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = "
+        f"{level:.3f}. "
         "Every comparison below therefore sets a model without the drop against the paper's model after it, "
         "and differences are expected"
     )

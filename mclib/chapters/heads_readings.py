@@ -248,10 +248,14 @@ def e5_rows(abl: pd.DataFrame, groups: dict) -> tuple[dict, list[dict]]:
                 f"{lab} heads: " + ", ".join(f"{ratio:.3g}× ({m.replace('_', '-')})" for m, ratio in said)
             )
     text = (
-        "the two readings test different claims. The uniform reading replaces a head's whole pattern, its fixed "
-        "positional part included, so it tests whether the group's attention pattern matters at all. The batch "
-        "mean keeps what every input shares: a head that always attends along the query's row or column has about "
-        "the same map on every input, so its batch mean is that map and ablating it changes little; this reading "
+        "the two readings test different claims. The uniform reading replaces a head's whole pattern, its "
+        "fixed "
+        "positional part included, so it tests whether the group's attention pattern matters at all. The "
+        "batch "
+        "mean keeps what every input shares: a head that always attends along the query's row or column has "
+        "about "
+        "the same map on every input, so its batch mean is that map and ablating it changes little; this "
+        "reading "
         "tests only the input-dependent part of the attention. L_mask, ablated over unablated: "
         + ("; ".join(parts) if parts else "every group of our labels is empty in this run")
     )
@@ -318,7 +322,8 @@ E8_SOURCE = "the authors' src/patch.py patches only the last layer (patch_mask[3
 # Why the last-layer rows may differ: the paper's number may not be that reading. Its 0.014 lies within its own
 # unpatched post L_mask (E3's 0.0128, E4's 0.01428), which is what patching every layer gives by construction.
 E8_OPEN = (
-    f"it lies within the paper's own unpatched L_mask ({PAPER[('E3', 'post L_mask')]:g}-{PAPER[('E4', 'L_mask')]:g}), "
+    "it lies within the paper's own unpatched L_mask "
+    f"({PAPER[('E3', 'post L_mask')]:g}-{PAPER[('E4', 'L_mask')]:g}), "
     "which patching every layer gives by construction, while its released code patches the last layer only, "
     "as here"
 )
@@ -361,15 +366,22 @@ def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) ->
     ]
     said = agreement(row_verdict(rows[0]))
     text = (
-        f"The reading the authors' code runs: {E8_SOURCE} (github.com/pulkitgopalani/tf-matcomp, src/patch.py and "
+        f"The reading the authors' code runs: {E8_SOURCE} (github.com/pulkitgopalani/tf-matcomp, "
+        "src/patch.py and "
         "src/configs/patch.yaml). Whether the paper's 0.014 comes from it is open: "
         f"{E8_OPEN}. With the last layer patched, our masked MSE to X is "
-        f"{x_last:.3g} ({x_last / level:.3g} E[X²], against the paper's {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} "
-        f"E[X²]), {said}, and to −X {nx_last:.3g} ({nx_last / level:.3g} E[X²], where 4 means an output of exactly X). "
-        f"The paper's text patches every layer; that reading is ours alone: the masked MSE to X is then {x_all:.4g}, "
-        f"and the unpatched L_mask on the same matrices is {un[0]:.4g}, the same number, as it has to be. At a masked "
-        "position the input is the MASK token and the position, the same for X and −X; once every layer's attention "
-        "output there comes from the run on X, the masked positions' states are those of the run on X, whatever the "
+        f"{x_last:.3g} ({x_last / level:.3g} E[X²], against the paper's "
+        f"{PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} "
+        f"E[X²]), {said}, and to −X {nx_last:.3g} ({nx_last / level:.3g} E[X²], where 4 means an output of "
+        "exactly X). "
+        "The paper's text patches every layer; that reading is ours alone: the masked MSE to X is then "
+        f"{x_all:.4g}, "
+        f"and the unpatched L_mask on the same matrices is {un[0]:.4g}, the same number, as it has to be. At "
+        "a masked "
+        "position the input is the MASK token and the position, the same for X and −X; once every layer's "
+        "attention "
+        "output there comes from the run on X, the masked positions' states are those of the run on X, "
+        "whatever the "
         "observed entries say, so that reading cannot fail"
     )
     return {"e8_text": text}, rows
@@ -503,7 +515,8 @@ def e11_claim(verdict: str, rel: float) -> str:
     cut = f"more than {1 - PROBED:.0%} of its variance explained, the book's cut-off"
     if verdict == "differs":
         found = (
-            f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden states, "
+            f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden "
+            "states, "
             "but only in part"
             if 0 < 1 - rel
             else "it explains none of it: the row is not linearly present "
