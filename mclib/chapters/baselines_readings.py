@@ -106,7 +106,8 @@ def _e16_same_matrices(
         + _beyond_said(hi, "higher")
         + " (paper: worse above the training p_mask)"
     )
-    # what the numbers say, then whether that is the paper's claim by the row's direction rule (its margin included)
+    # what the numbers say, then whether that is the paper's claim by the row's direction rule (its
+    # margin included)
     lower = agreement(row_verdict(rows[0]))
     margin = f"{MARGINS['direction']:.0%}"
     diff = (
@@ -186,7 +187,10 @@ def _e16_solver(solver_sweep: pd.DataFrame, task) -> str:
     )
     if task.p_mask in s.index:
         at = s.loc[task.p_mask]
-        text += f"; at the paper's p_mask {task.p_mask:g} it is {pm(at.L, at.L_se)} (L_mask {pm(at.L_mask, at.L_mask_se)})"
+        text += (
+            f"; at the paper's p_mask {task.p_mask:g} it is {pm(at.L, at.L_se)} (L_mask "
+            f"{pm(at.L_mask, at.L_mask_se)})"
+        )
     if not noisy:
         return text + f". The standard error is under {SE_TARGET:.0%} of the value at every p_mask"
     text += f". The standard error is above {SE_TARGET:.0%} of the value at p_mask {', '.join(noisy)}"
@@ -390,7 +394,8 @@ def baseline_readings(
         )
         + f"; BERT − ALS on the same matrices is {pm(a.BERT_d_L_mask, a.BERT_d_L_mask_se)}"
         + (" (within error)" if within_error(a.BERT_d_L_mask, a.BERT_d_L_mask_se) else "")
-        + f". Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} "
+        + ". Matrix by matrix, the median matrix's L_mask is "
+        f"{pm(bert.median_L_mask, bert.median_L_mask_se)} "
         f"for BERT, {pm(a.median_L_mask, a.median_L_mask_se)} for ALS and "
         f"{pm(at.loc[soft, 'median_L_mask'], at.loc[soft, 'median_L_mask_se'])} for soft-impute (rounding "
         f"to 0.01 alone costs about 1e-5), and BERT is better than ALS on {a.BERT_better:.0%} ± "

@@ -161,7 +161,10 @@ def skipped_text(ch: Chapter) -> str:
     out = ""
     if skipped:
         which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
-        out += f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, and reads the others."
+        out += (
+            f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, "
+            "and reads the others."
+        )
     if aside:
         out += (
             f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
@@ -275,7 +278,10 @@ def shape_text(shape: DropShape | None) -> str:
     if shape.shoulder is None:
         return f"{where}, falling in one stretch."
     a, b, level = shape.shoulder
-    pause = f"a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, where it fell at under a third of its fastest rate)"
+    pause = (
+        f"a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, where it fell at under a "
+        "third of its fastest rate)"
+    )
     if shape.after is None or shape.after[2] >= level:
         ended = (
             ""
@@ -322,7 +328,10 @@ def slope_sentence(ch: Chapter) -> str:
     rate, se = end_slope(ran, window)
     if not np.isfinite(rate):
         return ""
-    return f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} per 1 000 steps ({how})."
+    return (
+        f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} "
+        f"per 1 000 steps ({how})."
+    )
 
 
 # --- what we found -----------------------------------------------------------------------------
@@ -346,7 +355,8 @@ def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tupl
         f"did not drop within the {end_step:,} steps it trained",
         f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)"
         if on_plateau
-        else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)",
+        else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to "
+        "show either)",
     )
 
 
@@ -573,7 +583,8 @@ def training_rows(
                 (
                     "no drop, or no plateau before it"
                     if shape is None
-                    else f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
+                    else f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to "
+                    f"within {SETTLE:g}x the final "
                     f"level by step {shape.settled:,}"
                 )
                 + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",

@@ -50,8 +50,9 @@ CHAPTER = "02_copying"
 E2_FILLS = (None, 0.44, -0.24)  # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
 NO_EFFECT = 0.05  # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
-# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the drop step
-# on the plateau: copying swings several-fold between saved steps, far beyond the standard error over matrices.
+# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the
+# drop step on the plateau: copying swings several-fold between saved steps, far beyond the standard
+# error over matrices.
 E2_NEIGHBOURS = 2
 E2_WINDOW = 0.1
 
@@ -374,7 +375,9 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             several = not pd.isna(r.get(f"{q}_spread", float("nan")))
             if not several:  # pre alone: its value, its standard error over matrices
                 ours, how = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}"
-            else:  # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to highest
+            else:
+                # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to
+                # highest
                 ours = r[f"{q}_mean"] / ours_lvl
                 how = (
                     f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
@@ -455,7 +458,8 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
 
 
 def e2_swing(steps: str, low: float, high: float) -> str:
-    """ "the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the paper's)."""
+    """ "the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the
+    paper's)."""
     return f"the checkpoints of steps {steps} run from {low:.2g} to {high:.2g}× the paper's"
 
 
@@ -577,7 +581,8 @@ def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> s
     what = (
         "does not let it complete the matrix"
         if sw.L_mask > DROP_FRACTION * level
-        else "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns"
+        else "lets it complete the matrix in part, so here the attention weights carry much of what "
+        "the drop learns"
     )
     return (
         f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "

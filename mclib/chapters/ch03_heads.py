@@ -503,7 +503,8 @@ def e10_kind_rows(s: Structured) -> list[dict]:
 
 # --- what a GPU lease re-judges by (mclib.lease.reference, mclib.lease.part) --------------------
 
-# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+# The glued sentences that state a row's verdict, by the experiment they speak for
+# (`mclib.lease.part.restate`).
 SPEAKS_FOR = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text": "E10", "e11_text": "E11"}
 
 

@@ -154,7 +154,8 @@ def e4_choice(n_heads: int, total: int | None, which: str) -> str:
     return (
         f"{E4_CHOICE}: {e4_heads(n_heads, total)}"
         + (f" ({which})" if which else "")
-        + f", {than} the paper's {paper_count}; all of them, as the paper's {paper_count} are all the heads it could "
+        + f", {than} the paper's {paper_count}; all of them, as the paper's {paper_count} are all the "
+        "heads it could "
         "not interpret, and not a count of the least structured, which passes almost whatever the model does"
     )
 
@@ -168,7 +169,10 @@ def e4_cause(n_heads: int, total: int | None) -> str:
         if n_heads > paper
         else "no more heads than the paper's"
     )
-    return f"{n_heads}{of} heads are unlabelled here against the paper's {paper} of 32: {more}; not traced further"
+    return (
+        f"{n_heads}{of} heads are unlabelled here against the paper's {paper} of 32: {more}; not "
+        "traced further"
+    )
 
 
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
@@ -319,15 +323,19 @@ def e6_e7_rows(e67: pd.DataFrame, perm: pd.DataFrame, levels: tuple[float, float
 # last of the 4 layers only, of the checkpoint at epoch 49999 (src/configs/patch.yaml): its 0.014 is
 # the last-layer reading, the headline here; the text's every-layer reading is ours.
 E8_SOURCE = "the authors' src/patch.py patches only the last layer (patch_mask[3] of 4), at step 49 999"
-# Why the last-layer rows may differ: the paper's number may not be that reading. Its 0.014 lies within its own
-# unpatched post L_mask (E3's 0.0128, E4's 0.01428), which is what patching every layer gives by construction.
+# Why the last-layer rows may differ: the paper's number may not be that reading. Its 0.014 lies within
+# its own unpatched post L_mask (E3's 0.0128, E4's 0.01428), which is what patching every layer gives by
+# construction.
 E8_OPEN = (
     "it lies within the paper's own unpatched L_mask "
     f"({PAPER[('E3', 'post L_mask')]:g}-{PAPER[('E4', 'L_mask')]:g}), "
     "which patching every layer gives by construction, while its released code patches the last layer only, "
     "as here"
 )
-E8_CAUSE = f"which reading the paper's {PAPER[('E8', 'masked MSE to X')]:g} is cannot be settled from the paper: {E8_OPEN}"
+E8_CAUSE = (
+    f"which reading the paper's {PAPER[('E8', 'masked MSE to X')]:g} is cannot be settled from "
+    f"the paper: {E8_OPEN}"
+)
 
 
 def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
@@ -524,5 +532,11 @@ def e11_claim(verdict: str, rel: float) -> str:
         )
         return f"A linear probe does not recover the row here ({cut}), {agreement(verdict)}: {found}"
     if verdict == "same direction":
-        return f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), {agreement(verdict)}"
-    return f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): {agreement(verdict)}"
+        return (
+            f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), "
+            f"{agreement(verdict)}"
+        )
+    return (
+        f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): "
+        f"{agreement(verdict)}"
+    )
