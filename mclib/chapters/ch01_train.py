@@ -41,7 +41,7 @@ from ..core.paper import profile as paper_profile
 from ..core.placement import place_checkpoints
 from ..core.runs import METRICS
 from ..core.train import parallel_runs
-from .ch02_copying import pre_na
+from .copying_rejudged import pre_na
 from .train_sentences import checkpoint_text, drop_shape, end_sentence, shape_text, slope_sentence
 
 CHAPTER = "01_train"

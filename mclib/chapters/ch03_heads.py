@@ -42,7 +42,7 @@ from ..book.scorecard_tables import task_departures, verdict_counts
 from ..book.spec import ChapterSpec
 from ..core.metrics import DROP_FRACTION, LOSS_NAMES
 from ..core.paper import PAPER
-from .ch02_copying import pre_na
+from .copying_rejudged import pre_na
 from .heads_plots import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
 from .heads_readings import (
     E4_CHOICE,
@@ -434,7 +434,6 @@ PRE_READ = (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess 
 def pre_read(rows: list[dict], pre: int, on_paper_task: bool) -> list[dict]:
     """`rows` with the `PRE_READ` rows n/a where the pre-shift checkpoint is not the paper's pre
     step on the paper's task (`ch02_copying.pre_na`)."""
-
     na = pre_na(pre, on_paper_task)
     return [
         {**r, "na": na} if na and (r["id"], r["quantity"]) in PRE_READ and not r.get("na") else r
@@ -524,7 +523,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """(row, why): a row a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
     E4 n/a under an earlier choice of heads (`E4_EARLIER`) or by `e4_na`; E8's every-layer row
     without the paper's value; E11 naming `PROBED_MODEL`; `PRE_READ` rows by `pre_read`."""
-
     new, why = dict(row), []
     if row["id"] == "E4":
         reading = row.get("reading", "")
@@ -557,7 +555,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
 def rule_of(row: dict) -> dict:
     """The rule fields (`scorecard.RULE_FIELDS`) this chapter's rows are judged by, for a row
     recorded without them; {} for a row not its own."""
-
     i, q = row["id"], row["quantity"]
     if i == "E5":
         return {"reference": 1.0, "sense": "above"}
