@@ -22,6 +22,7 @@ from .heads_tables import E4_SET, E6_MODEL
 from .loss_tables_shown import READING_NAMES, SHORT, matching_reading_text
 
 PROBED = 0.5  # E11: a probe "recovers" its target when it explains at least half its variance
+MOSTLY = 0.5  # E10: a head that attends to an entry puts most of its attention there
 
 
 def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], what: str) -> str:
