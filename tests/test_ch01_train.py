@@ -16,6 +16,7 @@ from book_pages import recorded_verdict as _verdict
 from mclib.book import scorecard
 from mclib.book.chapter import checkpoint_zip, open_chapter
 from mclib.chapters import ch01_train as C
+from mclib.chapters import train_sentences as S
 from mclib.core.ending import RunEnd
 from mclib.core.placement import CheckpointSteps
 
@@ -95,14 +96,14 @@ def test_drop_shape_tells_one_stretch_from_two_stages():
 def test_a_shoulder_falls_again_only_where_the_run_s_end_lies_below_it():
     """2026-11-28 (Zen 3): a shoulder near 0.00889 "before falling again" where the run ended at
     22 000 with a final mean of 0.0091, above it."""
-    shape = C.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.0091))
+    shape = S.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.0091))
     text = C.shape_text(shape)
     assert "falling again" not in text and "two stages" not in text
     assert text.endswith(
         "had not fallen below that level when the run ended: over steps 19,801 to 22,000, where the "
         "run ended, its mean was 0.0091, not below it."
     )
-    below = C.shape_text(C.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.004)))
+    below = C.shape_text(S.DropShape(10000, 10785, 17000, (14000, 16000, 0.00889), (19801, 22000, 0.004)))
     assert "before falling again, to a mean of 0.004" in below
 
 

@@ -106,7 +106,8 @@ def _e16_same_matrices(
         + _beyond_said(hi, "higher")
         + " (paper: worse above the training p_mask)"
     )
-    # what the numbers say, then whether that is the paper's claim by the row's direction rule (its margin included)
+    # what the numbers say, then whether that is the paper's claim by the row's direction rule (its
+    # margin included)
     lower = agreement(row_verdict(rows[0]))
     margin = f"{MARGINS['direction']:.0%}"
     diff = (
@@ -134,13 +135,17 @@ def _e16_same_matrices(
     across = "; ".join(f"{k} it at p_mask {', '.join(v)}" for k, v in groups.items() if v)
     nuclear_said = _beyond_said(rows[1], "larger")
     text = (
-        f"At the training p_mask {p_train:g}, on the same matrices, BERT's L is {pm(bert.L, bert.L_se)} and the "
+        f"At the training p_mask {p_train:g}, on the same matrices, BERT's L is {pm(bert.L, bert.L_se)} and "
+        "the "
         f"solver's {pm(nuc.L, nuc.L_se)}; the paired difference BERT − solver is {pm(d, d_se)}: {diff_said}. "
-        f"Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} for "
-        f"BERT and {pm(nuc.median_L_mask, nuc.median_L_mask_se)} for the solver, and BERT's own L_mask is the "
+        f"Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} "
+        "for "
+        f"BERT and {pm(nuc.median_L_mask, nuc.median_L_mask_se)} for the solver, and BERT's own L_mask is "
+        "the "
         f"lower on {nuc.BERT_better:.0%} ± {nuc.BERT_better_se:.0%} of the matrices: {per_matrix}. "
         f"Across mask rates (paired differences, two standard errors) BERT is "
-        f"{across}. The mean nuclear norm of BERT's outputs is {pm(bert.nuclear, bert.nuclear_se)} against the "
+        f"{across}. The mean nuclear norm of BERT's outputs is {pm(bert.nuclear, bert.nuclear_se)} against "
+        "the "
         f"solver's {pm(nuc.nuclear, nuc.nuclear_se)} (true X: {true_nuc:.3f}): {nuclear_said}"
     )
     rows[0]["reading"] = (
@@ -182,14 +187,18 @@ def _e16_solver(solver_sweep: pd.DataFrame, task) -> str:
     )
     if task.p_mask in s.index:
         at = s.loc[task.p_mask]
-        text += f"; at the paper's p_mask {task.p_mask:g} it is {pm(at.L, at.L_se)} (L_mask {pm(at.L_mask, at.L_mask_se)})"
+        text += (
+            f"; at the paper's p_mask {task.p_mask:g} it is {pm(at.L, at.L_se)} (L_mask "
+            f"{pm(at.L_mask, at.L_mask_se)})"
+        )
     if not noisy:
         return text + f". The standard error is under {SE_TARGET:.0%} of the value at every p_mask"
     text += f". The standard error is above {SE_TARGET:.0%} of the value at p_mask {', '.join(noisy)}"
     first = s.loc[[p for p in s.index if f"{p:g}" in noisy][0]]
     if first.median_L_mask < first.L_mask / 3:  # heavy-tailed per-matrix errors: a few matrices make the mean
         text += (
-            f"; at {noisy[0]} the median matrix's L_mask is {pm(first.median_L_mask, first.median_L_mask_se)} "
+            f"; at {noisy[0]} the median matrix's L_mask is "
+            f"{pm(first.median_L_mask, first.median_L_mask_se)} "
             f"against the pooled {pm(first.L_mask, first.L_mask_se)}: a few badly completed matrices make "
             "most of the mean"
         )
@@ -237,11 +246,15 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
         f"L_obs {'matches' if set(ok['L_obs']) == {'matches'} else 'does not match'} the paper's at every λ "
         f"({within('L_obs')}; deviations {obs.rel_dev.min():+.1%} to "
         f"{obs.rel_dev.max():+.1%}): it measures how far the regulariser pulls U off the observed entries, "
-        f"which λ sets. L_mask, the error on the entries that matter, is {pm(mask.ours.iloc[0], mask.se.iloc[0])} "
-        f"at the smallest λ and {pm(mask.ours.iloc[-1], mask.se.iloc[-1])} at the largest, against the paper's "
+        "which λ sets. L_mask, the error on the entries that matter, is "
+        f"{pm(mask.ours.iloc[0], mask.se.iloc[0])} "
+        f"at the smallest λ and {pm(mask.ours.iloc[-1], mask.se.iloc[-1])} at the largest, against the "
+        "paper's "
         f"{mask.paper.iloc[0]:.4f} and {mask.paper.iloc[-1]:.4f}: ours lie {_z_range(mask.z)} the paper's "
-        f"({mask.rel_dev.min():+.0%} to {mask.rel_dev.max():+.0%}), {within('L_mask')}. The paper's own means, over "
-        f"{PAPER_E17_MATRICES} matrices, carry a sampling error of about {own_se.mean():.0%} (our per-matrix spread "
+        f"({mask.rel_dev.min():+.0%} to {mask.rel_dev.max():+.0%}), {within('L_mask')}. The paper's own "
+        "means, over "
+        f"{PAPER_E17_MATRICES} matrices, carry a sampling error of about {own_se.mean():.0%} (our per-matrix "
+        "spread "
         f"at their sample size), and every λ sees the same matrices, so the five L_mask move together"
     )
     # the claim E17 is there for: BERT completes better than the best regularised solver (the
@@ -308,8 +321,10 @@ def e18_cause(other, uniform) -> str:
     ex2 = lambda r: r.L_mask / r.L_mask_rel
     raw = other.L_mask / uniform.L_mask
     return (
-        f"the paper gives no number, and the verdict hangs on dividing by E[X²]: the raw L_mask is {raw:.2g}× "
-        f"uniform's ({other.L_mask:.3g} against {uniform.L_mask:.3g}), {'lower' if raw < 1 else 'higher'} before "
+        "the paper gives no number, and the verdict hangs on dividing by E[X²]: the raw L_mask is "
+        f"{raw:.2g}× "
+        f"uniform's ({other.L_mask:.3g} against {uniform.L_mask:.3g}), {'lower' if raw < 1 else 'higher'} "
+        "before "
         f"dividing, and E[X²] {ex2(other) / ex2(uniform):.2g}× uniform's"
     )
 
@@ -356,7 +371,8 @@ def baseline_readings(
         row["reading"] = f"{said}; L_mask / E[X²] {o.L_mask_rel:.3f} vs {uni.L_mask_rel:.3f}"
         rows.append(row)
         e18.append(
-            f"{dist} factors: L_mask / E[X²] {pm(o.L_mask_rel, o.L_mask_rel * o.L_mask_se / o.L_mask)} against "
+            f"{dist} factors: L_mask / E[X²] {pm(o.L_mask_rel, o.L_mask_rel * o.L_mask_se / o.L_mask)} "
+            "against "
             f"uniform's {pm(uni.L_mask_rel, uni.L_mask_rel * uni.L_mask_se / uni.L_mask)}, a ratio of "
             f"{pm(rel, rel_se)}: {said} (the ratio rule: within a factor {1 + MARGINS['ratio']:g} of 1, "
             "widened by two standard errors)"
@@ -378,7 +394,8 @@ def baseline_readings(
         )
         + f"; BERT − ALS on the same matrices is {pm(a.BERT_d_L_mask, a.BERT_d_L_mask_se)}"
         + (" (within error)" if within_error(a.BERT_d_L_mask, a.BERT_d_L_mask_se) else "")
-        + f". Matrix by matrix, the median matrix's L_mask is {pm(bert.median_L_mask, bert.median_L_mask_se)} "
+        + ". Matrix by matrix, the median matrix's L_mask is "
+        f"{pm(bert.median_L_mask, bert.median_L_mask_se)} "
         f"for BERT, {pm(a.median_L_mask, a.median_L_mask_se)} for ALS and "
         f"{pm(at.loc[soft, 'median_L_mask'], at.loc[soft, 'median_L_mask_se'])} for soft-impute (rounding "
         f"to 0.01 alone costs about 1e-5), and BERT is better than ALS on {a.BERT_better:.0%} ± "

@@ -11,11 +11,10 @@ Every sentence is built from the run (drop or none, converged or capped), never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+import torch
 
 from ..analyses import rounding, sharpness
 from ..analyses.loss_tables import ratio_se
@@ -32,25 +31,18 @@ from ..book.plots_base import closed
 from ..book.plots_curves import loss_curve, mark_checkpoints
 from ..book.scorecard import claim, recorded_table
 from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_verdict
-from ..book.scorecard_stage import PAPER_PRE, is_cut
+from ..book.scorecard_stage import PAPER_PRE
 from ..book.scorecard_tables import plural, task_departures
 from ..book.spec import ChapterSpec
-from ..core.metrics import (
-    CONVERGED_Z,
-    COPIES,
-    DROP_FRACTION,
-    DROP_WINDOW,
-    LOSS_NAMES,
-    PLATEAU_BAND,
-    SLOPE_BLOCKS,
-    end_slope,
-    last_tenth,
-    window_mean,
-)
+from ..core.config import deviations
+from ..core.metrics import COPIES, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
-from ..core.placement import FINAL_FACTOR, PLACE_WINDOW, PLATEAU_TOLERANCE, PRE_FRACTION, place_checkpoints
+from ..core.placement import place_checkpoints
 from ..core.runs import METRICS
+from ..core.train import parallel_runs
+from .copying_rejudged import pre_na
+from .train_sentences import checkpoint_text, drop_shape, end_sentence, shape_text, slope_sentence
 
 CHAPTER = "01_train"
 
@@ -70,8 +62,6 @@ def training_phrase(ch: Chapter) -> str:
 
 def settings_table(ch: Chapter):
     """The run every chapter reads, one setting a row (a pandas Styler)."""
-    from ..core.train import parallel_runs
-
     m, t, d = ch.cfg.model, ch.cfg.train, ch.cfg.data
     settings = pd.DataFrame(
         {
@@ -152,172 +142,6 @@ def checkpoint_table(ch: Chapter):
     )
 
 
-def skipped_text(ch: Chapter) -> str:
-    """Sentences naming the saved checkpoints skipped as unreadable and those training set aside
-    when it resumed (`CheckpointSteps`); "" when there are none."""
-    skipped, aside = ch.steps.skipped, ch.steps.set_aside
-    out = ""
-    if skipped:
-        which = "; ".join(f"step {step:,} ({why})" for step, why in sorted(skipped.items()))
-        out += f" The book skipped the saved checkpoint{'s' if len(skipped) > 1 else ''} at {which}, and reads the others."
-    if aside:
-        out += (
-            f" Training set aside {len(aside)} checkpoint{'s' if len(aside) > 1 else ''} it could not read "
-            f"({', '.join(f'`{a}`' for a in aside)}, kept in the run folder) and resumed from the newest intact one."
-        )
-    return out
-
-
-def checkpoint_text(ch: Chapter) -> str:
-    """Where the checkpoints sit and why, and which were skipped (`skipped_text`)."""
-    return _placement_text(ch) + skipped_text(ch)
-
-
-def _placement_text(ch: Chapter) -> str:
-    s = ch.steps
-    trans = ", ".join(f"{t:,}" for t in s.transition)
-    if s.place != "drop":
-        return (
-            f"{s.note[:1].upper()}{s.note[1:]}: pre-shift at step {s.pre:,}, transition at "
-            f"{trans or 'no step'}, post-shift at step {s.post:,}, {_post_end(ch)}."
-        )
-    return (
-        f"They are placed from this run's drop at step {s.drop:,} (`mclib.core.placement.checkpoint_steps`). "
-        f"Pre-shift, step {s.pre:,}: the last saved step at or before {PRE_FRACTION:.0%} of the drop step "
-        f"at which the {PLACE_WINDOW}-step mean of L_mask is within {PLATEAU_TOLERANCE:.0%} of E[X²] "
-        f"(on the plateau, as the paper's step 4 000 of a ~15 000-step plateau). Transition, steps {trans}: "
-        f"spread from step {s.left_plateau:,}, where the model leaves the plateau, to step {s.near_final:,}, "
-        f"where L_mask comes within {FINAL_FACTOR:g}x its final level. Post-shift, step {s.post:,}: {_post_end(ch)}."
-    )
-
-
-def _post_end(ch: Chapter) -> str:
-    """What the post-shift step is: the end of training, or where a cut run was cut."""
-    if is_cut(ch.end):
-        return (
-            f"where training was cut, short of its {ch.end.steps:,} steps, so every row that reads the post model "
-            "or the final level is provisional"
-        )
-    return "the end of training"
-
-
-# --- the drop's shape --------------------------------------------------------------------------
-
-SHAPE_SMOOTH = 100  # steps of the trailing mean the shape is read from
-SHOULDER_RATIO = 1 / 3  # a stretch falling at under a third of the fastest rate is a pause ...
-SHOULDER_FALL = 1.5  # ... if L_mask fell by at least this factor before it and falls by it again after
-
-
-@dataclass
-class DropShape:
-    """How L_mask fell (`drop_shape`), in steps and L_mask levels. shoulder: None for one stretch,
-    else (first step, last step, mean level) of the pause in the fall; after: the same for the
-    run's final stretch past the shoulder (its last tenth, else all after it)."""
-
-    left_plateau: int
-    drop: int
-    near_final: int
-    shoulder: tuple[int, int, float] | None
-    after: tuple[int, int, float] | None = None
-
-
-def drop_shape(
-    metrics: pd.DataFrame,
-    drop: int,
-    left_plateau: int,
-    near_final: int,
-    smooth: int = SHAPE_SMOOTH,
-    *,
-    span: int | None = None,
-) -> DropShape:
-    """Whether L_mask fell in one stretch or paused on a shoulder. On the `smooth`-step trailing mean
-    from `left_plateau`, the fall over each `span` steps (default an eighth of the stretch) is
-    log(L(t) / L(t+span)); a shoulder is the slowest stretch falling at under SHOULDER_RATIO of
-    the fastest rate with a fall of SHOULDER_FALL or more both before and after it."""
-    s = metrics.set_index("step")["L_mask"].rolling(smooth, min_periods=1).mean().loc[left_plateau:]
-    last = int(s.index[-1])
-    span = span or max(smooth, (last - left_plateau) // 8)
-    steps = s.index.to_numpy()
-    starts = steps[steps + span <= last]
-    shoulder = after = None
-    if len(starts) > 1 and s.iloc[0] > s.iloc[-1]:
-        at = lambda t: s.reindex(t, method="ffill").to_numpy(dtype=float)
-        rate = np.log(at(starts) / at(starts + span))
-        before = float(s.iloc[0]) / at(starts) >= SHOULDER_FALL
-        falls_after = at(starts + span) / float(s.iloc[-1]) >= SHOULDER_FALL
-        pause = before & falls_after & (rate < SHOULDER_RATIO * max(rate.max(), 0))
-        if pause.any():
-            t = int(starts[np.flatnonzero(pause)[np.argmin(rate[pause])]])
-            shoulder = (t, t + span, float(s.loc[t : t + span].mean()))
-            past = metrics[metrics["step"] > t + span]
-            tail = last_tenth(metrics)
-            tail = tail[tail["step"] > t + span] if (tail["step"] > t + span).any() else past
-            after = (int(tail["step"].iloc[0]), int(tail["step"].iloc[-1]), float(tail["L_mask"].mean()))
-    return DropShape(left_plateau, drop, near_final, shoulder, after)
-
-
-def shape_text(shape: DropShape | None) -> str:
-    """The drop's shape in one sentence; "falling again" after a shoulder only where the final
-    stretch (`DropShape.after`) lies below it."""
-    if shape is None:
-        return "There is no drop to describe."
-    where = (
-        f"L_mask left the plateau at step {shape.left_plateau:,}, crossed the drop's threshold "
-        f"({DROP_FRACTION:g} E[X²]) at step {shape.drop:,} and came within {SETTLE:g}x its final level at step "
-        f"{shape.near_final:,}"
-    )
-    if shape.shoulder is None:
-        return f"{where}, falling in one stretch."
-    a, b, level = shape.shoulder
-    pause = f"a shoulder near L_mask = {level:.3g} (steps {a:,} to {b:,}, where it fell at under a third of its fastest rate)"
-    if shape.after is None or shape.after[2] >= level:
-        ended = (
-            ""
-            if shape.after is None
-            else (
-                f": over steps {shape.after[0]:,} to {shape.after[1]:,}, where the run ended, its mean was "
-                f"{shape.after[2]:.3g}, not below it"
-            )
-        )
-        return f"{where}; it slowed to {pause} and had not fallen below that level when the run ended{ended}."
-    return (
-        f"{where}; it fell in two stages, with {pause} before falling again, to a mean of {shape.after[2]:.3g} "
-        f"over steps {shape.after[0]:,} to {shape.after[1]:,}."
-    )
-
-
-def end_sentence(ch: Chapter) -> str:
-    """Why training ended, as a sentence, by `RunEnd.ended`."""
-    e = ch.end
-    return {
-        "converged": f"Training ended by the profile's rule (`train.until: converged`): {e.text}.",
-        "cap": f"Training ended at the cap, before the profile's rule fired: the run {e.text}.",
-        "steps": f"Training ended after the profile's fixed length: the run {e.text}.",
-        "stopped": f"The run {e.text}.",
-        "cut": f"Training was cut short of the profile's length: the run {e.text}.",
-    }.get(e.ended, f"The run is {e.text}.")
-
-
-def slope_sentence(ch: Chapter) -> str:
-    """How fast L_mask still moved where training ended, ± its standard error (`end_slope` over the
-    rule's window, or 2 000 steps), and how that rate is read; "" for a run too short to fit."""
-    t = ch.cfg.train
-    how = f"a fit of log L_mask to {SLOPE_BLOCKS} block means, ± one standard error" + (
-        f"; the rule ends a run once the fall is under {t.min_improvement:.0%} per 1,000 steps even at the "
-        f"rate minus {CONVERGED_Z:g} errors"
-        if t.until == "converged"
-        else ""
-    )
-    if ch.end.slope is not None and np.isfinite(ch.end.slope):
-        return f"The rate is {how}."
-    window = t.patience or 2000
-    ran = ch.metrics[ch.metrics["step"] <= ch.end.step]
-    rate, se = end_slope(ran, window)
-    if not np.isfinite(rate):
-        return ""
-    return f"Over its last {min(window, len(ran)):,} steps L_mask changed by {rate:+.1%} ± {se:.1%} per 1 000 steps ({how})."
-
-
 # --- what we found -----------------------------------------------------------------------------
 
 PLATEAU_ROWS = {"for L_mask": "pre-shift L_mask / E[X²]", "for L_obs": "pre-shift L_obs / E[X²]"}
@@ -339,7 +163,8 @@ def drop_story(drop: int | None, plateau: dict[str, str], end_step: int) -> tupl
         f"did not drop within the {end_step:,} steps it trained",
         f"a copying plateau ({said}) but no drop yet (the run is too short, or the model too small)"
         if on_plateau
-        else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to show either)",
+        else f"neither the paper's copying plateau ({said}) nor a drop (this profile is too short to "
+        "show either)",
     )
 
 
@@ -384,12 +209,11 @@ DROP_STEP_KEEPS = ("train.steps", "train.precision")
 def drop_step_claim(quantity: str, ours, reading: str, profile, spread=None) -> dict:
     """E1's drop step against the paper's (number rule; `spread`: over seeds), n/a naming the
     departures where `profile` departs in anything but `DROP_STEP_KEEPS`."""
-    from ..core.config import deviations
-
     moved = [d["key"] for d in deviations(profile, paper_profile()) if d["key"] not in DROP_STEP_KEEPS]
     na = (
         (
-            f"the drop step depends on the task, model and optimiser, and this profile departs from the paper's in "
+            "the drop step depends on the task, model and optimiser, and this profile departs from the "
+            "paper's in "
             f"{', '.join(moved)}; the scorecard's paper-setting column compares it"
         )
         if moved
@@ -443,7 +267,8 @@ def seed_spread(laptop: list[dict] | None) -> tuple[float, str] | None:
         return None
     rel = row["spread"] / row["ours"]
     return rel, (
-        f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one standard "
+        f"the laptop edition's relative seed spread of the drop step ({row['spread']:,.0f} steps, one "
+        "standard "
         f"deviation, over a mean of {row['ours']:,.0f}: {rel:.1%})"
     )
 
@@ -452,8 +277,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     """(row, why): an E1 row a GPU lease recorded, judged by today's rules: pre-shift rows read away
     from PAPER_PRE moved there from `recorded.curve()` (n/a by `pre_na` without it); a one-seed
     drop step judged with `seed_spread` and the rounding spread, or n/a without either."""
-    from .ch02_copying import pre_na
-
     new, why = dict(row), []
     if row["id"] != "E1":
         return row, []
@@ -462,7 +285,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
         if spread is not None:
             new["spread"] = spread[0] * row["ours"]
             new["reading"] = (
-                f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's one seed"
+                f"{row.get('reading', '')}; ± {new['spread']:,.0f} steps: {spread[1]}, for this setting's "
+                "one seed"
             )
             why.append(f"judged with {spread[1]}")
         if rounded is not None:
@@ -487,7 +311,8 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
             else:
                 new.update({k: today.get(k) for k in ("ours", "se", "reading")})
                 why.append(
-                    f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} there, "
+                    f"moved from step {pre:,} to the paper's pre step {PAPER_PRE:,}: {row['ours']:.4g} "
+                    "there, "
                     f"{today['ours']:.4g} here (the training curve's values at that step)"
                 )
     return new, why
@@ -525,7 +350,8 @@ def training_rows(
                 "E1",
                 PRE_L_OBS,
                 pre["L_obs"] / ours_lvl,
-                f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries (below "
+                f"{'copies' if pre['L_obs'] / ours_lvl < COPIES else 'does not copy'} the observed entries "
+                "(below "
                 f"{COPIES:g} counts)",
                 paper=PAPER[("E3", "pre L_obs")] / paper_lvl,
                 kind="direction",
@@ -543,21 +369,7 @@ def training_rows(
             drop_step_claim(
                 "drop step", drop, f"drop at step {drop:,}" if drop else "no drop in the run", profile
             ),
-            *(
-                []
-                if final_mask is None
-                else [
-                    claim(
-                        "E1",
-                        FINAL_RATIO,
-                        pre["L_mask"] / final_mask[0],
-                        f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
-                        paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")],
-                        kind="ratio",
-                        se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]),
-                    )
-                ]
-            ),
+            *final_ratio_rows(pre, final_mask),
             claim(
                 "E1",
                 PLATEAU_FALL,
@@ -565,7 +377,8 @@ def training_rows(
                 (
                     "no drop, or no plateau before it"
                     if shape is None
-                    else f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to within {SETTLE:g}x the final "
+                    else f"on the plateau from step {shape.start:,} to {shape.left:,}, fallen to "
+                    f"within {SETTLE:g}x the final "
                     f"level by step {shape.settled:,}"
                 )
                 + f"; sudden: > {ABRUPT:g} (the book's cut-off, as for E19)",
@@ -579,6 +392,23 @@ def training_rows(
 
 FINAL_L = "final L / (p_mask · E[X²]), last 10 % of steps"
 FINAL_RATIO = "pre-shift L_mask / final L_mask (how far the drop goes; final: last 10 % of steps)"
+
+
+def final_ratio_rows(pre: dict, final_mask: tuple[float, float] | None) -> list[dict]:
+    """E1's pre over final L_mask row (how far the drop goes), [] without `final_mask` (mean, s.e.)."""
+    if final_mask is None:
+        return []
+    return [
+        claim(
+            "E1",
+            FINAL_RATIO,
+            pre["L_mask"] / final_mask[0],
+            f"final L_mask {final_mask[0]:.3g} ± {final_mask[1]:.2g}",
+            paper=PAPER[("E3", "pre L_mask")] / PAPER[("E3", "post L_mask")],
+            kind="ratio",
+            se=ratio_se(pre["L_mask"], pre.get("L_mask_se", 0), final_mask[0], final_mask[1]),
+        )
+    ]
 
 
 def with_rounding(rows: list[dict], spreads: dict) -> list[dict]:
@@ -619,8 +449,6 @@ def e1_rows(ch: Chapter) -> list[dict]:
 def curve_rows(cfg, run, metrics: pd.DataFrame, end) -> list[dict]:
     """`e1_rows` from a run's training curve alone (the paper setting's lease runs): the pre step
     placed among the saves every `save_every` steps up to `end` (`RunEnd`)."""
-    import torch
-
     every = cfg.train.save_every
     saved = sorted({*range(every, end.step + 1, every), end.step})
     ran = metrics[metrics["step"] <= end.step]

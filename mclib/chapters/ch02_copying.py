@@ -12,6 +12,7 @@ rows and their sentences), scorecard_table, closing_glue.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import pandas as pd
 import torch
@@ -22,7 +23,6 @@ from ..analyses.loss_tables import (
     UNABLATED,
     ablation_table,
     all_heads,
-    lookup,
     loss_row,
     model_table,
     ratio_and_se,
@@ -32,13 +32,26 @@ from ..analyses.loss_tables import (
 from ..book.plots_base import closed
 from ..book.scorecard import claim as _row
 from ..book.scorecard import recorded_table
-from ..book.scorecard_rules import CLOSE, MARGINS, agreement, copy_levels, row_verdict
+from ..book.scorecard_rules import copy_levels, row_verdict
 from ..book.scorecard_stage import PAPER_PRE
-from ..book.scorecard_tables import percent, task_departures, verdict_counts, verdicts_text
+from ..book.scorecard_tables import task_departures, verdict_counts
 from ..book.spec import ChapterSpec
+from ..core.checkpoints import saved_steps
 from ..core.config import DataConfig
-from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, copies, window_mean
+from ..core.data import round2
+from ..core.metrics import COPIES, DROP_FRACTION, DROP_WINDOW, window_mean
 from ..core.paper import PAPER, PAPER_E2
+from .copying_rejudged import one_checkpoint, pre_na
+from .copying_text import (
+    copy_text,
+    e2_cause,
+    e2_ratio_text,
+    e2_swing,
+    e2_text,
+    e3_text,
+    e6_text,
+    pre_l_obs_text,
+)
 from .heads_plots import loss_bars, mask_value_curve, prediction_scatter
 from .loss_tables_shown import PAPER_COLUMNS, READING_NAMES, loss_figure, loss_styler, matching_reading_text
 
@@ -46,9 +59,9 @@ CHAPTER = "02_copying"
 
 E2_FILLS = (None, 0.44, -0.24)  # MASK, then the two values of Table 1
 E2_MATRICES = {"low-rank": None, "random": "random"}  # label -> dist (None: the profile's, of its rank)
-NO_EFFECT = 0.05  # E3: ablating every head changes L_mask by less than 5 %: attention plays no part
-# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the drop step
-# on the plateau: copying swings several-fold between saved steps, far beyond the standard error over matrices.
+# E2 is also read at up to E2_NEIGHBOURS saved checkpoints each side of pre, within E2_WINDOW times the
+# drop step on the plateau: copying swings several-fold between saved steps, far beyond the standard
+# error over matrices.
 E2_NEIGHBOURS = 2
 E2_WINDOW = 0.1
 
@@ -56,22 +69,9 @@ E2_WINDOW = 0.1
 def at_paper_pre(ch):
     """`ch` with its pre-shift model at the paper's pre step (PAPER_PRE) on the paper's task, where
     the run saved that checkpoint, so E2, E3 and E6 compare like with like; else `ch` unchanged."""
-    from dataclasses import replace
-
-    from ..core.checkpoints import saved_steps
-
     if task_departures(ch.cfg) or ch.steps.pre == PAPER_PRE or PAPER_PRE not in saved_steps(ch.run_dir):
         return ch
     return replace(ch, steps=replace(ch.steps, pre=PAPER_PRE), _models={})
-
-
-def pre_na(step: int, on_paper_task: bool) -> str | None:
-    """Why a row read at pre-shift `step` has no paper's number to compare with, or None. On the
-    paper's task only PAPER_PRE compares (a copier's losses still fall along the plateau); on
-    another task the placed pre step is the analogue."""
-    if not on_paper_task or step == PAPER_PRE:
-        return None
-    return f"read at step {step:,}, not at the paper's pre step {PAPER_PRE:,}, where no checkpoint was read"
 
 
 # The glued sentences that state a row's verdict, by the experiment they speak for: the paper
@@ -99,31 +99,6 @@ def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
     return new, []
 
 
-def one_checkpoint(row: dict, pre: int, laptop: list[dict] | None) -> tuple[dict, list[str]]:
-    """(row, why) for an E2 row read at one checkpoint `pre`: its reading says so, and its span is
-    the laptop's same row's checkpoint range as factors of its mean, carried to ours; only the words
-    change when the laptop's row is unknown."""
-    said = f"read at one checkpoint (step {pre:,}), where the laptop edition reads E2 over the plateau's"
-    twin = next(
-        (
-            r
-            for r in laptop or []
-            if (r["id"], r["quantity"]) == ("E2", row["quantity"]) and r.get("span") and r.get("ours")
-        ),
-        None,
-    )
-    new = {**row, "reading": f"{row.get('reading', '')}; {said}".lstrip("; ")}
-    if twin is None or not row.get("ours"):
-        return new, [f"{said}; the laptop's spread over them not known here"]
-    lo, hi = (row["ours"] * v / twin["ours"] for v in twin["span"])
-    new["span"] = (lo, hi)
-    new["reading"] += (
-        f"; the laptop's checkpoints lay {twin['span'][0] / twin['ours']:.2g}-"
-        f"{twin['span'][1] / twin['ours']:.2g}x their mean, carried to this one: {lo:.3g}-{hi:.3g}"
-    )
-    return new, [f"{said}: judged over the laptop's spread at one checkpoint"]
-
-
 def settings_table(ch):
     """The run, the pre-shift checkpoint and the sample sizes, as a styled table."""
     A = ch.cfg.analysis
@@ -134,7 +109,8 @@ def settings_table(ch):
                 "value": [
                     ch.where,
                     f"step {ch.steps.pre:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.pre)})",
-                    f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for the headline, E3 and E6, {A.eval_matrices} for the scatter",
+                    f"fresh matrices, seed {A.seed}: {A.copy_matrices} for E2, {A.headline_matrices:,} for "
+                    f"the headline, E3 and E6, {A.eval_matrices} for the scatter",
                 ],
             }
         )
@@ -191,8 +167,6 @@ def copy_check(
     """E2: every masked token replaced by the token of m (None: MASK, m = 0). One row per
     (matrices, m): L'_mask (mean (X̂ − m)² over masked entries) ± s.e., L_obs, L_mask, mask_value;
     the same matrices and masks for every m of one kind."""
-    from ..core.data import round2
-
     rows = []
     for label, dist in matrices.items():
         for value in fills:
@@ -350,12 +324,9 @@ def e3_e6_shown(ch, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[object, dict]:
 # --- the scorecard ---------------------------------------------------------------------------
 
 
-def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
-    """(glue, rows): scale-free rows: E2 each over its kind's E[X²] (ratio rule; the reading says
-    whether below COPIES), E3 ablated / unablated L_mask and L_obs, E6 pre with post's QKV (L_mask
-    / E[X²]; L_obs over pre's). glue: e3_match, e6_text, e2_ratio_text."""
-    levels = copy_levels(ch.cfg.data.rank)
-    na = pre_na(ch.steps.pre, not task_departures(ch.cfg))
+def e2_rows(e2: pd.DataFrame, levels: dict, na: str | None) -> list[dict]:
+    """E2's rows, each over its kind's E[X²] (ratio rule; the reading says whether below COPIES),
+    read at pre or, where the table has them, over the plateau's checkpoints around it."""
     rows = []
     for r in e2.to_dict("records"):
         ours_lvl, paper_lvl = levels[r["matrices"]]
@@ -374,7 +345,9 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             several = not pd.isna(r.get(f"{q}_spread", float("nan")))
             if not several:  # pre alone: its value, its standard error over matrices
                 ours, how = at_pre, f"{at_pre / p:.2g}× the paper's ± {se / p:.2g}"
-            else:  # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to highest
+            else:
+                # the mean over the plateau's checkpoints around pre; the verdict reads their lowest to
+                # highest
                 ours = r[f"{q}_mean"] / ours_lvl
                 how = (
                     f"{ours / p:.2g}× the paper's, the mean of the checkpoints around pre (pre alone "
@@ -400,7 +373,13 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
                     else "",
                 }
             )
-    glue_e2 = e2_ratio_text(rows)
+    return rows
+
+
+def e3_rows(e3: pd.DataFrame, na: str | None) -> tuple[list[dict], list[str]]:
+    """(rows, verdicts): E3's ablated / unablated L_mask and L_obs at pre, by each reading; the
+    verdicts of its L_mask rows."""
+    rows = []
     verdicts = []
     for mode in ("uniform", "batch_mean"):
         for q in ("L_mask", "L_obs"):
@@ -420,6 +399,19 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
             )
             if q == "L_mask":
                 verdicts.append(row_verdict(rows[-1]))
+    return rows, verdicts
+
+
+def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[dict, list[dict]]:
+    """(glue, rows): scale-free rows: E2 each over its kind's E[X²] (ratio rule; the reading says
+    whether below COPIES), E3 ablated / unablated L_mask and L_obs, E6 pre with post's QKV (L_mask
+    / E[X²]; L_obs over pre's). glue: e3_match, e6_text, e2_ratio_text."""
+    levels = copy_levels(ch.cfg.data.rank)
+    na = pre_na(ch.steps.pre, not task_departures(ch.cfg))
+    rows = e2_rows(e2, levels, na)
+    glue_e2 = e2_ratio_text(rows)
+    ablated, verdicts = e3_rows(e3, na)
+    rows += ablated
     level, paper_level = levels["low-rank"]
     sw = {q: value_and_se(e6, q, model="pre with post's QKV") for q in ("L_mask", "L_obs")}
     rows.append(
@@ -454,128 +446,7 @@ def readings(ch, e2: pd.DataFrame, e3: pd.DataFrame, e6: pd.DataFrame) -> tuple[
     return glue, rows
 
 
-def e2_swing(steps: str, low: float, high: float) -> str:
-    """ "the checkpoints of steps 2,000-5,000 run from 0.9 to 9.5× the paper's" (low, high: over the paper's)."""
-    return f"the checkpoints of steps {steps} run from {low:.2g} to {high:.2g}× the paper's"
-
-
-def e2_cause(verdict: str, steps: str, low: float, high: float) -> str:
-    """Why an E2 row read over the plateau's checkpoints is close or differs: its checkpoints' range
-    (low, high: over the paper's) beside the band of the paper's value."""
-    swing = e2_swing(steps, low, high)
-    band = f"within a factor {1 + MARGINS['ratio']:g} of it"
-    if verdict == CLOSE:
-        return (
-            f"copying on the plateau swings from one saved step to the next ({swing}): that range reaches both "
-            f"{band} and beyond it, so one checkpoint of the paper's cannot be placed"
-        )
-    return f"every checkpoint on the plateau lies beyond {band} ({swing}); not traced further"
-
-
-def e2_ratio_text(rows: list[dict]) -> str:
-    """The sentence on E2's rows against the paper's numbers (ratio rule): their range of ours over
-    the paper's and how many say each verdict."""
-    if rows and rows[0].get("na"):
-        return f"E2 has nothing to compare here ({rows[0]['na']})"
-    ratios = [r["ours"] / r["paper"] for r in rows]
-    several = any(r.get("span") is not None for r in rows)
-    ours = (
-        "the lowest to the highest reading of the plateau's checkpoints around the pre step, each ± two standard "
-        "errors, since one checkpoint's copying swings by several times from one saved step to the next"
-        if several
-        else "our value ± two standard errors"
-    )
-    return (
-        f"Set against the paper's numbers themselves (ratio rule: within a factor {1 + MARGINS['ratio']:g}, {ours}), "
-        f"ours run from {min(ratios):.2g} to {max(ratios):.2g} times the paper's: "
-        + verdicts_text(row_verdict(r) for r in rows)
-    )
-
-
 # --- What we found -----------------------------------------------------------------------------
-
-
-def copy_text(base: dict, level: float) -> str:
-    """Whether the pre model copies (`mclib.core.metrics.copies`), and if not, why not."""
-    if copies(base["L_obs"], base["L_mask"], level):
-        return "copies: the observed entries come back almost exactly and the masked ones stay near 0"
-    return (
-        "does not behave like a copying model: "
-        + ("L_obs is not small" if base["L_obs"] >= COPIES * level else "L_mask is far from E[X²]")
-        + ", so the checks below test a model that is not on the plateau the paper describes"
-    )
-
-
-def pre_l_obs_text(curve: float, fresh: float, paper: float, *, step: int, window: int) -> str:
-    """The sentence placing the paper's pre-shift L_obs (E3, one checkpoint on fresh matrices) between
-    this chapter's `fresh` reading at `step` and E1's `curve` (the mean of the `window` training
-    batches ending there), each over E[X²], and which lie below COPIES."""
-    side = "below" if curve < fresh else "above"
-    both = (
-        "both lie below"
-        if max(curve, fresh) < COPIES
-        else "only the curve's lies below"
-        if curve < COPIES
-        else "only this chapter's lies below"
-        if fresh < COPIES
-        else "neither lies below"
-    )
-    return (
-        f"The paper's pre-shift L_obs, {paper:.2g}·E[X²] (its E3, at step {PAPER_PRE:,}), is one checkpoint's "
-        f"reading on fresh matrices, the kind this chapter makes ({fresh:.2g}·E[X²] at step {step:,}); the "
-        f"training chapter's E1 row sets it beside the training curve instead, {curve:.2g}·E[X²] at the same step, "
-        f"{max(curve, fresh) / min(curve, fresh):.2g}× {side} this chapter's, because the curve is the mean over "
-        f"the {window} training batches ending there, each scored by the model of its own step as it trained, "
-        f"while one checkpoint on fresh matrices sees a single step of copying that swings from step to step "
-        f"({both} {COPIES:g}·E[X²], the copying criterion E1's row is judged by)"
-    )
-
-
-def e2_text(e2: pd.DataFrame, level: float) -> str:
-    """Whether every L'_mask lies below COPIES·E[X²]: the model outputs the value it reads."""
-    lp = e2["L'_mask"]
-    if lp.max() < COPIES * level:
-        return (
-            f"outputs the value whose token it reads: L'_mask stays between {lp.min():.1e} and {lp.max():.1e}"
-        )
-    return f"does not simply output the value whose token it reads: L'_mask reaches {lp.max():.1e}"
-
-
-def e3_text(e3: pd.DataFrame) -> str:
-    """Whether ablating every head changes the pre model's L_mask by NO_EFFECT or more, with the
-    paper's numbers (agreement is `e3_match`)."""
-    un, ab_u, ab_b = (
-        lookup(e3, "L_mask", ablated=a, reading=r)
-        for a, r in [("none", "—"), ("all heads", "uniform"), ("all heads", "batch_mean")]
-    )
-    change = max(abs(ab_u - un), abs(ab_b - un)) / un
-    paper = f"the paper: {PAPER[('E3', 'pre L_mask')]} → {PAPER[('E3', 'pre ablated L_mask')]}"
-    if change < NO_EFFECT:
-        by = percent(change)  # "less than 0.05%" where the change rounds to 0.0%
-        return (
-            f"changes L_mask by {by if by.startswith('less') else 'at most ' + by} ({un:.4f} → {ab_u:.4f} uniform, "
-            f"{ab_b:.4f} batch mean; {paper}): attention plays no part in what the model does here"
-        )
-    return (
-        f"changes L_mask by {change:.0%} ({un:.4f} → {ab_u:.4f} uniform, {ab_b:.4f} batch mean; {paper}): "
-        "this model's attention already matters"
-    )
-
-
-def e6_text(e6: pd.DataFrame, level: float, paper_rel: float, verdict: str) -> str:
-    """Whether post's Q, K, V make the pre model complete (L_mask below DROP_FRACTION·E[X²]), worded
-    by `verdict` of the E6 L_mask row (paper value `paper_rel`)."""
-    sw = e6.set_index("model").loc["pre with post's QKV"]
-    what = (
-        "does not let it complete the matrix"
-        if sw.L_mask > DROP_FRACTION * level
-        else "lets it complete the matrix in part, so here the attention weights carry much of what the drop learns"
-    )
-    return (
-        f"{what}: L_mask is {sw.L_mask:.3f}, {sw.L_mask / level:.3g} E[X²], {agreement(verdict)} "
-        f"({paper_rel:.3g} E[X²] on its own task, number rule), and L_obs {sw.L_obs:.1e} (the paper: "
-        f"{PAPER[('E6', 'post-QKV into pre L_obs')]:.0e})"
-    )
 
 
 def scorecard_table(ch, rows: list[dict]):

@@ -30,6 +30,7 @@ from ..analyses.heads import (
     masked_lines,
     pick_heads,
 )
+from ..analyses.heads import e10_masks as e10_masks
 from ..analyses.loss_tables import head_name, lookup, permutation_errors
 from ..analyses.probes import best_probe_layers
 from ..book.plots_base import closed
@@ -42,30 +43,21 @@ from ..book.spec import ChapterSpec
 from ..core.metrics import DROP_FRACTION, LOSS_NAMES
 from ..core.paper import PAPER
 from .heads_plots import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
-from .heads_readings import (
-    E4_CHOICE,
-    E4_EARLIER,
-    E8_SOURCE,
-    PROBED,
-    PROBED_MODEL,
-    e3_rows,
-    e4_na,
-    e4_rows,
-    e5_rows,
-    e6_e7_rows,
-    e8_rows,
-    e9_rows,
-    e11_claim,
-    e11_rows,
-)
+from .heads_readings import MOSTLY, e3_rows, e4_rows, e5_rows, e6_e7_rows, e8_rows, e9_rows, e11_rows
+from .heads_rejudged import pre_read, rejudged, restated, rule_of
+from .heads_tables import CHAPTER, E6_MODEL, PAPER_MASK, PROGRESS_MATRICES, Heads, Structured
 
-# what the notebook calls through this module, computed there (e10_masks too, from mclib.analyses.heads)
-from .heads_tables import E6_MODEL, PAPER_MASK, PROGRESS_MATRICES, Heads, Structured
+# what the notebook calls through this module, computed there (`x as x`: re-exported; e10_masks
+# too, from mclib.analyses.heads)
+from .heads_tables import ablation_at_post as ablation_at_post
+from .heads_tables import e6_e7_tables as e6_e7_tables
+from .heads_tables import e8_table as e8_table
+from .heads_tables import e9_heads as e9_heads
+from .heads_tables import e10_heads as e10_heads
+from .heads_tables import post_losses as post_losses
+from .heads_tables import probe_table as probe_table
+from .heads_tables import progress_table as progress_table
 from .loss_tables_shown import PAPER_COLUMNS, PAPER_LEVEL, READINGS, loss_figure, loss_styler
-
-CHAPTER = "03_heads"
-
-MOSTLY = 0.5  # E10: a head that attends to an entry puts most of its attention there
 
 
 def completes(base: dict, level: float) -> bool:
@@ -82,8 +74,10 @@ def settings_table(ch, base: dict):
                 "setting": ["run", "post-shift checkpoint", "pre-shift checkpoint", "evaluation"],
                 "value": [
                     ch.where,
-                    f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} ({ch.relative_to_drop(ch.steps.post)}); "
-                    f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} matrices)",
+                    f"step {ch.steps.post:,} of {ch.cfg.train.steps:,} "
+                    f"({ch.relative_to_drop(ch.steps.post)}); "
+                    f"L_mask {base['L_mask']:.3g} ± {base['L_mask_se']:.2g} ({A.headline_matrices:,} "
+                    "matrices)",
                     f"step {ch.steps.pre:,}",
                     f"fresh matrices, seed {A.seed}: {A.headline_matrices:,} for every loss (the headline, "
                     f"E3–E8), {A.eval_matrices} for the attention maps (E9, E10)",
@@ -422,23 +416,6 @@ def readings(ch, r: Results) -> tuple[dict, list[dict]]:
     return glue, pre_read(rows, ch.steps.pre, not task_departures(ch.cfg))
 
 
-# The rows of this chapter that read the pre-shift checkpoint: E6's post model with its QKV, E9's
-# structure before the drop. On the paper's task they compare with the paper only at its pre step.
-PRE_READ = (("E6", "post with pre's QKV / post: L_obs"), ("E9", "largest excess of any head, pre-shift"))
-
-
-def pre_read(rows: list[dict], pre: int, on_paper_task: bool) -> list[dict]:
-    """`rows` with the `PRE_READ` rows n/a where the pre-shift checkpoint is not the paper's pre
-    step on the paper's task (`ch02_copying.pre_na`)."""
-    from .ch02_copying import pre_na
-
-    na = pre_na(pre, on_paper_task)
-    return [
-        {**r, "na": na} if na and (r["id"], r["quantity"]) in PRE_READ and not r.get("na") else r
-        for r in rows
-    ]
-
-
 def scorecard_table(ch, rows: list[dict]):
     """Records `rows` in the run's scorecard; returns them with their verdicts, styled."""
     return recorded_table(ch.run_dir, rows, CHAPTER)
@@ -500,81 +477,9 @@ def e10_kind_rows(s: Structured) -> list[dict]:
 
 # --- what a GPU lease re-judges by (mclib.lease.reference, mclib.lease.part) --------------------
 
-# The glued sentences that state a row's verdict, by the experiment they speak for (`mclib.lease.part.restate`).
+# The glued sentences that state a row's verdict, by the experiment they speak for
+# (`mclib.lease.part.restate`).
 SPEAKS_FOR = {"e3_match": "E3", "e4_text": "E4", "e8_text": "E8", "e10_rows_text": "E10", "e11_text": "E11"}
-
-
-def restated(name: str, text: str, rows: list[dict]) -> str | None:
-    """The lease's glued sentence `name` reworded from its re-judged `rows` (E11's claim, by
-    `e11_claim`), or None when nothing is reworded."""
-    if name != "e11_text":
-        return None
-    row = next((r for r in rows if r["id"] == "E11" and r["quantity"].startswith("row probe")), None)
-    head, sep, _ = text.partition(" A linear probe ")
-    if row is None or row.get("ours") is None or not sep:
-        return None
-    return f"{head} {e11_claim(row['verdict'], float(row['ours']))}"
-
-
-def rejudged(row: dict, recorded) -> tuple[dict, list[str]]:
-    """(row, why): a row a GPU lease recorded, judged by today's rules (`mclib.lease.reference.rejudge`):
-    E4 n/a under an earlier choice of heads (`E4_EARLIER`) or by `e4_na`; E8's every-layer row
-    without the paper's value; E11 naming `PROBED_MODEL`; `PRE_READ` rows by `pre_read`."""
-    import re
-
-    new, why = dict(row), []
-    if row["id"] == "E4":
-        reading = row.get("reading", "")
-        m = re.search(re.escape(E4_CHOICE) + r": (\d+) ", reading)
-        na = (
-            E4_EARLIER
-            if E4_CHOICE not in reading
-            else e4_na(int(m.group(1)))
-            if m
-            else "the row does not say how many heads it ablated"
-        )
-        if na:
-            new["na"] = na
-    if row["id"] == "E8" and row["quantity"].startswith("every layer") and row.get("paper") is not None:
-        new["paper"] = None
-        why.append(f"the paper's value moved to the last-layer rows ({E8_SOURCE})")
-    if row["id"] == "E11" and "12-layer, 12-head" not in row.get("reading", ""):
-        new["reading"] = f"{row.get('reading', '')}; {PROBED_MODEL}"
-    if (row["id"], row["quantity"]) in PRE_READ and row.get("chapter") == CHAPTER and not row.get("na"):
-        glued = (recorded.glued(CHAPTER, "pre_step") or "").replace(",", "")
-        pre = int(glued) if glued.isdigit() else None if recorded.steps is None else recorded.steps.pre
-        new = (
-            pre_read([new], pre, True)[0]
-            if pre is not None
-            else {**new, "na": "no pre-shift checkpoint could be placed in the run"}
-        )
-    return new, why
-
-
-def rule_of(row: dict) -> dict:
-    """The rule fields (`scorecard.RULE_FIELDS`) this chapter's rows are judged by, for a row
-    recorded without them; {} for a row not its own."""
-    import re
-
-    i, q = row["id"], row["quantity"]
-    if i == "E5":
-        return {"reference": 1.0, "sense": "above"}
-    if i == "E9" and "excess" in q and "/ drop step" not in q:
-        return {
-            "reference": STRUCTURE_THRESHOLD,
-            "sense": "below" if "pre-shift" in q else "above",
-            "margin": CUT,
-        }
-    if i == "E10" and q.startswith("structured mask: the best head's mass"):
-        return {"reference": MOSTLY, "sense": "above", "margin": CUT}
-    if i == "E10":
-        said = re.search(r"\b(above|below) ([-+\d.e]+) counts", row.get("reading", ""))
-        return {"reference": float(said.group(2)), "sense": said.group(1), "margin": CUT} if said else {}
-    if i == "E11":
-        if q.startswith("value probe"):
-            return {"reference": 1.0, "sense": "below", "margin": CUT}
-        return {"reference": PROBED, "sense": "above" if q.startswith("singular") else "below", "margin": CUT}
-    return {}
 
 
 # --- What we found -----------------------------------------------------------------------------
@@ -585,7 +490,8 @@ def phase_text(base: dict, level: float, at=None) -> str:
     comparisons below, worded by the run's stage `at` (a cut run's are provisional)."""
     if completes(base, level):
         return (
-            f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} for a "
+            f"the model completes the matrix: L_mask is {base['L_mask']:.3g}, against E[X²] = {level:.3f} "
+            "for a "
             "copying model; "
             + (
                 at.comparisons
@@ -594,7 +500,8 @@ def phase_text(base: dict, level: float, at=None) -> str:
             )
         )
     return (
-        f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = {level:.3f}. "
+        f"the model does not complete the matrix yet: L_mask is {base['L_mask']:.3g}, near E[X²] = "
+        f"{level:.3f}. "
         "Every comparison below therefore sets a model without the drop against the paper's model after it, "
         "and differences are expected"
     )

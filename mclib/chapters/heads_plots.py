@@ -4,7 +4,10 @@ value, loss bars, attention maps, head labels, progress lines and probes."""
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Rectangle
 
 from ..book.plots_base import _without_grid
 
@@ -22,8 +25,6 @@ def prediction_scatter(
 ) -> plt.Figure:
     """X̂ against X at observed (left) and masked (right) entries; x, pred, mask `[batch, n, n]`.
     A copying model sits on the diagonal on the left and on the line X̂ = 0 on the right."""
-    import numpy as np
-
     x, pred, mask = (np.asarray(a).reshape(-1) for a in (x, pred, mask))
     rng = np.random.default_rng(seed)
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.8), sharex=True, sharey=True)
@@ -91,8 +92,6 @@ def loss_bars(
     one or one per label) ours are divided by it and the paper's by `paper_level` (default
     `level`), so 1, dotted, is copying on either task; without it, `reference` = (value, name)
     draws a dotted line."""
-    import numpy as np
-
     n = len(labels)
     per_label = lambda x: np.broadcast_to(np.asarray(np.nan if x is None else x, dtype=float), (n,))
     ours_lvl = per_label(level) if level is not None else np.ones(n)
@@ -174,9 +173,6 @@ def attention_grid(
     separated by thin lines. query_bands: [(first, last)] query positions outlined; key_marks and
     query_marks: positions marked with a triangle above or on the left; titles: one per panel
     ([rows][cols]), else col_labels over the top row."""
-    import numpy as np
-    from matplotlib.patches import Rectangle
-
     maps = np.asarray(maps, dtype=float)
     if maps.ndim != 4:
         raise ValueError(f"maps has shape {maps.shape}, expected [rows, cols, query, key]")
@@ -218,9 +214,6 @@ def attention_grid(
 def head_label_heatmap(labels: pd.Series, title: str = "Head labels") -> plt.Figure:
     """Layer × head grid coloured by label (`labels` indexed by 0-indexed (layer, head));
     shown 1-indexed, as in the paper."""
-    import numpy as np
-    from matplotlib.colors import ListedColormap
-
     names = list(LABEL_COLORS)
     layers = sorted({l for l, _ in labels.index})
     heads = sorted({h for _, h in labels.index})

@@ -22,6 +22,7 @@ from .heads_tables import E4_SET, E6_MODEL
 from .loss_tables_shown import READING_NAMES, SHORT, matching_reading_text
 
 PROBED = 0.5  # E11: a probe "recovers" its target when it explains at least half its variance
+MOSTLY = 0.5  # E10: a head that attends to an entry puts most of its attention there
 
 
 def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], what: str) -> str:
@@ -154,7 +155,8 @@ def e4_choice(n_heads: int, total: int | None, which: str) -> str:
     return (
         f"{E4_CHOICE}: {e4_heads(n_heads, total)}"
         + (f" ({which})" if which else "")
-        + f", {than} the paper's {paper_count}; all of them, as the paper's {paper_count} are all the heads it could "
+        + f", {than} the paper's {paper_count}; all of them, as the paper's {paper_count} are all the "
+        "heads it could "
         "not interpret, and not a count of the least structured, which passes almost whatever the model does"
     )
 
@@ -168,7 +170,10 @@ def e4_cause(n_heads: int, total: int | None) -> str:
         if n_heads > paper
         else "no more heads than the paper's"
     )
-    return f"{n_heads}{of} heads are unlabelled here against the paper's {paper} of 32: {more}; not traced further"
+    return (
+        f"{n_heads}{of} heads are unlabelled here against the paper's {paper} of 32: {more}; not "
+        "traced further"
+    )
 
 
 def e4_rows(abl: pd.DataFrame) -> tuple[dict, list[dict]]:
@@ -248,10 +253,14 @@ def e5_rows(abl: pd.DataFrame, groups: dict) -> tuple[dict, list[dict]]:
                 f"{lab} heads: " + ", ".join(f"{ratio:.3g}× ({m.replace('_', '-')})" for m, ratio in said)
             )
     text = (
-        "the two readings test different claims. The uniform reading replaces a head's whole pattern, its fixed "
-        "positional part included, so it tests whether the group's attention pattern matters at all. The batch "
-        "mean keeps what every input shares: a head that always attends along the query's row or column has about "
-        "the same map on every input, so its batch mean is that map and ablating it changes little; this reading "
+        "the two readings test different claims. The uniform reading replaces a head's whole pattern, its "
+        "fixed "
+        "positional part included, so it tests whether the group's attention pattern matters at all. The "
+        "batch "
+        "mean keeps what every input shares: a head that always attends along the query's row or column has "
+        "about "
+        "the same map on every input, so its batch mean is that map and ablating it changes little; this "
+        "reading "
         "tests only the input-dependent part of the attention. L_mask, ablated over unablated: "
         + ("; ".join(parts) if parts else "every group of our labels is empty in this run")
     )
@@ -315,14 +324,19 @@ def e6_e7_rows(e67: pd.DataFrame, perm: pd.DataFrame, levels: tuple[float, float
 # last of the 4 layers only, of the checkpoint at epoch 49999 (src/configs/patch.yaml): its 0.014 is
 # the last-layer reading, the headline here; the text's every-layer reading is ours.
 E8_SOURCE = "the authors' src/patch.py patches only the last layer (patch_mask[3] of 4), at step 49 999"
-# Why the last-layer rows may differ: the paper's number may not be that reading. Its 0.014 lies within its own
-# unpatched post L_mask (E3's 0.0128, E4's 0.01428), which is what patching every layer gives by construction.
+# Why the last-layer rows may differ: the paper's number may not be that reading. Its 0.014 lies within
+# its own unpatched post L_mask (E3's 0.0128, E4's 0.01428), which is what patching every layer gives by
+# construction.
 E8_OPEN = (
-    f"it lies within the paper's own unpatched L_mask ({PAPER[('E3', 'post L_mask')]:g}-{PAPER[('E4', 'L_mask')]:g}), "
+    "it lies within the paper's own unpatched L_mask "
+    f"({PAPER[('E3', 'post L_mask')]:g}-{PAPER[('E4', 'L_mask')]:g}), "
     "which patching every layer gives by construction, while its released code patches the last layer only, "
     "as here"
 )
-E8_CAUSE = f"which reading the paper's {PAPER[('E8', 'masked MSE to X')]:g} is cannot be settled from the paper: {E8_OPEN}"
+E8_CAUSE = (
+    f"which reading the paper's {PAPER[('E8', 'masked MSE to X')]:g} is cannot be settled from "
+    f"the paper: {E8_OPEN}"
+)
 
 
 def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) -> tuple[dict, list[dict]]:
@@ -361,15 +375,22 @@ def e8_rows(e8: pd.DataFrame, abl: pd.DataFrame, levels: tuple[float, float]) ->
     ]
     said = agreement(row_verdict(rows[0]))
     text = (
-        f"The reading the authors' code runs: {E8_SOURCE} (github.com/pulkitgopalani/tf-matcomp, src/patch.py and "
+        f"The reading the authors' code runs: {E8_SOURCE} (github.com/pulkitgopalani/tf-matcomp, "
+        "src/patch.py and "
         "src/configs/patch.yaml). Whether the paper's 0.014 comes from it is open: "
         f"{E8_OPEN}. With the last layer patched, our masked MSE to X is "
-        f"{x_last:.3g} ({x_last / level:.3g} E[X²], against the paper's {PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} "
-        f"E[X²]), {said}, and to −X {nx_last:.3g} ({nx_last / level:.3g} E[X²], where 4 means an output of exactly X). "
-        f"The paper's text patches every layer; that reading is ours alone: the masked MSE to X is then {x_all:.4g}, "
-        f"and the unpatched L_mask on the same matrices is {un[0]:.4g}, the same number, as it has to be. At a masked "
-        "position the input is the MASK token and the position, the same for X and −X; once every layer's attention "
-        "output there comes from the run on X, the masked positions' states are those of the run on X, whatever the "
+        f"{x_last:.3g} ({x_last / level:.3g} E[X²], against the paper's "
+        f"{PAPER[('E8', 'masked MSE to X')] / paper_level:.3g} "
+        f"E[X²]), {said}, and to −X {nx_last:.3g} ({nx_last / level:.3g} E[X²], where 4 means an output of "
+        "exactly X). "
+        "The paper's text patches every layer; that reading is ours alone: the masked MSE to X is then "
+        f"{x_all:.4g}, "
+        f"and the unpatched L_mask on the same matrices is {un[0]:.4g}, the same number, as it has to be. At "
+        "a masked "
+        "position the input is the MASK token and the position, the same for X and −X; once every layer's "
+        "attention "
+        "output there comes from the run on X, the masked positions' states are those of the run on X, "
+        "whatever the "
         "observed entries say, so that reading cannot fail"
     )
     return {"e8_text": text}, rows
@@ -503,7 +524,8 @@ def e11_claim(verdict: str, rel: float) -> str:
     cut = f"more than {1 - PROBED:.0%} of its variance explained, the book's cut-off"
     if verdict == "differs":
         found = (
-            f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden states, "
+            f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden "
+            "states, "
             "but only in part"
             if 0 < 1 - rel
             else "it explains none of it: the row is not linearly present "
@@ -511,5 +533,11 @@ def e11_claim(verdict: str, rel: float) -> str:
         )
         return f"A linear probe does not recover the row here ({cut}), {agreement(verdict)}: {found}"
     if verdict == "same direction":
-        return f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), {agreement(verdict)}"
-    return f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): {agreement(verdict)}"
+        return (
+            f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), "
+            f"{agreement(verdict)}"
+        )
+    return (
+        f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): "
+        f"{agreement(verdict)}"
+    )

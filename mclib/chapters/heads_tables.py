@@ -29,6 +29,7 @@ from ..analyses.loss_tables import ablation_table, all_heads, loss_row, model_ta
 from ..analyses.probes import probe_layers, probe_sets
 from ..core.paper import PAPER
 
+CHAPTER = "03_heads"  # the chapter these tables serve (mclib.chapters.ch03_heads)
 PERMUTATIONS = 5  # E7: permutations of the position embeddings, reported by their mean
 PROGRESS_MATRICES = 64  # the fixed batch of the maps over training (every saved checkpoint reads it)
 
