@@ -1,8 +1,9 @@
 """The smoke book as a reader's browser loads it: scripts/check_book_html.py opens pages in
 headless Chromium and fails on any request to another host, any local 404 and any <img>
 whose file is missing, and (--tables) on any table that overflows at a laptop's window.
-Here: the built book passes, and a page broken on purpose fails, naming its problems. Needs Debian's `chromium` (apt-get install -y chromium); skipped
-without it. The book is the test run's smoke build (conftest.py); a few seconds a page."""
+Here: the built book passes, and a page broken on purpose fails, naming its problems. Needs
+Debian's `chromium` (apt-get install -y chromium); skipped without it. The book is the test
+run's smoke build (conftest.py); a few seconds a page."""
 
 import shutil
 import subprocess
