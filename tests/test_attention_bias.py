@@ -33,7 +33,8 @@ def test_key_sets_partition_the_keys_of_every_query():
     assert rc.sum(1).tolist() == [2 * (n - 1)] * n * n and other.sum(1).tolist() == [(n - 1) ** 2] * n * n
     assert not (rc & other).any() and not (rc & keys["self"]).any() and not (other & keys["self"]).any()
     assert (rc | other | keys["self"]).all()
-    # position 7 of a 5x5 matrix is row 1, column 2: its row keys are 5, 6, 8, 9, its column keys 2, 12, 17, 22
+    # position 7 of a 5x5 matrix is row 1, column 2: its
+    # row keys are 5, 6, 8, 9, its column keys 2, 12, 17, 22
     assert rc[7].nonzero().flatten().tolist() == [2, 5, 6, 8, 9, 12, 17, 22]
     with pytest.raises(ValueError, match="'diagonal' is not one of row_col, other"):
         bias_keys(n, "diagonal")
@@ -94,7 +95,8 @@ def test_the_bias_changes_training(smoke_profile, target):
 
 @pytest.mark.slow  # seconds: left to the slow tier, so the fast tier stays quick
 def test_the_compiled_step_applies_the_bias_too(smoke_profile):
-    """The cpu profile trains with train.compile: true: the compiled model applies the bias as the eager one does."""
+    """The cpu profile trains with train.compile: true: the compiled model applies the bias as the
+    eager one does."""
     p = smoke_profile.replace(**{"model.attn_bias": 2.0})
     ref = step_function(p.replace(**{"train.compile": False}), torch.device("cpu"))
     comp = step_function(p.replace(**{"train.compile": True}), torch.device("cpu"))

@@ -808,7 +808,8 @@ def test_the_progress_line_says_each_run_s_step_and_the_training_left(tmp_path, 
 
 
 def test_the_training_left_is_at_most_while_a_run_may_end_sooner_by_its_rule(tmp_path):
-    """Every E15 run converges by its rule; another run does where the profile says so; an ended run does not."""
+    """Every E15 run converges by its rule; another run does where the profile says so; an ended
+    run does not."""
     cfg = load_profile(profile_path("smoke"))
     run = tmp_path / "smoke-seed1"
     assert runner_progress.sooner({"E15 mlp": run / "freeze" / "mlp"}, cfg)

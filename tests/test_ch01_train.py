@@ -124,7 +124,8 @@ def _fake(ended, step=14000, slope=None, place="drop"):
 
 def test_end_sentence_says_whether_the_rule_or_the_cap_ended_training():
     assert C.end_sentence(_fake("cap", slope=(-0.119, 0.035))) == (
-        "Training ended at the cap, before the profile's rule fired: the run reached the cap of 14,000 steps while "
+        "Training ended at the cap, before the profile's rule "
+        "fired: the run reached the cap of 14,000 steps while "
         "L_mask still changed by -11.9% ± 3.5% per 1,000 steps over its last 2,000."
     )
     assert C.end_sentence(_fake("converged", 12000)).startswith("Training ended by the profile's rule")
@@ -283,7 +284,8 @@ def test_the_analysis_checkpoints_are_one_download_each_a_folder_with_its_model_
     )
     assert (book_run / "profile.yaml").read_text().strip() in card and "CITATION.cff" in card
     assert "pre-shift: on the copying plateau" in (folder / "step_000020" / "README.md").read_text()
-    # the header (huggingface_hub's ModelCard): profile, seed, step, the weights' sha256, L_mask on fresh matrices
+    # the header (huggingface_hub's ModelCard): profile, seed,
+    # step, the weights' sha256, L_mask on fresh matrices
     data = ModelCard.load(folder / "step_000030" / "README.md").data
     assert data.mclib["profile"] == "smoke" and data.mclib["seed"] == 1 and data.mclib["step"] == 30
     weights = (folder / "step_000030" / "model.safetensors").read_bytes()

@@ -67,7 +67,8 @@ def test_scorecard_rows_are_scale_free_and_can_fail(tmp_path, tables, ch):
         _verdict(tmp_path, {**judged, "ours": 1.1 * judged["paper"], "se": 0.01 * judged["paper"]})
         == "matches"
     )
-    # the smoke profile trains the paper's task and reads another pre step than the paper's 4 000: n/a, saying why
+    # the smoke profile trains the paper's task and reads
+    # another pre step than the paper's 4 000: n/a, saying why
     assert all(_verdict(tmp_path, r) == "n/a" for r in rows if r["id"] in ("E2", "E3", "E6"))
     assert chapter.pre_na(ch.steps.pre, True) in e2[0]["na"] and "nothing to compare" in glue["e2_ratio_text"]
     e3 = [r for r in rows if r["id"] == "E3"]

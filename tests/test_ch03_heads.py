@@ -227,13 +227,14 @@ def test_heads_rows(tmp_path, t, ch):
     assert _verdict(tmp_path, every) == "cannot fail"
     # E8 with every layer patched equals the unpatched L_mask, by construction
     assert every["ours"] == pytest.approx(by_q["post L_mask / E[X²]"]["ours"], rel=1e-4)
-    # the headline is the reading the authors' code runs (src/patch.py: the last layer); every layer is ours alone
+    # the headline is the reading the authors' code runs
+    # (src/patch.py: the last layer); every layer is ours alone
     assert "cannot fail" in glue["e8_text"] and glue["e8_text"].startswith(
         "The reading the authors' code runs"
     )
     assert (
-        "Whether the paper's 0.014 comes from it is open: it lies within the paper's own unpatched L_mask (0.0128-0.01428)"
-        in glue["e8_text"]
+        "Whether the paper's 0.014 comes from it is open: it lies "
+        "within the paper's own unpatched L_mask (0.0128-0.01428)" in glue["e8_text"]
     )
     last = by_q["last layer patched: masked MSE to X / E[X²]"]
     assert "src/patch.py" in last["reading"] and every["paper"] is None and last["cause"] == R.E8_CAUSE
@@ -266,7 +267,8 @@ def test_heads_rows(tmp_path, t, ch):
         _verdict(tmp_path, {**e11, "ours": 0.9}) == "differs"
         and _verdict(tmp_path, {**e11, "ours": 0.1}) == "same direction"
     )
-    # E11 (b), (c): the value probe better with depth; the singular vector not recovered (the paper: no clear answer)
+    # E11 (b), (c): the value probe better with depth; the
+    # singular vector not recovered (the paper: no clear answer)
     pr = t["probes"]
     deeper = pr.assign(mse=np.where(pr.target == "value", pr.mse_zero / (1 + pr.layer), pr.mse))
     shallower = pr.assign(mse=np.where(pr.target == "value", pr.mse_zero * (1 + pr.layer) / 10, pr.mse))
@@ -280,7 +282,8 @@ def test_heads_rows(tmp_path, t, ch):
     weak = t["probes"].assign(mse=t["probes"].mse_zero * 0.9)
     said = _rows(t, ch, probes=weak, rank=1, layers=2)[0]["e11_text"]
     assert (
-        "does not recover the row here (more than 50% of its variance explained, the book's cut-off), unlike the "
+        "does not recover the row here (more than 50% of its "
+        "variance explained, the book's cut-off), unlike the "
         "paper: it explains 10%" in said
     )
     strong = t["probes"].assign(mse=t["probes"].mse_zero * 0.1)
@@ -559,7 +562,8 @@ def test_results_are_built_by_keyword_only(t):
         (
             0.67,
             "differs",
-            "it explains 33%, so the row is linearly present in the masked positions' hidden states, but only in part",
+            "it explains 33%, so the row is linearly present in "
+            "the masked positions' hidden states, but only in part",
         ),
         (1.02, "differs", "it explains none of it"),
         (0.2, "same direction", "A linear probe recovers the row here (80% of its variance"),

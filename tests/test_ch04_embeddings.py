@@ -98,7 +98,8 @@ def test_embeddings_without_a_drop_or_against_the_paper(tmp_path):
 
 
 def test_e13_needs_a_final_layout_far_enough_after_the_checkpoint_it_tests(tmp_path):
-    # the tested checkpoint at step 200, the final layout at 400: judged (same direction above); at 300 (1.5x): n/a
+    # the tested checkpoint at step 200, the final layout at
+    # 400: judged (same direction above); at 300 (1.5x): n/a
     progress = _progress([0.0, 0.05, 0.6, 0.7])
     glue, rows = chapter.embedding_readings(progress, _summary(0.1), TRACKS, 0.97, drop=250, post_step=300)
     assert _verdict(tmp_path, rows[3]) == "n/a" and rows[3]["na"] == chapter.e13_na(200, 300)

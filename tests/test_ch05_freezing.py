@@ -70,7 +70,8 @@ def test_freeze_sentences(tmp_path):
     _, at = C.freeze_readings(table, _ends(), stopped)
     assert "against the main run's 0.01 ± 0.0001 at step 16,000, where it was stopped" in at[4]["reading"]
     assert [r["ours"] for r in at] == [r["ours"] for r in rows]
-    # the token run sits on the copying level for 600 steps before a fall of 100: a plateau, unlike the paper's
+    # the token run sits on the copying level for 600 steps
+    # before a fall of 100: a plateau, unlike the paper's
     _, rows = C.freeze_readings(_table([500, 40, 900, 660], plateaus=[450, 0, 850, 600]), _ends(), MAIN)
     assert _verdict(tmp_path, rows[3]) == "differs"
     # the positional run ends at 3x the main run's final L_mask: it has not recovered
@@ -111,7 +112,8 @@ def test_freeze_sentences(tmp_path):
     assert _verdict(tmp_path, rows[-1]) == "differs"
     assert "the main run's drop step 700 without dropping: stopped before any drop" in rows[6]["na"]
     assert glue["verdict_text"].endswith("unlike the paper: no run dropped within the steps it could train")
-    # one run stopped at the main run's drop step before dropping (laptop E15 positional): n/a, the others read
+    # one run stopped at the main run's drop step before
+    # dropping (laptop E15 positional): n/a, the others read
     ends = {**_ends(), "positional": FreezeEnd("positional", "main drop", 700, None, 700, 4000)}
     glue, rows = C.freeze_readings(
         _table([500, 40, None, 60], plateaus=[450, 0, None, 10], finals=[0.01, 0.01, 0.03, 0.01]), ends, MAIN
@@ -169,8 +171,8 @@ def test_the_runs_ends_are_worded_from_their_records_not_from_one_rule():
     ends["positional"] = FreezeEnd("positional", "converged", 2400, 40, 700, 4000)
     text = C.ends_text(ends)
     assert (
-        "the attention, mlp and token runs dropped at step 300 and stopped at step 1,200, once their rows were"
-        in text
+        "the attention, mlp and token runs dropped at step "
+        "300 and stopped at step 1,200, once their rows were" in text
     )
     assert text.count("converged") == 1 and "the positional run dropped at step 40 and converged" in text
     said = prose("05_freezing.ipynb")
@@ -227,6 +229,6 @@ def test_the_page_s_glue_and_rows_come_from_the_module(smoke_run, smoke_profile,
         parents=True
     )  # the book's layout: OUT/runs/ beside OUT/book/_executed
     assert (
-        "{download}`final checkpoint (step 20, zip) <../../runs/smoke-seed1/freeze/mlp/checkpoint_step_000020.zip>`"
-        in C.downloads(ch, runs)
+        "{download}`final checkpoint (step 20, zip) "
+        "<../../runs/smoke-seed1/freeze/mlp/checkpoint_step_000020.zip>`" in C.downloads(ch, runs)
     )

@@ -44,8 +44,8 @@ def test_the_seeds_row_can_match_or_differ(tmp_path, paper_profile):
     none = chapter.seeds_row({1: None}, paper_profile)
     assert none["ours"] is None and none["reading"].startswith("no drop in 1 seed")
     assert not none["reading"].startswith("no drop in 1 seeds")
-    # over one seed the row is E1's drop step again: n/a, counted once there (2026-11-27); with two seeds and no
-    # drop it differs
+    # over one seed the row is E1's drop step again: n/a, counted once there (2026-11-27); with two seeds and
+    # no drop it differs
     assert (
         scorecard.record(tmp_path, **none, chapter="t")["verdict"] == "n/a" and none["na"] == chapter.ONE_SEED
     )
@@ -166,7 +166,8 @@ def test_b1_rejudged_from_a_lease_page_says_the_checkpoints_were_sparse():
     from types import SimpleNamespace
 
     glued = {
-        "lead_text": "No measure leaves its plateau band for good before the loss does (the loss itself stays in "
+        "lead_text": "No measure leaves its plateau band for good before the loss does "
+        "(the loss itself stays in "
         "its band until the drop, the drop is at step 13,228; checkpoints at most 4,000 steps apart); "
         "the plateau is too short for a band for a, b, L_mask",
         "main_run": "seed 1, 12 checkpoints at most 4,000 steps apart",
@@ -233,13 +234,15 @@ def test_the_lead_finding_holds_or_fails_and_reads_as_ours(tmp_path):
     assert none["ours"] == 0.0 and verdict(none) == "fails" and "none of the 2 measures" in none["reading"]
     assert verdict(chapter.lead_row(SimpleNamespace(drop=None), leads(2000, 1.0))) == "n/a"
     # every measure without a band (too few checkpoints in its window): nothing was tested, n/a, not a finding
-    # that failed; the reason is worded from the run (2026-11-27: "the plateau is too short" where the plateau was
-    # long and the checkpoints sparse, 12 at most 4,000 steps apart)
+    # that failed; the reason is worded from the run (2026-11-27: "the plateau is too short" where the plateau
+    # was long and the checkpoints sparse, 12 at most 4,000 steps apart)
     sparse = leads(0, 0.0).assign(band_low=np.nan, window_start=2000.0, window_end=4000.0)
     no_band = chapter.lead_row(ch, sparse, steps=[1000, 5000, 9000, 13000])
     assert verdict(no_band) == "n/a" and no_band["na"] == (
-        "no measure has a plateau band, which is estimated from the checkpoints between steps 2,000 and 4,000 (a "
-        "quarter to a half of the way to the drop) and needs 3 of them: the run's 4 checkpoints, at most 4,000 steps "
+        "no measure has a plateau band, which is estimated "
+        "from the checkpoints between steps 2,000 and 4,000 (a "
+        "quarter to a half of the way to the drop) and needs 3 "
+        "of them: the run's 4 checkpoints, at most 4,000 steps "
         "apart, put 0 there; none of the 2 measures can be tested"
     )
     one_band = chapter.lead_row(ch, leads(0, 0.0).assign(band_low=[0.1, np.nan, np.nan]))

@@ -33,7 +33,8 @@ import matplotlib.pyplot, pandas, seaborn, sympy, torch, transformers  # the lib
 from transformers.utils import logging as hf
 before = [list(warnings.filters), logging.getLogger().handlers[:], hf.is_progress_bar_enabled(),
           logging.getLogger("mclib").handlers[:], logging.getLogger("mclib").level]
-import mclib.core.train, mclib.core.gpt, mclib.book.runner, mclib.book.chapter, mclib.lease.slices_run, mclib.chapters
+import mclib.core.train, mclib.core.gpt, mclib.book.runner, mclib.book.chapter
+import mclib.lease.slices_run, mclib.chapters
 after = [list(warnings.filters), logging.getLogger().handlers[:], hf.is_progress_bar_enabled(),
          logging.getLogger("mclib").handlers[:], logging.getLogger("mclib").level]
 print(json.dumps([a == b for a, b in zip(before, after)]))

@@ -75,8 +75,8 @@ def test_not_converged_while_still_improving():
 
 
 def test_noise_cannot_fire_the_rule():
-    # falling 10 % per 1 000 steps, with per-batch noise as large as the cpu run's after its drop (log std ~0.5)
-    # and its rare spikes: a window mean can flatten by chance, the fit's pessimistic end does not
+    # falling 10 % per 1 000 steps, with per-batch noise as large as the cpu run's after its drop (log std
+    # ~0.5) and its rare spikes: a window mean can flatten by chance, the fit's pessimistic end does not
     step = np.arange(1, 20001)
     for seed in range(10):
         rng = np.random.default_rng(seed)

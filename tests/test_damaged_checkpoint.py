@@ -220,8 +220,8 @@ def test_the_book_skips_a_damaged_checkpoint_and_says_which(tmp_path, smoke_run,
     assert ch.steps.skipped == steps.skipped and ch.post is not None  # loads step 30, not the damaged 60
     text = ch01_train.checkpoint_text(ch)
     assert (
-        "The book skipped the saved checkpoints at step 40 (model.safetensors cannot be read (SafetensorError: "
-        in text
+        "The book skipped the saved checkpoints at step 40 "
+        "(model.safetensors cannot be read (SafetensorError: " in text
     ) and "; step 60 (config.json is not valid JSON (" in text
     # nothing was renamed or removed by reading
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
@@ -252,7 +252,8 @@ def test_the_book_names_the_checkpoints_training_set_aside(tmp_path, whole, shor
         end=None,
     )
     assert ch01_train.checkpoint_text(ch).endswith(
-        f" Training set aside 1 checkpoint it could not read (`checkpoints/{DAMAGED}step_000030`, kept in the run "
+        " Training set aside 1 checkpoint it could not read "
+        f"(`checkpoints/{DAMAGED}step_000030`, kept in the run "
         "folder) and resumed from the newest intact one."
     )
 

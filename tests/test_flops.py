@@ -10,7 +10,8 @@ from mclib.core.model import MatrixBert, bert_config, build_model
 
 
 def test_flop_formula_matches_torch_flop_counter(smoke_profile):
-    # eager attention: its matmuls are aten.bmm, which FlopCounterMode counts (the CPU sdpa kernel it does not)
+    # eager attention: its matmuls are aten.bmm, which
+    # FlopCounterMode counts (the CPU sdpa kernel it does not)
     cfg = smoke_profile.replace(**{"model.attention": "eager"}).model
     model = build_model(cfg, 7, seed=0)
     batch = sample_batch(3, 7, 2, 0.3, torch.Generator().manual_seed(0))

@@ -108,7 +108,8 @@ def test_every_name_is_the_tensor_its_docstring_says():
             torch.testing.assert_close(g("attn.hook_z"), g("attn.hook_pattern") @ v)
             z = g("attn.hook_z").transpose(1, 2).flatten(2)  # [batch, pos, head * d_head]
             torch.testing.assert_close(g("hook_attn_out"), attn.output.dense(z))
-            # post-LayerNorm: resid_mid is the sum before the block's first LayerNorm, normalized_resid_mid after it
+            # post-LayerNorm: resid_mid is the sum before the
+            # block's first LayerNorm, normalized_resid_mid after it
             torch.testing.assert_close(g("hook_resid_mid"), g("hook_resid_pre") + g("hook_attn_out"))
             torch.testing.assert_close(
                 g("hook_normalized_resid_mid"), attn.output.LayerNorm(g("hook_resid_mid"))

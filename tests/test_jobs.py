@@ -338,7 +338,8 @@ LEVER_LEFT = re.compile(r"^# To re-run: git checkout ([0-9a-f]{7,40});", re.M)  
 
 def test_every_sweep_file_of_the_repository_loads():
     """Every sweep loads, except those that name the revision that ran them because a lever
-    of theirs has left the library (c508192, 2026-11-26): each of those fails with a ConfigError naming the key."""
+    of theirs has left the library (c508192, 2026-11-26): each of those fails with a ConfigError
+    naming the key."""
     left = []
     for path in sorted((REPO / "sweeps").glob("*.yaml")):
         if path.name.endswith(".example.yaml"):

@@ -206,7 +206,8 @@ def test_the_lease_room_sits_between_the_book_s_machinery_and_its_chapters(tmp_p
             "lease/x.py": "from ..book import scorecard\nfrom ..chapters import ch01_train\n"
             "def f():\n    from ..chapters.followup import g\nimport mclib.chapters.heads_readings\n",
             "book/runner.py": "from ..lease import part\n",
-            "chapters/ch99_scorecard.py": "from ..lease import reference\nfrom ..book.runner import declared\n"
+            "chapters/ch99_scorecard.py": "from ..lease import reference\n"
+            "from ..book.runner import declared\n"
             "from .heads_readings import e4_rows\n",
         },
     )
@@ -222,9 +223,11 @@ def test_the_lease_room_names_no_chapter_module_even_by_a_string(tmp_path):
     root = _tree(
         tmp_path,
         {
-            "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\nimport importlib\n'
+            "lease/x.py": '"""Re-judged by mclib.chapters.ch03_heads.rejudged (a docstring: fine)."""\n'
+            "import importlib\n"
             "def f():\n    return importlib.import_module('mclib.chapters.ch03_heads')\n",
-            "chapters/ch07_beyond.py": "import importlib\nF = importlib.import_module('mclib.chapters.followup')\n",
+            "chapters/ch07_beyond.py": "import importlib\n"
+            "F = importlib.import_module('mclib.chapters.followup')\n",
         },
     )
     assert chapters_named_below(root) == ["mclib/lease/x.py:4 names mclib.chapters.ch03_heads (lease)"]
@@ -244,7 +247,8 @@ def test_a_lower_room_imports_no_higher_one_at_run_time_by_name(tmp_path):
             "book/runner.py": "import importlib\nimport importlib.util\ndef g(stem):\n"
             "    if importlib.util.find_spec(f'mclib.chapters.ch{stem}'):\n"
             "        return importlib.import_module(f'mclib.chapters.ch{stem}')\n",
-            "book/y.py": "from importlib import import_module\nM = import_module('..lease.part', __package__)\n"
+            "book/y.py": "from importlib import import_module\n"
+            "M = import_module('..lease.part', __package__)\n"
             "T = __import__('mclib.lease.reference')\nsaid = 'hand mclib.chapters.registry.specs() down'\n",
             "core/z.py": "import importlib\nMOD = 'mclib.analyses.'\n"
             "def h(name):\n    return importlib.import_module(MOD + name)\n",

@@ -466,10 +466,12 @@ def test_the_hosts_time_a_step_is_its_own_not_the_queue_waiting_for_the_device(m
 
 # --- a whole lease, rehearsed on a scaled clock ---------------------------------------------
 
-SCALE = 0.1  # the lease's clock: 900 s of device time -> 90, a 3-minute start -> 18, the 600 s command limit -> 60
+# the lease's clock: 900 s of device time -> 90, a 3-minute start -> 18, the 600 s command limit -> 60
+SCALE = 0.1
 LIMITS = ("COLLECT_S", "RETURN_S", "COMMAND_SPARE_S", "FINISH_GRACE_S", "STOP_S", "MEASURE_S", "CHECK_S")
 
-# In every process of the rehearsal: mclib.lease.slices' limits scaled, and the fault named by REHEARSAL_FAULT.
+# In every process of the rehearsal: mclib.lease.slices'
+# limits scaled, and the fault named by REHEARSAL_FAULT.
 REHEARSAL_SITE = f"""
 import os, signal, sys, time
 fault = os.environ.get("REHEARSAL_FAULT", "")
@@ -503,7 +505,9 @@ if fault in ("trainer-hangs", "variant-hangs", "variant-breaks"):
         _variants.trace = _trace
         for _m in (_precision, _variants, _train):  # the switch as every caller of it reads it
             _m.set_precision = _set
-        _variants.device_error = lambda device: "RuntimeError: CUDA error: an illegal memory access" if _broken else None
+        _variants.device_error = lambda device: (
+            "RuntimeError: CUDA error: an illegal memory access" if _broken else None
+        )
 """
 
 # fault -> (LEFT_S as `start` begins, the slice's train_s); the lease as a whole: 900 s less a 3-minute start
@@ -520,7 +524,10 @@ FAULTS = {
 def _process_start_s() -> float:
     """Seconds a fresh Python process takes to import what benchmarks/lease_step.py imports, on this
     machine under its present load (the larger of two tries)."""
-    code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); import torch, pandas, mclib.core.variants, mclib.lease.steptable"
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); "
+        "import torch, pandas, mclib.core.variants, mclib.lease.steptable"
+    )
     took = []
     for _ in range(2):
         t0 = time.time()
@@ -561,7 +568,8 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
                 "seeds": [1],
                 "train_s": train_s,
                 # too little time: a slice that needs more than the whole lease leaves, whatever the
-                # machine's speed (on idle AMD cores, 2026-11-27, a 3 s slice fitted after a quick measurement)
+                # machine's speed (on idle AMD cores, 2026-11-27,
+                # a 3 s slice fitted after a quick measurement)
                 "min_train_s": 30 if fault == "too-little-time" else 3,
                 "chapters": [],
                 "chapters_s": 0,
@@ -592,7 +600,8 @@ def test_a_whole_lease_rehearsed_on_a_scaled_clock_ends_with_results_that_say_wh
         "MIN_BENCH_S": "2",
         "BENCH_S": str(int(110 * SCALE)),
         "HOLD_S": "420",
-        "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 --variants eager,cuda-graph,bf16,compile",
+        "BENCH_ARGS": "--profile smoke --batch 2 --steps 2 --check-steps 2 "
+        "--variants eager,cuda-graph,bf16,compile",
     }
 
     # The clock is scaled, a process's start is not: the measurement may take two processes (a

@@ -158,7 +158,8 @@ def test_the_slice_trains_with_the_fastest_variant_that_passed(tmp_path):
     )
     assert slices.pick_step(table, "tf32", H100) == (
         "cuda-graph",
-        "training variant: cuda-graph, 8.9 ms a step (eager 19.5) at tf32, bitwise equal to eager over 20 steps",
+        "training variant: cuda-graph, 8.9 ms a step (eager "
+        "19.5) at tf32, bitwise equal to eager over 20 steps",
         8.9,
     )
 

@@ -1,5 +1,6 @@
 """The tree passes ruff's linter and formatter as pyproject.toml configures them (line length
 110, import order, unused names, imports at module top where the library is concerned)."""
+
 import shutil
 import subprocess
 import sys

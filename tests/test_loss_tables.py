@@ -73,7 +73,8 @@ def test_ratio_and_its_error():
 
 def test_matching_reading_text_names_the_reading_that_matches():
     assert shown.matching_reading_text(["matches", "differs"], "X") == (
-        "the uniform reading (the paper's text) matches X; the batch-mean reading (the released code) does not match it"
+        "the uniform reading (the paper's text) matches X; the "
+        "batch-mean reading (the released code) does not match it"
     )
     assert shown.matching_reading_text(["differs", "matches"], "X").startswith("the batch-mean reading")
     assert shown.matching_reading_text(["matches", "matches"], "X") == "both readings match X"
@@ -83,7 +84,8 @@ def test_matching_reading_text_names_the_reading_that_matches():
         "the released code) is too close to it to tell"
     )
     assert shown.matching_reading_text(["differs", close], "X") == (
-        "the batch-mean reading (the released code) is too close to X to tell; the uniform reading (the paper's text) "
+        "the batch-mean reading (the released code) is too "
+        "close to X to tell; the uniform reading (the paper's text) "
         "does not match it"
     )
     # 2026-11-28: the sentence ended "... does not" after "is too close to X to tell": no verb to refer to

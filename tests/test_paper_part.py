@@ -31,7 +31,9 @@ def _notebook():
                         "display_data",
                         data={
                             "text/markdown": "{download}`checkpoint <../../runs/x/c.zip>`",
-                            "application/papermill.record/text/markdown": "{download}`m <../../runs/x/m.csv>`",
+                            "application/papermill.record/text/markdown": (
+                                "{download}`m <../../runs/x/m.csv>`"
+                            ),
                         },
                     )
                 ],
@@ -288,8 +290,10 @@ def test_a_leases_wording_slips_and_its_downloads_sentence_are_set_right():
         kept = pattern.sub(right, kept)
     assert kept == lease_said.replace(", L_mask", "")
     files = (
-        "This run's files, to download: {download}`metrics.csv (one row per step) <../../runs/x/metrics.csv>`, the "
-        "final checkpoint ... in `slice-work/runs/paper-seed1/checkpoints`; to offer them, set ... or upload each "
+        "This run's files, to download: {download}`metrics.csv "
+        "(one row per step) <../../runs/x/metrics.csv>`, the "
+        "final checkpoint ... in "
+        "`slice-work/runs/paper-seed1/checkpoints`; to offer them, set ... or upload each "
         "folder to a model hub."
     )
     nb = nbformat.v4.new_notebook(

@@ -99,8 +99,8 @@ def test_the_departure_is_said_with_the_study_s_table_and_not_for_the_paper_s_fp
     assert "0.63 ± 0.15× fp32's L_mask on fresh matrices (outside fp32's seed range, a better model)" in page
     assert "every reading of the curve after it lie inside fp32's seed range" in page
     assert (
-        "| final checkpoint's L_mask, 4 096 fresh matrices, fp32 | 0.0124 (0.0082-0.0170) | 0.0078 | 0.63 ± 0.15 | no |"
-        in page
+        "| final checkpoint's L_mask, 4 096 fresh matrices, fp32 "
+        "| 0.0124 (0.0082-0.0170) | 0.0078 | 0.63 ± 0.15 | no |" in page
     )
     assert "none takes less than ~32 ms" in page  # 2.15 TFLOP at 67 TFLOP/s
     gone = precision.departure("tf32", tmp_path / "missing.csv")
@@ -171,7 +171,8 @@ def test_the_paper_book_s_time_is_its_steps_times_each_measured_step():
     assert table.loc["total (E15 at its cap)", "tf32 min"] == pytest.approx(
         284_000 * ledger["step_ms"] / 60_000
     )
-    # a device with a committed step table: its fastest passing variant (the H200's reduce-overhead, 2026-11-28)
+    # a device with a committed step table: its fastest
+    # passing variant (the H200's reduce-overhead, 2026-11-28)
     h200 = bench.steps(
         ledger, device="NVIDIA H200", committed=REPO / "tests" / "data" / "lease_step_h200_2026-11-28.csv"
     )

@@ -205,7 +205,8 @@ def test_slice_a_s_rules_apply_evenly(tmp_path):
     assert found[("F4a", next(q for i, q in found if i == "F4a"))]["ours"] is None
     assert all(r["ours"] is None for (i, _), r in found.items() if i in ("F4a", "F4b"))
     # every direction row of the lease judged again by the rule its chapter declares: the lease's verdict
-    # again, but where today's rule says too close to tell (E5's identity heads: 1.12 ± 0.032 against above 1.1)
+    # again, but where today's rule says too close to tell
+    # (E5's identity heads: 1.12 ± 0.032 against above 1.1)
     recover = [s.rule_of for s in SPECS.values() if s.rule_of is not None]
     for r in reference.recorded_rows(RESULTS, specs=SPECS):
         today = found[(r["id"], r["quantity"])]

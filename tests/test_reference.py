@@ -178,7 +178,8 @@ def test_a_cut_paper_run_is_scored_from_its_curve(tmp_path, monkeypatch):
     }
     table = reference.beside([laptop], folder, specs=SPECS).set_index("quantity")
     assert table.loc[list(by), "paper-setting verdict"].tolist() == [r["verdict"] for r in by.values()]
-    # one seed's drop step, with no seed spread to judge it by (no laptop row of the drop over seeds): n/a, said why
+    # one seed's drop step, with no seed spread to judge it by
+    # (no laptop row of the drop over seeds): n/a, said why
     assert (
         by["drop step"]["ours"] == table.loc["drop step", "paper setting"]
         and by["drop step"]["verdict"] == "n/a"

@@ -33,18 +33,22 @@ PROFILE = "smoke-drop"
 # below (`test_every_script_is_run_or_skipped_for_a_reason`).
 SKIPPED = {
     "check_book_html.py": "needs headless Chromium and a built site (tests/test_book_browser.py runs it)",
-    "lease.sh": "runs a slice of the paper book on a GPU lease (tests/test_slices.py rehearses it on the CPU)",
-    "oracle_attention.py": "takes a profile, not a run folder, and trains its own model for thousands of steps",
+    "lease.sh": "runs a slice of the paper book on a GPU lease "
+    "(tests/test_slices.py rehearses it on the CPU)",
+    "oracle_attention.py": "takes a profile, not a run folder, and trains its own model "
+    "for thousands of steps",
     "sweep_cpu_profile.py": "takes a sweep file, not a run folder, and trains every run of the sweep",
     "wheelhouse.py": "takes no run folder: downloads wheels from PyPI (tests/test_wheelhouse.py runs it)",
     "lockfile.py": "takes no run folder: reads an environment's installed versions into requirements.lock "
     "(tests/test_package.py runs it)",
-    "sweep_report.py": "reads the sweep's results table (docs/data/cpu_sweep.csv) and rewrites docs, not a run folder",
+    "sweep_report.py": "reads the sweep's results table (docs/data/cpu_sweep.csv) and rewrites docs, "
+    "not a run folder",
     "plateau_measures.py": "takes a sweep file and its results table, not a run folder; its function, "
     "mclib.analyses.plateau.measure_sweep, is tested in tests/test_plateau.py",
     "tf32_study.py": "reads the six 16 000-step runs of sweeps/tf32.yaml, not a run folder; its functions, "
     "mclib.analyses.precision.arm_spread and verdict, are tested in tests/test_precision_study.py",
-    "rounding_study.py": "trains seed 1 of the default profile to its end under each change (hours), not a run "
+    "rounding_study.py": "trains seed 1 of the default profile to its end under each change "
+    "(hours), not a run "
     "folder; what it writes is read by mclib.analyses.rounding (tests/test_rounding.py, which "
     "also runs its command line on no runs)",
 }
@@ -60,7 +64,8 @@ def out(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("scripts")
     run = out / "runs" / run_name(PROFILE, 1)
-    # min_improvement 0.15 (per 1 000 steps) instead of 0.05: seed 1 then converges at about step 5 750 of its 7 000
+    # min_improvement 0.15 (per 1 000 steps) instead of 0.05:
+    # seed 1 then converges at about step 5 750 of its 7 000
     params = out / f"{PROFILE}.yaml"
     params.write_text(
         yaml.safe_dump(

@@ -34,7 +34,7 @@ NOT_ON_THE_GPU = ("jupyter_book", "cvxpy", "clarabel", "dask", "distributed", "d
 
 # None in sys.modules: `import x` fails as if x were not installed, and find_spec("x") says
 # "not installed" (what guarded imports, IPython's of jedi among them, ask)
-BLOCKER = "import sys\nfor _name in %r:\n    sys.modules[_name] = None\n" % (NOT_ON_THE_GPU,)
+BLOCKER = f"import sys\nfor _name in {NOT_ON_THE_GPU!r}:\n    sys.modules[_name] = None\n"
 
 
 def _ledger(tmp_path, train_s=20, profile="smoke", chapters=("01_train", "02_copying"), **extra):
@@ -215,7 +215,8 @@ H200, H100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
 
 
 def _h100_table(path: Path, ms: float = 30.0) -> Path:
-    """A full table of an H100, of the H200 table's shape (its eager and compile rows, another device and time)."""
+    """A full table of an H100, of the H200 table's shape (its eager and compile rows, another
+    device and time)."""
     t = pd.read_csv(H200_TABLE)
     t = t[t["variant"].isin(["eager", "compile"])].assign(device=H100, date="2026-11-29")
     t.loc[t["variant"] == "compile", "ms_step"] = ms
@@ -441,7 +442,8 @@ def test_a_lease_rehearsed_two_commands_then_the_merge(tmp_path):
                 "WORK": str(work),
                 "LEDGER": str(ledger),
                 "BENCH_S": "60",  # the paper's shapes on a CPU: eager alone ~45 s
-                "BENCH_ARGS": f"--profile {shapes} --batch 8 --steps 2 --check-steps 2 --variants eager,cuda-graph",
+                "BENCH_ARGS": f"--profile {shapes} --batch 8 --steps 2 --check-steps 2 "
+                "--variants eager,cuda-graph",
                 "HOLD_S": "1",
                 "LEFT_S": "1200",
                 "COMMAND_S": "1200",
@@ -564,8 +566,9 @@ def test_finish_issued_again_executes_only_the_chapters_not_yet_done(tmp_path, m
 
 # --- E15's slices: seed 1 again to a fixed step, then one group's run -------------------------
 
-# scripts/lease.sh: a 900 s lease less a 3-minute start, the return, the kit and the chosen variant's check (where the
-# committed step table stands; a lease that measures the full table has MEASURE_S - CHECK_S = 80 s less)
+# scripts/lease.sh: a 900 s lease less a 3-minute start, the return, the kit and the chosen variant's check
+# (where the committed step table stands; a lease that measures the full table has MEASURE_S - CHECK_S = 80 s
+# less)
 LEASE_AFTER_KIT_AND_TIMING_S = 900 - 180 - slices.RETURN_S - slices.CHECK_S
 
 

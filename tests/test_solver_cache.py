@@ -82,8 +82,10 @@ def test_another_seed_is_solved_with_a_one_line_notice(ch, cache, capsys):
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
     assert (
-        f"{cache} does not hold what this chapter draws (it has no nuclear norm results for 7×7 rank 2, p_mask "
-        "0.2, uniform factors, seed 1, 8 matrices; the nearest it has: 7×7 rank 2, p_mask 0.2, uniform factors, "
+        f"{cache} does not hold what this chapter draws (it "
+        "has no nuclear norm results for 7×7 rank 2, p_mask "
+        "0.2, uniform factors, seed 1, 8 matrices; the "
+        "nearest it has: 7×7 rank 2, p_mask 0.2, uniform factors, "
         "seed 0, 8 matrices): solving here"
     ) in out
     assert len(solves.solved) == 3  # one block per p_mask, solved here
@@ -105,7 +107,8 @@ def test_other_matrices_under_the_same_description_do_not_match(ch, cache, monke
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1
     assert (
-        "its regularised, λ = 0.0005 matrices for 7×7 rank 2, p_mask 0.3, uniform factors, seed 0, 8 matrices "
+        "its regularised, λ = 0.0005 matrices for 7×7 rank "
+        "2, p_mask 0.3, uniform factors, seed 0, 8 matrices "
         "are other matrices (sha256 " in out
     )
     assert len(solves.solved) == 5
@@ -223,9 +226,11 @@ def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matric
     capsys.readouterr()
     solves = chapter.solver_results(ch)
     assert capsys.readouterr().out.splitlines() == [
-        f"No solver cache at {tmp_path / 'results' / 'solvers-smoke.csv.gz'}: what {paper_file} does not hold is "
+        "No solver cache at "
+        f"{tmp_path / 'results' / 'solvers-smoke.csv.gz'}: what {paper_file} does not hold is "
         "solved here (`python -m mclib solvers --profile smoke` builds it on a machine with cvxpy)",
-        f"Solver results read first from {paper_file} where it holds the same matrices, masks and solver settings "
+        f"Solver results read first from {paper_file} where it "
+        "holds the same matrices, masks and solver settings "
         "(chapter 06's solver results at profile smoke: 13 blocks, 104 matrices (88 cvxpy solves); built "
         + C.read_solves(cache).note.split("; built ", 1)[1]
         + "): 13 blocks, 104 matrices",
@@ -235,7 +240,8 @@ def test_the_committed_paper_file_is_read_where_its_key_matches_and_other_matric
     out = capsys.readouterr().out
     assert _count_lines(out, "does not hold") == 1 and out.count("\n") == 1
     assert (
-        f"{paper_file} does not hold what this chapter draws (its regularised, λ = 0.0005 matrices for 7×7 rank 2, "
+        f"{paper_file} does not hold what this chapter draws "
+        "(its regularised, λ = 0.0005 matrices for 7×7 rank 2, "
         "p_mask 0.3, uniform factors, seed 0, 8 matrices are other matrices (sha256 000000000000… there, "
     ) in out
     assert [k[0] for k in solves.solved] == ["regularised, λ = 0.0005"] and solves.blocks.keys() == set(
@@ -263,8 +269,10 @@ def test_the_build_solves_and_counts_only_what_the_committed_paper_file_does_not
     )
     saved = C.read_solves(path)
     assert [k[0] for k in saved.blocks] == ["ALS, rank 2"] and saved.note.startswith(
-        "chapter 06's solver results at profile smoke: 1 blocks, 8 matrices (0 cvxpy solves); 12 blocks, 96 matrices "
-        "(88 cvxpy solves) read from results/solvers-paper.csv.gz (the same matrices, masks and settings), not held "
+        "chapter 06's solver results at profile smoke: 1 "
+        "blocks, 8 matrices (0 cvxpy solves); 12 blocks, 96 matrices "
+        "(88 cvxpy solves) read from "
+        "results/solvers-paper.csv.gz (the same matrices, masks and settings), not held "
         "here; built "
     )
     capsys.readouterr()

@@ -11,8 +11,9 @@ from mclib.lease import slices
 
 ROOT = Path(__file__).resolve().parent.parent
 MIB = 2**20
-# 40 since 2026-11-27 (32 before): the slice A trained on the stacked path stays under results/ as the record of
-# that path beside the A that replaces it. 46 since 2026-11-29: slice A50 (seed 1 to the paper's 50 000 steps)
+# 40 since 2026-11-27 (32 before): the slice A trained on the stacked path stays under results/ as the record
+# of that path beside the A that replaces it. 46 since 2026-11-29: slice A50 (seed 1 to the paper's 50 000
+# steps)
 # adds a third executed set of chapters 01-04 and 07 beside the two A's; a call still has 18 MiB of room under
 # the device tool's 64.
 NOW_MIB, ALL_SLICES_MIB = 16, 46
@@ -64,7 +65,8 @@ def test_what_travels_fits_today_and_with_every_slice_committed():
     results = sum(tracked_mib(folder) for folder in leases)
     to_come = results_to_come(ledger, done)
     assert tree - results + kit <= NOW_MIB, (
-        f"tracked {tree:.1f} MiB less the leases' results {results:.1f} + kit {kit:g} MiB is over {NOW_MIB} MiB"
+        f"tracked {tree:.1f} MiB less the leases' results "
+        f"{results:.1f} + kit {kit:g} MiB is over {NOW_MIB} MiB"
     )
     assert tree + kit + to_come <= ALL_SLICES_MIB, (
         f"tracked {tree:.1f} + kit {kit:g} + the slices to come {to_come:g} MiB is over {ALL_SLICES_MIB} MiB"

@@ -215,7 +215,8 @@ def test_the_kit_holds_every_distribution_the_chapters_glue_imports():
     from packaging.utils import canonicalize_name
 
     probe = (
-        "import sys; before = set(sys.modules); import papermill, ipykernel; from myst_nb.ext.glue import glue; "
+        "import sys; before = set(sys.modules); import "
+        "papermill, ipykernel; from myst_nb.ext.glue import glue; "
         "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} - {m.split('.')[0] for m in before})))"
     )
     modules = _run([sys.executable, "-c", probe]).stdout.split()

@@ -8,6 +8,7 @@ the laptop edition (docs/gpu.md).
     steptable.py   the committed step tables by device kind, and when one stands for a lease
     stepbench.py   the variants, table and profiles of benchmarks/lease_step.py
     reference.py   the results under results/: their runs, and their rows re-judged by today's rules
+    rejudging.py   the re-judging itself: the chapters' rules and today's verdicts on recorded rows
     same_seed.py   every run of seed 1 side by side, and the rounding spread of their drop steps
     part.py        the site's part "The paper's own setting": the chapters the leases executed
     precision.py   the slices' TF32 as a departure, with the TF32 study's measured effect

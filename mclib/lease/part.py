@@ -18,10 +18,16 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+from ast import literal_eval
 from pathlib import Path
 
+import pandas as pd
+
+from ..analyses.freezing import FreezeEnd
+from ..book import scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.spec import Specs
-from . import precision, slices
+from ..core.ending import RunEnd
+from . import precision, reference, same_seed, slices
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +53,6 @@ def missing_text(ledger: dict, have: dict) -> str:
 def runs_text(record: dict) -> str:
     """How a done slice's runs ended, from its slice.json, "; "-joined: "seed 1: <its RunEnd's
     text>", then "E15 GROUP: <its FreezeEnd's text>" ("no checkpoint" where a run saved none)."""
-    from ..analyses.freezing import FreezeEnd
-
     ends = [f"seed {seed}: {_end_text(end)}" for seed, end in (record.get("ends") or {}).items()]
     ends += [
         f"E15 {group}: {FreezeEnd(**end).text if end else 'no checkpoint'}"
@@ -62,8 +66,6 @@ def rejudged_note(found: list[dict], chapter: str) -> str:
     re-judged on the CPU (`reference.rejudge`): each row whose verdict changed (before → after,
     and why) and how many of its rows are provisional, with the run's stage once; "" when
     nothing on the page changes."""
-    from ..book import scorecard_stage
-
     mine = [r for r in found if r.get("chapter") == chapter]
     changed = [r for r in mine if r.get("was") is not None and r["was"] != r["verdict"]]
     late = [r for r in mine if scorecard_stage.is_provisional(r)]
@@ -116,7 +118,8 @@ def provenance(record: dict, s: slices.Slice, missing: str, rejudged: str = "") 
     )
     return (
         f":::{{note}}\nThe paper's own setting, executed on a GPU lease: slice {s.name} ({s.what}), "
-        f"on {record['device']} on {record['date']}, revision `{record['git']}`, precision {record['precision']}. "
+        f"on {record['device']} on {record['date']}, revision "
+        f"`{record['git']}`, precision {record['precision']}. "
         f"{ends}. The paper book is {missing}.{notes}{left}"
         + (f"\n\n{rejudged}" if rejudged else "")
         + "\n:::"
@@ -126,14 +129,12 @@ def provenance(record: dict, s: slices.Slice, missing: str, rejudged: str = "") 
 def _end_text(end: dict | None) -> str:
     if end is None:
         return "no checkpoint"
-    from ..core.ending import RunEnd
-
     return RunEnd.from_json(end).text
 
 
 def adapt(nb, slice_name: str, note: str):
     """The executed notebook `nb` (nbformat) made to sit in this site: see the module docstring."""
-    import nbformat
+    import nbformat  # noqa: PLC0415 - nbformat only when a page is written
 
     prefix = f"paper-{slice_name.lower()}-"
 
@@ -185,7 +186,7 @@ def stage(
     (default results/paper-slices.yaml), its rows re-judged with the laptop edition's rows
     `laptop` at hand (`reference.rows`) by the rules the chapters' `specs` declare, which the
     scorecard chapter hands down; returns its files, the first page first."""
-    import nbformat
+    import nbformat  # noqa: PLC0415 - nbformat only when a page is written
 
     ledger_path = Path(ledger_path or slices.LEDGER)
     folder = Path(out) / PART
@@ -230,7 +231,8 @@ def stage(
         "analysed on GPU leases of 15 minutes, one slice each (docs/gpu.md). The chapters below are the "
         "notebooks a lease executed, shown as they ran there; the scorecard sets their numbers beside the "
         f"laptop edition's. The paper book is {missing}.\n\n"
-        "| slice | what it does | where and when it ran | chapters | how its runs ended |\n|---|---|---|---|---|\n"
+        "| slice | what it does | where and when it ran | "
+        "chapters | how its runs ended |\n|---|---|---|---|---|\n"
         + "\n".join(rows)
         + "\n"
         + precision.departure(ledger["precision"])
@@ -252,9 +254,6 @@ def _runs_section(
     page), E1's readings of the run's end beside those of a longer run of the same seed
     (`reference.end_rows_beside`), and the paper setting's counts re-judged by today's rules
     (`scorecard_tables.setting_counts`)."""
-    from ..book import scorecard_tables
-    from . import reference
-
     first = next(iter(have.values()), None)
     if first is None or not reference._has_metrics(first / "runs" / f"{name}-seed1"):
         return ""
@@ -268,9 +267,7 @@ def _runs_section(
         ValueError,
     ) as e:  # a slice without what the table needs: said, not raised
         return f"\nThe runs could not be shown: {type(e).__name__}: {e}.\n"
-    import matplotlib.pyplot as plt
-
-    from . import same_seed
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - matplotlib only when a figure is drawn
 
     seed1 = same_seed.figure(first.parent, name)
     for fig, file in ((figure, E1_FIGURE), (seed1, SEED1_FIGURE)):
@@ -279,7 +276,8 @@ def _runs_section(
     drops = same_seed.drop_spread(first.parent, name)
     step = lambda x: "—" if _missing(x) else f"{int(x):,}"
     lines = [
-        f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | {r['precision'] or '—'} | {r['steps trained']:,} | "
+        f"| {r['run']} | `{r['path']}` | {r['date'] or '—'} | "
+        f"{r['precision'] or '—'} | {r['steps trained']:,} | "
         f"{r['ended']} | {step(r['drop step'])} | {r['final L_mask / E[X²]']:.4f} ± {r['± se']:.1g} |"
         for r in table.to_dict("records")
     ]
@@ -292,20 +290,24 @@ def _runs_section(
     )
     return (
         "\n## Every run of the book's seed\n\n"
-        "Each run of the paper's setting that results/ holds, the newest slices' and the whole-book run before "
+        "Each run of the paper's setting that results/ "
+        "holds, the newest slices' and the whole-book run before "
         "them (the same seed and data stream: where two runs of a seed part, rounding parts them, as the "
         "second figure shows for every run of seed 1). The rows computed from "
-        "a curve alone (final level, drop) name the run they read; the final level is the mean of L_mask over "
+        "a curve alone (final level, drop) name the run "
+        "they read; the final level is the mean of L_mask over "
         f"the last tenth of that run's steps.{f' {effect}' if effect else ''}\n\n"
         "| run | path | date | precision | steps | ended | drop step | final L_mask / E[X²] |\n"
         "|---|---|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n\n"
         f"```{{figure}} {E1_FIGURE}\n:name: paper-runs-loss\n\nL_mask of every run above against the step "
-        "(mean over 100 steps), each drop marked: the paper's Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
+        "(mean over 100 steps), each drop marked: the paper's "
+        "Fig. 2 (NeurIPS version) runs to step 50,000.\n```\n\n"
         f"```{{figure}} {SEED1_FIGURE}\n:name: paper-seed1-runs\n\nSeed 1 on every lease that trained it "
         "(`mclib.lease.same_seed.figure`), the superseded runs included: the same seed and data stream, so "
         "what sets the curves apart is the float arithmetic of each device and step variant. "
         + (
-            f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that spread."
+            f"{drops.text(True)[0].upper()}{drops.text(True)[1:]}; the drop-step row is judged against that "
+            "spread."
             if drops
             else "One run so far: no spread of its own."
         )
@@ -329,7 +331,8 @@ def _end_rows_text(ends) -> str:
         for r in ends.to_dict("records")
     ]
     return (
-        "E1's readings of the run's end, the book's run beside the longer run of the same seed, computed from "
+        "E1's readings of the run's end, the book's run "
+        "beside the longer run of the same seed, computed from "
         "each run's metrics by the same E1 code and judged by the same rules: what the run's end says at "
         "each length.\n\n"
         f"| quantity | paper | {' | '.join(runs)} |\n|---|---|{'---|' * len(runs)}\n"
@@ -339,16 +342,12 @@ def _end_rows_text(ends) -> str:
 
 
 def _missing(x) -> bool:
-    import pandas as pd
-
     return x is None or x is pd.NA or (isinstance(x, float) and x != x)
 
 
 def _rejudged(have: dict, name: str, laptop: list[dict] | None = None, *, specs: Specs) -> list[dict]:
     """The done slices' rows re-judged by today's rules (`reference.rows`, the laptop edition's
     rows `laptop` at hand); [] when no slice holds the book's run (nothing recorded to re-judge)."""
-    from . import reference
-
     first = next(iter(have.values()), None)
     if first is None:
         return []
@@ -385,7 +384,8 @@ SLIPS = (
     # a loss without a plateau band said to stay in it (mclib.analyses.progress.plateau_lead_summary)
     (
         re.compile(
-            r"the loss itself stays in its band until the drop(, the drop is at step [\d,]+; checkpoints at most "
+            r"the loss itself stays in its band until the "
+            r"drop(, the drop is at step [\d,]+; checkpoints at most "
             r"[\d,]+ steps apart\); no plateau band \([^)]*\) for [^'\"]*\bL_mask\b)"
         ),
         r"the loss itself has no band to leave\1",
@@ -397,7 +397,8 @@ _FILES = re.compile(
 )
 FILES_HERE = (
     "This run's checkpoints stayed on the GPU machine that trained it (a lease sends back no weights); its "
-    "metrics, executed chapters and step table are under results/, in the folder this part names for its slice."
+    "metrics, executed chapters and step table are under "
+    "results/, in the folder this part names for its slice."
 )
 _OVER_SEEDS = re.compile(
     r"Over \{glue:text\}`n_seeds` seeds of this profile \(seeds \{glue:text\}`seed_list`\)"
@@ -409,8 +410,6 @@ def rejudged_beside(rows: list[dict]) -> str:
     to stand beside the lease's words: each changed verdict, was and now in the scorecard's
     words (`scorecard_rules.agreement`), rows that change alike said once; each other reason a row
     was re-judged; and the experiment's first row as it stands now. "" when nothing changed."""
-    from ..book import scorecard_rules, scorecard_tables
-
     changed = [r for r in rows if r.get("was") is not None and r["was"] != r["verdict"]]
     other = [
         r for r in rows if r not in changed and r.get("rejudged") and "provisional:" not in r["rejudged"]
@@ -421,7 +420,8 @@ def rejudged_beside(rows: list[dict]) -> str:
     for r in changed:
         groups.setdefault((r["was"], r["verdict"], r.get("na") or ""), []).append(r["quantity"])
     said = [
-        f"{qs[0] if len(qs) == 1 else scorecard_tables.plural(len(qs), 'row')} now {scorecard_rules.agreement(now)}"
+        f"{qs[0] if len(qs) == 1 else scorecard_tables.plural(len(qs), 'row')} now "
+        f"{scorecard_rules.agreement(now)}"
         + (f" ({na})" if na else "")
         + f", where the lease said {scorecard_rules.agreement(was)}"
         for (was, now, na), qs in groups.items()
@@ -430,7 +430,8 @@ def rejudged_beside(rows: list[dict]) -> str:
     first = rows[0]
     if first not in changed and first.get("paper") is not None and first.get("ours") is not None:
         said.append(
-            f"its first row, {first['quantity']}: {first['ours']:.3g} against the paper's {first['paper']:.3g}, "
+            f"its first row, {first['quantity']}: "
+            f"{first['ours']:.3g} against the paper's {first['paper']:.3g}, "
             f"{scorecard_rules.agreement(first['verdict'])}"
         )
     return f"re-judged by today's rules, this sentence's verdict struck: {rows[0]['id']}, " + "; ".join(said)
@@ -443,8 +444,6 @@ def restate(nb, chapter: str, found: list[dict], *, specs: Specs) -> list[str]:
     today's verdict beside them in brackets (`rejudged_beside`); one the spec's `restated(name, text,
     rows)` words is worded again; wording slips (`SLIPS`, "Over 1 seeds") are corrected. Returns
     what was changed, one phrase each."""
-    from ast import literal_eval
-
     spec = specs.get(chapter)  # None: a page no chapter serves
     speaks = spec.speaks_for if spec is not None else {}
     rewords = spec.restated if spec is not None else None

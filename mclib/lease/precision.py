@@ -12,7 +12,9 @@ from pathlib import Path
 
 from ..analyses.precision import FINAL, read_study, study_effect
 from ..book.scorecard_stage import reads_late
+from ..core.flops import train_step_flops
 from ..core.packaged import data_file
+from ..core.paper import profile as paper_profile
 from ..core.repo import REPO
 
 STUDY = data_file("tf32_study.csv")  # docs/data/ in a checkout
@@ -40,8 +42,6 @@ def _shown(path: Path) -> str:
 
 
 def _paper_precision() -> str:
-    from ..core.paper import profile as paper_profile
-
     return paper_profile().train.precision
 
 
@@ -76,15 +76,13 @@ def annotate(rows: list[dict], precision: str | None, study: Path = STUDY) -> li
 
 
 def _why_text() -> str:
-    from ..core.flops import train_step_flops
-    from ..core.paper import profile as paper_profile
-
     p = paper_profile()
     flop = train_step_flops(p.model, p.data.n, p.train.batch)
     return (
         f"at fp32 no slice fits a lease: a step of the paper's model is {flop / 1e12:.2f} TFLOP "
         f"(`mclib.core.flops`), so on an H100 without its tensor cores (about {H100_FP32_TFLOPS:.0f} TFLOP/s "
-        f"in fp32) none takes less than ~{flop / (H100_FP32_TFLOPS * 1e12) * 1e3:.0f} ms, and a run cannot be "
+        "in fp32) none takes less than "
+        f"~{flop / (H100_FP32_TFLOPS * 1e12) * 1e3:.0f} ms, and a run cannot be "
         "carried from one lease to the next (docs/gpu.md)"
     )
 
@@ -124,7 +122,8 @@ def departure_text(precision: str | None, study: Path = STUDY) -> str:
         study_said = f"The TF32 study's table ({_shown(study)}) could not be read ({type(e).__name__}: {e})."
     return (
         f"The slices train in TF32 (results/paper-slices.yaml, since 2026-11-27), a departure from "
-        f"the paper's {paper}, because {_why_text()}. {study_said} Every row of the paper's setting that reads "
+        f"the paper's {paper}, because {_why_text()}. "
+        f"{study_said} Every row of the paper's setting that reads "
         "a final level carries that effect beside it; no value or verdict is adjusted. A GPU of one's own "
         f"trains in the paper's {paper} (params/paper.yaml)."
     )
@@ -139,7 +138,8 @@ def study_table(study: Path = STUDY) -> str:
         return ""
     fmt = lambda m, v: f"{v:,.0f}" if m == "drop" else f"{v:.4f}"
     lines = [
-        f"| {MEASURE_NAMES.get(m, m)} | {fmt(m, r['fp32_mean'])} ({fmt(m, r['fp32_min'])}-{fmt(m, r['fp32_max'])}) "
+        f"| {MEASURE_NAMES.get(m, m)} | "
+        f"{fmt(m, r['fp32_mean'])} ({fmt(m, r['fp32_min'])}-{fmt(m, r['fp32_max'])}) "
         f"| {fmt(m, r['tf32_mean'])} | {r['ratio']:.2f} ± {r['ratio_se']:.2f} | "
         f"{'yes' if str(r['inside']) == 'True' else 'no'} |"
         for m, r in arms.iterrows()
@@ -174,7 +174,8 @@ def page_note(rows: list[dict], chapter: str) -> str:
         return ""
     ids = ", ".join(dict.fromkeys(r["id"] for r in mine))
     return (
-        f"Rows on this page that read a final level ({len(mine)} row{'s' * (len(mine) > 1)}: {ids}) come from a run trained in another "
+        f"Rows on this page that read a final level ({len(mine)} "
+        f"row{'s' * (len(mine) > 1)}: {ids}) come from a run trained in another "
         f"precision than the paper's; beside each in the scorecard: {mine[0][FIELD]}. No value or verdict is "
         "adjusted."
     )

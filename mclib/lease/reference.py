@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from ..analyses.freezing import GROUPS, FreezeEnd
 from ..book import scorecard, scorecard_rules, scorecard_stage, scorecard_tables
 from ..book.spec import Specs
 from ..core.data import copy_level
@@ -35,6 +34,8 @@ from ..core.runs import END, FREEZE, METRICS, PROFILE, freeze_dir, run_name, run
 from . import slices
 from .precision import FIELD as PRECISION_EFFECT
 from .precision import annotate, departure_text
+from .rejudging import REJUDGED, Recorded, judge_rows
+from .same_seed import drop_spread
 from .slices import METRICS_GZ, read_metrics
 
 
@@ -147,8 +148,9 @@ def runs_table(folder: Path, name: str = "paper") -> pd.DataFrame:
 
 
 def loss_figure(folder: Path, name: str = "paper"):
-    """L_mask of every seed the results hold, against step, each drop marked (`plots_curves.seed_loss_curves`)."""
-    from ..book.plots_curves import seed_loss_curves
+    """L_mask of every seed the results hold, against step, each drop marked
+    (`plots_curves.seed_loss_curves`)."""
+    from ..book.plots_curves import seed_loss_curves  # noqa: PLC0415 - matplotlib only when a figure is drawn
 
     runs = {
         label: run
@@ -198,8 +200,6 @@ def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None
     """E15's runs merged from the E15 slices done beside `folder`: ({group: run folder},
     {group: `FreezeEnd`, from slice.json's `freeze_ends`}, the seed 1 folder the first of
     them started from), groups in `GROUPS` order; ({}, {}, None) when none is done."""
-    from ..analyses.freezing import GROUPS, FreezeEnd
-
     runs, ends, source = {}, {}, None
     for f in _slice_folders(folder, name):
         run = f / "runs" / run_name(name, 1)
@@ -214,7 +214,7 @@ def e15_runs(folder: Path, name: str = "paper") -> tuple[dict, dict, Path | None
 def freeze_figure(folder: Path, name: str = "paper"):
     """E15's runs at the paper's setting (`e15_runs`), their L_mask curves with each drop
     marked (`plots_curves.freeze_curves`, as chapter 05 draws them); None when no E15 slice is done."""
-    from ..book.plots_curves import freeze_curves
+    from ..book.plots_curves import freeze_curves  # noqa: PLC0415 - matplotlib only when a figure is drawn
 
     runs, _, source = e15_runs(folder, name)
     if not runs:
@@ -313,7 +313,7 @@ def _book_steps(folder: Path, name: str = "paper"):
 
 def _glued(folder: Path, chapter: str, name: str, book: str = "paper") -> str | None:
     """The text a chapter the GPU executed glued under `name` (its notebook's outputs), or None."""
-    import nbformat
+    import nbformat  # noqa: PLC0415 - nbformat only when a notebook is read
 
     for f in _slice_folders(folder, book):
         path = f / "book" / f"{chapter}.ipynb"
@@ -325,41 +325,6 @@ def _glued(folder: Path, chapter: str, name: str, book: str = "paper") -> str | 
                     text = out.get("data", {}).get("application/papermill.record/text/plain")
                     return text.strip("'\"") if isinstance(text, str) else None
     return None
-
-
-REJUDGED = "re-judged on the CPU by today's rules"
-
-
-@dataclass
-class Recorded:
-    """What a chapter's declared `rejudged(row, recorded)` may read besides the row: the book run's
-    stage (`book_stage`), analysis checkpoints (`_book_steps`; None where they cannot be placed), the
-    text a lease's chapter glued (`glued(chapter, name)`, or None), the laptop edition's rows (or
-    None) and the rows of the book run's training curve (`curve()`: `training_rows`)."""
-
-    at: scorecard_stage.Stage | None
-    steps: object | None
-    glued: Callable[[str, str], str | None]
-    laptop: list[dict] | None = None
-    curve: Callable[[], list[dict]] = list
-    rounding: dict = field(
-        default_factory=dict
-    )  # quantity -> `mclib.analyses.rounding.Spread` at this setting
-
-
-# What each kind of claim's rule needs besides the numbers (`scorecard_rules.judge`).
-NEEDS = {
-    "direction": ("reference", "sense"),
-    "finding": ("reference", "sense"),
-    "ordering": ("values", "order"),
-}
-
-
-NA = "n/a: "  # how a row's reading gives the reason it has nothing to test (`scorecard.record`)
-
-
-def _lacks(row: dict) -> list[str]:
-    return [k for k in NEEDS.get(row.get("kind", "number"), ()) if row.get(k) is None]
 
 
 def rejudge(
@@ -376,8 +341,6 @@ def rejudge(
         steps = _book_steps(folder, name)
     except (FileNotFoundError, KeyError, ValueError):
         steps = None
-    from .same_seed import drop_spread
-
     drops = drop_spread(folder.parent, name) if _slice_name(folder) is not None else None
     recorded = Recorded(
         at,
@@ -387,68 +350,7 @@ def rejudge(
         functools.cache(lambda: training_rows(_book_folder(folder, name), name, specs=specs)),
         {"drop step": drops} if drops else {},
     )
-    rules = [s.rejudged for s in specs.values() if s.rejudged is not None]
-    recover = [s.rule_of for s in specs.values() if s.rule_of is not None]
-    out, whys = [], []
-    for r in found:
-        new, why = dict(r), []
-        if r.get("verdict") == "n/a" and not r.get("na") and NA in r.get("reading", ""):
-            new["na"] = r["reading"].rsplit(NA, 1)[
-                1
-            ]  # `scorecard.record` keeps an n/a's reason in the reading alone
-        for rule in rules:
-            new, reasons = rule(new, recorded)
-            why += reasons
-        for rule_of in recover:
-            for k, v in rule_of(new).items():
-                if new.get(k) is None:
-                    new[k] = v
-        if not new.get("na") and (lacks := _lacks(new)):
-            new["na"] = (
-                f"the lease recorded no {' or '.join(lacks)} for this {new.get('kind')} row and no "
-                "chapter declares one"
-            )
-        rule = {k: new[k] for k in ("se", "spread", *scorecard.RULE_FIELDS, "na") if k in new}
-        new["verdict"] = (
-            "n/a"
-            if new.get("na")
-            else scorecard_rules.judge(
-                new.get("kind", "number"), paper=new.get("paper"), ours=new.get("ours"), **rule
-            )
-        )
-        if new.get("na") and f"{NA}{new['na']}" not in new.get("reading", ""):
-            new["reading"] = f"{new.get('reading', '')}; {NA}{new['na']}".lstrip("; ")
-        out.append(new)
-        whys.append(why)
-    out = scorecard_stage.provisional(out, at)
-    for r, new, why in zip(found, out, whys):
-        if new["verdict"] != r["verdict"]:
-            why.insert(
-                0,
-                f"{r['verdict']} → {new['verdict']}"
-                + (
-                    f" ({new['na']})"
-                    if new.get("na")
-                    else f" (the paper's value lies within the rounding spread of ours, {new['rounding']:,.4g})"
-                    if new["verdict"] == scorecard_rules.CLOSE and _within_rounding(new)
-                    else f" (today's {new.get('kind', 'number')} rule: our value ± two standard errors reaches both what "
-                    "agrees with the paper and what does not)"
-                    if new["verdict"] == scorecard_rules.CLOSE
-                    else f" (today's {new.get('kind', 'number')} rule)"
-                ),
-            )
-        if new.get("provisional") and not r.get("provisional"):
-            why.append(f"provisional: {new['provisional']}")
-        if why:
-            new["was"], new["rejudged"] = r["verdict"], "; ".join(why)
-    return out
-
-
-def _within_rounding(row: dict) -> bool:
-    ours, paper = row.get("ours"), row.get("paper")
-    return None not in (ours, paper) and scorecard_rules.within_rounding(
-        row.get("kind") == "ratio", ours, paper, row.get("rounding")
-    )
+    return judge_rows(found, recorded, at, specs=specs)
 
 
 def chapters_run(folder: Path) -> list[str]:
@@ -497,18 +399,23 @@ def status(folder: Path | None, name: str = "paper") -> str:
 
     def where(f: Path) -> str:
         dev = json.loads((f / "device.json").read_text())
-        return f"on {dev['device']} on {dev['date']} (torch {dev['torch']}, revision {dev.get('git') or 'unknown'}"
+        return (
+            f"on {dev['device']} on {dev['date']} (torch {dev['torch']}, "
+            f"revision {dev.get('git') or 'unknown'}"
+        )
 
     if _slice_name(folder) is None:
         return (
-            f"The paper's own setting (params/paper.yaml) ran {where(folder)}, precision {precision}); its files "
+            "The paper's own setting (params/paper.yaml) ran "
+            f"{where(folder)}, precision {precision}); its files "
             f"are in {_shown(folder)}. What trained: {ran}. {chapters}"
         )
     each = "; ".join(
         f"slice {_slice_name(f)} {where(f)}): {', '.join(chapters_run(f)) or 'no chapter'}" for f in folders
     )
     return (
-        f"The paper's own setting (params/paper.yaml) ran in {len(folders)} slice{'s' * (len(folders) > 1)} on "
+        "The paper's own setting (params/paper.yaml) ran in "
+        f"{len(folders)} slice{'s' * (len(folders) > 1)} on "
         f"GPU leases, precision {precision}: {each}. Their files are in "
         f"{', '.join(_shown(f) for f in folders)}. What trained: {ran}. {chapters}"
         + (f" {departure}" if (departure := departure_text(book_precision(folder, name))) else "")

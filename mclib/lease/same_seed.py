@@ -89,7 +89,7 @@ def drop_spread(root: Path = RESULTS, name: str = "paper") -> Spread | None:
 def figure(root: Path = RESULTS, name: str = "paper"):
     """L_mask of every seed-1 run on one axis, each labelled with its date, device, step variant
     and revision, its drop marked (`plots_curves.seed_loss_curves`)."""
-    from ..book.plots_curves import seed_loss_curves
+    from ..book.plots_curves import seed_loss_curves  # noqa: PLC0415 - matplotlib only when a figure is drawn
 
     found = runs(root, name)
     curves = {label: read_metrics(run) for label, run in found.items()}

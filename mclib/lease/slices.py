@@ -31,6 +31,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
+from ..analyses.interventions import GROUPS
 from ..core import step as step_ways
 from ..core.config import ConfigError, Profile, load_profile, profile_path, read_yaml
 from ..core.repo import REPO
@@ -69,7 +70,8 @@ COMMAND_SPARE_S = 20  # a command ends this long before COMMAND_S (its output's 
 FINISH_GRACE_S = 60  # past the slice's deadline, the trainer's time to save and end by itself
 STOP_S = 30  # after SIGTERM (save and end "cut"), the trainer's time before it is killed
 LOG_TAIL_KIB = 256  # of each log a lease packs, its last this many KiB
-REFUSED = "slice-refused.txt"  # in the work folder: why no slice started (a refused `start`; lease.sh without the kit)
+# in the work folder: why no slice started (a refused `start`; lease.sh without the kit)
+REFUSED = "slice-refused.txt"
 START_LOG = (
     "lease-start.log"  # in the work folder: scripts/lease.sh start's output (the step, the plan, any refusal)
 )
@@ -117,8 +119,6 @@ class Slice:
     # done when they all are, and they are done when it is
 
     def __post_init__(self):
-        from ..analyses.interventions import GROUPS
-
         bad = [g for g in self.freeze if g not in GROUPS]
         if bad:
             raise SliceError(f"slice {self.name}: freeze group {bad[0]!r} is not one of {', '.join(GROUPS)}")
@@ -201,7 +201,8 @@ def why_not(ledger: dict, s: Slice, budget_s: float, step_ms: float) -> str | No
         need -= s.train_s - s.min_train_s  # the deadline may shorten that far
     if need > budget_s:
         return (
-            f"needs at least {need:.0f} s (training {need - s.chapters_s - COLLECT_S:.0f} s at {step_ms:g} ms "
+            f"needs at least {need:.0f} s (training "
+            f"{need - s.chapters_s - COLLECT_S:.0f} s at {step_ms:g} ms "
             f"a step, chapters {s.chapters_s:.0f} s, packing {COLLECT_S} s) but {budget_s:.0f} s are left"
         )
     steps = steps_needed(s)
@@ -290,8 +291,6 @@ def pick_step(
     or the table is missing, older than STEP_TABLE_S or of another `device`, the line saying why.
     With `horizon_s` (seconds left), a compiled variant only where, its compile (the table's first_s,
     paid again by the trainer) taken off, it reaches more steps than the fastest uncompiled one."""
-    import pandas as pd
-
     if not Path(table).is_file():
         return Picked("eager", f"training variant: eager (no step table at {table})", None)
     t = pd.read_csv(table)

@@ -13,11 +13,19 @@ import shutil
 import tarfile
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
+import torch
+
+from ..analyses.freezing import freeze_ends
+from ..core.checkpoints import saved_steps
 from ..core.config import Profile
+from ..core.ending import run_end
 from ..core.repo import commit, git_revision, mclib_sha, revisions_of_mclib, tree_mclib_sha
 from ..core.runs import END, FREEZE, FREEZE_SOURCE, METRICS, PROFILE, freeze_dir, run_name, write_atomic
+from ..core.step import STEP_RAN
 from . import steptable
 from .slices import (
     LEDGER,
@@ -40,7 +48,8 @@ log = logging.getLogger(__name__)
 
 
 def _read(what: str, read):
-    """`read()`, or, where it raises (a run damaged by a kill), the error in one line: the rest is packed all the same."""
+    """`read()`, or, where it raises (a run damaged by a kill), the error in one line: the rest is
+    packed all the same."""
     try:
         return read()
     except Exception as e:
@@ -104,8 +113,6 @@ def _copy_logs(out_dir: Path, folder: Path) -> list[str]:
 
 def _steps_ran(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
     """{seed: the run's STEP_RAN (the step variant that ran, and why it fell back)}; None where none."""
-    from ..core.step import STEP_RAN
-
     ran = {}
     for seed in seeds:
         f = out_dir / "runs" / run_name(profile.name, seed) / STEP_RAN
@@ -135,8 +142,6 @@ def device_record() -> dict:
     """What ran it: the GPU's name, torch and CUDA versions, the date, the revision of the tree
     (`git_revision`: git's where the tree is its own repository, else the kit's record) and the
     hash of its mclib sources, which identifies the code however the revision was known."""
-    import torch
-
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {
         "device": gpu,
@@ -183,9 +188,6 @@ def _copy_run(src: Path, dest: Path, files) -> None:
 
 
 def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
-    from ..core.checkpoints import saved_steps
-    from ..core.ending import run_end
-
     ends = {}
     for seed in seeds:
         run = out_dir / "runs" / run_name(profile.name, seed)
@@ -196,10 +198,6 @@ def _ends(out_dir: Path, profile: Profile, seeds: list[int]) -> dict:
 def _freeze_ends(out_dir: Path, profile: Profile, groups: list[str]) -> dict:
     """{group: how its E15 run ended (`mclib.analyses.freezing.freeze_end`, as a dict)} for
     the slice's E15 runs; None for a group that saved nothing."""
-    from dataclasses import asdict
-
-    from ..analyses.freezing import freeze_ends
-    from ..core.checkpoints import saved_steps
 
     if not groups:
         return {}
@@ -327,7 +325,8 @@ def true_revision(recorded: str, ran: str | None, given: str | None = None) -> t
             f"revision {found}, given to merge: the lease recorded {recorded}, and {found}'s mclib "
             f"sources hash to the {ran} that ran"
             if ran
-            else f"revision {found}, given to merge: the lease recorded {recorded} and no mclib hash to check it by"
+            else f"revision {found}, given to merge: the lease recorded {recorded} "
+            "and no mclib hash to check it by"
         )
     own = commit(recorded) if recorded != "unknown" else None
     if own is not None and (ran is None or tree_mclib_sha(own) == ran):
@@ -335,12 +334,16 @@ def true_revision(recorded: str, ran: str | None, given: str | None = None) -> t
     if recorded == "unknown":
         why = "the lease could not tell its revision"
     elif own is None:
-        why = f"the lease recorded revision {recorded}, not a commit of this repository (git answered for a folder above the tree)"
+        why = (
+            f"the lease recorded revision {recorded}, not a commit of this repository "
+            "(git answered for a folder above the tree)"
+        )
     else:
         why = f"the lease recorded revision {recorded}, whose mclib sources are not the ones that ran"
     matches = revisions_of_mclib(ran) if ran else []
     found = (
-        f"; its mclib sources ({ran}) are those of {', '.join(matches)} (give the one that ran with --revision)"
+        f"; its mclib sources ({ran}) are those of {', '.join(matches)} "
+        "(give the one that ran with --revision)"
         if matches
         else f"; no recent commit has its mclib sources ({ran})"
         if ran
@@ -365,8 +368,6 @@ def _set_revision(dest: Path, record: dict, revision: str) -> None:
             write_atomic(f, json.dumps(data, indent=1))
     table = Path(dest) / STEP_TABLE
     if table.is_file():
-        import pandas as pd
-
         t = pd.read_csv(table)
         if "git" in t.columns:
             t["git"] = t["git"].astype(str).where(t["git"].astype(str) != str(recorded), revision)

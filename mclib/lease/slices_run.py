@@ -17,12 +17,20 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
 import yaml
 
+from ..analyses.freezing import freeze_run
+from ..book import runner
+from ..book.runner_progress import median_step_ms, training_status
 from ..book.spec import Specs
+from ..core.checkpoints import saved_steps
 from ..core.config import load_profile
+from ..core.console import console_logging
+from ..core.ending import run_end, stop_at_step
 from ..core.repo import REPO, git_revision
-from ..core.runs import write_atomic
+from ..core.runs import METRICS, default_run_dir, load_metrics, run_name, write_atomic
+from ..core.train import _seed_stop, seed_jobs, train
 from . import slices
 from .slices import (
     LEDGER,
@@ -74,47 +82,13 @@ def start(
         raise SliceError(f"every slice of {ledger_path.name} is done: nothing to start")
     t0 = time.time()
     budget = budget_s if budget_s is not None else ledger["lease_s"] - ledger["start_s"] - slices.RETURN_S
-    # the plan follows this lease's own step: the variant that passed its check and its time, else the ledger's
-    table = Path(out_dir) / STEP_TABLE
-    variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
-    step_ms = measured if measured is not None else ledger["step_ms"]
-    log.info(
-        f"lease: {why}; the plan reads {step_ms:g} ms a step "
-        f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})"
-    )
-    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=log.info)
-    if s is None:
-        first = next_slice(ledger, ledger_path.parent)
-        raise SliceError(
-            f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}"
-        )
-    profile = slice_profile(ledger, s).replace(**{"train.step": variant})
-    if s.source_steps is not None and (
-        s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps
-    ):
-        raise SliceError(
-            f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
-            f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})"
-        )
+    s, profile, variant, why = _plan(ledger, ledger_path, Path(out_dir) / STEP_TABLE, budget)
     out_dir = Path(out_dir).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     ppath = out_dir / f"slice-{s.name}.yaml"
     write_atomic(ppath, yaml.safe_dump(profile.to_dict(), sort_keys=False))
     deadline = t0 + train_seconds(s, budget)
-    train_log = open(out_dir / TRAIN_LOG, "ab")
-    e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
-    trainer = [sys.executable, "-m", "mclib.lease.slices_run", str(ppath), str(out_dir), str(deadline), e15]
-    proc = subprocess.Popen(
-        trainer,
-        stdout=train_log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=REPO,
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        },
-    )
+    proc = _launch(ppath, out_dir, deadline, s)
     state = {
         "slice": s.name,
         "pid": proc.pid,
@@ -141,6 +115,53 @@ def start(
         quiet=hold_s <= 0,
     )
     return state
+
+
+def _plan(ledger: dict, ledger_path: Path, table: Path, budget: float):
+    """(the slice that fits `budget`, its profile, the step variant, the line saying why that
+    variant): the plan follows this lease's own step, the variant that passed its check in `table`
+    and its time, else the ledger's; SliceError where no slice fits or its source_steps cannot be
+    reached."""
+    variant, why, measured = pick_step(table, ledger["precision"], _device_name(), horizon_s=budget)
+    step_ms = measured if measured is not None else ledger["step_ms"]
+    log.info(
+        f"lease: {why}; the plan reads {step_ms:g} ms a step "
+        f"({'measured in this lease' if measured is not None else 'the ledger step_ms'})"
+    )
+    s = next_slice(ledger, ledger_path.parent, budget, step_ms, say=log.info)
+    if s is None:
+        first = next_slice(ledger, ledger_path.parent)
+        raise SliceError(
+            f"no slice fits this lease: slice {first.name} {why_not(ledger, first, budget, step_ms)}"
+        )
+    profile = slice_profile(ledger, s).replace(**{"train.step": variant})
+    if s.source_steps is not None and (
+        s.source_steps % profile.train.log_every or s.source_steps > profile.train.steps
+    ):
+        raise SliceError(
+            f"slice {s.name}: source_steps {s.source_steps} must be a multiple of train.log_every "
+            f"({profile.train.log_every}) and at most train.steps ({profile.train.steps})"
+        )
+    return s, profile, variant, why
+
+
+def _launch(ppath: Path, out_dir: Path, deadline: float, s) -> subprocess.Popen:
+    """The detached trainer of slice `s` (this module run as a script, in a new process session
+    the lease keeps), its output appended to TRAIN_LOG."""
+    train_log = open(out_dir / TRAIN_LOG, "ab")
+    e15 = json.dumps({"source_steps": s.source_steps, "freeze": s.freeze})
+    trainer = [sys.executable, "-m", "mclib.lease.slices_run", str(ppath), str(out_dir), str(deadline), e15]
+    return subprocess.Popen(
+        trainer,
+        stdout=train_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        },
+    )
 
 
 # slice.json's `training_stop` where `finish` neither signalled nor killed the trainer: its runs may
@@ -177,12 +198,6 @@ def train_slice(
     past their drop), then E15's runs of the groups in `freeze` from the book's run at `source_steps`
     (`mclib.analyses.freezing.freeze_run`). Each seed's run writes a line to TRAIN_LOG every
     TRAIN_LOG_EVERY steps (`_logging`)."""
-    from ..analyses.freezing import freeze_run
-    from ..core.checkpoints import saved_steps
-    from ..core.ending import run_end, stop_at_step
-    from ..core.runs import default_run_dir
-    from ..core.train import _seed_stop, seed_jobs, train
-
     profile = load_profile(profile_file)
     book_run = default_run_dir(profile, Path(out_dir) / "runs")
     for job_profile, run_dir, after in seed_jobs(profile, book_run):
@@ -224,8 +239,6 @@ def _alive(pid: int) -> bool:
 
 def _wait(pid: int, until: float, out_dir: Path, quiet: bool = False) -> bool:
     """Wait while `pid` runs, at most until `until`, a progress line every 30 s; True if it ended."""
-    from ..book.runner_progress import training_status
-
     last = 0.0
     while _alive(pid) and time.time() < until:
         if not quiet and time.time() - last >= 30:
@@ -265,8 +278,8 @@ def stop_training(state: dict, out_dir: Path, until: float) -> str:
     _signal(pid, signal.SIGKILL)
     ended = _wait(pid, time.time() + 5, out_dir, quiet=True)
     line = (
-        f"killed (SIGKILL): still running {late:.0f} s past its deadline and {slices.STOP_S:g} s after SIGTERM"
-        + ("" if ended else "; still there 5 s later")
+        f"killed (SIGKILL): still running {late:.0f} s past its deadline and "
+        f"{slices.STOP_S:g} s after SIGTERM" + ("" if ended else "; still there 5 s later")
     )
     log.warning(f"slice {name}: training {line}")
     return line
@@ -293,27 +306,43 @@ def finish(
     less COMMAND_SPARE_S from `began`. Issued again on the same machine, it executes only the
     chapters not yet done (slice.json's `chapters_done`) and packs everything again. With no slice
     started (no slice.json), it packs what the work folder holds and why (REFUSED)."""
-    from ..book.runner import BookError, build, select_chapters
-
     began = time.time() if began is None else began
     out_dir, dest = Path(out_dir).resolve(), Path(dest)
     if not (out_dir / STATE).is_file():
         return pack_refused(out_dir, dest)
     state = json.loads((out_dir / STATE).read_text())
+    end = _lease_end(state, began, left_s, chapters_s, command_s)
+    state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
+    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
+    end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
+    if chapters_s is not None:
+        end_by = min(end_by, time.time() + chapters_s - slices.COLLECT_S)
+    error, skipped = _run_chapters(state, out_dir, end_by, timeout, specs)
+    return _pack(state, out_dir, dest, error, skipped)
+
+
+def _lease_end(
+    state: dict, began: float, left_s: float | None, chapters_s: float | None, command_s: float | None
+) -> float:
+    """When `finish` must be done (see there): the lease's end, never past the command's."""
     if left_s is not None:
         lease_end = began + left_s - slices.RETURN_S
     elif chapters_s is not None:
         lease_end = time.time() + chapters_s  # issued again: the first budget is spent by then
     else:
         lease_end = state["started"] + state["budget_s"]
-    end = min(
+    return min(
         lease_end, began + (slices.COMMAND_S if command_s is None else command_s) - slices.COMMAND_SPARE_S
     )
-    state["training_stop"] = stop_training(state, out_dir, end - slices.COLLECT_S)
-    write_atomic(out_dir / STATE, json.dumps(state, indent=1))
-    end_by = end - slices.COLLECT_S  # the chapters may not eat the packing's time
-    if chapters_s is not None:
-        end_by = min(end_by, time.time() + chapters_s - slices.COLLECT_S)
+
+
+def _run_chapters(
+    state: dict, out_dir: Path, end_by: float, timeout: float | None, specs: Specs
+) -> tuple[str | None, list[str]]:
+    """The slice's chapters not yet done, one at a time through the book's runner, each only while
+    there is time before `end_by`, each one done recorded in slice.json's `chapters_done` as it
+    completes; after a failure the rest are not run. (the error in one line or None, the chapters
+    not run)."""
     done = state.setdefault("chapters_done", [])
     error, skipped = None, []
     for name in state["chapters"]:  # one at a time, each only while the lease has time for it
@@ -324,23 +353,29 @@ def finish(
             skipped.append(name)
             continue
         try:
-            build(
+            runner.build(
                 state["profile"],
                 out_dir=out_dir,
-                templates=select_chapters(name),
+                templates=runner.select_chapters(name),
                 site=False,
                 progress=False,
                 timeout=int(min(timeout or left, left)),
                 specs=specs,
             )  # papermill takes whole seconds
         except Exception as e:  # whatever a chapter does, what trained is packed
-            error = str(e) if isinstance(e, BookError) else f"{name}: {type(e).__name__}: {e}"
-            log.warning(f"slice {state['slice']}: {error}", exc_info=not isinstance(e, BookError))
+            error = str(e) if isinstance(e, runner.BookError) else f"{name}: {type(e).__name__}: {e}"
+            log.warning(f"slice {state['slice']}: {error}", exc_info=not isinstance(e, runner.BookError))
             continue
         done.append(name)
         write_atomic(out_dir / STATE, json.dumps(state, indent=1))
     if skipped:
         log.warning(f"slice {state['slice']}: not run (time or an earlier failure): {', '.join(skipped)}")
+    return error, skipped
+
+
+def _pack(state: dict, out_dir: Path, dest: Path, error: str | None, skipped: list[str]) -> Path:
+    """results.tgz packed into `dest`: what the slice's runs wrote (`collect`), its profile, the
+    logs' tails and its slice.json as the lease ends it (device, chapters, how its runs ended)."""
     profile = load_profile(state["profile"])
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "slice"
@@ -356,7 +391,7 @@ def finish(
             "precision": profile.train.precision,
             "profile": profile.name,
             "chapters": state["chapters"],
-            "chapters_done": done,
+            "chapters_done": state["chapters_done"],
             "chapter_error": error,
             "chapters_not_run": skipped,
             "train_step": state.get("train_step"),
@@ -379,9 +414,6 @@ def finish(
 def _achieved(out_dir: Path, profile, seeds: list[int]) -> dict:
     """slice.json's `achieved`: {seed: {"steps": its last logged step, "ms_step": its achieved ms
     a step (`median_step_ms`)}}; None for a run that logged nothing."""
-    from ..book.runner_progress import median_step_ms
-    from ..core.runs import METRICS, load_metrics, run_name
-
     achieved = {}
     for seed in seeds:
         run = out_dir / "runs" / run_name(profile.name, seed)
@@ -397,14 +429,10 @@ def _achieved(out_dir: Path, profile, seeds: list[int]) -> dict:
 
 def _device_name() -> str:
     """This machine's training device as benchmarks/lease_step.py names it."""
-    import torch
-
     return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
 
 
 if __name__ == "__main__":  # the detached trainer `start` launches; its log is TRAIN_LOG
-    from ..core.console import console_logging
-
     e15 = json.loads(sys.argv[4]) if len(sys.argv) > 4 else {}
     with console_logging():
         train_slice(

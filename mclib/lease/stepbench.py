@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 import pandas as pd
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from ..core.atomic import write_atomic
 from ..core.repo import REPO
@@ -88,8 +90,6 @@ def bf16_effect(doc: Path = REPO / "docs" / "performance.md") -> str:
 
 
 def _profiled(step, steps: int, cuda: bool, device: torch.device, activities):
-    from torch.profiler import profile
-
     with profile(activities=activities) as prof:
         for _ in range(steps):
             step()
@@ -105,9 +105,6 @@ def kernel_table(
     on CUDA the device's kernels (and copies) alone, by their device time a step: no operator
     or annotation span, whose time is its kernels' counted again; `share` is of that sum. On the
     CPU there are no kernels: the operators by self CPU time (self times do not overlap)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity
-
     cuda = device.type == "cuda"
     events = _profiled(
         step, steps, cuda, device, [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -141,8 +138,6 @@ def host_table(step, device: torch.device, variant: str, steps: int = PROFILE_ST
     """Where the host's time of a step of `step` goes: the top TOP_ROWS operators and annotation
     spans (`mclib::data`: the batch; `mclib::optimiser`: Adam) by self CPU time a step, with their
     total CPU time (children included), from `steps` calls profiled on the host alone."""
-    from torch.profiler import ProfilerActivity
-
     events = _profiled(step, steps, device.type == "cuda", device, [ProfilerActivity.CPU])
     rows = [
         {

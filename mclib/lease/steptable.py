@@ -15,6 +15,10 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pandas as pd
+import torch
+import yaml
+
 from ..core.repo import REPO
 from ..core.runs import write_atomic
 from ..core.step import WAYS
@@ -48,9 +52,8 @@ def step_hash(root: Path = REPO) -> str:
 
 
 def key(device: str, precision: str) -> dict:
-    """The four a step table answers for: the step's files (`step_hash`), torch, the device's name, the precision."""
-    import torch
-
+    """The four a step table answers for: the step's files (`step_hash`), torch, the device's name,
+    the precision."""
     return {"step_hash": step_hash(), "torch": torch.__version__, "device": device, "precision": precision}
 
 
@@ -75,8 +78,6 @@ def rows(t, device: str, precision: str | None = None):
 
 def _read(committed: Path):
     """(the committed table, None), or (None, why not, in one line)."""
-    import pandas as pd
-
     if not committed.is_file():
         return None, f"no committed step table at {committed}"
     t = pd.read_csv(committed)
@@ -157,8 +158,6 @@ def stands(committed: Path, now: dict) -> tuple[str | None, str]:
 
 def planned_device(committed: Path) -> str | None:
     """The device kind the plan beside `committed` names (its `device`: the kind lent now), or None."""
-    import yaml
-
     ledger = Path(committed).parent / LEDGER_NAME
     return (yaml.safe_load(ledger.read_text()) or {}).get("device") if ledger.is_file() else None
 
@@ -180,8 +179,6 @@ def adopt(table: Path, committed: Path) -> str | None:
     columns: its rows replace those of its device at its precision, the other devices' rows are
     kept; written whole, then renamed. One line saying so, or None where it is not a full table
     (a check-only table, an older one)."""
-    import pandas as pd
-
     table, committed = Path(table), Path(committed)
     if not table.is_file():
         return None
@@ -201,6 +198,7 @@ def adopt(table: Path, committed: Path) -> str | None:
     write_atomic(committed, lambda tmp: pd.concat([kept, t], ignore_index=True).to_csv(tmp, index=False))
     others = sorted(set(kept["device"].astype(str)))
     return (
-        f"step table of {device}, torch {t['torch'].iloc[0]}, {precision}, step files {t['step_hash'].iloc[0]}: "
+        f"step table of {device}, torch {t['torch'].iloc[0]}, {precision}, "
+        f"step files {t['step_hash'].iloc[0]}: "
         f"written as {committed}" + (f" (the rows of {', '.join(others)} kept)" if others else "")
     )
