@@ -5,9 +5,9 @@ chapter and nothing else is. Each chapter has `CHAPTER`, `readings(ch, ...)` (sc
 and the sentences that state them), `scorecard_table(ch, rows)` and `SPEC`
 (`mclib.book.spec.ChapterSpec`), what it declares to the machinery; registry.py collects the
 specs. Parts of chapters: train_sentences.py (01), copying_text.py and copying_rejudged.py
-(02), heads_tables.py, heads_readings.py and heads_rejudged.py (03), embeddings_readings.py
-(04), baselines_readings.py (06), beyond_readings.py, followup.py (07's last section) and
-followup_intervention.py (07). A chapter's figures live beside it:
+(02), heads_tables.py, heads_readings.py, heads_structure.py and heads_rejudged.py (03),
+embeddings_readings.py (04), baselines_readings.py (06), beyond_readings.py, followup.py (07's
+last section) and followup_intervention.py (07). A chapter's figures live beside it:
 heads_plots.py and loss_tables_shown.py (02, 03, 08), embeddings_plots.py (04), baselines_plots.py
 (06), scorecard_plots.py (99).
 

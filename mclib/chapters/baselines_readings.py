@@ -49,14 +49,10 @@ def pm(value: float, se: float) -> str:
 # --- the closing paragraph and the scorecard rows ----------------------------------------------
 
 
-def _e16_same_matrices(
-    sweep: pd.DataFrame, classical: pd.DataFrame, p_train: float
-) -> tuple[str, list[dict]]:
-    """E16 on the profile's task: BERT and the solver on the same matrices (paired errors)."""
-    at = classical.set_index("method")
-    bert, nuc = at.loc["BERT"], at.loc["nuclear norm"]
-    d, d_se = nuc.BERT_d_L, nuc.BERT_d_L_se
-    rows = [
+def _e16_rows(bert: pd.Series, nuc: pd.Series, d_se: float, p_train: float) -> list[dict]:
+    """E16's two rows at the training p_mask: BERT's L over the solver's, and its nuclear norm over
+    the solver's (readings filled in by `_e16_same_matrices`)."""
+    return [
         claim(
             "E16",
             f"BERT L / solver L at p_mask {p_train:g} (profile's task, same matrices)",
@@ -82,7 +78,11 @@ def _e16_same_matrices(
             ),
         ),
     ]
-    # the paper's other half of E16: at mask rates well above the training one, BERT is worse than the solver
+
+
+def _e16_highest(sweep: pd.DataFrame) -> dict:
+    """The paper's other half of E16: at mask rates well above the training one, BERT is worse than
+    the solver; the row at the sweep's highest p_mask, with its reading."""
     b_hi = sweep[sweep["method"] == "BERT"].set_index("p_mask").sort_index().iloc[-1]
     s_hi = sweep[sweep["method"] == "nuclear norm"].set_index("p_mask").loc[b_hi.name]
     hi = claim(
@@ -106,6 +106,43 @@ def _e16_same_matrices(
         + _beyond_said(hi, "higher")
         + " (paper: worse above the training p_mask)"
     )
+    return hi
+
+
+def _e16_per_matrix(nuc: pd.Series, d: float, d_se: float) -> str:
+    """Whether the share of matrices on which BERT's L_mask is the lower tells the pooled means'
+    story (`d` ± `d_se`, BERT − solver) or another."""
+    share, share_se = nuc.BERT_better, nuc.BERT_better_se
+    most = "lower" if share - 2 * share_se > 0.5 else "higher" if share + 2 * share_se < 0.5 else None
+    pooled_says = None if within_error(d, d_se) else "lower" if d < 0 else "higher"
+    if most == pooled_says:
+        return "the same story as the pooled means"
+    return (
+        f"{'on most matrices BERT is ' + most if most else 'neither is better on most matrices'}, "
+        "another story than the pooled means tell, which the matrices with the largest errors dominate"
+    )
+
+
+def _e16_across(sweep: pd.DataFrame) -> str:
+    """The mask rates at which BERT's L lies below, above or within error of the solver's (paired
+    differences, two standard errors)."""
+    b = sweep[sweep["method"] == "BERT"].set_index("p_mask")
+    groups = {"below": [], "above": [], "within error of": []}
+    for p, r in b.iterrows():
+        key = "within error of" if within_error(r.d_L, r.d_L_se) else "below" if r.d_L < 0 else "above"
+        groups[key].append(f"{p:g}")
+    return "; ".join(f"{k} it at p_mask {', '.join(v)}" for k, v in groups.items() if v)
+
+
+def _e16_same_matrices(
+    sweep: pd.DataFrame, classical: pd.DataFrame, p_train: float
+) -> tuple[str, list[dict]]:
+    """E16 on the profile's task: BERT and the solver on the same matrices (paired errors)."""
+    at = classical.set_index("method")
+    bert, nuc = at.loc["BERT"], at.loc["nuclear norm"]
+    d, d_se = nuc.BERT_d_L, nuc.BERT_d_L_se
+    rows = _e16_rows(bert, nuc, d_se, p_train)
+    hi = _e16_highest(sweep)
     # what the numbers say, then whether that is the paper's claim by the row's direction rule (its
     # margin included)
     lower = agreement(row_verdict(rows[0]))
@@ -116,23 +153,9 @@ def _e16_same_matrices(
         else f"BERT {'lower' if d < 0 else 'higher'} by more than two standard errors"
     )
     diff_said = f"{diff}; by the direction rule (BERT's L more than {margin} below the solver's), {lower}"
-    share, share_se = nuc.BERT_better, nuc.BERT_better_se
-    most = "lower" if share - 2 * share_se > 0.5 else "higher" if share + 2 * share_se < 0.5 else None
-    pooled_says = None if within_error(d, d_se) else "lower" if d < 0 else "higher"
-    if most == pooled_says:
-        per_matrix = "the same story as the pooled means"
-    else:
-        per_matrix = (
-            f"{'on most matrices BERT is ' + most if most else 'neither is better on most matrices'}, "
-            "another story than the pooled means tell, which the matrices with the largest errors dominate"
-        )
+    per_matrix = _e16_per_matrix(nuc, d, d_se)
     true_nuc = float(sweep.loc[sweep["method"] == "truth", "nuclear"].iloc[0])  # the same X at every p_mask
-    b = sweep[sweep["method"] == "BERT"].set_index("p_mask")
-    groups = {"below": [], "above": [], "within error of": []}
-    for p, r in b.iterrows():
-        key = "within error of" if within_error(r.d_L, r.d_L_se) else "below" if r.d_L < 0 else "above"
-        groups[key].append(f"{p:g}")
-    across = "; ".join(f"{k} it at p_mask {', '.join(v)}" for k, v in groups.items() if v)
+    across = _e16_across(sweep)
     nuclear_said = _beyond_said(rows[1], "larger")
     text = (
         f"At the training p_mask {p_train:g}, on the same matrices, BERT's L is {pm(bert.L, bert.L_se)} and "
@@ -213,9 +236,9 @@ def _z_range(z: pd.Series) -> str:
     return f"between {z.min():+.1f} and {z.max():+.1f} standard errors from"
 
 
-def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
-    """E17 on the paper's task against the paper's table: verdict rows (rule: SOLVER_RTOL)."""
-    beside = e17_beside_paper(reg)
+def _e17_rows(beside: pd.DataFrame, n_regularised: int) -> tuple[list[dict], dict[str, list[str]]]:
+    """E17's rows, one per λ and loss beside the paper's value (rule: SOLVER_RTOL), and their
+    verdicts by loss."""
     rows, ok = [], {q: [] for q in E17_LOSSES}
     for r in beside.to_dict("records"):
         rows.append(
@@ -234,6 +257,12 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
             }
         )
         ok[r["quantity"]].append(row_verdict(rows[-1]))
+    return rows, ok
+
+
+def _e17_text(beside: pd.DataFrame, ok: dict[str, list[str]], n_regularised: int) -> str:
+    """E17's sentence on L_obs and L_mask against the paper's at every λ, with `ok` the verdicts by
+    loss and the paper's own sampling error."""
     obs, mask = (beside[beside["quantity"] == q] for q in ("L_obs", "L_mask"))
     own_se = (
         mask["se"] * (n_regularised / PAPER_E17_MATRICES) ** 0.5 / mask["ours"]
@@ -242,7 +271,7 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
         f"{ok[q].count('matches')} of {len(ok[q])} within the rule"
         + (f", {ok[q].count(CLOSE)} too close to tell" if CLOSE in ok[q] else "")
     )
-    text = (
+    return (
         f"L_obs {'matches' if set(ok['L_obs']) == {'matches'} else 'does not match'} the paper's at every λ "
         f"({within('L_obs')}; deviations {obs.rel_dev.min():+.1%} to "
         f"{obs.rel_dev.max():+.1%}): it measures how far the regulariser pulls U off the observed entries, "
@@ -257,39 +286,16 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
         "spread "
         f"at their sample size), and every λ sees the same matrices, so the five L_mask move together"
     )
-    # the claim E17 is there for: BERT completes better than the best regularised solver (the
-    # paper: 0.013-0.014 against 0.0405), on the same matrices, so only where BERT trained on them
+
+
+def _e17_bert(reg: pd.DataFrame) -> tuple[str, dict]:
+    """The claim E17 is there for: BERT completes better than the best regularised solver (the
+    paper: 0.013-0.014 against 0.0405), on the same matrices, so only where BERT trained on them:
+    (the sentence's ending, "" where it did not, and the row)."""
     quantity = "BERT L_mask / the best λ's L_mask (paper's task, same matrices)"
     paper_ratio = PAPER[("E3", "post L_mask")] / min(v[1] for v in PAPER_E17.values())
-    if (reg["method"] == "BERT").any():
-        bert = reg.set_index("method").loc["BERT"]
-        lam = reg[reg["method"] != "BERT"]
-        best = lam.loc[lam["L_mask"].idxmin()]
-        r = float(bert.L_mask / best.L_mask)
-        row = claim(
-            "E17",
-            quantity,
-            r,
-            "",
-            paper=paper_ratio,
-            kind="direction",
-            reference=1.0,
-            sense="below",
-            se=ratio_se(bert.L_mask, bert.L_mask_se, best.L_mask, best.L_mask_se),
-        )
-        row["reading"] = (
-            f"BERT {pm(bert.L_mask, bert.L_mask_se)} against {best['method']}'s "
-            f"{pm(best.L_mask, best.L_mask_se)}: {agreement(row_verdict(row))}"
-        )
-        text += f"; BERT's L_mask on the same matrices is {pm(bert.L_mask, bert.L_mask_se)}, " + (
-            "below every λ"
-            if bert.L_mask < lam.L_mask.min()
-            else "above every λ"
-            if bert.L_mask > lam.L_mask.max()
-            else "within the range of the λ"
-        )
-    else:
-        row = claim(
+    if not (reg["method"] == "BERT").any():
+        return "", claim(
             "E17",
             quantity,
             None,
@@ -301,7 +307,42 @@ def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
             na="BERT was trained on another task, so it cannot be run on the paper's matrices; the paper "
             "setting's column tests it",
         )
-    return text, rows + [row]
+    bert = reg.set_index("method").loc["BERT"]
+    lam = reg[reg["method"] != "BERT"]
+    best = lam.loc[lam["L_mask"].idxmin()]
+    r = float(bert.L_mask / best.L_mask)
+    row = claim(
+        "E17",
+        quantity,
+        r,
+        "",
+        paper=paper_ratio,
+        kind="direction",
+        reference=1.0,
+        sense="below",
+        se=ratio_se(bert.L_mask, bert.L_mask_se, best.L_mask, best.L_mask_se),
+    )
+    row["reading"] = (
+        f"BERT {pm(bert.L_mask, bert.L_mask_se)} against {best['method']}'s "
+        f"{pm(best.L_mask, best.L_mask_se)}: {agreement(row_verdict(row))}"
+    )
+    text = f"; BERT's L_mask on the same matrices is {pm(bert.L_mask, bert.L_mask_se)}, " + (
+        "below every λ"
+        if bert.L_mask < lam.L_mask.min()
+        else "above every λ"
+        if bert.L_mask > lam.L_mask.max()
+        else "within the range of the λ"
+    )
+    return text, row
+
+
+def _e17(reg: pd.DataFrame, n_regularised: int) -> tuple[str, list[dict]]:
+    """E17 on the paper's task against the paper's table: verdict rows (rule: SOLVER_RTOL), then
+    BERT against the best λ (`_e17_bert`)."""
+    beside = e17_beside_paper(reg)
+    rows, ok = _e17_rows(beside, n_regularised)
+    bert_text, row = _e17_bert(reg)
+    return _e17_text(beside, ok, n_regularised) + bert_text, rows + [row]
 
 
 def _solvers(solvers: pd.DataFrame, task) -> str:
@@ -329,25 +370,10 @@ def e18_cause(other, uniform) -> str:
     )
 
 
-def baseline_readings(
-    sweep: pd.DataFrame,
-    reg: pd.DataFrame,
-    ood: pd.DataFrame,
-    classical: pd.DataFrame,
-    p_train: float,
-    *,
-    rank: int,
-    n_regularised: int,
-    solver_sweep: pd.DataFrame,
-    solvers: pd.DataFrame,
-    task,
-) -> tuple[dict, list[dict]]:
-    """(glue, rows) from the chapter's tables: on the profile's task with BERT, sweep, ood, classical;
-    on the paper's task `task`, solvers alone, reg (E17), solver_sweep, solvers. Nothing is
-    rescaled across tasks; E17 by the number rule at SOLVER_RTOL."""
-    e16, rows = _e16_same_matrices(sweep, classical, p_train)
-    e17, e17_rows = _e17(reg, n_regularised)
-    rows += e17_rows
+def _e18(ood: pd.DataFrame) -> tuple[str, list[dict]]:
+    """E18: BERT's L_mask / E[X²] under each other factor distribution over uniform's, by the ratio
+    rule (the paper: "close to" uniform's); (the sentence, the rows)."""
+    rows = []
     bert_ood = ood[ood["method"] == "BERT"].set_index("dist")
     uni = bert_ood.loc["uniform"]
     e18 = []
@@ -377,13 +403,18 @@ def baseline_readings(
             f"{pm(rel, rel_se)}: {said} (the ratio rule: within a factor {1 + MARGINS['ratio']:g} of 1, "
             "widened by two standard errors)"
         )
+    return "; ".join(e18), rows
 
+
+def _classical(classical: pd.DataFrame, rank: int) -> str:
+    """The classical solvers beside BERT on the profile's task: BERT's rank by pooled L_mask, BERT − ALS,
+    the median matrix's L_mask and BERT's share of matrices better than ALS."""
     at = classical.set_index("method")
     bert = at.loc["BERT"]
     als, soft = f"ALS, rank {rank}", f"soft-impute, rank {rank}"
     best = at["L_mask"].idxmin()
     a = at.loc[als]
-    classical_text = (
+    return (
         f"on the profile's task, pooled over all masked entries, BERT's L_mask "
         f"({pm(bert.L_mask, bert.L_mask_se)}) ranks {int((at['L_mask'] < bert.L_mask).sum()) + 1} of "
         f"{len(at)}"
@@ -401,12 +432,35 @@ def baseline_readings(
         f"to 0.01 alone costs about 1e-5), and BERT is better than ALS on {a.BERT_better:.0%} ± "
         f"{a.BERT_better_se:.0%} of the matrices"
     )
+
+
+def baseline_readings(
+    sweep: pd.DataFrame,
+    reg: pd.DataFrame,
+    ood: pd.DataFrame,
+    classical: pd.DataFrame,
+    p_train: float,
+    *,
+    rank: int,
+    n_regularised: int,
+    solver_sweep: pd.DataFrame,
+    solvers: pd.DataFrame,
+    task,
+) -> tuple[dict, list[dict]]:
+    """(glue, rows) from the chapter's tables: on the profile's task with BERT, sweep, ood, classical;
+    on the paper's task `task`, solvers alone, reg (E17), solver_sweep, solvers. Nothing is
+    rescaled across tasks; E17 by the number rule at SOLVER_RTOL."""
+    e16, rows = _e16_same_matrices(sweep, classical, p_train)
+    e17, e17_rows = _e17(reg, n_regularised)
+    rows += e17_rows
+    e18, e18_rows = _e18(ood)
+    rows += e18_rows
     glue = {
         "e16": e16,
         "e16_solver": _e16_solver(solver_sweep, task),
         "e17": e17,
-        "e18": "; ".join(e18),
-        "classical": classical_text,
+        "e18": e18,
+        "classical": _classical(classical, rank),
         "solvers": _solvers(solvers, task),
     }
     return glue, rows

@@ -7,7 +7,8 @@ In page order, each computation (`heads_tables`, re-exported here) then its `*_s
 post_losses + settings_table; e9_heads + e9_shown; progress_table + progress_shown;
 ablation_at_post + ablation_shown; e6_e7_tables + e6_e7_shown; e8_table + e8_shown;
 e10_heads + e10_shown (both `e10_masks`); probe_table + probes_shown; then readings (rows and
-sentences, with `heads_readings`), scorecard_table and closing_glue.
+sentences, with `heads_readings` for E3-E9 and `heads_structure` for E10-E11), scorecard_table
+and closing_glue.
 
 `ch` is the chapter's `Chapter`; glue is {name: value}; figures come closed (glued, not shown twice).
 """
@@ -20,31 +21,27 @@ import pandas as pd
 import torch
 
 from ..analyses.evaluate import sample_eval_batch
-from ..analyses.heads import (
-    LABELS,
-    STRUCTURE_THRESHOLD,
-    checkpoint_maps,
-    classify_heads,
-    e10_kinds,
-    line_index,
-    masked_lines,
-    pick_heads,
-)
+from ..analyses.heads import LABELS, checkpoint_maps, classify_heads, line_index, masked_lines, pick_heads
 from ..analyses.heads import e10_masks as e10_masks
 from ..analyses.loss_tables import head_name, lookup, permutation_errors
 from ..analyses.probes import best_probe_layers
 from ..book.plots_base import closed
 from ..book.scorecard import claim as _row
 from ..book.scorecard import recorded_table
-from ..book.scorecard_rules import CUT, agreement, copy_levels, row_verdict
+from ..book.scorecard_rules import CUT, copy_levels, row_verdict
 from ..book.scorecard_stage import stage
 from ..book.scorecard_tables import task_departures, verdict_counts
 from ..book.spec import ChapterSpec
 from ..core.metrics import DROP_FRACTION, LOSS_NAMES
 from ..core.paper import PAPER
 from .heads_plots import attention_grid, head_label_heatmap, loss_bars, probe_lines, progress_lines
-from .heads_readings import MOSTLY, e3_rows, e4_rows, e5_rows, e6_e7_rows, e8_rows, e9_rows, e11_rows
+from .heads_readings import e3_rows, e4_rows, e5_rows, e6_e7_rows, e8_rows, e9_rows
 from .heads_rejudged import pre_read, rejudged, restated, rule_of
+from .heads_structure import MOSTLY, e11_rows
+
+# E10's sentence and kind rows, read through this module by `readings` and by the tests
+from .heads_structure import e10_kind_rows as e10_kind_rows
+from .heads_structure import lone_text as lone_text
 from .heads_tables import CHAPTER, E6_MODEL, PAPER_MASK, PROGRESS_MATRICES, Heads, Structured
 
 # what the notebook calls through this module, computed there (`x as x`: re-exported; e10_masks
@@ -269,26 +266,6 @@ E10_GLUE = {
 E10_COLUMNS = ["lone_entry", "masked_lines", "self", "row_excess", "column_excess"]
 
 
-def lone_text(lone: float, chance: float, axis: str, verdict: str | None = None) -> str:
-    """The E10 sentence: the best head's attention on the lone observed entry of a masked line,
-    against a uniform head's and, for the paper's mask, worded by the row's `verdict` (None: the
-    transposed mask, which the paper lacks, described only)."""
-    head = (
-        f"the head that attends most to the lone observed entry of a masked {axis} puts {lone:.3f} of its "
-        f"attention there (a uniform head: {chance:.3f}): "
-    )
-    reading = (
-        "most of it"
-        if lone > MOSTLY
-        else "more than chance but not most of it"
-        if lone > chance
-        else "no more than chance"
-    )
-    if verdict is None:
-        return head + reading + "; the paper reports no such mask"
-    return f"{head}{reading}, {agreement(verdict)} (the paper: most of it)"
-
-
 def e10_shown(ch, s: Structured, labels: pd.Series) -> tuple[object, dict]:
     """E10 under one mask: the picked heads' table (styled) and glue, NAME = s.name: fig_e10_NAME,
     fig_e10_NAME_all and, for a mask other than PAPER_MASK, e10_NAME_text (the paper mask's comes
@@ -437,42 +414,6 @@ def e10_rows(structured: Structured) -> tuple[dict, list[dict]]:
     )
     glue = {E10_GLUE[PAPER_MASK][2]: lone_text(lone, lone_chance, "row", row_verdict(row))}
     return glue, [row, *e10_kind_rows(structured)]
-
-
-def e10_kind_rows(s: Structured) -> list[dict]:
-    """E10's other three head kinds under the paper's mask, each the picked head's score against
-    a cut: self above MOSTLY; mass on masked lines below half a uniform head's; excess on the
-    other axis above STRUCTURE_THRESHOLD."""
-    axis = s.scores.attrs["axis"]
-    at = s.scores.set_index(["layer", "head"])
-    kinds = e10_kinds(axis)
-    follows = next(k for k in kinds if k.startswith("follows"))
-    cuts = {
-        "copies (self)": ("self", MOSTLY, "above", "most of its attention on itself"),
-        f"ignores masked {axis}s": (
-            "masked_lines",
-            s.chance["masked_lines"] / 2,
-            "below",
-            f"under half a uniform head's {s.chance['masked_lines']:.3f}",
-        ),
-        follows: (kinds[follows][0], STRUCTURE_THRESHOLD, "above", "E9's structure cut"),
-    }
-    rows = []
-    for kind, (col, ref, sense, said) in cuts.items():
-        head = s.picks[kind]
-        rows.append(
-            _row(
-                "E10",
-                f"structured mask, the head that {kind.replace('(self)', 'itself')}: its {col}",
-                float(at.loc[head, col]),
-                f"{head_name(head)}; {sense} {ref:.3g} counts ({said})",
-                kind="direction",
-                reference=ref,
-                sense=sense,
-                margin=CUT,
-            )
-        )
-    return rows
 
 
 # --- what a GPU lease re-judges by (mclib.lease.reference, mclib.lease.part) --------------------

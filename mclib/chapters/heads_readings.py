@@ -1,7 +1,7 @@
-"""Chapter 03's scorecard rows and the sentences that state them, for E3-E9 and E11: each
-function returns (glue, rows) from `mclib.chapters.heads_tables`' tables; `ch03_heads.readings`
-joins them with E10's. Every row is scale-free: a ratio of losses on the same matrices, a loss
-over E[X²], a head score, a probe's relative error.
+"""Chapter 03's scorecard rows and the sentences that state them, for E3-E9: each function
+returns (glue, rows) from `mclib.chapters.heads_tables`' tables; `ch03_heads.readings` joins them
+with E10's and E11's (`heads_structure`). Every row is scale-free: a ratio of losses on the same
+matrices, a loss over E[X²], a head score.
 """
 
 from __future__ import annotations
@@ -12,17 +12,16 @@ import pandas as pd
 
 from ..analyses.heads import LABELS, STRUCTURE_THRESHOLD
 from ..analyses.loss_tables import UNABLATED, lookup, permutation_errors, ratio_and_se, ratio_se, value_and_se
-from ..analyses.probes import best_probe_layers
 from ..book.scorecard import claim as _row
 from ..book.scorecard_rules import CUT, agreement, agreements, row_verdict
 from ..book.scorecard_tables import plural
 from ..core.metrics import COPIES, DROP_FRACTION, PLATEAU_BAND
 from ..core.paper import PAPER, PAPER_HEADS
+
+# E11's row-probe wording, from heads_structure, read through this module by the tests
+from .heads_structure import e11_claim as e11_claim
 from .heads_tables import E4_SET, E6_MODEL
 from .loss_tables_shown import READING_NAMES, SHORT, matching_reading_text
-
-PROBED = 0.5  # E11: a probe "recovers" its target when it explains at least half its variance
-MOSTLY = 0.5  # E10: a head that attends to an entry puts most of its attention there
 
 
 def ratio_cause(changed: float, unchanged: float, paper: tuple[float, float], what: str) -> str:
@@ -445,99 +444,3 @@ def e9_rows(scores: pd.DataFrame, pre_scores: pd.DataFrame | None) -> tuple[dict
         + ("" if pre_top is None else f"; before the drop the largest excess is {pre_top:.2f}")
     )
     return {"e9_text": text}, rows
-
-
-# The model the paper probed: the authors' src/configs/probe.yaml (github.com/pulkitgopalani/tf-matcomp)
-# loads a 12-layer, 12-head model (hidden 768) at epoch 49999, not the 4-layer model of E1-E10.
-PROBED_MODEL = (
-    "the paper probed its 12-layer, 12-head model at step 49 999 (the authors' src/configs/probe.yaml)"
-)
-
-
-def e11_rows(probes: pd.DataFrame, layers: int) -> tuple[dict, list[dict]]:
-    """E11: the row probe at `best_probe_layers`' layer, the value probe with depth, the first
-    singular vector; each reading names both models probed (`PROBED_MODEL`; ours: `layers` layers)."""
-    ours = f"{PROBED_MODEL}; ours: the book's {layers}-layer model"
-    best_layers = best_probe_layers(probes)
-    best = best_layers.loc["row"]
-    row_probe = _row(
-        "E11",
-        "row probe at masked positions: best layer's test MSE / MSE of predicting 0",
-        float(best.rel),
-        f"layer {int(best.layer)} of {layers}; explains {1 - best.rel:.0%} of the "
-        f"variance (paper: recovered, best at layers 3–4 of 12; below {PROBED:g} counts; {ours})",
-        kind="direction",
-        reference=PROBED,
-        sense="below",
-        margin=CUT,
-    )
-    # (b) the value probe at the masked positions gets better with depth (the paper); here:
-    # the last layer's relative test MSE over the first layer's (below 1: better deeper)
-    value = (
-        probes[(probes.positions == "masked") & (probes.target == "value")]
-        .assign(rel=lambda d: d.mse / d.mse_zero)
-        .set_index("layer")["rel"]
-    )
-    value_row = _row(
-        "E11",
-        "value probe at masked positions: last layer's test MSE / first layer's",
-        float(value.iloc[-1] / value.loc[1]) if 1 in value.index else None,
-        "relative test MSE by layer (0 = the embeddings): "
-        + ", ".join(f"{l}: {v:.2f}" for l, v in value.items())
-        + f" (paper: better with depth; below 1 "
-        f"counts; {ours})",
-        kind="direction",
-        reference=1.0,
-        sense="below",
-        margin=CUT,
-        na=None if 1 in value.index else "the model has no layer to compare",
-    )
-    # (c) the first singular vector, of which the paper found no clear linear trace
-    u1 = best_layers.loc["singular"]
-    singular_row = _row(
-        "E11",
-        "singular-vector probe at masked positions: best layer's test MSE / MSE of predicting 0",
-        float(u1.rel),
-        f"layer {int(u1.layer)} of {layers}; explains {1 - u1.rel:.0%} of the variance "
-        f"(paper: no clear answer, read here as not recovered: above {PROBED:g} counts; {ours})",
-        kind="direction",
-        reference=PROBED,
-        sense="above",
-        margin=CUT,
-    )
-    glue = {
-        "e11_layer": int(best.layer),
-        "e11_text": (
-            f"The probe for the observed row does best at layer {int(best.layer)} of {layers} (0 = the "
-            f"embeddings), with a test MSE {best.rel:.2f} times that of predicting 0 (|cos| "
-            f"{best.abs_cos:.2f}): it explains {1 - best.rel:.0%} of the target's variance. "
-            + e11_claim(row_verdict(row_probe), float(best.rel))
-        ),
-    }
-    return glue, [row_probe, value_row, singular_row]
-
-
-def e11_claim(verdict: str, rel: float) -> str:
-    """Whether a linear probe recovers the observed row, by the E11 row's `verdict`, and how much it
-    finds from `rel` (test MSE over predicting 0): "recovers" means explaining more than
-    1 − PROBED of the variance."""
-    cut = f"more than {1 - PROBED:.0%} of its variance explained, the book's cut-off"
-    if verdict == "differs":
-        found = (
-            f"it explains {1 - rel:.0%}, so the row is linearly present in the masked positions' hidden "
-            "states, "
-            "but only in part"
-            if 0 < 1 - rel
-            else "it explains none of it: the row is not linearly present "
-            "in the masked positions' hidden states"
-        )
-        return f"A linear probe does not recover the row here ({cut}), {agreement(verdict)}: {found}"
-    if verdict == "same direction":
-        return (
-            f"A linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}), "
-            f"{agreement(verdict)}"
-        )
-    return (
-        f"Whether a linear probe recovers the row here ({1 - rel:.0%} of its variance; {cut}): "
-        f"{agreement(verdict)}"
-    )

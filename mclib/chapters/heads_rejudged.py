@@ -11,7 +11,8 @@ import re
 from ..analyses.heads import STRUCTURE_THRESHOLD
 from ..book.scorecard_rules import CUT
 from .copying_rejudged import pre_na
-from .heads_readings import E4_CHOICE, E4_EARLIER, E8_SOURCE, MOSTLY, PROBED, PROBED_MODEL, e4_na, e11_claim
+from .heads_readings import E4_CHOICE, E4_EARLIER, E8_SOURCE, e4_na
+from .heads_structure import MOSTLY, PROBED, PROBED_MODEL, e11_claim
 from .heads_tables import CHAPTER
 
 # what the notebook calls through this module, computed there (e10_masks too, from mclib.analyses.heads)
