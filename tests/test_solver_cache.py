@@ -292,7 +292,7 @@ class _Asked(C.Solves):
 
     def get(self, method, how, x, mask, about):
         self.blocks.setdefault(self.key(method, how, x, mask), C.Block(dict(about), {}))
-        return {s: np.ones(len(x)) for s in C.STATS}
+        return {s: np.ones(len(x)) for s in solver_cache.STATS}
 
 
 @pytest.mark.slow  # 3 s (draws and hashes 31 744 matrices)
@@ -380,6 +380,7 @@ for name in ("cvxpy", "clarabel"):
 from pathlib import Path
 import numpy as np
 from mclib.analyses import comparisons as C
+from mclib.analyses import solver_cache
 from mclib.chapters import ch06_baselines as chapter
 from mclib.book.chapter import open_chapter
 from mclib.core.config import load_profile, profile_path
@@ -390,7 +391,7 @@ solves = C.read_solves(chapter.solver_cache("paper"), say=told.append)
 for table in chapter.TABLES:
     table(chapter._NoModel(load_profile(profile_path("paper"))), solves)
     assert told == [], told[0]
-assert solves.solved == [] and np.isfinite(solves.frame()[list(C.STATS)].to_numpy()).all()
+assert solves.solved == [] and np.isfinite(solves.frame()[list(solver_cache.STATS)].to_numpy()).all()
 print("paper, cvxpy solves read:", sum(b.rows for (_, how, _), b in solves.blocks.items()
                                        if how.startswith(C.NEEDS_CVXPY)))
 # the smoke profile's whole chapter, BERT included, as its notebook calls it
