@@ -20,13 +20,12 @@ from .core.config import ConfigError, load_profile, parse_setting, profile_path
 from .core.console import console_logging
 from .core.export import check_export, export_run, viewing
 from .core.jobs import ENV, ClusterError
-from .core.metrics import drop_column, find_drop
 from .core.repo import CheckoutError, require_checkout
 from .core.runs import LOSS_CURVE, default_run_dir, load_metrics
 
 
 def cmd_train(args) -> None:
-    from .book.plots_curves import loss_curve  # noqa: PLC0415 - matplotlib: --help stays light
+    from .book.plots_curves import run_loss_curve  # noqa: PLC0415 - matplotlib: --help stays light
     from .core.ending import run_end  # noqa: PLC0415 - the model stack: --help stays light
     from .core.train import train  # noqa: PLC0415 - the model stack: --help stays light
 
@@ -39,8 +38,7 @@ def cmd_train(args) -> None:
     run_dir = Path(args.out) if args.out else default_run_dir(profile)
     train(profile, run_dir, progress=not args.quiet)
     metrics = load_metrics(run_dir)
-    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
-    fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
+    fig, drop = run_loss_curve(metrics, profile)
     fig.savefig(run_dir / LOSS_CURVE, dpi=120)
     last = metrics.iloc[-1]
     print(

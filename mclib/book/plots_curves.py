@@ -232,12 +232,17 @@ def progress_panels(
     return fig
 
 
+def run_loss_curve(metrics: pd.DataFrame, profile) -> tuple[plt.Figure, int | None]:
+    """A run's loss curve with its drop marked, titled by profile and seed, and the drop step
+    (None without one): what `python -m mclib train` saves and an export logs."""
+    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
+    return loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}"), drop
+
+
 def loss_curve_image(run_dir: str | Path) -> np.ndarray:
     """The run's loss curve as `python -m mclib train` draws it, `[height, width, 3]` uint8 RGB."""
     run_dir = Path(run_dir)
-    profile, metrics = run_profile(run_dir), load_metrics(run_dir)
-    drop = find_drop(metrics, rank=profile.data.rank, column=drop_column(profile))
-    fig = loss_curve(metrics, drop, profile.data.rank, title=f"{profile.name}, seed {profile.seed}")
+    fig, _ = run_loss_curve(load_metrics(run_dir), run_profile(run_dir))
     fig.set_dpi(100)
     fig.canvas.draw()
     image = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
