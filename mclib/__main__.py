@@ -18,6 +18,7 @@ from .book import runner  # light: papermill and nbformat are imported when a ch
 from .chapters.registry import specs
 from .core.config import ConfigError, load_profile, parse_setting, profile_path
 from .core.console import console_logging
+from .core.ending import DivergedError
 from .core.export import check_export, export_run, viewing
 from .core.jobs import ENV, ClusterError
 from .core.repo import CheckoutError, require_checkout
@@ -370,7 +371,7 @@ def _run(args) -> int:
     except (ConfigError, ClusterError, CheckoutError) as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 2
-    except runner.BookError as e:
+    except (runner.BookError, DivergedError) as e:
         print(f"mclib: error: {e}", file=sys.stderr)
         return 1
     return status or 0

@@ -4,6 +4,11 @@ docs/data/rounding.csv, which chapter 01 and the scorecard read.
 
     python scripts/rounding_study.py train [--jobs 2] [--runs runs/rounding]   # resumable
     python scripts/rounding_study.py table [--runs runs/rounding] [--out docs/data/rounding.csv]
+    python scripts/rounding_study.py train --only base --seeds 2,3   # seeds 2 and 3 of the base
+    python scripts/rounding_study.py rule [--out docs/data/convergence-rule.csv]
+
+`rule` tabulates where the convergence rule ends every finished run of the study (seeds 1 to 3
+of the base, and seed 1 under each change) with its second window and without it.
 
 Each change below leaves the model, the data stream, the seed and every setting of the
 profile as they are and alters only how the floats are added and multiplied:
@@ -50,7 +55,8 @@ from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.atomic import write_atomic  # noqa: E402
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.ending import RunEnd, is_complete  # noqa: E402
-from mclib.core.runs import END, run_profile  # noqa: E402
+from mclib.core.metrics import converged, final_level, find_drop  # noqa: E402
+from mclib.core.runs import END, load_metrics, run_profile  # noqa: E402
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 # change -> (profile overrides, environment)
@@ -64,10 +70,12 @@ CHANGES = {
 }
 SEED = 1
 FRESH = 16_384
+OUT = ROOT / "docs" / "data" / "rounding.csv"
+RULE_OUT = ROOT / "docs" / "data" / "convergence-rule.csv"
 
 
-def _folder(runs: Path, change: str) -> Path:
-    return runs / f"rounding-{change}-seed{SEED}"
+def _folder(runs: Path, change: str, seed: int = SEED) -> Path:
+    return runs / f"rounding-{change}-seed{seed}"
 
 
 def _float_path(env: dict) -> str:
@@ -75,21 +83,24 @@ def _float_path(env: dict) -> str:
     return f"{isa} ({platform.machine()}, {cpu_model()})"
 
 
-def train(runs: Path, jobs: int, only: list[str]) -> int:
+def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED,)) -> int:
     base = load_profile(profile_path("cpu"))
     todo = []
-    for change in only:
+    for change, seed in [(c, s) for s in seeds for c in only]:
         overrides, env = CHANGES[change]
-        folder = _folder(runs, change)
+        folder = _folder(runs, change, seed)
         if folder.is_dir() and (folder / END).is_file() and is_complete(run_profile(folder), folder):
             print(f"rounding: {change} has ended ({folder})")
             continue
         folder.mkdir(parents=True, exist_ok=True)
         params = folder / "study-params.yaml"
-        profile = base.replace(**{**overrides, "seed": SEED, "name": f"rounding-{change}"})
+        profile = base.replace(**{**overrides, "seed": seed, "name": f"rounding-{change}"})
         params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
         threads = str(profile.train.threads or 1)
         run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        if env:  # Inductor's cache does not key on the float path: kernels compiled on the AVX-512
+            # path and read back on the AVX2 one gave NaN from the first step (2026-11-29)
+            run_env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor-cache")
         (folder / "study.json").write_text(
             json.dumps(
                 {"change": change, "overrides": overrides, "env": env, "float_path": _float_path(env)},
@@ -169,21 +180,65 @@ def table(runs: Path, out: Path | None) -> int:
     return 0
 
 
+def rule(runs: Path, out: Path | None) -> int:
+    """Where the convergence rule ends each finished run of the study, with its second window
+    (`converged`, the rule since 2026-11-29) and without it (the rule before): the step, what
+    ended the run there, and L_mask's mean over the 2 000 steps before it. Every run trained
+    under the rule with the second window, which never ends a run sooner, so its metrics reach
+    both ends."""
+    rows = []
+    for folder in sorted(runs.glob("rounding-*-seed*")):
+        if not (folder / END).is_file() or not is_complete(run_profile(folder), folder):
+            print(f"rounding: {folder.name} has not ended yet: left out")
+            continue
+        profile, m = run_profile(folder), load_metrics(folder)
+        t, change = profile.train, json.loads((folder / "study.json").read_text())["change"]
+        row = {"change": change, "seed": profile.seed, "drop": find_drop(m, profile.data.rank)}
+        for name, confirm in (("before", False), ("after", True)):
+            stop = converged(m, profile.data.rank, t.patience, t.min_improvement, confirm=confirm)
+            end = stop if stop is not None else int(m["step"].max())
+            row[f"end_{name}"] = end
+            row[f"ended_by_{name}"] = "converged" if stop is not None else "cap"
+            row[f"final_L_mask_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
+        rows.append(row)
+    if not rows:
+        print("rounding: no run has ended")
+        return 1
+    table = pd.DataFrame(rows).sort_values(["seed", "change"]).set_index(["change", "seed"])
+    print(table.to_markdown(floatfmt=".4g"))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, table.to_csv())
+        print(f"written: {out}")
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("train", "table"))
+    ap.add_argument("what", choices=("train", "table", "rule"))
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "rounding")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each one thread, threads-2 two)")
     ap.add_argument(
         "--only", default=",".join(CHANGES), help="a comma-separated subset of: " + ", ".join(CHANGES)
     )
-    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "data" / "rounding.csv")
+    ap.add_argument(
+        "--seeds", default=str(SEED), help="train: comma-separated seeds (rule reads base at 1, 2, 3)"
+    )
+    ap.add_argument("--out", type=Path, default=OUT, help=f"table: default {OUT}; rule: default {RULE_OUT}")
     args = ap.parse_args(argv)
     only = [c for c in args.only.split(",") if c]
     bad = [c for c in only if c not in CHANGES]
     if bad:
         ap.error(f"unknown change {bad[0]!r} (known: {', '.join(CHANGES)})")
-    return train(args.runs, args.jobs, only) if args.what == "train" else table(args.runs, args.out)
+    try:
+        seeds = tuple(int(x) for x in args.seeds.split(",") if x)
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: comma-separated whole numbers")
+    if args.what == "train":
+        return train(args.runs, args.jobs, only, seeds)
+    if args.what == "rule":
+        return rule(args.runs, args.out if args.out != OUT else RULE_OUT)
+    return table(args.runs, args.out)
 
 
 if __name__ == "__main__":

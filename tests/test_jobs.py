@@ -700,7 +700,7 @@ def test_a_sweep_row_names_the_rule_that_ended_its_run(smoke_profile):
                 **{"train.until": "converged", "train.patience": 2000, "train.min_improvement": 0.05}
             )
         )
-        == "slope 2000 0.05"
+        == "slope 2000 0.05 confirmed"
     )
 
 

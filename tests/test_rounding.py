@@ -113,6 +113,11 @@ def test_the_study_script_reads_no_run_as_no_table_and_names_a_bad_change(tmp_pa
     script = load_script(REPO / "scripts" / "rounding_study.py")
     assert script.main(["table", "--runs", str(tmp_path), "--out", str(tmp_path / "t.csv")]) == 1
     assert "no run has ended" in capsys.readouterr().out and not (tmp_path / "t.csv").exists()
+    assert script.main(["rule", "--runs", str(tmp_path), "--out", str(tmp_path / "r.csv")]) == 1
+    assert "no run has ended" in capsys.readouterr().out and not (tmp_path / "r.csv").exists()
     with pytest.raises(SystemExit):
         script.main(["train", "--only", "avx3"])
     assert "unknown change 'avx3'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        script.main(["train", "--seeds", "2,x"])
+    assert "--seeds '2,x'" in capsys.readouterr().err

@@ -92,7 +92,8 @@ class TrainConfig:
     #   after the drop (mclib.core.metrics.converged: patience, min_improvement), at the latest at `steps`
     patience: int = 2000  # until: converged; the window (steps, after the drop) whose fitted slope is read
     min_improvement: float = 0.05  # converged when L_mask falls by less than this per 1 000 steps,
-    #   even at the fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z)
+    #   even at the fit's pessimistic end (rate - 2 standard errors; mclib.core.metrics.CONVERGED_Z),
+    #   and the next `patience` steps confirm it (their mean within the same bar of the window's)
     batch: int = 256
     lr: float = 1e-4
     warmup: int = 0  # linear warm-up steps (0 = constant lr, as the paper)

@@ -2,7 +2,8 @@
 
 A run trains to `train.steps` (the cap), unless its profile's rule (`convergence_stop`,
 `train.until: converged`) or a caller's `stop` (`stop_at_step`, `stop_after_drop`), asked at
-every log flush, ends it first, or a deadline or signal cuts it. The trainer records the end
+every log flush, ends it first, or a deadline or signal cuts it; a training loss that is not finite
+stops it with `DivergedError`, nothing saved past its last checkpoint. The trainer records the end
 (`record_end`, `RunEnd`), `run_end` reads it back, and `is_complete` says without loading a
 model whether training the run again would return at once.
 """
@@ -23,6 +24,11 @@ from .metrics import SLOPE_BLOCKS, converged, drop_column, end_slope, find_drop,
 from .runs import END, checkpoint_dir, load_metrics, run_profile, write_atomic
 
 # --- the stop rules ----------------------------------------------------------------------
+
+
+class DivergedError(RuntimeError):
+    """The training loss is not finite: the run stops before anything past its last checkpoint is
+    saved, so the folder still resumes from a sound step."""
 
 
 def convergence_stop(profile: Profile) -> Callable[[list[dict]], bool] | None:

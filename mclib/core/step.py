@@ -22,7 +22,7 @@ from torch.profiler import record_function
 from .checkpoints import prune_checkpoints, resume_run, save_checkpoint
 from .config import Profile
 from .data import Batch, sample_batch
-from .ending import stop_rule
+from .ending import DivergedError, stop_rule
 from .graphstep import BatchesAhead, StaticBatch, StepGraph
 from .metrics import LOSS_NAMES, run_losses, squared_errors
 from .model import LEGACY, MODEL_TYPE, build_model, eval_mode, predict
@@ -420,6 +420,13 @@ class TrainingRun:
         None."""
         values = torch.stack(self.pending).cpu().tolist()  # the one host sync per flush
         first = self.step - len(values) + 1
+        bad = next((i for i, v in enumerate(values) if not math.isfinite(v[0])), None)  # v[0]: L
+        if bad is not None:
+            where = self.dir if self.dir is not None else "an in-memory run"
+            raise DivergedError(
+                f"{where}: the training loss is {values[bad][0]} at step {first + bad}; the run stops "
+                f"there, nothing after its last checkpoint is saved"
+            )
         for i, v in enumerate(values):
             s = first + i
             row = {"step": s, **dict(zip(LOSS_NAMES, v)), "wall": self.wall if s == self.step else math.nan}

@@ -127,10 +127,11 @@ def setting_columns(profile: Profile) -> dict:
 
 
 def end_rule(profile: Profile) -> str:
-    """How a run's length was decided, for its row: "steps", or "slope WINDOW MIN"
-    (`mclib.core.metrics.converged`)."""
+    """How a run's length was decided, for its row: "steps", or "slope WINDOW MIN confirmed"
+    (`mclib.core.metrics.converged`; rows written before 2026-11-29 read "slope WINDOW MIN", the
+    rule without its second window, and compare only among themselves)."""
     t = profile.train
-    return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g}"
+    return "steps" if t.until == "steps" else f"slope {t.patience} {t.min_improvement:g} confirmed"
 
 
 def how_it_ended(end, drop: int | None, steps: int, after_drop: int | None) -> str:
