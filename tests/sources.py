@@ -32,3 +32,21 @@ def literal_strings(path: Path) -> list[str]:
         for n in ast.walk(tree)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs
     ]
+
+
+# A measurement budget the smoke model's variants never reach (seconds each, a minute or two together):
+# for the tests that read what ran, not what fitted. A budget of 60 s skipped variants on 2 cores
+# shared with two default books (2026-11-29), where those tests then read rows that never ran.
+PLENTY_S = 600
+
+
+def lease_step_args(
+    budget_s, variants: str, ledger: Path, out: Path, *, batch: int = 2, steps: int = 2, extra=()
+) -> list[str]:
+    """benchmarks/lease_step.py's command line for a measurement of the smoke model on the CPU:
+    `variants` comma-separated, `steps` timed and checked steps a variant, `extra` more options."""
+    return [
+        "--budget-s", str(budget_s), "--profile", "smoke", "--batch", str(batch),
+        "--steps", str(steps), "--check-steps", str(steps), "--variants", variants,
+        "--ledger", str(ledger), "--out", str(out), *extra,
+    ]  # fmt: skip

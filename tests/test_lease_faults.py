@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from sources import load_script
+from sources import PLENTY_S, lease_step_args, load_script
 
 from mclib.__main__ import main
 from mclib.chapters.registry import specs as chapter_specs
@@ -187,26 +187,7 @@ def test_a_variant_whose_error_leaves_the_device_unusable_keeps_every_row_measur
         bench, "device_error", lambda device: f"RuntimeError: {STICKY}" if broken else None, raising=False
     )
     out = tmp_path / "lease_step.csv"
-    code = bench.main(
-        [
-            "--budget-s",
-            "60",
-            "--profile",
-            "smoke",
-            "--batch",
-            "2",
-            "--steps",
-            "2",
-            "--check-steps",
-            "2",
-            "--variants",
-            "eager,bf16,compile",
-            "--ledger",
-            str(tmp_path / "none.yaml"),
-            "--out",
-            str(out),
-        ]
-    )
+    code = bench.main(lease_step_args(PLENTY_S, "eager,bf16,compile", tmp_path / "none.yaml", out))
     t = pd.read_csv(out).set_index("variant")
     assert list(t.index) == ["eager", "bf16", "compile"]
     assert t.loc["eager", "status"] == "ran" and bool(t.loc["eager", "passed"])
@@ -244,22 +225,7 @@ def test_a_variant_that_hangs_is_cut_at_its_cap_and_the_rows_before_it_are_kept(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "lease_step.py"),
-            "--budget-s",
-            "20",
-            "--profile",
-            "smoke",
-            "--batch",
-            "2",
-            "--steps",
-            "2",
-            "--check-steps",
-            "2",
-            "--variants",
-            "eager,bf16,compile",
-            "--ledger",
-            str(tmp_path / "none.yaml"),
-            "--out",
-            str(out),
+            *lease_step_args(20, "eager,bf16,compile", tmp_path / "none.yaml", out),
         ],
         env=env,
         capture_output=True,

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from sources import load_script
+from sources import PLENTY_S, lease_step_args, load_script
 
 from mclib.lease import slices
 
@@ -31,24 +31,7 @@ def test_the_measurement_rehearsed_on_the_cpu(tmp_path, capsys):
         "reduce-overhead",
     ]
     _bench().main(
-        [
-            "--budget-s",
-            "60",
-            "--profile",
-            "smoke",
-            "--batch",
-            "4",
-            "--steps",
-            "3",
-            "--check-steps",
-            "3",
-            "--variants",
-            ",".join(variants),
-            "--ledger",
-            str(tmp_path / "no-ledger.yaml"),
-            "--out",
-            str(out),
-        ]
+        lease_step_args(PLENTY_S, ",".join(variants), tmp_path / "no-ledger.yaml", out, batch=4, steps=3)
     )
     t = pd.read_csv(out).set_index("variant")
     assert list(t.index) == variants
@@ -95,26 +78,7 @@ def test_the_measurement_rehearsed_on_the_cpu(tmp_path, capsys):
 
 def test_a_variant_that_does_not_fit_the_budget_is_skipped_and_says_why(tmp_path):
     out = tmp_path / "t.csv"
-    _bench().main(
-        [
-            "--budget-s",
-            "0.01",
-            "--profile",
-            "smoke",
-            "--batch",
-            "2",
-            "--steps",
-            "1",
-            "--check-steps",
-            "1",
-            "--variants",
-            "eager,bf16",
-            "--ledger",
-            str(tmp_path / "none.yaml"),
-            "--out",
-            str(out),
-        ]
-    )
+    _bench().main(lease_step_args(0.01, "eager,bf16", tmp_path / "none.yaml", out, steps=1))
     t = pd.read_csv(out).set_index("variant")
     assert t.loc["eager", "status"] == "ran"  # the reference always runs
     assert t.loc["bf16", "status"].startswith("skipped: needs about")
@@ -222,26 +186,9 @@ def test_where_the_committed_table_measured_this_step_only_eager_and_its_choice_
         ],
     )  # failed: eager is the choice
     out = tmp_path / "now.csv"
-    args = [
-        "--budget-s",
-        "60",
-        "--profile",
-        "smoke",
-        "--batch",
-        "2",
-        "--steps",
-        "2",
-        "--check-steps",
-        "2",
-        "--variants",
-        "eager,bf16,compile",
-        "--ledger",
-        str(tmp_path / "none.yaml"),
-        "--committed",
-        str(committed),
-        "--out",
-        str(out),
-    ]
+    args = lease_step_args(
+        60, "eager,bf16,compile", tmp_path / "none.yaml", out, extra=("--committed", str(committed))
+    )
     assert _bench().main(args) == 0
     t = pd.read_csv(out)
     assert list(t["variant"]) == ["eager"] and list(t["mode"]) == ["check"]
@@ -291,24 +238,7 @@ def test_a_variant_slow_to_compile_runs_only_where_the_committed_table_says_it_c
 
     bench = _bench()
     monkeypatch.setattr(bench, "CUDA_ONLY_STEPS", ())  # as on a GPU: the gate, not the device, decides
-    args = [
-        "--budget-s",
-        "60",
-        "--profile",
-        "smoke",
-        "--batch",
-        "2",
-        "--steps",
-        "2",
-        "--check-steps",
-        "2",
-        "--variants",
-        "eager,autotune-graph",
-        "--ledger",
-        str(tmp_path / "none.yaml"),
-        "--out",
-        str(tmp_path / "t.csv"),
-    ]
+    args = lease_step_args(60, "eager,autotune-graph", tmp_path / "none.yaml", tmp_path / "t.csv")
     key = {**steptable.key("cpu", "fp32"), "step_hash": "0123456789ab"}  # another step: the full table runs
     committed = _committed(
         tmp_path / "c.csv",
