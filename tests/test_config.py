@@ -15,13 +15,13 @@ from mclib.core.config import (
     ModelConfig,
     Profile,
     TrainConfig,
-    deviations,
     load_profile,
     parse_yaml,
     profile_from_dict,
     profile_from_saved,
     profile_path,
 )
+from mclib.core.recipe import deviations
 
 SHIPPED = sorted(p.stem for p in profile_path("paper").parent.glob("*.yaml"))
 
@@ -465,11 +465,11 @@ def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
 
 
 def test_what_is_not_recipe_and_what_may_change_on_resume_come_from_one_list(tmp_path):
-    """config.RUNNING (how a run is executed) is neither a departure from the paper nor a
+    """recipe.RUNNING (how a run is executed) is neither a departure from the paper nor a
     change that stops a folder from resuming; train.steps departs but may grow on resume;
     what the folder records (eval, log and save steps) and the attention implementation are
     no departure but fixed for the folder."""
-    from mclib.core.config import RUNNING, deviations
+    from mclib.core.recipe import RUNNING, deviations
     from mclib.core.runs import check_same_profile, write_profile
 
     base = paper.profile()

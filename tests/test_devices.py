@@ -12,10 +12,11 @@ import yaml
 
 from mclib.core import paper
 from mclib.core.checkpoints import load_train_state
-from mclib.core.config import ConfigError, deviations
+from mclib.core.config import ConfigError
 from mclib.core.data import sample_batch
 from mclib.core.jobs import gpu_workers, local_workers
 from mclib.core.precision import check_precision, set_precision, with_device
+from mclib.core.recipe import deviations
 from mclib.core.runs import checkpoint_dir, load_metrics, run_profile
 from mclib.core.step import TrainingRun, train_step
 from mclib.core.train import train

@@ -348,8 +348,9 @@ def test_headline_counts_the_model_and_the_solvers_apart_and_names_a_reason():
 
 
 def test_departures_text_names_every_key():
-    from mclib.core.config import deviations, load_profile, profile_path
+    from mclib.core.config import load_profile, profile_path
     from mclib.core.paper import profile as paper_profile
+    from mclib.core.recipe import deviations
 
     cpu = load_profile(profile_path("cpu"))
     text = T.departures_text(cpu)

@@ -27,7 +27,7 @@ from ..analyses.freezing import GROUPS, LONGEST_FIRST, freeze_run, pending_group
 from ..core import jobs as core_jobs  # read at call time: tests replace its cluster
 from ..core import train as core_train  # likewise: tests replace seed_jobs and train_seed
 from ..core.checkpoints import load_checkpoint, saved_steps
-from ..core.config import Profile, deviations, load_profile, profile_path
+from ..core.config import Profile, load_profile, profile_path
 from ..core.data import copy_level
 from ..core.ending import RunEnd, run_end
 from ..core.jobs import needs_gpu, resources_for, results, submit_when_free, submit_while, wait_ended
@@ -36,6 +36,7 @@ from ..core.model import config_text
 from ..core.paper import profile as paper_profile
 from ..core.placement import CheckpointSteps, checkpoint_steps
 from ..core.precision import resolve_device
+from ..core.recipe import deviations
 from ..core.repo import REPO
 from ..core.runs import (
     CHECKPOINTS,

@@ -10,9 +10,9 @@ import re
 
 import pandas as pd
 
-from ..core.config import deviations
 from ..core.data import copy_level
 from ..core.paper import profile as paper_profile
+from ..core.recipe import deviations
 from .scorecard_rules import CLOSE, VERDICTS, agreement, is_own
 from .scorecard_stage import is_provisional
 

@@ -34,11 +34,11 @@ from ..book.scorecard_rules import CUT, POSITIVE, agreements, copy_levels, row_v
 from ..book.scorecard_stage import PAPER_PRE
 from ..book.scorecard_tables import plural, task_departures
 from ..book.spec import ChapterSpec
-from ..core.config import deviations
 from ..core.metrics import COPIES, DROP_WINDOW, LOSS_NAMES, PLATEAU_BAND, last_tenth, window_mean
 from ..core.paper import PAPER
 from ..core.paper import profile as paper_profile
 from ..core.placement import place_checkpoints
+from ..core.recipe import deviations
 from ..core.runs import METRICS
 from ..core.train import parallel_runs
 from .copying_rejudged import pre_na

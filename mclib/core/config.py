@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from .metrics import SLOPE_BLOCKS
 from .packaged import profile_file
-from .recipe import RECIPE, RUNNING, deviations  # noqa: F401 - re-exported: they live in mclib.core.recipe
 from .schema import (
     FINITE_NOT_NEGATIVE,
     FRACTION,

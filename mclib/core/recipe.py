@@ -1,8 +1,7 @@
 """What a deviation from the paper's recipe can be: the keys of a profile that change what a run
 computes (`RECIPE`), the train keys that only say how a run is executed (`RUNNING`), and
 `deviations`, every recipe key where a profile differs from another (normally the paper's).
-mclib.core.config re-exports the three names; this module imports nothing of mclib (config imports it),
-so `deviations` takes any two `mclib.core.config.Profile`s untyped.
+It imports nothing of mclib: `deviations` takes any two `mclib.core.config.Profile`s untyped.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     mine = profile.to_dict()
     for d in (saved, mine):
         for key in RUNNING + ("steps",):
-            d["train"].pop(key, None)  # how it runs (config.RUNNING) and how long, not what it is
+            d["train"].pop(key, None)  # how it runs (recipe.RUNNING) and how long, not what it is
         d["checkpoints"].pop("place", None)
         d["checkpoints"].pop("keep", None)
         d["checkpoints"].pop("post")
