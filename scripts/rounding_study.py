@@ -199,7 +199,7 @@ def rule(runs: Path, out: Path | None) -> int:
             end = stop if stop is not None else int(m["step"].max())
             row[f"end_{name}"] = end
             row[f"ended_by_{name}"] = "converged" if stop is not None else "cap"
-            row[f"final_L_mask_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
+            row[f"L_mask_last_{t.patience}_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
         rows.append(row)
     if not rows:
         print("rounding: no run has ended")

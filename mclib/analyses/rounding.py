@@ -98,7 +98,8 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
 
 def early_flat(path: Path = TABLE) -> str:
     """Where the convergence rule ended one change's run first and at the highest final level of all
-    (a flat the other runs fell through), one clause saying so; "" otherwise or without the table."""
+    (a flat the other runs fell through: a pause, or a level of its own, which the table cannot tell),
+    one clause saying so; "" otherwise or without the table."""
 
     if not Path(path).is_file():
         return ""
@@ -112,8 +113,7 @@ def early_flat(path: Path = TABLE) -> str:
     return (
         f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
         f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
-        f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g}): the rule read a pause "
-        "as the end"
+        f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g})"
     )
 
 
