@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--seeds", default=str(SEED), help="train: comma-separated seeds (rule reads base at 1, 2, 3)"
     )
-    ap.add_argument("--out", type=Path, default=OUT, help=f"table: default {OUT}; rule: default {RULE_OUT}")
+    ap.add_argument("--out", type=Path, help=f"table: default {OUT}; rule: default {RULE_OUT}")
     args = ap.parse_args(argv)
     only = [c for c in args.only.split(",") if c]
     bad = [c for c in only if c not in CHANGES]
@@ -237,8 +237,8 @@ def main(argv=None) -> int:
     if args.what == "train":
         return train(args.runs, args.jobs, only, seeds)
     if args.what == "rule":
-        return rule(args.runs, args.out if args.out != OUT else RULE_OUT)
-    return table(args.runs, args.out)
+        return rule(args.runs, args.out or RULE_OUT)
+    return table(args.runs, args.out or OUT)
 
 
 if __name__ == "__main__":
