@@ -144,12 +144,33 @@ def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED
     return 1 if failed else 0
 
 
+def _ended(folder: Path) -> bool:
+    """Whether the run in FOLDER has ended and saved what its end needs; says so when not."""
+    if (folder / END).is_file() and is_complete(run_profile(folder), folder):
+        return True
+    print(f"rounding: {folder.name} has not ended yet ({folder}): left out")
+    return False
+
+
+def _nothing_ended() -> int:
+    print("rounding: no run has ended")
+    return 1
+
+
+def _write(t: pd.DataFrame, out: Path | None) -> int:
+    """T written atomically to OUT as CSV (nothing when OUT is None)."""
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, t.to_csv())
+        print(f"written: {out}")
+    return 0
+
+
 def table(runs: Path, out: Path | None) -> int:
     folders, meta = {}, {}
     for change in CHANGES:
         folder = _folder(runs, change)
-        if not (folder / END).is_file() or not is_complete(run_profile(folder), folder):
-            print(f"rounding: {change} has not ended yet ({folder}): left out")
+        if not _ended(folder):
             continue
         folders[change] = folder
         study = json.loads((folder / "study.json").read_text())
@@ -162,8 +183,7 @@ def table(runs: Path, out: Path | None) -> int:
             "env": " ".join(f"{k}={v}" for k, v in study["env"].items()),
         }
     if not folders:
-        print("rounding: no run has ended")
-        return 1
+        return _nothing_ended()
     t = compare_runs(folders, (500, 1000, 2000, 4000), FRESH, 0).join(
         pd.DataFrame.from_dict(meta, orient="index")
     )
@@ -173,23 +193,18 @@ def table(runs: Path, out: Path | None) -> int:
     for col in ("drop", "ended_at", "final_L_mask", "checkpoint_L_mask_fp32"):
         v = t[col].astype(float)
         print(f"{col}: {v.min():.5g} to {v.max():.5g} over {len(v)} changes (range {v.max() - v.min():.4g})")
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, t.to_csv())
-        print(f"written: {out}")
-    return 0
+    return _write(t, out)
 
 
 def rule(runs: Path, out: Path | None) -> int:
     """Where the convergence rule ends each finished run of the study, with its second window
-    (`converged`, the rule since 2026-11-29) and without it (the rule before): the step, what
+    (`converged`, the rule) and without it (`confirm=False`): the step, what
     ended the run there, and L_mask's mean over the 2 000 steps before it. Every run trained
     under the rule with the second window, which never ends a run sooner, so its metrics reach
     both ends."""
     rows = []
     for folder in sorted(runs.glob("rounding-*-seed*")):
-        if not (folder / END).is_file() or not is_complete(run_profile(folder), folder):
-            print(f"rounding: {folder.name} has not ended yet: left out")
+        if not _ended(folder):
             continue
         profile, m = run_profile(folder), load_metrics(folder)
         t, change = profile.train, json.loads((folder / "study.json").read_text())["change"]
@@ -202,15 +217,10 @@ def rule(runs: Path, out: Path | None) -> int:
             row[f"L_mask_last_{t.patience}_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
         rows.append(row)
     if not rows:
-        print("rounding: no run has ended")
-        return 1
-    table = pd.DataFrame(rows).sort_values(["seed", "change"]).set_index(["change", "seed"])
-    print(table.to_markdown(floatfmt=".4g"))
-    if out:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(out, table.to_csv())
-        print(f"written: {out}")
-    return 0
+        return _nothing_ended()
+    t = pd.DataFrame(rows).sort_values(["seed", "change"]).set_index(["change", "seed"])
+    print(t.to_markdown(floatfmt=".4g"))
+    return _write(t, out)
 
 
 def main(argv=None) -> int:

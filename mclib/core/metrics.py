@@ -194,7 +194,7 @@ def converged(
     pause inside the fall (a shoulder) passes the first test and fails the second. The second test
     reads the two means as they are: at the pessimistic end it would almost never pass (the two
     means' error is 4-7 % on the default profile's runs), and the first test already holds noise
-    back. confirm=False: s1, the rule before 2026-11-29. `metrics`: one row per step."""
+    back. confirm=False: s1, the flat window alone. `metrics`: one row per step."""
     drop = find_drop(metrics, rank=rank, column=column)
     if drop is None:
         return None
