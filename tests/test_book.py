@@ -542,6 +542,30 @@ def test_a_chapter_failing_after_others_ran_keeps_their_work(tmp_path, fake_chap
     assert m["site"]["status"] == "ok" and site["builds"] == 2
 
 
+def test_a_changed_data_table_runs_every_chapter_again(tmp_path, fake_chapters, monkeypatch):
+    """The chapters read the shipped tables (docs/data/rounding.csv, ...): a book built before a
+    table changed must not be reused after it, nor one rebuilt with the same tables be run again."""
+    from mclib.core import packaged
+
+    tables = tmp_path / "data"
+    tables.mkdir()
+    for name in packaged.DATA_FILES:
+        (tables / name).write_bytes(packaged.data_file(name).read_bytes())
+    monkeypatch.setattr(packaged, "data_file", lambda name: tables / name)
+    ran, _ = fake_chapters
+    out = tmp_path / "out"
+    a, b = _templates(tmp_path / "t", ["10_a", "20_b"])
+    build = lambda: book.build("smoke", out_dir=out, templates=[a, b], progress=False, specs=SPECS)
+    build()
+    ran.clear()
+    build()
+    assert ran == []  # the same tables: reused
+    with open(tables / "rounding.csv", "a") as f:
+        f.write("\n")  # the same rows, other bytes
+    m = build()
+    assert ran == ["10_a", "20_b"] and {r["status"] for r in m["notebooks"]} == {"executed"}
+
+
 def test_a_failing_site_build_stops_the_book_and_is_retried(tmp_path, fake_chapters):
     ran, site = fake_chapters
     out = tmp_path / "out"

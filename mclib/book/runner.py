@@ -7,10 +7,10 @@
     OUT/_build/html/       the site
 
 Papermill runs each template with the same parameters (profile, seed, run_dir, device). A
-chapter is reused when its key (template, parameters, profile, mclib sources, the run's state and
-the files its notebook declares it reads, `declared_reads`) is as stored right after its last
-run and its executed copy is untouched; taking the key after the run lets the training chapter,
-which creates the run, be reused. `plan` says first which runs train, where and why. A chapter
+chapter is reused when its key (template, parameters, profile, mclib sources and the tables they
+read, the run's state and the files its notebook declares it reads, `declared_reads`) is as stored
+right after its last run and its executed copy is untouched; taking the key after the run lets the
+training chapter, which creates the run, be reused. `plan` says first which runs train, where and why. A chapter
 that fails ends the build (`BookError`, one line) with no site. Functions that read the chapters'
 declarations take their `specs` (mclib.chapters.registry.specs) from the caller.
 """
@@ -28,6 +28,7 @@ import yaml
 
 from ..core.checkpoints import saved_steps
 from ..core.config import load_profile, parse_yaml, profile_path
+from ..core.packaged import data_sha
 from ..core.paper import profile as paper_profile
 from ..core.precision import resolve_device
 from ..core.repo import REPO, git_revision, mclib_sha, require_checkout, short_sha
@@ -232,14 +233,15 @@ class _Build:
         self.path = self.exe / "manifest.json"
         self.prev = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.prev_nb = {r["name"]: r for r in self.prev.get("notebooks", [])}
-        self.src = mclib_sha()
+        self.src = short_sha(mclib_sha(), data_sha())  # the code and the tables it reads
         self.manifest = {
             "profile": cfg.name,
             "seed": cfg.seed,
             "run_dir": str(run_dir),
             "device": device,
             "git": git_revision(),
-            "mclib": self.src,
+            "mclib": mclib_sha(),
+            "sources": self.src,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "notebooks": [],
             "site": None,

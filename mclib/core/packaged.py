@@ -14,6 +14,8 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from .repo import short_sha
+
 # The tables under mclib/data/ that the library reads (the rest of docs/data/ is the docs'):
 # every one listed in pyproject.toml's package-data; tests/test_package.py checks the two agree.
 DATA_FILES = (
@@ -46,3 +48,13 @@ def data_file(name: str) -> Path:
     if name not in DATA_FILES:
         raise ValueError(f"{name!r} is not one of mclib's data files ({', '.join(DATA_FILES)})")
     return _packaged("data", name)
+
+
+def data_sha() -> str:
+    """The hash of the shipped tables (DATA_FILES), by name and content; a missing one hashes as
+    missing. The book's chapters read them, so a chapter is executed again when one changes."""
+    parts = []
+    for name in DATA_FILES:
+        path = data_file(name)
+        parts.append(name.encode() + b"\0" + (path.read_bytes() if path.is_file() else b"(missing)"))
+    return short_sha(*parts)
