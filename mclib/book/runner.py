@@ -10,9 +10,9 @@ Papermill runs each template with the same parameters (profile, seed, run_dir, d
 chapter is reused when its key (template, parameters, profile, mclib sources and the tables they
 read, the run's state and the files its notebook declares it reads, `declared_reads`) is as stored
 right after its last run and its executed copy is untouched; taking the key after the run lets the
-training chapter, which creates the run, be reused. `plan` says first which runs train, where and why. A chapter
-that fails ends the build (`BookError`, one line) with no site. Functions that read the chapters'
-declarations take their `specs` (mclib.chapters.registry.specs) from the caller.
+training chapter, which creates the run, be reused. `plan` says first which runs train, where and
+why. A chapter that fails ends the build (`BookError`, one line) with no site. Functions that read
+the chapters' declarations take their `specs` (mclib.chapters.registry.specs) from the caller.
 """
 
 from __future__ import annotations
