@@ -6,6 +6,7 @@ docs/data/rounding.csv, which chapter 01 and the scorecard read.
     python scripts/rounding_study.py table [--runs runs/rounding] [--out docs/data/rounding.csv]
     python scripts/rounding_study.py train --only base --seeds 2,3   # seeds 2 and 3 of the base
     python scripts/rounding_study.py rule [--out docs/data/convergence-rule.csv]
+    python scripts/rounding_study.py to-cap [--only avx2,attention-eager]   # resumable
 
 `rule` tabulates where the convergence rule ends every finished run of the study (seeds 1 to 3
 of the base, and seed 1 under each change) with its second window and without it.
@@ -26,17 +27,22 @@ profile as they are and alters only how the floats are added and multiplied:
   cores do (`train.precision: tf32`, emulated; compiled code bypasses the emulation, so
   uncompiled).
 
-Each run goes to its end by the profile's own rule. `table` reads every finished run
-(`mclib.analyses.evaluate.compare_runs`: drop, end, final training L_mask, the last
-checkpoint's L_mask on 16 384 fresh matrices) and records which float path each ran on.
+Each run goes to its end by the profile's own rule. `to-cap` trains a copy of each run that the
+rule ended before the cap on to the cap (RUNS/to-cap/), which tells a pause from a level of its
+own. `table` reads every finished run (`mclib.analyses.evaluate.compare_runs`: drop, end, final
+training L_mask, the last checkpoint's L_mask on 16 384 fresh matrices; the final training L_mask
+at the cap, `cap_final_L_mask`, where the run or its copy reached it) and records which float
+path each ran on.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -55,7 +61,7 @@ from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.atomic import write_atomic  # noqa: E402
 from mclib.core.config import load_profile, profile_path  # noqa: E402
 from mclib.core.ending import RunEnd, is_complete  # noqa: E402
-from mclib.core.metrics import converged, final_level, find_drop  # noqa: E402
+from mclib.core.metrics import converged, final_level, find_drop, plateau_stats  # noqa: E402
 from mclib.core.runs import END, load_metrics, run_profile  # noqa: E402
 
 AVX2 = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
@@ -72,6 +78,7 @@ SEED = 1
 FRESH = 16_384
 OUT = ROOT / "docs" / "data" / "rounding.csv"
 RULE_OUT = ROOT / "docs" / "data" / "convergence-rule.csv"
+TO_CAP = "to-cap"  # RUNS/to-cap/NAME: run NAME, which its rule ended before the cap, trained on to it
 
 
 def _folder(runs: Path, change: str, seed: int = SEED) -> Path:
@@ -83,48 +90,29 @@ def _float_path(env: dict) -> str:
     return f"{isa} ({platform.machine()}, {cpu_model()})"
 
 
-def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED,)) -> int:
-    base = load_profile(profile_path("cpu"))
-    todo = []
-    for change, seed in [(c, s) for s in seeds for c in only]:
-        overrides, env = CHANGES[change]
-        folder = _folder(runs, change, seed)
-        if folder.is_dir() and (folder / END).is_file() and is_complete(run_profile(folder), folder):
-            print(f"rounding: {change} has ended ({folder})")
-            continue
-        folder.mkdir(parents=True, exist_ok=True)
-        params = folder / "study-params.yaml"
-        profile = base.replace(**{**overrides, "seed": seed, "name": f"rounding-{change}"})
-        params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
-        threads = str(profile.train.threads or 1)
-        run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        if env:  # Inductor's cache does not key on the float path: kernels compiled on the AVX-512
-            # path and read back on the AVX2 one gave NaN from the first step (2026-11-29)
-            run_env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor-cache")
-        (folder / "study.json").write_text(
-            json.dumps(
-                {"change": change, "overrides": overrides, "env": env, "float_path": _float_path(env)},
-                indent=1,
-            )
+def _job(change: str, folder: Path, profile) -> tuple:
+    """(change, command, environment, folder): one `python -m mclib train` of PROFILE into FOLDER
+    under CHANGE's environment, its parameters written to FOLDER/study-params.yaml."""
+    overrides, env = CHANGES[change]
+    params = folder / "study-params.yaml"
+    params.write_text(yaml.safe_dump(profile.to_dict(), sort_keys=False))
+    threads = str(profile.train.threads or 1)
+    run_env = {**os.environ, **env, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+    if env:  # Inductor's cache does not key on the float path: kernels compiled on the AVX-512
+        # path and read back on the AVX2 one gave NaN from the first step (2026-11-29)
+        run_env["TORCHINDUCTOR_CACHE_DIR"] = str(folder / "inductor-cache")
+    (folder / "study.json").write_text(
+        json.dumps(
+            {"change": change, "overrides": overrides, "env": env, "float_path": _float_path(env)}, indent=1
         )
-        todo.append(
-            (
-                change,
-                [
-                    sys.executable,
-                    "-m",
-                    "mclib",
-                    "train",
-                    "--profile",
-                    str(params),
-                    "--out",
-                    str(folder),
-                    "--quiet",
-                ],
-                run_env,
-                folder,
-            )
-        )
+    )
+    cmd = [sys.executable, "-m", "mclib", "train", "--profile", str(params), "--out", str(folder), "--quiet"]
+    return change, cmd, run_env, folder
+
+
+def _run_jobs(todo: list, jobs: int) -> int:
+    """Each job of `todo` (`_job`), at most `jobs` at once, its output appended to its folder's
+    study-train.log; 1 if any ended with an error."""
     running: list = []
     failed = 0
     while todo or running:
@@ -142,6 +130,49 @@ def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED
                 print(f"rounding: {change} ended with exit {p.returncode}", flush=True)
                 failed += p.returncode != 0
     return 1 if failed else 0
+
+
+def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED,)) -> int:
+    base = load_profile(profile_path("cpu"))
+    todo = []
+    for change, seed in [(c, s) for s in seeds for c in only]:
+        folder = _folder(runs, change, seed)
+        if folder.is_dir() and (folder / END).is_file() and is_complete(run_profile(folder), folder):
+            print(f"rounding: {change} has ended ({folder})")
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        overrides = CHANGES[change][0]
+        todo.append(
+            _job(change, folder, base.replace(**{**overrides, "seed": seed, "name": f"rounding-{change}"}))
+        )
+    return _run_jobs(todo, jobs)
+
+
+def _cap_folder(folder: Path) -> Path:
+    return folder.parent / TO_CAP / folder.name
+
+
+def to_cap(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED,)) -> int:
+    """Every run of the study that its rule ended before the cap, copied to runs/to-cap/ and
+    trained on there to the cap (`until: steps`): whether the level it ended on was a pause."""
+    todo = []
+    for change, seed in [(c, s) for s in seeds for c in only]:
+        folder = _folder(runs, change, seed)
+        if not _ended(folder):
+            continue
+        if RunEnd.from_json(json.loads((folder / END).read_text())).ended == "cap":
+            print(f"rounding: {folder.name} trained to the cap already")
+            continue
+        cap = _cap_folder(folder)
+        if _reached_cap(cap):
+            print(f"rounding: {cap} has reached the cap")
+            continue
+        if not cap.is_dir():
+            shutil.copytree(folder, cap.with_name(cap.name + ".partial"), dirs_exist_ok=True)
+            cap.with_name(cap.name + ".partial").rename(cap)  # a copy cut short is never taken for a run
+        profile = run_profile(folder).replace(**{"train.until": "steps"})
+        todo.append(_job(change, cap, profile))
+    return _run_jobs(todo, jobs)
 
 
 def _ended(folder: Path) -> bool:
@@ -166,6 +197,24 @@ def _write(t: pd.DataFrame, out: Path | None) -> int:
     return 0
 
 
+def _reached_cap(folder: Path) -> bool:
+    """Whether the run in FOLDER ended at its last step: the cap of `until: converged`, or `until: steps`."""
+    end = folder / END
+    return end.is_file() and RunEnd.from_json(json.loads(end.read_text())).ended in ("cap", "steps")
+
+
+def _at_cap(folder: Path, row: pd.Series) -> tuple[float, float]:
+    """(the cap's step, the final training L_mask there) of the run in FOLDER: its own where it ran
+    to the cap, else its copy's trained on to it (`to_cap`); NaNs where neither has."""
+    if row["ended_by"] == "cap":
+        return row["ended_at"], row["final_L_mask"]
+    cap = _cap_folder(folder)
+    if not _reached_cap(cap):
+        return math.nan, math.nan
+    m = load_metrics(cap)
+    return int(m["step"].max()), plateau_stats(m, find_drop(m, run_profile(cap).data.rank))["final_L_mask"]
+
+
 def table(runs: Path, out: Path | None) -> int:
     folders, meta = {}, {}
     for change in CHANGES:
@@ -188,10 +237,12 @@ def table(runs: Path, out: Path | None) -> int:
         pd.DataFrame.from_dict(meta, orient="index")
     )
     t.index.name = "change"
-    show = ["drop", "ended_at", "ended_by", "final_L_mask", "checkpoint_step", "checkpoint_L_mask_fp32"]
+    for change, folder in folders.items():
+        t.loc[change, ["cap_step", "cap_final_L_mask"]] = _at_cap(folder, t.loc[change])
+    show = ["drop", "ended_at", "ended_by", "final_L_mask", "cap_final_L_mask", "checkpoint_L_mask_fp32"]
     print(t[show].to_markdown(floatfmt=".4g"))
-    for col in ("drop", "ended_at", "final_L_mask", "checkpoint_L_mask_fp32"):
-        v = t[col].astype(float)
+    for col in ("drop", "ended_at", "final_L_mask", "cap_final_L_mask", "checkpoint_L_mask_fp32"):
+        v = t[col].astype(float).dropna()
         print(f"{col}: {v.min():.5g} to {v.max():.5g} over {len(v)} changes (range {v.max() - v.min():.4g})")
     return _write(t, out)
 
@@ -225,7 +276,7 @@ def rule(runs: Path, out: Path | None) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("train", "table", "rule"))
+    ap.add_argument("what", choices=("train", "to-cap", "table", "rule"))
     ap.add_argument("--runs", type=Path, default=ROOT / "runs" / "rounding")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (each one thread, threads-2 two)")
     ap.add_argument(
@@ -246,6 +297,8 @@ def main(argv=None) -> int:
         ap.error(f"--seeds {args.seeds!r}: comma-separated whole numbers")
     if args.what == "train":
         return train(args.runs, args.jobs, only, seeds)
+    if args.what == "to-cap":
+        return to_cap(args.runs, args.jobs, only, seeds)
     if args.what == "rule":
         return rule(args.runs, args.out or RULE_OUT)
     return table(args.runs, args.out or OUT)

@@ -77,6 +77,36 @@ def test_the_study_gives_each_quantity_its_spread_and_the_chapter_says_it(study_
     assert rounding.spread({"a": 1.0, "b": float("nan")}, "x") is None  # one reading: no spread
 
 
+@pytest.mark.parametrize(
+    "at_cap, said",
+    [
+        # 0.008 at 22 000; flat by the rule's 5 % per 1 000 steps to 30 000: above 0.008 * 0.95^8 = 0.0053
+        (0.0040, "it fell to 0.004: the rule took a pause longer than its two windows for the end"),
+        (0.0060, "it stayed at 0.006: a level of its own"),
+    ],
+)
+def test_the_run_the_rule_ended_first_trained_on_to_the_cap_reads_as_a_pause_or_a_level(
+    study_table, tmp_path, at_cap, said
+):
+    t = pd.read_csv(study_table, index_col=0)
+    t["cap_step"] = [30_000, 30_000, 30_000]
+    t["cap_final_L_mask"] = [0.0053, at_cap, 0.0060]
+    path = tmp_path / "capped.csv"
+    t.to_csv(path)
+    flat = rounding.early_flat(path)
+    assert flat.startswith("the run under avx2 ended first") and flat.endswith(
+        f"; trained on to the cap (30,000 steps) {said}"
+    )
+    spreads = rounding.study(path)
+    assert f"trained on to the cap, its final training L_mask lay between {min(at_cap, 0.0053):.3g}" in (
+        rounding.finding(spreads, flat)
+    )
+    t.loc["avx2", ["cap_step", "cap_final_L_mask"]] = float("nan")  # not trained on: nothing said
+    t.to_csv(path)
+    assert rounding.early_flat(path) == rounding.early_flat(study_table)
+    assert "trained on to the cap, its" not in rounding.finding(rounding.study(path))
+
+
 def test_the_rows_that_read_a_final_level_carry_the_rounding_spread_and_say_so(study_table):
     final = rounding.study(study_table)["final_L_mask"]
     rows = [
@@ -115,6 +145,8 @@ def test_the_study_script_reads_no_run_as_no_table_and_names_a_bad_change(tmp_pa
     assert "no run has ended" in capsys.readouterr().out and not (tmp_path / "t.csv").exists()
     assert script.main(["rule", "--runs", str(tmp_path), "--out", str(tmp_path / "r.csv")]) == 1
     assert "no run has ended" in capsys.readouterr().out and not (tmp_path / "r.csv").exists()
+    assert script.main(["to-cap", "--runs", str(tmp_path)]) == 0  # nothing ended: nothing to train on
+    assert "has not ended yet" in capsys.readouterr().out and not (tmp_path / "to-cap").exists()
     with pytest.raises(SystemExit):
         script.main(["train", "--only", "avx3"])
     assert "unknown change 'avx3'" in capsys.readouterr().err

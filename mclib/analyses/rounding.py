@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..core.packaged import data_file
+from ..core.config import load_profile
+from ..core.packaged import data_file, profile_file
 
 TABLE = data_file("rounding.csv")  # docs/data/ in a checkout
 # the study's columns -> what they read
@@ -24,6 +25,7 @@ QUANTITIES = {
     "ended_at": "the step the convergence rule ends the run",
     "L_mask_drop+2000": "the training L_mask 2,000 steps after the drop",
     "final_L_mask": "the final training L_mask (last tenth of the steps)",
+    "cap_final_L_mask": "the final training L_mask at the cap (the runs the rule ended sooner, trained on)",
     "checkpoint_L_mask_fp32": "the last checkpoint's L_mask on fresh matrices",
 }
 
@@ -98,8 +100,9 @@ def study(path: Path = TABLE) -> dict[str, Spread]:
 
 def early_flat(path: Path = TABLE) -> str:
     """Where the convergence rule ended one change's run first and at the highest final level of all
-    (a flat the other runs fell through: a pause, or a level of its own, which the table cannot tell),
-    one clause saying so; "" otherwise or without the table."""
+    (a flat the other runs fell through), one clause saying so, and, where the study trained that run
+    on to the cap (`cap_final_L_mask`), whether it fell from there (the flat was a pause the rule took
+    for the end) or stayed (a level of its own); "" otherwise or without the table."""
 
     if not Path(path).is_file():
         return ""
@@ -109,12 +112,25 @@ def early_flat(path: Path = TABLE) -> str:
     first = t["ended_at"].idxmin()
     if t["final_L_mask"].idxmax() != first or (t["ended_at"] == t.loc[first, "ended_at"]).sum() > 1:
         return ""
-    others = t.drop(index=first)
-    return (
-        f"the run under {first} ended first, at step {t.loc[first, 'ended_at']:,.0f}, on a flat at L_mask "
-        f"{t.loc[first, 'final_L_mask']:.3g} that the others fell through (they ended at "
+    others, row = t.drop(index=first), t.loc[first]
+    said = (
+        f"the run under {first} ended first, at step {row['ended_at']:,.0f}, on a flat at L_mask "
+        f"{row['final_L_mask']:.3g} that the others fell through (they ended at "
         f"{others['final_L_mask'].min():.3g} to {others['final_L_mask'].max():.3g})"
     )
+    cap, at_cap = row.get("cap_step", math.nan), row.get("cap_final_L_mask", math.nan)
+    if pd.isna(cap) or pd.isna(at_cap) or cap <= row["ended_at"]:
+        return said
+    # flat by the rule's own measure (the default profile's, which the study trains): a fall under
+    # min_improvement per 1 000 steps, compounded over the steps trained on
+    min_improvement = load_profile(profile_file("cpu")).train.min_improvement
+    flat_floor = row["final_L_mask"] * (1 - min_improvement) ** ((cap - row["ended_at"]) / 1000)
+    if at_cap < flat_floor:
+        return said + (
+            f"; trained on to the cap ({cap:,.0f} steps) it fell to {at_cap:.3g}: the rule took a pause "
+            "longer than its two windows for the end"
+        )
+    return said + f"; trained on to the cap ({cap:,.0f} steps) it stayed at {at_cap:.3g}: a level of its own"
 
 
 def finding(spreads: dict[str, Spread], flat: str = "") -> str:
@@ -145,6 +161,12 @@ def finding(spreads: dict[str, Spread], flat: str = "") -> str:
         said.append(
             f"its final training L_mask, where the rule ended it, lay between {final.lo:.3g} and "
             f"{final.hi:.3g}, a factor {final.factor:.2f} apart"
+        )
+    cap = spreads.get("cap_final_L_mask")
+    if cap is not None and final is not None and cap.n == final.n:
+        said.append(
+            f"trained on to the cap, its final training L_mask lay between {cap.lo:.3g} and {cap.hi:.3g}, a "
+            f"factor {cap.factor:.2f} apart"
         )
     if flat:
         said.append(flat)
