@@ -250,9 +250,9 @@ def table(runs: Path, out: Path | None) -> int:
 def rule(runs: Path, out: Path | None) -> int:
     """Where the convergence rule ends each finished run of the study, with its second window
     (`converged`, the rule) and without it (`confirm=False`): the step, what
-    ended the run there, and L_mask's mean over the 2 000 steps before it. Every run trained
-    under the rule with the second window, which never ends a run sooner, so its metrics reach
-    both ends."""
+    ended the run there, and L_mask's mean over the 2 000 steps before it; the same mean at the cap,
+    where the run or its copy (`to_cap`) reached it. Every run trained under the rule with the
+    second window, which never ends a run sooner, so its metrics reach both ends."""
     rows = []
     for folder in sorted(runs.glob("rounding-*-seed*")):
         if not _ended(folder):
@@ -266,6 +266,10 @@ def rule(runs: Path, out: Path | None) -> int:
             row[f"end_{name}"] = end
             row[f"ended_by_{name}"] = "converged" if stop is not None else "cap"
             row[f"L_mask_last_{t.patience}_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
+        capped = folder if _reached_cap(folder) else _cap_folder(folder)
+        row[f"L_mask_last_{t.patience}_cap"] = (
+            final_level(load_metrics(capped), t.patience)[0] if _reached_cap(capped) else math.nan
+        )
         rows.append(row)
     if not rows:
         return _nothing_ended()
