@@ -1,8 +1,8 @@
 """What a command line shows of mclib's log: every module logs to `logging.getLogger(__name__)`
 (a child of the "mclib" logger) and configures nothing; a command (`python -m mclib`, the
 lease's detached trainer, benchmarks/lease_step.py) shows the records for as long as it runs
-(`console_logging`): INFO on stdout, WARNING and above on stderr, each as its bare message,
-as bare as print()'s lines.
+(`console_logging`): INFO on stdout, WARNING and above on stderr, each as its bare message (no
+level, no logger name).
 
 A library user who configures nothing sees WARNING and above on stderr (Python's last-resort
 handler); INFO (a chapter's progress, a slice's status) only where they ask for it."""
