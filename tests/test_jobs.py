@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -402,9 +403,20 @@ def _sleep_then_time(seconds: float) -> float:
     return time.monotonic()
 
 
+_RELEASE = threading.Event()  # the busy job of the test below runs until the test sets it
+
+
+def _busy_until_released() -> float:
+    """A task that holds its worker until `_RELEASE` is set (in-process workers share it), then
+    the moment it ended."""
+    _RELEASE.wait(timeout=120)
+    return time.monotonic()
+
+
 def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     """submit_when_free: with one of two workers busy, the three jobs go out one at a time,
-    each after the one before it ended, in order; none waits on the busy worker."""
+    each after the one before it ended, in order; none waits on the busy worker. The busy job
+    holds its worker until the three have ended, however slow the machine."""
     from distributed import Client, LocalCluster
 
     from mclib.core import jobs
@@ -412,18 +424,20 @@ def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     handed = []
     real = jobs.submit
     monkeypatch.setattr(jobs, "submit", lambda *a, **k: handed.append(time.monotonic()) or real(*a, **k))
+    _RELEASE.clear()
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
         Client(lc, set_as_default=False) as client,
     ):
         assert jobs.slots(client) == 2
-        busy = client.submit(
-            _sleep_then_time, 1.5, pure=False
-        )  # 0.9 s more than the three jobs need: no race
-        futures = jobs.submit_when_free(
-            client, _sleep_then_time, [(0.2,), (0.2,), (0.2,)], busy=[busy], poll=0.05
-        )
-        ends = jobs.results(futures)
+        busy = client.submit(_busy_until_released, pure=False)
+        try:
+            futures = jobs.submit_when_free(
+                client, _sleep_then_time, [(0.2,), (0.2,), (0.2,)], busy=[busy], poll=0.05
+            )
+            ends = jobs.results(futures)
+        finally:
+            _RELEASE.set()
         busy_end = busy.result()
     assert len(handed) == 3 and handed == sorted(handed)
     assert handed[1] >= ends[0] and handed[2] >= ends[1]  # one free slot: each waited for the one before
