@@ -60,7 +60,7 @@ from train_step import cpu_model  # noqa: E402 - benchmarks/train_step.py
 from mclib.analyses.evaluate import compare_runs  # noqa: E402
 from mclib.core.atomic import write_atomic  # noqa: E402
 from mclib.core.config import load_profile, profile_path  # noqa: E402
-from mclib.core.ending import RunEnd, is_complete  # noqa: E402
+from mclib.core.ending import is_complete, run_end  # noqa: E402
 from mclib.core.metrics import converged, final_level, find_drop, plateau_stats  # noqa: E402
 from mclib.core.runs import END, load_metrics, run_profile  # noqa: E402
 
@@ -137,7 +137,7 @@ def train(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEED
     todo = []
     for change, seed in [(c, s) for s in seeds for c in only]:
         folder = _folder(runs, change, seed)
-        if folder.is_dir() and (folder / END).is_file() and is_complete(run_profile(folder), folder):
+        if _complete(folder):
             print(f"rounding: {change} has ended ({folder})")
             continue
         folder.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ def to_cap(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEE
         folder = _folder(runs, change, seed)
         if not _ended(folder):
             continue
-        if RunEnd.from_json(json.loads((folder / END).read_text())).ended == "cap":
+        if _reached_cap(folder):
             print(f"rounding: {folder.name} trained to the cap already")
             continue
         cap = _cap_folder(folder)
@@ -175,9 +175,14 @@ def to_cap(runs: Path, jobs: int, only: list[str], seeds: tuple[int, ...] = (SEE
     return _run_jobs(todo, jobs)
 
 
+def _complete(folder: Path) -> bool:
+    """Whether the run in FOLDER has ended and saved what its end needs."""
+    return (folder / END).is_file() and is_complete(run_profile(folder), folder)
+
+
 def _ended(folder: Path) -> bool:
-    """Whether the run in FOLDER has ended and saved what its end needs; says so when not."""
-    if (folder / END).is_file() and is_complete(run_profile(folder), folder):
+    """`_complete`, saying so when not."""
+    if _complete(folder):
         return True
     print(f"rounding: {folder.name} has not ended yet ({folder}): left out")
     return False
@@ -199,20 +204,26 @@ def _write(t: pd.DataFrame, out: Path | None) -> int:
 
 def _reached_cap(folder: Path) -> bool:
     """Whether the run in FOLDER ended at its last step: the cap of `until: converged`, or `until: steps`."""
-    end = folder / END
-    return end.is_file() and RunEnd.from_json(json.loads(end.read_text())).ended in ("cap", "steps")
+    return (folder / END).is_file() and run_end(folder).ended in ("cap", "steps")
 
 
-def _at_cap(folder: Path, row: pd.Series) -> tuple[float, float]:
-    """(the cap's step, the final training L_mask there) of the run in FOLDER: its own where it ran
-    to the cap, else its copy's trained on to it (`to_cap`); NaNs where neither has."""
-    if row["ended_by"] == "cap":
-        return row["ended_at"], row["final_L_mask"]
-    cap = _cap_folder(folder)
-    if not _reached_cap(cap):
+def _capped(folder: Path) -> Path | None:
+    """The folder whose run reached the cap: FOLDER's own run, else its copy trained on (`to_cap`);
+    None where neither has."""
+    for candidate in (folder, _cap_folder(folder)):
+        if _reached_cap(candidate):
+            return candidate
+    return None
+
+
+def _at_cap(folder: Path) -> tuple[float, float]:
+    """(the cap's step, the final training L_mask there, `plateau_stats`) of the run in FOLDER or
+    its copy (`_capped`); NaNs where neither reached the cap."""
+    capped = _capped(folder)
+    if capped is None:
         return math.nan, math.nan
-    m = load_metrics(cap)
-    return int(m["step"].max()), plateau_stats(m, find_drop(m, run_profile(cap).data.rank))["final_L_mask"]
+    m = load_metrics(capped)
+    return int(m["step"].max()), plateau_stats(m, find_drop(m, run_profile(capped).data.rank))["final_L_mask"]
 
 
 def table(runs: Path, out: Path | None) -> int:
@@ -223,7 +234,7 @@ def table(runs: Path, out: Path | None) -> int:
             continue
         folders[change] = folder
         study = json.loads((folder / "study.json").read_text())
-        end = RunEnd.from_json(json.loads((folder / END).read_text()))
+        end = run_end(folder)
         meta[change] = {
             "ended_at": end.step,
             "ended_by": end.ended,
@@ -238,7 +249,7 @@ def table(runs: Path, out: Path | None) -> int:
     )
     t.index.name = "change"
     for change, folder in folders.items():
-        t.loc[change, ["cap_step", "cap_final_L_mask"]] = _at_cap(folder, t.loc[change])
+        t.loc[change, ["cap_step", "cap_final_L_mask"]] = _at_cap(folder)
     show = ["drop", "ended_at", "ended_by", "final_L_mask", "cap_final_L_mask", "checkpoint_L_mask_fp32"]
     print(t[show].to_markdown(floatfmt=".4g"))
     for col in ("drop", "ended_at", "final_L_mask", "cap_final_L_mask", "checkpoint_L_mask_fp32"):
@@ -266,9 +277,9 @@ def rule(runs: Path, out: Path | None) -> int:
             row[f"end_{name}"] = end
             row[f"ended_by_{name}"] = "converged" if stop is not None else "cap"
             row[f"L_mask_last_{t.patience}_{name}"] = final_level(m[m["step"] <= end], t.patience)[0]
-        capped = folder if _reached_cap(folder) else _cap_folder(folder)
+        capped = _capped(folder)
         row[f"L_mask_last_{t.patience}_cap"] = (
-            final_level(load_metrics(capped), t.patience)[0] if _reached_cap(capped) else math.nan
+            math.nan if capped is None else final_level(load_metrics(capped), t.patience)[0]
         )
         rows.append(row)
     if not rows:

@@ -233,14 +233,15 @@ class _Build:
         self.path = self.exe / "manifest.json"
         self.prev = json.loads(self.path.read_text()) if self.path.is_file() else {}
         self.prev_nb = {r["name"]: r for r in self.prev.get("notebooks", [])}
-        self.src = short_sha(mclib_sha(), data_sha())  # the code and the tables it reads
+        code = mclib_sha()
+        self.src = short_sha(code, data_sha())  # the code and the tables it reads
         self.manifest = {
             "profile": cfg.name,
             "seed": cfg.seed,
             "run_dir": str(run_dir),
             "device": device,
             "git": git_revision(),
-            "mclib": mclib_sha(),
+            "mclib": code,
             "sources": self.src,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
             "notebooks": [],
