@@ -242,6 +242,7 @@ CHOICES = [
     "model.attention",
     "model.kind",
     "train.precision",
+    "train.adam",
     "train.device",
     "train.until",
     "train.step",
@@ -467,8 +468,8 @@ def test_cli_prints_every_bad_value_and_writes_nothing(tmp_path, capsys):
 def test_what_is_not_recipe_and_what_may_change_on_resume_come_from_one_list(tmp_path):
     """recipe.RUNNING (how a run is executed) is neither a departure from the paper nor a
     change that stops a folder from resuming; train.steps departs but may grow on resume;
-    what the folder records (eval, log and save steps) and the attention implementation are
-    no departure but fixed for the folder."""
+    what the folder records (eval, log and save steps), the attention implementation and
+    Adam's kernels are no departure but fixed for the folder."""
     from mclib.core.recipe import RUNNING, deviations
     from mclib.core.runs import check_same_profile, write_profile
 
@@ -500,6 +501,7 @@ def test_what_is_not_recipe_and_what_may_change_on_resume_come_from_one_list(tmp
         ("train.save_every", 500),
         ("train.log_every", 7),
         ("model.attention", "eager"),
+        ("train.adam", "fused"),
     ):
         changed = base.replace(**{key: value})
         assert deviations(changed, base) == []

@@ -444,23 +444,48 @@ def test_a_job_is_handed_out_only_when_a_worker_is_free(monkeypatch):
     assert ends[2] < busy_end  # all three ran beside the busy job, not behind it
 
 
+_LONG_MAY_END = threading.Event()  # the long job of the test below runs until its third task sets it
+_LONG_SEEN_ENDED = threading.Event()  # set once the client holds the long job as ended
+
+
+def _long_job() -> float:
+    _LONG_MAY_END.wait(timeout=120)
+    return time.monotonic()
+
+
+def _task(i: int) -> float:
+    """The i-th task beside the long job: the third (i = 2) lets the long job end and ends only
+    once the client has seen it end, so that the fourth's turn comes after it, however slow the
+    machine; the moment it ended."""
+    if i == 2:
+        _LONG_MAY_END.set()
+        _LONG_SEEN_ENDED.wait(timeout=120)
+    return time.monotonic()
+
+
 def test_idle_workers_take_tasks_only_while_the_long_job_runs():
-    """submit_while: beside a 1.5 s job on one of two workers, 0.6 s tasks go out one at a
-    time on the other; the one whose turn comes after the long job ended is not submitted."""
+    """submit_while: beside a long job on one of two workers, the tasks go out one at a time on
+    the other; the long job ends while the third runs, so the fourth is not submitted. Events,
+    not sleeps, order the jobs: a starved machine cannot reorder them."""
     from distributed import Client, LocalCluster
 
     from mclib.core import jobs
 
+    _LONG_MAY_END.clear()
+    _LONG_SEEN_ENDED.clear()
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
         Client(lc, set_as_default=False) as client,
     ):
-        long = client.submit(_sleep_then_time, 1.5, pure=False)
-        tasks = [
-            (_sleep_then_time, (0.6,), f"task{i}") for i in range(4)
-        ]  # starts 0, 0.6, 1.2; then 1.8 > 1.5
-        futures = jobs.submit_while(client, tasks, long, busy=[long], poll=0.05)
-        ends, long_end = jobs.results(futures), long.result()
+        long = client.submit(_long_job, pure=False)
+        long.add_done_callback(lambda _: _LONG_SEEN_ENDED.set())
+        tasks = [(_task, (i,), f"task{i}") for i in range(4)]
+        try:
+            futures = jobs.submit_while(client, tasks, long, busy=[long], poll=0.05)
+            ends, long_end = jobs.results(futures), long.result()
+        finally:
+            _LONG_MAY_END.set()
+            _LONG_SEEN_ENDED.set()
     assert [f.key.split("-")[0] for f in futures] == ["task0", "task1", "task2"]  # a prefix, in order
     assert ends == sorted(ends) and ends[1] < long_end < ends[2]  # one at a time, beside it
 

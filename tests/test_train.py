@@ -246,6 +246,36 @@ def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke
     assert resumed.param_groups[0]["foreach"] is True and not resumed.param_groups[0]["fused"]
 
 
+def test_train_adam_picks_adams_kernels_and_auto_keeps_each_devices_own(smoke_profile):
+    """`train.adam`: "auto" is foreach on the CPU and fused where capture-ready (as on CUDA);
+    "fused" and "foreach" are taken as named, fresh and resumed. The fused kernel rounds
+    otherwise than the for-loop Adam: its weights part from foreach's within a few steps."""
+    cpu = torch.device("cpu")
+    p = smoke_profile.replace(**{"train.lr": 1e-3})
+    flags = lambda o: (bool(o.param_groups[0]["foreach"]), bool(o.param_groups[0]["fused"]))
+    model = build_model(p.model, 7, seed=0)
+    assert p.train.adam == "auto" and flags(make_optimizer(model, p.train, cpu)) == (True, False)
+    assert flags(make_optimizer(model, p.train, cpu, capture_ready=True)) == (False, True)
+    fused_t = p.replace(**{"train.adam": "fused"}).train
+    foreach_t = p.replace(**{"train.adam": "foreach"}).train
+    assert flags(make_optimizer(model, fused_t, cpu)) == (False, True)
+    twin = copy.deepcopy(model)
+    fused, foreach = make_optimizer(model, fused_t, cpu), make_optimizer(twin, foreach_t, cpu)
+    assert flags(foreach) == (True, False)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
+        for m, o in ((model, fused), (twin, foreach)):
+            o.zero_grad()
+            ((m(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
+            o.step()
+    pairs = list(zip(model.state_dict().values(), twin.state_dict().values()))
+    assert not all(torch.equal(a, b) for a, b in pairs)  # other rounding ...
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in pairs)  # ... the same Adam
+    resumed = make_optimizer(model, fused_t, cpu, copy.deepcopy(foreach.state_dict()))
+    assert flags(resumed) == (False, True)
+
+
 def test_an_adam_state_saved_in_two_groups_resumes_in_one(smoke_profile):
     """Runs saved at c6ddcac or before kept the token and position embeddings in a second
     Adam group (train.embedding_lr, removed): `make_optimizer` loads such a state with

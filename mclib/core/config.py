@@ -97,6 +97,9 @@ class TrainConfig:
     lr: float = 1e-4
     warmup: int = 0  # linear warm-up steps (0 = constant lr, as the paper)
     beta2: float = 0.999  # Adam's second-moment decay (the paper: PyTorch's default)
+    adam: str = "auto"  # Adam's kernels (mclib.core.step.make_optimizer): "foreach" (the for-loop Adam's
+    #   arithmetic to the bit, in fewer calls), "fused" (one kernel; other rounding) or "auto": fused on
+    #   CUDA, foreach on the CPU. Not recipe, but fixed for a run folder (mclib.core.recipe)
     grad_clip: float = 0.0  # clip the global gradient norm to this (0 = no clipping, as the paper)
     precision: str = "fp32"  # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32
     #   matmuls; emulated off CUDA) or "bf16" (autocast, fp32 master weights);
@@ -199,6 +202,7 @@ class Profile:
 
 
 BERT_ONLY = {"attention": "sdpa", "attn_bias": 0.0, "attn_bias_target": "row_col"}
+ADAMS = ("auto", "foreach", "fused")  # Adam's kernels (train.adam; mclib.core.step.make_optimizer)
 PRECISIONS = ("fp32", "tf32", "bf16")  # of training (train.precision; mclib.core.precision.set_precision)
 STEPS = (  # train.step (mclib.core.step.WAYS, step_variant)
     "auto",
@@ -260,6 +264,7 @@ class _Train(Schema):
     lr: PosFloat
     warmup: NonNegInt
     beta2: Fraction
+    adam: Annotated[Str, one_of(ADAMS)]
     grad_clip: Annotated[Float, NOT_NEGATIVE]
     precision: Annotated[Str, one_of(PRECISIONS)]
     device: Annotated[Str, one_of(("auto", "cpu", "cuda"))]

@@ -19,10 +19,11 @@ RECIPE = ("data", "model", "train")
 # recipe: a run may be resumed to train longer).
 RUNNING = ("device", "threads", "compile", "step", "until", "patience", "min_improvement", "state_every")
 # Not recipe either, but fixed for a run folder, so not in RUNNING: what the folder records
-# (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints) and the
-# attention implementation (sdpa or eager: the same model, other rounding).
+# (eval_every, eval_batch, log_every: its metric rows; save_every: its checkpoints), the
+# attention implementation (sdpa or eager) and Adam's kernels (foreach or fused): the same model
+# and optimiser, other rounding.
 _NOT_RECIPE = {
-    "train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every"),
+    "train": RUNNING + ("eval_every", "eval_batch", "save_every", "log_every", "adam"),
     "model": ("attention",),
 }
 

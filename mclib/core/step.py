@@ -40,24 +40,21 @@ def make_optimizer(
     """Adam (`betas=(0.9, t.beta2)`) over the trainable parameters, one param group carrying its
     `base_lr` (the profile's, which `set_lr` scales), with a saved `state` loaded if given.
 
-    capture_ready (default: on CUDA): fused, capturable Adam whose lr is an fp32 device tensor
+    capture_ready (default: on CUDA): capturable Adam whose lr is an fp32 device tensor
     (`set_lr` writes it), so a CUDA graph's replay of the step trains as the eager step does;
-    the lr it reads is the fp32 nearest the profile's. Otherwise the lr is a float: fused Adam on
-    CUDA, foreach Adam on the CPU (the for-loop Adam's arithmetic to the bit, in fewer calls).
+    the lr it reads is the fp32 nearest the profile's. Otherwise the lr is a float. Its kernels
+    are `t.adam`'s: "fused" (one kernel), "foreach" (the for-loop Adam's arithmetic to the bit, in
+    fewer calls) or "auto": fused where capture-ready or on CUDA, else foreach.
     A loaded state keeps this Adam's own flags and lr, its step counts moved to this device."""
     capture_ready = device.type == "cuda" if capture_ready is None else capture_ready
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    if capture_ready:
-        own = {
-            "lr": torch.tensor(t.lr, dtype=torch.float32, device=device),
-            "fused": True,
-            "foreach": None,
-            "capturable": True,
-        }
-    elif device.type == "cuda":
-        own = {"lr": t.lr, "fused": True, "foreach": None, "capturable": False}
-    else:  # the CPU: foreach, the for-loop's arithmetic to the bit in fewer calls
-        own = {"lr": t.lr, "fused": None, "foreach": True, "capturable": False}
+    kind = t.adam if t.adam != "auto" else ("fused" if capture_ready or device.type == "cuda" else "foreach")
+    own = {
+        "lr": torch.tensor(t.lr, dtype=torch.float32, device=device) if capture_ready else t.lr,
+        "fused": True if kind == "fused" else None,
+        "foreach": True if kind == "foreach" else None,
+        "capturable": capture_ready,
+    }
     opt = torch.optim.Adam([p for _, p in named], betas=(0.9, t.beta2), **own)
     if state is not None:
         opt.load_state_dict(one_group([n for n, _ in named], state))
