@@ -78,7 +78,12 @@ def test_findings_of_ours_are_shown_and_counted_apart(ch, tmp_path):
         "n_na": 1,
         "n_cannot": 0,
     } and glued["n_rows"] == 5
-    assert {k: glued[k] for k in chapter.COUNTED_OWN} == {"n_own_holds": 1, "n_own_fails": 1, "n_own_na": 0}
+    assert {k: glued[k] for k in chapter.COUNTED_OWN} == {
+        "n_own_holds": 1,
+        "n_own_fails": 1,
+        "n_own_close": 0,
+        "n_own_na": 0,
+    }
     assert glued["n_own"] == 2 and glued["landing_model"].startswith(
         "Of the 5 claims about the model, 2 reproduced"
     )
@@ -152,7 +157,7 @@ def test_the_landing_box_is_short_agrees_in_number_and_says_each_lead_once():
     ]
     rows += [
         {"id": f"F{i}", "quantity": "f", "kind": "finding", "verdict": v, "reading": ""}
-        for i, v in enumerate(["holds"] * 5 + ["fails", "n/a"])
+        for i, v in enumerate(["holds"] * 5 + ["fails", "too close to tell", "n/a"])
     ]
     theirs = [{**r, "provisional": True} if i % 3 else r for i, r in enumerate(rows)]
     glue = {
@@ -164,7 +169,8 @@ def test_the_landing_box_is_short_agrees_in_number_and_says_each_lead_once():
     words = [w for w in box.split() if w != "-"]  # the bullets are no words
     assert len(words) <= 250, len(words)
     assert box.count("paper's own setting") == 1  # the lead, said once
-    assert "5 hold, 1 does not and 1 has nothing to test here" in box and "do not and 1 have" not in box
+    assert "5 hold, 1 does not, 1 is too close to tell and 1 has nothing to test here" in box
+    assert "do not and 1 have" not in box
     assert "not run for this book yet" in _landing_box({**glue, "landing_paper": chapter.landing_paper([])})
 
 
@@ -176,5 +182,7 @@ def test_the_closing_counts_agree_with_their_numbers():
         "1 matches the paper's number, 1 points the way the paper says, 1 keeps the paper's order, "
         "2 differ, 1 is too close to tell"
     ) and text.endswith("and 0 are provisional")
-    own = chapter.counts_text({"n_own_holds": 5, "n_own_fails": 1, "n_own_na": 1}, chapter.COUNTED_OWN)
-    assert own == "5 hold, 1 does not and 1 has nothing to test here"
+    own = chapter.counts_text(
+        {"n_own_holds": 5, "n_own_fails": 1, "n_own_close": 2, "n_own_na": 1}, chapter.COUNTED_OWN
+    )
+    assert own == "5 hold, 1 does not, 2 are too close to tell and 1 has nothing to test here"

@@ -359,13 +359,19 @@ def test_departures_text_names_every_key():
     assert T.departures_text(paper_profile()).endswith("in nothing.")
 
 
-def test_finding_rule_holds_or_fails():
+def test_finding_rule_holds_fails_or_is_too_close_to_tell():
+    """The interval ours ± 2 s.e. inside the band beyond the reference: holds; outside it: fails;
+    reaching both: too close to tell (2026-11-29: F2 at +0.218 ± 0.114 read "fails")."""
     assert R.finding(0.6, 0.0, "above", se=0.1) == "holds"  # 0.6 > 2 x 0.1
-    assert R.finding(0.15, 0.0, "above", se=0.1) == "fails"  # within two standard errors
-    assert R.finding(-0.6, 0.0, "above", se=0.1) == "fails"  # the other side
+    assert R.finding(0.15, 0.0, "above", se=0.1) == R.CLOSE  # within two standard errors
+    assert R.finding(0.218, 0.0, "above", se=0.114) == R.CLOSE
+    assert R.finding(-0.15, 0.0, "above", se=0.1) == R.CLOSE  # the other side, within two s.e.
+    assert R.finding(-0.6, 0.0, "above", se=0.1) == "fails"  # the other side, beyond two s.e.
+    assert R.finding(-0.2, 0.0, "above", se=0.1) == "fails"  # the interval touches the reference only
     assert R.finding(0.5, 1.0, "below") == "holds" and R.finding(0.95, 1.0, "below") == "fails"  # 10 % margin
     assert R.finding(0.95, 0.9, "above", margin=R.CUT) == "holds"
     assert R.finding(0.9, 0.9, "above", margin=R.CUT) == "fails"
+    assert R.finding(0.92, 0.9, "above", se=0.02, margin=R.CUT) == R.CLOSE
     assert R.finding(None, 0.0, "above") == "fails"
     with pytest.raises(ValueError):
         R.finding(0.1, 0.0, "over")
@@ -410,7 +416,7 @@ def test_findings_of_ours_are_counted_apart_from_the_paper_s_claims(tmp_path):
     # 2026-11-28: "1 hold, 1 do not and 1 have nothing to test here"
     assert h["landing_own"] == (
         "Beyond the paper, 3 findings of our own and of the 2025 follow-up, counted apart: "
-        "1 holds, 1 does not and 1 has nothing to test here."
+        "1 holds, 1 does not, 0 are too close to tell and 1 has nothing to test here."
     )
     assert list(T.findings(rows)["experiment"]) == ["E4"]
 

@@ -246,19 +246,22 @@ def finding(
     margin: float | None = None,
 ) -> str:
     """A finding of our own, beyond the paper (chapter 07's lead, the 2025 follow-up's claims
-    tested on this task): the quantity lies *above* or *below* a stated reference. *holds*
-    when ours lies beyond the reference on that side by more than 2·√(se² + spread²) +
-    margin·|reference|, margin 10 % (0 when the reference is a cut-off the row names);
-    *fails* otherwise (on the other side, or too close to tell), or when we have no
-    number. Shown apart from the paper's claims and never counted among them."""
+    tested on this task): the quantity lies *above* or *below* a stated reference. The band
+    where it holds: beyond the reference on that side by more than margin·|reference|, margin
+    10 % (0 when the reference is a cut-off the row names); our interval: ours ±
+    2·√(se² + spread²). *holds* when the interval lies inside the band; *fails* when it lies
+    outside it (on the other side, or within the margin), or when we have no number; *too
+    close to tell* when it reaches both. Shown apart from the paper's claims and never
+    counted among them."""
     if sense not in ("above", "below"):
         raise ValueError(f"sense must be 'above' or 'below', not {sense!r}")
+    s = 1.0 if sense == "above" else -1.0
     m = MARGINS["finding"] if margin is None else margin
-    return (
-        "holds"
-        if _beyond(ours, reference, 1.0 if sense == "above" else -1.0, se=se, spread=spread, margin=m)
-        else "fails"
-    )
+    if _beyond(ours, reference, s, se=se, spread=spread, margin=m):
+        return "holds"
+    if _missing(ours) or s * (ours - reference) + 2 * _se(se, spread) <= m * abs(reference):
+        return "fails"
+    return CLOSE
 
 
 def ordering(values: dict, order: list, margin: float | None = None, se: float | None = None) -> str:

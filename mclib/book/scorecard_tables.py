@@ -254,7 +254,8 @@ def headline(rows: list[dict]) -> dict[str, str]:
         "landing_own": (
             f"Beyond the paper, {plural(len(own), 'finding')} of our own and of the 2025 follow-up, "
             f"counted apart: {plural(n('holds'), 'holds', 'hold')}, "
-            f"{plural(n('fails'), 'does not', 'do not')} and "
+            f"{plural(n('fails'), 'does not', 'do not')}, "
+            f"{plural(n(CLOSE), 'is too close to tell', 'are too close to tell')} and "
             f"{plural(n('n/a'), 'has nothing to test here', 'have nothing to test here')}."
         ),
     }

@@ -23,7 +23,7 @@ from ..book.plots_base import closed
 from ..book.plots_curves import progress_panels, seed_loss_curves
 from ..book.runner_plan import Reads
 from ..book.scorecard import claim, recorded_table
-from ..book.scorecard_rules import CUT, agreement, is_own, row_verdict
+from ..book.scorecard_rules import CLOSE, CUT, agreement, is_own, row_verdict
 from ..book.scorecard_tables import plural
 from ..book.spec import ChapterSpec
 from ..core.metrics import find_drop, window_mean
@@ -466,8 +466,13 @@ def lead_finding_text(row: dict) -> str:
     return (
         f"The scorecard keeps this as a finding of our own, B1 (a lead found in more than {LEAD_SURE:.0%} of "
         "the "
-        f"bootstrap resamples), which {agreement(row_verdict(row))}, apart from the paper's claims"
+        f"bootstrap resamples), which {_verb(row_verdict(row))}, apart from the paper's claims"
     )
+
+
+def _verb(verdict: str) -> str:
+    """`agreement` as the verb of a "which ..." clause ("holds here", "is too close to tell")."""
+    return ("is " if verdict == CLOSE else "") + agreement(verdict)
 
 
 def structure_readings(ch, table: pd.DataFrame, leads: pd.DataFrame) -> tuple[dict, list[dict]]:

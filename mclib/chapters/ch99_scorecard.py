@@ -37,7 +37,12 @@ COUNTED = {
 # a provisional row (`scorecard_stage.is_provisional`: it reads the end of a run cut short) is counted
 # under n_provisional alone, never under its verdict's name above
 # glue name -> the verdict it counts among our own findings
-COUNTED_OWN = {"n_own_holds": "holds", "n_own_fails": "fails", "n_own_na": "n/a"}
+COUNTED_OWN = {
+    "n_own_holds": "holds",
+    "n_own_fails": "fails",
+    "n_own_close": scorecard_rules.CLOSE,
+    "n_own_na": "n/a",
+}
 # glue name -> what the closing sentence says its count does, for one claim and for several
 SAID = {
     "n_match": ("matches the paper's number", "match the paper's number"),
@@ -50,6 +55,7 @@ SAID = {
     "n_provisional": ("is provisional", "are provisional"),
     "n_own_holds": ("holds", "hold"),
     "n_own_fails": ("does not", "do not"),
+    "n_own_close": ("is too close to tell", "are too close to tell"),
     "n_own_na": ("has nothing to test here", "have nothing to test here"),
 }
 
