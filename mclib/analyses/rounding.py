@@ -1,5 +1,5 @@
 """How far rounding alone moves one run: one seed, data stream and model trained under changes
-that alter only float arithmetic (float path, threads, attention kernel, TF32). A verdict must
+that alter only float arithmetic (float path, threads, attention kernel, TF32, Adam's kernel). A verdict must
 not turn on a difference smaller than this spread (`mclib.book.scorecard_rules`: `rounding`).
 
     study()               the default profile's seed 1 under each change (docs/data/rounding.csv):
