@@ -153,3 +153,30 @@ def test_the_study_script_reads_no_run_as_no_table_and_names_a_bad_change(tmp_pa
     with pytest.raises(SystemExit):
         script.main(["train", "--seeds", "2,x"])
     assert "--seeds '2,x'" in capsys.readouterr().err
+
+
+def test_the_study_trains_every_change_with_foreach_adam_but_fused_adam(tmp_path, monkeypatch):
+    """The default profile took fused Adam on 2026-11-29; the study's runs were trained with the
+    foreach Adam, so a fresh clone must train every change but fused-adam with foreach to train
+    what docs/data/rounding.csv records."""
+    import yaml
+    from sources import load_script
+
+    from mclib.core.repo import REPO
+
+    script = load_script(REPO / "scripts" / "rounding_study.py")
+    handed = []
+    monkeypatch.setattr(script, "_run_jobs", lambda todo, jobs: handed.extend(todo) or 0)
+    assert script.train(tmp_path, 1, ["base", "avx2", "fused-adam"], (1, 2)) == 0
+    read = [
+        (change, yaml.safe_load((folder / "study-params.yaml").read_text())) for change, *_, folder in handed
+    ]
+    adam = {(change, p["seed"]): p["train"]["adam"] for change, p in read}
+    assert adam == {
+        ("base", 1): "foreach",
+        ("avx2", 1): "foreach",
+        ("fused-adam", 1): "fused",
+        ("base", 2): "foreach",
+        ("avx2", 2): "foreach",
+        ("fused-adam", 2): "fused",
+    }
