@@ -97,9 +97,7 @@ class TrainConfig:
     lr: float = 1e-4
     warmup: int = 0  # linear warm-up steps (0 = constant lr, as the paper)
     beta2: float = 0.999  # Adam's second-moment decay (the paper: PyTorch's default)
-    adam: str = "auto"  # Adam's kernels (mclib.core.step.make_optimizer): "foreach" (the for-loop Adam's
-    #   arithmetic to the bit, in fewer calls), "fused" (one kernel; other rounding) or "auto": fused on
-    #   CUDA, foreach on the CPU. Not recipe, but fixed for a run folder (mclib.core.recipe)
+    adam: str = "auto"  # "foreach", "fused" or "auto" (step.make_optimizer); fixed for a run folder
     grad_clip: float = 0.0  # clip the global gradient norm to this (0 = no clipping, as the paper)
     precision: str = "fp32"  # "fp32" (no TF32 on CUDA; sm80+ attention: 3xTF32), "tf32" (CUDA's TF32
     #   matmuls; emulated off CUDA) or "bf16" (autocast, fp32 master weights);
