@@ -214,6 +214,17 @@ def test_optimiser_levers(tmp_path, smoke_profile):
     _whole_and_resumed(p, tmp_path)
 
 
+def _step_alike(p, steps: int, *pairs) -> None:
+    """`steps` steps of each (model, optimiser) of `pairs` on the same batches (seed 0), MSE loss."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
+        for m, o in pairs:
+            o.zero_grad()
+            ((m(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
+            o.step()
+
+
 def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke_profile):
     """On the CPU `make_optimizer` builds torch's foreach Adam (fewer calls a step than the
     for-loop Adam; not the CPU's fused kernel, which rounds otherwise), fresh and resumed from
@@ -232,13 +243,7 @@ def test_the_cpu_adam_is_foreach_and_steps_as_the_for_loop_adam_to_the_bit(smoke
     )
     (group,) = opt.param_groups
     assert group["foreach"] is True and not group["fused"] and not group["capturable"]
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(4):
-        b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
-        for m, o in ((model, opt), (twin, loop)):
-            o.zero_grad()
-            ((m(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
-            o.step()
+    _step_alike(p, 4, (model, opt), (twin, loop))
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
     for q, r in zip(group["params"], loop.param_groups[0]["params"]):
         assert all(torch.equal(opt.state[q][k], loop.state[r][k]) for k in ("step", "exp_avg", "exp_avg_sq"))
@@ -262,13 +267,7 @@ def test_train_adam_picks_adams_kernels_and_auto_keeps_each_devices_own(smoke_pr
     twin = copy.deepcopy(model)
     fused, foreach = make_optimizer(model, fused_t, cpu), make_optimizer(twin, foreach_t, cpu)
     assert flags(foreach) == (True, False)
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        b = sample_batch(8, 7, p.data.rank, p.data.p_mask, gen)
-        for m, o in ((model, fused), (twin, foreach)):
-            o.zero_grad()
-            ((m(b.tokens).logits.view_as(b.x) - b.x) ** 2).mean().backward()
-            o.step()
+    _step_alike(p, 20, (model, fused), (twin, foreach))
     pairs = list(zip(model.state_dict().values(), twin.state_dict().values()))
     assert not all(torch.equal(a, b) for a, b in pairs)  # other rounding ...
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-6) for a, b in pairs)  # ... the same Adam
